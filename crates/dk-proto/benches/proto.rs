@@ -1,0 +1,71 @@
+//! Benchmarks of the wire types: frame parsing, manifest validation and
+//! digest, input checks, tool names. Run with `cargo xtask bench` (or
+//! `cargo bench -p dk-proto`).
+
+use std::hint::black_box;
+
+use dk_proto::{DeviceFrame, check_input, parse_tool_name, validate_manifest};
+use serde_json::Value;
+
+fn main() {
+    divan::main();
+}
+
+/// A `device:result` of about 200 bytes, as a lamp answers `set_light`.
+const RESULT_200: &str = r#"{"type":"device:result","callId":"5b0c7c2e-4f1d-4a63-9d55-8f0d2e1e9c11","ok":true,"result":{"on":true,"brightness":40,"colour":"warm white","note":"set by the agent at the person's request, 21:04"}}"#;
+
+const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
+
+#[divan::bench]
+fn parse_result_frame_200b(bencher: divan::Bencher) {
+    assert!(
+        (190..=210).contains(&RESULT_200.len()),
+        "{}",
+        RESULT_200.len()
+    );
+    bencher.bench(|| {
+        let frame = DeviceFrame::parse(black_box(RESULT_200.as_bytes()));
+        black_box(frame.is_ok())
+    });
+}
+
+#[divan::bench]
+fn validate_and_digest_lamp(bencher: divan::Bencher) {
+    let lamp: Value = serde_json::from_str(LAMP).unwrap_or_default();
+    bencher.bench(|| {
+        let manifest = validate_manifest(black_box(&lamp));
+        black_box(manifest.map(|m| m.digest()).is_ok())
+    });
+}
+
+#[divan::bench]
+fn check_lamp_input(bencher: divan::Bencher) {
+    let lamp: Value = serde_json::from_str(LAMP).unwrap_or_default();
+    let Ok(manifest) = validate_manifest(&lamp) else {
+        return;
+    };
+    let Some(cap) = manifest.capability("set_light") else {
+        return;
+    };
+    let input = serde_json::json!({"on": true, "brightness": 40});
+    bencher.bench(|| black_box(check_input(cap, black_box(&input)).is_ok()));
+}
+
+#[divan::bench]
+fn parse_tool_name_lamp(bencher: divan::Bencher) {
+    bencher.bench(|| black_box(parse_tool_name(black_box("device__desk_lamp__set_light"))));
+}
+
+/// Baseline: the same frame into a `serde_json::Value` tree.
+#[divan::bench]
+fn baseline_result_frame_into_value(bencher: divan::Bencher) {
+    bencher.bench(|| black_box(serde_json::from_str::<Value>(black_box(RESULT_200)).is_ok()));
+}
+
+/// Baseline: serde_json only skimming the same frame, building nothing.
+#[divan::bench]
+fn baseline_result_frame_skimmed(bencher: divan::Bencher) {
+    bencher.bench(|| {
+        black_box(serde_json::from_str::<serde::de::IgnoredAny>(black_box(RESULT_200)).is_ok())
+    });
+}

@@ -1,0 +1,679 @@
+//! The JSON frames a device and a vessel exchange, and the parser for
+//! untrusted frames.
+//!
+//! Parsing checks the size before anything else, then the nesting depth with
+//! a single pass over the bytes, then reads the object with payloads borrowed
+//! as raw JSON: the vessel forwards results, it never builds a tree of them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// Largest frame accepted by default, in bytes (1 MiB).
+pub const MAX_FRAME_BYTES: usize = 1 << 20;
+/// Deepest nesting of arrays and objects accepted by default (the frame
+/// object itself is level 1).
+pub const MAX_FRAME_DEPTH: usize = 64;
+/// How much of an unknown frame type an error quotes, in bytes.
+const TYPE_QUOTE: usize = 64;
+
+/// Limits applied before a frame is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLimits {
+    /// Largest frame in bytes.
+    pub max_bytes: usize,
+    /// Deepest nesting of arrays and objects.
+    pub max_depth: usize,
+}
+
+impl Default for FrameLimits {
+    fn default() -> Self {
+        FrameLimits {
+            max_bytes: MAX_FRAME_BYTES,
+            max_depth: MAX_FRAME_DEPTH,
+        }
+    }
+}
+
+/// Why a frame was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// Larger than the size limit; nothing was parsed.
+    #[error("frame of {len} bytes is larger than the limit of {max}")]
+    TooLarge {
+        /// The frame's size in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not UTF-8 text.
+    #[error("frame is not UTF-8 text")]
+    NotUtf8,
+    /// Arrays and objects nested deeper than the limit.
+    #[error("frame nests deeper than {max} levels")]
+    TooDeep {
+        /// The limit.
+        max: usize,
+    },
+    /// Not JSON.
+    #[error("frame is not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not an object.
+    #[error("frame is not a JSON object")]
+    NotAnObject,
+    /// No `type`, or a `type` that is not a string.
+    #[error("frame has no type")]
+    MissingType,
+    /// A `type` that no frame has.
+    #[error("unknown frame type {0:?}")]
+    UnknownType(String),
+    /// A frame only the other side sends.
+    #[error("frame type \"{0}\" is not sent by this side")]
+    WrongSide(&'static str),
+    /// A required field is absent.
+    #[error("{frame} frame is missing \"{field}\"")]
+    MissingField {
+        /// The frame type.
+        frame: &'static str,
+        /// The field.
+        field: &'static str,
+    },
+    /// A field has the wrong type.
+    #[error("{frame} frame field \"{field}\" must be {expected}")]
+    WrongType {
+        /// The frame type.
+        frame: &'static str,
+        /// The field.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+}
+
+const HELLO: &str = "device:hello";
+const AUTH: &str = "device:auth";
+const RESULT: &str = "device:result";
+const EVENT: &str = "device:event";
+const PAIRING: &str = "device:pairing";
+const PAIRED: &str = "device:paired";
+const INVOKE: &str = "device:invoke";
+const REVOKED: &str = "device:revoked";
+
+/// A frame a device sends to the vessel. Strings and payloads borrow from the
+/// text they were parsed from where they can.
+#[derive(Debug, Clone)]
+pub enum DeviceFrame<'a> {
+    /// `device:hello {manifest}`: asks to pair. The manifest is an object
+    /// (or an array, which 8DK also lets through here and validation refuses).
+    Hello {
+        /// The untrusted manifest, as sent.
+        manifest: Cow<'a, RawValue>,
+    },
+    /// `device:auth {deviceId, token}`: a reconnect. dk's device client also
+    /// sends its current `manifest`, a field a v1 vessel ignores.
+    Auth {
+        /// The device id, non-empty.
+        device_id: Cow<'a, str>,
+        /// The device token, non-empty.
+        token: Cow<'a, str>,
+        /// The current manifest, when the device sent one (any JSON).
+        manifest: Option<Cow<'a, RawValue>>,
+    },
+    /// `device:result {callId, ok, result?, error?}`: the answer to an invoke.
+    Result {
+        /// The call answered, non-empty.
+        call_id: Cow<'a, str>,
+        /// Whether the call succeeded.
+        ok: bool,
+        /// The result, whenever the key was present (even `null`).
+        result: Option<Cow<'a, RawValue>>,
+        /// The error text, only when it was a string.
+        error: Option<Cow<'a, str>>,
+    },
+    /// `device:event {capability, data}`: something the device noticed.
+    Event {
+        /// The capability the event belongs to, non-empty.
+        capability: Cow<'a, str>,
+        /// The event's data, when present.
+        data: Option<Cow<'a, RawValue>>,
+    },
+}
+
+/// A frame the vessel sends to a device.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VesselFrame<'a> {
+    /// `device:pairing {code}`: the 6-digit code for the device to show.
+    Pairing {
+        /// Six digits, zero-padded.
+        code: Cow<'a, str>,
+    },
+    /// `device:paired {deviceToken}`: sent once, on a yes.
+    Paired {
+        /// 64 lower-case hex characters.
+        device_token: Cow<'a, str>,
+    },
+    /// `device:invoke {callId, capability, input}`: a call.
+    Invoke {
+        /// A random UUID matching the result to the call.
+        call_id: Cow<'a, str>,
+        /// The capability called.
+        capability: Cow<'a, str>,
+        /// The validated input.
+        input: Cow<'a, Map<String, Value>>,
+    },
+    /// `device:revoked {capability?}`: a grant was revoked, or (without a
+    /// capability) the pairing was ended.
+    Revoked {
+        /// The revoked capability, absent when the whole pairing ended.
+        capability: Option<Cow<'a, str>>,
+    },
+}
+
+/// The known keys of any frame, each as raw JSON; unknown keys are skipped.
+/// A repeated key keeps its last value, as `JSON.parse` does.
+#[derive(Default)]
+struct RawFrame<'a> {
+    kind: Option<&'a RawValue>,
+    manifest: Option<&'a RawValue>,
+    device_id: Option<&'a RawValue>,
+    token: Option<&'a RawValue>,
+    call_id: Option<&'a RawValue>,
+    ok: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
+    capability: Option<&'a RawValue>,
+    data: Option<&'a RawValue>,
+    code: Option<&'a RawValue>,
+    device_token: Option<&'a RawValue>,
+    input: Option<&'a RawValue>,
+}
+
+enum Key {
+    Type,
+    Manifest,
+    DeviceId,
+    Token,
+    CallId,
+    Ok,
+    Result,
+    Error,
+    Capability,
+    Data,
+    Code,
+    DeviceToken,
+    Input,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                Ok(match v {
+                    "type" => Key::Type,
+                    "manifest" => Key::Manifest,
+                    "deviceId" => Key::DeviceId,
+                    "token" => Key::Token,
+                    "callId" => Key::CallId,
+                    "ok" => Key::Ok,
+                    "result" => Key::Result,
+                    "error" => Key::Error,
+                    "capability" => Key::Capability,
+                    "data" => Key::Data,
+                    "code" => Key::Code,
+                    "deviceToken" => Key::DeviceToken,
+                    "input" => Key::Input,
+                    _ => Key::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FrameVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for FrameVisitor<'a> {
+            type Value = RawFrame<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a frame object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFrame<'a>, A::Error> {
+                let mut frame = RawFrame::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    let slot = match key {
+                        Key::Type => &mut frame.kind,
+                        Key::Manifest => &mut frame.manifest,
+                        Key::DeviceId => &mut frame.device_id,
+                        Key::Token => &mut frame.token,
+                        Key::CallId => &mut frame.call_id,
+                        Key::Ok => &mut frame.ok,
+                        Key::Result => &mut frame.result,
+                        Key::Error => &mut frame.error,
+                        Key::Capability => &mut frame.capability,
+                        Key::Data => &mut frame.data,
+                        Key::Code => &mut frame.code,
+                        Key::DeviceToken => &mut frame.device_token,
+                        Key::Input => &mut frame.input,
+                        Key::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<&'de RawValue>()?);
+                }
+                Ok(frame)
+            }
+        }
+        deserializer.deserialize_map(FrameVisitor(std::marker::PhantomData))
+    }
+}
+
+/// A JSON string decoded without copying when it has no escapes.
+struct CowStr<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
+            type Value = CowStr<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<CowStr<'a>, E> {
+                Ok(CowStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<CowStr<'a>, E> {
+                Ok(CowStr(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor(std::marker::PhantomData))
+    }
+}
+
+/// The string a raw JSON value holds, or `None` when it is not a string.
+fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    if !raw.get().starts_with('"') {
+        return None;
+    }
+    serde_json::from_str::<CowStr<'_>>(raw.get())
+        .ok()
+        .map(|s| s.0)
+}
+
+/// A required non-empty string field.
+fn required_str<'a>(
+    raw: Option<&'a RawValue>,
+    frame: &'static str,
+    field: &'static str,
+) -> Result<Cow<'a, str>, FrameError> {
+    let raw = raw.ok_or(FrameError::MissingField { frame, field })?;
+    match raw_str(raw) {
+        Some(s) if !s.is_empty() => Ok(s),
+        _ => Err(FrameError::WrongType {
+            frame,
+            field,
+            expected: "a non-empty string",
+        }),
+    }
+}
+
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
+/// True when arrays and objects in `bytes` nest deeper than `max`. One pass,
+/// skipping string contents; it runs before serde so a hostile frame cannot
+/// drive the parser's recursion.
+fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
+    // Depth cannot exceed the number of opening brackets: when there are few
+    // (the usual frame), this vectorised count saves the exact pass.
+    let opening = bytes.iter().filter(|&&b| b == b'{' || b == b'[').count();
+    if opening <= max {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Size, UTF-8, depth and object checks shared by both directions.
+fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameError> {
+    if bytes.len() > limits.max_bytes {
+        return Err(FrameError::TooLarge {
+            len: bytes.len(),
+            max: limits.max_bytes,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| FrameError::NotUtf8)?;
+    if nests_deeper_than(bytes, limits.max_depth) {
+        return Err(FrameError::TooDeep {
+            max: limits.max_depth,
+        });
+    }
+    if !text.trim_start().starts_with('{') {
+        return Err(match serde_json::from_str::<IgnoredAny>(text) {
+            Ok(_) => FrameError::NotAnObject,
+            Err(e) => FrameError::NotJson(e.to_string()),
+        });
+    }
+    serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| FrameError::NotJson(e.to_string()))
+}
+
+/// The frame type, checked against the known ones.
+fn frame_type(raw: Option<&RawValue>) -> Result<&'static str, FrameError> {
+    let raw = raw.ok_or(FrameError::MissingType)?;
+    // Fast path: the usual, unescaped spelling.
+    let known = [HELLO, AUTH, RESULT, EVENT, PAIRING, PAIRED, INVOKE, REVOKED];
+    let quoted = raw.get();
+    if let Some(inner) = quoted.strip_prefix('"').and_then(|s| s.strip_suffix('"'))
+        && let Some(kind) = known.iter().find(|k| **k == inner)
+    {
+        return Ok(kind);
+    }
+    let name = raw_str(raw).ok_or(FrameError::MissingType)?;
+    match known.iter().find(|k| **k == name) {
+        Some(kind) => Ok(kind),
+        None => {
+            let mut cut = TYPE_QUOTE.min(name.len());
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            Err(FrameError::UnknownType(
+                name.get(..cut).unwrap_or_default().to_owned(),
+            ))
+        }
+    }
+}
+
+impl<'a> DeviceFrame<'a> {
+    /// Parses an untrusted frame from a device with the default limits.
+    pub fn parse(bytes: &'a [u8]) -> Result<DeviceFrame<'a>, FrameError> {
+        Self::parse_with(bytes, FrameLimits::default())
+    }
+
+    /// Parses an untrusted frame from a device. Follows 8DK's rules: hello
+    /// needs an object manifest; auth a non-empty string deviceId and token;
+    /// result a non-empty string callId and a boolean ok (`result` kept
+    /// whenever the key is present, `error` only when it is a string); event a
+    /// non-empty string capability. A frame only a vessel sends is refused.
+    pub fn parse_with(bytes: &'a [u8], limits: FrameLimits) -> Result<DeviceFrame<'a>, FrameError> {
+        let raw = read_raw(bytes, limits)?;
+        match frame_type(raw.kind)? {
+            RESULT => {
+                let call_id = required_str(raw.call_id, RESULT, "callId")?;
+                let ok = match raw.ok.map(RawValue::get) {
+                    Some("true") => true,
+                    Some("false") => false,
+                    Some(_) => {
+                        return Err(FrameError::WrongType {
+                            frame: RESULT,
+                            field: "ok",
+                            expected: "a boolean",
+                        });
+                    }
+                    None => {
+                        return Err(FrameError::MissingField {
+                            frame: RESULT,
+                            field: "ok",
+                        });
+                    }
+                };
+                Ok(DeviceFrame::Result {
+                    call_id,
+                    ok,
+                    result: raw.result.map(Cow::Borrowed),
+                    error: raw.error.and_then(raw_str),
+                })
+            }
+            HELLO => match raw.manifest {
+                // `typeof x === "object"` holds for arrays too; validation refuses them.
+                Some(m) if is_object(m) || m.get().starts_with('[') => Ok(DeviceFrame::Hello {
+                    manifest: Cow::Borrowed(m),
+                }),
+                Some(_) => Err(FrameError::WrongType {
+                    frame: HELLO,
+                    field: "manifest",
+                    expected: "an object",
+                }),
+                None => Err(FrameError::MissingField {
+                    frame: HELLO,
+                    field: "manifest",
+                }),
+            },
+            AUTH => Ok(DeviceFrame::Auth {
+                device_id: required_str(raw.device_id, AUTH, "deviceId")?,
+                token: required_str(raw.token, AUTH, "token")?,
+                manifest: raw.manifest.map(Cow::Borrowed),
+            }),
+            EVENT => Ok(DeviceFrame::Event {
+                capability: required_str(raw.capability, EVENT, "capability")?,
+                data: raw.data.map(Cow::Borrowed),
+            }),
+            other => Err(FrameError::WrongSide(other)),
+        }
+    }
+
+    /// The frame's `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DeviceFrame::Hello { .. } => HELLO,
+            DeviceFrame::Auth { .. } => AUTH,
+            DeviceFrame::Result { .. } => RESULT,
+            DeviceFrame::Event { .. } => EVENT,
+        }
+    }
+
+    /// The frame as compact JSON text, as 8DK writes it.
+    pub fn to_json(&self) -> String {
+        // Serialising strings and raw JSON into a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The same frame, owning its data.
+    pub fn into_owned(self) -> DeviceFrame<'static> {
+        match self {
+            DeviceFrame::Hello { manifest } => DeviceFrame::Hello {
+                manifest: Cow::Owned(manifest.into_owned()),
+            },
+            DeviceFrame::Auth {
+                device_id,
+                token,
+                manifest,
+            } => DeviceFrame::Auth {
+                device_id: Cow::Owned(device_id.into_owned()),
+                token: Cow::Owned(token.into_owned()),
+                manifest: manifest.map(|m| Cow::Owned(m.into_owned())),
+            },
+            DeviceFrame::Result {
+                call_id,
+                ok,
+                result,
+                error,
+            } => DeviceFrame::Result {
+                call_id: Cow::Owned(call_id.into_owned()),
+                ok,
+                result: result.map(|r| Cow::Owned(r.into_owned())),
+                error: error.map(|e| Cow::Owned(e.into_owned())),
+            },
+            DeviceFrame::Event { capability, data } => DeviceFrame::Event {
+                capability: Cow::Owned(capability.into_owned()),
+                data: data.map(|d| Cow::Owned(d.into_owned())),
+            },
+        }
+    }
+}
+
+impl Serialize for DeviceFrame<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", self.type_name())?;
+        match self {
+            DeviceFrame::Hello { manifest } => map.serialize_entry("manifest", manifest)?,
+            DeviceFrame::Auth {
+                device_id,
+                token,
+                manifest,
+            } => {
+                map.serialize_entry("deviceId", device_id)?;
+                map.serialize_entry("token", token)?;
+                if let Some(manifest) = manifest {
+                    map.serialize_entry("manifest", manifest)?;
+                }
+            }
+            DeviceFrame::Result {
+                call_id,
+                ok,
+                result,
+                error,
+            } => {
+                map.serialize_entry("callId", call_id)?;
+                map.serialize_entry("ok", ok)?;
+                if let Some(result) = result {
+                    map.serialize_entry("result", result)?;
+                }
+                if let Some(error) = error {
+                    map.serialize_entry("error", error)?;
+                }
+            }
+            DeviceFrame::Event { capability, data } => {
+                map.serialize_entry("capability", capability)?;
+                if let Some(data) = data {
+                    map.serialize_entry("data", data)?;
+                }
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'a> VesselFrame<'a> {
+    /// Parses a frame from the vessel (the device side's parser), with the
+    /// default limits. An invoke needs a non-empty string callId and
+    /// capability and an object input; pairing a string code; paired a
+    /// non-empty string deviceToken. A frame only a device sends is refused.
+    pub fn parse(bytes: &'a [u8]) -> Result<VesselFrame<'a>, FrameError> {
+        Self::parse_with(bytes, FrameLimits::default())
+    }
+
+    /// [`VesselFrame::parse`] with explicit limits.
+    pub fn parse_with(bytes: &'a [u8], limits: FrameLimits) -> Result<VesselFrame<'a>, FrameError> {
+        let raw = read_raw(bytes, limits)?;
+        match frame_type(raw.kind)? {
+            INVOKE => {
+                let call_id = required_str(raw.call_id, INVOKE, "callId")?;
+                let capability = required_str(raw.capability, INVOKE, "capability")?;
+                let input = raw.input.ok_or(FrameError::MissingField {
+                    frame: INVOKE,
+                    field: "input",
+                })?;
+                let input = match serde_json::from_str::<Value>(input.get()) {
+                    Ok(Value::Object(map)) => map,
+                    _ => {
+                        return Err(FrameError::WrongType {
+                            frame: INVOKE,
+                            field: "input",
+                            expected: "an object",
+                        });
+                    }
+                };
+                Ok(VesselFrame::Invoke {
+                    call_id,
+                    capability,
+                    input: Cow::Owned(input),
+                })
+            }
+            PAIRING => Ok(VesselFrame::Pairing {
+                code: required_str(raw.code, PAIRING, "code")?,
+            }),
+            PAIRED => Ok(VesselFrame::Paired {
+                device_token: required_str(raw.device_token, PAIRED, "deviceToken")?,
+            }),
+            REVOKED => Ok(VesselFrame::Revoked {
+                capability: raw.capability.and_then(raw_str),
+            }),
+            other => Err(FrameError::WrongSide(other)),
+        }
+    }
+
+    /// The frame's `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            VesselFrame::Pairing { .. } => PAIRING,
+            VesselFrame::Paired { .. } => PAIRED,
+            VesselFrame::Invoke { .. } => INVOKE,
+            VesselFrame::Revoked { .. } => REVOKED,
+        }
+    }
+
+    /// The frame as compact JSON text, as 8DK writes it.
+    pub fn to_json(&self) -> String {
+        // Serialising strings and JSON values into a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl Serialize for VesselFrame<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", self.type_name())?;
+        match self {
+            VesselFrame::Pairing { code } => map.serialize_entry("code", code)?,
+            VesselFrame::Paired { device_token } => {
+                map.serialize_entry("deviceToken", device_token)?
+            }
+            VesselFrame::Invoke {
+                call_id,
+                capability,
+                input,
+            } => {
+                map.serialize_entry("callId", call_id)?;
+                map.serialize_entry("capability", capability)?;
+                map.serialize_entry("input", input)?;
+            }
+            VesselFrame::Revoked { capability } => {
+                if let Some(capability) = capability {
+                    map.serialize_entry("capability", capability)?;
+                }
+            }
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests;

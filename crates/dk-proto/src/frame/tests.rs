@@ -1,0 +1,227 @@
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+fn fixtures(dir: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/frames")
+        .join(dir);
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[test]
+fn good_frames_parse_and_round_trip() {
+    let paths = fixtures("good");
+    assert!(paths.len() >= 10);
+    for path in paths {
+        let bytes = std::fs::read(&path).unwrap();
+        let frame =
+            DeviceFrame::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text = frame.to_json();
+        let again = DeviceFrame::parse(text.as_bytes()).unwrap();
+        assert_eq!(again.to_json(), text, "{}", path.display());
+    }
+}
+
+#[test]
+fn bad_frames_are_refused_with_their_reason() {
+    let paths = fixtures("bad");
+    assert!(paths.len() >= 20);
+    for path in paths {
+        let bytes = std::fs::read(&path).unwrap();
+        let err = DeviceFrame::parse(&bytes).map(|f| f.to_json()).unwrap_err();
+        match std::fs::read_to_string(path.with_extension("error")) {
+            Ok(expected) => assert_eq!(err.to_string(), expected.trim_end(), "{}", path.display()),
+            Err(_) => assert!(
+                matches!(err, FrameError::NotJson(_)),
+                "{}: {err}",
+                path.display()
+            ),
+        }
+    }
+}
+
+#[test]
+fn fields_are_read_as_8dk_reads_them() {
+    let text =
+        r#"{"type":"device:result","callId":"c\u00e9","ok":false,"error":{"x":1},"result":null}"#;
+    let DeviceFrame::Result {
+        call_id,
+        ok,
+        result,
+        error,
+    } = DeviceFrame::parse(text.as_bytes()).unwrap()
+    else {
+        panic!("not a result")
+    };
+    assert_eq!((call_id.as_ref(), ok), ("cé", false));
+    assert_eq!(result.unwrap().get(), "null");
+    assert!(error.is_none(), "a non-string error is dropped");
+
+    let text = r#"{"type":"device:event","type":"device:result","callId":"c1","ok":true}"#;
+    assert_eq!(
+        DeviceFrame::parse(text.as_bytes()).unwrap().type_name(),
+        "device:result"
+    );
+
+    let text = r#"{"type":"device:hello","manifest":[]}"#;
+    assert_eq!(
+        DeviceFrame::parse(text.as_bytes()).unwrap().type_name(),
+        "device:hello"
+    );
+}
+
+#[test]
+fn size_is_checked_before_anything_else() {
+    let mut big = br#"{"type":"device:result","callId":"c","ok":true,"result":""#.to_vec();
+    big.resize(MAX_FRAME_BYTES + 1, b'a');
+    assert_eq!(
+        DeviceFrame::parse(&big).map(|f| f.to_json()).unwrap_err(),
+        FrameError::TooLarge {
+            len: MAX_FRAME_BYTES + 1,
+            max: MAX_FRAME_BYTES
+        }
+    );
+    // Exactly at the limit is parsed.
+    let mut at = br#"{"type":"device:result","callId":"c","ok":true,"result":""#.to_vec();
+    at.resize(MAX_FRAME_BYTES - 2, b'a');
+    at.extend_from_slice(br#""}"#);
+    assert!(DeviceFrame::parse(&at).is_ok());
+    let small = FrameLimits {
+        max_bytes: 10,
+        max_depth: 2,
+    };
+    assert!(matches!(
+        DeviceFrame::parse_with(b"{\"a\":[[1]]}", small),
+        Err(FrameError::TooLarge { .. })
+    ));
+    let shallow = FrameLimits {
+        max_bytes: 100,
+        max_depth: 2,
+    };
+    assert_eq!(
+        DeviceFrame::parse_with(br#"{"a":[[1]]}"#, shallow)
+            .map(|f| f.to_json())
+            .unwrap_err(),
+        FrameError::TooDeep { max: 2 }
+    );
+}
+
+#[test]
+fn vessel_frames_serialise_as_v1_and_parse_back() {
+    let input = json!({"on": true, "brightness": 40});
+    let frames = [
+        (VesselFrame::Pairing { code: "004217".into() }, r#"{"type":"device:pairing","code":"004217"}"#.to_owned()),
+        (
+            VesselFrame::Paired { device_token: "ab".repeat(32).into() },
+            format!(r#"{{"type":"device:paired","deviceToken":"{}"}}"#, "ab".repeat(32)),
+        ),
+        (
+            VesselFrame::Invoke {
+                call_id: "c1".into(),
+                capability: "set_light".into(),
+                input: std::borrow::Cow::Owned(input.as_object().unwrap().clone()),
+            },
+            r#"{"type":"device:invoke","callId":"c1","capability":"set_light","input":{"on":true,"brightness":40}}"#.to_owned(),
+        ),
+        (VesselFrame::Revoked { capability: Some("strobe".into()) }, r#"{"type":"device:revoked","capability":"strobe"}"#.to_owned()),
+        (VesselFrame::Revoked { capability: None }, r#"{"type":"device:revoked"}"#.to_owned()),
+    ];
+    for (frame, text) in frames {
+        assert_eq!(frame.to_json(), text);
+        assert_eq!(VesselFrame::parse(text.as_bytes()).unwrap(), frame);
+    }
+    for bad in [
+        r#"{"type":"device:result","callId":"c","ok":true}"#,
+        r#"{"type":"device:invoke","callId":"c","capability":"x","input":[]}"#,
+        r#"{"type":"device:invoke","callId":"c","capability":"x"}"#,
+        r#"{"type":"device:invoke","callId":"","capability":"x","input":{}}"#,
+        r#"{"type":"device:pairing"}"#,
+    ] {
+        assert!(VesselFrame::parse(bad.as_bytes()).is_err(), "{bad}");
+    }
+}
+
+fn arb_raw() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("null".to_owned()),
+        any::<i64>().prop_map(|n| n.to_string()),
+        ".{0,20}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+        (".{0,8}", any::<bool>())
+            .prop_map(|(k, b)| json!({ k: [b, null, {"n": 1.5}] }).to_string()),
+    ]
+}
+
+fn arb_frame() -> impl Strategy<Value = String> {
+    let s = ".{1,24}";
+    prop_oneof![
+        arb_raw()
+            .prop_filter("object", |r| r.starts_with('{'))
+            .prop_map(|m| format!(r#"{{"type":"device:hello","manifest":{m}}}"#)),
+        (s, s, prop::option::of(arb_raw())).prop_map(|(d, t, m)| {
+            let mut v = json!({"type":"device:auth","deviceId":d,"token":t});
+            if let Some(m) = m {
+                v["manifest"] = serde_json::from_str(&m).unwrap();
+            }
+            v.to_string()
+        }),
+        (
+            s,
+            any::<bool>(),
+            prop::option::of(arb_raw()),
+            prop::option::of(".{0,20}")
+        )
+            .prop_map(|(c, ok, r, e)| {
+                let mut v = json!({"type":"device:result","callId":c,"ok":ok});
+                if let Some(r) = r {
+                    v["result"] = serde_json::from_str(&r).unwrap();
+                }
+                if let Some(e) = e {
+                    v["error"] = json!(e);
+                }
+                v.to_string()
+            }),
+        (s, prop::option::of(arb_raw())).prop_map(|(c, d)| {
+            let mut v = json!({"type":"device:event","capability":c});
+            if let Some(d) = d {
+                v["data"] = serde_json::from_str(&d).unwrap();
+            }
+            v.to_string()
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn frames_round_trip_through_json(text in arb_frame()) {
+        let frame = DeviceFrame::parse(text.as_bytes()).unwrap();
+        // The parsed frame writes back the same JSON it was read from.
+        prop_assert_eq!(frame.to_json(), text.clone());
+        let owned = frame.into_owned();
+        prop_assert_eq!(owned.to_json(), text);
+    }
+
+    #[test]
+    fn parsing_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = DeviceFrame::parse(&bytes);
+        let _ = VesselFrame::parse(&bytes);
+    }
+
+    #[test]
+    fn parsing_near_frames_never_panics(text in arb_frame(), cut in 0usize..200, junk in ".{0,4}") {
+        let mut text = text;
+        let at = (0..=cut.min(text.len())).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        text.insert_str(at, &junk);
+        let _ = DeviceFrame::parse(text.as_bytes());
+        let _ = VesselFrame::parse(text.as_bytes());
+    }
+}

@@ -1,0 +1,79 @@
+//! Input checks (check 4 of a tool call): a call's input against the
+//! capability's declared params, with 8DK v1's messages and order.
+
+use serde_json::Value;
+
+use crate::manifest::{Capability, ParamType, array_index};
+use crate::text::utf16_prefix;
+
+/// Why a call's input does not match its capability. `Display` gives 8DK
+/// v1's exact text (the adapter prefixes it with `[8dk-deny] `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// The input is not a JSON object.
+    #[error("input must be an object")]
+    NotAnObject,
+    /// A key that is not a declared param; the key is cut to 64 UTF-16 units.
+    #[error("unknown param \"{0}\"")]
+    UnknownParam(String),
+    /// A required param is missing.
+    #[error("missing required \"{0}\"")]
+    MissingRequired(String),
+    /// A param has the wrong type (numbers must be finite).
+    #[error("\"{key}\" must be {ty}")]
+    WrongType {
+        /// The param.
+        key: String,
+        /// The type it must have.
+        ty: ParamType,
+    },
+}
+
+/// How much of an unknown key an error quotes, in UTF-16 units.
+const UNKNOWN_KEY_QUOTE: usize = 64;
+
+/// Checks `input` against `capability`'s params. In order: the input must be
+/// an object; the first key that is not a declared param is refused (keys are
+/// taken in JavaScript's order: array-index keys like `"0"` first, which are
+/// never param names); then each declared param in declaration order: missing
+/// and required, or present with the wrong type. `__proto__`, `constructor`
+/// and the like are ordinary unknown keys.
+pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputError> {
+    let Value::Object(values) = input else {
+        return Err(InputError::NotAnObject);
+    };
+    let unknown = values
+        .keys()
+        .filter_map(|k| array_index(k).map(|n| (n, k)))
+        .min()
+        .map(|(_, k)| k)
+        .or_else(|| values.keys().find(|k| capability.param(k).is_none()));
+    if let Some(key) = unknown {
+        return Err(InputError::UnknownParam(
+            utf16_prefix(key, UNKNOWN_KEY_QUOTE).to_owned(),
+        ));
+    }
+    for param in capability.params() {
+        let Some(value) = values.get(param.name()) else {
+            if param.required() {
+                return Err(InputError::MissingRequired(param.name().to_owned()));
+            }
+            continue;
+        };
+        let ok = match param.ty() {
+            ParamType::String => value.is_string(),
+            ParamType::Boolean => value.is_boolean(),
+            ParamType::Number => value.as_f64().is_some_and(f64::is_finite),
+        };
+        if !ok {
+            return Err(InputError::WrongType {
+                key: param.name().to_owned(),
+                ty: param.ty(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

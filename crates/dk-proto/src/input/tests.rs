@@ -1,0 +1,95 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::validate_manifest;
+
+fn capability(params: Value) -> crate::Capability {
+    let m = json!({"id":"t","name":"T","kind":"t","version":"1","capabilities":[
+        {"name":"c","kind":"actuator","description":"d","params":params}]});
+    validate_manifest(&m).unwrap().capabilities()[0].clone()
+}
+
+#[track_caller]
+fn check(params: &Value, input: &str, expected: Result<(), &str>) {
+    let cap = capability(params.clone());
+    let input: Value = serde_json::from_str(input).unwrap();
+    let got = check_input(&cap, &input).map_err(|e| e.to_string());
+    assert_eq!(got, expected.map_err(str::to_owned), "{input}");
+}
+
+#[test]
+fn lamp_inputs() {
+    let lamp = json!({"on":{"type":"boolean","required":true},"brightness":{"type":"number"}});
+    let p = &lamp;
+    check(p, r#"{"on":true}"#, Ok(()));
+    check(p, r#"{"on":false,"brightness":50}"#, Ok(()));
+    check(p, r#"{"brightness":1e308,"on":true}"#, Ok(()));
+    check(p, r#"{"on":true,"brightness":-0.5}"#, Ok(()));
+    check(p, "[]", Err("input must be an object"));
+    check(p, "null", Err("input must be an object"));
+    check(p, r#""on""#, Err("input must be an object"));
+    check(p, "5", Err("input must be an object"));
+    check(p, r#"{"on":true,"x":1}"#, Err(r#"unknown param "x""#));
+    check(p, r#"{"x":1,"on":"no"}"#, Err(r#"unknown param "x""#));
+    check(
+        p,
+        r#"{"on":true,"constructor":1}"#,
+        Err(r#"unknown param "constructor""#),
+    );
+    check(
+        p,
+        r#"{"on":true,"toString":1}"#,
+        Err(r#"unknown param "toString""#),
+    );
+    check(
+        p,
+        r#"{"__proto__":{}}"#,
+        Err(r#"unknown param "__proto__""#),
+    );
+    check(p, r#"{"on":true,"b":2,"5":1}"#, Err(r#"unknown param "5""#));
+    check(p, r#"{"b":1,"10":1,"2":1}"#, Err(r#"unknown param "2""#));
+    check(p, r#"{"b":1,"01":1}"#, Err(r#"unknown param "b""#));
+    let long = "k".repeat(70);
+    let cut = "k".repeat(64);
+    check(
+        p,
+        &format!(r#"{{"{long}":1}}"#),
+        Err(&format!(r#"unknown param "{cut}""#)),
+    );
+    check(p, "{}", Err(r#"missing required "on""#));
+    check(p, r#"{"brightness":"x"}"#, Err(r#"missing required "on""#));
+    check(p, r#"{"on":"yes"}"#, Err(r#""on" must be boolean"#));
+    check(p, r#"{"on":null}"#, Err(r#""on" must be boolean"#));
+    check(p, r#"{"on":1}"#, Err(r#""on" must be boolean"#));
+    check(
+        p,
+        r#"{"on":true,"brightness":"5"}"#,
+        Err(r#""brightness" must be number"#),
+    );
+    check(
+        p,
+        r#"{"on":true,"brightness":null}"#,
+        Err(r#""brightness" must be number"#),
+    );
+    check(
+        p,
+        r#"{"on":true,"brightness":[1]}"#,
+        Err(r#""brightness" must be number"#),
+    );
+}
+
+#[test]
+fn other_shapes() {
+    let none = json!(null);
+    check(&none, "{}", Ok(()));
+    check(&none, r#"{"a":1}"#, Err(r#"unknown param "a""#));
+    let text = json!({"mode":{"type":"string"}, "level":{"type":"number","required":true}});
+    check(&text, r#"{"level":1,"mode":"auto"}"#, Ok(()));
+    check(&text, r#"{"mode":5}"#, Err(r#""mode" must be string"#));
+    check(
+        &text,
+        r#"{"mode":"x","level":{}}"#,
+        Err(r#""level" must be number"#),
+    );
+    check(&text, r#"{"mode":"x"}"#, Err(r#"missing required "level""#));
+}

@@ -1,0 +1,60 @@
+//! Wire types for dk, compatible with 8DK v1: device manifests and their
+//! digest, tool names, input checks, and the JSON frames a device and a vessel
+//! exchange.
+//!
+//! Everything here is pure: no IO, no async runtime. Every function that takes
+//! bytes or JSON from a device or an agent returns a typed error for bad input;
+//! no input can make this crate panic (the fuzz targets and property tests in
+//! the repository hold it to that).
+
+#![forbid(unsafe_code)]
+
+mod frame;
+mod input;
+mod manifest;
+mod text;
+mod tool_name;
+
+pub use frame::{
+    DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH, VesselFrame,
+};
+pub use input::{InputError, check_input};
+pub use manifest::{
+    Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
+    validate_manifest, validate_manifest_json,
+};
+pub use text::{is_unsafe_char, utf16_len};
+pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
+
+/// Fuzzing entry points: each takes arbitrary bytes and must never panic.
+#[doc(hidden)]
+pub mod fuzz {
+    /// Parses arbitrary bytes as a device frame.
+    pub fn frame(data: &[u8]) {
+        let _ = crate::DeviceFrame::parse(data);
+    }
+
+    /// Validates arbitrary bytes as a manifest (when they are JSON) and digests it.
+    pub fn manifest(data: &[u8]) {
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data)
+            && let Ok(manifest) = crate::validate_manifest(&value)
+        {
+            let _ = manifest.digest();
+        }
+    }
+
+    /// Checks arbitrary bytes as the input of every capability of the reference lamp.
+    pub fn input(data: &[u8]) {
+        let Ok(input) = serde_json::from_slice::<serde_json::Value>(data) else {
+            return;
+        };
+        let lamp = serde_json::json!({"id":"desk-lamp","name":"Desk lamp","kind":"lamp","version":"0.1.0",
+            "capabilities":[{"name":"set_light","kind":"actuator","description":"Set the lamp.",
+              "params":{"on":{"type":"boolean","required":true},"brightness":{"type":"number"},"label":{"type":"string"}}}]});
+        if let Ok(manifest) = crate::validate_manifest(&lamp) {
+            for capability in manifest.capabilities() {
+                let _ = crate::check_input(capability, &input);
+            }
+        }
+    }
+}

@@ -1,0 +1,580 @@
+//! Device manifests: validation of untrusted manifests with 8DK v1's rules,
+//! order and messages, and the manifest digest.
+
+use std::fmt;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::text::{has_unsafe_char, is_js_blank, utf16_len, utf16_prefix};
+
+/// Limits on manifest text and size, as 8DK v1 sets them. Lengths are in
+/// UTF-16 code units.
+pub mod limits {
+    /// Device id.
+    pub const ID: usize = 24;
+    /// Device display name.
+    pub const NAME: usize = 80;
+    /// Device kind.
+    pub const KIND: usize = 40;
+    /// Device version.
+    pub const VERSION: usize = 40;
+    /// Capabilities per device.
+    pub const CAPABILITIES: usize = 32;
+    /// Capability name.
+    pub const CAPABILITY_NAME: usize = 30;
+    /// Capability description.
+    pub const CAPABILITY_DESCRIPTION: usize = 500;
+    /// Params per capability.
+    pub const PARAMS: usize = 16;
+    /// Param name.
+    pub const PARAM_NAME: usize = 30;
+    /// Param description.
+    pub const PARAM_DESCRIPTION: usize = 200;
+}
+
+/// Why a manifest was refused. `Display` gives 8DK v1's exact message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The manifest is not a JSON object.
+    #[error("manifest must be an object")]
+    NotAnObject,
+    /// The manifest text is not JSON at all (only from [`validate_manifest_json`]).
+    #[error("manifest is not valid JSON: {0}")]
+    NotJson(String),
+    /// The id is text but not lower case words joined by `-`.
+    #[error("manifest id \"{0}\" must be lower case words joined by \"-\"")]
+    BadId(String),
+    /// `capabilities` is missing, not an array, or empty.
+    #[error("manifest must declare at least one capability")]
+    NoCapabilities,
+    /// More than [`limits::CAPABILITIES`] capabilities.
+    #[error("manifest declares more than {} capabilities", limits::CAPABILITIES)]
+    TooManyCapabilities,
+    /// A capability name is text but not lower snake case (or contains `__`).
+    #[error("capability name \"{0}\" must be lower snake case without \"__\"")]
+    BadCapabilityName(String),
+    /// Two capabilities share a name.
+    #[error("duplicate capability \"{0}\"")]
+    DuplicateCapability(String),
+    /// A capability's kind is neither `sensor` nor `actuator`.
+    #[error("capability \"{0}\" kind must be sensor or actuator")]
+    BadCapabilityKind(String),
+    /// More than [`limits::PARAMS`] params on one capability.
+    #[error("capability \"{0}\" declares more than {max} params", max = limits::PARAMS)]
+    TooManyParams(String),
+    /// A param's key or type is wrong. The key is cut to [`limits::PARAM_NAME`] UTF-16 units.
+    #[error(
+        "capability \"{capability}\" param \"{key}\" must be lower snake case with type string, number or boolean"
+    )]
+    BadParam {
+        /// The capability declaring the param.
+        capability: String,
+        /// The param key, cut to 30 UTF-16 code units.
+        key: String,
+    },
+    /// A text field is not a string, is blank, or is too long.
+    #[error("manifest {field} must be a non-empty string of at most {max} characters")]
+    TextLength {
+        /// The field, as 8DK names it (`id`, `capability "x" description`, ...).
+        field: String,
+        /// Its limit in UTF-16 code units.
+        max: usize,
+    },
+    /// A text field contains a refused character (see [`crate::is_unsafe_char`]).
+    #[error("manifest {field} contains control, escape, invisible or bidirectional characters")]
+    UnsafeText {
+        /// The field, as 8DK names it.
+        field: String,
+    },
+}
+
+/// What a capability does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CapabilityKind {
+    /// Reads the world.
+    Sensor,
+    /// Changes the world.
+    Actuator,
+}
+
+impl CapabilityKind {
+    /// `sensor` or `actuator`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapabilityKind::Sensor => "sensor",
+            CapabilityKind::Actuator => "actuator",
+        }
+    }
+}
+
+impl fmt::Display for CapabilityKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The JSON type a param takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamType {
+    /// A JSON string.
+    String,
+    /// A finite JSON number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+}
+
+impl ParamType {
+    /// `string`, `number` or `boolean`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamType::String => "string",
+            ParamType::Number => "number",
+            ParamType::Boolean => "boolean",
+        }
+    }
+
+    fn from_value(value: Option<&Value>) -> Option<ParamType> {
+        match value?.as_str()? {
+            "string" => Some(ParamType::String),
+            "number" => Some(ParamType::Number),
+            "boolean" => Some(ParamType::Boolean),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ParamType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One declared param of a capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    name: String,
+    ty: ParamType,
+    description: Option<String>,
+    required: bool,
+}
+
+impl Param {
+    /// The param's key in the input object.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Its type.
+    pub fn ty(&self) -> ParamType {
+        self.ty
+    }
+    /// Its description, when the device gave a non-empty one.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+    /// Whether a call must give it.
+    pub fn required(&self) -> bool {
+        self.required
+    }
+}
+
+/// One thing a device can sense or do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capability {
+    name: String,
+    kind: CapabilityKind,
+    description: String,
+    params: Vec<Param>,
+    confirm: bool,
+}
+
+impl Capability {
+    /// Lower snake case name, unique on its device.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Sensor or actuator.
+    pub fn kind(&self) -> CapabilityKind {
+        self.kind
+    }
+    /// What it does, shown to the person and the model.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+    /// Declared params, in the order the device sent them.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+    /// The declared param named `name`.
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+    /// Whether the person is asked on every call, even when granted.
+    pub fn confirm(&self) -> bool {
+        self.confirm
+    }
+}
+
+/// A validated device manifest. The only way to get one is
+/// [`validate_manifest`], so holding a `Manifest` means every v1 rule passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    id: String,
+    name: String,
+    kind: String,
+    version: String,
+    capabilities: Vec<Capability>,
+}
+
+impl Manifest {
+    /// Lower case words joined by `-`, at most 24 characters.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Display name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Free-form kind (`lamp`, `lock`, ...).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+    /// The device's own version text.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+    /// Capabilities in declaration order.
+    pub fn capabilities(&self) -> &[Capability] {
+        &self.capabilities
+    }
+    /// The capability named `name`.
+    pub fn capability(&self, name: &str) -> Option<&Capability> {
+        self.capabilities.iter().find(|c| c.name == name)
+    }
+
+    /// Compact JSON of the validated manifest in the canonical key order
+    /// (`id, name, kind, version, capabilities`; capability `name, kind,
+    /// description, params?, confirm?`; param `type, description?,
+    /// required?`). Byte-identical to 8DK's `JSON.stringify` of its validated copy.
+    pub fn to_json(&self) -> String {
+        // Serialising plain strings and maps into a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// SHA-256 of [`Manifest::to_json`], lower-case hex: the manifest digest,
+    /// equal to 8DK's `manifestDigest` for the same manifest.
+    pub fn digest(&self) -> String {
+        let mut hasher = HashWriter(Sha256::new());
+        // Writing into a hasher cannot fail.
+        let _ = serde_json::to_writer(&mut hasher, self);
+        hex(&hasher.0.finalize())
+    }
+}
+
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(digit(b >> 4));
+        out.push(digit(b & 0x0f));
+    }
+    out
+}
+
+impl Serialize for Manifest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("name", &self.name)?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("version", &self.version)?;
+        map.serialize_entry("capabilities", &self.capabilities)?;
+        map.end()
+    }
+}
+
+impl Serialize for Capability {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("name", &self.name)?;
+        map.serialize_entry("kind", self.kind.as_str())?;
+        map.serialize_entry("description", &self.description)?;
+        if !self.params.is_empty() {
+            map.serialize_entry("params", &ParamsJson(&self.params))?;
+        }
+        if self.confirm {
+            map.serialize_entry("confirm", &true)?;
+        }
+        map.end()
+    }
+}
+
+struct ParamsJson<'a>(&'a [Param]);
+
+impl Serialize for ParamsJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for param in self.0 {
+            map.serialize_entry(&param.name, param)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for Param {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", self.ty.as_str())?;
+        if let Some(description) = &self.description {
+            map.serialize_entry("description", description)?;
+        }
+        if self.required {
+            map.serialize_entry("required", &true)?;
+        }
+        map.end()
+    }
+}
+
+/// Parses `text` as JSON and validates it with [`validate_manifest`].
+pub fn validate_manifest_json(text: &str) -> Result<Manifest, ManifestError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| ManifestError::NotJson(e.to_string()))?;
+    validate_manifest(&value)
+}
+
+/// Validates an untrusted manifest with 8DK v1's rules, in its order, and
+/// returns the validated copy (unknown keys dropped). The first failure wins.
+pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
+    // JavaScript treats an array as an object with none of the named fields.
+    let empty = Map::new();
+    let m = match input {
+        Value::Object(map) => map,
+        Value::Array(_) => &empty,
+        _ => return Err(ManifestError::NotAnObject),
+    };
+    let id = text(m.get("id"), limits::ID, || "id".to_owned())?;
+    if !is_device_id(id) {
+        return Err(ManifestError::BadId(id.to_owned()));
+    }
+    let raw_capabilities = match m.get("capabilities") {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        _ => return Err(ManifestError::NoCapabilities),
+    };
+    if raw_capabilities.len() > limits::CAPABILITIES {
+        return Err(ManifestError::TooManyCapabilities);
+    }
+    let mut capabilities: Vec<Capability> = Vec::with_capacity(raw_capabilities.len());
+    for raw in raw_capabilities {
+        let capability = validate_capability(raw, &capabilities, &empty)?;
+        capabilities.push(capability);
+    }
+    Ok(Manifest {
+        id: id.to_owned(),
+        name: text(m.get("name"), limits::NAME, || "name".to_owned())?.to_owned(),
+        kind: text(m.get("kind"), limits::KIND, || "kind".to_owned())?.to_owned(),
+        version: text(m.get("version"), limits::VERSION, || "version".to_owned())?.to_owned(),
+        capabilities,
+    })
+}
+
+/// Validates one capability, in 8DK's order: name, duplicate, kind, params
+/// (count, then each key and type, then its description), description, confirm.
+fn validate_capability(
+    raw: &Value,
+    seen: &[Capability],
+    empty: &Map<String, Value>,
+) -> Result<Capability, ManifestError> {
+    // A capability that is not an object has none of the fields.
+    let c = raw.as_object().unwrap_or(empty);
+    let name = text(c.get("name"), limits::CAPABILITY_NAME, || {
+        "capability name".to_owned()
+    })?;
+    if !is_snake_name(name) {
+        return Err(ManifestError::BadCapabilityName(name.to_owned()));
+    }
+    if seen.iter().any(|other| other.name == name) {
+        return Err(ManifestError::DuplicateCapability(name.to_owned()));
+    }
+    let kind = match c.get("kind").and_then(Value::as_str) {
+        Some("sensor") => CapabilityKind::Sensor,
+        Some("actuator") => CapabilityKind::Actuator,
+        _ => return Err(ManifestError::BadCapabilityKind(name.to_owned())),
+    };
+    let params = validate_params(name, c.get("params"))?;
+    let description = text(c.get("description"), limits::CAPABILITY_DESCRIPTION, || {
+        format!("capability \"{name}\" description")
+    })?;
+    Ok(Capability {
+        name: name.to_owned(),
+        kind,
+        description: description.to_owned(),
+        params,
+        confirm: c.get("confirm") == Some(&Value::Bool(true)),
+    })
+}
+
+/// Validates a capability's `params` the way 8DK walks `Object.entries` of it:
+/// an array or a string has index keys (which never pass the name rule), a
+/// number or boolean has none.
+fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, ManifestError> {
+    let bad = |key: &str| ManifestError::BadParam {
+        capability: capability.to_owned(),
+        key: utf16_prefix(key, limits::PARAM_NAME).to_owned(),
+    };
+    let map = match raw {
+        Some(Value::Object(map)) => map,
+        Some(Value::Array(list)) if !list.is_empty() => {
+            return Err(if list.len() > limits::PARAMS {
+                ManifestError::TooManyParams(capability.to_owned())
+            } else {
+                bad("0")
+            });
+        }
+        Some(Value::String(s)) if !s.is_empty() => {
+            return Err(if utf16_len(s) > limits::PARAMS {
+                ManifestError::TooManyParams(capability.to_owned())
+            } else {
+                bad("0")
+            });
+        }
+        _ => return Ok(Vec::new()),
+    };
+    if map.len() > limits::PARAMS {
+        return Err(ManifestError::TooManyParams(capability.to_owned()));
+    }
+    let mut params = Vec::with_capacity(map.len());
+    for (key, spec) in js_key_order(map) {
+        let ty = match spec {
+            Value::Object(spec) if utf16_len(key) <= limits::PARAM_NAME && is_snake_name(key) => {
+                ParamType::from_value(spec.get("type"))
+            }
+            _ => None,
+        };
+        let (Some(ty), Value::Object(spec)) = (ty, spec) else {
+            return Err(bad(key));
+        };
+        let description = if truthy(spec.get("description")) {
+            let field = || format!("capability \"{capability}\" param \"{key}\" description");
+            Some(text(spec.get("description"), limits::PARAM_DESCRIPTION, field)?.to_owned())
+        } else {
+            None
+        };
+        params.push(Param {
+            name: key.to_owned(),
+            ty,
+            description,
+            required: truthy(spec.get("required")),
+        });
+    }
+    Ok(params)
+}
+
+/// Reads a text field: a string, not blank by JavaScript's `trim`, at most
+/// `max` UTF-16 units, with no unsafe character.
+fn text(
+    value: Option<&Value>,
+    max: usize,
+    field: impl FnOnce() -> String,
+) -> Result<&str, ManifestError> {
+    let s = match value {
+        Some(Value::String(s)) if !is_js_blank(s) && utf16_len(s) <= max => s.as_str(),
+        _ => {
+            return Err(ManifestError::TextLength {
+                field: field(),
+                max,
+            });
+        }
+    };
+    if has_unsafe_char(s) {
+        return Err(ManifestError::UnsafeText { field: field() });
+    }
+    Ok(s)
+}
+
+/// `^[a-z0-9]+(-[a-z0-9]+)*$`
+pub(crate) fn is_device_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('-').all(|word| {
+            !word.is_empty()
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
+}
+
+/// `^[a-z][a-z0-9]*(_[a-z0-9]+)*$`: lower snake case, never `__`, no
+/// leading digit, no trailing `_`.
+pub(crate) fn is_snake_name(s: &str) -> bool {
+    match s.as_bytes().first() {
+        Some(b) if b.is_ascii_lowercase() => {}
+        _ => return false,
+    }
+    s.split('_').all(|word| {
+        !word.is_empty()
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    })
+}
+
+/// JavaScript truthiness of a JSON value.
+fn truthy(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// True for a canonical array index (`0`, or digits without a leading zero,
+/// below 2^32 - 1): JavaScript enumerates such keys first, in numeric order.
+pub(crate) fn array_index(key: &str) -> Option<u32> {
+    if key.is_empty()
+        || (key.len() > 1 && key.starts_with('0'))
+        || !key.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    key.parse::<u32>().ok().filter(|&n| n != u32::MAX)
+}
+
+/// The keys of a JSON object in the order JavaScript's `Object.entries`
+/// gives them: array-index keys ascending, then the rest as sent.
+pub(crate) fn js_key_order(map: &Map<String, Value>) -> Vec<(&str, &Value)> {
+    let mut indexed: Vec<(u32, &str, &Value)> = Vec::new();
+    let mut named: Vec<(&str, &Value)> = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        match array_index(key) {
+            Some(n) => indexed.push((n, key, value)),
+            None => named.push((key, value)),
+        }
+    }
+    if indexed.is_empty() {
+        return named;
+    }
+    indexed.sort_by_key(|&(n, _, _)| n);
+    indexed
+        .into_iter()
+        .map(|(_, k, v)| (k, v))
+        .chain(named)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn fixtures(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/manifests")
+        .join(dir)
+}
+
+fn cases(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(fixtures(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy().ends_with(ext) && !p.to_string_lossy().ends_with(".canonical.json")
+        })
+        .collect();
+    paths.sort();
+    paths
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn valid_fixtures_validate_to_8dk_json_and_digest() {
+    let paths = cases("valid", ".json");
+    assert!(paths.len() >= 5);
+    for path in paths {
+        let stem = path.to_string_lossy().trim_end_matches(".json").to_owned();
+        let manifest = validate_manifest_json(&read(&path))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let canonical = read(Path::new(&format!("{stem}.canonical.json")));
+        assert_eq!(manifest.to_json(), canonical, "{}", path.display());
+        let digest = read(Path::new(&format!("{stem}.digest")));
+        assert_eq!(manifest.digest(), digest.trim(), "{}", path.display());
+        // Validating the canonical form again changes nothing.
+        let again = validate_manifest_json(&canonical).unwrap();
+        assert_eq!(again, manifest);
+    }
+}
+
+#[test]
+fn invalid_fixtures_give_8dk_messages() {
+    let paths = cases("invalid", ".json");
+    assert!(paths.len() >= 60);
+    for path in paths {
+        let expected = read(&path.with_extension("error"));
+        let got = validate_manifest_json(&read(&path));
+        assert_eq!(
+            got.map(|m| m.id().to_owned()).map_err(|e| e.to_string()),
+            Err(expected.trim_end_matches('\n').to_owned()),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+fn lamp() -> Value {
+    serde_json::from_str(&read(&fixtures("valid").join("desk-lamp.json"))).unwrap()
+}
+
+#[track_caller]
+fn check_name(name: &str, expected: Result<(), &str>) {
+    let mut m = lamp();
+    m["name"] = json!(name);
+    let got = validate_manifest(&m).map(|_| ()).map_err(|e| e.to_string());
+    assert_eq!(got, expected.map_err(str::to_owned), "{name:?}");
+}
+
+#[test]
+fn every_unsafe_character_is_refused_in_text() {
+    let refused = "manifest name contains control, escape, invisible or bidirectional characters";
+    let mut unsafe_chars: Vec<char> = Vec::new();
+    unsafe_chars.extend(
+        ('\u{1}'..='\u{1F}')
+            .chain(['\u{7F}'])
+            .chain('\u{80}'..='\u{9F}'),
+    );
+    unsafe_chars.extend([
+        '\u{AD}',
+        '\u{600}',
+        '\u{61C}',
+        '\u{6DD}',
+        '\u{70F}',
+        '\u{180E}',
+        '\u{200B}',
+        '\u{200C}',
+        '\u{200D}',
+        '\u{200E}',
+        '\u{200F}',
+        '\u{202A}',
+        '\u{202B}',
+        '\u{202C}',
+        '\u{202D}',
+        '\u{202E}',
+        '\u{2060}',
+        '\u{2061}',
+        '\u{2064}',
+        '\u{2066}',
+        '\u{2067}',
+        '\u{2068}',
+        '\u{2069}',
+        '\u{206F}',
+        '\u{FEFF}',
+        '\u{FFF9}',
+        '\u{FFFA}',
+        '\u{FFFB}',
+        '\u{110BD}',
+        '\u{1D173}',
+        '\u{E0001}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{034F}',
+        '\u{115F}',
+        '\u{1160}',
+        '\u{3164}',
+        '\u{FFA0}',
+        '\u{E0100}',
+        '\u{E01EF}',
+    ]);
+    unsafe_chars.extend('\u{E0020}'..='\u{E007F}');
+    unsafe_chars.extend('\u{FE00}'..='\u{FE0F}');
+    for c in unsafe_chars {
+        check_name(&format!("Desk{c}lamp"), Err(refused));
+    }
+    // A NUL byte is a control character too.
+    check_name("Desk\u{0}lamp", Err(refused));
+}
+
+#[test]
+fn ordinary_international_text_passes() {
+    for name in [
+        "Lámpara de escritorio",
+        "“Desk” lamp – 2",
+        "台灯",
+        "책상 램프",
+        "Desk\u{A0}lamp",
+        "Lamp \u{1F4A1}",
+        "Ŝ\u{301}", // a combining accent is a mark, not a format character
+        "a\u{3000}b",
+    ] {
+        check_name(name, Ok(()));
+    }
+}
+
+#[test]
+fn digest_ignores_unknown_keys_and_key_order() {
+    let mut m = lamp();
+    m["vendor"] = json!({"anything": [1, 2, 3]});
+    let with_extra = validate_manifest(&m).unwrap();
+    let plain = validate_manifest(&lamp()).unwrap();
+    assert_eq!(with_extra.digest(), plain.digest());
+    // Param order is part of the digest: the device's order is kept.
+    let mut swapped = lamp();
+    let params = swapped["capabilities"][1]["params"]
+        .as_object()
+        .unwrap()
+        .clone();
+    let reversed: serde_json::Map<String, Value> = params.into_iter().rev().collect();
+    swapped["capabilities"][1]["params"] = Value::Object(reversed);
+    assert_ne!(
+        validate_manifest(&swapped).unwrap().digest(),
+        plain.digest()
+    );
+}
+
+#[test]
+fn accessors_show_the_validated_manifest() {
+    let m = validate_manifest(&lamp()).unwrap();
+    assert_eq!(
+        (m.id(), m.name(), m.kind(), m.version()),
+        ("desk-lamp", "Desk lamp", "lamp", "0.1.0")
+    );
+    let set = m.capability("set_light").unwrap();
+    assert_eq!(set.kind(), CapabilityKind::Actuator);
+    assert!(!set.confirm());
+    let on = set.param("on").unwrap();
+    assert_eq!(
+        (on.ty(), on.required(), on.description()),
+        (ParamType::Boolean, true, Some("true for on"))
+    );
+    assert!(m.capability("strobe").unwrap().confirm());
+    assert!(m.capability("nope").is_none());
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(|n| json!(n)),
+        "[a-z_]{0,8}".prop_map(Value::String),
+        ".{0,40}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec(
+                (
+                    prop_oneof![
+                        "[a-z]{1,6}".boxed(),
+                        Just("type".to_owned()).boxed(),
+                        Just("name".to_owned()).boxed(),
+                        Just("params".to_owned()).boxed()
+                    ],
+                    inner
+                ),
+                0..6
+            )
+            .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn validation_never_panics(value in arb_json()) {
+        if let Ok(m) = validate_manifest(&value) {
+            prop_assert_eq!(m.digest().len(), 64);
+        }
+    }
+
+    #[test]
+    fn mutated_lamp_never_panics(path in 0usize..12, value in arb_json()) {
+        let mut m = lamp();
+        let slot = match path {
+            0 => &mut m["id"],
+            1 => &mut m["name"],
+            2 => &mut m["capabilities"],
+            3 => &mut m["capabilities"][0],
+            4 => &mut m["capabilities"][1]["params"],
+            5 => &mut m["capabilities"][1]["params"]["on"],
+            6 => &mut m["capabilities"][1]["params"]["on"]["type"],
+            7 => &mut m["capabilities"][1]["params"]["on"]["description"],
+            8 => &mut m["capabilities"][2]["confirm"],
+            9 => &mut m["capabilities"][0]["kind"],
+            10 => &mut m["version"],
+            _ => &mut m["capabilities"][1]["description"],
+        };
+        *slot = value;
+        if let Ok(valid) = validate_manifest(&m) {
+            // A validated manifest validates to itself through its JSON.
+            let again = validate_manifest_json(&valid.to_json()).unwrap();
+            prop_assert_eq!(again.digest(), valid.digest());
+        }
+    }
+}
