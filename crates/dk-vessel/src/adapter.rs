@@ -1,0 +1,471 @@
+//! The tool adapter: every granted capability of a paired device becomes a
+//! tool, and every call passes the same ordered checks before the device
+//! sees it.
+//!
+//! 1. the name resolves to a paired device and one of its capabilities
+//! 2. the person granted it (no rule lifts this)
+//! 3. `device_use` rules (shadow agents are always refused)
+//! 4. the input matches the capability's params
+//! 5. the person says yes, when a rule or the capability asks for it
+//! 6. after that wait, still the same pairing and still granted
+//! 7. connected, and answering within the timeout
+//!
+//! Each call produces exactly one [`DecisionRecord`], allowed or not. The
+//! reason texts are 8DK v1's, so hosts written against 8DK keep working.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use dk_policy::{Decision, DeviceUseContext, PolicySet};
+use dk_proto::{check_input, parse_tool_name, tool_name};
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use crate::link::Links;
+use crate::registry::DeviceRegistry;
+
+/// How long a call waits for the device by default (10 s).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A tool definition in the OpenAI function shape that 8DK emits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDefinition {
+    /// `device__<id>__<capability>`.
+    pub name: String,
+    /// `[DEVICE <name> (<kind>) <capability kind>] <description>`.
+    pub description: String,
+    /// JSON Schema of the input: an object of the declared params.
+    pub parameters: Value,
+    /// The device the tool calls.
+    pub device_id: String,
+    /// The capability it calls.
+    pub capability: String,
+    /// Whether the capability only reads (a sensor).
+    pub read_only: bool,
+    /// Whether the person is asked on every call.
+    pub confirm: bool,
+}
+
+impl Serialize for ToolDefinition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("type", "function")?;
+        map.serialize_entry(
+            "function",
+            &json!({"name": self.name, "description": self.description, "parameters": self.parameters}),
+        )?;
+        map.end()
+    }
+}
+
+/// The outcome of a call, as 8DK returns it: `{ok:true, result}` or `{ok:false, reason}`.
+#[derive(Debug, Clone)]
+pub enum ToolOutcome {
+    /// The device answered.
+    Ok {
+        /// Its result, when it sent one.
+        result: Option<Box<RawValue>>,
+    },
+    /// The call was refused, or the device failed.
+    Refused {
+        /// Why, in 8DK's words.
+        reason: String,
+    },
+}
+
+impl ToolOutcome {
+    /// Whether the device answered with success.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, ToolOutcome::Ok { .. })
+    }
+
+    /// The refusal reason, if refused.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ToolOutcome::Ok { .. } => None,
+            ToolOutcome::Refused { reason } => Some(reason),
+        }
+    }
+
+    /// The result as a JSON value (`None` when refused or absent).
+    pub fn result_value(&self) -> Option<Value> {
+        match self {
+            ToolOutcome::Ok { result: Some(raw) } => serde_json::from_str(raw.get()).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for ToolOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        match self {
+            ToolOutcome::Ok { result } => {
+                map.serialize_entry("ok", &true)?;
+                if let Some(result) = result {
+                    map.serialize_entry("result", result)?;
+                }
+            }
+            ToolOutcome::Refused { reason } => {
+                map.serialize_entry("ok", &false)?;
+                map.serialize_entry("reason", reason)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// One call's decision, for the audit log. `rule` names the `device_use`
+/// rule that blocked the call or asked the person, when one did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord<'a> {
+    /// The tool name as the agent gave it.
+    pub tool: &'a str,
+    /// The device id, when the name parsed.
+    pub device_id: Option<&'a str>,
+    /// The capability, when the name parsed.
+    pub capability: Option<&'a str>,
+    /// Whether the call reached the device.
+    pub allowed: bool,
+    /// `allowed`, or why not (the same text the agent sees).
+    pub reason: &'a str,
+    /// The calling agent.
+    pub agent_id: Option<&'a str>,
+    /// The calling session.
+    pub session_id: Option<&'a str>,
+    /// The rule that decided, if any.
+    pub rule: Option<&'a str>,
+}
+
+/// What the person is shown when a call needs a yes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    /// The tool called.
+    pub tool: String,
+    /// The device.
+    pub device_id: String,
+    /// The capability.
+    pub capability: String,
+    /// Exactly the input that will be sent, already validated.
+    pub input: Map<String, Value>,
+    /// Why the person is asked.
+    pub reason: String,
+}
+
+/// Asks the person. An error counts as a no.
+pub trait Approver: Send + Sync {
+    /// Returns `Ok(true)` for a yes.
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>>;
+}
+
+/// An [`Approver`] from a closure returning a future.
+pub struct ApproverFn<F>(pub F);
+
+impl<F, Fut> Approver for ApproverFn<F>
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<bool, String>> + Send + 'static,
+{
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin((self.0)(request))
+    }
+}
+
+/// Who is calling, and how: the context of one call.
+#[derive(Clone, Copy, Default)]
+pub struct CallContext<'a> {
+    /// The calling agent (`__shadow__` marks a shadow candidate).
+    pub agent_id: Option<&'a str>,
+    /// The calling session.
+    pub session_id: Option<&'a str>,
+    /// Who to ask when the person must say yes; none means no.
+    pub approver: Option<&'a dyn Approver>,
+    /// How long to wait for the device; [`DEFAULT_CALL_TIMEOUT`] when unset.
+    pub timeout: Option<Duration>,
+}
+
+impl fmt::Debug for CallContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("agent_id", &self.agent_id)
+            .field("session_id", &self.session_id)
+            .field("approver", &self.approver.is_some())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Receives one [`DecisionRecord`] per call.
+pub type DecisionHook = Arc<dyn Fn(&DecisionRecord<'_>) + Send + Sync>;
+
+/// Turns granted capabilities into tools and runs calls through the checks.
+pub struct DeviceToolAdapter {
+    registry: Arc<DeviceRegistry>,
+    links: Arc<Links>,
+    policies: RwLock<Arc<PolicySet>>,
+    on_decision: Option<DecisionHook>,
+}
+
+impl fmt::Debug for DeviceToolAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceToolAdapter")
+            .field("registry", &self.registry)
+            .field("links", &self.links)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceToolAdapter {
+    /// An adapter over `registry` and `links` with no rules.
+    pub fn new(registry: Arc<DeviceRegistry>, links: Arc<Links>) -> DeviceToolAdapter {
+        DeviceToolAdapter {
+            registry,
+            links,
+            policies: RwLock::new(Arc::new(PolicySet::empty())),
+            on_decision: None,
+        }
+    }
+
+    /// Uses `policies` for check 3.
+    pub fn with_policies(self, policies: Arc<PolicySet>) -> DeviceToolAdapter {
+        self.set_policies(policies);
+        self
+    }
+
+    /// Sends every decision to `hook`.
+    pub fn with_decision_hook(mut self, hook: DecisionHook) -> DeviceToolAdapter {
+        self.on_decision = Some(hook);
+        self
+    }
+
+    /// Replaces the rules; calls already past check 3 keep their decision.
+    pub fn set_policies(&self, policies: Arc<PolicySet>) {
+        *self
+            .policies
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = policies;
+    }
+
+    /// The rules in force.
+    pub fn policies(&self) -> Arc<PolicySet> {
+        Arc::clone(&self.policies.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<DeviceRegistry> {
+        &self.registry
+    }
+
+    /// The connected devices.
+    pub fn links(&self) -> &Arc<Links> {
+        &self.links
+    }
+
+    /// Tool definitions for the agent: the granted capabilities of paired
+    /// devices, nothing else, sorted by tool name.
+    pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
+        let mut tools = Vec::new();
+        for snapshot in self.registry.list() {
+            let manifest = snapshot.device.manifest();
+            for cap in manifest.capabilities() {
+                if !snapshot.grants.iter().any(|g| g == cap.name()) {
+                    continue;
+                }
+                let mut properties = Map::new();
+                let mut required = Vec::new();
+                for param in cap.params() {
+                    let mut schema = Map::new();
+                    schema.insert("type".into(), Value::from(param.ty().as_str()));
+                    if let Some(description) = param.description() {
+                        schema.insert("description".into(), Value::from(description));
+                    }
+                    properties.insert(param.name().to_owned(), Value::Object(schema));
+                    if param.required() {
+                        required.push(Value::from(param.name()));
+                    }
+                }
+                tools.push(ToolDefinition {
+                    name: tool_name(manifest.id(), cap.name()),
+                    description: format!(
+                        "[DEVICE {} ({}) {}] {}",
+                        manifest.name(),
+                        manifest.kind(),
+                        cap.kind(),
+                        cap.description()
+                    ),
+                    parameters: json!({
+                        "type": "object",
+                        "properties": properties,
+                        "required": required,
+                        "additionalProperties": false,
+                    }),
+                    device_id: manifest.id().to_owned(),
+                    capability: cap.name().to_owned(),
+                    read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,
+                    confirm: cap.confirm(),
+                });
+            }
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    /// Runs one call through the checks, in order, and reports one decision.
+    /// The input is taken by value: nothing the caller does afterwards can
+    /// change what is checked, shown to the person, or sent.
+    pub async fn execute(&self, tool: &str, input: Value, ctx: CallContext<'_>) -> ToolOutcome {
+        let parsed = parse_tool_name(tool);
+        let (device_id, capability) = match &parsed {
+            Some(p) => (Some(p.device_id.as_str()), Some(p.capability)),
+            None => (None, None),
+        };
+        let mut rule = None;
+        let outcome = self
+            .run_checks(tool, device_id.zip(capability), input, &ctx, &mut rule)
+            .await;
+        if let Some(hook) = &self.on_decision {
+            hook(&DecisionRecord {
+                tool,
+                device_id,
+                capability,
+                allowed: !matches!(outcome, Checked::Refused(_)),
+                reason: match &outcome {
+                    Checked::Answered(_) => "allowed",
+                    Checked::Refused(reason) | Checked::DeviceFailed(reason) => reason,
+                },
+                agent_id: ctx.agent_id,
+                session_id: ctx.session_id,
+                rule: rule.as_deref(),
+            });
+        }
+        match outcome {
+            Checked::Answered(result) => ToolOutcome::Ok { result },
+            Checked::Refused(reason) | Checked::DeviceFailed(reason) => {
+                ToolOutcome::Refused { reason }
+            }
+        }
+    }
+
+    /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
+    /// call or asked the person.
+    async fn run_checks(
+        &self,
+        tool: &str,
+        parsed: Option<(&str, &str)>,
+        input: Value,
+        ctx: &CallContext<'_>,
+        rule: &mut Option<String>,
+    ) -> Checked {
+        // 1. A real device and capability.
+        let Some((device_id, capability)) = parsed else {
+            return Checked::Refused(format!("[8dk-deny] \"{tool}\" is not a device tool"));
+        };
+        let Some((device, granted)) = self.registry.get_with_grant(device_id, capability) else {
+            return Checked::Refused(format!("[8dk-deny] device \"{device_id}\" is not paired"));
+        };
+        let Some(cap) = device.manifest().capability(capability) else {
+            return Checked::Refused(format!(
+                "[8dk-deny] device \"{device_id}\" has no capability \"{capability}\""
+            ));
+        };
+        // 2. Granted by the person.
+        if !granted {
+            return Checked::Refused(format!(
+                "[8dk-deny] capability \"{capability}\" on \"{device_id}\" is not granted"
+            ));
+        }
+        // 3. Rules.
+        let policies = self.policies();
+        let decision = policies.evaluate_device_use(&DeviceUseContext {
+            agent_id: ctx.agent_id,
+            session_id: ctx.session_id,
+            device_id,
+            capability,
+            capability_kind: cap.kind().as_str(),
+        });
+        let ask_reason: Option<Cow<'_, str>> = match decision {
+            Decision::Block { rule: by, reason } => {
+                *rule = by.map(str::to_owned);
+                return Checked::Refused(format!("[policy] {reason}"));
+            }
+            Decision::RequireApproval { rule: by, reason } => {
+                *rule = Some(by.to_owned());
+                Some(Cow::Borrowed(reason))
+            }
+            Decision::Allow { .. } if cap.confirm() => Some(Cow::Owned(format!(
+                "\"{capability}\" on {} asks every time",
+                device.manifest().name()
+            ))),
+            Decision::Allow { .. } => None,
+        };
+        // 4. Well-formed input.
+        if let Err(e) = check_input(cap, &input) {
+            return Checked::Refused(format!("[8dk-deny] {e}"));
+        }
+        let Value::Object(input) = input else {
+            return Checked::Refused("[8dk-deny] input must be an object".to_owned());
+        };
+        // 5. The person's yes.
+        if let Some(reason) = ask_reason {
+            let Some(approver) = ctx.approver else {
+                return Checked::Refused(format!("[policy] {reason} (no approver wired)"));
+            };
+            let request = ApprovalRequest {
+                tool: tool.to_owned(),
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+                input: input.clone(),
+                reason: reason.clone().into_owned(),
+            };
+            if approver.approve(request).await != Ok(true) {
+                return Checked::Refused(format!("[policy] the person said no: {reason}"));
+            }
+        }
+        // 6. Still the same pairing, still granted.
+        match self.registry.get_with_grant(device_id, capability) {
+            Some((now, granted)) if now.generation() == device.generation() => {
+                if !granted {
+                    return Checked::Refused(format!(
+                        "[8dk-deny] capability \"{capability}\" on \"{device_id}\" was revoked before the call"
+                    ));
+                }
+            }
+            _ => {
+                return Checked::Refused(format!(
+                    "[8dk-deny] device \"{device_id}\" was unpaired or paired again before the call"
+                ));
+            }
+        }
+        // 7. Connected and answering.
+        let Some(link) = self.links.get(device_id) else {
+            return Checked::Refused(format!(
+                "[8dk-deny] device \"{device_id}\" is not connected"
+            ));
+        };
+        let timeout = ctx.timeout.unwrap_or(DEFAULT_CALL_TIMEOUT);
+        match link.invoke(capability, &input, timeout).await {
+            Ok(result) => Checked::Answered(result),
+            Err(error) => Checked::DeviceFailed(format!("device error: {error}")),
+        }
+    }
+}
+
+/// How the checks ended.
+enum Checked {
+    /// Every check passed and the device answered.
+    Answered(Option<Box<RawValue>>),
+    /// A check refused the call.
+    Refused(String),
+    /// Every check passed but the device failed (recorded as allowed).
+    DeviceFailed(String),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,25 @@
+//! The dk vessel: the program side that hosts an agent. It keeps the
+//! registry of paired devices and their grants, turns granted capabilities
+//! into tools, and runs every tool call through the ordered checks before a
+//! device sees it.
+//!
+//! No input from a device, an agent or a person can make this crate panic:
+//! every frame, manifest, tool name and input is parsed into a typed value
+//! or refused with a reason.
+
+#![forbid(unsafe_code)]
+
+mod adapter;
+mod link;
+mod registry;
+
+pub use adapter::{
+    ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT, DecisionHook,
+    DecisionRecord, DeviceToolAdapter, ToolDefinition, ToolOutcome,
+};
+pub use link::{CallCorrelator, DEFAULT_MAX_PENDING, DeviceLink, Handled, InvokeResult, Links};
+pub use registry::{
+    AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,
+    DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
+    Paired, PairedDevice, RegistryEvent,
+};

@@ -1,0 +1,270 @@
+//! Links to connected devices: the [`DeviceLink`] trait the adapter calls
+//! through, the table of connected devices, and the [`CallCorrelator`] that
+//! matches `device:result` frames to `device:invoke` calls.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use dk_proto::{DeviceFrame, VesselFrame};
+use futures::future::BoxFuture;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+/// A device's answer: `Ok` with the result (`None` when the device sent no
+/// `result` key), or `Err` with the error text the caller sees after
+/// `device error: `.
+pub type InvokeResult = Result<Option<Box<RawValue>>, String>;
+
+/// Anything that can carry a capability call to a device and bring back the
+/// answer: a WebSocket connection, an in-process pipe, a test double.
+pub trait DeviceLink: Send + Sync {
+    /// Calls `capability` with the validated `input`, waiting at most `timeout`.
+    fn invoke<'a>(
+        &'a self,
+        capability: &'a str,
+        input: &'a Map<String, Value>,
+        timeout: Duration,
+    ) -> BoxFuture<'a, InvokeResult>;
+}
+
+/// The connected devices, by id. At most one link per device: connecting
+/// again replaces the old link.
+#[derive(Default)]
+pub struct Links {
+    links: RwLock<HashMap<String, Arc<dyn DeviceLink>>>,
+}
+
+impl fmt::Debug for Links {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self
+            .links
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        f.debug_struct("Links").field("connected", &count).finish()
+    }
+}
+
+impl Links {
+    /// No device connected.
+    pub fn new() -> Links {
+        Links::default()
+    }
+
+    /// Records `link` as the way to reach `device_id`, returning the link it replaces.
+    pub fn connect(
+        &self,
+        device_id: &str,
+        link: Arc<dyn DeviceLink>,
+    ) -> Option<Arc<dyn DeviceLink>> {
+        self.links
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(device_id.to_owned(), link)
+    }
+
+    /// Forgets the link of `device_id`, but only if it is still `link`
+    /// (a newer connection of the same device stays).
+    pub fn disconnect(&self, device_id: &str, link: &Arc<dyn DeviceLink>) {
+        let mut links = self.links.write().unwrap_or_else(PoisonError::into_inner);
+        if links.get(device_id).is_some_and(|l| Arc::ptr_eq(l, link)) {
+            links.remove(device_id);
+        }
+    }
+
+    /// The link of `device_id`, when it is connected.
+    pub fn get(&self, device_id: &str) -> Option<Arc<dyn DeviceLink>> {
+        self.links
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(device_id)
+            .cloned()
+    }
+
+    /// Whether `device_id` is connected.
+    pub fn is_connected(&self, device_id: &str) -> bool {
+        self.links
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(device_id)
+    }
+}
+
+/// Calls in flight on one connection at most, by default.
+pub const DEFAULT_MAX_PENDING: usize = 64;
+
+/// What the correlator did with a frame from the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// A result settled a pending call.
+    Settled,
+    /// A result for a call that is not pending (unknown, late or repeated): ignored.
+    UnknownCall,
+    /// Not a result: the caller decides (events, a stray hello, ...).
+    NotAResult,
+}
+
+/// Vessel side of one connection: sends `device:invoke` frames as text
+/// through a channel, matches `device:result` frames by callId, times calls
+/// out, and fails every pending call at once when the connection closes.
+/// Nothing is ever re-sent.
+pub struct CallCorrelator {
+    out: mpsc::Sender<String>,
+    state: Mutex<State>,
+    max_pending: usize,
+    unknown_results: AtomicU64,
+}
+
+struct State {
+    pending: HashMap<String, oneshot::Sender<InvokeResult>>,
+    closed: Option<String>,
+}
+
+impl fmt::Debug for CallCorrelator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallCorrelator")
+            .field("pending", &self.pending_calls())
+            .finish()
+    }
+}
+
+impl CallCorrelator {
+    /// A correlator writing frames to `out`, with at most
+    /// [`DEFAULT_MAX_PENDING`] calls in flight.
+    pub fn new(out: mpsc::Sender<String>) -> CallCorrelator {
+        CallCorrelator::with_max_pending(out, DEFAULT_MAX_PENDING)
+    }
+
+    /// A correlator with its own cap on calls in flight.
+    pub fn with_max_pending(out: mpsc::Sender<String>, max_pending: usize) -> CallCorrelator {
+        CallCorrelator {
+            out,
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                closed: None,
+            }),
+            max_pending,
+            unknown_results: AtomicU64::new(0),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Calls in flight.
+    pub fn pending_calls(&self) -> usize {
+        self.state().pending.len()
+    }
+
+    /// Results that matched no pending call, so far.
+    pub fn unknown_results(&self) -> u64 {
+        self.unknown_results.load(Ordering::Relaxed)
+    }
+
+    /// Feeds in a frame from the device. A `device:result` settles its call:
+    /// `ok:false` without error text reads `device error`.
+    pub fn handle(&self, frame: &DeviceFrame<'_>) -> Handled {
+        let DeviceFrame::Result {
+            call_id,
+            ok,
+            result,
+            error,
+        } = frame
+        else {
+            return Handled::NotAResult;
+        };
+        let Some(settle) = self.state().pending.remove(call_id.as_ref()) else {
+            self.unknown_results.fetch_add(1, Ordering::Relaxed);
+            return Handled::UnknownCall;
+        };
+        let outcome = if *ok {
+            Ok(result.as_ref().map(|r| r.as_ref().to_owned()))
+        } else {
+            Err(error.as_deref().unwrap_or("device error").to_owned())
+        };
+        // The caller may have timed out a moment ago; then nobody listens.
+        let _ = settle.send(outcome);
+        Handled::Settled
+    }
+
+    /// Fails every pending call with `reason` and refuses new ones: the
+    /// connection is gone.
+    pub fn close(&self, reason: &str) {
+        let pending = {
+            let mut state = self.state();
+            state.closed.get_or_insert_with(|| reason.to_owned());
+            std::mem::take(&mut state.pending)
+        };
+        for (_, settle) in pending {
+            let _ = settle.send(Err(reason.to_owned()));
+        }
+    }
+
+    async fn call(
+        &self,
+        capability: &str,
+        input: &Map<String, Value>,
+        timeout: Duration,
+    ) -> InvokeResult {
+        let call_id = uuid::Uuid::new_v4().to_string();
+        let (settle, answer) = oneshot::channel();
+        {
+            let mut state = self.state();
+            if let Some(reason) = &state.closed {
+                return Err(reason.clone());
+            }
+            if state.pending.len() >= self.max_pending {
+                return Err(format!(
+                    "too many calls in flight (at most {})",
+                    self.max_pending
+                ));
+            }
+            state.pending.insert(call_id.clone(), settle);
+        }
+        let frame = VesselFrame::Invoke {
+            call_id: Cow::Borrowed(&call_id),
+            capability: Cow::Borrowed(capability),
+            input: Cow::Borrowed(input),
+        };
+        if let Err(e) = self.out.try_send(frame.to_json()) {
+            self.state().pending.remove(&call_id);
+            let why = match e {
+                mpsc::error::TrySendError::Full(_) => "connection is backed up",
+                mpsc::error::TrySendError::Closed(_) => "connection closed",
+            };
+            return Err(format!("send failed: {why}"));
+        }
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(outcome)) => outcome,
+            // The settle side was dropped without an answer: treat as closed.
+            Ok(Err(_)) => Err("connection closed".to_owned()),
+            Err(_) => {
+                self.state().pending.remove(&call_id);
+                Err(format!(
+                    "device did not answer within {}ms",
+                    timeout.as_millis()
+                ))
+            }
+        }
+    }
+}
+
+impl DeviceLink for CallCorrelator {
+    fn invoke<'a>(
+        &'a self,
+        capability: &'a str,
+        input: &'a Map<String, Value>,
+        timeout: Duration,
+    ) -> BoxFuture<'a, InvokeResult> {
+        Box::pin(self.call(capability, input, timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,523 @@
+//! The device registry: pairing with the person's consent, device tokens
+//! (kept only as SHA-256), authentication against the approved manifest,
+//! grants, revocation and unpairing.
+//!
+//! Nothing is granted by default. Grants are read on every call, never
+//! cached, and every pairing carries a generation number so a call that
+//! waited for the person can tell that the device was paired again meanwhile.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime};
+
+use dk_proto::{Manifest, ManifestError, validate_manifest};
+use rand::Rng;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::broadcast;
+
+/// How long the person has to answer a consent request by default (two minutes).
+pub const DEFAULT_CONSENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Bytes of randomness in a device token (64 hex characters).
+const TOKEN_BYTES: usize = 32;
+
+/// A device token: 64 lower-case hex characters from a CSPRNG. The vessel
+/// gives it to the device once and keeps only its SHA-256. `Debug` does not
+/// show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DeviceToken(String);
+
+impl DeviceToken {
+    fn generate() -> DeviceToken {
+        let mut bytes = [0u8; TOKEN_BYTES];
+        rand::rng().fill(&mut bytes);
+        DeviceToken(hex(&bytes))
+    }
+
+    /// The token text, to send to the device in `device:paired`.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for DeviceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeviceToken(..)")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
+    bytes
+        .iter()
+        .flat_map(|b| [digit(b >> 4), digit(b & 0x0f)])
+        .collect()
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+/// A uniform 6-digit code, zero-padded, from a CSPRNG.
+fn pairing_code() -> String {
+    format!("{:06}", rand::rng().random_range(0..1_000_000u32))
+}
+
+/// One capability as the person sees it when asked to pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsentCapability {
+    /// Capability name.
+    pub name: String,
+    /// Sensor or actuator.
+    pub kind: &'static str,
+    /// What it does, in the device's words (validated text).
+    pub description: String,
+    /// Whether the person is asked on every call.
+    pub confirm: bool,
+}
+
+/// What the person is asked when a device wants to pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentRequest {
+    /// The device id.
+    pub device_id: String,
+    /// Its display name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// The code the device is showing: the person checks they match.
+    pub code: String,
+    /// Every capability the device declares.
+    pub capabilities: Vec<ConsentCapability>,
+    /// Whether pairing would replace a device already paired under this id.
+    pub replaces_existing: bool,
+}
+
+/// The person's answer to a [`ConsentRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsentDecision {
+    /// Yes or no.
+    pub approved: bool,
+    /// Capabilities the person grants; empty means none.
+    pub grant: Vec<String>,
+}
+
+impl ConsentDecision {
+    /// A yes granting `grant`.
+    pub fn approve<I: IntoIterator<Item = S>, S: Into<String>>(grant: I) -> ConsentDecision {
+        ConsentDecision {
+            approved: true,
+            grant: grant.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// A no.
+    pub fn refuse() -> ConsentDecision {
+        ConsentDecision::default()
+    }
+}
+
+/// Why a pairing did not happen. `Display` gives 8DK's reason text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PairError {
+    /// The manifest failed validation; the person was never asked.
+    #[error("invalid manifest: {0}")]
+    InvalidManifest(ManifestError),
+    /// The person said no, the consent callback failed, or no answer came in time.
+    #[error("the person did not approve pairing")]
+    NotApproved,
+    /// The grant named capabilities the device does not declare.
+    #[error("grant names unknown capability: {}", .0.join(", "))]
+    UnknownGrant(Vec<String>),
+}
+
+/// A completed pairing: the token goes to the device, once.
+#[derive(Debug, Clone)]
+pub struct Paired {
+    /// The paired device's id.
+    pub device_id: String,
+    /// The device token, to send in `device:paired`.
+    pub token: DeviceToken,
+    /// The pairing's generation.
+    pub generation: u64,
+}
+
+/// Why a grant was refused. `Display` gives 8DK's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    /// No device is paired under that id.
+    #[error("device \"{0}\" is not paired")]
+    NotPaired(String),
+    /// The device declares no such capability.
+    #[error("device \"{device}\" has no capability \"{capability}\"")]
+    NoSuchCapability {
+        /// The device id.
+        device: String,
+        /// The capability asked for.
+        capability: String,
+    },
+}
+
+/// Why a reconnecting device was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No device is paired under that id.
+    #[error("device is not paired")]
+    NotPaired,
+    /// The token is wrong.
+    #[error("wrong device token")]
+    WrongToken,
+    /// The manifest is not the one the person approved: pair again.
+    #[error("manifest changed since pairing: pair again")]
+    ManifestChanged,
+}
+
+/// A device whose token (and manifest, when it sent one) passed
+/// [`DeviceRegistry::authenticate`]. Only that check makes one.
+#[derive(Debug, Clone)]
+pub struct AuthenticatedDevice {
+    device_id: String,
+    generation: u64,
+}
+
+impl AuthenticatedDevice {
+    /// The device id.
+    pub fn device_id(&self) -> &str {
+        &self.device_id
+    }
+    /// The pairing generation the device authenticated against.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// A change to the registry, for whoever must react (the connection that
+/// tells the device, agents whose tool list changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// A device was paired (or paired again).
+    Paired {
+        /// The device id.
+        device_id: String,
+    },
+    /// A capability was granted.
+    Granted {
+        /// The device id.
+        device_id: String,
+        /// The capability.
+        capability: String,
+    },
+    /// A capability was revoked.
+    Revoked {
+        /// The device id.
+        device_id: String,
+        /// The capability.
+        capability: String,
+    },
+    /// A device was unpaired.
+    Unpaired {
+        /// The device id.
+        device_id: String,
+    },
+}
+
+/// What the registry keeps for one paired device. The approved manifest,
+/// its digest and the token's hash never change; a new pairing makes a new one.
+#[derive(Debug)]
+pub struct PairedDevice {
+    manifest: Manifest,
+    digest: String,
+    token_hash: [u8; 32],
+    paired_at: SystemTime,
+    generation: u64,
+}
+
+impl PairedDevice {
+    /// The manifest the person approved.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    /// Its digest.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    /// When the person approved the pairing.
+    pub fn paired_at(&self) -> SystemTime {
+        self.paired_at
+    }
+    /// The pairing's generation: a new pairing of the same id has a larger one.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+struct Entry {
+    device: Arc<PairedDevice>,
+    grants: BTreeSet<String>,
+}
+
+/// A copy of one device's state, for listings.
+#[derive(Debug, Clone)]
+pub struct DeviceSnapshot {
+    /// The pairing.
+    pub device: Arc<PairedDevice>,
+    /// Granted capabilities, sorted.
+    pub grants: Vec<String>,
+}
+
+/// Paired devices and their grants.
+pub struct DeviceRegistry {
+    devices: RwLock<HashMap<String, Entry>>,
+    generations: AtomicU64,
+    events: broadcast::Sender<RegistryEvent>,
+}
+
+impl Default for DeviceRegistry {
+    fn default() -> Self {
+        DeviceRegistry::new()
+    }
+}
+
+impl fmt::Debug for DeviceRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceRegistry")
+            .field("devices", &self.read().len())
+            .finish()
+    }
+}
+
+impl DeviceRegistry {
+    /// An empty registry.
+    pub fn new() -> DeviceRegistry {
+        DeviceRegistry {
+            devices: RwLock::new(HashMap::new()),
+            generations: AtomicU64::new(0),
+            events: broadcast::channel(256).0,
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, Entry>> {
+        self.devices.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, Entry>> {
+        self.devices.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self, event: RegistryEvent) {
+        // No subscriber is fine.
+        let _ = self.events.send(event);
+    }
+
+    /// Changes from now on. A slow subscriber misses events (it sees a lag
+    /// error) rather than holding the registry back.
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.events.subscribe()
+    }
+
+    /// Pairs a device. The manifest is validated first (an invalid one never
+    /// reaches the person); then a 6-digit code is drawn, handed to
+    /// `show_code` (for the device to display), and the person is asked
+    /// through `consent`. No answer within `timeout`, an error or a no pairs
+    /// nothing. A yes stores the approved manifest, the token's hash and the
+    /// grants, replacing any earlier pairing of the same id.
+    pub async fn pair<F, Fut, E>(
+        &self,
+        manifest: &Value,
+        show_code: impl FnOnce(&str),
+        consent: F,
+        timeout: Duration,
+    ) -> Result<Paired, PairError>
+    where
+        F: FnOnce(ConsentRequest) -> Fut,
+        Fut: Future<Output = Result<ConsentDecision, E>>,
+    {
+        let manifest = validate_manifest(manifest).map_err(PairError::InvalidManifest)?;
+        let code = pairing_code();
+        show_code(&code);
+        let request = ConsentRequest {
+            device_id: manifest.id().to_owned(),
+            name: manifest.name().to_owned(),
+            kind: manifest.kind().to_owned(),
+            code,
+            capabilities: manifest
+                .capabilities()
+                .iter()
+                .map(|c| ConsentCapability {
+                    name: c.name().to_owned(),
+                    kind: c.kind().as_str(),
+                    description: c.description().to_owned(),
+                    confirm: c.confirm(),
+                })
+                .collect(),
+            replaces_existing: self.is_paired(manifest.id()),
+        };
+        let decision = match tokio::time::timeout(timeout, consent(request)).await {
+            Ok(Ok(decision)) if decision.approved => decision,
+            _ => return Err(PairError::NotApproved),
+        };
+        let unknown: Vec<String> = decision
+            .grant
+            .iter()
+            .filter(|g| manifest.capability(g).is_none())
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(PairError::UnknownGrant(unknown));
+        }
+        let token = DeviceToken::generate();
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let device_id = manifest.id().to_owned();
+        let device = PairedDevice {
+            digest: manifest.digest(),
+            manifest,
+            token_hash: sha256(token.expose()),
+            paired_at: SystemTime::now(),
+            generation,
+        };
+        self.write().insert(
+            device_id.clone(),
+            Entry {
+                device: Arc::new(device),
+                grants: decision.grant.into_iter().collect(),
+            },
+        );
+        self.notify(RegistryEvent::Paired {
+            device_id: device_id.clone(),
+        });
+        Ok(Paired {
+            device_id,
+            token,
+            generation,
+        })
+    }
+
+    /// Checks a reconnecting device: the token's hash must equal the stored
+    /// one (compared in constant time), and when the device sends its
+    /// manifest, it must validate to the manifest the person approved.
+    pub fn authenticate(
+        &self,
+        device_id: &str,
+        token: &str,
+        manifest: Option<&Value>,
+    ) -> Result<AuthenticatedDevice, AuthError> {
+        let device = self.get(device_id).ok_or(AuthError::NotPaired)?;
+        let presented = sha256(token);
+        if !bool::from(presented.ct_eq(&device.token_hash)) {
+            return Err(AuthError::WrongToken);
+        }
+        if let Some(manifest) = manifest {
+            // Equal validated manifests have equal digests: comparing the
+            // validated form spares serialising and hashing it.
+            match validate_manifest(manifest) {
+                Ok(m) if m == device.manifest => {}
+                _ => return Err(AuthError::ManifestChanged),
+            }
+        }
+        Ok(AuthenticatedDevice {
+            device_id: device_id.to_owned(),
+            generation: device.generation,
+        })
+    }
+
+    /// The pairing of `device_id`, if any.
+    pub fn get(&self, device_id: &str) -> Option<Arc<PairedDevice>> {
+        self.read().get(device_id).map(|e| Arc::clone(&e.device))
+    }
+
+    /// The pairing of `device_id` and whether `capability` is granted, read
+    /// together under one lock.
+    pub fn get_with_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+    ) -> Option<(Arc<PairedDevice>, bool)> {
+        self.read()
+            .get(device_id)
+            .map(|e| (Arc::clone(&e.device), e.grants.contains(capability)))
+    }
+
+    /// Whether a device is paired under `device_id`.
+    pub fn is_paired(&self, device_id: &str) -> bool {
+        self.read().contains_key(device_id)
+    }
+
+    /// Whether `capability` is granted on `device_id`.
+    pub fn is_granted(&self, device_id: &str, capability: &str) -> bool {
+        self.read()
+            .get(device_id)
+            .is_some_and(|e| e.grants.contains(capability))
+    }
+
+    /// Every paired device with its grants, sorted by id.
+    pub fn list(&self) -> Vec<DeviceSnapshot> {
+        let mut all: Vec<DeviceSnapshot> = self
+            .read()
+            .values()
+            .map(|e| DeviceSnapshot {
+                device: Arc::clone(&e.device),
+                grants: e.grants.iter().cloned().collect(),
+            })
+            .collect();
+        all.sort_by(|a, b| a.device.manifest.id().cmp(b.device.manifest.id()));
+        all
+    }
+
+    /// Grants `capability` on a paired device.
+    pub fn grant(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        {
+            let mut devices = self.write();
+            let entry = devices
+                .get_mut(device_id)
+                .ok_or_else(|| GrantError::NotPaired(device_id.to_owned()))?;
+            if entry.device.manifest.capability(capability).is_none() {
+                return Err(GrantError::NoSuchCapability {
+                    device: device_id.to_owned(),
+                    capability: capability.to_owned(),
+                });
+            }
+            if !entry.grants.insert(capability.to_owned()) {
+                return Ok(());
+            }
+        }
+        self.notify(RegistryEvent::Granted {
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// Revokes `capability`; revoking what is not granted does nothing.
+    /// Takes effect on the next call and on a call waiting for the person.
+    pub fn revoke(&self, device_id: &str, capability: &str) {
+        let removed = self
+            .write()
+            .get_mut(device_id)
+            .is_some_and(|e| e.grants.remove(capability));
+        if removed {
+            self.notify(RegistryEvent::Revoked {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            });
+        }
+    }
+
+    /// Forgets a device: its token stops working and its tools disappear.
+    pub fn unpair(&self, device_id: &str) {
+        if self.write().remove(device_id).is_some() {
+            self.notify(RegistryEvent::Unpaired {
+                device_id: device_id.to_owned(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

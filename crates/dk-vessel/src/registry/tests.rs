@@ -1,0 +1,356 @@
+use std::sync::Mutex;
+
+use serde_json::json;
+
+use super::*;
+
+fn lamp() -> Value {
+    serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/desk-lamp.json"
+    ))
+    .unwrap()
+}
+
+async fn pair_with(
+    registry: &DeviceRegistry,
+    manifest: &Value,
+    decision: ConsentDecision,
+) -> Result<Paired, PairError> {
+    registry
+        .pair(
+            manifest,
+            |_| {},
+            |_| async move { Ok::<_, ()>(decision) },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await
+}
+
+#[tokio::test]
+async fn pairing_shows_the_code_first_then_asks_with_everything() {
+    let registry = DeviceRegistry::new();
+    let log = Mutex::new(Vec::<String>::new());
+    let paired = registry
+        .pair(
+            &lamp(),
+            |code| log.lock().unwrap().push(format!("show {code}")),
+            |request| {
+                log.lock().unwrap().push(format!("ask {}", request.code));
+                let seen = request.clone();
+                async move {
+                    assert_eq!(seen.device_id, "desk-lamp");
+                    assert_eq!(
+                        (seen.name.as_str(), seen.kind.as_str()),
+                        ("Desk lamp", "lamp")
+                    );
+                    assert!(!seen.replaces_existing);
+                    let caps: Vec<_> = seen
+                        .capabilities
+                        .iter()
+                        .map(|c| (c.name.as_str(), c.kind, c.confirm))
+                        .collect();
+                    assert_eq!(
+                        caps,
+                        [
+                            ("read_light", "sensor", false),
+                            ("set_light", "actuator", false),
+                            ("strobe", "actuator", true)
+                        ]
+                    );
+                    assert_eq!(
+                        seen.capabilities[0].description,
+                        "Read whether the lamp is on and its brightness (0-100)."
+                    );
+                    Ok::<_, ()>(ConsentDecision::approve(["read_light"]))
+                }
+            },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await
+        .unwrap();
+    let log = log.into_inner().unwrap();
+    assert_eq!(log.len(), 2);
+    let code = log[0].strip_prefix("show ").unwrap();
+    assert_eq!(code.len(), 6);
+    assert!(code.bytes().all(|b| b.is_ascii_digit()));
+    assert_eq!(log[1], format!("ask {code}"));
+    assert_eq!(paired.device_id, "desk-lamp");
+    let token = paired.token.expose();
+    assert_eq!(token.len(), 64);
+    assert!(
+        token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    );
+    assert!(registry.is_granted("desk-lamp", "read_light"));
+    assert!(!registry.is_granted("desk-lamp", "set_light"));
+    assert!(!format!("{:?}", paired.token).contains(token));
+}
+
+#[track_caller]
+fn check_refusal(result: Result<Paired, PairError>, expected: &str) {
+    assert_eq!(
+        result.map(|p| p.device_id).unwrap_err().to_string(),
+        expected
+    );
+}
+
+#[tokio::test]
+async fn refusals_store_nothing() {
+    let registry = DeviceRegistry::new();
+    check_refusal(
+        pair_with(&registry, &lamp(), ConsentDecision::refuse()).await,
+        "the person did not approve pairing",
+    );
+    check_refusal(
+        pair_with(
+            &registry,
+            &lamp(),
+            ConsentDecision::approve(["read_light", "fly", "dance"]),
+        )
+        .await,
+        "grant names unknown capability: fly, dance",
+    );
+    let failing = registry
+        .pair(
+            &lamp(),
+            |_| {},
+            |_| async { Err::<ConsentDecision, _>("prompt crashed") },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await;
+    check_refusal(failing, "the person did not approve pairing");
+    assert!(!registry.is_paired("desk-lamp"));
+    assert!(registry.list().is_empty());
+}
+
+#[tokio::test]
+async fn an_invalid_manifest_never_reaches_the_person() {
+    let registry = DeviceRegistry::new();
+    let asked = Mutex::new(false);
+    let result = registry
+        .pair(
+            &json!({"id": "Bad"}),
+            |_| *asked.lock().unwrap() = true,
+            |_| {
+                *asked.lock().unwrap() = true;
+                async { Ok::<_, ()>(ConsentDecision::approve(["x"])) }
+            },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await;
+    check_refusal(
+        result,
+        "invalid manifest: manifest id \"Bad\" must be lower case words joined by \"-\"",
+    );
+    assert!(!*asked.lock().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_answer_in_time_is_a_no() {
+    let registry = DeviceRegistry::new();
+    let result = registry
+        .pair(
+            &lamp(),
+            |_| {},
+            |_| std::future::pending::<Result<ConsentDecision, ()>>(),
+            Duration::from_millis(120_000),
+        )
+        .await;
+    check_refusal(result, "the person did not approve pairing");
+    assert!(!registry.is_paired("desk-lamp"));
+}
+
+#[tokio::test]
+async fn approved_with_no_grants_pairs_with_nothing_granted() {
+    let registry = DeviceRegistry::new();
+    pair_with(
+        &registry,
+        &lamp(),
+        ConsentDecision {
+            approved: true,
+            grant: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    assert!(registry.is_paired("desk-lamp"));
+    assert!(registry.list()[0].grants.is_empty());
+}
+
+#[tokio::test]
+async fn authentication() {
+    let registry = DeviceRegistry::new();
+    let paired = pair_with(&registry, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    let token = paired.token.expose().to_owned();
+    assert_eq!(
+        registry
+            .authenticate("desk-lamp", &token, None)
+            .unwrap()
+            .device_id(),
+        "desk-lamp"
+    );
+    assert_eq!(
+        registry
+            .authenticate("desk-lamp", &token, Some(&lamp()))
+            .unwrap()
+            .generation(),
+        paired.generation
+    );
+    let mut extra = lamp();
+    extra["vendor"] = json!("ignored");
+    assert!(
+        registry
+            .authenticate("desk-lamp", &token, Some(&extra))
+            .is_ok()
+    );
+
+    let mut changed = lamp();
+    changed["capabilities"][0]["description"] = json!("Something else.");
+    let cases: [(&str, &str, Option<&Value>, AuthError); 6] = [
+        ("desk-lamp", "00", None, AuthError::WrongToken),
+        ("desk-lamp", &token[..63], None, AuthError::WrongToken),
+        ("desk-lamp", "", None, AuthError::WrongToken),
+        ("other-lamp", &token, None, AuthError::NotPaired),
+        (
+            "desk-lamp",
+            &token,
+            Some(&changed),
+            AuthError::ManifestChanged,
+        ),
+        (
+            "desk-lamp",
+            &token,
+            Some(&Value::Null),
+            AuthError::ManifestChanged,
+        ),
+    ];
+    for (id, token, manifest, expected) in cases {
+        assert_eq!(
+            registry.authenticate(id, token, manifest).unwrap_err(),
+            expected,
+            "{id} {token}"
+        );
+    }
+    let upper = token.to_uppercase();
+    assert_eq!(
+        registry
+            .authenticate("desk-lamp", &upper, None)
+            .unwrap_err(),
+        AuthError::WrongToken
+    );
+}
+
+#[tokio::test]
+async fn grants_revokes_unpairing_and_pairing_again() {
+    let registry = DeviceRegistry::new();
+    let mut events = registry.subscribe();
+    let first = pair_with(&registry, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        registry.grant("desk-lamp", "fly").unwrap_err().to_string(),
+        "device \"desk-lamp\" has no capability \"fly\""
+    );
+    assert_eq!(
+        registry.grant("nope", "fly").unwrap_err().to_string(),
+        "device \"nope\" is not paired"
+    );
+    registry.grant("desk-lamp", "set_light").unwrap();
+    assert!(registry.is_granted("desk-lamp", "set_light"));
+    registry.revoke("desk-lamp", "set_light");
+    registry.revoke("desk-lamp", "set_light");
+    registry.revoke("nope", "set_light");
+    assert!(!registry.is_granted("desk-lamp", "set_light"));
+
+    // Pairing again replaces the token and the grants.
+    let second = pair_with(&registry, &lamp(), ConsentDecision::approve(["strobe"]))
+        .await
+        .unwrap();
+    assert!(second.generation > first.generation);
+    assert_eq!(
+        registry
+            .authenticate("desk-lamp", first.token.expose(), None)
+            .unwrap_err(),
+        AuthError::WrongToken
+    );
+    assert!(
+        registry
+            .authenticate("desk-lamp", second.token.expose(), None)
+            .is_ok()
+    );
+    assert!(!registry.is_granted("desk-lamp", "read_light"));
+    assert!(registry.is_granted("desk-lamp", "strobe"));
+
+    registry.unpair("desk-lamp");
+    assert_eq!(
+        registry
+            .authenticate("desk-lamp", second.token.expose(), None)
+            .unwrap_err(),
+        AuthError::NotPaired
+    );
+    registry.unpair("desk-lamp");
+
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    let id = || "desk-lamp".to_owned();
+    assert_eq!(
+        seen,
+        [
+            RegistryEvent::Paired { device_id: id() },
+            RegistryEvent::Granted {
+                device_id: id(),
+                capability: "set_light".into()
+            },
+            RegistryEvent::Revoked {
+                device_id: id(),
+                capability: "set_light".into()
+            },
+            RegistryEvent::Paired { device_id: id() },
+            RegistryEvent::Unpaired { device_id: id() },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_second_pairing_says_it_replaces_the_first() {
+    let registry = DeviceRegistry::new();
+    pair_with(&registry, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    let replaces = Mutex::new(None);
+    registry
+        .pair(
+            &lamp(),
+            |_| {},
+            |request| {
+                *replaces.lock().unwrap() = Some(request.replaces_existing);
+                async { Ok::<_, ()>(ConsentDecision::refuse()) }
+            },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(*replaces.lock().unwrap(), Some(true));
+    // A refused re-pairing leaves the first pairing as it was.
+    assert!(registry.is_granted("desk-lamp", "read_light"));
+}
+
+#[test]
+fn codes_are_six_digits_and_vary() {
+    let codes: std::collections::HashSet<String> = (0..2000).map(|_| pairing_code()).collect();
+    assert!(
+        codes
+            .iter()
+            .all(|c| c.len() == 6 && c.bytes().all(|b| b.is_ascii_digit()))
+    );
+    // 2,000 draws from a million codes: a handful of repeats at most.
+    assert!(codes.len() > 1990, "{}", codes.len());
+    let tokens: std::collections::HashSet<String> =
+        (0..100).map(|_| DeviceToken::generate().0).collect();
+    assert_eq!(tokens.len(), 100);
+}
