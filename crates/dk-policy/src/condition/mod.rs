@@ -1,0 +1,460 @@
+//! The condition language: text -> syntax tree -> checked [`Condition`], its printer, and matching.
+//!
+//! See `policy.md` for the grammar. Compatible with 8gent's conditions on
+//! every condition 8gent accepts that uses no quotes or parentheses; `not`,
+//! parentheses and quoted values are dk extensions.
+
+mod syntax;
+
+use std::fmt;
+use std::ops::Range;
+
+use crate::error::{ConditionError, ConditionErrors};
+use crate::lower::{self, is_js_space, js_length, js_trim};
+
+pub use syntax::MAX_NESTING;
+
+/// The longest condition, in UTF-16 code units as JavaScript's `.length`
+/// counts them (the same as characters for text outside the astral planes).
+pub const MAX_CONDITION_LENGTH: usize = 2000;
+
+/// The longest `contains` value, counted as [`MAX_CONDITION_LENGTH`] is.
+pub const MAX_CONTAINS_LENGTH: usize = 200;
+
+/// A checked condition: parsed, with every value also stored lower-cased.
+///
+/// [`Condition::parse`] builds one; `Display` prints it back as text that
+/// parses to an equal condition. Equality ignores where in the text things
+/// were.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    root: Expr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Expr {
+    Clause(Clause),
+    Not(Box<Expr>),
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Clause {
+    pub(crate) field: Field,
+    pub(crate) field_span: Range<usize>,
+    pub(crate) op: Op,
+}
+
+impl PartialEq for Clause {
+    fn eq(&self, other: &Self) -> bool {
+        self.field == other.field && self.op == other.op
+    }
+}
+
+impl Eq for Clause {}
+
+/// A context key a clause reads, resolved once for the device_use fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Field {
+    pub(crate) name: String,
+    pub(crate) known: KnownField,
+}
+
+/// The fields of a `device_use` context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KnownField {
+    DeviceId,
+    Capability,
+    CapabilityKind,
+    AgentId,
+    SessionId,
+    Other,
+}
+
+/// The fields a `device_use` (or `*`) rule's condition may name.
+pub const DEVICE_USE_FIELDS: [&str; 5] = [
+    "deviceId",
+    "capability",
+    "capabilityKind",
+    "agentId",
+    "sessionId",
+];
+
+impl KnownField {
+    fn of(name: &str) -> Self {
+        match name {
+            "deviceId" => Self::DeviceId,
+            "capability" => Self::Capability,
+            "capabilityKind" => Self::CapabilityKind,
+            "agentId" => Self::AgentId,
+            "sessionId" => Self::SessionId,
+            _ => Self::Other,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Equals(Value),
+    Contains(Value),
+    StartsWith(Value),
+    EndsWith(Value),
+    In(Vec<Value>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Value {
+    pub(crate) text: String,
+    pub(crate) lower: String,
+}
+
+impl Value {
+    fn new(text: String) -> Self {
+        let lower = text.to_lowercase();
+        Self { text, lower }
+    }
+}
+
+/// Where a clause reads its field from.
+pub(crate) trait Fields {
+    /// The field's value; a missing field reads as the empty string.
+    fn field(&self, field: &Field) -> &str;
+}
+
+impl Condition {
+    /// Parses and checks a condition, reporting every error found.
+    ///
+    /// No text makes this panic; nesting of `not` and parentheses is bounded
+    /// by [`MAX_NESTING`] and length by [`MAX_CONDITION_LENGTH`].
+    pub fn parse(text: &str) -> Result<Condition, ConditionErrors> {
+        let trimmed = js_trim(text);
+        if trimmed.is_empty() {
+            return Err(ConditionErrors::new(vec![ConditionError::new(
+                0..text.len(),
+                "Empty condition",
+            )]));
+        }
+        if js_length(trimmed) > MAX_CONDITION_LENGTH {
+            return Err(ConditionErrors::new(vec![ConditionError::new(
+                0..text.len(),
+                "Condition too long (max 2000 chars)",
+            )]));
+        }
+        let start = text.len() - text.trim_start_matches(is_js_space).len();
+        let end = start + trimmed.len();
+        let (tree, mut errors) = syntax::parse(text, start, end);
+        let root = check(tree, &mut errors);
+        match root {
+            Some(root) if errors.is_empty() => Ok(Condition { root }),
+            _ => {
+                errors.sort_by_key(|e| (e.span().start, e.span().end));
+                if errors.is_empty() {
+                    errors.push(ConditionError::new(0..text.len(), "invalid condition"));
+                }
+                Err(ConditionErrors::new(errors))
+            }
+        }
+    }
+
+    /// Whether the condition holds in `ctx` (a missing field reads as the empty string).
+    pub fn matches(&self, ctx: &dyn crate::Context) -> bool {
+        self.root.matches(&ctx)
+    }
+
+    pub(crate) fn matches_fields<F: Fields + ?Sized>(&self, fields: &F) -> bool {
+        self.root.matches(fields)
+    }
+
+    /// Every field the condition reads, with its byte range in the parsed
+    /// text, in text order.
+    pub fn fields(&self) -> Vec<(&str, Range<usize>)> {
+        let mut out = Vec::new();
+        self.root.visit_clauses(&mut |clause| {
+            out.push((clause.field.name.as_str(), clause.field_span.clone()));
+        });
+        out
+    }
+
+    /// The lower-cased values a top-level conjunct requires `known` to equal
+    /// (`field equals x` or `field in [..]`), if there is one: the rule
+    /// cannot match unless the field is one of them.
+    pub(crate) fn required_values(&self, known: KnownField) -> Option<Vec<&str>> {
+        let conjuncts: &[Expr] = match &self.root {
+            Expr::And(items) => items,
+            other => std::slice::from_ref(other),
+        };
+        conjuncts.iter().find_map(|expr| match expr {
+            Expr::Clause(clause) if clause.field.known == known => match &clause.op {
+                Op::Equals(value) => Some(vec![value.lower.as_str()]),
+                Op::In(values) => Some(values.iter().map(|v| v.lower.as_str()).collect()),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+}
+
+impl Expr {
+    fn matches<F: Fields + ?Sized>(&self, fields: &F) -> bool {
+        match self {
+            Expr::Clause(clause) => clause.matches(fields),
+            Expr::Not(inner) => !inner.matches(fields),
+            Expr::And(items) => items.iter().all(|e| e.matches(fields)),
+            Expr::Or(items) => items.iter().any(|e| e.matches(fields)),
+        }
+    }
+
+    fn visit_clauses<'s>(&'s self, visit: &mut dyn FnMut(&'s Clause)) {
+        match self {
+            Expr::Clause(clause) => visit(clause),
+            Expr::Not(inner) => inner.visit_clauses(visit),
+            Expr::And(items) | Expr::Or(items) => {
+                for item in items {
+                    item.visit_clauses(visit);
+                }
+            }
+        }
+    }
+}
+
+impl Clause {
+    fn matches<F: Fields + ?Sized>(&self, fields: &F) -> bool {
+        let hay = fields.field(&self.field);
+        match &self.op {
+            Op::Equals(v) => lower::equals(hay, &v.lower),
+            Op::Contains(v) => lower::contains(hay, &v.lower),
+            Op::StartsWith(v) => lower::starts_with(hay, &v.lower),
+            Op::EndsWith(v) => lower::ends_with(hay, &v.lower),
+            Op::In(values) => values.iter().any(|v| lower::equals(hay, &v.lower)),
+        }
+    }
+}
+
+impl Fields for &dyn crate::Context {
+    fn field(&self, field: &Field) -> &str {
+        self.get(&field.name).unwrap_or("")
+    }
+}
+
+fn check(tree: syntax::Syn<'_>, errors: &mut Vec<ConditionError>) -> Option<Expr> {
+    use syntax::Syn;
+    match tree {
+        Syn::Error => None,
+        Syn::Not(inner) => check(*inner, errors).map(|e| Expr::Not(Box::new(e))),
+        Syn::And(items) | Syn::Or(items) if items.is_empty() => None,
+        Syn::And(items) => check_list(items, errors, true),
+        Syn::Or(items) => check_list(items, errors, false),
+        Syn::Clause(clause) => check_clause(clause, errors).map(Expr::Clause),
+    }
+}
+
+/// Checks every item (so every error is reported) and flattens nested
+/// lists of the same kind, so printing and parsing again gives the same tree.
+fn check_list(
+    items: Vec<syntax::Syn<'_>>,
+    errors: &mut Vec<ConditionError>,
+    and: bool,
+) -> Option<Expr> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for item in items {
+        match check(item, errors) {
+            Some(Expr::And(inner)) if and => out.extend(inner),
+            Some(Expr::Or(inner)) if !and => out.extend(inner),
+            Some(expr) => out.push(expr),
+            None => ok = false,
+        }
+    }
+    if !ok {
+        return None;
+    }
+    Some(if and { Expr::And(out) } else { Expr::Or(out) })
+}
+
+fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>) -> Option<Clause> {
+    use syntax::SynRhs;
+    let field = Field {
+        name: clause.field.to_owned(),
+        known: KnownField::of(clause.field),
+    };
+    let op_name = clause.op.to_ascii_lowercase();
+    let value = |rhs: SynRhs<'_>| match rhs {
+        SynRhs::Value(v) => Some((Value::new(v.text.into_owned()), v.span)),
+        SynRhs::List(_) | SynRhs::Nothing => None,
+    };
+    let op = match op_name.as_str() {
+        "equals" => value(clause.rhs).map(|(v, _)| Op::Equals(v)),
+        "starts_with" => value(clause.rhs).map(|(v, _)| Op::StartsWith(v)),
+        "ends_with" => value(clause.rhs).map(|(v, _)| Op::EndsWith(v)),
+        "contains" => {
+            let (v, span) = value(clause.rhs)?;
+            if js_length(&v.text) > MAX_CONTAINS_LENGTH {
+                errors.push(ConditionError::new(
+                    span,
+                    format!("`contains` value longer than {MAX_CONTAINS_LENGTH} characters"),
+                ));
+                return None;
+            }
+            Some(Op::Contains(v))
+        }
+        "in" => match clause.rhs {
+            SynRhs::List(items) => Some(Op::In(
+                items
+                    .into_iter()
+                    .map(|item| Value::new(item.text.into_owned()))
+                    .collect(),
+            )),
+            SynRhs::Value(_) | SynRhs::Nothing => None,
+        },
+        "has_secret" => {
+            errors.push(ConditionError::new(
+                clause.op_span,
+                "`has_secret` has no meaning for device calls and is not supported",
+            ));
+            return None;
+        }
+        _ => {
+            errors.push(ConditionError::new(
+                clause.op_span,
+                format!(
+                    "unknown operator `{}` (expected equals, contains, starts_with, ends_with or in)",
+                    clause.op
+                ),
+            ));
+            return None;
+        }
+    };
+    if op.is_none() {
+        errors.push(ConditionError::new(
+            clause.op_span,
+            format!("`{}` is missing its value", clause.op),
+        ));
+    }
+    Some(Clause {
+        field,
+        field_span: clause.field_span,
+        op: op?,
+    })
+}
+
+// ---- printer ----
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    Top,
+    And,
+    Or,
+}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        print_expr(&self.root, Parent::Top, f)
+    }
+}
+
+fn print_expr(expr: &Expr, parent: Parent, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match expr {
+        Expr::Or(items) => {
+            let paren = parent == Parent::And;
+            if paren {
+                f.write_str("(")?;
+            }
+            print_joined(items, " or ", Parent::Or, f)?;
+            if paren {
+                f.write_str(")")?;
+            }
+            Ok(())
+        }
+        Expr::And(items) => print_joined(items, " and ", Parent::And, f),
+        Expr::Not(inner) => {
+            f.write_str("not (")?;
+            print_expr(inner, Parent::Top, f)?;
+            f.write_str(")")
+        }
+        Expr::Clause(clause) => print_clause(clause, f),
+    }
+}
+
+fn print_joined(
+    items: &[Expr],
+    separator: &str,
+    parent: Parent,
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(separator)?;
+        }
+        print_expr(item, parent, f)?;
+    }
+    Ok(())
+}
+
+fn print_clause(clause: &Clause, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    // A field spelled like a keyword reads as one in some places; parentheses
+    // make it a clause everywhere.
+    let keyword_like = ["and", "or", "not"]
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(&clause.field.name));
+    if keyword_like {
+        f.write_str("(")?;
+    }
+    f.write_str(&clause.field.name)?;
+    match &clause.op {
+        Op::Equals(v) => print_op_value(" equals ", v, f)?,
+        Op::Contains(v) => print_op_value(" contains ", v, f)?,
+        Op::StartsWith(v) => print_op_value(" starts_with ", v, f)?,
+        Op::EndsWith(v) => print_op_value(" ends_with ", v, f)?,
+        Op::In(values) => {
+            f.write_str(" in [")?;
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                print_value(v, f)?;
+            }
+            f.write_str("]")?;
+        }
+    }
+    if keyword_like {
+        f.write_str(")")?;
+    }
+    Ok(())
+}
+
+fn print_op_value(op: &str, value: &Value, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.write_str(op)?;
+    print_value(value, f)
+}
+
+/// A value prints bare when that cannot be misread: no whitespace, no
+/// character the grammar gives a meaning, not a separator word.
+pub(crate) fn is_bare_safe(text: &str) -> bool {
+    !text.is_empty()
+        && !text.eq_ignore_ascii_case("and")
+        && !text.eq_ignore_ascii_case("or")
+        && text.chars().all(|c| {
+            !is_js_space(c)
+                && !c.is_whitespace()
+                && !c.is_control()
+                && !matches!(c, '"' | '(' | ')' | '[' | ']' | ',' | '\\')
+        })
+}
+
+fn print_value(value: &Value, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    if is_bare_safe(&value.text) {
+        return f.write_str(&value.text);
+    }
+    f.write_str("\"")?;
+    for c in value.text.chars() {
+        if c == '"' || c == '\\' {
+            f.write_str("\\")?;
+        }
+        fmt::Write::write_char(f, c)?;
+    }
+    f.write_str("\"")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,407 @@
+//! Compiled rules and the pure `evaluate`: shadow hard-deny, then block, require_approval, allow.
+//!
+//! Rules are indexed once at load: by action (plus `*`), then by decision
+//! tier, then by the exact `deviceId` (or else `capability`) a rule requires
+//! through a top-level conjunct `equals` / `in`, with the other rules in a
+//! fallback list. Every list holds rule indices in file order, so the first
+//! match of a tier is the smallest matching index over a handful of lists,
+//! and rules that cannot apply to a device are never looked at.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::path::Path;
+
+use crate::condition::{Field, Fields, KnownField};
+use crate::error::PolicyFileError;
+use crate::lower;
+use crate::rule::{Rule, RuleDecision};
+
+/// The action name of a device call.
+pub const DEVICE_USE: &str = "device_use";
+
+/// The agent id of a shadow (hedge) candidate: it may never use a device.
+pub const SHADOW_AGENT_ID: &str = "__shadow__";
+
+/// The reason a shadow agent's device call is refused with (fixed by the 8DK contract).
+pub const SHADOW_DENY_REASON: &str = "[shadow-deny] shadow/hedge candidate (scope __shadow__) attempted side-effecting action \"device_use\". Shadow candidates run text/plan-only; only the chosen winner re-executes side effects under the normal policy path.";
+
+/// Where rule conditions read fields from.
+pub trait Context {
+    /// The field's value, or `None` when the context has no such field (it
+    /// then reads as the empty string).
+    fn get(&self, field: &str) -> Option<&str>;
+}
+
+impl Context for BTreeMap<String, String> {
+    fn get(&self, field: &str) -> Option<&str> {
+        BTreeMap::get(self, field).map(String::as_str)
+    }
+}
+
+impl<S: BuildHasher> Context for HashMap<String, String, S> {
+    fn get(&self, field: &str) -> Option<&str> {
+        HashMap::get(self, field).map(String::as_str)
+    }
+}
+
+/// The context of a `device_use` call: who asks, and for what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceUseContext<'a> {
+    /// The calling agent, if the host says.
+    pub agent_id: Option<&'a str>,
+    /// The agent's session, if the host says.
+    pub session_id: Option<&'a str>,
+    /// The device's id.
+    pub device_id: &'a str,
+    /// The capability called.
+    pub capability: &'a str,
+    /// The capability's kind (`sensor`, `actuator`, ...).
+    pub capability_kind: &'a str,
+}
+
+impl Context for DeviceUseContext<'_> {
+    fn get(&self, field: &str) -> Option<&str> {
+        match field {
+            "deviceId" => Some(self.device_id),
+            "capability" => Some(self.capability),
+            "capabilityKind" => Some(self.capability_kind),
+            "agentId" => self.agent_id,
+            "sessionId" => self.session_id,
+            _ => None,
+        }
+    }
+}
+
+impl Fields for DeviceUseContext<'_> {
+    fn field(&self, field: &Field) -> &str {
+        match field.known {
+            KnownField::DeviceId => self.device_id,
+            KnownField::Capability => self.capability,
+            KnownField::CapabilityKind => self.capability_kind,
+            KnownField::AgentId => self.agent_id.unwrap_or(""),
+            KnownField::SessionId => self.session_id.unwrap_or(""),
+            KnownField::Other => "",
+        }
+    }
+}
+
+/// What the rules say about one call.
+///
+/// Not `#[non_exhaustive]` on purpose: a new outcome must break every
+/// caller's build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision<'p> {
+    /// No block or require_approval rule matched. `rule` names the first
+    /// matching allow rule, if any.
+    Allow {
+        /// The first matching allow rule's name.
+        rule: Option<&'p str>,
+    },
+    /// A require_approval rule matched (and no block rule did).
+    RequireApproval {
+        /// The rule's name.
+        rule: &'p str,
+        /// `[<name>] <message>`.
+        reason: &'p str,
+    },
+    /// A block rule matched, or the caller is a shadow agent.
+    Block {
+        /// The rule's name; `None` only for the shadow hard-deny.
+        rule: Option<&'p str>,
+        /// `[<name>] <message>`, or [`SHADOW_DENY_REASON`].
+        reason: &'p str,
+    },
+}
+
+impl<'p> Decision<'p> {
+    /// Which kind of decision it is.
+    pub fn kind(&self) -> RuleDecision {
+        match self {
+            Decision::Allow { .. } => RuleDecision::Allow,
+            Decision::RequireApproval { .. } => RuleDecision::RequireApproval,
+            Decision::Block { .. } => RuleDecision::Block,
+        }
+    }
+
+    /// The deciding rule's name, if a rule decided.
+    pub fn rule(&self) -> Option<&'p str> {
+        match *self {
+            Decision::Allow { rule } | Decision::Block { rule, .. } => rule,
+            Decision::RequireApproval { rule, .. } => Some(rule),
+        }
+    }
+
+    /// The reason, for block and require_approval.
+    pub fn reason(&self) -> Option<&'p str> {
+        match *self {
+            Decision::Allow { .. } => None,
+            Decision::RequireApproval { reason, .. } | Decision::Block { reason, .. } => {
+                Some(reason)
+            }
+        }
+    }
+
+    /// True for `Allow`.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Decision::Allow { .. })
+    }
+}
+
+/// Hashes of the index are already keyed hashes: pass them through.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type HashIndex = HashMap<u64, Vec<u32>, BuildHasherDefault<PassThrough>>;
+
+#[derive(Default, Debug)]
+struct TierIndex {
+    by_device: HashIndex,
+    by_capability: HashIndex,
+    rest: Vec<u32>,
+}
+
+#[derive(Default, Debug)]
+struct ActionIndex {
+    /// Block, require_approval, allow.
+    tiers: [TierIndex; 3],
+}
+
+/// A compiled, immutable set of rules. `Send + Sync`; share it with an `Arc`.
+#[derive(Debug)]
+pub struct PolicySet {
+    rules: Vec<Rule>,
+    device_use: ActionIndex,
+    any_action: ActionIndex,
+    other_actions: HashMap<String, ActionIndex>,
+    hasher: RandomState,
+}
+
+/// The hashes of the two indexed fields of one call.
+#[derive(Clone, Copy)]
+struct Keys {
+    device: u64,
+    capability: u64,
+}
+
+impl PolicySet {
+    /// No rules: everything is allowed (except shadow agents' device calls).
+    pub fn empty() -> PolicySet {
+        PolicySet::from_rules(Vec::new())
+    }
+
+    /// Reads a rule file's text. Any error refuses the whole file, with every
+    /// error reported.
+    pub fn from_yaml_str(text: &str) -> Result<PolicySet, PolicyFileError> {
+        crate::file::load_str(text).map(PolicySet::from_rules)
+    }
+
+    /// Reads a rule file. Any error refuses the whole file, with every error
+    /// reported; a file that cannot be read is an error too.
+    pub fn load(path: &Path) -> Result<PolicySet, PolicyFileError> {
+        crate::file::load_path(path).map(PolicySet::from_rules)
+    }
+
+    /// The checked rules, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub(crate) fn from_rules(rules: Vec<Rule>) -> PolicySet {
+        let mut set = PolicySet {
+            rules: Vec::new(),
+            device_use: ActionIndex::default(),
+            any_action: ActionIndex::default(),
+            other_actions: HashMap::new(),
+            hasher: RandomState::new(),
+        };
+        for (position, rule) in rules.iter().enumerate() {
+            let Ok(index) = u32::try_from(position) else {
+                break;
+            };
+            if !rule.enabled {
+                continue;
+            }
+            let hasher = &set.hasher;
+            let action = match rule.action.as_str() {
+                DEVICE_USE => &mut set.device_use,
+                "*" => &mut set.any_action,
+                other => set.other_actions.entry(other.to_owned()).or_default(),
+            };
+            let Some(tier) = action.tiers.get_mut(rule.decision.tier()) else {
+                continue;
+            };
+            let (list, values) = if let Some(values) =
+                rule.condition.required_values(KnownField::DeviceId)
+            {
+                (&mut tier.by_device, values)
+            } else if let Some(values) = rule.condition.required_values(KnownField::Capability) {
+                (&mut tier.by_capability, values)
+            } else {
+                tier.rest.push(index);
+                continue;
+            };
+            // An empty `in []` never matches: the rule needs no entry at all.
+            for value in values {
+                let bucket = list.entry(fold_hash(hasher, value)).or_default();
+                if bucket.last() != Some(&index) {
+                    bucket.push(index);
+                }
+            }
+        }
+        set.rules = rules;
+        set
+    }
+
+    /// Decides a call of `action` with the fields of `ctx`.
+    ///
+    /// 1. A shadow agent (agentId exactly `__shadow__`) asking for
+    ///    `device_use` is blocked; no rule lifts it.
+    /// 2. Applicable rules: enabled, action equal or `*`, agentScope absent
+    ///    or equal to the agentId.
+    /// 3. The first matching block rule in file order, else the first
+    ///    matching require_approval rule, else allow (naming the first
+    ///    matching allow rule, if any).
+    pub fn evaluate(&self, action: &str, ctx: &dyn Context) -> Decision<'_> {
+        let agent_id = ctx.get("agentId");
+        if action == DEVICE_USE && agent_id == Some(SHADOW_AGENT_ID) {
+            return shadow_deny();
+        }
+        let exact = match action {
+            DEVICE_USE => Some(&self.device_use),
+            "*" => None,
+            other => self.other_actions.get(other),
+        };
+        let keys = Keys {
+            device: fold_hash(&self.hasher, ctx.get("deviceId").unwrap_or("")),
+            capability: fold_hash(&self.hasher, ctx.get("capability").unwrap_or("")),
+        };
+        self.decide([exact, Some(&self.any_action)], keys, agent_id, &ctx)
+    }
+
+    /// Decides a `device_use` call: the same as
+    /// `evaluate(DEVICE_USE, ctx)`, without allocating.
+    pub fn evaluate_device_use(&self, ctx: &DeviceUseContext<'_>) -> Decision<'_> {
+        if ctx.agent_id == Some(SHADOW_AGENT_ID) {
+            return shadow_deny();
+        }
+        let keys = Keys {
+            device: fold_hash(&self.hasher, ctx.device_id),
+            capability: fold_hash(&self.hasher, ctx.capability),
+        };
+        self.decide(
+            [Some(&self.device_use), Some(&self.any_action)],
+            keys,
+            ctx.agent_id,
+            ctx,
+        )
+    }
+
+    /// Every applicable rule whose condition holds, in file order, whatever
+    /// its decision: what `dk policy explain` shows. (The shadow hard-deny is
+    /// not a rule and is not listed.)
+    pub fn matching_rules(&self, action: &str, ctx: &dyn Context) -> Vec<&Rule> {
+        let agent_id = ctx.get("agentId");
+        self.rules
+            .iter()
+            .filter(|rule| rule.applies_to(action, agent_id) && rule.condition.matches(ctx))
+            .collect()
+    }
+
+    fn decide<F: Fields + ?Sized>(
+        &self,
+        indexes: [Option<&ActionIndex>; 2],
+        keys: Keys,
+        agent_id: Option<&str>,
+        fields: &F,
+    ) -> Decision<'_> {
+        if let Some(rule) = self.first_match(0, indexes, keys, agent_id, fields) {
+            return Decision::Block {
+                rule: Some(&rule.name),
+                reason: &rule.reason,
+            };
+        }
+        if let Some(rule) = self.first_match(1, indexes, keys, agent_id, fields) {
+            return Decision::RequireApproval {
+                rule: &rule.name,
+                reason: &rule.reason,
+            };
+        }
+        let rule = self.first_match(2, indexes, keys, agent_id, fields);
+        Decision::Allow {
+            rule: rule.map(|r| r.name.as_str()),
+        }
+    }
+
+    /// The matching rule with the smallest index in one tier.
+    fn first_match<F: Fields + ?Sized>(
+        &self,
+        tier: usize,
+        indexes: [Option<&ActionIndex>; 2],
+        keys: Keys,
+        agent_id: Option<&str>,
+        fields: &F,
+    ) -> Option<&Rule> {
+        let mut best: Option<(u32, &Rule)> = None;
+        for action in indexes.into_iter().flatten() {
+            let Some(tier) = action.tiers.get(tier) else {
+                continue;
+            };
+            let lists = [
+                tier.by_device.get(&keys.device),
+                tier.by_capability.get(&keys.capability),
+                Some(&tier.rest),
+            ];
+            for list in lists.into_iter().flatten() {
+                for &index in list {
+                    if best.is_some_and(|(b, _)| index >= b) {
+                        break;
+                    }
+                    let Some(rule) = self.rules.get(index as usize) else {
+                        continue;
+                    };
+                    let scoped_out = rule
+                        .agent_scope
+                        .as_deref()
+                        .is_some_and(|scope| Some(scope) != agent_id);
+                    if !scoped_out && rule.condition.matches_fields(fields) {
+                        best = Some((index, rule));
+                        break;
+                    }
+                }
+            }
+        }
+        best.map(|(_, rule)| rule)
+    }
+}
+
+fn shadow_deny() -> Decision<'static> {
+    Decision::Block {
+        rule: None,
+        reason: SHADOW_DENY_REASON,
+    }
+}
+
+fn fold_hash(state: &RandomState, text: &str) -> u64 {
+    let mut hasher = state.build_hasher();
+    lower::hash_folded(text, &mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,503 @@
+//! Rule files: YAML text -> raw form -> checked [`Rule`]s, every error reported, fail closed.
+//!
+//! Choices where `policy.md` is silent:
+//! - `version` is required and must be the number 1.
+//! - `policies` is required and must be a list; an empty list is fine.
+//! - Two rules with the same name are an error: decisions name rules.
+//! - `name` and `action` must not be empty, and `name` holds no control
+//!   characters (it is printed in reasons and logs).
+//! - An optional key written with no value (`enabled:`) counts as absent;
+//!   an empty `agentScope` counts as absent, as in 8gent.
+//! - A duplicate key inside a rule is an error.
+//! - Files larger than [`MAX_FILE_BYTES`], with more than [`MAX_RULES`]
+//!   rules, or expanding through aliases past the node or byte budgets of
+//!   the reader are refused.
+
+mod locate;
+mod raw;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+
+use serde::de::DeserializeSeed;
+
+use crate::condition::{Condition, DEVICE_USE_FIELDS};
+use crate::error::{Location, PolicyError, PolicyFileError};
+use crate::eval::DEVICE_USE;
+use crate::rule::{Rule, RuleDecision};
+use locate::{Target, locate};
+use raw::{Budget, FileSeed, Raw, RawEntry, RawFile, RawKey, RawTop};
+
+pub use raw::{MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
+
+/// The largest rule file read, in bytes.
+pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
+
+/// At most this many errors of one file get a line and column (each costs a
+/// read of the file); the rest are reported without.
+const MAX_LOCATED_ERRORS: usize = 16;
+
+/// At most this many errors are reported for one file.
+const MAX_REPORTED_ERRORS: usize = 200;
+
+const RULE_KEYS: [&str; 9] = [
+    "name",
+    "action",
+    "condition",
+    "decision",
+    "message",
+    "enabled",
+    "agentScope",
+    "environments",
+    "immutable",
+];
+
+pub(crate) fn load_path(path: &Path) -> Result<Vec<Rule>, PolicyFileError> {
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| {
+        PolicyFileError::one(PolicyError::file(format!("cannot read `{shown}`: {e}")))
+    })?;
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(MAX_FILE_BYTES)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    file.take(limit).read_to_end(&mut bytes).map_err(|e| {
+        PolicyFileError::one(PolicyError::file(format!("cannot read `{shown}`: {e}")))
+    })?;
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        PolicyFileError::one(PolicyError::file(format!(
+            "`{shown}` is not UTF-8 (at byte {})",
+            e.utf8_error().valid_up_to()
+        )))
+    })?;
+    load_str(&text)
+}
+
+fn too_large() -> PolicyFileError {
+    PolicyFileError::one(PolicyError::file(format!(
+        "the file is larger than {MAX_FILE_BYTES} bytes"
+    )))
+}
+
+pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let budget = Budget::default();
+    let deserializer = yaml_serde::Deserializer::from_str(text);
+    let raw = match (FileSeed { budget: &budget }).deserialize(deserializer) {
+        Ok(raw) => raw,
+        Err(error) => {
+            let message = match budget.stopped.borrow_mut().take() {
+                Some(message) => message,
+                None => format!("invalid yaml: {error}"),
+            };
+            let mut error_out = PolicyError::file(message);
+            error_out.location = error.location().map(|l| Location {
+                line: l.line(),
+                column: l.column(),
+            });
+            return Err(PolicyFileError::one(error_out));
+        }
+    };
+    let mut checker = Checker::default();
+    let rules = checker.file(raw);
+    if checker.errors.is_empty() {
+        return Ok(rules);
+    }
+    let mut errors = checker.errors;
+    errors.truncate(MAX_REPORTED_ERRORS);
+    let mut cache: HashMap<Target, Option<Location>> = HashMap::new();
+    let mut out = Vec::with_capacity(errors.len());
+    for (mut error, target) in errors {
+        if let Some(target) = target {
+            if let Some(location) = cache.get(&target) {
+                error.location = *location;
+            } else if cache.len() < MAX_LOCATED_ERRORS {
+                let location = locate(text, &target);
+                cache.insert(target, location);
+                error.location = location;
+            }
+        }
+        out.push(error);
+    }
+    Err(PolicyFileError::new(out))
+}
+
+#[derive(Default)]
+struct Checker {
+    errors: Vec<(PolicyError, Option<Target>)>,
+}
+
+/// The fields of one rule entry, as far as they could be read.
+#[derive(Default)]
+struct Fields {
+    name: Option<String>,
+    action: Option<String>,
+    condition: Option<String>,
+    decision: Option<RuleDecision>,
+    message: Option<String>,
+    enabled: Option<bool>,
+    agent_scope: Option<String>,
+    environments: Vec<String>,
+    immutable: Option<bool>,
+    /// A present key whose value was wrong: do not also report it missing.
+    bad: Vec<&'static str>,
+}
+
+impl Checker {
+    fn push(&mut self, error: PolicyError, target: Option<Target>) {
+        self.errors.push((error, target));
+    }
+
+    fn file(&mut self, raw: RawFile) -> Vec<Rule> {
+        let entries = match raw {
+            RawFile::Map(entries) => entries,
+            RawFile::Other(raw) => {
+                let found = raw.kind();
+                self.push(
+                    PolicyError::file(format!(
+                        "a rule file is a mapping with `version: 1` and `policies`, found {found}"
+                    )),
+                    None,
+                );
+                return Vec::new();
+            }
+        };
+        let mut version_seen = false;
+        let mut policies: Option<Vec<RawEntry>> = None;
+        let mut policies_seen = false;
+        let mut key_counts: HashMap<Option<String>, usize> = HashMap::new();
+        for (key, value) in entries {
+            let key_text = match &key {
+                RawKey::Str(text) => Some(text.clone()),
+                RawKey::Other(_) => None,
+            };
+            let count = key_counts.entry(key_text.clone()).or_default();
+            let nth = *count;
+            *count += 1;
+            let target_key = Target::TopKey(key_text.clone(), nth);
+            let name = match key {
+                RawKey::Str(name) => name,
+                RawKey::Other(kind) => {
+                    self.push(
+                        PolicyError::file(format!("keys must be strings, found {kind}")),
+                        Some(target_key),
+                    );
+                    continue;
+                }
+            };
+            if nth > 0 {
+                self.push(
+                    PolicyError::file(format!("duplicate key `{name}`")),
+                    Some(target_key),
+                );
+                continue;
+            }
+            match (name.as_str(), value) {
+                ("version", RawTop::Value(Raw::Int(1))) => version_seen = true,
+                ("version", RawTop::Value(other)) => {
+                    version_seen = true;
+                    let found = match other {
+                        Raw::Int(n) => format!("{n}"),
+                        other => other.kind().to_owned(),
+                    };
+                    self.push(
+                        PolicyError::file(format!("`version` must be 1, found {found}")),
+                        Some(Target::TopValue(name.clone())),
+                    );
+                }
+                ("policies", RawTop::Policies(list)) => {
+                    policies_seen = true;
+                    policies = Some(list);
+                }
+                ("policies", RawTop::Value(other)) => {
+                    policies_seen = true;
+                    let found = other.kind();
+                    self.push(
+                        PolicyError::file(format!(
+                            "`policies` must be a list of rules (`[]` for none), found {found}"
+                        )),
+                        Some(Target::TopValue(name.clone())),
+                    );
+                }
+                (_, _) => self.push(
+                    PolicyError::file(format!(
+                        "unknown key `{name}` (a rule file has `version` and `policies`)"
+                    )),
+                    Some(target_key),
+                ),
+            }
+        }
+        if !version_seen {
+            self.push(PolicyError::file("missing `version: 1`"), None);
+        }
+        if !policies_seen {
+            self.push(PolicyError::file("missing `policies`"), None);
+        }
+        let mut rules = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (index, entry) in policies.unwrap_or_default().into_iter().enumerate() {
+            if let Some(rule) = self.rule(index, entry, &mut names) {
+                rules.push(rule);
+            }
+        }
+        rules
+    }
+
+    fn rule(
+        &mut self,
+        index: usize,
+        entry: RawEntry,
+        names: &mut HashMap<String, usize>,
+    ) -> Option<Rule> {
+        let raw_fields = match entry {
+            RawEntry::Rule(fields) => fields,
+            RawEntry::Other(raw) => {
+                let found = raw.kind();
+                self.push(
+                    PolicyError::rule(
+                        index,
+                        None,
+                        format!("a rule must be a mapping, found {found}"),
+                    ),
+                    Some(Target::Rule(index)),
+                );
+                return None;
+            }
+        };
+        // The name first, so every error of the rule can carry it.
+        let name_hint = raw_fields.iter().find_map(|(k, v)| match (k, v) {
+            (RawKey::Str(k), Raw::Str(Some(v))) if k == "name" => Some(v.clone()),
+            _ => None,
+        });
+        let name_hint = name_hint.as_deref();
+        let errors_before = self.errors.len();
+        let mut fields = Fields::default();
+        let mut key_counts: HashMap<Option<String>, usize> = HashMap::new();
+        for (key, value) in raw_fields {
+            let key_text = match &key {
+                RawKey::Str(text) => Some(text.clone()),
+                RawKey::Other(_) => None,
+            };
+            let count = key_counts.entry(key_text.clone()).or_default();
+            let nth = *count;
+            *count += 1;
+            let key_target = Target::RuleKey(index, key_text, nth);
+            let key = match key {
+                RawKey::Str(key) => key,
+                RawKey::Other(kind) => {
+                    self.push(
+                        PolicyError::rule(
+                            index,
+                            name_hint,
+                            format!("keys must be strings, found {kind}"),
+                        ),
+                        Some(key_target),
+                    );
+                    continue;
+                }
+            };
+            if nth > 0 {
+                self.push(
+                    PolicyError::rule(index, name_hint, format!("duplicate key `{key}`")),
+                    Some(key_target),
+                );
+                continue;
+            }
+            let Some(known) = RULE_KEYS.iter().copied().find(|k| *k == key) else {
+                self.push(
+                    PolicyError::rule(
+                        index,
+                        name_hint,
+                        format!(
+                            "unknown key `{key}` (expected name, action, condition, decision, message, enabled, agentScope, environments or immutable)"
+                        ),
+                    ),
+                    Some(key_target),
+                );
+                continue;
+            };
+            if let Err(message) = fields.set(known, value) {
+                fields.bad.push(known);
+                self.push(
+                    PolicyError::rule(index, name_hint, message),
+                    Some(Target::RuleValue(index, key)),
+                );
+            }
+        }
+        for required in ["name", "action", "condition", "decision", "message"] {
+            let present = match required {
+                "name" => fields.name.is_some(),
+                "action" => fields.action.is_some(),
+                "condition" => fields.condition.is_some(),
+                "decision" => fields.decision.is_some(),
+                _ => fields.message.is_some(),
+            };
+            if !present && !fields.bad.contains(&required) {
+                self.push(
+                    PolicyError::rule(index, name_hint, format!("missing `{required}`")),
+                    Some(Target::Rule(index)),
+                );
+            }
+        }
+        if let Some(name) = &fields.name {
+            if let Some(first) = names.get(name) {
+                self.push(
+                    PolicyError::rule(
+                        index,
+                        name_hint,
+                        format!("duplicate rule name `{name}` (also policies[{first}])"),
+                    ),
+                    Some(Target::RuleValue(index, "name".to_owned())),
+                );
+            } else {
+                names.insert(name.clone(), index);
+            }
+        }
+        let condition = fields
+            .condition
+            .as_deref()
+            .and_then(|text| self.condition(index, name_hint, text, fields.action.as_deref()));
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        let (
+            Some(name),
+            Some(action),
+            Some(condition_text),
+            Some(decision),
+            Some(message),
+            Some(condition),
+        ) = (
+            fields.name,
+            fields.action,
+            fields.condition,
+            fields.decision,
+            fields.message,
+            condition,
+        )
+        else {
+            return None;
+        };
+        let reason = format!("[{name}] {message}");
+        Some(Rule {
+            index,
+            name,
+            action,
+            decision,
+            message,
+            enabled: fields.enabled.unwrap_or(true),
+            agent_scope: fields.agent_scope.filter(|s| !s.is_empty()),
+            condition,
+            condition_text,
+            environments: fields.environments,
+            immutable: fields.immutable.unwrap_or(false),
+            location: None,
+            reason,
+        })
+    }
+
+    fn condition(
+        &mut self,
+        index: usize,
+        name: Option<&str>,
+        text: &str,
+        action: Option<&str>,
+    ) -> Option<Condition> {
+        let target = Target::RuleValue(index, "condition".to_owned());
+        match Condition::parse(text) {
+            Ok(condition) => {
+                let mut ok = true;
+                if matches!(action, Some(DEVICE_USE | "*")) {
+                    for (field, span) in condition.fields() {
+                        if !DEVICE_USE_FIELDS.contains(&field) {
+                            ok = false;
+                            let mut error = PolicyError::rule(
+                                index,
+                                name,
+                                format!(
+                                    "unknown field `{field}` for a device_use rule (expected deviceId, capability, capabilityKind, agentId or sessionId)"
+                                ),
+                            );
+                            error.condition_span = Some(span);
+                            self.push(error, Some(target.clone()));
+                        }
+                    }
+                }
+                ok.then_some(condition)
+            }
+            Err(errors) => {
+                for e in errors.errors() {
+                    let mut error = PolicyError::rule(index, name, e.message());
+                    error.condition_span = Some(e.span());
+                    self.push(error, Some(target.clone()));
+                }
+                None
+            }
+        }
+    }
+}
+
+impl Fields {
+    /// Records a known key's value, or says what is wrong with it.
+    fn set(&mut self, key: &'static str, value: Raw) -> Result<(), String> {
+        let found = value.kind();
+        match (key, value) {
+            ("name", Raw::Str(Some(text))) => {
+                if text.trim().is_empty() {
+                    return Err("`name` must not be empty".to_owned());
+                }
+                if text.chars().any(char::is_control) {
+                    return Err("`name` must not hold control characters".to_owned());
+                }
+                self.name = Some(text);
+            }
+            ("action", Raw::Str(Some(text))) => {
+                if text.is_empty() {
+                    return Err("`action` must not be empty".to_owned());
+                }
+                self.action = Some(text);
+            }
+            ("condition", Raw::Str(Some(text))) => self.condition = Some(text),
+            ("message", Raw::Str(Some(text))) => self.message = Some(text),
+            ("decision", Raw::Str(Some(text))) => match RuleDecision::parse(&text) {
+                Some(decision) => self.decision = Some(decision),
+                None => {
+                    return Err(format!(
+                        "`decision` must be block, require_approval or allow, found `{text}`"
+                    ));
+                }
+            },
+            ("enabled", Raw::Bool(b)) => self.enabled = Some(b),
+            ("immutable", Raw::Bool(b)) => self.immutable = Some(b),
+            ("agentScope", Raw::Str(Some(text))) => self.agent_scope = Some(text),
+            (
+                "environments",
+                Raw::Seq {
+                    all_strings: true,
+                    strings,
+                    ..
+                },
+            ) => self.environments = strings,
+            ("enabled" | "immutable" | "agentScope" | "environments", Raw::Null) => {}
+            ("enabled" | "immutable", _) => {
+                return Err(format!("`{key}` must be true or false, found {found}"));
+            }
+            ("environments", _) => {
+                return Err(format!(
+                    "`environments` must be a list of strings, found {found}"
+                ));
+            }
+            (_, _) => return Err(format!("`{key}` must be a string, found {found}")),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

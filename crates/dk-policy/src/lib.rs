@@ -1,0 +1,105 @@
+//! dk's `device_use` rules: rule files, the condition language, and evaluation.
+//!
+//! A person's grant is the yes; rules only narrow it. A rule file (8gent's
+//! `policies.yaml` format) is read with [`PolicySet::from_yaml_str`] or
+//! [`PolicySet::load`]; a file with any error is refused whole, with every
+//! error reported ([`PolicyFileError`]), so a typo can never silently drop a
+//! block. [`PolicySet::evaluate_device_use`] then decides each device call:
+//! a shadow agent is always refused, the first matching `block` rule wins,
+//! else the first matching `require_approval`, else [`Decision::Allow`].
+//!
+//! ```
+//! use dk_policy::{Decision, DeviceUseContext, PolicySet};
+//!
+//! let rules = PolicySet::from_yaml_str(
+//!     r#"
+//! version: 1
+//! policies:
+//!   - name: ask-before-lamp-actions
+//!     action: device_use
+//!     condition: "deviceId equals desk-lamp and capabilityKind equals actuator"
+//!     decision: require_approval
+//!     message: "Lamp actions need a yes"
+//! "#,
+//! )?;
+//! let call = DeviceUseContext {
+//!     agent_id: Some("main"),
+//!     session_id: None,
+//!     device_id: "desk-lamp",
+//!     capability: "set_light",
+//!     capability_kind: "actuator",
+//! };
+//! assert_eq!(
+//!     rules.evaluate_device_use(&call),
+//!     Decision::RequireApproval {
+//!         rule: "ask-before-lamp-actions",
+//!         reason: "[ask-before-lamp-actions] Lamp actions need a yes",
+//!     }
+//! );
+//! # Ok::<(), dk_policy::PolicyFileError>(())
+//! ```
+//!
+//! No input, rule file or condition text, can make this crate panic: sizes,
+//! rule counts, YAML alias expansion and condition nesting are all bounded
+//! (see the `MAX_*` constants), and the crate denies `unwrap`, `expect`,
+//! `panic!` and slice indexing outside tests. It does no IO beyond reading
+//! the file [`PolicySet::load`] is given.
+
+mod condition;
+mod error;
+mod eval;
+mod file;
+mod lower;
+mod rule;
+
+pub use condition::{
+    Condition, DEVICE_USE_FIELDS, MAX_CONDITION_LENGTH, MAX_CONTAINS_LENGTH, MAX_NESTING,
+};
+pub use error::{ConditionError, ConditionErrors, Location, PolicyError, PolicyFileError};
+pub use eval::{
+    Context, DEVICE_USE, Decision, DeviceUseContext, PolicySet, SHADOW_AGENT_ID, SHADOW_DENY_REASON,
+};
+pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
+pub use rule::{Rule, RuleDecision};
+
+/// Fuzzing hook: parses arbitrary bytes as a condition, prints and parses
+/// again. Never panics.
+#[doc(hidden)]
+pub fn fuzz_condition(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(condition) = Condition::parse(&text) {
+        let printed = condition.to_string();
+        let _again = Condition::parse(&printed);
+        let ctx = DeviceUseContext {
+            agent_id: Some(&text),
+            session_id: None,
+            device_id: &text,
+            capability: &printed,
+            capability_kind: "actuator",
+        };
+        let _ = condition.matches(&ctx);
+    }
+}
+
+/// Fuzzing hook: reads arbitrary bytes as a rule file and evaluates a call.
+/// Never panics.
+#[doc(hidden)]
+pub fn fuzz_policy_file(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    match PolicySet::from_yaml_str(&text) {
+        Ok(set) => {
+            let ctx = DeviceUseContext {
+                agent_id: Some("agent"),
+                session_id: Some("session"),
+                device_id: "desk-lamp",
+                capability: "set_light",
+                capability_kind: "actuator",
+            };
+            let _ = set.evaluate_device_use(&ctx);
+            let _ = set.evaluate(DEVICE_USE, &ctx);
+        }
+        Err(error) => {
+            let _ = error.to_string();
+        }
+    }
+}
