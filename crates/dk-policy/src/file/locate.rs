@@ -31,7 +31,7 @@ pub(crate) enum Target {
 
 /// The position of `target` in `text`, if the parser gives one.
 pub(crate) fn locate(text: &str, target: &Target) -> Option<Location> {
-    let budget = Budget::default();
+    let budget = Budget::for_text(text.len());
     let found = Cell::new(false);
     let walk = Walk {
         target,

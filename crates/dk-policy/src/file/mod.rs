@@ -87,13 +87,16 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(too_large());
     }
-    let budget = Budget::default();
+    let budget = Budget::for_text(text.len());
     let deserializer = yaml_serde::Deserializer::from_str(text);
     let raw = match (FileSeed { budget: &budget }).deserialize(deserializer) {
         Ok(raw) => raw,
         Err(error) => {
             let message = match budget.stopped.borrow_mut().take() {
                 Some(message) => message,
+                None if error.to_string().contains("repetition limit exceeded") => {
+                    "yaml aliases expand too much (repetition limit exceeded)".to_owned()
+                }
                 None => format!("invalid yaml: {error}"),
             };
             let mut error_out = PolicyError::file(message);
@@ -125,6 +128,11 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
         }
         out.push(error);
     }
+    // File order: top-level errors, then each rule's errors by position.
+    out.sort_by_key(|e| {
+        let at = e.location.map_or((usize::MAX, 0), |l| (l.line, l.column));
+        (e.rule_index, at)
+    });
     Err(PolicyFileError::new(out))
 }
 
@@ -271,10 +279,15 @@ impl Checker {
             }
         };
         // The name first, so every error of the rule can carry it.
-        let name_hint = raw_fields.iter().find_map(|(k, v)| match (k, v) {
-            (RawKey::Str(k), Raw::Str(Some(v))) if k == "name" => Some(v.clone()),
-            _ => None,
-        });
+        let name_hint = raw_fields
+            .iter()
+            .find(|(k, _)| matches!(k, RawKey::Str(k) if k == "name"))
+            .and_then(|(_, v)| match v {
+                Raw::Str(Some(v)) if !v.is_empty() && !v.chars().any(char::is_control) => {
+                    Some(v.clone())
+                }
+                _ => None,
+            });
         let name_hint = name_hint.as_deref();
         let errors_before = self.errors.len();
         let mut fields = Fields::default();

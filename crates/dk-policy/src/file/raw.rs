@@ -12,25 +12,42 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
 /// The most YAML nodes (scalars, lists, mappings; aliases counted each time
-/// they are used) one file may expand to.
+/// they are used) one file may expand to; a file may also expand to at most
+/// about twice as many nodes as it has bytes.
 pub const MAX_YAML_NODES: usize = 4_000_000;
 
 /// The most scalar bytes (aliases counted each time they are used) one file
-/// may expand to.
+/// may expand to; a file may also expand to at most about twice its length.
 pub const MAX_SCALAR_BYTES: usize = 32 * 1024 * 1024;
 
 /// The most rules in one file.
 pub const MAX_RULES: usize = 100_000;
 
 /// Counts what the deserializer hands out; records why it stopped.
-#[derive(Default)]
 pub(crate) struct Budget {
     nodes: Cell<usize>,
     bytes: Cell<usize>,
+    max_nodes: usize,
+    max_bytes: usize,
     pub(crate) stopped: RefCell<Option<String>>,
 }
 
 impl Budget {
+    /// The budget for a file of `len` bytes. Without aliases a file holds
+    /// fewer nodes and fewer scalar bytes than it has bytes, so twice its
+    /// length (and at most the global caps) leaves room for honest aliases
+    /// while an alias bomb stops after little more work than reading it.
+    pub(crate) fn for_text(len: usize) -> Self {
+        let room = len.saturating_mul(2).saturating_add(1024);
+        Self {
+            nodes: Cell::new(0),
+            bytes: Cell::new(0),
+            max_nodes: room.min(MAX_YAML_NODES),
+            max_bytes: room.min(MAX_SCALAR_BYTES),
+            stopped: RefCell::new(None),
+        }
+    }
+
     fn stop<E: de::Error>(&self, message: String) -> E {
         let error = E::custom(&message);
         *self.stopped.borrow_mut() = Some(message);
@@ -40,9 +57,10 @@ impl Budget {
     fn node<E: de::Error>(&self) -> Result<(), E> {
         let n = self.nodes.get() + 1;
         self.nodes.set(n);
-        if n > MAX_YAML_NODES {
+        if n > self.max_nodes {
             return Err(self.stop(format!(
-                "the file expands to more than {MAX_YAML_NODES} yaml nodes (an alias bomb?)"
+                "the file expands to more than {} yaml nodes (an alias bomb?)",
+                self.max_nodes
             )));
         }
         Ok(())
@@ -51,9 +69,10 @@ impl Budget {
     fn bytes<E: de::Error>(&self, len: usize) -> Result<(), E> {
         let n = self.bytes.get().saturating_add(len);
         self.bytes.set(n);
-        if n > MAX_SCALAR_BYTES {
+        if n > self.max_bytes {
             return Err(self.stop(format!(
-                "the file expands to more than {MAX_SCALAR_BYTES} bytes of text (an alias bomb?)"
+                "the file expands to more than {} bytes of text (an alias bomb?)",
+                self.max_bytes
             )));
         }
         Ok(())
