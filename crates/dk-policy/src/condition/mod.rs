@@ -28,7 +28,7 @@ pub const MAX_CONTAINS_LENGTH: usize = 200;
 /// were.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Condition {
-    root: Expr,
+    pub(crate) root: Expr,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
