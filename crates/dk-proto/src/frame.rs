@@ -624,7 +624,12 @@ impl<'a> VesselFrame<'a> {
                 device_token: required_str(raw.device_token, PAIRED, "deviceToken")?,
             }),
             REVOKED => Ok(VesselFrame::Revoked {
-                capability: raw.capability.and_then(raw_str),
+                // A capability that is not a string must not read as "the
+                // whole pairing ended": refuse the frame instead.
+                capability: match raw.capability {
+                    None => None,
+                    Some(raw) => Some(required_str(Some(raw), REVOKED, "capability")?),
+                },
             }),
             other => Err(FrameError::WrongSide(other)),
         }

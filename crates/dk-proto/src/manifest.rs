@@ -259,30 +259,88 @@ impl Manifest {
     /// description, params?, confirm?`; param `type, description?,
     /// required?`). Byte-identical to 8DK's `JSON.stringify` of its validated copy.
     pub fn to_json(&self) -> String {
-        // Serialising plain strings and maps into a String cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let mut out = String::with_capacity(512);
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Writes the canonical JSON. Validated text holds no control character
+    /// (they are refused), so `"` and `\\` are the only characters JSON
+    /// needs escaped, exactly as `JSON.stringify` escapes them. The `Serialize`
+    /// impl writes the same bytes; a test holds the two together.
+    fn write_json(&self, out: &mut String) {
+        out.push_str("{\"id\":");
+        json_str(out, &self.id);
+        out.push_str(",\"name\":");
+        json_str(out, &self.name);
+        out.push_str(",\"kind\":");
+        json_str(out, &self.kind);
+        out.push_str(",\"version\":");
+        json_str(out, &self.version);
+        out.push_str(",\"capabilities\":[");
+        for (i, cap) in self.capabilities.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"name\":");
+            json_str(out, &cap.name);
+            out.push_str(",\"kind\":\"");
+            out.push_str(cap.kind.as_str());
+            out.push_str("\",\"description\":");
+            json_str(out, &cap.description);
+            if !cap.params.is_empty() {
+                out.push_str(",\"params\":{");
+                for (j, param) in cap.params.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    json_str(out, &param.name);
+                    out.push_str(":{\"type\":\"");
+                    out.push_str(param.ty.as_str());
+                    out.push('"');
+                    if let Some(description) = &param.description {
+                        out.push_str(",\"description\":");
+                        json_str(out, description);
+                    }
+                    if param.required {
+                        out.push_str(",\"required\":true");
+                    }
+                    out.push('}');
+                }
+                out.push('}');
+            }
+            if cap.confirm {
+                out.push_str(",\"confirm\":true");
+            }
+            out.push('}');
+        }
+        out.push_str("]}");
     }
 
     /// SHA-256 of [`Manifest::to_json`], lower-case hex: the manifest digest,
     /// equal to 8DK's `manifestDigest` for the same manifest.
     pub fn digest(&self) -> String {
-        let mut hasher = HashWriter(Sha256::new());
-        // Writing into a hasher cannot fail.
-        let _ = serde_json::to_writer(&mut hasher, self);
-        hex(&hasher.0.finalize())
+        hex(&Sha256::digest(self.to_json().as_bytes()))
     }
 }
 
-struct HashWriter(Sha256);
-
-impl std::io::Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
+/// Appends `s` as a JSON string, escaping `"` and `\\` (validated text has
+/// no control characters, the only other characters JSON escapes).
+fn json_str(out: &mut String, s: &str) {
+    out.push('"');
+    if s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+    } else {
+        out.push_str(s);
     }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    out.push('"');
 }
 
 /// Lower-case hex of `bytes`.
@@ -367,11 +425,11 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
         Value::Array(_) => &empty,
         _ => return Err(ManifestError::NotAnObject),
     };
-    let id = text(m.get("id"), limits::ID, || "id".to_owned())?;
+    let id = text(field(m, "id"), limits::ID, || "id".to_owned())?;
     if !is_device_id(id) {
         return Err(ManifestError::BadId(id.to_owned()));
     }
-    let raw_capabilities = match m.get("capabilities") {
+    let raw_capabilities = match field(m, "capabilities") {
         Some(Value::Array(list)) if !list.is_empty() => list,
         _ => return Err(ManifestError::NoCapabilities),
     };
@@ -385,9 +443,12 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
     }
     Ok(Manifest {
         id: id.to_owned(),
-        name: text(m.get("name"), limits::NAME, || "name".to_owned())?.to_owned(),
-        kind: text(m.get("kind"), limits::KIND, || "kind".to_owned())?.to_owned(),
-        version: text(m.get("version"), limits::VERSION, || "version".to_owned())?.to_owned(),
+        name: text(field(m, "name"), limits::NAME, || "name".to_owned())?.to_owned(),
+        kind: text(field(m, "kind"), limits::KIND, || "kind".to_owned())?.to_owned(),
+        version: text(field(m, "version"), limits::VERSION, || {
+            "version".to_owned()
+        })?
+        .to_owned(),
         capabilities,
     })
 }
@@ -401,7 +462,7 @@ fn validate_capability(
 ) -> Result<Capability, ManifestError> {
     // A capability that is not an object has none of the fields.
     let c = raw.as_object().unwrap_or(empty);
-    let name = text(c.get("name"), limits::CAPABILITY_NAME, || {
+    let name = text(field(c, "name"), limits::CAPABILITY_NAME, || {
         "capability name".to_owned()
     })?;
     if !is_snake_name(name) {
@@ -410,21 +471,23 @@ fn validate_capability(
     if seen.iter().any(|other| other.name == name) {
         return Err(ManifestError::DuplicateCapability(name.to_owned()));
     }
-    let kind = match c.get("kind").and_then(Value::as_str) {
+    let kind = match field(c, "kind").and_then(Value::as_str) {
         Some("sensor") => CapabilityKind::Sensor,
         Some("actuator") => CapabilityKind::Actuator,
         _ => return Err(ManifestError::BadCapabilityKind(name.to_owned())),
     };
-    let params = validate_params(name, c.get("params"))?;
-    let description = text(c.get("description"), limits::CAPABILITY_DESCRIPTION, || {
-        format!("capability \"{name}\" description")
-    })?;
+    let params = validate_params(name, field(c, "params"))?;
+    let description = text(
+        field(c, "description"),
+        limits::CAPABILITY_DESCRIPTION,
+        || format!("capability \"{name}\" description"),
+    )?;
     Ok(Capability {
         name: name.to_owned(),
         kind,
         description: description.to_owned(),
         params,
-        confirm: c.get("confirm") == Some(&Value::Bool(true)),
+        confirm: field(c, "confirm") == Some(&Value::Bool(true)),
     })
 }
 
@@ -461,16 +524,16 @@ fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, 
     for (key, spec) in js_key_order(map) {
         let ty = match spec {
             Value::Object(spec) if utf16_len(key) <= limits::PARAM_NAME && is_snake_name(key) => {
-                ParamType::from_value(spec.get("type"))
+                ParamType::from_value(field(spec, "type"))
             }
             _ => None,
         };
         let (Some(ty), Value::Object(spec)) = (ty, spec) else {
             return Err(bad(key));
         };
-        let description = if truthy(spec.get("description")) {
-            let field = || format!("capability \"{capability}\" param \"{key}\" description");
-            Some(text(spec.get("description"), limits::PARAM_DESCRIPTION, field)?.to_owned())
+        let description = if truthy(field(spec, "description")) {
+            let name = || format!("capability \"{capability}\" param \"{key}\" description");
+            Some(text(field(spec, "description"), limits::PARAM_DESCRIPTION, name)?.to_owned())
         } else {
             None
         };
@@ -478,10 +541,19 @@ fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, 
             name: key.to_owned(),
             ty,
             description,
-            required: truthy(spec.get("required")),
+            required: truthy(field(spec, "required")),
         });
     }
     Ok(params)
+}
+
+/// `map[key]` by a linear scan: manifests' objects are small, and a scan
+/// beats hashing the key for a handful of entries. Keys are unique in the map.
+fn field<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
+    if map.len() > 8 {
+        return map.get(key);
+    }
+    map.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
 }
 
 /// Reads a text field: a string, not blank by JavaScript's `trim`, at most

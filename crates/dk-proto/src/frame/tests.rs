@@ -146,6 +146,8 @@ fn vessel_frames_serialise_as_v1_and_parse_back() {
         r#"{"type":"device:invoke","callId":"c","capability":"x"}"#,
         r#"{"type":"device:invoke","callId":"","capability":"x","input":{}}"#,
         r#"{"type":"device:pairing"}"#,
+        r#"{"type":"device:revoked","capability":42}"#,
+        r#"{"type":"device:revoked","capability":""}"#,
     ] {
         assert!(VesselFrame::parse(bad.as_bytes()).is_err(), "{bad}");
     }

@@ -37,6 +37,12 @@ fn valid_fixtures_validate_to_8dk_json_and_digest() {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let canonical = read(Path::new(&format!("{stem}.canonical.json")));
         assert_eq!(manifest.to_json(), canonical, "{}", path.display());
+        assert_eq!(
+            serde_json::to_string(&manifest).unwrap(),
+            canonical,
+            "{}",
+            path.display()
+        );
         let digest = read(Path::new(&format!("{stem}.digest")));
         assert_eq!(manifest.digest(), digest.trim(), "{}", path.display());
         // Validating the canonical form again changes nothing.
