@@ -17,7 +17,10 @@ pub use adapter::{
     ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT, DecisionHook,
     DecisionRecord, DeviceToolAdapter, ToolDefinition, ToolOutcome,
 };
-pub use link::{CallCorrelator, DEFAULT_MAX_PENDING, DeviceLink, Handled, InvokeResult, Links};
+pub use link::{
+    CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, Handled, InvokeResult, Links,
+    PumpReport, pump_device_frames,
+};
 pub use registry::{
     AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,

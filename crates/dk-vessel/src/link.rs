@@ -266,5 +266,76 @@ impl DeviceLink for CallCorrelator {
     }
 }
 
+/// Something a connected device noticed (`device:event`).
+#[derive(Debug, Clone)]
+pub struct DeviceEvent {
+    /// The device that sent it.
+    pub device_id: String,
+    /// The capability it belongs to.
+    pub capability: String,
+    /// Its data, as sent (`None` when the frame had none).
+    pub data: Option<Box<RawValue>>,
+}
+
+/// What [`pump_device_frames`] saw on a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PumpReport {
+    /// Results that settled a call.
+    pub settled: u64,
+    /// Results for calls that were not pending.
+    pub unknown_results: u64,
+    /// Events delivered to the subscriber.
+    pub events: u64,
+    /// Events dropped because the subscriber was full or absent.
+    pub events_dropped: u64,
+    /// Frames that did not parse, or that a device may not send after auth.
+    pub refused: u64,
+}
+
+/// Reads text frames from an authenticated device until the stream ends:
+/// results go to `correlator`, events to `events` (without waiting: a full
+/// subscriber loses the event, never stalls the device), anything else is
+/// counted and dropped. When the stream ends every pending call fails at once
+/// with `device disconnected`.
+pub async fn pump_device_frames<S>(
+    device_id: &str,
+    correlator: &CallCorrelator,
+    mut incoming: S,
+    events: Option<&mpsc::Sender<DeviceEvent>>,
+) -> PumpReport
+where
+    S: futures::Stream<Item = String> + Unpin,
+{
+    use futures::StreamExt;
+
+    let mut report = PumpReport::default();
+    while let Some(text) = incoming.next().await {
+        let Ok(frame) = DeviceFrame::parse(text.as_bytes()) else {
+            report.refused += 1;
+            continue;
+        };
+        match correlator.handle(&frame) {
+            Handled::Settled => report.settled += 1,
+            Handled::UnknownCall => report.unknown_results += 1,
+            Handled::NotAResult => match frame {
+                DeviceFrame::Event { capability, data } => {
+                    let event = DeviceEvent {
+                        device_id: device_id.to_owned(),
+                        capability: capability.into_owned(),
+                        data: data.map(|d| d.into_owned()),
+                    };
+                    match events.map(|tx| tx.try_send(event)) {
+                        Some(Ok(())) => report.events += 1,
+                        _ => report.events_dropped += 1,
+                    }
+                }
+                _ => report.refused += 1,
+            },
+        }
+    }
+    correlator.close("device disconnected");
+    report
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,8 @@
+//! End-to-end tests joining the dk crates. `in_process` runs a device defined
+//! with dk-device against a vessel's registry and adapter over an in-process
+//! link that carries every frame as JSON text, both ways.
+
+#![cfg(test)]
+
+mod harness;
+mod in_process;
