@@ -145,7 +145,17 @@ pub(crate) fn contains(hay: &str, lowered: &str) -> bool {
 pub(crate) fn hash_folded(s: &str, hasher: &mut impl std::hash::Hasher) {
     let mut buf = [0u8; 64];
     let mut len = 0usize;
-    let mut push = |c: char, hasher: &mut dyn std::hash::Hasher| {
+    if s.is_ascii() {
+        for chunk in s.as_bytes().chunks(buf.len()) {
+            for (slot, b) in buf.iter_mut().zip(chunk) {
+                *slot = b.to_ascii_lowercase();
+            }
+            hasher.write(buf.get(..chunk.len()).unwrap_or_default());
+        }
+        hasher.write_u8(0xff);
+        return;
+    }
+    for c in lower_chars(s) {
         let c = if c == '\u{3C2}' { '\u{3C3}' } else { c };
         let mut utf8 = [0u8; 4];
         let bytes = c.encode_utf8(&mut utf8).as_bytes();
@@ -158,12 +168,6 @@ pub(crate) fn hash_folded(s: &str, hasher: &mut impl std::hash::Hasher) {
                 *slot = *b;
                 len += 1;
             }
-        }
-    };
-    {
-        let hasher_dyn: &mut dyn std::hash::Hasher = hasher;
-        for c in lower_chars(s) {
-            push(c, hasher_dyn);
         }
     }
     hasher.write(buf.get(..len).unwrap_or_default());

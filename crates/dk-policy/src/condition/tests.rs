@@ -239,7 +239,8 @@ fn spans_point_at_the_problem() {
 #[test]
 fn matching() {
     let lamp = [("deviceId", "Desk-Lamp"), ("capability", "set_light")];
-    let cases: Vec<(&str, &[(&str, &str)], bool)> = vec![
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+    let cases: Vec<Case<'_>> = vec![
         ("deviceId equals desk-lamp", &lamp, true),
         ("deviceId equals DESK-LAMP", &lamp, true),
         ("deviceId equals desk", &lamp, false),
