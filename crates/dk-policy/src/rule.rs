@@ -132,8 +132,8 @@ impl Rule {
     }
 
     /// Where the rule starts in its file, when known. The YAML parser gives
-    /// positions only for errors, so this is known for rules built from an
-    /// error report, and `None` for rules of a file that loaded.
+    /// positions only with its errors, so errors carry lines and columns but
+    /// the rules of a file that loaded do not: this is `None` for now.
     pub fn location(&self) -> Option<Location> {
         self.location
     }
