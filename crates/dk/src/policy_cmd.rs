@@ -1,0 +1,179 @@
+//! `dk policy check` and `dk policy explain`: read a rule file fail-closed,
+//! and say which rule decides a given call and why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use dk_policy::{DEVICE_USE, PolicyError, PolicySet};
+use serde_json::{Value, json};
+
+use crate::input::{print_json, printable, read_text};
+
+/// Rule file commands.
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Check a rule file; exit 0 when it is good, 1 listing every error.
+    Check {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The rule file.
+        file: PathBuf,
+    },
+    /// Evaluate a rule file against one call's context.
+    Explain {
+        /// The rule file.
+        file: PathBuf,
+        /// The context as a JSON object of strings, e.g.
+        /// `{"deviceId":"desk-lamp","capability":"set_light","capabilityKind":"actuator","agentId":"main"}`.
+        #[arg(long)]
+        context: String,
+        /// The action asked for.
+        #[arg(long, default_value = DEVICE_USE)]
+        action: String,
+        /// Print `{"decision","rule","reason"}` instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a rule file command.
+pub fn run(command: PolicyCommand) -> ExitCode {
+    match command {
+        PolicyCommand::Check { json, file } => check(&file, json),
+        PolicyCommand::Explain {
+            file,
+            context,
+            action,
+            json,
+        } => explain(&file, &context, &action, json),
+    }
+}
+
+/// Why a rule file could not be used.
+enum LoadError {
+    /// The file could not be read.
+    Read(String),
+    /// The file was read and refused, with every error.
+    Rules(Vec<PolicyError>),
+}
+
+impl LoadError {
+    fn lines(&self) -> Vec<String> {
+        match self {
+            LoadError::Read(e) => vec![e.clone()],
+            LoadError::Rules(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    fn to_json(&self) -> Vec<Value> {
+        match self {
+            LoadError::Read(e) => vec![json!({"rule": null, "index": null, "line": null,
+                "column": null, "span": null, "message": e})],
+            LoadError::Rules(errors) => errors.iter().map(error_json).collect(),
+        }
+    }
+}
+
+/// Reads and checks a rule file.
+fn load(file: &Path) -> Result<PolicySet, LoadError> {
+    let text = read_text(file).map_err(LoadError::Read)?;
+    PolicySet::from_yaml_str(&text).map_err(|e| LoadError::Rules(e.errors().to_vec()))
+}
+
+fn error_json(error: &PolicyError) -> Value {
+    json!({
+        "rule": error.rule_name(),
+        "index": error.rule_index(),
+        "line": error.location().map(|l| l.line),
+        "column": error.location().map(|l| l.column),
+        "span": error.condition_span().map(|s| [s.start, s.end]),
+        "message": error.message(),
+    })
+}
+
+fn check(file: &Path, json: bool) -> ExitCode {
+    match (load(file), json) {
+        (Ok(set), true) => {
+            print_json(&json!({"valid": true, "rules": set.rules().len()}));
+            ExitCode::SUCCESS
+        }
+        (Ok(set), false) => {
+            println!("ok: {} rules", set.rules().len());
+            ExitCode::SUCCESS
+        }
+        (Err(error), true) => {
+            print_json(&json!({"valid": false, "errors": error.to_json()}));
+            ExitCode::FAILURE
+        }
+        (Err(error), false) => {
+            let lines = error.lines();
+            for line in &lines {
+                println!("error: {}", printable(line));
+            }
+            println!("{} error(s): the file is refused", lines.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {
+    let set = match load(file) {
+        Ok(set) => set,
+        Err(error) => {
+            for line in error.lines() {
+                eprintln!("error: {}", printable(&line));
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let context = match parse_context(context) {
+        Ok(context) => context,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let decision = set.evaluate(action, &context);
+    if json {
+        print_json(&json!({
+            "decision": decision.kind().as_str(),
+            "rule": decision.rule(),
+            "reason": decision.reason(),
+        }));
+    } else {
+        match (decision.rule(), decision.reason()) {
+            (Some(rule), Some(reason)) => {
+                println!(
+                    "{} by rule `{rule}`: {}",
+                    decision.kind().as_str(),
+                    printable(reason)
+                );
+            }
+            (None, Some(reason)) => println!("{}: {}", decision.kind().as_str(), printable(reason)),
+            (Some(rule), None) => println!("{} by rule `{rule}`", decision.kind().as_str()),
+            (None, None) => println!("{}: no rule matched", decision.kind().as_str()),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The context: a JSON object whose values are strings.
+fn parse_context(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| format!("--context is not JSON: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err("--context must be a JSON object".to_owned());
+    };
+    map.into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k, s)),
+            _ => Err(format!(
+                "--context value of `{}` must be a string",
+                printable(&k)
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,188 @@
+//! The `dk` binary, run as a user runs it, on the shared fixtures.
+
+#![cfg(test)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn dk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy().ends_with(ext) && !p.to_string_lossy().ends_with(".canonical.json")
+        })
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[track_caller]
+fn check_json(args: &[&str], code: i32, expected: Value) {
+    let out = dk(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got, expected, "{args:?}");
+}
+
+#[test]
+fn manifest_check_gives_8dk_digests_and_messages() {
+    for path in files(&fixtures().join("manifests/valid"), ".json") {
+        let digest = std::fs::read_to_string(path.with_extension("digest")).unwrap();
+        check_json(
+            &["manifest", "check", "--json", path.to_str().unwrap()],
+            0,
+            json!({"valid": true, "digest": digest.trim()}),
+        );
+    }
+    for path in files(&fixtures().join("manifests/invalid"), ".json") {
+        let error = std::fs::read_to_string(path.with_extension("error")).unwrap();
+        check_json(
+            &["manifest", "check", "--json", path.to_str().unwrap()],
+            1,
+            json!({"valid": false, "error": error.trim_end_matches('\n')}),
+        );
+    }
+    let out = dk(&["manifest", "check", "/nonexistent/lamp.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("invalid: cannot read"));
+}
+
+#[test]
+fn plain_output_escapes_what_could_drive_a_terminal() {
+    let dir = std::env::temp_dir().join(format!("dk-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("evil.json");
+    let manifest = json!({"id":"lamp","name":"n","kind":"k","version":"1","capabilities":[
+        {"name":"c","kind":"actuator","description":"d","params":{"x\u{1b}[2J":{"type":"string"}}}]});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let out = dk(&["manifest", "check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains("\\u{1b}"), "{text:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn policy_check_refuses_broken_files_whole() {
+    for path in files(&fixtures().join("policies/good"), ".yaml") {
+        let out = dk(&["policy", "check", path.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let bad = files(&fixtures().join("policies/bad"), ".yaml");
+    assert!(!bad.is_empty());
+    for path in bad {
+        let out = dk(&["policy", "check", "--json", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{}", path.display());
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got["valid"], json!(false));
+        assert!(!got["errors"].as_array().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn policy_explain_names_the_rule() {
+    let file = fixtures().join("policies/good/lamp-approval.yaml");
+    let file = file.to_str().unwrap();
+    let actuator = r#"{"deviceId":"desk-lamp","capability":"set_light","capabilityKind":"actuator","agentId":"main"}"#;
+    let out = dk(&["policy", "explain", file, "--context", actuator, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["decision"], json!("require_approval"));
+    assert!(got["rule"].is_string() && got["reason"].as_str().unwrap().starts_with('['));
+
+    let shadow = r#"{"deviceId":"desk-lamp","capability":"read_light","capabilityKind":"sensor","agentId":"__shadow__"}"#;
+    let out = dk(&["policy", "explain", file, "--context", shadow, "--json"]);
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (got["decision"].as_str(), got["rule"].is_null()),
+        (Some("block"), true)
+    );
+    assert!(got["reason"].as_str().unwrap().starts_with("[shadow-deny]"));
+
+    let nobody = r#"{"deviceId":"hall-thermostat","capability":"read_temperature","capabilityKind":"sensor","agentId":"main"}"#;
+    check_json(
+        &["policy", "explain", file, "--context", nobody, "--json"],
+        0,
+        json!({"decision": "allow", "rule": null, "reason": null}),
+    );
+    for bad in ["[1]", "{\"deviceId\": 5}", "not json"] {
+        assert_eq!(
+            dk(&["policy", "explain", file, "--context", bad])
+                .status
+                .code(),
+            Some(1),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn tools_prints_the_v1_definitions() {
+    let lamp = fixtures().join("manifests/valid/desk-lamp.json");
+    let out = dk(&[
+        "tools",
+        "--manifest",
+        lamp.to_str().unwrap(),
+        "--grant",
+        "set_light,strobe",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["device__desk_lamp__set_light", "device__desk_lamp__strobe"]
+    );
+    assert_eq!(
+        tools[0]["function"]["parameters"]["required"],
+        json!(["on"])
+    );
+    let out = dk(&[
+        "tools",
+        "--manifest",
+        lamp.to_str().unwrap(),
+        "--grant",
+        "fly",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "error: grant names unknown capability: fly"
+    );
+    let none = dk(&["tools", "--manifest", lamp.to_str().unwrap()]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&none.stdout).unwrap(),
+        json!([])
+    );
+}
