@@ -1,0 +1,295 @@
+//! `cargo xtask bench [FILTER] [--save FILE]`: runs the divan benchmarks and
+//! prints the median of each, read from divan's table. Times are reported,
+//! never asserted on.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use crate::run::{Stream, cargo, describe, tee};
+use crate::{TaskError, TaskResult};
+
+/// The packages whose benchmarks run.
+const PACKAGES: [&str; 3] = ["dk-proto", "dk-policy", "dk-vessel"];
+
+/// Runs the benchmarks, then prints (and optionally saves) their medians.
+pub fn run(args: &[String]) -> TaskResult {
+    let mut filter: Option<&str> = None;
+    let mut save: Option<PathBuf> = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--save" => {
+                let file = args
+                    .next()
+                    .ok_or_else(|| TaskError("`--save` needs a file name".to_owned()))?;
+                save = Some(PathBuf::from(file));
+            }
+            other if other.starts_with("--") => {
+                return Err(TaskError(format!(
+                    "unknown option `{other}` (expected `--save FILE`)"
+                )));
+            }
+            other if filter.is_none() => filter = Some(other),
+            other => return Err(TaskError(format!("one filter only; `{other}` is a second"))),
+        }
+    }
+
+    let mut command = cargo();
+    command.arg("bench");
+    for package in PACKAGES {
+        command.args(["-p", package]);
+    }
+    // Only the divan bench targets: libtest's unit-test binaries have no benchmarks.
+    command.args(["--bench", "*"]);
+    if let Some(filter) = filter {
+        command.args(["--", filter]);
+    }
+
+    let mut parser = DivanParser::default();
+    let passed = tee("bench", &mut command, Stream::Stdout, |line| {
+        parser.add_line(line)
+    })?;
+    if !passed {
+        return Err(TaskError(format!("bench failed: `{}`", describe(&command))));
+    }
+    let medians = parser.medians;
+    println!("\n{}", table(&medians));
+    if let Some(file) = save {
+        std::fs::write(&file, json(&medians))
+            .map_err(|error| TaskError(format!("cannot write `{}`: {error}", file.display())))?;
+        println!("saved {} medians to `{}`", medians.len(), file.display());
+    }
+    Ok(())
+}
+
+/// The median of one benchmark, as divan printed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Median {
+    /// The benchmark's path: binary, function, then arguments, joined by `/`.
+    pub name: String,
+    /// The median as printed, such as `170.1 ns`.
+    pub text: String,
+    /// The median in nanoseconds, when its unit is known.
+    pub nanos: Option<f64>,
+}
+
+/// Reads divan's output line by line, keeping the median of every leaf.
+///
+/// Divan prints one tree per bench binary: a header line naming the binary and
+/// the columns `fastest │ slowest │ median │ mean │ samples │ iters`, then one
+/// line per function, argument or leaf, indented with `│  `, `├─ ` and `╰─ `.
+/// The five rightmost `│` separate the columns; the tree's own `│` come before.
+#[derive(Debug, Default)]
+pub struct DivanParser {
+    /// The names from the binary down to the current line's parent.
+    path: Vec<String>,
+    /// Whether a header line has been seen, so lines are table rows.
+    in_table: bool,
+    /// The medians found so far.
+    pub medians: Vec<Median>,
+}
+
+/// Characters divan draws the tree with.
+const TREE_CHARS: [char; 5] = ['│', '├', '╰', '─', ' '];
+
+impl DivanParser {
+    /// Takes one line of output.
+    pub fn add_line(&mut self, line: &str) {
+        let columns: Vec<&str> = line.rsplitn(6, '│').collect();
+        // rsplitn yields from the right: iters, samples, mean, median, slowest, rest.
+        let [_iters, _samples, _mean, median, _slowest, first] = columns.as_slice() else {
+            if !line.trim().is_empty() {
+                // Any other output ("Timer precision", libtest) ends a table.
+                self.in_table = false;
+            }
+            return;
+        };
+        let median = median.trim();
+        if median == "median" {
+            let name = first
+                .trim_end()
+                .strip_suffix("fastest")
+                .unwrap_or(first)
+                .trim();
+            self.path = vec![name.to_owned()];
+            self.in_table = true;
+            return;
+        }
+        if !self.in_table {
+            return;
+        }
+        let indent = first.chars().take_while(|c| TREE_CHARS.contains(c)).count();
+        let rest: String = first.chars().skip(indent).collect();
+        let name = strip_value(rest.trim_end()).trim();
+        if name.is_empty() {
+            // A second row for the same leaf, such as a throughput.
+            return;
+        }
+        let depth = (indent / 3).max(1);
+        self.path.truncate(depth);
+        self.path.push(name.to_owned());
+        if median.chars().any(|c| c.is_ascii_digit()) {
+            self.medians.push(Median {
+                name: self.path.join("/"),
+                text: median.to_owned(),
+                nanos: nanos(median),
+            });
+        }
+    }
+}
+
+/// Removes a trailing value such as `170.1 ns` or `5.8 GB/s` from a name column.
+fn strip_value(text: &str) -> &str {
+    let mut words = text.rsplitn(3, char::is_whitespace);
+    let (Some(unit), Some(number)) = (words.next(), words.next()) else {
+        return text;
+    };
+    let is_number = number.parse::<f64>().is_ok();
+    let is_unit = !unit.is_empty() && !unit.chars().any(|c| c.is_ascii_digit());
+    if is_number && is_unit {
+        words.next().unwrap_or("")
+    } else {
+        text
+    }
+}
+
+/// A printed duration in nanoseconds, such as `1.5 µs` -> 1500.
+fn nanos(text: &str) -> Option<f64> {
+    let mut words = text.split_whitespace();
+    let number: f64 = words.next()?.parse().ok()?;
+    let scale = match words.next()? {
+        "ps" => 0.001,
+        "ns" => 1.0,
+        "µs" | "us" => 1_000.0,
+        "ms" => 1_000_000.0,
+        "s" => 1_000_000_000.0,
+        _ => return None,
+    };
+    Some(number * scale)
+}
+
+/// The medians as a two-column text table.
+fn table(medians: &[Median]) -> String {
+    let width = medians
+        .iter()
+        .map(|m| m.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let mut text = format!("{:<width$}  median\n", "benchmark");
+    for median in medians {
+        let _ = writeln!(text, "{:<width$}  {}", median.name, median.text);
+    }
+    if medians.is_empty() {
+        text.push_str("(no benchmark medians found in the output)\n");
+    }
+    text
+}
+
+/// The medians as JSON: `{"benchmarks": [{"name", "median", "median_ns"}]}`.
+fn json(medians: &[Median]) -> String {
+    let mut text = String::from("{\n  \"benchmarks\": [");
+    for (i, median) in medians.iter().enumerate() {
+        let separator = if i == 0 { "" } else { "," };
+        let nanos = median
+            .nanos
+            .map_or_else(|| "null".to_owned(), |n| format!("{n}"));
+        let _ = write!(
+            text,
+            "{separator}\n    {{\"name\": {}, \"median\": {}, \"median_ns\": {nanos}}}",
+            json_string(&median.name),
+            json_string(&median.text),
+        );
+    }
+    text.push_str("\n  ]\n}\n");
+    text
+}
+
+/// A JSON string literal.
+fn json_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DivanParser, json, nanos};
+
+    #[track_caller]
+    fn check(output: &str, expected: &[(&str, &str)]) {
+        let mut parser = DivanParser::default();
+        for line in output.lines() {
+            parser.add_line(line);
+        }
+        let got: Vec<(&str, &str)> = parser
+            .medians
+            .iter()
+            .map(|m| (m.name.as_str(), m.text.as_str()))
+            .collect();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn divan_tables() {
+        check("", &[]);
+        check(
+            "\
+     Running benches/proto.rs (target/release/deps/proto-0123)
+Timer precision: 20 ns
+proto                      fastest       │ slowest       │ median        │ mean          │ samples │ iters
+├─ check_lamp_input        101.2 ns      │ 130.5 ns      │ 104.1 ns      │ 105 ns        │ 100     │ 6400
+╰─ parse_tool_name_lamp    20.1 ns       │ 25.2 ns       │ 21 ns         │ 21.3 ns       │ 100     │ 25600
+",
+            &[("proto/check_lamp_input", "104.1 ns"), ("proto/parse_tool_name_lamp", "21 ns")],
+        );
+        check(
+            "\
+Timer precision: 20 ns
+policy                            fastest       │ slowest       │ median        │ mean          │ samples │ iters
+├─ evaluate_device_use_match                    │               │               │               │         │
+│  ├─ 10                          51.2 ns       │ 60 ns         │ 52.5 ns       │ 53 ns         │ 100     │ 12800
+│  ╰─ 10000                       1.2 µs        │ 2 µs          │ 1.25 µs       │ 1.3 µs        │ 100     │ 800
+╰─ parse_file                                   │               │               │               │         │
+   ╰─ 1000                        2.5 ms        │ 3 ms          │ 2.6 ms        │ 2.7 ms        │ 100     │ 100
+                                  5.8 GB/s      │ 4.1 GB/s      │ 5.2 GB/s      │ 5 GB/s        │         │
+",
+            &[
+                ("policy/evaluate_device_use_match/10", "52.5 ns"),
+                ("policy/evaluate_device_use_match/10000", "1.25 µs"),
+                ("policy/parse_file/1000", "2.6 ms"),
+            ],
+        );
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(nanos("1.5 µs"), Some(1500.0));
+        assert_eq!(nanos("2 ms"), Some(2_000_000.0));
+        assert_eq!(nanos("3 ns"), Some(3.0));
+        assert_eq!(nanos("5 GB/s"), None);
+    }
+
+    #[test]
+    fn json_output() {
+        let medians = vec![super::Median {
+            name: "a/\"b\"".into(),
+            text: "3 ns".into(),
+            nanos: Some(3.0),
+        }];
+        assert_eq!(
+            json(&medians),
+            "{\n  \"benchmarks\": [\n    {\"name\": \"a/\\\"b\\\"\", \"median\": \"3 ns\", \"median_ns\": 3}\n  ]\n}\n"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! `cargo xtask ci`: exactly what CI runs, in order, stopping at the first
+//! failing step.
+
+use std::process::Command;
+
+use crate::run::{Stream, cargo, describe, status, tee};
+use crate::{TaskError, TaskResult};
+
+/// Runs the CI steps: format check, clippy, tests (with doc tests), docs.
+pub fn run() -> TaskResult {
+    status("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    status(
+        "clippy",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    let totals = test(cargo().args(["test", "--workspace", "--locked"]))?;
+    status(
+        "docs",
+        cargo()
+            .args(["doc", "--workspace", "--no-deps", "--locked"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    println!("\n==> ci passed; tests: {totals}");
+    Ok(())
+}
+
+/// Runs the tests, adding up the `test result:` lines cargo's test binaries print.
+fn test(command: &mut Command) -> Result<TestTotals, TaskError> {
+    let mut totals = TestTotals::default();
+    let passed = tee("test", command, Stream::Stdout, |line| {
+        totals.add_line(line)
+    })?;
+    println!("\n==> tests: {totals}");
+    if passed {
+        Ok(totals)
+    } else {
+        Err(TaskError(format!(
+            "test failed: `{}` ({totals})",
+            describe(command)
+        )))
+    }
+}
+
+/// The sums of the `test result:` lines of a test run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TestTotals {
+    /// How many test binaries (and doc-test runs) reported.
+    pub suites: u64,
+    /// Tests that passed.
+    pub passed: u64,
+    /// Tests that failed.
+    pub failed: u64,
+    /// Tests that were ignored.
+    pub ignored: u64,
+    /// Tests left out by a filter.
+    pub filtered_out: u64,
+}
+
+impl TestTotals {
+    /// Adds one line of test output when it is a `test result:` line, such as
+    /// `test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s`.
+    pub fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result:") else {
+            return;
+        };
+        self.suites += 1;
+        for part in rest.split(';') {
+            let part = part.trim().replace("filtered out", "filtered_out");
+            let mut words = part.split_whitespace().rev();
+            let (Some(label), Some(count)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(count) = count.parse::<u64>() else {
+                continue;
+            };
+            match label {
+                "passed" => self.passed += count,
+                "failed" => self.failed += count,
+                "ignored" => self.ignored += count,
+                "filtered_out" => self.filtered_out += count,
+                _ => {}
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for TestTotals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} passed; {} failed; {} ignored; {} filtered out ({} suites)",
+            self.passed, self.failed, self.ignored, self.filtered_out, self.suites
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestTotals;
+
+    #[track_caller]
+    fn check(lines: &[&str], expected: [u64; 5]) {
+        let mut totals = TestTotals::default();
+        for line in lines {
+            totals.add_line(line);
+        }
+        let got = [
+            totals.suites,
+            totals.passed,
+            totals.failed,
+            totals.ignored,
+            totals.filtered_out,
+        ];
+        assert_eq!(got, expected, "{lines:?}");
+    }
+
+    #[test]
+    fn test_result_lines() {
+        check(&[], [0, 0, 0, 0, 0]);
+        check(&["running 3 tests", "test a ... ok"], [0, 0, 0, 0, 0]);
+        check(
+            &[
+                "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; finished in 0.01s",
+            ],
+            [1, 12, 0, 1, 2],
+        );
+        check(
+            &[
+                "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s",
+                "test result: FAILED. 4 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.20s",
+                "   Doc-tests dk_proto",
+                "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s",
+            ],
+            [3, 7, 2, 0, 0],
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! dk's automation, run as `cargo xtask <task>`: the CI steps, benchmarks with
+//! a summary of their medians, and short fuzzing runs seeded from `fixtures/`.
+//!
+//! Only the standard library is used, so the tasks build quickly and the same
+//! way everywhere.
+
+#![forbid(unsafe_code)]
+
+mod bench;
+mod ci;
+mod fuzz;
+mod run;
+
+use std::process::ExitCode;
+
+/// What `cargo xtask help` prints.
+const HELP: &str = "\
+usage: cargo xtask <task> [args]
+
+tasks:
+  ci                       what CI runs: fmt check, clippy, tests, docs (fails fast)
+  bench [FILTER] [--save FILE]
+                           run the divan benchmarks of dk-proto, dk-policy and dk-vessel,
+                           then print their medians (and write them to FILE as JSON)
+  fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
+                           seeded from fixtures/; needs nightly and cargo-fuzz
+  help                     print this list";
+
+/// The failure of a task: a message for the person at the terminal.
+#[derive(Debug)]
+pub struct TaskError(pub String);
+
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a task returns.
+pub type TaskResult = Result<(), TaskError>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((task, rest)) => (task.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let outcome = match task {
+        "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
+        "bench" => bench::run(rest),
+        "fuzz" => fuzz::run(rest),
+        "help" | "-h" | "--help" => {
+            println!("{HELP}");
+            Ok(())
+        }
+        other => Err(TaskError(format!("unknown task `{other}`\n\n{HELP}"))),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask {task}: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Refuses arguments for a task that takes none.
+fn no_arguments(task: &str, rest: &[String]) -> TaskResult {
+    match rest.first() {
+        None => Ok(()),
+        Some(arg) => Err(TaskError(format!(
+            "`{task}` takes no arguments, got `{arg}`"
+        ))),
+    }
+}
