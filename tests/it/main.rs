@@ -6,3 +6,4 @@
 
 mod harness;
 mod in_process;
+mod tidy;
