@@ -54,7 +54,16 @@ pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputEr
         ));
     }
     for param in capability.params() {
-        let Some(value) = values.get(param.name()) else {
+        // Inputs are small: a scan beats hashing every key (keys are unique).
+        let found = if values.len() <= 8 {
+            values
+                .iter()
+                .find(|(k, _)| k.as_str() == param.name())
+                .map(|(_, v)| v)
+        } else {
+            values.get(param.name())
+        };
+        let Some(value) = found else {
             if param.required() {
                 return Err(InputError::MissingRequired(param.name().to_owned()));
             }

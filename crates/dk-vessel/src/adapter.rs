@@ -413,6 +413,7 @@ impl DeviceToolAdapter {
             return Checked::Refused("[8dk-deny] input must be an object".to_owned());
         };
         // 5. The person's yes.
+        let waited = ask_reason.is_some();
         if let Some(reason) = ask_reason {
             let Some(approver) = ctx.approver else {
                 return Checked::Refused(format!("[policy] {reason} (no approver wired)"));
@@ -428,8 +429,14 @@ impl DeviceToolAdapter {
                 return Checked::Refused(format!("[policy] the person said no: {reason}"));
             }
         }
-        // 6. Still the same pairing, still granted.
-        match self.registry.get_with_grant(device_id, capability) {
+        // 6. Still the same pairing, still granted. Without a wait there is
+        // nothing to re-read: the reads of checks 1 and 2 are this call's.
+        let now = if waited {
+            self.registry.get_with_grant(device_id, capability)
+        } else {
+            Some((Arc::clone(&device), true))
+        };
+        match now {
             Some((now, granted)) if now.generation() == device.generation() => {
                 if !granted {
                     return Checked::Refused(format!(

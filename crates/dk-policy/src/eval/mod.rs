@@ -182,6 +182,22 @@ struct ActionIndex {
     tiers: [TierIndex; 3],
 }
 
+impl ActionIndex {
+    /// No rule at all for this action.
+    fn is_empty(&self) -> bool {
+        self.tiers
+            .iter()
+            .all(|t| t.by_device.is_empty() && t.by_capability.is_empty() && t.rest.is_empty())
+    }
+
+    /// Whether any rule is indexed by device, and by capability.
+    fn keyed(&self) -> (bool, bool) {
+        let device = self.tiers.iter().any(|t| !t.by_device.is_empty());
+        let capability = self.tiers.iter().any(|t| !t.by_capability.is_empty());
+        (device, capability)
+    }
+}
+
 /// A compiled, immutable set of rules. `Send + Sync`; share it with an `Arc`.
 #[derive(Debug)]
 pub struct PolicySet {
@@ -300,9 +316,24 @@ impl PolicySet {
         if ctx.agent_id == Some(SHADOW_AGENT_ID) {
             return shadow_deny();
         }
+        if self.device_use.is_empty() && self.any_action.is_empty() {
+            return Decision::Allow { rule: None };
+        }
+        // Hash only the fields some rule is indexed by (0 never finds a bucket
+        // in an empty map).
+        let (d1, c1) = self.device_use.keyed();
+        let (d2, c2) = self.any_action.keyed();
         let keys = Keys {
-            device: fold_hash(&self.hasher, ctx.device_id),
-            capability: fold_hash(&self.hasher, ctx.capability),
+            device: if d1 || d2 {
+                fold_hash(&self.hasher, ctx.device_id)
+            } else {
+                0
+            },
+            capability: if c1 || c2 {
+                fold_hash(&self.hasher, ctx.capability)
+            } else {
+                0
+            },
         };
         self.decide(
             [Some(&self.device_use), Some(&self.any_action)],

@@ -93,3 +93,52 @@ fn other_shapes() {
     );
     check(&text, r#"{"mode":"x"}"#, Err(r#"missing required "level""#));
 }
+
+mod never_panics {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::check_input;
+    use super::capability;
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<f64>().prop_map(|f| json!(f)),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec(
+                    (
+                        prop_oneof![
+                            "on".boxed(),
+                            "brightness".boxed(),
+                            "[0-9]{1,3}".boxed(),
+                            ".{0,70}".boxed()
+                        ],
+                        inner
+                    ),
+                    0..5
+                )
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn input_checks_never_panic(input in arb_json()) {
+            let cap = capability(json!({"on":{"type":"boolean","required":true},"brightness":{"type":"number"},"label":{"type":"string"}}));
+            if check_input(&cap, &input).is_ok() {
+                // Whatever passes is an object holding only declared params of the right type.
+                let map = input.as_object().unwrap();
+                prop_assert!(map.get("on").is_some_and(Value::is_boolean));
+                prop_assert!(map.keys().all(|k| ["on", "brightness", "label"].contains(&k.as_str())));
+            }
+        }
+    }
+}
