@@ -11,6 +11,7 @@
 
 mod adapter;
 mod link;
+mod person;
 mod registry;
 
 pub use adapter::{
@@ -20,6 +21,9 @@ pub use adapter::{
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, Handled, InvokeResult, Links,
     PumpReport, pump_device_frames,
+};
+pub use person::{
+    AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
 };
 pub use registry::{
     AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,

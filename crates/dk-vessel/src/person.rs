@@ -1,0 +1,231 @@
+//! The person channel: one queue of what the person must answer (consents
+//! to pair, approvals of calls), each with a deadline. Front ends (the
+//! terminal prompt, the admin API, the command line) list and answer it; the
+//! registry and the adapter ask through it and wait.
+//!
+//! An unanswered prompt is a no when its deadline passes. A prompt whose
+//! asker gave up (the device disconnected during pairing, the call was
+//! dropped) leaves the queue at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::adapter::{ApprovalRequest, Approver};
+use crate::registry::{ConsentDecision, ConsentRequest};
+
+/// How long the person has to answer an approval by default (two minutes).
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the person is asked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "request", rename_all = "camelCase")]
+pub enum Prompt {
+    /// A device asks to pair.
+    Consent(ConsentRequest),
+    /// A call needs a yes.
+    Approval(ApprovalRequest),
+}
+
+/// One open prompt, as front ends list it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPrompt {
+    /// Identifies the prompt when answering.
+    pub id: u64,
+    /// Milliseconds since the Unix epoch after which the prompt is a no.
+    pub expires_at_ms: u64,
+    /// What is asked.
+    #[serde(flatten)]
+    pub prompt: Prompt,
+}
+
+/// A change in the queue, for front ends that show it live.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PersonEvent {
+    /// A new prompt is waiting.
+    Asked(PendingPrompt),
+    /// A prompt left the queue (answered, timed out, or withdrawn).
+    Closed {
+        /// The prompt's id.
+        id: u64,
+    },
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// No open prompt has that id (answered already, timed out or withdrawn).
+    #[error("no open prompt {0}")]
+    NotFound(u64),
+    /// The prompt is of the other kind.
+    #[error("prompt {0} is not {1}")]
+    WrongKind(u64, &'static str),
+}
+
+enum Responder {
+    Consent(oneshot::Sender<ConsentDecision>),
+    Approval(oneshot::Sender<bool>),
+}
+
+struct Entry {
+    view: PendingPrompt,
+    responder: Responder,
+}
+
+/// The queue of prompts for the person.
+pub struct PersonChannel {
+    pending: Mutex<BTreeMap<u64, Entry>>,
+    next_id: AtomicU64,
+    events: broadcast::Sender<PersonEvent>,
+    approval_timeout: Duration,
+}
+
+impl fmt::Debug for PersonChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PersonChannel")
+            .field("pending", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Default for PersonChannel {
+    fn default() -> Self {
+        PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)
+    }
+}
+
+/// Removes a prompt when its asker stops waiting, however that happens.
+struct Withdraw<'a> {
+    channel: &'a PersonChannel,
+    id: u64,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        self.channel.close(self.id);
+    }
+}
+
+fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl PersonChannel {
+    /// An empty queue; approvals asked through [`Approver`] wait at most
+    /// `approval_timeout`.
+    pub fn new(approval_timeout: Duration) -> PersonChannel {
+        PersonChannel {
+            pending: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+            events: broadcast::channel(256).0,
+            approval_timeout,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open(&self, prompt: Prompt, timeout: Duration, responder: Responder) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let view = PendingPrompt {
+            id,
+            expires_at_ms: epoch_ms(SystemTime::now() + timeout),
+            prompt,
+        };
+        self.lock().insert(
+            id,
+            Entry {
+                view: view.clone(),
+                responder,
+            },
+        );
+        let _ = self.events.send(PersonEvent::Asked(view));
+        id
+    }
+
+    fn close(&self, id: u64) {
+        if self.lock().remove(&id).is_some() {
+            let _ = self.events.send(PersonEvent::Closed { id });
+        }
+    }
+
+    /// Asks the person to pair a device; no answer within `timeout` is a no.
+    pub async fn ask_consent(&self, request: ConsentRequest, timeout: Duration) -> ConsentDecision {
+        let (tx, rx) = oneshot::channel();
+        let id = self.open(Prompt::Consent(request), timeout, Responder::Consent(tx));
+        let _withdraw = Withdraw { channel: self, id };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(decision)) => decision,
+            _ => ConsentDecision::refuse(),
+        }
+    }
+
+    /// Asks the person to approve a call; no answer within `timeout` is a no.
+    pub async fn ask_approval(&self, request: ApprovalRequest, timeout: Duration) -> bool {
+        let (tx, rx) = oneshot::channel();
+        let id = self.open(Prompt::Approval(request), timeout, Responder::Approval(tx));
+        let _withdraw = Withdraw { channel: self, id };
+        matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(true)))
+    }
+
+    /// Open prompts, oldest first.
+    pub fn pending(&self) -> Vec<PendingPrompt> {
+        self.lock().values().map(|e| e.view.clone()).collect()
+    }
+
+    /// Changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<PersonEvent> {
+        self.events.subscribe()
+    }
+
+    fn take(&self, id: u64, want: &'static str) -> Result<Responder, AnswerError> {
+        let mut pending = self.lock();
+        let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
+        let kind = match entry.responder {
+            Responder::Consent(_) => "a consent",
+            Responder::Approval(_) => "an approval",
+        };
+        if kind != want {
+            return Err(AnswerError::WrongKind(id, want));
+        }
+        let entry = pending.remove(&id).ok_or(AnswerError::NotFound(id))?;
+        drop(pending);
+        let _ = self.events.send(PersonEvent::Closed { id });
+        Ok(entry.responder)
+    }
+
+    /// Answers a consent prompt.
+    pub fn answer_consent(&self, id: u64, decision: ConsentDecision) -> Result<(), AnswerError> {
+        match self.take(id, "a consent")? {
+            Responder::Consent(tx) => tx.send(decision).map_err(|_| AnswerError::NotFound(id)),
+            Responder::Approval(_) => Err(AnswerError::WrongKind(id, "a consent")),
+        }
+    }
+
+    /// Answers an approval prompt.
+    pub fn answer_approval(&self, id: u64, approve: bool) -> Result<(), AnswerError> {
+        match self.take(id, "an approval")? {
+            Responder::Approval(tx) => tx.send(approve).map_err(|_| AnswerError::NotFound(id)),
+            Responder::Consent(_) => Err(AnswerError::WrongKind(id, "an approval")),
+        }
+    }
+}
+
+impl Approver for PersonChannel {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move { Ok(self.ask_approval(request, self.approval_timeout).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests;
