@@ -16,7 +16,7 @@ const RESULT_200: &str = r#"{"type":"device:result","callId":"5b0c7c2e-4f1d-4a63
 
 const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
 
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn parse_result_frame_200b(bencher: divan::Bencher) {
     assert!(
         (190..=210).contains(&RESULT_200.len()),
@@ -29,7 +29,7 @@ fn parse_result_frame_200b(bencher: divan::Bencher) {
     });
 }
 
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn validate_and_digest_lamp(bencher: divan::Bencher) {
     let lamp: Value = serde_json::from_str(LAMP).unwrap_or_default();
     bencher.bench(|| {
@@ -38,7 +38,7 @@ fn validate_and_digest_lamp(bencher: divan::Bencher) {
     });
 }
 
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn check_lamp_input(bencher: divan::Bencher) {
     let lamp: Value = serde_json::from_str(LAMP).unwrap_or_default();
     let Ok(manifest) = validate_manifest(&lamp) else {
@@ -51,19 +51,19 @@ fn check_lamp_input(bencher: divan::Bencher) {
     bencher.bench(|| black_box(check_input(cap, black_box(&input)).is_ok()));
 }
 
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn parse_tool_name_lamp(bencher: divan::Bencher) {
     bencher.bench(|| black_box(parse_tool_name(black_box("device__desk_lamp__set_light"))));
 }
 
 /// Baseline: the same frame into a `serde_json::Value` tree.
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn baseline_result_frame_into_value(bencher: divan::Bencher) {
     bencher.bench(|| black_box(serde_json::from_str::<Value>(black_box(RESULT_200)).is_ok()));
 }
 
 /// Baseline: serde_json only skimming the same frame, building nothing.
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn baseline_result_frame_skimmed(bencher: divan::Bencher) {
     bencher.bench(|| {
         black_box(serde_json::from_str::<serde::de::IgnoredAny>(black_box(RESULT_200)).is_ok())

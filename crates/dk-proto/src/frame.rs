@@ -16,8 +16,12 @@ use serde_json::{Map, Value};
 /// Largest frame accepted by default, in bytes (1 MiB).
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
 /// Deepest nesting of arrays and objects accepted by default (the frame
-/// object itself is level 1).
+/// object itself is level 1). Checked by one pass over the bytes before the
+/// JSON parser runs (the parser does not bound nesting inside the payloads it
+/// keeps as raw text).
 pub const MAX_FRAME_DEPTH: usize = 64;
+/// serde_json's own recursion limit.
+const PARSER_DEPTH_LIMIT: usize = 127;
 /// How much of an unknown frame type an error quotes, in bytes.
 const TYPE_QUOTE: usize = 64;
 
@@ -177,19 +181,85 @@ pub enum VesselFrame<'a> {
 /// A repeated key keeps its last value, as `JSON.parse` does.
 #[derive(Default)]
 struct RawFrame<'a> {
-    kind: Option<&'a RawValue>,
+    kind: Option<Scalar<'a>>,
     manifest: Option<&'a RawValue>,
-    device_id: Option<&'a RawValue>,
-    token: Option<&'a RawValue>,
-    call_id: Option<&'a RawValue>,
-    ok: Option<&'a RawValue>,
+    device_id: Option<Scalar<'a>>,
+    token: Option<Scalar<'a>>,
+    call_id: Option<Scalar<'a>>,
+    ok: Option<Scalar<'a>>,
     result: Option<&'a RawValue>,
-    error: Option<&'a RawValue>,
-    capability: Option<&'a RawValue>,
+    error: Option<Scalar<'a>>,
+    capability: Option<Scalar<'a>>,
     data: Option<&'a RawValue>,
-    code: Option<&'a RawValue>,
-    device_token: Option<&'a RawValue>,
+    code: Option<Scalar<'a>>,
+    device_token: Option<Scalar<'a>>,
     input: Option<&'a RawValue>,
+}
+
+/// A field that must be a string or a boolean: read directly, without
+/// keeping its raw text. Anything else is `Other`, a wrong type.
+#[derive(Debug, Clone)]
+enum Scalar<'a> {
+    Str(Cow<'a, str>),
+    Bool(bool),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for ScalarVisitor<'a> {
+            type Value = Scalar<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Str(Cow::Owned(v)))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar<'a>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar<'a>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor(std::marker::PhantomData))
+    }
+}
+
+impl<'a> Scalar<'a> {
+    fn into_str(self) -> Option<Cow<'a, str>> {
+        match self {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        }
+    }
 }
 
 enum Key {
@@ -251,26 +321,38 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFrame<'a>, A::Error> {
                 let mut frame = RawFrame::default();
                 while let Some(key) = map.next_key::<Key>()? {
-                    let slot = match key {
-                        Key::Type => &mut frame.kind,
-                        Key::Manifest => &mut frame.manifest,
-                        Key::DeviceId => &mut frame.device_id,
-                        Key::Token => &mut frame.token,
-                        Key::CallId => &mut frame.call_id,
-                        Key::Ok => &mut frame.ok,
-                        Key::Result => &mut frame.result,
-                        Key::Error => &mut frame.error,
-                        Key::Capability => &mut frame.capability,
-                        Key::Data => &mut frame.data,
-                        Key::Code => &mut frame.code,
-                        Key::DeviceToken => &mut frame.device_token,
-                        Key::Input => &mut frame.input,
+                    let scalar = match key {
+                        Key::Manifest => {
+                            frame.manifest = Some(map.next_value()?);
+                            continue;
+                        }
+                        Key::Result => {
+                            frame.result = Some(map.next_value()?);
+                            continue;
+                        }
+                        Key::Data => {
+                            frame.data = Some(map.next_value()?);
+                            continue;
+                        }
+                        Key::Input => {
+                            frame.input = Some(map.next_value()?);
+                            continue;
+                        }
                         Key::Other => {
                             map.next_value::<IgnoredAny>()?;
                             continue;
                         }
+                        Key::Type => &mut frame.kind,
+                        Key::DeviceId => &mut frame.device_id,
+                        Key::Token => &mut frame.token,
+                        Key::CallId => &mut frame.call_id,
+                        Key::Ok => &mut frame.ok,
+                        Key::Error => &mut frame.error,
+                        Key::Capability => &mut frame.capability,
+                        Key::Code => &mut frame.code,
+                        Key::DeviceToken => &mut frame.device_token,
                     };
-                    *slot = Some(map.next_value::<&'de RawValue>()?);
+                    *scalar = Some(map.next_value::<Scalar<'de>>()?);
                 }
                 Ok(frame)
             }
@@ -279,46 +361,14 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
     }
 }
 
-/// A JSON string decoded without copying when it has no escapes.
-struct CowStr<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
-            type Value = CowStr<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<CowStr<'a>, E> {
-                Ok(CowStr(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<CowStr<'a>, E> {
-                Ok(CowStr(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(StrVisitor(std::marker::PhantomData))
-    }
-}
-
-/// The string a raw JSON value holds, or `None` when it is not a string.
-fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    if !raw.get().starts_with('"') {
-        return None;
-    }
-    serde_json::from_str::<CowStr<'_>>(raw.get())
-        .ok()
-        .map(|s| s.0)
-}
-
 /// A required non-empty string field.
 fn required_str<'a>(
-    raw: Option<&'a RawValue>,
+    field_value: Option<Scalar<'a>>,
     frame: &'static str,
     field: &'static str,
 ) -> Result<Cow<'a, str>, FrameError> {
-    let raw = raw.ok_or(FrameError::MissingField { frame, field })?;
-    match raw_str(raw) {
+    let value = field_value.ok_or(FrameError::MissingField { frame, field })?;
+    match value.into_str() {
         Some(s) if !s.is_empty() => Ok(s),
         _ => Err(FrameError::WrongType {
             frame,
@@ -338,7 +388,9 @@ fn is_object(raw: &RawValue) -> bool {
 fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
     // Depth cannot exceed the number of opening brackets: when there are few
     // (the usual frame), this vectorised count saves the exact pass.
-    let opening = bytes.iter().filter(|&&b| b == b'{' || b == b'[').count();
+    // `[` is 0x5B and `{` is 0x7B: one masked compare finds both, and the
+    // loop vectorises.
+    let opening: usize = bytes.iter().map(|&b| usize::from(b | 0x20 == b'{')).sum();
     if opening <= max {
         return false;
     }
@@ -371,6 +423,16 @@ fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
     false
 }
 
+/// The parser's error, except that its recursion limit reads as
+/// [`FrameError::TooDeep`].
+fn not_json(error: &serde_json::Error, max_depth: usize) -> FrameError {
+    let message = error.to_string();
+    if message.starts_with("recursion limit exceeded") {
+        return FrameError::TooDeep { max: max_depth };
+    }
+    FrameError::NotJson(message)
+}
+
 /// Size, UTF-8, depth and object checks shared by both directions.
 fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameError> {
     if bytes.len() > limits.max_bytes {
@@ -380,32 +442,26 @@ fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameErro
         });
     }
     let text = std::str::from_utf8(bytes).map_err(|_| FrameError::NotUtf8)?;
-    if nests_deeper_than(bytes, limits.max_depth) {
-        return Err(FrameError::TooDeep {
-            max: limits.max_depth,
-        });
+    // The parser refuses nesting past 128 in the values it walks itself.
+    let max_depth = limits.max_depth.min(PARSER_DEPTH_LIMIT);
+    if nests_deeper_than(bytes, max_depth) {
+        return Err(FrameError::TooDeep { max: max_depth });
     }
     if !text.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<IgnoredAny>(text) {
             Ok(_) => FrameError::NotAnObject,
-            Err(e) => FrameError::NotJson(e.to_string()),
+            Err(e) => not_json(&e, max_depth),
         });
     }
-    serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| FrameError::NotJson(e.to_string()))
+    serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| not_json(&e, max_depth))
 }
 
 /// The frame type, checked against the known ones.
-fn frame_type(raw: Option<&RawValue>) -> Result<&'static str, FrameError> {
-    let raw = raw.ok_or(FrameError::MissingType)?;
-    // Fast path: the usual, unescaped spelling.
+fn frame_type(raw: Option<Scalar<'_>>) -> Result<&'static str, FrameError> {
+    let name = raw
+        .and_then(Scalar::into_str)
+        .ok_or(FrameError::MissingType)?;
     let known = [HELLO, AUTH, RESULT, EVENT, PAIRING, PAIRED, INVOKE, REVOKED];
-    let quoted = raw.get();
-    if let Some(inner) = quoted.strip_prefix('"').and_then(|s| s.strip_suffix('"'))
-        && let Some(kind) = known.iter().find(|k| **k == inner)
-    {
-        return Ok(kind);
-    }
-    let name = raw_str(raw).ok_or(FrameError::MissingType)?;
     match known.iter().find(|k| **k == name) {
         Some(kind) => Ok(kind),
         None => {
@@ -436,9 +492,8 @@ impl<'a> DeviceFrame<'a> {
         match frame_type(raw.kind)? {
             RESULT => {
                 let call_id = required_str(raw.call_id, RESULT, "callId")?;
-                let ok = match raw.ok.map(RawValue::get) {
-                    Some("true") => true,
-                    Some("false") => false,
+                let ok = match raw.ok {
+                    Some(Scalar::Bool(ok)) => ok,
                     Some(_) => {
                         return Err(FrameError::WrongType {
                             frame: RESULT,
@@ -457,7 +512,7 @@ impl<'a> DeviceFrame<'a> {
                     call_id,
                     ok,
                     result: raw.result.map(Cow::Borrowed),
-                    error: raw.error.and_then(raw_str),
+                    error: raw.error.and_then(Scalar::into_str),
                 })
             }
             HELLO => match raw.manifest {
@@ -628,7 +683,7 @@ impl<'a> VesselFrame<'a> {
                 // whole pairing ended": refuse the frame instead.
                 capability: match raw.capability {
                     None => None,
-                    Some(raw) => Some(required_str(Some(raw), REVOKED, "capability")?),
+                    Some(value) => Some(required_str(Some(value), REVOKED, "capability")?),
                 },
             }),
             other => Err(FrameError::WrongSide(other)),

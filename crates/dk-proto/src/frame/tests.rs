@@ -117,6 +117,35 @@ fn size_is_checked_before_anything_else() {
 }
 
 #[test]
+fn a_depth_limit_past_the_parser_acts_as_the_parser() {
+    let deep = format!(
+        r#"{{"type":"device:result","callId":"c","ok":true,"result":{}{}}}"#,
+        "[".repeat(150),
+        "]".repeat(150)
+    );
+    let loose = FrameLimits {
+        max_bytes: MAX_FRAME_BYTES,
+        max_depth: 1000,
+    };
+    assert_eq!(
+        DeviceFrame::parse_with(deep.as_bytes(), loose)
+            .map(|f| f.to_json())
+            .unwrap_err(),
+        FrameError::TooDeep { max: 127 }
+    );
+    // Deep nesting in a field the parser walks itself is refused too.
+    let walked = format!(
+        r#"{{"type":"device:result","callId":{}1{},"ok":true}}"#,
+        "[".repeat(150),
+        "]".repeat(150)
+    );
+    assert!(matches!(
+        DeviceFrame::parse_with(walked.as_bytes(), loose),
+        Err(FrameError::TooDeep { .. })
+    ));
+}
+
+#[test]
 fn vessel_frames_serialise_as_v1_and_parse_back() {
     let input = json!({"on": true, "brightness": 40});
     let frames = [
