@@ -77,7 +77,7 @@ fn paired(rule_count: usize) -> Option<(DeviceToolAdapter, String)> {
     Some((adapter, paired.token.expose().to_owned()))
 }
 
-#[divan::bench(args = [0, 1000])]
+#[divan::bench(args = [0, 1000], sample_count = 200, sample_size = 200)]
 fn execute_allowed_call(bencher: divan::Bencher, rule_count: usize) {
     let Some((adapter, _)) = paired(rule_count) else {
         return;
@@ -97,7 +97,7 @@ fn execute_allowed_call(bencher: divan::Bencher, rule_count: usize) {
         });
 }
 
-#[divan::bench]
+#[divan::bench(sample_count = 200, sample_size = 200)]
 fn authenticate_with_manifest(bencher: divan::Bencher) {
     let Some((adapter, token)) = paired(0) else {
         return;

@@ -10,14 +10,17 @@
 #![forbid(unsafe_code)]
 
 mod adapter;
+mod connection;
 mod link;
 mod person;
 mod registry;
+mod vessel;
 
 pub use adapter::{
     ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT, DecisionHook,
     DecisionRecord, DeviceToolAdapter, ToolDefinition, ToolOutcome,
 };
+pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, Handled, InvokeResult, Links,
     PumpReport, pump_device_frames,
@@ -30,3 +33,4 @@ pub use registry::{
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
     Paired, PairedDevice, RegistryEvent,
 };
+pub use vessel::{ConnectionPermit, Limits, Stats, Vessel};

@@ -30,6 +30,13 @@ pub trait DeviceLink: Send + Sync {
         input: &'a Map<String, Value>,
         timeout: Duration,
     ) -> BoxFuture<'a, InvokeResult>;
+
+    /// Ends the link: pending and later calls fail with `reason`. Used when a
+    /// newer connection of the same device replaces this one. Does nothing by
+    /// default.
+    fn close(&self, reason: &str) {
+        let _ = reason;
+    }
 }
 
 /// The connected devices, by id. At most one link per device: connecting
@@ -118,6 +125,7 @@ pub struct CallCorrelator {
     state: Mutex<State>,
     max_pending: usize,
     unknown_results: AtomicU64,
+    closed: tokio::sync::Notify,
 }
 
 struct State {
@@ -150,6 +158,7 @@ impl CallCorrelator {
             }),
             max_pending,
             unknown_results: AtomicU64::new(0),
+            closed: tokio::sync::Notify::new(),
         }
     }
 
@@ -203,6 +212,23 @@ impl CallCorrelator {
         };
         for (_, settle) in pending {
             let _ = settle.send(Err(reason.to_owned()));
+        }
+        self.closed.notify_waiters();
+    }
+
+    /// Why the correlator was closed, if it was.
+    pub fn closed_reason(&self) -> Option<String> {
+        self.state().closed.clone()
+    }
+
+    /// Waits until [`CallCorrelator::close`] is called, and returns its reason.
+    pub async fn closed(&self) -> String {
+        loop {
+            let notified = self.closed.notified();
+            if let Some(reason) = self.closed_reason() {
+                return reason;
+            }
+            notified.await;
         }
     }
 
@@ -263,6 +289,10 @@ impl DeviceLink for CallCorrelator {
         timeout: Duration,
     ) -> BoxFuture<'a, InvokeResult> {
         Box::pin(self.call(capability, input, timeout))
+    }
+
+    fn close(&self, reason: &str) {
+        CallCorrelator::close(self, reason);
     }
 }
 

@@ -1,0 +1,563 @@
+//! One device connection, from the first frame to the close: the handshake
+//! (`device:hello` to pair, `device:auth` to reconnect), then calls, events
+//! and revocations, with every limit enforced.
+//!
+//! The logic is written against a `Stream` and a `Sink` of [`WireMessage`]s,
+//! so the WebSocket route and the tests (through channels) run the same code.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dk_proto::{DeviceFrame, FrameError, FrameLimits, VesselFrame};
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::link::{CallCorrelator, DeviceEvent, DeviceLink, Handled};
+use crate::registry::{AuthError, RegistryEvent};
+use crate::vessel::{ConnectionPermit, Vessel};
+
+/// A WebSocket message, whatever library carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireMessage {
+    /// A text message: every dk frame is one.
+    Text(String),
+    /// A binary message: not part of the protocol.
+    Binary(Vec<u8>),
+    /// A ping.
+    Ping(Vec<u8>),
+    /// A pong.
+    Pong(Vec<u8>),
+    /// A close, with its code and reason when given.
+    Close(Option<CloseFrame>),
+}
+
+/// Why a connection was closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseFrame {
+    /// The close code.
+    pub code: u16,
+    /// A short reason, for people.
+    pub reason: String,
+}
+
+impl fmt::Display for CloseFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.reason)
+    }
+}
+
+/// Close codes the vessel uses (documented in `docs/PROTOCOL.md`).
+pub mod close_code {
+    /// The device closed, or the vessel shut down.
+    pub const NORMAL: u16 = 1000;
+    /// A frame was larger than the limit.
+    pub const TOO_LARGE: u16 = 1009;
+    /// No `device:hello` or `device:auth` within the handshake deadline.
+    pub const HANDSHAKE_TIMEOUT: u16 = 4000;
+    /// Pairing did not happen (the person said no, or the manifest is invalid).
+    pub const PAIRING_REFUSED: u16 = 4001;
+    /// Wrong device id or token.
+    pub const AUTH_FAILED: u16 = 4002;
+    /// The device's manifest is not the one the person approved: pair again.
+    pub const MANIFEST_CHANGED: u16 = 4003;
+    /// The first frame was not `device:hello` or `device:auth`.
+    pub const BAD_HANDSHAKE: u16 = 4004;
+    /// Too many malformed frames.
+    pub const MALFORMED: u16 = 4005;
+    /// Frames came faster than the limit.
+    pub const RATE: u16 = 4006;
+    /// The person unpaired the device.
+    pub const UNPAIRED: u16 = 4007;
+    /// A newer connection of the same device, or a new pairing, replaced this one.
+    pub const REPLACED: u16 = 4008;
+    /// The device stopped answering pings.
+    pub const DEAD: u16 = 4009;
+}
+
+/// What happened on a connection, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectionOutcome {
+    /// The device, once it paired or authenticated.
+    pub device_id: Option<String>,
+    /// The close the vessel sent, if it closed the connection.
+    pub closed_with: Option<CloseFrame>,
+    /// Malformed frames seen.
+    pub malformed: u32,
+}
+
+fn close(code: u16, reason: impl Into<String>) -> CloseFrame {
+    CloseFrame {
+        code,
+        reason: reason.into(),
+    }
+}
+
+/// The outgoing side, as the reader sees it: frames to send, and one close.
+struct Out {
+    frames: mpsc::Sender<String>,
+    close: Option<oneshot::Sender<CloseFrame>>,
+}
+
+impl Out {
+    fn frame(&self, frame: &VesselFrame<'_>) {
+        // A full queue means the device is not reading; the ping deadline
+        // will end the connection.
+        let _ = self.frames.try_send(frame.to_json());
+    }
+
+    fn error(&self, message: &str) {
+        let _ = self
+            .frames
+            .try_send(json!({"type": "device:error", "error": message}).to_string());
+    }
+
+    fn close(&mut self, frame: CloseFrame) -> CloseFrame {
+        if let Some(tx) = self.close.take() {
+            let _ = tx.send(frame.clone());
+        }
+        frame
+    }
+}
+
+/// Serves one device connection until it ends. `permit` comes from
+/// [`Vessel::admit`]. Returns what happened.
+pub async fn serve_connection<S, K>(
+    vessel: &Arc<Vessel>,
+    permit: ConnectionPermit,
+    incoming: S,
+    outgoing: K,
+) -> ConnectionOutcome
+where
+    S: Stream<Item = WireMessage> + Unpin,
+    K: Sink<WireMessage> + Unpin,
+{
+    let limits = vessel.limits();
+    let (frames_tx, frames_rx) = mpsc::channel(limits.max_pending_calls + 16);
+    let (close_tx, close_rx) = oneshot::channel();
+    let out = Out {
+        frames: frames_tx,
+        close: Some(close_tx),
+    };
+    let reader = Reader {
+        vessel,
+        permit,
+        incoming,
+        out,
+        outcome: ConnectionOutcome::default(),
+        malformed: 0,
+        tokens: f64::from(limits.max_frames_per_second) * 2.0,
+        refilled: Instant::now(),
+    };
+    let writer = write_loop(outgoing, frames_rx, close_rx, limits.ping_interval);
+    let (outcome, ()) = tokio::join!(reader.run(), writer);
+    outcome
+}
+
+/// Sends queued frames, pings, and finally the close.
+async fn write_loop<K>(
+    mut sink: K,
+    mut frames: mpsc::Receiver<String>,
+    mut close_rx: oneshot::Receiver<CloseFrame>,
+    ping_interval: Duration,
+) where
+    K: Sink<WireMessage> + Unpin,
+{
+    let mut ping = tokio::time::interval_at(Instant::now() + ping_interval, ping_interval);
+    loop {
+        tokio::select! {
+            biased;
+            Some(text) = frames.recv() => {
+                if sink.send(WireMessage::Text(text)).await.is_err() {
+                    return;
+                }
+            }
+            closing = &mut close_rx => {
+                // Frames queued before the close go first.
+                while let Ok(text) = frames.try_recv() {
+                    if sink.send(WireMessage::Text(text)).await.is_err() {
+                        return;
+                    }
+                }
+                if let Ok(frame) = closing {
+                    let _ = sink.send(WireMessage::Close(Some(frame))).await;
+                }
+                let _ = sink.close().await;
+                return;
+            }
+            _ = ping.tick() => {
+                if sink.send(WireMessage::Ping(Vec::new())).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+struct Reader<'v, S> {
+    vessel: &'v Arc<Vessel>,
+    permit: ConnectionPermit,
+    incoming: S,
+    out: Out,
+    outcome: ConnectionOutcome,
+    malformed: u32,
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// The device a connection speaks for, once paired or authenticated.
+struct Session {
+    device_id: String,
+    generation: u64,
+}
+
+impl<S> Reader<'_, S>
+where
+    S: Stream<Item = WireMessage> + Unpin,
+{
+    async fn run(mut self) -> ConnectionOutcome {
+        let session = match self.handshake().await {
+            Ok(session) => session,
+            Err(frame) => {
+                self.outcome.closed_with = frame.map(|f| self.out.close(f));
+                return self.finish();
+            }
+        };
+        self.outcome.device_id = Some(session.device_id.clone());
+        self.permit.authenticated();
+        let ended = self.session(&session).await;
+        self.outcome.closed_with = ended.map(|f| self.out.close(f));
+        self.finish()
+    }
+
+    fn finish(mut self) -> ConnectionOutcome {
+        // Dropping the close sender without a frame ends the writer too.
+        self.out.close.take();
+        self.outcome.malformed = self.malformed;
+        self.outcome
+    }
+
+    fn frame_limits(&self) -> FrameLimits {
+        FrameLimits {
+            max_bytes: self.vessel.limits().max_frame_bytes,
+            max_depth: self.vessel.limits().max_depth,
+        }
+    }
+
+    /// Counts a frame against the rate; `false` when the device is over it.
+    fn within_rate(&mut self) -> bool {
+        let rate = f64::from(self.vessel.limits().max_frames_per_second);
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * rate).min(rate * 2.0);
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+
+    /// A malformed frame: answered with an error frame; past the limit, the
+    /// close to send.
+    fn malformed(&mut self, why: &str) -> Option<CloseFrame> {
+        self.malformed += 1;
+        self.vessel
+            .stats()
+            .malformed_frames
+            .fetch_add(1, Ordering::Relaxed);
+        self.out.error(why);
+        (self.malformed > self.vessel.limits().max_malformed_frames)
+            .then(|| close(close_code::MALFORMED, "too many malformed frames"))
+    }
+
+    /// Waits for the first frame and pairs or authenticates. `Err(None)`: the
+    /// device left; `Err(Some(close))`: the vessel closes.
+    async fn handshake(&mut self) -> Result<Session, Option<CloseFrame>> {
+        let deadline = Instant::now() + self.vessel.limits().handshake_timeout;
+        let text = loop {
+            let message = tokio::time::timeout_at(deadline, self.incoming.next()).await;
+            match message {
+                Err(_) => {
+                    return Err(Some(close(
+                        close_code::HANDSHAKE_TIMEOUT,
+                        "send device:hello or device:auth first",
+                    )));
+                }
+                Ok(None | Some(WireMessage::Close(_))) => return Err(None),
+                Ok(Some(WireMessage::Ping(_) | WireMessage::Pong(_))) => {}
+                Ok(Some(WireMessage::Binary(_))) => {
+                    return Err(Some(close(
+                        close_code::BAD_HANDSHAKE,
+                        "frames are JSON text",
+                    )));
+                }
+                Ok(Some(WireMessage::Text(text))) => break text,
+            }
+        };
+        let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
+            Ok(frame) => frame,
+            Err(FrameError::TooLarge { max, .. }) => {
+                return Err(Some(close(
+                    close_code::TOO_LARGE,
+                    format!("frames are at most {max} bytes"),
+                )));
+            }
+            Err(e) => {
+                self.out.error(&e.to_string());
+                return Err(Some(close(
+                    close_code::BAD_HANDSHAKE,
+                    "expected device:hello or device:auth",
+                )));
+            }
+        };
+        match frame {
+            DeviceFrame::Hello { manifest } => {
+                let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
+                self.pair(&manifest).await
+            }
+            DeviceFrame::Auth {
+                device_id,
+                token,
+                manifest,
+            } => {
+                let manifest: Option<Value> =
+                    manifest.map(|m| serde_json::from_str(m.get()).unwrap_or(Value::Null));
+                match self
+                    .vessel
+                    .registry()
+                    .authenticate(&device_id, &token, manifest.as_ref())
+                {
+                    Ok(device) => Ok(Session {
+                        device_id: device.device_id().to_owned(),
+                        generation: device.generation(),
+                    }),
+                    Err(AuthError::ManifestChanged) => Err(Some(close(
+                        close_code::MANIFEST_CHANGED,
+                        "manifest changed since pairing: pair again",
+                    ))),
+                    Err(_) => Err(Some(close(
+                        close_code::AUTH_FAILED,
+                        "authentication failed",
+                    ))),
+                }
+            }
+            _ => Err(Some(close(
+                close_code::BAD_HANDSHAKE,
+                "expected device:hello or device:auth",
+            ))),
+        }
+    }
+
+    /// Pairs: the code goes to the device, the question to the person. The
+    /// device leaving withdraws the question.
+    async fn pair(&mut self, manifest: &Value) -> Result<Session, Option<CloseFrame>> {
+        let person = Arc::clone(self.vessel.person());
+        let consent_timeout = self.vessel.limits().consent_timeout;
+        let frames = self.out.frames.clone();
+        let pairing = self.vessel.registry().pair(
+            manifest,
+            |code| {
+                let frame = VesselFrame::Pairing {
+                    code: Cow::Borrowed(code),
+                };
+                let _ = frames.try_send(frame.to_json());
+            },
+            |request| async move {
+                Ok::<_, std::convert::Infallible>(
+                    person.ask_consent(request, consent_timeout).await,
+                )
+            },
+            consent_timeout,
+        );
+        tokio::pin!(pairing);
+        let result = loop {
+            tokio::select! {
+                result = &mut pairing => break result,
+                message = self.incoming.next() => match message {
+                    None | Some(WireMessage::Close(_)) => return Err(None),
+                    // Anything else while the person decides is set aside.
+                    Some(_) => {}
+                },
+            }
+        };
+        match result {
+            Ok(paired) => {
+                self.out.frame(&VesselFrame::Paired {
+                    device_token: Cow::Borrowed(paired.token.expose()),
+                });
+                Ok(Session {
+                    device_id: paired.device_id,
+                    generation: paired.generation,
+                })
+            }
+            Err(e) => Err(Some(close(close_code::PAIRING_REFUSED, e.to_string()))),
+        }
+    }
+
+    /// Serves an authenticated device until it leaves or must be closed.
+    async fn session(&mut self, session: &Session) -> Option<CloseFrame> {
+        let limits = self.vessel.limits().clone();
+        let correlator = Arc::new(CallCorrelator::with_max_pending(
+            self.out.frames.clone(),
+            limits.max_pending_calls,
+        ));
+        let link: Arc<dyn DeviceLink> = correlator.clone();
+        let mut changes = self.vessel.registry().subscribe();
+        if let Some(old) = self
+            .vessel
+            .links()
+            .connect(&session.device_id, Arc::clone(&link))
+        {
+            old.close("replaced by a newer connection");
+        }
+        let silence = limits.ping_interval * 2;
+        let mut last_seen = Instant::now();
+        let ended = loop {
+            tokio::select! {
+                message = self.incoming.next() => {
+                    last_seen = Instant::now();
+                    if let Some(frame) = self.on_message(message, session, &correlator) {
+                        break frame;
+                    }
+                }
+                reason = correlator.closed() => break Some(close(close_code::REPLACED, reason)),
+                change = changes.recv() => {
+                    if let Some(frame) = self.on_change(change, session) {
+                        break Some(frame);
+                    }
+                }
+                () = tokio::time::sleep_until(last_seen + silence) => {
+                    break Some(close(close_code::DEAD, "no answer to pings"));
+                }
+            }
+        };
+        correlator.close("device disconnected");
+        self.vessel.links().disconnect(&session.device_id, &link);
+        ended
+    }
+
+    /// One message in a session. `Some(None)`: the device left;
+    /// `Some(Some(close))`: the vessel closes; `None`: carry on.
+    fn on_message(
+        &mut self,
+        message: Option<WireMessage>,
+        session: &Session,
+        correlator: &CallCorrelator,
+    ) -> Option<Option<CloseFrame>> {
+        let text = match message {
+            None | Some(WireMessage::Close(_)) => return Some(None),
+            Some(WireMessage::Ping(_) | WireMessage::Pong(_)) => return None,
+            Some(WireMessage::Binary(_)) => {
+                if !self.within_rate() {
+                    return Some(Some(self.over_rate()));
+                }
+                return self.malformed("frames are JSON text").map(Some);
+            }
+            Some(WireMessage::Text(text)) => text,
+        };
+        if !self.within_rate() {
+            return Some(Some(self.over_rate()));
+        }
+        let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
+            Ok(frame) => frame,
+            Err(FrameError::TooLarge { max, .. }) => {
+                return Some(Some(close(
+                    close_code::TOO_LARGE,
+                    format!("frames are at most {max} bytes"),
+                )));
+            }
+            Err(e) => return self.malformed(&e.to_string()).map(Some),
+        };
+        match correlator.handle(&frame) {
+            Handled::Settled => None,
+            Handled::UnknownCall => {
+                self.vessel
+                    .stats()
+                    .unknown_results
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Handled::NotAResult => match frame {
+                DeviceFrame::Event { capability, data } => {
+                    let declared = self
+                        .vessel
+                        .registry()
+                        .get(&session.device_id)
+                        .is_some_and(|d| d.manifest().capability(&capability).is_some());
+                    if !declared {
+                        return self
+                            .malformed(&format!("event for undeclared capability {capability:?}"))
+                            .map(Some);
+                    }
+                    self.vessel.publish_event(DeviceEvent {
+                        device_id: session.device_id.clone(),
+                        capability: capability.into_owned(),
+                        data: data.map(|d| d.into_owned()),
+                    });
+                    None
+                }
+                _ => self.malformed("already paired and authenticated").map(Some),
+            },
+        }
+    }
+
+    fn over_rate(&self) -> CloseFrame {
+        close(
+            close_code::RATE,
+            format!(
+                "more than {} frames per second",
+                self.vessel.limits().max_frames_per_second
+            ),
+        )
+    }
+
+    /// A registry change: tell the device of revocations, close on unpairing
+    /// or a new pairing of the same id.
+    fn on_change(
+        &mut self,
+        change: Result<RegistryEvent, broadcast::error::RecvError>,
+        session: &Session,
+    ) -> Option<CloseFrame> {
+        let ours = |id: &str| id == session.device_id;
+        match change {
+            Ok(RegistryEvent::Revoked {
+                device_id,
+                capability,
+            }) if ours(&device_id) => {
+                self.out.frame(&VesselFrame::Revoked {
+                    capability: Some(Cow::Owned(capability)),
+                });
+                None
+            }
+            Ok(RegistryEvent::Unpaired { device_id }) if ours(&device_id) => {
+                self.out.frame(&VesselFrame::Revoked { capability: None });
+                Some(close(close_code::UNPAIRED, "unpaired by the person"))
+            }
+            Ok(RegistryEvent::Paired { device_id }) if ours(&device_id) => {
+                self.still_current(session)
+            }
+            Ok(_) | Err(broadcast::error::RecvError::Closed) => None,
+            // Missed changes: read the state instead.
+            Err(broadcast::error::RecvError::Lagged(_)) => self.still_current(session),
+        }
+    }
+
+    fn still_current(&mut self, session: &Session) -> Option<CloseFrame> {
+        match self.vessel.registry().get(&session.device_id) {
+            Some(device) if device.generation() == session.generation => None,
+            Some(_) => Some(close(close_code::REPLACED, "paired again")),
+            None => {
+                self.out.frame(&VesselFrame::Revoked { capability: None });
+                Some(close(close_code::UNPAIRED, "unpaired by the person"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,427 @@
+use std::time::Duration;
+
+use dk_policy::PolicySet;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::adapter::{CallContext, ToolOutcome};
+use crate::registry::ConsentDecision;
+use crate::vessel::Limits;
+
+fn lamp() -> Value {
+    serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/desk-lamp.json"
+    ))
+    .unwrap()
+}
+
+/// The device's end of a connection served by the vessel.
+struct Peer {
+    to_vessel: UnboundedSender<WireMessage>,
+    from_vessel: UnboundedReceiver<WireMessage>,
+    task: JoinHandle<ConnectionOutcome>,
+}
+
+fn connect(vessel: &Arc<Vessel>) -> Peer {
+    let (to_vessel, incoming) = unbounded();
+    let (outgoing, from_vessel) = unbounded();
+    let permit = vessel.admit(None).unwrap();
+    let vessel = Arc::clone(vessel);
+    let task =
+        tokio::spawn(async move { serve_connection(&vessel, permit, incoming, outgoing).await });
+    Peer {
+        to_vessel,
+        from_vessel,
+        task,
+    }
+}
+
+impl Peer {
+    fn send(&self, frame: Value) {
+        self.to_vessel
+            .unbounded_send(WireMessage::Text(frame.to_string()))
+            .unwrap();
+    }
+
+    fn send_raw(&self, message: WireMessage) {
+        let _ = self.to_vessel.unbounded_send(message);
+    }
+
+    /// The next frame from the vessel, pings skipped; `None` once closed.
+    async fn next(&mut self) -> Option<Result<Value, CloseFrame>> {
+        loop {
+            match self.from_vessel.next().await? {
+                WireMessage::Text(text) => return Some(Ok(serde_json::from_str(&text).unwrap())),
+                WireMessage::Close(frame) => return Some(Err(frame.unwrap())),
+                _ => {}
+            }
+        }
+    }
+
+    async fn frame(&mut self) -> Value {
+        match self.next().await {
+            Some(Ok(frame)) => frame,
+            other => panic!("expected a frame, got {other:?}"),
+        }
+    }
+
+    async fn closed(&mut self) -> CloseFrame {
+        loop {
+            match self.next().await {
+                Some(Ok(_)) => {}
+                Some(Err(frame)) => return frame,
+                None => panic!("ended without a close frame"),
+            }
+        }
+    }
+}
+
+fn vessel(limits: Limits) -> Arc<Vessel> {
+    Vessel::new(PolicySet::empty(), limits)
+}
+
+async fn answer_consent(vessel: &Vessel, code: &str, decision: ConsentDecision) {
+    let prompt = loop {
+        if let Some(p) = vessel.person().pending().into_iter().next() {
+            break p;
+        }
+        tokio::task::yield_now().await;
+    };
+    let crate::person::Prompt::Consent(request) = &prompt.prompt else {
+        panic!("not a consent")
+    };
+    assert_eq!(request.code, code);
+    vessel.person().answer_consent(prompt.id, decision).unwrap();
+}
+
+/// Pairs the lamp over a new connection and returns the peer and the token.
+async fn paired_lamp(vessel: &Arc<Vessel>, grant: &[&str]) -> (Peer, String) {
+    let mut peer = connect(vessel);
+    peer.send(json!({"type": "device:hello", "manifest": lamp()}));
+    let pairing = peer.frame().await;
+    assert_eq!(pairing["type"], json!("device:pairing"));
+    let code = pairing["code"].as_str().unwrap().to_owned();
+    answer_consent(
+        vessel,
+        &code,
+        ConsentDecision::approve(grant.iter().copied()),
+    )
+    .await;
+    let paired = peer.frame().await;
+    assert_eq!(paired["type"], json!("device:paired"));
+    let token = paired["deviceToken"].as_str().unwrap().to_owned();
+    (peer, token)
+}
+
+async fn connected(vessel: &Vessel) {
+    while !vessel.links().is_connected("desk-lamp") {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn pair_then_call_over_the_connection() {
+    let vessel = vessel(Limits::default());
+    let (mut peer, token) = paired_lamp(&vessel, &["set_light"]).await;
+    assert_eq!(token.len(), 64);
+    connected(&vessel).await;
+    let call = vessel.adapter().execute(
+        "device__desk_lamp__set_light",
+        json!({"on": true}),
+        CallContext::default(),
+    );
+    let device = async {
+        let invoke = peer.frame().await;
+        assert_eq!(invoke["type"], json!("device:invoke"));
+        assert_eq!(invoke["input"], json!({"on": true}));
+        peer.send(json!({"type": "device:result", "callId": invoke["callId"], "ok": true, "result": {"on": true, "brightness": 0}}));
+        // A second answer for the same call is ignored and counted.
+        peer.send(json!({"type": "device:result", "callId": invoke["callId"], "ok": true}));
+    };
+    let (outcome, ()) = tokio::join!(call, device);
+    assert_eq!(
+        outcome.result_value(),
+        Some(json!({"on": true, "brightness": 0}))
+    );
+    drop(peer.to_vessel);
+    let outcome = peer.task.await.unwrap();
+    assert_eq!(outcome.device_id.as_deref(), Some("desk-lamp"));
+    assert_eq!(outcome.closed_with, None);
+    assert_eq!(vessel.stats().unknown_results.load(Ordering::Relaxed), 1);
+    assert!(!vessel.links().is_connected("desk-lamp"));
+}
+
+#[tokio::test]
+async fn refused_pairing_and_a_device_that_leaves_while_the_person_decides() {
+    let vessel = vessel(Limits::default());
+    let mut peer = connect(&vessel);
+    peer.send(json!({"type": "device:hello", "manifest": lamp()}));
+    let code = peer.frame().await["code"].as_str().unwrap().to_owned();
+    answer_consent(&vessel, &code, ConsentDecision::refuse()).await;
+    assert_eq!(
+        peer.closed().await,
+        close(
+            close_code::PAIRING_REFUSED,
+            "the person did not approve pairing"
+        )
+    );
+
+    let mut peer = connect(&vessel);
+    peer.send(json!({"type": "device:hello", "manifest": {"id": "Bad"}}));
+    let closed = peer.closed().await;
+    assert_eq!(closed.code, close_code::PAIRING_REFUSED);
+    assert!(closed.reason.starts_with("invalid manifest: "), "{closed}");
+
+    let mut peer = connect(&vessel);
+    peer.send(json!({"type": "device:hello", "manifest": lamp()}));
+    peer.frame().await;
+    assert_eq!(vessel.person().pending().len(), 1);
+    drop(peer.to_vessel);
+    peer.task.await.unwrap();
+    assert!(
+        vessel.person().pending().is_empty(),
+        "the question is withdrawn"
+    );
+    assert!(!vessel.registry().is_paired("desk-lamp"));
+}
+
+#[tokio::test]
+async fn reconnecting_with_the_token() {
+    let vessel = vessel(Limits::default());
+    let (peer, token) = paired_lamp(&vessel, &["read_light"]).await;
+    drop(peer);
+
+    let again = connect(&vessel);
+    again.send(
+        json!({"type": "device:auth", "deviceId": "desk-lamp", "token": token, "manifest": lamp()}),
+    );
+    connected(&vessel).await;
+
+    for (frame, expected) in [
+        (
+            json!({"type": "device:auth", "deviceId": "desk-lamp", "token": "00".repeat(32)}),
+            close(close_code::AUTH_FAILED, "authentication failed"),
+        ),
+        (
+            json!({"type": "device:auth", "deviceId": "other", "token": token}),
+            close(close_code::AUTH_FAILED, "authentication failed"),
+        ),
+        (
+            json!({"type": "device:auth", "deviceId": "desk-lamp", "token": token, "manifest": {"id": "desk-lamp"}}),
+            close(
+                close_code::MANIFEST_CHANGED,
+                "manifest changed since pairing: pair again",
+            ),
+        ),
+        (
+            json!({"type": "device:result", "callId": "c", "ok": true}),
+            close(
+                close_code::BAD_HANDSHAKE,
+                "expected device:hello or device:auth",
+            ),
+        ),
+        (
+            json!({"type": "device:invoke"}),
+            close(
+                close_code::BAD_HANDSHAKE,
+                "expected device:hello or device:auth",
+            ),
+        ),
+    ] {
+        let mut peer = connect(&vessel);
+        peer.send(frame.clone());
+        assert_eq!(peer.closed().await, expected, "{frame}");
+    }
+    // The first good connection is untouched by the failures.
+    assert!(vessel.links().is_connected("desk-lamp"));
+    drop(again.to_vessel);
+    assert_eq!(
+        again.task.await.unwrap().device_id.as_deref(),
+        Some("desk-lamp")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_connection_is_closed_at_the_deadline() {
+    let vessel = vessel(Limits::default());
+    let mut peer = connect(&vessel);
+    let started = Instant::now();
+    assert_eq!(peer.closed().await.code, close_code::HANDSHAKE_TIMEOUT);
+    assert!(started.elapsed() >= Duration::from_secs(10));
+    assert_eq!(vessel.connection_count(), 0, "the permit is returned");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_device_that_stops_answering_pings_is_closed() {
+    let vessel = vessel(Limits::default());
+    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
+    // The peer never answers anything: two ping intervals later it is gone.
+    assert_eq!(
+        peer.closed().await,
+        close(close_code::DEAD, "no answer to pings")
+    );
+    assert!(!vessel.links().is_connected("desk-lamp"));
+}
+
+#[tokio::test]
+async fn malformed_frames_get_an_error_then_a_close() {
+    let vessel = vessel(Limits::default());
+    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
+    peer.send_raw(WireMessage::Text("{not json".into()));
+    assert_eq!(peer.frame().await["type"], json!("device:error"));
+    peer.send_raw(WireMessage::Binary(vec![1, 2, 3]));
+    assert_eq!(peer.frame().await["error"], json!("frames are JSON text"));
+    peer.send(json!({"type": "device:pairing", "code": "1"}));
+    assert_eq!(
+        peer.frame().await["error"],
+        json!("frame type \"device:pairing\" is not sent by this side")
+    );
+    peer.send(json!({"type": "device:hello", "manifest": lamp()}));
+    assert_eq!(peer.frame().await["type"], json!("device:error"));
+    assert_eq!(
+        peer.closed().await,
+        close(close_code::MALFORMED, "too many malformed frames")
+    );
+    assert_eq!(peer.task.await.unwrap().malformed, 4);
+}
+
+#[tokio::test]
+async fn oversize_frames_close_the_connection() {
+    let limits = Limits {
+        max_frame_bytes: 1024,
+        ..Limits::default()
+    };
+    let vessel = vessel(limits);
+    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
+    let big = format!(
+        r#"{{"type":"device:event","capability":"read_light","data":"{}"}}"#,
+        "x".repeat(2000)
+    );
+    peer.send_raw(WireMessage::Text(big));
+    assert_eq!(
+        peer.closed().await,
+        close(close_code::TOO_LARGE, "frames are at most 1024 bytes")
+    );
+}
+
+#[tokio::test]
+async fn a_flood_is_cut_off() {
+    let limits = Limits {
+        max_frames_per_second: 50,
+        ..Limits::default()
+    };
+    let vessel = vessel(limits);
+    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
+    for _ in 0..500 {
+        peer.send(json!({"type": "device:event", "capability": "read_light", "data": 1}));
+    }
+    assert_eq!(
+        peer.closed().await,
+        close(close_code::RATE, "more than 50 frames per second")
+    );
+}
+
+#[tokio::test]
+async fn revocations_and_unpairing_reach_the_device() {
+    let vessel = vessel(Limits::default());
+    let (mut peer, _) = paired_lamp(&vessel, &["read_light", "strobe"]).await;
+    connected(&vessel).await;
+    vessel.registry().revoke("desk-lamp", "strobe");
+    assert_eq!(
+        peer.frame().await,
+        json!({"type": "device:revoked", "capability": "strobe"})
+    );
+    vessel.registry().unpair("desk-lamp");
+    assert_eq!(peer.frame().await, json!({"type": "device:revoked"}));
+    assert_eq!(
+        peer.closed().await,
+        close(close_code::UNPAIRED, "unpaired by the person")
+    );
+}
+
+#[tokio::test]
+async fn a_newer_connection_replaces_the_older() {
+    let vessel = vessel(Limits::default());
+    let (mut first, token) = paired_lamp(&vessel, &[]).await;
+    connected(&vessel).await;
+    let second = connect(&vessel);
+    second.send(json!({"type": "device:auth", "deviceId": "desk-lamp", "token": token}));
+    assert_eq!(
+        first.closed().await,
+        close(close_code::REPLACED, "replaced by a newer connection")
+    );
+    // The newer one stays connected.
+    tokio::task::yield_now().await;
+    assert!(vessel.links().is_connected("desk-lamp"));
+    drop(second);
+}
+
+#[tokio::test]
+async fn a_disconnect_fails_the_call_in_flight_at_once() {
+    let vessel = vessel(Limits::default());
+    let (mut peer, _) = paired_lamp(&vessel, &["read_light"]).await;
+    connected(&vessel).await;
+    let ctx = CallContext {
+        timeout: Some(Duration::from_secs(3600)),
+        ..CallContext::default()
+    };
+    let call = vessel
+        .adapter()
+        .execute("device__desk_lamp__read_light", json!({}), ctx);
+    let device = async {
+        peer.frame().await;
+        drop(peer.to_vessel);
+    };
+    let (outcome, ()) = tokio::join!(call, device);
+    assert!(
+        matches!(&outcome, ToolOutcome::Refused { reason } if reason == "device error: device disconnected"),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn events_reach_subscribers() {
+    let vessel = vessel(Limits::default());
+    let mut events = vessel.subscribe_events();
+    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
+    connected(&vessel).await;
+    peer.send(json!({"type": "device:event", "capability": "read_light", "data": {"on": true}}));
+    let event = events.recv().await.unwrap();
+    assert_eq!(
+        (event.device_id.as_str(), event.capability.as_str()),
+        ("desk-lamp", "read_light")
+    );
+    assert_eq!(event.data.unwrap().get(), r#"{"on":true}"#);
+    peer.send(json!({"type": "device:event", "capability": "fly", "data": 1}));
+    assert_eq!(
+        peer.frame().await["error"],
+        json!("event for undeclared capability \"fly\"")
+    );
+}
+
+#[tokio::test]
+async fn admission_limits() {
+    let limits = Limits {
+        max_connections: 3,
+        max_unauthenticated_per_address: 2,
+        ..Limits::default()
+    };
+    let vessel = vessel(limits);
+    let a = vessel.admit(None).unwrap();
+    let mut b = vessel.admit(None).unwrap();
+    assert_eq!(
+        vessel.admit(None).unwrap_err(),
+        "too many unauthenticated connections from this address"
+    );
+    b.authenticated();
+    let c = vessel.admit(None).unwrap();
+    assert_eq!(
+        vessel.admit("10.0.0.1".parse().ok()).unwrap_err(),
+        "the vessel has too many connections"
+    );
+    drop((a, b, c));
+    assert_eq!(vessel.connection_count(), 0);
+    assert!(vessel.admit(None).is_ok());
+}

@@ -1,0 +1,276 @@
+//! The vessel's state in one place: registry, connected devices, the tool
+//! adapter, the person channel, device events, limits and admission counters.
+//! Transports (the WebSocket route, in-process links) and front ends (the
+//! admin API, the terminal prompt) all work on a shared [`Vessel`].
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use dk_policy::PolicySet;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::adapter::{DecisionRecord, DeviceToolAdapter};
+use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
+use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
+use crate::registry::{DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
+
+/// Limits on device connections. Every one is configurable; the defaults are
+/// documented in `docs/PROTOCOL.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest frame, in bytes.
+    pub max_frame_bytes: usize,
+    /// Deepest JSON nesting in a frame.
+    pub max_depth: usize,
+    /// Time a new connection has to send `device:hello` or `device:auth`.
+    pub handshake_timeout: Duration,
+    /// Calls in flight per device.
+    pub max_pending_calls: usize,
+    /// Connections at once, authenticated or not.
+    pub max_connections: usize,
+    /// Connections at once from one remote address that have not yet
+    /// authenticated (pairing or reconnecting).
+    pub max_unauthenticated_per_address: usize,
+    /// Malformed frames tolerated on one connection; the next one closes it.
+    pub max_malformed_frames: u32,
+    /// Frames per second a device may send (a burst of twice this is allowed).
+    pub max_frames_per_second: u32,
+    /// How often the vessel pings a device; two intervals of silence close it.
+    pub ping_interval: Duration,
+    /// How long the person has to answer a pairing request.
+    pub consent_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: dk_proto::MAX_FRAME_BYTES,
+            max_depth: dk_proto::MAX_FRAME_DEPTH,
+            handshake_timeout: Duration::from_secs(10),
+            max_pending_calls: DEFAULT_MAX_PENDING,
+            max_connections: 20_000,
+            max_unauthenticated_per_address: 32,
+            max_malformed_frames: 3,
+            max_frames_per_second: 200,
+            ping_interval: Duration::from_secs(20),
+            consent_timeout: DEFAULT_CONSENT_TIMEOUT,
+        }
+    }
+}
+
+/// How many decision records the vessel keeps in memory for listings.
+const RECENT_DECISIONS: usize = 1000;
+
+/// Counters a vessel keeps about its connections.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Connections refused for the total or per-address limit.
+    pub refused_connections: AtomicU64,
+    /// Frames that did not parse or were not allowed at that point.
+    pub malformed_frames: AtomicU64,
+    /// Results for calls that were not pending.
+    pub unknown_results: AtomicU64,
+    /// Device events dropped because no subscriber listened.
+    pub events_dropped: AtomicU64,
+}
+
+/// Permission to hold one connection; counts down when dropped.
+pub struct ConnectionPermit {
+    vessel: Arc<Vessel>,
+    address: Option<IpAddr>,
+    authenticated: bool,
+}
+
+impl fmt::Debug for ConnectionPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionPermit")
+            .field("address", &self.address)
+            .field("authenticated", &self.authenticated)
+            .finish()
+    }
+}
+
+impl ConnectionPermit {
+    /// The connection authenticated: it no longer counts against the
+    /// per-address limit on unauthenticated connections.
+    pub fn authenticated(&mut self) {
+        if !self.authenticated {
+            self.authenticated = true;
+            self.vessel.release_unauthenticated(self.address);
+        }
+    }
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        if !self.authenticated {
+            self.vessel.release_unauthenticated(self.address);
+        }
+        self.vessel.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A running vessel's shared state.
+pub struct Vessel {
+    adapter: DeviceToolAdapter,
+    person: Arc<PersonChannel>,
+    events: broadcast::Sender<DeviceEvent>,
+    limits: Limits,
+    stats: Stats,
+    connections: AtomicUsize,
+    unauthenticated: Mutex<HashMap<Option<IpAddr>, usize>>,
+    decisions: Arc<Mutex<VecDeque<Value>>>,
+}
+
+impl fmt::Debug for Vessel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Vessel")
+            .field("adapter", &self.adapter)
+            .field("connections", &self.connections.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Vessel {
+    /// A vessel with an empty registry, the given rules and limits.
+    pub fn new(policies: PolicySet, limits: Limits) -> Arc<Vessel> {
+        let decisions: Arc<Mutex<VecDeque<Value>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let sink = Arc::clone(&decisions);
+        let adapter =
+            DeviceToolAdapter::new(Arc::new(DeviceRegistry::new()), Arc::new(Links::new()))
+                .with_policies(Arc::new(policies))
+                .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
+                    let Ok(value) = serde_json::to_value(record) else {
+                        return;
+                    };
+                    let mut recent = sink.lock().unwrap_or_else(PoisonError::into_inner);
+                    if recent.len() >= RECENT_DECISIONS {
+                        recent.pop_front();
+                    }
+                    recent.push_back(value);
+                }));
+        Arc::new(Vessel {
+            adapter,
+            person: Arc::new(PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)),
+            events: broadcast::channel(1024).0,
+            limits,
+            stats: Stats::default(),
+            connections: AtomicUsize::new(0),
+            unauthenticated: Mutex::new(HashMap::new()),
+            decisions,
+        })
+    }
+
+    /// The tool adapter (and through it the registry, links and rules).
+    pub fn adapter(&self) -> &DeviceToolAdapter {
+        &self.adapter
+    }
+
+    /// The registry of paired devices.
+    pub fn registry(&self) -> &Arc<DeviceRegistry> {
+        self.adapter.registry()
+    }
+
+    /// Connected devices.
+    pub fn links(&self) -> &Arc<Links> {
+        self.adapter.links()
+    }
+
+    /// The queue of what the person must answer.
+    pub fn person(&self) -> &Arc<PersonChannel> {
+        &self.person
+    }
+
+    /// Connection limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Connection counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Device events from now on (a slow subscriber misses events rather than
+    /// holding devices back).
+    pub fn subscribe_events(&self) -> broadcast::Receiver<DeviceEvent> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn publish_event(&self, event: DeviceEvent) {
+        if self.events.send(event).is_err() {
+            self.stats.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The most recent decision records, oldest first (at most 1,000).
+    pub fn recent_decisions(&self) -> Vec<Value> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Connections open now.
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+
+    /// Admits a new connection from `address`, or refuses it (with why) when
+    /// the vessel is full or that address already holds too many
+    /// unauthenticated connections.
+    pub fn admit(
+        self: &Arc<Self>,
+        address: Option<IpAddr>,
+    ) -> Result<ConnectionPermit, &'static str> {
+        let total = self.connections.fetch_add(1, Ordering::AcqRel);
+        if total >= self.limits.max_connections {
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            self.stats
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+            return Err("the vessel has too many connections");
+        }
+        {
+            let mut counts = self
+                .unauthenticated
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let count = counts.entry(address).or_insert(0);
+            if *count >= self.limits.max_unauthenticated_per_address {
+                drop(counts);
+                self.connections.fetch_sub(1, Ordering::AcqRel);
+                self.stats
+                    .refused_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err("too many unauthenticated connections from this address");
+            }
+            *count += 1;
+        }
+        Ok(ConnectionPermit {
+            vessel: Arc::clone(self),
+            address,
+            authenticated: false,
+        })
+    }
+
+    fn release_unauthenticated(&self, address: Option<IpAddr>) {
+        let mut counts = self
+            .unauthenticated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&address) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&address);
+            }
+        }
+    }
+}
