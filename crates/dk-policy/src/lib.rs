@@ -45,6 +45,8 @@
 //! `panic!` and slice indexing outside tests. It does no IO beyond reading
 //! the file [`PolicySet::load`] is given.
 
+#![forbid(unsafe_code)]
+
 mod condition;
 mod error;
 mod eval;

@@ -77,6 +77,8 @@ pub mod close_code {
     pub const REPLACED: u16 = 4008;
     /// The device stopped answering pings.
     pub const DEAD: u16 = 4009;
+    /// The vessel is shutting down.
+    pub const GOING_AWAY: u16 = 1001;
 }
 
 /// What happened on a connection, for logs and tests.
@@ -95,6 +97,10 @@ fn close(code: u16, reason: impl Into<String>) -> CloseFrame {
         code,
         reason: reason.into(),
     }
+}
+
+fn going_away() -> CloseFrame {
+    close(close_code::GOING_AWAY, "vessel shutting down")
 }
 
 /// The outgoing side, as the reader sees it: frames to send, and one close.
@@ -280,7 +286,10 @@ where
     async fn handshake(&mut self) -> Result<Session, Option<CloseFrame>> {
         let deadline = Instant::now() + self.vessel.limits().handshake_timeout;
         let text = loop {
-            let message = tokio::time::timeout_at(deadline, self.incoming.next()).await;
+            let message = tokio::select! {
+                message = tokio::time::timeout_at(deadline, self.incoming.next()) => message,
+                () = self.vessel.shutting_down() => return Err(Some(going_away())),
+            };
             match message {
                 Err(_) => {
                     return Err(Some(close(
@@ -378,6 +387,7 @@ where
         let result = loop {
             tokio::select! {
                 result = &mut pairing => break result,
+                () = self.vessel.shutting_down() => return Err(Some(going_away())),
                 message = self.incoming.next() => match message {
                     None | Some(WireMessage::Close(_)) => return Err(None),
                     // Anything else while the person decides is set aside.
@@ -431,6 +441,7 @@ where
                         break Some(frame);
                     }
                 }
+                () = self.vessel.shutting_down() => break Some(going_away()),
                 () = tokio::time::sleep_until(last_seen + silence) => {
                     break Some(close(close_code::DEAD, "no answer to pings"));
                 }

@@ -14,6 +14,7 @@ mod connection;
 mod link;
 mod person;
 mod registry;
+mod server;
 mod vessel;
 
 pub use adapter::{
@@ -33,4 +34,5 @@ pub use registry::{
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
     Paired, PairedDevice, RegistryEvent,
 };
+pub use server::{device_router, serve_devices};
 pub use vessel::{ConnectionPermit, Limits, Stats, Vessel};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use dk_policy::PolicySet;
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::adapter::{DecisionRecord, DeviceToolAdapter};
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
@@ -125,6 +125,7 @@ pub struct Vessel {
     connections: AtomicUsize,
     unauthenticated: Mutex<HashMap<Option<IpAddr>, usize>>,
     decisions: Arc<Mutex<VecDeque<Value>>>,
+    shutdown: watch::Sender<bool>,
 }
 
 impl fmt::Debug for Vessel {
@@ -163,7 +164,37 @@ impl Vessel {
             connections: AtomicUsize::new(0),
             unauthenticated: Mutex::new(HashMap::new()),
             decisions,
+            shutdown: watch::channel(false).0,
         })
+    }
+
+    /// Asks every connection to close (code 1001) and refuses new ones.
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Whether [`Vessel::shut_down`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Resolves once [`Vessel::shut_down`] is called.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.shutdown.subscribe();
+        // An error means the sender is gone, which cannot happen while self lives.
+        let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// Waits until every connection has ended, at most `patience`.
+    pub async fn drained(&self, patience: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + patience;
+        while self.connection_count() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
     }
 
     /// The tool adapter (and through it the registry, links and rules).

@@ -1,3 +1,5 @@
+//! Tests of frame parsing and serialising, on the fixtures and on random frames.
+
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;

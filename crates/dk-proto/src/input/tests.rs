@@ -1,3 +1,5 @@
+//! Tests of the input checks: 8DK's messages and order, and random inputs.
+
 use serde_json::{Value, json};
 
 use super::*;

@@ -1,3 +1,5 @@
+//! Tests of manifest validation and the digest, on the fixtures and on random manifests.
+
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;

@@ -1,3 +1,5 @@
+//! Tests of the adapter: tool definitions, the seven checks and their reasons, decision records.
+
 use std::sync::Mutex;
 use std::time::Duration;
 

@@ -1,3 +1,5 @@
+//! Tests of a device connection driven through channels: handshake, pairing, limits, close codes.
+
 use std::time::Duration;
 
 use dk_policy::PolicySet;

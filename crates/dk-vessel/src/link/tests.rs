@@ -1,3 +1,5 @@
+//! Tests of the call correlator and the table of links.
+
 use serde_json::json;
 
 use super::*;

@@ -1,3 +1,5 @@
+//! Tests of the person channel: answers, deadlines, withdrawn questions.
+
 use std::sync::Arc;
 
 use serde_json::{Map, json};

@@ -1,3 +1,5 @@
+//! Tests of pairing, authentication, grants and re-pairing.
+
 use std::sync::Mutex;
 
 use serde_json::json;
