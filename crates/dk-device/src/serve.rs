@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use dk_proto::{DeviceFrame, FrameError, VesselFrame};
 use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 
@@ -70,6 +70,15 @@ pub enum Notice {
         /// The repeated call id.
         call_id: String,
     },
+    /// `device:invoke`: a call for a declared capability, about to run.
+    Invoked {
+        /// The call's id.
+        call_id: String,
+        /// The capability called.
+        capability: String,
+        /// The call's input.
+        input: Map<String, Value>,
+    },
 }
 
 impl fmt::Debug for Notice {
@@ -88,6 +97,16 @@ impl fmt::Debug for Notice {
             Notice::DuplicateCall { call_id } => f
                 .debug_struct("DuplicateCall")
                 .field("call_id", call_id)
+                .finish(),
+            Notice::Invoked {
+                call_id,
+                capability,
+                input,
+            } => f
+                .debug_struct("Invoked")
+                .field("call_id", call_id)
+                .field("capability", capability)
+                .field("input", input)
                 .finish(),
         }
     }
@@ -156,9 +175,9 @@ impl ServeOptions {
         self
     }
 
-    /// Calls `hook` with every [`Notice`]: pairing codes, the device token,
-    /// revocations, and frames that were set aside. It runs on the loop, so it
-    /// should return quickly.
+    /// Calls `hook` with every [`Notice`]: each call about to run, pairing
+    /// codes, the device token, revocations, and frames that were set aside.
+    /// It runs on the loop, so it should return quickly.
     pub fn on_notice(mut self, hook: impl FnMut(Notice) + Send + 'static) -> Self {
         self.on_notice = Some(Box::new(hook));
         self
@@ -204,11 +223,27 @@ where
     K: Sink<String> + Unpin,
     K::Error: fmt::Display,
 {
+    serve_session(device, &mut incoming, &mut outgoing, &mut options).await
+}
+
+/// [`serve_device_with`] keeping the options, so one queue of events and one
+/// hook serve connection after connection.
+pub(crate) async fn serve_session<S, K>(
+    device: &Device,
+    incoming: &mut S,
+    outgoing: &mut K,
+    options: &mut ServeOptions,
+) -> Result<(), ServeError>
+where
+    S: Stream<Item = String> + Unpin,
+    K: Sink<String> + Unpin,
+    K::Error: fmt::Display,
+{
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ServeError::NoRuntime);
     }
     let mut calls = Calls::new(device.clone(), options.max_in_flight);
-    let result = run(&mut calls, &mut incoming, &mut outgoing, &mut options).await;
+    let result = run(&mut calls, incoming, outgoing, options).await;
     calls.tasks.shutdown().await;
     result
 }
@@ -337,9 +372,15 @@ impl Calls {
                     let error = format!("device is busy: {} calls in flight", self.max);
                     return Some(result_frame(&call_id, &capability, Err(error)));
                 }
-                let task = self
-                    .tasks
-                    .spawn(self.device.call(&capability, input.into_owned()));
+                let input = input.into_owned();
+                if let Some(hook) = hook {
+                    hook(Notice::Invoked {
+                        call_id: call_id.clone().into_owned(),
+                        capability: capability.clone().into_owned(),
+                        input: input.clone(),
+                    });
+                }
+                let task = self.tasks.spawn(self.device.call(&capability, input));
                 let call_id = call_id.into_owned();
                 self.call_ids.insert(call_id.clone());
                 self.by_task.insert(
@@ -363,6 +404,12 @@ impl Calls {
             }
             VesselFrame::Revoked { capability } => {
                 let capability = capability.map(Cow::into_owned);
+                match &capability {
+                    Some(capability) => {
+                        tracing::info!(capability = %capability.escape_debug(), "grant revoked");
+                    }
+                    None => tracing::warn!("pairing ended by the vessel"),
+                }
                 notify(hook, Notice::Revoked { capability });
                 None
             }

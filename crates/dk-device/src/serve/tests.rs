@@ -144,8 +144,34 @@ impl Link {
         serde_json::from_str(&self.next_text().await).unwrap()
     }
 
+    /// The notices other than calls starting.
     fn notices(&self) -> Vec<Notice> {
-        self.notices.lock().unwrap().clone()
+        let notices = self.notices.lock().unwrap();
+        notices
+            .iter()
+            .filter(|n| !matches!(n, Notice::Invoked { .. }))
+            .cloned()
+            .collect()
+    }
+
+    /// The calls started, in order: (call id, capability, input).
+    fn invoked(&self) -> Vec<(String, String, Value)> {
+        let notices = self.notices.lock().unwrap();
+        notices
+            .iter()
+            .filter_map(|n| match n {
+                Notice::Invoked {
+                    call_id,
+                    capability,
+                    input,
+                } => Some((
+                    call_id.clone(),
+                    capability.clone(),
+                    Value::Object(input.clone()),
+                )),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Ends the incoming frames and waits for the loop; checks nothing more
@@ -329,6 +355,15 @@ async fn a_call_id_still_in_flight_is_not_run_twice() {
     assert_eq!(link.next().await, ok("c1", json!({"again": true})));
     assert_eq!(probe.started.recv().await.unwrap(), "fast");
     assert!(probe.started.try_recv().is_err(), "the repeats never ran");
+    assert_eq!(
+        link.invoked(),
+        [
+            ("c1".to_owned(), "slow".to_owned(), json!({})),
+            ("c2".to_owned(), "fast".to_owned(), json!({})),
+            ("c1".to_owned(), "fast".to_owned(), json!({"again": true})),
+        ],
+        "only the calls that ran are reported"
+    );
     assert_eq!(
         link.notices(),
         [
