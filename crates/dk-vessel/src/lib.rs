@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 
 mod adapter;
+mod admin;
+mod admin_client;
 mod connection;
 mod link;
 mod person;
@@ -21,6 +23,8 @@ pub use adapter::{
     ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT, DecisionHook,
     DecisionRecord, DeviceToolAdapter, ToolDefinition, ToolOutcome,
 };
+pub use admin::{AdminToken, admin_router};
+pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, Handled, InvokeResult, Links,

@@ -1,0 +1,354 @@
+//! The person's admin API: list and answer pending consents and approvals,
+//! list devices and grants, grant, revoke, unpair, read recent decisions,
+//! and (until agents connect over MCP) list and call tools.
+//!
+//! It listens on loopback by default. Every request needs the admin token as
+//! a bearer token, and its `Host` must name this listener on loopback and its
+//! `Origin`, if any, must be this listener's own: a web page open in the
+//! person's browser cannot answer a prompt for them. `docs/ADMIN-API.md`
+//! lists the routes.
+
+use std::fmt;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::adapter::CallContext;
+use crate::registry::{ConsentDecision, GrantError};
+use crate::vessel::Vessel;
+
+/// Largest request body the admin API reads (64 KiB).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The admin token: 64 lower-case hex characters from a CSPRNG. `Debug`
+/// does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(..)")
+    }
+}
+
+impl AdminToken {
+    /// A new random token.
+    pub fn generate() -> AdminToken {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill(&mut bytes);
+        AdminToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// A token from its text, which must be 64 lower-case hex characters.
+    pub fn parse(text: &str) -> Option<AdminToken> {
+        let text = text.trim();
+        (text.len() == 64
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| AdminToken(text.to_owned()))
+    }
+
+    /// The token text, to give to the person's tools.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    fn matches(&self, presented: &str) -> bool {
+        let expected = Sha256::digest(self.0.as_bytes());
+        let presented = Sha256::digest(presented.as_bytes());
+        bool::from(expected.ct_eq(&presented))
+    }
+
+    /// Reads the token from `path`, or makes one and writes it there with
+    /// mode 0600 (through a temporary file and a rename, so a crash never
+    /// leaves half a token).
+    pub fn load_or_create(path: &Path) -> std::io::Result<AdminToken> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => AdminToken::parse(&text).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("`{}` does not hold an admin token", path.display()),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let token = AdminToken::generate();
+                write_private(path, token.expose())?;
+                Ok(token)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Writes `text` to `path` readable by the owner only, atomically.
+pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+#[derive(Clone)]
+struct Admin {
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    hosts: Arc<Vec<String>>,
+    origins: Arc<Vec<String>>,
+}
+
+/// The admin API for `vessel`, for a listener bound to `local`.
+pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
+    let port = local.port();
+    let mut hosts = vec![
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ];
+    if !local.ip().is_unspecified() && !local.ip().is_loopback() {
+        hosts.push(local.to_string());
+    }
+    let origins = hosts.iter().map(|h| format!("http://{h}")).collect();
+    let admin = Admin {
+        vessel,
+        token,
+        hosts: Arc::new(hosts),
+        origins: Arc::new(origins),
+    };
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/pending", get(pending))
+        .route("/v1/pending/{id}/consent", post(answer_consent))
+        .route("/v1/pending/{id}/approval", post(answer_approval))
+        .route("/v1/devices", get(devices))
+        .route("/v1/devices/{id}", axum::routing::delete(unpair))
+        .route(
+            "/v1/devices/{id}/grants/{capability}",
+            put(grant).delete(revoke),
+        )
+        .route("/v1/decisions", get(decisions))
+        .route("/v1/tools", get(tools))
+        .route("/v1/tools/call", post(call_tool))
+        .layer(from_fn_with_state(admin.clone(), guard))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(admin)
+}
+
+/// An error answer: `{"error": "..."}` with a status.
+fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"error": message.into()}))).into_response()
+}
+
+/// Token, Host and Origin, before anything else.
+async fn guard(State(admin): State<Admin>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let host = header_text(headers, header::HOST.as_str());
+    if !host.is_some_and(|h| {
+        admin
+            .hosts
+            .iter()
+            .any(|allowed| allowed.eq_ignore_ascii_case(h))
+    }) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "the Host header must name this loopback listener",
+        );
+    }
+    let origin = header_text(headers, header::ORIGIN.as_str());
+    if origin.is_some_and(|o| {
+        !admin
+            .origins
+            .iter()
+            .any(|allowed| allowed.eq_ignore_ascii_case(o))
+    }) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "requests from other origins are refused",
+        );
+    }
+    let presented = header_text(headers, header::AUTHORIZATION.as_str())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !admin.token.matches(presented) {
+        return refuse(StatusCode::UNAUTHORIZED, "a valid admin token is required");
+    }
+    next.run(request).await
+}
+
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn status(State(admin): State<Admin>) -> Json<Value> {
+    let vessel = &admin.vessel;
+    let devices = vessel.registry().list();
+    let connected = devices
+        .iter()
+        .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
+        .count();
+    Json(json!({
+        "paired": devices.len(),
+        "connected": connected,
+        "connections": vessel.connection_count(),
+        "pending": vessel.person().pending().len(),
+    }))
+}
+
+async fn pending(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!(admin.vessel.person().pending()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsentAnswer {
+    approved: bool,
+    #[serde(default)]
+    grant: Vec<String>,
+}
+
+async fn answer_consent(
+    State(admin): State<Admin>,
+    UrlPath(id): UrlPath<u64>,
+    Json(answer): Json<ConsentAnswer>,
+) -> Response {
+    let decision = ConsentDecision {
+        approved: answer.approved,
+        grant: answer.grant,
+    };
+    match admin.vessel.person().answer_consent(id, decision) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalAnswer {
+    approved: bool,
+}
+
+async fn answer_approval(
+    State(admin): State<Admin>,
+    UrlPath(id): UrlPath<u64>,
+    Json(answer): Json<ApprovalAnswer>,
+) -> Response {
+    match admin.vessel.person().answer_approval(id, answer.approved) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+async fn devices(State(admin): State<Admin>) -> Json<Value> {
+    let vessel = &admin.vessel;
+    let list: Vec<Value> = vessel
+        .registry()
+        .list()
+        .into_iter()
+        .map(|snapshot| {
+            let m = snapshot.device.manifest();
+            let paired_at = snapshot
+                .device
+                .paired_at()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_millis();
+            json!({
+                "id": m.id(),
+                "name": m.name(),
+                "kind": m.kind(),
+                "version": m.version(),
+                "digest": snapshot.device.digest(),
+                "pairedAtMs": u64::try_from(paired_at).unwrap_or(u64::MAX),
+                "connected": vessel.links().is_connected(m.id()),
+                "grants": snapshot.grants,
+                "capabilities": m.capabilities().iter().map(|c| json!({
+                    "name": c.name(), "kind": c.kind().as_str(),
+                    "description": c.description(), "confirm": c.confirm(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Json(json!(list))
+}
+
+async fn grant(
+    State(admin): State<Admin>,
+    UrlPath((id, capability)): UrlPath<(String, String)>,
+) -> Response {
+    match admin.vessel.registry().grant(&id, &capability) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e @ GrantError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+async fn revoke(
+    State(admin): State<Admin>,
+    UrlPath((id, capability)): UrlPath<(String, String)>,
+) -> StatusCode {
+    admin.vessel.registry().revoke(&id, &capability);
+    StatusCode::NO_CONTENT
+}
+
+async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> StatusCode {
+    admin.vessel.registry().unpair(&id);
+    StatusCode::NO_CONTENT
+}
+
+async fn decisions(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!(admin.vessel.recent_decisions()))
+}
+
+async fn tools(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!(admin.vessel.adapter().tool_definitions()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ToolCall {
+    tool: String,
+    #[serde(default)]
+    input: Value,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+async fn call_tool(State(admin): State<Admin>, Json(call): Json<ToolCall>) -> Json<Value> {
+    let vessel = &admin.vessel;
+    let ctx = CallContext {
+        agent_id: call.agent_id.as_deref(),
+        session_id: call.session_id.as_deref(),
+        approver: Some(vessel.person().as_ref()),
+        timeout: call.timeout_ms.map(Duration::from_millis),
+    };
+    let outcome = vessel.adapter().execute(&call.tool, call.input, ctx).await;
+    Json(json!(outcome))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! Tests of the admin API over a real loopback socket: the guard (token,
+//! Host, Origin) and every route.
+
+use std::net::SocketAddr;
+
+use dk_policy::PolicySet;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::admin_client::AdminClient;
+use crate::registry::DEFAULT_CONSENT_TIMEOUT;
+use crate::vessel::Limits;
+
+fn lamp() -> Value {
+    serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/desk-lamp.json"
+    ))
+    .unwrap()
+}
+
+struct Running {
+    vessel: Arc<Vessel>,
+    client: AdminClient,
+    addr: SocketAddr,
+    _server: JoinHandle<()>,
+}
+
+async fn start() -> Running {
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = AdminToken::generate();
+    let router = admin_router(Arc::clone(&vessel), token.clone(), addr);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    Running {
+        vessel,
+        client: AdminClient::new(addr, token),
+        addr,
+        _server: server,
+    }
+}
+
+#[tokio::test]
+async fn the_guard_wants_the_token_a_local_host_and_no_foreign_origin() {
+    let running = start().await;
+    let c = &running.client;
+    assert_eq!(c.get("/v1/status").await.unwrap().status, 200);
+    let port = running.addr.port();
+    type Case<'a> = (Vec<(&'a str, String)>, u16, &'a str);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            vec![("authorization", String::new())],
+            401,
+            "a valid admin token is required",
+        ),
+        (
+            vec![("authorization", "Bearer 1234".into())],
+            401,
+            "a valid admin token is required",
+        ),
+        (
+            vec![("authorization", "Basic dGVzdDp0ZXN0".into())],
+            401,
+            "a valid admin token is required",
+        ),
+        (
+            vec![("host", format!("evil.example:{port}"))],
+            403,
+            "the Host header must name this loopback listener",
+        ),
+        (
+            vec![("host", "127.0.0.1:1".into())],
+            403,
+            "the Host header must name this loopback listener",
+        ),
+        (
+            vec![("origin", "https://evil.example".into())],
+            403,
+            "requests from other origins are refused",
+        ),
+        (
+            vec![("origin", "null".into())],
+            403,
+            "requests from other origins are refused",
+        ),
+    ];
+    for (headers, status, error) in cases {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let answer = c
+            .send(
+                "POST",
+                "/v1/pending/1/consent",
+                Some(&json!({"approved": true})),
+                &headers,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (answer.status, answer.body["error"].as_str()),
+            (status, Some(error)),
+            "{headers:?}"
+        );
+    }
+    // The listener's own origin and `localhost` are fine.
+    let own = format!("http://localhost:{port}");
+    let host = format!("localhost:{port}");
+    let answer = c
+        .send(
+            "GET",
+            "/v1/status",
+            None,
+            &[("origin", &own), ("host", &host)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200);
+}
+
+#[tokio::test]
+async fn consent_devices_grants_tools_and_calls_through_the_api() {
+    let running = start().await;
+    let (vessel, c) = (&running.vessel, &running.client);
+
+    // A pairing waits for the person; the API lists it and answers it.
+    let pairing = {
+        let vessel = Arc::clone(vessel);
+        tokio::spawn(async move {
+            let person = Arc::clone(vessel.person());
+            vessel
+                .registry()
+                .pair(
+                    &lamp(),
+                    |_| {},
+                    |request| async move {
+                        Ok::<_, ()>(person.ask_consent(request, DEFAULT_CONSENT_TIMEOUT).await)
+                    },
+                    DEFAULT_CONSENT_TIMEOUT,
+                )
+                .await
+        })
+    };
+    let prompt = loop {
+        let pending = c.get("/v1/pending").await.unwrap().body;
+        if let Some(first) = pending.as_array().and_then(|a| a.first()).cloned() {
+            break first;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(prompt["kind"], json!("consent"));
+    assert_eq!(prompt["request"]["deviceId"], json!("desk-lamp"));
+    let id = prompt["id"].as_u64().unwrap();
+    let bad = c
+        .post(
+            &format!("/v1/pending/{id}/approval"),
+            &json!({"approved": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad.status, 404);
+    let bad_body = c
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": "yes"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad_body.status, 422);
+    let answered = c
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true, "grant": ["read_light"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answered.status, 204);
+    pairing.await.unwrap().unwrap();
+
+    let devices = c.get("/v1/devices").await.unwrap().body;
+    assert_eq!(devices[0]["id"], json!("desk-lamp"));
+    assert_eq!(devices[0]["grants"], json!(["read_light"]));
+    assert_eq!(devices[0]["connected"], json!(false));
+    assert_eq!(devices[0]["capabilities"][2]["confirm"], json!(true));
+
+    assert_eq!(
+        c.put("/v1/devices/desk-lamp/grants/strobe")
+            .await
+            .unwrap()
+            .status,
+        204
+    );
+    let unknown = c.put("/v1/devices/desk-lamp/grants/fly").await.unwrap();
+    assert_eq!(
+        (unknown.status, unknown.body["error"].as_str()),
+        (400, Some("device \"desk-lamp\" has no capability \"fly\""))
+    );
+    assert_eq!(
+        c.put("/v1/devices/nope/grants/fly").await.unwrap().status,
+        404
+    );
+    let tools = c.get("/v1/tools").await.unwrap().body;
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["device__desk_lamp__read_light", "device__desk_lamp__strobe"]
+    );
+    assert_eq!(
+        c.delete("/v1/devices/desk-lamp/grants/strobe")
+            .await
+            .unwrap()
+            .status,
+        204
+    );
+
+    // A call through the API: the device is not connected, and the decision is kept.
+    let outcome = c
+        .post("/v1/tools/call", &json!({"tool": "device__desk_lamp__read_light", "input": {}, "agentId": "main", "sessionId": "s"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.body,
+        json!({"ok": false, "reason": "[8dk-deny] device \"desk-lamp\" is not connected"})
+    );
+    let decisions = c.get("/v1/decisions").await.unwrap().body;
+    assert_eq!(decisions[0]["agentId"], json!("main"));
+
+    assert_eq!(c.delete("/v1/devices/desk-lamp").await.unwrap().status, 204);
+    assert_eq!(c.get("/v1/devices").await.unwrap().body, json!([]));
+    assert!(!vessel.registry().is_paired("desk-lamp"));
+}
+
+#[tokio::test]
+async fn approvals_are_answered_through_the_api() {
+    let running = start().await;
+    let (vessel, c) = (&running.vessel, &running.client);
+    let call = {
+        let client = c.clone();
+        tokio::spawn(async move {
+            client
+                .post(
+                    "/v1/tools/call",
+                    &json!({"tool": "device__desk_lamp__strobe", "input": {}}),
+                )
+                .await
+        })
+    };
+    // Before pairing the call is refused; once the lamp is paired with
+    // strobe granted, the same call asks the person.
+    let first = call.await.unwrap().unwrap();
+    assert_eq!(
+        first.body["reason"],
+        json!("[8dk-deny] device \"desk-lamp\" is not paired")
+    );
+    vessel
+        .registry()
+        .pair(
+            &lamp(),
+            |_| {},
+            |_| async { Ok::<_, ()>(ConsentDecision::approve(["strobe"])) },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await
+        .unwrap();
+    let call = {
+        let client = c.clone();
+        tokio::spawn(async move {
+            client
+                .post(
+                    "/v1/tools/call",
+                    &json!({"tool": "device__desk_lamp__strobe", "input": {}}),
+                )
+                .await
+        })
+    };
+    let prompt = loop {
+        let pending = c.get("/v1/pending").await.unwrap().body;
+        if let Some(first) = pending.as_array().and_then(|a| a.first()).cloned() {
+            break first;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(prompt["kind"], json!("approval"));
+    assert_eq!(
+        prompt["request"]["reason"],
+        json!("\"strobe\" on Desk lamp asks every time")
+    );
+    let id = prompt["id"].as_u64().unwrap();
+    assert_eq!(
+        c.post(
+            &format!("/v1/pending/{id}/approval"),
+            &json!({"approved": false})
+        )
+        .await
+        .unwrap()
+        .status,
+        204
+    );
+    let refused = call.await.unwrap().unwrap();
+    assert_eq!(
+        refused.body["reason"],
+        json!("[policy] the person said no: \"strobe\" on Desk lamp asks every time")
+    );
+}
+
+#[test]
+fn tokens_are_made_and_kept_privately() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("dk-admin-token-{}", std::process::id()));
+    let path = dir.join("admin-token");
+    let made = AdminToken::load_or_create(&path).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(AdminToken::load_or_create(&path).unwrap(), made);
+    assert!(!format!("{made:?}").contains(made.expose()));
+    std::fs::write(&path, "not a token").unwrap();
+    assert!(AdminToken::load_or_create(&path).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(AdminToken::parse(&"A".repeat(64)).is_none());
+}
