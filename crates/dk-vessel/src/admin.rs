@@ -158,6 +158,20 @@ pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -
         .with_state(admin)
 }
 
+/// Serves the admin API on `listener` until `shutdown` resolves.
+pub async fn serve_admin(
+    listener: tokio::net::TcpListener,
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let app = admin_router(vessel, token, local);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 /// An error answer: `{"error": "..."}` with a status.
 fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"error": message.into()}))).into_response()

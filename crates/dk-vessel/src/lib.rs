@@ -23,7 +23,7 @@ pub use adapter::{
     ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT, DecisionHook,
     DecisionRecord, DeviceToolAdapter, ToolDefinition, ToolOutcome,
 };
-pub use admin::{AdminToken, admin_router};
+pub use admin::{AdminToken, admin_router, serve_admin};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{

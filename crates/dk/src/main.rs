@@ -10,10 +10,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod admin_cmd;
 mod input;
 mod manifest_cmd;
 mod policy_cmd;
+mod prompt;
 mod tools_cmd;
+mod vessel_cmd;
 
 /// dk: a device kit for AI agents.
 #[derive(Parser)]
@@ -33,6 +36,29 @@ enum Command {
     Policy(policy_cmd::PolicyCommand),
     /// Print the tool definitions an agent would see for a manifest and a grant.
     Tools(tools_cmd::ToolsArgs),
+    /// Run a vessel: devices connect to it, the person pairs and approves.
+    Vessel(vessel_cmd::VesselArgs),
+    /// Pending pairing requests of a running vessel: list, approve, refuse.
+    Pairings {
+        #[command(flatten)]
+        target: admin_cmd::Target,
+        #[command(subcommand)]
+        command: Option<admin_cmd::PairingsCommand>,
+    },
+    /// Calls waiting for the person's yes: list, allow, deny.
+    Approvals {
+        #[command(flatten)]
+        target: admin_cmd::Target,
+        #[command(subcommand)]
+        command: Option<admin_cmd::ApprovalsCommand>,
+    },
+    /// Paired devices: list, grant, revoke, unpair.
+    Devices {
+        #[command(flatten)]
+        target: admin_cmd::Target,
+        #[command(subcommand)]
+        command: Option<admin_cmd::DevicesCommand>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -41,5 +67,9 @@ fn main() -> ExitCode {
         Command::Manifest(command) => manifest_cmd::run(command),
         Command::Policy(command) => policy_cmd::run(command),
         Command::Tools(args) => tools_cmd::run(&args),
+        Command::Vessel(args) => vessel_cmd::run(&args),
+        Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
+        Command::Approvals { target, command } => admin_cmd::approvals(&target, command),
+        Command::Devices { target, command } => admin_cmd::devices(&target, command),
     }
 }

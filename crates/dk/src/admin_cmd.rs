@@ -1,0 +1,368 @@
+//! `dk pairings`, `dk approvals`, `dk devices`: the person's commands, on top
+//! of a running vessel's admin API (found through its data directory).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use dk_vessel::{AdminAnswer, AdminClient, AdminToken};
+use serde_json::{Value, json};
+
+use crate::input::printable;
+use crate::vessel_cmd::{ADDRESS_FILE, TOKEN_FILE};
+
+/// Where the vessel is.
+#[derive(Args)]
+pub struct Target {
+    /// The vessel's data directory (holds its address and admin token).
+    #[arg(long, default_value = ".dk/vessel", global = true)]
+    pub data_dir: PathBuf,
+    /// Print the API's JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `dk pairings`.
+#[derive(Subcommand)]
+pub enum PairingsCommand {
+    /// List pending pairing requests (the default).
+    List,
+    /// Approve a pairing request, granting the named capabilities.
+    Approve {
+        /// The request id.
+        id: u64,
+        /// Capabilities to grant, comma separated.
+        #[arg(long, value_delimiter = ',')]
+        grant: Vec<String>,
+    },
+    /// Refuse a pairing request.
+    Refuse {
+        /// The request id.
+        id: u64,
+    },
+}
+
+/// `dk approvals`.
+#[derive(Subcommand)]
+pub enum ApprovalsCommand {
+    /// List calls waiting for a yes (the default).
+    List,
+    /// Allow a call.
+    Allow {
+        /// The approval id.
+        id: u64,
+    },
+    /// Refuse a call.
+    Deny {
+        /// The approval id.
+        id: u64,
+    },
+}
+
+/// `dk devices`.
+#[derive(Subcommand)]
+pub enum DevicesCommand {
+    /// List paired devices and their grants (the default).
+    List,
+    /// Grant a capability.
+    Grant {
+        /// The device id.
+        device: String,
+        /// The capability.
+        capability: String,
+    },
+    /// Revoke a capability.
+    Revoke {
+        /// The device id.
+        device: String,
+        /// The capability.
+        capability: String,
+    },
+    /// Unpair a device.
+    Unpair {
+        /// The device id.
+        device: String,
+    },
+}
+
+fn client(data_dir: &Path) -> Result<AdminClient, String> {
+    let address = std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).map_err(|_| {
+        format!(
+            "no running vessel found in `{}` (start one with `dk vessel`)",
+            data_dir.display()
+        )
+    })?;
+    let address: Value =
+        serde_json::from_str(&address).map_err(|e| format!("address file: {e}"))?;
+    let admin: SocketAddr = at(&address, "admin")
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .ok_or("the address file names no admin address")?;
+    let token_text = std::fs::read_to_string(data_dir.join(TOKEN_FILE))
+        .map_err(|e| format!("admin token: {e}"))?;
+    let token = AdminToken::parse(&token_text).ok_or("the admin token file is damaged")?;
+    Ok(AdminClient::new(admin, token))
+}
+
+/// Runs one request, or several, on a small runtime.
+fn with_client<F, Fut>(target: &Target, f: F) -> ExitCode
+where
+    F: FnOnce(AdminClient) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let result = client(&target.data_dir).and_then(|client| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(f(client))
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", printable(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn ok(answer: AdminAnswer) -> Result<Value, String> {
+    if (200..300).contains(&answer.status) {
+        Ok(answer.body)
+    } else {
+        Err(at(&answer.body, "error").as_str().map_or_else(
+            || format!("the vessel answered {}", answer.status),
+            str::to_owned,
+        ))
+    }
+}
+
+fn pending_of(list: &Value, kind: &str) -> Vec<Value> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|p| at(p, "kind") == kind)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs `dk pairings`.
+pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
+    let json = target.json;
+    with_client(target, |c| async move {
+        match command.unwrap_or(PairingsCommand::List) {
+            PairingsCommand::List => {
+                let list = pending_of(
+                    &ok(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?,
+                    "consent",
+                );
+                if json {
+                    println!("{}", json!(list));
+                    return Ok(());
+                }
+                if list.is_empty() {
+                    println!("no pairing requests");
+                }
+                for p in &list {
+                    let r = &at(p, "request");
+                    println!(
+                        "#{}  {} ({}) code {}{}",
+                        at(p, "id"),
+                        text(at(r, "name")),
+                        text(at(r, "deviceId")),
+                        text(at(r, "code")),
+                        if at(r, "replacesExisting") == true {
+                            "  [replaces an existing pairing]"
+                        } else {
+                            ""
+                        }
+                    );
+                    for cap in at(r, "capabilities").as_array().into_iter().flatten() {
+                        let asks = if at(cap, "confirm") == true {
+                            ", asks every time"
+                        } else {
+                            ""
+                        };
+                        println!(
+                            "      {} ({}{asks}): {}",
+                            text(at(cap, "name")),
+                            text(at(cap, "kind")),
+                            text(at(cap, "description"))
+                        );
+                    }
+                }
+                Ok(())
+            }
+            PairingsCommand::Approve { id, grant } => {
+                ok(c.post(
+                    &format!("/v1/pending/{id}/consent"),
+                    &json!({"approved": true, "grant": grant}),
+                )
+                .await
+                .map_err(|e| e.to_string())?)?;
+                println!("pairing {id} approved");
+                Ok(())
+            }
+            PairingsCommand::Refuse { id } => {
+                ok(c.post(
+                    &format!("/v1/pending/{id}/consent"),
+                    &json!({"approved": false}),
+                )
+                .await
+                .map_err(|e| e.to_string())?)?;
+                println!("pairing {id} refused");
+                Ok(())
+            }
+        }
+    })
+}
+
+/// Runs `dk approvals`.
+pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode {
+    let json = target.json;
+    with_client(target, |c| async move {
+        let (id, approved) = match command.unwrap_or(ApprovalsCommand::List) {
+            ApprovalsCommand::List => {
+                let list = pending_of(
+                    &ok(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?,
+                    "approval",
+                );
+                if json {
+                    println!("{}", json!(list));
+                    return Ok(());
+                }
+                if list.is_empty() {
+                    println!("no calls waiting");
+                }
+                for p in &list {
+                    let r = &at(p, "request");
+                    println!(
+                        "#{}  {}  ({})",
+                        at(p, "id"),
+                        text(at(r, "tool")),
+                        text(at(r, "reason"))
+                    );
+                    for (key, value) in at(r, "input").as_object().into_iter().flatten() {
+                        println!(
+                            "      {} = {}",
+                            printable(key),
+                            printable(&value.to_string())
+                        );
+                    }
+                }
+                return Ok(());
+            }
+            ApprovalsCommand::Allow { id } => (id, true),
+            ApprovalsCommand::Deny { id } => (id, false),
+        };
+        ok(c.post(
+            &format!("/v1/pending/{id}/approval"),
+            &json!({"approved": approved}),
+        )
+        .await
+        .map_err(|e| e.to_string())?)?;
+        println!("call {id} {}", if approved { "allowed" } else { "refused" });
+        Ok(())
+    })
+}
+
+/// Runs `dk devices`.
+pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
+    let json = target.json;
+    with_client(target, |c| async move {
+        let e = |e: dk_vessel::AdminClientError| e.to_string();
+        match command.unwrap_or(DevicesCommand::List) {
+            DevicesCommand::List => {
+                let list = ok(c.get("/v1/devices").await.map_err(e)?)?;
+                if json {
+                    println!("{list}");
+                    return Ok(());
+                }
+                let devices = list.as_array().cloned().unwrap_or_default();
+                if devices.is_empty() {
+                    println!("no paired devices");
+                }
+                for d in &devices {
+                    let state = if at(d, "connected") == true {
+                        "connected"
+                    } else {
+                        "offline"
+                    };
+                    let grants: Vec<String> = at(d, "grants")
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(text)
+                        .collect();
+                    println!(
+                        "{} ({}) {state}; granted: {}",
+                        text(at(d, "id")),
+                        text(at(d, "name")),
+                        if grants.is_empty() {
+                            "nothing".to_owned()
+                        } else {
+                            grants.join(", ")
+                        }
+                    );
+                }
+            }
+            DevicesCommand::Grant { device, capability } => {
+                ok(c.put(&format!(
+                    "/v1/devices/{}/grants/{}",
+                    segment(&device),
+                    segment(&capability)
+                ))
+                .await
+                .map_err(e)?)?;
+                println!("granted {capability} on {device}");
+            }
+            DevicesCommand::Revoke { device, capability } => {
+                ok(c.delete(&format!(
+                    "/v1/devices/{}/grants/{}",
+                    segment(&device),
+                    segment(&capability)
+                ))
+                .await
+                .map_err(e)?)?;
+                println!("revoked {capability} on {device}");
+            }
+            DevicesCommand::Unpair { device } => {
+                ok(c.delete(&format!("/v1/devices/{}", segment(&device)))
+                    .await
+                    .map_err(e)?)?;
+                println!("unpaired {device}");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `value[key]`, or `null` when absent.
+fn at<'v>(value: &'v Value, key: &str) -> &'v Value {
+    static NULL: Value = Value::Null;
+    value.get(key).unwrap_or(&NULL)
+}
+
+/// `text` percent-encoded for one URL path segment.
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A JSON value as printable text (strings without quotes).
+fn text(value: &Value) -> String {
+    printable(
+        &value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned),
+    )
+}

@@ -1,0 +1,202 @@
+//! The terminal prompt: shows the person each pairing request and approval
+//! as it arrives and reads the answer from standard input. Prompts answered
+//! elsewhere (the admin API) leave the queue here too.
+//!
+//! Everything a device wrote is shown through [`printable`], so a manifest or
+//! an input value cannot drive the terminal.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::BufRead;
+use std::sync::Arc;
+
+use dk_vessel::{ConsentDecision, PendingPrompt, PersonEvent, Prompt, Vessel};
+use tokio::sync::mpsc;
+
+use crate::input::printable;
+
+/// Reads lines from standard input on a thread of its own (a blocking read
+/// cannot be cancelled; the thread ends with the process).
+fn stdin_lines() -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Runs the prompt until `stop` resolves.
+pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
+    let mut events = vessel.person().subscribe();
+    let mut lines = stdin_lines();
+    let mut queue: VecDeque<PendingPrompt> = vessel.person().pending().into();
+    if let Some(first) = queue.front() {
+        show(first);
+    }
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            event = events.recv() => match event {
+                Ok(PersonEvent::Asked(prompt)) => {
+                    queue.push_back(prompt);
+                    if queue.len() == 1 && let Some(first) = queue.front() {
+                        show(first);
+                    }
+                }
+                Ok(PersonEvent::Closed { id }) => {
+                    let was_current = queue.front().is_some_and(|p| p.id == id);
+                    queue.retain(|p| p.id != id);
+                    if was_current {
+                        println!("(closed: answered elsewhere, withdrawn or timed out)");
+                        if let Some(first) = queue.front() {
+                            show(first);
+                        }
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    queue = vessel.person().pending().into();
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            line = lines.recv() => {
+                let Some(line) = line else {
+                    // Standard input closed: keep serving, answer elsewhere.
+                    std::future::pending::<()>().await;
+                    return;
+                };
+                let Some(current) = queue.front() else { continue };
+                match answer(&vessel, current, &line) {
+                    Ok(()) => {}
+                    Err(why) => {
+                        println!("{why}");
+                        show(current);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn show(prompt: &PendingPrompt) {
+    println!();
+    match &prompt.prompt {
+        Prompt::Consent(request) => {
+            println!("== A device asks to pair ==");
+            println!(
+                "  device   {} ({}), kind {}",
+                printable(&request.name),
+                request.device_id,
+                printable(&request.kind)
+            );
+            if request.replaces_existing {
+                println!(
+                    "  NOTE     a device is already paired under this id: this replaces it and its grants"
+                );
+            }
+            println!(
+                "  code     {}   <- the device must show this same code",
+                request.code
+            );
+            println!("  capabilities:");
+            for (i, cap) in request.capabilities.iter().enumerate() {
+                let asks = if cap.confirm { ", asks every time" } else { "" };
+                println!(
+                    "    [{}] {} ({}{asks}): {}",
+                    i + 1,
+                    cap.name,
+                    cap.kind,
+                    printable(&cap.description)
+                );
+            }
+            println!(
+                "Does the device show {}? Grant which? (e.g. `1,3`, `all`, `none`; `no` refuses pairing)",
+                request.code
+            );
+        }
+        Prompt::Approval(request) => {
+            println!("== A call needs your yes ==");
+            println!("  tool     {}", request.tool);
+            println!(
+                "  device   {}  capability {}",
+                request.device_id, request.capability
+            );
+            println!("  why      {}", printable(&request.reason));
+            if request.input.is_empty() {
+                println!("  input    (none)");
+            }
+            for (key, value) in &request.input {
+                println!(
+                    "  input    {} = {}",
+                    printable(key),
+                    printable(&value.to_string())
+                );
+            }
+            println!("Allow this call? [y/N]");
+        }
+    }
+}
+
+/// Applies a typed answer to the current prompt.
+fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), String> {
+    let line = line.trim().to_ascii_lowercase();
+    match &prompt.prompt {
+        Prompt::Approval(_) => {
+            let yes = matches!(line.as_str(), "y" | "yes");
+            vessel
+                .person()
+                .answer_approval(prompt.id, yes)
+                .map_err(|e| e.to_string())?;
+            println!("{}", if yes { "allowed" } else { "refused" });
+        }
+        Prompt::Consent(request) => {
+            let grant: Vec<String> = match line.as_str() {
+                "no" | "n" => {
+                    vessel
+                        .person()
+                        .answer_consent(prompt.id, ConsentDecision::refuse())
+                        .map_err(|e| e.to_string())?;
+                    println!("pairing refused");
+                    return Ok(());
+                }
+                "all" => request
+                    .capabilities
+                    .iter()
+                    .map(|c| c.name.clone())
+                    .collect(),
+                "none" | "" => Vec::new(),
+                list => {
+                    let mut grant = Vec::new();
+                    for part in list.split(',') {
+                        let n: usize = part
+                            .trim()
+                            .parse()
+                            .map_err(|_| format!("`{}` is not a number", printable(part.trim())))?;
+                        let cap = n
+                            .checked_sub(1)
+                            .and_then(|i| request.capabilities.get(i))
+                            .ok_or_else(|| format!("there is no capability {n}"))?;
+                        grant.push(cap.name.clone());
+                    }
+                    grant
+                }
+            };
+            let shown = if grant.is_empty() {
+                "nothing".to_owned()
+            } else {
+                grant.join(", ")
+            };
+            vessel
+                .person()
+                .answer_consent(prompt.id, ConsentDecision::approve(grant))
+                .map_err(|e| e.to_string())?;
+            println!("paired, granted: {shown}");
+        }
+    }
+    Ok(())
+}

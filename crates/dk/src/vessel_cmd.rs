@@ -1,0 +1,135 @@
+//! `dk vessel`: run a vessel. Devices connect to its `/device` route; the
+//! person answers from the terminal prompt (when there is a terminal), the
+//! admin API, or the `dk pairings` / `dk approvals` / `dk devices` commands.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use dk_policy::PolicySet;
+use dk_vessel::{AdminToken, Limits, Vessel, serve_admin, serve_devices};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::input::printable;
+use crate::prompt;
+
+/// Arguments of `dk vessel`.
+#[derive(Args)]
+pub struct VesselArgs {
+    /// Where devices connect (the `/device` WebSocket route).
+    #[arg(long, default_value = "127.0.0.1:7777")]
+    pub listen: SocketAddr,
+    /// Where the admin API listens; keep it on loopback.
+    #[arg(long, default_value = "127.0.0.1:7778")]
+    pub admin_listen: SocketAddr,
+    /// The vessel's data directory (admin token, address file).
+    #[arg(long, default_value = ".dk/vessel")]
+    pub data_dir: PathBuf,
+    /// A `device_use` rule file; a broken file stops the vessel from starting.
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
+    /// Do not prompt on the terminal even when there is one.
+    #[arg(long)]
+    pub no_prompt: bool,
+}
+
+/// Where a running vessel says its admin API is.
+pub const ADDRESS_FILE: &str = "vessel.json";
+/// The admin token's file in the data directory.
+pub const TOKEN_FILE: &str = "admin-token";
+
+/// Runs the vessel until Ctrl-C.
+pub fn run(args: &VesselArgs) -> ExitCode {
+    let policies = match &args.policies {
+        None => PolicySet::empty(),
+        Some(path) => match PolicySet::load(path) {
+            Ok(set) => set,
+            Err(errors) => {
+                eprintln!("error: the rule file `{}` is refused:", path.display());
+                for error in errors.errors() {
+                    eprintln!("  {}", printable(&error.to_string()));
+                }
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args, policies)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
+    let token_path = args.data_dir.join(TOKEN_FILE);
+    let token = AdminToken::load_or_create(&token_path)
+        .map_err(|e| format!("admin token `{}`: {e}", token_path.display()))?;
+    let devices = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let admin = TcpListener::bind(args.admin_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.admin_listen))?;
+    let device_addr = devices.local_addr().map_err(|e| e.to_string())?;
+    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
+    write_address(&args.data_dir, device_addr, admin_addr)?;
+
+    let rules = policies.rules().len();
+    let vessel = Vessel::new(policies, Limits::default());
+    println!("dk vessel");
+    println!("  devices connect to   ws://{device_addr}/device");
+    println!(
+        "  admin API on         http://{admin_addr} (token in {})",
+        token_path.display()
+    );
+    println!("  device_use rules     {rules}");
+    let interactive = !args.no_prompt && std::io::stdin().is_terminal();
+    if interactive {
+        println!("  pairing requests and approvals will be asked here; Ctrl-C stops the vessel");
+    } else {
+        println!("  answer pairing requests with `dk pairings`, approvals with `dk approvals`");
+    }
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let admin_task = serve_admin(admin, Arc::clone(&vessel), token, stopped(stop_rx.clone()));
+    let device_task = serve_devices(devices, Arc::clone(&vessel), stopped(stop_rx.clone()));
+    let prompt_task = async {
+        if interactive {
+            prompt::run(Arc::clone(&vessel), stopped(stop_rx.clone())).await;
+        }
+    };
+    let signal = async {
+        let _ = tokio::signal::ctrl_c().await;
+        println!("\nstopping: closing device connections");
+        stop_tx.send_replace(true);
+    };
+    let (admin_result, device_result, (), ()) =
+        tokio::join!(admin_task, device_task, prompt_task, signal);
+    let _ = std::fs::remove_file(args.data_dir.join(ADDRESS_FILE));
+    admin_result.map_err(|e| format!("admin API: {e}"))?;
+    device_result.map_err(|e| format!("device route: {e}"))?;
+    Ok(())
+}
+
+fn write_address(data_dir: &Path, devices: SocketAddr, admin: SocketAddr) -> Result<(), String> {
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("data directory `{}`: {e}", data_dir.display()))?;
+    let text = json!({"devices": devices.to_string(), "admin": admin.to_string()}).to_string();
+    std::fs::write(data_dir.join(ADDRESS_FILE), text).map_err(|e| format!("address file: {e}"))
+}
