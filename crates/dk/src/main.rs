@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod admin_cmd;
+mod demo_cmd;
 mod input;
 mod manifest_cmd;
 mod policy_cmd;
@@ -36,6 +37,9 @@ enum Command {
     Policy(policy_cmd::PolicyCommand),
     /// Print the tool definitions an agent would see for a manifest and a grant.
     Tools(tools_cmd::ToolsArgs),
+    /// The whole story in one process, narrated: a vessel, the reference lamp
+    /// over a real WebSocket, a demo approver standing in for the person.
+    Demo,
     /// Run a vessel: devices connect to it, the person pairs and approves.
     Vessel(vessel_cmd::VesselArgs),
     /// Pending pairing requests of a running vessel: list, approve, refuse.
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Command::Manifest(command) => manifest_cmd::run(command),
         Command::Policy(command) => policy_cmd::run(command),
         Command::Tools(args) => tools_cmd::run(&args),
+        Command::Demo => demo_cmd::run(),
         Command::Vessel(args) => vessel_cmd::run(&args),
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),
