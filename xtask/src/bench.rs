@@ -1,15 +1,26 @@
-//! `cargo xtask bench [FILTER] [--save FILE]`: runs the divan benchmarks and
-//! prints the median of each, read from divan's table. Times are reported,
-//! never asserted on.
+//! `cargo xtask bench [FILTER] [--save FILE]`: runs the benchmarks and
+//! prints the median of each, read from divan's tables, followed by the lines
+//! of the benches that measure in their own way (`e2e/...`, `idle/...`: a
+//! tool call over WebSocket against a bare echo, and the memory of a vessel
+//! process with idle devices). Times are reported, never asserted on.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::process::Command;
 
 use crate::run::{Stream, cargo, describe, tee};
 use crate::{TaskError, TaskResult};
 
 /// The packages whose benchmarks run.
 const PACKAGES: [&str; 3] = ["dk-proto", "dk-policy", "dk-vessel"];
+
+/// How the lines of the benches without divan begin; each such line is kept
+/// for the summary as it is.
+const REPORT_PREFIXES: [&str; 2] = ["e2e/", "idle/"];
+
+/// Open files the benches need: the idle-devices bench holds 1,000 device
+/// connections in its own process and in the vessel it starts.
+const OPEN_FILES: u64 = 4096;
 
 /// Runs the benchmarks, then prints (and optionally saves) their medians.
 pub fn run(args: &[String]) -> TaskResult {
@@ -34,7 +45,7 @@ pub fn run(args: &[String]) -> TaskResult {
         }
     }
 
-    let mut command = cargo();
+    let mut command = with_open_files(cargo(), OPEN_FILES);
     command.arg("bench");
     for package in PACKAGES {
         command.args(["-p", package]);
@@ -46,14 +57,22 @@ pub fn run(args: &[String]) -> TaskResult {
     }
 
     let mut parser = DivanParser::default();
+    let mut reports = Reports::default();
     let passed = tee("bench", &mut command, Stream::Stdout, |line| {
-        parser.add_line(line)
+        parser.add_line(line);
+        reports.add_line(line);
     })?;
     if !passed {
         return Err(TaskError(format!("bench failed: `{}`", describe(&command))));
     }
-    let medians = parser.medians;
-    println!("\n{}", table(&medians));
+    let mut medians = parser.medians;
+    medians.extend(reports.medians);
+    if reports.lines.is_empty() || !medians.is_empty() {
+        println!("\n{}", table(&medians));
+    }
+    if !reports.lines.is_empty() {
+        println!("{}", reports.lines.join("\n"));
+    }
     if let Some(file) = save {
         std::fs::write(&file, json(&medians))
             .map_err(|error| TaskError(format!("cannot write `{}`: {error}", file.display())))?;
@@ -136,6 +155,77 @@ impl DivanParser {
             });
         }
     }
+}
+
+/// Keeps the lines of the benches that print their own results, such as
+/// `e2e/bare_websocket_echo   median  40.1 µs   p99  70.3 µs` or
+/// `idle/1000_devices  rss 38.2 MiB ...`, and the median of each line that
+/// has one in a unit of time.
+#[derive(Debug, Default)]
+pub struct Reports {
+    /// The lines, as printed.
+    pub lines: Vec<String>,
+    /// The medians found in them.
+    pub medians: Vec<Median>,
+}
+
+impl Reports {
+    /// Takes one line of output.
+    pub fn add_line(&mut self, line: &str) {
+        if !REPORT_PREFIXES.iter().any(|p| line.starts_with(p)) {
+            return;
+        }
+        self.lines.push(line.trim_end().to_owned());
+        let mut words = line.split_whitespace();
+        let Some(name) = words.next() else {
+            return;
+        };
+        if words.by_ref().any(|word| word == "median") {
+            let (Some(number), Some(unit)) = (words.next(), words.next()) else {
+                return;
+            };
+            let text = format!("{number} {unit}");
+            if let Some(nanos) = nanos(&text) {
+                self.medians.push(Median {
+                    name: name.to_owned(),
+                    text,
+                    nanos: Some(nanos),
+                });
+            }
+        }
+    }
+}
+
+/// `command`, run with its soft limit on open files raised to `wanted` (or
+/// to the hard limit, if lower) when this process's is below it. The limit
+/// is per process and inherited, and only a shell can raise it without
+/// unsafe code.
+fn with_open_files(command: Command, wanted: u64) -> Command {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .and_then(|line| line.split_whitespace().nth(3))
+        .and_then(|soft| soft.parse::<u64>().ok());
+    if soft.is_none_or(|soft| soft >= wanted) {
+        return command;
+    }
+    let mut shell = Command::new("bash");
+    shell.arg("-c").arg(format!(
+        "ulimit -Sn {wanted} 2>/dev/null || ulimit -Sn \"$(ulimit -Hn)\"; exec \"$@\""
+    ));
+    shell.arg("bash").arg(command.get_program());
+    shell.args(command.get_args());
+    if let Some(dir) = command.get_current_dir() {
+        shell.current_dir(dir);
+    }
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => shell.env(key, value),
+            None => shell.env_remove(key),
+        };
+    }
+    shell
 }
 
 /// Removes a trailing value such as `170.1 ns` or `5.8 GB/s` from a name column.
@@ -224,7 +314,7 @@ fn json_string(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{DivanParser, json, nanos};
+    use super::{DivanParser, Reports, json, nanos};
 
     #[track_caller]
     fn check(output: &str, expected: &[(&str, &str)]) {
@@ -269,6 +359,35 @@ policy                            fastest       │ slowest       │ median    
                 ("policy/evaluate_device_use_match/10000", "1.25 µs"),
                 ("policy/parse_file/1000", "2.6 ms"),
             ],
+        );
+    }
+
+    #[test]
+    fn report_lines() {
+        let mut reports = Reports::default();
+        let output = "\
+     Running benches/e2e.rs (target/release/deps/e2e-0123)
+e2e: 5000 rounds of each
+e2e/tool_call_over_websocket    median    48.2 µs   p99    95.0 µs
+e2e/bare_websocket_echo         median    40.1 µs   p99    70.3 µs
+e2e/ratio                       median    1.20x     p99    1.35x
+idle/1000_devices       rss 38.2 MiB  baseline 6.1 MiB  per device 32.1 KiB
+";
+        for line in output.lines() {
+            reports.add_line(line);
+        }
+        assert_eq!(reports.lines.len(), 4);
+        let medians: Vec<(&str, &str, Option<f64>)> = reports
+            .medians
+            .iter()
+            .map(|m| (m.name.as_str(), m.text.as_str(), m.nanos))
+            .collect();
+        assert_eq!(
+            medians,
+            [
+                ("e2e/tool_call_over_websocket", "48.2 µs", Some(48_200.0)),
+                ("e2e/bare_websocket_echo", "40.1 µs", Some(40_100.0)),
+            ]
         );
     }
 
