@@ -1,9 +1,13 @@
 //! End-to-end tests joining the dk crates. `in_process` runs a device defined
 //! with dk-device against a vessel's registry and adapter over an in-process
-//! link that carries every frame as JSON text, both ways.
+//! link that carries every frame as JSON text, both ways; `socket` runs a real
+//! vessel on loopback with devices over real WebSockets.
 
 #![cfg(test)]
 
 mod harness;
+mod hostile;
 mod in_process;
+mod net;
+mod socket;
 mod tidy;

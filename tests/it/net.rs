@@ -1,0 +1,278 @@
+//! A real vessel on loopback (the `/device` route and the admin API on
+//! `127.0.0.1:0`), devices built with dk-device's client, and raw WebSocket
+//! clients for misbehaving peers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dk_device::{ClientError, ClientOptions, Device, run_client};
+use dk_policy::PolicySet;
+use dk_vessel::{
+    AdminClient, AdminToken, ConsentDecision, Limits, Prompt, Vessel, serve_admin, serve_devices,
+};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+
+pub type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A vessel serving on loopback until dropped.
+pub struct Running {
+    pub vessel: Arc<Vessel>,
+    pub device_url: String,
+    pub admin: AdminClient,
+    stop: watch::Sender<bool>,
+    server: Option<JoinHandle<()>>,
+}
+
+pub async fn start(limits: Limits) -> Running {
+    let vessel = Vessel::new(PolicySet::empty(), limits);
+    let devices = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let device_addr: SocketAddr = devices.local_addr().unwrap();
+    let admin_addr = admin.local_addr().unwrap();
+    let token = AdminToken::generate();
+    let (stop, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (a, b) = (stopped(stop_rx.clone()), stopped(stop_rx));
+    let (v1, v2, t) = (Arc::clone(&vessel), Arc::clone(&vessel), token.clone());
+    let server = tokio::spawn(async move {
+        let (x, y) = tokio::join!(serve_devices(devices, v1, a), serve_admin(admin, v2, t, b));
+        x.unwrap();
+        y.unwrap();
+    });
+    Running {
+        vessel,
+        device_url: format!("ws://{device_addr}/device"),
+        admin: AdminClient::new(admin_addr, token),
+        stop,
+        server: Some(server),
+    }
+}
+
+impl Running {
+    /// Stops the vessel and waits for it.
+    pub async fn stop(mut self) {
+        self.stop.send_replace(true);
+        if let Some(server) = self.server.take() {
+            server.await.unwrap();
+        }
+    }
+
+    /// Waits for the next pending consent, through the admin API.
+    pub async fn next_consent(&self) -> Value {
+        for _ in 0..1000 {
+            let pending = self.admin.get("/v1/pending").await.unwrap().body;
+            if let Some(p) = pending
+                .as_array()
+                .and_then(|a| a.iter().find(|p| p["kind"] == "consent"))
+            {
+                return p.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("no consent came")
+    }
+
+    /// Waits for the next pending approval, through the admin API.
+    pub async fn next_approval(&self) -> Value {
+        for _ in 0..1000 {
+            let pending = self.admin.get("/v1/pending").await.unwrap().body;
+            if let Some(p) = pending
+                .as_array()
+                .and_then(|a| a.iter().find(|p| p["kind"] == "approval"))
+            {
+                return p.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("no approval came")
+    }
+
+    /// Approves the next consent through the admin API.
+    pub async fn approve_next(&self, grant: &[&str]) -> Value {
+        let prompt = self.next_consent().await;
+        let id = prompt["id"].as_u64().unwrap();
+        let answer = self
+            .admin
+            .post(
+                &format!("/v1/pending/{id}/consent"),
+                &json!({"approved": true, "grant": grant}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 204);
+        prompt
+    }
+
+    /// Answers the next consent directly on the person channel.
+    pub async fn answer_next_directly(&self, decision: ConsentDecision) {
+        loop {
+            let found = self
+                .vessel
+                .person()
+                .pending()
+                .into_iter()
+                .find(|p| matches!(p.prompt, Prompt::Consent(_)));
+            if let Some(p) = found {
+                self.vessel.person().answer_consent(p.id, decision).unwrap();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    pub async fn wait_connected(&self, id: &str) {
+        for _ in 0..2000 {
+            if self.vessel.links().is_connected(id) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{id} never connected")
+    }
+
+    pub async fn wait_disconnected(&self, id: &str) {
+        for _ in 0..2000 {
+            if !self.vessel.links().is_connected(id) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{id} never disconnected")
+    }
+
+    /// Calls a tool through the admin API.
+    pub async fn call(&self, tool: &str, input: Value, timeout_ms: u64) -> Value {
+        self.admin
+            .post(
+                "/v1/tools/call",
+                &json!({"tool": tool, "input": input, "agentId": "test", "timeoutMs": timeout_ms}),
+            )
+            .await
+            .unwrap()
+            .body
+    }
+}
+
+/// A dk-device client running in the background until stopped.
+pub struct DeviceRun {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ClientError>>,
+}
+
+impl DeviceRun {
+    pub fn spawn(device: Device, options: ClientOptions) -> DeviceRun {
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            run_client(&device, options, async move {
+                let _ = stop_rx.await;
+            })
+            .await
+        });
+        DeviceRun {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Asks the client to stop and returns how it ended.
+    pub async fn stop(mut self) -> Result<(), ClientError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap()
+    }
+
+    /// Waits for the client to end by itself.
+    pub async fn ended(self) -> Result<(), ClientError> {
+        let DeviceRun { stop, task } = self;
+        let result = task.await.unwrap();
+        drop(stop);
+        result
+    }
+}
+
+/// A fresh directory for token files.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dk-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A raw WebSocket connection to the vessel, for peers that misbehave.
+pub async fn raw(url: &str) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    tokio_tungstenite::connect_async(url)
+        .await
+        .map(|(socket, _)| socket)
+}
+
+pub async fn send(socket: &mut Socket, frame: Value) {
+    socket.send(Message::text(frame.to_string())).await.unwrap();
+}
+
+/// The next text frame as JSON, or the close (code, reason); `None` when the
+/// socket ended without a close.
+pub async fn next(socket: &mut Socket) -> Option<Result<Value, (u16, String)>> {
+    loop {
+        match socket.next().await? {
+            Ok(Message::Text(text)) => {
+                return Some(Ok(serde_json::from_str(text.as_str()).unwrap()));
+            }
+            Ok(Message::Close(frame)) => {
+                return Some(Err(frame.map_or((1005, String::new()), |f| {
+                    (u16::from(f.code), f.reason.as_str().to_owned())
+                })));
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Reads until the vessel closes; returns the close code and reason.
+pub async fn closed(socket: &mut Socket) -> Option<(u16, String)> {
+    loop {
+        match next(socket).await? {
+            Ok(_) => {}
+            Err(close) => return Some(close),
+        }
+    }
+}
+
+/// Pairs a raw device with `manifest`, answering the consent directly.
+pub async fn pair_raw(running: &Running, manifest: Value, grant: &[&str]) -> Socket {
+    let mut socket = raw(&running.device_url).await.unwrap();
+    send(
+        &mut socket,
+        json!({"type": "device:hello", "manifest": manifest}),
+    )
+    .await;
+    assert_eq!(
+        next(&mut socket).await.unwrap().unwrap()["type"],
+        "device:pairing"
+    );
+    running
+        .answer_next_directly(ConsentDecision::approve(grant.iter().copied()))
+        .await;
+    assert_eq!(
+        next(&mut socket).await.unwrap().unwrap()["type"],
+        "device:paired"
+    );
+    socket
+}
+
+/// A lamp-like manifest with its own id.
+pub fn manifest(id: &str) -> Value {
+    json!({"id": id, "name": "Test device", "kind": "test", "version": "1",
+           "capabilities": [{"name": "read_light", "kind": "sensor", "description": "Read."}]})
+}
