@@ -33,6 +33,9 @@ pub struct Limits {
     pub max_pending_calls: usize,
     /// Connections at once, authenticated or not.
     pub max_connections: usize,
+    /// Connections at once from one remote address, authenticated or not
+    /// (generous: many devices may share an address behind a NAT).
+    pub max_connections_per_address: usize,
     /// Connections at once from one remote address that have not yet
     /// authenticated (pairing or reconnecting).
     pub max_unauthenticated_per_address: usize,
@@ -54,6 +57,7 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             max_pending_calls: DEFAULT_MAX_PENDING,
             max_connections: 20_000,
+            max_connections_per_address: 4096,
             max_unauthenticated_per_address: 32,
             max_malformed_frames: 3,
             max_frames_per_second: 200,
@@ -111,6 +115,7 @@ impl Drop for ConnectionPermit {
         if !self.authenticated {
             self.vessel.release_unauthenticated(self.address);
         }
+        self.vessel.release_connection(self.address);
         self.vessel.connections.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -123,7 +128,8 @@ pub struct Vessel {
     limits: Limits,
     stats: Stats,
     connections: AtomicUsize,
-    unauthenticated: Mutex<HashMap<Option<IpAddr>, usize>>,
+    /// Per remote address: (all connections, unauthenticated ones).
+    per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
     decisions: Arc<Mutex<VecDeque<Value>>>,
     shutdown: watch::Sender<bool>,
 }
@@ -162,7 +168,7 @@ impl Vessel {
             limits,
             stats: Stats::default(),
             connections: AtomicUsize::new(0),
-            unauthenticated: Mutex::new(HashMap::new()),
+            per_address: Mutex::new(HashMap::new()),
             decisions,
             shutdown: watch::channel(false).0,
         })
@@ -261,6 +267,9 @@ impl Vessel {
         self: &Arc<Self>,
         address: Option<IpAddr>,
     ) -> Result<ConnectionPermit, &'static str> {
+        if self.is_shutting_down() {
+            return Err("the vessel is shutting down");
+        }
         let total = self.connections.fetch_add(1, Ordering::AcqRel);
         if total >= self.limits.max_connections {
             self.connections.fetch_sub(1, Ordering::AcqRel);
@@ -271,19 +280,27 @@ impl Vessel {
         }
         {
             let mut counts = self
-                .unauthenticated
+                .per_address
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let count = counts.entry(address).or_insert(0);
-            if *count >= self.limits.max_unauthenticated_per_address {
+            let (all, unauthenticated) = counts.entry(address).or_insert((0, 0));
+            let refusal = if *all >= self.limits.max_connections_per_address {
+                Some("too many connections from this address")
+            } else if *unauthenticated >= self.limits.max_unauthenticated_per_address {
+                Some("too many unauthenticated connections from this address")
+            } else {
+                None
+            };
+            if let Some(why) = refusal {
                 drop(counts);
                 self.connections.fetch_sub(1, Ordering::AcqRel);
                 self.stats
                     .refused_connections
                     .fetch_add(1, Ordering::Relaxed);
-                return Err("too many unauthenticated connections from this address");
+                return Err(why);
             }
-            *count += 1;
+            *all += 1;
+            *unauthenticated += 1;
         }
         Ok(ConnectionPermit {
             vessel: Arc::clone(self),
@@ -294,12 +311,22 @@ impl Vessel {
 
     fn release_unauthenticated(&self, address: Option<IpAddr>) {
         let mut counts = self
-            .unauthenticated
+            .per_address
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&address) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        if let Some((_, unauthenticated)) = counts.get_mut(&address) {
+            *unauthenticated = unauthenticated.saturating_sub(1);
+        }
+    }
+
+    fn release_connection(&self, address: Option<IpAddr>) {
+        let mut counts = self
+            .per_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((all, _)) = counts.get_mut(&address) {
+            *all = all.saturating_sub(1);
+            if *all == 0 {
                 counts.remove(&address);
             }
         }

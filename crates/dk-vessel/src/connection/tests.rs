@@ -426,4 +426,29 @@ async fn admission_limits() {
     drop((a, b, c));
     assert_eq!(vessel.connection_count(), 0);
     assert!(vessel.admit(None).is_ok());
+
+    let limits = Limits {
+        max_connections_per_address: 2,
+        ..Limits::default()
+    };
+    let vessel = Vessel::new(PolicySet::empty(), limits);
+    let mut a = vessel.admit(None).unwrap();
+    let mut b = vessel.admit(None).unwrap();
+    a.authenticated();
+    b.authenticated();
+    assert_eq!(
+        vessel.admit(None).unwrap_err(),
+        "too many connections from this address"
+    );
+    assert!(
+        vessel.admit("10.0.0.2".parse().ok()).is_ok(),
+        "another address is fine"
+    );
+    drop(a);
+    assert!(vessel.admit(None).is_ok());
+    vessel.shut_down();
+    assert_eq!(
+        vessel.admit(None).unwrap_err(),
+        "the vessel is shutting down"
+    );
 }
