@@ -92,7 +92,12 @@ async fn run() -> Result<(), BoxError> {
     let invoke_len = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&invoke_len);
     tasks.spawn(async move { run_device(device_addr, seen).await });
-    let outcome = measure(&vessel, echo_addr, &invoke_len).await;
+    // The caller is a task on the runtime, as an agent's would be.
+    let caller = Arc::clone(&vessel);
+    let outcome = tokio::spawn(async move { measure(&caller, echo_addr, &invoke_len).await })
+        .await
+        .map_err(BoxError::from)
+        .and_then(|samples| samples);
 
     stop_tx.send_replace(true);
     let finished = tokio::time::timeout(PATIENCE, async {
