@@ -427,6 +427,13 @@ where
         }
         let silence = limits.ping_interval * 2;
         let mut last_seen = Instant::now();
+        // The futures that do not change per message are made once: the loop
+        // runs for every frame and should not rebuild timers or subscriptions.
+        let vessel = Arc::clone(self.vessel);
+        let replaced = correlator.closed();
+        let shutdown = vessel.shutting_down();
+        let deadline = tokio::time::sleep_until(last_seen + silence);
+        tokio::pin!(replaced, shutdown, deadline);
         let ended = loop {
             tokio::select! {
                 message = self.incoming.next() => {
@@ -435,15 +442,20 @@ where
                         break frame;
                     }
                 }
-                reason = correlator.closed() => break Some(close(close_code::REPLACED, reason)),
+                reason = &mut replaced => break Some(close(close_code::REPLACED, reason)),
                 change = changes.recv() => {
                     if let Some(frame) = self.on_change(change, session) {
                         break Some(frame);
                     }
                 }
-                () = self.vessel.shutting_down() => break Some(going_away()),
-                () = tokio::time::sleep_until(last_seen + silence) => {
-                    break Some(close(close_code::DEAD, "no answer to pings"));
+                () = &mut shutdown => break Some(going_away()),
+                () = &mut deadline => {
+                    // Re-armed lazily: a message since the last arming moves it on.
+                    if last_seen + silence > Instant::now() {
+                        deadline.as_mut().reset(last_seen + silence);
+                    } else {
+                        break Some(close(close_code::DEAD, "no answer to pings"));
+                    }
                 }
             }
         };

@@ -27,8 +27,8 @@ pub use admin::{AdminToken, admin_router, serve_admin};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
-    CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, Handled, InvokeResult, Links,
-    PumpReport, pump_device_frames,
+    CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,
+    Links, PumpReport, pump_device_frames,
 };
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,

@@ -39,6 +39,26 @@ pub trait DeviceLink: Send + Sync {
     }
 }
 
+/// Where a correlator writes its `device:invoke` frames.
+pub trait FrameSink: Send + Sync {
+    /// Sends one text frame; the error says why it could not be sent.
+    fn send_frame(&self, text: String) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A channel to a writer task: never waits; a full channel is an error.
+impl FrameSink for mpsc::Sender<String> {
+    fn send_frame(&self, text: String) -> BoxFuture<'_, Result<(), String>> {
+        let sent = self.try_send(text).map_err(|e| {
+            match e {
+                mpsc::error::TrySendError::Full(_) => "connection is backed up",
+                mpsc::error::TrySendError::Closed(_) => "connection closed",
+            }
+            .to_owned()
+        });
+        Box::pin(std::future::ready(sent))
+    }
+}
+
 /// The connected devices, by id. At most one link per device: connecting
 /// again replaces the old link.
 #[derive(Default)]
@@ -121,7 +141,7 @@ pub enum Handled {
 /// out, and fails every pending call at once when the connection closes.
 /// Nothing is ever re-sent.
 pub struct CallCorrelator {
-    out: mpsc::Sender<String>,
+    out: Arc<dyn FrameSink>,
     state: Mutex<State>,
     max_pending: usize,
     unknown_results: AtomicU64,
@@ -144,14 +164,14 @@ impl fmt::Debug for CallCorrelator {
 impl CallCorrelator {
     /// A correlator writing frames to `out`, with at most
     /// [`DEFAULT_MAX_PENDING`] calls in flight.
-    pub fn new(out: mpsc::Sender<String>) -> CallCorrelator {
+    pub fn new(out: impl FrameSink + 'static) -> CallCorrelator {
         CallCorrelator::with_max_pending(out, DEFAULT_MAX_PENDING)
     }
 
     /// A correlator with its own cap on calls in flight.
-    pub fn with_max_pending(out: mpsc::Sender<String>, max_pending: usize) -> CallCorrelator {
+    pub fn with_max_pending(out: impl FrameSink + 'static, max_pending: usize) -> CallCorrelator {
         CallCorrelator {
-            out,
+            out: Arc::new(out),
             state: Mutex::new(State {
                 pending: HashMap::new(),
                 closed: None,
@@ -258,15 +278,23 @@ impl CallCorrelator {
             capability: Cow::Borrowed(capability),
             input: Cow::Borrowed(input),
         };
-        if let Err(e) = self.out.try_send(frame.to_json()) {
+        // The send counts against the call's time too: a device that stops
+        // reading cannot hold the caller past its timeout.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let sent = tokio::time::timeout_at(deadline, self.out.send_frame(frame.to_json())).await;
+        let failed = match sent {
+            Ok(Ok(())) => None,
+            Ok(Err(why)) => Some(format!("send failed: {why}")),
+            Err(_) => Some(format!(
+                "send failed: not sent within {}ms",
+                timeout.as_millis()
+            )),
+        };
+        if let Some(why) = failed {
             self.state().pending.remove(&call_id);
-            let why = match e {
-                mpsc::error::TrySendError::Full(_) => "connection is backed up",
-                mpsc::error::TrySendError::Closed(_) => "connection closed",
-            };
-            return Err(format!("send failed: {why}"));
+            return Err(why);
         }
-        match tokio::time::timeout(timeout, answer).await {
+        match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(outcome)) => outcome,
             // The settle side was dropped without an answer: treat as closed.
             Ok(Err(_)) => Err("connection closed".to_owned()),

@@ -20,6 +20,9 @@ use tokio::net::TcpListener;
 use crate::connection::{CloseFrame, WireMessage, serve_connection};
 use crate::vessel::Vessel;
 
+/// Initial read buffer per device connection.
+const READ_BUFFER_BYTES: usize = 4 * 1024;
+
 /// How long a shutting-down vessel waits for its connections to close.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
 
@@ -66,6 +69,9 @@ async fn device_route(
     upgrade
         .max_message_size(max)
         .max_frame_size(max)
+        // The socket layer's default read buffer (128 KiB, zero-filled) would
+        // dominate an idle connection's memory; it grows when a frame needs it.
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             serve_socket(&vessel, permit, socket).await;
         })
@@ -84,7 +90,6 @@ async fn serve_socket(
     let outgoing =
         sink.with(|message: WireMessage| std::future::ready(Ok::<_, axum::Error>(to_ws(message))));
     let incoming = Box::pin(incoming);
-    let outgoing = Box::pin(outgoing);
     let outcome = serve_connection(vessel, permit, incoming, outgoing).await;
     tracing::debug!(device = ?outcome.device_id, closed = ?outcome.closed_with, "device connection ended");
 }
