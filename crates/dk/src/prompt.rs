@@ -200,3 +200,89 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dk_policy::PolicySet;
+    use dk_vessel::{ConsentDecision, Limits, Vessel};
+    use serde_json::Value;
+
+    use super::*;
+
+    fn lamp() -> Value {
+        serde_json::from_str(include_str!(
+            "../../../fixtures/manifests/valid/desk-lamp.json"
+        ))
+        .unwrap()
+    }
+
+    /// Starts a pairing that waits for the person; returns its prompt.
+    async fn consent_prompt(
+        vessel: &Arc<Vessel>,
+    ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
+        let asking = Arc::clone(vessel);
+        let pairing = tokio::spawn(async move {
+            let person = Arc::clone(asking.person());
+            asking
+                .registry()
+                .pair(&lamp(), |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .await
+                .is_ok()
+        });
+        loop {
+            if let Some(p) = vessel.person().pending().into_iter().next() {
+                return (p, pairing);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn typed_answers_to_a_pairing_request() {
+        for (line, paired, grants) in [
+            ("1,3", true, vec!["read_light", "strobe"]),
+            (" all ", true, vec!["read_light", "set_light", "strobe"]),
+            ("none", true, vec![]),
+            ("", true, vec![]),
+            ("no", false, vec![]),
+        ] {
+            let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+            let (prompt, pairing) = consent_prompt(&vessel).await;
+            answer(&vessel, &prompt, line).unwrap();
+            assert_eq!(pairing.await.unwrap(), paired, "{line:?}");
+            let granted = vessel
+                .registry()
+                .list()
+                .first()
+                .map(|d| d.grants.clone())
+                .unwrap_or_default();
+            assert_eq!(granted, grants, "{line:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bad_answer_leaves_the_question_open() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        let (prompt, pairing) = consent_prompt(&vessel).await;
+        assert_eq!(
+            answer(&vessel, &prompt, "4").unwrap_err(),
+            "there is no capability 4"
+        );
+        assert_eq!(
+            answer(&vessel, &prompt, "one").unwrap_err(),
+            "`one` is not a number"
+        );
+        assert_eq!(
+            answer(&vessel, &prompt, "0").unwrap_err(),
+            "there is no capability 0"
+        );
+        assert_eq!(vessel.person().pending().len(), 1);
+        vessel
+            .person()
+            .answer_consent(prompt.id, ConsentDecision::refuse())
+            .unwrap();
+        assert!(!pairing.await.unwrap());
+    }
+}

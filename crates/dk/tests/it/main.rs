@@ -186,3 +186,181 @@ fn tools_prints_the_v1_definitions() {
         json!([])
     );
 }
+
+/// A `dk vessel` process, killed when dropped.
+struct VesselProcess {
+    child: std::process::Child,
+    data_dir: PathBuf,
+}
+
+impl Drop for VesselProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+fn start_vessel(name: &str) -> (VesselProcess, String) {
+    let data_dir =
+        std::env::temp_dir().join(format!("dk-cli-vessel-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let child = Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args([
+            "vessel",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--no-prompt",
+            "--data-dir",
+        ])
+        .arg(&data_dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = VesselProcess { child, data_dir };
+    for _ in 0..500 {
+        if let Ok(text) = std::fs::read_to_string(process.data_dir.join("vessel.json")) {
+            let address: Value = serde_json::from_str(&text).unwrap();
+            let url = format!("ws://{}/device", address["devices"].as_str().unwrap());
+            return (process, url);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the vessel did not start");
+}
+
+fn person(data_dir: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+    command.args(args).arg("--data-dir").arg(data_dir);
+    command.output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vessel_process_and_the_persons_commands() {
+    let (vessel, url) = start_vessel("commands");
+    let dir = vessel.data_dir.clone();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let seen = std::sync::Arc::clone(&shown);
+    let options = dk_device::ClientOptions::new(url)
+        .on_code(move |code| *seen.lock().unwrap() = code.to_owned())
+        .backoff(
+            std::time::Duration::from_millis(20),
+            std::time::Duration::from_millis(100),
+        );
+    let lamp = dk_device::samples::lamp();
+    let client =
+        tokio::spawn(
+            async move { dk_device::run_client(&lamp, options, std::future::pending()).await },
+        );
+
+    // The person lists the request and checks the code the device shows.
+    let request = loop {
+        let out = person(&dir, &["pairings", "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if let Some(first) = list.as_array().and_then(|l| l.first()).cloned() {
+            break first;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(request["request"]["deviceId"], "desk-lamp");
+    assert_eq!(
+        request["request"]["code"].as_str(),
+        Some(shown.lock().unwrap().as_str())
+    );
+    let plain = String::from_utf8(person(&dir, &["pairings"]).stdout).unwrap();
+    assert!(
+        plain.contains("desk-lamp") && plain.contains("asks every time"),
+        "{plain}"
+    );
+
+    let id = request["id"].to_string();
+    let out = person(
+        &dir,
+        &[
+            "pairings",
+            "approve",
+            &id,
+            "--grant",
+            "set_light,read_light",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let devices = loop {
+        let out = person(&dir, &["devices", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if list[0]["connected"] == true {
+            break list;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(devices[0]["grants"], json!(["read_light", "set_light"]));
+    assert_eq!(
+        person(&dir, &["devices", "revoke", "desk-lamp", "set_light"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = person(&dir, &["devices", "--json"]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()[0]["grants"],
+        json!(["read_light"])
+    );
+    let refused = person(&dir, &["devices", "grant", "desk-lamp", "fly"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has no capability \"fly\""));
+    assert_eq!(person(&dir, &["approvals"]).status.code(), Some(0));
+
+    // Unpairing ends the device's session for good.
+    assert_eq!(
+        person(&dir, &["devices", "unpair", "desk-lamp"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let ended = client.await.unwrap();
+    assert!(
+        matches!(ended, Err(dk_device::ClientError::Unpaired)),
+        "{ended:?}"
+    );
+    drop(vessel);
+    // No running vessel: a clear error, not a hang.
+    let out = person(&dir, &["pairings"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn demo_runs_to_the_end() {
+    let out = dk(&["demo"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "pairing code",
+        "demo approver",
+        "\"ok\":true",
+        "is not granted",
+        "asks every time",
+        "was revoked",
+        "[audit]",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
