@@ -27,16 +27,25 @@
 //! a task of its own whose failure or panic is answered as an error. No frame
 //! from a vessel can make this crate panic or stop the serve loop.
 //!
+//! [`run_client`] connects a device to a vessel's `/device` WebSocket route:
+//! it pairs (showing the code), keeps the device token in a file, serves
+//! calls, and reconnects with backoff.
+//!
 //! [`samples`] holds ready devices (8DK's reference lamp, a door lock, a
 //! thermostat) used by the simulators, the demo and the end-to-end tests.
 
 #![forbid(unsafe_code)]
 
+mod client;
 mod device;
 mod event;
 pub mod samples;
 mod serve;
 
+pub use client::{
+    CONNECT_TIMEOUT, ClientError, ClientOptions, DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF,
+    STABLE_SESSION, SessionEnd, connect_once, run_client,
+};
 pub use device::{DefineError, Device, DeviceBuilder, HandlerError};
 pub use event::{EmitError, EventReceiver, EventSender};
 pub use serve::{

@@ -1,0 +1,931 @@
+//! The device side of a vessel's `/device` WebSocket route: connect, pair
+//! (`device:hello`) or authenticate (`device:auth`), serve calls with the
+//! serve loop, and reconnect with backoff when the connection drops.
+//!
+//! The device token is kept in a token file (mode 0600, written whole or not
+//! at all) so the device reconnects without the person. Close codes that
+//! mean the person must act (pairing refused, token refused, manifest
+//! changed, unpaired) end the client with a [`ClientError`] instead of
+//! retrying; every other end of a connection is retried.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::fs::File;
+use std::future::Future;
+use std::io::{self, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, VesselFrame};
+use futures::future::{self, Fuse};
+use futures::{FutureExt as _, Sink, SinkExt as _, Stream, StreamExt as _};
+use rand::Rng as _;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::serve::serve_session;
+use crate::{Device, ServeError, ServeOptions};
+
+/// The first reconnect waits up to this long, by default.
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A reconnect never waits longer than this, by default.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A connection that lasted at least this long resets the backoff and the
+/// count of attempts.
+pub const STABLE_SESSION: Duration = Duration::from_secs(10);
+
+/// How long opening a connection (TCP and the WebSocket upgrade) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait for the other side's close once the connection is ending.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest device token accepted, from the vessel or from a token file (a v1
+/// token is 64 characters).
+const MAX_TOKEN_BYTES: usize = 1024;
+
+/// Largest message accepted from the vessel: a frame at the protocol's
+/// limit, with room for escaping.
+const MAX_MESSAGE_BYTES: usize = 2 * MAX_FRAME_BYTES;
+
+/// Close codes the vessel sends, as `docs/PROTOCOL.md` lists them.
+mod close_code {
+    /// Pairing did not happen.
+    pub const PAIRING_REFUSED: u16 = 4001;
+    /// Wrong device id or token.
+    pub const AUTH_FAILED: u16 = 4002;
+    /// The manifest is not the one the person approved.
+    pub const MANIFEST_CHANGED: u16 = 4003;
+    /// The person unpaired the device.
+    pub const UNPAIRED: u16 = 4007;
+    /// A close frame without a code (RFC 6455 "no status received").
+    pub const NO_STATUS: u16 = 1005;
+}
+
+/// Shows the pairing code to the person.
+type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Where and how [`run_client`] and [`connect_once`] connect.
+///
+/// ```
+/// use std::time::Duration;
+/// use dk_device::{ClientOptions, ServeOptions};
+///
+/// let options = ClientOptions::new("ws://127.0.0.1:7777/device")
+///     .token_file(".dk/desk-lamp.token")
+///     .on_code(|code| println!("Pairing code: {code}"))
+///     .backoff(Duration::from_millis(500), Duration::from_secs(30))
+///     .serve(ServeOptions::new().max_in_flight(8));
+/// # drop(options);
+/// ```
+pub struct ClientOptions {
+    url: String,
+    token_file: Option<PathBuf>,
+    on_code: Option<CodeHook>,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    max_attempts: Option<u32>,
+    serve: ServeOptions,
+    /// The token, when there is no token file to keep it in.
+    remembered: Option<String>,
+}
+
+impl fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("url", &self.url)
+            .field("token_file", &self.token_file)
+            .field("on_code", &self.on_code.is_some())
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("max_attempts", &self.max_attempts)
+            .field("serve", &self.serve)
+            .field(
+                "remembered",
+                &self.remembered.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl ClientOptions {
+    /// Connects to `url`, the vessel's device route (`ws://host:port/device`),
+    /// with no token file, backoff from [`DEFAULT_INITIAL_BACKOFF`] to
+    /// [`DEFAULT_MAX_BACKOFF`], no limit on attempts and the default
+    /// [`ServeOptions`]. `wss://` needs TLS, which this crate does not build.
+    pub fn new(url: impl Into<String>) -> Self {
+        ClientOptions {
+            url: url.into(),
+            token_file: None,
+            on_code: None,
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            max_attempts: None,
+            serve: ServeOptions::default(),
+            remembered: None,
+        }
+    }
+
+    /// Keeps the device token in the file at `path`: read at every
+    /// connection (present: `device:auth`; absent or empty: `device:hello`),
+    /// written with mode 0600 when the device pairs (its directory is created
+    /// if missing), removed when the vessel refuses it or the person unpairs
+    /// the device. A file that holds something other than a token is an
+    /// error, never sent and never removed.
+    ///
+    /// Without a token file the token lives in these options only: the
+    /// reconnects of one run authenticate, a new run pairs again.
+    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token_file = Some(path.into());
+        self
+    }
+
+    /// Shows the 6-digit pairing code; the person compares it with the
+    /// vessel's prompt. Without it the code is only logged (`tracing`).
+    /// Codes that are not 6 digits are never shown.
+    pub fn on_code(mut self, show: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_code = Some(Arc::new(show));
+        self
+    }
+
+    /// Waits between reconnects: a random time ("full jitter") up to
+    /// `initial`, doubling after each failed attempt, capped at `max`.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max.max(initial);
+        self
+    }
+
+    /// Gives up after `attempts` connections in a row (at least one) that
+    /// did not last [`STABLE_SESSION`]; without it the client tries forever.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// How calls are served on each connection: grace, calls in flight, the
+    /// event queue and the notice hook, kept from one connection to the next.
+    pub fn serve(mut self, serve: ServeOptions) -> Self {
+        self.serve = serve;
+        self
+    }
+
+    /// The vessel URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// How one connection ended, when the client may connect again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The vessel closed the connection with this code and reason (the
+    /// reason is shown with unsafe characters escaped).
+    Closed {
+        /// The close code (1005 when the vessel gave none).
+        code: u16,
+        /// The vessel's reason.
+        reason: String,
+    },
+    /// The connection dropped without a close.
+    Lost,
+    /// The shutdown future resolved; the client closed with code 1000.
+    Shutdown,
+}
+
+/// Why the client stopped. The variants that name the person need them to
+/// act; retrying would not help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The URL cannot be connected to (not a `ws://` URL, or `wss://`, which
+    /// needs TLS this crate does not build).
+    #[error("cannot use the vessel URL `{url}`: {why}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// Why it cannot be used.
+        why: String,
+    },
+    /// The connection could not be opened (refused, timed out, the vessel
+    /// answered HTTP instead of upgrading). [`run_client`] retries it.
+    #[error("cannot connect to the vessel: {0}")]
+    Connect(String),
+    /// Close 4001: the person said no, did not answer in time, or the vessel
+    /// refused the manifest. The vessel's reason.
+    #[error("pairing refused: {0}")]
+    PairingRefused(String),
+    /// Close 4002: the vessel did not accept the device id and token. The
+    /// token was removed (file and memory), so the next run pairs again; the
+    /// person must approve that pairing.
+    #[error("the vessel refused the device token, which was removed: pair the device again")]
+    AuthFailed,
+    /// Close 4003: the device's manifest is not the one the person
+    /// approved. The token is kept; the device must pair again for the
+    /// person to approve the new manifest.
+    #[error("the device's manifest changed since the person approved it: pair again")]
+    ManifestChanged,
+    /// Close 4007: the person unpaired the device. The token was removed;
+    /// the device must pair again.
+    #[error("the person unpaired the device and its token was removed: pair again to reconnect")]
+    Unpaired,
+    /// The token file could not be read, written or removed, or holds
+    /// something that is not a device token.
+    #[error("token file `{}`: {source}", path.display())]
+    TokenFile {
+        /// The token file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: io::Error,
+    },
+    /// The vessel sent something the protocol does not allow where it
+    /// matters (a device token that cannot be kept).
+    #[error("the vessel broke the protocol: {0}")]
+    Protocol(String),
+    /// [`ClientOptions::max_attempts`] connections in a row failed.
+    #[error("gave up after {attempts} connection attempts; the last: {last}")]
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// How the last one ended.
+        last: String,
+    },
+    /// The client was not run inside a Tokio runtime; nothing was done.
+    #[error("the device client must run inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// Runs the device against a vessel until `shutdown` resolves: connects,
+/// pairs or authenticates, serves calls, and reconnects after every
+/// connection that ends for a reason the device can outlast (a close with
+/// another code, a dropped connection, a connection that cannot be opened).
+///
+/// Reconnects wait a random time up to a ceiling that starts at the
+/// initial backoff and doubles each time, capped at the maximum; a
+/// connection that lasted [`STABLE_SESSION`] starts the ceiling over. Nothing
+/// is re-sent after a reconnect: calls in flight when a connection ended are
+/// the vessel's to fail. Events queued while disconnected wait in the event
+/// queue (up to its capacity) and go out on the next connection.
+///
+/// Returns `Ok(())` once `shutdown` resolves (an open connection is closed
+/// with code 1000 after in-flight calls get the grace period), or the first
+/// [`ClientError`] that retrying cannot fix.
+pub async fn run_client(
+    device: &Device,
+    mut options: ClientOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ClientError> {
+    let shutdown = shutdown.fuse();
+    tokio::pin!(shutdown);
+    let mut attempts: u32 = 0;
+    loop {
+        attempts = attempts.saturating_add(1);
+        let started = Instant::now();
+        let last = match connect_once(device, &mut options, shutdown.as_mut()).await {
+            Ok(SessionEnd::Shutdown) => return Ok(()),
+            Ok(SessionEnd::Closed { code, reason }) => {
+                format!("closed by the vessel: {code} {reason}")
+            }
+            Ok(SessionEnd::Lost) => "connection lost".to_owned(),
+            Err(ClientError::Connect(why)) => why,
+            Err(e) => return Err(e),
+        };
+        if started.elapsed() >= STABLE_SESSION {
+            attempts = 0;
+        }
+        if options.max_attempts.is_some_and(|max| attempts >= max) {
+            return Err(ClientError::GaveUp { attempts, last });
+        }
+        let delay = full_jitter(
+            options.initial_backoff,
+            options.max_backoff,
+            attempts.saturating_sub(1),
+        );
+        tracing::info!(url = %printable(&options.url), %last, ?delay, "reconnecting");
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// A random wait up to `initial * 2^doublings`, capped at `max`.
+fn full_jitter(initial: Duration, max: Duration, doublings: u32) -> Duration {
+    let factor = 2u32.saturating_pow(doublings.min(31));
+    let ceiling = initial.saturating_mul(factor).min(max);
+    let ceiling = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(rand::rng().random_range(0..=ceiling))
+}
+
+/// One connection: connects, sends `device:auth` when a token is kept (with
+/// the device's manifest) or else `device:hello`, shows the pairing code and
+/// keeps the token the vessel sends, then serves calls until the connection
+/// ends or `shutdown` resolves.
+///
+/// Returns how the connection ended when connecting again makes sense, and
+/// an error otherwise; see [`ClientError`] for the close codes that end the
+/// client and what happens to the token file.
+pub async fn connect_once(
+    device: &Device,
+    options: &mut ClientOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<SessionEnd, ClientError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(ClientError::NoRuntime);
+    }
+    let shutdown = shutdown.fuse();
+    tokio::pin!(shutdown);
+    check_url(&options.url)?;
+    let token = options.stored_token()?;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+    let connect = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_tungstenite::connect_async_with_config(options.url.as_str(), Some(config), true),
+    );
+    let socket = tokio::select! {
+        () = &mut shutdown => return Ok(SessionEnd::Shutdown),
+        connected = connect => match connected {
+            Err(_) => {
+                return Err(ClientError::Connect(format!(
+                    "no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(Err(e)) => return Err(connect_error(&options.url, e)),
+            Ok(Ok((socket, _response))) => socket,
+        },
+    };
+    tracing::debug!(url = %printable(&options.url), "connected");
+    let (sink, stream) = socket.split();
+    Connection {
+        device,
+        options,
+        sink,
+        stream,
+        token,
+    }
+    .run(shutdown.as_mut())
+    .await
+}
+
+/// Refuses, before any connection, a URL that is not `ws://host...`.
+fn check_url(url: &str) -> Result<(), ClientError> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let request = url
+        .into_client_request()
+        .map_err(|e| connect_error(url, e))?;
+    let why = match request.uri().scheme_str() {
+        Some(scheme) if scheme.eq_ignore_ascii_case("ws") => return Ok(()),
+        Some(scheme) if scheme.eq_ignore_ascii_case("wss") => {
+            "wss:// needs TLS, which this build does not include"
+        }
+        _ => "the URL must start with ws://",
+    };
+    Err(ClientError::InvalidUrl {
+        url: printable(url),
+        why: why.to_owned(),
+    })
+}
+
+fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
+    let invalid = |why: String| ClientError::InvalidUrl {
+        url: printable(url),
+        why,
+    };
+    match error {
+        tungstenite::Error::Url(why) => invalid(why.to_string()),
+        tungstenite::Error::HttpFormat(why) => invalid(why.to_string()),
+        tungstenite::Error::Http(response) => ClientError::Connect(format!(
+            "the vessel answered HTTP {} instead of a WebSocket",
+            response.status()
+        )),
+        other => ClientError::Connect(other.to_string()),
+    }
+}
+
+/// How a connection ended, before the close code is read.
+enum Ended {
+    Closed { code: u16, reason: String },
+    Lost,
+    Shutdown,
+}
+
+/// One open connection.
+struct Connection<'a, K, S> {
+    device: &'a Device,
+    options: &'a mut ClientOptions,
+    sink: K,
+    stream: S,
+    /// The token sent in `device:auth`, or received in `device:paired`.
+    token: Option<String>,
+}
+
+impl<K, S> Connection<'_, K, S>
+where
+    K: Sink<Message, Error = tungstenite::Error> + Unpin,
+    S: Stream<Item = Result<Message, tungstenite::Error>> + Unpin,
+{
+    async fn run<F>(mut self, mut shutdown: Pin<&mut Fuse<F>>) -> Result<SessionEnd, ClientError>
+    where
+        F: Future<Output = ()>,
+    {
+        let first = match &self.token {
+            Some(token) => auth_frame(self.device, token),
+            None => hello_frame(self.device),
+        }?;
+        if let Err(e) = self.sink.send(Message::text(first)).await {
+            tracing::debug!(error = %e, "the first frame could not be sent");
+            return Ok(SessionEnd::Lost);
+        }
+        if self.token.is_none() {
+            match self.pair(shutdown.as_mut()).await {
+                Ok(None) => {}
+                Ok(Some(ended)) => return self.finish(ended).await,
+                Err(e) => {
+                    self.close(CloseCode::Error, "cannot keep the device token")
+                        .await;
+                    return Err(e);
+                }
+            }
+        }
+        let ended = self.serve(shutdown).await?;
+        self.finish(ended).await
+    }
+
+    /// Waits for `device:paired`, showing the pairing code on the way.
+    /// `Ok(None)` once the token is kept.
+    async fn pair<F>(
+        &mut self,
+        mut shutdown: Pin<&mut Fuse<F>>,
+    ) -> Result<Option<Ended>, ClientError>
+    where
+        F: Future<Output = ()>,
+    {
+        loop {
+            let message = tokio::select! {
+                () = &mut shutdown => return Ok(Some(Ended::Shutdown)),
+                message = self.stream.next() => message,
+            };
+            let text = match message {
+                None | Some(Err(_)) => return Ok(Some(Ended::Lost)),
+                Some(Ok(Message::Close(frame))) => return Ok(Some(closed(frame))),
+                Some(Ok(Message::Text(text))) => text,
+                Some(Ok(Message::Binary(_))) => {
+                    tracing::debug!("ignored a binary message from the vessel");
+                    continue;
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+            };
+            match VesselFrame::parse(text.as_bytes()) {
+                Ok(VesselFrame::Pairing { code }) => self.show_code(&code),
+                Ok(VesselFrame::Paired { device_token }) => {
+                    self.keep_token(&device_token).await?;
+                    return Ok(None);
+                }
+                Ok(other) => {
+                    tracing::warn!(
+                        frame = other.type_name(),
+                        "ignored a frame sent before pairing ended"
+                    );
+                }
+                Err(error) => match vessel_error(&text) {
+                    Some(message) => tracing::warn!(%message, "the vessel reported an error"),
+                    None => tracing::debug!(%error, "ignored a frame from the vessel"),
+                },
+            }
+        }
+    }
+
+    fn show_code(&self, code: &str) {
+        if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) {
+            tracing::warn!(code = %printable(code), "ignored a pairing code that is not 6 digits");
+            return;
+        }
+        match &self.options.on_code {
+            Some(show) => show(code),
+            None => tracing::info!(code, "pairing code: check it matches the vessel's prompt"),
+        }
+    }
+
+    /// Keeps the token from `device:paired`: in the token file, or in memory.
+    async fn keep_token(&mut self, token: &str) -> Result<(), ClientError> {
+        if !is_token(token) {
+            return Err(ClientError::Protocol(
+                "device:paired carried a token that is not printable ASCII of at most 1024 bytes"
+                    .to_owned(),
+            ));
+        }
+        match &self.options.token_file {
+            Some(path) => {
+                let (path, owned) = (path.clone(), token.to_owned());
+                let written = tokio::task::spawn_blocking(move || write_token(&path, &owned))
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+                if let Err(source) = written {
+                    return Err(token_file_error(&self.options.token_file, source));
+                }
+            }
+            None => self.options.remembered = Some(token.to_owned()),
+        }
+        tracing::info!("paired: device token kept");
+        self.token = Some(token.to_owned());
+        Ok(())
+    }
+
+    /// Serves calls until the connection ends or `shutdown` resolves.
+    async fn serve<F>(&mut self, shutdown: Pin<&mut Fuse<F>>) -> Result<Ended, ClientError>
+    where
+        F: Future<Output = ()>,
+    {
+        let mut ended = None;
+        let served = {
+            let mut incoming = Incoming {
+                stream: &mut self.stream,
+                shutdown,
+                ended: &mut ended,
+            };
+            let mut outgoing = (&mut self.sink).with(|text: String| {
+                future::ready(Ok::<_, tungstenite::Error>(Message::text(text)))
+            });
+            serve_session(
+                self.device,
+                &mut incoming,
+                &mut outgoing,
+                &mut self.options.serve,
+            )
+            .await
+        };
+        match served {
+            Ok(()) => {}
+            Err(ServeError::NoRuntime) => return Err(ClientError::NoRuntime),
+            Err(ServeError::Send(error)) => tracing::debug!(%error, "a frame could not be sent"),
+        }
+        Ok(match ended {
+            Some(ended) => ended,
+            // Writing failed first: the vessel's close may be on its way.
+            None => self.drain().await.unwrap_or(Ended::Lost),
+        })
+    }
+
+    /// Ends the connection politely and reads what its end means.
+    async fn finish(mut self, ended: Ended) -> Result<SessionEnd, ClientError> {
+        match ended {
+            Ended::Shutdown => {
+                self.close(CloseCode::Normal, "device shutting down").await;
+                Ok(SessionEnd::Shutdown)
+            }
+            Ended::Lost => Ok(SessionEnd::Lost),
+            Ended::Closed { code, reason } => {
+                // Reading on sends the reply to the vessel's close.
+                let _ = self.drain().await;
+                self.closed_with(code, reason)
+            }
+        }
+    }
+
+    /// What a close from the vessel means for the client.
+    fn closed_with(&mut self, code: u16, reason: String) -> Result<SessionEnd, ClientError> {
+        tracing::info!(code, %reason, "the vessel closed the connection");
+        match code {
+            close_code::PAIRING_REFUSED => Err(ClientError::PairingRefused(reason)),
+            close_code::AUTH_FAILED => {
+                self.forget_token()?;
+                Err(ClientError::AuthFailed)
+            }
+            close_code::MANIFEST_CHANGED => Err(ClientError::ManifestChanged),
+            close_code::UNPAIRED => {
+                self.forget_token()?;
+                Err(ClientError::Unpaired)
+            }
+            _ => Ok(SessionEnd::Closed { code, reason }),
+        }
+    }
+
+    /// Removes the token this connection used, from memory and from the
+    /// token file unless the file now holds another one.
+    fn forget_token(&mut self) -> Result<(), ClientError> {
+        let Some(token) = self.token.take() else {
+            return Ok(());
+        };
+        if self.options.remembered.as_deref() == Some(token.as_str()) {
+            self.options.remembered = None;
+        }
+        let Some(path) = &self.options.token_file else {
+            return Ok(());
+        };
+        let error = |source| token_file_error(&self.options.token_file, source);
+        match read_token(path) {
+            Ok(Some(kept)) if kept == token => match std::fs::remove_file(path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed the device token");
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(error(e)),
+            },
+            Ok(_) => Ok(()),
+            Err(e) => Err(error(e)),
+        }
+    }
+
+    /// Sends a close and waits briefly for the vessel's answer.
+    async fn close(&mut self, code: CloseCode, reason: &str) {
+        let frame = CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let sent = tokio::time::timeout(CLOSE_TIMEOUT, self.sink.send(Message::Close(Some(frame))));
+        if matches!(sent.await, Ok(Ok(()))) {
+            let _ = self.drain().await;
+        }
+    }
+
+    /// Reads until the connection ends, for a short while; the close the
+    /// vessel sent, if one came.
+    async fn drain(&mut self) -> Option<Ended> {
+        let stream = &mut self.stream;
+        let read = async move {
+            loop {
+                match stream.next().await {
+                    None | Some(Err(_)) => return None,
+                    Some(Ok(Message::Close(frame))) => return Some(closed(frame)),
+                    Some(Ok(_)) => {}
+                }
+            }
+        };
+        tokio::time::timeout(CLOSE_TIMEOUT, read)
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// The vessel's messages as the serve loop reads them: text frames only.
+/// Ends at a close, a dropped connection or `shutdown`, and says which in
+/// `ended`; logs `device:error` frames and skips binary ones.
+struct Incoming<'a, S, F> {
+    stream: &'a mut S,
+    shutdown: Pin<&'a mut Fuse<F>>,
+    ended: &'a mut Option<Ended>,
+}
+
+impl<S, F> Stream for Incoming<'_, S, F>
+where
+    S: Stream<Item = Result<Message, tungstenite::Error>> + Unpin,
+    F: Future<Output = ()>,
+{
+    type Item = String;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<String>> {
+        let this = self.get_mut();
+        if this.ended.is_some() {
+            return Poll::Ready(None);
+        }
+        if this.shutdown.as_mut().poll(cx).is_ready() {
+            *this.ended = Some(Ended::Shutdown);
+            return Poll::Ready(None);
+        }
+        loop {
+            let message = match this.stream.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(message) => message,
+            };
+            match message {
+                None => *this.ended = Some(Ended::Lost),
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "connection lost");
+                    *this.ended = Some(Ended::Lost);
+                }
+                Some(Ok(Message::Close(frame))) => *this.ended = Some(closed(frame)),
+                Some(Ok(Message::Text(text))) => {
+                    if let Some(message) = vessel_error(&text) {
+                        tracing::warn!(%message, "the vessel reported an error");
+                        continue;
+                    }
+                    return Poll::Ready(Some(text.as_str().to_owned()));
+                }
+                Some(Ok(Message::Binary(_))) => {
+                    tracing::debug!("ignored a binary message from the vessel");
+                    continue;
+                }
+                // The library answers pings as it reads.
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+            }
+            return Poll::Ready(None);
+        }
+    }
+}
+
+fn closed(frame: Option<CloseFrame>) -> Ended {
+    match frame {
+        Some(frame) => Ended::Closed {
+            code: frame.code.into(),
+            reason: printable(&frame.reason),
+        },
+        None => Ended::Closed {
+            code: close_code::NO_STATUS,
+            reason: String::new(),
+        },
+    }
+}
+
+/// The message of a `device:error` frame (a dk vessel's answer to a frame it
+/// refused), already made printable.
+fn vessel_error(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct ErrorFrame {
+        #[serde(rename = "type")]
+        kind: String,
+        error: Option<String>,
+    }
+    if !text.contains("device:error") {
+        return None;
+    }
+    let frame = serde_json::from_str::<ErrorFrame>(text).ok()?;
+    (frame.kind == "device:error").then(|| printable(frame.error.as_deref().unwrap_or("")))
+}
+
+fn hello_frame(device: &Device) -> Result<String, ClientError> {
+    Ok(DeviceFrame::Hello {
+        manifest: Cow::Owned(manifest_json(device)?),
+    }
+    .to_json())
+}
+
+fn auth_frame(device: &Device, token: &str) -> Result<String, ClientError> {
+    Ok(DeviceFrame::Auth {
+        device_id: Cow::Borrowed(device.manifest().id()),
+        token: Cow::Borrowed(token),
+        manifest: Some(Cow::Owned(manifest_json(device)?)),
+    }
+    .to_json())
+}
+
+fn manifest_json(device: &Device) -> Result<Box<RawValue>, ClientError> {
+    RawValue::from_string(device.manifest().to_json())
+        .map_err(|e| ClientError::Protocol(format!("the manifest is not JSON: {e}")))
+}
+
+impl ClientOptions {
+    /// The token to authenticate with: the token file's, or the one kept in
+    /// memory when there is no file.
+    fn stored_token(&self) -> Result<Option<String>, ClientError> {
+        match &self.token_file {
+            Some(path) => read_token(path).map_err(|e| token_file_error(&self.token_file, e)),
+            None => Ok(self.remembered.clone()),
+        }
+    }
+}
+
+fn token_file_error(path: &Option<PathBuf>, source: io::Error) -> ClientError {
+    ClientError::TokenFile {
+        path: path.clone().unwrap_or_default(),
+        source,
+    }
+}
+
+/// A device token as kept: printable ASCII, no spaces, at most
+/// [`MAX_TOKEN_BYTES`].
+fn is_token(token: &str) -> bool {
+    !token.is_empty()
+        && token.len() <= MAX_TOKEN_BYTES
+        && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The token in `path`; `None` when the file is missing or blank.
+fn read_token(path: &Path) -> io::Result<Option<String>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    warn_if_readable_by_others(&file, path);
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(MAX_TOKEN_BYTES)
+        .unwrap_or(u64::MAX)
+        .saturating_add(8);
+    file.take(limit).read_to_end(&mut bytes)?;
+    let not_a_token = || io::Error::new(io::ErrorKind::InvalidData, "does not hold a device token");
+    let text = std::str::from_utf8(&bytes).map_err(|_| not_a_token())?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Ok(None);
+    }
+    if !is_token(token) {
+        return Err(not_a_token());
+    }
+    Ok(Some(token.to_owned()))
+}
+
+#[cfg(unix)]
+fn warn_if_readable_by_others(file: &File, path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(metadata) = file.metadata()
+        && metadata.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(path = %path.display(), "the token file is readable by others: chmod 600 it");
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_file: &File, _path: &Path) {}
+
+/// Writes `token` to `path` through a temporary file in the same directory
+/// renamed over it, so the file holds the whole token or its old content.
+fn write_token(path: &Path, token: &str) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "names no file"))?;
+    create_private_dir(&dir)?;
+    let temp = dir.join(format!(
+        ".{}.{:016x}.tmp",
+        name.to_string_lossy(),
+        rand::random::<u64>()
+    ));
+    let written = (|| {
+        let mut file = create_private_file(&temp)?;
+        file.write_all(token.as_bytes())?;
+        file.write_all(b"\n")?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written?;
+    // Makes the rename durable where the platform allows syncing a directory.
+    if let Ok(dir) = File::open(&dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn create_private_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn create_private_file(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).create(dir)
+}
+
+/// `text` with characters a device may not put in text (controls, escapes,
+/// invisible and bidirectional characters) escaped, cut to 200 characters,
+/// so logging or printing it cannot drive a terminal.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(256));
+    for (i, c) in text.chars().enumerate() {
+        if i == 200 {
+            out.push('…');
+            break;
+        }
+        if dk_proto::is_unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
