@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::manifest::{Capability, ParamType, array_index};
-use crate::text::utf16_prefix;
+use crate::text::{has_unsafe_char, utf16_len, utf16_prefix};
 
 /// Why a call's input does not match its capability. `Display` gives 8DK
 /// v1's exact text (the adapter prefixes it with `[8dk-deny] `).
@@ -19,6 +19,18 @@ pub enum InputError {
     /// A required param is missing.
     #[error("missing required \"{0}\"")]
     MissingRequired(String),
+    /// A string value holds a character manifest text may not hold (a dk
+    /// check; 8DK passed strings through unchecked).
+    #[error("\"{0}\" contains control, escape, invisible or bidirectional characters")]
+    UnsafeString(String),
+    /// A string value is longer than its param allows (a dk check).
+    #[error("\"{key}\" must be at most {max} characters")]
+    StringTooLong {
+        /// The param.
+        key: String,
+        /// Its limit, in UTF-16 code units.
+        max: usize,
+    },
     /// A param has the wrong type (numbers must be finite).
     #[error("\"{key}\" must be {ty}")]
     WrongType {
@@ -79,6 +91,17 @@ pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputEr
                 key: param.name().to_owned(),
                 ty: param.ty(),
             });
+        }
+        if let Value::String(text) = value {
+            if utf16_len(text) > param.max_length() {
+                return Err(InputError::StringTooLong {
+                    key: param.name().to_owned(),
+                    max: param.max_length(),
+                });
+            }
+            if has_unsafe_char(text) {
+                return Err(InputError::UnsafeString(param.name().to_owned()));
+            }
         }
     }
     Ok(())

@@ -32,6 +32,9 @@ pub mod limits {
     pub const PARAM_NAME: usize = 30;
     /// Param description.
     pub const PARAM_DESCRIPTION: usize = 200;
+    /// Longest string value a call may pass for a string param, unless the
+    /// param declares a smaller `maxLength` (a dk extension).
+    pub const INPUT_STRING: usize = 1000;
 }
 
 /// Why a manifest was refused. `Display` gives 8DK v1's exact message.
@@ -82,6 +85,21 @@ pub enum ManifestError {
         /// Its limit in UTF-16 code units.
         max: usize,
     },
+    /// A param's `maxLength` (a dk extension) is not a whole number from 1 to
+    /// [`limits::INPUT_STRING`] on a string param.
+    #[error(
+        "capability \"{capability}\" param \"{key}\" maxLength must be a whole number from 1 to {max} on a string param",
+        max = limits::INPUT_STRING
+    )]
+    BadMaxLength {
+        /// The capability declaring the param.
+        capability: String,
+        /// The param key.
+        key: String,
+    },
+    /// `noScreen` (a dk extension) is not a boolean.
+    #[error("manifest noScreen must be true or false")]
+    BadNoScreen,
     /// A text field contains a refused character (see [`crate::is_unsafe_char`]).
     #[error("manifest {field} contains control, escape, invisible or bidirectional characters")]
     UnsafeText {
@@ -159,6 +177,7 @@ pub struct Param {
     ty: ParamType,
     description: Option<String>,
     required: bool,
+    max_length: Option<usize>,
 }
 
 impl Param {
@@ -177,6 +196,11 @@ impl Param {
     /// Whether a call must give it.
     pub fn required(&self) -> bool {
         self.required
+    }
+    /// The longest string a call may pass (UTF-16 units): the param's own
+    /// `maxLength` (a dk extension) or [`limits::INPUT_STRING`].
+    pub fn max_length(&self) -> usize {
+        self.max_length.unwrap_or(limits::INPUT_STRING)
     }
 }
 
@@ -226,6 +250,7 @@ pub struct Manifest {
     kind: String,
     version: String,
     capabilities: Vec<Capability>,
+    no_screen: bool,
 }
 
 impl Manifest {
@@ -254,13 +279,30 @@ impl Manifest {
         self.capabilities.iter().find(|c| c.name == name)
     }
 
+    /// Whether the device says it cannot display a pairing code (`noScreen`,
+    /// a dk extension). Nothing then proves the device in front of the
+    /// person is the one pairing, and the person must confirm that knowingly.
+    pub fn no_screen(&self) -> bool {
+        self.no_screen
+    }
+
+    /// The canonical JSON plus dk's extensions (`noScreen`, params'
+    /// `maxLength`): what a vessel stores, so that validating it again gives
+    /// back this same manifest. [`Manifest::to_json`] and the digest leave the
+    /// extensions out, as 8DK does.
+    pub fn to_stored_json(&self) -> String {
+        let mut out = String::with_capacity(512);
+        self.write(&mut out, true);
+        out
+    }
+
     /// Compact JSON of the validated manifest in the canonical key order
     /// (`id, name, kind, version, capabilities`; capability `name, kind,
     /// description, params?, confirm?`; param `type, description?,
     /// required?`). Byte-identical to 8DK's `JSON.stringify` of its validated copy.
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(512);
-        self.write_json(&mut out);
+        self.write(&mut out, false);
         out
     }
 
@@ -268,7 +310,7 @@ impl Manifest {
     /// (they are refused), so `"` and `\\` are the only characters JSON
     /// needs escaped, exactly as `JSON.stringify` escapes them. The `Serialize`
     /// impl writes the same bytes; a test holds the two together.
-    fn write_json(&self, out: &mut String) {
+    fn write(&self, out: &mut String, extensions: bool) {
         out.push_str("{\"id\":");
         json_str(out, &self.id);
         out.push_str(",\"name\":");
@@ -305,6 +347,9 @@ impl Manifest {
                     if param.required {
                         out.push_str(",\"required\":true");
                     }
+                    if let (true, Some(max)) = (extensions, param.max_length) {
+                        out.push_str(&format!(",\"maxLength\":{max}"));
+                    }
                     out.push('}');
                 }
                 out.push('}');
@@ -314,7 +359,11 @@ impl Manifest {
             }
             out.push('}');
         }
-        out.push_str("]}");
+        out.push(']');
+        if extensions && self.no_screen {
+            out.push_str(",\"noScreen\":true");
+        }
+        out.push('}');
     }
 
     /// SHA-256 of [`Manifest::to_json`], lower-case hex: the manifest digest,
@@ -441,7 +490,7 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
         let capability = validate_capability(raw, &capabilities, &empty)?;
         capabilities.push(capability);
     }
-    Ok(Manifest {
+    let mut manifest = Manifest {
         id: id.to_owned(),
         name: text(field(m, "name"), limits::NAME, || "name".to_owned())?.to_owned(),
         kind: text(field(m, "kind"), limits::KIND, || "kind".to_owned())?.to_owned(),
@@ -450,7 +499,37 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
         })?
         .to_owned(),
         capabilities,
-    })
+        no_screen: false,
+    };
+    // dk's extensions are checked last, so every manifest 8DK refuses gets
+    // 8DK's first error.
+    manifest.no_screen = match field(m, "noScreen") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ManifestError::BadNoScreen),
+    };
+    for (capability, raw) in manifest.capabilities.iter_mut().zip(raw_capabilities) {
+        let Some(Value::Object(params)) = raw.as_object().and_then(|c| field(c, "params")) else {
+            continue;
+        };
+        for param in &mut capability.params {
+            let spec = params.get(&param.name).and_then(Value::as_object);
+            let Some(raw_max) = spec.and_then(|spec| field(spec, "maxLength")) else {
+                continue;
+            };
+            let max = raw_max
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| {
+                    (1..=limits::INPUT_STRING).contains(n) && param.ty == ParamType::String
+                });
+            param.max_length = Some(max.ok_or_else(|| ManifestError::BadMaxLength {
+                capability: capability.name.clone(),
+                key: param.name.clone(),
+            })?);
+        }
+    }
+    Ok(manifest)
 }
 
 /// Validates one capability, in 8DK's order: name, duplicate, kind, params
@@ -542,6 +621,7 @@ fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, 
             ty,
             description,
             required: truthy(field(spec, "required")),
+            max_length: None,
         });
     }
     Ok(params)

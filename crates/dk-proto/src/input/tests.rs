@@ -144,3 +144,56 @@ mod never_panics {
         }
     }
 }
+
+#[test]
+fn string_values_are_checked_like_manifest_text() {
+    let p = json!({"label": {"type": "string"}, "short": {"type": "string", "maxLength": 4}});
+    let at_cap = "x".repeat(1000);
+    let past_cap = "x".repeat(1001);
+    check(&p, &format!(r#"{{"label":"{at_cap}"}}"#), Ok(()));
+    check(
+        &p,
+        &format!(r#"{{"label":"{past_cap}"}}"#),
+        Err(r#""label" must be at most 1000 characters"#),
+    );
+    // UTF-16 units: an emoji counts 2.
+    let emoji_at_cap = format!("{}\u{1F600}", "x".repeat(998));
+    let emoji_past_cap = format!("{}\u{1F600}", "x".repeat(999));
+    check(
+        &p,
+        &serde_json::to_string(&json!({"label": emoji_at_cap})).unwrap(),
+        Ok(()),
+    );
+    check(
+        &p,
+        &serde_json::to_string(&json!({"label": emoji_past_cap})).unwrap(),
+        Err(r#""label" must be at most 1000 characters"#),
+    );
+    check(&p, r#"{"short":"abcd"}"#, Ok(()));
+    check(
+        &p,
+        r#"{"short":"abcde"}"#,
+        Err(r#""short" must be at most 4 characters"#),
+    );
+    for bad in [
+        "a\nb",
+        "a\u{1b}[31mb",
+        "a\u{202e}b",
+        "a\u{200b}b",
+        "a\u{E0041}b",
+        "a\u{0}b",
+    ] {
+        check(
+            &p,
+            &serde_json::to_string(&json!({"label": bad})).unwrap(),
+            Err(r#""label" contains control, escape, invisible or bidirectional characters"#),
+        );
+    }
+    for good in ["", "Küche 台灯 😀", "a\u{A0}b", "“quoted”"] {
+        check(
+            &p,
+            &serde_json::to_string(&json!({"label": good})).unwrap(),
+            Ok(()),
+        );
+    }
+}

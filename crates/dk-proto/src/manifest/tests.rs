@@ -258,3 +258,76 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn dk_extensions_are_validated_stored_and_left_out_of_the_digest() {
+    let mut m = lamp();
+    m["noScreen"] = json!(true);
+    m["capabilities"][1]["params"]["label"] = json!({"type": "string", "maxLength": 20});
+    let with = validate_manifest(&m).unwrap();
+    assert!(with.no_screen());
+    assert_eq!(
+        with.capability("set_light")
+            .unwrap()
+            .param("label")
+            .unwrap()
+            .max_length(),
+        20
+    );
+    assert_eq!(
+        with.capability("set_light")
+            .unwrap()
+            .param("on")
+            .unwrap()
+            .max_length(),
+        limits::INPUT_STRING
+    );
+    // The digest is 8DK's: extensions are unknown keys there.
+    let mut plain = lamp();
+    plain["capabilities"][1]["params"]["label"] = json!({"type": "string"});
+    assert_eq!(with.digest(), validate_manifest(&plain).unwrap().digest());
+    assert_eq!(with.to_json(), validate_manifest(&plain).unwrap().to_json());
+    // ... but what is stored keeps them, and validates back to the same manifest.
+    let stored = with.to_stored_json();
+    assert!(
+        stored.contains(r#""maxLength":20"#) && stored.ends_with(r#","noScreen":true}"#),
+        "{stored}"
+    );
+    assert_eq!(validate_manifest_json(&stored).unwrap(), with);
+    assert_ne!(validate_manifest(&plain).unwrap(), with);
+
+    for (path_value, expected) in [
+        (
+            json!({"type": "string", "maxLength": 0}),
+            "capability \"set_light\" param \"label\" maxLength must be a whole number from 1 to 1000 on a string param",
+        ),
+        (
+            json!({"type": "string", "maxLength": 1001}),
+            "capability \"set_light\" param \"label\" maxLength must be a whole number from 1 to 1000 on a string param",
+        ),
+        (
+            json!({"type": "string", "maxLength": 2.5}),
+            "capability \"set_light\" param \"label\" maxLength must be a whole number from 1 to 1000 on a string param",
+        ),
+        (
+            json!({"type": "number", "maxLength": 5}),
+            "capability \"set_light\" param \"label\" maxLength must be a whole number from 1 to 1000 on a string param",
+        ),
+    ] {
+        let mut bad = lamp();
+        bad["capabilities"][1]["params"]["label"] = path_value;
+        assert_eq!(validate_manifest(&bad).unwrap_err().to_string(), expected);
+    }
+    let mut bad = lamp();
+    bad["noScreen"] = json!("yes");
+    assert_eq!(
+        validate_manifest(&bad).unwrap_err().to_string(),
+        "manifest noScreen must be true or false"
+    );
+    // 8DK's errors come first: an invalid version wins over a bad extension.
+    bad["version"] = json!("");
+    assert_eq!(
+        validate_manifest(&bad).unwrap_err().to_string(),
+        "manifest version must be a non-empty string of at most 40 characters"
+    );
+}
