@@ -89,6 +89,11 @@ impl EventSender {
         })
     }
 
+    /// True once the receiver is gone: nothing emitted can be sent.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     fn frame(&self, capability: &str, data: &Value) -> Result<String, EmitError> {
         if !self.device.has_capability(capability) {
             return Err(EmitError::UnknownCapability(capability.to_owned()));

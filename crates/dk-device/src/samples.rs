@@ -6,11 +6,12 @@
 //! of the calls it received.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
-use crate::{Device, DeviceBuilder, HandlerError};
+use crate::{Device, DeviceBuilder, EmitError, EventSender, HandlerError};
 
 const LAMP_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
 const LOCK_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/front-door.json");
@@ -358,6 +359,28 @@ impl Thermostat {
         };
         let data = serde_json::to_value(&*state).ok()?;
         Some(("read_temperature".to_owned(), data))
+    }
+
+    /// Ticks every `period` (at least a millisecond), queueing each reading
+    /// on `events` without waiting: a reading that finds the queue full is
+    /// dropped, as the next one supersedes it. Returns once the event queue
+    /// is closed (its receiver dropped).
+    pub async fn drift(&self, events: &EventSender, period: Duration) {
+        let mut ticks = tokio::time::interval(period.max(Duration::from_millis(1)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is immediate
+        loop {
+            ticks.tick().await;
+            if events.is_closed() {
+                return;
+            }
+            if let Some((capability, data)) = self.tick() {
+                match events.try_emit(&capability, data) {
+                    Ok(()) | Err(EmitError::Full) => {}
+                    Err(_) => return,
+                }
+            }
+        }
     }
 }
 

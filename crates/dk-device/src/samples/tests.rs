@@ -262,3 +262,31 @@ fn numbers_are_written_as_javascript_writes_them() {
     check_number(f64::NAN, "null");
     check_number(f64::INFINITY, "null");
 }
+
+#[tokio::test(start_paused = true)]
+async fn drift_queues_readings_until_the_queue_closes() {
+    let thermostat = Thermostat::new();
+    let device = thermostat.device();
+    device
+        .invoke("set_target", input(json!({"celsius": 21})))
+        .await
+        .unwrap();
+    let (events, mut receiver) = device.events(1);
+    let drift = thermostat.drift(&events, std::time::Duration::from_secs(5));
+    tokio::pin!(drift);
+    let mut readings = Vec::new();
+    while readings.len() < 2 {
+        tokio::select! {
+            () = &mut drift => panic!("drift ended while the queue was open"),
+            frame = receiver.recv() => readings.push(frame.unwrap()),
+        }
+    }
+    let current: Vec<Value> = readings
+        .iter()
+        .map(|frame| serde_json::from_str::<Value>(frame).unwrap()["data"]["current"].clone())
+        .collect();
+    assert_eq!(current, [json!(20.5), json!(21)]);
+    drop(receiver);
+    drift.await;
+    assert_eq!(thermostat.state().current, 21.0);
+}
