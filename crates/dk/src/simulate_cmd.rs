@@ -1,0 +1,153 @@
+//! `dk device simulate`: run a sample device (the desk lamp, the front door
+//! lock or the hall thermostat) against a vessel. The first run pairs and
+//! prints the code to compare with the vessel's prompt; the device token is
+//! kept in a file so later runs reconnect on their own. Each call received
+//! is printed. Ctrl-C closes the connection and exits.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use dk_device::samples::{Lamp, Lock, Thermostat};
+use dk_device::{ClientOptions, Device, Notice, ServeOptions, run_client};
+use serde_json::Value;
+
+use crate::input::printable;
+
+/// How often the simulated thermostat reads its temperature and reports it.
+const THERMOSTAT_PERIOD: Duration = Duration::from_secs(3);
+
+/// A sample device to simulate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SimulatedDevice {
+    /// 8DK's reference desk lamp (`desk-lamp`): read_light, set_light, strobe.
+    Lamp,
+    /// A front door lock (`front-door`), locked at start: read_lock, lock, unlock.
+    Lock,
+    /// A hall thermostat (`hall-thermostat`): read_temperature, set_target;
+    /// reports its temperature as events.
+    Thermostat,
+}
+
+/// Arguments of `dk device simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The sample device to run.
+    #[arg(value_enum)]
+    pub device: SimulatedDevice,
+    /// The vessel's device route, e.g. ws://127.0.0.1:7777/device.
+    #[arg(long)]
+    pub vessel: String,
+    /// Where to keep the device token [default: ./.dk/<device-id>.token].
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Runs the simulated device until Ctrl-C: 0 when stopped by Ctrl-C, 1 when
+/// the client stopped with an error (pairing refused, token refused,
+/// manifest changed, unpaired, bad URL, token file trouble).
+pub fn run(args: &SimulateArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match args.device {
+        SimulatedDevice::Lamp => {
+            let device = Lamp::new().device();
+            let options = options(args, &device, ServeOptions::new());
+            runtime.block_on(serve(&device, options, std::future::pending()))
+        }
+        SimulatedDevice::Lock => {
+            let device = Lock::new().device();
+            let options = options(args, &device, ServeOptions::new());
+            runtime.block_on(serve(&device, options, std::future::pending()))
+        }
+        SimulatedDevice::Thermostat => {
+            let thermostat = Thermostat::new();
+            let device = thermostat.device();
+            let (events, receiver) = device.events(16);
+            let options = options(args, &device, ServeOptions::new().events(receiver));
+            let drift = async move { thermostat.drift(&events, THERMOSTAT_PERIOD).await };
+            runtime.block_on(serve(&device, options, drift))
+        }
+    };
+    match result {
+        Ok(()) => {
+            println!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", printable(&e.to_string()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Client options for `device`: the token file, the pairing code and each
+/// call printed.
+fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientOptions {
+    let token_file = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(".dk").join(format!("{}.token", device.manifest().id())));
+    println!(
+        "{} ({}) connecting to {}",
+        device.manifest().name(),
+        device.manifest().id(),
+        printable(&args.vessel)
+    );
+    println!(
+        "token file: {}",
+        printable(&token_file.display().to_string())
+    );
+    println!("Ctrl-C to stop");
+    let serve = serve.on_notice(|notice| match notice {
+        Notice::Invoked {
+            capability, input, ..
+        } => println!(
+            "call: {} {}",
+            printable(&capability),
+            printable(&Value::Object(input).to_string())
+        ),
+        Notice::Revoked {
+            capability: Some(capability),
+        } => println!("revoked: {}", printable(&capability)),
+        Notice::Revoked { capability: None } => println!("the vessel ended the pairing"),
+        _ => {}
+    });
+    ClientOptions::new(args.vessel.clone())
+        .token_file(token_file)
+        .on_code(|code| {
+            println!();
+            println!("    Pairing code: {code} — check it matches the vessel's prompt");
+            println!();
+        })
+        .serve(serve)
+}
+
+/// Runs the client until Ctrl-C, with `alongside` (which does not end on
+/// its own) next to it.
+async fn serve(
+    device: &Device,
+    options: ClientOptions,
+    alongside: impl Future<Output = ()>,
+) -> Result<(), dk_device::ClientError> {
+    let ctrl_c = async {
+        // Without a signal handler, run until the process is killed.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = run_client(device, options, ctrl_c) => result,
+        () = alongside => Ok(()),
+    }
+}
