@@ -47,6 +47,7 @@
 
 #![forbid(unsafe_code)]
 
+mod admission;
 mod condition;
 mod error;
 mod eval;
@@ -54,6 +55,17 @@ mod file;
 mod lower;
 mod rule;
 
+#[doc(hidden)]
+pub use admission::fuzz_admission;
+pub use admission::{
+    AdmissionCode, AdmissionError, AdmissionRequest, Admitted, CONFORMANCE_CASES, ChunkVerdict,
+    ConformanceFailure, DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_CONCURRENT_SESSIONS, DROPPED_OVERSIZE,
+    DeviceAdapter, DeviceClass, DeviceConfig, DisabledReason, HARD_MAX_CHUNK_BYTES,
+    HARD_MAX_CONCURRENT_SESSIONS, InputError, MAX_DEPTH_MARKER, MAX_SAFE_INTEGER,
+    MAX_TELEMETRY_DEPTH, REDACTED, RawDevicePolicy, RawStreamLimits, Redactor, ResolveOptions,
+    ResolvedPolicy, RunLimit, RunLimitBreach, RunLimits, RunLimitsLayer, RunTracker, accept_chunk,
+    admit, narrow, redact_telemetry, resolve, run_device_policy_conformance,
+};
 pub use condition::{
     Condition, DEVICE_USE_FIELDS, MAX_CONDITION_LENGTH, MAX_CONTAINS_LENGTH, MAX_NESTING,
 };
