@@ -238,10 +238,14 @@ async fn pending(State(admin): State<Admin>) -> Json<Value> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct ConsentAnswer {
     approved: bool,
     #[serde(default)]
     grant: Vec<String>,
+    /// Needed, as `true`, to pair a device that cannot show a code.
+    #[serde(default)]
+    confirm_without_code: bool,
 }
 
 async fn answer_consent(
@@ -252,6 +256,7 @@ async fn answer_consent(
     let decision = ConsentDecision {
         approved: answer.approved,
         grant: answer.grant,
+        confirmed_without_code: answer.confirm_without_code,
     };
     match admin.vessel.person().answer_consent(id, decision) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),

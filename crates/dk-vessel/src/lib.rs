@@ -36,7 +36,7 @@ pub use person::{
 pub use registry::{
     AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
-    Paired, PairedDevice, RegistryEvent,
+    Paired, PairedDevice, RegistryEvent, Replaced,
 };
 pub use server::{device_router, serve_devices};
 pub use vessel::{ConnectionPermit, Limits, Stats, Vessel};

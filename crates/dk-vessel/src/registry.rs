@@ -96,8 +96,21 @@ pub struct ConsentRequest {
     pub code: String,
     /// Every capability the device declares.
     pub capabilities: Vec<ConsentCapability>,
-    /// Whether pairing would replace a device already paired under this id.
-    pub replaces_existing: bool,
+    /// The pairing this one would replace, when the id is already paired.
+    pub replaces: Option<Replaced>,
+    /// The device says it cannot display the code: nothing proves it is the
+    /// device in front of the person, who must confirm that knowingly.
+    pub no_screen: bool,
+}
+
+/// What a new pairing of an already paired id replaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replaced {
+    /// When the current pairing was made, in milliseconds since the Unix epoch.
+    pub paired_at_ms: u64,
+    /// What it grants now; the new pairing's grants replace these.
+    pub grants: Vec<String>,
 }
 
 /// The person's answer to a [`ConsentRequest`].
@@ -107,6 +120,9 @@ pub struct ConsentDecision {
     pub approved: bool,
     /// Capabilities the person grants; empty means none.
     pub grant: Vec<String>,
+    /// For a device that cannot show a code: the person confirms pairing
+    /// without the code check. A yes without it pairs nothing.
+    pub confirmed_without_code: bool,
 }
 
 impl ConsentDecision {
@@ -115,7 +131,14 @@ impl ConsentDecision {
         ConsentDecision {
             approved: true,
             grant: grant.into_iter().map(Into::into).collect(),
+            confirmed_without_code: false,
         }
+    }
+
+    /// The same answer, also confirming a device that cannot show a code.
+    pub fn without_code_confirmed(mut self) -> ConsentDecision {
+        self.confirmed_without_code = true;
+        self
     }
 
     /// A no.
@@ -133,6 +156,10 @@ pub enum PairError {
     /// The person said no, the consent callback failed, or no answer came in time.
     #[error("the person did not approve pairing")]
     NotApproved,
+    /// The device cannot show a code and the person did not confirm pairing
+    /// without it.
+    #[error("the person did not confirm pairing a device that cannot show a code")]
+    NoScreenNotConfirmed,
     /// The grant named capabilities the device does not declare.
     #[error("grant names unknown capability: {}", .0.join(", "))]
     UnknownGrant(Vec<String>),
@@ -357,12 +384,16 @@ impl DeviceRegistry {
                     confirm: c.confirm(),
                 })
                 .collect(),
-            replaces_existing: self.is_paired(manifest.id()),
+            replaces: self.replaced(manifest.id()),
+            no_screen: manifest.no_screen(),
         };
         let decision = match tokio::time::timeout(timeout, consent(request)).await {
             Ok(Ok(decision)) if decision.approved => decision,
             _ => return Err(PairError::NotApproved),
         };
+        if manifest.no_screen() && !decision.confirmed_without_code {
+            return Err(PairError::NoScreenNotConfirmed);
+        }
         let unknown: Vec<String> = decision
             .grant
             .iter()
@@ -442,6 +473,18 @@ impl DeviceRegistry {
         self.read()
             .get(device_id)
             .map(|e| (Arc::clone(&e.device), e.grants.contains(capability)))
+    }
+
+    /// What pairing `device_id` again would replace.
+    fn replaced(&self, device_id: &str) -> Option<Replaced> {
+        self.read().get(device_id).map(|e| Replaced {
+            paired_at_ms: e
+                .device
+                .paired_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            grants: e.grants.iter().cloned().collect(),
+        })
     }
 
     /// Whether a device is paired under `device_id`.

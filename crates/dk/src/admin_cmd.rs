@@ -35,6 +35,10 @@ pub enum PairingsCommand {
         /// Capabilities to grant, comma separated.
         #[arg(long, value_delimiter = ',')]
         grant: Vec<String>,
+        /// Pair a device that cannot show a code, knowing nothing proves it
+        /// is the device in front of you.
+        #[arg(long)]
+        without_code: bool,
     },
     /// Refuse a pairing request.
     Refuse {
@@ -174,10 +178,11 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                         text(at(r, "name")),
                         text(at(r, "deviceId")),
                         text(at(r, "code")),
-                        if at(r, "replacesExisting") == true {
-                            "  [replaces an existing pairing]"
-                        } else {
-                            ""
+                        match (at(r, "replaces").is_null(), at(r, "noScreen") == true) {
+                            (_, true) =>
+                                "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
+                            (false, false) => "  [replaces an existing pairing and its grants]",
+                            (true, false) => "",
                         }
                     );
                     for cap in at(r, "capabilities").as_array().into_iter().flatten() {
@@ -196,10 +201,14 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                 }
                 Ok(())
             }
-            PairingsCommand::Approve { id, grant } => {
+            PairingsCommand::Approve {
+                id,
+                grant,
+                without_code,
+            } => {
                 ok(c.post(
                     &format!("/v1/pending/{id}/consent"),
-                    &json!({"approved": true, "grant": grant}),
+                    &json!({"approved": true, "grant": grant, "confirmWithoutCode": without_code}),
                 )
                 .await
                 .map_err(|e| e.to_string())?)?;

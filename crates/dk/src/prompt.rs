@@ -94,15 +94,28 @@ fn show(prompt: &PendingPrompt) {
                 request.device_id,
                 printable(&request.kind)
             );
-            if request.replaces_existing {
+            if let Some(old) = &request.replaces {
+                let grants = if old.grants.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    old.grants.join(", ")
+                };
                 println!(
-                    "  NOTE     a device is already paired under this id: this replaces it and its grants"
+                    "  NOTE     a device is already paired under this id (granted: {grants}); this replaces it and its grants"
                 );
             }
-            println!(
-                "  code     {}   <- the device must show this same code",
-                request.code
-            );
+            if request.no_screen {
+                println!(
+                    "  WARNING  this device says it has no screen: it cannot show a code, so NOTHING proves"
+                );
+                println!("           that the device asking is the one in front of you.");
+            }
+            if !request.no_screen {
+                println!(
+                    "  code     {}   <- the device must show this same code",
+                    request.code
+                );
+            }
             println!("  capabilities:");
             for (i, cap) in request.capabilities.iter().enumerate() {
                 let asks = if cap.confirm { ", asks every time" } else { "" };
@@ -114,10 +127,16 @@ fn show(prompt: &PendingPrompt) {
                     printable(&cap.description)
                 );
             }
-            println!(
-                "Does the device show {}? Grant which? (e.g. `1,3`, `all`, `none`; `no` refuses pairing)",
-                request.code
-            );
+            if request.no_screen {
+                println!(
+                    "To pair it anyway, type `pair without code: ` then what to grant (e.g. `pair without code: 1,3`); `no` refuses"
+                );
+            } else {
+                println!(
+                    "Does the device show {}? Grant which? (e.g. `1,3`, `all`, `none`; `no` refuses pairing)",
+                    request.code
+                );
+            }
         }
         Prompt::Approval(request) => {
             println!("== A call needs your yes ==");
@@ -155,6 +174,13 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             println!("{}", if yes { "allowed" } else { "refused" });
         }
         Prompt::Consent(request) => {
+            let (line, without_code) = match line.strip_prefix("pair without code:") {
+                Some(rest) => (rest.trim().to_owned(), true),
+                None => (line, false),
+            };
+            if request.no_screen && !without_code && !matches!(line.as_str(), "no" | "n") {
+                return Err("this device cannot show a code: type `pair without code: ` and what to grant, or `no`".to_owned());
+            }
             let grant: Vec<String> = match line.as_str() {
                 "no" | "n" => {
                     vessel
@@ -191,9 +217,13 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             } else {
                 grant.join(", ")
             };
+            let mut decision = ConsentDecision::approve(grant);
+            if without_code {
+                decision = decision.without_code_confirmed();
+            }
             vessel
                 .person()
-                .answer_consent(prompt.id, ConsentDecision::approve(grant))
+                .answer_consent(prompt.id, decision)
                 .map_err(|e| e.to_string())?;
             println!("paired, granted: {shown}");
         }
@@ -260,6 +290,36 @@ mod tests {
                 .unwrap_or_default();
             assert_eq!(granted, grants, "{line:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_device_without_a_screen_needs_the_words() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        let asking = Arc::clone(&vessel);
+        let pairing = tokio::spawn(async move {
+            let person = Arc::clone(asking.person());
+            let mut headless = lamp();
+            headless["noScreen"] = Value::Bool(true);
+            asking
+                .registry()
+                .pair(&headless, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .await
+                .is_ok()
+        });
+        let prompt = loop {
+            if let Some(p) = vessel.person().pending().into_iter().next() {
+                break p;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert!(
+            answer(&vessel, &prompt, "all")
+                .unwrap_err()
+                .contains("cannot show a code")
+        );
+        answer(&vessel, &prompt, "pair without code: 1").unwrap();
+        assert!(pairing.await.unwrap());
+        assert!(vessel.registry().is_granted("desk-lamp", "read_light"));
     }
 
     #[tokio::test]

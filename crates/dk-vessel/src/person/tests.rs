@@ -19,7 +19,8 @@ fn consent() -> ConsentRequest {
             description: "Read.".into(),
             confirm: false,
         }],
-        replaces_existing: false,
+        replaces: None,
+        no_screen: false,
     }
 }
 

@@ -45,7 +45,8 @@ async fn pairing_shows_the_code_first_then_asks_with_everything() {
                         (seen.name.as_str(), seen.kind.as_str()),
                         ("Desk lamp", "lamp")
                     );
-                    assert!(!seen.replaces_existing);
+                    assert!(seen.replaces.is_none());
+                    assert!(!seen.no_screen);
                     let caps: Vec<_> = seen
                         .capabilities
                         .iter()
@@ -169,10 +170,7 @@ async fn approved_with_no_grants_pairs_with_nothing_granted() {
     pair_with(
         &registry,
         &lamp(),
-        ConsentDecision {
-            approved: true,
-            grant: vec![],
-        },
+        ConsentDecision::approve(Vec::<String>::new()),
     )
     .await
     .unwrap();
@@ -330,14 +328,16 @@ async fn a_second_pairing_says_it_replaces_the_first() {
             &lamp(),
             |_| {},
             |request| {
-                *replaces.lock().unwrap() = Some(request.replaces_existing);
+                *replaces.lock().unwrap() = Some(request.replaces.clone());
                 async { Ok::<_, ()>(ConsentDecision::refuse()) }
             },
             DEFAULT_CONSENT_TIMEOUT,
         )
         .await
         .unwrap_err();
-    assert_eq!(*replaces.lock().unwrap(), Some(true));
+    let replaced = replaces.lock().unwrap().clone().unwrap().unwrap();
+    assert_eq!(replaced.grants, ["read_light"]);
+    assert!(replaced.paired_at_ms > 0);
     // A refused re-pairing leaves the first pairing as it was.
     assert!(registry.is_granted("desk-lamp", "read_light"));
 }
@@ -355,4 +355,32 @@ fn codes_are_six_digits_and_vary() {
     let tokens: std::collections::HashSet<String> =
         (0..100).map(|_| DeviceToken::generate().0).collect();
     assert_eq!(tokens.len(), 100);
+}
+
+#[tokio::test]
+async fn a_device_without_a_screen_needs_a_deliberate_confirmation() {
+    let registry = DeviceRegistry::new();
+    let mut headless = lamp();
+    headless["noScreen"] = json!(true);
+    let seen = Mutex::new(None);
+    let result = registry
+        .pair(
+            &headless,
+            |_| {},
+            |request| {
+                *seen.lock().unwrap() = Some(request.no_screen);
+                async { Ok::<_, ()>(ConsentDecision::approve(["read_light"])) }
+            },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await;
+    assert_eq!(*seen.lock().unwrap(), Some(true), "the prompt says so");
+    check_refusal(
+        result,
+        "the person did not confirm pairing a device that cannot show a code",
+    );
+    assert!(!registry.is_paired("desk-lamp"));
+    let confirmed = ConsentDecision::approve(["read_light"]).without_code_confirmed();
+    pair_with(&registry, &headless, confirmed).await.unwrap();
+    assert!(registry.is_granted("desk-lamp", "read_light"));
 }
