@@ -16,6 +16,7 @@ mod input;
 mod manifest_cmd;
 mod policy_cmd;
 mod prompt;
+mod simulate_cmd;
 mod tools_cmd;
 mod vessel_cmd;
 
@@ -40,6 +41,9 @@ enum Command {
     /// The whole story in one process, narrated: a vessel, the reference lamp
     /// over a real WebSocket, a demo approver standing in for the person.
     Demo,
+    /// Simulated devices.
+    #[command(subcommand)]
+    Device(DeviceCommand),
     /// Run a vessel: devices connect to it, the person pairs and approves.
     Vessel(vessel_cmd::VesselArgs),
     /// Pending pairing requests of a running vessel: list, approve, refuse.
@@ -65,6 +69,13 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum DeviceCommand {
+    /// Run the sample lamp, lock or thermostat against a vessel: it shows its
+    /// pairing code, keeps its token, reconnects, and prints each call.
+    Simulate(simulate_cmd::SimulateArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -72,6 +83,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => policy_cmd::run(command),
         Command::Tools(args) => tools_cmd::run(&args),
         Command::Demo => demo_cmd::run(),
+        Command::Device(DeviceCommand::Simulate(args)) => simulate_cmd::run(&args),
         Command::Vessel(args) => vessel_cmd::run(&args),
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),

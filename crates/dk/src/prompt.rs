@@ -72,7 +72,13 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
                 };
                 let Some(current) = queue.front() else { continue };
                 match answer(&vessel, current, &line) {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        // Answered here: its closing event is not news.
+                        queue.pop_front();
+                        if let Some(next) = queue.front() {
+                            show(next);
+                        }
+                    }
                     Err(why) => {
                         println!("{why}");
                         show(current);
