@@ -17,6 +17,7 @@ mod link;
 mod person;
 mod registry;
 mod server;
+mod store;
 mod vessel;
 
 pub use adapter::{
@@ -39,4 +40,10 @@ pub use registry::{
     Paired, PairedDevice, RegistryEvent, Replaced,
 };
 pub use server::{device_router, serve_devices};
+pub use store::{
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditWriter, GENESIS_HASH, MAX_AUDIT_DEPTH,
+    MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind,
+    SCHEMA_VERSION, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
+    WriterOptions, redact_for_audit,
+};
 pub use vessel::{ConnectionPermit, Limits, Stats, Vessel};

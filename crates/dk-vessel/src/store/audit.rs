@@ -1,0 +1,473 @@
+//! The audit chain: canonical entry text, entry hashes, chaining a batch of
+//! events onto a head, verification of a stored log, and the redaction
+//! helper that keeps secrets and long values out of entries.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::{AuditEntry, AuditEvent, AuditProblem, ProblemKind, StoreError, VerifyReport};
+
+/// The `prev_hash` of the first entry: 64 zeros.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The largest canonical JSON text of one audit entry, in bytes (64 KiB).
+pub const MAX_AUDIT_ENTRY_BYTES: usize = 64 * 1024;
+
+/// [`redact_for_audit`] cuts strings longer than this many characters.
+pub const MAX_AUDIT_STRING: usize = 256;
+
+/// [`redact_for_audit`] keeps at most this many items of an array or object.
+pub const MAX_AUDIT_ITEMS: usize = 64;
+
+/// [`redact_for_audit`] replaces values nested deeper than this.
+pub const MAX_AUDIT_DEPTH: usize = 8;
+
+/// The longest audit kind, in bytes.
+const MAX_KIND: usize = 32;
+
+/// How far from its stored `seq` an entry's content is looked for when its
+/// hash does not match: this tells a renumbered entry from an edited one.
+const MAX_SHIFT: i64 = 8;
+
+/// How many mismatching entries are compared pairwise to find swapped
+/// content; past this, they are reported as edited.
+const MAX_SWAP_CANDIDATES: usize = 256;
+
+/// What replaces a value holding a known secret.
+const REDACTED: &str = "[redacted]";
+
+/// A copy of `value` fit for the audit log: every string (or object key)
+/// containing one of `secrets` is replaced by `[redacted]`, strings longer
+/// than [`MAX_AUDIT_STRING`] characters are cut, arrays and objects keep
+/// their first [`MAX_AUDIT_ITEMS`] items, and values deeper than
+/// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
+/// Empty secrets are ignored.
+pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
+    redact(value, secrets, 0)
+}
+
+fn redact(value: &Value, secrets: &[&str], depth: usize) -> Value {
+    match value {
+        Value::String(text) => Value::String(redact_text(text, secrets)),
+        Value::Array(_) | Value::Object(_) if depth >= MAX_AUDIT_DEPTH => {
+            Value::String("[cut: nested too deep]".to_owned())
+        }
+        Value::Array(items) => {
+            let mut out: Vec<Value> = items
+                .iter()
+                .take(MAX_AUDIT_ITEMS)
+                .map(|item| redact(item, secrets, depth + 1))
+                .collect();
+            if items.len() > MAX_AUDIT_ITEMS {
+                out.push(Value::String(format!(
+                    "[cut: {} more items]",
+                    items.len() - MAX_AUDIT_ITEMS
+                )));
+            }
+            Value::Array(out)
+        }
+        Value::Object(fields) => {
+            let mut out = Map::new();
+            for (key, item) in fields.iter().take(MAX_AUDIT_ITEMS) {
+                out.insert(redact_text(key, secrets), redact(item, secrets, depth + 1));
+            }
+            if fields.len() > MAX_AUDIT_ITEMS {
+                out.insert(
+                    "[cut]".to_owned(),
+                    Value::String(format!("{} more fields", fields.len() - MAX_AUDIT_ITEMS)),
+                );
+            }
+            Value::Object(out)
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+    }
+}
+
+fn redact_text(text: &str, secrets: &[&str]) -> String {
+    if secrets
+        .iter()
+        .any(|secret| !secret.is_empty() && text.contains(secret))
+    {
+        return REDACTED.to_owned();
+    }
+    let count = text.chars().count();
+    if count <= MAX_AUDIT_STRING {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(MAX_AUDIT_STRING).collect();
+    let _ = write!(out, "[cut: {} more characters]", count - MAX_AUDIT_STRING);
+    out
+}
+
+/// The canonical JSON text of a value: object keys sorted by their UTF-8
+/// bytes, no insignificant whitespace, serde_json's escaping and numbers.
+pub(crate) fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(fields) => {
+            let mut sorted: Vec<(&String, &Value)> = fields.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, item)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Lower-case hex of bytes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+/// The hash of one entry (see the module documentation of `store`).
+pub(crate) fn entry_hash(prev_hash: &str, seq: i64, at_ms: i64, kind: &str, entry: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(seq.to_string().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(at_ms.to_string().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(kind.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(entry.as_bytes());
+    hex(&hasher.finalize())
+}
+
+/// An audit entry as stored, with the entry as its stored text. Numbers are
+/// signed because that is what the database holds, whatever was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawRow {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub kind: String,
+    pub entry: String,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl RawRow {
+    /// The row as an [`AuditEntry`], checking what the database gave back.
+    pub fn to_entry(&self) -> Result<AuditEntry, StoreError> {
+        let seq = u64::try_from(self.seq)
+            .map_err(|_| StoreError::Corrupt(format!("audit entry with seq {}", self.seq)))?;
+        let at_ms = u64::try_from(self.at_ms).map_err(|_| {
+            StoreError::Corrupt(format!("audit entry {seq}: time {} ms", self.at_ms))
+        })?;
+        let entry = serde_json::from_str(&self.entry).map_err(|error| {
+            StoreError::Corrupt(format!("audit entry {seq}: entry is not JSON: {error}"))
+        })?;
+        Ok(AuditEntry {
+            seq,
+            at_ms,
+            kind: self.kind.clone(),
+            entry,
+            prev_hash: self.prev_hash.clone(),
+            hash: self.hash.clone(),
+        })
+    }
+}
+
+/// Converts a number for the database, which stores signed 64-bit integers.
+pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::InvalidInput(format!("{what} {value} is too large")))
+}
+
+/// Checks an event and gives its kind and canonical entry text.
+fn checked(event: &AuditEvent) -> Result<(i64, String), StoreError> {
+    let kind = &event.kind;
+    let kind_ok = !kind.is_empty()
+        && kind.len() <= MAX_KIND
+        && kind.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+    if !kind_ok {
+        return Err(StoreError::InvalidInput(format!(
+            "audit kind `{}` is not [a-z0-9._-]{{1,{MAX_KIND}}}",
+            kind.escape_debug()
+        )));
+    }
+    let entry = canonical_json(&event.entry);
+    if entry.len() > MAX_AUDIT_ENTRY_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "audit entry of {} bytes, more than {MAX_AUDIT_ENTRY_BYTES}",
+            entry.len()
+        )));
+    }
+    Ok((to_i64(event.at_ms, "audit time")?, entry))
+}
+
+/// Chains `events` onto the head (`seq`, `hash`) of a log: the rows to
+/// append, in order.
+pub(crate) fn chain(
+    head_seq: i64,
+    head_hash: &str,
+    events: &[AuditEvent],
+) -> Result<Vec<RawRow>, StoreError> {
+    let mut rows = Vec::with_capacity(events.len());
+    let mut seq = head_seq;
+    let mut prev_hash = head_hash.to_owned();
+    for event in events {
+        let (at_ms, entry) = checked(event)?;
+        seq = seq
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Corrupt("audit seq overflow".to_owned()))?;
+        let hash = entry_hash(&prev_hash, seq, at_ms, &event.kind, &entry);
+        rows.push(RawRow {
+            seq,
+            at_ms,
+            kind: event.kind.clone(),
+            entry,
+            prev_hash: std::mem::replace(&mut prev_hash, hash.clone()),
+            hash,
+        });
+    }
+    Ok(rows)
+}
+
+/// What the verifier keeps of each entry.
+struct Meta {
+    seq: i64,
+    /// The `seq` under which the entry's content gives its stored hash: its
+    /// own when untouched, a nearby one when renumbered, none when edited.
+    content_seq: Option<i64>,
+    prev_hash: String,
+    hash: String,
+}
+
+/// Verifies a log fed to it entry by entry in stored order. Keeps the hashes
+/// of every entry (about 160 bytes each), and the content only of entries
+/// whose hash does not match.
+#[derive(Default)]
+pub(crate) struct Verifier {
+    metas: Vec<Meta>,
+    /// Entries whose hash matches their content under no nearby seq, with
+    /// their position (content kept for the first [`MAX_SWAP_CANDIDATES`]).
+    mismatched: Vec<(usize, i64, Option<RawRow>)>,
+}
+
+impl Verifier {
+    /// Takes the next entry in stored order.
+    pub fn push(&mut self, row: RawRow) {
+        let position = self.metas.len();
+        let matches = |seq: i64| {
+            entry_hash(&row.prev_hash, seq, row.at_ms, &row.kind, &row.entry) == row.hash
+        };
+        let content_seq = if matches(row.seq) {
+            Some(row.seq)
+        } else {
+            (1..=MAX_SHIFT)
+                .flat_map(|d| [row.seq.saturating_sub(d), row.seq.saturating_add(d)])
+                .find(|&seq| seq >= 1 && matches(seq))
+        };
+        if content_seq.is_none() {
+            let keep = self.mismatched.len() < MAX_SWAP_CANDIDATES;
+            let seq = row.seq;
+            self.mismatched
+                .push((position, seq, keep.then(|| row.clone())));
+        }
+        self.metas.push(Meta {
+            seq: row.seq,
+            content_seq,
+            prev_hash: row.prev_hash,
+            hash: row.hash,
+        });
+    }
+
+    /// The report over everything pushed.
+    pub fn finish(self) -> VerifyReport {
+        let metas = &self.metas;
+        let count = metas.len();
+        let mut problems: Vec<AuditProblem> = Vec::new();
+        let mut problem = |seq: i64, what: ProblemKind, detail: String| {
+            problems.push(AuditProblem {
+                seq: u64::try_from(seq).unwrap_or(0),
+                what,
+                detail,
+            });
+        };
+        // Entries already reported for their content.
+        let mut reported = vec![false; count];
+
+        // Content swapped between entries: an entry's content hashes to
+        // another mismatching entry's hash under that entry's seq and
+        // prev_hash.
+        for (position, seq, row) in &self.mismatched {
+            let found = row.as_ref().and_then(|row| {
+                self.mismatched.iter().find_map(|(other, _, _)| {
+                    let meta = metas.get(*other)?;
+                    (other != position
+                        && entry_hash(&meta.prev_hash, meta.seq, row.at_ms, &row.kind, &row.entry)
+                            == meta.hash)
+                        .then_some(meta.seq)
+                })
+            });
+            match found {
+                Some(other) => problem(
+                    *seq,
+                    ProblemKind::OutOfOrder,
+                    format!("it holds the content of entry {other}"),
+                ),
+                None => problem(
+                    *seq,
+                    ProblemKind::Edited,
+                    "its hash does not match its content".to_owned(),
+                ),
+            }
+            if let Some(flag) = reported.get_mut(*position) {
+                *flag = true;
+            }
+        }
+
+        // The chain: each entry's prev_hash against the hash of the entry
+        // stored before it.
+        let mut by_hash: HashMap<&str, usize> = HashMap::with_capacity(count);
+        for (position, meta) in metas.iter().enumerate() {
+            by_hash.entry(meta.hash.as_str()).or_insert(position);
+        }
+        let seq_at = |position: usize| metas.get(position).map_or(0, |meta| meta.seq);
+        let mut unlinked = vec![false; count];
+        let mut prev_hash = GENESIS_HASH;
+        let mut prev_seq: Option<i64> = None;
+        let mut max_seq: i64 = 0;
+        for (i, meta) in metas.iter().enumerate() {
+            if let Some(before) = prev_seq.filter(|&before| meta.seq <= before) {
+                problem(
+                    meta.seq,
+                    ProblemKind::Inserted,
+                    format!("it is stored after entry {before}"),
+                );
+                if let Some(flag) = unlinked.get_mut(i) {
+                    *flag = true;
+                }
+                continue;
+            }
+            let seq = meta.content_seq.unwrap_or(meta.seq);
+            if meta.prev_hash != prev_hash {
+                if let Some(flag) = unlinked.get_mut(i) {
+                    *flag = true;
+                }
+                // The position of the entry this one was chained to; -1 is
+                // the start of the chain.
+                let pred: Option<isize> = if meta.prev_hash == GENESIS_HASH {
+                    Some(-1)
+                } else {
+                    by_hash
+                        .get(meta.prev_hash.as_str())
+                        .and_then(|&p| isize::try_from(p).ok())
+                };
+                let here = isize::try_from(i).unwrap_or(isize::MAX);
+                let before_unlinked = i
+                    .checked_sub(1)
+                    .and_then(|b| unlinked.get(b))
+                    .copied()
+                    .unwrap_or(false);
+                if before_unlinked {
+                    // Explained by the problem reported at the entry before.
+                } else if let Some(p) = pred.filter(|&p| p > here) {
+                    let after = usize::try_from(p).map_or(0, seq_at);
+                    problem(
+                        meta.seq,
+                        ProblemKind::OutOfOrder,
+                        format!("it follows entry {after}, which is stored after it"),
+                    );
+                } else if seq > max_seq.saturating_add(1) {
+                    let first = max_seq.saturating_add(1);
+                    let last = seq - 1;
+                    problem(
+                        first,
+                        ProblemKind::Missing,
+                        if first == last {
+                            format!("entry {} is chained to it", meta.seq)
+                        } else {
+                            format!("entries {first} to {last} are gone")
+                        },
+                    );
+                } else if let Some(p) = pred.filter(|&p| p < here - 1) {
+                    let first = usize::try_from(p + 1).map_or(0, seq_at);
+                    let last = prev_seq.unwrap_or(first);
+                    let from = if p < 0 {
+                        "the start of the chain".to_owned()
+                    } else {
+                        format!("entry {}", usize::try_from(p).map_or(0, seq_at))
+                    };
+                    problem(
+                        first,
+                        ProblemKind::Inserted,
+                        if first == last {
+                            format!("entry {} is chained to {from}", meta.seq)
+                        } else {
+                            format!(
+                                "entries {first} to {last} are not in the chain: entry {} is chained to {from}",
+                                meta.seq
+                            )
+                        },
+                    );
+                } else if i == 0 {
+                    problem(
+                        meta.seq,
+                        ProblemKind::Edited,
+                        "it does not start the chain".to_owned(),
+                    );
+                } else if !i
+                    .checked_sub(1)
+                    .and_then(|b| reported.get(b))
+                    .copied()
+                    .unwrap_or(false)
+                {
+                    problem(
+                        prev_seq.unwrap_or(0),
+                        ProblemKind::Edited,
+                        format!(
+                            "its hash was rewritten: entry {} is chained to a different one",
+                            meta.seq
+                        ),
+                    );
+                }
+            }
+            prev_hash = meta.hash.as_str();
+            prev_seq = Some(meta.seq);
+            max_seq = max_seq.max(seq);
+        }
+        problems.sort_by_key(|problem| problem.seq);
+        let (entries, head) = metas.last().map_or((0, GENESIS_HASH.to_owned()), |meta| {
+            (u64::try_from(meta.seq).unwrap_or(0), meta.hash.clone())
+        });
+        VerifyReport {
+            entries,
+            head,
+            problems,
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The in-memory store, for tests: the same semantics as the SQLite store,
+//! hash chain included, and nothing survives the process.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
+use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+
+/// A [`Store`] held in memory. Every method takes one lock, so each is
+/// atomic like a transaction.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pairings: BTreeMap<String, StoredPairing>,
+    max_generation: u64,
+    secrets: HashMap<String, [u8; 32]>,
+    audit: Vec<RawRow>,
+}
+
+impl State {
+    /// Chains events onto the log's head: checked before anything changes.
+    fn chained(&self, events: &[AuditEvent]) -> Result<Vec<RawRow>, StoreError> {
+        let (seq, hash) = self
+            .audit
+            .last()
+            .map_or((0, GENESIS_HASH), |row| (row.seq, row.hash.as_str()));
+        chain(seq, hash, events)
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every method leaves the state whole before anything can panic, so
+        // a poisoned lock still guards consistent data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn normalised(pairing: &StoredPairing) -> StoredPairing {
+    let grants: BTreeSet<String> = pairing.grants.iter().cloned().collect();
+    StoredPairing {
+        grants: grants.into_iter().collect(),
+        ..pairing.clone()
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let state = self.state();
+        Ok(Snapshot {
+            pairings: state.pairings.values().cloned().collect(),
+            max_generation: state.max_generation,
+            audit_entries: state
+                .audit
+                .last()
+                .map_or(0, |row| u64::try_from(row.seq).unwrap_or(0)),
+            audit_head: state
+                .audit
+                .last()
+                .map_or_else(|| GENESIS_HASH.to_owned(), |row| row.hash.clone()),
+        })
+    }
+
+    fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
+        to_i64(pairing.generation, "generation")?;
+        to_i64(pairing.paired_at_ms, "pairing time")?;
+        let mut state = self.state();
+        let rows = state.chained(std::slice::from_ref(audit))?;
+        state.max_generation = state.max_generation.max(pairing.generation);
+        state
+            .pairings
+            .insert(pairing.device_id.clone(), normalised(pairing));
+        state.audit.extend(rows);
+        Ok(())
+    }
+
+    fn set_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+        granted: bool,
+        audit: &AuditEvent,
+    ) -> Result<(), StoreError> {
+        let mut state = self.state();
+        let rows = state.chained(std::slice::from_ref(audit))?;
+        let pairing = state
+            .pairings
+            .get_mut(device_id)
+            .ok_or_else(|| StoreError::UnknownDevice(device_id.to_owned()))?;
+        let held = pairing
+            .grants
+            .binary_search_by(|g| g.as_str().cmp(capability));
+        match (granted, held) {
+            (true, Err(at)) => pairing.grants.insert(at, capability.to_owned()),
+            (false, Ok(at)) => {
+                pairing.grants.remove(at);
+            }
+            _ => {}
+        }
+        state.audit.extend(rows);
+        Ok(())
+    }
+
+    fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let mut state = self.state();
+        let rows = state.chained(std::slice::from_ref(audit))?;
+        if state.pairings.remove(device_id).is_none() {
+            return Err(StoreError::UnknownDevice(device_id.to_owned()));
+        }
+        state.audit.extend(rows);
+        Ok(())
+    }
+
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        let mut state = self.state();
+        let rows = state.chained(events)?;
+        state.audit.extend(rows);
+        Ok(())
+    }
+
+    fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let state = self.state();
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let start = state.audit.partition_point(|row| row.seq <= after);
+        state
+            .audit
+            .iter()
+            .skip(start)
+            .take(limit)
+            .map(RawRow::to_entry)
+            .collect()
+    }
+
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
+        let state = self.state();
+        let mut verifier = Verifier::default();
+        for row in &state.audit {
+            verifier.push(row.clone());
+        }
+        Ok(verifier.finish())
+    }
+
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
+        self.state().secrets.insert(name.to_owned(), hash);
+        Ok(())
+    }
+
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        Ok(self.state().secrets.get(name).copied())
+    }
+}

@@ -1,0 +1,340 @@
+//! Durable state: the [`Store`] trait with an embedded SQLite implementation
+//! ([`SqliteStore`]) and an in-memory one ([`MemoryStore`]), the hash-chained
+//! audit log with its verification, and the write-behind [`AuditWriter`].
+//!
+//! What the store holds: pairings (manifest, digest, token hash, grants,
+//! generation, paired-at), hashes of named secrets such as the admin token,
+//! and the audit log. It never receives a token in clear, only SHA-256
+//! hashes, so nothing in the data directory can be used to authenticate.
+//!
+//! Durability: every change to pairings or grants is one transaction that
+//! also appends its audit entry; the call returns only once that
+//! transaction is committed and synced (`synchronous=FULL` in WAL mode). A
+//! crash therefore loses nothing that was acknowledged, and never leaves a
+//! change without its audit entry or an entry without its change. Decision
+//! records go through the [`AuditWriter`], which batches them off the call
+//! path; a crash can lose the records of the last batch not yet committed
+//! (at most `max_delay` plus one commit, and whatever is queued), never a
+//! pairing, grant, revoke or unpair.
+//!
+//! The audit chain: entry `seq` (from 1, step 1) carries `prev_hash`, the
+//! hash of entry `seq - 1` (64 zeros for the first), and its own
+//!
+//! ```text
+//! hash = hex(sha256(prev_hash "\n" seq "\n" at_ms "\n" kind "\n" entry))
+//! ```
+//!
+//! where numbers are decimal, `kind` is `[a-z0-9._-]{1,32}` and `entry` is
+//! the canonical JSON text of the entry (object keys sorted, no spaces) as
+//! stored. [`Store::verify_audit`] recomputes the chain and reports edited,
+//! deleted, inserted and reordered entries with their `seq`. Cutting entries
+//! off the end leaves a shorter chain that is still intact: it is detectable
+//! only against a head kept elsewhere, with [`Store::verify_audit_against`].
+//! The same holds for entries appended by someone who can write the file:
+//! the chain has no key, it proves order and integrity relative to a kept
+//! head, not authorship.
+
+use std::fmt;
+
+use serde_json::Value;
+
+mod audit;
+mod memory;
+mod sqlite;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use audit::{
+    GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
+    redact_for_audit,
+};
+pub use memory::MemoryStore;
+pub use sqlite::{SCHEMA_VERSION, SqliteStore};
+pub use writer::{AuditWriter, WriterOptions};
+
+/// Durable state of a vessel: pairings with their grants, secret hashes and
+/// the audit log. Every method is one transaction; a method that changes
+/// pairings or grants appends its audit event in the same transaction and
+/// returns only once it is durable.
+pub trait Store: Send + Sync + 'static {
+    /// Everything the vessel needs at start, read in a few queries.
+    fn load(&self) -> Result<Snapshot, StoreError>;
+
+    /// Inserts or replaces a pairing together with its grants (a re-pairing
+    /// replaces the old grants), and appends `audit` in the same transaction.
+    fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Grants (`granted` true) or revokes a capability of a paired device and
+    /// appends `audit` in the same transaction. Idempotent: granting a held
+    /// grant or revoking an absent one changes nothing but still records the
+    /// event. An unknown device is [`StoreError::UnknownDevice`], with nothing
+    /// recorded.
+    fn set_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+        granted: bool,
+        audit: &AuditEvent,
+    ) -> Result<(), StoreError>;
+
+    /// Removes a pairing and its grants and appends `audit` in the same
+    /// transaction. An unknown device is [`StoreError::UnknownDevice`], with
+    /// nothing recorded.
+    fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Appends events to the audit log, all in one transaction.
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError>;
+
+    /// Up to `limit` entries with `seq > after_seq`, in order.
+    fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Recomputes the whole chain and reports every problem found.
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError>;
+
+    /// Like [`Store::verify_audit`], and also checks that the entry at
+    /// `expected.seq` is still there with `expected.hash`: this catches
+    /// entries cut off the end, which the chain alone cannot show.
+    fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
+        let mut report = self.verify_audit()?;
+        if expected.seq == 0 {
+            return Ok(report);
+        }
+        let at = self.read_audit(expected.seq - 1, 1)?;
+        match at.first() {
+            Some(entry) if entry.seq == expected.seq => {
+                if entry.hash != expected.hash {
+                    report.problems.push(AuditProblem {
+                        seq: entry.seq,
+                        what: ProblemKind::Edited,
+                        detail: format!("its hash is not the kept head `{}`", expected.hash),
+                    });
+                }
+            }
+            _ => {
+                let last = report.entries;
+                report.problems.push(AuditProblem {
+                    seq: last + 1,
+                    what: ProblemKind::Truncated,
+                    detail: if last + 1 == expected.seq {
+                        format!("the kept head is entry {}", expected.seq)
+                    } else {
+                        format!(
+                            "entries {} to {} are gone; the kept head is entry {}",
+                            last + 1,
+                            expected.seq,
+                            expected.seq
+                        )
+                    },
+                });
+            }
+        }
+        Ok(report)
+    }
+
+    /// Stores the hash of a named secret (for example `admin-token`),
+    /// replacing any earlier one. Durable on return.
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError>;
+
+    /// The stored hash of a named secret, if any.
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError>;
+}
+
+/// A pairing as stored: what the registry needs to serve the device again
+/// after a restart. The token is kept only as its SHA-256.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredPairing {
+    /// The device id from the manifest.
+    pub device_id: String,
+    /// The approved manifest as canonical JSON.
+    pub manifest_json: String,
+    /// The manifest digest the device authenticates with.
+    pub digest: String,
+    /// SHA-256 of the device token.
+    pub token_hash: [u8; 32],
+    /// Granted capability names. Stored as a set: order and duplicates are
+    /// not kept, [`Store::load`] returns them sorted.
+    pub grants: Vec<String>,
+    /// The pairing's generation.
+    pub generation: u64,
+    /// When the person approved the pairing, in milliseconds since the epoch.
+    pub paired_at_ms: u64,
+}
+
+impl fmt::Debug for StoredPairing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredPairing")
+            .field("device_id", &self.device_id)
+            .field("digest", &self.digest)
+            .field("grants", &self.grants)
+            .field("generation", &self.generation)
+            .field("paired_at_ms", &self.paired_at_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Store::load`] returns: the state a vessel starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Every pairing, ordered by device id, grants sorted.
+    pub pairings: Vec<StoredPairing>,
+    /// The largest generation ever stored, including pairings since removed,
+    /// so a new pairing can take a larger one.
+    pub max_generation: u64,
+    /// The `seq` of the last audit entry (the number of entries when the log
+    /// is intact); 0 when empty.
+    pub audit_entries: u64,
+    /// The hash of the last audit entry; [`GENESIS_HASH`] when empty.
+    pub audit_head: String,
+}
+
+/// An event to append to the audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    /// When it happened, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// What kind of event: `decision`, `paired`, `granted`, `revoked`,
+    /// `unpaired`, `policy`, ... (`[a-z0-9._-]{1,32}`).
+    pub kind: String,
+    /// The details. Must not hold a secret: see [`redact_for_audit`]. Its
+    /// canonical JSON may be at most [`MAX_AUDIT_ENTRY_BYTES`].
+    pub entry: Value,
+}
+
+/// An entry of the audit log as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    /// Position in the log, from 1.
+    pub seq: u64,
+    /// When it happened, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// What kind of event.
+    pub kind: String,
+    /// The details.
+    pub entry: Value,
+    /// Hash of the entry before (64 zeros for the first).
+    pub prev_hash: String,
+    /// Hash of this entry.
+    pub hash: String,
+}
+
+/// A point of the audit chain to keep elsewhere and verify against later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditHead {
+    /// The entry's `seq`.
+    pub seq: u64,
+    /// The entry's hash.
+    pub hash: String,
+}
+
+/// What [`Store::verify_audit`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// The `seq` of the last entry (the number of entries when intact).
+    pub entries: u64,
+    /// The hash of the last entry: keep it elsewhere to detect later that
+    /// entries were cut off the end.
+    pub head: String,
+    /// Every problem found, in log order; empty when the log is intact.
+    pub problems: Vec<AuditProblem>,
+}
+
+impl VerifyReport {
+    /// Whether no problem was found.
+    pub fn is_intact(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The head as an [`AuditHead`].
+    pub fn head(&self) -> AuditHead {
+        AuditHead {
+            seq: self.entries,
+            hash: self.head.clone(),
+        }
+    }
+}
+
+/// One problem in the audit log, at an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditProblem {
+    /// The entry concerned (for a missing range, the first missing one).
+    pub seq: u64,
+    /// What is wrong.
+    pub what: ProblemKind,
+    /// Why, in words.
+    pub detail: String,
+}
+
+impl fmt::Display for AuditProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail)
+    }
+}
+
+/// The kind of an [`AuditProblem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The entry's content or hash was changed.
+    Edited,
+    /// Entries are gone from the middle of the log (deleted).
+    Missing,
+    /// An entry that is not part of the chain was put in.
+    Inserted,
+    /// Entries are not in the order they were chained in.
+    OutOfOrder,
+    /// Entries were cut off the end (found only against a kept head).
+    Truncated,
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProblemKind::Edited => "edited",
+            ProblemKind::Missing => "missing (deleted)",
+            ProblemKind::Inserted => "inserted",
+            ProblemKind::OutOfOrder => "out of order",
+            ProblemKind::Truncated => "cut off the end",
+        })
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The database file or its directory could not be created or opened.
+    #[error("cannot open the store at `{path}`: {reason}")]
+    Open {
+        /// The path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The database was written by a newer dk with a schema this one does
+    /// not know.
+    #[error(
+        "the store has schema version {found}, newer than this dk knows ({supported}): use a newer dk"
+    )]
+    NewerSchema {
+        /// The database's version.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// The file is not a dk store, or its content is not what dk writes.
+    #[error("the store is corrupt: {0}")]
+    Corrupt(String),
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(String),
+    /// No pairing with this device id.
+    #[error("no paired device `{0}`")]
+    UnknownDevice(String),
+    /// A value given to the store is not storable (an audit kind outside
+    /// `[a-z0-9._-]{1,32}`, an entry too large, a number past `i64::MAX`).
+    #[error("not storable: {0}")]
+    InvalidInput(String),
+    /// The audit writer's thread is no longer running.
+    #[error("the audit writer has stopped")]
+    WriterStopped,
+}

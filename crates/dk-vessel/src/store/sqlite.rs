@@ -1,0 +1,557 @@
+//! The SQLite store: one database file in the vessel's data directory, WAL
+//! mode with `synchronous=FULL` so a returned write is on disk, foreign keys
+//! on, and the schema brought up to date by ordered migration steps counted
+//! in `PRAGMA user_version`.
+//!
+//! Files are private to the user: the database file is created with mode
+//! 0600 before SQLite opens it (so the umask does not matter), and SQLite
+//! creates the `-wal` and `-shm` files with the permissions of the database
+//! file. The directory, when created here, gets mode 0700.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+
+use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
+use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+
+/// The schema version this build writes: the number of migration steps.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `PRAGMA application_id` of a dk store ("dkst").
+const APPLICATION_ID: i32 = 0x646b_7374;
+
+/// How long a write waits for another connection's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The migration steps, in order: step `i` takes the schema from version
+/// `i` to `i + 1`. Steps are only ever added, never changed.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    // 1: pairings, grants, secret hashes, counters, the audit log.
+    "CREATE TABLE pairing (
+         device_id     TEXT    NOT NULL PRIMARY KEY,
+         manifest_json TEXT    NOT NULL,
+         digest        TEXT    NOT NULL,
+         token_hash    BLOB    NOT NULL,
+         generation    INTEGER NOT NULL,
+         paired_at_ms  INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE device_grant (
+         device_id  TEXT NOT NULL REFERENCES pairing (device_id) ON DELETE CASCADE,
+         capability TEXT NOT NULL,
+         PRIMARY KEY (device_id, capability)
+     ) STRICT, WITHOUT ROWID;
+     CREATE TABLE secret (
+         name TEXT NOT NULL PRIMARY KEY,
+         hash BLOB NOT NULL
+     ) STRICT;
+     CREATE TABLE counter (
+         name  TEXT    NOT NULL PRIMARY KEY,
+         value INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE audit (
+         seq       INTEGER NOT NULL PRIMARY KEY,
+         at_ms     INTEGER NOT NULL,
+         kind      TEXT    NOT NULL,
+         entry     TEXT    NOT NULL,
+         prev_hash TEXT    NOT NULL,
+         hash      TEXT    NOT NULL
+     ) STRICT;
+     CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+     CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;",
+];
+
+/// A [`Store`] in an SQLite database file. One connection, used by one
+/// caller at a time; other processes (such as `dk audit tail`) may open the
+/// same file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+/// The database's error as text, with corruption told apart.
+fn db(error: rusqlite::Error) -> StoreError {
+    match &error {
+        rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Corrupt(error.to_string()),
+        _ => match error.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+                StoreError::Corrupt(error.to_string())
+            }
+            _ => StoreError::Database(error.to_string()),
+        },
+    }
+}
+
+fn unsigned(value: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} is {value}")))
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating the file (mode 0600) and its
+    /// directory (mode 0700) if needed, and migrates the schema. A database
+    /// from a newer dk is refused with [`StoreError::NewerSchema`], a file
+    /// that is not a dk store with [`StoreError::Corrupt`].
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let shown = path.display().to_string();
+        let open_error = |reason: String| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        create_private(path).map_err(|error| open_error(error.to_string()))?;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|error| open_error(error.to_string()))?;
+        let mut conn = conn;
+        configure(&conn).map_err(|error| match error {
+            StoreError::Corrupt(reason) => {
+                StoreError::Corrupt(format!("`{shown}` is not a dk store: {reason}"))
+            }
+            other => other,
+        })?;
+        migrate(&mut conn, &shown)?;
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock drops the open transaction, which
+        // rolls it back: the connection is still sound.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `change` in an immediate (write) transaction and commits it.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        let value = change(&tx)?;
+        tx.commit().map_err(db)?;
+        Ok(value)
+    }
+}
+
+/// Creates the directory (0700) and the database file (0600) if missing,
+/// and takes group and other permissions off an existing file.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        let mode = file.metadata()?.permissions().mode();
+        if mode & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+    }
+    Ok(())
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(db)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Database(format!(
+            "journal mode is `{mode}`, WAL could not be set"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(db)?;
+    conn.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
+    conn.pragma_update(None, "trusted_schema", "OFF")
+        .map_err(db)?;
+    Ok(())
+}
+
+fn migrate(conn: &mut Connection, shown: &str) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db)?;
+    let version: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db)?;
+    let application: i64 = tx
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(db)?;
+    let found = u32::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("`{shown}` has schema version {version}")))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found == 0 {
+        let tables: i64 = tx
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
+            .map_err(db)?;
+        if tables > 0 || application != 0 {
+            return Err(StoreError::Corrupt(format!(
+                "`{shown}` is a database of something else, not a dk store"
+            )));
+        }
+    } else if application != i64::from(APPLICATION_ID) {
+        return Err(StoreError::Corrupt(format!(
+            "`{shown}` is a database of something else, not a dk store"
+        )));
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    for step in MIGRATIONS.iter().skip(found as usize) {
+        tx.execute_batch(step).map_err(db)?;
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(db)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(db)?;
+    tx.commit().map_err(db)
+}
+
+/// The last entry of the log, read inside the writing transaction so that
+/// another process appending to the same file cannot fork the chain.
+fn audit_head(tx: &Connection) -> Result<(i64, String), StoreError> {
+    let head = tx
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+        .map_err(db)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+        .map_err(db)?;
+    Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
+}
+
+fn append(tx: &Connection, events: &[AuditEvent]) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let (seq, hash) = audit_head(tx)?;
+    let rows = chain(seq, &hash, events)?;
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(db)?;
+    for row in &rows {
+        insert
+            .execute(params![
+                row.seq,
+                row.at_ms,
+                row.kind,
+                row.entry,
+                row.prev_hash,
+                row.hash
+            ])
+            .map_err(db)?;
+    }
+    Ok(())
+}
+
+fn raw_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        seq: row.get(0)?,
+        at_ms: row.get(1)?,
+        kind: row.get(2)?,
+        entry: row.get(3)?,
+        prev_hash: row.get(4)?,
+        hash: row.get(5)?,
+    })
+}
+
+fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<[u8; 32], StoreError> {
+    let len = bytes.len();
+    <[u8; 32]>::try_from(bytes)
+        .map_err(|_| StoreError::Corrupt(format!("{} is {len} bytes, not 32", what())))
+}
+
+impl Store for SqliteStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        let mut pairings: Vec<StoredPairing> = Vec::new();
+        {
+            let mut select = tx
+                .prepare(
+                    "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
+                     FROM pairing ORDER BY device_id",
+                )
+                .map_err(db)?;
+            let mut rows = select.query([]).map_err(db)?;
+            while let Some(row) = rows.next().map_err(db)? {
+                let device_id: String = row.get(0).map_err(db)?;
+                let token_hash = hash32(row.get(3).map_err(db)?, || {
+                    format!("the token hash of `{device_id}`")
+                })?;
+                pairings.push(StoredPairing {
+                    manifest_json: row.get(1).map_err(db)?,
+                    digest: row.get(2).map_err(db)?,
+                    token_hash,
+                    grants: Vec::new(),
+                    generation: unsigned(
+                        row.get(4).map_err(db)?,
+                        &format!("the generation of `{device_id}`"),
+                    )?,
+                    paired_at_ms: unsigned(
+                        row.get(5).map_err(db)?,
+                        &format!("the pairing time of `{device_id}`"),
+                    )?,
+                    device_id,
+                });
+            }
+        }
+        {
+            let mut select = tx
+                .prepare(
+                    "SELECT device_id, capability FROM device_grant ORDER BY device_id, capability",
+                )
+                .map_err(db)?;
+            let mut rows = select.query([]).map_err(db)?;
+            while let Some(row) = rows.next().map_err(db)? {
+                let device_id: String = row.get(0).map_err(db)?;
+                let capability: String = row.get(1).map_err(db)?;
+                let at = pairings
+                    .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
+                    .map_err(|_| {
+                        StoreError::Corrupt(format!(
+                            "a grant for `{device_id}`, which is not paired"
+                        ))
+                    })?;
+                if let Some(pairing) = pairings.get_mut(at) {
+                    pairing.grants.push(capability);
+                }
+            }
+        }
+        let counted: Option<i64> = tx
+            .query_row(
+                "SELECT value FROM counter WHERE name = 'max_generation'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        let counted = unsigned(counted.unwrap_or(0), "the largest generation")?;
+        let max_generation = pairings
+            .iter()
+            .map(|p| p.generation)
+            .fold(counted, u64::max);
+        let (seq, audit_head) = audit_head(&tx)?;
+        tx.commit().map_err(db)?;
+        Ok(Snapshot {
+            pairings,
+            max_generation,
+            audit_entries: unsigned(seq, "the last audit seq")?,
+            audit_head,
+        })
+    }
+
+    fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
+        let generation = to_i64(pairing.generation, "generation")?;
+        let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
+        self.write(|tx| {
+            tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
+                .map_err(db)?
+                .execute([&pairing.device_id])
+                .map_err(db)?;
+            tx.prepare_cached(
+                "INSERT INTO pairing (device_id, manifest_json, digest, token_hash, generation, paired_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (device_id) DO UPDATE SET
+                     manifest_json = excluded.manifest_json, digest = excluded.digest,
+                     token_hash = excluded.token_hash, generation = excluded.generation,
+                     paired_at_ms = excluded.paired_at_ms",
+            )
+            .map_err(db)?
+            .execute(params![
+                pairing.device_id,
+                pairing.manifest_json,
+                pairing.digest,
+                &pairing.token_hash[..],
+                generation,
+                paired_at
+            ])
+            .map_err(db)?;
+            let mut grant = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO device_grant (device_id, capability) VALUES (?1, ?2)",
+                )
+                .map_err(db)?;
+            for capability in &pairing.grants {
+                grant
+                    .execute([&pairing.device_id, capability])
+                    .map_err(db)?;
+            }
+            tx.prepare_cached(
+                "INSERT INTO counter (name, value) VALUES ('max_generation', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+            )
+            .map_err(db)?
+            .execute([generation])
+            .map_err(db)?;
+            append(tx, std::slice::from_ref(audit))
+        })
+    }
+
+    fn set_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+        granted: bool,
+        audit: &AuditEvent,
+    ) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let paired = tx
+                .prepare_cached("SELECT 1 FROM pairing WHERE device_id = ?1")
+                .map_err(db)?
+                .exists([device_id])
+                .map_err(db)?;
+            if !paired {
+                return Err(StoreError::UnknownDevice(device_id.to_owned()));
+            }
+            let sql = if granted {
+                "INSERT OR IGNORE INTO device_grant (device_id, capability) VALUES (?1, ?2)"
+            } else {
+                "DELETE FROM device_grant WHERE device_id = ?1 AND capability = ?2"
+            };
+            tx.prepare_cached(sql)
+                .map_err(db)?
+                .execute([device_id, capability])
+                .map_err(db)?;
+            append(tx, std::slice::from_ref(audit))
+        })
+    }
+
+    fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
+                .map_err(db)?
+                .execute([device_id])
+                .map_err(db)?;
+            let removed = tx
+                .prepare_cached("DELETE FROM pairing WHERE device_id = ?1")
+                .map_err(db)?
+                .execute([device_id])
+                .map_err(db)?;
+            if removed == 0 {
+                return Err(StoreError::UnknownDevice(device_id.to_owned()));
+            }
+            append(tx, std::slice::from_ref(audit))
+        })
+    }
+
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| append(tx, events))
+    }
+
+    fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let conn = self.conn();
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut select = conn
+            .prepare_cached(
+                "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit
+                 WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )
+            .map_err(db)?;
+        let rows = select.query_map([after, limit], raw_row).map_err(db)?;
+        let mut entries = Vec::new();
+        for row in rows {
+            entries.push(row.map_err(db)?.to_entry()?);
+        }
+        Ok(entries)
+    }
+
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        let mut verifier = Verifier::default();
+        {
+            let mut select = tx
+                .prepare("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq")
+                .map_err(db)?;
+            let rows = select.query_map([], raw_row).map_err(db)?;
+            for row in rows {
+                verifier.push(row.map_err(db)?);
+            }
+        }
+        tx.commit().map_err(db)?;
+        Ok(verifier.finish())
+    }
+
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.prepare_cached(
+                "INSERT INTO secret (name, hash) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET hash = excluded.hash",
+            )
+            .map_err(db)?
+            .execute(params![name, &hash[..]])
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        let conn = self.conn();
+        let bytes: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT hash FROM secret WHERE name = ?1")
+            .map_err(db)?
+            .query_row([name], |row| row.get(0))
+            .optional()
+            .map_err(db)?;
+        bytes
+            .map(|bytes| hash32(bytes, || format!("the hash of secret `{name}`")))
+            .transpose()
+    }
+}
