@@ -192,3 +192,80 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
     good.stop().await.unwrap();
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_pairing_requests_does_not_lock_the_person_out() {
+    let running = start(Limits::default()).await;
+    let flooder = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    // 40 hellos from another host: a few wait for the person, the rest are refused.
+    let mut waiting = Vec::new();
+    let mut refused = 0;
+    for i in 0..40 {
+        let Ok(mut socket) = crate::net::raw_from(&running.device_url, flooder).await else {
+            refused += 1;
+            continue;
+        };
+        send(
+            &mut socket,
+            json!({"type": "device:hello", "manifest": manifest(&format!("flood-{i}"))}),
+        )
+        .await;
+        match next(&mut socket).await {
+            Some(Ok(frame)) if frame["type"] == "device:pairing" => waiting.push(socket),
+            Some(Err((code, _))) => {
+                assert_eq!(code, 4010);
+                refused += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(
+        waiting.len() <= Limits::default().max_pending_pairings_per_address,
+        "{}",
+        waiting.len()
+    );
+    assert!(refused >= 30);
+
+    // Meanwhile a legitimate device pairs from its own address.
+    let dir = temp_dir("flood");
+    let lamp = Lamp::new();
+    let good = DeviceRun::spawn(
+        lamp.device(),
+        ClientOptions::new(&running.device_url).token_file(dir.join("lamp.token")),
+    );
+    let prompt = loop {
+        let pending = running.admin.get("/v1/pending").await.unwrap().body;
+        if let Some(p) = pending
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["request"]["deviceId"] == "desk-lamp")
+        {
+            break p.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let id = prompt["id"].as_u64().unwrap();
+    running
+        .admin
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true, "grant": ["set_light"]}),
+        )
+        .await
+        .unwrap();
+    running.wait_connected("desk-lamp").await;
+    lamp_answers(&running, 0).await;
+
+    // The flood stops: its requests leave the person's list.
+    drop(waiting);
+    for _ in 0..500 {
+        if running.vessel.person().pending().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(running.vessel.person().pending().is_empty());
+    good.stop().await.unwrap();
+    running.stop().await;
+}

@@ -276,3 +276,20 @@ pub fn manifest(id: &str) -> Value {
     json!({"id": id, "name": "Test device", "kind": "test", "version": "1",
            "capabilities": [{"name": "read_light", "kind": "sensor", "description": "Read."}]})
 }
+
+/// A raw WebSocket connection from a chosen loopback address (all of
+/// 127.0.0.0/8 is this machine), to act as another host.
+pub async fn raw_from(
+    url: &str,
+    local: std::net::Ipv4Addr,
+) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    let authority = url.trim_start_matches("ws://").trim_end_matches("/device");
+    let remote: SocketAddr = authority.parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(local.into(), 0))?;
+    let stream = socket.connect(remote).await?;
+    let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+    tokio_tungstenite::client_async(url, stream)
+        .await
+        .map(|(socket, _)| socket)
+}

@@ -30,7 +30,10 @@ pub fn run() -> TaskResult {
     )?;
     println!("\n==> ci passed ({totals})");
     // The plain closing line any reader of CI logs understands.
-    println!("tests: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored);
+    println!(
+        "tests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
     Ok(())
 }
 

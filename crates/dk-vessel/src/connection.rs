@@ -79,6 +79,9 @@ pub mod close_code {
     pub const DEAD: u16 = 4009;
     /// The vessel is shutting down.
     pub const GOING_AWAY: u16 = 1001;
+    /// A pairing limit: one waiting request per device, caps per address and
+    /// overall, attempts per minute per address.
+    pub const PAIRING_LIMIT: u16 = 4010;
 }
 
 /// What happened on a connection, for logs and tests.
@@ -327,6 +330,18 @@ where
         match frame {
             DeviceFrame::Hello { manifest } => {
                 let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
+                let address = self.permit.address();
+                let limit = |why: &str| Some(close(close_code::PAIRING_LIMIT, why));
+                self.vessel.note_pairing_attempt(address).map_err(limit)?;
+                // An invalid manifest never reaches the person, so it takes no place.
+                let _waiting = match dk_proto::validate_manifest(&manifest) {
+                    Ok(valid) => Some(
+                        self.vessel
+                            .begin_pairing(valid.id(), address)
+                            .map_err(limit)?,
+                    ),
+                    Err(_) => None,
+                };
                 self.pair(&manifest).await
             }
             DeviceFrame::Auth {

@@ -46,4 +46,4 @@ pub use store::{
     SCHEMA_VERSION, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
     WriterOptions, redact_for_audit,
 };
-pub use vessel::{ConnectionPermit, Limits, Stats, Vessel};
+pub use vessel::{ConnectionPermit, Limits, PairingTicket, Stats, Vessel};

@@ -3,7 +3,7 @@
 //! Transports (the WebSocket route, in-process links) and front ends (the
 //! admin API, the terminal prompt) all work on a shared [`Vessel`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -47,6 +47,13 @@ pub struct Limits {
     pub ping_interval: Duration,
     /// How long the person has to answer a pairing request.
     pub consent_timeout: Duration,
+    /// Pairing requests waiting for the person at once, from everyone.
+    pub max_pending_pairings: usize,
+    /// Pairing requests waiting for the person at once from one address.
+    pub max_pending_pairings_per_address: usize,
+    /// `device:hello` frames one address may send per minute (a burst of
+    /// this many, refilled evenly over the minute).
+    pub pairings_per_minute_per_address: u32,
 }
 
 impl Default for Limits {
@@ -63,6 +70,9 @@ impl Default for Limits {
             max_frames_per_second: 200,
             ping_interval: Duration::from_secs(20),
             consent_timeout: DEFAULT_CONSENT_TIMEOUT,
+            max_pending_pairings: 16,
+            max_pending_pairings_per_address: 4,
+            pairings_per_minute_per_address: 10,
         }
     }
 }
@@ -83,6 +93,48 @@ pub struct Stats {
     pub events_dropped: AtomicU64,
 }
 
+/// Pairing attempts per address: waiting requests and a refilling budget.
+struct AddressPairings {
+    pending: usize,
+    tokens: f64,
+    refilled: tokio::time::Instant,
+}
+
+#[derive(Default)]
+struct PairingGate {
+    pending_ids: HashSet<String>,
+    per_address: HashMap<Option<IpAddr>, AddressPairings>,
+}
+
+/// One pairing request waiting for the person; leaves the count when dropped.
+pub struct PairingTicket {
+    vessel: Arc<Vessel>,
+    device_id: String,
+    address: Option<IpAddr>,
+}
+
+impl fmt::Debug for PairingTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PairingTicket")
+            .field("device_id", &self.device_id)
+            .finish()
+    }
+}
+
+impl Drop for PairingTicket {
+    fn drop(&mut self) {
+        let mut gate = self
+            .vessel
+            .pairings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        gate.pending_ids.remove(&self.device_id);
+        if let Some(entry) = gate.per_address.get_mut(&self.address) {
+            entry.pending = entry.pending.saturating_sub(1);
+        }
+    }
+}
+
 /// Permission to hold one connection; counts down when dropped.
 pub struct ConnectionPermit {
     vessel: Arc<Vessel>,
@@ -100,6 +152,11 @@ impl fmt::Debug for ConnectionPermit {
 }
 
 impl ConnectionPermit {
+    /// The remote address the connection came from, when known.
+    pub fn address(&self) -> Option<IpAddr> {
+        self.address
+    }
+
     /// The connection authenticated: it no longer counts against the
     /// per-address limit on unauthenticated connections.
     pub fn authenticated(&mut self) {
@@ -130,6 +187,7 @@ pub struct Vessel {
     connections: AtomicUsize,
     /// Per remote address: (all connections, unauthenticated ones).
     per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
+    pairings: Mutex<PairingGate>,
     decisions: Arc<Mutex<VecDeque<Value>>>,
     shutdown: watch::Sender<bool>,
 }
@@ -169,6 +227,7 @@ impl Vessel {
             stats: Stats::default(),
             connections: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
+            pairings: Mutex::new(PairingGate::default()),
             decisions,
             shutdown: watch::channel(false).0,
         })
@@ -306,6 +365,69 @@ impl Vessel {
             vessel: Arc::clone(self),
             address,
             authenticated: false,
+        })
+    }
+
+    /// Counts a `device:hello` from `address` against its per-minute budget.
+    pub fn note_pairing_attempt(&self, address: Option<IpAddr>) -> Result<(), &'static str> {
+        let per_minute = f64::from(self.limits.pairings_per_minute_per_address);
+        let now = tokio::time::Instant::now();
+        let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
+        // Addresses with nothing waiting and a full budget are forgotten.
+        if gate.per_address.len() > 4096 {
+            gate.per_address.retain(|_, a| {
+                a.pending > 0
+                    || a.tokens + now.duration_since(a.refilled).as_secs_f64() * per_minute / 60.0
+                        < per_minute
+            });
+        }
+        let entry = gate.per_address.entry(address).or_insert(AddressPairings {
+            pending: 0,
+            tokens: per_minute,
+            refilled: now,
+        });
+        let elapsed = now.duration_since(entry.refilled).as_secs_f64();
+        entry.tokens = (entry.tokens + elapsed * per_minute / 60.0).min(per_minute);
+        entry.refilled = now;
+        if entry.tokens < 1.0 {
+            return Err("too many pairing attempts from this address: wait a minute");
+        }
+        entry.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// Reserves a place for a pairing request of `device_id` from `address`:
+    /// one waiting request per device id, a cap per address and overall.
+    pub fn begin_pairing(
+        self: &Arc<Self>,
+        device_id: &str,
+        address: Option<IpAddr>,
+    ) -> Result<PairingTicket, &'static str> {
+        let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
+        if gate.pending_ids.contains(device_id) {
+            return Err("a pairing request for this device is already waiting for the person");
+        }
+        if gate.pending_ids.len() >= self.limits.max_pending_pairings {
+            return Err("too many pairing requests are waiting for the person");
+        }
+        let pending_here = gate.per_address.get(&address).map_or(0, |a| a.pending);
+        if pending_here >= self.limits.max_pending_pairings_per_address {
+            return Err("too many pairing requests from this address are waiting for the person");
+        }
+        gate.pending_ids.insert(device_id.to_owned());
+        let full = f64::from(self.limits.pairings_per_minute_per_address);
+        gate.per_address
+            .entry(address)
+            .or_insert(AddressPairings {
+                pending: 0,
+                tokens: full,
+                refilled: tokio::time::Instant::now(),
+            })
+            .pending += 1;
+        Ok(PairingTicket {
+            vessel: Arc::clone(self),
+            device_id: device_id.to_owned(),
+            address,
         })
     }
 

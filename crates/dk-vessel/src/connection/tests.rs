@@ -452,3 +452,89 @@ async fn admission_limits() {
         "the vessel is shutting down"
     );
 }
+
+fn manifest_for(id: &str) -> Value {
+    let mut m = lamp();
+    m["id"] = json!(id);
+    m
+}
+
+#[tokio::test(start_paused = true)]
+async fn pairing_limits_and_the_way_back() {
+    let limits = Limits {
+        max_pending_pairings: 3,
+        max_pending_pairings_per_address: 2,
+        pairings_per_minute_per_address: 4,
+        ..Limits::default()
+    };
+    let vessel = vessel(limits);
+    let hello = |peer: &Peer, id: &str| {
+        peer.send(json!({"type": "device:hello", "manifest": manifest_for(id)}))
+    };
+
+    let mut first = connect(&vessel);
+    hello(&first, "lamp-one");
+    first.frame().await;
+    // The same device again while its request waits.
+    let mut again = connect(&vessel);
+    hello(&again, "lamp-one");
+    assert_eq!(
+        again.closed().await,
+        close(
+            close_code::PAIRING_LIMIT,
+            "a pairing request for this device is already waiting for the person"
+        )
+    );
+    let mut second = connect(&vessel);
+    hello(&second, "lamp-two");
+    second.frame().await;
+    // Two waiting from this address is the cap.
+    let mut third = connect(&vessel);
+    hello(&third, "lamp-three");
+    assert_eq!(
+        third.closed().await,
+        close(
+            close_code::PAIRING_LIMIT,
+            "too many pairing requests from this address are waiting for the person"
+        )
+    );
+    // Four attempts a minute: the fifth is refused.
+    let mut fifth = connect(&vessel);
+    hello(&fifth, "lamp-five");
+    assert_eq!(
+        fifth.closed().await,
+        close(
+            close_code::PAIRING_LIMIT,
+            "too many pairing attempts from this address: wait a minute"
+        )
+    );
+
+    // The flood stops: the waiting requests go (their devices leave) and the
+    // budget refills; a legitimate device pairs.
+    drop(first.to_vessel);
+    drop(second.to_vessel);
+    first.task.await.unwrap();
+    second.task.await.unwrap();
+    assert!(vessel.person().pending().is_empty());
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let mut legit = connect(&vessel);
+    hello(&legit, "desk-lamp");
+    let code = legit.frame().await["code"].as_str().unwrap().to_owned();
+    answer_consent(&vessel, &code, ConsentDecision::approve(["read_light"])).await;
+    assert_eq!(legit.frame().await["type"], json!("device:paired"));
+}
+
+#[tokio::test]
+async fn invalid_manifests_take_no_waiting_place() {
+    let limits = Limits {
+        max_pending_pairings: 1,
+        ..Limits::default()
+    };
+    let vessel = vessel(limits);
+    for _ in 0..3 {
+        let mut peer = connect(&vessel);
+        peer.send(json!({"type": "device:hello", "manifest": {"id": "Bad"}}));
+        assert_eq!(peer.closed().await.code, close_code::PAIRING_REFUSED);
+    }
+    let (_peer, _) = paired_lamp(&vessel, &[]).await;
+}
