@@ -16,6 +16,7 @@ mod connection;
 mod link;
 mod person;
 mod registry;
+mod reload;
 mod server;
 mod store;
 mod vessel;
@@ -39,6 +40,7 @@ pub use registry::{
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
     Paired, PairedDevice, RegistryEvent, Replaced,
 };
+pub use reload::{Reloaded, watch_policy_file};
 pub use server::{device_router, serve_devices};
 pub use store::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditWriter, GENESIS_HASH, MAX_AUDIT_DEPTH,

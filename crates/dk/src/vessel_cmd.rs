@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use clap::Args;
 use dk_policy::PolicySet;
-use dk_vessel::{AdminToken, Limits, Vessel, serve_admin, serve_devices};
+use dk_vessel::{
+    AdminToken, Limits, Reloaded, Vessel, serve_admin, serve_devices, watch_policy_file,
+};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -109,6 +111,30 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
     };
     let admin_task = serve_admin(admin, Arc::clone(&vessel), token, stopped(stop_rx.clone()));
     let device_task = serve_devices(devices, Arc::clone(&vessel), stopped(stop_rx.clone()));
+    let reload_task = async {
+        let Some(path) = args.policies.clone() else {
+            return;
+        };
+        watch_policy_file(
+            Arc::clone(&vessel),
+            path,
+            std::time::Duration::from_secs(1),
+            hangups(),
+            |outcome| match outcome {
+                Reloaded::Applied { rules } => println!("[rules] reloaded: {rules} rules in force"),
+                Reloaded::Refused { errors } => {
+                    eprintln!(
+                        "[rules] REFUSED the changed rule file; the previous rules stay in force:"
+                    );
+                    for line in errors.lines() {
+                        eprintln!("[rules]   {}", printable(line));
+                    }
+                }
+            },
+            stopped(stop_rx.clone()),
+        )
+        .await;
+    };
     let prompt_task = async {
         if interactive {
             prompt::run(Arc::clone(&vessel), stopped(stop_rx.clone())).await;
@@ -119,12 +145,33 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
         println!("\nstopping: closing device connections");
         stop_tx.send_replace(true);
     };
-    let (admin_result, device_result, (), ()) =
-        tokio::join!(admin_task, device_task, prompt_task, signal);
+    let (admin_result, device_result, (), (), ()) =
+        tokio::join!(admin_task, device_task, prompt_task, reload_task, signal);
     let _ = std::fs::remove_file(args.data_dir.join(ADDRESS_FILE));
     admin_result.map_err(|e| format!("admin API: {e}"))?;
     device_result.map_err(|e| format!("device route: {e}"))?;
     Ok(())
+}
+
+/// SIGHUP as a stream of reload requests.
+fn hangups() -> Hangups {
+    Hangups(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok())
+}
+
+/// Yields once per SIGHUP; never, when the signal could not be watched.
+struct Hangups(Option<tokio::signal::unix::Signal>);
+
+impl futures::Stream for Hangups {
+    type Item = ();
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<()>> {
+        match self.0.as_mut() {
+            Some(signal) => signal.poll_recv(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
 }
 
 fn write_address(data_dir: &Path, devices: SocketAddr, admin: SocketAddr) -> Result<(), String> {

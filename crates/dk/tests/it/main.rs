@@ -364,3 +364,70 @@ fn demo_runs_to_the_end() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[test]
+fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
+    let dir = std::env::temp_dir().join(format!("dk-cli-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("rules.yaml");
+    let good = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
+    std::fs::write(&rules, good).unwrap();
+    let log = dir.join("vessel.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args([
+            "vessel",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--no-prompt",
+            "--policies",
+        ])
+        .arg(&rules)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.join("vessel.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let vessel = VesselProcess {
+        child,
+        data_dir: dir.clone(),
+    };
+    let wait_for = |file: &str, text: &str, count: usize| {
+        for _ in 0..500 {
+            let content = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+            if content.matches(text).count() >= count {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!(
+            "never saw {text:?} x{count} in {file}: {}",
+            std::fs::read_to_string(dir.join(file)).unwrap_or_default()
+        );
+    };
+    wait_for("vessel.log", "device_use rules     1", 1);
+    // A changed, broken file is refused loudly; the rules stay.
+    std::fs::write(
+        &rules,
+        "version: 1\npolicies:\n  - name: oops\n    action: device_use\n",
+    )
+    .unwrap();
+    wait_for("vessel.err", "REFUSED", 1);
+    wait_for("vessel.err", "missing `condition`", 1);
+    // A good file again, and a SIGHUP: both reload.
+    std::fs::write(&rules, format!("{good}  - name: two\n    action: device_use\n    condition: \"deviceId equals x\"\n    decision: block\n    message: no\n")).unwrap();
+    wait_for("vessel.log", "reloaded: 2 rules in force", 1);
+    let pid = vessel.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for("vessel.log", "reloaded: 2 rules in force", 2);
+    drop(vessel);
+}
