@@ -1,1 +1,1273 @@
-//! Tests of the store.
+//! Tests of the store: one contract suite run against both stores,
+//! tampering with a real database file, migrations, file modes, the audit
+//! writer, and crash safety with a child process killed mid-write.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rusqlite::{Connection, params};
+use serde_json::{Value, json};
+
+use super::audit::{canonical_json, entry_hash};
+use super::*;
+
+// ---------------------------------------------------------------- helpers
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "dk-store-test-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.0.join("data").join("dk.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pairing(id: &str, grants: &[&str], generation: u64) -> StoredPairing {
+    StoredPairing {
+        device_id: id.to_owned(),
+        manifest_json: format!(r#"{{"deviceId":"{id}","name":"Lamp"}}"#),
+        digest: format!("sha256:{id}"),
+        token_hash: [generation as u8; 32],
+        grants: grants.iter().map(|g| (*g).to_owned()).collect(),
+        generation,
+        paired_at_ms: 1_700_000_000_000 + generation,
+    }
+}
+
+fn event(kind: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: kind.to_owned(),
+        entry: json!({ "n": n, "device": "d1", "reason": "allowed" }),
+    }
+}
+
+/// A store of each kind, each with the directory it lives in.
+fn stores() -> Vec<(&'static str, Box<dyn Store>, Option<TempDir>)> {
+    let dir = TempDir::new();
+    let sqlite = SqliteStore::open(&dir.db()).unwrap();
+    vec![
+        ("memory", Box::new(MemoryStore::new()), None),
+        ("sqlite", Box::new(sqlite), Some(dir)),
+    ]
+}
+
+/// The pairings of a snapshot as device id -> grants.
+fn grants_of(snapshot: &Snapshot) -> Vec<(String, Vec<String>)> {
+    snapshot
+        .pairings
+        .iter()
+        .map(|p| (p.device_id.clone(), p.grants.clone()))
+        .collect()
+}
+
+// ---------------------------------------------------------- contract suite
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Put(&'static str, &'static [&'static str], u64),
+    Grant(&'static str, &'static str),
+    Revoke(&'static str, &'static str),
+    Delete(&'static str),
+}
+
+fn apply(store: &dyn Store, op: Op, n: u64) -> Result<(), StoreError> {
+    match op {
+        Op::Put(id, grants, generation) => {
+            store.put_pairing(&pairing(id, grants, generation), &event("paired", n))
+        }
+        Op::Grant(id, cap) => store.set_grant(id, cap, true, &event("granted", n)),
+        Op::Revoke(id, cap) => store.set_grant(id, cap, false, &event("revoked", n)),
+        Op::Delete(id) => store.delete_pairing(id, &event("unpaired", n)),
+    }
+}
+
+/// Runs `ops` on a fresh store of each kind (and a reopened SQLite store)
+/// and checks the pairings, the largest generation and the audit count.
+#[track_caller]
+fn check(ops: &[Op], expected: &[(&str, &[&str])], max_generation: u64) {
+    let expected: Vec<(String, Vec<String>)> = expected
+        .iter()
+        .map(|(id, grants)| {
+            (
+                (*id).to_owned(),
+                grants.iter().map(|g| (*g).to_owned()).collect(),
+            )
+        })
+        .collect();
+    for (name, store, dir) in stores() {
+        let mut acknowledged = 0;
+        for (n, op) in ops.iter().enumerate() {
+            match apply(&*store, *op, n as u64) {
+                Ok(()) => acknowledged += 1,
+                Err(StoreError::UnknownDevice(_)) => {}
+                Err(error) => panic!("{name}: {op:?}: {error}"),
+            }
+        }
+        let mut snapshots = vec![store.load().unwrap()];
+        drop(store);
+        if let Some(dir) = &dir {
+            snapshots.push(SqliteStore::open(&dir.db()).unwrap().load().unwrap());
+        }
+        for snapshot in snapshots {
+            assert_eq!(grants_of(&snapshot), expected, "{name}: {ops:?}");
+            assert_eq!(snapshot.max_generation, max_generation, "{name}: {ops:?}");
+            assert_eq!(snapshot.audit_entries, acknowledged, "{name}: {ops:?}");
+        }
+    }
+}
+
+#[test]
+fn contract_pairings_and_grants() {
+    use Op::*;
+    check(&[], &[], 0);
+    check(&[Put("d1", &["a", "b"], 1)], &[("d1", &["a", "b"])], 1);
+    check(&[Put("d1", &["b", "a", "a"], 1)], &[("d1", &["a", "b"])], 1);
+    // Re-pairing replaces the grants.
+    check(
+        &[Put("d1", &["a"], 1), Put("d1", &["c"], 2)],
+        &[("d1", &["c"])],
+        2,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Grant("d1", "b"), Grant("d1", "b")],
+        &[("d1", &["a", "b"])],
+        1,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Revoke("d1", "a"), Revoke("d1", "a")],
+        &[("d1", &[])],
+        1,
+    );
+    // Unpairing removes the grants; a new pairing starts from none.
+    check(
+        &[Put("d1", &["a"], 1), Put("d2", &["b"], 2), Delete("d1")],
+        &[("d2", &["b"])],
+        2,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Delete("d1"), Put("d1", &[], 2)],
+        &[("d1", &[])],
+        2,
+    );
+    // The largest generation outlives the pairing that had it.
+    check(
+        &[Put("d9", &[], 7), Put("d1", &[], 3), Delete("d9")],
+        &[("d1", &[])],
+        7,
+    );
+    // Unknown devices: refused, nothing recorded.
+    check(
+        &[Grant("nope", "a"), Revoke("nope", "a"), Delete("nope")],
+        &[],
+        0,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Delete("d1"), Grant("d1", "a")],
+        &[],
+        1,
+    );
+}
+
+#[test]
+fn contract_round_trip_secrets_and_audit() {
+    for (name, store, _dir) in stores() {
+        let stored = StoredPairing {
+            device_id: "desk-lamp".to_owned(),
+            manifest_json: r#"{"deviceId":"desk-lamp","name":"Lämp \u2028"}"#.to_owned(),
+            digest: "sha256:abc".to_owned(),
+            token_hash: std::array::from_fn(|i| i as u8),
+            grants: vec!["set_power".to_owned(), "brightness".to_owned()],
+            generation: 42,
+            paired_at_ms: 1_700_000_000_123,
+        };
+        store.put_pairing(&stored, &event("paired", 0)).unwrap();
+        let snapshot = store.load().unwrap();
+        let mut expected = stored.clone();
+        expected.grants.sort();
+        assert_eq!(snapshot.pairings, vec![expected], "{name}");
+        assert_eq!(snapshot.max_generation, 42, "{name}");
+
+        // Secrets.
+        assert_eq!(store.secret_hash("admin-token").unwrap(), None, "{name}");
+        store.put_secret_hash("admin-token", [7; 32]).unwrap();
+        store.put_secret_hash("admin-token", [8; 32]).unwrap();
+        assert_eq!(
+            store.secret_hash("admin-token").unwrap(),
+            Some([8; 32]),
+            "{name}"
+        );
+
+        // Audit: append, read after a seq with a limit, verify.
+        let batch: Vec<AuditEvent> = (1..=9).map(|n| event("decision", n)).collect();
+        store.append_audit(&batch).unwrap();
+        store.append_audit(&[]).unwrap();
+        let all = store.read_audit(0, 100).unwrap();
+        assert_eq!(all.len(), 10, "{name}");
+        assert_eq!(
+            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=10).collect::<Vec<_>>()
+        );
+        assert_eq!(all[0].prev_hash, GENESIS_HASH);
+        assert_eq!(all[0].kind, "paired");
+        for pair in all.windows(2) {
+            assert_eq!(pair[1].prev_hash, pair[0].hash, "{name}");
+        }
+        assert_eq!(all[3].entry, batch[2].entry);
+        assert_eq!(all[3].at_ms, batch[2].at_ms);
+        let page = store.read_audit(4, 3).unwrap();
+        assert_eq!(
+            page.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![5, 6, 7]
+        );
+        assert!(store.read_audit(10, 5).unwrap().is_empty());
+        assert!(store.read_audit(u64::MAX, 5).unwrap().is_empty());
+
+        let report = store.verify_audit().unwrap();
+        assert!(report.is_intact(), "{name}: {:?}", report.problems);
+        assert_eq!(report.entries, 10);
+        assert_eq!(report.head, all[9].hash);
+        let snapshot = store.load().unwrap();
+        assert_eq!(snapshot.audit_entries, 10);
+        assert_eq!(snapshot.audit_head, report.head);
+        let against = store.verify_audit_against(&report.head()).unwrap();
+        assert!(against.is_intact(), "{name}");
+    }
+}
+
+#[test]
+fn contract_refuses_unstorable_values_without_change() {
+    for (name, store, _dir) in stores() {
+        let bad_kind = AuditEvent {
+            kind: "Decision\n".to_owned(),
+            ..event("x", 1)
+        };
+        let error = store
+            .put_pairing(&pairing("d1", &["a"], 1), &bad_kind)
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidInput(_)),
+            "{name}: {error}"
+        );
+        let huge = AuditEvent {
+            entry: json!({ "text": "x".repeat(MAX_AUDIT_ENTRY_BYTES) }),
+            ..event("decision", 1)
+        };
+        let error = store
+            .append_audit(&[event("decision", 0), huge])
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidInput(_)),
+            "{name}: {error}"
+        );
+        let error = store
+            .put_pairing(
+                &pairing("d1", &[], i64::MAX as u64 + 1),
+                &event("paired", 1),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidInput(_)),
+            "{name}: {error}"
+        );
+        let snapshot = store.load().unwrap();
+        assert!(snapshot.pairings.is_empty(), "{name}");
+        assert_eq!(snapshot.audit_entries, 0, "{name}");
+    }
+}
+
+#[test]
+fn errors_read_as_one_lower_case_line() {
+    let errors = [
+        StoreError::UnknownDevice("d1".to_owned()),
+        StoreError::NewerSchema {
+            found: 9,
+            supported: 1,
+        },
+        StoreError::Corrupt("x".to_owned()),
+        StoreError::WriterStopped,
+    ];
+    for error in errors {
+        let text = error.to_string();
+        assert!(text.starts_with(|c: char| c.is_lowercase()), "{text}");
+        assert!(!text.contains('\n') && !text.ends_with('.'), "{text}");
+    }
+}
+
+// ----------------------------------------------------------------- hashing
+
+#[test]
+fn entry_hash_is_the_documented_formula() {
+    use sha2::{Digest, Sha256};
+    let text = format!("{GENESIS_HASH}\n1\n5\ndecision\n{{\"a\":1}}");
+    let expected = super::audit::hex(&Sha256::digest(text.as_bytes()));
+    assert_eq!(
+        entry_hash(GENESIS_HASH, 1, 5, "decision", r#"{"a":1}"#),
+        expected
+    );
+}
+
+#[test]
+fn canonical_json_sorts_keys_at_every_depth() {
+    let value: Value =
+        serde_json::from_str(r#"{ "b": [ {"z": 1, "a": "é\n"} ], "a": null }"#).unwrap();
+    assert_eq!(
+        canonical_json(&value),
+        r#"{"a":null,"b":[{"a":"é\n","z":1}]}"#
+    );
+}
+
+#[test]
+fn redaction_hides_secrets_and_cuts_long_values() {
+    let token = "f00dfeedf00dfeedf00dfeed";
+    let input = json!({
+        "text": format!("my token is {token}"),
+        token: 1,
+        "long": "y".repeat(MAX_AUDIT_STRING + 10),
+        "list": (0..MAX_AUDIT_ITEMS + 3).collect::<Vec<_>>(),
+        "deep": [[[[[[[[[["bottom"]]]]]]]]]],
+        "ok": 3.5,
+    });
+    let out = redact_for_audit(&input, &[token, ""]);
+    assert_eq!(out["text"], "[redacted]");
+    assert_eq!(out["[redacted]"], 1);
+    assert!(!out.to_string().contains(token));
+    let long = out["long"].as_str().unwrap();
+    assert!(long.starts_with(&"y".repeat(MAX_AUDIT_STRING)));
+    assert!(long.ends_with("[cut: 10 more characters]"), "{long}");
+    let list = out["list"].as_array().unwrap();
+    assert_eq!(list.len(), MAX_AUDIT_ITEMS + 1);
+    assert_eq!(list[MAX_AUDIT_ITEMS], "[cut: 3 more items]");
+    assert!(out["deep"].to_string().contains("[cut: nested too deep]"));
+    assert!(!out["deep"].to_string().contains("bottom"));
+    assert_eq!(out["ok"], 3.5);
+}
+
+// --------------------------------------------------------------- tampering
+
+/// A store with `entries` decision entries, and a second connection to
+/// its file with the append-only triggers dropped, as an attacker with
+/// write access to the file would.
+fn tamper_setup(entries: u64) -> (TempDir, SqliteStore, Connection) {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let events: Vec<AuditEvent> = (1..=entries).map(|n| event("decision", n)).collect();
+    store.append_audit(&events).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+        .unwrap();
+    (dir, store, attacker)
+}
+
+fn stored_hash(conn: &Connection, seq: i64) -> String {
+    conn.query_row("SELECT hash FROM audit WHERE seq = ?1", [seq], |row| {
+        row.get(0)
+    })
+    .unwrap()
+}
+
+/// Forges a well-hashed row at `seq` chained to `prev_hash`.
+fn forge(conn: &Connection, seq: i64, prev_hash: &str) {
+    let entry = r#"{"device":"d1","forged":true}"#;
+    let hash = entry_hash(prev_hash, seq, 5, "decision", entry);
+    conn.execute(
+        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash) VALUES (?1, 5, 'decision', ?2, ?3, ?4)",
+        params![seq, entry, prev_hash, hash],
+    )
+    .unwrap();
+}
+
+/// Rehashes entry `seq` over its (edited) content and stored prev_hash.
+fn rehash(conn: &Connection, seq: i64) {
+    let (at, kind, entry, prev): (i64, String, String, String) = conn
+        .query_row(
+            "SELECT at_ms, kind, entry, prev_hash FROM audit WHERE seq = ?1",
+            [seq],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap();
+    let hash = entry_hash(&prev, seq, at, &kind, &entry);
+    conn.execute(
+        "UPDATE audit SET hash = ?1 WHERE seq = ?2",
+        params![hash, seq],
+    )
+    .unwrap();
+}
+
+/// Applies `attack` to a log of 10 entries and checks the problems found,
+/// both without and with the head kept before the attack.
+#[track_caller]
+fn check_tamper(
+    attack: impl FnOnce(&Connection),
+    expected: &[(u64, ProblemKind)],
+    expected_against_head: &[(u64, ProblemKind)],
+) {
+    let (_dir, store, attacker) = tamper_setup(10);
+    let head = store.verify_audit().unwrap().head();
+    attack(&attacker);
+    let found = |report: VerifyReport| {
+        report
+            .problems
+            .iter()
+            .map(|p| (p.seq, p.what))
+            .collect::<Vec<_>>()
+    };
+    let report = store.verify_audit().unwrap();
+    assert_eq!(found(report.clone()), expected, "{:#?}", report.problems);
+    let report = store.verify_audit_against(&head).unwrap();
+    assert_eq!(
+        found(report.clone()),
+        expected_against_head,
+        "{:#?}",
+        report.problems
+    );
+}
+
+#[test]
+fn tampering_is_found_where_it_happened() {
+    use ProblemKind::*;
+    // Edited content.
+    check_tamper(
+        |c| {
+            c.execute(
+                r#"UPDATE audit SET entry = '{"device":"d1","n":5,"reason":"refused"}' WHERE seq = 5"#,
+                [],
+            )
+            .unwrap();
+        },
+        &[(5, Edited)],
+        &[(5, Edited)],
+    );
+    // Edited time.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET at_ms = 1 WHERE seq = 1", [])
+                .unwrap();
+        },
+        &[(1, Edited)],
+        &[(1, Edited)],
+    );
+    // Edited content with its hash recomputed: the next entry's prev_hash.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET kind = 'policy' WHERE seq = 5", [])
+                .unwrap();
+            rehash(c, 5);
+        },
+        &[(5, Edited)],
+        &[(5, Edited)],
+    );
+    // Only the hash changed.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET hash = ?1 WHERE seq = 3", [GENESIS_HASH])
+                .unwrap();
+        },
+        &[(3, Edited)],
+        &[(3, Edited)],
+    );
+    // The last entry edited and rehashed: only the kept head shows it.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET kind = 'policy' WHERE seq = 10", [])
+                .unwrap();
+            rehash(c, 10);
+        },
+        &[],
+        &[(10, Edited)],
+    );
+    // Deleted rows.
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit WHERE seq = 5", []).unwrap();
+        },
+        &[(5, Missing)],
+        &[(5, Missing)],
+    );
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit WHERE seq IN (1, 2)", [])
+                .unwrap();
+        },
+        &[(1, Missing)],
+        &[(1, Missing)],
+    );
+    // Deleted and the rest renumbered to close the gap.
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                "DELETE FROM audit WHERE seq = 5;
+                 UPDATE audit SET seq = seq - 1 WHERE seq > 5;",
+            )
+            .unwrap();
+        },
+        &[(5, Missing)],
+        &[(5, Missing), (10, Truncated)],
+    );
+    // A well-hashed row inserted, the rest renumbered to make room.
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                "UPDATE audit SET seq = seq + 1000 WHERE seq >= 5;
+                 UPDATE audit SET seq = seq - 999 WHERE seq >= 1000;",
+            )
+            .unwrap();
+            forge(c, 5, &stored_hash(c, 4));
+        },
+        &[(5, Inserted)],
+        &[(5, Inserted), (10, Edited)],
+    );
+    // A well-hashed row put before the first.
+    check_tamper(
+        |c| forge(c, 0, GENESIS_HASH),
+        &[(0, Inserted)],
+        &[(0, Inserted)],
+    );
+}
+
+#[test]
+fn reordering_is_found() {
+    use ProblemKind::*;
+    // Swap only the content of two rows (time, kind, entry).
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                r#"CREATE TEMP TABLE keep AS SELECT seq, at_ms, kind, entry FROM audit WHERE seq IN (4, 5);
+                   UPDATE audit SET
+                       at_ms = (SELECT at_ms FROM keep WHERE keep.seq = 9 - audit.seq),
+                       kind = (SELECT kind FROM keep WHERE keep.seq = 9 - audit.seq),
+                       entry = (SELECT entry FROM keep WHERE keep.seq = 9 - audit.seq)
+                   WHERE seq IN (4, 5);"#,
+            )
+            .unwrap();
+        },
+        &[(4, OutOfOrder), (5, OutOfOrder)],
+        &[(4, OutOfOrder), (5, OutOfOrder)],
+    );
+    // Swap whole rows but their seq.
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                "UPDATE audit SET seq = -4 WHERE seq = 4;
+                 UPDATE audit SET seq = 4 WHERE seq = 5;
+                 UPDATE audit SET seq = 5 WHERE seq = -4;",
+            )
+            .unwrap();
+        },
+        &[(4, OutOfOrder)],
+        &[(4, OutOfOrder)],
+    );
+}
+
+#[test]
+fn truncation_is_found_only_against_the_kept_head() {
+    use ProblemKind::*;
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit WHERE seq > 7", []).unwrap();
+        },
+        &[],
+        &[(8, Truncated)],
+    );
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit", []).unwrap();
+        },
+        &[],
+        &[(1, Truncated)],
+    );
+}
+
+#[test]
+fn problems_say_where_and_what() {
+    let (_dir, store, attacker) = tamper_setup(20);
+    attacker
+        .execute("UPDATE audit SET entry = '{}' WHERE seq = 17", [])
+        .unwrap();
+    let report = store.verify_audit().unwrap();
+    assert_eq!(
+        report
+            .problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        vec!["entry 17: edited (its hash does not match its content)"]
+    );
+    attacker
+        .execute("DELETE FROM audit WHERE seq = 3", [])
+        .unwrap();
+    let report = store.verify_audit().unwrap();
+    assert_eq!(
+        report.problems[0].to_string(),
+        "entry 3: missing (deleted) (entry 4 is chained to it)"
+    );
+}
+
+#[test]
+fn the_audit_table_refuses_edits_while_its_triggers_stand() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store.append_audit(&[event("decision", 1)]).unwrap();
+    let other = Connection::open(dir.db()).unwrap();
+    let update = other.execute("UPDATE audit SET kind = 'x'", []);
+    assert!(update.unwrap_err().to_string().contains("append-only"));
+    let delete = other.execute("DELETE FROM audit", []);
+    assert!(delete.unwrap_err().to_string().contains("append-only"));
+}
+
+// ------------------------------------------------- files, schema, damage
+
+fn user_version(path: &Path) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
+}
+
+#[test]
+fn migrations_set_the_version_once_and_refuse_newer_databases() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store
+        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .unwrap();
+    drop(store);
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
+    // Reopening changes nothing.
+    for _ in 0..2 {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        assert_eq!(store.load().unwrap().pairings.len(), 1);
+        assert!(store.verify_audit().unwrap().is_intact());
+    }
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
+    // A newer dk's database.
+    Connection::open(dir.db())
+        .unwrap()
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    let error = SqliteStore::open(&dir.db()).unwrap_err();
+    assert_eq!(
+        error,
+        StoreError::NewerSchema {
+            found: SCHEMA_VERSION + 1,
+            supported: SCHEMA_VERSION
+        }
+    );
+    assert!(error.to_string().contains("newer"), "{error}");
+}
+
+#[test]
+fn files_are_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store
+        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .unwrap();
+    let mode = |path: PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let db = dir.db();
+    assert_eq!(mode(db.parent().unwrap().to_owned()), 0o700);
+    assert_eq!(mode(db.clone()), 0o600);
+    assert_eq!(mode(db.with_extension("db-wal")), 0o600);
+    assert_eq!(mode(db.with_extension("db-shm")), 0o600);
+    drop(store);
+    // An existing file open to others is made private.
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    drop(SqliteStore::open(&db).unwrap());
+    assert_eq!(mode(db), 0o600);
+}
+
+#[test]
+fn no_token_reaches_the_data_directory() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let token = "4f1c2b8e9d7a6c5b4f1c2b8e9d7a6c5b4f1c2b8e9d7a6c5b4f1c2b8e9d7a6c5b";
+    let mut stored = pairing("d1", &["a"], 1);
+    stored.token_hash = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(token.as_bytes()).into()
+    };
+    store.put_pairing(&stored, &event("paired", 1)).unwrap();
+    store
+        .put_secret_hash("admin-token", stored.token_hash)
+        .unwrap();
+    drop(store);
+    for file in std::fs::read_dir(dir.db().parent().unwrap()).unwrap() {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+            "a token in clear on disk"
+        );
+    }
+    // And a debug print of a pairing shows no hash either.
+    assert!(!format!("{stored:?}").contains("token_hash"));
+}
+
+#[test]
+fn damaged_files_are_errors_not_panics() {
+    let dir = TempDir::new();
+    // Not a database at all.
+    std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+    std::fs::write(dir.db(), vec![0x5a; 8192]).unwrap();
+    let error = SqliteStore::open(&dir.db()).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+
+    // Another program's database.
+    let other = dir.0.join("other.db");
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let error = SqliteStore::open(&other).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+
+    // A directory where the file should be.
+    let error = SqliteStore::open(&dir.0).unwrap_err();
+    assert!(matches!(error, StoreError::Open { .. }), "{error}");
+
+    // A dk store with a bad value in it.
+    let path = dir.0.join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .unwrap();
+    store.put_secret_hash("admin-token", [1; 32]).unwrap();
+    let editor = Connection::open(&path).unwrap();
+    editor
+        .execute_batch(
+            "UPDATE pairing SET token_hash = x'0102';
+             UPDATE secret SET hash = x'01';",
+        )
+        .unwrap();
+    let error = store.load().unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt(text) if text.contains("token hash of `d1`")),
+        "{error}"
+    );
+    let error = store.secret_hash("admin-token").unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+    editor
+        .execute_batch("UPDATE pairing SET token_hash = zeroblob(32), generation = -1;")
+        .unwrap();
+    let error = store.load().unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+}
+
+#[test]
+fn ten_thousand_pairings_load_in_one_pass() {
+    const DEVICES: usize = 10_000;
+    let dir = TempDir::new();
+    drop(SqliteStore::open(&dir.db()).unwrap());
+    // Written in one transaction from the side: the test is about load.
+    let mut conn = Connection::open(dir.db()).unwrap();
+    let tx = conn.transaction().unwrap();
+    for i in 0..DEVICES {
+        let p = pairing(&format!("device-{i:05}"), &[], i as u64 + 1);
+        tx.execute(
+            "INSERT INTO pairing VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                p.device_id,
+                p.manifest_json,
+                p.digest,
+                &p.token_hash[..],
+                p.generation as i64,
+                p.paired_at_ms as i64
+            ],
+        )
+        .unwrap();
+        for cap in ["brightness", "color", "set_power"] {
+            tx.execute(
+                "INSERT INTO device_grant VALUES (?1, ?2)",
+                params![p.device_id, cap],
+            )
+            .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let snapshot = store.load().unwrap();
+    assert_eq!(snapshot.pairings.len(), DEVICES);
+    assert_eq!(snapshot.max_generation, DEVICES as u64);
+    for (i, p) in snapshot.pairings.iter().enumerate() {
+        assert_eq!(p.device_id, format!("device-{i:05}"));
+        assert_eq!(p.grants, ["brightness", "color", "set_power"]);
+        assert_eq!(*p, {
+            let mut e = pairing(&p.device_id, &["brightness", "color", "set_power"], 0);
+            e.generation = i as u64 + 1;
+            e.token_hash = [(i as u64 + 1) as u8; 32];
+            e.paired_at_ms = 1_700_000_000_000 + i as u64 + 1;
+            e
+        });
+    }
+}
+
+// ------------------------------------------------------------ the writer
+
+/// A store whose `append_audit` can be held at a gate, or made to fail.
+struct Gated {
+    inner: MemoryStore,
+    entered: Mutex<Option<mpsc::Sender<()>>>,
+    gate: Mutex<Option<mpsc::Receiver<()>>>,
+    fail: bool,
+}
+
+impl Gated {
+    fn new(fail: bool) -> Gated {
+        Gated {
+            inner: MemoryStore::new(),
+            entered: Mutex::new(None),
+            gate: Mutex::new(None),
+            fail,
+        }
+    }
+}
+
+impl Store for Gated {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        self.inner.load()
+    }
+    fn put_pairing(&self, p: &StoredPairing, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.put_pairing(p, a)
+    }
+    fn set_grant(&self, d: &str, c: &str, g: bool, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.set_grant(d, c, g, a)
+    }
+    fn delete_pairing(&self, d: &str, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.delete_pairing(d, a)
+    }
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        if let Some(entered) = self.entered.lock().unwrap().as_ref() {
+            let _ = entered.send(());
+        }
+        if let Some(gate) = self.gate.lock().unwrap().as_ref() {
+            let _ = gate.recv();
+        }
+        if self.fail {
+            return Err(StoreError::Database("disk full".to_owned()));
+        }
+        self.inner.append_audit(events)
+    }
+    fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        self.inner.read_audit(after, limit)
+    }
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
+        self.inner.verify_audit()
+    }
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
+        self.inner.put_secret_hash(name, hash)
+    }
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        self.inner.secret_hash(name)
+    }
+}
+
+/// Options that commit only full batches or on flush.
+fn patient(max_batch: usize, queue: usize) -> WriterOptions {
+    WriterOptions {
+        max_batch,
+        max_delay: Duration::from_secs(3600),
+        queue,
+    }
+}
+
+#[test]
+fn writer_commits_full_batches_and_the_rest_on_flush() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(10, 1000));
+    for n in 1..=25 {
+        writer.record(event("decision", n));
+    }
+    writer.flush().unwrap();
+    assert_eq!(writer.committed(), 25);
+    assert_eq!(writer.batches(), 3);
+    assert_eq!(writer.dropped(), 0);
+    let entries = store.read_audit(0, 100).unwrap();
+    let ns: Vec<u64> = entries
+        .iter()
+        .map(|e| e.entry["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ns, (1..=25).collect::<Vec<_>>());
+    assert!(store.verify_audit().unwrap().is_intact());
+    // A flush with nothing pending commits nothing.
+    writer.flush().unwrap();
+    assert_eq!(writer.batches(), 3);
+}
+
+#[test]
+fn writer_holds_a_partial_batch_until_flush_or_delay() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 1000));
+    writer.record(event("decision", 1));
+    writer.record(event("decision", 2));
+    // A full batch has not formed and the delay is an hour: nothing yet.
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+    writer.flush().unwrap();
+    assert_eq!(store.load().unwrap().audit_entries, 2);
+
+    // With a short delay the batch commits without a flush.
+    let store = Arc::new(MemoryStore::new());
+    let options = WriterOptions {
+        max_delay: Duration::from_millis(1),
+        ..WriterOptions::default()
+    };
+    let writer = AuditWriter::start(store.clone(), options);
+    writer.record(event("decision", 1));
+    let waited = Instant::now();
+    while store.load().unwrap().audit_entries == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "never committed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(writer);
+}
+
+#[test]
+fn dropping_the_writer_commits_what_was_recorded() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 1000));
+    for n in 1..=7 {
+        writer.record(event("decision", n));
+    }
+    drop(writer);
+    assert_eq!(store.load().unwrap().audit_entries, 7);
+}
+
+#[test]
+fn a_full_queue_drops_and_counts() {
+    let store = Arc::new(Gated::new(false));
+    let (entered, entered_rx) = mpsc::channel();
+    let (open, gate) = mpsc::channel();
+    *store.entered.lock().unwrap() = Some(entered);
+    *store.gate.lock().unwrap() = Some(gate);
+    let writer = AuditWriter::start(store.clone(), patient(1, 1));
+    writer.record(event("decision", 1));
+    // The thread is now committing event 1, held at the gate.
+    entered_rx.recv().unwrap();
+    writer.record(event("decision", 2)); // queued (the queue holds one)
+    writer.record(event("decision", 3)); // dropped
+    writer.record(event("decision", 4)); // dropped
+    assert_eq!(writer.dropped(), 2);
+    *store.entered.lock().unwrap() = None;
+    open.send(()).unwrap();
+    open.send(()).unwrap();
+    drop(open);
+    writer.flush().unwrap();
+    assert_eq!(writer.committed(), 2);
+    let ns: Vec<u64> = store
+        .read_audit(0, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.entry["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ns, vec![1, 2]);
+}
+
+#[test]
+fn a_failed_batch_is_reported_by_the_next_flush() {
+    let store = Arc::new(Gated::new(true));
+    let writer = AuditWriter::start(store.clone(), patient(2, 100));
+    for n in 1..=3 {
+        writer.record(event("decision", n));
+    }
+    let error = writer.flush().unwrap_err();
+    assert_eq!(error, StoreError::Database("disk full".to_owned()));
+    assert_eq!(writer.dropped(), 3);
+    assert_eq!(writer.committed(), 0);
+    // Reported once.
+    writer.flush().unwrap();
+}
+
+#[test]
+fn the_writer_and_direct_changes_share_one_chain() {
+    let dir = TempDir::new();
+    let store = Arc::new(SqliteStore::open(&dir.db()).unwrap());
+    let writer = AuditWriter::start(store.clone(), WriterOptions::default());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for n in 0..200 {
+                writer.record(event("decision", n));
+            }
+        });
+        for n in 0..20 {
+            store
+                .put_pairing(
+                    &pairing(&format!("d{n}"), &["a"], n + 1),
+                    &event("paired", n),
+                )
+                .unwrap();
+        }
+    });
+    writer.flush().unwrap();
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 220);
+}
+
+// ------------------------------------------------------------ crash safety
+
+/// One change the crash child makes, a pure function of its number and
+/// the state before it, so the parent can tell what each "ack" covered.
+#[derive(Debug, Clone, PartialEq)]
+enum Change {
+    Pair(String, Vec<String>),
+    Grant(String, String),
+    Revoke(String, String),
+    Unpair(String),
+}
+
+/// Device id -> (generation, grants).
+type Model = BTreeMap<String, (u64, BTreeSet<String>)>;
+
+const CAPABILITIES: [&str; 3] = ["light", "sound", "door"];
+
+fn change(n: u64, model: &Model) -> Change {
+    let device = format!("d{}", n % 5);
+    let cap = CAPABILITIES[(n % 3) as usize].to_owned();
+    if !model.contains_key(&device) {
+        return Change::Pair(device, vec![cap]);
+    }
+    match (n / 5) % 4 {
+        0 => Change::Pair(device, vec![cap, "sound".to_owned()]),
+        1 => Change::Grant(device, cap),
+        2 => Change::Revoke(device, cap),
+        _ => Change::Unpair(device),
+    }
+}
+
+fn applied(model: &Model, n: u64, change: &Change) -> Model {
+    let mut model = model.clone();
+    match change {
+        Change::Pair(device, grants) => {
+            model.insert(device.clone(), (n, grants.iter().cloned().collect()));
+        }
+        Change::Grant(device, cap) => {
+            if let Some((_, grants)) = model.get_mut(device) {
+                grants.insert(cap.clone());
+            }
+        }
+        Change::Revoke(device, cap) => {
+            if let Some((_, grants)) = model.get_mut(device) {
+                grants.remove(cap);
+            }
+        }
+        Change::Unpair(device) => {
+            model.remove(device);
+        }
+    }
+    model
+}
+
+fn model_of(snapshot: &Snapshot) -> Model {
+    snapshot
+        .pairings
+        .iter()
+        .map(|p| {
+            (
+                p.device_id.clone(),
+                (p.generation, p.grants.iter().cloned().collect()),
+            )
+        })
+        .collect()
+}
+
+fn commit_change(store: &dyn Store, n: u64, change: &Change) -> Result<(), StoreError> {
+    let audit = |kind: &str, device: &str| AuditEvent {
+        at_ms: n,
+        kind: kind.to_owned(),
+        entry: json!({ "op": n, "device": device }),
+    };
+    match change {
+        Change::Pair(device, grants) => {
+            let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
+            store.put_pairing(&pairing(device, &grants, n), &audit("paired", device))
+        }
+        Change::Grant(device, cap) => store.set_grant(device, cap, true, &audit("granted", device)),
+        Change::Revoke(device, cap) => {
+            store.set_grant(device, cap, false, &audit("revoked", device))
+        }
+        Change::Unpair(device) => store.delete_pairing(device, &audit("unpaired", device)),
+    }
+}
+
+/// The child's side: runs only when the crash test starts this binary
+/// with `DK_STORE_CRASH_CHILD=1`; otherwise it passes at once.
+#[test]
+fn crash_child() {
+    if std::env::var("DK_STORE_CRASH_CHILD").as_deref() != Ok("1") {
+        return;
+    }
+    let path = PathBuf::from(std::env::var("DK_STORE_CRASH_DB").unwrap());
+    let start: u64 = std::env::var("DK_STORE_CRASH_START")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let mut model = model_of(&store.load().unwrap());
+    // Decisions go through the writer at the same time, as in a vessel.
+    let writer = AuditWriter::start(
+        store.clone(),
+        WriterOptions {
+            max_delay: Duration::from_millis(2),
+            ..WriterOptions::default()
+        },
+    );
+    for n in start..start + 100_000 {
+        writer.record(AuditEvent {
+            at_ms: n,
+            kind: "decision".to_owned(),
+            entry: json!({ "call": n }),
+        });
+        let next = change(n, &model);
+        commit_change(&*store, n, &next).unwrap();
+        model = applied(&model, n, &next);
+        println!("ack {n}");
+    }
+}
+
+#[test]
+fn acknowledged_changes_survive_a_kill() {
+    let rounds = if std::env::var("DK_SOAK").is_ok() {
+        100
+    } else {
+        5
+    };
+    let dir = TempDir::new();
+    let path = dir.db();
+    drop(SqliteStore::open(&path).unwrap());
+    let mut model = Model::new();
+    let mut start = 1u64;
+    let mut rng = rand::rng();
+    for round in 0..rounds {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "store::tests::crash_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("DK_STORE_CRASH_CHILD", "1")
+            .env("DK_STORE_CRASH_DB", &path)
+            .env("DK_STORE_CRASH_START", start.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (acks, acked) = mpsc::channel::<u64>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut words = line.split_whitespace();
+                while let Some(word) = words.next() {
+                    if word == "ack"
+                        && let Some(n) = words.next().and_then(|n| n.parse().ok())
+                    {
+                        let _ = acks.send(n);
+                    }
+                }
+            }
+        });
+        // Kill it at a random moment once it is writing.
+        let first = acked.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(first, start);
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..60)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        let mut last = first;
+        for n in acked.try_iter() {
+            assert_eq!(n, last + 1, "acks out of order");
+            last = n;
+        }
+
+        // Everything acknowledged is there; the change in flight is there
+        // whole or not at all.
+        let mut expected = model.clone();
+        for n in start..=last {
+            let next = change(n, &expected);
+            expected = applied(&expected, n, &next);
+        }
+        let in_flight = last + 1;
+        let maybe = applied(&expected, in_flight, &change(in_flight, &expected));
+        let store = SqliteStore::open(&path).unwrap();
+        let snapshot = store.load().unwrap();
+        let found = model_of(&snapshot);
+        assert!(
+            found == expected || found == maybe,
+            "round {round}: state after {last} acks is neither before nor after change {in_flight}"
+        );
+        let report = store.verify_audit().unwrap();
+        assert!(report.is_intact(), "round {round}: {:?}", report.problems);
+        let mut recorded = BTreeSet::new();
+        let mut after = 0;
+        loop {
+            let page = store.read_audit(after, 1000).unwrap();
+            let Some(tail) = page.last() else { break };
+            after = tail.seq;
+            recorded.extend(page.iter().filter_map(|e| e.entry["op"].as_u64()));
+        }
+        for n in start..=last {
+            assert!(
+                recorded.contains(&n),
+                "round {round}: change {n} has no audit entry"
+            );
+        }
+        if expected != maybe {
+            assert_eq!(
+                recorded.contains(&in_flight),
+                found == maybe,
+                "round {round}: change {in_flight} and its audit entry did not commit together"
+            );
+        }
+        let orphans: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM device_grant WHERE device_id NOT IN (SELECT device_id FROM pairing)",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0, "round {round}: grants of an unpaired device");
+        println!(
+            "round {round}: changes {start} to {last} acknowledged, {in_flight} {}",
+            if found == maybe && expected != maybe {
+                "committed"
+            } else {
+                "not committed (or no change)"
+            }
+        );
+        model = found;
+        start = in_flight + 1;
+    }
+}
