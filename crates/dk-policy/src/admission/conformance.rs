@@ -142,8 +142,10 @@ fn expect_refused<T>(
 /// Runs the six conformance cases against `adapter`, in order, and returns
 /// their names; the first case that fails stops the run.
 ///
-/// The cases derive policies from the adapter's own (so its caps, sandbox
-/// and network are what is checked) and use `options` as given, with
+/// The adapter's policy must first resolve as configured, with `options`
+/// (else `denial-by-default` fails with INPUT). The cases then derive
+/// policies from it (so its caps, sandbox and network are what is checked)
+/// and use `options` as given, with
 /// `options.run_limits`, or else the default budget, as the shared run budget:
 ///
 /// 1. `denial-by-default`: `enabled` forced to `false`; an approved admission
@@ -172,6 +174,9 @@ pub fn run_device_policy_conformance(
         ..options.clone()
     };
     let mut passed = Vec::with_capacity(CONFORMANCE_CASES.len());
+
+    // The policy as configured must resolve before any case can run.
+    resolved(denial, kind, configured, options)?;
 
     let disabled = resolved(
         denial,

@@ -72,10 +72,12 @@ impl fmt::Display for DeviceClass {
 ///
 /// Every value is kept as it was written, so a wrong type is an error of
 /// [`resolve`], never a failed or panicking parse; a JSON `null` counts as
-/// absent. Unknown fields are refused, because a misspelt limit would
-/// otherwise silently fall back to the (possibly larger) default.
+/// absent. Only the shape is checked on reading ([`RawDevicePolicy::from_json`],
+/// also what `Deserialize` does): an object, with known fields only (a
+/// misspelt limit would otherwise silently fall back to the, possibly larger,
+/// default), and `limits`, when present, an object too.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(try_from = "Value")]
 pub struct RawDevicePolicy {
     /// `enabled`: admits only when exactly `true`.
     pub enabled: Option<Value>,
@@ -92,8 +94,7 @@ pub struct RawDevicePolicy {
 }
 
 /// The `limits` of a [`RawDevicePolicy`], unchecked.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RawStreamLimits {
     /// `maxChunkBytes`: an integer in `1..=8 MiB`; default 1 MiB.
     pub max_chunk_bytes: Option<Value>,
@@ -101,12 +102,68 @@ pub struct RawStreamLimits {
     pub max_concurrent_sessions: Option<Value>,
 }
 
+/// `value` unless it is `null`.
+fn present(value: &Value) -> Option<Value> {
+    (!value.is_null()).then(|| value.clone())
+}
+
 impl RawDevicePolicy {
-    /// Reads a policy from JSON; only its shape is checked here (an object
-    /// with known fields, `limits` an object), the values by [`resolve`].
+    /// Reads a policy from JSON; only its shape is checked here, the values
+    /// by [`resolve`].
     pub fn from_json(value: &Value) -> Result<RawDevicePolicy, AdmissionError> {
-        RawDevicePolicy::deserialize(value)
-            .map_err(|error| InputError::Malformed(error.to_string()).into())
+        let Value::Object(fields) = value else {
+            return Err(InputError::Malformed("expected an object".to_owned()).into());
+        };
+        let mut raw = RawDevicePolicy::default();
+        for (name, value) in fields {
+            match name.as_str() {
+                "enabled" => raw.enabled = present(value),
+                "requireApproval" => raw.require_approval = present(value),
+                "sandbox" => raw.sandbox = present(value),
+                "network" => raw.network = present(value),
+                "runLimits" => raw.run_limits = present(value),
+                "limits" => raw.limits = RawStreamLimits::from_json(value)?,
+                _ => return Err(InputError::Malformed(format!("unknown field `{name}`")).into()),
+            }
+        }
+        Ok(raw)
+    }
+}
+
+impl TryFrom<Value> for RawDevicePolicy {
+    type Error = AdmissionError;
+
+    fn try_from(value: Value) -> Result<Self, Self::Error> {
+        RawDevicePolicy::from_json(&value)
+    }
+}
+
+impl RawStreamLimits {
+    fn from_json(value: &Value) -> Result<Option<RawStreamLimits>, AdmissionError> {
+        let fields = match value {
+            Value::Null => return Ok(None),
+            Value::Object(fields) => fields,
+            _ => {
+                return Err(InputError::FieldType {
+                    field: "limits",
+                    expected: "an object",
+                }
+                .into());
+            }
+        };
+        let mut limits = RawStreamLimits::default();
+        for (name, value) in fields {
+            match name.as_str() {
+                "maxChunkBytes" => limits.max_chunk_bytes = present(value),
+                "maxConcurrentSessions" => limits.max_concurrent_sessions = present(value),
+                _ => {
+                    return Err(
+                        InputError::Malformed(format!("unknown field `limits.{name}`")).into(),
+                    );
+                }
+            }
+        }
+        Ok(Some(limits))
     }
 }
 
