@@ -90,7 +90,7 @@ async fn tool_list_follows_grants() {
         .map(|t| t.name)
         .collect();
     assert_eq!(names, [READ, STROBE]);
-    vessel.registry().revoke("desk-lamp", "strobe");
+    vessel.registry().revoke("desk-lamp", "strobe").unwrap();
     let names: Vec<String> = vessel
         .adapter
         .tool_definitions()
@@ -98,7 +98,7 @@ async fn tool_list_follows_grants() {
         .map(|t| t.name)
         .collect();
     assert_eq!(names, [READ]);
-    vessel.registry().unpair("desk-lamp");
+    vessel.registry().unpair("desk-lamp").unwrap();
     assert!(vessel.adapter.tool_definitions().is_empty());
 }
 
@@ -120,7 +120,7 @@ async fn grant_then_revoke() {
     vessel.registry().grant("desk-lamp", "strobe").unwrap();
     let strobe = vessel.adapter.execute(STROBE, json!({}), ctx).await;
     assert_eq!(strobe.result_value(), Some(json!({"strobed": true})));
-    vessel.registry().revoke("desk-lamp", "strobe");
+    vessel.registry().revoke("desk-lamp", "strobe").unwrap();
     refused(
         &vessel.adapter.execute(STROBE, json!({}), ctx).await,
         "[8dk-deny] capability \"strobe\" on \"desk-lamp\" is not granted",
@@ -191,12 +191,12 @@ async fn change_during_approval(change: impl AsyncFnOnce(&Vessel, &Lamp), expect
 #[tokio::test]
 async fn revoke_unpair_and_pair_again_while_the_person_is_asked() {
     change_during_approval(
-        async |v, _| v.registry().revoke("desk-lamp", "strobe"),
+        async |v, _| v.registry().revoke("desk-lamp", "strobe").unwrap(),
         "[8dk-deny] capability \"strobe\" on \"desk-lamp\" was revoked before the call",
     )
     .await;
     change_during_approval(
-        async |v, _| v.registry().unpair("desk-lamp"),
+        async |v, _| v.registry().unpair("desk-lamp").unwrap(),
         "[8dk-deny] device \"desk-lamp\" was unpaired or paired again before the call",
     )
     .await;

@@ -141,6 +141,10 @@ pub struct DecisionRecord<'a> {
     pub session_id: Option<&'a str>,
     /// The rule that decided, if any.
     pub rule: Option<&'a str>,
+    /// The call's input as the agent gave it (for the audit log, which
+    /// redacts and cuts it; not part of 8DK's record).
+    #[serde(skip)]
+    pub input: Option<&'a Value>,
 }
 
 /// What the person is shown when a call needs a yes.
@@ -328,7 +332,7 @@ impl DeviceToolAdapter {
         };
         let mut rule = None;
         let outcome = self
-            .run_checks(tool, device_id.zip(capability), input, &ctx, &mut rule)
+            .run_checks(tool, device_id.zip(capability), &input, &ctx, &mut rule)
             .await;
         if let Some(hook) = &self.on_decision {
             hook(&DecisionRecord {
@@ -343,6 +347,7 @@ impl DeviceToolAdapter {
                 agent_id: ctx.agent_id,
                 session_id: ctx.session_id,
                 rule: rule.as_deref(),
+                input: Some(&input),
             });
         }
         match outcome {
@@ -359,7 +364,7 @@ impl DeviceToolAdapter {
         &self,
         tool: &str,
         parsed: Option<(&str, &str)>,
-        input: Value,
+        input: &Value,
         ctx: &CallContext<'_>,
         rule: &mut Option<String>,
     ) -> Checked {
@@ -406,7 +411,7 @@ impl DeviceToolAdapter {
             Decision::Allow { .. } => None,
         };
         // 4. Well-formed input.
-        if let Err(e) = check_input(cap, &input) {
+        if let Err(e) = check_input(cap, input) {
             return Checked::Refused(format!("[8dk-deny] {e}"));
         }
         let Value::Object(input) = input else {
@@ -457,7 +462,7 @@ impl DeviceToolAdapter {
             ));
         };
         let timeout = ctx.timeout.unwrap_or(DEFAULT_CALL_TIMEOUT);
-        match link.invoke(capability, &input, timeout).await {
+        match link.invoke(capability, input, timeout).await {
             Ok(result) => Checked::Answered(result),
             Err(error) => Checked::DeviceFailed(format!("device error: {error}")),
         }

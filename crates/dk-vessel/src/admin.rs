@@ -321,6 +321,9 @@ async fn grant(
     match admin.vessel.registry().grant(&id, &capability) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e @ GrantError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ GrantError::NotStored(_)) => {
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
         Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
@@ -328,14 +331,18 @@ async fn grant(
 async fn revoke(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
-) -> StatusCode {
-    admin.vessel.registry().revoke(&id, &capability);
-    StatusCode::NO_CONTENT
+) -> Response {
+    match admin.vessel.registry().revoke(&id, &capability) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
-async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> StatusCode {
-    admin.vessel.registry().unpair(&id);
-    StatusCode::NO_CONTENT
+async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Response {
+    match admin.vessel.registry().unpair(&id) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 async fn decisions(State(admin): State<Admin>) -> Json<Value> {

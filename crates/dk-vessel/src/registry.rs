@@ -10,16 +10,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dk_proto::{Manifest, ManifestError, validate_manifest};
+use dk_proto::{Manifest, ManifestError, validate_manifest, validate_manifest_json};
 use rand::Rng;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
+
+use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
 
 /// How long the person has to answer a consent request by default (two minutes).
 pub const DEFAULT_CONSENT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -160,6 +162,9 @@ pub enum PairError {
     /// without it.
     #[error("the person did not confirm pairing a device that cannot show a code")]
     NoScreenNotConfirmed,
+    /// The store could not commit the pairing; nothing was paired.
+    #[error("the pairing could not be saved: {0}")]
+    NotStored(String),
     /// The grant named capabilities the device does not declare.
     #[error("grant names unknown capability: {}", .0.join(", "))]
     UnknownGrant(Vec<String>),
@@ -182,6 +187,9 @@ pub enum GrantError {
     /// No device is paired under that id.
     #[error("device \"{0}\" is not paired")]
     NotPaired(String),
+    /// The store could not commit the change; nothing changed.
+    #[error("the change could not be saved: {0}")]
+    NotStored(String),
     /// The device declares no such capability.
     #[error("device \"{device}\" has no capability \"{capability}\"")]
     NoSuchCapability {
@@ -304,6 +312,10 @@ pub struct DeviceRegistry {
     devices: RwLock<HashMap<String, Entry>>,
     generations: AtomicU64,
     events: broadcast::Sender<RegistryEvent>,
+    store: Arc<dyn Store>,
+    /// Serialises changes: the store commits, then memory follows, in the
+    /// same order for every change. Calls read memory and never wait here.
+    changing: Mutex<()>,
 }
 
 impl Default for DeviceRegistry {
@@ -327,7 +339,58 @@ impl DeviceRegistry {
             devices: RwLock::new(HashMap::new()),
             generations: AtomicU64::new(0),
             events: broadcast::channel(256).0,
+            store: Arc::new(MemoryStore::new()),
+            changing: Mutex::new(()),
         }
+    }
+
+    /// A registry over `store`, holding every pairing the store has. A stored
+    /// manifest that no longer validates, or whose digest does not match, is
+    /// an error: the vessel does not start on damaged state.
+    pub fn open(store: Arc<dyn Store>) -> Result<DeviceRegistry, StoreError> {
+        let snapshot = store.load()?;
+        let mut devices = HashMap::with_capacity(snapshot.pairings.len());
+        for stored in snapshot.pairings {
+            let damaged =
+                |why: String| StoreError::Corrupt(format!("pairing `{}`: {why}", stored.device_id));
+            let manifest = validate_manifest_json(&stored.manifest_json)
+                .map_err(|e| damaged(e.to_string()))?;
+            if manifest.id() != stored.device_id || manifest.digest() != stored.digest {
+                return Err(damaged(
+                    "the manifest does not match its id or digest".to_owned(),
+                ));
+            }
+            let device = PairedDevice {
+                digest: stored.digest,
+                manifest,
+                token_hash: stored.token_hash,
+                paired_at: UNIX_EPOCH + Duration::from_millis(stored.paired_at_ms),
+                generation: stored.generation,
+            };
+            devices.insert(
+                stored.device_id,
+                Entry {
+                    device: Arc::new(device),
+                    grants: stored.grants.into_iter().collect(),
+                },
+            );
+        }
+        Ok(DeviceRegistry {
+            devices: RwLock::new(devices),
+            generations: AtomicU64::new(snapshot.max_generation),
+            events: broadcast::channel(256).0,
+            store,
+            changing: Mutex::new(()),
+        })
+    }
+
+    /// The store the registry commits to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.changing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn read(&self) -> RwLockReadGuard<'_, HashMap<String, Entry>> {
@@ -404,6 +467,7 @@ impl DeviceRegistry {
             return Err(PairError::UnknownGrant(unknown));
         }
         let token = DeviceToken::generate();
+        let changing = self.changing();
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let device_id = manifest.id().to_owned();
         let device = PairedDevice {
@@ -413,6 +477,25 @@ impl DeviceRegistry {
             paired_at: SystemTime::now(),
             generation,
         };
+        let replaced = self.is_paired(&device_id);
+        let stored = StoredPairing {
+            device_id: device_id.clone(),
+            manifest_json: device.manifest.to_stored_json(),
+            digest: device.digest.clone(),
+            token_hash: device.token_hash,
+            grants: decision.grant.clone(),
+            generation,
+            paired_at_ms: epoch_ms(device.paired_at),
+        };
+        let audit = audit_event(
+            "paired",
+            json!({"deviceId": device_id, "name": device.manifest.name(), "digest": device.digest,
+                   "grants": decision.grant, "replaced": replaced, "noScreen": device.manifest.no_screen()}),
+        );
+        // Committed before the device or the person hears of it.
+        self.store
+            .put_pairing(&stored, &audit)
+            .map_err(|e| PairError::NotStored(e.to_string()))?;
         self.write().insert(
             device_id.clone(),
             Entry {
@@ -420,6 +503,7 @@ impl DeviceRegistry {
                 grants: decision.grant.into_iter().collect(),
             },
         );
+        drop(changing);
         self.notify(RegistryEvent::Paired {
             device_id: device_id.clone(),
         });
@@ -478,11 +562,7 @@ impl DeviceRegistry {
     /// What pairing `device_id` again would replace.
     fn replaced(&self, device_id: &str) -> Option<Replaced> {
         self.read().get(device_id).map(|e| Replaced {
-            paired_at_ms: e
-                .device
-                .paired_at
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            paired_at_ms: epoch_ms(e.device.paired_at),
             grants: e.grants.iter().cloned().collect(),
         })
     }
@@ -515,10 +595,11 @@ impl DeviceRegistry {
 
     /// Grants `capability` on a paired device.
     pub fn grant(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        let changing = self.changing();
         {
-            let mut devices = self.write();
+            let devices = self.read();
             let entry = devices
-                .get_mut(device_id)
+                .get(device_id)
                 .ok_or_else(|| GrantError::NotPaired(device_id.to_owned()))?;
             if entry.device.manifest.capability(capability).is_none() {
                 return Err(GrantError::NoSuchCapability {
@@ -526,10 +607,21 @@ impl DeviceRegistry {
                     capability: capability.to_owned(),
                 });
             }
-            if !entry.grants.insert(capability.to_owned()) {
+            if entry.grants.contains(capability) {
                 return Ok(());
             }
         }
+        let audit = audit_event(
+            "granted",
+            json!({"deviceId": device_id, "capability": capability}),
+        );
+        self.store
+            .set_grant(device_id, capability, true, &audit)
+            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+        if let Some(entry) = self.write().get_mut(device_id) {
+            entry.grants.insert(capability.to_owned());
+        }
+        drop(changing);
         self.notify(RegistryEvent::Granted {
             device_id: device_id.to_owned(),
             capability: capability.to_owned(),
@@ -539,26 +631,63 @@ impl DeviceRegistry {
 
     /// Revokes `capability`; revoking what is not granted does nothing.
     /// Takes effect on the next call and on a call waiting for the person.
-    pub fn revoke(&self, device_id: &str, capability: &str) {
-        let removed = self
-            .write()
-            .get_mut(device_id)
-            .is_some_and(|e| e.grants.remove(capability));
-        if removed {
-            self.notify(RegistryEvent::Revoked {
-                device_id: device_id.to_owned(),
-                capability: capability.to_owned(),
-            });
+    /// Fails only when the store cannot commit the change.
+    pub fn revoke(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        let changing = self.changing();
+        if !self.is_granted(device_id, capability) {
+            return Ok(());
         }
+        let audit = audit_event(
+            "revoked",
+            json!({"deviceId": device_id, "capability": capability}),
+        );
+        self.store
+            .set_grant(device_id, capability, false, &audit)
+            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+        if let Some(entry) = self.write().get_mut(device_id) {
+            entry.grants.remove(capability);
+        }
+        drop(changing);
+        self.notify(RegistryEvent::Revoked {
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+        });
+        Ok(())
     }
 
     /// Forgets a device: its token stops working and its tools disappear.
-    pub fn unpair(&self, device_id: &str) {
-        if self.write().remove(device_id).is_some() {
-            self.notify(RegistryEvent::Unpaired {
-                device_id: device_id.to_owned(),
-            });
+    /// Unpairing what is not paired does nothing. Fails only when the store
+    /// cannot commit the change.
+    pub fn unpair(&self, device_id: &str) -> Result<(), GrantError> {
+        let changing = self.changing();
+        if !self.is_paired(device_id) {
+            return Ok(());
         }
+        let audit = audit_event("unpaired", json!({"deviceId": device_id}));
+        self.store
+            .delete_pairing(device_id, &audit)
+            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+        self.write().remove(device_id);
+        drop(changing);
+        self.notify(RegistryEvent::Unpaired {
+            device_id: device_id.to_owned(),
+        });
+        Ok(())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// An audit event of `kind` happening now.
+pub(crate) fn audit_event(kind: &str, entry: Value) -> AuditEvent {
+    AuditEvent {
+        at_ms: epoch_ms(SystemTime::now()),
+        kind: kind.to_owned(),
+        entry,
     }
 }
 

@@ -213,7 +213,10 @@ async fn story(vessel: &Arc<Vessel>, lamp: &Lamp) -> Result<(), String> {
     expect(outcome.is_ok(), "strobe to run after the person's yes")?;
 
     step("The person revokes set_light; the next call is refused");
-    vessel.registry().revoke("desk-lamp", "set_light");
+    vessel
+        .registry()
+        .revoke("desk-lamp", "set_light")
+        .map_err(|e| e.to_string())?;
     println!("[person] revokes set_light");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let outcome = vessel

@@ -386,12 +386,12 @@ async fn during_approval(change: impl Fn(&DeviceRegistry) + Send + Sync + 'stati
 #[tokio::test]
 async fn state_is_read_again_after_the_wait() {
     during_approval(
-        |r| r.revoke("desk-lamp", "strobe"),
+        |r| r.revoke("desk-lamp", "strobe").unwrap(),
         "[8dk-deny] capability \"strobe\" on \"desk-lamp\" was revoked before the call",
     )
     .await;
     during_approval(
-        |r| r.unpair("desk-lamp"),
+        |r| r.unpair("desk-lamp").unwrap(),
         "[8dk-deny] device \"desk-lamp\" was unpaired or paired again before the call",
     )
     .await;

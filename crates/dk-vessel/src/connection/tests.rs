@@ -330,12 +330,12 @@ async fn revocations_and_unpairing_reach_the_device() {
     let vessel = vessel(Limits::default());
     let (mut peer, _) = paired_lamp(&vessel, &["read_light", "strobe"]).await;
     connected(&vessel).await;
-    vessel.registry().revoke("desk-lamp", "strobe");
+    vessel.registry().revoke("desk-lamp", "strobe").unwrap();
     assert_eq!(
         peer.frame().await,
         json!({"type": "device:revoked", "capability": "strobe"})
     );
-    vessel.registry().unpair("desk-lamp");
+    vessel.registry().unpair("desk-lamp").unwrap();
     assert_eq!(peer.frame().await, json!({"type": "device:revoked"}));
     assert_eq!(
         peer.closed().await,

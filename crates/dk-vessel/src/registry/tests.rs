@@ -260,9 +260,9 @@ async fn grants_revokes_unpairing_and_pairing_again() {
     );
     registry.grant("desk-lamp", "set_light").unwrap();
     assert!(registry.is_granted("desk-lamp", "set_light"));
-    registry.revoke("desk-lamp", "set_light");
-    registry.revoke("desk-lamp", "set_light");
-    registry.revoke("nope", "set_light");
+    registry.revoke("desk-lamp", "set_light").unwrap();
+    registry.revoke("desk-lamp", "set_light").unwrap();
+    registry.revoke("nope", "set_light").unwrap();
     assert!(!registry.is_granted("desk-lamp", "set_light"));
 
     // Pairing again replaces the token and the grants.
@@ -284,14 +284,14 @@ async fn grants_revokes_unpairing_and_pairing_again() {
     assert!(!registry.is_granted("desk-lamp", "read_light"));
     assert!(registry.is_granted("desk-lamp", "strobe"));
 
-    registry.unpair("desk-lamp");
+    registry.unpair("desk-lamp").unwrap();
     assert_eq!(
         registry
             .authenticate("desk-lamp", second.token.expose(), None)
             .unwrap_err(),
         AuthError::NotPaired
     );
-    registry.unpair("desk-lamp");
+    registry.unpair("desk-lamp").unwrap();
 
     let mut seen = Vec::new();
     while let Ok(event) = events.try_recv() {
