@@ -69,8 +69,10 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
-/// caller at a time; other processes (such as `dk audit tail`) may open the
-/// same file.
+/// caller at a time: [`Store::verify_audit`] holds it while it reads the
+/// whole log, so a command that verifies should open its own store. Other
+/// processes (such as `dk audit tail`) may open the same file; each write
+/// reads the chain's head inside its transaction, so they cannot fork it.
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
@@ -108,12 +110,11 @@ impl SqliteStore {
             reason,
         };
         create_private(path).map_err(|error| open_error(error.to_string()))?;
-        let conn = Connection::open_with_flags(
+        let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|error| open_error(error.to_string()))?;
-        let mut conn = conn;
         configure(&conn).map_err(|error| match error {
             StoreError::Corrupt(reason) => {
                 StoreError::Corrupt(format!("`{shown}` is not a dk store: {reason}"))
