@@ -68,6 +68,17 @@ impl AdminToken {
         &self.0
     }
 
+    /// The token's SHA-256: all a store keeps of it.
+    pub fn hash(&self) -> [u8; 32] {
+        Sha256::digest(self.0.as_bytes()).into()
+    }
+
+    /// Writes the token to `path`, readable by its owner only (mode 0600),
+    /// through a temporary file and a rename.
+    pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
+        write_private(path, &self.0)
+    }
+
     fn matches(&self, presented: &str) -> bool {
         let expected = Sha256::digest(self.0.as_bytes());
         let presented = Sha256::digest(presented.as_bytes());

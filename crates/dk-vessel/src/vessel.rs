@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use dk_policy::PolicySet;
@@ -17,7 +17,9 @@ use tokio::sync::{broadcast, watch};
 use crate::adapter::{DecisionRecord, DeviceToolAdapter};
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
+use crate::registry::audit_event;
 use crate::registry::{DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
+use crate::store::{AuditWriter, Store, StoreError, WriterOptions, redact_for_audit};
 
 /// Limits on device connections. Every one is configurable; the defaults are
 /// documented in `docs/PROTOCOL.md`.
@@ -190,6 +192,37 @@ pub struct Vessel {
     pairings: Mutex<PairingGate>,
     decisions: Arc<Mutex<VecDeque<Value>>>,
     shutdown: watch::Sender<bool>,
+    writer: Arc<AuditWriter>,
+    secrets: Arc<RwLock<Vec<String>>>,
+}
+
+/// Keeps each decision: in the recent list, and in the audit log with the
+/// call's input (secrets removed, long values cut).
+struct DecisionAudit {
+    recent: Arc<Mutex<VecDeque<Value>>>,
+    writer: Arc<AuditWriter>,
+    secrets: Arc<RwLock<Vec<String>>>,
+}
+
+impl DecisionAudit {
+    fn record(&self, record: &DecisionRecord<'_>) {
+        let Ok(mut value) = serde_json::to_value(record) else {
+            return;
+        };
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.len() >= RECENT_DECISIONS {
+                recent.pop_front();
+            }
+            recent.push_back(value.clone());
+        }
+        if let (Some(input), Value::Object(map)) = (record.input, &mut value) {
+            let secrets = self.secrets.read().unwrap_or_else(PoisonError::into_inner);
+            let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+            map.insert("input".to_owned(), redact_for_audit(input, &secrets));
+        }
+        self.writer.record(audit_event("decision", value));
+    }
 }
 
 impl fmt::Debug for Vessel {
@@ -202,23 +235,44 @@ impl fmt::Debug for Vessel {
 }
 
 impl Vessel {
-    /// A vessel with an empty registry, the given rules and limits.
+    /// A vessel with an empty registry kept in memory, the given rules and
+    /// limits.
     pub fn new(policies: PolicySet, limits: Limits) -> Arc<Vessel> {
+        Vessel::build(DeviceRegistry::new(), policies, limits)
+    }
+
+    /// A vessel over `store`: the pairings it holds are served at once, every
+    /// change is committed to it before it is acknowledged, and every
+    /// decision goes to its audit log through a write-behind writer.
+    pub fn open(
+        store: Arc<dyn Store>,
+        policies: PolicySet,
+        limits: Limits,
+    ) -> Result<Arc<Vessel>, StoreError> {
+        Ok(Vessel::build(
+            DeviceRegistry::open(store)?,
+            policies,
+            limits,
+        ))
+    }
+
+    fn build(registry: DeviceRegistry, policies: PolicySet, limits: Limits) -> Arc<Vessel> {
+        let writer = Arc::new(AuditWriter::start(
+            Arc::clone(registry.store()),
+            WriterOptions::default(),
+        ));
+        let secrets: Arc<RwLock<Vec<String>>> = Arc::new(RwLock::new(Vec::new()));
         let decisions: Arc<Mutex<VecDeque<Value>>> = Arc::new(Mutex::new(VecDeque::new()));
-        let sink = Arc::clone(&decisions);
-        let adapter =
-            DeviceToolAdapter::new(Arc::new(DeviceRegistry::new()), Arc::new(Links::new()))
-                .with_policies(Arc::new(policies))
-                .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
-                    let Ok(value) = serde_json::to_value(record) else {
-                        return;
-                    };
-                    let mut recent = sink.lock().unwrap_or_else(PoisonError::into_inner);
-                    if recent.len() >= RECENT_DECISIONS {
-                        recent.pop_front();
-                    }
-                    recent.push_back(value);
-                }));
+        let hook = DecisionAudit {
+            recent: Arc::clone(&decisions),
+            writer: Arc::clone(&writer),
+            secrets: Arc::clone(&secrets),
+        };
+        let adapter = DeviceToolAdapter::new(Arc::new(registry), Arc::new(Links::new()))
+            .with_policies(Arc::new(policies))
+            .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
+                hook.record(record)
+            }));
         Arc::new(Vessel {
             adapter,
             person: Arc::new(PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)),
@@ -230,7 +284,36 @@ impl Vessel {
             pairings: Mutex::new(PairingGate::default()),
             decisions,
             shutdown: watch::channel(false).0,
+            writer,
+            secrets,
         })
+    }
+
+    /// Adds a secret (an admin or agent token, a host's own) that must never
+    /// reach the audit log: every occurrence in a call's input is replaced.
+    pub fn add_secret(&self, secret: &str) {
+        if !secret.is_empty() {
+            self.secrets
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(secret.to_owned());
+        }
+    }
+
+    /// Appends an event to the audit log (write-behind, like decisions).
+    pub fn audit(&self, kind: &str, entry: Value) {
+        self.writer.record(audit_event(kind, entry));
+    }
+
+    /// Waits until every audit entry recorded so far is committed.
+    pub fn flush_audit(&self) -> Result<(), StoreError> {
+        self.writer.flush()
+    }
+
+    /// Audit entries recorded so far that were dropped because the writer
+    /// fell behind (its queue holds 65,536).
+    pub fn audit_dropped(&self) -> u64 {
+        self.writer.dropped()
     }
 
     /// Asks every connection to close (code 1001) and refuses new ones.

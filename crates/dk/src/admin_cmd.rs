@@ -10,14 +10,17 @@ use dk_vessel::{AdminAnswer, AdminClient, AdminToken};
 use serde_json::{Value, json};
 
 use crate::input::printable;
-use crate::vessel_cmd::{ADDRESS_FILE, TOKEN_FILE};
+use crate::vessel_cmd::ADDRESS_FILE;
 
 /// Where the vessel is.
 #[derive(Args)]
 pub struct Target {
-    /// The vessel's data directory (holds its address and admin token).
+    /// The vessel's data directory (holds its address).
     #[arg(long, default_value = ".dk/vessel", global = true)]
     pub data_dir: PathBuf,
+    /// The admin token's file.
+    #[arg(long, default_value = ".dk/admin-token", global = true)]
+    pub admin_token_file: PathBuf,
     /// Print the API's JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -90,7 +93,7 @@ pub enum DevicesCommand {
     },
 }
 
-fn client(data_dir: &Path) -> Result<AdminClient, String> {
+fn client(data_dir: &Path, token_file: &Path) -> Result<AdminClient, String> {
     let address = std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).map_err(|_| {
         format!(
             "no running vessel found in `{}` (start one with `dk vessel`)",
@@ -103,8 +106,8 @@ fn client(data_dir: &Path) -> Result<AdminClient, String> {
         .as_str()
         .and_then(|a| a.parse().ok())
         .ok_or("the address file names no admin address")?;
-    let token_text = std::fs::read_to_string(data_dir.join(TOKEN_FILE))
-        .map_err(|e| format!("admin token: {e}"))?;
+    let token_text = std::fs::read_to_string(token_file)
+        .map_err(|e| format!("admin token `{}`: {e}", token_file.display()))?;
     let token = AdminToken::parse(&token_text).ok_or("the admin token file is damaged")?;
     Ok(AdminClient::new(admin, token))
 }
@@ -115,7 +118,7 @@ where
     F: FnOnce(AdminClient) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let result = client(&target.data_dir).and_then(|client| {
+    let result = client(&target.data_dir, &target.admin_token_file).and_then(|client| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod admin_cmd;
+mod audit_cmd;
 mod demo_cmd;
 mod input;
 mod manifest_cmd;
@@ -44,6 +45,9 @@ enum Command {
     /// Simulated devices.
     #[command(subcommand)]
     Device(DeviceCommand),
+    /// The audit log of a vessel: tail it, verify its hash chain.
+    #[command(subcommand)]
+    Audit(audit_cmd::AuditCommand),
     /// Run a vessel: devices connect to it, the person pairs and approves.
     Vessel(vessel_cmd::VesselArgs),
     /// Pending pairing requests of a running vessel: list, approve, refuse.
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => policy_cmd::run(command),
         Command::Tools(args) => tools_cmd::run(&args),
         Command::Demo => demo_cmd::run(),
+        Command::Audit(command) => audit_cmd::run(command),
         Command::Device(DeviceCommand::Simulate(args)) => simulate_cmd::run(&args),
         Command::Vessel(args) => vessel_cmd::run(&args),
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, Limits, Reloaded, Vessel, serve_admin, serve_devices, watch_policy_file,
+    AdminToken, Limits, Reloaded, SqliteStore, Store, Vessel, serve_admin, serve_devices,
+    watch_policy_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -28,9 +29,14 @@ pub struct VesselArgs {
     /// Where the admin API listens; keep it on loopback.
     #[arg(long, default_value = "127.0.0.1:7778")]
     pub admin_listen: SocketAddr,
-    /// The vessel's data directory (admin token, address file).
+    /// The vessel's data directory: its database (pairings, token hashes,
+    /// the audit log) and its address file. No token is ever kept there.
     #[arg(long, default_value = ".dk/vessel")]
     pub data_dir: PathBuf,
+    /// Where the admin token is kept for the person's commands (mode 0600);
+    /// outside the data directory, which holds only its hash.
+    #[arg(long, default_value = ".dk/admin-token")]
+    pub admin_token_file: PathBuf,
     /// A `device_use` rule file; a broken file stops the vessel from starting.
     #[arg(long)]
     pub policies: Option<PathBuf>,
@@ -41,8 +47,10 @@ pub struct VesselArgs {
 
 /// Where a running vessel says its admin API is.
 pub const ADDRESS_FILE: &str = "vessel.json";
-/// The admin token's file in the data directory.
-pub const TOKEN_FILE: &str = "admin-token";
+/// The vessel's database in its data directory.
+pub const DATABASE_FILE: &str = "vessel.db";
+/// The name of the admin token's hash in the store.
+const ADMIN_TOKEN: &str = "admin-token";
 
 /// Runs the vessel until Ctrl-C.
 pub fn run(args: &VesselArgs) -> ExitCode {
@@ -76,9 +84,12 @@ pub fn run(args: &VesselArgs) -> ExitCode {
 }
 
 async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
-    let token_path = args.data_dir.join(TOKEN_FILE);
-    let token = AdminToken::load_or_create(&token_path)
-        .map_err(|e| format!("admin token `{}`: {e}", token_path.display()))?;
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| format!("data directory `{}`: {e}", args.data_dir.display()))?;
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&args.data_dir.join(DATABASE_FILE)).map_err(|e| e.to_string())?);
+    let token_path = args.admin_token_file.clone();
+    let (token, replaced) = admin_token(store.as_ref(), &token_path)?;
     let devices = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -90,7 +101,14 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
     write_address(&args.data_dir, device_addr, admin_addr)?;
 
     let rules = policies.rules().len();
-    let vessel = Vessel::new(policies, Limits::default());
+    let started = std::time::Instant::now();
+    let vessel =
+        Vessel::open(Arc::clone(&store), policies, Limits::default()).map_err(|e| e.to_string())?;
+    vessel.add_secret(token.expose());
+    if replaced {
+        vessel.audit("admin-token", json!({"replaced": true}));
+    }
+    let paired = vessel.registry().list().len();
     println!("dk vessel");
     println!("  devices connect to   ws://{device_addr}/device");
     println!(
@@ -98,6 +116,10 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
         token_path.display()
     );
     println!("  device_use rules     {rules}");
+    println!(
+        "  paired devices       {paired} (loaded in {} ms)",
+        started.elapsed().as_millis()
+    );
     let interactive = !args.no_prompt && std::io::stdin().is_terminal();
     if interactive {
         println!("  pairing requests and approvals will be asked here; Ctrl-C stops the vessel");
@@ -121,8 +143,12 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
             std::time::Duration::from_secs(1),
             hangups(),
             |outcome| match outcome {
-                Reloaded::Applied { rules } => println!("[rules] reloaded: {rules} rules in force"),
+                Reloaded::Applied { rules } => {
+                    println!("[rules] reloaded: {rules} rules in force");
+                    vessel.audit("policy", json!({"reloaded": true, "rules": rules}));
+                }
                 Reloaded::Refused { errors } => {
+                    vessel.audit("policy", json!({"reloaded": false, "errors": errors}));
                     eprintln!(
                         "[rules] REFUSED the changed rule file; the previous rules stay in force:"
                     );
@@ -148,6 +174,9 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
     let (admin_result, device_result, (), (), ()) =
         tokio::join!(admin_task, device_task, prompt_task, reload_task, signal);
     let _ = std::fs::remove_file(args.data_dir.join(ADDRESS_FILE));
+    vessel
+        .flush_audit()
+        .map_err(|e| format!("audit log: {e}"))?;
     admin_result.map_err(|e| format!("admin API: {e}"))?;
     device_result.map_err(|e| format!("device route: {e}"))?;
     Ok(())
@@ -172,6 +201,32 @@ impl futures::Stream for Hangups {
             None => std::task::Poll::Pending,
         }
     }
+}
+
+/// The admin token: the one in `path` when the store holds its hash; else a
+/// new one, written to `path` (0600) with only its hash in the store. Returns
+/// whether an earlier token was replaced.
+fn admin_token(store: &dyn Store, path: &Path) -> Result<(AdminToken, bool), String> {
+    let kept = store.secret_hash(ADMIN_TOKEN).map_err(|e| e.to_string())?;
+    let on_file = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| AdminToken::parse(&t));
+    if let (Some(hash), Some(token)) = (kept, &on_file)
+        && token.hash() == hash
+    {
+        return Ok((token.clone(), false));
+    }
+    let token = match (kept, on_file) {
+        (None, Some(token)) => token,
+        _ => AdminToken::generate(),
+    };
+    token
+        .write_to(path)
+        .map_err(|e| format!("admin token `{}`: {e}", path.display()))?;
+    store
+        .put_secret_hash(ADMIN_TOKEN, token.hash())
+        .map_err(|e| e.to_string())?;
+    Ok((token, kept.is_some()))
 }
 
 fn write_address(data_dir: &Path, devices: SocketAddr, admin: SocketAddr) -> Result<(), String> {

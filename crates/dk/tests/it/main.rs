@@ -216,6 +216,8 @@ fn start_vessel(name: &str) -> (VesselProcess, String) {
             "--data-dir",
         ])
         .arg(&data_dir)
+        .arg("--admin-token-file")
+        .arg(token_file(&data_dir))
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -231,9 +233,19 @@ fn start_vessel(name: &str) -> (VesselProcess, String) {
     panic!("the vessel did not start");
 }
 
+/// The admin token's file for a test vessel: beside its data directory.
+fn token_file(data_dir: &Path) -> PathBuf {
+    data_dir.with_extension("admin-token")
+}
+
 fn person(data_dir: &Path, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
-    command.args(args).arg("--data-dir").arg(data_dir);
+    command
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--admin-token-file")
+        .arg(token_file(data_dir));
     command.output().unwrap()
 }
 
@@ -387,6 +399,8 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
         .arg(&rules)
         .arg("--data-dir")
         .arg(dir.join("data"))
+        .arg("--admin-token-file")
+        .arg(dir.join("admin-token"))
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(dir.join("vessel.err")).unwrap())
         .spawn()
