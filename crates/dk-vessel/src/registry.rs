@@ -542,6 +542,15 @@ impl DeviceRegistry {
         })
     }
 
+    /// Whether `text` is the token of a paired device (its hash is compared
+    /// with every device's; used to keep tokens out of the audit log).
+    pub fn is_device_token(&self, text: &str) -> bool {
+        let hash = sha256(text);
+        self.read()
+            .values()
+            .any(|e| bool::from(hash.ct_eq(&e.device.token_hash)))
+    }
+
     /// The pairing of `device_id`, if any.
     pub fn get(&self, device_id: &str) -> Option<Arc<PairedDevice>> {
         self.read().get(device_id).map(|e| Arc::clone(&e.device))

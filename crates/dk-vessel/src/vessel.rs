@@ -196,12 +196,66 @@ pub struct Vessel {
     secrets: Arc<RwLock<Vec<String>>>,
 }
 
+/// `value` with every device token in its strings replaced by `[redacted]`.
+fn hide_device_tokens(value: &Value, registry: &DeviceRegistry) -> Value {
+    match value {
+        Value::String(text) => Value::String(hide_tokens_in(text, registry)),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| hide_device_tokens(v, registry))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (hide_tokens_in(k, registry), hide_device_tokens(v, registry)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Replaces each run of exactly 64 lower-case hex characters that is a
+/// paired device's token.
+fn hide_tokens_in(text: &str, registry: &DeviceRegistry) -> String {
+    const TOKEN_LEN: usize = 64;
+    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    let bytes = text.as_bytes();
+    if bytes.len() < TOKEN_LEN {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes.get(i).copied().is_some_and(hex) {
+            i += 1;
+            continue;
+        }
+        let run_start = i;
+        while bytes.get(i).copied().is_some_and(hex) {
+            i += 1;
+        }
+        let run = text.get(run_start..i).unwrap_or_default();
+        if run.len() == TOKEN_LEN && registry.is_device_token(run) {
+            out.push_str(text.get(start..run_start).unwrap_or_default());
+            out.push_str("[redacted]");
+            start = i;
+        }
+    }
+    out.push_str(text.get(start..).unwrap_or_default());
+    out
+}
+
 /// Keeps each decision: in the recent list, and in the audit log with the
 /// call's input (secrets removed, long values cut).
 struct DecisionAudit {
     recent: Arc<Mutex<VecDeque<Value>>>,
     writer: Arc<AuditWriter>,
     secrets: Arc<RwLock<Vec<String>>>,
+    /// Device tokens are known only by their hashes: any run of 64 hex
+    /// characters in an input is checked against them.
+    registry: std::sync::Weak<DeviceRegistry>,
 }
 
 impl DecisionAudit {
@@ -219,7 +273,11 @@ impl DecisionAudit {
         if let (Some(input), Value::Object(map)) = (record.input, &mut value) {
             let secrets = self.secrets.read().unwrap_or_else(PoisonError::into_inner);
             let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-            map.insert("input".to_owned(), redact_for_audit(input, &secrets));
+            let input = match self.registry.upgrade() {
+                Some(registry) => hide_device_tokens(input, &registry),
+                None => input.clone(),
+            };
+            map.insert("input".to_owned(), redact_for_audit(&input, &secrets));
         }
         self.writer.record(audit_event("decision", value));
     }
@@ -263,12 +321,14 @@ impl Vessel {
         ));
         let secrets: Arc<RwLock<Vec<String>>> = Arc::new(RwLock::new(Vec::new()));
         let decisions: Arc<Mutex<VecDeque<Value>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let registry = Arc::new(registry);
         let hook = DecisionAudit {
             recent: Arc::clone(&decisions),
             writer: Arc::clone(&writer),
             secrets: Arc::clone(&secrets),
+            registry: Arc::downgrade(&registry),
         };
-        let adapter = DeviceToolAdapter::new(Arc::new(registry), Arc::new(Links::new()))
+        let adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
             .with_policies(Arc::new(policies))
             .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
                 hook.record(record)

@@ -538,3 +538,31 @@ async fn invalid_manifests_take_no_waiting_place() {
     }
     let (_peer, _) = paired_lamp(&vessel, &[]).await;
 }
+
+#[tokio::test]
+async fn tokens_and_secrets_stay_out_of_the_audit_log() {
+    let vessel = vessel(Limits::default());
+    vessel.add_secret("s3cret-admin-token");
+    let (_peer, token) = paired_lamp(&vessel, &["set_light"]).await;
+    connected(&vessel).await;
+    // A call whose input carries both (as an unknown key and value, so it is
+    // refused at check 4 and still recorded).
+    let input = json!({"on": true, "note": format!("token {token} and s3cret-admin-token"), token.clone(): 1});
+    let outcome = vessel
+        .adapter()
+        .execute(
+            "device__desk_lamp__set_light",
+            input,
+            CallContext::default(),
+        )
+        .await;
+    assert!(!outcome.is_ok());
+    vessel.flush_audit().unwrap();
+    let entries = vessel.registry().store().read_audit(0, 100).unwrap();
+    let text =
+        serde_json::to_string(&entries.iter().map(|e| &e.entry).collect::<Vec<_>>()).unwrap();
+    assert!(entries.iter().any(|e| e.kind == "decision"), "{text}");
+    assert!(!text.contains(&token), "{text}");
+    assert!(!text.contains("s3cret-admin-token"), "{text}");
+    assert!(text.contains("[redacted]"), "{text}");
+}
