@@ -27,6 +27,7 @@ fn seeds_of(target: &str) -> Option<Seeds> {
         "manifest" | "input" => Some(Seeds::Files("manifests", ".json")),
         "policy_file" => Some(Seeds::Files("policies", ".yaml")),
         "condition" => Some(Seeds::ConditionLines),
+        "admission" => Some(Seeds::Files("admission", ".json")),
         _ => None,
     }
 }

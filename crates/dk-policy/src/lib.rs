@@ -39,6 +39,12 @@
 //! # Ok::<(), dk_policy::PolicyFileError>(())
 //! ```
 //!
+//! The [admission contract](admit) for streaming devices (voice satellites,
+//! desktop-control bridges) lives here too: resolving a device-class policy,
+//! admitting a connection, bounding stream chunks, redacting telemetry
+//! ([`Redactor`]), run limits ([`RunTracker`]) and the six-case conformance
+//! run ([`run_device_policy_conformance`]).
+//!
 //! No input, rule file or condition text, can make this crate panic: sizes,
 //! rule counts, YAML alias expansion and condition nesting are all bounded
 //! (see the `MAX_*` constants), and the crate denies `unwrap`, `expect`,
