@@ -12,6 +12,7 @@
 mod adapter;
 mod admin;
 mod admin_client;
+mod agents;
 mod connection;
 mod link;
 mod person;
@@ -27,6 +28,11 @@ pub use adapter::{
 };
 pub use admin::{AdminToken, admin_router, serve_admin};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
+pub use agents::{
+    AGENT_CREDENTIAL_PREFIX, Agent, AgentAuditHook, AgentCredential, AgentDirectory, AgentError,
+    AgentEvent, AgentId, AgentRole, AgentScope, CapabilityScope, MAX_AGENT_NAME, ScopeError,
+    StoredAgent,
+};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,

@@ -1,0 +1,482 @@
+//! Agents: who may use the vessel's tools, and which of them. The person
+//! adds an agent with a name, a scope and a role; the agent gets a bearer
+//! credential, shown once, of which only the SHA-256 is kept. The agent's
+//! name is its `agentId` in every policy context and decision record.
+//!
+//! The directory lives in memory for now; [`StoredAgent`] is the shape a
+//! store keeps (hash only), and [`AgentDirectory::from_stored`] /
+//! [`AgentDirectory::stored`] are the way in and out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::broadcast;
+
+/// Every agent credential starts with this, so a leaked one is recognisable.
+pub const AGENT_CREDENTIAL_PREFIX: &str = "dka_";
+
+/// Longest agent name (its id).
+pub const MAX_AGENT_NAME: usize = 32;
+
+/// The agent's id: its name, lower-case ASCII letters, digits and single
+/// `-` between them, at most [`MAX_AGENT_NAME`] characters. No `_`, so no
+/// agent can be called `__shadow__`.
+pub type AgentId = String;
+
+/// What an agent may do, on top of its scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentRole {
+    /// Sees and calls sensors only (capabilities that read); no actuator is
+    /// offered, and a call to one is refused as out of scope.
+    Guest,
+    /// Sees and calls every granted capability within its scope.
+    User,
+    /// As `user` for device tools. Reserved for the vessel's own management
+    /// tools later; an admin agent never answers the person's prompts.
+    Admin,
+}
+
+impl AgentRole {
+    /// The role's name, as the command line spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentRole::Guest => "guest",
+            AgentRole::User => "user",
+            AgentRole::Admin => "admin",
+        }
+    }
+
+    /// The role named `text` (`guest`, `user` or `admin`).
+    pub fn parse(text: &str) -> Option<AgentRole> {
+        match text {
+            "guest" => Some(AgentRole::Guest),
+            "user" => Some(AgentRole::User),
+            "admin" => Some(AgentRole::Admin),
+            _ => None,
+        }
+    }
+
+    /// Whether this role may use a capability that acts (not a sensor).
+    pub fn may_act(self) -> bool {
+        !matches!(self, AgentRole::Guest)
+    }
+}
+
+/// Which capabilities of one device a scope covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind", content = "names")]
+pub enum CapabilityScope {
+    /// Every capability of the device (still only the granted ones).
+    All,
+    /// Only these capability names.
+    Only(BTreeSet<String>),
+}
+
+/// Which devices an agent may see. Grants still apply: a scope never offers
+/// what the person did not grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind", content = "devices")]
+pub enum AgentScope {
+    /// Every paired device.
+    AllDevices,
+    /// Only these device ids, each with all or some of its capabilities.
+    Devices(BTreeMap<String, CapabilityScope>),
+}
+
+/// Why a scope item was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    /// An item was empty, or had an empty device or capability part.
+    #[error("scope item `{0}` must be `DEVICE` or `DEVICE:CAPABILITY`")]
+    Malformed(String),
+}
+
+impl AgentScope {
+    /// A scope from command-line items: `*` for every device, `DEVICE` for
+    /// all of a device's capabilities, `DEVICE:CAPABILITY` for one of them.
+    /// Items add up; `*` wins over everything else.
+    pub fn from_items<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<Self, ScopeError> {
+        let mut devices: BTreeMap<String, CapabilityScope> = BTreeMap::new();
+        for item in items {
+            let item = item.trim();
+            if item == "*" {
+                return Ok(AgentScope::AllDevices);
+            }
+            let (device, capability) = match item.split_once(':') {
+                Some((d, c)) => (d, Some(c)),
+                None => (item, None),
+            };
+            if device.is_empty() || capability.is_some_and(str::is_empty) {
+                return Err(ScopeError::Malformed(item.to_owned()));
+            }
+            let entry = devices
+                .entry(device.to_owned())
+                .or_insert_with(|| CapabilityScope::Only(BTreeSet::new()));
+            match (capability, entry) {
+                (None, entry) => *entry = CapabilityScope::All,
+                (Some(_), CapabilityScope::All) => {}
+                (Some(c), CapabilityScope::Only(names)) => {
+                    names.insert(c.to_owned());
+                }
+            }
+        }
+        Ok(AgentScope::Devices(devices))
+    }
+
+    /// Whether `capability` of `device_id` is within the scope.
+    pub fn covers(&self, device_id: &str, capability: &str) -> bool {
+        match self {
+            AgentScope::AllDevices => true,
+            AgentScope::Devices(devices) => match devices.get(device_id) {
+                Some(CapabilityScope::All) => true,
+                Some(CapabilityScope::Only(names)) => names.contains(capability),
+                None => false,
+            },
+        }
+    }
+}
+
+/// An agent as the directory lists it: never its credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    /// Its id (its name).
+    pub id: AgentId,
+    /// What it may see.
+    pub scope: AgentScope,
+    /// What it may do.
+    pub role: AgentRole,
+    /// When it was added, in milliseconds since the Unix epoch.
+    pub added_at_ms: u64,
+}
+
+impl Agent {
+    /// Whether this agent may see and call `capability` of `device_id`,
+    /// given whether that capability only reads.
+    pub fn may_use(&self, device_id: &str, capability: &str, read_only: bool) -> bool {
+        (read_only || self.role.may_act()) && self.scope.covers(device_id, capability)
+    }
+}
+
+/// What a store keeps of an agent: the agent and its credential's SHA-256
+/// (64 lower-case hex characters), never the credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredAgent {
+    /// The agent.
+    #[serde(flatten)]
+    pub agent: Agent,
+    /// SHA-256 of the credential, lower-case hex.
+    pub credential_sha256: String,
+}
+
+/// An agent's bearer credential: `dka_` and 64 lower-case hex characters
+/// from a CSPRNG. Shown to the person once; `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AgentCredential(String);
+
+impl fmt::Debug for AgentCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AgentCredential(..)")
+    }
+}
+
+impl AgentCredential {
+    fn generate() -> AgentCredential {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill(&mut bytes);
+        let mut text = String::with_capacity(AGENT_CREDENTIAL_PREFIX.len() + 64);
+        text.push_str(AGENT_CREDENTIAL_PREFIX);
+        text.extend(bytes.iter().map(|b| format!("{b:02x}")));
+        AgentCredential(text)
+    }
+
+    /// The credential text, to hand to the agent's configuration once.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (slot, pair) in out.iter_mut().zip(text.as_bytes().chunks(2)) {
+        let pair = std::str::from_utf8(pair).ok()?;
+        *slot = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A change in the directory, for connected sessions whose tool list may
+/// change with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEvent {
+    /// An agent was added.
+    Added {
+        /// Its id.
+        id: AgentId,
+    },
+    /// An agent was removed: its credential no longer works.
+    Removed {
+        /// Its id.
+        id: AgentId,
+    },
+    /// An agent's scope changed.
+    ScopeChanged {
+        /// Its id.
+        id: AgentId,
+    },
+}
+
+/// Why the directory refused a change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// The name breaks the naming rule.
+    #[error(
+        "agent name `{0}` must be 1 to 32 lower-case letters, digits and single `-` between them"
+    )]
+    BadName(String),
+    /// An agent with that name exists.
+    #[error("an agent named `{0}` exists already")]
+    Exists(String),
+    /// No agent with that id.
+    #[error("no agent named `{0}`")]
+    NotFound(String),
+    /// A stored hash is not 64 hex characters.
+    #[error("the stored credential hash of agent `{0}` is malformed")]
+    BadHash(String),
+}
+
+/// Receives an audit entry (`kind`, entry) for every change.
+pub type AgentAuditHook = Arc<dyn Fn(&str, Value) + Send + Sync>;
+
+struct Entry {
+    agent: Agent,
+    hash: [u8; 32],
+}
+
+/// The agents the person has added.
+pub struct AgentDirectory {
+    agents: RwLock<BTreeMap<AgentId, Entry>>,
+    events: broadcast::Sender<AgentEvent>,
+    audit: Option<AgentAuditHook>,
+}
+
+impl fmt::Debug for AgentDirectory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentDirectory")
+            .field("agents", &self.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for AgentDirectory {
+    fn default() -> Self {
+        AgentDirectory::new()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_AGENT_NAME
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl AgentDirectory {
+    /// An empty directory.
+    pub fn new() -> AgentDirectory {
+        AgentDirectory {
+            agents: RwLock::new(BTreeMap::new()),
+            events: broadcast::channel(256).0,
+            audit: None,
+        }
+    }
+
+    /// A directory holding `stored` agents (as a store gave them back).
+    pub fn from_stored(
+        stored: impl IntoIterator<Item = StoredAgent>,
+    ) -> Result<AgentDirectory, AgentError> {
+        let directory = AgentDirectory::new();
+        {
+            let mut agents = directory.write();
+            for s in stored {
+                let hash = unhex(&s.credential_sha256)
+                    .ok_or_else(|| AgentError::BadHash(s.agent.id.clone()))?;
+                agents.insert(
+                    s.agent.id.clone(),
+                    Entry {
+                        agent: s.agent,
+                        hash,
+                    },
+                );
+            }
+        }
+        Ok(directory)
+    }
+
+    /// Sends an `agent` audit entry for every add, remove and scope change
+    /// (never a credential). `vessel.audit` is the usual hook.
+    pub fn with_audit(mut self, hook: AgentAuditHook) -> AgentDirectory {
+        self.audit = Some(hook);
+        self
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<AgentId, Entry>> {
+        self.agents.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<AgentId, Entry>> {
+        self.agents.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn changed(&self, event: AgentEvent, entry: Value) {
+        if let Some(hook) = &self.audit {
+            hook("agent", entry);
+        }
+        // No subscriber is fine: nobody is connected.
+        let _ = self.events.send(event);
+    }
+
+    /// Adds an agent; returns its id and its credential, which is not kept
+    /// and cannot be shown again.
+    pub fn add(
+        &self,
+        name: &str,
+        scope: AgentScope,
+        role: AgentRole,
+    ) -> Result<(AgentId, AgentCredential), AgentError> {
+        if !valid_name(name) {
+            return Err(AgentError::BadName(name.to_owned()));
+        }
+        let credential = AgentCredential::generate();
+        let agent = Agent {
+            id: name.to_owned(),
+            scope,
+            role,
+            added_at_ms: now_ms(),
+        };
+        let entry = json!({"change": "added", "agent": agent});
+        {
+            let mut agents = self.write();
+            if agents.contains_key(name) {
+                return Err(AgentError::Exists(name.to_owned()));
+            }
+            agents.insert(
+                name.to_owned(),
+                Entry {
+                    agent,
+                    hash: sha256(credential.expose()),
+                },
+            );
+        }
+        self.changed(
+            AgentEvent::Added {
+                id: name.to_owned(),
+            },
+            entry,
+        );
+        Ok((name.to_owned(), credential))
+    }
+
+    /// The agent whose credential is `presented`, if any. Every stored hash
+    /// is compared in constant time, so the time taken says nothing about
+    /// which agent, or how much of a hash, matched.
+    pub fn authenticate(&self, presented: &str) -> Option<Agent> {
+        let presented = sha256(presented);
+        let agents = self.read();
+        let mut found = None;
+        for entry in agents.values() {
+            if bool::from(entry.hash.ct_eq(&presented)) {
+                found = Some(entry.agent.clone());
+            }
+        }
+        found
+    }
+
+    /// The agent with this id.
+    pub fn get(&self, id: &str) -> Option<Agent> {
+        self.read().get(id).map(|e| e.agent.clone())
+    }
+
+    /// Every agent, sorted by id.
+    pub fn list(&self) -> Vec<Agent> {
+        self.read().values().map(|e| e.agent.clone()).collect()
+    }
+
+    /// What a store keeps: every agent with its credential's hash.
+    pub fn stored(&self) -> Vec<StoredAgent> {
+        self.read()
+            .values()
+            .map(|e| StoredAgent {
+                agent: e.agent.clone(),
+                credential_sha256: hex(&e.hash),
+            })
+            .collect()
+    }
+
+    /// Removes an agent: its credential stops working on its next request.
+    pub fn remove(&self, id: &str) -> Result<(), AgentError> {
+        if self.write().remove(id).is_none() {
+            return Err(AgentError::NotFound(id.to_owned()));
+        }
+        self.changed(
+            AgentEvent::Removed { id: id.to_owned() },
+            json!({"change": "removed", "agentId": id}),
+        );
+        Ok(())
+    }
+
+    /// Replaces an agent's scope; connected sessions see it on their next
+    /// request and are told when their tool list changed.
+    pub fn set_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
+        let entry = json!({"change": "scope", "agentId": id, "scope": scope});
+        {
+            let mut agents = self.write();
+            let agent = agents
+                .get_mut(id)
+                .ok_or_else(|| AgentError::NotFound(id.to_owned()))?;
+            agent.agent.scope = scope;
+        }
+        self.changed(AgentEvent::ScopeChanged { id: id.to_owned() }, entry);
+        Ok(())
+    }
+
+    /// Changes from now on (a slow subscriber misses some and should read
+    /// the state again).
+    pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {
+        self.events.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests;
