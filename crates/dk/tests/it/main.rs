@@ -7,6 +7,9 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+mod durable;
+mod process;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }

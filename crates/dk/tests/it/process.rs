@@ -1,0 +1,271 @@
+//! Helpers for tests that stop and start `dk vessel` on one data directory:
+//! a scratch directory (data directory, admin token beside it, device token
+//! files), a running vessel killed on drop, pairing through raw WebSocket
+//! hellos, and `dk audit` runs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dk_vessel::{AdminClient, AdminToken};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+/// How long any one wait may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A scratch directory in the temp directory, removed on drop: the vessel's
+/// data directory `data/`, its admin token in `data.admin-token` (outside the
+/// data directory, where `person` looks for it) and device token files.
+pub struct Scratch {
+    pub root: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let root = std::env::temp_dir().join(format!("dk-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        Scratch { root }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    pub fn admin_token_file(&self) -> PathBuf {
+        crate::token_file(&self.data_dir())
+    }
+
+    pub fn device_token_file(&self, device: &str) -> PathBuf {
+        self.root.join("tokens").join(format!("{device}.token"))
+    }
+
+    pub fn admin_token(&self) -> AdminToken {
+        let text = std::fs::read_to_string(self.admin_token_file()).unwrap();
+        AdminToken::parse(&text).unwrap()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A `dk vessel` process on a scratch directory, killed (SIGKILL) on drop.
+pub struct Running {
+    pub child: Option<Child>,
+    pub devices: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl Running {
+    /// Starts `dk vessel` on `scratch`'s data directory and waits for its
+    /// new address file (a stale one, left by a killed vessel, is removed
+    /// first).
+    pub fn start(scratch: &Scratch) -> Running {
+        let data_dir = scratch.data_dir();
+        let _ = std::fs::remove_file(data_dir.join("vessel.json"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .arg("--admin-token-file")
+            .arg(scratch.admin_token_file())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
+                && let Ok(address) = serde_json::from_str::<Value>(&text)
+            {
+                let addr = |key: &str| address[key].as_str().unwrap().parse().unwrap();
+                return Running {
+                    devices: addr("devices"),
+                    admin: addr("admin"),
+                    child: Some(child),
+                };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("dk vessel exited at start: {status}");
+            }
+            assert!(Instant::now() < deadline, "dk vessel did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("ws://{}/device", self.devices)
+    }
+
+    pub fn admin(&self, scratch: &Scratch) -> AdminClient {
+        AdminClient::new(self.admin, scratch.admin_token())
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGINT, as Ctrl-C: the vessel closes connections, flushes its audit
+    /// log and exits 0.
+    pub fn interrupt(mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("dk vessel did not stop on SIGINT");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.success(), "dk vessel stopped with {status}");
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Polls `check` until it gives a value, failing after [`PATIENCE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `GET /v1/devices`.
+pub async fn devices(admin: &AdminClient) -> Vec<Value> {
+    let answer = admin.get("/v1/devices").await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.body.as_array().cloned().unwrap()
+}
+
+/// The pending consent request of `device`, if any: its id.
+pub async fn consent_id(admin: &AdminClient, device: &str) -> Option<u64> {
+    let pending = admin.get("/v1/pending").await.ok()?;
+    pending.body.as_array()?.iter().find_map(|prompt| {
+        (prompt["kind"] == "consent" && prompt["request"]["deviceId"] == device)
+            .then(|| prompt["id"].as_u64())
+            .flatten()
+    })
+}
+
+/// A lamp-like manifest with its own id.
+pub fn lamp_manifest(id: &str) -> Value {
+    json!({
+        "id": id,
+        "name": format!("Lamp {id}"),
+        "kind": "lamp",
+        "version": "0.1.0",
+        "capabilities": [
+            {"name": "read_light", "kind": "sensor", "description": "Read the lamp."},
+            {"name": "set_light", "kind": "actuator", "description": "Set the lamp.",
+             "params": {"on": {"type": "boolean", "required": true}}},
+            {"name": "strobe", "kind": "actuator", "description": "Flash the lamp."},
+        ],
+    })
+}
+
+/// Connects a raw WebSocket and sends `device:hello` with `manifest`; waits
+/// for `device:pairing`.
+pub async fn hello(url: &str, manifest: &Value) -> Result<Socket, String> {
+    let (mut socket, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let frame = json!({"type": "device:hello", "manifest": manifest});
+    socket
+        .send(Message::text(frame.to_string()))
+        .await
+        .map_err(|e| e.to_string())?;
+    read_until(&mut socket, "device:pairing").await?;
+    Ok(socket)
+}
+
+/// Reads frames until one of type `kind`, which it returns.
+pub async fn read_until(socket: &mut Socket, kind: &str) -> Result<Value, String> {
+    let wait = async {
+        while let Some(message) = socket.next().await {
+            match message.map_err(|e| e.to_string())? {
+                Message::Text(text) => {
+                    let frame: Value =
+                        serde_json::from_str(text.as_str()).map_err(|e| e.to_string())?;
+                    if frame["type"] == kind {
+                        return Ok(frame);
+                    }
+                }
+                Message::Close(close) => return Err(format!("closed before `{kind}`: {close:?}")),
+                _ => {}
+            }
+        }
+        Err(format!("the connection ended before `{kind}`"))
+    };
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .map_err(|_| format!("no `{kind}` within {PATIENCE:?}"))?
+}
+
+/// `dk audit ARGS --data-dir DIR`.
+pub fn audit(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dk"))
+        .arg("audit")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .unwrap()
+}
+
+/// The entries `dk audit tail --json` prints, as JSON.
+pub fn audit_entries(data_dir: &Path, last: u64) -> Vec<Value> {
+    let out = audit(data_dir, &["tail", "--json", "-n", &last.to_string()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
