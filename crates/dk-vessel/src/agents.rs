@@ -476,6 +476,12 @@ impl AgentDirectory {
     pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {
         self.events.subscribe()
     }
+
+    /// How many subscribers there are now (each connected MCP session has one).
+    #[cfg(test)]
+    pub(crate) fn subscribers(&self) -> usize {
+        self.events.receiver_count()
+    }
 }
 
 #[cfg(test)]

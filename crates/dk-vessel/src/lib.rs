@@ -15,6 +15,7 @@ mod admin_client;
 mod agents;
 mod connection;
 mod link;
+mod mcp;
 mod person;
 mod registry;
 mod reload;
@@ -38,6 +39,7 @@ pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,
     Links, PumpReport, pump_device_frames,
 };
+pub use mcp::{mcp_router, serve_mcp};
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
 };

@@ -1,0 +1,100 @@
+//! What every `/mcp` request passes before rmcp sees it: its `Host` must
+//! name this listener on loopback (or its own address), its `Origin`, if
+//! any, must be the listener's own (a web page open in the person's browser
+//! cannot call tools), and it must carry an agent credential as a bearer
+//! token. The same Host/Origin rule as the admin API's.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::agents::{Agent, AgentDirectory};
+
+/// The `Host` values and `Origin`s a listener bound to `local` accepts.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalOrigins {
+    pub(crate) hosts: Vec<String>,
+    pub(crate) origins: Vec<String>,
+}
+
+impl LocalOrigins {
+    /// Loopback names with the listener's port, and its own address when it
+    /// is bound to one that is neither loopback nor unspecified.
+    pub(crate) fn for_listener(local: SocketAddr) -> LocalOrigins {
+        let port = local.port();
+        let mut hosts = vec![
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ];
+        if !local.ip().is_unspecified() && !local.ip().is_loopback() {
+            hosts.push(local.to_string());
+        }
+        let origins = hosts.iter().map(|h| format!("http://{h}")).collect();
+        LocalOrigins { hosts, origins }
+    }
+
+    /// Why `headers` are refused, if they are.
+    fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
+        let host = header_text(headers, header::HOST);
+        if !host.is_some_and(|h| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(h))) {
+            return Some("the Host header must name this loopback listener");
+        }
+        let origin = header_text(headers, header::ORIGIN);
+        if origin.is_some_and(|o| !self.origins.iter().any(|a| a.eq_ignore_ascii_case(o))) {
+            return Some("requests from other origins are refused");
+        }
+        None
+    }
+}
+
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The agent a request authenticated as, put in the request's extensions
+/// by [`guard`] for the MCP handler to read.
+#[derive(Debug, Clone)]
+pub(crate) struct Authenticated(pub(crate) Agent);
+
+/// The guard's state.
+#[derive(Clone)]
+pub(crate) struct Gate {
+    pub(crate) local: Arc<LocalOrigins>,
+    pub(crate) agents: Arc<AgentDirectory>,
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({"error": message}))).into_response()
+}
+
+/// Host, Origin and the agent's credential, before anything else. A request
+/// without a valid credential gets 401 and never reaches MCP: no session,
+/// no tool list.
+pub(crate) async fn guard(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    if let Some(why) = gate.local.refusal(request.headers()) {
+        return refuse(StatusCode::FORBIDDEN, why);
+    }
+    let presented = header_text(request.headers(), header::AUTHORIZATION)
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let Some(agent) = gate.agents.authenticate(presented.trim()) else {
+        let mut response = refuse(
+            StatusCode::UNAUTHORIZED,
+            "a valid agent credential is required (Authorization: Bearer dka_...)",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"dk\""),
+        );
+        return response;
+    };
+    request.extensions_mut().insert(Authenticated(agent));
+    next.run(request).await
+}
