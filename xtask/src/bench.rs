@@ -1,8 +1,10 @@
 //! `cargo xtask bench [FILTER] [--save FILE]`: runs the benchmarks and
 //! prints the median of each, read from divan's tables, followed by the lines
-//! of the benches that measure in their own way (`e2e/...`, `idle/...`: a
-//! tool call over WebSocket against a bare echo, and the memory of a vessel
-//! process with idle devices). Times are reported, never asserted on.
+//! of the benches that measure in their own way (`e2e/...`, `idle/...`,
+//! `store/...`, `durable/...`: a tool call over WebSocket against a bare
+//! echo, the memory of a vessel process with idle devices, committed store
+//! writes with their p99, and the durable vessel's start, admin changes and
+//! call path). Times are reported, never asserted on.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,7 +18,7 @@ const PACKAGES: [&str; 3] = ["dk-proto", "dk-policy", "dk-vessel"];
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 2] = ["e2e/", "idle/"];
+const REPORT_PREFIXES: [&str; 4] = ["e2e/", "idle/", "store/", "durable/"];
 
 /// Open files the benches need: the idle-devices bench holds 1,000 device
 /// connections in its own process and in the vessel it starts.
@@ -372,11 +374,14 @@ e2e/tool_call_over_websocket    median    48.2 µs   p99    95.0 µs
 e2e/bare_websocket_echo         median    40.1 µs   p99    70.3 µs
 e2e/ratio                       median    1.20x     p99    1.35x
 idle/1000_devices       rss 38.2 MiB  baseline 6.1 MiB  per device 32.1 KiB
+durable: a vessel over its SQLite store
+durable/admin_grant_committed           median  733.82 µs   p99    4.43 ms   min 424.72 µs max 8.05 ms  (500 samples)
+durable/execute_ratio                   sqlite/memory 0.988x   target within 1.10x: within
 ";
         for line in output.lines() {
             reports.add_line(line);
         }
-        assert_eq!(reports.lines.len(), 4);
+        assert_eq!(reports.lines.len(), 6);
         let medians: Vec<(&str, &str, Option<f64>)> = reports
             .medians
             .iter()
@@ -387,6 +392,11 @@ idle/1000_devices       rss 38.2 MiB  baseline 6.1 MiB  per device 32.1 KiB
             [
                 ("e2e/tool_call_over_websocket", "48.2 µs", Some(48_200.0)),
                 ("e2e/bare_websocket_echo", "40.1 µs", Some(40_100.0)),
+                (
+                    "durable/admin_grant_committed",
+                    "733.82 µs",
+                    Some(733_820.0)
+                ),
             ]
         );
     }
