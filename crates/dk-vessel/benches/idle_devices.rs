@@ -66,10 +66,15 @@ fn main() -> Result<(), BoxError> {
     let dk = build_dk()?;
     let data_dir = std::env::temp_dir().join(format!("dk-bench-idle-{}", std::process::id()));
     let _cleanup = RemoveOnDrop(data_dir.clone());
+    // The admin token lives beside the data directory, which holds only its hash.
+    let token_file = data_dir.with_extension("admin-token");
+    let _cleanup_token = RemoveOnDrop(token_file.clone());
     let child = Command::new(&dk)
         .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
         .args(["--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data_dir)
+        .arg("--admin-token-file")
+        .arg(&token_file)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
@@ -77,7 +82,7 @@ fn main() -> Result<(), BoxError> {
     let mut vessel = KillOnDrop(child);
     let pid = vessel.0.id();
     let (device_addr, admin_addr) = wait_for_address(&mut vessel.0, &data_dir)?;
-    let token_text = std::fs::read_to_string(data_dir.join("admin-token"))?;
+    let token_text = std::fs::read_to_string(&token_file)?;
     let token = AdminToken::parse(&token_text).ok_or("the admin-token file holds no token")?;
     let admin = AdminClient::new(admin_addr, token);
 
@@ -365,11 +370,12 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Removes the vessel's data directory however the bench ends.
+/// Removes the vessel's data directory (or a file) however the bench ends.
 struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(&self.0);
     }
 }
