@@ -75,6 +75,13 @@ fn main() -> Result<(), BoxError> {
         .arg(&data_dir)
         .arg("--admin-token-file")
         .arg(&token_file)
+        // Every bench device pairs from this one address.
+        .args([
+            "--pairings-per-minute",
+            "1000000",
+            "--pending-pairings-per-address",
+            "32",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()

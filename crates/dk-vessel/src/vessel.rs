@@ -215,8 +215,12 @@ fn hide_device_tokens(value: &Value, registry: &DeviceRegistry) -> Value {
     }
 }
 
-/// Replaces each run of exactly 64 lower-case hex characters that is a
-/// paired device's token.
+/// Hides device tokens in `text`. A token is 64 lower-case hex characters;
+/// inside a run of hex characters every 64-character window is checked
+/// against the paired devices' token hashes (a token glued to more hex
+/// digits is still found). A run longer than [`LONG_HEX_RUN`] is hidden whole
+/// rather than checked window by window, so an input cannot make the audit
+/// path slow.
 fn hide_tokens_in(text: &str, registry: &DeviceRegistry) -> String {
     const TOKEN_LEN: usize = 64;
     let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
@@ -236,15 +240,52 @@ fn hide_tokens_in(text: &str, registry: &DeviceRegistry) -> String {
         while bytes.get(i).copied().is_some_and(hex) {
             i += 1;
         }
+        let run_len = i - run_start;
+        if run_len < TOKEN_LEN {
+            continue;
+        }
+        // Hex is ASCII, so every index in the run is a char boundary.
         let run = text.get(run_start..i).unwrap_or_default();
-        if run.len() == TOKEN_LEN && registry.is_device_token(run) {
+        let hidden = if run_len > LONG_HEX_RUN {
+            Some("[redacted: long hex]".to_owned())
+        } else {
+            hide_windows(run, registry)
+        };
+        if let Some(replacement) = hidden {
             out.push_str(text.get(start..run_start).unwrap_or_default());
-            out.push_str("[redacted]");
+            out.push_str(&replacement);
             start = i;
         }
     }
     out.push_str(text.get(start..).unwrap_or_default());
     out
+}
+
+/// The longest hex run checked window by window.
+const LONG_HEX_RUN: usize = 192;
+
+/// `run` (all hex) with every token window replaced, or `None` when it holds
+/// no token.
+fn hide_windows(run: &str, registry: &DeviceRegistry) -> Option<String> {
+    const TOKEN_LEN: usize = 64;
+    let mut out = String::with_capacity(run.len());
+    let mut found = false;
+    let mut at = 0;
+    let mut copied = 0;
+    while at + TOKEN_LEN <= run.len() {
+        let window = run.get(at..at + TOKEN_LEN).unwrap_or_default();
+        if registry.is_device_token(window) {
+            out.push_str(run.get(copied..at).unwrap_or_default());
+            out.push_str("[redacted]");
+            at += TOKEN_LEN;
+            copied = at;
+            found = true;
+        } else {
+            at += 1;
+        }
+    }
+    out.push_str(run.get(copied..).unwrap_or_default());
+    found.then_some(out)
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the

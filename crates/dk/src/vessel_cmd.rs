@@ -43,6 +43,12 @@ pub struct VesselArgs {
     /// Do not prompt on the terminal even when there is one.
     #[arg(long)]
     pub no_prompt: bool,
+    /// `device:hello` frames one address may send per minute.
+    #[arg(long, default_value_t = Limits::default().pairings_per_minute_per_address)]
+    pub pairings_per_minute: u32,
+    /// Pairing requests one address may have waiting for the person at once.
+    #[arg(long, default_value_t = Limits::default().max_pending_pairings_per_address)]
+    pub pending_pairings_per_address: usize,
 }
 
 /// Where a running vessel says its admin API is.
@@ -102,8 +108,15 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
 
     let rules = policies.rules().len();
     let started = std::time::Instant::now();
-    let vessel =
-        Vessel::open(Arc::clone(&store), policies, Limits::default()).map_err(|e| e.to_string())?;
+    let limits = Limits {
+        pairings_per_minute_per_address: args.pairings_per_minute,
+        max_pending_pairings_per_address: args.pending_pairings_per_address,
+        max_pending_pairings: Limits::default()
+            .max_pending_pairings
+            .max(args.pending_pairings_per_address),
+        ..Limits::default()
+    };
+    let vessel = Vessel::open(Arc::clone(&store), policies, limits).map_err(|e| e.to_string())?;
     vessel.add_secret(token.expose());
     if replaced {
         vessel.audit("admin-token", json!({"replaced": true}));

@@ -547,7 +547,8 @@ async fn tokens_and_secrets_stay_out_of_the_audit_log() {
     connected(&vessel).await;
     // A call whose input carries both (as an unknown key and value, so it is
     // refused at check 4 and still recorded).
-    let input = json!({"on": true, "note": format!("token {token} and s3cret-admin-token"), token.clone(): 1});
+    let input = json!({"on": true, "note": format!("token {token} and s3cret-admin-token"), token.clone(): 1,
+        "glued": format!("00ff{token}beef"), "long": format!("{}{token}", "a".repeat(300))});
     let outcome = vessel
         .adapter()
         .execute(

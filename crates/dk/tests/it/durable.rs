@@ -343,20 +343,17 @@ async fn no_token_in_clear_anywhere_in_the_data_directory() {
     let lamp_secret = token_in(&lamp_token).await;
 
     // Calls whose inputs hold the tokens, alone and inside longer text.
-    let mut inputs = vec![
+    let inputs = vec![
         admin_secret.clone(),
         pad_secret.clone(),
         lamp_secret.clone(),
         format!("the admin token is {admin_secret}, keep it"),
         format!("device token: {pad_secret}."),
         format!("{lamp_secret} {pad_secret}"),
+        // A token glued to more hex digits (a key and a nonce concatenated).
+        format!("{pad_secret}00ff"),
+        format!("beef{lamp_secret}{pad_secret}"),
     ];
-    // A token glued to more hex digits (a key and a nonce concatenated) is
-    // written in clear today: the vessel redacts only runs of exactly 64 hex
-    // characters. Set DK_GLUED_TOKENS=1 to include that case.
-    if std::env::var_os("DK_GLUED_TOKENS").is_some() {
-        inputs.push(format!("{pad_secret}00ff"));
-    }
     for text in &inputs {
         let outcome = call(&admin, "device__notepad__write_note", json!({"text": text})).await;
         assert_eq!(outcome["ok"], true, "{outcome}");
