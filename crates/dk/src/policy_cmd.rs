@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use dk_policy::{DEVICE_USE, PolicyError, PolicySet};
+use dk_policy::{
+    CONFORMANCE_CASES, DEVICE_USE, DeviceClass, DeviceConfig, PolicyError, PolicySet,
+    RawDevicePolicy, ResolveOptions, run_device_policy_conformance,
+};
 use serde_json::{Value, json};
 
 use crate::input::{print_json, printable, read_text};
@@ -37,6 +40,15 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run the six admission conformance cases on a streaming device-class
+    /// configuration (`{"kind": "voice"|"desktop-control", "policy": {...}}`).
+    Conformance {
+        /// The device-class configuration (JSON).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs a rule file command.
@@ -49,6 +61,62 @@ pub fn run(command: PolicyCommand) -> ExitCode {
             action,
             json,
         } => explain(&file, &context, &action, json),
+        PolicyCommand::Conformance { file, json } => conformance(&file, json),
+    }
+}
+
+/// Reads a device-class configuration and runs the conformance cases.
+fn conformance(file: &Path, json: bool) -> ExitCode {
+    let outcome = read_text(file)
+        .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| format!("not JSON: {e}")))
+        .and_then(|doc| {
+            let kind = doc
+                .get("kind")
+                .and_then(Value::as_str)
+                .ok_or_else(|| "the configuration needs a `kind`".to_owned())
+                .and_then(|k| DeviceClass::parse(k).map_err(|e| e.to_string()))?;
+            let policy = RawDevicePolicy::from_json(doc.get("policy").unwrap_or(&Value::Null))
+                .map_err(|e| e.to_string())?;
+            Ok(DeviceConfig { kind, policy })
+        });
+    let config = match outcome {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {}", printable(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    match run_device_policy_conformance(&config, &ResolveOptions::default()) {
+        Ok(passed) => {
+            if json {
+                print_json(&json!({"passed": passed}));
+            } else {
+                for case in &passed {
+                    println!("ok      {case}");
+                }
+                println!(
+                    "{} of {} cases passed",
+                    passed.len(),
+                    CONFORMANCE_CASES.len()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            if json {
+                print_json(
+                    &json!({"failed": failure.case, "code": failure.code.as_str(), "reason": failure.reason}),
+                );
+            } else {
+                println!(
+                    "FAILED  {} ({}): {}",
+                    failure.case,
+                    failure.code.as_str(),
+                    printable(&failure.reason)
+                );
+            }
+            ExitCode::FAILURE
+        }
     }
 }
 

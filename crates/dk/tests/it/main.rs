@@ -449,3 +449,62 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
     wait_for("vessel.log", "reloaded: 2 rules in force", 2);
     drop(vessel);
 }
+
+#[test]
+fn policy_conformance_runs_the_six_cases() {
+    let good = fixtures().join("admission/good");
+    let mut ran = 0;
+    for path in files(&good, ".json") {
+        let out = dk(&["policy", "conformance", "--json", path.to_str().unwrap()]);
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        match out.status.code() {
+            Some(0) => assert_eq!(
+                got["passed"],
+                json!([
+                    "denial-by-default",
+                    "approval-gate",
+                    "session-budget",
+                    "run-accounting",
+                    "stream-bounds",
+                    "redaction"
+                ])
+            ),
+            Some(1) => assert!(
+                got["failed"].is_string()
+                    && got["code"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("ERR_PRISM_DEVICE_"),
+                "{got}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        ran += 1;
+    }
+    assert!(ran >= 3);
+    // An empty sandbox cannot pass the approval gate.
+    let dir = std::env::temp_dir().join(format!("dk-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("voice.json");
+    std::fs::write(
+        &config,
+        json!({"kind": "voice", "policy": {"enabled": true, "sandbox": ""}}).to_string(),
+    )
+    .unwrap();
+    let out = dk(&["policy", "conformance", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("FAILED  approval-gate (ERR_PRISM_DEVICE_APPROVAL)")
+    );
+    let bad = dk(&[
+        "policy",
+        "conformance",
+        fixtures()
+            .join("admission/bad/kind-misspelt.json")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
