@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
+use axum::serve::ListenerExt;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -99,6 +100,14 @@ pub async fn serve_mcp(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let (router, end_sessions) = build(vessel, agents, local);
+    // An answer goes out as several small writes (headers, the event, the
+    // end of the stream): without TCP_NODELAY a client that delays its ACK
+    // holds each call up for tens of milliseconds.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown.await;
