@@ -188,6 +188,24 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                             (true, false) => "",
                         }
                     );
+                    let old = at(r, "replaces");
+                    if let Some(paired_at) = at(old, "pairedAtMs").as_u64() {
+                        let grants: Vec<String> = at(old, "grants")
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(text)
+                            .collect();
+                        println!(
+                            "      replaces: {}, granted {}",
+                            crate::input::ago(paired_at),
+                            if grants.is_empty() {
+                                "nothing".to_owned()
+                            } else {
+                                grants.join(", ")
+                            }
+                        );
+                    }
                     for cap in at(r, "capabilities").as_array().into_iter().flatten() {
                         let asks = if at(cap, "confirm") == true {
                             ", asks every time"

@@ -47,3 +47,42 @@ pub fn print_json(value: &serde_json::Value) {
         Err(e) => eprintln!("error: {e}"),
     }
 }
+
+/// When `at_ms` (milliseconds since the Unix epoch) was, from now: `paired 5
+/// minutes ago` style text.
+pub fn ago(at_ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let seconds = now.saturating_sub(at_ms) / 1000;
+    match seconds {
+        0..=119 => format!("paired {seconds} seconds ago"),
+        120..=7199 => format!("paired {} minutes ago", seconds / 60),
+        7200..=172_799 => format!("paired {} hours ago", seconds / 3600),
+        _ => format!("paired {} days ago", seconds / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_naturally() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert_eq!(ago(now), "paired 0 seconds ago");
+        assert_eq!(ago(now - 300_000), "paired 5 minutes ago");
+        assert_eq!(ago(now - 3 * 3_600_000), "paired 3 hours ago");
+        assert_eq!(ago(now - 4 * 86_400_000), "paired 4 days ago");
+        assert_eq!(ago(now + 10_000), "paired 0 seconds ago");
+    }
+
+    #[test]
+    fn printable_escapes_what_a_terminal_would_act_on() {
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(printable("Küche 😀"), "Küche 😀");
+    }
+}

@@ -107,7 +107,8 @@ fn show(prompt: &PendingPrompt) {
                     old.grants.join(", ")
                 };
                 println!(
-                    "  NOTE     a device is already paired under this id (granted: {grants}); this replaces it and its grants"
+                    "  NOTE     a device is already paired under this id ({}, granted: {grants}); this replaces it and its grants",
+                    crate::input::ago(old.paired_at_ms)
                 );
             }
             if request.no_screen {
