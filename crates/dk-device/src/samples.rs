@@ -285,7 +285,7 @@ struct SetTarget {
 /// and returns the same shape. The current temperature drifts toward the
 /// target by [`DRIFT_PER_TICK`] each [`tick`](Thermostat::tick); whoever runs
 /// the thermostat decides how often to tick and may send what `tick` returns
-/// as a `device:event` through an [`EventSender`](crate::EventSender).
+/// as a `device:event` through an [`EventSender`].
 #[derive(Debug, Clone)]
 pub struct Thermostat {
     device: Device,

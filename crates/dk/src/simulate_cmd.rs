@@ -40,7 +40,7 @@ pub struct SimulateArgs {
     /// The vessel's device route, e.g. ws://127.0.0.1:7777/device.
     #[arg(long)]
     pub vessel: String,
-    /// Where to keep the device token [default: ./.dk/<device-id>.token].
+    /// Where to keep the device token (by default `./.dk/<device-id>.token`).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
 }
