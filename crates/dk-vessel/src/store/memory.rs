@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
 use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+use crate::agents::StoredAgent;
 
 /// A [`Store`] held in memory. Every method takes one lock, so each is
 /// atomic like a transaction.
@@ -19,6 +20,7 @@ struct State {
     pairings: BTreeMap<String, StoredPairing>,
     max_generation: u64,
     secrets: HashMap<String, [u8; 32]>,
+    agents: BTreeMap<String, StoredAgent>,
     audit: Vec<RawRow>,
 }
 
@@ -116,6 +118,29 @@ impl Store for MemoryStore {
         let rows = state.chained(std::slice::from_ref(audit))?;
         if state.pairings.remove(device_id).is_none() {
             return Err(StoreError::UnknownDevice(device_id.to_owned()));
+        }
+        state.audit.extend(rows);
+        Ok(())
+    }
+
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        Ok(self.state().agents.values().cloned().collect())
+    }
+
+    fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
+        to_i64(agent.agent.added_at_ms, "agent added time")?;
+        let mut state = self.state();
+        let rows = state.chained(std::slice::from_ref(audit))?;
+        state.agents.insert(agent.agent.id.clone(), agent.clone());
+        state.audit.extend(rows);
+        Ok(())
+    }
+
+    fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let mut state = self.state();
+        let rows = state.chained(std::slice::from_ref(audit))?;
+        if state.agents.remove(name).is_none() {
+            return Err(StoreError::UnknownAgent(name.to_owned()));
         }
         state.audit.extend(rows);
         Ok(())

@@ -3,8 +3,9 @@
 //! audit log with its verification, and the write-behind [`AuditWriter`].
 //!
 //! What the store holds: pairings (manifest, digest, token hash, grants,
-//! generation, paired-at), hashes of named secrets such as the admin token,
-//! and the audit log. It never receives a token in clear, only SHA-256
+//! generation, paired-at), agents (name, scope, role, added-at and the
+//! SHA-256 of their credential), hashes of named secrets such as the admin
+//! token, and the audit log. It never receives a token in clear, only SHA-256
 //! hashes, so nothing in the data directory can be used to authenticate.
 //!
 //! Durability: every change to pairings or grants is one transaction that
@@ -37,6 +38,8 @@
 use std::fmt;
 
 use serde_json::Value;
+
+use crate::agents::StoredAgent;
 
 mod audit;
 mod memory;
@@ -83,6 +86,17 @@ pub trait Store: Send + Sync + 'static {
     /// transaction. An unknown device is [`StoreError::UnknownDevice`], with
     /// nothing recorded.
     fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Every stored agent, sorted by name.
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError>;
+
+    /// Inserts or replaces an agent (its credential only as its SHA-256) and
+    /// appends `audit` in the same transaction. Durable on return.
+    fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Removes an agent and appends `audit` in the same transaction. An
+    /// unknown name is [`StoreError::UnknownAgent`], with nothing recorded.
+    fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError>;
 
     /// Appends events to the audit log, all in one transaction.
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError>;
@@ -330,6 +344,9 @@ pub enum StoreError {
     /// No pairing with this device id.
     #[error("no paired device `{0}`")]
     UnknownDevice(String),
+    /// No agent with this name.
+    #[error("no agent named `{0}`")]
+    UnknownAgent(String),
     /// A value given to the store is not storable (an audit kind outside
     /// `[a-z0-9._-]{1,32}`, an entry too large, a number past `i64::MAX`).
     #[error("not storable: {0}")]

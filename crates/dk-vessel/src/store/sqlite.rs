@@ -19,9 +19,10 @@ use rusqlite::{
 
 use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
 use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+use crate::agents::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 const APPLICATION_ID: i32 = 0x646b_7374;
@@ -66,6 +67,11 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
          BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
      CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
          BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;",
+    // 2: agents, each as the JSON of its stored record (credential hash only).
+    "CREATE TABLE agent (
+         name   TEXT NOT NULL PRIMARY KEY,
+         record TEXT NOT NULL
+     ) STRICT;",
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
@@ -483,6 +489,63 @@ impl Store for SqliteStore {
                 .map_err(db)?;
             if removed == 0 {
                 return Err(StoreError::UnknownDevice(device_id.to_owned()));
+            }
+            append(tx, std::slice::from_ref(audit))
+        })
+    }
+
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        let conn = self.conn();
+        let mut select = conn
+            .prepare_cached("SELECT name, record FROM agent ORDER BY name")
+            .map_err(db)?;
+        let rows = select
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })
+            .map_err(db)?;
+        let mut agents = Vec::new();
+        for row in rows {
+            let (name, record) = row.map_err(db)?;
+            let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
+                StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
+            })?;
+            if agent.agent.id != name {
+                return Err(StoreError::Corrupt(format!(
+                    "the record of agent `{name}` names `{}`",
+                    agent.agent.id
+                )));
+            }
+            agents.push(agent);
+        }
+        Ok(agents)
+    }
+
+    fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
+        to_i64(agent.agent.added_at_ms, "agent added time")?;
+        let record = serde_json::to_string(agent)
+            .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
+        self.write(|tx| {
+            tx.prepare_cached(
+                "INSERT INTO agent (name, record) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET record = excluded.record",
+            )
+            .map_err(db)?
+            .execute(params![agent.agent.id, record])
+            .map_err(db)?;
+            append(tx, std::slice::from_ref(audit))
+        })
+    }
+
+    fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let removed = tx
+                .prepare_cached("DELETE FROM agent WHERE name = ?1")
+                .map_err(db)?
+                .execute([name])
+                .map_err(db)?;
+            if removed == 0 {
+                return Err(StoreError::UnknownAgent(name.to_owned()));
             }
             append(tx, std::slice::from_ref(audit))
         })

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::audit::{canonical_json, entry_hash};
 use super::*;
+use crate::agents::StoredAgent;
 
 // ---------------------------------------------------------------- helpers
 
@@ -864,6 +865,15 @@ impl Store for Gated {
     fn delete_pairing(&self, d: &str, a: &AuditEvent) -> Result<(), StoreError> {
         self.inner.delete_pairing(d, a)
     }
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        self.inner.load_agents()
+    }
+    fn put_agent(&self, agent: &StoredAgent, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.put_agent(agent, a)
+    }
+    fn delete_agent(&self, name: &str, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.delete_agent(name, a)
+    }
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
         if let Some(entered) = self.entered.lock().unwrap().as_ref() {
             let _ = entered.send(());
@@ -1270,4 +1280,106 @@ fn acknowledged_changes_survive_a_kill() {
         model = found;
         start = in_flight + 1;
     }
+}
+
+// ---------------------------------------------------------------- agents
+
+fn stored_agent(name: &str, scope: &[&str], n: u64) -> StoredAgent {
+    use crate::agents::{Agent, AgentRole, AgentScope};
+    StoredAgent {
+        agent: Agent {
+            id: name.to_owned(),
+            scope: AgentScope::from_items(scope.iter().copied()).unwrap(),
+            role: AgentRole::User,
+            added_at_ms: 1_700_000_000_000 + n,
+        },
+        credential_sha256: format!("{n:064x}"),
+    }
+}
+
+#[test]
+fn contract_agents_round_trip_replace_and_delete() {
+    for (kind, store, _dir) in stores() {
+        assert!(store.load_agents().unwrap().is_empty(), "{kind}");
+        let b = stored_agent("b", &["*"], 1);
+        let a = stored_agent("a", &["lamp", "fan:speed"], 2);
+        store.put_agent(&b, &event("agent", 1)).unwrap();
+        store.put_agent(&a, &event("agent", 2)).unwrap();
+        assert_eq!(
+            store.load_agents().unwrap(),
+            vec![a.clone(), b.clone()],
+            "{kind}"
+        );
+        let a2 = stored_agent("a", &["lamp:on"], 2);
+        store.put_agent(&a2, &event("agent", 3)).unwrap();
+        assert_eq!(store.load_agents().unwrap(), vec![a2, b.clone()], "{kind}");
+        store.delete_agent("a", &event("agent", 4)).unwrap();
+        assert_eq!(store.load_agents().unwrap(), vec![b], "{kind}");
+        assert_eq!(
+            store.delete_agent("a", &event("agent", 5)),
+            Err(StoreError::UnknownAgent("a".to_owned())),
+            "{kind}"
+        );
+        let report = store.verify_audit().unwrap();
+        assert!(report.is_intact(), "{kind}");
+        assert_eq!(
+            report.entries, 4,
+            "{kind}: a refused delete records nothing"
+        );
+    }
+}
+
+#[test]
+fn agents_survive_a_reopen_with_only_the_credential_hash() {
+    let dir = TempDir::new();
+    let agent = stored_agent("main", &["lamp"], 7);
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store.put_agent(&agent, &event("agent", 1)).unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(store.load_agents().unwrap(), vec![agent]);
+    let record: String = Connection::open(dir.db())
+        .unwrap()
+        .query_row("SELECT record FROM agent", [], |row| row.get(0))
+        .unwrap();
+    assert!(record.contains("credentialSha256"), "{record}");
+    assert!(!record.contains("dka_"), "{record}");
+}
+
+#[test]
+fn a_version_1_store_upgrades_to_version_2_keeping_its_pairings() {
+    let dir = TempDir::new();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store
+            .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+            .unwrap();
+    }
+    // What a version 1 dk left: no agent table, user_version 1.
+    {
+        let conn = Connection::open(dir.db()).unwrap();
+        conn.execute_batch("DROP TABLE agent").unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(user_version(&dir.db()), 2);
+    assert_eq!(store.load().unwrap().pairings.len(), 1);
+    assert!(store.load_agents().unwrap().is_empty());
+    store
+        .put_agent(&stored_agent("main", &["*"], 1), &event("agent", 2))
+        .unwrap();
+    assert_eq!(store.load_agents().unwrap().len(), 1);
+    assert!(store.verify_audit().unwrap().is_intact());
+}
+
+#[test]
+fn a_damaged_agent_record_is_corrupt_not_a_panic() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    Connection::open(dir.db())
+        .unwrap()
+        .execute("INSERT INTO agent (name, record) VALUES ('x', '{')", [])
+        .unwrap();
+    assert!(matches!(store.load_agents(), Err(StoreError::Corrupt(_))));
 }
