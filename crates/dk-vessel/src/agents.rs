@@ -3,9 +3,12 @@
 //! credential, shown once, of which only the SHA-256 is kept. The agent's
 //! name is its `agentId` in every policy context and decision record.
 //!
-//! The directory lives in memory for now; [`StoredAgent`] is the shape a
-//! store keeps (hash only), and [`AgentDirectory::from_stored`] /
-//! [`AgentDirectory::stored`] are the way in and out.
+//! The directory serves from memory. With [`AgentDirectory::with_store`]
+//! every add, remove and scope change is committed to the store (with its
+//! `agent` audit entry, never the credential) before it takes effect or is
+//! acknowledged; [`StoredAgent`] is the shape a store keeps (hash only), and
+//! [`AgentDirectory::from_stored`] / [`AgentDirectory::stored`] are the way
+//! in and out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -18,6 +21,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
+
+use crate::store::{AuditEvent, Store, StoreError};
 
 /// Every agent credential starts with this, so a leaked one is recognisable.
 pub const AGENT_CREDENTIAL_PREFIX: &str = "dka_";
@@ -263,6 +268,9 @@ pub enum AgentError {
     /// A stored hash is not 64 hex characters.
     #[error("the stored credential hash of agent `{0}` is malformed")]
     BadHash(String),
+    /// The store refused or failed the change; nothing changed.
+    #[error("the change could not be stored: {0}")]
+    Store(StoreError),
 }
 
 /// Receives an audit entry (`kind`, entry) for every change.
@@ -278,6 +286,7 @@ pub struct AgentDirectory {
     agents: RwLock<BTreeMap<AgentId, Entry>>,
     events: broadcast::Sender<AgentEvent>,
     audit: Option<AgentAuditHook>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl fmt::Debug for AgentDirectory {
@@ -319,6 +328,7 @@ impl AgentDirectory {
             agents: RwLock::new(BTreeMap::new()),
             events: broadcast::channel(256).0,
             audit: None,
+            store: None,
         }
     }
 
@@ -351,6 +361,43 @@ impl AgentDirectory {
         self
     }
 
+    /// Commits every add, remove and scope change to `store`, with its
+    /// `agent` audit entry in the same transaction, before it takes effect.
+    /// The audit hook of [`AgentDirectory::with_audit`] is then not called:
+    /// the store's transaction records the entry.
+    pub fn with_store(mut self, store: Arc<dyn Store>) -> AgentDirectory {
+        self.store = Some(store);
+        self
+    }
+
+    /// Whether `presented` is the credential of an agent in the directory.
+    pub fn is_credential(&self, presented: &str) -> bool {
+        self.authenticate(presented).is_some()
+    }
+
+    /// Stores `stored` (or, with `stored` `None`, removes `id`) with its
+    /// audit entry, when the directory has a store.
+    fn commit(
+        &self,
+        id: &str,
+        stored: Option<&StoredAgent>,
+        entry: &Value,
+    ) -> Result<(), AgentError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let audit = AuditEvent {
+            at_ms: now_ms(),
+            kind: "agent".to_owned(),
+            entry: entry.clone(),
+        };
+        match stored {
+            Some(stored) => store.put_agent(stored, &audit),
+            None => store.delete_agent(id, &audit),
+        }
+        .map_err(AgentError::Store)
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, BTreeMap<AgentId, Entry>> {
         self.agents.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -360,7 +407,7 @@ impl AgentDirectory {
     }
 
     fn changed(&self, event: AgentEvent, entry: Value) {
-        if let Some(hook) = &self.audit {
+        if let (Some(hook), None) = (&self.audit, &self.store) {
             hook("agent", entry);
         }
         // No subscriber is fine: nobody is connected.
@@ -391,11 +438,17 @@ impl AgentDirectory {
             if agents.contains_key(name) {
                 return Err(AgentError::Exists(name.to_owned()));
             }
+            let hash = sha256(credential.expose());
+            let stored = StoredAgent {
+                agent,
+                credential_sha256: hex(&hash),
+            };
+            self.commit(name, Some(&stored), &entry)?;
             agents.insert(
                 name.to_owned(),
                 Entry {
-                    agent,
-                    hash: sha256(credential.expose()),
+                    agent: stored.agent,
+                    hash,
                 },
             );
         }
@@ -446,13 +499,16 @@ impl AgentDirectory {
 
     /// Removes an agent: its credential stops working on its next request.
     pub fn remove(&self, id: &str) -> Result<(), AgentError> {
-        if self.write().remove(id).is_none() {
-            return Err(AgentError::NotFound(id.to_owned()));
+        let entry = json!({"change": "removed", "agentId": id});
+        {
+            let mut agents = self.write();
+            if !agents.contains_key(id) {
+                return Err(AgentError::NotFound(id.to_owned()));
+            }
+            self.commit(id, None, &entry)?;
+            agents.remove(id);
         }
-        self.changed(
-            AgentEvent::Removed { id: id.to_owned() },
-            json!({"change": "removed", "agentId": id}),
-        );
+        self.changed(AgentEvent::Removed { id: id.to_owned() }, entry);
         Ok(())
     }
 
@@ -465,7 +521,13 @@ impl AgentDirectory {
             let agent = agents
                 .get_mut(id)
                 .ok_or_else(|| AgentError::NotFound(id.to_owned()))?;
-            agent.agent.scope = scope;
+            let mut stored = StoredAgent {
+                agent: agent.agent.clone(),
+                credential_sha256: hex(&agent.hash),
+            };
+            stored.agent.scope = scope;
+            self.commit(id, Some(&stored), &entry)?;
+            agent.agent = stored.agent;
         }
         self.changed(AgentEvent::ScopeChanged { id: id.to_owned() }, entry);
         Ok(())

@@ -15,6 +15,10 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use crate::adapter::{DecisionRecord, DeviceToolAdapter};
+use crate::agents::{
+    AGENT_CREDENTIAL_PREFIX, AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole,
+    AgentScope, StoredAgent,
+};
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::registry::audit_event;
@@ -194,21 +198,27 @@ pub struct Vessel {
     shutdown: watch::Sender<bool>,
     writer: Arc<AuditWriter>,
     secrets: Arc<RwLock<Vec<String>>>,
+    agents: Arc<AgentDirectory>,
 }
 
 /// `value` with every device token in its strings replaced by `[redacted]`.
-fn hide_device_tokens(value: &Value, registry: &DeviceRegistry) -> Value {
+fn hide_device_tokens(value: &Value, registry: &DeviceRegistry, agents: &AgentDirectory) -> Value {
     match value {
-        Value::String(text) => Value::String(hide_tokens_in(text, registry)),
+        Value::String(text) => Value::String(hide_tokens_in(text, registry, agents)),
         Value::Array(items) => Value::Array(
             items
                 .iter()
-                .map(|v| hide_device_tokens(v, registry))
+                .map(|v| hide_device_tokens(v, registry, agents))
                 .collect(),
         ),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (hide_tokens_in(k, registry), hide_device_tokens(v, registry)))
+                .map(|(k, v)| {
+                    (
+                        hide_tokens_in(k, registry, agents),
+                        hide_device_tokens(v, registry, agents),
+                    )
+                })
                 .collect(),
         ),
         other => other.clone(),
@@ -220,8 +230,9 @@ fn hide_device_tokens(value: &Value, registry: &DeviceRegistry) -> Value {
 /// against the paired devices' token hashes (a token glued to more hex
 /// digits is still found). A run longer than [`LONG_HEX_RUN`] is hidden whole
 /// rather than checked window by window, so an input cannot make the audit
-/// path slow.
-fn hide_tokens_in(text: &str, registry: &DeviceRegistry) -> String {
+/// path slow. A window is also checked as the hex part of an agent
+/// credential (`dka_` and 64 hex characters), known only by its hash too.
+fn hide_tokens_in(text: &str, registry: &DeviceRegistry, agents: &AgentDirectory) -> String {
     const TOKEN_LEN: usize = 64;
     let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
     let bytes = text.as_bytes();
@@ -249,7 +260,7 @@ fn hide_tokens_in(text: &str, registry: &DeviceRegistry) -> String {
         let hidden = if run_len > LONG_HEX_RUN {
             Some("[redacted: long hex]".to_owned())
         } else {
-            hide_windows(run, registry)
+            hide_windows(run, registry, agents)
         };
         if let Some(replacement) = hidden {
             out.push_str(text.get(start..run_start).unwrap_or_default());
@@ -266,7 +277,7 @@ const LONG_HEX_RUN: usize = 192;
 
 /// `run` (all hex) with every token window replaced, or `None` when it holds
 /// no token.
-fn hide_windows(run: &str, registry: &DeviceRegistry) -> Option<String> {
+fn hide_windows(run: &str, registry: &DeviceRegistry, agents: &AgentDirectory) -> Option<String> {
     const TOKEN_LEN: usize = 64;
     let mut out = String::with_capacity(run.len());
     let mut found = false;
@@ -274,7 +285,9 @@ fn hide_windows(run: &str, registry: &DeviceRegistry) -> Option<String> {
     let mut copied = 0;
     while at + TOKEN_LEN <= run.len() {
         let window = run.get(at..at + TOKEN_LEN).unwrap_or_default();
-        if registry.is_device_token(window) {
+        if registry.is_device_token(window)
+            || agents.is_credential(&format!("{AGENT_CREDENTIAL_PREFIX}{window}"))
+        {
             out.push_str(run.get(copied..at).unwrap_or_default());
             out.push_str("[redacted]");
             at += TOKEN_LEN;
@@ -297,6 +310,8 @@ struct DecisionAudit {
     /// Device tokens are known only by their hashes: any run of 64 hex
     /// characters in an input is checked against them.
     registry: std::sync::Weak<DeviceRegistry>,
+    /// Agent credentials likewise, after a restart.
+    agents: std::sync::Weak<AgentDirectory>,
 }
 
 impl DecisionAudit {
@@ -314,9 +329,9 @@ impl DecisionAudit {
         if let (Some(input), Value::Object(map)) = (record.input, &mut value) {
             let secrets = self.secrets.read().unwrap_or_else(PoisonError::into_inner);
             let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-            let input = match self.registry.upgrade() {
-                Some(registry) => hide_device_tokens(input, &registry),
-                None => input.clone(),
+            let input = match (self.registry.upgrade(), self.agents.upgrade()) {
+                (Some(registry), Some(agents)) => hide_device_tokens(input, &registry, &agents),
+                _ => input.clone(),
             };
             map.insert("input".to_owned(), redact_for_audit(&input, &secrets));
         }
@@ -337,25 +352,40 @@ impl Vessel {
     /// A vessel with an empty registry kept in memory, the given rules and
     /// limits.
     pub fn new(policies: PolicySet, limits: Limits) -> Arc<Vessel> {
-        Vessel::build(DeviceRegistry::new(), policies, limits)
+        Vessel::build(
+            DeviceRegistry::new(),
+            AgentDirectory::new(),
+            policies,
+            limits,
+        )
     }
 
-    /// A vessel over `store`: the pairings it holds are served at once, every
-    /// change is committed to it before it is acknowledged, and every
-    /// decision goes to its audit log through a write-behind writer.
+    /// A vessel over `store`: the pairings and agents it holds are served at
+    /// once, every change is committed to it before it is acknowledged, and
+    /// every decision goes to its audit log through a write-behind writer.
     pub fn open(
         store: Arc<dyn Store>,
         policies: PolicySet,
         limits: Limits,
     ) -> Result<Arc<Vessel>, StoreError> {
+        let stored: Vec<StoredAgent> = store.load_agents()?;
+        let agents = AgentDirectory::from_stored(stored)
+            .map_err(|error| StoreError::Corrupt(error.to_string()))?;
         Ok(Vessel::build(
             DeviceRegistry::open(store)?,
+            agents,
             policies,
             limits,
         ))
     }
 
-    fn build(registry: DeviceRegistry, policies: PolicySet, limits: Limits) -> Arc<Vessel> {
+    fn build(
+        registry: DeviceRegistry,
+        agents: AgentDirectory,
+        policies: PolicySet,
+        limits: Limits,
+    ) -> Arc<Vessel> {
+        let agents = Arc::new(agents.with_store(Arc::clone(registry.store())));
         let writer = Arc::new(AuditWriter::start(
             Arc::clone(registry.store()),
             WriterOptions::default(),
@@ -368,6 +398,7 @@ impl Vessel {
             writer: Arc::clone(&writer),
             secrets: Arc::clone(&secrets),
             registry: Arc::downgrade(&registry),
+            agents: Arc::downgrade(&agents),
         };
         let adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
             .with_policies(Arc::new(policies))
@@ -387,7 +418,42 @@ impl Vessel {
             shutdown: watch::channel(false).0,
             writer,
             secrets,
+            agents,
         })
+    }
+
+    /// The agents that may use the vessel's tools. Change them through
+    /// [`Vessel::add_agent`], [`Vessel::remove_agent`] and
+    /// [`Vessel::set_agent_scope`] (or the directory itself), which commit
+    /// to the store before they take effect.
+    pub fn agents(&self) -> &Arc<AgentDirectory> {
+        &self.agents
+    }
+
+    /// Adds an agent, committed to the store (with an `agent` audit entry,
+    /// never the credential) before it returns, and registers its credential
+    /// as a secret so it never reaches the audit log. The credential is
+    /// returned once and not kept.
+    pub fn add_agent(
+        &self,
+        name: &str,
+        scope: AgentScope,
+        role: AgentRole,
+    ) -> Result<(AgentId, AgentCredential), AgentError> {
+        let (id, credential) = self.agents.add(name, scope, role)?;
+        self.add_secret(credential.expose());
+        Ok((id, credential))
+    }
+
+    /// Removes an agent, committed to the store before it returns; its
+    /// credential stops working at once.
+    pub fn remove_agent(&self, id: &str) -> Result<(), AgentError> {
+        self.agents.remove(id)
+    }
+
+    /// Replaces an agent's scope, committed to the store before it returns.
+    pub fn set_agent_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
+        self.agents.set_scope(id, scope)
     }
 
     /// Adds a secret (an admin or agent token, a host's own) that must never

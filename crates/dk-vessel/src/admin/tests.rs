@@ -325,3 +325,53 @@ fn tokens_are_made_and_kept_privately() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(AdminToken::parse(&"A".repeat(64)).is_none());
 }
+
+#[test]
+fn agents_are_committed_to_the_store_and_come_back_on_reopen() {
+    use crate::agents::{AgentRole, AgentScope};
+    use crate::store::{MemoryStore, Store};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let vessel = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    let (id, credential) = vessel
+        .add_agent(
+            "main",
+            AgentScope::from_items(["lamp"]).unwrap(),
+            AgentRole::User,
+        )
+        .unwrap();
+    vessel
+        .add_agent("other", AgentScope::AllDevices, AgentRole::Guest)
+        .unwrap();
+    vessel
+        .set_agent_scope("main", AgentScope::from_items(["lamp:on"]).unwrap())
+        .unwrap();
+    vessel.remove_agent("other").unwrap();
+    // Committed before acknowledged: the store has it now, flush or not.
+    let stored = store.load_agents().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].agent.id, id);
+    assert_eq!(
+        stored[0].agent.scope,
+        AgentScope::from_items(["lamp:on"]).unwrap()
+    );
+    let audit = store.read_audit(0, 100).unwrap();
+    let kinds: Vec<&str> = audit.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["agent", "agent", "agent", "agent"]);
+    for entry in &audit {
+        assert!(!entry.entry.to_string().contains(credential.expose()));
+    }
+    drop(vessel);
+    let again = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    assert_eq!(again.agents().list().len(), 1);
+    assert_eq!(
+        again
+            .agents()
+            .authenticate(credential.expose())
+            .map(|a| a.id),
+        Some("main".to_owned())
+    );
+    assert_eq!(
+        again.remove_agent("other"),
+        Err(crate::agents::AgentError::NotFound("other".into()))
+    );
+}
