@@ -1,6 +1,6 @@
 //! The person's admin API: list and answer pending consents and approvals,
-//! list devices and grants, grant, revoke, unpair, read recent decisions,
-//! and (until agents connect over MCP) list and call tools.
+//! list devices and grants, grant, revoke, unpair, add, list, remove and
+//! re-scope agents, read recent decisions, and list and call tools.
 //!
 //! It listens on loopback by default. Every request needs the admin token as
 //! a bearer token, and its `Host` must name this listener on loopback and its
@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
+use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
 use crate::registry::{ConsentDecision, GrantError};
 use crate::vessel::Vessel;
 
@@ -161,6 +162,9 @@ pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -
             "/v1/devices/{id}/grants/{capability}",
             put(grant).delete(revoke),
         )
+        .route("/v1/agents", get(agents).post(add_agent))
+        .route("/v1/agents/{name}", axum::routing::delete(remove_agent))
+        .route("/v1/agents/{name}/scope", put(set_agent_scope))
         .route("/v1/decisions", get(decisions))
         .route("/v1/tools", get(tools))
         .route("/v1/tools/call", post(call_tool))
@@ -353,6 +357,106 @@ async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Res
     match admin.vessel.registry().unpair(&id) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// An agent as the admin API shows it: never its credential.
+fn agent_json(agent: &Agent) -> Value {
+    json!({
+        "name": agent.id,
+        "scope": agent.scope.to_items(),
+        "role": agent.role.as_str(),
+        "addedAtMs": agent.added_at_ms,
+    })
+}
+
+fn agent_refusal(error: &AgentError) -> Response {
+    let status = match error {
+        AgentError::BadName(_) => StatusCode::BAD_REQUEST,
+        AgentError::Exists(_) => StatusCode::CONFLICT,
+        AgentError::NotFound(_) => StatusCode::NOT_FOUND,
+        AgentError::BadHash(_) | AgentError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, error.to_string())
+}
+
+fn scope_of(items: &[String]) -> Result<AgentScope, String> {
+    AgentScope::from_items(items.iter().map(String::as_str)).map_err(|e| e.to_string())
+}
+
+async fn agents(State(admin): State<Admin>) -> Json<Value> {
+    let list: Vec<Value> = admin
+        .vessel
+        .agents()
+        .list()
+        .iter()
+        .map(agent_json)
+        .collect();
+    Json(json!(list))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewAgent {
+    name: String,
+    #[serde(default)]
+    scope: Vec<String>,
+    #[serde(default)]
+    role: Option<String>,
+}
+
+async fn add_agent(State(admin): State<Admin>, Json(new): Json<NewAgent>) -> Response {
+    let scope = match scope_of(&new.scope) {
+        Ok(scope) => scope,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
+    };
+    let role = match new.role.as_deref() {
+        None => AgentRole::User,
+        Some(text) => match AgentRole::parse(text) {
+            Some(role) => role,
+            None => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("role `{text}` must be `guest`, `user` or `admin`"),
+                );
+            }
+        },
+    };
+    match admin.vessel.add_agent(&new.name, scope, role) {
+        Ok((name, credential)) => (
+            StatusCode::CREATED,
+            Json(json!({"name": name, "credential": credential.expose()})),
+        )
+            .into_response(),
+        Err(e) => agent_refusal(&e),
+    }
+}
+
+async fn remove_agent(State(admin): State<Admin>, UrlPath(name): UrlPath<String>) -> Response {
+    match admin.vessel.remove_agent(&name) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => agent_refusal(&e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewScope {
+    scope: Vec<String>,
+}
+
+async fn set_agent_scope(
+    State(admin): State<Admin>,
+    UrlPath(name): UrlPath<String>,
+    Json(new): Json<NewScope>,
+) -> Response {
+    let scope = match scope_of(&new.scope) {
+        Ok(scope) => scope,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
+    };
+    match admin.vessel.set_agent_scope(&name, scope) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => agent_refusal(&e),
     }
 }
 

@@ -136,6 +136,24 @@ impl AgentScope {
         Ok(AgentScope::Devices(devices))
     }
 
+    /// The scope as command-line items, the inverse of
+    /// [`AgentScope::from_items`]: `["*"]`, or `DEVICE` and
+    /// `DEVICE:CAPABILITY` items sorted by device and capability.
+    pub fn to_items(&self) -> Vec<String> {
+        match self {
+            AgentScope::AllDevices => vec!["*".to_owned()],
+            AgentScope::Devices(devices) => devices
+                .iter()
+                .flat_map(|(device, capabilities)| match capabilities {
+                    CapabilityScope::All => vec![device.clone()],
+                    CapabilityScope::Only(names) => {
+                        names.iter().map(|c| format!("{device}:{c}")).collect()
+                    }
+                })
+                .collect(),
+        }
+    }
+
     /// Whether `capability` of `device_id` is within the scope.
     pub fn covers(&self, device_id: &str, capability: &str) -> bool {
         match self {

@@ -375,3 +375,90 @@ fn agents_are_committed_to_the_store_and_come_back_on_reopen() {
         Err(crate::agents::AgentError::NotFound("other".into()))
     );
 }
+
+#[tokio::test]
+async fn agents_are_added_listed_rescoped_and_removed_through_the_api() {
+    let running = start().await;
+    let c = &running.client;
+    assert_eq!(c.get("/v1/agents").await.unwrap().body, json!([]));
+    let added = c
+        .post(
+            "/v1/agents",
+            &json!({"name": "main", "scope": ["desk-lamp:set_power", "fan"], "role": "guest"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added.status, 201, "{:?}", added.body);
+    assert_eq!(added.body["name"], "main");
+    let credential = added.body["credential"].as_str().unwrap().to_owned();
+    assert!(credential.starts_with("dka_"), "{credential}");
+    assert_eq!(
+        running
+            .vessel
+            .agents()
+            .authenticate(&credential)
+            .map(|a| a.id),
+        Some("main".to_owned())
+    );
+    // The list never shows a credential.
+    let list = c.get("/v1/agents").await.unwrap();
+    assert_eq!(list.status, 200);
+    assert_eq!(list.body[0]["name"], "main");
+    assert_eq!(list.body[0]["role"], "guest");
+    assert_eq!(list.body[0]["scope"], json!(["desk-lamp:set_power", "fan"]));
+    assert!(list.body[0]["addedAtMs"].as_u64().is_some());
+    assert!(!list.body.to_string().contains(&credential));
+    assert!(!list.body.to_string().contains("credential"));
+    // Refusals.
+    let cases = [
+        (
+            json!({"name": "main", "scope": ["*"]}),
+            409,
+            "exists already",
+        ),
+        (json!({"name": "Bad_Name"}), 400, "must be 1 to 32"),
+        (
+            json!({"name": "x", "scope": [":y"]}),
+            400,
+            "must be `DEVICE`",
+        ),
+        (json!({"name": "x", "role": "root"}), 400, "role `root`"),
+    ];
+    for (body, status, error) in cases {
+        let answer = c.post("/v1/agents", &body).await.unwrap();
+        assert_eq!(answer.status, status, "{body}");
+        assert!(
+            answer.body["error"].as_str().unwrap().contains(error),
+            "{:?}",
+            answer.body
+        );
+    }
+    // Scope.
+    let scoped = c
+        .send(
+            "PUT",
+            "/v1/agents/main/scope",
+            Some(&json!({"scope": ["*"]})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(scoped.status, 204);
+    let list = c.get("/v1/agents").await.unwrap();
+    assert_eq!(list.body[0]["scope"], json!(["*"]));
+    let missing = c
+        .send(
+            "PUT",
+            "/v1/agents/nobody/scope",
+            Some(&json!({"scope": []})),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(missing.status, 404);
+    // Remove.
+    assert_eq!(c.delete("/v1/agents/main").await.unwrap().status, 204);
+    assert_eq!(c.delete("/v1/agents/main").await.unwrap().status, 404);
+    assert!(running.vessel.agents().authenticate(&credential).is_none());
+    assert_eq!(c.get("/v1/agents").await.unwrap().body, json!([]));
+}
