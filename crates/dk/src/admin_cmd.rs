@@ -113,7 +113,7 @@ fn client(data_dir: &Path, token_file: &Path) -> Result<AdminClient, String> {
 }
 
 /// Runs one request, or several, on a small runtime.
-fn with_client<F, Fut>(target: &Target, f: F) -> ExitCode
+pub(crate) fn with_client<F, Fut>(target: &Target, f: F) -> ExitCode
 where
     F: FnOnce(AdminClient) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
@@ -134,7 +134,7 @@ where
     }
 }
 
-fn ok(answer: AdminAnswer) -> Result<Value, String> {
+pub(crate) fn ok(answer: AdminAnswer) -> Result<Value, String> {
     if (200..300).contains(&answer.status) {
         Ok(answer.body)
     } else {
@@ -371,13 +371,13 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
 }
 
 /// `value[key]`, or `null` when absent.
-fn at<'v>(value: &'v Value, key: &str) -> &'v Value {
+pub(crate) fn at<'v>(value: &'v Value, key: &str) -> &'v Value {
     static NULL: Value = Value::Null;
     value.get(key).unwrap_or(&NULL)
 }
 
 /// `text` percent-encoded for one URL path segment.
-fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -389,7 +389,7 @@ fn segment(text: &str) -> String {
 }
 
 /// A JSON value as printable text (strings without quotes).
-fn text(value: &Value) -> String {
+pub(crate) fn text(value: &Value) -> String {
     printable(
         &value
             .as_str()

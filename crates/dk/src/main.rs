@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod admin_cmd;
+mod agents_cmd;
 mod audit_cmd;
 mod demo_cmd;
 mod input;
@@ -71,6 +72,14 @@ enum Command {
         #[command(subcommand)]
         command: Option<admin_cmd::DevicesCommand>,
     },
+    /// Agents that may use the vessel's tools over MCP: add (prints the
+    /// credential once), list, remove, scope.
+    Agents {
+        #[command(flatten)]
+        target: admin_cmd::Target,
+        #[command(subcommand)]
+        command: Option<agents_cmd::AgentsCommand>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -93,5 +102,6 @@ fn main() -> ExitCode {
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),
         Command::Devices { target, command } => admin_cmd::devices(&target, command),
+        Command::Agents { target, command } => agents_cmd::agents(&target, command),
     }
 }
