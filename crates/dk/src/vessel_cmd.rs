@@ -1,6 +1,7 @@
-//! `dk vessel`: run a vessel. Devices connect to its `/device` route; the
-//! person answers from the terminal prompt (when there is a terminal), the
-//! admin API, or the `dk pairings` / `dk approvals` / `dk devices` commands.
+//! `dk vessel`: run a vessel. Devices connect to its `/device` route, agents
+//! to its `/mcp` route; the person answers from the terminal prompt (when
+//! there is a terminal), the admin API, or the `dk pairings` /
+//! `dk approvals` / `dk devices` / `dk agents` commands.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -12,7 +13,7 @@ use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
     AdminToken, Limits, Reloaded, SqliteStore, Store, Vessel, serve_admin, serve_devices,
-    watch_policy_file,
+    serve_mcp, watch_policy_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -29,6 +30,11 @@ pub struct VesselArgs {
     /// Where the admin API listens; keep it on loopback.
     #[arg(long, default_value = "127.0.0.1:7778")]
     pub admin_listen: SocketAddr,
+    /// Where agents connect over MCP (the `/mcp` route); keep it on
+    /// loopback. [default: 127.0.0.1:7779; when that address is taken the
+    /// vessel runs without MCP and says so]
+    #[arg(long)]
+    pub mcp_listen: Option<SocketAddr>,
     /// The vessel's data directory: its database (pairings, token hashes,
     /// the audit log) and its address file. No token is ever kept there.
     #[arg(long, default_value = ".dk/vessel")]
@@ -55,6 +61,8 @@ pub struct VesselArgs {
 pub const ADDRESS_FILE: &str = "vessel.json";
 /// The vessel's database in its data directory.
 pub const DATABASE_FILE: &str = "vessel.db";
+/// Where agents connect over MCP unless `--mcp-listen` says otherwise.
+const DEFAULT_MCP_LISTEN: &str = "127.0.0.1:7779";
 /// The name of the admin token's hash in the store.
 const ADMIN_TOKEN: &str = "admin-token";
 
@@ -102,9 +110,30 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
     let admin = TcpListener::bind(args.admin_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.admin_listen))?;
+    let mcp = match args.mcp_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?,
+        ),
+        None => match TcpListener::bind(DEFAULT_MCP_LISTEN).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                eprintln!(
+                    "warning: agents cannot connect over MCP: cannot listen on {DEFAULT_MCP_LISTEN}: {e} (choose an address with --mcp-listen)"
+                );
+                None
+            }
+        },
+    };
     let device_addr = devices.local_addr().map_err(|e| e.to_string())?;
     let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
-    write_address(&args.data_dir, device_addr, admin_addr)?;
+    let mcp_addr = mcp
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    write_address(&args.data_dir, device_addr, admin_addr, mcp_addr)?;
 
     let rules = policies.rules().len();
     let started = std::time::Instant::now();
@@ -128,6 +157,13 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
         "  admin API on         http://{admin_addr} (token in {})",
         token_path.display()
     );
+    match mcp_addr {
+        Some(addr) => println!(
+            "  agents connect to    http://{addr}/mcp ({} agents; `dk agents add NAME` adds one)",
+            vessel.agents().list().len()
+        ),
+        None => println!("  agents connect to    nowhere (no MCP listener)"),
+    }
     println!("  device_use rules     {rules}");
     println!(
         "  paired devices       {paired} (loaded in {} ms)",
@@ -146,6 +182,20 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
     };
     let admin_task = serve_admin(admin, Arc::clone(&vessel), token, stopped(stop_rx.clone()));
     let device_task = serve_devices(devices, Arc::clone(&vessel), stopped(stop_rx.clone()));
+    let mcp_task = async {
+        match mcp {
+            Some(listener) => {
+                serve_mcp(
+                    listener,
+                    Arc::clone(&vessel),
+                    Arc::clone(vessel.agents()),
+                    stopped(stop_rx.clone()),
+                )
+                .await
+            }
+            None => Ok(()),
+        }
+    };
     let reload_task = async {
         let Some(path) = args.policies.clone() else {
             return;
@@ -184,14 +234,21 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
         println!("\nstopping: closing device connections");
         stop_tx.send_replace(true);
     };
-    let (admin_result, device_result, (), (), ()) =
-        tokio::join!(admin_task, device_task, prompt_task, reload_task, signal);
+    let (admin_result, device_result, mcp_result, (), (), ()) = tokio::join!(
+        admin_task,
+        device_task,
+        mcp_task,
+        prompt_task,
+        reload_task,
+        signal
+    );
     let _ = std::fs::remove_file(args.data_dir.join(ADDRESS_FILE));
     vessel
         .flush_audit()
         .map_err(|e| format!("audit log: {e}"))?;
     admin_result.map_err(|e| format!("admin API: {e}"))?;
     device_result.map_err(|e| format!("device route: {e}"))?;
+    mcp_result.map_err(|e| format!("MCP route: {e}"))?;
     Ok(())
 }
 
@@ -242,9 +299,19 @@ fn admin_token(store: &dyn Store, path: &Path) -> Result<(AdminToken, bool), Str
     Ok((token, kept.is_some()))
 }
 
-fn write_address(data_dir: &Path, devices: SocketAddr, admin: SocketAddr) -> Result<(), String> {
+fn write_address(
+    data_dir: &Path,
+    devices: SocketAddr,
+    admin: SocketAddr,
+    mcp: Option<SocketAddr>,
+) -> Result<(), String> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| format!("data directory `{}`: {e}", data_dir.display()))?;
-    let text = json!({"devices": devices.to_string(), "admin": admin.to_string()}).to_string();
+    let text = json!({
+        "devices": devices.to_string(),
+        "admin": admin.to_string(),
+        "mcp": mcp.map(|addr| addr.to_string()),
+    })
+    .to_string();
     std::fs::write(data_dir.join(ADDRESS_FILE), text).map_err(|e| format!("address file: {e}"))
 }
