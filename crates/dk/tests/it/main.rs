@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+mod agents;
 mod crash;
 mod durable;
 mod process;
