@@ -462,3 +462,131 @@ async fn agents_are_added_listed_rescoped_and_removed_through_the_api() {
     assert!(running.vessel.agents().authenticate(&credential).is_none());
     assert_eq!(c.get("/v1/agents").await.unwrap().body, json!([]));
 }
+
+#[tokio::test]
+async fn agent_credentials_stay_out_of_the_audit_log_after_a_restart() {
+    use crate::agents::{AgentRole, AgentScope};
+    use crate::store::{MemoryStore, Store};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    let (_, credential) = first
+        .add_agent("main", AgentScope::AllDevices, AgentRole::User)
+        .unwrap();
+    let credential = credential.expose().to_owned();
+    drop(first);
+    // A new vessel knows the credential only by its hash.
+    let vessel = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    let input = json!({"note": format!("my key is {credential}"), credential.clone(): 1});
+    let outcome = vessel
+        .adapter()
+        .execute(
+            "device__desk_lamp__set_light",
+            input,
+            CallContext::default(),
+        )
+        .await;
+    assert!(!outcome.is_ok());
+    vessel.flush_audit().unwrap();
+    let entries = store.read_audit(0, 100).unwrap();
+    let text =
+        serde_json::to_string(&entries.iter().map(|e| &e.entry).collect::<Vec<_>>()).unwrap();
+    assert!(entries.iter().any(|e| e.kind == "decision"), "{text}");
+    let hex = credential.trim_start_matches("dka_");
+    assert!(!text.contains(hex), "{text}");
+    assert!(text.contains("dka_[redacted]"), "{text}");
+}
+
+/// A memory store whose agent writes fail, as a full disk would.
+struct NoAgentWrites(crate::store::MemoryStore);
+
+impl crate::store::Store for NoAgentWrites {
+    fn load(&self) -> Result<crate::store::Snapshot, crate::store::StoreError> {
+        self.0.load()
+    }
+    fn put_pairing(
+        &self,
+        p: &crate::store::StoredPairing,
+        a: &crate::store::AuditEvent,
+    ) -> Result<(), crate::store::StoreError> {
+        self.0.put_pairing(p, a)
+    }
+    fn set_grant(
+        &self,
+        d: &str,
+        c: &str,
+        g: bool,
+        a: &crate::store::AuditEvent,
+    ) -> Result<(), crate::store::StoreError> {
+        self.0.set_grant(d, c, g, a)
+    }
+    fn delete_pairing(
+        &self,
+        d: &str,
+        a: &crate::store::AuditEvent,
+    ) -> Result<(), crate::store::StoreError> {
+        self.0.delete_pairing(d, a)
+    }
+    fn load_agents(&self) -> Result<Vec<crate::agents::StoredAgent>, crate::store::StoreError> {
+        self.0.load_agents()
+    }
+    fn put_agent(
+        &self,
+        _: &crate::agents::StoredAgent,
+        _: &crate::store::AuditEvent,
+    ) -> Result<(), crate::store::StoreError> {
+        Err(crate::store::StoreError::Database("disk full".into()))
+    }
+    fn delete_agent(
+        &self,
+        _: &str,
+        _: &crate::store::AuditEvent,
+    ) -> Result<(), crate::store::StoreError> {
+        Err(crate::store::StoreError::Database("disk full".into()))
+    }
+    fn append_audit(
+        &self,
+        events: &[crate::store::AuditEvent],
+    ) -> Result<(), crate::store::StoreError> {
+        self.0.append_audit(events)
+    }
+    fn read_audit(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
+        self.0.read_audit(after, limit)
+    }
+    fn verify_audit(&self) -> Result<crate::store::VerifyReport, crate::store::StoreError> {
+        self.0.verify_audit()
+    }
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), crate::store::StoreError> {
+        self.0.put_secret_hash(name, hash)
+    }
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, crate::store::StoreError> {
+        self.0.secret_hash(name)
+    }
+}
+
+#[tokio::test]
+async fn an_agent_change_the_store_refuses_does_not_happen() {
+    let store: Arc<dyn crate::store::Store> =
+        Arc::new(NoAgentWrites(crate::store::MemoryStore::new()));
+    let vessel = Vessel::open(store, PolicySet::empty(), Limits::default()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = AdminToken::generate();
+    let router = admin_router(Arc::clone(&vessel), token.clone(), addr);
+    let _server = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    let c = AdminClient::new(addr, token);
+    let answer = c
+        .post("/v1/agents", &json!({"name": "main", "scope": ["*"]}))
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 500);
+    assert!(answer.body["error"].as_str().unwrap().contains("disk full"));
+    assert!(answer.body.get("credential").is_none());
+    assert!(vessel.agents().list().is_empty());
+    assert_eq!(c.get("/v1/agents").await.unwrap().body, json!([]));
+}
