@@ -415,7 +415,8 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
         data_dir: dir.clone(),
     };
     let wait_for = |file: &str, text: &str, count: usize| {
-        for _ in 0..500 {
+        // Generous: a loaded machine may take seconds to start a debug build.
+        for _ in 0..1500 {
             let content = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
             if content.matches(text).count() >= count {
                 return;
@@ -429,15 +430,19 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
     };
     wait_for("vessel.log", "device_use rules     1", 1);
     // A changed, broken file is refused loudly; the rules stay.
-    std::fs::write(
-        &rules,
-        "version: 1\npolicies:\n  - name: oops\n    action: device_use\n",
-    )
-    .unwrap();
+    // Whole files, as an editor saves them: written aside, then renamed.
+    let replace = |text: &str| {
+        let aside = dir.join("rules.yaml.new");
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, &rules).unwrap();
+    };
+    replace("version: 1\npolicies:\n  - name: oops\n    action: device_use\n");
     wait_for("vessel.err", "REFUSED", 1);
     wait_for("vessel.err", "missing `condition`", 1);
     // A good file again, and a SIGHUP: both reload.
-    std::fs::write(&rules, format!("{good}  - name: two\n    action: device_use\n    condition: \"deviceId equals x\"\n    decision: block\n    message: no\n")).unwrap();
+    replace(&format!(
+        "{good}  - name: two\n    action: device_use\n    condition: \"deviceId equals x\"\n    decision: block\n    message: no\n"
+    ));
     wait_for("vessel.log", "reloaded: 2 rules in force", 1);
     let pid = vessel.child.id().to_string();
     assert!(
