@@ -23,7 +23,7 @@ use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::registry::audit_event;
 use crate::registry::{DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
-use crate::store::{AuditWriter, Store, StoreError, WriterOptions, redact_for_audit};
+use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, redact_for_audit};
 
 /// Limits on device connections. Every one is configurable; the defaults are
 /// documented in `docs/PROTOCOL.md`.
@@ -194,7 +194,7 @@ pub struct Vessel {
     /// Per remote address: (all connections, unauthenticated ones).
     per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
     pairings: Mutex<PairingGate>,
-    decisions: Arc<Mutex<VecDeque<Value>>>,
+    decisions: Arc<Mutex<VecDeque<Arc<Decision>>>>,
     shutdown: watch::Sender<bool>,
     writer: Arc<AuditWriter>,
     secrets: Arc<RwLock<Vec<String>>>,
@@ -304,7 +304,7 @@ fn hide_windows(run: &str, registry: &DeviceRegistry, agents: &AgentDirectory) -
 /// Keeps each decision: in the recent list, and in the audit log with the
 /// call's input (secrets removed, long values cut).
 struct DecisionAudit {
-    recent: Arc<Mutex<VecDeque<Value>>>,
+    recent: Arc<Mutex<VecDeque<Arc<Decision>>>>,
     writer: Arc<AuditWriter>,
     secrets: Arc<RwLock<Vec<String>>>,
     /// Device tokens are known only by their hashes: any run of 64 hex
@@ -314,28 +314,74 @@ struct DecisionAudit {
     agents: std::sync::Weak<AgentDirectory>,
 }
 
+/// A decision record owned, taken on the call path (moves and a clone of the
+/// input); everything else (JSON, redaction) happens later, off the path.
+#[derive(Debug)]
+struct Decision {
+    at_ms: u64,
+    tool: String,
+    device_id: Option<String>,
+    capability: Option<String>,
+    allowed: bool,
+    reason: String,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    rule: Option<String>,
+    input: Option<Value>,
+}
+
+impl Decision {
+    /// The record as 8DK's shape (plus `rule`), without the input.
+    fn to_json(&self) -> Value {
+        serde_json::json!({
+            "tool": self.tool, "deviceId": self.device_id, "capability": self.capability,
+            "allowed": self.allowed, "reason": self.reason, "agentId": self.agent_id,
+            "sessionId": self.session_id, "rule": self.rule,
+        })
+    }
+}
+
 impl DecisionAudit {
     fn record(&self, record: &DecisionRecord<'_>) {
-        let Ok(mut value) = serde_json::to_value(record) else {
-            return;
-        };
+        let decision = Arc::new(Decision {
+            at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+            tool: record.tool.to_owned(),
+            device_id: record.device_id.map(str::to_owned),
+            capability: record.capability.map(str::to_owned),
+            allowed: record.allowed,
+            reason: record.reason.to_owned(),
+            agent_id: record.agent_id.map(str::to_owned),
+            session_id: record.session_id.map(str::to_owned),
+            rule: record.rule.map(str::to_owned),
+            input: record.input.cloned(),
+        });
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
             if recent.len() >= RECENT_DECISIONS {
                 recent.pop_front();
             }
-            recent.push_back(value.clone());
+            recent.push_back(Arc::clone(&decision));
         }
-        if let (Some(input), Value::Object(map)) = (record.input, &mut value) {
-            let secrets = self.secrets.read().unwrap_or_else(PoisonError::into_inner);
-            let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-            let input = match (self.registry.upgrade(), self.agents.upgrade()) {
-                (Some(registry), Some(agents)) => hide_device_tokens(input, &registry, &agents),
-                _ => input.clone(),
-            };
-            map.insert("input".to_owned(), redact_for_audit(&input, &secrets));
-        }
-        self.writer.record(audit_event("decision", value));
+        let secrets = Arc::clone(&self.secrets);
+        let registry = self.registry.clone();
+        let agents = self.agents.clone();
+        self.writer.record_with(move || {
+            let mut value = decision.to_json();
+            if let (Some(input), Value::Object(map)) = (&decision.input, &mut value) {
+                let input = match (registry.upgrade(), agents.upgrade()) {
+                    (Some(registry), Some(agents)) => hide_device_tokens(input, &registry, &agents),
+                    _ => input.clone(),
+                };
+                let secrets = secrets.read().unwrap_or_else(PoisonError::into_inner);
+                let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+                map.insert("input".to_owned(), redact_for_audit(&input, &secrets));
+            }
+            Some(AuditEvent {
+                at_ms: decision.at_ms,
+                kind: "decision".to_owned(),
+                entry: value,
+            })
+        });
     }
 }
 
@@ -391,7 +437,7 @@ impl Vessel {
             WriterOptions::default(),
         ));
         let secrets: Arc<RwLock<Vec<String>>> = Arc::new(RwLock::new(Vec::new()));
-        let decisions: Arc<Mutex<VecDeque<Value>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
         let registry = Arc::new(registry);
         let hook = DecisionAudit {
             recent: Arc::clone(&decisions),
@@ -556,12 +602,14 @@ impl Vessel {
 
     /// The most recent decision records, oldest first (at most 1,000).
     pub fn recent_decisions(&self) -> Vec<Value> {
-        self.decisions
+        let recent: Vec<Arc<Decision>> = self
+            .decisions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .cloned()
-            .collect()
+            .collect();
+        recent.iter().map(|d| d.to_json()).collect()
     }
 
     /// Connections open now.

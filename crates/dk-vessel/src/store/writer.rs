@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,8 @@ impl Default for WriterOptions {
 
 enum Message {
     Event(AuditEvent),
+    /// An event built on the writer thread, off the caller's path.
+    Deferred(Box<dyn FnOnce() -> Option<AuditEvent> + Send>),
     /// Commit what came before, then answer.
     Flush(mpsc::Sender<Result<(), StoreError>>),
 }
@@ -89,8 +91,19 @@ impl AuditWriter {
     /// writer has stopped) the event is dropped, counted in
     /// [`AuditWriter::dropped`] and logged.
     pub fn record(&self, event: AuditEvent) {
+        self.send(Message::Event(event));
+    }
+
+    /// Like [`AuditWriter::record`], but the event is built by `make` on the
+    /// writer thread: the caller pays for a move and a queue push, not for
+    /// serialising or redacting. `make` returning `None` records nothing.
+    pub fn record_with(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
+        self.send(Message::Deferred(Box::new(make)));
+    }
+
+    fn send(&self, message: Message) {
         let sent = match &self.sender {
-            Some(sender) => sender.try_send(Message::Event(event)).is_ok(),
+            Some(sender) => sender.try_send(message).is_ok(),
             None => false,
         };
         if !sent {
@@ -155,36 +168,45 @@ fn run(
     let mut batch: Vec<AuditEvent> = Vec::with_capacity(max_batch);
     // The first failure since the last flush, for the next flush to report.
     let mut failure: Option<StoreError> = None;
-    // Wait for the first message of a batch with no deadline.
+    // Wait for the first message of a batch with no deadline; then sleep
+    // out the batch window and drain what came meanwhile. Sleeping instead
+    // of waiting on the queue means a sender never wakes this thread: on
+    // the call path, recording costs a queue push and nothing more.
     while let Ok(first) = receiver.recv() {
         let deadline = Instant::now() + options.max_delay;
-        let mut next = first;
+        let mut pending = Some(first);
+        let mut slept = false;
         loop {
-            match next {
-                Message::Event(event) => {
-                    batch.push(event);
-                    if batch.len() >= max_batch {
+            let message = match pending.take() {
+                Some(message) => message,
+                None => match receiver.try_recv() {
+                    Ok(message) => message,
+                    Err(TryRecvError::Empty) if !slept => {
+                        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                        slept = true;
+                        continue;
+                    }
+                    Err(TryRecvError::Empty) => {
                         commit(store, &mut batch, counters, &mut failure);
                         break;
                     }
-                }
+                    Err(TryRecvError::Disconnected) => {
+                        commit(store, &mut batch, counters, &mut failure);
+                        return;
+                    }
+                },
+            };
+            match message {
+                Message::Event(event) => batch.push(event),
+                Message::Deferred(make) => batch.extend(make()),
                 Message::Flush(answer) => {
                     commit(store, &mut batch, counters, &mut failure);
                     let _ = answer.send(failure.take().map_or(Ok(()), Err));
                     break;
                 }
             }
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match receiver.recv_timeout(wait) {
-                Ok(message) => next = message,
-                Err(RecvTimeoutError::Timeout) => {
-                    commit(store, &mut batch, counters, &mut failure);
-                    break;
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    commit(store, &mut batch, counters, &mut failure);
-                    return;
-                }
+            if batch.len() >= max_batch {
+                commit(store, &mut batch, counters, &mut failure);
             }
         }
     }
