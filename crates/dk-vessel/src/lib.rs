@@ -48,7 +48,7 @@ pub use registry::{
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
     Paired, PairedDevice, RegistryEvent, Replaced,
 };
-pub use reload::{Reloaded, watch_policy_file};
+pub use reload::{FileStamp, Reloaded, watch_policy_file};
 pub use server::{device_router, serve_devices};
 pub use store::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditWriter, GENESIS_HASH, MAX_AUDIT_DEPTH,

@@ -49,17 +49,32 @@ fn refusal_text(error: &PolicyFileError) -> String {
     error.to_string()
 }
 
-/// The file's identity for change detection: modification time and length.
+/// A rule file's identity for change detection: modification time and
+/// length. Take it before loading the file, and pass it to
+/// [`watch_policy_file`], so a change between the load and the watch's start
+/// is not missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp(Option<(SystemTime, u64)>);
+
+impl FileStamp {
+    /// The stamp of `path` now.
+    pub fn of(path: &Path) -> FileStamp {
+        FileStamp(stamp(path))
+    }
+}
+
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
 }
 
 /// Watches `path` every `every` and whenever `asked` yields, reloading the
-/// rules; calls `report` with each outcome. Ends when `stop` resolves.
+/// rules; calls `report` with each outcome. `loaded` is the file's stamp when
+/// the rules in force were loaded. Ends when `stop` resolves.
 pub async fn watch_policy_file<A, R>(
     vessel: Arc<Vessel>,
     path: PathBuf,
+    loaded: FileStamp,
     every: Duration,
     mut asked: A,
     mut report: R,
@@ -70,7 +85,7 @@ pub async fn watch_policy_file<A, R>(
 {
     use futures::StreamExt;
 
-    let mut last = stamp(&path);
+    let mut last = loaded.0;
     let mut asking = true;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, Limits, Reloaded, SqliteStore, Store, Vessel, serve_admin, serve_devices,
-    serve_mcp, watch_policy_file,
+    AdminToken, FileStamp, Limits, Reloaded, SqliteStore, Store, Vessel, serve_admin,
+    serve_devices, serve_mcp, watch_policy_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -68,6 +68,8 @@ const ADMIN_TOKEN: &str = "admin-token";
 
 /// Runs the vessel until Ctrl-C.
 pub fn run(args: &VesselArgs) -> ExitCode {
+    // Taken before loading, so a change made meanwhile is reloaded.
+    let loaded = args.policies.as_deref().map(FileStamp::of);
     let policies = match &args.policies {
         None => PolicySet::empty(),
         Some(path) => match PolicySet::load(path) {
@@ -88,7 +90,7 @@ pub fn run(args: &VesselArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, policies)) {
+    match runtime.block_on(serve(args, policies, loaded)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -97,7 +99,11 @@ pub fn run(args: &VesselArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
+async fn serve(
+    args: &VesselArgs,
+    policies: PolicySet,
+    loaded: Option<FileStamp>,
+) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("data directory `{}`: {e}", args.data_dir.display()))?;
     let store: Arc<dyn Store> =
@@ -197,12 +203,13 @@ async fn serve(args: &VesselArgs, policies: PolicySet) -> Result<(), String> {
         }
     };
     let reload_task = async {
-        let Some(path) = args.policies.clone() else {
+        let (Some(path), Some(loaded)) = (args.policies.clone(), loaded) else {
             return;
         };
         watch_policy_file(
             Arc::clone(&vessel),
             path,
+            loaded,
             std::time::Duration::from_secs(1),
             hangups(),
             |outcome| match outcome {

@@ -70,6 +70,7 @@ async fn the_watcher_follows_the_file_and_requests() {
     let watcher = tokio::spawn(watch_policy_file(
         Arc::clone(&vessel),
         path.clone(),
+        FileStamp::of(&path),
         Duration::from_secs(1),
         ask_rx,
         move |r: &Reloaded| sink.lock().unwrap().push(r.clone()),
