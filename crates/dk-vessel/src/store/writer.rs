@@ -120,10 +120,22 @@ impl AuditWriter {
     pub fn flush(&self) -> Result<(), StoreError> {
         let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?;
         let (answer, answered) = mpsc::channel();
+        // The thread may be parked out its batch window, with the queue full:
+        // wake it before queueing the flush and after.
+        self.wake();
         sender
             .send(Message::Flush(answer))
             .map_err(|_| StoreError::WriterStopped)?;
+        self.wake();
         answered.recv().map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// Unparks the writer thread (a no-op when it is not parked; the next
+    /// park then returns at once).
+    fn wake(&self) {
+        if let Some(thread) = &self.thread {
+            thread.thread().unpark();
+        }
     }
 
     /// How many events were not written: dropped on a full queue or lost to
@@ -150,6 +162,7 @@ impl Drop for AuditWriter {
         }
         // Closing the channel ends the thread's loop.
         self.sender = None;
+        self.wake();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
@@ -168,10 +181,11 @@ fn run(
     let mut batch: Vec<AuditEvent> = Vec::with_capacity(max_batch);
     // The first failure since the last flush, for the next flush to report.
     let mut failure: Option<StoreError> = None;
-    // Wait for the first message of a batch with no deadline; then sleep
-    // out the batch window and drain what came meanwhile. Sleeping instead
-    // of waiting on the queue means a sender never wakes this thread: on
-    // the call path, recording costs a queue push and nothing more.
+    // Wait for the first message of a batch with no deadline; then park for
+    // the rest of the batch window and drain what came meanwhile. Parking
+    // instead of waiting on the queue means a record never wakes this
+    // thread: on the call path, recording costs a queue push and nothing
+    // more. A flush unparks it.
     while let Ok(first) = receiver.recv() {
         let deadline = Instant::now() + options.max_delay;
         let mut pending = Some(first);
@@ -182,7 +196,10 @@ fn run(
                 None => match receiver.try_recv() {
                     Ok(message) => message,
                     Err(TryRecvError::Empty) if !slept => {
-                        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                        // A flush (or the writer's end) unparks this thread.
+                        std::thread::park_timeout(
+                            deadline.saturating_duration_since(Instant::now()),
+                        );
                         slept = true;
                         continue;
                     }
