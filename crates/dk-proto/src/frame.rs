@@ -13,6 +13,14 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+mod stream;
+
+pub use stream::{
+    MAX_STREAM_NAME_BYTES, MAX_STREAM_OVERHEAD, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME,
+    STREAM_HEADER_BYTES, STREAM_MAGIC, STREAMING_FRAME, StreamChunk, StreamDroppedFrame,
+    StreamFrameError, StreamingFrame,
+};
+
 /// Largest frame accepted by default, in bytes (1 MiB).
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
 /// Deepest nesting of arrays and objects accepted by default (the frame

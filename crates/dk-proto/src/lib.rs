@@ -16,7 +16,10 @@ mod text;
 mod tool_name;
 
 pub use frame::{
-    DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH, VesselFrame,
+    DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH, MAX_STREAM_NAME_BYTES,
+    MAX_STREAM_OVERHEAD, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME, STREAM_HEADER_BYTES,
+    STREAM_MAGIC, STREAMING_FRAME, StreamChunk, StreamDroppedFrame, StreamFrameError,
+    StreamingFrame, VesselFrame,
 };
 pub use input::{InputError, check_input};
 pub use manifest::{
@@ -32,6 +35,11 @@ pub mod fuzz {
     /// Parses arbitrary bytes as a device frame.
     pub fn frame(data: &[u8]) {
         let _ = crate::DeviceFrame::parse(data);
+    }
+
+    /// Parses arbitrary bytes as a binary stream chunk.
+    pub fn stream_chunk(data: &[u8]) {
+        let _ = crate::StreamChunk::parse(data);
     }
 
     /// Validates arbitrary bytes as a manifest (when they are JSON) and digests it.
