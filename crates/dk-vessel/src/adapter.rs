@@ -6,6 +6,9 @@
 //! 2. the person granted it (no rule lifts this)
 //! 3. `device_use` rules (shadow agents are always refused)
 //! 4. the input matches the capability's params
+//!
+//!    then the calling session's run budget is charged ([`AgentRunLimits`]):
+//!    a call over budget is refused before the person is asked
 //! 5. the person says yes, when a rule or the capability asks for it
 //! 6. after that wait, still the same pairing and still granted
 //! 7. connected, and answering within the timeout
@@ -18,7 +21,7 @@ use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use dk_policy::{Decision, DeviceUseContext, PolicySet};
+use dk_policy::{Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer};
 use dk_proto::{check_input, parse_tool_name, tool_name};
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -28,6 +31,11 @@ use serde_json::{Map, Value, json};
 
 use crate::link::Links;
 use crate::registry::DeviceRegistry;
+
+mod budget;
+
+use budget::RunBudgets;
+pub use budget::{AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock};
 
 /// How long a call waits for the device by default (10 s).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -215,6 +223,7 @@ pub struct DeviceToolAdapter {
     links: Arc<Links>,
     policies: RwLock<Arc<PolicySet>>,
     on_decision: Option<DecisionHook>,
+    budgets: Option<RunBudgets>,
 }
 
 impl fmt::Debug for DeviceToolAdapter {
@@ -222,6 +231,7 @@ impl fmt::Debug for DeviceToolAdapter {
         f.debug_struct("DeviceToolAdapter")
             .field("registry", &self.registry)
             .field("links", &self.links)
+            .field("budgets", &self.budgets)
             .finish_non_exhaustive()
     }
 }
@@ -234,7 +244,54 @@ impl DeviceToolAdapter {
             links,
             policies: RwLock::new(Arc::new(PolicySet::empty())),
             on_decision: None,
+            budgets: None,
         }
+    }
+
+    /// Charges every agent session's device calls to its run budget, as
+    /// `limits` says (without this, nothing is charged).
+    pub fn with_run_limits(mut self, limits: AgentRunLimits) -> DeviceToolAdapter {
+        self.budgets = Some(RunBudgets::new(limits));
+        self
+    }
+
+    /// Reads run budgets' time from `clock` (milliseconds from any fixed
+    /// start) rather than the monotonic clock; no effect without
+    /// [`DeviceToolAdapter::with_run_limits`].
+    pub fn with_run_clock(mut self, clock: RunClock) -> DeviceToolAdapter {
+        if let Some(budgets) = &mut self.budgets {
+            budgets.set_clock(clock);
+        }
+        self
+    }
+
+    /// The run limits in force, if calls are charged.
+    pub fn run_limits(&self) -> Option<&AgentRunLimits> {
+        self.budgets.as_ref().map(RunBudgets::config)
+    }
+
+    /// Starts (or restarts, with a fresh count) the run of `agent_id`'s
+    /// `session_id`, its budget the agent-level one narrowed by `run_level`
+    /// (a run-level layer only narrows: asking for more than the agent has
+    /// gets the agent's value). Returns the budget, or `None` when calls are
+    /// not charged. A call without an agent is charged only when the run
+    /// limits say so, even after this.
+    pub fn start_run(
+        &self,
+        agent_id: Option<&str>,
+        session_id: Option<&str>,
+        run_level: &RunLimitsLayer,
+    ) -> Result<Option<RunLimits>, InputError> {
+        match &self.budgets {
+            None => Ok(None),
+            Some(budgets) => budgets.start_run(agent_id, session_id, run_level).map(Some),
+        }
+    }
+
+    /// Runs whose budgets are tracked now (bounded by
+    /// [`AgentRunLimits::max_tracked_runs`]).
+    pub fn tracked_runs(&self) -> usize {
+        self.budgets.as_ref().map_or(0, RunBudgets::tracked)
     }
 
     /// Uses `policies` for check 3.
@@ -417,6 +474,14 @@ impl DeviceToolAdapter {
         let Value::Object(input) = input else {
             return Checked::Refused("[8dk-deny] input must be an object".to_owned());
         };
+        // The session's run budget: charged here, after the checks that need
+        // nobody (a call refused by them costs nothing) and before the person
+        // is asked (nobody is asked about a call over budget).
+        if let Some(budgets) = &self.budgets
+            && let Err(refusal) = budgets.charge_tool_call(ctx.agent_id, ctx.session_id)
+        {
+            return Checked::Refused(refusal.to_string());
+        }
         // 5. The person's yes.
         let waited = ask_reason.is_some();
         if let Some(reason) = ask_reason {

@@ -24,8 +24,9 @@ mod store;
 mod vessel;
 
 pub use adapter::{
-    ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT, DecisionHook,
-    DecisionRecord, DeviceToolAdapter, ToolDefinition, ToolOutcome,
+    AgentRunLimits, ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT,
+    DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook, DecisionRecord,
+    DeviceToolAdapter, RunClock, ToolDefinition, ToolOutcome,
 };
 pub use admin::{AdminToken, admin_router, serve_admin};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};

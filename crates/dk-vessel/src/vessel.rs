@@ -14,7 +14,7 @@ use dk_policy::PolicySet;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::adapter::{DecisionRecord, DeviceToolAdapter};
+use crate::adapter::{AgentRunLimits, DecisionRecord, DeviceToolAdapter};
 use crate::agents::{
     AGENT_CREDENTIAL_PREFIX, AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole,
     AgentScope, StoredAgent,
@@ -60,6 +60,11 @@ pub struct Limits {
     /// `device:hello` frames one address may send per minute (a burst of
     /// this many, refilled evenly over the minute).
     pub pairings_per_minute_per_address: u32,
+    /// The run budget each agent session's device calls are charged to
+    /// before the device is reached (see `docs/POLICY.md`); `None` charges
+    /// nothing (for a host that enforces run limits itself). Default: on,
+    /// with Prism's limits (32 tool calls, 120 s from a session's first call).
+    pub run_limits: Option<AgentRunLimits>,
 }
 
 impl Default for Limits {
@@ -79,6 +84,7 @@ impl Default for Limits {
             max_pending_pairings: 16,
             max_pending_pairings_per_address: 4,
             pairings_per_minute_per_address: 10,
+            run_limits: Some(AgentRunLimits::default()),
         }
     }
 }
@@ -446,11 +452,14 @@ impl Vessel {
             registry: Arc::downgrade(&registry),
             agents: Arc::downgrade(&agents),
         };
-        let adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
+        let mut adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
             .with_policies(Arc::new(policies))
             .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
                 hook.record(record)
             }));
+        if let Some(run_limits) = &limits.run_limits {
+            adapter = adapter.with_run_limits(run_limits.clone());
+        }
         Arc::new(Vessel {
             adapter,
             person: Arc::new(PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)),

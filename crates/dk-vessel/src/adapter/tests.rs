@@ -442,3 +442,241 @@ async fn link_failures() {
     check_refused(&outcome, "[8dk-deny] device \"desk-lamp\" is not connected");
     assert!(f.decisions.lock().unwrap()[0].contains(r#""allowed":false"#));
 }
+
+// ------------------------------------------------------------- run budgets
+
+/// A clock the test moves by hand, in milliseconds.
+fn hand_clock() -> (Arc<std::sync::atomic::AtomicU64>, RunClock) {
+    let now = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = Arc::clone(&now);
+    (
+        now,
+        Arc::new(move || read.load(std::sync::atomic::Ordering::SeqCst)),
+    )
+}
+
+fn set_time(clock: &std::sync::atomic::AtomicU64, ms: u64) {
+    clock.store(ms, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn tool_calls(max: u64) -> AgentRunLimits {
+    AgentRunLimits {
+        agent_level: RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, max),
+        ..AgentRunLimits::default()
+    }
+}
+
+/// The lamp fixture with `limits` charged, on a hand clock.
+async fn budgeted(limits: AgentRunLimits) -> (Fixture, Arc<std::sync::atomic::AtomicU64>) {
+    let f = fixture(&["set_light", "read_light"], NO_RULES, ok_reply()).await;
+    let (now, clock) = hand_clock();
+    let adapter = f.adapter.with_run_limits(limits).with_run_clock(clock);
+    (Fixture { adapter, ..f }, now)
+}
+
+async fn call_as(f: &Fixture, agent: Option<&str>, session: Option<&str>) -> ToolOutcome {
+    let ctx = CallContext {
+        agent_id: agent,
+        session_id: session,
+        ..CallContext::default()
+    };
+    f.adapter
+        .execute("device__desk_lamp__set_light", json!({"on": true}), ctx)
+        .await
+}
+
+const SPENT_3: &str =
+    "[8dk-deny] run limit maxToolCalls of 3 exceeded: this session's run budget is spent";
+
+#[tokio::test]
+async fn the_budget_is_breached_one_past_the_limit_and_stays_breached() {
+    let (f, _) = budgeted(tool_calls(3)).await;
+    for _ in 0..3 {
+        assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    }
+    check_refused(&call_as(&f, Some("main"), Some("s1")).await, SPENT_3);
+    check_refused(&call_as(&f, Some("main"), Some("s1")).await, SPENT_3);
+    // The device saw exactly the three calls within budget.
+    assert_eq!(f.link.calls.lock().unwrap().len(), 3);
+    // Each refusal is one decision record, with the reason the agent saw.
+    let decisions = f.decisions.lock().unwrap();
+    assert_eq!(decisions.len(), 5);
+    let refused: Value = serde_json::from_str(&decisions[3]).unwrap();
+    assert_eq!(refused["allowed"], false);
+    assert_eq!(refused["reason"], SPENT_3);
+    assert_eq!(refused["agentId"], "main");
+    assert_eq!(refused["sessionId"], "s1");
+}
+
+#[tokio::test]
+async fn each_session_has_its_own_budget() {
+    let (f, _) = budgeted(tool_calls(1)).await;
+    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    assert!(!call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    // Another session of the same agent, the same session name of another
+    // agent, and the agent's calls without a session: each its own run.
+    assert!(call_as(&f, Some("main"), Some("s2")).await.is_ok());
+    assert!(call_as(&f, Some("other"), Some("s1")).await.is_ok());
+    assert!(call_as(&f, Some("main"), None).await.is_ok());
+    assert!(!call_as(&f, Some("main"), None).await.is_ok());
+    assert!(!call_as(&f, Some("main"), Some("s2")).await.is_ok());
+    assert_eq!(f.adapter.tracked_runs(), 4);
+}
+
+#[tokio::test]
+async fn wall_time_is_breached_one_millisecond_past_the_limit() {
+    let limits = AgentRunLimits {
+        agent_level: RunLimitsLayer::new().with(dk_policy::RunLimit::MaxWallTimeMs, 1000),
+        ..AgentRunLimits::default()
+    };
+    let (f, now) = budgeted(limits).await;
+    set_time(&now, 5_000);
+    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    set_time(&now, 6_000);
+    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    set_time(&now, 6_001);
+    check_refused(
+        &call_as(&f, Some("main"), Some("s1")).await,
+        "[8dk-deny] run limit maxWallTimeMs of 1000 exceeded: this session's run budget is spent",
+    );
+    // A session that starts now has its own clock.
+    assert!(call_as(&f, Some("main"), Some("s2")).await.is_ok());
+    assert_eq!(f.link.calls.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn only_calls_past_the_first_checks_are_charged_and_nobody_is_asked_over_budget() {
+    let (f, _) = budgeted(tool_calls(1)).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let yes = approver(Ok(true), Arc::clone(&seen));
+    let ctx = CallContext {
+        agent_id: Some("main"),
+        session_id: Some("s1"),
+        approver: Some(&yes),
+        ..CallContext::default()
+    };
+    // Refused at checks 1 to 4: nothing charged.
+    for (tool, input) in [
+        ("device__desk_lamp__nope", json!({})),
+        ("device__desk_lamp__set_light", json!({"on": "yes"})),
+    ] {
+        let outcome = f.adapter.execute(tool, input, ctx).await;
+        assert!(outcome.reason().unwrap().starts_with("[8dk-deny] "));
+    }
+    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    // A rule now asks the person about the lamp: over budget, they are never
+    // asked.
+    let rules = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capability equals set_light\"\n    decision: require_approval\n    message: lamp needs a yes\n";
+    f.adapter
+        .set_policies(Arc::new(PolicySet::from_yaml_str(rules).unwrap()));
+    let outcome = f
+        .adapter
+        .execute("device__desk_lamp__set_light", json!({"on": true}), ctx)
+        .await;
+    check_refused(
+        &outcome,
+        "[8dk-deny] run limit maxToolCalls of 1 exceeded: this session's run budget is spent",
+    );
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn calls_without_an_agent_are_charged_only_when_the_host_asks() {
+    let (f, _) = budgeted(tool_calls(1)).await;
+    for _ in 0..3 {
+        assert!(call_as(&f, None, Some("s1")).await.is_ok());
+        assert!(call_as(&f, None, None).await.is_ok());
+    }
+    assert_eq!(f.adapter.tracked_runs(), 0);
+    let (f, _) = budgeted(AgentRunLimits {
+        charge_calls_without_agent: true,
+        ..tool_calls(1)
+    })
+    .await;
+    assert!(call_as(&f, None, Some("s1")).await.is_ok());
+    assert!(!call_as(&f, None, Some("s1")).await.is_ok());
+    assert!(call_as(&f, None, None).await.is_ok());
+    // Without run limits nothing is charged at all.
+    let plain = fixture(&["set_light"], NO_RULES, ok_reply()).await;
+    for _ in 0..40 {
+        assert!(call_as(&plain, Some("main"), Some("s1")).await.is_ok());
+    }
+}
+
+#[tokio::test]
+async fn a_run_level_layer_only_narrows_the_agent_level() {
+    let mut limits = tool_calls(3);
+    limits.per_agent.insert(
+        "bulk".to_owned(),
+        RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 5),
+    );
+    let (f, _) = budgeted(limits).await;
+    let narrow = RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 1);
+    let wide = RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 200);
+    let max = |budget: Option<RunLimits>| budget.unwrap().get(dk_policy::RunLimit::MaxToolCalls);
+    assert_eq!(
+        max(f
+            .adapter
+            .start_run(Some("main"), Some("a"), &narrow)
+            .unwrap()),
+        1
+    );
+    assert_eq!(
+        max(f.adapter.start_run(Some("main"), Some("b"), &wide).unwrap()),
+        3
+    );
+    assert_eq!(
+        max(f.adapter.start_run(Some("bulk"), Some("c"), &wide).unwrap()),
+        5
+    );
+    assert!(call_as(&f, Some("main"), Some("a")).await.is_ok());
+    assert!(!call_as(&f, Some("main"), Some("a")).await.is_ok());
+    for _ in 0..3 {
+        assert!(call_as(&f, Some("main"), Some("b")).await.is_ok());
+    }
+    assert!(!call_as(&f, Some("main"), Some("b")).await.is_ok());
+    // A layer out of range is refused, at start and in the configuration.
+    let zero = RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 0);
+    assert!(f.adapter.start_run(Some("main"), Some("d"), &zero).is_err());
+    let bad = AgentRunLimits {
+        agent_level: zero,
+        ..AgentRunLimits::default()
+    };
+    assert!(bad.check().is_err());
+    assert!(AgentRunLimits::default().check().is_ok());
+    let (f, _) = budgeted(bad).await;
+    let outcome = call_as(&f, Some("main"), Some("s1")).await;
+    assert!(
+        outcome
+            .reason()
+            .unwrap()
+            .starts_with("[8dk-deny] the run budget is misconfigured: "),
+        "{outcome:?}"
+    );
+    assert!(f.link.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn idle_runs_are_forgotten_and_the_count_stays_bounded() {
+    let limits = AgentRunLimits {
+        max_tracked_runs: 16,
+        idle_expiry: Duration::from_secs(60),
+        ..tool_calls(1)
+    };
+    let (f, now) = budgeted(limits).await;
+    for i in 0..200 {
+        set_time(&now, i);
+        assert!(
+            call_as(&f, Some("main"), Some(&format!("s{i}")))
+                .await
+                .is_ok()
+        );
+        assert!(f.adapter.tracked_runs() <= 16);
+    }
+    // The most recent session is still tracked, and still spent.
+    assert!(!call_as(&f, Some("main"), Some("s199")).await.is_ok());
+    // Idle past the expiry, a session's next call starts a new run.
+    set_time(&now, 199 + 60_000);
+    assert!(call_as(&f, Some("main"), Some("s199")).await.is_ok());
+    assert_eq!(f.adapter.tracked_runs(), 1);
+}
