@@ -27,8 +27,12 @@
 //!   `notifications/tools/list_changed` (legacy sessions on their standalone
 //!   stream, discover-lifecycle clients on `subscriptions/listen`).
 
+mod events;
 mod guard;
+mod options;
+mod read_more;
 mod server;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -43,17 +47,32 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 
 use crate::agents::AgentDirectory;
 use crate::vessel::Vessel;
+use events::EventLog;
 use guard::{Gate, LocalOrigins, guard};
-use server::DeviceTools;
+pub use options::McpOptions;
+use read_more::ResultPages;
+use server::{DeviceTools, Shared};
 
 /// Largest MCP request body read (1 MiB, the device frame limit).
 const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Ends the event feed when the last clone of the route is dropped.
+struct FeedTask(Option<tokio::task::AbortHandle>);
+
+impl Drop for FeedTask {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
 
 /// The router and a way to end every MCP session at once.
 fn build(
     vessel: Arc<Vessel>,
     agents: Arc<AgentDirectory>,
     local: SocketAddr,
+    options: McpOptions,
 ) -> (Router, impl FnOnce() + Send + 'static) {
     let origins = LocalOrigins::for_listener(local);
     let config = StreamableHttpServerConfig::default()
@@ -62,13 +81,37 @@ fn build(
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY_BYTES);
     let ending = config.cancellation_token.clone();
-    let factory_agents = Arc::clone(&agents);
+    let events = Arc::new(EventLog::new(&options));
+    // The feed ends when the sessions are ended, or with the route. Outside
+    // a Tokio runtime there is no feed, and event resources stay empty.
+    let feed = match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let stop = ending.clone();
+            let task = runtime.spawn(events::feed(
+                Arc::clone(&events),
+                vessel.subscribe_events(),
+                vessel.registry().subscribe(),
+                async move { stop.cancelled().await },
+            ));
+            FeedTask(Some(task.abort_handle()))
+        }
+        Err(_) => {
+            tracing::warn!("no Tokio runtime: MCP event resources will stay empty");
+            FeedTask(None)
+        }
+    };
+    let feed = Arc::new(feed);
+    let shared = Arc::new(Shared {
+        vessel,
+        agents: Arc::clone(&agents),
+        options,
+        pages: ResultPages::new(&options),
+        events,
+    });
     let service = StreamableHttpService::new(
         move || {
-            Ok(DeviceTools::new(
-                Arc::clone(&vessel),
-                Arc::clone(&factory_agents),
-            ))
+            let _owner = &feed;
+            Ok(DeviceTools::new(Arc::clone(&shared)))
         },
         Arc::new(LocalSessionManager::default()),
         config,
@@ -84,22 +127,46 @@ fn build(
 }
 
 /// The `/mcp` route for a listener bound to `local`, for embedding in a
-/// larger app. Its sessions last until their clients end them or fall idle;
-/// [`serve_mcp`] also ends them when it stops.
+/// larger app, with [`McpOptions::default`]. Its sessions last until their
+/// clients end them or fall idle; [`serve_mcp`] also ends them when it
+/// stops.
 pub fn mcp_router(vessel: Arc<Vessel>, agents: Arc<AgentDirectory>, local: SocketAddr) -> Router {
-    build(vessel, agents, local).0
+    mcp_router_with(vessel, agents, local, McpOptions::default())
 }
 
-/// Serves `/mcp` on `listener` until `shutdown` resolves; then every MCP
-/// session ends and its streams close.
+/// [`mcp_router`] with `options`. Call it inside a Tokio runtime: the task
+/// that keeps device events for the event resources runs there, as long as
+/// the route.
+pub fn mcp_router_with(
+    vessel: Arc<Vessel>,
+    agents: Arc<AgentDirectory>,
+    local: SocketAddr,
+    options: McpOptions,
+) -> Router {
+    build(vessel, agents, local, options).0
+}
+
+/// Serves `/mcp` on `listener` with [`McpOptions::default`] until
+/// `shutdown` resolves; then every MCP session ends and its streams close.
 pub async fn serve_mcp(
     listener: tokio::net::TcpListener,
     vessel: Arc<Vessel>,
     agents: Arc<AgentDirectory>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_mcp_with(listener, vessel, agents, McpOptions::default(), shutdown).await
+}
+
+/// [`serve_mcp`] with `options`.
+pub async fn serve_mcp_with(
+    listener: tokio::net::TcpListener,
+    vessel: Arc<Vessel>,
+    agents: Arc<AgentDirectory>,
+    options: McpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    let (router, end_sessions) = build(vessel, agents, local);
+    let (router, end_sessions) = build(vessel, agents, local, options);
     // An answer goes out as several small writes (headers, the event, the
     // end of the stream): without TCP_NODELAY a client that delays its ACK
     // holds each call up for tens of milliseconds.

@@ -1,27 +1,34 @@
 //! The rmcp server handler: one per MCP session (legacy `initialize`
 //! clients) or per request (clients of the `server/discover` lifecycle).
-//! It lists the agent's tools, runs calls through the adapter with the
-//! person as approver, and tells the client when its tool list changes.
+//! It lists the agent's tools and event resources, runs calls through the
+//! adapter with the person as approver, pages oversized results through
+//! `read_more`, and tells the client when its lists change or a resource it
+//! follows is updated.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use axum::http::request::Parts;
 use dk_proto::parse_tool_name;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
-    ToolAnnotations,
+    Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ResourceContents, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
-use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 
+use super::events::{EventLog, device_of_uri, resource, visible_devices};
 use super::guard::Authenticated;
+use super::options::McpOptions;
+use super::read_more::{Owner, READ_MORE_TOOL, ResultPages, read_more_tool};
+use super::watch::{Followed, MAX_SUBSCRIPTIONS, Notifier, SessionWatch};
 use crate::adapter::{CallContext, DecisionRecord, ToolDefinition, ToolOutcome};
-use crate::agents::{Agent, AgentDirectory, AgentEvent, AgentId};
+use crate::agents::{Agent, AgentDirectory, AgentId};
 use crate::vessel::Vessel;
 
 /// The header that carries the MCP session id on every request after
@@ -91,26 +98,52 @@ pub(crate) fn out_of_scope_reason(tool: &str, agent: &AgentId) -> String {
     format!("[8dk-deny] \"{tool}\" is not in the scope of agent \"{agent}\"")
 }
 
+/// What every handler of one MCP server shares.
+pub(crate) struct Shared {
+    pub(crate) vessel: Arc<Vessel>,
+    pub(crate) agents: Arc<AgentDirectory>,
+    pub(crate) options: McpOptions,
+    /// Oversized results, by `read_more` handle.
+    pub(crate) pages: ResultPages,
+    /// Recent device events, per device.
+    pub(crate) events: Arc<EventLog>,
+}
+
 /// The handler for one session (or one stateless request).
 pub(crate) struct DeviceTools {
+    shared: Arc<Shared>,
     vessel: Arc<Vessel>,
-    agents: Arc<AgentDirectory>,
     /// The agent that opened the session; later requests must be its own.
     owner: OnceLock<AgentId>,
+    /// The session's id, once a request carried it: its `read_more`
+    /// handles are dropped with it.
+    session: OnceLock<String>,
     /// Made at `initialize`, started at `notifications/initialized`.
-    pending_watch: Mutex<Option<ListWatch>>,
-    /// The session's list-changed task; aborted when the session ends and
-    /// this handler is dropped.
+    pending_watch: Mutex<Option<SessionWatch>>,
+    /// The devices whose event resources the session follows.
+    followed: Followed,
+    /// The session's watch task; aborted when the session ends and this
+    /// handler is dropped.
     tasks: Mutex<JoinSet<()>>,
 }
 
+impl Drop for DeviceTools {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.get() {
+            self.shared.pages.forget_session(session);
+        }
+    }
+}
+
 impl DeviceTools {
-    pub(crate) fn new(vessel: Arc<Vessel>, agents: Arc<AgentDirectory>) -> DeviceTools {
+    pub(crate) fn new(shared: Arc<Shared>) -> DeviceTools {
         DeviceTools {
-            vessel,
-            agents,
+            vessel: Arc::clone(&shared.vessel),
+            shared,
             owner: OnceLock::new(),
+            session: OnceLock::new(),
             pending_watch: Mutex::new(None),
+            followed: Followed::default(),
             tasks: Mutex::new(JoinSet::new()),
         }
     }
@@ -147,8 +180,15 @@ fn session_id(parts: Option<&Parts>) -> Option<String> {
 
 /// The result of a call as MCP carries it: a refusal is a tool error whose
 /// text is the reason; a device result is structured content (an object;
-/// anything else is wrapped as `{"result": ...}`) and the same JSON as text.
-pub(crate) fn call_result(outcome: ToolOutcome) -> CallToolResult {
+/// anything else is wrapped as `{"result": ...}`) and the same JSON as text,
+/// or, when that JSON is longer than the threshold, its first chunk and a
+/// `read_more` handle (see [`ResultPages`]).
+pub(crate) fn call_result(
+    outcome: ToolOutcome,
+    pages: &ResultPages,
+    owner: Owner,
+    agent: &AgentId,
+) -> CallToolResult {
     match outcome {
         ToolOutcome::Refused { reason } => CallToolResult::error(vec![ContentBlock::text(reason)]),
         ToolOutcome::Ok { result } => {
@@ -159,9 +199,24 @@ pub(crate) fn call_result(outcome: ToolOutcome) -> CallToolResult {
                 Value::Object(_) => value,
                 other => json!({ "result": other }),
             };
-            CallToolResult::structured(object)
+            pages.result_for(object, owner, agent)
         }
     }
+}
+
+/// Who owns what this request makes: its session, or, without one, its agent.
+fn owner_of(session: Option<&str>) -> Owner {
+    match session {
+        Some(id) => Owner::Session(id.to_owned()),
+        None => Owner::Agent,
+    }
+}
+
+/// The one answer for a resource that does not exist or that the agent
+/// does not see, so it learns nothing of what lies outside its scope.
+fn no_such_resource(uri: &str) -> ErrorData {
+    let shown: String = uri.chars().take(200).collect();
+    ErrorData::resource_not_found(format!("no resource `{shown}`"), None)
 }
 
 impl DeviceTools {
@@ -214,18 +269,46 @@ impl DeviceTools {
     }
 }
 
+impl DeviceTools {
+    /// The agent of this request, which must be able to see `uri`; the
+    /// device it names.
+    fn visible_resource(&self, uri: &str, agent: &Agent) -> Result<String, ErrorData> {
+        let device = device_of_uri(uri).ok_or_else(|| no_such_resource(uri))?;
+        if visible_devices(&self.vessel, agent).contains(device) {
+            Ok(device.to_owned())
+        } else {
+            Err(no_such_resource(uri))
+        }
+    }
+
+    fn watch(&self, agent: &AgentId, followed: Followed) -> Option<SessionWatch> {
+        SessionWatch::new(
+            Arc::clone(&self.vessel),
+            Arc::clone(&self.shared.agents),
+            &self.shared.events,
+            agent,
+            followed,
+        )
+    }
+}
+
 impl ServerHandler for DeviceTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
                 .build(),
         )
         .with_server_info(Implementation::new("dk-vessel", env!("CARGO_PKG_VERSION")))
         .with_instructions(
             "Tools are the capabilities of devices the person paired and allowed. \
-             Some calls wait for the person's yes; a refusal says why.",
+             Some calls wait for the person's yes; a refusal says why. A result too \
+             large to return at once comes in chunks: call read_more for the rest. \
+             Each device's recent events are a resource you can read and subscribe to.",
         )
     }
 
@@ -239,11 +322,8 @@ impl ServerHandler for DeviceTools {
         *self
             .pending_watch
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(ListWatch::new(
-            Arc::clone(&self.vessel),
-            Arc::clone(&self.agents),
-            agent.id,
-        ));
+            .unwrap_or_else(PoisonError::into_inner) =
+            self.watch(&agent.id, Arc::clone(&self.followed));
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -255,18 +335,12 @@ impl ServerHandler for DeviceTools {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(watch) = watch {
-            let peer = context.peer.clone();
+            let notifier = Notifier::Session(context.peer.clone());
+            let interval = self.shared.options.event_update_interval;
             self.tasks
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .spawn(async move {
-                    watch
-                        .run(|| {
-                            let peer = peer.clone();
-                            async move { peer.notify_tool_list_changed().await.is_ok() }
-                        })
-                        .await;
-                });
+                .spawn(watch.run(notifier, interval));
         }
     }
 
@@ -276,10 +350,12 @@ impl ServerHandler for DeviceTools {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let agent = self.agent(parts(&context.extensions))?;
-        let tools = visible_tools(&self.vessel, &agent)
+        let mut tools: Vec<Tool> = visible_tools(&self.vessel, &agent)
             .into_iter()
             .map(mcp_tool)
             .collect();
+        tools.push(read_more_tool());
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
         // The list is the agent's own and changes with grants: not to be
         // shared, not to be kept.
         Ok(ListToolsResult::with_all_items(tools)
@@ -295,6 +371,18 @@ impl ServerHandler for DeviceTools {
         let parts = parts(&context.extensions);
         let agent = self.agent(parts)?;
         let session = session_id(parts);
+        if let Some(id) = &session {
+            let _ = self.session.set(id.clone());
+        }
+        let owner = owner_of(session.as_deref());
+        if request.name == READ_MORE_TOOL {
+            let arguments = request.arguments.unwrap_or_default();
+            return Ok(self
+                .shared
+                .pages
+                .read_more(&arguments, &owner, &agent.id)
+                .into());
+        }
         let input = Value::Object(request.arguments.unwrap_or_default());
         if let Some(refusal) = self.refuse_out_of_scope(&request.name, &agent, session.as_deref()) {
             return Ok(refusal.into());
@@ -312,7 +400,75 @@ impl ServerHandler for DeviceTools {
             .adapter()
             .execute(&request.name, input, ctx)
             .await;
-        Ok(call_result(outcome).into())
+        Ok(call_result(outcome, &self.shared.pages, owner, &agent.id).into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let agent = self.agent(parts(&context.extensions))?;
+        let per_device = self.shared.options.events_per_device;
+        let resources = visible_devices(&self.vessel, &agent)
+            .iter()
+            .map(|device| resource(&self.vessel, device, per_device))
+            .collect();
+        Ok(ListResourcesResult::with_all_items(resources)
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let agent = self.agent(parts(&context.extensions))?;
+        let device = self.visible_resource(&request.uri, &agent)?;
+        let contents = self.shared.events.contents(&self.vessel, &agent, &device);
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(contents.to_string(), request.uri)
+                .with_mime_type("application/json"),
+        ])
+        .with_ttl_ms(0)
+        .with_cache_scope(CacheScope::Private)
+        .into())
+    }
+
+    // Legacy-only in rmcp: `initialize` clients subscribe this way;
+    // discover-lifecycle clients name URIs in `subscriptions/listen`.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let agent = self.agent(parts(&context.extensions))?;
+        let device = self.visible_resource(&request.uri, &agent)?;
+        let mut followed = self.followed.lock().unwrap_or_else(PoisonError::into_inner);
+        if followed.len() >= MAX_SUBSCRIPTIONS && !followed.contains(&device) {
+            return Err(ErrorData::invalid_request(
+                format!("a session follows at most {MAX_SUBSCRIPTIONS} resources"),
+                None,
+            ));
+        }
+        followed.insert(device);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.agent(parts(&context.extensions))?;
+        if let Some(device) = device_of_uri(&request.uri) {
+            self.followed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(device);
+        }
+        Ok(())
     }
 
     fn accepted_subscription_filter(
@@ -321,102 +477,37 @@ impl ServerHandler for DeviceTools {
     ) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         accepted.tools_list_changed = requested.tools_list_changed;
+        accepted.resources_list_changed = requested.resources_list_changed;
+        // Any well-formed event URI: whether the agent sees the device is
+        // checked at every event, so accepting one tells nothing.
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| device_of_uri(uri).is_some())
+                .take(MAX_SUBSCRIPTIONS)
+                .cloned()
+                .collect()
+        });
         Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let agent = self.agent(parts(&context.request_context().extensions))?;
-        let watch = ListWatch::new(Arc::clone(&self.vessel), Arc::clone(&self.agents), agent.id);
-        let sink = context.sink().clone();
+        let followed: BTreeSet<String> = context
+            .accepted()
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter_map(|uri| device_of_uri(uri).map(str::to_owned))
+            .collect();
+        let Some(watch) = self.watch(&agent.id, Arc::new(Mutex::new(followed))) else {
+            return Ok(());
+        };
+        let notifier = Notifier::Listen(context.sink().clone());
+        let interval = self.shared.options.event_update_interval;
         tokio::select! {
             () = context.cancelled() => {}
-            () = watch.run(|| {
-                let sink = sink.clone();
-                async move { sink.notify_tool_list_changed().await.is_ok() }
-            }) => {}
+            () = watch.run(notifier, interval) => {}
         }
         Ok(())
-    }
-}
-
-/// Watches what changes an agent's tool list: registry events (pair,
-/// unpair, grant, revoke) and agent changes. After each, the agent's list
-/// is computed again and the client is told only when it differs.
-pub(crate) struct ListWatch {
-    vessel: Arc<Vessel>,
-    agents: Arc<AgentDirectory>,
-    agent: AgentId,
-    registry_events: tokio::sync::broadcast::Receiver<crate::registry::RegistryEvent>,
-    agent_events: tokio::sync::broadcast::Receiver<AgentEvent>,
-    last: Vec<ToolDefinition>,
-}
-
-impl ListWatch {
-    /// Subscribes now, so nothing after this point is missed.
-    pub(crate) fn new(
-        vessel: Arc<Vessel>,
-        agents: Arc<AgentDirectory>,
-        agent: AgentId,
-    ) -> ListWatch {
-        let registry_events = vessel.registry().subscribe();
-        let agent_events = agents.subscribe();
-        let last = agents
-            .get(&agent)
-            .map(|a| visible_tools(&vessel, &a))
-            .unwrap_or_default();
-        ListWatch {
-            vessel,
-            agents,
-            agent,
-            registry_events,
-            agent_events,
-            last,
-        }
-    }
-
-    /// Runs until the agent is removed, an event source closes, or `notify`
-    /// says the client is gone.
-    pub(crate) async fn run<F, Fut>(mut self, notify: F)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = bool>,
-    {
-        while self.next_change().await {
-            if !notify().await {
-                return;
-            }
-        }
-    }
-
-    /// Waits for events until the agent's list differs from the last one
-    /// (true), or the watch is over (false).
-    pub(crate) async fn next_change(&mut self) -> bool {
-        loop {
-            let open = tokio::select! {
-                event = self.registry_events.recv() => !matches!(event, Err(RecvError::Closed)),
-                event = self.agent_events.recv() => match event {
-                    Ok(AgentEvent::Removed { id }) if id == self.agent => false,
-                    Err(RecvError::Closed) => false,
-                    _ => true,
-                },
-            };
-            if !open {
-                return false;
-            }
-            let Some(agent) = self.agents.get(&self.agent) else {
-                return false;
-            };
-            let now = visible_tools(&self.vessel, &agent);
-            if now != self.last {
-                self.last = now;
-                return true;
-            }
-        }
-    }
-
-    /// The list as last seen.
-    #[cfg(test)]
-    pub(crate) fn last(&self) -> &[ToolDefinition] {
-        &self.last
     }
 }

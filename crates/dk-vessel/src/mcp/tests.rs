@@ -19,7 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::server::{ListWatch, MAX_TOOL_NAME, valid_tool_name};
+use super::events::EventLog;
+use super::server::{MAX_TOOL_NAME, valid_tool_name};
+use super::watch::{Followed, SessionWatch};
 use super::*;
 use crate::agents::{AgentRole, AgentScope};
 use crate::link::{DeviceLink, InvokeResult};
@@ -155,14 +157,18 @@ async fn connect(url: &str, credential: &str) -> (Client, mpsc::UnboundedReceive
     (client, rx)
 }
 
+/// The device tools a client is offered (every agent is also offered
+/// `read_more`, checked apart).
 async fn tool_names(client: &Client) -> Vec<String> {
-    client
+    let names: Vec<String> = client
         .list_all_tools()
         .await
         .unwrap()
         .into_iter()
         .map(|t| t.name.into_owned())
-        .collect()
+        .collect();
+    assert_eq!(names.last().map(String::as_str), Some("read_more"));
+    names.into_iter().filter(|n| n != "read_more").collect()
 }
 
 async fn call(client: &Client, tool: &str, input: Value) -> CallToolResult {
@@ -230,8 +236,18 @@ async fn an_agent_lists_its_granted_tools_sorted_with_annotations() {
         [
             "device__desk_lamp__read_light",
             "device__desk_lamp__set_light",
-            "device__desk_lamp__strobe"
+            "device__desk_lamp__strobe",
+            "read_more"
         ]
+    );
+    let read_more = serde_json::to_value(by_name(&tools, "read_more")).unwrap();
+    assert_eq!(
+        read_more["annotations"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false})
+    );
+    assert_eq!(
+        read_more["inputSchema"]["required"],
+        json!(["handle", "offset"])
     );
     let read = serde_json::to_value(by_name(&tools, "device__desk_lamp__read_light")).unwrap();
     assert_eq!(
@@ -494,8 +510,16 @@ async fn a_watch_reports_only_changes_the_agent_can_see() {
             AgentRole::User,
         )
         .unwrap();
-    let mut watch = ListWatch::new(Arc::clone(&vessel), Arc::clone(&agents), "narrow".into());
-    assert_eq!(watch.last().len(), 1);
+    let events = EventLog::new(&McpOptions::default());
+    let mut watch = SessionWatch::new(
+        Arc::clone(&vessel),
+        Arc::clone(&agents),
+        &events,
+        &"narrow".into(),
+        Followed::default(),
+    )
+    .unwrap();
+    assert_eq!(watch.tools().len(), 1);
     // Outside the scope: no change.
     vessel.registry().grant("desk-lamp", "set_light").unwrap();
     vessel.registry().grant("desk-lamp", "strobe").unwrap();
@@ -511,17 +535,19 @@ async fn a_watch_reports_only_changes_the_agent_can_see() {
             AgentScope::from_items(["desk-lamp:read_light", "desk-lamp:strobe"]).unwrap(),
         )
         .unwrap();
-    assert!(watch.next_change().await);
-    let names: Vec<&str> = watch.last().iter().map(|t| t.name.as_str()).collect();
+    let changes = watch.next_changes().await.unwrap();
+    assert!(changes.tools);
+    assert!(!changes.resources);
+    let names: Vec<&str> = watch.tools().iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
         ["device__desk_lamp__read_light", "device__desk_lamp__strobe"]
     );
     // Every event was read; nothing else is waiting.
-    assert!(watch.next_change().now_or_never().is_none());
+    assert!(watch.next_changes().now_or_never().is_none());
     // Removing the agent ends the watch.
     agents.remove("narrow").unwrap();
-    assert!(!watch.next_change().await);
+    assert_eq!(watch.next_changes().await, None);
 }
 
 #[tokio::test]

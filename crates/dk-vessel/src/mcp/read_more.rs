@@ -1,0 +1,433 @@
+//! Oversized results: a device result whose JSON is longer than the
+//! threshold is kept here under a random handle, and the agent gets its
+//! first chunk; the `read_more` tool returns any later chunk. A handle
+//! belongs to the MCP session that made it (or, for clients served without
+//! a session, to the agent), lasts a fixed time, and all handles together
+//! hold a bounded number of bytes, the oldest dropped first.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+
+use super::options::McpOptions;
+use crate::agents::AgentId;
+
+/// The name of the built-in tool that returns the next chunk of a result.
+pub(crate) const READ_MORE_TOOL: &str = "read_more";
+
+/// What a handle starts with, so a handle is recognisable in a transcript.
+const HANDLE_PREFIX: &str = "rm_";
+
+/// Who may read a handle: the MCP session that made it, or, for a client
+/// served without a session, the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// An `initialize` session, by its `Mcp-Session-Id`.
+    Session(String),
+    /// A client of the `server/discover` lifecycle, by its agent.
+    Agent,
+}
+
+/// One kept result.
+struct Kept {
+    owner: Owner,
+    agent: AgentId,
+    text: Arc<str>,
+    made: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_handle: HashMap<String, Kept>,
+    /// Handles in the order they were made (so also in the order they
+    /// expire); may name handles already taken out.
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+impl Inner {
+    fn remove(&mut self, handle: &str) {
+        if let Some(kept) = self.by_handle.remove(handle) {
+            self.bytes = self.bytes.saturating_sub(kept.text.len());
+        }
+    }
+
+    /// Drops the handles made before `made_before`.
+    fn sweep(&mut self, now: Instant, expiry: Duration) {
+        while let Some(handle) = self.order.front() {
+            let expired = match self.by_handle.get(handle) {
+                Some(kept) => now.saturating_duration_since(kept.made) >= expiry,
+                None => true,
+            };
+            if !expired {
+                break;
+            }
+            if let Some(handle) = self.order.pop_front() {
+                self.remove(&handle);
+            }
+        }
+    }
+}
+
+/// Why `read_more` could not return a chunk. Every variant is told to the
+/// agent as a tool error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReadMoreError {
+    /// The input is not `{"handle": string, "offset": integer >= 0}`.
+    BadInput,
+    /// No such handle: never made, expired, or dropped to keep memory bounded.
+    Unknown(String),
+    /// The handle belongs to another session or agent.
+    Foreign(String),
+    /// The offset is past the end of the result.
+    PastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The result's length.
+        total: usize,
+    },
+    /// The offset falls inside a character.
+    InsideCharacter(u64),
+}
+
+impl std::fmt::Display for ReadMoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadMoreError::BadInput => write!(
+                f,
+                "read_more takes {{\"handle\": string, \"offset\": integer of at least 0}}"
+            ),
+            ReadMoreError::Unknown(handle) => write!(
+                f,
+                "unknown or expired read_more handle `{handle}`: call the tool again for a fresh result"
+            ),
+            ReadMoreError::Foreign(handle) => write!(
+                f,
+                "read_more handle `{handle}` belongs to another MCP session"
+            ),
+            ReadMoreError::PastEnd { offset, total } => write!(
+                f,
+                "offset {offset} is past the end of the result ({total} bytes)"
+            ),
+            ReadMoreError::InsideCharacter(offset) => write!(
+                f,
+                "offset {offset} falls inside a character: use the nextOffset of the previous chunk"
+            ),
+        }
+    }
+}
+
+/// The chunk of `text` that starts at `offset`: at most `size` bytes, cut
+/// on a character boundary (but always at least one character, so paging
+/// moves on), and the offset of the next chunk if there is one.
+pub(crate) fn chunk_at(
+    text: &str,
+    offset: usize,
+    size: usize,
+) -> Result<(&str, Option<usize>), ReadMoreError> {
+    let total = text.len();
+    if offset > total {
+        return Err(ReadMoreError::PastEnd {
+            offset: offset as u64,
+            total,
+        });
+    }
+    if !text.is_char_boundary(offset) {
+        return Err(ReadMoreError::InsideCharacter(offset as u64));
+    }
+    let mut end = offset.saturating_add(size.max(1)).min(total);
+    while end > offset && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end == offset && end < total {
+        end += 1;
+        while end < total && !text.is_char_boundary(end) {
+            end += 1;
+        }
+    }
+    let chunk = text.get(offset..end).unwrap_or_default();
+    Ok((chunk, (end < total).then_some(end)))
+}
+
+/// The results too large to return whole, by handle.
+pub(crate) struct ResultPages {
+    threshold: usize,
+    expiry: Duration,
+    memory: usize,
+    inner: Mutex<Inner>,
+}
+
+/// A page told to the agent.
+struct Page<'a> {
+    handle: Option<&'a str>,
+    total: usize,
+    offset: usize,
+    chunk: &'a str,
+    next: Option<usize>,
+    expires_in: Duration,
+}
+
+impl Page<'_> {
+    fn into_result(self, first: bool) -> CallToolResult {
+        let note = match (self.next, self.handle) {
+            (Some(next), Some(handle)) => {
+                let lead = if first {
+                    format!(
+                        "the result is {} bytes of JSON, too large to return at once; this is its first chunk. ",
+                        self.total
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{lead}Call read_more with {{\"handle\": \"{handle}\", \"offset\": {next}}} for the next chunk, and join the chunks in order to get the result's JSON."
+                )
+            }
+            (Some(_), None) => format!(
+                "the result is {} bytes of JSON, more than the vessel can keep; only its first chunk is shown.",
+                self.total
+            ),
+            (None, _) => {
+                "This is the last chunk: join the chunks in order to get the result's JSON."
+                    .to_owned()
+            }
+        };
+        CallToolResult::structured(json!({
+            "truncated": self.next.is_some(),
+            "handle": self.handle,
+            "totalBytes": self.total,
+            "offset": self.offset,
+            "nextOffset": self.next,
+            "chunk": self.chunk,
+            "expiresInSeconds": self.expires_in.as_secs(),
+            "note": note,
+        }))
+    }
+}
+
+impl ResultPages {
+    pub(crate) fn new(options: &McpOptions) -> ResultPages {
+        ResultPages {
+            threshold: options.read_more_threshold.max(1),
+            expiry: options.read_more_expiry,
+            memory: options.read_more_memory,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The result to send for the device result `object`: itself as
+    /// structured content when its JSON is at most the threshold, else its
+    /// first chunk with a handle for the rest.
+    pub(crate) fn result_for(
+        &self,
+        object: Value,
+        owner: Owner,
+        agent: &AgentId,
+    ) -> CallToolResult {
+        let text = object.to_string();
+        if text.len() <= self.threshold {
+            return CallToolResult::structured(object);
+        }
+        let handle = self.keep(Arc::from(text.as_str()), owner, agent);
+        let Ok((chunk, next)) = chunk_at(&text, 0, self.threshold) else {
+            return CallToolResult::error(vec![ContentBlock::text(
+                "the result could not be paged",
+            )]);
+        };
+        Page {
+            handle: handle.as_deref(),
+            total: text.len(),
+            offset: 0,
+            chunk,
+            next,
+            expires_in: if handle.is_some() {
+                self.expiry
+            } else {
+                Duration::ZERO
+            },
+        }
+        .into_result(true)
+    }
+
+    /// Keeps `text` under a new handle, dropping expired handles and then
+    /// the oldest until it fits; `None` when it alone is over the bound.
+    fn keep(&self, text: Arc<str>, owner: Owner, agent: &AgentId) -> Option<String> {
+        if text.len() > self.memory {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        rand::rng().fill(&mut bytes);
+        let mut handle = String::with_capacity(HANDLE_PREFIX.len() + 32);
+        handle.push_str(HANDLE_PREFIX);
+        for b in bytes {
+            handle.push_str(&format!("{b:02x}"));
+        }
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.sweep(now, self.expiry);
+        while inner.bytes.saturating_add(text.len()) > self.memory {
+            let Some(oldest) = inner.order.pop_front() else {
+                break;
+            };
+            inner.remove(&oldest);
+        }
+        inner.bytes = inner.bytes.saturating_add(text.len());
+        inner.order.push_back(handle.clone());
+        inner.by_handle.insert(
+            handle.clone(),
+            Kept {
+                owner,
+                agent: agent.clone(),
+                text,
+                made: now,
+            },
+        );
+        Some(handle)
+    }
+
+    /// Answers a `read_more` call with `arguments`, for `owner`.
+    pub(crate) fn read_more(
+        &self,
+        arguments: &JsonObject,
+        owner: &Owner,
+        agent: &AgentId,
+    ) -> CallToolResult {
+        match self.try_read_more(arguments, owner, agent) {
+            Ok(result) => result,
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        }
+    }
+
+    fn try_read_more(
+        &self,
+        arguments: &JsonObject,
+        owner: &Owner,
+        agent: &AgentId,
+    ) -> Result<CallToolResult, ReadMoreError> {
+        let handle = arguments
+            .get("handle")
+            .and_then(Value::as_str)
+            .ok_or(ReadMoreError::BadInput)?;
+        let offset = arguments
+            .get("offset")
+            .and_then(Value::as_u64)
+            .ok_or(ReadMoreError::BadInput)?;
+        if arguments.keys().any(|k| k != "handle" && k != "offset") {
+            return Err(ReadMoreError::BadInput);
+        }
+        let now = Instant::now();
+        let (text, made) = {
+            let mut inner = self.lock();
+            inner.sweep(now, self.expiry);
+            let kept = inner
+                .by_handle
+                .get(handle)
+                .ok_or_else(|| ReadMoreError::Unknown(printable_handle(handle)))?;
+            if &kept.owner != owner || &kept.agent != agent {
+                return Err(ReadMoreError::Foreign(printable_handle(handle)));
+            }
+            (Arc::clone(&kept.text), kept.made)
+        };
+        let start = usize::try_from(offset).map_err(|_| ReadMoreError::PastEnd {
+            offset,
+            total: text.len(),
+        })?;
+        let (chunk, next) = chunk_at(&text, start, self.threshold)?;
+        Ok(Page {
+            handle: Some(handle),
+            total: text.len(),
+            offset: start,
+            chunk,
+            next,
+            expires_in: self
+                .expiry
+                .saturating_sub(now.saturating_duration_since(made)),
+        }
+        .into_result(false))
+    }
+
+    /// Drops every handle of the session `session` (it ended).
+    pub(crate) fn forget_session(&self, session: &str) {
+        let mut inner = self.lock();
+        let gone: Vec<String> = inner
+            .by_handle
+            .iter()
+            .filter(|(_, k)| matches!(&k.owner, Owner::Session(s) if s == session))
+            .map(|(h, _)| h.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        for handle in &gone {
+            inner.remove(handle);
+        }
+        let Inner {
+            by_handle, order, ..
+        } = &mut *inner;
+        order.retain(|h| by_handle.contains_key(h));
+    }
+
+    /// How many handles are kept and the bytes they hold.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.by_handle.len(), inner.bytes)
+    }
+}
+
+/// A handle as an agent gave it, short and safe to repeat in a message.
+fn printable_handle(handle: &str) -> String {
+    handle
+        .chars()
+        .take(64)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect()
+}
+
+/// The `read_more` tool as listed to every agent.
+pub(crate) fn read_more_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "handle": {
+                "type": "string",
+                "description": "the handle of an oversized result"
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "where the chunk starts: the nextOffset of the previous chunk"
+            }
+        },
+        "required": ["handle", "offset"],
+        "additionalProperties": false
+    });
+    let schema: JsonObject = match schema {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    };
+    Tool::new(
+        READ_MORE_TOOL,
+        "Returns the next chunk of a device result that was too large to return at once. \
+         Such a result comes as {truncated, handle, totalBytes, offset, nextOffset, chunk}: \
+         call read_more with its handle and nextOffset until nextOffset is null, and join \
+         the chunks in order to get the result's JSON. Handles expire and belong to the \
+         session that got them.",
+        Arc::new(schema),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+    )
+}
