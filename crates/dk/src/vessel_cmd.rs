@@ -12,8 +12,8 @@ use std::sync::Arc;
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, FileStamp, Limits, Reloaded, SqliteStore, Store, Vessel, serve_admin,
-    serve_devices, serve_mcp, watch_policy_file,
+    AdminToken, FileStamp, Limits, McpOptions, Reloaded, SqliteStore, Store, Vessel, serve_admin,
+    serve_devices, serve_mcp_with, watch_policy_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -35,6 +35,11 @@ pub struct VesselArgs {
     /// vessel runs without MCP and says so]
     #[arg(long)]
     pub mcp_listen: Option<SocketAddr>,
+    /// A device result whose JSON is longer than this many bytes reaches an
+    /// agent in chunks, the rest through the `read_more` tool.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub mcp_read_more_threshold: u64,
     /// The vessel's data directory: its database (pairings, token hashes,
     /// the audit log) and its address file. No token is ever kept there.
     #[arg(long, default_value = ".dk/vessel")]
@@ -191,10 +196,15 @@ async fn serve(
     let mcp_task = async {
         match mcp {
             Some(listener) => {
-                serve_mcp(
+                serve_mcp_with(
                     listener,
                     Arc::clone(&vessel),
                     Arc::clone(vessel.agents()),
+                    McpOptions {
+                        read_more_threshold: usize::try_from(args.mcp_read_more_threshold)
+                            .unwrap_or(usize::MAX),
+                        ..McpOptions::default()
+                    },
                     stopped(stop_rx.clone()),
                 )
                 .await
