@@ -184,4 +184,8 @@ pub async fn serve_mcp_with(
 }
 
 #[cfg(test)]
+mod event_tests;
+#[cfg(test)]
+mod read_more_tests;
+#[cfg(test)]
 mod tests;

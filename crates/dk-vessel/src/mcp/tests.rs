@@ -30,9 +30,9 @@ use crate::registry::ConsentDecision;
 use crate::vessel::Limits;
 
 /// Long enough for anything on loopback; only a broken server waits it out.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(super) const PATIENCE: Duration = Duration::from_secs(20);
 
-fn lamp() -> Value {
+pub(super) fn lamp() -> Value {
     serde_json::from_str(include_str!(
         "../../../../fixtures/manifests/valid/desk-lamp.json"
     ))
@@ -61,7 +61,7 @@ impl DeviceLink for Lamp {
     }
 }
 
-async fn vessel_with_lamp(grants: &[&str]) -> Arc<Vessel> {
+pub(super) async fn vessel_with_lamp(grants: &[&str]) -> Arc<Vessel> {
     let vessel = Vessel::new(PolicySet::empty(), Limits::default());
     let decision = ConsentDecision::approve(grants.iter().copied());
     vessel
@@ -79,21 +79,30 @@ async fn vessel_with_lamp(grants: &[&str]) -> Arc<Vessel> {
 }
 
 /// A vessel's MCP listener on 127.0.0.1:0.
-struct Server {
-    url: String,
+pub(super) struct Server {
+    pub(super) url: String,
     local: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
 
 async fn serve(vessel: &Arc<Vessel>, agents: &Arc<AgentDirectory>) -> Server {
+    serve_with(vessel, agents, McpOptions::default()).await
+}
+
+pub(super) async fn serve_with(
+    vessel: &Arc<Vessel>,
+    agents: &Arc<AgentDirectory>,
+    options: McpOptions,
+) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let local = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_mcp(
+    let task = tokio::spawn(serve_mcp_with(
         listener,
         Arc::clone(vessel),
         Arc::clone(agents),
+        options,
         async move {
             let _ = stopped.await;
         },
@@ -107,7 +116,7 @@ async fn serve(vessel: &Arc<Vessel>, agents: &Arc<AgentDirectory>) -> Server {
 }
 
 impl Server {
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -121,7 +130,7 @@ impl Server {
 
 /// Counts `notifications/tools/list_changed`.
 #[derive(Clone)]
-struct Listener(mpsc::UnboundedSender<()>);
+pub(super) struct Listener(pub(super) mpsc::UnboundedSender<()>);
 
 impl ClientHandler for Listener {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -129,9 +138,12 @@ impl ClientHandler for Listener {
     }
 }
 
-type Client = RunningService<RoleClient, Listener>;
+pub(super) type Client = RunningService<RoleClient, Listener>;
 
-fn transport_config(url: &str, credential: Option<&str>) -> StreamableHttpClientTransportConfig {
+pub(super) fn transport_config(
+    url: &str,
+    credential: Option<&str>,
+) -> StreamableHttpClientTransportConfig {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     if let Some(credential) = credential {
         config = config.auth_header(credential.to_owned());
@@ -149,7 +161,7 @@ async fn try_connect(
     handler.serve(transport).await
 }
 
-async fn connect(url: &str, credential: &str) -> (Client, mpsc::UnboundedReceiver<()>) {
+pub(super) async fn connect(url: &str, credential: &str) -> (Client, mpsc::UnboundedReceiver<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let client = try_connect(url, Some(credential), Listener(tx))
         .await
@@ -171,7 +183,11 @@ async fn tool_names(client: &Client) -> Vec<String> {
     names.into_iter().filter(|n| n != "read_more").collect()
 }
 
-async fn call(client: &Client, tool: &str, input: Value) -> CallToolResult {
+pub(super) async fn call(
+    client: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    input: Value,
+) -> CallToolResult {
     let Value::Object(arguments) = input else {
         panic!("input must be an object");
     };
@@ -181,7 +197,7 @@ async fn call(client: &Client, tool: &str, input: Value) -> CallToolResult {
         .unwrap()
 }
 
-fn text(result: &CallToolResult) -> String {
+pub(super) fn text(result: &CallToolResult) -> String {
     let value = serde_json::to_value(result).unwrap();
     value["content"][0]["text"].as_str().unwrap().to_owned()
 }
@@ -193,7 +209,11 @@ async fn notified(rx: &mut mpsc::UnboundedReceiver<()>) {
         .unwrap();
 }
 
-fn agents_with(name: &str, scope: AgentScope, role: AgentRole) -> (Arc<AgentDirectory>, String) {
+pub(super) fn agents_with(
+    name: &str,
+    scope: AgentScope,
+    role: AgentRole,
+) -> (Arc<AgentDirectory>, String) {
     let agents = Arc::new(AgentDirectory::new());
     let (_, credential) = agents.add(name, scope, role).unwrap();
     (agents, credential.expose().to_owned())

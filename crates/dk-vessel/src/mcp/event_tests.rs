@@ -1,0 +1,1 @@
+//! Tests of device events as MCP resources.
