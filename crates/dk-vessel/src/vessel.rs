@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dk_policy::PolicySet;
@@ -16,14 +16,14 @@ use tokio::sync::{broadcast, watch};
 
 use crate::adapter::{AgentRunLimits, DecisionRecord, DeviceToolAdapter};
 use crate::agents::{
-    AGENT_CREDENTIAL_PREFIX, AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole,
-    AgentScope, StoredAgent,
+    AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
+use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::audit_event;
 use crate::registry::{DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
-use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, redact_for_audit};
+use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, cut_for_audit};
 
 /// Limits on device connections. Every one is configurable; the defaults are
 /// documented in `docs/PROTOCOL.md`.
@@ -203,108 +203,8 @@ pub struct Vessel {
     decisions: Arc<Mutex<VecDeque<Arc<Decision>>>>,
     shutdown: watch::Sender<bool>,
     writer: Arc<AuditWriter>,
-    secrets: Arc<RwLock<Vec<String>>>,
+    redactor: SecretRedactor,
     agents: Arc<AgentDirectory>,
-}
-
-/// `value` with every device token in its strings replaced by `[redacted]`.
-fn hide_device_tokens(value: &Value, registry: &DeviceRegistry, agents: &AgentDirectory) -> Value {
-    match value {
-        Value::String(text) => Value::String(hide_tokens_in(text, registry, agents)),
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|v| hide_device_tokens(v, registry, agents))
-                .collect(),
-        ),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    (
-                        hide_tokens_in(k, registry, agents),
-                        hide_device_tokens(v, registry, agents),
-                    )
-                })
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
-/// Hides device tokens in `text`. A token is 64 lower-case hex characters;
-/// inside a run of hex characters every 64-character window is checked
-/// against the paired devices' token hashes (a token glued to more hex
-/// digits is still found). A run longer than [`LONG_HEX_RUN`] is hidden whole
-/// rather than checked window by window, so an input cannot make the audit
-/// path slow. A window is also checked as the hex part of an agent
-/// credential (`dka_` and 64 hex characters), known only by its hash too.
-fn hide_tokens_in(text: &str, registry: &DeviceRegistry, agents: &AgentDirectory) -> String {
-    const TOKEN_LEN: usize = 64;
-    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-    let bytes = text.as_bytes();
-    if bytes.len() < TOKEN_LEN {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if !bytes.get(i).copied().is_some_and(hex) {
-            i += 1;
-            continue;
-        }
-        let run_start = i;
-        while bytes.get(i).copied().is_some_and(hex) {
-            i += 1;
-        }
-        let run_len = i - run_start;
-        if run_len < TOKEN_LEN {
-            continue;
-        }
-        // Hex is ASCII, so every index in the run is a char boundary.
-        let run = text.get(run_start..i).unwrap_or_default();
-        let hidden = if run_len > LONG_HEX_RUN {
-            Some("[redacted: long hex]".to_owned())
-        } else {
-            hide_windows(run, registry, agents)
-        };
-        if let Some(replacement) = hidden {
-            out.push_str(text.get(start..run_start).unwrap_or_default());
-            out.push_str(&replacement);
-            start = i;
-        }
-    }
-    out.push_str(text.get(start..).unwrap_or_default());
-    out
-}
-
-/// The longest hex run checked window by window.
-const LONG_HEX_RUN: usize = 192;
-
-/// `run` (all hex) with every token window replaced, or `None` when it holds
-/// no token.
-fn hide_windows(run: &str, registry: &DeviceRegistry, agents: &AgentDirectory) -> Option<String> {
-    const TOKEN_LEN: usize = 64;
-    let mut out = String::with_capacity(run.len());
-    let mut found = false;
-    let mut at = 0;
-    let mut copied = 0;
-    while at + TOKEN_LEN <= run.len() {
-        let window = run.get(at..at + TOKEN_LEN).unwrap_or_default();
-        if registry.is_device_token(window)
-            || agents.is_credential(&format!("{AGENT_CREDENTIAL_PREFIX}{window}"))
-        {
-            out.push_str(run.get(copied..at).unwrap_or_default());
-            out.push_str("[redacted]");
-            at += TOKEN_LEN;
-            copied = at;
-            found = true;
-        } else {
-            at += 1;
-        }
-    }
-    out.push_str(run.get(copied..).unwrap_or_default());
-    found.then_some(out)
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
@@ -312,12 +212,8 @@ fn hide_windows(run: &str, registry: &DeviceRegistry, agents: &AgentDirectory) -
 struct DecisionAudit {
     recent: Arc<Mutex<VecDeque<Arc<Decision>>>>,
     writer: Arc<AuditWriter>,
-    secrets: Arc<RwLock<Vec<String>>>,
-    /// Device tokens are known only by their hashes: any run of 64 hex
-    /// characters in an input is checked against them.
-    registry: std::sync::Weak<DeviceRegistry>,
-    /// Agent credentials likewise, after a restart.
-    agents: std::sync::Weak<AgentDirectory>,
+    /// The vessel's redactor: every entry goes through it whole.
+    redactor: SecretRedactor,
 }
 
 /// A decision record owned, taken on the call path (moves and a clone of the
@@ -368,19 +264,15 @@ impl DecisionAudit {
             }
             recent.push_back(Arc::clone(&decision));
         }
-        let secrets = Arc::clone(&self.secrets);
-        let registry = self.registry.clone();
-        let agents = self.agents.clone();
+        let redactor = self.redactor.clone();
         self.writer.record_with(move || {
-            let mut value = decision.to_json();
+            // Redacted before it is cut, so a cut never leaves half a secret.
+            let mut value = redactor.redact_json(&decision.to_json());
             if let (Some(input), Value::Object(map)) = (&decision.input, &mut value) {
-                let input = match (registry.upgrade(), agents.upgrade()) {
-                    (Some(registry), Some(agents)) => hide_device_tokens(input, &registry, &agents),
-                    _ => input.clone(),
-                };
-                let secrets = secrets.read().unwrap_or_else(PoisonError::into_inner);
-                let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-                map.insert("input".to_owned(), redact_for_audit(&input, &secrets));
+                map.insert(
+                    "input".to_owned(),
+                    cut_for_audit(&redactor.redact_json(input)),
+                );
             }
             Some(AuditEvent {
                 at_ms: decision.at_ms,
@@ -442,15 +334,15 @@ impl Vessel {
             Arc::clone(registry.store()),
             WriterOptions::default(),
         ));
-        let secrets: Arc<RwLock<Vec<String>>> = Arc::new(RwLock::new(Vec::new()));
         let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
         let registry = Arc::new(registry);
+        let redactor = SecretRedactor::new();
+        redactor.watch_tokens(&registry, &agents);
+        redact_logs_with(&redactor);
         let hook = DecisionAudit {
             recent: Arc::clone(&decisions),
             writer: Arc::clone(&writer),
-            secrets: Arc::clone(&secrets),
-            registry: Arc::downgrade(&registry),
-            agents: Arc::downgrade(&agents),
+            redactor: redactor.clone(),
         };
         let mut adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
             .with_policies(Arc::new(policies))
@@ -472,7 +364,7 @@ impl Vessel {
             decisions,
             shutdown: watch::channel(false).0,
             writer,
-            secrets,
+            redactor,
             agents,
         })
     }
@@ -512,19 +404,32 @@ impl Vessel {
     }
 
     /// Adds a secret (an admin or agent token, a host's own) that must never
-    /// reach the audit log: every occurrence in a call's input is replaced.
+    /// leave the vessel: from now on every occurrence is replaced by
+    /// `[REDACTED]` in audit entries, device events, stream metadata and log
+    /// lines (see [`Vessel::redactor`]).
     pub fn add_secret(&self, secret: &str) {
-        if !secret.is_empty() {
-            self.secrets
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(secret.to_owned());
-        }
+        self.redactor.add_secret(secret);
     }
 
-    /// Appends an event to the audit log (write-behind, like decisions).
+    /// The vessel's one redactor: the secrets given to
+    /// [`Vessel::add_secret`], the agents' credentials, and the device tokens
+    /// and agent credentials known by their hashes. Clones share it.
+    pub fn redactor(&self) -> &SecretRedactor {
+        &self.redactor
+    }
+
+    /// Telemetry (stream metadata, anything else the vessel emits as JSON)
+    /// with every known secret replaced by `[REDACTED]`, in strings and
+    /// object keys, nested no deeper than 32 (`[MaxDepth]` below).
+    pub fn redact_telemetry(&self, telemetry: &Value) -> Value {
+        self.redactor.redact_json(telemetry)
+    }
+
+    /// Appends an event to the audit log (write-behind, like decisions),
+    /// known secrets redacted.
     pub fn audit(&self, kind: &str, entry: Value) {
-        self.writer.record(audit_event(kind, entry));
+        self.writer
+            .record(audit_event(kind, self.redactor.redact_json(&entry)));
     }
 
     /// Waits until every audit entry recorded so far is committed.
@@ -598,12 +503,23 @@ impl Vessel {
     }
 
     /// Device events from now on (a slow subscriber misses events rather than
-    /// holding devices back).
+    /// holding devices back), known secrets already redacted.
     pub fn subscribe_events(&self) -> broadcast::Receiver<DeviceEvent> {
         self.events.subscribe()
     }
 
-    pub(crate) fn publish_event(&self, event: DeviceEvent) {
+    /// Sends a device event to every subscriber, its data redacted first.
+    pub(crate) fn publish_event(&self, mut event: DeviceEvent) {
+        if let Some(redacted) = event
+            .data
+            .as_deref()
+            .and_then(|d| self.redactor.redact_raw(d))
+        {
+            event.data = Some(redacted);
+        }
+        if let std::borrow::Cow::Owned(capability) = self.redactor.redact_str(&event.capability) {
+            event.capability = capability;
+        }
         if self.events.send(event).is_err() {
             self.stats.events_dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -618,7 +534,10 @@ impl Vessel {
             .iter()
             .cloned()
             .collect();
-        recent.iter().map(|d| d.to_json()).collect()
+        recent
+            .iter()
+            .map(|d| self.redactor.redact_json(&d.to_json()))
+            .collect()
     }
 
     /// Connections open now.

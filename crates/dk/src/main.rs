@@ -15,6 +15,7 @@ mod agents_cmd;
 mod audit_cmd;
 mod demo_cmd;
 mod input;
+mod logging;
 mod manifest_cmd;
 mod policy_cmd;
 mod prompt;
@@ -90,6 +91,7 @@ enum DeviceCommand {
 }
 
 fn main() -> ExitCode {
+    logging::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Manifest(command) => manifest_cmd::run(command),

@@ -493,7 +493,7 @@ async fn agent_credentials_stay_out_of_the_audit_log_after_a_restart() {
     assert!(entries.iter().any(|e| e.kind == "decision"), "{text}");
     let hex = credential.trim_start_matches("dka_");
     assert!(!text.contains(hex), "{text}");
-    assert!(text.contains("dka_[redacted]"), "{text}");
+    assert!(text.contains("dka_[REDACTED]"), "{text}");
 }
 
 /// A memory store whose agent writes fail, as a full disk would.

@@ -565,5 +565,5 @@ async fn tokens_and_secrets_stay_out_of_the_audit_log() {
     assert!(entries.iter().any(|e| e.kind == "decision"), "{text}");
     assert!(!text.contains(&token), "{text}");
     assert!(!text.contains("s3cret-admin-token"), "{text}");
-    assert!(text.contains("[redacted]"), "{text}");
+    assert!(text.contains("[REDACTED]"), "{text}");
 }

@@ -36,22 +36,27 @@ const MAX_SHIFT: i64 = 8;
 /// content; past this, they are reported as edited.
 const MAX_SWAP_CANDIDATES: usize = 256;
 
-/// What replaces a value holding a known secret.
-const REDACTED: &str = "[redacted]";
-
-/// A copy of `value` fit for the audit log: every string (or object key)
-/// containing one of `secrets` is replaced by `[redacted]`, strings longer
-/// than [`MAX_AUDIT_STRING`] characters are cut, arrays and objects keep
-/// their first [`MAX_AUDIT_ITEMS`] items, and values deeper than
-/// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
-/// Empty secrets are ignored.
+/// A copy of `value` fit for the audit log: every occurrence of one of
+/// `secrets` (in strings and object keys) is replaced by `[REDACTED]`, then
+/// it is cut as [`cut_for_audit`] says. Empty secrets are ignored. The
+/// vessel's own entries go through its [`SecretRedactor`](crate::SecretRedactor)
+/// instead, which also knows the tokens it holds only by their hashes.
 pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
-    redact(value, secrets, 0)
+    cut_for_audit(&dk_policy::Redactor::new(secrets).redact_json(value))
 }
 
-fn redact(value: &Value, secrets: &[&str], depth: usize) -> Value {
+/// A copy of `value` cut for the audit log: strings longer than
+/// [`MAX_AUDIT_STRING`] characters are cut, arrays and objects keep their
+/// first [`MAX_AUDIT_ITEMS`] items, and values deeper than
+/// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
+/// Secrets are not its business: redact before or after.
+pub(crate) fn cut_for_audit(value: &Value) -> Value {
+    cut(value, 0)
+}
+
+fn cut(value: &Value, depth: usize) -> Value {
     match value {
-        Value::String(text) => Value::String(redact_text(text, secrets)),
+        Value::String(text) => Value::String(cut_text(text)),
         Value::Array(_) | Value::Object(_) if depth >= MAX_AUDIT_DEPTH => {
             Value::String("[cut: nested too deep]".to_owned())
         }
@@ -59,7 +64,7 @@ fn redact(value: &Value, secrets: &[&str], depth: usize) -> Value {
             let mut out: Vec<Value> = items
                 .iter()
                 .take(MAX_AUDIT_ITEMS)
-                .map(|item| redact(item, secrets, depth + 1))
+                .map(|item| cut(item, depth + 1))
                 .collect();
             if items.len() > MAX_AUDIT_ITEMS {
                 out.push(Value::String(format!(
@@ -72,7 +77,7 @@ fn redact(value: &Value, secrets: &[&str], depth: usize) -> Value {
         Value::Object(fields) => {
             let mut out = Map::new();
             for (key, item) in fields.iter().take(MAX_AUDIT_ITEMS) {
-                out.insert(redact_text(key, secrets), redact(item, secrets, depth + 1));
+                out.insert(cut_text(key), cut(item, depth + 1));
             }
             if fields.len() > MAX_AUDIT_ITEMS {
                 out.insert(
@@ -86,13 +91,7 @@ fn redact(value: &Value, secrets: &[&str], depth: usize) -> Value {
     }
 }
 
-fn redact_text(text: &str, secrets: &[&str]) -> String {
-    if secrets
-        .iter()
-        .any(|secret| !secret.is_empty() && text.contains(secret))
-    {
-        return REDACTED.to_owned();
-    }
+fn cut_text(text: &str) -> String {
     let count = text.chars().count();
     if count <= MAX_AUDIT_STRING {
         return text.to_owned();

@@ -49,6 +49,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use audit::cut_for_audit;
 pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
     redact_for_audit,

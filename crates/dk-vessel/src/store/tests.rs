@@ -357,8 +357,8 @@ fn redaction_hides_secrets_and_cuts_long_values() {
         "ok": 3.5,
     });
     let out = redact_for_audit(&input, &[token, ""]);
-    assert_eq!(out["text"], "[redacted]");
-    assert_eq!(out["[redacted]"], 1);
+    assert_eq!(out["text"], "my token is [REDACTED]");
+    assert_eq!(out["[REDACTED]"], 1);
     assert!(!out.to_string().contains(token));
     let long = out["long"].as_str().unwrap();
     assert!(long.starts_with(&"y".repeat(MAX_AUDIT_STRING)));

@@ -1,0 +1,448 @@
+//! The vessel's one redactor: every known secret is removed from telemetry
+//! (audit entries, device events, stream metadata, log lines) before it
+//! leaves the vessel's memory.
+//!
+//! Secrets are known two ways:
+//!
+//! - in clear: the admin token, agent credentials made by this process,
+//!   whatever a host registers ([`SecretRedactor::add_secret`]); every
+//!   occurrence is replaced, in strings and object keys, by dk-policy's
+//!   [`Redactor`] (the admission contract's);
+//! - by their SHA-256 only: device tokens (64 lower-case hex characters) and,
+//!   after a restart, agent credentials (`dka_` and 64 hex characters). In a
+//!   run of hex characters every 64-character window is checked against
+//!   those hashes, so a token glued to more hex digits is still found. A run
+//!   longer than [`LONG_HEX_RUN`] is replaced whole rather than checked window
+//!   by window, so no input can make redaction slow.
+//!
+//! Either way the marker is [`REDACTED`] (`[REDACTED]`), and JSON nested
+//! deeper than [`MAX_TELEMETRY_DEPTH`] becomes [`MAX_DEPTH_MARKER`], as the
+//! admission contract says.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
+
+use dk_policy::{MAX_DEPTH_MARKER, MAX_TELEMETRY_DEPTH, REDACTED, Redactor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::agents::{AGENT_CREDENTIAL_PREFIX, AgentDirectory};
+use crate::registry::DeviceRegistry;
+
+/// The length of a device token, and of an agent credential's hex part.
+const TOKEN_LEN: usize = 64;
+
+/// The longest run of hex characters checked window by window against the
+/// token hashes; a longer run is replaced whole.
+pub const LONG_HEX_RUN: usize = 192;
+
+/// The secrets known in clear, and the redactor made of them.
+#[derive(Default)]
+struct Known {
+    secrets: Vec<Box<str>>,
+    redactor: Arc<Redactor>,
+}
+
+/// Where secrets known only by their hashes are looked up.
+struct Hashed {
+    registry: Weak<DeviceRegistry>,
+    agents: Weak<AgentDirectory>,
+}
+
+#[derive(Default)]
+struct Shared {
+    known: RwLock<Known>,
+    hashed: OnceLock<Hashed>,
+}
+
+/// The vessel's redactor. Cheap to clone: clones share their secrets, so a
+/// secret added through one is removed by all (the vessel's audit writer, its
+/// event path and a log writer hold clones of [`Vessel::redactor`](crate::Vessel::redactor)).
+///
+/// `Debug` shows how many secrets it knows, never the secrets.
+#[derive(Clone, Default)]
+pub struct SecretRedactor {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for SecretRedactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretRedactor")
+            .field("secrets", &self.known().len())
+            .field("token_hashes", &self.shared.hashed.get().is_some())
+            .finish()
+    }
+}
+
+impl SecretRedactor {
+    /// A redactor that knows no secret yet (it then changes only hex runs
+    /// longer than [`LONG_HEX_RUN`], and nests no deeper than the cap).
+    pub fn new() -> SecretRedactor {
+        SecretRedactor::default()
+    }
+
+    /// Also looks up device tokens in `registry` and agent credentials in
+    /// `agents` by their hashes (held weakly: a redactor keeps neither alive).
+    /// Set once; later calls change nothing.
+    pub(crate) fn watch_tokens(
+        &self,
+        registry: &Arc<DeviceRegistry>,
+        agents: &Arc<AgentDirectory>,
+    ) {
+        let _ = self.shared.hashed.set(Hashed {
+            registry: Arc::downgrade(registry),
+            agents: Arc::downgrade(agents),
+        });
+    }
+
+    /// Adds a secret known in clear; from now on every occurrence is
+    /// replaced. Empty and repeated secrets are ignored.
+    pub fn add_secret(&self, secret: &str) {
+        if secret.is_empty() {
+            return;
+        }
+        let mut known = self
+            .shared
+            .known
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if known.secrets.iter().any(|s| &**s == secret) {
+            return;
+        }
+        known.secrets.push(secret.into());
+        known.redactor = Arc::new(Redactor::new(known.secrets.iter()));
+    }
+
+    /// The redactor of the secrets known in clear, as it is now.
+    fn known(&self) -> Arc<Redactor> {
+        Arc::clone(
+            &self
+                .shared
+                .known
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .redactor,
+        )
+    }
+
+    /// `text` with every known secret replaced by [`REDACTED`]; borrowed when
+    /// nothing was.
+    pub fn redact_str<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let known = self.known();
+        self.redact_str_with(&known, text)
+    }
+
+    fn redact_str_with<'a>(&self, known: &Redactor, text: &'a str) -> Cow<'a, str> {
+        match known.redact_str(text) {
+            Cow::Borrowed(text) => self.hide_hex_tokens(text),
+            Cow::Owned(text) => Cow::Owned(self.hide_hex_tokens(&text).into_owned()),
+        }
+    }
+
+    /// `value` with every known secret replaced in every string and object
+    /// key, recursively; a value nested deeper than [`MAX_TELEMETRY_DEPTH`]
+    /// becomes [`MAX_DEPTH_MARKER`]. This is the call for any telemetry the
+    /// vessel emits: stream metadata, event data, audit details.
+    pub fn redact_json(&self, value: &Value) -> Value {
+        let known = self.known();
+        self.redact_at(&known, value, 0)
+    }
+
+    fn redact_at(&self, known: &Redactor, value: &Value, depth: usize) -> Value {
+        if depth > MAX_TELEMETRY_DEPTH {
+            return Value::String(MAX_DEPTH_MARKER.to_owned());
+        }
+        match value {
+            Value::String(text) => Value::String(self.redact_str_with(known, text).into_owned()),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|item| self.redact_at(known, item, depth + 1))
+                    .collect(),
+            ),
+            Value::Object(members) => {
+                let mut out = Map::with_capacity(members.len());
+                for (key, member) in members {
+                    out.insert(
+                        self.redact_str_with(known, key).into_owned(),
+                        self.redact_at(known, member, depth + 1),
+                    );
+                }
+                Value::Object(out)
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+        }
+    }
+
+    /// Raw JSON (a device event's data, as the device sent it) with every
+    /// known secret replaced, or `None` when it needs no change. Text with no
+    /// escape and no secret in it is passed on as it is, without parsing;
+    /// otherwise it is parsed, redacted and written again.
+    pub fn redact_raw(&self, raw: &RawValue) -> Option<Box<RawValue>> {
+        let text = raw.get();
+        let known = self.known();
+        // Without a backslash every string and key is a substring of the
+        // text, so a text with no secret holds none. Depth is checked too.
+        if !text.contains('\\')
+            && matches!(self.redact_str_with(&known, text), Cow::Borrowed(_))
+            && nesting(text) <= MAX_TELEMETRY_DEPTH
+        {
+            return None;
+        }
+        let value: Value = match serde_json::from_str(text) {
+            Ok(value) => value,
+            // Not JSON after all: nothing of it is passed on.
+            Err(_) => return RawValue::from_string(format!("\"{REDACTED}\"")).ok(),
+        };
+        let redacted = self.redact_at(&known, &value, 0);
+        if redacted == value {
+            return None;
+        }
+        serde_json::value::to_raw_value(&redacted).ok()
+    }
+
+    /// A writer that passes what is written to `inner` line by line, each
+    /// line redacted first (a partial line waits for its end, a flush or the
+    /// writer's drop). For log output: wrap the logger's writer in this.
+    pub fn writer<W: Write>(&self, inner: W) -> RedactingWriter<W> {
+        RedactingWriter {
+            inner,
+            source: Source::One(self.clone()),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Hides tokens known only by their hashes in `text`: a hex run of
+    /// 64 to [`LONG_HEX_RUN`] characters is checked window by window, a
+    /// longer one is replaced whole.
+    fn hide_hex_tokens<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let is_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        let bytes = text.as_bytes();
+        if bytes.len() < TOKEN_LEN {
+            return Cow::Borrowed(text);
+        }
+        let mut out: Option<String> = None;
+        let mut copied = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            if !bytes.get(i).copied().is_some_and(is_hex) {
+                i += 1;
+                continue;
+            }
+            let run_start = i;
+            while bytes.get(i).copied().is_some_and(is_hex) {
+                i += 1;
+            }
+            let run_len = i - run_start;
+            if run_len < TOKEN_LEN {
+                continue;
+            }
+            // Hex is ASCII, so every index in the run is a char boundary.
+            let run = text.get(run_start..i).unwrap_or_default();
+            let hidden = if run_len > LONG_HEX_RUN {
+                Some(Cow::Borrowed(REDACTED))
+            } else {
+                self.hide_windows(run).map(Cow::Owned)
+            };
+            if let Some(replacement) = hidden {
+                let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                out.push_str(text.get(copied..run_start).unwrap_or_default());
+                out.push_str(&replacement);
+                copied = i;
+            }
+        }
+        match out {
+            None => Cow::Borrowed(text),
+            Some(mut out) => {
+                out.push_str(text.get(copied..).unwrap_or_default());
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// `run` (all hex) with every token window replaced, or `None` when it
+    /// holds no token.
+    fn hide_windows(&self, run: &str) -> Option<String> {
+        let hashed = self.shared.hashed.get()?;
+        let registry = hashed.registry.upgrade();
+        let agents = hashed.agents.upgrade();
+        let is_token = |window: &str| {
+            registry.as_ref().is_some_and(|r| r.is_device_token(window))
+                || agents
+                    .as_ref()
+                    .is_some_and(|a| a.is_credential(&format!("{AGENT_CREDENTIAL_PREFIX}{window}")))
+        };
+        let mut out = String::with_capacity(run.len());
+        let mut found = false;
+        let mut at = 0;
+        let mut copied = 0;
+        while at + TOKEN_LEN <= run.len() {
+            let window = run.get(at..at + TOKEN_LEN).unwrap_or_default();
+            if is_token(window) {
+                out.push_str(run.get(copied..at).unwrap_or_default());
+                out.push_str(REDACTED);
+                at += TOKEN_LEN;
+                copied = at;
+                found = true;
+            } else {
+                at += 1;
+            }
+        }
+        out.push_str(run.get(copied..).unwrap_or_default());
+        found.then_some(out)
+    }
+}
+
+/// How deep `text` (JSON) nests: the most brackets open at once, outside
+/// strings.
+fn nesting(text: &str) -> usize {
+    let mut depth: usize = 0;
+    let mut deepest = 0;
+    let mut in_string = false;
+    let mut escaped = false;
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    // The top-level value is at depth 0; its members at depth 1.
+    deepest.saturating_sub(1)
+}
+
+// ------------------------------------------------------------------ logs
+
+/// Every live vessel's redactor, for log writers made before any vessel.
+static LOG_REDACTORS: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// Makes `redactor` one of those [`redacting_log_writer`] uses, for as long
+/// as it lives.
+pub(crate) fn redact_logs_with(redactor: &SecretRedactor) {
+    let mut all = LOG_REDACTORS.lock().unwrap_or_else(PoisonError::into_inner);
+    all.retain(|weak| weak.strong_count() > 0);
+    all.push(Arc::downgrade(&redactor.shared));
+}
+
+/// A writer for log output that redacts each line with the redactor of
+/// every vessel alive in the process when the line is written, so a logger
+/// can be set up before the vessel exists. The `dk` binary's log goes through
+/// this; a host embedding a vessel can do the same, or use
+/// [`SecretRedactor::writer`].
+pub fn redacting_log_writer<W: Write>(inner: W) -> RedactingWriter<W> {
+    RedactingWriter {
+        inner,
+        source: Source::EveryVessel,
+        pending: Vec::new(),
+    }
+}
+
+enum Source {
+    One(SecretRedactor),
+    EveryVessel,
+}
+
+impl Source {
+    fn redact<'a>(&self, line: &'a str) -> Cow<'a, str> {
+        match self {
+            Source::One(redactor) => redactor.redact_str(line),
+            Source::EveryVessel => {
+                let redactors: Vec<SecretRedactor> = LOG_REDACTORS
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .map(|shared| SecretRedactor { shared })
+                    .collect();
+                let mut line = Cow::Borrowed(line);
+                for redactor in &redactors {
+                    if let Cow::Owned(redacted) = redactor.redact_str(&line) {
+                        line = Cow::Owned(redacted);
+                    }
+                }
+                line
+            }
+        }
+    }
+}
+
+/// A [`Write`] that redacts complete lines before passing them on (see
+/// [`SecretRedactor::writer`] and [`redacting_log_writer`]). What is not yet a
+/// whole line is held until its newline, a flush or the drop; bytes that are
+/// not UTF-8 are written as U+FFFD.
+pub struct RedactingWriter<W: Write> {
+    inner: W,
+    source: Source,
+    pending: Vec<u8>,
+}
+
+impl<W: Write> fmt::Debug for RedactingWriter<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedactingWriter")
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: Write> RedactingWriter<W> {
+    /// Writes `bytes` (whole lines, or the last part) redacted.
+    fn pass_on(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let text = String::from_utf8_lossy(bytes);
+        let redacted = self.source.redact(&text);
+        self.inner.write_all(redacted.as_bytes())
+    }
+
+    /// Writes out what is held, then hands back the inner writer.
+    pub fn into_inner(mut self) -> io::Result<W>
+    where
+        W: Default,
+    {
+        self.flush()?;
+        Ok(std::mem::take(&mut self.inner))
+    }
+}
+
+impl<W: Write> Write for RedactingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        if let Some(last_newline) = self.pending.iter().rposition(|&b| b == b'\n') {
+            let rest = self.pending.split_off(last_newline + 1);
+            let lines = std::mem::replace(&mut self.pending, rest);
+            self.pass_on(&lines)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.pass_on(&rest)?;
+        }
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Drop for RedactingWriter<W> {
+    fn drop(&mut self) {
+        // Nowhere to report an error from a drop; the log line is lost.
+        let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests;
