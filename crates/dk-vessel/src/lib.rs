@@ -13,6 +13,7 @@ mod adapter;
 mod admin;
 mod admin_client;
 mod agents;
+mod config;
 mod connection;
 mod link;
 mod mcp;
@@ -36,6 +37,7 @@ pub use agents::{
     AgentEvent, AgentId, AgentRole, AgentScope, CapabilityScope, MAX_AGENT_NAME, ScopeError,
     StoredAgent,
 };
+pub use config::{ConfigError, MAX_CONFIG_BYTES, StreamingConfig, VesselConfig};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,
