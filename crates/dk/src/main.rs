@@ -17,6 +17,7 @@ mod demo_cmd;
 mod input;
 mod logging;
 mod manifest_cmd;
+mod mcp_cmd;
 mod policy_cmd;
 mod prompt;
 mod simulate_cmd;
@@ -81,6 +82,10 @@ enum Command {
         #[command(subcommand)]
         command: Option<agents_cmd::AgentsCommand>,
     },
+    /// Bridge an MCP client that launches a command (stdio) to a running
+    /// vessel's MCP server, with an agent credential from
+    /// `DK_AGENT_CREDENTIAL` or `--credential-file`.
+    Mcp(mcp_cmd::McpArgs),
 }
 
 #[derive(Subcommand)]
@@ -105,5 +110,6 @@ fn main() -> ExitCode {
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),
         Command::Devices { target, command } => admin_cmd::devices(&target, command),
         Command::Agents { target, command } => agents_cmd::agents(&target, command),
+        Command::Mcp(args) => mcp_cmd::run(&args),
     }
 }
