@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 mod agents;
 mod crash;
 mod durable;
+mod mcp_bridge;
 mod process;
 
 fn fixtures() -> PathBuf {

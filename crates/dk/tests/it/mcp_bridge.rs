@@ -1,0 +1,374 @@
+//! `dk mcp` between a client on its standard input and output and a real
+//! `dk vessel` with a simulated lamp (`dk device simulate lamp`): the
+//! `initialize` handshake, the tool list, a call, the list-changed
+//! notification after a grant, and the end of input; then the bridge with
+//! no credential, a refused one, and no vessel.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::process::{PATIENCE, Running, Scratch, consent_id, devices, eventually};
+
+/// Starts `dk vessel` with an MCP listener on a free port; returns it and
+/// the MCP address from its `vessel.json`.
+fn start_vessel(scratch: &Scratch) -> (Running, String) {
+    let data_dir = scratch.data_dir();
+    let child = Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .args(["--mcp-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .arg("--admin-token-file")
+        .arg(scratch.admin_token_file())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut running = Running {
+        child: Some(child),
+        devices: "127.0.0.1:1".parse().unwrap(),
+        admin: "127.0.0.1:1".parse().unwrap(),
+    };
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
+            && let Ok(address) = serde_json::from_str::<Value>(&text)
+        {
+            running.devices = address["devices"].as_str().unwrap().parse().unwrap();
+            running.admin = address["admin"].as_str().unwrap().parse().unwrap();
+            return (running, address["mcp"].as_str().unwrap().to_owned());
+        }
+        if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("dk vessel exited at start: {status}");
+        }
+        assert!(Instant::now() < deadline, "dk vessel did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `dk mcp`: its standard input, its output lines as they come,
+/// and what it wrote on standard error once it ended.
+struct Bridge {
+    child: Killed,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Bridge {
+    /// `dk mcp --vessel URL`, with `credential` in `DK_AGENT_CREDENTIAL`
+    /// (or none at all).
+    fn start(url: &str, credential: Option<&str>) -> Bridge {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+        command
+            .args(["mcp", "--vessel", url])
+            .env_remove("DK_AGENT_CREDENTIAL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(credential) = credential {
+            command.env("DK_AGENT_CREDENTIAL", credential);
+        }
+        let mut child = command.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let lines = Self::read_lines(child.stdout.take().unwrap());
+        let stderr = Self::read_lines(child.stderr.take().unwrap());
+        Bridge {
+            child: Killed(child),
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    fn read_lines(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        receiver
+    }
+
+    fn send(&mut self, message: &Value) {
+        self.send_line(&message.to_string());
+    }
+
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line of output, which must be JSON.
+    fn next(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(PATIENCE)
+            .expect("no line from dk mcp in time");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"))
+    }
+
+    /// Reads output until the answer to `id`; returns it and what came
+    /// before it.
+    fn answer(&self, id: u64) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let message = self.next();
+            if message["id"] == id && message.get("method").is_none() {
+                return (message, before);
+            }
+            before.push(message);
+        }
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.answer(id).0
+    }
+
+    /// Closes standard input and waits for the exit code; returns it and
+    /// the standard error text.
+    fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = self.child.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dk mcp did not exit at end of input"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The readers end when the streams close.
+        let stderr: Vec<String> =
+            std::iter::from_fn(|| self.stderr.recv_timeout(PATIENCE).ok()).collect();
+        // Whatever is still on stdout must be JSON-RPC too.
+        for line in std::iter::from_fn(|| self.lines.recv_timeout(PATIENCE).ok()) {
+            let message: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(message["jsonrpc"], "2.0", "{line}");
+        }
+        (status.code(), stderr.join("\n"))
+    }
+}
+
+fn initialize(bridge: &mut Bridge) -> Value {
+    let answer = bridge.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "it", "version": "1"}}),
+    );
+    bridge.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    answer
+}
+
+fn tool_names(answer: &Value) -> Vec<String> {
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {answer}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
+    let scratch = Scratch::new("mcp-bridge");
+    let (vessel, mcp) = start_vessel(&scratch);
+    let admin = vessel.admin(&scratch);
+
+    // The simulated lamp asks to pair; the person grants read_light only.
+    let _lamp = Killed(
+        Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["device", "simulate", "lamp", "--vessel", &vessel.url()])
+            .arg("--token-file")
+            .arg(scratch.device_token_file("desk-lamp"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let id = eventually("the lamp's pairing request", || {
+        consent_id(&admin, "desk-lamp")
+    })
+    .await;
+    let answer = admin
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true, "grant": ["read_light"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 204, "{answer:?}");
+    eventually("the lamp connected", || async {
+        devices(&admin)
+            .await
+            .first()
+            .is_some_and(|d| d["connected"] == true)
+            .then_some(())
+    })
+    .await;
+    let added = admin
+        .post(
+            "/v1/agents",
+            &json!({"name": "bridge", "scope": ["desk-lamp"], "role": "user"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added.status, 201, "{added:?}");
+    let credential = added.body["credential"].as_str().unwrap().to_owned();
+
+    let url = format!("http://{mcp}/mcp");
+    let mut bridge = Bridge::start(&url, Some(&credential));
+    let answer = initialize(&mut bridge);
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-06-18",
+        "{answer}"
+    );
+    assert!(
+        answer["result"]["capabilities"]["tools"].is_object(),
+        "{answer}"
+    );
+
+    // The granted capability, and the vessel's own read_more.
+    let listed = bridge.request(2, "tools/list", json!({}));
+    assert_eq!(
+        tool_names(&listed),
+        ["device__desk_lamp__read_light", "read_more"]
+    );
+
+    let called = bridge.request(
+        3,
+        "tools/call",
+        json!({"name": "device__desk_lamp__read_light", "arguments": {}}),
+    );
+    assert_ne!(called["result"]["isError"], true, "{called}");
+    assert!(
+        called["result"]["structuredContent"].is_object(),
+        "{called}"
+    );
+    let refused = bridge.request(
+        4,
+        "tools/call",
+        json!({"name": "device__desk_lamp__set_light", "arguments": {"on": true}}),
+    );
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+
+    // A grant reaches the client on the session's stream.
+    let granted = admin
+        .put("/v1/devices/desk-lamp/grants/set_light")
+        .await
+        .unwrap();
+    assert_eq!(granted.status, 204, "{granted:?}");
+    let notice = bridge.next();
+    assert_eq!(
+        notice["method"], "notifications/tools/list_changed",
+        "{notice}"
+    );
+    let listed = bridge.request(5, "tools/list", json!({}));
+    assert_eq!(
+        tool_names(&listed),
+        [
+            "device__desk_lamp__read_light",
+            "device__desk_lamp__set_light",
+            "read_more"
+        ]
+    );
+    let called = bridge.request(
+        6,
+        "tools/call",
+        json!({"name": "device__desk_lamp__set_light", "arguments": {"on": true, "brightness": 40}}),
+    );
+    assert_ne!(called["result"]["isError"], true, "{called}");
+
+    let (code, stderr) = bridge.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    drop(vessel);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_good_credential_or_a_vessel_the_bridge_says_so() {
+    // No credential at all: a clear line, nothing on stdout, exit 1.
+    let bridge = Bridge::start("http://127.0.0.1:9/mcp", None);
+    let (code, stderr) = bridge.finish();
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("DK_AGENT_CREDENTIAL"), "{stderr}");
+
+    // A credential on the command line is not accepted at all.
+    let out = Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["mcp", "--credential", "dka_x"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    // A refused credential: the request gets an error answer naming 401.
+    let scratch = Scratch::new("mcp-bridge-refused");
+    let (vessel, mcp) = start_vessel(&scratch);
+    let mut bridge = Bridge::start(&format!("http://{mcp}/mcp"), Some("dka_wrong"));
+    let answer = initialize(&mut bridge);
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    assert_eq!(answer["error"]["data"]["httpStatus"], 401, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("refused the agent credential"),
+        "{answer}"
+    );
+    let listed = bridge.request(2, "tools/list", json!({}));
+    assert!(listed["error"].is_object(), "{listed}");
+    let (code, stderr) = bridge.finish();
+    assert_eq!(code, Some(0));
+    assert!(stderr.contains("refused the agent credential"), "{stderr}");
+    drop(vessel);
+
+    // No vessel: the address was just freed, so nothing listens there.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap();
+    drop(free);
+    let mut bridge = Bridge::start(&format!("http://{addr}/mcp"), Some("dka_any"));
+    let answer = initialize(&mut bridge);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach the vessel"),
+        "{answer}"
+    );
+    bridge.send_line("{");
+    let answer = bridge.next();
+    assert_eq!(
+        (&answer["id"], &answer["error"]["code"]),
+        (&Value::Null, &json!(-32700)),
+        "{answer}"
+    );
+    bridge.send(&json!("not a request"));
+    let answer = bridge.next();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let (code, stderr) = bridge.finish();
+    assert_eq!(code, Some(0));
+    assert!(stderr.contains("cannot reach the vessel"), "{stderr}");
+}
