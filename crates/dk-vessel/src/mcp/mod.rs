@@ -13,19 +13,41 @@
 //!   Clients of the 2026-07-28 `server/discover` lifecycle are served one
 //!   request at a time, without a session: their calls carry no `sessionId`.
 //! - **Tools.** The granted capabilities of paired devices within the
-//!   agent's scope and role, sorted, with annotations from the approved
-//!   manifest: a sensor is read-only and not destructive, an actuator is not
-//!   read-only, and a `confirm` capability's description ends by saying the
-//!   person is asked every time.
+//!   agent's scope and role, with annotations from the approved manifest: a
+//!   sensor is read-only and not destructive, an actuator is not read-only,
+//!   and a `confirm` capability's description ends by saying the person is
+//!   asked every time; and the built-in `read_more`, listed to every agent.
+//!   One list sorted by name, so `read_more` comes after the `device__`
+//!   tools.
 //! - **Calls.** Outside the scope or role: refused before policy with an
 //!   `[8dk-deny]` reason, and one decision record. Otherwise the adapter's
 //!   seven checks, with the person's channel as the approver (never the
 //!   calling client). A refusal is a tool error whose text is the reason; a
 //!   result is structured content and the same JSON as text.
-//! - **Changes.** After a pairing, unpairing, grant, revoke or scope change,
-//!   each connected session whose visible list changed is sent
-//!   `notifications/tools/list_changed` (legacy sessions on their standalone
-//!   stream, discover-lifecycle clients on `subscriptions/listen`).
+//! - **Oversized results** (`read_more.rs`). A result whose JSON is longer
+//!   than [`McpOptions::read_more_threshold`] comes back as
+//!   `{truncated, handle, totalBytes, offset, nextOffset, chunk,
+//!   expiresInSeconds, note}` with its first chunk; `read_more {handle,
+//!   offset}` returns the chunk at any offset, cut on character boundaries.
+//!   A handle belongs to its MCP session (without one, to its agent),
+//!   expires, and goes with its session; all handles hold a bounded number
+//!   of bytes, the oldest dropped first. Misuse is a tool error.
+//! - **Events** (`events.rs`). Each paired device the agent sees a tool of
+//!   is a resource, `dk://devices/{deviceId}/events`, whose contents are the
+//!   device's recent events of capabilities the agent sees, from a ring
+//!   bounded in count and bytes that one feed task fills from
+//!   [`Vessel::subscribe_events`]. Devices outside the scope are neither
+//!   listed nor readable (the same error as a device that does not exist).
+//! - **Changes** (`watch.rs`). One watch per session (or per
+//!   `subscriptions/listen`): after a pairing, unpairing, grant, revoke or
+//!   scope change, `notifications/tools/list_changed` and
+//!   `notifications/resources/list_changed` when the agent's lists differ;
+//!   `notifications/resources/updated` for a followed resource when an event
+//!   it may see arrives, coalesced to one per resource per interval. Legacy
+//!   sessions hear these on their standalone stream and follow resources
+//!   with `resources/subscribe`; discover-lifecycle clients name what they
+//!   want in `subscriptions/listen`. Every queue is bounded: a watch that
+//!   falls behind treats all it follows as updated.
 
 mod events;
 mod guard;
