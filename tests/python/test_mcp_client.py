@@ -1,0 +1,519 @@
+"""The official Python MCP client (the `mcp` package, pinned in
+requirements.txt) against a real `dk vessel` with a simulated lamp
+(`dk device simulate lamp`), over streamable HTTP and through the `dk mcp`
+stdio bridge.
+
+Run by `cargo xtask ci` in the virtualenv it keeps under `target/`:
+
+    python tests/python/test_mcp_client.py --dk target/debug/dk
+
+Each case prints `PASS name`, `FAIL name: why` or `SKIP name: why`; the last
+line is `python tests: N passed, N failed, N skipped`, and the exit code is 1
+when a case failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import httpx2
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+# How long any one wait may take before the case fails. Generous: the
+# machine may be loaded; nothing is asserted about time.
+PATIENCE = 60.0
+
+LAMP = "desk-lamp"
+READ = "device__desk_lamp__read_light"
+SET = "device__desk_lamp__set_light"
+STROBE = "device__desk_lamp__strobe"
+READ_MORE = "read_more"
+
+# set_light is refused by a rule; strobe asks the person every time (its
+# manifest says `confirm`).
+RULES = """\
+version: 1
+policies:
+  - name: lamp-stays-put
+    action: device_use
+    condition: "deviceId equals desk-lamp and capability equals set_light"
+    decision: block
+    message: "The lamp stays as it is"
+"""
+BLOCK_REASON = "The lamp stays as it is"
+
+
+class Vessel:
+    """A `dk vessel` process with its admin API, MCP listener and a paired,
+    connected simulated lamp; stopped by `close`."""
+
+    def __init__(self, dk: Path, root: Path, extra_args: list[str]):
+        self.dk = dk
+        self.root = root
+        self.data = root / "data"
+        self.token_file = root / "admin-token"
+        root.mkdir(parents=True, exist_ok=True)
+        rules = root / "rules.yaml"
+        rules.write_text(RULES)
+        self.log = open(root / "vessel.log", "wb")
+        self.process = subprocess.Popen(
+            [str(dk), "vessel", "--no-prompt",
+             "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+             "--mcp-listen", "127.0.0.1:0",
+             "--data-dir", str(self.data), "--admin-token-file", str(self.token_file),
+             "--policies", str(rules), *extra_args],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.lamp: subprocess.Popen[bytes] | None = None
+        address = wait_for("vessel.json", self._address)
+        self.devices = address["devices"]
+        self.admin_addr = address["admin"]
+        self.mcp = address["mcp"]
+        self.url = f"http://{self.mcp}/mcp"
+        self.admin_token = self.token_file.read_text().strip()
+
+    def _address(self) -> dict[str, Any] | None:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"dk vessel exited: {self.process.returncode}\n{self.read_log()}")
+        try:
+            return json.loads((self.data / "vessel.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def read_log(self) -> str:
+        self.log.flush()
+        return (self.root / "vessel.log").read_text(errors="replace")
+
+    def admin(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One admin API request: the status and the JSON answer (or None)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"http://{self.admin_addr}{path}", data=data, method=method,
+            headers={"Authorization": f"Bearer {self.admin_token}",
+                     "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=PATIENCE) as answer:
+                status, text = answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read()
+        return status, (json.loads(text) if text.strip() else None)
+
+    async def admin_async(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return await asyncio.to_thread(self.admin, method, path, body)
+
+    def pair_lamp(self, grant: list[str]) -> None:
+        self.lamp = subprocess.Popen(
+            [str(self.dk), "device", "simulate", "lamp", "--vessel", f"ws://{self.devices}/device",
+             "--token-file", str(self.root / "lamp.token")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def consent() -> int | None:
+            _, pending = self.admin("GET", "/v1/pending")
+            for prompt in pending or []:
+                if prompt.get("kind") == "consent" and prompt["request"]["deviceId"] == LAMP:
+                    return prompt["id"]
+            return None
+
+        prompt = wait_for("the lamp's pairing request", consent)
+        status, _ = self.admin("POST", f"/v1/pending/{prompt}/consent",
+                               {"approved": True, "grant": grant})
+        check(status == 204, f"consent answered {status}")
+
+        def connected() -> bool | None:
+            _, devices = self.admin("GET", "/v1/devices")
+            return True if any(d["id"] == LAMP and d["connected"] for d in devices or []) else None
+
+        wait_for("the lamp to connect", connected)
+
+    def add_agent(self, name: str, scope: list[str], role: str = "user") -> str:
+        status, body = self.admin("POST", "/v1/agents", {"name": name, "scope": scope, "role": role})
+        check(status == 201, f"adding agent {name}: {status} {body}")
+        return body["credential"]
+
+    def close(self) -> None:
+        for process in (self.lamp, self.process):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+        self.log.close()
+
+
+def wait_for(what: str, probe: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+async def wait_for_async(what: str, probe: Callable[[], Awaitable[Any]]) -> Any:
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        value = await probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def http_client(url: str, credential: str | None, **kwargs: Any) -> Client:
+    """A client over streamable HTTP with the agent's bearer credential."""
+    headers = {} if credential is None else {"Authorization": f"Bearer {credential}"}
+    transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+    return Client(transport, read_timeout_seconds=PATIENCE, **kwargs)
+
+
+def stdio_client(dk: Path, url: str, credential: str, **kwargs: Any) -> Client:
+    """A client that launches `dk mcp`, as a desktop MCP client would."""
+    params = StdioServerParameters(command=str(dk), args=["mcp", "--vessel", url],
+                                   env={"DK_AGENT_CREDENTIAL": credential})
+    return Client(params, read_timeout_seconds=PATIENCE, **kwargs)
+
+
+def names(listed: types.ListToolsResult) -> list[str]:
+    return [tool.name for tool in listed.tools]
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+async def listed_names(client: Client) -> list[str]:
+    return names(await client.list_tools(cache_mode="bypass"))
+
+
+class Suite:
+    """The cases, run in order against one vessel."""
+
+    def __init__(self, dk: Path, vessel: Vessel):
+        self.dk = dk
+        self.vessel = vessel
+        self.main = vessel.add_agent("main", [LAMP])
+        self.narrow = vessel.add_agent("narrow", [f"{LAMP}:read_light"])
+
+    # -- over streamable HTTP, the client's default (server/discover) ------
+
+    async def test_negotiates_the_2026_lifecycle(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            check(client.protocol_version == "2026-07-28", f"negotiated {client.protocol_version}")
+
+    async def test_lists_only_granted_tools_in_scope(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            listed = await client.list_tools(cache_mode="bypass")
+            check(names(listed) == [READ, SET, STROBE, READ_MORE], f"tools: {names(listed)}")
+            read = listed.tools[0]
+            check(read.annotations is not None and read.annotations.read_only_hint is True,
+                  f"read_light annotations: {read.annotations}")
+            strobe = listed.tools[2]
+            check("asked to approve every call" in (strobe.description or ""),
+                  f"strobe description: {strobe.description}")
+
+    async def test_calls_an_allowed_tool(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
+            check(isinstance(result.structured_content, dict), f"result: {result}")
+            check("on" in result.structured_content, f"result: {result.structured_content}")
+
+    async def test_a_rule_refuses_a_call_with_its_reason(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            result = await client.call_tool(SET, {"on": True})
+            check(result.is_error, f"not refused: {result}")
+            check(BLOCK_REASON in text_of(result), f"reason: {text_of(result)}")
+
+    async def approval(self, approved: bool) -> types.CallToolResult:
+        async with http_client(self.vessel.url, self.main) as client:
+            call = asyncio.create_task(client.call_tool(STROBE, {}))
+
+            async def pending() -> int | None:
+                if call.done():
+                    raise AssertionError(f"answered before the person: {call.result()}")
+                _, prompts = await self.vessel.admin_async("GET", "/v1/pending")
+                for prompt in prompts or []:
+                    if prompt.get("kind") == "approval":
+                        return prompt["id"]
+                return None
+
+            prompt = await wait_for_async("the approval prompt", pending)
+            status, _ = await self.vessel.admin_async(
+                "POST", f"/v1/pending/{prompt}/approval", {"approved": approved})
+            check(status == 204, f"approval answered {status}")
+            return await asyncio.wait_for(call, PATIENCE)
+
+    async def test_a_call_waits_for_the_persons_yes(self) -> None:
+        result = await self.approval(True)
+        check(not result.is_error, f"refused after a yes: {text_of(result)}")
+
+    async def test_a_call_the_person_refuses(self) -> None:
+        result = await self.approval(False)
+        check(result.is_error, f"not refused after a no: {result}")
+        check(text_of(result) != "", "no reason given")
+
+    async def test_list_changed_after_a_revoke_and_a_grant(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            async with client.listen(tools_list_changed=True) as events:
+                status, _ = await self.vessel.admin_async(
+                    "DELETE", f"/v1/devices/{LAMP}/grants/set_light")
+                check(status == 204, f"revoke answered {status}")
+                event = await asyncio.wait_for(anext(events), PATIENCE)
+                check(type(event).__name__ == "ToolsListChanged", f"event: {event!r}")
+                check(SET not in await listed_names(client), "set_light still listed")
+                status, _ = await self.vessel.admin_async(
+                    "PUT", f"/v1/devices/{LAMP}/grants/set_light")
+                check(status == 204, f"grant answered {status}")
+                event = await asyncio.wait_for(anext(events), PATIENCE)
+                check(type(event).__name__ == "ToolsListChanged", f"event: {event!r}")
+                check(SET in await listed_names(client), "set_light not listed again")
+
+    async def test_no_credential_is_refused_with_no_tools(self) -> None:
+        refused = False
+        try:
+            async with http_client(self.vessel.url, None) as client:
+                await client.list_tools(cache_mode="bypass")
+        except Exception:  # noqa: BLE001 - any refusal will do; the raw check below names it
+            refused = True
+        check(refused, "a client without a credential was served")
+        async with httpx2.AsyncClient() as raw:
+            answer = await raw.post(
+                self.vessel.url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                headers={"Accept": "application/json, text/event-stream"})
+        check(answer.status_code == 401, f"status {answer.status_code}")
+        check("device__" not in answer.text, f"answer names a tool: {answer.text}")
+        check(answer.headers.get("www-authenticate", "").startswith("Bearer"),
+              f"headers: {answer.headers}")
+
+    async def test_a_narrow_scope_sees_and_calls_only_its_part(self) -> None:
+        async with http_client(self.vessel.url, self.narrow) as client:
+            listed = await listed_names(client)
+            check(listed == [READ, READ_MORE], f"narrow agent sees {listed}")
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
+            result = await client.call_tool(SET, {"on": True})
+            check(result.is_error, "an out-of-scope call went through")
+            check('is not in the scope of agent "narrow"' in text_of(result),
+                  f"reason: {text_of(result)}")
+
+    # -- the older initialize handshake ------------------------------------
+
+    async def test_initialize_handshake_lists_and_calls(self) -> None:
+        async with http_client(self.vessel.url, self.main, mode="legacy") as client:
+            check(client.protocol_version == "2025-11-25", f"negotiated {client.protocol_version}")
+            check(await listed_names(client) == [READ, SET, STROBE, READ_MORE], "tools differ")
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
+
+    async def test_initialize_handshake_hears_list_changed(self) -> None:
+        heard: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                await heard.put(message.method)
+
+        async with http_client(self.vessel.url, self.main, mode="legacy",
+                               message_handler=on_message) as client:
+            await listed_names(client)
+            await self.revoke_and_grant_set_light(heard)
+
+    async def revoke_and_grant_set_light(self, heard: asyncio.Queue[str]) -> None:
+        # The standalone stream opens after the handshake; a change made before
+        # it is open would go unheard, so the revoke is repeated until heard.
+        async def revoke_heard() -> bool | None:
+            await self.vessel.admin_async("PUT", f"/v1/devices/{LAMP}/grants/set_light")
+            await self.vessel.admin_async("DELETE", f"/v1/devices/{LAMP}/grants/set_light")
+            try:
+                await asyncio.wait_for(heard.get(), 0.5)
+                return True
+            except TimeoutError:
+                return None
+
+        await wait_for_async("list_changed after a revoke", revoke_heard)
+        while not heard.empty():
+            heard.get_nowait()
+        await self.vessel.admin_async("PUT", f"/v1/devices/{LAMP}/grants/set_light")
+        method = await asyncio.wait_for(heard.get(), PATIENCE)
+        check(method == "notifications/tools/list_changed", f"heard {method}")
+
+    # -- through the dk mcp stdio bridge -----------------------------------
+
+    async def test_stdio_bridge_lists_and_calls(self) -> None:
+        async with stdio_client(self.dk, self.vessel.url, self.main) as client:
+            check(client.protocol_version == "2026-07-28", f"negotiated {client.protocol_version}")
+            check(await listed_names(client) == [READ, SET, STROBE, READ_MORE], "tools differ")
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
+            result = await client.call_tool(SET, {"on": True})
+            check(result.is_error and BLOCK_REASON in text_of(result), f"not refused: {result}")
+
+    async def test_stdio_bridge_with_the_initialize_handshake(self) -> None:
+        heard: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                await heard.put(message.method)
+
+        async with stdio_client(self.dk, self.vessel.url, self.main, mode="legacy",
+                                message_handler=on_message) as client:
+            check(client.protocol_version == "2025-11-25", f"negotiated {client.protocol_version}")
+            check(await listed_names(client) == [READ, SET, STROBE, READ_MORE], "tools differ")
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
+            await self.revoke_and_grant_set_light(heard)
+
+    async def test_stdio_bridge_waits_for_the_person_without_blocking(self) -> None:
+        async with stdio_client(self.dk, self.vessel.url, self.main) as client:
+            call = asyncio.create_task(client.call_tool(STROBE, {}))
+
+            async def pending() -> int | None:
+                _, prompts = await self.vessel.admin_async("GET", "/v1/pending")
+                for prompt in prompts or []:
+                    if prompt.get("kind") == "approval":
+                        return prompt["id"]
+                return None
+
+            prompt = await wait_for_async("the approval prompt", pending)
+            # While the call waits, other requests go through the bridge.
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
+            check(not call.done(), "the waiting call was answered before the person")
+            await self.vessel.admin_async("POST", f"/v1/pending/{prompt}/approval", {"approved": True})
+            result = await asyncio.wait_for(call, PATIENCE)
+            check(not result.is_error, f"refused after a yes: {text_of(result)}")
+
+
+class ReadMoreSuite:
+    """`read_more`, against a vessel whose threshold (16 bytes) makes a lamp
+    reading a large result; run only when the vessel has the option."""
+
+    THRESHOLD = 16
+
+    def __init__(self, dk: Path, vessel: Vessel):
+        self.dk = dk
+        self.vessel = vessel
+        self.main = vessel.add_agent("main", [LAMP])
+
+    async def read_all(self, client: Client) -> None:
+        first = await client.call_tool(READ, {})
+        check(not first.is_error, f"refused: {text_of(first)}")
+        page = first.structured_content
+        check(isinstance(page, dict) and page.get("truncated") is True, f"not paged: {page}")
+        check(page["offset"] == 0 and isinstance(page["handle"], str), f"first page: {page}")
+        chunks = [page["chunk"]]
+        while page["nextOffset"] is not None:
+            check(len(chunks) <= page["totalBytes"], "paging does not move on")
+            result = await client.call_tool(
+                READ_MORE, {"handle": page["handle"], "offset": page["nextOffset"]})
+            check(not result.is_error, f"read_more refused: {text_of(result)}")
+            page = result.structured_content
+            check(len(page["chunk"].encode()) <= max(self.THRESHOLD, 4), f"chunk too long: {page}")
+            chunks.append(page["chunk"])
+        joined = "".join(chunks)
+        check(len(joined.encode()) == first.structured_content["totalBytes"],
+              f"{len(joined.encode())} bytes joined, {first.structured_content['totalBytes']} told")
+        reading = json.loads(joined)
+        check(isinstance(reading, dict) and "on" in reading, f"joined result: {reading}")
+        check(len(chunks) > 1, "one chunk only")
+        unknown = await client.call_tool(READ_MORE, {"handle": "rm_nothing", "offset": 0})
+        check(unknown.is_error and "unknown" in text_of(unknown), f"unknown handle: {unknown}")
+
+    async def test_read_more_pages_a_large_result(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            await self.read_all(client)
+
+    async def test_read_more_through_the_stdio_bridge(self) -> None:
+        async with stdio_client(self.dk, self.vessel.url, self.main, mode="legacy") as client:
+            await self.read_all(client)
+
+
+def read_more_supported(dk: Path) -> bool:
+    out = subprocess.run([str(dk), "vessel", "--help"], capture_output=True, text=True)
+    return "--mcp-read-more-threshold" in out.stdout
+
+
+async def run_cases(suite: Any, results: list[tuple[str, str, str]], only: str | None) -> None:
+    # In the order they are written: each case leaves the grants as it found them.
+    for name in [n for n in vars(type(suite)) if n.startswith("test_")]:
+        if only and only not in name:
+            continue
+        case = name.removeprefix("test_")
+        try:
+            await asyncio.wait_for(getattr(suite, name)(), PATIENCE * 3)
+        except Exception as error:  # noqa: BLE001 - every failure is reported, then counted
+            detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+            if isinstance(error, TimeoutError):
+                detail = "timed out"
+            print(f"FAIL {case}: {detail}", flush=True)
+            if os.environ.get("DK_PYTHON_TRACEBACK"):
+                traceback.print_exc()
+            results.append((case, "fail", detail))
+        else:
+            print(f"PASS {case}", flush=True)
+            results.append((case, "pass", ""))
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dk", required=True, type=Path, help="the dk binary")
+    parser.add_argument("-k", dest="only", help="run only cases whose name contains this")
+    options = parser.parse_args()
+    dk = options.dk.resolve()
+    results: list[tuple[str, str, str]] = []
+    root = Path(tempfile.mkdtemp(prefix="dk-python-"))
+    try:
+        vessel = Vessel(dk, root / "main", [])
+        try:
+            vessel.pair_lamp(["read_light", "set_light", "strobe"])
+            await run_cases(Suite(dk, vessel), results, options.only)
+        except Exception:
+            print(vessel.read_log(), file=sys.stderr)
+            raise
+        finally:
+            vessel.close()
+        if read_more_supported(dk):
+            vessel = Vessel(dk, root / "read-more",
+                            ["--mcp-read-more-threshold", str(ReadMoreSuite.THRESHOLD)])
+            try:
+                vessel.pair_lamp(["read_light"])
+                await run_cases(ReadMoreSuite(dk, vessel), results, options.only)
+            finally:
+                vessel.close()
+        else:
+            for case in ("read_more_pages_a_large_result", "read_more_through_the_stdio_bridge"):
+                print(f"SKIP {case}: this dk vessel has no --mcp-read-more-threshold", flush=True)
+                results.append((case, "skip", "no option"))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    passed = sum(1 for _, outcome, _ in results if outcome == "pass")
+    failed = sum(1 for _, outcome, _ in results if outcome == "fail")
+    skipped = sum(1 for _, outcome, _ in results if outcome == "skip")
+    print(f"python tests: {passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
