@@ -1,12 +1,15 @@
 //! `cargo xtask ci`: exactly what CI runs, in order, stopping at the first
-//! failing step.
+//! failing step. The Python client tests run after the Rust tests, in a
+//! virtualenv the task makes itself (see `python.rs`), and are counted in
+//! the closing `tests:` line.
 
 use std::process::Command;
 
 use crate::run::{Stream, cargo, describe, status, tee};
 use crate::{TaskError, TaskResult};
 
-/// Runs the CI steps: format check, clippy, tests (with doc tests), docs.
+/// Runs the CI steps: format check, clippy, tests (with doc tests), the
+/// Python client tests, docs.
 pub fn run() -> TaskResult {
     status("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
     status(
@@ -22,17 +25,20 @@ pub fn run() -> TaskResult {
         ]),
     )?;
     let totals = test(cargo().args(["test", "--workspace", "--locked"]))?;
+    let python = crate::python::test(None)?;
     status(
         "docs",
         cargo()
             .args(["doc", "--workspace", "--no-deps", "--locked"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
-    println!("\n==> ci passed ({totals})");
+    println!("\n==> ci passed (rust: {totals}; python: {python})");
     // The plain closing line any reader of CI logs understands.
     println!(
         "tests: {} passed, {} failed, {} skipped",
-        totals.passed, totals.failed, totals.ignored
+        totals.passed + python.passed,
+        totals.failed + python.failed,
+        totals.ignored + python.skipped
     );
     Ok(())
 }

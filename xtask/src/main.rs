@@ -9,6 +9,7 @@
 mod bench;
 mod ci;
 mod fuzz;
+mod python;
 mod run;
 
 use std::process::ExitCode;
@@ -18,10 +19,13 @@ const HELP: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  ci                       what CI runs: fmt check, clippy, tests, docs (fails fast)
+  ci                       what CI runs: fmt check, clippy, tests, python client tests,
+                           docs (fails fast)
   bench [FILTER] [--save FILE]
                            run the divan benchmarks of dk-proto, dk-policy and dk-vessel,
                            then print their medians (and write them to FILE as JSON)
+  python [-k FILTER]       the python MCP client tests against a real vessel, in a
+                           virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
                            seeded from fixtures/; needs nightly and cargo-fuzz
   help                     print this list";
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
         "bench" => bench::run(rest),
         "fuzz" => fuzz::run(rest),
+        "python" => python::run(rest),
         "help" | "-h" | "--help" => {
             println!("{HELP}");
             Ok(())
