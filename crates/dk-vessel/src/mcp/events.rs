@@ -101,7 +101,7 @@ impl EventLog {
     /// Keeps `event` in its device's ring (dropping the oldest past the
     /// bounds), then tells the watches.
     pub(crate) fn record(&self, event: DeviceEvent) {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let received_at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));

@@ -22,6 +22,10 @@ pub(crate) const READ_MORE_TOOL: &str = "read_more";
 /// What a handle starts with, so a handle is recognisable in a transcript.
 const HANDLE_PREFIX: &str = "rm_";
 
+/// The most handles kept at once, whatever their size (with a tiny
+/// threshold, the byte bound alone would let bookkeeping outgrow the data).
+pub(crate) const MAX_HANDLES: usize = 4096;
+
 /// Who may read a handle: the MCP session that made it, or, for a client
 /// served without a session, the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,7 +277,9 @@ impl ResultPages {
         let now = Instant::now();
         let mut inner = self.lock();
         inner.sweep(now, self.expiry);
-        while inner.bytes.saturating_add(text.len()) > self.memory {
+        while inner.bytes.saturating_add(text.len()) > self.memory
+            || inner.by_handle.len() >= MAX_HANDLES
+        {
             let Some(oldest) = inner.order.pop_front() else {
                 break;
             };

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::McpOptions;
-use super::read_more::{Owner, ReadMoreError, ResultPages, chunk_at};
+use super::read_more::{MAX_HANDLES, Owner, ReadMoreError, ResultPages, chunk_at};
 use super::tests::{
     Listener, agents_with, call, connect, lamp, serve_with, text, transport_config,
 };
@@ -397,4 +397,14 @@ fn a_session_s_handles_go_with_it() {
     assert_eq!(pages.held().0, 2);
     pages.forget_session("two");
     assert_eq!(pages.held().0, 1);
+}
+
+#[test]
+fn the_number_of_handles_is_bounded_too() {
+    let pages = ResultPages::new(&options(1));
+    let agent = "main".into();
+    for n in 0..MAX_HANDLES + 10 {
+        pages.result_for(json!({ "n": n }), Owner::Agent, &agent);
+    }
+    assert_eq!(pages.held().0, MAX_HANDLES);
 }
