@@ -9,5 +9,6 @@ mod harness;
 mod hostile;
 mod in_process;
 mod net;
+mod replay;
 mod socket;
 mod tidy;

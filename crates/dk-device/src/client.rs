@@ -274,7 +274,9 @@ pub enum ClientError {
 /// initial backoff and doubles each time, capped at the maximum; a
 /// connection that lasted [`STABLE_SESSION`] starts the ceiling over. Nothing
 /// is re-sent after a reconnect: calls in flight when a connection ended are
-/// the vessel's to fail. Events queued while disconnected wait in the event
+/// the vessel's to fail, and a call id received before (on this connection
+/// or an earlier one, among the last [`ServeOptions::remember_calls`]) is
+/// answered with an error, never run again. Events queued while disconnected wait in the event
 /// queue (up to its capacity) and go out on the next connection.
 ///
 /// Returns `Ok(())` once `shutdown` resolves (an open connection is closed

@@ -49,6 +49,6 @@ pub use client::{
 pub use device::{DefineError, Device, DeviceBuilder, HandlerError};
 pub use event::{EmitError, EventReceiver, EventSender};
 pub use serve::{
-    DEFAULT_GRACE, DEFAULT_MAX_IN_FLIGHT, Notice, ServeError, ServeOptions, serve_device,
-    serve_device_with,
+    DEFAULT_GRACE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REMEMBERED_CALLS, Notice, ServeError,
+    ServeOptions, serve_device, serve_device_with,
 };

@@ -6,8 +6,10 @@
 //! a pipe can carry it.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 use dk_proto::{DeviceFrame, FrameError, VesselFrame};
@@ -25,6 +27,10 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How many calls may run at once by default; a call beyond it is answered
 /// with an error at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
+/// How many call ids are remembered by default, so that a repeated one is
+/// never run again (across reconnects of one client, too).
+pub const DEFAULT_REMEMBERED_CALLS: usize = 1024;
 
 /// Why [`serve_device`] stopped before its incoming frames ended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,7 +71,8 @@ pub enum Notice {
         /// Why it was refused.
         error: FrameError,
     },
-    /// An invoke reusing the call id of a call still running; it was ignored.
+    /// An invoke reusing a call id already received: ignored while that call
+    /// runs, answered with an error once it has been answered; never run again.
     DuplicateCall {
         /// The repeated call id.
         call_id: String,
@@ -122,6 +129,7 @@ pub struct ServeOptions {
     max_in_flight: usize,
     events: Option<EventReceiver>,
     on_notice: Option<NoticeHook>,
+    seen: SeenCalls,
 }
 
 impl Default for ServeOptions {
@@ -131,7 +139,43 @@ impl Default for ServeOptions {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             events: None,
             on_notice: None,
+            seen: SeenCalls::new(DEFAULT_REMEMBERED_CALLS),
         }
+    }
+}
+
+/// The call ids received lately, oldest first out, kept as keyed hashes so a
+/// long id costs no more memory than a short one.
+struct SeenCalls {
+    hasher: RandomState,
+    order: VecDeque<u64>,
+    ids: HashSet<u64>,
+    max: usize,
+}
+
+impl SeenCalls {
+    fn new(max: usize) -> SeenCalls {
+        SeenCalls {
+            hasher: RandomState::new(),
+            order: VecDeque::new(),
+            ids: HashSet::new(),
+            max: max.max(1),
+        }
+    }
+
+    /// Remembers `call_id`; `false` when it was already remembered.
+    fn insert(&mut self, call_id: &str) -> bool {
+        let hash = self.hasher.hash_one(call_id);
+        if !self.ids.insert(hash) {
+            return false;
+        }
+        self.order.push_back(hash);
+        while self.order.len() > self.max {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+        true
     }
 }
 
@@ -142,6 +186,7 @@ impl fmt::Debug for ServeOptions {
             .field("max_in_flight", &self.max_in_flight)
             .field("events", &self.events.is_some())
             .field("on_notice", &self.on_notice.is_some())
+            .field("remembered_calls", &self.seen.max)
             .finish()
     }
 }
@@ -165,6 +210,16 @@ impl ServeOptions {
     /// answered `device is busy: <n> calls in flight`.
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = max.max(1);
+        self
+    }
+
+    /// How many call ids to remember (at least one; default
+    /// [`DEFAULT_REMEMBERED_CALLS`]). An invoke whose id is among them is
+    /// never run: it is ignored while the first call runs and answered
+    /// `call "<id>" was already received: not run again` after. The client
+    /// keeps one set of options, so this holds across its reconnects.
+    pub fn remember_calls(mut self, max: usize) -> Self {
+        self.seen = SeenCalls::new(max);
         self
     }
 
@@ -201,8 +256,10 @@ where
 ///   calls are in flight at once, and is answered with
 ///   `device:result {callId, ok:true, result}` or `{callId, ok:false, error}`:
 ///   `unknown capability "<name>"`, the handler's message, or
-///   `handler for "<name>" panicked`. An invoke reusing the id of a call
-///   still running is ignored.
+///   `handler for "<name>" panicked`. A call id is run at most once: an
+///   invoke reusing the id of a call still running is ignored, and one
+///   reusing the id of a call already answered (among the last
+///   [`ServeOptions::remember_calls`]) is answered with an error.
 /// - Frames that do not parse, and frames that are not invokes, never stop
 ///   the loop; they are reported to the [`ServeOptions::on_notice`] hook.
 /// - When `incoming` ends, handlers still running get the grace period to
@@ -267,7 +324,7 @@ where
         tokio::select! {
             text = incoming.next(), if deadline.is_none() => match text {
                 Some(text) => {
-                    if let Some(reply) = calls.accept(&text, &mut options.on_notice) {
+                    if let Some(reply) = calls.accept(&text, &mut options.seen, &mut options.on_notice) {
                         send(outgoing, reply).await?;
                     }
                 }
@@ -340,7 +397,12 @@ impl Calls {
 
     /// Handles one incoming frame: starts a call, or answers at once, or
     /// reports it.
-    fn accept(&mut self, text: &str, hook: &mut Option<NoticeHook>) -> Option<String> {
+    fn accept(
+        &mut self,
+        text: &str,
+        seen: &mut SeenCalls,
+        hook: &mut Option<NoticeHook>,
+    ) -> Option<String> {
         let notify = |hook: &mut Option<NoticeHook>, notice| {
             if let Some(hook) = hook {
                 hook(notice);
@@ -363,6 +425,15 @@ impl Calls {
                     let call_id = call_id.into_owned();
                     notify(hook, Notice::DuplicateCall { call_id });
                     return None;
+                }
+                // Never run twice, even after a reconnect: the vessel never
+                // re-sends a call, so a repeat is a replay.
+                if !seen.insert(&call_id) {
+                    let error = format!("call \"{call_id}\" was already received: not run again");
+                    let reply = result_frame(&call_id, &capability, Err(error));
+                    let call_id = call_id.into_owned();
+                    notify(hook, Notice::DuplicateCall { call_id });
+                    return Some(reply);
                 }
                 if !self.device.has_capability(&capability) {
                     let error = unknown_capability(&capability);

@@ -385,6 +385,45 @@ async fn reconnects_authenticate_with_the_token_and_the_manifest() {
 }
 
 #[tokio::test]
+async fn a_call_replayed_after_a_reconnect_is_refused_not_run() {
+    let mut vessel = TestVessel::bind().await;
+    let dir = TempDir::new();
+    let token_file = dir.join("desk-lamp.token");
+    write_file(&token_file, &format!("{TOKEN}\n"));
+    let lamp = Lamp::new();
+    let device = lamp.device();
+    let (stop, stopped) = shutdown();
+    let options = options(&vessel.url, &no_codes()).token_file(&token_file);
+
+    let script = async {
+        let mut first = vessel.accept().await;
+        assert_eq!(first.recv().await["type"], "device:auth");
+        first.invoke("c1", "set_light", json!({"on": true})).await;
+        check_result(
+            &first.recv().await,
+            "c1",
+            json!({"on": true, "brightness": 0}),
+        );
+        drop(first);
+
+        // A vessel that (wrongly, or a relay that) sends the same call again.
+        let mut second = vessel.accept().await;
+        assert_eq!(second.recv().await["type"], "device:auth");
+        second.invoke("c1", "set_light", json!({"on": true})).await;
+        assert_eq!(
+            second.recv().await,
+            json!({"type": "device:result", "callId": "c1", "ok": false,
+                   "error": "call \"c1\" was already received: not run again"})
+        );
+        stop.send(()).unwrap();
+        second.closed_by_device().await;
+    };
+    let (result, ()) = both(run_client(&device, options, stopped), script).await;
+    result.unwrap();
+    assert_eq!(lamp.calls().len(), 1, "the handler ran once");
+}
+
+#[tokio::test]
 async fn without_a_token_file_the_token_is_kept_for_the_run() {
     let mut vessel = TestVessel::bind().await;
     let device = Lamp::new().device();

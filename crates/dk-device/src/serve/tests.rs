@@ -350,28 +350,37 @@ async fn a_call_id_still_in_flight_is_not_run_twice() {
     assert_eq!(probe.started.recv().await.unwrap(), "fast");
     probe.gate.add_permits(2);
     assert_eq!(link.next().await, ok("c1", json!({"slow": true})));
-    // Once answered, the id may be used again.
+    // Once answered, the id is answered with an error and still not run.
     link.invoke("c1", "fast", json!({"again": true}));
-    assert_eq!(link.next().await, ok("c1", json!({"again": true})));
-    assert_eq!(probe.started.recv().await.unwrap(), "fast");
+    assert_eq!(
+        link.next().await,
+        err("c1", "call \"c1\" was already received: not run again")
+    );
+    link.invoke("c2", "fast", json!({}));
+    assert_eq!(
+        link.next().await,
+        err("c2", "call \"c2\" was already received: not run again")
+    );
     assert!(probe.started.try_recv().is_err(), "the repeats never ran");
     assert_eq!(
         link.invoked(),
         [
             ("c1".to_owned(), "slow".to_owned(), json!({})),
             ("c2".to_owned(), "fast".to_owned(), json!({})),
-            ("c1".to_owned(), "fast".to_owned(), json!({"again": true})),
         ],
         "only the calls that ran are reported"
     );
+    let repeat = Notice::DuplicateCall {
+        call_id: "c1".into(),
+    };
     assert_eq!(
         link.notices(),
         [
+            repeat.clone(),
+            repeat.clone(),
+            repeat,
             Notice::DuplicateCall {
-                call_id: "c1".into()
-            },
-            Notice::DuplicateCall {
-                call_id: "c1".into()
+                call_id: "c2".into()
             },
         ]
     );
@@ -558,7 +567,10 @@ fn options_show_their_settings() {
         .max_in_flight(0);
     assert_eq!(
         format!("{options:?}"),
-        "ServeOptions { grace: 10ms, max_in_flight: 1, events: false, on_notice: false }"
+        "ServeOptions { grace: 10ms, max_in_flight: 1, events: false, on_notice: false, remembered_calls: 1024 }"
+    );
+    assert!(
+        format!("{:?}", ServeOptions::new().remember_calls(0)).contains("remembered_calls: 1 ")
     );
 }
 
@@ -591,4 +603,82 @@ async fn a_task_that_fails_outside_its_handler_is_answered() {
     let done = calls.tasks.join_next_with_id().await.unwrap();
     let answer: Value = serde_json::from_str(&calls.answer(done).unwrap()).unwrap();
     assert_eq!(answer, err("c2", "handler for \"hang\" was stopped"));
+}
+
+#[tokio::test]
+async fn a_call_id_seen_before_a_reconnect_is_never_run_after_it() {
+    let mut probe = probe();
+    let device = probe.device.clone();
+    let mut options = ServeOptions::new();
+    // The first connection: `c1` runs and is answered; `c2` is still running
+    // when the connection drops (its handler is stopped after the grace).
+    options = options.grace(Duration::from_millis(1));
+    let (to_device, mut incoming) = unbounded::<String>();
+    let (mut outgoing, mut from_device) = unbounded::<String>();
+    let invoke = |id: &str, capability: &str| {
+        json!({"type": "device:invoke", "callId": id, "capability": capability, "input": {}})
+            .to_string()
+    };
+    to_device.unbounded_send(invoke("c1", "fast")).unwrap();
+    to_device.unbounded_send(invoke("c2", "hang")).unwrap();
+    drop(to_device);
+    super::serve_session(&device, &mut incoming, &mut outgoing, &mut options)
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&from_device.next().await.unwrap()).unwrap();
+    assert_eq!(answer, ok("c1", json!({})));
+    assert_eq!(probe.started.recv().await.unwrap(), "fast");
+    assert_eq!(probe.started.recv().await.unwrap(), "hang");
+    // The second connection, same client: both ids are refused, a new one runs.
+    let (to_device, mut incoming) = unbounded::<String>();
+    let (mut outgoing, from_device) = unbounded::<String>();
+    for frame in [
+        invoke("c1", "fast"),
+        invoke("c2", "hang"),
+        invoke("c3", "fast"),
+    ] {
+        to_device.unbounded_send(frame).unwrap();
+    }
+    drop(to_device);
+    super::serve_session(&device, &mut incoming, &mut outgoing, &mut options)
+        .await
+        .unwrap();
+    drop(outgoing);
+    let answers: Vec<Value> = from_device
+        .map(|text| serde_json::from_str(&text).unwrap())
+        .collect()
+        .await;
+    assert_eq!(
+        answers,
+        [
+            err("c1", "call \"c1\" was already received: not run again"),
+            err("c2", "call \"c2\" was already received: not run again"),
+            ok("c3", json!({})),
+        ]
+    );
+    assert_eq!(probe.started.recv().await.unwrap(), "fast");
+    assert!(probe.started.try_recv().is_err(), "no repeat ran");
+}
+
+#[tokio::test]
+async fn only_the_last_remembered_ids_are_kept() {
+    let mut probe = probe();
+    let mut link = start(&probe.device, ServeOptions::new().remember_calls(2));
+    for id in ["a", "b", "c"] {
+        link.invoke(id, "fast", json!({}));
+        assert_eq!(link.next().await, ok(id, json!({})));
+    }
+    // `a` is forgotten (memory is bounded), `c` is not.
+    link.invoke("c", "fast", json!({}));
+    assert_eq!(
+        link.next().await,
+        err("c", "call \"c\" was already received: not run again")
+    );
+    link.invoke("a", "fast", json!({}));
+    assert_eq!(link.next().await, ok("a", json!({})));
+    for _ in 0..4 {
+        assert_eq!(probe.started.recv().await.unwrap(), "fast");
+    }
+    assert!(probe.started.try_recv().is_err());
+    link.finish().await.unwrap();
 }
