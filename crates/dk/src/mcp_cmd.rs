@@ -56,8 +56,13 @@ const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// How long connecting to the vessel may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// After end of input: how long requests in flight may still finish.
-const END_GRACE: Duration = Duration::from_secs(3);
+/// After end of input: how long requests in flight may still finish
+/// (less than the two seconds clients commonly wait before a SIGTERM).
+const END_GRACE: Duration = Duration::from_secs(1);
+
+/// How long an exchange the bridge waits for before reading on may take:
+/// `initialize`, a notification, the opening of the GET stream.
+const INLINE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the closing `DELETE` of the session may take.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -332,11 +337,15 @@ async fn bridge(endpoint: Endpoint, bearer: HeaderValue) -> ExitCode {
         }
     }
 
-    // End of input: what is in flight may still finish, briefly.
+    // End of input: what is in flight may still finish, briefly, unless
+    // a signal says to stop now.
     listener.shutdown().await;
     if !interrupted {
         let drain = async { while requests.join_next().await.is_some() {} };
-        let _ = tokio::time::timeout(END_GRACE, drain).await;
+        tokio::select! {
+            _ = tokio::time::timeout(END_GRACE, drain) => {}
+            () = &mut stop => {}
+        }
     }
     requests.shutdown().await;
     bridge.end_session().await;
@@ -453,7 +462,20 @@ impl Bridge {
         match (method, id) {
             (Some("initialize"), Some(id)) => {
                 // Nothing else means anything before the session exists.
-                self.request(message, id, None, true).await;
+                let handshake = self.request(message, id.clone(), None, true);
+                if tokio::time::timeout(INLINE_TIMEOUT, handshake)
+                    .await
+                    .is_err()
+                {
+                    let problem = format!(
+                        "the vessel at {} did not answer initialize within {} seconds",
+                        self.endpoint.url,
+                        INLINE_TIMEOUT.as_secs()
+                    );
+                    self.tell(&problem);
+                    self.answer_error(&id, BRIDGE_ERROR, &problem, Value::Null)
+                        .await;
+                }
             }
             (Some(_), Some(id)) => {
                 let bridge = Arc::clone(self);
@@ -468,7 +490,18 @@ impl Bridge {
                 // Notifications and the client's answers to server requests:
                 // sent in order, before the next line is read.
                 let initialized = method == Some("notifications/initialized");
-                if self.deliver(message, version).await && initialized {
+                let delivered =
+                    tokio::time::timeout(INLINE_TIMEOUT, self.deliver(message, version))
+                        .await
+                        .unwrap_or_else(|_| {
+                            self.tell(&format!(
+                                "the vessel at {} did not take a notification within {} seconds",
+                                self.endpoint.url,
+                                INLINE_TIMEOUT.as_secs()
+                            ));
+                            false
+                        });
+                if delivered && initialized {
                     self.listen(listener).await;
                 }
             }
@@ -586,19 +619,23 @@ impl Bridge {
             session.listening = true;
             session.version.clone()
         };
-        let exchange = self
-            .send(
-                hyper::Method::GET,
-                Bytes::new(),
-                &Value::Null,
-                version.as_deref(),
-                false,
-            )
-            .await;
-        let exchange = match exchange {
-            Ok(exchange) if exchange.response.status() == StatusCode::METHOD_NOT_ALLOWED => return,
-            Ok(exchange) => exchange,
-            Err(failure) => {
+        let opening = self.send(
+            hyper::Method::GET,
+            Bytes::new(),
+            &Value::Null,
+            version.as_deref(),
+            false,
+        );
+        let exchange = match tokio::time::timeout(INLINE_TIMEOUT, opening).await {
+            Ok(Ok(exchange)) if exchange.response.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                return;
+            }
+            Ok(Ok(exchange)) => exchange,
+            Err(_) => {
+                self.tell("no server notifications: the vessel did not open the stream in time");
+                return;
+            }
+            Ok(Err(failure)) => {
                 self.tell(&format!("no server notifications: {}", failure.message()));
                 return;
             }
