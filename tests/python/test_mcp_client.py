@@ -370,6 +370,23 @@ class Suite:
             result = await client.call_tool(SET, {"on": True})
             check(result.is_error and BLOCK_REASON in text_of(result), f"not refused: {result}")
 
+    async def test_stdio_bridge_carries_subscriptions_listen(self) -> None:
+        async with stdio_client(self.dk, self.vessel.url, self.main) as client:
+            async with client.listen(tools_list_changed=True) as events:
+                # The listen stays open while other requests go through.
+                check(SET in await listed_names(client), "set_light not listed")
+                status, _ = await self.vessel.admin_async(
+                    "DELETE", f"/v1/devices/{LAMP}/grants/set_light")
+                check(status == 204, f"revoke answered {status}")
+                event = await asyncio.wait_for(anext(events), PATIENCE)
+                check(type(event).__name__ == "ToolsListChanged", f"event: {event!r}")
+                check(SET not in await listed_names(client), "set_light still listed")
+                status, _ = await self.vessel.admin_async(
+                    "PUT", f"/v1/devices/{LAMP}/grants/set_light")
+                check(status == 204, f"grant answered {status}")
+                event = await asyncio.wait_for(anext(events), PATIENCE)
+                check(type(event).__name__ == "ToolsListChanged", f"event: {event!r}")
+
     async def test_stdio_bridge_with_the_initialize_handshake(self) -> None:
         heard: asyncio.Queue[str] = asyncio.Queue()
 
