@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::serve::ListenerExt;
 use dk_policy::PolicySet;
 use dk_vessel::{
     AgentDirectory, AgentRole, AgentScope, CallContext, ConsentDecision, DeviceLink, InvokeResult,
@@ -28,6 +29,7 @@ const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.jso
 const TOOL: &str = "device__desk_lamp__set_light";
 const CALLS: usize = 2_000;
 const LISTS: usize = 200;
+const WARM_UP: usize = 200;
 
 /// Answers every call at once with a ready-made result.
 struct Answer(Box<RawValue>);
@@ -44,111 +46,161 @@ impl DeviceLink for Answer {
     }
 }
 
-/// Median of `CALLS` bare HTTP POST round trips to an axum echo route.
-async fn http_floor(body: &str) -> Option<Duration> {
-    use http_body_util::{BodyExt, Full};
-    use hyper::body::Bytes;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
-    let local = listener.local_addr().ok()?;
-    let app =
-        axum::Router::new().route("/echo", axum::routing::post(|body: String| async { body }));
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let stream = tokio::net::TcpStream::connect(local).await.ok()?;
-    stream.set_nodelay(true).ok()?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .ok()?;
-    let driver = tokio::spawn(connection);
-    let mut samples = Vec::with_capacity(CALLS);
-    for i in 0..CALLS + 200 {
-        let request = hyper::Request::post("/echo")
-            .header("host", local.to_string())
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .ok()?;
-        sender.ready().await.ok()?;
-        let start = Instant::now();
-        let response = sender.send_request(request).await.ok()?;
-        let _ = response.into_body().collect().await.ok()?;
-        if i >= 200 {
-            samples.push(start.elapsed());
-        }
-    }
-    drop(sender);
-    let _ = driver.await;
-    server.abort();
-    let _ = server.await;
-    Some(median(samples))
+/// A bare HTTP POST echo through axum on loopback, the floor any HTTP
+/// transport pays: the same client, the same listener set-up, no MCP.
+struct Echo {
+    client: RawClient,
+    server: tokio::task::JoinHandle<()>,
+    body: String,
 }
 
-/// Median of `CALLS` `tools/call` POSTs sent by a bare hyper client on one
-/// kept-alive connection, reading each SSE answer whole: the server's share
-/// of the MCP cost, without rmcp's client.
-async fn raw_mcp_calls(local: std::net::SocketAddr, credential: &str) -> Option<Duration> {
-    use http_body_util::{BodyExt, Full};
-    use hyper::body::Bytes;
-    let stream = tokio::net::TcpStream::connect(local).await.ok()?;
-    stream.set_nodelay(true).ok()?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .ok()?;
-    let driver = tokio::spawn(connection);
-    let bearer = format!("Bearer {credential}");
-    let post = |body: String, session: Option<&str>| {
+impl Echo {
+    async fn start(body: &str) -> Option<Echo> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
+        let local = listener.local_addr().ok()?;
+        let app =
+            axum::Router::new().route("/mcp", axum::routing::post(|body: String| async { body }));
+        // As `serve_mcp` sets up its listener, TCP_NODELAY included.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let client = RawClient::connect(local, "none").await?;
+        Some(Echo {
+            client,
+            server,
+            body: body.to_owned(),
+        })
+    }
+
+    async fn round_trip(&mut self) -> Option<Duration> {
+        let start = Instant::now();
+        self.client.post(self.body.clone(), &[]).await?;
+        Some(start.elapsed())
+    }
+
+    async fn stop(self) {
+        self.client.close().await;
+        self.server.abort();
+        let _ = self.server.await;
+    }
+}
+
+/// A bare MCP client: hyper on one kept-alive connection, with TCP_NODELAY,
+/// sending the JSON-RPC text and reading each answer (SSE or JSON) whole.
+/// The thinnest client there can be, so what it measures is the vessel's
+/// side of MCP (HTTP, rmcp, the session, the handler), not a client stack.
+struct RawClient {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<hyper::body::Bytes>>,
+    driver: tokio::task::JoinHandle<()>,
+    host: String,
+    bearer: String,
+    /// The legacy session, after `initialize`; `None` for the 2026-07-28
+    /// lifecycle, which has no sessions.
+    session: Option<String>,
+    next_id: u64,
+}
+
+impl RawClient {
+    async fn connect(local: std::net::SocketAddr, credential: &str) -> Option<RawClient> {
+        let stream = tokio::net::TcpStream::connect(local).await.ok()?;
+        stream.set_nodelay(true).ok()?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .ok()?;
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Some(RawClient {
+            sender,
+            driver,
+            host: local.to_string(),
+            bearer: format!("Bearer {credential}"),
+            session: None,
+            next_id: 0,
+        })
+    }
+
+    /// Opens a legacy session with the `initialize` handshake.
+    async fn initialize(&mut self) -> Option<()> {
+        let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+        let (headers, _) = self.post(initialize.to_owned(), &[]).await?;
+        let session = headers.get("mcp-session-id")?.to_str().ok()?.to_owned();
+        self.session = Some(session);
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        self.post(initialized.to_owned(), &[]).await?;
+        Some(())
+    }
+
+    async fn post(
+        &mut self,
+        body: String,
+        extra: &[(&str, &str)],
+    ) -> Option<(hyper::HeaderMap, hyper::body::Bytes)> {
+        use http_body_util::{BodyExt, Full};
         let mut builder = hyper::Request::post("/mcp")
-            .header("host", local.to_string())
-            .header("authorization", bearer.as_str())
+            .header("host", self.host.as_str())
+            .header("authorization", self.bearer.as_str())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
-        if let Some(session) = session {
+        if let Some(session) = &self.session {
             builder = builder
-                .header("mcp-session-id", session)
+                .header("mcp-session-id", session.as_str())
                 .header("mcp-protocol-version", "2025-06-18");
         }
-        builder.body(Full::new(Bytes::from(body))).ok()
-    };
-    let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
-    sender.ready().await.ok()?;
-    let response = sender
-        .send_request(post(initialize.to_owned(), None)?)
-        .await
-        .ok()?;
-    let session = response
-        .headers()
-        .get("mcp-session-id")?
-        .to_str()
-        .ok()?
-        .to_owned();
-    let _ = response.into_body().collect().await.ok()?;
-    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    sender.ready().await.ok()?;
-    let response = sender
-        .send_request(post(initialized.to_owned(), Some(&session))?)
-        .await
-        .ok()?;
-    let _ = response.into_body().collect().await.ok()?;
-    let mut samples = Vec::with_capacity(CALLS);
-    for i in 1..=CALLS + 200 {
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"{TOOL}","arguments":{{"on":true,"brightness":40}}}}}}"#
-        );
-        let request = post(body, Some(&session))?;
-        sender.ready().await.ok()?;
-        let start = Instant::now();
-        let response = sender.send_request(request).await.ok()?;
-        let answer = response.into_body().collect().await.ok()?.to_bytes();
-        if i > 200 {
-            samples.push(start.elapsed());
+        for (name, value) in extra {
+            builder = builder.header(*name, *value);
         }
-        if !answer.windows(8).any(|w| w == b"\"result\"") {
+        let request = builder.body(Full::new(body.into())).ok()?;
+        self.sender.ready().await.ok()?;
+        let response = self.sender.send_request(request).await.ok()?;
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        Some((headers, body))
+    }
+
+    /// One `tools/call` of the lamp, timed from sending to the last byte
+    /// of the answer; `None` if the answer is not a successful result.
+    async fn call(&mut self) -> Option<Duration> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let (body, extra): (String, &[(&str, &str)]) = if self.session.is_some() {
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{TOOL}","arguments":{{"on":true,"brightness":40}}}}}}"#
+                ),
+                &[],
+            )
+        } else {
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{TOOL}","arguments":{{"on":true,"brightness":40}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"bench","version":"0"}}}}}}}}"#
+                ),
+                &[
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", TOOL),
+                ],
+            )
+        };
+        let start = Instant::now();
+        let (_, answer) = self.post(body, extra).await?;
+        let took = start.elapsed();
+        let text = String::from_utf8_lossy(&answer);
+        if !text.contains("\"result\"") || text.contains("\"isError\":true") {
+            eprintln!("unexpected answer: {text}");
             return None;
         }
+        Some(took)
     }
-    drop(sender);
-    let _ = driver.await;
-    Some(median(samples))
+
+    async fn close(self) {
+        drop(self.sender);
+        let _ = self.driver.await;
+    }
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -216,68 +268,81 @@ async fn run() -> Option<()> {
     let config = StreamableHttpClientTransportConfig::with_uri(url)
         .auth_header(credential.expose().to_owned());
     let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.ok()?;
+    let mut legacy = RawClient::connect(local, credential.expose()).await?;
+    legacy.initialize().await?;
+    let mut stateless = RawClient::connect(local, credential.expose()).await?;
+    let mut echo = Echo::start(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"device__desk_lamp__set_light","arguments":{"on":true,"brightness":40}}}"#,
+    )
+    .await?;
 
     let input = json!({"on": true, "brightness": 40});
     let Value::Object(arguments) = input.clone() else {
         return None;
     };
     let request = CallToolRequestParams::new(TOOL).with_arguments(arguments);
-    for _ in 0..200 {
-        client.call_tool(request.clone()).await.ok()?;
-    }
-    let mut over_mcp = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let request = request.clone();
-        let start = Instant::now();
-        let result = client.call_tool(request).await.ok()?;
-        over_mcp.push(start.elapsed());
-        if result.is_error != Some(false) {
-            return None;
-        }
-    }
-
     let ctx = CallContext {
         agent_id: Some("bench"),
         session_id: Some("s1"),
         ..CallContext::default()
     };
-    let mut direct = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let input = input.clone();
+    // Interleaved, one of each per round, so that whatever else the
+    // machine does falls on every column alike.
+    let mut samples: [Vec<Duration>; 5] = Default::default();
+    for round in 0..WARM_UP + CALLS {
         let start = Instant::now();
-        let outcome = vessel.adapter().execute(TOOL, input, ctx).await;
-        direct.push(start.elapsed());
+        let result = client.call_tool(request.clone()).await.ok()?;
+        let with_rmcp = start.elapsed();
+        if result.is_error != Some(false) {
+            return None;
+        }
+        let over_legacy = legacy.call().await?;
+        let over_stateless = stateless.call().await?;
+        let start = Instant::now();
+        let outcome = vessel.adapter().execute(TOOL, input.clone(), ctx).await;
+        let direct = start.elapsed();
         if !outcome.is_ok() {
             return None;
         }
+        let floor = echo.round_trip().await?;
+        if round >= WARM_UP {
+            for (column, sample) in
+                samples
+                    .iter_mut()
+                    .zip([direct, over_legacy, over_stateless, with_rmcp, floor])
+            {
+                column.push(sample);
+            }
+        }
     }
-    let (mcp, direct) = (median(over_mcp), median(direct));
+    let [direct, over_legacy, over_stateless, with_rmcp, floor] = samples.map(median);
+    let row = |what: &str, took: Duration| {
+        println!(
+            "{what:<50} median {:>8.1} µs  ({:>6.1}x direct, adds {:>6.1} µs)",
+            micros(took),
+            took.as_secs_f64() / direct.as_secs_f64().max(f64::MIN_POSITIVE),
+            micros(took.saturating_sub(direct)),
+        );
+    };
     println!(
-        "tools/call over MCP (streamable HTTP, loopback): median {:>9.1} µs",
-        micros(mcp)
-    );
-    println!(
-        "adapter().execute in process:                    median {:>9.1} µs",
+        "{:<50} median {:>8.1} µs",
+        "adapter().execute in process (direct)",
         micros(direct)
     );
-    println!(
-        "MCP adds:                                        median {:>9.1} µs (target: at most 200 µs)",
-        micros(mcp.saturating_sub(direct))
+    row("tools/call in an MCP session (initialize)", over_legacy);
+    row(
+        "tools/call, 2026-07-28 lifecycle (no session)",
+        over_stateless,
     );
-
-    let server_side = raw_mcp_calls(local, credential.expose()).await?;
+    row("tools/call through rmcp's client (session)", with_rmcp);
+    row("bare HTTP POST echo, same client and listener", floor);
     println!(
-        "tools/call, bare HTTP client, same POSTs:        median {:>9.1} µs",
-        micros(server_side)
+        "the MCP layer adds {:.1} µs at the median (session, bare client; target: at most 200 µs)",
+        micros(over_legacy.saturating_sub(direct))
     );
-    let floor = http_floor(
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"device__desk_lamp__set_light","arguments":{"on":true,"brightness":40}}}"#,
-    )
-    .await?;
-    println!(
-        "bare HTTP POST echo (axum, loopback, keep-alive): median {:>9.1} µs",
-        micros(floor)
-    );
+    legacy.close().await;
+    stateless.close().await;
+    echo.stop().await;
 
     for index in 0..100 {
         let grants = (0..8).map(|c| format!("read_{c}")).collect();
@@ -288,12 +353,17 @@ async fn run() -> Option<()> {
         let start = Instant::now();
         let tools = client.list_all_tools().await.ok()?;
         lists.push(start.elapsed());
-        if tools.len() != 801 {
+        if tools
+            .iter()
+            .filter(|t| t.name.starts_with("device__"))
+            .count()
+            != 801
+        {
             return None;
         }
     }
     println!(
-        "tools/list, 100 devices x 8 granted (801 tools):  median {:>9.1} µs",
+        "tools/list, 100 devices x 8 granted (801 device tools): median {:>9.1} µs",
         micros(median(lists))
     );
 
