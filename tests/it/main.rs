@@ -5,6 +5,7 @@
 
 #![cfg(test)]
 
+mod budget;
 mod harness;
 mod hostile;
 mod in_process;
