@@ -360,13 +360,15 @@ impl ResultPages {
         .into_result(false))
     }
 
-    /// Drops every handle of the session `session` (it ended).
-    pub(crate) fn forget_session(&self, session: &str) {
+    /// Drops every handle `agent` made in the session `session` (it ended).
+    pub(crate) fn forget_session(&self, session: &str, agent: &AgentId) {
         let mut inner = self.lock();
         let gone: Vec<String> = inner
             .by_handle
             .iter()
-            .filter(|(_, k)| matches!(&k.owner, Owner::Session(s) if s == session))
+            .filter(|(_, k)| {
+                &k.agent == agent && matches!(&k.owner, Owner::Session(s) if s == session)
+            })
             .map(|(h, _)| h.clone())
             .collect();
         if gone.is_empty() {

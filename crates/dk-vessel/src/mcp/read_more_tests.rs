@@ -367,7 +367,7 @@ fn the_memory_bound_holds_and_a_result_larger_than_it_is_not_kept() {
         assert!(count <= 2 && bytes <= size * 2 + 1, "{count} {bytes}");
     }
     assert_eq!(pages.held(), (2, size * 2));
-    pages.forget_session("none");
+    pages.forget_session("none", &agent);
     assert_eq!(pages.held(), (2, size * 2));
 
     let tiny = ResultPages::new(&McpOptions {
@@ -393,9 +393,12 @@ fn a_session_s_handles_go_with_it() {
     pages.result_for(value.clone(), Owner::Session("two".into()), &agent);
     pages.result_for(value.clone(), Owner::Agent, &agent);
     assert_eq!(pages.held().0, 3);
-    pages.forget_session("one");
+    // Only the agent's own session's handles.
+    pages.forget_session("one", &"other".into());
+    assert_eq!(pages.held().0, 3);
+    pages.forget_session("one", &agent);
     assert_eq!(pages.held().0, 2);
-    pages.forget_session("two");
+    pages.forget_session("two", &agent);
     assert_eq!(pages.held().0, 1);
 }
 

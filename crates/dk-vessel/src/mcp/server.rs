@@ -129,8 +129,8 @@ pub(crate) struct DeviceTools {
 
 impl Drop for DeviceTools {
     fn drop(&mut self) {
-        if let Some(session) = self.session.get() {
-            self.shared.pages.forget_session(session);
+        if let (Some(session), Some(agent)) = (self.session.get(), self.owner.get()) {
+            self.shared.pages.forget_session(session, agent);
         }
     }
 }
