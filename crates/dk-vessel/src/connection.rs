@@ -4,6 +4,13 @@
 //!
 //! The logic is written against a `Stream` and a `Sink` of [`WireMessage`]s,
 //! so the WebSocket route and the tests (through channels) run the same code.
+//!
+//! A device whose manifest kind is a streaming class (`voice`,
+//! `desktop-control`) is admitted under the vessel's streaming policy after
+//! it paired or authenticated, on every connection (a resume is admitted
+//! afresh); a refusal closes 4011 with the admission code and message. An
+//! admitted session is told so (`device:streaming`) and may send stream
+//! chunks as binary messages (see `stream.rs`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -11,14 +18,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dk_proto::{DeviceFrame, FrameError, FrameLimits, VesselFrame};
+use dk_policy::{AdmissionError, DeviceClass};
+use dk_proto::{DeviceFrame, FrameError, FrameLimits, StreamChunk, StreamingFrame, VesselFrame};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::link::{CallCorrelator, DeviceEvent, DeviceLink, Handled};
-use crate::registry::{AuthError, RegistryEvent};
+use crate::registry::{AuthError, PairedDevice, RegistryEvent};
+use crate::stream::{ChunkOutcome, StreamSession, message_limit, streaming_class};
 use crate::vessel::{ConnectionPermit, Vessel};
 
 /// A WebSocket message, whatever library carries it.
@@ -26,7 +35,8 @@ use crate::vessel::{ConnectionPermit, Vessel};
 pub enum WireMessage {
     /// A text message: every dk frame is one.
     Text(String),
-    /// A binary message: not part of the protocol.
+    /// A binary message: a stream chunk from an admitted streaming device;
+    /// from any other device, a malformed frame.
     Binary(Vec<u8>),
     /// A ping.
     Ping(Vec<u8>),
@@ -82,6 +92,10 @@ pub mod close_code {
     /// A pairing limit: one waiting request per device, caps per address and
     /// overall, attempts per minute per address.
     pub const PAIRING_LIMIT: u16 = 4010;
+    /// A streaming device (kind `voice` or `desktop-control`) was refused
+    /// admission; the reason is the admission code and message, e.g.
+    /// `ERR_PRISM_DEVICE_SESSIONS: concurrent voice sessions capped at 1`.
+    pub const ADMISSION_REFUSED: u16 = 4011;
 }
 
 /// What happened on a connection, for logs and tests.
@@ -117,6 +131,10 @@ impl Out {
         // A full queue means the device is not reading; the ping deadline
         // will end the connection.
         let _ = self.frames.try_send(frame.to_json());
+    }
+
+    fn text(&self, text: String) {
+        let _ = self.frames.try_send(text);
     }
 
     fn error(&self, message: &str) {
@@ -222,6 +240,11 @@ struct Reader<'v, S> {
 struct Session {
     device_id: String,
     generation: u64,
+    /// How it got here: the person's consent to pair is the approval its
+    /// admission needs; a reconnect must be approved afresh.
+    paired_now: bool,
+    /// The admitted streaming session, for a streaming device.
+    stream: Option<StreamSession>,
 }
 
 impl<S> Reader<'_, S>
@@ -229,7 +252,7 @@ where
     S: Stream<Item = WireMessage> + Unpin,
 {
     async fn run(mut self) -> ConnectionOutcome {
-        let session = match self.handshake().await {
+        let mut session = match self.handshake().await {
             Ok(session) => session,
             Err(frame) => {
                 self.outcome.closed_with = frame.map(|f| self.out.close(f));
@@ -238,6 +261,10 @@ where
         };
         self.outcome.device_id = Some(session.device_id.clone());
         self.permit.authenticated();
+        if let Err(frame) = self.admit_streaming(&mut session).await {
+            self.outcome.closed_with = frame.map(|f| self.out.close(f));
+            return self.finish();
+        }
         let ended = self.session(&session).await;
         self.outcome.closed_with = ended.map(|f| self.out.close(f));
         self.finish()
@@ -335,11 +362,25 @@ where
                 self.vessel.note_pairing_attempt(address).map_err(limit)?;
                 // An invalid manifest never reaches the person, so it takes no place.
                 let _waiting = match dk_proto::validate_manifest(&manifest) {
-                    Ok(valid) => Some(
-                        self.vessel
-                            .begin_pairing(valid.id(), address)
-                            .map_err(limit)?,
-                    ),
+                    Ok(valid) => {
+                        // A streaming kind the vessel would refuse never
+                        // reaches the person.
+                        if let Some(class) = streaming_class(valid.kind()) {
+                            let budget = self.vessel.session_budget();
+                            if let Err(error) =
+                                self.vessel
+                                    .streams()
+                                    .precheck(valid.id(), class, budget.as_ref())
+                            {
+                                return Err(Some(self.refuse(valid.id(), class, "pair", &error)));
+                            }
+                        }
+                        Some(
+                            self.vessel
+                                .begin_pairing(valid.id(), address)
+                                .map_err(limit)?,
+                        )
+                    }
                     Err(_) => None,
                 };
                 self.pair(&manifest).await
@@ -359,6 +400,8 @@ where
                     Ok(device) => Ok(Session {
                         device_id: device.device_id().to_owned(),
                         generation: device.generation(),
+                        paired_now: false,
+                        stream: None,
                     }),
                     Err(AuthError::ManifestChanged) => Err(Some(close(
                         close_code::MANIFEST_CHANGED,
@@ -418,6 +461,8 @@ where
                 Ok(Session {
                     device_id: paired.device_id,
                     generation: paired.generation,
+                    paired_now: true,
+                    stream: None,
                 })
             }
             Err(e) => Err(Some(close(close_code::PAIRING_REFUSED, e.to_string()))),
@@ -433,10 +478,14 @@ where
         ));
         let link: Arc<dyn DeviceLink> = correlator.clone();
         let mut changes = self.vessel.registry().subscribe();
+        // A newer connection replaces the older one; a streaming device's
+        // sessions (as many as its policy admits) all stay open, and calls go
+        // to the newest.
         if let Some(old) = self
             .vessel
             .links()
             .connect(&session.device_id, Arc::clone(&link))
+            && session.stream.is_none()
         {
             old.close("replaced by a newer connection");
         }
@@ -490,11 +539,11 @@ where
         let text = match message {
             None | Some(WireMessage::Close(_)) => return Some(None),
             Some(WireMessage::Ping(_) | WireMessage::Pong(_)) => return None,
-            Some(WireMessage::Binary(_)) => {
+            Some(WireMessage::Binary(message)) => {
                 if !self.within_rate() {
                     return Some(Some(self.over_rate()));
                 }
-                return self.malformed("frames are JSON text").map(Some);
+                return self.on_chunk(message, session);
             }
             Some(WireMessage::Text(text)) => text,
         };
@@ -542,6 +591,168 @@ where
                 _ => self.malformed("already paired and authenticated").map(Some),
             },
         }
+    }
+
+    /// A binary message: a stream chunk when the session was admitted as a
+    /// streaming session, else malformed (as for any v1 device). Over twice
+    /// the cap closes 1009; a chunk that does not parse, or names a stream
+    /// that is not one of the device's sensors, is malformed; over the cap
+    /// it is dropped and reported to the device; otherwise it goes to the
+    /// subscribers (when its capability is granted).
+    fn on_chunk(&mut self, message: Vec<u8>, session: &Session) -> Option<Option<CloseFrame>> {
+        let Some(stream) = &session.stream else {
+            return self.malformed("frames are JSON text").map(Some);
+        };
+        let limit = message_limit(stream.policy().max_chunk_bytes());
+        if message.len() > limit {
+            return Some(Some(close(
+                close_code::TOO_LARGE,
+                format!("stream messages are at most {limit} bytes"),
+            )));
+        }
+        let (name, seq) = match StreamChunk::parse(&message) {
+            Ok(chunk) => (chunk.stream.to_owned(), chunk.seq),
+            Err(e) => return self.malformed(&e.to_string()).map(Some),
+        };
+        let (sensor, granted) = match self
+            .vessel
+            .registry()
+            .get_with_grant(&session.device_id, &name)
+        {
+            Some((device, granted)) => (
+                device
+                    .manifest()
+                    .capability(&name)
+                    .is_some_and(|c| c.kind() == dk_proto::CapabilityKind::Sensor),
+                granted,
+            ),
+            None => (false, false),
+        };
+        if !sensor {
+            return self
+                .malformed(&format!(
+                    "stream {name:?} is not a sensor capability of the device"
+                ))
+                .map(Some);
+        }
+        match self.vessel.take_chunk(stream, message, &name, seq, granted) {
+            ChunkOutcome::Forwarded | ChunkOutcome::NotGranted => {}
+            ChunkOutcome::Dropped(report) => self.out.text(report.to_json()),
+        }
+        None
+    }
+
+    /// Admits a streaming device's session (nothing to do for other kinds),
+    /// asking the person first on a reconnect when the policy requires
+    /// approval. `Err(None)`: the device left while the person was asked.
+    async fn admit_streaming(&mut self, session: &mut Session) -> Result<(), Option<CloseFrame>> {
+        let Some(device) = self.vessel.registry().get(&session.device_id) else {
+            // Unpaired meanwhile: the session loop sees it at once.
+            return Ok(());
+        };
+        let Some(class) = streaming_class(device.manifest().kind()) else {
+            return Ok(());
+        };
+        let id = session.device_id.clone();
+        let stage = if session.paired_now { "pair" } else { "resume" };
+        let budget = self.vessel.session_budget();
+        let streams = self.vessel.streams();
+        if let Err(error) = streams.precheck(&id, class, budget.as_ref()) {
+            return Err(Some(self.refuse(&id, class, stage, &error)));
+        }
+        let approved = session.paired_now
+            || !streams.requires_approval(class)
+            || self.ask_person(&device, class).await?;
+        match self
+            .vessel
+            .streams()
+            .admit(&id, class, approved, budget.as_ref())
+        {
+            Ok(admitted) => {
+                let policy = admitted.policy();
+                self.out.text(
+                    StreamingFrame {
+                        kind: class.as_str().to_owned(),
+                        max_chunk_bytes: policy.max_chunk_bytes(),
+                        max_concurrent_sessions: policy.max_concurrent_sessions(),
+                    }
+                    .to_json(),
+                );
+                self.vessel
+                    .stream_stats()
+                    .admitted
+                    .fetch_add(1, Ordering::Relaxed);
+                self.vessel.audit(
+                    "stream_admission",
+                    json!({
+                        "deviceId": id, "kind": class.as_str(), "stage": stage,
+                        "admitted": true, "maxChunkBytes": policy.max_chunk_bytes(),
+                        "maxToolCalls": admitted.admitted().run_limits()
+                            .get(dk_policy::RunLimit::MaxToolCalls),
+                    }),
+                );
+                session.stream = Some(admitted);
+                Ok(())
+            }
+            Err(error) => Err(Some(self.refuse(&id, class, stage, &error))),
+        }
+    }
+
+    /// Asks the person to admit a streaming device's reconnect; a no, no
+    /// answer in time or an error is a no. The device leaving withdraws it.
+    async fn ask_person(
+        &mut self,
+        device: &PairedDevice,
+        class: DeviceClass,
+    ) -> Result<bool, Option<CloseFrame>> {
+        let manifest = device.manifest();
+        let request = crate::adapter::ApprovalRequest {
+            tool: format!("stream:{class}"),
+            device_id: manifest.id().to_owned(),
+            capability: String::new(),
+            input: serde_json::Map::new(),
+            reason: format!(
+                "{class} device side effect requires approval: {:?} reconnects to stream",
+                manifest.name()
+            ),
+        };
+        let person = Arc::clone(self.vessel.person());
+        let asking = person.ask_approval(request, self.vessel.limits().consent_timeout);
+        tokio::pin!(asking);
+        loop {
+            tokio::select! {
+                approved = &mut asking => return Ok(approved),
+                () = self.vessel.shutting_down() => return Err(Some(going_away())),
+                message = self.incoming.next() => match message {
+                    None | Some(WireMessage::Close(_)) => return Err(None),
+                    // Anything else while the person decides is set aside.
+                    Some(_) => {}
+                },
+            }
+        }
+    }
+
+    /// A refused admission: counted, audited, and the close to send.
+    fn refuse(
+        &self,
+        device_id: &str,
+        class: DeviceClass,
+        stage: &str,
+        error: &AdmissionError,
+    ) -> CloseFrame {
+        self.vessel
+            .stream_stats()
+            .refused
+            .fetch_add(1, Ordering::Relaxed);
+        let code = error.code().as_str();
+        self.vessel.audit(
+            "stream_admission",
+            json!({
+                "deviceId": device_id, "kind": class.as_str(), "stage": stage,
+                "admitted": false, "code": code, "message": error.to_string(),
+            }),
+        );
+        close(close_code::ADMISSION_REFUSED, format!("{code}: {error}"))
     }
 
     fn over_rate(&self) -> CloseFrame {

@@ -23,6 +23,7 @@ mod registry;
 mod reload;
 mod server;
 mod store;
+mod stream;
 mod vessel;
 
 pub use adapter::{
@@ -60,5 +61,8 @@ pub use store::{
     MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind,
     SCHEMA_VERSION, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
     WriterOptions, redact_for_audit,
+};
+pub use stream::{
+    STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription,
 };
 pub use vessel::{ConnectionPermit, Limits, PairingTicket, Stats, Vessel};

@@ -65,7 +65,14 @@ async fn device_route(
     };
     // One byte over the limit still reaches the frame parser, which closes
     // with 1009 and a reason; anything larger is refused by the socket layer.
-    let max = vessel.limits().max_frame_bytes.saturating_add(1);
+    // A vessel that admits streaming kinds reads binary messages up to twice
+    // the largest chunk cap, so a chunk over its cap is dropped and reported
+    // rather than ending the connection.
+    let max = vessel
+        .limits()
+        .max_frame_bytes
+        .max(vessel.streams().largest_message().unwrap_or(0))
+        .saturating_add(1);
     upgrade
         .max_message_size(max)
         .max_frame_size(max)

@@ -205,6 +205,8 @@ pub struct Vessel {
     writer: Arc<AuditWriter>,
     redactor: SecretRedactor,
     agents: Arc<AgentDirectory>,
+    /// Streaming devices: admission, sessions, subscribers.
+    streams: crate::stream::Streams,
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
@@ -366,6 +368,7 @@ impl Vessel {
             writer,
             redactor,
             agents,
+            streams: crate::stream::Streams::new(),
         })
     }
 
@@ -500,6 +503,11 @@ impl Vessel {
     /// Connection counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Streaming devices' admission state and subscribers (see `stream.rs`).
+    pub(crate) fn streams(&self) -> &crate::stream::Streams {
+        &self.streams
     }
 
     /// Device events from now on (a slow subscriber misses events rather than
