@@ -101,7 +101,12 @@ fn build(
         .with_allowed_hosts(origins.hosts.clone())
         .with_allowed_origins(origins.origins.clone())
         .enforce_origin_validation()
-        .with_max_request_body_bytes(MAX_BODY_BYTES);
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        // Clients of the 2026-07-28 lifecycle (served without a session)
+        // get a plain JSON answer when the handler sends nothing before it,
+        // which spares them an event stream per call; rmcp falls back to
+        // SSE when the handler does send something first.
+        .with_json_response(true);
     let ending = config.cancellation_token.clone();
     let events = Arc::new(EventLog::new(&options));
     // The feed ends when the sessions are ended, or with the route. Outside

@@ -833,6 +833,37 @@ async fn clients_of_the_discover_lifecycle_are_served_without_a_session() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn a_call_without_a_session_is_answered_with_plain_json() {
+    let vessel = vessel_with_lamp(&["set_light"]).await;
+    let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
+    let server = serve(&vessel, &agents).await;
+    let bearer = format!("Bearer {credential}");
+    let host = server.local.to_string();
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"device__desk_lamp__set_light","arguments":{"on":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"}}}}"#;
+    let (status, text) = raw(
+        server.local,
+        &[
+            ("Host", host.as_str()),
+            ("Authorization", bearer.as_str()),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "device__desk_lamp__set_light"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let lower = text.to_ascii_lowercase();
+    assert!(lower.contains("content-type: application/json"), "{text}");
+    assert!(!lower.contains("text/event-stream"), "{text}");
+    assert!(
+        text.contains(r#""id":7"#) && text.contains(r#""isError":false"#),
+        "{text}"
+    );
+    server.stop().await;
+}
+
 /// Waits until `agents` has `count` subscribers.
 async fn subscribers(agents: &AgentDirectory, count: usize) {
     tokio::time::timeout(PATIENCE, async {
