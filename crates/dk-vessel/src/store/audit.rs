@@ -38,7 +38,10 @@ const MAX_SWAP_CANDIDATES: usize = 256;
 
 /// A copy of `value` fit for the audit log: every occurrence of one of
 /// `secrets` (in strings and object keys) is replaced by `[REDACTED]`, then
-/// it is cut as [`cut_for_audit`] says. Empty secrets are ignored. The
+/// strings longer than [`MAX_AUDIT_STRING`] characters are cut, arrays and
+/// objects keep their first [`MAX_AUDIT_ITEMS`] items, and values deeper than
+/// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
+/// Empty secrets are ignored. The
 /// vessel's own entries go through its [`SecretRedactor`](crate::SecretRedactor)
 /// instead, which also knows the tokens it holds only by their hashes.
 pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
