@@ -16,11 +16,12 @@ use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, VesselFrame};
-use futures::future::{self, Fuse};
+use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, StreamDroppedFrame, StreamingFrame, VesselFrame};
+use futures::future::Fuse;
 use futures::{FutureExt as _, Sink, SinkExt as _, Stream, StreamExt as _};
 use rand::Rng as _;
 use serde::Deserialize;
@@ -31,6 +32,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::serve::serve_session;
+use crate::stream::StreamReceiver;
 use crate::{Device, ServeError, ServeOptions};
 
 /// The first reconnect waits up to this long, by default.
@@ -67,6 +69,8 @@ mod close_code {
     pub const MANIFEST_CHANGED: u16 = 4003;
     /// The person unpaired the device.
     pub const UNPAIRED: u16 = 4007;
+    /// A streaming device was refused admission.
+    pub const ADMISSION_REFUSED: u16 = 4011;
     /// A close frame without a code (RFC 6455 "no status received").
     pub const NO_STATUS: u16 = 1005;
 }
@@ -95,6 +99,8 @@ pub struct ClientOptions {
     max_backoff: Duration,
     max_attempts: Option<u32>,
     serve: ServeOptions,
+    /// Stream chunks to send once the vessel admits the device.
+    streams: Option<StreamReceiver>,
     /// The token, when there is no token file to keep it in.
     remembered: Option<String>,
 }
@@ -109,6 +115,7 @@ impl fmt::Debug for ClientOptions {
             .field("max_backoff", &self.max_backoff)
             .field("max_attempts", &self.max_attempts)
             .field("serve", &self.serve)
+            .field("streams", &self.streams.is_some())
             .field(
                 "remembered",
                 &self.remembered.as_ref().map(|_| "<redacted>"),
@@ -131,6 +138,7 @@ impl ClientOptions {
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: None,
             serve: ServeOptions::default(),
+            streams: None,
             remembered: None,
         }
     }
@@ -176,6 +184,17 @@ impl ClientOptions {
     /// event queue and the notice hook, kept from one connection to the next.
     pub fn serve(mut self, serve: ServeOptions) -> Self {
         self.serve = serve;
+        self
+    }
+
+    /// Sends the chunks queued in `streams` (see [`stream_channel`](crate::stream_channel))
+    /// as binary stream messages, but only on a connection the vessel
+    /// admitted as a streaming session (`device:streaming`), and only those
+    /// within the cap it announced (larger ones are dropped and counted
+    /// here). Until then chunks wait in the queue, which drops what does not
+    /// fit.
+    pub fn streams(mut self, streams: StreamReceiver) -> Self {
+        self.streams = Some(streams);
         self
     }
 
@@ -234,6 +253,12 @@ pub enum ClientError {
     /// person to approve the new manifest.
     #[error("the device's manifest changed since the person approved it: pair again")]
     ManifestChanged,
+    /// Close 4011: the vessel refused this streaming device admission for a
+    /// reason retrying does not change (the kind disabled, no sandbox, the
+    /// person said no, no run limits). The vessel's reason: the admission
+    /// code and message. A refusal for the session cap is retried instead.
+    #[error("the vessel refused the streaming session: {0}")]
+    AdmissionRefused(String),
     /// Close 4007: the person unpaired the device. The token was removed;
     /// the device must pair again.
     #[error("the person unpaired the device and its token was removed: pair again to reconnect")]
@@ -546,28 +571,41 @@ where
         Ok(())
     }
 
-    /// Serves calls until the connection ends or `shutdown` resolves.
+    /// Serves calls until the connection ends or `shutdown` resolves. One
+    /// writer sends the serve loop's frames and, once the vessel admitted a
+    /// streaming session, the queued stream chunks.
     async fn serve<F>(&mut self, shutdown: Pin<&mut Fuse<F>>) -> Result<Ended, ClientError>
     where
         F: Future<Output = ()>,
     {
         let mut ended = None;
+        // The cap the vessel announced; 0 until it admits a streaming session.
+        let (cap, mut cap_changes) = tokio::sync::watch::channel(0u64);
+        let options = &mut *self.options;
+        let sink = &mut self.sink;
         let served = {
             let mut incoming = Incoming {
                 stream: &mut self.stream,
                 shutdown,
                 ended: &mut ended,
+                streaming_cap: &cap,
             };
-            let mut outgoing = (&mut self.sink).with(|text: String| {
-                future::ready(Ok::<_, tungstenite::Error>(Message::text(text)))
-            });
-            serve_session(
-                self.device,
-                &mut incoming,
-                &mut outgoing,
-                &mut self.options.serve,
-            )
-            .await
+            let (mut frames, mut queued) = futures::channel::mpsc::channel::<String>(FRAME_QUEUE);
+            let serve = async {
+                let served =
+                    serve_session(self.device, &mut incoming, &mut frames, &mut options.serve)
+                        .await;
+                frames.close_channel();
+                served
+            };
+            let write = write_frames(
+                sink,
+                &mut queued,
+                options.streams.as_mut(),
+                &mut cap_changes,
+            );
+            let (served, ()) = tokio::join!(serve, write);
+            served
         };
         match served {
             Ok(()) => {}
@@ -610,6 +648,10 @@ where
             close_code::UNPAIRED => {
                 self.forget_token()?;
                 Err(ClientError::Unpaired)
+            }
+            // The session cap frees up when another session ends.
+            close_code::ADMISSION_REFUSED if !reason.starts_with("ERR_PRISM_DEVICE_SESSIONS") => {
+                Err(ClientError::AdmissionRefused(reason))
             }
             _ => Ok(SessionEnd::Closed { code, reason }),
         }
@@ -681,6 +723,8 @@ struct Incoming<'a, S, F> {
     stream: &'a mut S,
     shutdown: Pin<&'a mut Fuse<F>>,
     ended: &'a mut Option<Ended>,
+    /// Set from `device:streaming`: the chunk cap of an admitted session.
+    streaming_cap: &'a tokio::sync::watch::Sender<u64>,
 }
 
 impl<S, F> Stream for Incoming<'_, S, F>
@@ -716,6 +760,25 @@ where
                         tracing::warn!(%message, "the vessel reported an error");
                         continue;
                     }
+                    if let Some(admitted) = StreamingFrame::parse(&text) {
+                        tracing::info!(
+                            kind = %printable(&admitted.kind),
+                            max_chunk_bytes = admitted.max_chunk_bytes,
+                            "admitted as a streaming session"
+                        );
+                        this.streaming_cap.send_replace(admitted.max_chunk_bytes);
+                        continue;
+                    }
+                    if let Some(dropped) = StreamDroppedFrame::parse(&text) {
+                        tracing::warn!(
+                            stream = %printable(&dropped.stream),
+                            seq = dropped.seq,
+                            bytes = dropped.bytes,
+                            marker = %printable(&dropped.marker),
+                            "the vessel dropped a stream chunk"
+                        );
+                        continue;
+                    }
                     return Poll::Ready(Some(text.as_str().to_owned()));
                 }
                 Some(Ok(Message::Binary(_))) => {
@@ -726,6 +789,55 @@ where
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
             }
             return Poll::Ready(None);
+        }
+    }
+}
+
+/// Frames from the serve loop waiting for the writer.
+const FRAME_QUEUE: usize = 64;
+
+/// Sends the serve loop's frames and, while the session is admitted as a
+/// streaming one, queued stream chunks within the announced cap; ends when
+/// the serve loop does or a send fails.
+async fn write_frames<K>(
+    sink: &mut K,
+    frames: &mut futures::channel::mpsc::Receiver<String>,
+    mut streams: Option<&mut StreamReceiver>,
+    cap: &mut tokio::sync::watch::Receiver<u64>,
+) where
+    K: Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    loop {
+        let admitted = *cap.borrow_and_update();
+        let message = tokio::select! {
+            biased;
+            // Admitted (or not) since: look again.
+            Ok(()) = cap.changed() => continue,
+            text = frames.next() => match text {
+                Some(text) => Message::text(text),
+                None => return,
+            },
+            Some(chunk) = async {
+                match streams.as_mut() {
+                    Some(streams) => streams.rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            }, if admitted > 0 => {
+                if chunk.payload.len() as u64 > admitted {
+                    if let Some(streams) = streams.as_ref() {
+                        streams.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tracing::debug!(seq = chunk.seq, "dropped a chunk over the vessel's cap");
+                    continue;
+                }
+                match chunk.encode() {
+                    Some(bytes) => Message::binary(bytes),
+                    None => continue,
+                }
+            }
+        };
+        if sink.send(message).await.is_err() {
+            return;
         }
     }
 }

@@ -31,6 +31,10 @@
 //! it pairs (showing the code), keeps the device token in a file, serves
 //! calls, and reconnects with backoff.
 //!
+//! A streaming device (kind `voice` or `desktop-control`) queues chunks with
+//! a [`StreamSender`] from [`stream_channel`]; the client sends them once the
+//! vessel admits it.
+//!
 //! [`samples`] holds ready devices (8DK's reference lamp, a door lock, a
 //! thermostat) used by the simulators, the demo and the end-to-end tests.
 
@@ -41,6 +45,7 @@ mod device;
 mod event;
 pub mod samples;
 mod serve;
+mod stream;
 
 pub use client::{
     CONNECT_TIMEOUT, ClientError, ClientOptions, DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF,
@@ -51,4 +56,7 @@ pub use event::{EmitError, EventReceiver, EventSender};
 pub use serve::{
     DEFAULT_GRACE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REMEMBERED_CALLS, Notice, ServeError,
     ServeOptions, serve_device, serve_device_with,
+};
+pub use stream::{
+    DEFAULT_STREAM_QUEUE, StreamReceiver, StreamSendError, StreamSender, stream_channel,
 };

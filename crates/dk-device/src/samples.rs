@@ -1,5 +1,6 @@
-//! Ready-made devices: 8DK's reference desk lamp, a front door lock and a
-//! hall thermostat, with state a test can inspect.
+//! Ready-made devices: 8DK's reference desk lamp, a front door lock, a hall
+//! thermostat, and two streaming devices (a kitchen voice satellite and an
+//! office desktop bridge), with state a test can inspect.
 //!
 //! Their manifests are the ones under `fixtures/manifests/valid/`. Each
 //! sample keeps its state behind a lock shared with its handlers, and a log
@@ -17,6 +18,9 @@ const LAMP_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/desk
 const LOCK_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/front-door.json");
 const THERMOSTAT_MANIFEST: &str =
     include_str!("../../../fixtures/manifests/valid/hall-thermostat.json");
+const VOICE_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/kitchen-voice.json");
+const DESKTOP_MANIFEST: &str =
+    include_str!("../../../fixtures/manifests/valid/office-desktop.json");
 
 /// A call a sample received: the capability and its input.
 pub type CallRecord = (String, Map<String, Value>);
@@ -418,3 +422,289 @@ pub fn thermostat() -> Device {
 
 #[cfg(test)]
 mod tests;
+
+// ---------------------------------------------------------------- voice satellite
+
+/// Sample rate of the voice satellite's microphone stream, in Hz.
+pub const VOICE_SAMPLE_RATE: u32 = 16_000;
+/// Length of one microphone frame, in milliseconds.
+pub const VOICE_FRAME_MS: u32 = 20;
+/// Bytes of one microphone frame: 20 ms of 16 kHz mono 16-bit PCM.
+pub const VOICE_FRAME_BYTES: usize = (VOICE_SAMPLE_RATE * VOICE_FRAME_MS / 1000) as usize * 2;
+/// The tone the simulated microphone hears, in Hz.
+pub const VOICE_TONE_HZ: f64 = 440.0;
+
+/// The voice satellite's state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VoiceState {
+    /// Whether the microphone is muted (a muted satellite streams silence).
+    pub muted: bool,
+    /// Speaker volume, 0-100.
+    pub volume: f64,
+    /// Texts spoken so far.
+    pub spoken: u64,
+}
+
+#[derive(Debug)]
+struct VoiceShared {
+    state: VoiceState,
+    calls: Vec<CallRecord>,
+}
+
+/// A kitchen voice satellite (`kitchen-voice`, kind `voice`): `microphone`
+/// describes its stream, `read_status` returns `{muted, volume}`,
+/// `set_volume` (0-100) and `mute` set them, `speak` answers `{spoken}`.
+/// [`Voice::frame`] makes the microphone's 20 ms PCM frames (a 440 Hz sine).
+#[derive(Debug, Clone)]
+pub struct Voice {
+    device: Device,
+    shared: Arc<Mutex<VoiceShared>>,
+}
+
+impl Default for Voice {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Voice {
+    /// A satellite, unmuted, at volume 50.
+    pub fn new() -> Self {
+        let shared = Arc::new(Mutex::new(VoiceShared {
+            state: VoiceState {
+                muted: false,
+                volume: 50.0,
+                spoken: 0,
+            },
+            calls: Vec::new(),
+        }));
+        let handler = |name: &'static str| {
+            let shared = Arc::clone(&shared);
+            move |input: Map<String, Value>| {
+                let mut shared = guard(&shared);
+                shared.calls.push((name.to_owned(), input.clone()));
+                let result = match name {
+                    "microphone" => Ok(json!({
+                        "format": "pcm_s16le", "sampleRate": VOICE_SAMPLE_RATE,
+                        "channels": 1, "frameMs": VOICE_FRAME_MS, "muted": shared.state.muted,
+                    })),
+                    "set_volume" => match input.get("volume").and_then(Value::as_f64) {
+                        Some(v) if (0.0..=100.0).contains(&v) => {
+                            shared.state.volume = v;
+                            Ok(json!({"volume": js_number(v)}))
+                        }
+                        _ => Err(HandlerError::new("volume must be 0-100")),
+                    },
+                    "mute" => {
+                        shared.state.muted =
+                            input.get("muted").and_then(Value::as_bool).unwrap_or(true);
+                        Ok(json!({"muted": shared.state.muted}))
+                    }
+                    "speak" => {
+                        shared.state.spoken += 1;
+                        let text = input.get("text").and_then(Value::as_str).unwrap_or("");
+                        Ok(json!({"spoken": text.chars().count()}))
+                    }
+                    _ => Ok(json!({
+                        "muted": shared.state.muted,
+                        "volume": js_number(shared.state.volume),
+                    })),
+                };
+                async move { result }
+            }
+        };
+        let device = finish(
+            define(VOICE_MANIFEST)
+                .handler("microphone", handler("microphone"))
+                .handler("read_status", handler("read_status"))
+                .handler("set_volume", handler("set_volume"))
+                .handler("mute", handler("mute"))
+                .handler("speak", handler("speak")),
+        );
+        Voice { device, shared }
+    }
+
+    /// The device, to serve or invoke.
+    pub fn device(&self) -> Device {
+        self.device.clone()
+    }
+
+    /// The satellite's state now.
+    pub fn state(&self) -> VoiceState {
+        guard(&self.shared).state
+    }
+
+    /// Every call received so far, in order.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        guard(&self.shared).calls.clone()
+    }
+
+    /// Microphone frame number `index`: [`VOICE_FRAME_BYTES`] of
+    /// little-endian 16-bit PCM, a [`VOICE_TONE_HZ`] sine continuing from the
+    /// frame before; silence while muted.
+    pub fn frame(&self, index: u64) -> Vec<u8> {
+        let muted = guard(&self.shared).state.muted;
+        let samples = VOICE_FRAME_BYTES / 2;
+        let mut out = Vec::with_capacity(VOICE_FRAME_BYTES);
+        for i in 0..samples {
+            let n = index.wrapping_mul(samples as u64).wrapping_add(i as u64);
+            let t = (n % u64::from(VOICE_SAMPLE_RATE)) as f64 / f64::from(VOICE_SAMPLE_RATE);
+            let sample = if muted {
+                0
+            } else {
+                // Within i16 (amplitude 0.3 of full scale).
+                ((t * VOICE_TONE_HZ * std::f64::consts::TAU).sin() * 0.3 * f64::from(i16::MAX))
+                    as i16
+            };
+            out.extend_from_slice(&sample.to_le_bytes());
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------- desktop bridge
+
+/// The desktop bridge's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesktopState {
+    /// Screen width in pixels.
+    pub width: u32,
+    /// Screen height in pixels.
+    pub height: u32,
+    /// Pointer position.
+    pub pointer: (f64, f64),
+    /// Clicks made.
+    pub clicks: u64,
+    /// Everything typed.
+    pub typed: String,
+}
+
+#[derive(Debug)]
+struct DesktopShared {
+    state: DesktopState,
+    calls: Vec<CallRecord>,
+}
+
+/// An office desktop bridge (`office-desktop`, kind `desktop-control`):
+/// `screen` describes its stream, `read_screen` returns the size and pointer,
+/// `move_pointer` moves it (within the screen), `click` and `type_text` (both
+/// confirm: the person says yes to each) act. [`Desktop::screenshot`] makes
+/// the screen stream's RGBA frames.
+#[derive(Debug, Clone)]
+pub struct Desktop {
+    device: Device,
+    shared: Arc<Mutex<DesktopShared>>,
+}
+
+impl Desktop {
+    /// A bridge to a `width` x `height` screen, the pointer in its middle.
+    pub fn new(width: u32, height: u32) -> Self {
+        let shared = Arc::new(Mutex::new(DesktopShared {
+            state: DesktopState {
+                width,
+                height,
+                pointer: (f64::from(width) / 2.0, f64::from(height) / 2.0),
+                clicks: 0,
+                typed: String::new(),
+            },
+            calls: Vec::new(),
+        }));
+        let handler = |name: &'static str| {
+            let shared = Arc::clone(&shared);
+            move |input: Map<String, Value>| {
+                let mut shared = guard(&shared);
+                shared.calls.push((name.to_owned(), input.clone()));
+                let state = &mut shared.state;
+                let result = match name {
+                    "screen" => Ok(json!({
+                        "format": "rgba8", "width": state.width, "height": state.height,
+                    })),
+                    "move_pointer" => {
+                        let x = input.get("x").and_then(Value::as_f64).unwrap_or(-1.0);
+                        let y = input.get("y").and_then(Value::as_f64).unwrap_or(-1.0);
+                        if (0.0..f64::from(state.width)).contains(&x)
+                            && (0.0..f64::from(state.height)).contains(&y)
+                        {
+                            state.pointer = (x, y);
+                            Ok(json!({"x": js_number(x), "y": js_number(y)}))
+                        } else {
+                            Err(HandlerError::new("the point is off the screen"))
+                        }
+                    }
+                    "click" => {
+                        let button = input
+                            .get("button")
+                            .and_then(Value::as_str)
+                            .unwrap_or("left");
+                        if matches!(button, "left" | "right" | "middle") {
+                            state.clicks += 1;
+                            Ok(json!({"clicked": button}))
+                        } else {
+                            Err(HandlerError::new("button must be left, right or middle"))
+                        }
+                    }
+                    "type_text" => {
+                        let text = input.get("text").and_then(Value::as_str).unwrap_or("");
+                        state.typed.push_str(text);
+                        Ok(json!({"typed": text.chars().count()}))
+                    }
+                    _ => Ok(json!({
+                        "width": state.width, "height": state.height,
+                        "pointer": {"x": js_number(state.pointer.0), "y": js_number(state.pointer.1)},
+                    })),
+                };
+                async move { result }
+            }
+        };
+        let device = finish(
+            define(DESKTOP_MANIFEST)
+                .handler("screen", handler("screen"))
+                .handler("read_screen", handler("read_screen"))
+                .handler("move_pointer", handler("move_pointer"))
+                .handler("click", handler("click"))
+                .handler("type_text", handler("type_text")),
+        );
+        Desktop { device, shared }
+    }
+
+    /// The device, to serve or invoke.
+    pub fn device(&self) -> Device {
+        self.device.clone()
+    }
+
+    /// The bridge's state now.
+    pub fn state(&self) -> DesktopState {
+        guard(&self.shared).state.clone()
+    }
+
+    /// Every call received so far, in order.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        guard(&self.shared).calls.clone()
+    }
+
+    /// Screenshot number `index`: `width * height * 4` bytes of RGBA, a
+    /// gradient that moves with the index, the pointer a white square.
+    pub fn screenshot(&self, index: u64) -> Vec<u8> {
+        let state = self.state();
+        let (width, height) = (state.width as usize, state.height as usize);
+        let (px, py) = (state.pointer.0 as usize, state.pointer.1 as usize);
+        let shift = (index % 256) as usize;
+        let mut out = Vec::with_capacity(width.saturating_mul(height).saturating_mul(4));
+        for y in 0..height {
+            for x in 0..width {
+                let pointer = x.abs_diff(px) < 4 && y.abs_diff(py) < 4;
+                let (r, g, b) = if pointer {
+                    (255, 255, 255)
+                } else {
+                    (
+                        ((x + shift) % 256) as u8,
+                        ((y + shift) % 256) as u8,
+                        shift as u8,
+                    )
+                };
+                out.extend_from_slice(&[r, g, b, 255]);
+            }
+        }
+        out
+    }
+}

@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use super::*;
 use crate::samples::{Lamp, LampState, Thermostat};
 use crate::{Notice, ServeOptions};
+use futures::future;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const OTHER_TOKEN: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
@@ -1042,4 +1043,134 @@ fn vessel_error_frames_are_recognised() {
         vessel_error(r#"{"type":"device:pairing","code":"123456"}"#),
         None
     );
+}
+
+// ---------------------------------------------------------------- streams
+
+impl Peer {
+    /// The next message that is not a ping or pong.
+    async fn recv_any(&mut self) -> Message {
+        loop {
+            match within("a message from the device", self.ws.next()).await {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(message)) => return message,
+                other => panic!("expected a message, got {other:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn chunks_go_out_only_once_admitted_and_within_the_cap() {
+    let mut vessel = TestVessel::bind().await;
+    let voice = crate::samples::Voice::new();
+    let device = voice.device();
+    let (chunks, outbox) = crate::stream_channel(8);
+    let mut options = options(&vessel.url, &no_codes()).streams(outbox);
+    // Queued before the connection, as a microphone would.
+    chunks.try_send("microphone", vec![1; 3]).unwrap();
+    chunks.try_send("microphone", vec![2; 5]).unwrap();
+    chunks.try_send("microphone", vec![3; 4]).unwrap();
+    let (stop, stopped) = shutdown();
+    let script = async {
+        let mut peer = vessel.accept().await;
+        assert_eq!(peer.recv().await["type"], "device:hello");
+        peer.send(json!({"type": "device:paired", "deviceToken": TOKEN}))
+            .await;
+        // Not admitted yet: the answer to a call comes, no chunk before it.
+        peer.invoke("c1", "read_status", json!({})).await;
+        let Message::Text(text) = peer.recv_any().await else {
+            panic!("a chunk was sent before the vessel admitted the device")
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap()["callId"],
+            "c1"
+        );
+        let admitted = dk_proto::StreamingFrame {
+            kind: "voice".to_owned(),
+            max_chunk_bytes: 4,
+            max_concurrent_sessions: 1,
+        };
+        peer.send_raw(Message::text(admitted.to_json())).await;
+        // seq 0 (3 bytes) and seq 2 (4 bytes, the cap); seq 1 is over it.
+        for (seq, payload) in [(0u64, vec![1u8; 3]), (2, vec![3; 4])] {
+            let Message::Binary(bytes) = peer.recv_any().await else {
+                panic!("expected a chunk")
+            };
+            let chunk = dk_proto::StreamChunk::parse(&bytes).unwrap();
+            assert_eq!(chunk.stream, "microphone");
+            assert_eq!(chunk.seq, seq);
+            assert_eq!(chunk.payload, payload.as_slice());
+        }
+        // A drop report from the vessel is logged, not handed to the serve loop.
+        let report = dk_proto::StreamDroppedFrame {
+            stream: "microphone".to_owned(),
+            seq: 9,
+            accepted: false,
+            bytes: 9,
+            marker: "dropped_oversize".to_owned(),
+        };
+        peer.send_raw(Message::text(report.to_json())).await;
+        chunks.try_send("microphone", vec![4; 1]).unwrap();
+        let Message::Binary(bytes) = peer.recv_any().await else {
+            panic!("expected a chunk")
+        };
+        assert_eq!(dk_proto::StreamChunk::parse(&bytes).unwrap().seq, 3);
+        stop.send(()).unwrap();
+        peer.closed_by_device().await;
+    };
+    let (end, ()) = both(connect_once(&device, &mut options, stopped), script).await;
+    assert_eq!(end.unwrap(), SessionEnd::Shutdown);
+    assert_eq!(chunks.dropped(), 1);
+}
+
+#[tokio::test]
+async fn an_admission_refusal_stops_the_client_unless_it_is_the_session_cap() {
+    let mut vessel = TestVessel::bind().await;
+    let device = crate::samples::Voice::new().device();
+    let mut options = options(&vessel.url, &no_codes());
+    let script = async {
+        let mut peer = vessel.accept().await;
+        peer.recv().await;
+        peer.close(
+            4011,
+            "ERR_PRISM_DEVICE_SESSIONS: concurrent voice sessions capped at 1",
+        )
+        .await;
+    };
+    let (end, ()) = both(
+        connect_once(&device, &mut options, future::pending()),
+        script,
+    )
+    .await;
+    assert_eq!(
+        end.unwrap(),
+        SessionEnd::Closed {
+            code: 4011,
+            reason: "ERR_PRISM_DEVICE_SESSIONS: concurrent voice sessions capped at 1".to_owned()
+        }
+    );
+    let script = async {
+        let mut peer = vessel.accept().await;
+        peer.recv().await;
+        peer.close(
+            4011,
+            "ERR_PRISM_DEVICE_DISABLED: voice device is disabled by default",
+        )
+        .await;
+    };
+    let (end, ()) = both(
+        connect_once(&device, &mut options, future::pending()),
+        script,
+    )
+    .await;
+    match end {
+        Err(ClientError::AdmissionRefused(reason)) => {
+            assert_eq!(
+                reason,
+                "ERR_PRISM_DEVICE_DISABLED: voice device is disabled by default"
+            );
+        }
+        other => panic!("expected AdmissionRefused, got {other:?}"),
+    }
 }

@@ -290,3 +290,87 @@ async fn drift_queues_readings_until_the_queue_closes() {
     drift.await;
     assert_eq!(thermostat.state().current, 21.0);
 }
+
+#[test]
+fn the_voice_satellite_answers_and_makes_pcm_frames() {
+    let voice = super::Voice::new();
+    let device = voice.device();
+    assert_eq!(device.manifest().kind(), "voice");
+    check(
+        &device,
+        "read_status",
+        json!({}),
+        Ok(json!({"muted": false, "volume": 50})),
+    );
+    check(
+        &device,
+        "set_volume",
+        json!({"volume": 70}),
+        Ok(json!({"volume": 70})),
+    );
+    check(
+        &device,
+        "set_volume",
+        json!({"volume": 170}),
+        Err("volume must be 0-100"),
+    );
+    check(
+        &device,
+        "speak",
+        json!({"text": "héllo"}),
+        Ok(json!({"spoken": 5})),
+    );
+    let frame = voice.frame(3);
+    assert_eq!(frame.len(), super::VOICE_FRAME_BYTES);
+    assert_eq!(frame.len(), 640);
+    assert!(frame.iter().any(|&b| b != 0));
+    // Frames continue one another: sample 320 of frame 0 is sample 0 of frame 1.
+    assert_ne!(voice.frame(0), voice.frame(1));
+    check(
+        &device,
+        "mute",
+        json!({"muted": true}),
+        Ok(json!({"muted": true})),
+    );
+    assert!(voice.frame(4).iter().all(|&b| b == 0));
+    assert_eq!(voice.state().volume, 70.0);
+}
+
+#[test]
+fn the_desktop_bridge_answers_and_makes_screenshots() {
+    let desktop = super::Desktop::new(64, 32);
+    let device = desktop.device();
+    assert_eq!(device.manifest().kind(), "desktop-control");
+    assert!(device.manifest().capability("click").unwrap().confirm());
+    assert!(device.manifest().capability("type_text").unwrap().confirm());
+    check(
+        &device,
+        "move_pointer",
+        json!({"x": 10, "y": 5}),
+        Ok(json!({"x": 10, "y": 5})),
+    );
+    check(
+        &device,
+        "move_pointer",
+        json!({"x": 64, "y": 5}),
+        Err("the point is off the screen"),
+    );
+    check(&device, "click", json!({}), Ok(json!({"clicked": "left"})));
+    check(
+        &device,
+        "type_text",
+        json!({"text": "ok"}),
+        Ok(json!({"typed": 2})),
+    );
+    check(
+        &device,
+        "read_screen",
+        json!({}),
+        Ok(json!({"width": 64, "height": 32, "pointer": {"x": 10, "y": 5}})),
+    );
+    let shot = desktop.screenshot(1);
+    assert_eq!(shot.len(), 64 * 32 * 4);
+    assert_ne!(shot, desktop.screenshot(2));
+    assert_eq!(desktop.state().clicks, 1);
+    assert_eq!(desktop.state().typed, "ok");
+}
