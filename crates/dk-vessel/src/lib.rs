@@ -48,7 +48,9 @@ pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_with
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
 };
-pub use redact::{LONG_HEX_RUN, RedactingWriter, SecretRedactor, redacting_log_writer};
+pub use redact::{
+    LONG_HEX_RUN, MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer,
+};
 pub use registry::{
     AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
@@ -62,7 +64,5 @@ pub use store::{
     SCHEMA_VERSION, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
     WriterOptions, redact_for_audit,
 };
-pub use stream::{
-    STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription,
-};
+pub use stream::{STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription};
 pub use vessel::{ConnectionPermit, Limits, PairingTicket, Stats, Vessel};

@@ -13,7 +13,9 @@
 //!   run of hex characters every 64-character window is checked against
 //!   those hashes, so a token glued to more hex digits is still found. A run
 //!   longer than [`LONG_HEX_RUN`] is replaced whole rather than checked window
-//!   by window, so no input can make redaction slow.
+//!   by window, and one call checks at most [`MAX_HASHED_WINDOWS`] windows
+//!   (past them a run is replaced whole too), so no input can make
+//!   redaction slow.
 //!
 //! Either way the marker is [`REDACTED`] (`[REDACTED]`), and JSON nested
 //! deeper than [`MAX_TELEMETRY_DEPTH`] becomes [`MAX_DEPTH_MARKER`], as the
@@ -37,6 +39,11 @@ const TOKEN_LEN: usize = 64;
 /// The longest run of hex characters checked window by window against the
 /// token hashes; a longer run is replaced whole.
 pub const LONG_HEX_RUN: usize = 192;
+
+/// The most 64-character windows one redaction call (one string, one JSON
+/// value, one event) hashes and looks up; a hex run met after them is
+/// replaced whole.
+pub const MAX_HASHED_WINDOWS: usize = 1024;
 
 /// The secrets known in clear, and the redactor made of them.
 #[derive(Default)]
@@ -131,13 +138,18 @@ impl SecretRedactor {
     /// nothing was.
     pub fn redact_str<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let known = self.known();
-        self.redact_str_with(&known, text)
+        self.redact_str_with(&known, text, &mut window_budget())
     }
 
-    fn redact_str_with<'a>(&self, known: &Redactor, text: &'a str) -> Cow<'a, str> {
+    fn redact_str_with<'a>(
+        &self,
+        known: &Redactor,
+        text: &'a str,
+        windows: &mut usize,
+    ) -> Cow<'a, str> {
         match known.redact_str(text) {
-            Cow::Borrowed(text) => self.hide_hex_tokens(text),
-            Cow::Owned(text) => Cow::Owned(self.hide_hex_tokens(&text).into_owned()),
+            Cow::Borrowed(text) => self.hide_hex_tokens(text, windows),
+            Cow::Owned(text) => Cow::Owned(self.hide_hex_tokens(&text, windows).into_owned()),
         }
     }
 
@@ -147,27 +159,35 @@ impl SecretRedactor {
     /// vessel emits: stream metadata, event data, audit details.
     pub fn redact_json(&self, value: &Value) -> Value {
         let known = self.known();
-        self.redact_at(&known, value, 0)
+        self.redact_at(&known, value, 0, &mut window_budget())
     }
 
-    fn redact_at(&self, known: &Redactor, value: &Value, depth: usize) -> Value {
+    fn redact_at(
+        &self,
+        known: &Redactor,
+        value: &Value,
+        depth: usize,
+        windows: &mut usize,
+    ) -> Value {
         if depth > MAX_TELEMETRY_DEPTH {
             return Value::String(MAX_DEPTH_MARKER.to_owned());
         }
         match value {
-            Value::String(text) => Value::String(self.redact_str_with(known, text).into_owned()),
+            Value::String(text) => {
+                Value::String(self.redact_str_with(known, text, windows).into_owned())
+            }
             Value::Array(items) => Value::Array(
                 items
                     .iter()
-                    .map(|item| self.redact_at(known, item, depth + 1))
+                    .map(|item| self.redact_at(known, item, depth + 1, windows))
                     .collect(),
             ),
             Value::Object(members) => {
                 let mut out = Map::with_capacity(members.len());
                 for (key, member) in members {
                     out.insert(
-                        self.redact_str_with(known, key).into_owned(),
-                        self.redact_at(known, member, depth + 1),
+                        self.redact_str_with(known, key, windows).into_owned(),
+                        self.redact_at(known, member, depth + 1, windows),
                     );
                 }
                 Value::Object(out)
@@ -186,7 +206,10 @@ impl SecretRedactor {
         // Without a backslash every string and key is a substring of the
         // text, so a text with no secret holds none. Depth is checked too.
         if !text.contains('\\')
-            && matches!(self.redact_str_with(&known, text), Cow::Borrowed(_))
+            && matches!(
+                self.redact_str_with(&known, text, &mut window_budget()),
+                Cow::Borrowed(_)
+            )
             && nesting(text) <= MAX_TELEMETRY_DEPTH
         {
             return None;
@@ -196,7 +219,7 @@ impl SecretRedactor {
             // Not JSON after all: nothing of it is passed on.
             Err(_) => return RawValue::from_string(format!("\"{REDACTED}\"")).ok(),
         };
-        let redacted = self.redact_at(&known, &value, 0);
+        let redacted = self.redact_at(&known, &value, 0, &mut window_budget());
         if redacted == value {
             return None;
         }
@@ -215,9 +238,10 @@ impl SecretRedactor {
     }
 
     /// Hides tokens known only by their hashes in `text`: a hex run of
-    /// 64 to [`LONG_HEX_RUN`] characters is checked window by window, a
-    /// longer one is replaced whole.
-    fn hide_hex_tokens<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    /// 64 to [`LONG_HEX_RUN`] characters is checked window by window while
+    /// `windows` lasts, a longer one (or any once `windows` is spent) is
+    /// replaced whole.
+    fn hide_hex_tokens<'a>(&self, text: &'a str, windows: &mut usize) -> Cow<'a, str> {
         let is_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
         let bytes = text.as_bytes();
         if bytes.len() < TOKEN_LEN {
@@ -241,9 +265,12 @@ impl SecretRedactor {
             }
             // Hex is ASCII, so every index in the run is a char boundary.
             let run = text.get(run_start..i).unwrap_or_default();
-            let hidden = if run_len > LONG_HEX_RUN {
+            let checks = run_len - TOKEN_LEN + 1;
+            let hashing = self.shared.hashed.get().is_some();
+            let hidden = if run_len > LONG_HEX_RUN || (hashing && checks > *windows) {
                 Some(Cow::Borrowed(REDACTED))
             } else {
+                *windows = windows.saturating_sub(checks);
                 self.hide_windows(run).map(Cow::Owned)
             };
             if let Some(replacement) = hidden {
@@ -293,6 +320,11 @@ impl SecretRedactor {
         out.push_str(run.get(copied..).unwrap_or_default());
         found.then_some(out)
     }
+}
+
+/// A fresh budget of windows for one redaction call.
+fn window_budget() -> usize {
+    MAX_HASHED_WINDOWS
 }
 
 /// How deep `text` (JSON) nests: the most brackets open at once, outside

@@ -6,7 +6,7 @@
 //! cached, and every pairing carries a generation number so a call that
 //! waited for the person can tell that the device was paired again meanwhile.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -310,6 +310,11 @@ pub struct DeviceSnapshot {
 /// Paired devices and their grants.
 pub struct DeviceRegistry {
     devices: RwLock<HashMap<String, Entry>>,
+    /// The token hashes of `devices`, so that telling whether a text is a
+    /// token costs one hash and one lookup, however many devices are paired
+    /// (redaction checks many texts on the event path). Changed under
+    /// `changing`, after `devices`.
+    token_hashes: RwLock<HashSet<[u8; 32]>>,
     generations: AtomicU64,
     events: broadcast::Sender<RegistryEvent>,
     store: Arc<dyn Store>,
@@ -337,6 +342,7 @@ impl DeviceRegistry {
     pub fn new() -> DeviceRegistry {
         DeviceRegistry {
             devices: RwLock::new(HashMap::new()),
+            token_hashes: RwLock::new(HashSet::new()),
             generations: AtomicU64::new(0),
             events: broadcast::channel(256).0,
             store: Arc::new(MemoryStore::new()),
@@ -375,8 +381,10 @@ impl DeviceRegistry {
                 },
             );
         }
+        let token_hashes = devices.values().map(|e| e.device.token_hash).collect();
         Ok(DeviceRegistry {
             devices: RwLock::new(devices),
+            token_hashes: RwLock::new(token_hashes),
             generations: AtomicU64::new(snapshot.max_generation),
             events: broadcast::channel(256).0,
             store,
@@ -496,13 +504,21 @@ impl DeviceRegistry {
         self.store
             .put_pairing(&stored, &audit)
             .map_err(|e| PairError::NotStored(e.to_string()))?;
-        self.write().insert(
+        let token_hash = device.token_hash;
+        let replaced_entry = self.write().insert(
             device_id.clone(),
             Entry {
                 device: Arc::new(device),
                 grants: decision.grant.into_iter().collect(),
             },
         );
+        {
+            let mut hashes = self.token_hashes_mut();
+            if let Some(old) = replaced_entry {
+                hashes.remove(&old.device.token_hash);
+            }
+            hashes.insert(token_hash);
+        }
         drop(changing);
         self.notify(RegistryEvent::Paired {
             device_id: device_id.clone(),
@@ -542,13 +558,22 @@ impl DeviceRegistry {
         })
     }
 
-    /// Whether `text` is the token of a paired device (its hash is compared
-    /// with every device's; used to keep tokens out of the audit log).
+    /// Whether `text` is the token of a paired device (its hash is looked up
+    /// among the devices' token hashes; used to keep tokens out of the audit
+    /// log, events and logs). Authentication does not use this: it compares
+    /// one device's hash in constant time.
     pub fn is_device_token(&self, text: &str) -> bool {
         let hash = sha256(text);
-        self.read()
-            .values()
-            .any(|e| bool::from(hash.ct_eq(&e.device.token_hash)))
+        self.token_hashes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&hash)
+    }
+
+    fn token_hashes_mut(&self) -> RwLockWriteGuard<'_, HashSet<[u8; 32]>> {
+        self.token_hashes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The pairing of `device_id`, if any.
@@ -676,7 +701,9 @@ impl DeviceRegistry {
         self.store
             .delete_pairing(device_id, &audit)
             .map_err(|e| GrantError::NotStored(e.to_string()))?;
-        self.write().remove(device_id);
+        if let Some(old) = self.write().remove(device_id) {
+            self.token_hashes_mut().remove(&old.device.token_hash);
+        }
         drop(changing);
         self.notify(RegistryEvent::Unpaired {
             device_id: device_id.to_owned(),

@@ -353,3 +353,20 @@ async fn tokens_known_only_by_hash_are_found_after_a_restart() {
     let other = "0123456789abcdef".repeat(4);
     assert_eq!(vessel.redactor().redact_str(&other), other.as_str());
 }
+
+#[test]
+fn one_call_hashes_a_bounded_number_of_windows_then_hides_runs_whole() {
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let digest = "0123456789abcdef".repeat(4);
+    let many = vec![digest.as_str(); MAX_HASHED_WINDOWS + 3].join(" ");
+    let out = vessel.redactor().redact_str(&many).into_owned();
+    let parts: Vec<&str> = out.split(' ').collect();
+    assert_eq!(parts.len(), MAX_HASHED_WINDOWS + 3);
+    assert!(parts[..MAX_HASHED_WINDOWS].iter().all(|p| *p == digest));
+    assert!(parts[MAX_HASHED_WINDOWS..].iter().all(|p| *p == REDACTED));
+    // The budget is per call: the next call starts afresh.
+    assert_eq!(vessel.redactor().redact_str(&digest), digest.as_str());
+    // A redactor without token hashes has nothing to look up, and no budget.
+    let plain = SecretRedactor::new();
+    assert_eq!(plain.redact_str(&many), many.as_str());
+}

@@ -384,3 +384,24 @@ async fn a_device_without_a_screen_needs_a_deliberate_confirmation() {
     pair_with(&registry, &headless, confirmed).await.unwrap();
     assert!(registry.is_granted("desk-lamp", "read_light"));
 }
+
+#[tokio::test]
+async fn device_tokens_are_known_while_their_pairing_stands() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let registry = DeviceRegistry::open(Arc::clone(&store)).unwrap();
+    let grant = || ConsentDecision::approve(["read_light"]);
+    let first = pair_with(&registry, &lamp(), grant()).await.unwrap();
+    let first = first.token.expose().to_owned();
+    assert!(registry.is_device_token(&first));
+    assert!(!registry.is_device_token(&"0".repeat(64)));
+    // Pairing again replaces the token: the old one is no longer a token.
+    let second = pair_with(&registry, &lamp(), grant()).await.unwrap();
+    let second = second.token.expose().to_owned();
+    assert!(!registry.is_device_token(&first));
+    assert!(registry.is_device_token(&second));
+    // Known after a restart, by its stored hash; gone once unpaired.
+    let reopened = DeviceRegistry::open(store).unwrap();
+    assert!(reopened.is_device_token(&second));
+    reopened.unpair("desk-lamp").unwrap();
+    assert!(!reopened.is_device_token(&second));
+}
