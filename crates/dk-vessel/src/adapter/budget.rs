@@ -20,8 +20,12 @@ use dk_policy::{InputError, RunLimitBreach, RunLimits, RunLimitsLayer, RunTracke
 pub const DEFAULT_MAX_TRACKED_RUNS: usize = 10_000;
 
 /// How long a run may stay without a call before it is forgotten, by default
-/// (10 minutes).
-pub const DEFAULT_RUN_IDLE_EXPIRY: Duration = Duration::from_secs(600);
+/// (60 seconds). A run is thus a burst of calls: an agent that keeps calling
+/// stays in its run (and, once over budget, stays refused), while one that
+/// pauses for a minute, as a conversation with a person does, starts afresh.
+/// An MCP session lives for hours; a run of Prism's size (32 calls, 120 s)
+/// fits a burst, not a session.
+pub const DEFAULT_RUN_IDLE_EXPIRY: Duration = Duration::from_secs(60);
 
 /// How the vessel budgets the device calls of agent sessions: the run limits
 /// of `/work/shared/spec/admission.md` (Prism's), charged before the device is
