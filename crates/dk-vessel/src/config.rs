@@ -1,5 +1,6 @@
 //! The vessel's configuration file (TOML, `dk vessel --config FILE`): which
-//! streaming device kinds the vessel admits and their caps. Every key is
+//! streaming device kinds the vessel admits and their caps, and the run
+//! budget every agent session's device calls are charged to. Every key is
 //! documented in `docs/CONFIG.md`.
 //!
 //! The file is read fail-closed: a syntax error, an unknown key, a wrong type
@@ -10,7 +11,12 @@
 
 use std::path::Path;
 
-use dk_policy::{DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimits, resolve};
+use dk_policy::{
+    DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimits, RunLimitsLayer,
+    resolve,
+};
+
+use crate::vessel::Limits;
 
 /// Largest configuration file read, in bytes.
 pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
@@ -47,6 +53,9 @@ pub enum ConfigError {
         /// What it must be.
         expected: &'static str,
     },
+    /// `[runLimits]` is refused by the run-limit rules.
+    #[error("`runLimits`: {0}")]
+    RunLimits(dk_policy::InputError),
     /// A streaming kind's policy is refused by the admission contract.
     #[error("`streaming.{kind}`: {error} ({code})", code = error.code())]
     Policy {
@@ -111,6 +120,10 @@ impl StreamingConfig {
 pub struct VesselConfig {
     /// `[streaming.<kind>]`: the streaming kinds admitted.
     pub streaming: StreamingConfig,
+    /// `[runLimits]`: the agent-level run budget every agent session's
+    /// device calls are charged to (see [`VesselConfig::apply_to`]); absent,
+    /// the vessel's defaults stand.
+    pub run_limits: Option<RunLimitsLayer>,
 }
 
 impl VesselConfig {
@@ -143,11 +156,37 @@ impl VesselConfig {
         for (key, value) in &table {
             match key.as_str() {
                 "streaming" => config.streaming = streaming(value)?,
+                "runLimits" => config.run_limits = Some(run_limits(value)?),
                 other => return Err(ConfigError::UnknownKey(other.to_owned())),
             }
         }
         Ok(config)
     }
+}
+
+impl VesselConfig {
+    /// Sets what the file configures in `limits`: `[runLimits]` becomes the
+    /// agent-level layer of [`Limits::run_limits`] (charging calls if the
+    /// limits did not). Streaming is set on the vessel itself
+    /// ([`Vessel::set_streaming`](crate::Vessel::set_streaming)).
+    pub fn apply_to(&self, limits: &mut Limits) {
+        if let Some(layer) = self.run_limits {
+            let mut run_limits = limits.run_limits.take().unwrap_or_default();
+            run_limits.agent_level = layer;
+            limits.run_limits = Some(run_limits);
+        }
+    }
+}
+
+fn run_limits(value: &toml::Value) -> Result<RunLimitsLayer, ConfigError> {
+    let json = serde_json::to_value(value).map_err(|e| ConfigError::Shape {
+        key: format!("runLimits: {e}"),
+        expected: "plain TOML values",
+    })?;
+    let layer = RunLimitsLayer::from_json(&json).map_err(ConfigError::RunLimits)?;
+    // Refused here rather than call by call.
+    RunLimits::from_layer(&layer).map_err(ConfigError::RunLimits)?;
+    Ok(layer)
 }
 
 fn one_line(text: &str) -> String {
@@ -219,6 +258,24 @@ mod tests {
         assert_eq!(desktop.max_chunk_bytes(), 4 * 1024 * 1024);
         assert_eq!(desktop.max_concurrent_sessions(), 2);
         assert_eq!(config.streaming.largest_chunk_cap(), Some(4 * 1024 * 1024));
+        let layer = config.run_limits.unwrap();
+        assert_eq!(layer.get(dk_policy::RunLimit::MaxToolCalls), Some(48));
+        assert_eq!(layer.get(dk_policy::RunLimit::MaxWallTimeMs), Some(300_000));
+        let mut limits = Limits::default();
+        config.apply_to(&mut limits);
+        let applied = limits.run_limits.unwrap();
+        assert_eq!(applied.agent_level, layer);
+        assert_eq!(
+            applied.max_tracked_runs,
+            crate::adapter::AgentRunLimits::default().max_tracked_runs
+        );
+        // Without [runLimits] the limits are left as they were.
+        let mut limits = Limits {
+            run_limits: None,
+            ..Limits::default()
+        };
+        VesselConfig::parse("").unwrap().apply_to(&mut limits);
+        assert_eq!(limits.run_limits, None);
     }
 
     #[test]
@@ -275,6 +332,11 @@ mod tests {
             "maxToolCalls must be a positive safe integer at most 256",
         );
         refused("[streaming.voice]\nsandbox = 3", "sandbox must be a string");
+        refused(
+            "[runLimits]\nmaxTurns = 65",
+            "`runLimits`: maxTurns must be a positive safe integer at most 64",
+        );
+        refused("runLimits = 3", "`runLimits`: runLimits must be an object");
         // A good section does not save the file when another is broken.
         refused(
             "[streaming.voice]\nenabled = true\nsandbox = \"s\"\n[streaming.desktop-control]\nnetwork = 1",

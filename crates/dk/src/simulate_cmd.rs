@@ -1,5 +1,8 @@
 //! `dk device simulate`: run a sample device (the desk lamp, the front door
-//! lock or the hall thermostat) against a vessel. The first run pairs and
+//! lock, the hall thermostat, the kitchen voice satellite or the office
+//! desktop bridge) against a vessel. The voice satellite streams 20 ms PCM
+//! frames of a sine and the desktop bridge screenshots, once the vessel
+//! admits them (`dk vessel --config`, see docs/CONFIG.md). The first run pairs and
 //! prints the code to compare with the vessel's prompt; the device token is
 //! kept in a file so later runs reconnect on their own. Each call received
 //! is printed. Ctrl-C closes the connection and exits.
@@ -10,14 +13,24 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use dk_device::samples::{Lamp, Lock, Thermostat};
-use dk_device::{ClientOptions, Device, Notice, ServeOptions, run_client};
+use dk_device::samples::{Desktop, Lamp, Lock, Thermostat, VOICE_FRAME_MS, Voice};
+use dk_device::{
+    ClientOptions, DEFAULT_STREAM_QUEUE, Device, Notice, ServeOptions, StreamSendError,
+    StreamSender, run_client, stream_channel,
+};
 use serde_json::Value;
 
 use crate::input::printable;
 
 /// How often the simulated thermostat reads its temperature and reports it.
 const THERMOSTAT_PERIOD: Duration = Duration::from_secs(3);
+/// How often the simulated desktop takes a screenshot.
+const SCREENSHOT_PERIOD: Duration = Duration::from_millis(500);
+/// The simulated desktop's screen: 640 x 360 RGBA, 921,600 bytes a
+/// screenshot, within the default 1 MiB chunk cap.
+const SCREEN: (u32, u32) = (640, 360);
+/// How often a streaming simulator prints what it sent.
+const STREAM_REPORT_PERIOD: Duration = Duration::from_secs(10);
 
 /// A sample device to simulate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -29,6 +42,14 @@ pub enum SimulatedDevice {
     /// A hall thermostat (`hall-thermostat`): read_temperature, set_target;
     /// reports its temperature as events.
     Thermostat,
+    /// A kitchen voice satellite (`kitchen-voice`, kind voice): streams its
+    /// microphone (20 ms frames of 16 kHz PCM, a 440 Hz tone); read_status,
+    /// set_volume, mute, speak.
+    Voice,
+    /// An office desktop bridge (`office-desktop`, kind desktop-control):
+    /// streams 640x360 screenshots; read_screen, move_pointer, and click and
+    /// type_text, which ask the person every time.
+    Desktop,
 }
 
 /// Arguments of `dk device simulate`.
@@ -77,6 +98,25 @@ pub fn run(args: &SimulateArgs) -> ExitCode {
             let options = options(args, &device, ServeOptions::new().events(receiver));
             let drift = async move { thermostat.drift(&events, THERMOSTAT_PERIOD).await };
             runtime.block_on(serve(&device, options, drift))
+        }
+        SimulatedDevice::Voice => {
+            let voice = Voice::new();
+            let device = voice.device();
+            let (chunks, outbox) = stream_channel(DEFAULT_STREAM_QUEUE);
+            let options = options(args, &device, ServeOptions::new()).streams(outbox);
+            let period = Duration::from_millis(u64::from(VOICE_FRAME_MS));
+            let microphone = stream("microphone", chunks, period, move |i| voice.frame(i));
+            runtime.block_on(serve(&device, options, microphone))
+        }
+        SimulatedDevice::Desktop => {
+            let desktop = Desktop::new(SCREEN.0, SCREEN.1);
+            let device = desktop.device();
+            let (chunks, outbox) = stream_channel(DEFAULT_STREAM_QUEUE);
+            let options = options(args, &device, ServeOptions::new()).streams(outbox);
+            let screen = stream("screen", chunks, SCREENSHOT_PERIOD, move |i| {
+                desktop.screenshot(i)
+            });
+            runtime.block_on(serve(&device, options, screen))
         }
     };
     match result {
@@ -131,6 +171,35 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
             println!();
         })
         .serve(serve)
+}
+
+/// Makes a chunk every `period` and queues it on `stream`, printing now and
+/// then how many went out and how many were dropped (the queue was full: not
+/// connected, not admitted, or the connection too slow). Never ends.
+async fn stream(
+    name: &'static str,
+    chunks: StreamSender,
+    period: Duration,
+    mut make: impl FnMut(u64) -> Vec<u8>,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut report = tokio::time::Instant::now() + STREAM_REPORT_PERIOD;
+    let mut index: u64 = 0;
+    loop {
+        tick.tick().await;
+        if let Err(StreamSendError::Closed) = chunks.try_send(name, make(index)) {
+            return std::future::pending().await;
+        }
+        index += 1;
+        if tokio::time::Instant::now() >= report {
+            report += STREAM_REPORT_PERIOD;
+            println!(
+                "{name}: {index} chunks made, {} dropped before sending",
+                chunks.dropped()
+            );
+        }
+    }
 }
 
 /// Runs the client until Ctrl-C, with `alongside` (which does not end on

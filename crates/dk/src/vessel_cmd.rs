@@ -12,8 +12,8 @@ use std::sync::Arc;
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, FileStamp, Limits, McpOptions, Reloaded, SqliteStore, Store, Vessel, serve_admin,
-    serve_devices, serve_mcp_with, watch_policy_file,
+    AdminToken, FileStamp, Limits, McpOptions, Reloaded, SqliteStore, Store, Vessel, VesselConfig,
+    serve_admin, serve_devices, serve_mcp_with, watch_policy_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -51,6 +51,12 @@ pub struct VesselArgs {
     /// A `device_use` rule file; a broken file stops the vessel from starting.
     #[arg(long)]
     pub policies: Option<PathBuf>,
+    /// A vessel configuration file (TOML, see docs/CONFIG.md): the streaming
+    /// device kinds admitted and their caps, the agents' run budget. A broken
+    /// file stops the vessel from starting; without one no streaming kind is
+    /// admitted.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Do not prompt on the terminal even when there is one.
     #[arg(long)]
     pub no_prompt: bool,
@@ -109,6 +115,16 @@ async fn serve(
     policies: PolicySet,
     loaded: Option<FileStamp>,
 ) -> Result<(), String> {
+    let config = match &args.config {
+        None => VesselConfig::default(),
+        Some(path) => VesselConfig::load(path).map_err(|e| {
+            format!(
+                "the configuration `{}` is refused: {}",
+                path.display(),
+                printable(&e.to_string())
+            )
+        })?,
+    };
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("data directory `{}`: {e}", args.data_dir.display()))?;
     let store: Arc<dyn Store> =
@@ -148,7 +164,7 @@ async fn serve(
 
     let rules = policies.rules().len();
     let started = std::time::Instant::now();
-    let limits = Limits {
+    let mut limits = Limits {
         pairings_per_minute_per_address: args.pairings_per_minute,
         max_pending_pairings_per_address: args.pending_pairings_per_address,
         max_pending_pairings: Limits::default()
@@ -156,7 +172,9 @@ async fn serve(
             .max(args.pending_pairings_per_address),
         ..Limits::default()
     };
+    config.apply_to(&mut limits);
     let vessel = Vessel::open(Arc::clone(&store), policies, limits).map_err(|e| e.to_string())?;
+    vessel.set_streaming(config.streaming.clone());
     vessel.add_secret(token.expose());
     if replaced {
         vessel.audit("admin-token", json!({"replaced": true}));
@@ -176,6 +194,7 @@ async fn serve(
         None => println!("  agents connect to    nowhere (no MCP listener)"),
     }
     println!("  device_use rules     {rules}");
+    println!("  streaming kinds      {}", streaming_summary(&config));
     println!(
         "  paired devices       {paired} (loaded in {} ms)",
         started.elapsed().as_millis()
@@ -331,4 +350,26 @@ fn write_address(
     })
     .to_string();
     std::fs::write(data_dir.join(ADDRESS_FILE), text).map_err(|e| format!("address file: {e}"))
+}
+
+/// The streaming kinds a configuration admits, for the start-up summary.
+fn streaming_summary(config: &VesselConfig) -> String {
+    let admitted: Vec<String> = dk_policy::DeviceClass::ALL
+        .into_iter()
+        .filter_map(|kind| config.streaming.configured(kind))
+        .filter(|policy| policy.enabled())
+        .map(|policy| {
+            format!(
+                "{} (chunks up to {} bytes, {} per device)",
+                policy.kind(),
+                policy.max_chunk_bytes(),
+                policy.max_concurrent_sessions()
+            )
+        })
+        .collect();
+    if admitted.is_empty() {
+        "none (--config admits voice or desktop-control)".to_owned()
+    } else {
+        admitted.join(", ")
+    }
 }
