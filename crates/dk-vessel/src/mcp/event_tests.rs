@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use rmcp::model::{
-    ProtocolVersion, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
+    ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
     ServerNotification, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use super::McpOptions;
 use super::events::{EventLog, events_uri};
 use super::tests::{
-    Listener, PATIENCE, agents_with, serve_with, transport_config, vessel_with_lamp,
+    PATIENCE, agents_with, connect_discover, serve_with, transport_config, vessel_with_lamp,
 };
 use super::watch::{Followed, Notifier, SessionWatch};
 use crate::agents::{AgentDirectory, AgentRole, AgentScope};
@@ -324,19 +324,7 @@ async fn a_discover_client_hears_of_events_on_subscriptions_listen() {
         AgentRole::User,
     );
     let server = serve_with(&vessel, &agents, McpOptions::default()).await;
-    let (tx, _rx) = mpsc::unbounded_channel();
-    let client = Listener(tx)
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(transport_config(
-                &server.url,
-                Some(&credential),
-            )),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let client = connect_discover(&server.url, &credential).await;
     assert_eq!(uris(&client).await, [LAMP_EVENTS]);
     let mut subscription = client
         .listen(

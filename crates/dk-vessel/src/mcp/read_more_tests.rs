@@ -7,18 +7,13 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ProtocolVersion};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::model::CallToolResult;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 
 use super::McpOptions;
 use super::read_more::{MAX_HANDLES, Owner, ReadMoreError, ResultPages, chunk_at};
-use super::tests::{
-    Listener, agents_with, call, connect, lamp, serve_with, text, transport_config,
-};
+use super::tests::{agents_with, call, connect, connect_discover, lamp, serve_with, text};
 use crate::agents::{AgentRole, AgentScope};
 use crate::link::{DeviceLink, InvokeResult};
 use crate::registry::ConsentDecision;
@@ -235,19 +230,7 @@ async fn foreign_unknown_and_bad_handles_and_offsets_are_tool_errors() {
 
     // A client without a session: its handles are its agent's, across
     // requests, and neither kind of handle opens the other.
-    let (tx, _rx) = mpsc::unbounded_channel();
-    let discover = Listener(tx)
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(transport_config(
-                &server.url,
-                Some(&credential),
-            )),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let discover = connect_discover(&server.url, &credential).await;
     let stateless = page(&call(&discover, READ, json!({})).await);
     assert_eq!(read_all(&discover, &stateless, 1000).await, expected);
     assert_eq!(refused(read_more(&discover, input).await), foreign);

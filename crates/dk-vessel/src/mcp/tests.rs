@@ -169,6 +169,20 @@ pub(super) async fn connect(url: &str, credential: &str) -> (Client, mpsc::Unbou
     (client, rx)
 }
 
+/// A client of the 2026-07-28 `server/discover` lifecycle (no session).
+pub(super) async fn connect_discover(url: &str, credential: &str) -> Client {
+    let (tx, _rx) = mpsc::unbounded_channel();
+    Listener(tx)
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(transport_config(url, Some(credential))),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap()
+}
+
 /// The device tools a client is offered (every agent is also offered
 /// `read_more`, checked apart).
 async fn tool_names(client: &Client) -> Vec<String> {
@@ -799,19 +813,7 @@ async fn clients_of_the_discover_lifecycle_are_served_without_a_session() {
     let vessel = vessel_with_lamp(&["read_light", "set_light"]).await;
     let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
     let server = serve(&vessel, &agents).await;
-    let (tx, _rx) = mpsc::unbounded_channel();
-    let client = Listener(tx)
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(transport_config(
-                &server.url,
-                Some(&credential),
-            )),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let client = connect_discover(&server.url, &credential).await;
     assert_eq!(
         tool_names(&client).await,
         [
