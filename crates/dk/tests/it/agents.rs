@@ -14,7 +14,7 @@ use crate::process::{PATIENCE, Running, Scratch};
 
 /// Starts `dk vessel` with an MCP listener on a free port; returns it and
 /// the MCP address from its `vessel.json`.
-fn start(scratch: &Scratch) -> (Running, String) {
+pub(crate) fn start(scratch: &Scratch) -> (Running, String) {
     let data_dir = scratch.data_dir();
     let _ = std::fs::remove_file(data_dir.join("vessel.json"));
     let child = Command::new(env!("CARGO_BIN_EXE_dk"))

@@ -11,44 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::process::{PATIENCE, Running, Scratch, consent_id, devices, eventually};
-
-/// Starts `dk vessel` with an MCP listener on a free port; returns it and
-/// the MCP address from its `vessel.json`.
-fn start_vessel(scratch: &Scratch) -> (Running, String) {
-    let data_dir = scratch.data_dir();
-    let child = Command::new(env!("CARGO_BIN_EXE_dk"))
-        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
-        .args(["--admin-listen", "127.0.0.1:0"])
-        .args(["--mcp-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data_dir)
-        .arg("--admin-token-file")
-        .arg(scratch.admin_token_file())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut running = Running {
-        child: Some(child),
-        devices: "127.0.0.1:1".parse().unwrap(),
-        admin: "127.0.0.1:1".parse().unwrap(),
-    };
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
-            && let Ok(address) = serde_json::from_str::<Value>(&text)
-        {
-            running.devices = address["devices"].as_str().unwrap().parse().unwrap();
-            running.admin = address["admin"].as_str().unwrap().parse().unwrap();
-            return (running, address["mcp"].as_str().unwrap().to_owned());
-        }
-        if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("dk vessel exited at start: {status}");
-        }
-        assert!(Instant::now() < deadline, "dk vessel did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use crate::agents::start;
+use crate::process::{PATIENCE, Scratch, consent_id, devices, eventually};
 
 /// A child process killed on drop.
 struct Killed(Child);
@@ -195,7 +159,7 @@ fn tool_names(answer: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
     let scratch = Scratch::new("mcp-bridge");
-    let (vessel, mcp) = start_vessel(&scratch);
+    let (vessel, mcp) = start(&scratch);
     let admin = vessel.admin(&scratch);
 
     // The simulated lamp asks to pair; the person grants read_light only.
@@ -326,7 +290,7 @@ async fn without_a_good_credential_or_a_vessel_the_bridge_says_so() {
 
     // A refused credential: the request gets an error answer naming 401.
     let scratch = Scratch::new("mcp-bridge-refused");
-    let (vessel, mcp) = start_vessel(&scratch);
+    let (vessel, mcp) = start(&scratch);
     let mut bridge = Bridge::start(&format!("http://{mcp}/mcp"), Some("dka_wrong"));
     let answer = initialize(&mut bridge);
     assert_eq!(answer["error"]["code"], -32000, "{answer}");
