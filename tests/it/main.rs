@@ -12,4 +12,5 @@ mod in_process;
 mod net;
 mod replay;
 mod socket;
+mod streaming;
 mod tidy;
