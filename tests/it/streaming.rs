@@ -127,3 +127,46 @@ async fn a_streaming_device_the_vessel_does_not_admit_stops_with_the_reason() {
     assert!(running.vessel.person().pending().is_empty());
     running.stop().await;
 }
+
+#[tokio::test]
+async fn the_admin_api_watches_a_stream_by_its_metadata() {
+    let running = start(Limits::default()).await;
+    running
+        .vessel
+        .set_streaming(VesselConfig::parse(CONFIG).unwrap().streaming);
+    let voice = Voice::new();
+    let (chunks, outbox) = stream_channel(8);
+    let options = ClientOptions::new(running.device_url.clone()).streams(outbox);
+    let device = DeviceRun::spawn(voice.device(), options);
+    running.approve_next(&["microphone"]).await;
+    running.wait_connected("kitchen-voice").await;
+    let mut watch = Box::pin(
+        running
+            .admin
+            .get("/v1/streams/kitchen-voice?max=2&waitMs=60000"),
+    );
+    // Frames until the watch has seen two (it may subscribe after the first).
+    let mut index = 0;
+    let answer = loop {
+        tokio::select! {
+            answer = &mut watch => break answer.unwrap(),
+            () = tokio::time::sleep(Duration::from_millis(20)) => {
+                let _ = chunks.try_send("microphone", voice.frame(index));
+                index += 1;
+            }
+        }
+    };
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body["deviceId"], json!("kitchen-voice"));
+    let seen = answer.body["chunks"].as_array().unwrap();
+    assert_eq!(seen.len(), 2);
+    for chunk in seen {
+        assert_eq!(chunk["stream"], json!("microphone"));
+        assert_eq!(chunk["accepted"], json!(true));
+        assert_eq!(chunk["bytes"], json!(VOICE_FRAME_BYTES));
+        assert!(chunk.get("payload").is_none());
+    }
+    drop(watch);
+    device.stop().await.unwrap();
+    running.stop().await;
+}

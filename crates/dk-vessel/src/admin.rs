@@ -166,6 +166,7 @@ pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -
         .route("/v1/agents/{name}", axum::routing::delete(remove_agent))
         .route("/v1/agents/{name}/scope", put(set_agent_scope))
         .route("/v1/decisions", get(decisions))
+        .route("/v1/streams/{id}", get(watch_stream))
         .route("/v1/tools", get(tools))
         .route("/v1/tools/call", post(call_tool))
         .layer(from_fn_with_state(admin.clone(), guard))
@@ -294,6 +295,43 @@ async fn answer_approval(
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
     }
+}
+
+/// Most chunks one `GET /v1/streams/{id}` returns.
+const MAX_WATCHED_CHUNKS: usize = 1000;
+/// Longest one `GET /v1/streams/{id}` waits, in milliseconds.
+const MAX_WATCH_MS: u64 = 60_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+struct WatchQuery {
+    /// Chunks to wait for (default 10, at most [`MAX_WATCHED_CHUNKS`]).
+    max: Option<usize>,
+    /// How long to wait for them (default 5,000, at most [`MAX_WATCH_MS`]).
+    wait_ms: Option<u64>,
+}
+
+/// Watches a device's stream: subscribes, waits for `max` chunks or
+/// `waitMs`, and answers their metadata (through the vessel's redactor,
+/// never the bytes) and how many this watch lost for being slow.
+async fn watch_stream(
+    State(admin): State<Admin>,
+    UrlPath(id): UrlPath<String>,
+    axum::extract::Query(query): axum::extract::Query<WatchQuery>,
+) -> Json<Value> {
+    let max = query.max.unwrap_or(10).clamp(1, MAX_WATCHED_CHUNKS);
+    let wait = Duration::from_millis(query.wait_ms.unwrap_or(5_000).min(MAX_WATCH_MS));
+    let mut subscription = admin.vessel.subscribe_stream(&id);
+    let mut chunks = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    while chunks.len() < max {
+        match tokio::time::timeout_at(deadline, subscription.recv()).await {
+            Ok(Some(event)) => chunks.push(admin.vessel.stream_metadata(&event)),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Json(json!({"deviceId": id, "chunks": chunks, "lost": subscription.lost()}))
 }
 
 async fn devices(State(admin): State<Admin>) -> Json<Value> {
