@@ -467,11 +467,6 @@ class ReadMoreSuite:
             await self.read_all(client)
 
 
-def read_more_supported(dk: Path) -> bool:
-    out = subprocess.run([str(dk), "vessel", "--help"], capture_output=True, text=True)
-    return "--mcp-read-more-threshold" in out.stdout
-
-
 async def run_cases(suite: Any, results: list[tuple[str, str, str]], only: str | None) -> None:
     # In the order they are written: each case leaves the grants as it found them.
     for name in [n for n in vars(type(suite)) if n.startswith("test_")]:
@@ -511,18 +506,13 @@ async def main() -> int:
             raise
         finally:
             vessel.close()
-        if read_more_supported(dk):
-            vessel = Vessel(dk, root / "read-more",
-                            ["--mcp-read-more-threshold", str(ReadMoreSuite.THRESHOLD)])
-            try:
-                vessel.pair_lamp(["read_light"])
-                await run_cases(ReadMoreSuite(dk, vessel), results, options.only)
-            finally:
-                vessel.close()
-        else:
-            for case in ("read_more_pages_a_large_result", "read_more_through_the_stdio_bridge"):
-                print(f"SKIP {case}: this dk vessel has no --mcp-read-more-threshold", flush=True)
-                results.append((case, "skip", "no option"))
+        vessel = Vessel(dk, root / "read-more",
+                        ["--mcp-read-more-threshold", str(ReadMoreSuite.THRESHOLD)])
+        try:
+            vessel.pair_lamp(["read_light"])
+            await run_cases(ReadMoreSuite(dk, vessel), results, options.only)
+        finally:
+            vessel.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     passed = sum(1 for _, outcome, _ in results if outcome == "pass")

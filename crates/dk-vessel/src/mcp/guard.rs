@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -96,5 +96,12 @@ pub(crate) async fn guard(State(gate): State<Gate>, mut request: Request, next: 
         return response;
     };
     request.extensions_mut().insert(Authenticated(agent));
-    next.run(request).await
+    let ending_session = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    // rmcp accepts a session's end with 202; clients (the official Python
+    // one among them) take 200 or 204 as done and warn about anything else.
+    if ending_session && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }

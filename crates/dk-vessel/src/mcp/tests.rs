@@ -836,6 +836,39 @@ async fn clients_of_the_discover_lifecycle_are_served_without_a_session() {
 }
 
 #[tokio::test]
+async fn ending_a_session_is_answered_no_content() {
+    let vessel = vessel_with_lamp(&["set_light"]).await;
+    let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
+    let server = serve(&vessel, &agents).await;
+    let bearer = format!("Bearer {credential}");
+    let host = server.local.to_string();
+    let auth = [("Host", host.as_str()), ("Authorization", bearer.as_str())];
+    let (status, text) = raw(server.local, &auth, INITIALIZE).await;
+    assert_eq!(status, 200, "{text}");
+    let session = text
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap();
+    let mut stream = tokio::net::TcpStream::connect(server.local).await.unwrap();
+    let request = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {host}\r\nAuthorization: {bearer}\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_call_without_a_session_is_answered_with_plain_json() {
     let vessel = vessel_with_lamp(&["set_light"]).await;
     let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
