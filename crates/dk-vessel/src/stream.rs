@@ -151,11 +151,30 @@ impl StreamEvent {
 
 /// A subscription to one device's streams, from now on. Dropping it
 /// unsubscribes.
-#[derive(Debug)]
 pub struct StreamSubscription {
     device_id: String,
     events: mpsc::Receiver<StreamEvent>,
     lost: Arc<AtomicU64>,
+    streams: std::sync::Weak<Inner>,
+}
+
+impl fmt::Debug for StreamSubscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamSubscription")
+            .field("device_id", &self.device_id)
+            .field("lost", &self.lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for StreamSubscription {
+    fn drop(&mut self) {
+        // Closes the queue first, so this subscriber is among those pruned.
+        self.events.close();
+        if let Some(inner) = self.streams.upgrade() {
+            inner.prune(&self.device_id);
+        }
+    }
 }
 
 impl StreamSubscription {
@@ -202,6 +221,19 @@ struct Inner {
 impl Inner {
     fn devices(&self) -> std::sync::MutexGuard<'_, HashMap<String, DeviceStreams>> {
         self.devices.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets `device_id`'s closed subscribers, and the device once it has
+    /// neither sessions nor subscribers, so nothing is kept for a device
+    /// nobody streams or watches.
+    fn prune(&self, device_id: &str) {
+        let mut devices = self.devices();
+        if let Some(entry) = devices.get_mut(device_id) {
+            entry.subscribers.retain(|s| !s.events.is_closed());
+            if entry.sessions == 0 && entry.subscribers.is_empty() {
+                devices.remove(device_id);
+            }
+        }
     }
 }
 
@@ -251,13 +283,10 @@ impl StreamSession {
 
 impl Drop for StreamSession {
     fn drop(&mut self) {
-        let mut devices = self.inner.devices();
-        if let Some(entry) = devices.get_mut(&self.device_id) {
+        if let Some(entry) = self.inner.devices().get_mut(&self.device_id) {
             entry.sessions = entry.sessions.saturating_sub(1);
-            if entry.sessions == 0 && entry.subscribers.is_empty() {
-                devices.remove(&self.device_id);
-            }
         }
+        self.inner.prune(&self.device_id);
     }
 }
 
@@ -376,6 +405,12 @@ impl Streams {
             .map_or(0, |d| d.sessions)
     }
 
+    /// Devices with sessions or subscribers (what the vessel keeps).
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.inner.devices().len()
+    }
+
     fn subscribe(&self, device_id: &str) -> StreamSubscription {
         let (tx, rx) = mpsc::channel(STREAM_SUBSCRIBER_QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
@@ -391,6 +426,7 @@ impl Streams {
             device_id: device_id.to_owned(),
             events: rx,
             lost,
+            streams: Arc::downgrade(&self.inner),
         }
     }
 

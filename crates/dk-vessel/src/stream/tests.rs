@@ -644,3 +644,23 @@ async fn stream_metadata_goes_through_the_redactor() {
     assert_eq!(metadata["accepted"], json!(true));
     running.stop().await;
 }
+
+#[tokio::test]
+async fn nothing_is_kept_for_a_device_nobody_streams_or_watches() {
+    let running = start(voice_config(OPEN)).await;
+    let vessel = Arc::clone(&running.vessel);
+    let token = pair(&vessel, &voice(), &["microphone"]).await;
+    for id in ["nobody", "nobody-else", VOICE] {
+        drop(vessel.subscribe_stream(id));
+    }
+    assert_eq!(vessel.streams().tracked(), 0);
+    let watching = vessel.subscribe_stream(VOICE);
+    let mut ws = auth(&running.url, VOICE, &token, &voice()).await;
+    admitted(&mut ws).await;
+    assert_eq!(vessel.streams().tracked(), 1);
+    drop(watching);
+    assert_eq!(vessel.streams().tracked(), 1);
+    ws.close(None).await.unwrap();
+    until(|| vessel.streams().tracked() == 0).await;
+    running.stop().await;
+}
