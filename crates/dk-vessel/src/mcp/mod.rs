@@ -12,6 +12,9 @@
 //!   `sessionId` of their calls, and it belongs to the agent that opened it.
 //!   Clients of the 2026-07-28 `server/discover` lifecycle are served one
 //!   request at a time, without a session: their calls carry no `sessionId`.
+//!   Sessions are kept by `session.rs`, which hands a request straight to
+//!   the session's service loop and its answer straight back, by JSON-RPC
+//!   id (rmcp's own manager routes both through a worker task per session).
 //! - **Tools.** The granted capabilities of paired devices within the
 //!   agent's scope and role, with annotations from the approved manifest: a
 //!   sensor is read-only and not destructive, an actuator is not read-only,
@@ -54,6 +57,7 @@ mod guard;
 mod options;
 mod read_more;
 mod server;
+mod session;
 mod watch;
 
 use std::future::Future;
@@ -65,7 +69,6 @@ use axum::middleware::from_fn_with_state;
 use axum::serve::ListenerExt;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use crate::agents::AgentDirectory;
 use crate::vessel::Vessel;
@@ -74,6 +77,7 @@ use guard::{Gate, LocalOrigins, guard};
 pub use options::McpOptions;
 use read_more::ResultPages;
 use server::{DeviceTools, Shared};
+use session::Sessions;
 
 /// Largest MCP request body read (1 MiB, the device frame limit).
 const MAX_BODY_BYTES: usize = 1 << 20;
@@ -135,21 +139,17 @@ fn build(
         pages: ResultPages::new(&options),
         events,
     });
-    let service = StreamableHttpService::new(
-        move || {
-            let _owner = &feed;
-            Ok(DeviceTools::new(Arc::clone(&shared)))
-        },
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let factory = move || {
+        let _owner = &feed;
+        Ok(DeviceTools::new(Arc::clone(&shared)))
+    };
+    let service = StreamableHttpService::new(factory, Arc::new(Sessions::default()), config);
+    let router = Router::new().route_service("/mcp", service);
     let gate = Gate {
         local: Arc::new(origins),
         agents,
     };
-    let router = Router::new()
-        .route_service("/mcp", service)
-        .layer(from_fn_with_state(gate, guard));
+    let router = router.layer(from_fn_with_state(gate, guard));
     (router, move || ending.cancel())
 }
 
