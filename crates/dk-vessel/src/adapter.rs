@@ -415,6 +415,27 @@ impl DeviceToolAdapter {
         }
     }
 
+    /// Reports a call its caller refused before the seven checks, for a rule
+    /// of its own (an MCP agent's scope): one decision record through the
+    /// same hook as every other call, without the input (it never came near
+    /// a device).
+    pub fn report_refusal(&self, tool: &str, reason: &str, ctx: &CallContext<'_>) {
+        if let Some(hook) = &self.on_decision {
+            let parsed = parse_tool_name(tool);
+            hook(&DecisionRecord {
+                tool,
+                device_id: parsed.as_ref().map(|p| p.device_id.as_str()),
+                capability: parsed.as_ref().map(|p| p.capability),
+                allowed: false,
+                reason,
+                agent_id: ctx.agent_id,
+                session_id: ctx.session_id,
+                rule: None,
+                input: None,
+            });
+        }
+    }
+
     /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
     /// call or asked the person.
     async fn run_checks(

@@ -27,7 +27,7 @@ use super::guard::Authenticated;
 use super::options::McpOptions;
 use super::read_more::{Owner, READ_MORE_TOOL, ResultPages, read_more_tool};
 use super::watch::{Followed, MAX_SUBSCRIPTIONS, Notifier, SessionWatch};
-use crate::adapter::{CallContext, DecisionRecord, ToolDefinition, ToolOutcome};
+use crate::adapter::{CallContext, ToolDefinition, ToolOutcome};
 use crate::agents::{Agent, AgentDirectory, AgentId};
 use crate::vessel::Vessel;
 
@@ -248,23 +248,13 @@ impl DeviceTools {
         if agent.may_use(device_id, capability, read_only) {
             return None;
         }
-        let reason = out_of_scope_reason(tool, &agent.id);
-        let record = DecisionRecord {
-            tool,
-            device_id: Some(device_id),
-            capability: Some(capability),
-            allowed: false,
-            reason: &reason,
+        let ctx = CallContext {
             agent_id: Some(&agent.id),
             session_id: session,
-            rule: None,
-            input: None,
+            ..CallContext::default()
         };
-        // The input is not kept: it never came near a device, and only the
-        // adapter's path knows every secret to take out of it.
-        if let Ok(entry) = serde_json::to_value(&record) {
-            self.vessel.audit("decision", entry);
-        }
+        let reason = out_of_scope_reason(tool, &agent.id);
+        self.vessel.adapter().report_refusal(tool, &reason, &ctx);
         Some(CallToolResult::error(vec![ContentBlock::text(reason)]))
     }
 }
