@@ -29,6 +29,7 @@ use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
+use crate::origins::LocalOrigins;
 use crate::registry::{ConsentDecision, GrantError};
 use crate::vessel::Vessel;
 
@@ -129,27 +130,15 @@ pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 struct Admin {
     vessel: Arc<Vessel>,
     token: AdminToken,
-    hosts: Arc<Vec<String>>,
-    origins: Arc<Vec<String>>,
+    local: Arc<LocalOrigins>,
 }
 
 /// The admin API for `vessel`, for a listener bound to `local`.
 pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
-    let port = local.port();
-    let mut hosts = vec![
-        format!("127.0.0.1:{port}"),
-        format!("localhost:{port}"),
-        format!("[::1]:{port}"),
-    ];
-    if !local.ip().is_unspecified() && !local.ip().is_loopback() {
-        hosts.push(local.to_string());
-    }
-    let origins = hosts.iter().map(|h| format!("http://{h}")).collect();
     let admin = Admin {
         vessel,
         token,
-        hosts: Arc::new(hosts),
-        origins: Arc::new(origins),
+        local: Arc::new(LocalOrigins::for_listener(local)),
     };
     Router::new()
         .route("/v1/status", get(status))
@@ -196,29 +185,8 @@ fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
 /// Token, Host and Origin, before anything else.
 async fn guard(State(admin): State<Admin>, request: Request, next: Next) -> Response {
     let headers = request.headers();
-    let host = header_text(headers, header::HOST.as_str());
-    if !host.is_some_and(|h| {
-        admin
-            .hosts
-            .iter()
-            .any(|allowed| allowed.eq_ignore_ascii_case(h))
-    }) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "the Host header must name this loopback listener",
-        );
-    }
-    let origin = header_text(headers, header::ORIGIN.as_str());
-    if origin.is_some_and(|o| {
-        !admin
-            .origins
-            .iter()
-            .any(|allowed| allowed.eq_ignore_ascii_case(o))
-    }) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "requests from other origins are refused",
-        );
+    if let Some(why) = admin.local.refusal(headers) {
+        return refuse(StatusCode::FORBIDDEN, why);
     }
     let presented = header_text(headers, header::AUTHORIZATION.as_str())
         .and_then(|v| v.strip_prefix("Bearer "))

@@ -17,6 +17,7 @@ mod config;
 mod connection;
 mod link;
 mod mcp;
+mod origins;
 mod person;
 mod redact;
 mod registry;

@@ -2,61 +2,19 @@
 //! name this listener on loopback (or its own address), its `Origin`, if
 //! any, must be the listener's own (a web page open in the person's browser
 //! cannot call tools), and it must carry an agent credential as a bearer
-//! token. The same Host/Origin rule as the admin API's.
+//! token. The Host/Origin rule is the admin API's (`origins.rs`).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::agents::{Agent, AgentDirectory};
-
-/// The `Host` values and `Origin`s a listener bound to `local` accepts.
-#[derive(Debug, Clone)]
-pub(crate) struct LocalOrigins {
-    pub(crate) hosts: Vec<String>,
-    pub(crate) origins: Vec<String>,
-}
-
-impl LocalOrigins {
-    /// Loopback names with the listener's port, and its own address when it
-    /// is bound to one that is neither loopback nor unspecified.
-    pub(crate) fn for_listener(local: SocketAddr) -> LocalOrigins {
-        let port = local.port();
-        let mut hosts = vec![
-            format!("127.0.0.1:{port}"),
-            format!("localhost:{port}"),
-            format!("[::1]:{port}"),
-        ];
-        if !local.ip().is_unspecified() && !local.ip().is_loopback() {
-            hosts.push(local.to_string());
-        }
-        let origins = hosts.iter().map(|h| format!("http://{h}")).collect();
-        LocalOrigins { hosts, origins }
-    }
-
-    /// Why `headers` are refused, if they are.
-    fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
-        let host = header_text(headers, header::HOST);
-        if !host.is_some_and(|h| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(h))) {
-            return Some("the Host header must name this loopback listener");
-        }
-        let origin = header_text(headers, header::ORIGIN);
-        if origin.is_some_and(|o| !self.origins.iter().any(|a| a.eq_ignore_ascii_case(o))) {
-            return Some("requests from other origins are refused");
-        }
-        None
-    }
-}
-
-fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
+use crate::origins::{LocalOrigins, header_text};
 
 /// The agent a request authenticated as, put in the request's extensions
 /// by [`guard`] for the MCP handler to read.

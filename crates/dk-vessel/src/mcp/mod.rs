@@ -71,9 +71,10 @@ use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 
 use crate::agents::AgentDirectory;
+use crate::origins::LocalOrigins;
 use crate::vessel::Vessel;
 use events::EventLog;
-use guard::{Gate, LocalOrigins, guard};
+use guard::{Gate, guard};
 pub use options::McpOptions;
 use read_more::ResultPages;
 use server::{DeviceTools, Shared};
