@@ -542,25 +542,30 @@ impl Bridge {
         self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// POSTs `message` and writes every message of the answer; true when
+    /// the answer to `id` (if any) was among them.
+    async fn post(
+        &self,
+        message: &Value,
+        id: Option<&Value>,
+        version: Option<&str>,
+        initialize: bool,
+    ) -> Result<bool, Failure> {
+        let body = Bytes::from(message.to_string());
+        let exchange = self
+            .send(hyper::Method::POST, body, message, version, initialize)
+            .await?;
+        self.relay(exchange, id, initialize).await
+    }
+
     /// Sends one request and writes every message of its answer; when no
     /// answer to it comes, writes an error answer in its place.
     async fn request(&self, message: Value, id: Value, version: Option<String>, initialize: bool) {
         let version = if initialize { None } else { version };
-        let body = Bytes::from(message.to_string());
-        let exchange = self
-            .send(
-                hyper::Method::POST,
-                body,
-                &message,
-                version.as_deref(),
-                initialize,
-            )
-            .await;
-        let outcome = match exchange {
-            Ok(exchange) => self.relay(exchange, Some(&id), initialize).await,
-            Err(failure) => Err(failure),
-        };
-        match outcome {
+        match self
+            .post(&message, Some(&id), version.as_deref(), initialize)
+            .await
+        {
             Ok(true) => {}
             Ok(false) => {
                 self.answer_error(
@@ -582,24 +587,8 @@ impl Bridge {
     /// Sends a notification or an answer to a server request; true when
     /// the vessel accepted it.
     async fn deliver(&self, message: Value, version: Option<String>) -> bool {
-        let body = Bytes::from(message.to_string());
-        let exchange = self
-            .send(
-                hyper::Method::POST,
-                body,
-                &message,
-                version.as_deref(),
-                false,
-            )
-            .await;
-        match exchange {
-            Ok(exchange) => match self.relay(exchange, None, false).await {
-                Ok(_) => true,
-                Err(failure) => {
-                    self.tell(&failure.message());
-                    false
-                }
-            },
+        match self.post(&message, None, version.as_deref(), false).await {
+            Ok(_) => true,
             Err(failure) => {
                 self.tell(&failure.message());
                 false
