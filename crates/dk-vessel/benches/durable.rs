@@ -7,25 +7,24 @@
 //! dk`). Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! durable`). Figures are reported, never asserted on.
 
-use std::error::Error;
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminClient, AdminToken, AuditEvent, CallContext, ConsentDecision, DeviceLink, InvokeResult,
-    Limits, SqliteStore, Store, StoredPairing, Vessel,
+    AdminClient, AdminToken, AuditEvent, CallContext, Limits, SqliteStore, Store, StoredPairing,
+    Vessel,
 };
 use futures::FutureExt;
-use futures::future::BoxFuture;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-type BoxError = Box<dyn Error + Send + Sync>;
+use common::{BoxError, LAMP, RemoveOnDrop, build_dk, percentile};
 
 const NAME: &str = "durable";
 /// Stored pairings for the start measurements.
@@ -42,12 +41,8 @@ const BATCHES: usize = 101;
 /// How long any one step may take before the bench gives up.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
-
 fn main() -> Result<(), BoxError> {
-    // `cargo bench` passes `--bench`, and a filter when given one.
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
-    if filter.is_some_and(|filter| !NAME.contains(filter.as_str())) {
+    if common::filtered_out(&[NAME]) {
         return Ok(());
     }
     let scratch =
@@ -84,10 +79,7 @@ fn main() -> Result<(), BoxError> {
     AdminToken::generate().write_to(&token_file)?;
     let token = AdminToken::parse(&std::fs::read_to_string(&token_file)?)
         .ok_or("the admin token file holds no token")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = common::multi_thread(Some(2))?;
     let mut starts = Vec::with_capacity(STARTS);
     let mut last = None;
     for i in 0..STARTS {
@@ -131,12 +123,6 @@ fn main() -> Result<(), BoxError> {
 
     call_path(&scratch.0.join("calls"))?;
     Ok(())
-}
-
-fn percentile(samples: &mut [Duration], q: f64) -> Duration {
-    samples.sort_unstable();
-    let i = ((samples.len().saturating_sub(1)) as f64 * q).round() as usize;
-    samples.get(i).copied().unwrap_or_default()
 }
 
 fn shown(d: Duration) -> String {
@@ -209,33 +195,6 @@ fn write_pairings(path: &Path) -> Result<(), BoxError> {
         store.put_pairing(&pairing, &audit)?;
     }
     Ok(())
-}
-
-/// Builds `dk` in release mode (a no-op when it is current) and returns its
-/// path, next to this bench's own directory in the target directory.
-fn build_dk() -> Result<PathBuf, BoxError> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "dk"])
-        .current_dir(&root)
-        .stdout(Stdio::null())
-        .status()?;
-    if !status.success() {
-        return Err(format!("`cargo build --release -p dk` failed ({status})").into());
-    }
-    // This bench is target/release/deps/durable-<hash>.
-    let exe = std::env::current_exe()?;
-    let release = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot find the target directory")?;
-    let dk = release.join("dk");
-    if dk.is_file() {
-        Ok(dk)
-    } else {
-        Err(format!("`{}` was not built", dk.display()).into())
-    }
 }
 
 /// A `dk vessel` process, killed on drop unless interrupted.
@@ -353,42 +312,6 @@ async fn changes(admin: &AdminClient) -> Result<(Vec<Duration>, Vec<Duration>), 
     Ok((grants, revokes))
 }
 
-/// Answers every call at once with a ready-made result.
-struct InstantLink(Box<RawValue>);
-
-impl DeviceLink for InstantLink {
-    fn invoke<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Map<String, Value>,
-        _: Duration,
-    ) -> BoxFuture<'a, InvokeResult> {
-        let result = self.0.clone();
-        async move { Ok(Some(result)) }.boxed()
-    }
-}
-
-/// The desk lamp paired with `set_light` granted, on an instant link.
-fn paired(vessel: &Vessel) -> Result<(), BoxError> {
-    let manifest: Value = serde_json::from_str(LAMP)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime
-        .block_on(vessel.registry().pair(
-            &manifest,
-            |_| {},
-            |_| async { Ok::<_, ()>(ConsentDecision::approve(["set_light"])) },
-            Duration::from_secs(1),
-        ))
-        .map_err(|e| e.to_string())?;
-    let result = RawValue::from_string(r#"{"on":true,"brightness":40}"#.to_owned())?;
-    vessel
-        .links()
-        .connect("desk-lamp", Arc::new(InstantLink(result)));
-    Ok(())
-}
-
 /// One batch of allowed calls; the time per call.
 fn batch(vessel: &Vessel) -> Result<Duration, BoxError> {
     let ctx = CallContext {
@@ -416,16 +339,13 @@ fn batch(vessel: &Vessel) -> Result<Duration, BoxError> {
 /// `execute` of an allowed call with no rules, a vessel over the memory
 /// store and one over a SQLite store, batches alternating.
 fn call_path(dir: &Path) -> Result<(), BoxError> {
-    // Thousands of calls in one session: past any run budget, so none is charged.
-    let limits = Limits {
-        run_limits: None,
-        ..Limits::default()
-    };
+    let limits = common::unbudgeted();
     let memory = Vessel::new(PolicySet::empty(), limits.clone());
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("vessel.db"))?);
     let sqlite = Vessel::open(store, PolicySet::empty(), limits)?;
-    paired(&memory)?;
-    paired(&sqlite)?;
+    // The desk lamp paired with `set_light` granted, on an instant link.
+    common::pair_instant_lamp(memory.registry(), memory.links())?;
+    common::pair_instant_lamp(sqlite.registry(), sqlite.links())?;
     // Warm up both.
     batch(&memory)?;
     batch(&sqlite)?;
@@ -460,13 +380,4 @@ fn call_path(dir: &Path) -> Result<(), BoxError> {
         sqlite.audit_dropped()
     );
     Ok(())
-}
-
-/// Removes the bench's directory however it ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -6,7 +6,8 @@
 //! printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! e2e`). Times are reported, never asserted on.
 
-use std::error::Error;
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +18,7 @@ use axum::extract::ws::{Message as AxumMessage, WebSocketUpgrade};
 use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
-use dk_vessel::{CallContext, ConsentDecision, Limits, Prompt, Vessel, serve_devices};
+use dk_vessel::{CallContext, ConsentDecision, Prompt, Vessel, serve_devices};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -26,9 +27,8 @@ use tokio::task::JoinSet;
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
 
-type BoxError = Box<dyn Error + Send + Sync>;
+use common::{BoxError, LAMP, micros, stopped};
 
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
 const TOOL: &str = "device__desk_lamp__set_light";
 const CALL_NAME: &str = "e2e/tool_call_over_websocket";
 const ECHO_NAME: &str = "e2e/bare_websocket_echo";
@@ -44,35 +44,19 @@ const BLOCKS: usize = 25;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn main() -> Result<(), BoxError> {
-    // `cargo bench` passes `--bench`, and a filter when given one.
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
-    if let Some(filter) = filter
-        && ![CALL_NAME, ECHO_NAME, RATIO_NAME]
-            .iter()
-            .any(|name| name.contains(filter.as_str()))
-    {
+    if common::filtered_out(&[CALL_NAME, ECHO_NAME, RATIO_NAME]) {
         return Ok(());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(run())
+    common::multi_thread(None)?.block_on(run())
 }
 
 async fn run() -> Result<(), BoxError> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     let mut tasks: JoinSet<Result<(), BoxError>> = JoinSet::new();
 
     // The rate limit would close a device answering thousands of calls a
     // second; every other limit is the default.
-    let limits = Limits {
-        max_frames_per_second: 1_000_000,
-        ..Limits::default()
-    };
-    let vessel = Vessel::new(PolicySet::empty(), limits);
+    let vessel = Vessel::new(PolicySet::empty(), common::unthrottled());
     let devices = TcpListener::bind("127.0.0.1:0").await?;
     let device_addr = devices.local_addr()?;
     let serving = Arc::clone(&vessel);
@@ -320,8 +304,4 @@ fn summary(samples: &mut [Duration]) -> Option<Summary> {
         median: *samples.get(n / 2)?,
         p99: *samples.get((n * 99 / 100).min(n.saturating_sub(1)))?,
     })
-}
-
-fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
 }

@@ -9,9 +9,10 @@
 //! bench -p dk-vessel --bench idle_devices`). Figures are reported, never
 //! asserted on.
 
-use std::error::Error;
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,8 @@ use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
 
-type BoxError = Box<dyn Error + Send + Sync>;
+use common::{BoxError, RemoveOnDrop, build_dk};
+
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const NAME: &str = "idle/devices";
@@ -42,9 +44,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const SPARE_FILES: u64 = 64;
 
 fn main() -> Result<(), BoxError> {
-    // `cargo bench` passes `--bench`, and a filter when given one.
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
-    if filter.is_some_and(|filter| !NAME.contains(filter.as_str())) {
+    if common::filtered_out(&[NAME]) {
         return Ok(());
     }
     let devices = match std::env::var("DK_BENCH_DEVICES") {
@@ -93,41 +93,12 @@ fn main() -> Result<(), BoxError> {
     let token = AdminToken::parse(&token_text).ok_or("the admin-token file holds no token")?;
     let admin = AdminClient::new(admin_addr, token);
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = common::multi_thread(None)?;
     let report = runtime.block_on(measure(pid, devices, device_addr, &admin));
     drop(vessel);
     runtime.shutdown_timeout(Duration::from_secs(5));
     report?.print();
     Ok(())
-}
-
-/// Builds `dk` in release mode (a no-op when it is current) and returns its
-/// path, next to this bench's own directory in the target directory.
-fn build_dk() -> Result<PathBuf, BoxError> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "dk"])
-        .current_dir(&root)
-        .stdout(Stdio::null())
-        .status()?;
-    if !status.success() {
-        return Err(format!("`cargo build --release -p dk` failed ({status})").into());
-    }
-    // This bench is target/release/deps/idle_devices-<hash>.
-    let exe = std::env::current_exe()?;
-    let release = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot find the target directory")?;
-    let dk = release.join("dk");
-    if dk.is_file() {
-        Ok(dk)
-    } else {
-        Err(format!("`{}` was not built", dk.display()).into())
-    }
 }
 
 /// Waits for `dk vessel` to write its address file.
@@ -374,15 +345,5 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// Removes the vessel's data directory (or a file) however the bench ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        let _ = std::fs::remove_file(&self.0);
     }
 }

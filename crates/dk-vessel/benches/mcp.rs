@@ -7,44 +7,25 @@
 //! (the floor any HTTP transport pays). Prints medians. Run with
 //! `cargo bench -p dk-vessel --bench mcp`.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt;
 use dk_policy::PolicySet;
-use dk_vessel::{
-    AgentDirectory, AgentRole, AgentScope, CallContext, ConsentDecision, DeviceLink, InvokeResult,
-    Limits, Vessel, serve_mcp,
-};
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use dk_vessel::{AgentDirectory, AgentRole, AgentScope, CallContext, Vessel, serve_mcp};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
+use common::{LAMP, median, micros, pair};
 const TOOL: &str = "device__desk_lamp__set_light";
 const CALLS: usize = 2_000;
 const LISTS: usize = 200;
 const WARM_UP: usize = 200;
-
-/// Answers every call at once with a ready-made result.
-struct Answer(Box<RawValue>);
-
-impl DeviceLink for Answer {
-    fn invoke<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Map<String, Value>,
-        _: Duration,
-    ) -> BoxFuture<'a, InvokeResult> {
-        let result = self.0.clone();
-        async move { Ok(Some(result)) }.boxed()
-    }
-}
 
 /// A bare HTTP POST echo through axum on loopback, the floor any HTTP
 /// transport pays: the same client, the same listener set-up, no MCP.
@@ -203,15 +184,6 @@ impl RawClient {
     }
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
-}
-
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
 /// A manifest with `caps` sensors, for the listing benchmark.
 fn manifest(index: usize, caps: usize) -> Value {
     let capabilities: Vec<Value> = (0..caps)
@@ -221,33 +193,13 @@ fn manifest(index: usize, caps: usize) -> Value {
            "version": "1.0.0", "capabilities": capabilities})
 }
 
-async fn pair(vessel: &Vessel, manifest: &Value, grants: Vec<String>) -> Option<()> {
-    vessel
-        .registry()
-        .pair(
-            manifest,
-            |_| {},
-            move |_| async move { Ok::<_, ()>(ConsentDecision::approve(grants)) },
-            Duration::from_secs(1),
-        )
-        .await
-        .ok()
-        .map(|_| ())
-}
-
 async fn run() -> Option<()> {
-    // Thousands of calls in one session: past any run budget, so none is charged.
-    let limits = Limits {
-        run_limits: None,
-        ..Limits::default()
-    };
-    let vessel = Vessel::new(PolicySet::empty(), limits);
+    let vessel = Vessel::new(PolicySet::empty(), common::unbudgeted());
     let lamp: Value = serde_json::from_str(LAMP).ok()?;
-    pair(&vessel, &lamp, vec!["set_light".into()]).await?;
-    let result = RawValue::from_string(r#"{"on":true,"brightness":40}"#.to_owned()).ok()?;
-    vessel
-        .links()
-        .connect("desk-lamp", Arc::new(Answer(result)));
+    pair(vessel.registry(), &lamp, vec!["set_light".into()])
+        .await
+        .ok()?;
+    common::connect_instant_lamp(vessel.links()).ok()?;
     let agents = Arc::new(AgentDirectory::new());
     let (_, credential) = agents
         .add("bench", AgentScope::AllDevices, AgentRole::User)
@@ -315,7 +267,8 @@ async fn run() -> Option<()> {
             }
         }
     }
-    let [direct, over_legacy, over_stateless, with_rmcp, floor] = samples.map(median);
+    let [direct, over_legacy, over_stateless, with_rmcp, floor] =
+        samples.map(|mut column| median(&mut column));
     let row = |what: &str, took: Duration| {
         println!(
             "{what:<50} median {:>8.1} µs  ({:>6.1}x direct, adds {:>6.1} µs)",
@@ -346,7 +299,9 @@ async fn run() -> Option<()> {
 
     for index in 0..100 {
         let grants = (0..8).map(|c| format!("read_{c}")).collect();
-        pair(&vessel, &manifest(index, 8), grants).await?;
+        pair(vessel.registry(), &manifest(index, 8), grants)
+            .await
+            .ok()?;
     }
     let mut lists = Vec::with_capacity(LISTS);
     for _ in 0..LISTS {
@@ -364,7 +319,7 @@ async fn run() -> Option<()> {
     }
     println!(
         "tools/list, 100 devices x 8 granted (801 device tools): median {:>9.1} µs",
-        micros(median(lists))
+        micros(median(&mut lists))
     );
 
     client.cancel().await.ok()?;
@@ -374,11 +329,7 @@ async fn run() -> Option<()> {
 }
 
 fn main() {
-    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    else {
+    let Ok(runtime) = common::multi_thread(Some(2)) else {
         eprintln!("no runtime");
         return;
     };

@@ -4,6 +4,8 @@
 //! Before divan's table it prints median and p99 of the committed writes,
 //! measured one by one. Run with `cargo bench -p dk-vessel --bench store`.
 
+mod common;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +15,8 @@ use dk_vessel::{
     AuditEvent, AuditWriter, MemoryStore, SqliteStore, Store, StoredPairing, WriterOptions,
 };
 use serde_json::json;
+
+use common::{micros, percentile};
 
 /// Pairings in the load bench.
 const DEVICES: usize = 10_000;
@@ -89,15 +93,10 @@ fn must<T>(result: Result<T, dk_vessel::StoreError>) -> T {
 }
 
 fn print(name: &str, mut samples: Vec<Duration>) {
-    samples.sort_unstable();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e6)
-    };
     println!(
         "{name:<36}median {:>9.2} µs   p99 {:>9.2} µs   ({} samples)",
-        at(0.5),
-        at(0.99),
+        micros(percentile(&mut samples, 0.5)),
+        micros(percentile(&mut samples, 0.99)),
         samples.len()
     );
 }

@@ -8,7 +8,8 @@
 //! ratio are printed. Run with `cargo xtask bench` (or `cargo bench -p
 //! dk-vessel --bench stream`). Times are reported, never asserted on.
 
-use std::error::Error;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
 use dk_proto::StreamChunk;
-use dk_vessel::{ConsentDecision, Limits, Vessel, VesselConfig, serve_devices};
+use dk_vessel::{ConsentDecision, Vessel, VesselConfig, serve_devices};
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -26,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
 
-type BoxError = Box<dyn Error + Send + Sync>;
+use common::{BoxError, median, stopped};
 
 const VOICE: &str = include_str!("../../../fixtures/manifests/valid/kitchen-voice.json");
 const VESSEL_NAME: &str = "e2e/stream_64k_through_vessel";
@@ -46,33 +47,18 @@ const BLOCKS: usize = 60;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn main() -> Result<(), BoxError> {
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
-    if let Some(filter) = filter
-        && ![VESSEL_NAME, BARE_NAME, RATIO_NAME]
-            .iter()
-            .any(|name| name.contains(filter.as_str()))
-    {
+    if common::filtered_out(&[VESSEL_NAME, BARE_NAME, RATIO_NAME]) {
         return Ok(());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(run())
+    common::multi_thread(None)?.block_on(run())
 }
 
 async fn run() -> Result<(), BoxError> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
 
     // The vessel: voice admitted with a 64 KiB cap; the frame rate raised
     // (a device sending thousands of chunks a second would be closed).
-    let limits = Limits {
-        max_frames_per_second: 1_000_000,
-        ..Limits::default()
-    };
-    let vessel = Vessel::new(PolicySet::empty(), limits);
+    let vessel = Vessel::new(PolicySet::empty(), common::unthrottled());
     let config = VesselConfig::parse(&format!(
         "[streaming.voice]\nenabled = true\nrequireApproval = false\nsandbox = \"bench\"\n\
          [streaming.voice.limits]\nmaxChunkBytes = {CHUNK}\n"
@@ -211,11 +197,6 @@ fn bare_route(upgrade: WebSocketUpgrade, tx: mpsc::Sender<Vec<u8>>) -> Response 
             }
         }
     })
-}
-
-fn median(times: &mut [Duration]) -> Duration {
-    times.sort();
-    times.get(times.len() / 2).copied().unwrap_or_default()
 }
 
 /// One line: the median time per chunk (which `cargo xtask bench` keeps)

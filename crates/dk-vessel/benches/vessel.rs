@@ -3,39 +3,20 @@
 //! that do not name the device; and `authenticate` with the manifest. Run
 //! with `cargo xtask bench` (or `cargo bench -p dk-vessel`).
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
 
 use dk_policy::PolicySet;
-use dk_vessel::{
-    CallContext, ConsentDecision, DeviceLink, DeviceRegistry, DeviceToolAdapter, InvokeResult,
-    Links,
-};
+use dk_vessel::{CallContext, DeviceRegistry, DeviceToolAdapter, Links};
 use futures::FutureExt;
-use futures::future::BoxFuture;
-use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+
+use common::LAMP;
 
 fn main() {
     divan::main();
-}
-
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
-
-/// Answers every call at once with a ready-made result.
-struct Instant(Box<RawValue>);
-
-impl DeviceLink for Instant {
-    fn invoke<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Map<String, Value>,
-        _: Duration,
-    ) -> BoxFuture<'a, InvokeResult> {
-        let result = self.0.clone();
-        async move { Ok(Some(result)) }.boxed()
-    }
 }
 
 /// `count` block / require_approval / allow rules, none naming `desk-lamp`.
@@ -53,22 +34,8 @@ fn rules(count: usize) -> String {
 
 fn paired(rule_count: usize) -> Option<(DeviceToolAdapter, String)> {
     let registry = Arc::new(DeviceRegistry::new());
-    let manifest: Value = serde_json::from_str(LAMP).ok()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    let paired = runtime
-        .block_on(registry.pair(
-            &manifest,
-            |_| {},
-            |_| async { Ok::<_, ()>(ConsentDecision::approve(["set_light"])) },
-            Duration::from_secs(1),
-        ))
-        .ok()?;
     let links = Arc::new(Links::new());
-    let result = RawValue::from_string(r#"{"on":true,"brightness":40}"#.to_owned()).ok()?;
-    links.connect("desk-lamp", Arc::new(Instant(result)));
+    let paired = common::pair_instant_lamp(&registry, &links).ok()?;
     let policies = match rule_count {
         0 => PolicySet::empty(),
         n => PolicySet::from_yaml_str(&rules(n)).ok()?,
