@@ -1,8 +1,10 @@
 //! Set-up and arithmetic shared by this crate's benches, each of which
 //! includes this module with `mod common;`.
 
-// Every bench compiles this module as its own and uses only part of it.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "every bench compiles this module as its own and uses only part of it"
+)]
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
