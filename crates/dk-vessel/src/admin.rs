@@ -164,6 +164,8 @@ pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -
 }
 
 /// Serves the admin API on `listener` until `shutdown` resolves.
+/// Connections are counted and capped from `accept`, and a request's
+/// headers have a deadline (see [`Limits`](crate::Limits)).
 pub async fn serve_admin(
     listener: tokio::net::TcpListener,
     vessel: Arc<Vessel>,
@@ -171,10 +173,10 @@ pub async fn serve_admin(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
+    let limits = vessel.limits().admin_listener();
+    let stats = vessel.shared_stats();
     let app = admin_router(vessel, token, local);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::listen::serve_http(listener, app, limits, stats, shutdown).await
 }
 
 /// An error answer: `{"error": "..."}` with a status.

@@ -314,7 +314,8 @@ where
     /// Waits for the first frame and pairs or authenticates. `Err(None)`: the
     /// device left; `Err(Some(close))`: the vessel closes.
     async fn handshake(&mut self) -> Result<Session, Option<CloseFrame>> {
-        let deadline = Instant::now() + self.vessel.limits().handshake_timeout;
+        // Counted from the connect, so the upgrade is inside the deadline.
+        let deadline = self.permit.connected_at() + self.vessel.limits().handshake_timeout;
         let text = loop {
             let message = tokio::select! {
                 message = tokio::time::timeout_at(deadline, self.incoming.next()) => message,

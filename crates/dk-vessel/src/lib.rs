@@ -16,6 +16,7 @@ mod agents;
 mod config;
 mod connection;
 mod link;
+mod listen;
 mod mcp;
 mod origins;
 mod person;
@@ -66,4 +67,4 @@ pub use store::{
     WriterOptions, redact_for_audit,
 };
 pub use stream::{STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription};
-pub use vessel::{ConnectionPermit, Limits, PairingTicket, Stats, Vessel};
+pub use vessel::{ConnectionCaps, ConnectionPermit, Limits, PairingTicket, Stats, Vessel};

@@ -1,7 +1,8 @@
-//! The `/device` WebSocket route: admits a connection (total and
-//! per-address limits), upgrades it, and hands it to
-//! [`serve_connection`](crate::serve_connection). axum and tungstenite types
-//! stay inside this module.
+//! The `/device` WebSocket route: refuses an upgrade a web page could have
+//! made (an `Origin` not allowed, a `Host` that does not name a loopback
+//! listener), admits a connection (total and per-address limits), upgrades
+//! it, and hands it to [`serve_connection`](crate::serve_connection). axum
+//! and tungstenite types stay inside this module.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,13 +12,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::ws::{CloseFrame as WsClose, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 
 use crate::connection::{CloseFrame, WireMessage, serve_connection};
+use crate::listen::{Accepted, serve_http};
+use crate::origins::{LocalOrigins, header_text};
 use crate::vessel::Vessel;
 
 /// Initial read buffer per device connection.
@@ -26,43 +29,103 @@ const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// How long a shutting-down vessel waits for its connections to close.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
 
-/// The router with the `/device` route, for embedding in a larger app.
-pub fn device_router(vessel: Arc<Vessel>) -> Router {
+/// What the `/device` route needs besides the vessel.
+#[derive(Clone)]
+struct Devices {
+    vessel: Arc<Vessel>,
+    /// The `Host` values accepted when the listener is on loopback; `None`
+    /// when it listens on another address, where devices name it as they
+    /// please.
+    hosts: Option<Arc<LocalOrigins>>,
+}
+
+/// The router with the `/device` route for a listener bound to `local`, for
+/// embedding in a larger app. The app must provide `ConnectInfo<SocketAddr>`
+/// (axum's `into_make_service_with_connect_info`).
+pub fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
+    let hosts = local
+        .ip()
+        .is_loopback()
+        .then(|| Arc::new(LocalOrigins::for_listener(local)));
     Router::new()
         .route("/device", get(device_route))
-        .with_state(vessel)
+        .with_state(Devices { vessel, hosts })
 }
 
 /// Serves the `/device` route on `listener` until `shutdown` resolves; then
-/// every device connection is closed (code 1001) and awaited.
+/// every device connection is closed (code 1001) and awaited. Connections
+/// are counted and capped from `accept`, and a request's headers have a
+/// deadline (see [`Limits`](crate::Limits)).
 pub async fn serve_devices(
     listener: TcpListener,
     vessel: Arc<Vessel>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app =
-        device_router(Arc::clone(&vessel)).into_make_service_with_connect_info::<SocketAddr>();
+    let local = listener.local_addr()?;
+    let app = device_router(Arc::clone(&vessel), local);
     let closing = Arc::clone(&vessel);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
+    let result = serve_http(
+        listener,
+        app,
+        vessel.limits().device_listener(),
+        vessel.shared_stats(),
+        async move {
             shutdown.await;
             closing.shut_down();
-        })
-        .await;
+        },
+    )
+    .await;
     vessel.shut_down();
     vessel.drained(DRAIN_PATIENCE).await;
     result
 }
 
+/// Why an upgrade's headers are refused, if they are: an `Origin` that is
+/// not allowed (native devices send none), or on a loopback listener a
+/// `Host` that does not name it.
+fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let allowed = origin.to_str().is_ok_and(|origin| {
+            devices
+                .vessel
+                .limits()
+                .device_origins
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(origin))
+        });
+        if !allowed {
+            return Some(
+                "a device connection carries no Origin: requests from web pages are refused",
+            );
+        }
+    }
+    if let Some(local) = &devices.hosts {
+        let host = header_text(headers, header::HOST);
+        if !host.is_some_and(|h| local.hosts.iter().any(|a| a.eq_ignore_ascii_case(h))) {
+            return Some("the Host header must name this loopback listener");
+        }
+    }
+    None
+}
+
 async fn device_route(
-    upgrade: WebSocketUpgrade,
-    State(vessel): State<Arc<Vessel>>,
+    State(devices): State<Devices>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    accepted: Option<axum::Extension<Accepted>>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
 ) -> Response {
-    let permit = match vessel.admit(Some(remote.ip())) {
+    if let Some(why) = refusal(&devices, &headers) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    let vessel = devices.vessel;
+    let mut permit = match vessel.admit(Some(remote.ip())) {
         Ok(permit) => permit,
         Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     };
+    if let Some(axum::Extension(Accepted(at))) = accepted {
+        permit.accepted_at(at);
+    }
     // One byte over the limit still reaches the frame parser, which closes
     // with 1009 and a reason; anything larger is refused by the socket layer.
     // A vessel that admits streaming kinds reads binary messages up to twice
@@ -126,3 +189,6 @@ fn to_ws(message: WireMessage) -> Message {
         })),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,6 +19,7 @@ use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
+use crate::listen::ListenerLimits;
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::audit_event;
@@ -65,6 +66,32 @@ pub struct Limits {
     /// nothing (for a host that enforces run limits itself). Default: on,
     /// with Prism's limits (32 tool calls, 120 s from a session's first call).
     pub run_limits: Option<AgentRunLimits>,
+    /// How long a request's headers may take to arrive in full, on every
+    /// listener (devices, admin API, MCP): from `accept` for a connection's
+    /// first request, from its first byte for the next ones.
+    pub header_read_timeout: Duration,
+    /// How long a connection on any listener may move no byte while no
+    /// request on it is being answered.
+    pub idle_timeout: Duration,
+    /// Connections the admin API's TCP listener holds at once, in total and
+    /// from one address, counted from `accept`.
+    pub admin_connections: ConnectionCaps,
+    /// Connections the MCP listener holds at once, in total and from one
+    /// address, counted from `accept`.
+    pub mcp_connections: ConnectionCaps,
+    /// `Origin` values allowed on a `/device` upgrade. Native devices send
+    /// none; a request that carries one not listed here (a web page acting
+    /// as a device) is refused. Empty by default.
+    pub device_origins: Vec<String>,
+}
+
+/// Caps on the connections one listener holds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionCaps {
+    /// In total.
+    pub total: usize,
+    /// From one remote address.
+    pub per_address: usize,
 }
 
 impl Default for Limits {
@@ -85,6 +112,47 @@ impl Default for Limits {
             max_pending_pairings_per_address: 4,
             pairings_per_minute_per_address: 10,
             run_limits: Some(AgentRunLimits::default()),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            admin_connections: ConnectionCaps {
+                total: 256,
+                per_address: 128,
+            },
+            mcp_connections: ConnectionCaps {
+                total: 2048,
+                per_address: 1024,
+            },
+            device_origins: Vec::new(),
+        }
+    }
+}
+
+impl Limits {
+    /// What the `/device` listener applies from `accept` on: the
+    /// connection caps, the header-read deadline and the idle timeout.
+    pub(crate) fn device_listener(&self) -> ListenerLimits {
+        self.listener(ConnectionCaps {
+            total: self.max_connections,
+            per_address: self.max_connections_per_address,
+        })
+    }
+
+    /// What the admin API's listener applies from `accept` on.
+    pub(crate) fn admin_listener(&self) -> ListenerLimits {
+        self.listener(self.admin_connections)
+    }
+
+    /// What the MCP listener applies from `accept` on.
+    pub(crate) fn mcp_listener(&self) -> ListenerLimits {
+        self.listener(self.mcp_connections)
+    }
+
+    fn listener(&self, caps: ConnectionCaps) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: caps.total,
+            max_connections_per_address: caps.per_address,
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
         }
     }
 }
@@ -103,6 +171,12 @@ pub struct Stats {
     pub unknown_results: AtomicU64,
     /// Device events dropped because no subscriber listened.
     pub events_dropped: AtomicU64,
+    /// Connections closed at `accept`, on any listener, for a cap on
+    /// connections in total or per address.
+    pub refused_at_accept: AtomicU64,
+    /// Connections closed, on any listener, for moving no byte for the idle
+    /// timeout.
+    pub idle_closed: AtomicU64,
 }
 
 /// Pairing attempts per address: waiting requests and a refilling budget.
@@ -152,6 +226,7 @@ pub struct ConnectionPermit {
     vessel: Arc<Vessel>,
     address: Option<IpAddr>,
     authenticated: bool,
+    connected_at: tokio::time::Instant,
 }
 
 impl fmt::Debug for ConnectionPermit {
@@ -167,6 +242,18 @@ impl ConnectionPermit {
     /// The remote address the connection came from, when known.
     pub fn address(&self) -> Option<IpAddr> {
         self.address
+    }
+
+    /// When the connection was made: the handshake deadline counts from it.
+    pub fn connected_at(&self) -> tokio::time::Instant {
+        self.connected_at
+    }
+
+    /// Says the connection was accepted at `at`, before the permit was
+    /// taken (the upgrade came later), so its handshake deadline counts
+    /// from the connect.
+    pub(crate) fn accepted_at(&mut self, at: tokio::time::Instant) {
+        self.connected_at = self.connected_at.min(at);
     }
 
     /// The connection authenticated: it no longer counts against the
@@ -195,7 +282,7 @@ pub struct Vessel {
     person: Arc<PersonChannel>,
     events: broadcast::Sender<DeviceEvent>,
     limits: Limits,
-    stats: Stats,
+    stats: Arc<Stats>,
     connections: AtomicUsize,
     /// Per remote address: (all connections, unauthenticated ones).
     per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
@@ -359,7 +446,7 @@ impl Vessel {
             person: Arc::new(PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)),
             events: broadcast::channel(1024).0,
             limits,
-            stats: Stats::default(),
+            stats: Arc::new(Stats::default()),
             connections: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
             pairings: Mutex::new(PairingGate::default()),
@@ -505,6 +592,11 @@ impl Vessel {
         &self.stats
     }
 
+    /// The counters, shared with the listeners that add to them.
+    pub(crate) fn shared_stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
     /// Streaming devices' admission state and subscribers (see `stream.rs`).
     pub(crate) fn streams(&self) -> &crate::stream::Streams {
         &self.streams
@@ -599,6 +691,7 @@ impl Vessel {
             vessel: Arc::clone(self),
             address,
             authenticated: false,
+            connected_at: tokio::time::Instant::now(),
         })
     }
 

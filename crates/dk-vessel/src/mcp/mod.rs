@@ -66,7 +66,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
-use axum::serve::ListenerExt;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 
@@ -194,21 +193,18 @@ pub async fn serve_mcp_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
+    let limits = vessel.limits().mcp_listener();
+    let stats = vessel.shared_stats();
     let (router, end_sessions) = build(vessel, agents, local, options);
-    // An answer goes out as several small writes (headers, the event, the
-    // end of the stream): without TCP_NODELAY a client that delays its ACK
-    // holds each call up for tens of milliseconds.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            end_sessions();
-        })
-        .await
+    // Every accepted connection gets TCP_NODELAY: an answer goes out as
+    // several small writes (headers, the event, the end of the stream), and
+    // a client that delays its ACK would hold each call up for tens of
+    // milliseconds.
+    crate::listen::serve_http(listener, router, limits, stats, async move {
+        shutdown.await;
+        end_sessions();
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -1,0 +1,141 @@
+//! The `/device` route over real loopback sockets: who may open it, and a
+//! handshake deadline that counts from the connect.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dk_policy::PolicySet;
+use futures::StreamExt;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+use super::serve_devices;
+use crate::connection::{WireMessage, close_code, serve_connection};
+use crate::vessel::{Limits, Vessel};
+
+struct Served {
+    vessel: Arc<Vessel>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    async fn start(limits: Limits) -> Served {
+        let vessel = Vessel::new(PolicySet::empty(), limits);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_devices(listener, Arc::clone(&vessel), async move {
+            let _ = stopped.await;
+        }));
+        Served {
+            vessel,
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+
+    /// Opens `/device` with `headers` set (or replaced); the HTTP status of
+    /// the answer (101 when upgraded).
+    async fn upgrade_status(&self, headers: &[(&str, &str)]) -> u16 {
+        let mut request = format!("ws://{}/device", self.addr)
+            .into_client_request()
+            .unwrap();
+        for (name, value) in headers {
+            let name =
+                tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes())
+                    .unwrap();
+            request
+                .headers_mut()
+                .insert(name, HeaderValue::from_str(value).unwrap());
+        }
+        match tokio_tungstenite::connect_async(request).await {
+            Ok((_, response)) => response.status().as_u16(),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                response.status().as_u16()
+            }
+            Err(other) => panic!("unexpected failure: {other}"),
+        }
+    }
+}
+
+#[track_caller]
+fn check(status: u16, expected: u16, headers: &[(&str, &str)]) {
+    assert_eq!(status, expected, "{headers:?}");
+}
+
+#[tokio::test]
+async fn a_web_page_cannot_open_the_device_route() {
+    let served = Served::start(Limits::default()).await;
+    let own = served.addr.to_string();
+    let port = served.addr.port();
+    let localhost = format!("localhost:{port}");
+    let cases: Vec<(Vec<(&str, &str)>, u16)> = vec![
+        // A native device: no Origin, the listener's own Host.
+        (vec![], 101),
+        (vec![("Host", localhost.as_str())], 101),
+        // A page in the person's browser.
+        (vec![("Origin", "https://evil.example")], 403),
+        (vec![("Origin", "null")], 403),
+        (vec![("Origin", "http://127.0.0.1")], 403),
+        // A rebinding DNS name pointing at loopback.
+        (vec![("Host", "evil.example")], 403),
+        (vec![("Host", "evil.example:7777")], 403),
+        (
+            vec![("Host", own.as_str()), ("Origin", "https://evil.example")],
+            403,
+        ),
+    ];
+    for (headers, expected) in &cases {
+        check(served.upgrade_status(headers).await, *expected, headers);
+    }
+    // Nothing the refused requests did reached the person.
+    assert!(served.vessel.person().pending().is_empty());
+    served.stop().await;
+}
+
+#[tokio::test]
+async fn an_origin_the_person_allowed_may_open_it() {
+    let served = Served::start(Limits {
+        device_origins: vec!["https://bridge.example".to_owned()],
+        ..Limits::default()
+    })
+    .await;
+    let allowed = [("Origin", "https://bridge.example")];
+    check(served.upgrade_status(&allowed).await, 101, &allowed);
+    let other = [("Origin", "https://evil.example")];
+    check(served.upgrade_status(&other).await, 403, &other);
+    served.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_handshake_deadline_counts_from_the_connect() {
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let timeout = vessel.limits().handshake_timeout;
+    let mut permit = vessel.admit(None).unwrap();
+    // The connection was accepted most of the deadline ago (a slow
+    // upgrade): only the rest is left for the first frame.
+    let accepted = tokio::time::Instant::now() - (timeout - Duration::from_secs(1));
+    permit.accepted_at(accepted);
+    let started = tokio::time::Instant::now();
+    let incoming = futures::stream::pending::<WireMessage>();
+    let (sink, _sent) = futures::channel::mpsc::unbounded::<WireMessage>();
+    let outcome = serve_connection(&vessel, permit, incoming.boxed(), sink).await;
+    assert_eq!(
+        outcome.closed_with.map(|c| c.code),
+        Some(close_code::HANDSHAKE_TIMEOUT)
+    );
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+}
