@@ -199,7 +199,8 @@ pub struct CallContext<'a> {
     pub session_id: Option<&'a str>,
     /// Who to ask when the person must say yes; none means no.
     pub approver: Option<&'a dyn Approver>,
-    /// How long to wait for the device; [`DEFAULT_CALL_TIMEOUT`] when unset.
+    /// How long to wait for the device; the adapter's call timeout
+    /// ([`DEFAULT_CALL_TIMEOUT`] unless set) when unset.
     pub timeout: Option<Duration>,
 }
 
@@ -224,6 +225,7 @@ pub struct DeviceToolAdapter {
     policies: RwLock<Arc<PolicySet>>,
     on_decision: Option<DecisionHook>,
     budgets: Option<RunBudgets>,
+    call_timeout: Duration,
 }
 
 impl fmt::Debug for DeviceToolAdapter {
@@ -245,7 +247,15 @@ impl DeviceToolAdapter {
             policies: RwLock::new(Arc::new(PolicySet::empty())),
             on_decision: None,
             budgets: None,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
         }
+    }
+
+    /// Waits `timeout` for a device's answer when a call's context sets no
+    /// timeout of its own (default [`DEFAULT_CALL_TIMEOUT`]).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> DeviceToolAdapter {
+        self.call_timeout = timeout;
+        self
     }
 
     /// Charges every agent session's device calls to its run budget, as
@@ -547,7 +557,7 @@ impl DeviceToolAdapter {
                 "[8dk-deny] device \"{device_id}\" is not connected"
             ));
         };
-        let timeout = ctx.timeout.unwrap_or(DEFAULT_CALL_TIMEOUT);
+        let timeout = ctx.timeout.unwrap_or(self.call_timeout);
         match link.invoke(capability, input, timeout).await {
             Ok(result) => Checked::Answered(result),
             Err(error) => Checked::DeviceFailed(format!("device error: {error}")),

@@ -1,7 +1,8 @@
 //! The vessel's configuration file (TOML, `dk vessel --config FILE`): which
-//! streaming device kinds the vessel admits and their caps, and the run
-//! budget every agent session's device calls are charged to. Every key is
-//! documented in `docs/CONFIG.md`.
+//! streaming device kinds the vessel admits and their caps, the run budget
+//! every agent session's device calls are charged to, and the limits of its
+//! listeners and connections (`[limits]`). Every key is documented in
+//! `docs/CONFIG.md`.
 //!
 //! The file is read fail-closed: a syntax error, an unknown key, a wrong type
 //! or a value out of range refuses the whole file, with the key that is wrong.
@@ -10,6 +11,7 @@
 //! kind the file does not configure is not admitted (deny by default).
 
 use std::path::Path;
+use std::time::Duration;
 
 use dk_policy::{
     DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimits, RunLimitsLayer,
@@ -52,6 +54,16 @@ pub enum ConfigError {
         key: String,
         /// What it must be.
         expected: &'static str,
+    },
+    /// A `[limits]` value outside its range.
+    #[error("`limits.{key}` must be {range}, not {value}")]
+    Range {
+        /// The key under `[limits]`.
+        key: &'static str,
+        /// The range allowed, in words.
+        range: String,
+        /// The value given.
+        value: String,
     },
     /// `[runLimits]` is refused by the run-limit rules.
     #[error("`runLimits`: {0}")]
@@ -124,6 +136,397 @@ pub struct VesselConfig {
     /// device calls are charged to (see [`VesselConfig::apply_to`]); absent,
     /// the vessel's defaults stand.
     pub run_limits: Option<RunLimitsLayer>,
+    /// `[limits]`: the limits the file sets, each checked against its range;
+    /// a limit it does not set keeps its default.
+    pub limits: LimitSettings,
+}
+
+/// The `[limits]` a configuration file sets; `None` keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitSettings {
+    /// `maxFrameBytes`: [`Limits::max_frame_bytes`].
+    pub max_frame_bytes: Option<usize>,
+    /// `handshakeTimeoutMs`: [`Limits::handshake_timeout`].
+    pub handshake_timeout: Option<Duration>,
+    /// `maxPendingCalls`: [`Limits::max_pending_calls`].
+    pub max_pending_calls: Option<usize>,
+    /// `maxConnections`: [`Limits::max_connections`].
+    pub max_connections: Option<usize>,
+    /// `maxConnectionsPerAddress`: [`Limits::max_connections_per_address`].
+    pub max_connections_per_address: Option<usize>,
+    /// `maxUnauthenticatedPerAddress`:
+    /// [`Limits::max_unauthenticated_per_address`].
+    pub max_unauthenticated_per_address: Option<usize>,
+    /// `adminConnections`: [`Limits::admin_connections`]' total.
+    pub admin_connections: Option<usize>,
+    /// `adminConnectionsPerAddress`: [`Limits::admin_connections`]' per
+    /// address.
+    pub admin_connections_per_address: Option<usize>,
+    /// `mcpConnections`: [`Limits::mcp_connections`]' total.
+    pub mcp_connections: Option<usize>,
+    /// `mcpConnectionsPerAddress`: [`Limits::mcp_connections`]' per address.
+    pub mcp_connections_per_address: Option<usize>,
+    /// `headerReadTimeoutMs`: [`Limits::header_read_timeout`].
+    pub header_read_timeout: Option<Duration>,
+    /// `idleTimeoutMs`: [`Limits::idle_timeout`].
+    pub idle_timeout: Option<Duration>,
+    /// `maxFramesPerSecond`: [`Limits::max_frames_per_second`].
+    pub max_frames_per_second: Option<u32>,
+    /// `maxMalformedFrames`: [`Limits::max_malformed_frames`].
+    pub max_malformed_frames: Option<u32>,
+    /// `pingIntervalMs`: [`Limits::ping_interval`].
+    pub ping_interval: Option<Duration>,
+    /// `consentTimeoutMs`: [`Limits::consent_timeout`].
+    pub consent_timeout: Option<Duration>,
+    /// `approvalTimeoutMs`: [`Limits::approval_timeout`].
+    pub approval_timeout: Option<Duration>,
+    /// `callTimeoutMs`: [`Limits::call_timeout`].
+    pub call_timeout: Option<Duration>,
+    /// `deviceOrigins`: [`Limits::device_origins`].
+    pub device_origins: Option<Vec<String>>,
+}
+
+/// A count under `[limits]`: its key, its range.
+struct Count {
+    key: &'static str,
+    min: u64,
+    max: u64,
+}
+
+/// A time under `[limits]`, in milliseconds: its key, its range.
+struct Millis {
+    key: &'static str,
+    min: u64,
+    max: u64,
+}
+
+const MAX_FRAME_BYTES: Count = Count {
+    key: "maxFrameBytes",
+    min: 1024,
+    max: 16 * 1024 * 1024,
+};
+const MAX_PENDING_CALLS: Count = Count {
+    key: "maxPendingCalls",
+    min: 1,
+    max: 4096,
+};
+const MAX_CONNECTIONS: Count = Count {
+    key: "maxConnections",
+    min: 1,
+    max: 1_000_000,
+};
+const MAX_CONNECTIONS_PER_ADDRESS: Count = Count {
+    key: "maxConnectionsPerAddress",
+    min: 1,
+    max: 1_000_000,
+};
+const MAX_UNAUTHENTICATED_PER_ADDRESS: Count = Count {
+    key: "maxUnauthenticatedPerAddress",
+    min: 1,
+    max: 65_536,
+};
+const ADMIN_CONNECTIONS: Count = Count {
+    key: "adminConnections",
+    min: 1,
+    max: 65_536,
+};
+const ADMIN_CONNECTIONS_PER_ADDRESS: Count = Count {
+    key: "adminConnectionsPerAddress",
+    min: 1,
+    max: 65_536,
+};
+const MCP_CONNECTIONS: Count = Count {
+    key: "mcpConnections",
+    min: 1,
+    max: 65_536,
+};
+const MCP_CONNECTIONS_PER_ADDRESS: Count = Count {
+    key: "mcpConnectionsPerAddress",
+    min: 1,
+    max: 65_536,
+};
+const MAX_FRAMES_PER_SECOND: Count = Count {
+    key: "maxFramesPerSecond",
+    min: 1,
+    max: 1_000_000,
+};
+const MAX_MALFORMED_FRAMES: Count = Count {
+    key: "maxMalformedFrames",
+    min: 0,
+    max: 1000,
+};
+const HANDSHAKE_TIMEOUT: Millis = Millis {
+    key: "handshakeTimeoutMs",
+    min: 1000,
+    max: 300_000,
+};
+// At least a second: hyper needs time to read any request.
+const HEADER_READ_TIMEOUT: Millis = Millis {
+    key: "headerReadTimeoutMs",
+    min: 1000,
+    max: 300_000,
+};
+// Above the 15 s keep-alive of MCP's event streams, so a quiet stream an
+// agent listens on is never taken for an idle connection.
+const IDLE_TIMEOUT: Millis = Millis {
+    key: "idleTimeoutMs",
+    min: 20_000,
+    max: 86_400_000,
+};
+const PING_INTERVAL: Millis = Millis {
+    key: "pingIntervalMs",
+    min: 1000,
+    max: 600_000,
+};
+const CONSENT_TIMEOUT: Millis = Millis {
+    key: "consentTimeoutMs",
+    min: 5_000,
+    max: 86_400_000,
+};
+const APPROVAL_TIMEOUT: Millis = Millis {
+    key: "approvalTimeoutMs",
+    min: 5_000,
+    max: 86_400_000,
+};
+const CALL_TIMEOUT: Millis = Millis {
+    key: "callTimeoutMs",
+    min: 100,
+    max: 3_600_000,
+};
+
+/// The keys `[limits]` takes, for the unknown-key message.
+const LIMIT_KEYS: [&str; 19] = [
+    MAX_FRAME_BYTES.key,
+    HANDSHAKE_TIMEOUT.key,
+    MAX_PENDING_CALLS.key,
+    MAX_CONNECTIONS.key,
+    MAX_CONNECTIONS_PER_ADDRESS.key,
+    MAX_UNAUTHENTICATED_PER_ADDRESS.key,
+    ADMIN_CONNECTIONS.key,
+    ADMIN_CONNECTIONS_PER_ADDRESS.key,
+    MCP_CONNECTIONS.key,
+    MCP_CONNECTIONS_PER_ADDRESS.key,
+    HEADER_READ_TIMEOUT.key,
+    IDLE_TIMEOUT.key,
+    MAX_FRAMES_PER_SECOND.key,
+    MAX_MALFORMED_FRAMES.key,
+    PING_INTERVAL.key,
+    CONSENT_TIMEOUT.key,
+    APPROVAL_TIMEOUT.key,
+    CALL_TIMEOUT.key,
+    "deviceOrigins",
+];
+
+/// The largest number of `deviceOrigins`.
+const MAX_DEVICE_ORIGINS: usize = 64;
+
+impl Count {
+    fn read(&self, value: &toml::Value) -> Result<u64, ConfigError> {
+        let refused = || ConfigError::Range {
+            key: self.key,
+            range: format!("an integer from {} to {}", self.min, self.max),
+            value: shown(value),
+        };
+        let toml::Value::Integer(n) = value else {
+            return Err(refused());
+        };
+        u64::try_from(*n)
+            .ok()
+            .filter(|n| (self.min..=self.max).contains(n))
+            .ok_or_else(refused)
+    }
+
+    fn read_usize(&self, value: &toml::Value) -> Result<usize, ConfigError> {
+        let n = self.read(value)?;
+        usize::try_from(n).map_err(|_| ConfigError::Range {
+            key: self.key,
+            range: "a count this machine can hold".to_owned(),
+            value: n.to_string(),
+        })
+    }
+
+    fn read_u32(&self, value: &toml::Value) -> Result<u32, ConfigError> {
+        let n = self.read(value)?;
+        u32::try_from(n).map_err(|_| ConfigError::Range {
+            key: self.key,
+            range: format!("at most {}", u32::MAX),
+            value: n.to_string(),
+        })
+    }
+}
+
+impl Millis {
+    fn read(&self, value: &toml::Value) -> Result<Duration, ConfigError> {
+        Count {
+            key: self.key,
+            min: self.min,
+            max: self.max,
+        }
+        .read(value)
+        .map(Duration::from_millis)
+        .map_err(|error| match error {
+            ConfigError::Range { key, value, .. } => ConfigError::Range {
+                key,
+                range: format!(
+                    "a whole number of milliseconds from {} to {}",
+                    self.min, self.max
+                ),
+                value,
+            },
+            other => other,
+        })
+    }
+}
+
+/// `deviceOrigins`: a list of origins such as `https://bridge.example` or
+/// `http://127.0.0.1:8080` (scheme, host, optional port; no path).
+fn device_origins(value: &toml::Value) -> Result<Vec<String>, ConfigError> {
+    let refused = |value: String| ConfigError::Range {
+        key: "deviceOrigins",
+        range: format!(
+            "a list of at most {MAX_DEVICE_ORIGINS} origins like `https://host` or `http://host:port`"
+        ),
+        value,
+    };
+    let toml::Value::Array(items) = value else {
+        return Err(refused(shown(value)));
+    };
+    if items.len() > MAX_DEVICE_ORIGINS {
+        return Err(refused(format!("{} origins", items.len())));
+    }
+    items
+        .iter()
+        .map(|item| match item {
+            toml::Value::String(origin) if is_origin(origin) => Ok(origin.clone()),
+            other => Err(refused(shown(other))),
+        })
+        .collect()
+}
+
+/// Whether `text` is an origin as a browser sends it: `http` or `https`,
+/// `://`, a host of letters, digits, `-`, `.`, `[`, `]`, `:` (for IPv6),
+/// an optional port, nothing else.
+fn is_origin(text: &str) -> bool {
+    let Some(rest) = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    !rest.is_empty()
+        && rest.len() <= 255
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'[' | b']' | b':'))
+}
+
+fn limit_settings(value: &toml::Value) -> Result<LimitSettings, ConfigError> {
+    let toml::Value::Table(table) = value else {
+        return Err(ConfigError::Shape {
+            key: "limits".to_owned(),
+            expected: "a table",
+        });
+    };
+    let mut settings = LimitSettings::default();
+    for (key, value) in table {
+        match key.as_str() {
+            "maxFrameBytes" => settings.max_frame_bytes = Some(MAX_FRAME_BYTES.read_usize(value)?),
+            "handshakeTimeoutMs" => {
+                settings.handshake_timeout = Some(HANDSHAKE_TIMEOUT.read(value)?)
+            }
+            "maxPendingCalls" => {
+                settings.max_pending_calls = Some(MAX_PENDING_CALLS.read_usize(value)?);
+            }
+            "maxConnections" => settings.max_connections = Some(MAX_CONNECTIONS.read_usize(value)?),
+            "maxConnectionsPerAddress" => {
+                settings.max_connections_per_address =
+                    Some(MAX_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
+            }
+            "maxUnauthenticatedPerAddress" => {
+                settings.max_unauthenticated_per_address =
+                    Some(MAX_UNAUTHENTICATED_PER_ADDRESS.read_usize(value)?);
+            }
+            "adminConnections" => {
+                settings.admin_connections = Some(ADMIN_CONNECTIONS.read_usize(value)?);
+            }
+            "adminConnectionsPerAddress" => {
+                settings.admin_connections_per_address =
+                    Some(ADMIN_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
+            }
+            "mcpConnections" => settings.mcp_connections = Some(MCP_CONNECTIONS.read_usize(value)?),
+            "mcpConnectionsPerAddress" => {
+                settings.mcp_connections_per_address =
+                    Some(MCP_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
+            }
+            "headerReadTimeoutMs" => {
+                settings.header_read_timeout = Some(HEADER_READ_TIMEOUT.read(value)?);
+            }
+            "idleTimeoutMs" => settings.idle_timeout = Some(IDLE_TIMEOUT.read(value)?),
+            "maxFramesPerSecond" => {
+                settings.max_frames_per_second = Some(MAX_FRAMES_PER_SECOND.read_u32(value)?);
+            }
+            "maxMalformedFrames" => {
+                settings.max_malformed_frames = Some(MAX_MALFORMED_FRAMES.read_u32(value)?);
+            }
+            "pingIntervalMs" => settings.ping_interval = Some(PING_INTERVAL.read(value)?),
+            "consentTimeoutMs" => settings.consent_timeout = Some(CONSENT_TIMEOUT.read(value)?),
+            "approvalTimeoutMs" => settings.approval_timeout = Some(APPROVAL_TIMEOUT.read(value)?),
+            "callTimeoutMs" => settings.call_timeout = Some(CALL_TIMEOUT.read(value)?),
+            "deviceOrigins" => settings.device_origins = Some(device_origins(value)?),
+            other => {
+                return Err(ConfigError::UnknownKey(format!(
+                    "limits.{other}` (known: {}; see docs/CONFIG.md",
+                    LIMIT_KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(settings)
+}
+
+impl LimitSettings {
+    /// Sets in `limits` every value this section sets.
+    fn apply_to(&self, limits: &mut Limits) {
+        fn set<T: Clone>(target: &mut T, value: &Option<T>) {
+            if let Some(value) = value {
+                *target = value.clone();
+            }
+        }
+        set(&mut limits.max_frame_bytes, &self.max_frame_bytes);
+        set(&mut limits.handshake_timeout, &self.handshake_timeout);
+        set(&mut limits.max_pending_calls, &self.max_pending_calls);
+        set(&mut limits.max_connections, &self.max_connections);
+        set(
+            &mut limits.max_connections_per_address,
+            &self.max_connections_per_address,
+        );
+        set(
+            &mut limits.max_unauthenticated_per_address,
+            &self.max_unauthenticated_per_address,
+        );
+        set(&mut limits.admin_connections.total, &self.admin_connections);
+        set(
+            &mut limits.admin_connections.per_address,
+            &self.admin_connections_per_address,
+        );
+        set(&mut limits.mcp_connections.total, &self.mcp_connections);
+        set(
+            &mut limits.mcp_connections.per_address,
+            &self.mcp_connections_per_address,
+        );
+        set(&mut limits.header_read_timeout, &self.header_read_timeout);
+        set(&mut limits.idle_timeout, &self.idle_timeout);
+        set(
+            &mut limits.max_frames_per_second,
+            &self.max_frames_per_second,
+        );
+        set(&mut limits.max_malformed_frames, &self.max_malformed_frames);
+        set(&mut limits.ping_interval, &self.ping_interval);
+        set(&mut limits.consent_timeout, &self.consent_timeout);
+        set(&mut limits.approval_timeout, &self.approval_timeout);
+        set(&mut limits.call_timeout, &self.call_timeout);
+        set(&mut limits.device_origins, &self.device_origins);
+    }
 }
 
 impl VesselConfig {
@@ -157,6 +560,7 @@ impl VesselConfig {
             match key.as_str() {
                 "streaming" => config.streaming = streaming(value)?,
                 "runLimits" => config.run_limits = Some(run_limits(value)?),
+                "limits" => config.limits = limit_settings(value)?,
                 other => return Err(ConfigError::UnknownKey(other.to_owned())),
             }
         }
@@ -165,11 +569,13 @@ impl VesselConfig {
 }
 
 impl VesselConfig {
-    /// Sets what the file configures in `limits`: `[runLimits]` becomes the
-    /// agent-level layer of [`Limits::run_limits`] (charging calls if the
-    /// limits did not). Streaming is set on the vessel itself
+    /// Sets what the file configures in `limits`: every value of
+    /// `[limits]`, and `[runLimits]` as the agent-level layer of
+    /// [`Limits::run_limits`] (charging calls if the limits did not).
+    /// Streaming is set on the vessel itself
     /// ([`Vessel::set_streaming`](crate::Vessel::set_streaming)).
     pub fn apply_to(&self, limits: &mut Limits) {
+        self.limits.apply_to(limits);
         if let Some(layer) = self.run_limits {
             let mut run_limits = limits.run_limits.take().unwrap_or_default();
             run_limits.agent_level = layer;
@@ -187,6 +593,16 @@ fn run_limits(value: &toml::Value) -> Result<RunLimitsLayer, ConfigError> {
     // Refused here rather than call by call.
     RunLimits::from_layer(&layer).map_err(ConfigError::RunLimits)?;
     Ok(layer)
+}
+
+/// A value as the person wrote it (in JSON's spelling), at most 64
+/// characters, for a message.
+fn shown(value: &toml::Value) -> String {
+    let text = serde_json::to_string(value).unwrap_or_default();
+    match text.char_indices().nth(64) {
+        Some((cut, _)) => format!("{}...", text.get(..cut).unwrap_or_default()),
+        None => text,
+    }
 }
 
 fn one_line(text: &str) -> String {
@@ -258,6 +674,14 @@ mod tests {
         assert_eq!(desktop.max_chunk_bytes(), 4 * 1024 * 1024);
         assert_eq!(desktop.max_concurrent_sessions(), 2);
         assert_eq!(config.streaming.largest_chunk_cap(), Some(4 * 1024 * 1024));
+        assert_eq!(
+            config.limits,
+            LimitSettings {
+                header_read_timeout: Some(Duration::from_secs(10)),
+                approval_timeout: Some(Duration::from_secs(300)),
+                ..LimitSettings::default()
+            }
+        );
         let layer = config.run_limits.unwrap();
         assert_eq!(layer.get(dk_policy::RunLimit::MaxToolCalls), Some(48));
         assert_eq!(layer.get(dk_policy::RunLimit::MaxWallTimeMs), Some(300_000));
@@ -342,5 +766,132 @@ mod tests {
             "[streaming.voice]\nenabled = true\nsandbox = \"s\"\n[streaming.desktop-control]\nnetwork = 1",
             "network must be a string",
         );
+    }
+
+    /// Each `[limits]` key: at its minimum and maximum it is taken (and
+    /// lands in `Limits`), one past either end and a wrong type refuse the
+    /// whole file with the key's range.
+    #[test]
+    fn every_limit_is_set_within_its_range_and_refused_outside_it() {
+        type Read = fn(&Limits) -> u64;
+        fn ms(d: Duration) -> u64 {
+            u64::try_from(d.as_millis()).unwrap()
+        }
+        let cases: [(&str, u64, u64, Read); 18] = [
+            ("maxFrameBytes", 1024, 16 << 20, |l| {
+                l.max_frame_bytes as u64
+            }),
+            ("handshakeTimeoutMs", 1000, 300_000, |l| {
+                ms(l.handshake_timeout)
+            }),
+            ("maxPendingCalls", 1, 4096, |l| l.max_pending_calls as u64),
+            ("maxConnections", 1, 1_000_000, |l| l.max_connections as u64),
+            ("maxConnectionsPerAddress", 1, 1_000_000, |l| {
+                l.max_connections_per_address as u64
+            }),
+            ("maxUnauthenticatedPerAddress", 1, 65_536, |l| {
+                l.max_unauthenticated_per_address as u64
+            }),
+            ("adminConnections", 1, 65_536, |l| {
+                l.admin_connections.total as u64
+            }),
+            ("adminConnectionsPerAddress", 1, 65_536, |l| {
+                l.admin_connections.per_address as u64
+            }),
+            ("mcpConnections", 1, 65_536, |l| {
+                l.mcp_connections.total as u64
+            }),
+            ("mcpConnectionsPerAddress", 1, 65_536, |l| {
+                l.mcp_connections.per_address as u64
+            }),
+            ("headerReadTimeoutMs", 1000, 300_000, |l| {
+                ms(l.header_read_timeout)
+            }),
+            ("idleTimeoutMs", 20_000, 86_400_000, |l| ms(l.idle_timeout)),
+            ("maxFramesPerSecond", 1, 1_000_000, |l| {
+                u64::from(l.max_frames_per_second)
+            }),
+            ("maxMalformedFrames", 0, 1000, |l| {
+                u64::from(l.max_malformed_frames)
+            }),
+            ("pingIntervalMs", 1000, 600_000, |l| ms(l.ping_interval)),
+            ("consentTimeoutMs", 5000, 86_400_000, |l| {
+                ms(l.consent_timeout)
+            }),
+            ("approvalTimeoutMs", 5000, 86_400_000, |l| {
+                ms(l.approval_timeout)
+            }),
+            ("callTimeoutMs", 100, 3_600_000, |l| ms(l.call_timeout)),
+        ];
+        for (key, min, max, read) in cases {
+            for good in [min, max] {
+                let config = VesselConfig::parse(&format!("[limits]\n{key} = {good}")).unwrap();
+                let mut limits = Limits::default();
+                config.apply_to(&mut limits);
+                assert_eq!(read(&limits), good, "{key}");
+            }
+            let range = format!("`limits.{key}` must be ");
+            for bad in [
+                min.checked_sub(1)
+                    .map_or("-1".to_owned(), |n| n.to_string()),
+                (max + 1).to_string(),
+                "\"10\"".to_owned(),
+                "1.5".to_owned(),
+            ] {
+                refused(&format!("[limits]\n{key} = {bad}"), &range);
+            }
+        }
+        // Every key the section knows is in the message for one it does not.
+        refused(
+            "[limits]\nheaderReadTimeout = 1000",
+            "unknown key `limits.headerReadTimeout`",
+        );
+        refused("[limits]\nheaderReadTimeout = 1000", "idleTimeoutMs");
+        refused("limits = 3", "`limits` must be a table");
+        // A good limit does not save a file with a bad one.
+        refused(
+            "[limits]\nidleTimeoutMs = 60000\ncallTimeoutMs = 0",
+            "`limits.callTimeoutMs` must be a whole number of milliseconds from 100 to 3600000, not 0",
+        );
+        // What is not set keeps its default.
+        let mut limits = Limits::default();
+        VesselConfig::parse("[limits]\nmaxPendingCalls = 8")
+            .unwrap()
+            .apply_to(&mut limits);
+        assert_eq!(
+            limits,
+            Limits {
+                max_pending_calls: 8,
+                ..Limits::default()
+            }
+        );
+    }
+
+    #[test]
+    fn device_origins_are_origins() {
+        let config = VesselConfig::parse(
+            "[limits]\ndeviceOrigins = [\"https://bridge.example\", \"http://[::1]:8080\"]",
+        )
+        .unwrap();
+        let mut limits = Limits::default();
+        config.apply_to(&mut limits);
+        assert_eq!(
+            limits.device_origins,
+            ["https://bridge.example", "http://[::1]:8080"]
+        );
+        for bad in [
+            "\"https://bridge.example\"",
+            "[\"bridge.example\"]",
+            "[\"https://\"]",
+            "[\"https://bridge.example/path\"]",
+            "[\"ftp://bridge.example\"]",
+            "[\"https://a b\"]",
+            "[1]",
+        ] {
+            refused(
+                &format!("[limits]\ndeviceOrigins = {bad}"),
+                "`limits.deviceOrigins` must be a list of at most 64 origins",
+            );
+        }
     }
 }

@@ -40,7 +40,7 @@ pub use agents::{
     AgentEvent, AgentId, AgentRole, AgentScope, CapabilityScope, MAX_AGENT_NAME, ScopeError,
     StoredAgent,
 };
-pub use config::{ConfigError, MAX_CONFIG_BYTES, StreamingConfig, VesselConfig};
+pub use config::{ConfigError, LimitSettings, MAX_CONFIG_BYTES, StreamingConfig, VesselConfig};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,

@@ -14,7 +14,7 @@ use dk_policy::PolicySet;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::adapter::{AgentRunLimits, DecisionRecord, DeviceToolAdapter};
+use crate::adapter::{AgentRunLimits, DEFAULT_CALL_TIMEOUT, DecisionRecord, DeviceToolAdapter};
 use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
@@ -54,6 +54,11 @@ pub struct Limits {
     pub ping_interval: Duration,
     /// How long the person has to answer a pairing request.
     pub consent_timeout: Duration,
+    /// How long the person has to answer an approval; no answer is a no.
+    pub approval_timeout: Duration,
+    /// How long a device has to answer a call, unless the caller says
+    /// otherwise.
+    pub call_timeout: Duration,
     /// Pairing requests waiting for the person at once, from everyone.
     pub max_pending_pairings: usize,
     /// Pairing requests waiting for the person at once from one address.
@@ -108,6 +113,8 @@ impl Default for Limits {
             max_frames_per_second: 200,
             ping_interval: Duration::from_secs(20),
             consent_timeout: DEFAULT_CONSENT_TIMEOUT,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
             max_pending_pairings: 16,
             max_pending_pairings_per_address: 4,
             pairings_per_minute_per_address: 10,
@@ -434,6 +441,7 @@ impl Vessel {
             redactor: redactor.clone(),
         };
         let mut adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
+            .with_call_timeout(limits.call_timeout)
             .with_policies(Arc::new(policies))
             .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
                 hook.record(record)
@@ -443,7 +451,7 @@ impl Vessel {
         }
         Arc::new(Vessel {
             adapter,
-            person: Arc::new(PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)),
+            person: Arc::new(PersonChannel::new(limits.approval_timeout)),
             events: broadcast::channel(1024).0,
             limits,
             stats: Arc::new(Stats::default()),
