@@ -174,7 +174,7 @@ pub async fn serve_admin(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let limits = vessel.limits().admin_listener();
-    let stats = vessel.shared_stats();
+    let stats = Arc::clone(&vessel.stats().admin_listener);
     let app = admin_router(vessel, token, local);
     crate::listen::serve_http(listener, app, limits, stats, shutdown).await
 }
@@ -215,6 +215,11 @@ async fn status(State(admin): State<Admin>) -> Json<Value> {
         "connected": connected,
         "connections": vessel.connection_count(),
         "pending": vessel.person().pending().len(),
+        "listeners": {
+            "devices": vessel.stats().device_listener.to_json(),
+            "admin": vessel.stats().admin_listener.to_json(),
+            "mcp": vessel.stats().mcp_listener.to_json(),
+        },
     }))
 }
 

@@ -46,6 +46,7 @@ pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,
     Links, PumpReport, pump_device_frames,
 };
+pub use listen::ListenerStats;
 pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_with};
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,

@@ -38,8 +38,6 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::vessel::Stats;
-
 /// Caps and deadlines one listener applies to its connections, from
 /// `accept` on. The defaults of each listener are in
 /// [`Limits`](crate::Limits) and `docs/CONFIG.md`.
@@ -62,6 +60,31 @@ pub struct ListenerLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Accepted(pub(crate) Instant);
 
+/// Counters of one listener: what it holds, held at most, and closed.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Connections held now, counted from `accept`.
+    pub open: AtomicUsize,
+    /// The most connections held at once since the listener started.
+    pub peak: AtomicUsize,
+    /// Connections closed at `accept` for a cap (in all or per address).
+    pub refused_at_accept: AtomicU64,
+    /// Connections closed for moving no byte for the idle timeout.
+    pub idle_closed: AtomicU64,
+}
+
+impl ListenerStats {
+    /// The counters as JSON, for the admin API's status.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "open": self.open.load(Ordering::Relaxed),
+            "peak": self.peak.load(Ordering::Relaxed),
+            "refusedAtAccept": self.refused_at_accept.load(Ordering::Relaxed),
+            "idleClosed": self.idle_closed.load(Ordering::Relaxed),
+        })
+    }
+}
+
 /// How long a stopping listener lets its connections finish.
 const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(5);
 
@@ -76,11 +99,12 @@ struct Gate {
     per_address: HashMap<IpAddr, usize>,
 }
 
-/// One listener's gate and limits.
+/// One listener's gate, limits and counters.
 #[derive(Debug)]
 struct Slots {
     limits: ListenerLimits,
     gate: Mutex<Gate>,
+    stats: Arc<ListenerStats>,
 }
 
 impl Slots {
@@ -95,6 +119,8 @@ impl Slots {
         }
         gate.total += 1;
         gate.per_address.insert(address, here + 1);
+        self.stats.open.store(gate.total, Ordering::Relaxed);
+        self.stats.peak.fetch_max(gate.total, Ordering::Relaxed);
         Some(Slot {
             slots: Arc::clone(self),
             address,
@@ -117,6 +143,7 @@ impl Drop for Slot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         gate.total = gate.total.saturating_sub(1);
+        self.slots.stats.open.store(gate.total, Ordering::Relaxed);
         if let Some(count) = gate.per_address.get_mut(&self.address) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -277,12 +304,13 @@ pub(crate) async fn serve_http(
     listener: TcpListener,
     router: Router,
     limits: ListenerLimits,
-    stats: Arc<Stats>,
+    stats: Arc<ListenerStats>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Slots {
         limits,
         gate: Mutex::new(Gate::default()),
+        stats: Arc::clone(&stats),
     });
     let service = TowerToHyperService::new(router);
     let (stopping_tx, stopping) = watch::channel(false);
@@ -355,7 +383,7 @@ async fn serve_one(
     service: ConnectionService,
     activity: Arc<Activity>,
     limits: ListenerLimits,
-    stats: Arc<Stats>,
+    stats: Arc<ListenerStats>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut builder = hyper::server::conn::http1::Builder::new();

@@ -68,7 +68,7 @@ pub async fn serve_devices(
         listener,
         app,
         vessel.limits().device_listener(),
-        vessel.shared_stats(),
+        Arc::clone(&vessel.stats().device_listener),
         async move {
             shutdown.await;
             closing.shut_down();

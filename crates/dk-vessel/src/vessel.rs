@@ -19,7 +19,7 @@ use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
-use crate::listen::ListenerLimits;
+use crate::listen::{ListenerLimits, ListenerStats};
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::audit_event;
@@ -122,7 +122,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             admin_connections: ConnectionCaps {
-                total: 256,
+                total: 512,
                 per_address: 128,
             },
             mcp_connections: ConnectionCaps {
@@ -178,12 +178,12 @@ pub struct Stats {
     pub unknown_results: AtomicU64,
     /// Device events dropped because no subscriber listened.
     pub events_dropped: AtomicU64,
-    /// Connections closed at `accept`, on any listener, for a cap on
-    /// connections in total or per address.
-    pub refused_at_accept: AtomicU64,
-    /// Connections closed, on any listener, for moving no byte for the idle
-    /// timeout.
-    pub idle_closed: AtomicU64,
+    /// The `/device` listener's connections.
+    pub device_listener: Arc<ListenerStats>,
+    /// The admin API listener's connections.
+    pub admin_listener: Arc<ListenerStats>,
+    /// The MCP listener's connections.
+    pub mcp_listener: Arc<ListenerStats>,
 }
 
 /// Pairing attempts per address: waiting requests and a refilling budget.
@@ -289,7 +289,7 @@ pub struct Vessel {
     person: Arc<PersonChannel>,
     events: broadcast::Sender<DeviceEvent>,
     limits: Limits,
-    stats: Arc<Stats>,
+    stats: Stats,
     connections: AtomicUsize,
     /// Per remote address: (all connections, unauthenticated ones).
     per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
@@ -454,7 +454,7 @@ impl Vessel {
             person: Arc::new(PersonChannel::new(limits.approval_timeout)),
             events: broadcast::channel(1024).0,
             limits,
-            stats: Arc::new(Stats::default()),
+            stats: Stats::default(),
             connections: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
             pairings: Mutex::new(PairingGate::default()),
@@ -598,11 +598,6 @@ impl Vessel {
     /// Connection counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
-    }
-
-    /// The counters, shared with the listeners that add to them.
-    pub(crate) fn shared_stats(&self) -> Arc<Stats> {
-        Arc::clone(&self.stats)
     }
 
     /// Streaming devices' admission state and subscribers (see `stream.rs`).

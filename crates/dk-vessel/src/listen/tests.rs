@@ -13,14 +13,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
-use super::{Accepted, ListenerLimits, serve_http};
-use crate::vessel::Stats;
+use super::{Accepted, ListenerLimits, ListenerStats, serve_http};
 
 /// A listener serving `/` (answers at once) and `/slow` (after 600 ms),
 /// and `/accepted` (whether the request carries its accept instant).
 struct Served {
     addr: SocketAddr,
-    stats: Arc<Stats>,
+    stats: Arc<ListenerStats>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -44,7 +43,7 @@ impl Served {
                     if accepted.is_some() { "yes" } else { "no" }
                 }),
             );
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(ListenerStats::default());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve_http(
             listener,
@@ -152,6 +151,8 @@ async fn caps_per_address_and_in_total_hold_from_accept() {
     let mut seventh = connect_from([127, 0, 0, 4], served.addr).await;
     assert!(closed_within(&mut seventh, Duration::from_secs(5)).await);
     assert_eq!(served.stats.refused_at_accept.load(Ordering::Relaxed), 2);
+    assert_eq!(served.stats.open.load(Ordering::Relaxed), 6);
+    assert_eq!(served.stats.peak.load(Ordering::Relaxed), 6);
     // Slots come back when connections close.
     drop(other);
     drop(held);

@@ -194,7 +194,7 @@ pub async fn serve_mcp_with(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let limits = vessel.limits().mcp_listener();
-    let stats = vessel.shared_stats();
+    let stats = Arc::clone(&vessel.stats().mcp_listener);
     let (router, end_sessions) = build(vessel, agents, local, options);
     // Every accepted connection gets TCP_NODELAY: an answer goes out as
     // several small writes (headers, the event, the end of the stream), and

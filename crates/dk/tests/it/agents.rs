@@ -15,6 +15,11 @@ use crate::process::{PATIENCE, Running, Scratch};
 /// Starts `dk vessel` with an MCP listener on a free port; returns it and
 /// the MCP address from its `vessel.json`.
 pub(crate) fn start(scratch: &Scratch) -> (Running, String) {
+    start_with(scratch, &[])
+}
+
+/// [`start`] with more arguments for `dk vessel`.
+pub(crate) fn start_with(scratch: &Scratch, extra: &[&str]) -> (Running, String) {
     let data_dir = scratch.data_dir();
     let _ = std::fs::remove_file(data_dir.join("vessel.json"));
     let child = Command::new(env!("CARGO_BIN_EXE_dk"))
@@ -29,6 +34,7 @@ pub(crate) fn start(scratch: &Scratch) -> (Running, String) {
         .arg(&data_dir)
         .arg("--admin-token-file")
         .arg(scratch.admin_token_file())
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()

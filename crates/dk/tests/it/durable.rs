@@ -18,7 +18,7 @@ use crate::person;
 use crate::process::{PATIENCE, Running, Scratch, audit, audit_entries, devices, eventually};
 
 /// A device client running until stopped.
-struct DeviceRun {
+pub(crate) struct DeviceRun {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ClientError>>,
     /// Pairing codes the client showed: one per pairing it asked for.
@@ -26,7 +26,7 @@ struct DeviceRun {
 }
 
 impl DeviceRun {
-    fn spawn(device: Device, url: &str, token_file: &Path) -> DeviceRun {
+    pub(crate) fn spawn(device: Device, url: &str, token_file: &Path) -> DeviceRun {
         let codes = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&codes);
         let options = ClientOptions::new(url)
@@ -47,7 +47,7 @@ impl DeviceRun {
         }
     }
 
-    async fn stop(mut self) -> Result<(), ClientError> {
+    pub(crate) async fn stop(mut self) -> Result<(), ClientError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

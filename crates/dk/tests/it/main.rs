@@ -12,6 +12,7 @@ mod crash;
 mod durable;
 mod mcp_bridge;
 mod process;
+mod slow_http;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
