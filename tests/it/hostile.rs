@@ -41,12 +41,12 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
         ..Limits::default()
     };
     let running = start(limits).await;
-    let dir = temp_dir("hostile");
+    let dir = temp_dir();
     let lamp = Lamp::new();
     let good = DeviceRun::spawn(
         lamp.device(),
         ClientOptions::new(&running.device_url)
-            .token_file(dir.join("lamp.token"))
+            .token_file(dir.path().join("lamp.token"))
             .backoff(Duration::from_millis(20), Duration::from_millis(100)),
     );
     running.approve_next(&["set_light"]).await;
@@ -233,11 +233,11 @@ async fn a_flood_of_pairing_requests_does_not_lock_the_person_out() {
     assert!(refused >= 30);
 
     // Meanwhile a legitimate device pairs from its own address.
-    let dir = temp_dir("flood");
+    let dir = temp_dir();
     let lamp = Lamp::new();
     let good = DeviceRun::spawn(
         lamp.device(),
-        ClientOptions::new(&running.device_url).token_file(dir.join("lamp.token")),
+        ClientOptions::new(&running.device_url).token_file(dir.path().join("lamp.token")),
     );
     let prompt = loop {
         let pending = running.admin.get("/v1/pending").await.unwrap().body;

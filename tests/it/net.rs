@@ -3,7 +3,6 @@
 //! clients for misbehaving peers.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -201,12 +200,9 @@ impl DeviceRun {
     }
 }
 
-/// A fresh directory for token files.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dk-it-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory for token files, removed when dropped.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
 }
 
 /// A raw WebSocket connection to the vessel, for peers that misbehave.

@@ -34,8 +34,8 @@ fn options(url: &str, token: &std::path::Path) -> ClientOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pair_by_code_through_the_admin_api_then_reconnect_with_the_token() {
     let running = start(Limits::default()).await;
-    let dir = temp_dir("pair");
-    let token_file = dir.join("lamp.token");
+    let dir = temp_dir();
+    let token_file = dir.path().join("lamp.token");
     let shown = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = Arc::clone(&shown);
     let lamp = Lamp::new();
@@ -92,8 +92,8 @@ async fn pair_by_code_through_the_admin_api_then_reconnect_with_the_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_and_a_changed_manifest_are_refused() {
     let running = start(Limits::default()).await;
-    let dir = temp_dir("refusals");
-    let token_file = dir.join("lamp.token");
+    let dir = temp_dir();
+    let token_file = dir.path().join("lamp.token");
     let lamp = Lamp::new();
     let run = DeviceRun::spawn(lamp.device(), options(&running.device_url, &token_file));
     running.approve_next(&["read_light"]).await;
@@ -124,7 +124,7 @@ async fn a_wrong_token_and_a_changed_manifest_are_refused() {
     );
 
     // A wrong token: refused, and the stale token file is removed.
-    let wrong = dir.join("wrong.token");
+    let wrong = dir.path().join("wrong.token");
     std::fs::write(&wrong, "ab".repeat(32)).unwrap();
     let ended = DeviceRun::spawn(lamp.device(), options(&running.device_url, &wrong))
         .ended()
@@ -157,8 +157,11 @@ fn awkward_lamp() -> Device {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_timeouts_device_errors_and_a_revoke_during_an_approval() {
     let running = start(Limits::default()).await;
-    let dir = temp_dir("calls");
-    let run = DeviceRun::spawn(awkward_lamp(), options(&running.device_url, &dir.join("t")));
+    let dir = temp_dir();
+    let run = DeviceRun::spawn(
+        awkward_lamp(),
+        options(&running.device_url, &dir.path().join("t")),
+    );
     running
         .approve_next(&["set_light", "read_light", "strobe"])
         .await;

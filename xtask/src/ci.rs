@@ -1,8 +1,11 @@
 //! `cargo xtask ci`: exactly what CI runs, in order, stopping at the first
 //! failing step. The Python client tests run after the Rust tests, in a
 //! virtualenv the task makes itself (see `python.rs`), and are counted in
-//! the closing `tests:` line.
+//! the closing `tests:` line. Both run with `TMPDIR` set to a fresh
+//! directory that must be empty once they are done: a test that leaves a
+//! file or a directory behind fails the run.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::run::{Stream, cargo, describe, status, tee};
@@ -24,8 +27,16 @@ pub fn run() -> TaskResult {
             "warnings",
         ]),
     )?;
-    let totals = test(cargo().args(["test", "--workspace", "--locked"]))?;
-    let python = crate::python::test(None)?;
+    let temp = TestTemp::new()?;
+    let totals = test(
+        cargo()
+            .args(["test", "--workspace", "--locked"])
+            .env("TMPDIR", temp.path()),
+    )?;
+    temp.check_empty("the Rust tests")?;
+    let python = crate::python::test(None, Some(temp.path()))?;
+    temp.check_empty("the Python tests")?;
+    temp.remove()?;
     status(
         "docs",
         cargo()
@@ -41,6 +52,53 @@ pub fn run() -> TaskResult {
         totals.ignored + python.skipped
     );
     Ok(())
+}
+
+/// The temporary directory the tests run with: made fresh, checked empty.
+struct TestTemp(PathBuf);
+
+impl TestTemp {
+    /// A fresh, empty directory in the system's temporary directory (short,
+    /// so Unix socket paths the tests make inside it stay within their
+    /// limit).
+    fn new() -> Result<TestTemp, TaskError> {
+        let path = std::env::temp_dir().join(format!("dk-ci-{}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path)
+                .map_err(|e| TaskError(format!("cannot clear `{}`: {e}", path.display())))?;
+        }
+        std::fs::create_dir_all(&path)
+            .map_err(|e| TaskError(format!("cannot make `{}`: {e}", path.display())))?;
+        Ok(TestTemp(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Fails, naming what is there, when `who` left anything behind.
+    fn check_empty(&self, who: &str) -> Result<(), TaskError> {
+        let mut left: Vec<String> = std::fs::read_dir(&self.0)
+            .map_err(|e| TaskError(format!("cannot read `{}`: {e}", self.0.display())))?
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        left.sort();
+        Err(TaskError(format!(
+            "{who} left {} entries in the temporary directory `{}`: {}",
+            left.len(),
+            self.0.display(),
+            left.join(", ")
+        )))
+    }
+
+    fn remove(self) -> Result<(), TaskError> {
+        std::fs::remove_dir(&self.0)
+            .map_err(|e| TaskError(format!("cannot remove `{}`: {e}", self.0.display())))
+    }
 }
 
 /// Runs the tests, adding up the `test result:` lines cargo's test binaries print.

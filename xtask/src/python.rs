@@ -80,14 +80,15 @@ pub fn run(args: &[String]) -> TaskResult {
             ));
         }
     };
-    let totals = test(filter)?;
+    let totals = test(filter, None)?;
     println!("\n==> python tests passed ({totals})");
     Ok(())
 }
 
 /// Builds `dk`, makes sure the virtualenv is current, runs the Python tests
-/// and returns their counts; fails when a case failed or none reported.
-pub fn test(filter: Option<&str>) -> Result<PythonTotals, TaskError> {
+/// (with `TMPDIR` set to `temp` when given) and returns their counts; fails
+/// when a case failed or none reported.
+pub fn test(filter: Option<&str>, temp: Option<&Path>) -> Result<PythonTotals, TaskError> {
     status(
         "build dk for the python tests",
         cargo().args(["build", "--package", "dk", "--locked"]),
@@ -103,6 +104,9 @@ pub fn test(filter: Option<&str>) -> Result<PythonTotals, TaskError> {
         .env("PYTHONUNBUFFERED", "1");
     if let Some(filter) = filter {
         command.args(["-k", filter]);
+    }
+    if let Some(temp) = temp {
+        command.env("TMPDIR", temp);
     }
     let mut totals = None;
     let passed = tee("python tests", &mut command, Stream::Stdout, |line| {

@@ -7,7 +7,6 @@
 mod common;
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,28 +32,26 @@ fn main() {
 }
 
 /// A directory for one bench's database, removed on drop.
-struct Scratch(PathBuf);
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
+    #[expect(clippy::panic, reason = "a bench cannot go on without its directory")]
     fn new(name: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("dk-store-bench-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        Scratch(dir)
+        match tempfile::Builder::new()
+            .prefix(&format!("dk-store-bench-{name}-"))
+            .tempdir()
+        {
+            Ok(dir) => Scratch(dir),
+            Err(error) => panic!("cannot make the bench directory: {error}"),
+        }
     }
 
     #[expect(clippy::panic, reason = "a bench cannot go on without its store")]
     fn open(&self) -> SqliteStore {
-        match SqliteStore::open(&self.0.join("dk.db")) {
+        match SqliteStore::open(&self.0.path().join("dk.db")) {
             Ok(store) => store,
             Err(error) => panic!("cannot open the bench store: {error}"),
         }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -131,29 +130,15 @@ impl Peer {
 // ---------------------------------------------------------------- helpers
 
 /// A directory of its own under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new() -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "dk-client-{}-{n}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        TempDir(tempfile::tempdir().unwrap())
     }
 
     fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path().join(name)
     }
 }
 

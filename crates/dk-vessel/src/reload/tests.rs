@@ -28,16 +28,18 @@ fn decision_kind(vessel: &Vessel) -> &'static str {
     }
 }
 
-fn file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dk-reload-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("rules.yaml")
+/// A rule file's path in a directory of its own, removed when the
+/// directory is dropped.
+fn file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    (dir, path)
 }
 
 #[test]
 fn a_good_file_applies_and_a_broken_one_changes_nothing() {
     let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-    let path = file("direct");
+    let (_dir, path) = file();
     std::fs::write(&path, ASK).unwrap();
     assert_eq!(
         vessel.reload_policies(&path),
@@ -61,7 +63,7 @@ fn a_good_file_applies_and_a_broken_one_changes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn the_watcher_follows_the_file_and_requests() {
     let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-    let path = file("watch");
+    let (_dir, path) = file();
     std::fs::write(&path, ASK).unwrap();
     let (ask_tx, ask_rx) = mpsc::unbounded::<()>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
