@@ -109,11 +109,32 @@ pub struct ConnectionOutcome {
     pub malformed: u32,
 }
 
+/// The longest close reason, in bytes: a close frame's payload is at most
+/// 125 bytes (RFC 6455, section 5.5), two of them the code. Strict clients
+/// refuse a longer one and see the connection drop (1006) instead.
+const MAX_CLOSE_REASON_BYTES: usize = 123;
+
+/// Marks a reason that was cut to fit.
+const CUT_MARK: char = '…';
+
+/// The one way the vessel makes a close: the reason is cut to fit.
 fn close(code: u16, reason: impl Into<String>) -> CloseFrame {
     CloseFrame {
         code,
-        reason: reason.into(),
+        reason: fit_close_reason(reason.into()),
     }
+}
+
+/// `reason` itself when it fits in a close frame; otherwise its longest
+/// prefix, cut at a character boundary, that fits with [`CUT_MARK`] after it.
+fn fit_close_reason(mut reason: String) -> String {
+    if reason.len() <= MAX_CLOSE_REASON_BYTES {
+        return reason;
+    }
+    let cut = reason.floor_char_boundary(MAX_CLOSE_REASON_BYTES - CUT_MARK.len_utf8());
+    reason.truncate(cut);
+    reason.push(CUT_MARK);
+    reason
 }
 
 fn going_away() -> CloseFrame {

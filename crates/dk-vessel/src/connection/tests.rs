@@ -567,3 +567,57 @@ async fn tokens_and_secrets_stay_out_of_the_audit_log() {
     assert!(!text.contains("s3cret-admin-token"), "{text}");
     assert!(text.contains("[REDACTED]"), "{text}");
 }
+
+/// What [`fit_close_reason`] must give: `reason` when it fits, else its
+/// longest prefix that fits with the cut mark after it.
+#[track_caller]
+fn check_fit(reason: &str) {
+    let fitted = fit_close_reason(reason.to_owned());
+    assert!(fitted.len() <= MAX_CLOSE_REASON_BYTES, "{fitted:?}");
+    if reason.len() <= MAX_CLOSE_REASON_BYTES {
+        assert_eq!(fitted, reason);
+        return;
+    }
+    let kept = fitted.strip_suffix(CUT_MARK).unwrap();
+    assert!(reason.starts_with(kept), "{fitted:?} cuts {reason:?}");
+    let next = reason[kept.len()..].chars().next().unwrap();
+    assert!(
+        kept.len() + next.len_utf8() + CUT_MARK.len_utf8() > MAX_CLOSE_REASON_BYTES,
+        "{fitted:?} is not the longest prefix of {reason:?}"
+    );
+}
+
+#[test]
+fn close_reasons_are_cut_at_a_character_boundary_to_fit() {
+    let a = |n: usize| "a".repeat(n);
+    assert_eq!(fit_close_reason(a(123)), a(123));
+    assert_eq!(fit_close_reason(a(124)), format!("{}…", a(120)));
+    assert_eq!(
+        fit_close_reason(format!("{}é", a(121))),
+        format!("{}é", a(121))
+    );
+    assert_eq!(
+        fit_close_reason(format!("{}é{}", a(119), a(9))),
+        format!("{}…", a(119))
+    );
+    assert_eq!(
+        fit_close_reason(format!("{}é{}", a(118), a(9))),
+        format!("{}é…", a(118))
+    );
+    // Characters of 1 to 4 bytes, starting at every offset, so the limit
+    // falls on every byte of a character.
+    for c in ['a', 'é', '\u{202E}', '\u{E0041}'] {
+        for lead in 0..4 {
+            for count in 0..130 {
+                check_fit(&format!("{}{}", a(lead), c.to_string().repeat(count)));
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_reason_fits_a_close_frame(reason in "\\PC{0,140}|.{0,200}") {
+        check_fit(&reason);
+    }
+}
