@@ -1,6 +1,7 @@
 //! A hostile device next to a well-behaved one: oversize frames, invalid
 //! UTF-8, invalid JSON, deep nesting, unknown and vessel-side frame types,
-//! results for unknown calls, a flood, a silent connection, and 500
+//! results for unknown calls, floods of events and of such results, a
+//! silent connection, and 500
 //! unauthenticated connections at once. Through all of it the well-behaved
 //! lamp keeps answering, and the vessel keeps running. And every close the
 //! vessel sends, with the longest text a device can make it quote, reaches a
@@ -157,6 +158,23 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
             .send(Message::text(
                 json!({"type": "device:event", "capability": "read_light", "data": 1}).to_string(),
             ))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    assert_eq!(closed(&mut hostile).await.map(|c| c.0), Some(4006));
+    round += 1;
+    lamp_answers(&running, round).await;
+
+    // A flood of results for calls the vessel never made: unasked, so cut
+    // off at the rate like any other flood.
+    let mut hostile = pair_raw(&running, manifest("hostile-two"), &["read_light"]).await;
+    for i in 0..1000 {
+        let result = json!({"type": "device:result", "callId": format!("nobody-{i}"), "ok": true});
+        if hostile
+            .send(Message::text(result.to_string()))
             .await
             .is_err()
         {

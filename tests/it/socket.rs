@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dk_device::samples::Lamp;
 use dk_device::{ClientError, ClientOptions, Device, HandlerError};
-use dk_vessel::{ConsentDecision, Limits};
+use dk_vessel::{CallContext, ConsentDecision, Limits};
 use serde_json::{Value, json};
 
 use crate::net::{DeviceRun, closed, next, pair_raw, start, temp_dir};
@@ -339,5 +339,37 @@ async fn a_refusal_with_a_long_reason_stops_the_client() {
     let kept = reason.strip_suffix('…').unwrap();
     assert!(full.starts_with(kept) && reason.len() <= 123, "{reason:?}");
     assert!(!running.vessel.registry().is_paired("desk-lamp"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_sequential_calls_at_full_speed_all_succeed() {
+    let running = start(Limits::default()).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        options(&running.device_url, &dir.path().join("lamp.token")),
+    );
+    running.approve_next(&["set_light"]).await;
+    running.wait_connected("desk-lamp").await;
+    // Far faster than the frame rate (200 a second, bursts of 400): the
+    // lamp's answers are results to the vessel's own calls, never a flood.
+    // No agent session, so no run budget applies.
+    for i in 0..10_000 {
+        let outcome = running
+            .vessel
+            .adapter()
+            .execute(
+                "device__desk_lamp__set_light",
+                json!({"on": true, "brightness": i % 101}),
+                CallContext::default(),
+            )
+            .await;
+        assert!(outcome.is_ok(), "call {i}: {outcome:?}");
+    }
+    assert!(running.vessel.links().is_connected("desk-lamp"));
+    assert_eq!(lamp.calls().len(), 10_000);
+    run.stop().await.unwrap();
     running.stop().await;
 }
