@@ -341,7 +341,7 @@ fn bad_manifest(id: &str, key: &str) -> serde_json::Value {
 async fn every_close_reaches_a_strict_client_intact() {
     let max_frame_bytes = 64 * 1024;
     let limits = Limits {
-        handshake_timeout: Duration::from_millis(300),
+        handshake_timeout: Duration::from_secs(1),
         max_frames_per_second: 100,
         max_frame_bytes,
         pairings_per_minute_per_address: 100,
