@@ -13,13 +13,14 @@ use dk_vessel::{
 };
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
-pub type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+pub type Socket = WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A vessel serving on loopback until dropped.
 pub struct Running {
@@ -212,13 +213,19 @@ pub async fn raw(url: &str) -> Result<Socket, tokio_tungstenite::tungstenite::Er
         .map(|(socket, _)| socket)
 }
 
-pub async fn send(socket: &mut Socket, frame: Value) {
+pub async fn send<S>(socket: &mut WebSocketStream<S>, frame: Value)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     socket.send(Message::text(frame.to_string())).await.unwrap();
 }
 
 /// The next text frame as JSON, or the close (code, reason); `None` when the
 /// socket ended without a close.
-pub async fn next(socket: &mut Socket) -> Option<Result<Value, (u16, String)>> {
+pub async fn next<S>(socket: &mut WebSocketStream<S>) -> Option<Result<Value, (u16, String)>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     loop {
         match socket.next().await? {
             Ok(Message::Text(text)) => {
@@ -236,7 +243,10 @@ pub async fn next(socket: &mut Socket) -> Option<Result<Value, (u16, String)>> {
 }
 
 /// Reads until the vessel closes; returns the close code and reason.
-pub async fn closed(socket: &mut Socket) -> Option<(u16, String)> {
+pub async fn closed<S>(socket: &mut WebSocketStream<S>) -> Option<(u16, String)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     loop {
         match next(socket).await? {
             Ok(_) => {}
@@ -247,6 +257,16 @@ pub async fn closed(socket: &mut Socket) -> Option<(u16, String)> {
 
 /// Pairs a raw device with `manifest`, answering the consent directly.
 pub async fn pair_raw(running: &Running, manifest: Value, grant: &[&str]) -> Socket {
+    pair_raw_with_token(running, manifest, grant).await.0
+}
+
+/// Pairs a raw device with `manifest`, answering the consent directly;
+/// returns the socket and the device token.
+pub async fn pair_raw_with_token(
+    running: &Running,
+    manifest: Value,
+    grant: &[&str],
+) -> (Socket, String) {
     let mut socket = raw(&running.device_url).await.unwrap();
     send(
         &mut socket,
@@ -260,11 +280,10 @@ pub async fn pair_raw(running: &Running, manifest: Value, grant: &[&str]) -> Soc
     running
         .answer_next_directly(ConsentDecision::approve(grant.iter().copied()))
         .await;
-    assert_eq!(
-        next(&mut socket).await.unwrap().unwrap()["type"],
-        "device:paired"
-    );
-    socket
+    let paired = next(&mut socket).await.unwrap().unwrap();
+    assert_eq!(paired["type"], "device:paired");
+    let token = paired["deviceToken"].as_str().unwrap().to_owned();
+    (socket, token)
 }
 
 /// A lamp-like manifest with its own id.

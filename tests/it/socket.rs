@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dk_device::samples::Lamp;
 use dk_device::{ClientError, ClientOptions, Device, HandlerError};
-use dk_vessel::Limits;
+use dk_vessel::{CallContext, ConsentDecision, Limits};
 use serde_json::{Value, json};
 
 use crate::net::{DeviceRun, closed, next, pair_raw, start, temp_dir};
@@ -304,5 +304,75 @@ async fn the_vessel_tells_a_device_it_was_unpaired() {
         closed(&mut socket).await,
         Some((4007, "unpaired by the person".to_owned()))
     );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_with_a_long_reason_stops_the_client() {
+    let running = start(Limits::default()).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        options(&running.device_url, &dir.path().join("lamp.token")),
+    );
+    // A grant naming capabilities the lamp does not declare: the vessel
+    // refuses the pairing (4001) with a reason too long for a close frame.
+    let unknown: Vec<String> = (0..10).map(|i| format!("not_declared_{i}")).collect();
+    running
+        .answer_next_directly(ConsentDecision::approve(unknown.iter().cloned()))
+        .await;
+    // The client stops; were the close lost, it would try to pair again.
+    let asked_again = async {
+        loop {
+            if !running.vessel.person().pending().is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let ended = tokio::select! {
+        ended = run.ended() => ended,
+        () = asked_again => panic!("the client paired again instead of stopping"),
+    };
+    let Err(ClientError::PairingRefused(reason)) = ended else {
+        panic!("{ended:?}")
+    };
+    let full = format!("grant names unknown capability: {}", unknown.join(", "));
+    let kept = reason.strip_suffix('…').unwrap();
+    assert!(full.starts_with(kept) && reason.len() <= 123, "{reason:?}");
+    assert!(!running.vessel.registry().is_paired("desk-lamp"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_sequential_calls_at_full_speed_all_succeed() {
+    let running = start(Limits::default()).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        options(&running.device_url, &dir.path().join("lamp.token")),
+    );
+    running.approve_next(&["set_light"]).await;
+    running.wait_connected("desk-lamp").await;
+    // Far faster than the frame rate (200 a second, bursts of 400): the
+    // lamp's answers are results to the vessel's own calls, never a flood.
+    // No agent session, so no run budget applies.
+    for i in 0..10_000 {
+        let outcome = running
+            .vessel
+            .adapter()
+            .execute(
+                "device__desk_lamp__set_light",
+                json!({"on": true, "brightness": i % 101}),
+                CallContext::default(),
+            )
+            .await;
+        assert!(outcome.is_ok(), "call {i}: {outcome:?}");
+    }
+    assert!(running.vessel.links().is_connected("desk-lamp"));
+    assert_eq!(lamp.calls().len(), 10_000);
+    run.stop().await.unwrap();
     running.stop().await;
 }

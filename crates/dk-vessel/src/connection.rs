@@ -109,11 +109,32 @@ pub struct ConnectionOutcome {
     pub malformed: u32,
 }
 
+/// The longest close reason, in bytes: a close frame's payload is at most
+/// 125 bytes (RFC 6455, section 5.5), two of them the code. Strict clients
+/// refuse a longer one and see the connection drop (1006) instead.
+const MAX_CLOSE_REASON_BYTES: usize = 123;
+
+/// Marks a reason that was cut to fit.
+const CUT_MARK: char = '…';
+
+/// The one way the vessel makes a close: the reason is cut to fit.
 fn close(code: u16, reason: impl Into<String>) -> CloseFrame {
     CloseFrame {
         code,
-        reason: reason.into(),
+        reason: fit_close_reason(reason.into()),
     }
+}
+
+/// `reason` itself when it fits in a close frame; otherwise its longest
+/// prefix, cut at a character boundary, that fits with [`CUT_MARK`] after it.
+fn fit_close_reason(mut reason: String) -> String {
+    if reason.len() <= MAX_CLOSE_REASON_BYTES {
+        return reason;
+    }
+    let cut = reason.floor_char_boundary(MAX_CLOSE_REASON_BYTES - CUT_MARK.len_utf8());
+    reason.truncate(cut);
+    reason.push(CUT_MARK);
+    reason
 }
 
 fn going_away() -> CloseFrame {
@@ -284,18 +305,36 @@ where
         }
     }
 
-    /// Counts a frame against the rate; `false` when the device is over it.
-    fn within_rate(&mut self) -> bool {
+    /// Charges a message the device sent unasked to the frame rate (a token
+    /// bucket: `max_frames_per_second`, bursts of twice that); the close to
+    /// send when the device is over it.
+    ///
+    /// Everything a device sends is charged except what answers the vessel:
+    /// a result that settles a pending call (bounded by the calls in flight)
+    /// and a pong. Events, results for calls that are not pending, pings,
+    /// stream chunks, malformed frames and anything sent while the person
+    /// is asked are charged.
+    fn charge(&mut self) -> Result<(), CloseFrame> {
         let rate = f64::from(self.vessel.limits().max_frames_per_second);
         let now = Instant::now();
         let elapsed = now.duration_since(self.refilled).as_secs_f64();
         self.refilled = now;
         self.tokens = (self.tokens + elapsed * rate).min(rate * 2.0);
         if self.tokens < 1.0 {
-            return false;
+            return Err(self.over_rate());
         }
         self.tokens -= 1.0;
-        true
+        Ok(())
+    }
+
+    /// A message that arrived while the vessel waits (for the person):
+    /// set aside, but charged to the rate. `Err(None)`: the device left.
+    fn set_aside(&mut self, message: Option<WireMessage>) -> Result<(), Option<CloseFrame>> {
+        match message {
+            None | Some(WireMessage::Close(_)) => Err(None),
+            Some(WireMessage::Pong(_)) => Ok(()),
+            Some(_) => self.charge().map_err(Some),
+        }
     }
 
     /// A malformed frame: answered with an error frame; past the limit, the
@@ -329,7 +368,8 @@ where
                     )));
                 }
                 Ok(None | Some(WireMessage::Close(_))) => return Err(None),
-                Ok(Some(WireMessage::Ping(_) | WireMessage::Pong(_))) => {}
+                Ok(Some(WireMessage::Pong(_))) => {}
+                Ok(Some(WireMessage::Ping(_))) => self.charge().map_err(Some)?,
                 Ok(Some(WireMessage::Binary(_))) => {
                     return Err(Some(close(
                         close_code::BAD_HANDSHAKE,
@@ -447,11 +487,8 @@ where
             tokio::select! {
                 result = &mut pairing => break result,
                 () = self.vessel.shutting_down() => return Err(Some(going_away())),
-                message = self.incoming.next() => match message {
-                    None | Some(WireMessage::Close(_)) => return Err(None),
-                    // Anything else while the person decides is set aside.
-                    Some(_) => {}
-                },
+                // Anything else while the person decides is set aside.
+                message = self.incoming.next() => self.set_aside(message)?,
             }
         };
         match result {
@@ -539,18 +576,17 @@ where
     ) -> Option<Option<CloseFrame>> {
         let text = match message {
             None | Some(WireMessage::Close(_)) => return Some(None),
-            Some(WireMessage::Ping(_) | WireMessage::Pong(_)) => return None,
+            // The answer to the vessel's ping.
+            Some(WireMessage::Pong(_)) => return None,
+            Some(WireMessage::Ping(_)) => return self.charge().err().map(Some),
             Some(WireMessage::Binary(message)) => {
-                if !self.within_rate() {
-                    return Some(Some(self.over_rate()));
+                if let Err(close) = self.charge() {
+                    return Some(Some(close));
                 }
                 return self.on_chunk(message, session);
             }
             Some(WireMessage::Text(text)) => text,
         };
-        if !self.within_rate() {
-            return Some(Some(self.over_rate()));
-        }
         let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
             Ok(frame) => frame,
             Err(FrameError::TooLarge { max, .. }) => {
@@ -559,9 +595,22 @@ where
                     format!("frames are at most {max} bytes"),
                 )));
             }
-            Err(e) => return self.malformed(&e.to_string()).map(Some),
+            Err(e) => {
+                if let Err(close) = self.charge() {
+                    return Some(Some(close));
+                }
+                return self.malformed(&e.to_string()).map(Some);
+            }
         };
-        match correlator.handle(&frame) {
+        // A result to a pending call answers the vessel: it is bounded by the
+        // calls in flight, not by the rate. Anything else was sent unasked.
+        let handled = correlator.handle(&frame);
+        if handled != Handled::Settled
+            && let Err(close) = self.charge()
+        {
+            return Some(Some(close));
+        }
+        match handled {
             Handled::Settled => None,
             Handled::UnknownCall => {
                 self.vessel
@@ -724,11 +773,8 @@ where
             tokio::select! {
                 approved = &mut asking => return Ok(approved),
                 () = self.vessel.shutting_down() => return Err(Some(going_away())),
-                message = self.incoming.next() => match message {
-                    None | Some(WireMessage::Close(_)) => return Err(None),
-                    // Anything else while the person decides is set aside.
-                    Some(_) => {}
-                },
+                // Anything else while the person decides is set aside.
+                message = self.incoming.next() => self.set_aside(message)?,
             }
         }
     }

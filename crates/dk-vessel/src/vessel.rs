@@ -48,7 +48,8 @@ pub struct Limits {
     pub max_unauthenticated_per_address: usize,
     /// Malformed frames tolerated on one connection; the next one closes it.
     pub max_malformed_frames: u32,
-    /// Frames per second a device may send (a burst of twice this is allowed).
+    /// Frames per second a device may send unasked (a burst of twice this is
+    /// allowed); its results to the vessel's pending calls are not counted.
     pub max_frames_per_second: u32,
     /// How often the vessel pings a device; two intervals of silence close it.
     pub ping_interval: Duration,

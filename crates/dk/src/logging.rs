@@ -2,8 +2,41 @@
 //! vessel knows replaced by `[REDACTED]` first
 //! ([`dk_vessel::redacting_log_writer`]). `DK_LOG` sets the level: `error`,
 //! `warn` (the default), `info`, `debug` or `trace`.
+//!
+//! A few events rmcp logs at ERROR are not errors: they say that an MCP
+//! client hung up (an agent closing its `subscriptions/listen` stream, or
+//! any streamed answer it stopped reading), which is how such a stream
+//! normally ends. They are written only at `debug` and `trace`
+//! ([`CLIENT_GONE`]); every other ERROR stays an ERROR.
 
-use tracing::Level;
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// rmcp's ERROR events that mean only "the HTTP client went away", as
+/// (target, message, `error` field). A request of the 2026-07-28 lifecycle
+/// (`subscriptions/listen` above all) is answered over a channel that rmcp
+/// closes when its client disconnects; the handler, cancelled by that
+/// disconnect, still returns its final answer, and rmcp 3.11 logs the failed
+/// send at ERROR (from its serve loop, or from the drain after it). The
+/// error text is tokio's for a closed channel, so a failure of any other
+/// kind is still logged.
+const CLIENT_GONE: &[(&str, &str, &str)] = &[
+    (
+        "rmcp::service",
+        "failed to send pending response during drain",
+        "channel closed",
+    ),
+    (
+        "rmcp::service",
+        "fail to response message",
+        "channel closed",
+    ),
+];
 
 /// Installs the logger for the whole process (once; a second call changes nothing).
 pub fn init() {
@@ -11,8 +44,212 @@ pub fn init() {
         .ok()
         .and_then(|level| level.parse::<Level>().ok())
         .unwrap_or(Level::WARN);
-    let _ = tracing_subscriber::fmt()
+    let _ = subscriber(level, || dk_vessel::redacting_log_writer(std::io::stderr())).try_init();
+}
+
+/// Events at `level` and above, formatted to `writer`, with the
+/// [`CLIENT_GONE`] events left out unless `level` is `debug` or `trace`.
+fn subscriber<W>(level: Level, writer: W) -> impl Subscriber + Send + Sync + 'static
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(|| dk_vessel::redacting_log_writer(std::io::stderr()))
-        .try_init();
+        .with_writer(writer)
+        .finish()
+        .with(ClientGone {
+            shown: level >= Level::DEBUG,
+        })
+}
+
+/// Leaves out the [`CLIENT_GONE`] events unless `shown`.
+struct ClientGone {
+    shown: bool,
+}
+
+impl<S: Subscriber> Layer<S> for ClientGone {
+    fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
+        self.shown || !is_client_gone(event)
+    }
+}
+
+fn is_client_gone(event: &Event<'_>) -> bool {
+    let metadata = event.metadata();
+    if *metadata.level() != Level::ERROR || !metadata.target().starts_with("rmcp") {
+        return false;
+    }
+    let mut fields = MessageAndError::default();
+    event.record(&mut fields);
+    CLIENT_GONE.iter().any(|&(target, message, error)| {
+        metadata.target() == target && fields.message == message && fields.error == error
+    })
+}
+
+/// The `message` and `error` fields of an event, as text.
+#[derive(Default)]
+struct MessageAndError {
+    message: String,
+    error: String,
+}
+
+impl Visit for MessageAndError {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.record_debug(field, &value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            // Recorded with `%`: its `Debug` is the error's `Display`.
+            "error" => self.error = format!("{value:?}"),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use dk_policy::PolicySet;
+    use dk_vessel::{AgentDirectory, AgentRole, AgentScope, Limits, Vessel, serve_mcp};
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper_util::rt::TokioIo;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The lines a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What `emit` writes under the dk logger at `level`.
+    fn logged(level: Level, emit: fn()) -> String {
+        let lines = Lines::default();
+        let sink = lines.clone();
+        tracing::subscriber::with_default(subscriber(level, move || sink.clone()), emit);
+        lines.text()
+    }
+
+    #[test]
+    fn only_a_client_hanging_up_is_left_out() {
+        let gone: fn() = || {
+            tracing::error!(target: "rmcp::service", error = %"channel closed", "failed to send pending response during drain");
+            tracing::error!(target: "rmcp::service", error = %"channel closed", "fail to response message");
+        };
+        // Real errors: another error, another event, another target.
+        let real: [fn(); 4] = [
+            || tracing::error!(target: "rmcp::service", error = %"broken pipe", "failed to send pending response during drain"),
+            || tracing::error!(target: "rmcp::service", error = %"channel closed", "fail to close sink"),
+            || tracing::error!(target: "dk_vessel::mcp", error = %"channel closed", "fail to response message"),
+            || tracing::error!("the audit log could not be written"),
+        ];
+        assert_eq!(logged(Level::WARN, gone), "");
+        assert_eq!(logged(Level::INFO, gone), "");
+        assert_eq!(logged(Level::DEBUG, gone).matches(" ERROR ").count(), 2);
+        for emit in real {
+            for level in [Level::ERROR, Level::WARN, Level::DEBUG] {
+                let text = logged(level, emit);
+                assert_eq!(text.matches(" ERROR ").count(), 1, "{level}: {text:?}");
+            }
+        }
+    }
+
+    /// Posts `subscriptions/listen` to the MCP server at `address` as a
+    /// 2026-07-28 client, reads the acknowledgment, then hangs up.
+    async fn listen_then_hang_up(address: SocketAddr, credential: &str) {
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        let connection = tokio::spawn(connection);
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        });
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta}});
+        let request = hyper::Request::post("/mcp")
+            .header("host", address.to_string())
+            .header("authorization", format!("Bearer {credential}"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let mut response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let first = response.body_mut().frame().await.unwrap().unwrap();
+        let first = String::from_utf8(first.into_data().unwrap().to_vec()).unwrap();
+        assert!(
+            first.contains("notifications/subscriptions/acknowledged"),
+            "{first}"
+        );
+        drop(response);
+        drop(sender);
+        connection.abort();
+    }
+
+    #[tokio::test]
+    async fn an_agent_closing_its_listen_stream_logs_no_error() {
+        // At `info`, so rmcp's own line saying the listen's loop is over shows.
+        let lines = Lines::default();
+        let sink = lines.clone();
+        let _default =
+            tracing::subscriber::set_default(subscriber(Level::INFO, move || sink.clone()));
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        let agents = Arc::new(AgentDirectory::new());
+        let (_, credential) = agents
+            .add("main", AgentScope::AllDevices, AgentRole::User)
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_mcp(listener, vessel, agents, async move {
+            let _ = stopped.await;
+        }));
+        for _ in 0..3 {
+            listen_then_hang_up(address, credential.expose()).await;
+        }
+        // rmcp says `serve finished` once it has sent (or failed to send)
+        // the listen's final answer: by then any ERROR about it is written.
+        let mut finished = 0;
+        for _ in 0..2000 {
+            finished = lines
+                .text()
+                .matches("serve finished quit_reason=Cancelled")
+                .count();
+            if finished == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let text = lines.text();
+        assert_eq!(finished, 3, "{text}");
+        assert!(!text.contains(" ERROR "), "{text}");
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
 }

@@ -308,20 +308,103 @@ async fn oversize_frames_close_the_connection() {
     );
 }
 
+fn rate_limits() -> Limits {
+    Limits {
+        max_frames_per_second: 50,
+        ..Limits::default()
+    }
+}
+
+/// A flood of `message` from a paired device is cut at the rate.
+async fn check_flood_is_cut(message: WireMessage) {
+    let vessel = vessel(rate_limits());
+    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
+    for _ in 0..500 {
+        peer.send_raw(message.clone());
+    }
+    assert_eq!(
+        peer.closed().await,
+        close(close_code::RATE, "more than 50 frames per second"),
+        "{message:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_flood_is_cut_off() {
+    let text = |frame: Value| WireMessage::Text(frame.to_string());
+    for message in [
+        text(json!({"type": "device:event", "capability": "read_light", "data": 1})),
+        // Results for calls the vessel never made are not answers.
+        text(json!({"type": "device:result", "callId": "nobody", "ok": true})),
+        WireMessage::Ping(b"hi".to_vec()),
+    ] {
+        check_flood_is_cut(message).await;
+    }
+}
+
+#[tokio::test]
+async fn a_flood_while_the_person_decides_is_cut_off() {
+    let vessel = vessel(rate_limits());
+    for message in [
+        WireMessage::Text(json!({"type": "device:event", "capability": "x"}).to_string()),
+        WireMessage::Ping(Vec::new()),
+    ] {
+        let mut peer = connect(&vessel);
+        peer.send(json!({"type": "device:hello", "manifest": lamp()}));
+        assert_eq!(peer.frame().await["type"], json!("device:pairing"));
+        for _ in 0..500 {
+            peer.send_raw(message.clone());
+        }
+        assert_eq!(
+            peer.closed().await,
+            close(close_code::RATE, "more than 50 frames per second"),
+            "{message:?}"
+        );
+        peer.task.await.unwrap();
+        assert!(vessel.person().pending().is_empty(), "withdrawn");
+    }
+}
+
+#[tokio::test]
+async fn answers_to_the_vessels_calls_are_not_charged_to_the_rate() {
+    // Five frames a second (bursts of ten): charged, the answers to a
+    // thousand calls would be cut after ten.
     let limits = Limits {
-        max_frames_per_second: 50,
+        max_frames_per_second: 5,
         ..Limits::default()
     };
     let vessel = vessel(limits);
-    let (mut peer, _) = paired_lamp(&vessel, &[]).await;
-    for _ in 0..500 {
+    let (mut peer, _) = paired_lamp(&vessel, &["read_light"]).await;
+    connected(&vessel).await;
+    let calls = async {
+        for i in 0..1000 {
+            let outcome = vessel
+                .adapter()
+                .execute(
+                    "device__desk_lamp__read_light",
+                    json!({}),
+                    CallContext::default(),
+                )
+                .await;
+            assert_eq!(outcome.result_value(), Some(json!(i)), "call {i}");
+        }
+    };
+    let device = async {
+        for i in 0..1000 {
+            let invoke = peer.frame().await;
+            peer.send(json!({"type": "device:result", "callId": invoke["callId"], "ok": true, "result": i}));
+        }
+    };
+    tokio::join!(calls, device);
+    assert!(vessel.links().is_connected("desk-lamp"));
+    assert_eq!(vessel.stats().unknown_results.load(Ordering::Relaxed), 0);
+    // Unasked frames still are: a handful of events goes over.
+    for _ in 0..20 {
         peer.send(json!({"type": "device:event", "capability": "read_light", "data": 1}));
     }
     assert_eq!(
         peer.closed().await,
-        close(close_code::RATE, "more than 50 frames per second")
+        close(close_code::RATE, "more than 5 frames per second")
     );
 }
 
@@ -566,4 +649,58 @@ async fn tokens_and_secrets_stay_out_of_the_audit_log() {
     assert!(!text.contains(&token), "{text}");
     assert!(!text.contains("s3cret-admin-token"), "{text}");
     assert!(text.contains("[REDACTED]"), "{text}");
+}
+
+/// What [`fit_close_reason`] must give: `reason` when it fits, else its
+/// longest prefix that fits with the cut mark after it.
+#[track_caller]
+fn check_fit(reason: &str) {
+    let fitted = fit_close_reason(reason.to_owned());
+    assert!(fitted.len() <= MAX_CLOSE_REASON_BYTES, "{fitted:?}");
+    if reason.len() <= MAX_CLOSE_REASON_BYTES {
+        assert_eq!(fitted, reason);
+        return;
+    }
+    let kept = fitted.strip_suffix(CUT_MARK).unwrap();
+    assert!(reason.starts_with(kept), "{fitted:?} cuts {reason:?}");
+    let next = reason[kept.len()..].chars().next().unwrap();
+    assert!(
+        kept.len() + next.len_utf8() + CUT_MARK.len_utf8() > MAX_CLOSE_REASON_BYTES,
+        "{fitted:?} is not the longest prefix of {reason:?}"
+    );
+}
+
+#[test]
+fn close_reasons_are_cut_at_a_character_boundary_to_fit() {
+    let a = |n: usize| "a".repeat(n);
+    assert_eq!(fit_close_reason(a(123)), a(123));
+    assert_eq!(fit_close_reason(a(124)), format!("{}…", a(120)));
+    assert_eq!(
+        fit_close_reason(format!("{}é", a(121))),
+        format!("{}é", a(121))
+    );
+    assert_eq!(
+        fit_close_reason(format!("{}é{}", a(119), a(9))),
+        format!("{}…", a(119))
+    );
+    assert_eq!(
+        fit_close_reason(format!("{}é{}", a(118), a(9))),
+        format!("{}é…", a(118))
+    );
+    // Characters of 1 to 4 bytes, starting at every offset, so the limit
+    // falls on every byte of a character.
+    for c in ['a', 'é', '\u{202E}', '\u{E0041}'] {
+        for lead in 0..4 {
+            for count in 0..130 {
+                check_fit(&format!("{}{}", a(lead), c.to_string().repeat(count)));
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_reason_fits_a_close_frame(reason in "\\PC{0,140}|.{0,200}") {
+        check_fit(&reason);
+    }
 }

@@ -495,6 +495,9 @@ impl ServerHandler for DeviceTools {
         let notifier = Notifier::Listen(context.sink().clone());
         let interval = self.shared.options.event_update_interval;
         tokio::select! {
+            // The client hung up, which is how a listen normally ends. rmcp
+            // still sends the final answer into the closed stream and logs
+            // that at ERROR; `dk`'s logger leaves those events out.
             () = context.cancelled() => {}
             () = watch.run(notifier, interval) => {}
         }
