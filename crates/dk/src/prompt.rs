@@ -2,6 +2,12 @@
 //! as it arrives and reads the answer from standard input. Prompts answered
 //! elsewhere (the admin API) leave the queue here too.
 //!
+//! Every prompt shows its number and every answer must start with it
+//! (`7 y`, `12 1,3`): an answer goes to the request it names, or nowhere, so
+//! a request that changed on screen while the person typed (the first one
+//! withdrawn, answered elsewhere or timed out) never receives an answer meant
+//! for another.
+//!
 //! Everything a device wrote is shown through [`printable`], so a manifest or
 //! an input value cannot drive the terminal.
 
@@ -70,18 +76,23 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
                     std::future::pending::<()>().await;
                     return;
                 };
-                let Some(current) = queue.front() else { continue };
-                match answer(&vessel, current, &line) {
-                    Ok(()) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match answer_named(&vessel, &queue, &line) {
+                    Ok(id) => {
                         // Answered here: its closing event is not news.
-                        queue.pop_front();
-                        if let Some(next) = queue.front() {
+                        let was_current = queue.front().is_some_and(|p| p.id == id);
+                        queue.retain(|p| p.id != id);
+                        if was_current && let Some(next) = queue.front() {
                             show(next);
                         }
                     }
                     Err(why) => {
                         println!("{why}");
-                        show(current);
+                        if let Some(current) = queue.front() {
+                            show(current);
+                        }
                     }
                 }
             }
@@ -93,7 +104,7 @@ fn show(prompt: &PendingPrompt) {
     println!();
     match &prompt.prompt {
         Prompt::Consent(request) => {
-            println!("== A device asks to pair ==");
+            println!("== #{} A device asks to pair ==", prompt.id);
             println!(
                 "  device   {} ({}), kind {}",
                 printable(&request.name),
@@ -134,19 +145,20 @@ fn show(prompt: &PendingPrompt) {
                     printable(&cap.description)
                 );
             }
+            let id = prompt.id;
             if request.no_screen {
                 println!(
-                    "To pair it anyway, type `pair without code: ` then what to grant (e.g. `pair without code: 1,3`); `no` refuses"
+                    "To pair it anyway, type `{id} pair without code: ` then what to grant (e.g. `{id} pair without code: 1,3`); `{id} no` refuses"
                 );
             } else {
                 println!(
-                    "Does the device show {}? Grant which? (e.g. `1,3`, `all`, `none`; `no` refuses pairing)",
+                    "Does the device show {}? Answer `{id}` and what to grant (e.g. `{id} 1,3`, `{id} all`, `{id} none`; `{id} no` refuses pairing)",
                     request.code
                 );
             }
         }
         Prompt::Approval(request) => {
-            println!("== A call needs your yes ==");
+            println!("== #{} A call needs your yes ==", prompt.id);
             println!("  tool     {}", request.tool);
             println!(
                 "  device   {}  capability {}",
@@ -163,12 +175,55 @@ fn show(prompt: &PendingPrompt) {
                     printable(&value.to_string())
                 );
             }
-            println!("Allow this call? [y/N]");
+            println!(
+                "Allow this call? Answer `{id} y` to allow, `{id} n` to refuse",
+                id = prompt.id
+            );
         }
     }
 }
 
-/// Applies a typed answer to the current prompt.
+/// Applies a typed line to the waiting request it names (`ID ANSWER`, the
+/// number as shown, `#` optional); returns the id answered. A line without
+/// a number, or naming a request that no longer waits, answers nothing.
+fn answer_named(
+    vessel: &Vessel,
+    queue: &VecDeque<PendingPrompt>,
+    line: &str,
+) -> Result<u64, String> {
+    let line = line.trim();
+    let digits = line.trim_start_matches('#');
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    let (number, rest) = digits.split_at(end);
+    // The number stands alone: `1,3` is a list of capabilities, not #1.
+    let separated = rest.is_empty() || rest.starts_with(|c: char| c.is_whitespace() || c == ':');
+    let Some(id) = number.parse::<u64>().ok().filter(|_| separated) else {
+        return Err(match queue.front() {
+            Some(current) => format!(
+                "start the answer with the request's number, e.g. `{} {}`: an answer without it could reach another request",
+                current.id,
+                if matches!(current.prompt, Prompt::Approval(_)) {
+                    "y"
+                } else {
+                    "all"
+                }
+            ),
+            None => "nothing is waiting for an answer".to_owned(),
+        });
+    };
+    let Some(prompt) = queue.iter().find(|p| p.id == id) else {
+        return Err(format!(
+            "#{id} is not waiting for an answer (answered elsewhere, withdrawn or timed out): nothing was done"
+        ));
+    };
+    let rest = rest.trim_start_matches(':');
+    answer(vessel, prompt, rest)?;
+    Ok(id)
+}
+
+/// Applies a typed answer to a prompt.
 fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), String> {
     let line = line.trim().to_ascii_lowercase();
     match &prompt.prompt {
@@ -202,7 +257,13 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
                     .iter()
                     .map(|c| c.name.clone())
                     .collect(),
-                "none" | "" => Vec::new(),
+                "" => {
+                    return Err(
+                        "say what to grant after the number (`all`, `1,3`, `none`) or `no`"
+                            .to_owned(),
+                    );
+                }
+                "none" => Vec::new(),
                 list => {
                     let mut grant = Vec::new();
                     for part in list.split(',') {
@@ -282,7 +343,6 @@ mod tests {
             ("1,3", true, vec!["read_light", "strobe"]),
             (" all ", true, vec!["read_light", "set_light", "strobe"]),
             ("none", true, vec![]),
-            ("", true, vec![]),
             ("no", false, vec![]),
         ] {
             let vessel = Vessel::new(PolicySet::empty(), Limits::default());
@@ -329,6 +389,72 @@ mod tests {
         assert!(vessel.registry().is_granted("desk-lamp", "read_light"));
     }
 
+    /// Starts a pairing of a lamp with its own id; returns its prompt.
+    async fn lamp_asks(
+        vessel: &Arc<Vessel>,
+        id: &str,
+    ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
+        let asking = Arc::clone(vessel);
+        let mut manifest = lamp();
+        manifest["id"] = Value::from(id);
+        let pairing = tokio::spawn(async move {
+            let person = Arc::clone(asking.person());
+            asking
+                .registry()
+                .pair(&manifest, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .await
+                .is_ok()
+        });
+        loop {
+            if let Some(p) = vessel
+                .person()
+                .pending()
+                .into_iter()
+                .find(|p| matches!(&p.prompt, Prompt::Consent(r) if r.device_id == id))
+            {
+                return (p, pairing);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_goes_to_the_request_it_names_or_nowhere() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        let (a, pairing_a) = lamp_asks(&vessel, "lamp-a").await;
+        let (b, pairing_b) = lamp_asks(&vessel, "lamp-b").await;
+        // A leaves while the person types `all` meant for it.
+        let mut queue: VecDeque<PendingPrompt> = [a.clone(), b.clone()].into();
+        vessel
+            .person()
+            .answer_consent(a.id, ConsentDecision::refuse())
+            .unwrap();
+        assert!(!pairing_a.await.unwrap());
+        queue.retain(|p| p.id != a.id);
+        // The answer names A: it reaches nobody, and B is not paired.
+        let error = answer_named(&vessel, &queue, &format!("{} all", a.id)).unwrap_err();
+        assert!(error.contains("is not waiting"), "{error}");
+        // Without a number nothing is answered either.
+        for bare in ["all", "y", "1,3", "#", "pair without code: 1"] {
+            let error = answer_named(&vessel, &queue, bare).unwrap_err();
+            assert!(
+                error.contains("start the answer with the request's number"),
+                "{bare}: {error}"
+            );
+        }
+        assert_eq!(vessel.person().pending().len(), 1);
+        assert!(vessel.registry().list().is_empty());
+        // Naming B answers B, in any of the spellings shown.
+        assert_eq!(
+            answer_named(&vessel, &queue, &format!("#{}: 1", b.id)),
+            Ok(b.id)
+        );
+        assert!(pairing_b.await.unwrap());
+        let paired = vessel.registry().list();
+        assert_eq!(paired.len(), 1);
+        assert_eq!(paired[0].grants, ["read_light"]);
+    }
+
     #[tokio::test]
     async fn a_bad_answer_leaves_the_question_open() {
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
@@ -344,6 +470,11 @@ mod tests {
         assert_eq!(
             answer(&vessel, &prompt, "0").unwrap_err(),
             "there is no capability 0"
+        );
+        assert!(
+            answer(&vessel, &prompt, "")
+                .unwrap_err()
+                .starts_with("say what to grant")
         );
         assert_eq!(vessel.person().pending().len(), 1);
         vessel
