@@ -2,14 +2,15 @@
 //! list devices and grants, grant, revoke, unpair, add, list, remove and
 //! re-scope agents, read recent decisions, and list and call tools.
 //!
-//! It listens on loopback by default. Every request needs the admin token as
-//! a bearer token, and its `Host` must name this listener on loopback and its
+//! It listens on loopback by default, and on a Unix socket in the vessel's
+//! private data directory (`serve_admin_unix`), the one the person's
+//! commands use. Every request needs the admin token as a bearer token, and
+//! its `Host` must name this listener (`localhost` on the socket) and its
 //! `Origin`, if any, must be this listener's own: a web page open in the
 //! person's browser cannot answer a prompt for them. `docs/ADMIN-API.md`
 //! lists the routes.
 
 use std::fmt;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use crate::adapter::CallContext;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
 use crate::origins::LocalOrigins;
 use crate::registry::{ConsentDecision, GrantError};
+use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
 /// Largest request body the admin API reads (64 KiB).
@@ -75,10 +77,11 @@ impl AdminToken {
         Sha256::digest(self.0.as_bytes()).into()
     }
 
-    /// Writes the token to `path`, readable by its owner only (mode 0600),
-    /// through a temporary file and a rename.
-    pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
-        write_private(path, &self.0)
+    /// Writes the token to `path`, readable by its owner only (mode 0600):
+    /// into a new file of a random name beside it, created exclusively and
+    /// never through a link, then renamed over `path`.
+    pub fn write_to(&self, path: &Path) -> Result<(), PrivateFileError> {
+        write_private_file(path, self.0.as_bytes())
     }
 
     fn matches(&self, presented: &str) -> bool {
@@ -87,43 +90,46 @@ impl AdminToken {
         bool::from(expected.ct_eq(&presented))
     }
 
-    /// Reads the token from `path`, or makes one and writes it there with
-    /// mode 0600 (through a temporary file and a rename, so a crash never
-    /// leaves half a token).
-    pub fn load_or_create(path: &Path) -> std::io::Result<AdminToken> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => AdminToken::parse(&text).ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("`{}` does not hold an admin token", path.display()),
-                )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    /// Reads the token from `path`, which must be a regular file (not a
+    /// link) of this user with mode 0600; anything else is refused, not
+    /// fixed: a token others could read may have been seen.
+    pub fn read_from(path: &Path) -> Result<AdminToken, AdminTokenError> {
+        let bytes = read_private_file(path)?;
+        std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(AdminToken::parse)
+            .ok_or_else(|| AdminTokenError::NotAToken {
+                path: path.to_owned(),
+            })
+    }
+
+    /// Reads the token from `path` as [`AdminToken::read_from`] does, or,
+    /// when there is no file, makes one and writes it there as
+    /// [`AdminToken::write_to`] does.
+    pub fn load_or_create(path: &Path) -> Result<AdminToken, AdminTokenError> {
+        match AdminToken::read_from(path) {
+            Err(AdminTokenError::File(e)) if e.is_absent() => {
                 let token = AdminToken::generate();
-                write_private(path, token.expose())?;
+                token.write_to(path)?;
                 Ok(token)
             }
-            Err(e) => Err(e),
+            read => read,
         }
     }
 }
 
-/// Writes `text` to `path` readable by the owner only, atomically.
-pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
+/// Why an admin token file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminTokenError {
+    /// The file is not a private file of this user, or could not be used.
+    #[error(transparent)]
+    File(#[from] PrivateFileError),
+    /// The file is private but holds no admin token.
+    #[error("`{}` does not hold an admin token", path.display())]
+    NotAToken {
+        /// The file.
+        path: std::path::PathBuf,
+    },
 }
 
 #[derive(Clone)]
@@ -135,10 +141,16 @@ struct Admin {
 
 /// The admin API for `vessel`, for a listener bound to `local`.
 pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
+    router(vessel, token, LocalOrigins::for_listener(local))
+}
+
+/// The admin API for `vessel`, accepting the `Host` and `Origin`s of
+/// `local`.
+fn router(vessel: Arc<Vessel>, token: AdminToken, local: LocalOrigins) -> Router {
     let admin = Admin {
         vessel,
         token,
-        local: Arc::new(LocalOrigins::for_listener(local)),
+        local: Arc::new(local),
     };
     Router::new()
         .route("/v1/status", get(status))
@@ -177,6 +189,23 @@ pub async fn serve_admin(
     let stats = Arc::clone(&vessel.stats().admin_listener);
     let app = admin_router(vessel, token, local);
     crate::listen::serve_http(listener, app, limits, stats, shutdown).await
+}
+
+/// Serves the admin API on a Unix socket until `shutdown` resolves: the
+/// same routes and token check as [`serve_admin`], with `Host: localhost`.
+/// Bind it with [`crate::bind_private_socket`] in the vessel's 0700 data
+/// directory: only the vessel's own user can then make or reach it, so a
+/// client that checked the socket is its own knows whom it gives the token.
+pub async fn serve_admin_unix(
+    listener: tokio::net::UnixListener,
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(vessel, token, LocalOrigins::for_unix_socket());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// An error answer: `{"error": "..."}` with a status.

@@ -1,7 +1,8 @@
-//! A small client for the admin API, over HTTP/1.1 on loopback: what the
-//! `dk` command line and the tests use.
+//! A small client for the admin API, over HTTP/1.1 on a Unix socket (what
+//! the `dk` command line uses) or on loopback TCP (what tests also use).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
@@ -10,6 +11,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::admin::AdminToken;
+use crate::unix::{PrivateFileError, connect_private_socket};
 
 /// Why a request to the admin API failed before an answer came.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +24,10 @@ pub enum AdminClientError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// The vessel's socket was refused (not a socket of this user) or
+    /// nothing answers on it.
+    #[error("cannot reach the vessel: {0}")]
+    Socket(PrivateFileError),
     /// The HTTP exchange failed.
     #[error("admin request failed: {0}")]
     Http(String),
@@ -36,17 +42,40 @@ pub struct AdminAnswer {
     pub body: Value,
 }
 
+/// Where the admin API is.
+#[derive(Debug, Clone)]
+enum Place {
+    /// A loopback TCP listener.
+    Tcp(SocketAddr),
+    /// A Unix socket, used only once it is shown to be this user's.
+    Unix(PathBuf),
+}
+
 /// Talks to one vessel's admin API.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
-    addr: SocketAddr,
+    place: Place,
     token: AdminToken,
 }
 
 impl AdminClient {
-    /// A client for the admin API at `addr`.
+    /// A client for the admin API at `addr`. Whatever listens there gets
+    /// the token: the person's commands use [`AdminClient::over_socket`].
     pub fn new(addr: SocketAddr, token: AdminToken) -> AdminClient {
-        AdminClient { addr, token }
+        AdminClient {
+            place: Place::Tcp(addr),
+            token,
+        }
+    }
+
+    /// A client for the admin API on the Unix socket at `socket`. Each
+    /// request first checks that the socket is owned by this user, so the
+    /// token goes only to a vessel this user runs.
+    pub fn over_socket(socket: impl Into<PathBuf>, token: AdminToken) -> AdminClient {
+        AdminClient {
+            place: Place::Unix(socket.into()),
+            token,
+        }
     }
 
     /// `GET path`.
@@ -78,17 +107,11 @@ impl AdminClient {
         body: Option<&Value>,
         headers: &[(&str, &str)],
     ) -> Result<AdminAnswer, AdminClientError> {
-        let stream = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .map_err(|source| AdminClientError::Connect {
-                addr: self.addr,
-                source,
-            })?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| AdminClientError::Http(e.to_string()))?;
         let bearer = format!("Bearer {}", self.token.expose());
-        let host = self.addr.to_string();
+        let host = match &self.place {
+            Place::Tcp(addr) => addr.to_string(),
+            Place::Unix(_) => "localhost".to_owned(),
+        };
         let mut builder = Request::builder().method(method).uri(path);
         let overridden = |name: &str| headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(name));
         if !overridden("host") {
@@ -110,28 +133,58 @@ impl AdminClient {
         let request = builder
             .body(Full::new(payload))
             .map_err(|e| AdminClientError::Http(e.to_string()))?;
-        let exchange = async move {
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|e| AdminClientError::Http(e.to_string()))?;
-            let status = response.status().as_u16();
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| AdminClientError::Http(e.to_string()))?
-                .to_bytes();
-            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            Ok(AdminAnswer { status, body })
-        };
-        // The connection is driven until the answer is read; if it ends
-        // first, the exchange reports how.
-        tokio::pin!(exchange);
-        tokio::select! {
-            biased;
-            answer = &mut exchange => answer,
-            _ = connection => exchange.await,
+        match &self.place {
+            Place::Tcp(addr) => {
+                let stream = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(|source| AdminClientError::Connect {
+                        addr: *addr,
+                        source,
+                    })?;
+                exchange(stream, request).await
+            }
+            Place::Unix(path) => {
+                let stream = connect_private_socket(path)
+                    .await
+                    .map_err(AdminClientError::Socket)?;
+                exchange(stream, request).await
+            }
         }
+    }
+}
+
+/// Sends `request` over `stream` and reads the answer.
+async fn exchange<S>(
+    stream: S,
+    request: Request<Full<Bytes>>,
+) -> Result<AdminAnswer, AdminClientError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| AdminClientError::Http(e.to_string()))?;
+    let exchange = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| AdminClientError::Http(e.to_string()))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| AdminClientError::Http(e.to_string()))?
+            .to_bytes();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(AdminAnswer { status, body })
+    };
+    // The connection is driven until the answer is read; if it ends
+    // first, the exchange reports how.
+    tokio::pin!(exchange);
+    tokio::select! {
+        biased;
+        answer = &mut exchange => answer,
+        _ = connection => exchange.await,
     }
 }

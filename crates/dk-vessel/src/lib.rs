@@ -26,6 +26,7 @@ mod reload;
 mod server;
 mod store;
 mod stream;
+mod unix;
 mod vessel;
 
 pub use adapter::{
@@ -33,7 +34,7 @@ pub use adapter::{
     DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook, DecisionRecord,
     DeviceToolAdapter, RunClock, ToolDefinition, ToolOutcome,
 };
-pub use admin::{AdminToken, admin_router, serve_admin};
+pub use admin::{AdminToken, AdminTokenError, admin_router, serve_admin, serve_admin_unix};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use agents::{
     AGENT_CREDENTIAL_PREFIX, Agent, AgentAuditHook, AgentCredential, AgentDirectory, AgentError,
@@ -47,7 +48,7 @@ pub use link::{
     Links, PumpReport, pump_device_frames,
 };
 pub use listen::ListenerStats;
-pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_with};
+pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_unix, serve_mcp_with};
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
 };
@@ -68,4 +69,8 @@ pub use store::{
     WriterOptions, redact_for_audit,
 };
 pub use stream::{STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription};
+pub use unix::{
+    PrivateDir, PrivateFileError, bind_private_socket, connect_private_socket, current_uid,
+    ensure_private_dir, read_private_file, write_private_file,
+};
 pub use vessel::{ConnectionCaps, ConnectionPermit, Limits, PairingTicket, Stats, Vessel};

@@ -30,6 +30,15 @@ impl LocalOrigins {
         LocalOrigins { hosts, origins }
     }
 
+    /// A Unix socket's: `Host: localhost`, and no `Origin` at all, since no
+    /// web page is served there (a request that names one is refused).
+    pub(crate) fn for_unix_socket() -> LocalOrigins {
+        LocalOrigins {
+            hosts: vec!["localhost".to_owned()],
+            origins: Vec::new(),
+        }
+    }
+
     /// Why `headers` are refused, if they are.
     pub(crate) fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
         let host = header_text(headers, header::HOST);

@@ -1,26 +1,29 @@
 //! `dk pairings`, `dk approvals`, `dk devices`: the person's commands, on top
-//! of a running vessel's admin API (found through its data directory).
+//! of a running vessel's admin API, reached only on the admin socket in its
+//! data directory (found through dk's home, `home.rs`): the token goes to
+//! no listener but a socket this user's vessel made.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use dk_vessel::{AdminAnswer, AdminClient, AdminToken};
+use dk_vessel::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
 use serde_json::{Value, json};
 
+use crate::home::Paths;
 use crate::input::printable;
-use crate::vessel_cmd::ADDRESS_FILE;
 
 /// Where the vessel is.
 #[derive(Args)]
 pub struct Target {
-    /// The vessel's data directory (holds its address).
-    #[arg(long, default_value = ".dk/vessel", global = true)]
-    pub data_dir: PathBuf,
-    /// The admin token's file.
-    #[arg(long, default_value = ".dk/admin-token", global = true)]
-    pub admin_token_file: PathBuf,
+    /// The vessel's data directory (holds its admin socket). [default:
+    /// `vessel` in dk's home: $DK_HOME, else $XDG_DATA_HOME/dk, else
+    /// ~/.local/share/dk]
+    #[arg(long, global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// The admin token's file. [default: `admin-token` in dk's home]
+    #[arg(long, global = true)]
+    pub admin_token_file: Option<PathBuf>,
     /// Print the API's JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -93,23 +96,24 @@ pub enum DevicesCommand {
     },
 }
 
-fn client(data_dir: &Path, token_file: &Path) -> Result<AdminClient, String> {
-    let address = std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).map_err(|_| {
-        format!(
-            "no running vessel found in `{}` (start one with `dk vessel`)",
-            data_dir.display()
-        )
-    })?;
-    let address: Value =
-        serde_json::from_str(&address).map_err(|e| format!("address file: {e}"))?;
-    let admin: SocketAddr = at(&address, "admin")
-        .as_str()
-        .and_then(|a| a.parse().ok())
-        .ok_or("the address file names no admin address")?;
-    let token_text = std::fs::read_to_string(token_file)
-        .map_err(|e| format!("admin token `{}`: {e}", token_file.display()))?;
-    let token = AdminToken::parse(&token_text).ok_or("the admin token file is damaged")?;
-    Ok(AdminClient::new(admin, token))
+/// A client for the vessel of `target`, once its admin socket answers.
+async fn client(target: &Target) -> Result<AdminClient, String> {
+    let paths = Paths::resolve(
+        target.data_dir.as_deref(),
+        target.admin_token_file.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let socket = paths.admin_socket();
+    // The socket is checked to be this user's before anything is sent, so
+    // the token never reaches another user's listener.
+    match connect_private_socket(&socket).await {
+        Ok(_) => {}
+        Err(e) if e.is_absent() => return Err(paths.no_vessel()),
+        Err(e) => return Err(format!("cannot reach the vessel: {e}")),
+    }
+    let token = AdminToken::read_from(&paths.admin_token_file)
+        .map_err(|e| format!("the admin token file is refused: {e}"))?;
+    Ok(AdminClient::over_socket(socket, token))
 }
 
 /// Runs one request, or several, on a small runtime.
@@ -118,13 +122,11 @@ where
     F: FnOnce(AdminClient) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let result = client(&target.data_dir, &target.admin_token_file).and_then(|client| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        runtime.block_on(f(client))
-    });
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|runtime| runtime.block_on(async { f(client(target).await?).await }));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

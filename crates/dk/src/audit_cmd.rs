@@ -9,17 +9,17 @@ use clap::Subcommand;
 use dk_vessel::{AuditEntry, AuditHead, SqliteStore, Store};
 use serde_json::json;
 
+use crate::home::{DATABASE_FILE, data_dir_or_home};
 use crate::input::printable;
-use crate::vessel_cmd::DATABASE_FILE;
 
 /// Audit commands.
 #[derive(Subcommand)]
 pub enum AuditCommand {
     /// Print the last entries, oldest first; `--follow` keeps printing new ones.
     Tail {
-        /// The vessel's data directory.
-        #[arg(long, default_value = ".dk/vessel")]
-        data_dir: PathBuf,
+        /// The vessel's data directory. [default: `vessel` in dk's home]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         /// How many of the last entries to print first.
         #[arg(long, short = 'n', default_value_t = 20)]
         lines: u64,
@@ -32,9 +32,9 @@ pub enum AuditCommand {
     },
     /// Check the hash chain; exit 0 when intact, 1 saying where it breaks.
     Verify {
-        /// The vessel's data directory.
-        #[arg(long, default_value = ".dk/vessel")]
-        data_dir: PathBuf,
+        /// The vessel's data directory. [default: `vessel` in dk's home]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         /// A head kept from an earlier verify (`SEQ:HASH`): also detects
         /// entries cut off the end since then.
         #[arg(long)]
@@ -45,7 +45,8 @@ pub enum AuditCommand {
     },
 }
 
-fn open(data_dir: &std::path::Path) -> Result<SqliteStore, String> {
+fn open(data_dir: Option<&std::path::Path>) -> Result<SqliteStore, String> {
+    let (data_dir, _) = data_dir_or_home(data_dir).map_err(|e| e.to_string())?;
     let path = data_dir.join(DATABASE_FILE);
     if !path.exists() {
         return Err(format!("no vessel database at `{}`", path.display()));
@@ -61,12 +62,12 @@ pub fn run(command: AuditCommand) -> ExitCode {
             lines,
             follow,
             json,
-        } => tail(&data_dir, lines, follow, json),
+        } => tail(data_dir.as_deref(), lines, follow, json),
         AuditCommand::Verify {
             data_dir,
             expect_head,
             json,
-        } => return verify(&data_dir, expect_head.as_deref(), json),
+        } => return verify(data_dir.as_deref(), expect_head.as_deref(), json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -94,7 +95,12 @@ fn show(entry: &AuditEntry, json: bool) {
     }
 }
 
-fn tail(data_dir: &std::path::Path, lines: u64, follow: bool, json: bool) -> Result<(), String> {
+fn tail(
+    data_dir: Option<&std::path::Path>,
+    lines: u64,
+    follow: bool,
+    json: bool,
+) -> Result<(), String> {
     let store = open(data_dir)?;
     let total = store.verify_audit().map_err(|e| e.to_string())?.entries;
     let mut after = total.saturating_sub(lines);
@@ -114,7 +120,7 @@ fn tail(data_dir: &std::path::Path, lines: u64, follow: bool, json: bool) -> Res
     }
 }
 
-fn verify(data_dir: &std::path::Path, expect_head: Option<&str>, json: bool) -> ExitCode {
+fn verify(data_dir: Option<&std::path::Path>, expect_head: Option<&str>, json: bool) -> ExitCode {
     let expected = match expect_head.map(parse_head) {
         None => None,
         Some(Ok(head)) => Some(head),

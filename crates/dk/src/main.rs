@@ -14,6 +14,7 @@ mod admin_cmd;
 mod agents_cmd;
 mod audit_cmd;
 mod demo_cmd;
+mod home;
 mod input;
 mod logging;
 mod manifest_cmd;
@@ -26,7 +27,16 @@ mod vessel_cmd;
 
 /// dk: a device kit for AI agents.
 #[derive(Parser)]
-#[command(name = "dk", version, about = "dk: a device kit for AI agents", long_about = None)]
+#[command(
+    name = "dk",
+    version,
+    about = "dk: a device kit for AI agents",
+    long_about = None,
+    after_help = "Files: dk keeps a vessel's data directory and admin token in its home, \
+                  $DK_HOME, else $XDG_DATA_HOME/dk, else ~/.local/share/dk; \
+                  `dk vessel` and the commands that talk to it find each other there \
+                  from any directory."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -83,8 +93,8 @@ enum Command {
         command: Option<agents_cmd::AgentsCommand>,
     },
     /// Bridge an MCP client that launches a command (stdio) to a running
-    /// vessel's MCP server, with an agent credential from
-    /// `DK_AGENT_CREDENTIAL` or `--credential-file`.
+    /// vessel's MCP server (on its MCP socket, or `--vessel URL`), with an
+    /// agent credential from `DK_AGENT_CREDENTIAL` or `--credential-file`.
     Mcp(mcp_cmd::McpArgs),
 }
 

@@ -1,5 +1,9 @@
 //! `dk mcp`: a stdio bridge to a running vessel's MCP server, for MCP
-//! clients that launch a command instead of connecting over HTTP.
+//! clients that launch a command instead of connecting over HTTP. It
+//! reaches the vessel on the MCP socket in its data directory (found through
+//! dk's home, `home.rs`), after checking the socket is this user's, so the
+//! agent's credential goes to no other listener; `--vessel URL` sends it to
+//! the HTTP endpoint the person names instead.
 //!
 //! It is a faithful JSON-RPC proxy: each line on standard input is one
 //! JSON-RPC message, POSTed as it is to the vessel's `/mcp` with the agent's
@@ -26,7 +30,7 @@
 //! ends the session with `DELETE` and exits 0.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -41,10 +45,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::input::printable;
+use dk_vessel::connect_private_socket;
 
-/// Where the vessel serves MCP unless `--vessel` says otherwise.
-pub const DEFAULT_VESSEL: &str = "http://127.0.0.1:7779/mcp";
+use crate::home::{MCP_SOCKET, data_dir_or_home, no_vessel};
+use crate::input::printable;
 
 /// The environment variable holding the agent credential.
 pub const CREDENTIAL_ENV: &str = "DK_AGENT_CREDENTIAL";
@@ -101,9 +105,16 @@ const NAMED_METHODS: [(&str, &str); 8] = [
 /// `dk mcp`.
 #[derive(clap::Args)]
 pub struct McpArgs {
-    /// The vessel's MCP endpoint.
-    #[arg(long, value_name = "URL", default_value = DEFAULT_VESSEL)]
-    vessel: String,
+    /// The vessel's MCP endpoint over HTTP (`http://127.0.0.1:7779/mcp`),
+    /// which gets the credential whoever listens there. [default: the MCP
+    /// socket in the vessel's data directory]
+    #[arg(long, value_name = "URL")]
+    vessel: Option<String>,
+    /// The vessel's data directory, whose MCP socket the bridge uses.
+    /// [default: `vessel` in dk's home: $DK_HOME, else $XDG_DATA_HOME/dk,
+    /// else ~/.local/share/dk]
+    #[arg(long, value_name = "DIR", conflicts_with = "vessel")]
+    data_dir: Option<PathBuf>,
     /// A file holding the agent credential (`dka_...`), used instead of the
     /// `DK_AGENT_CREDENTIAL` environment variable.
     #[arg(long, value_name = "PATH")]
@@ -112,7 +123,13 @@ pub struct McpArgs {
 
 /// Runs the bridge until standard input ends.
 pub fn run(args: &McpArgs) -> ExitCode {
-    let prepared = Endpoint::parse(&args.vessel).and_then(|endpoint| {
+    let endpoint = match &args.vessel {
+        Some(url) => Endpoint::parse(url),
+        None => data_dir_or_home(args.data_dir.as_deref())
+            .map(|(dir, home)| Endpoint::socket(&dir, &no_vessel(&dir, home.as_ref())))
+            .map_err(|e| e.to_string()),
+    };
+    let prepared = endpoint.and_then(|endpoint| {
         let bearer = bearer(args.credential_file.as_deref())?;
         Ok((endpoint, bearer))
     });
@@ -159,17 +176,48 @@ fn bearer(file: Option<&std::path::Path>) -> Result<HeaderValue, String> {
 /// The vessel's MCP endpoint, taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Endpoint {
-    /// The URL as given, for messages.
+    /// The URL as given, or the socket's path, for messages.
     url: String,
-    /// `host:port` as written in the URL: the `Host` header.
+    /// `host:port` as written in the URL (`localhost` on the socket): the
+    /// `Host` header.
     authority: String,
-    /// Where to connect: the authority with the port made explicit.
-    connect: String,
+    /// Where to connect.
+    place: Place,
     /// The request target: path and query.
     target: String,
 }
 
+/// Where the bridge connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    /// The URL's authority with the port made explicit.
+    Tcp(String),
+    /// The vessel's MCP socket, used only once it is shown to be this
+    /// user's.
+    Unix {
+        /// The socket.
+        socket: PathBuf,
+        /// What to say when nothing answers on it.
+        absent: String,
+    },
+}
+
 impl Endpoint {
+    /// The MCP socket in the vessel's data directory `data_dir`; `absent`
+    /// is what to say when no vessel answers there.
+    fn socket(data_dir: &Path, absent: &str) -> Endpoint {
+        let socket = data_dir.join(MCP_SOCKET);
+        Endpoint {
+            url: format!("`{}`", socket.display()),
+            authority: "localhost".to_owned(),
+            place: Place::Unix {
+                socket,
+                absent: absent.to_owned(),
+            },
+            target: "/mcp".to_owned(),
+        }
+    }
+
     /// Parses an `http://host[:port][/path]` URL.
     fn parse(url: &str) -> Result<Endpoint, String> {
         let Some(rest) = url.strip_prefix("http://") else {
@@ -205,7 +253,7 @@ impl Endpoint {
         Ok(Endpoint {
             url: url.to_owned(),
             authority: authority.to_owned(),
-            connect,
+            place: Place::Tcp(connect),
             target,
         })
     }
@@ -702,20 +750,28 @@ impl Bridge {
         }
         let request = builder.body(Full::new(body)).map_err(|e| unreachable(&e))?;
 
-        let connect = tokio::net::TcpStream::connect(&self.endpoint.connect);
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(unreachable(&e)),
-            Err(_) => return Err(unreachable(&"no connection within 10 seconds")),
+        let (mut sender, driver) = match &self.endpoint.place {
+            Place::Tcp(address) => {
+                let connect = tokio::net::TcpStream::connect(address);
+                let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => return Err(unreachable(&e)),
+                    Err(_) => return Err(unreachable(&"no connection within 10 seconds")),
+                };
+                let _ = stream.set_nodelay(true);
+                open(stream).await.map_err(|e| unreachable(&e))?
+            }
+            Place::Unix { socket, absent } => {
+                let connect = connect_private_socket(socket);
+                let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) if e.is_absent() => return Err(unreachable(absent)),
+                    Ok(Err(e)) => return Err(unreachable(&e)),
+                    Err(_) => return Err(unreachable(&"no connection within 10 seconds")),
+                };
+                open(stream).await.map_err(|e| unreachable(&e))?
+            }
         };
-        let _ = stream.set_nodelay(true);
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable(&e))?;
-        let mut driver = JoinSet::new();
-        driver.spawn(async move {
-            let _ = connection.await;
-        });
         let response = sender
             .send_request(request)
             .await
@@ -910,6 +966,28 @@ impl Bridge {
     }
 }
 
+/// The HTTP/1.1 handshake over `stream`: the sending half, and the task
+/// driving the connection (dropping it closes the connection).
+async fn open<S>(
+    stream: S,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+        JoinSet<()>,
+    ),
+    hyper::Error,
+>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let mut driver = JoinSet::new();
+    driver.spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((sender, driver))
+}
+
 /// Whether `version` uses the 2026-07-28 request headers.
 fn is_modern(version: Option<&str>) -> bool {
     version.is_some_and(|v| v >= STANDARD_HEADERS_VERSION)
@@ -1026,15 +1104,19 @@ impl SseParser {
 
 #[cfg(test)]
 mod tests {
-    use super::{Endpoint, SseParser, base64, header_text, standard_headers};
+    use super::{Endpoint, Place, SseParser, base64, header_text, standard_headers};
     use serde_json::json;
 
     #[track_caller]
     fn check_endpoint(url: &str, expected: Option<(&str, &str, &str)>) {
         let got = Endpoint::parse(url).ok();
-        let got = got
-            .as_ref()
-            .map(|e| (e.authority.as_str(), e.connect.as_str(), e.target.as_str()));
+        let got = got.as_ref().map(|e| {
+            let connect = match &e.place {
+                Place::Tcp(address) => address.as_str(),
+                Place::Unix { .. } => "unix",
+            };
+            (e.authority.as_str(), connect, e.target.as_str())
+        });
         assert_eq!(got, expected, "{url}");
     }
 
@@ -1054,6 +1136,18 @@ mod tests {
         check_endpoint("ws://127.0.0.1:7779/mcp", None);
         check_endpoint("http://user@host/mcp", None);
         check_endpoint("http:///mcp", None);
+        let socket = Endpoint::socket(std::path::Path::new("/h/vessel"), "none");
+        assert_eq!(
+            (socket.authority.as_str(), socket.target.as_str()),
+            ("localhost", "/mcp")
+        );
+        assert_eq!(
+            socket.place,
+            Place::Unix {
+                socket: "/h/vessel/mcp.sock".into(),
+                absent: "none".to_owned()
+            }
+        );
     }
 
     #[track_caller]

@@ -1,7 +1,9 @@
 //! `dk vessel`: run a vessel. Devices connect to its `/device` route, agents
-//! to its `/mcp` route; the person answers from the terminal prompt (when
-//! there is a terminal), the admin API, or the `dk pairings` /
-//! `dk approvals` / `dk devices` / `dk agents` commands.
+//! to its `/mcp` route (on loopback, or through `dk mcp` on its MCP socket);
+//! the person answers from the terminal prompt (when there is a terminal),
+//! the admin API, or the `dk pairings` / `dk approvals` / `dk devices` /
+//! `dk agents` commands, which reach it on its admin socket. Its files live
+//! in dk's home (`home.rs`), where the other commands find them.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -12,12 +14,16 @@ use std::sync::Arc;
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, FileStamp, Limits, McpOptions, Reloaded, SqliteStore, Store, Vessel, VesselConfig,
-    serve_admin, serve_devices, serve_mcp_with, watch_policy_file,
+    AdminToken, AdminTokenError, FileStamp, Limits, McpOptions, PrivateDir, PrivateFileError,
+    Reloaded, SqliteStore, Store, Vessel, VesselConfig, bind_private_socket, ensure_private_dir,
+    serve_admin, serve_admin_unix, serve_devices, serve_mcp_unix, serve_mcp_with,
+    watch_policy_file, write_private_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
 
+use crate::home::{ADDRESS_FILE, DATABASE_FILE, Paths};
 use crate::input::printable;
 use crate::prompt;
 
@@ -40,14 +46,17 @@ pub struct VesselArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub mcp_read_more_threshold: u64,
-    /// The vessel's data directory: its database (pairings, token hashes,
-    /// the audit log) and its address file. No token is ever kept there.
-    #[arg(long, default_value = ".dk/vessel")]
-    pub data_dir: PathBuf,
+    /// The vessel's data directory (mode 0700): its database (pairings,
+    /// token hashes, the audit log), its address file and its admin and MCP
+    /// sockets. No token is ever kept there. [default: `vessel` in dk's
+    /// home: $DK_HOME, else $XDG_DATA_HOME/dk, else ~/.local/share/dk]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     /// Where the admin token is kept for the person's commands (mode 0600);
-    /// outside the data directory, which holds only its hash.
-    #[arg(long, default_value = ".dk/admin-token")]
-    pub admin_token_file: PathBuf,
+    /// outside the data directory, which holds only its hash. [default:
+    /// `admin-token` in dk's home]
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
     /// A `device_use` rule file; a broken file stops the vessel from starting.
     #[arg(long)]
     pub policies: Option<PathBuf>,
@@ -68,17 +77,20 @@ pub struct VesselArgs {
     pub pending_pairings_per_address: usize,
 }
 
-/// Where a running vessel says its admin API is.
-pub const ADDRESS_FILE: &str = "vessel.json";
-/// The vessel's database in its data directory.
-pub const DATABASE_FILE: &str = "vessel.db";
 /// Where agents connect over MCP unless `--mcp-listen` says otherwise.
 const DEFAULT_MCP_LISTEN: &str = "127.0.0.1:7779";
 /// The name of the admin token's hash in the store.
 const ADMIN_TOKEN: &str = "admin-token";
 
-/// Runs the vessel until Ctrl-C.
+/// Runs the vessel until Ctrl-C or SIGTERM.
 pub fn run(args: &VesselArgs) -> ExitCode {
+    let paths = match Paths::resolve(args.data_dir.as_deref(), args.admin_token_file.as_deref()) {
+        Ok(paths) => paths,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Taken before loading, so a change made meanwhile is reloaded.
     let loaded = args.policies.as_deref().map(FileStamp::of);
     let policies = match &args.policies {
@@ -101,7 +113,7 @@ pub fn run(args: &VesselArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, policies, loaded)) {
+    match runtime.block_on(serve(args, &paths, policies, loaded)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -112,9 +124,16 @@ pub fn run(args: &VesselArgs) -> ExitCode {
 
 async fn serve(
     args: &VesselArgs,
+    paths: &Paths,
     policies: PolicySet,
     loaded: Option<FileStamp>,
 ) -> Result<(), String> {
+    // Watched from the start, so a stop asked for at any moment is a clean
+    // one that removes the vessel's files.
+    let mut interrupts =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let mut terminations =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let config = match &args.config {
         None => VesselConfig::default(),
         Some(path) => VesselConfig::load(path).map_err(|e| {
@@ -125,11 +144,24 @@ async fn serve(
             )
         })?,
     };
-    std::fs::create_dir_all(&args.data_dir)
-        .map_err(|e| format!("data directory `{}`: {e}", args.data_dir.display()))?;
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(&args.data_dir.join(DATABASE_FILE)).map_err(|e| e.to_string())?);
-    let token_path = args.admin_token_file.clone();
+    if let Some(home) = &paths.home {
+        private_dir(home.root())?;
+    }
+    private_dir(&paths.data_dir)?;
+    // The sockets first: they tell whether another vessel runs here.
+    let mut leftovers = Leftovers::default();
+    let admin_socket = bind_private_socket(&paths.admin_socket())
+        .await
+        .map_err(|e| e.to_string())?;
+    leftovers.0.push(paths.admin_socket());
+    let mcp_socket = bind_private_socket(&paths.mcp_socket())
+        .await
+        .map_err(|e| e.to_string())?;
+    leftovers.0.push(paths.mcp_socket());
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&paths.data_dir.join(DATABASE_FILE)).map_err(|e| e.to_string())?,
+    );
+    let token_path = paths.admin_token_file.clone();
     let (token, replaced) = admin_token(store.as_ref(), &token_path)?;
     let devices = TcpListener::bind(args.listen)
         .await
@@ -160,7 +192,8 @@ async fn serve(
         .map(TcpListener::local_addr)
         .transpose()
         .map_err(|e| e.to_string())?;
-    write_address(&args.data_dir, device_addr, admin_addr, mcp_addr)?;
+    write_address(paths, device_addr, admin_addr, mcp_addr)?;
+    leftovers.0.insert(0, paths.data_dir.join(ADDRESS_FILE));
 
     let rules = policies.rules().len();
     let started = std::time::Instant::now();
@@ -181,18 +214,29 @@ async fn serve(
     }
     let paired = vessel.registry().list().len();
     println!("dk vessel");
+    if let Some(home) = &paths.home {
+        println!(
+            "  home                 {} ({})",
+            home.root().display(),
+            home.found_through()
+        );
+    }
+    println!("  data directory       {}", paths.data_dir.display());
     println!("  devices connect to   ws://{device_addr}/device");
     println!(
-        "  admin API on         http://{admin_addr} (token in {})",
+        "  admin API on         {} and http://{admin_addr} (token in {})",
+        paths.admin_socket().display(),
         token_path.display()
     );
-    match mcp_addr {
-        Some(addr) => println!(
-            "  agents connect to    http://{addr}/mcp ({} agents; `dk agents add NAME` adds one)",
-            vessel.agents().list().len()
-        ),
-        None => println!("  agents connect to    nowhere (no MCP listener)"),
-    }
+    let over_http = match mcp_addr {
+        Some(addr) => format!(" or http://{addr}/mcp"),
+        None => " (no MCP listener on loopback)".to_owned(),
+    };
+    println!(
+        "  agents connect to    `dk mcp` (through {}){over_http} ({} agents; `dk agents add NAME` adds one)",
+        paths.mcp_socket().display(),
+        vessel.agents().list().len()
+    );
     println!("  device_use rules     {rules}");
     println!("  streaming kinds      {}", streaming_summary(&config));
     println!(
@@ -205,12 +249,35 @@ async fn serve(
     } else {
         println!("  answer pairing requests with `dk pairings`, approvals with `dk approvals`");
     }
+    println!("  {}", how_others_find_it(args, paths));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let admin_task = serve_admin(admin, Arc::clone(&vessel), token, stopped(stop_rx.clone()));
+    let mcp_options = McpOptions {
+        read_more_threshold: usize::try_from(args.mcp_read_more_threshold).unwrap_or(usize::MAX),
+        ..McpOptions::default()
+    };
+    let admin_task = serve_admin(
+        admin,
+        Arc::clone(&vessel),
+        token.clone(),
+        stopped(stop_rx.clone()),
+    );
+    let admin_socket_task = serve_admin_unix(
+        admin_socket,
+        Arc::clone(&vessel),
+        token,
+        stopped(stop_rx.clone()),
+    );
+    let mcp_socket_task = serve_mcp_unix(
+        mcp_socket,
+        Arc::clone(&vessel),
+        Arc::clone(vessel.agents()),
+        mcp_options,
+        stopped(stop_rx.clone()),
+    );
     let device_task = serve_devices(devices, Arc::clone(&vessel), stopped(stop_rx.clone()));
     let mcp_task = async {
         match mcp {
@@ -219,11 +286,7 @@ async fn serve(
                     listener,
                     Arc::clone(&vessel),
                     Arc::clone(vessel.agents()),
-                    McpOptions {
-                        read_more_threshold: usize::try_from(args.mcp_read_more_threshold)
-                            .unwrap_or(usize::MAX),
-                        ..McpOptions::default()
-                    },
+                    mcp_options,
                     stopped(stop_rx.clone()),
                 )
                 .await
@@ -266,26 +329,90 @@ async fn serve(
         }
     };
     let signal = async {
-        let _ = tokio::signal::ctrl_c().await;
+        tokio::select! {
+            _ = interrupts.recv() => {}
+            _ = terminations.recv() => {}
+        }
         println!("\nstopping: closing device connections");
         stop_tx.send_replace(true);
     };
-    let (admin_result, device_result, mcp_result, (), (), ()) = tokio::join!(
+    let (
+        admin_result,
+        admin_socket_result,
+        device_result,
+        mcp_result,
+        mcp_socket_result,
+        (),
+        (),
+        (),
+    ) = tokio::join!(
         admin_task,
+        admin_socket_task,
         device_task,
         mcp_task,
+        mcp_socket_task,
         prompt_task,
         reload_task,
         signal
     );
-    let _ = std::fs::remove_file(args.data_dir.join(ADDRESS_FILE));
+    drop(leftovers);
     vessel
         .flush_audit()
         .map_err(|e| format!("audit log: {e}"))?;
     admin_result.map_err(|e| format!("admin API: {e}"))?;
+    admin_socket_result.map_err(|e| format!("admin socket: {e}"))?;
     device_result.map_err(|e| format!("device route: {e}"))?;
     mcp_result.map_err(|e| format!("MCP route: {e}"))?;
+    mcp_socket_result.map_err(|e| format!("MCP socket: {e}"))?;
     Ok(())
+}
+
+/// Files the vessel made that go when it stops (short of SIGKILL): its
+/// address file and its sockets, removed when this is dropped.
+#[derive(Default)]
+struct Leftovers(Vec<PathBuf>);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Makes `dir` private (0700), or checks it is: another user's is refused,
+/// one of ours that others could enter is tightened, and the person told.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    match ensure_private_dir(dir).map_err(|e| e.to_string())? {
+        PrivateDir::Tightened { was } => eprintln!(
+            "note: `{}` had mode {was:04o}; it is now 0700 (only you may enter it)",
+            dir.display()
+        ),
+        PrivateDir::Created | PrivateDir::Kept => {}
+    }
+    Ok(())
+}
+
+/// How the person's other commands find this vessel, for the start text.
+fn how_others_find_it(args: &VesselArgs, paths: &Paths) -> String {
+    let mut flags = Vec::new();
+    if let Some(dir) = &args.data_dir {
+        flags.push(format!("--data-dir {}", dir.display()));
+    }
+    if let Some(file) = &args.admin_token_file {
+        flags.push(format!("--admin-token-file {}", file.display()));
+    }
+    let commands = "`dk pairings`, `dk approvals`, `dk devices`, `dk agents`, `dk audit` and `dk mcp` find this vessel";
+    match (paths.home.is_some(), flags.is_empty()) {
+        (true, true) => format!(
+            "{commands} through DK_HOME, or the default home when DK_HOME is unset, from any directory"
+        ),
+        (true, false) => format!(
+            "{commands} when given {} (and the same DK_HOME)",
+            flags.join(" ")
+        ),
+        (false, _) => format!("{commands} when given {}", flags.join(" ")),
+    }
 }
 
 /// SIGHUP as a stream of reload requests.
@@ -314,9 +441,20 @@ impl futures::Stream for Hangups {
 /// whether an earlier token was replaced.
 fn admin_token(store: &dyn Store, path: &Path) -> Result<(AdminToken, bool), String> {
     let kept = store.secret_hash(ADMIN_TOKEN).map_err(|e| e.to_string())?;
-    let on_file = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| AdminToken::parse(&t));
+    let on_file = match AdminToken::read_from(path) {
+        Ok(token) => Some(token),
+        Err(AdminTokenError::NotAToken { .. }) => None,
+        Err(AdminTokenError::File(e)) if e.is_absent() => None,
+        Err(AdminTokenError::File(e)) => {
+            let advice = match e {
+                PrivateFileError::Exposed { .. } => {
+                    "remove it and start the vessel again to make a new token"
+                }
+                _ => "remove it, or name another file with --admin-token-file",
+            };
+            return Err(format!("the admin token file is refused: {e}; {advice}"));
+        }
+    };
     if let (Some(hash), Some(token)) = (kept, &on_file)
         && token.hash() == hash
     {
@@ -328,28 +466,34 @@ fn admin_token(store: &dyn Store, path: &Path) -> Result<(AdminToken, bool), Str
     };
     token
         .write_to(path)
-        .map_err(|e| format!("admin token `{}`: {e}", path.display()))?;
+        .map_err(|e| format!("admin token: {e}"))?;
     store
         .put_secret_hash(ADMIN_TOKEN, token.hash())
         .map_err(|e| e.to_string())?;
     Ok((token, kept.is_some()))
 }
 
+/// Writes `vessel.json` (0600, atomically): where this vessel listens, for
+/// the person and their tools. dk's own commands do not trust it: they
+/// reach the vessel through its sockets.
 fn write_address(
-    data_dir: &Path,
+    paths: &Paths,
     devices: SocketAddr,
     admin: SocketAddr,
     mcp: Option<SocketAddr>,
 ) -> Result<(), String> {
-    std::fs::create_dir_all(data_dir)
-        .map_err(|e| format!("data directory `{}`: {e}", data_dir.display()))?;
+    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
     let text = json!({
+        "pid": std::process::id(),
         "devices": devices.to_string(),
         "admin": admin.to_string(),
         "mcp": mcp.map(|addr| addr.to_string()),
+        "adminSocket": absolute(paths.admin_socket()),
+        "mcpSocket": absolute(paths.mcp_socket()),
     })
     .to_string();
-    std::fs::write(data_dir.join(ADDRESS_FILE), text).map_err(|e| format!("address file: {e}"))
+    write_private_file(&paths.data_dir.join(ADDRESS_FILE), text.as_bytes())
+        .map_err(|e| format!("address file: {e}"))
 }
 
 /// The streaming kinds a configuration admits, for the start-up summary.

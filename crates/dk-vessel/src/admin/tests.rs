@@ -313,17 +313,193 @@ async fn approvals_are_answered_through_the_api() {
 #[test]
 fn tokens_are_made_and_kept_privately() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("dk-admin-token-{}", std::process::id()));
-    let path = dir.join("admin-token");
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys").join("admin-token");
     let made = AdminToken::load_or_create(&path).unwrap();
-    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
     assert_eq!(AdminToken::load_or_create(&path).unwrap(), made);
+    assert_eq!(AdminToken::read_from(&path).unwrap(), made);
     assert!(!format!("{made:?}").contains(made.expose()));
-    std::fs::write(&path, "not a token").unwrap();
-    assert!(AdminToken::load_or_create(&path).is_err());
-    std::fs::remove_dir_all(&dir).unwrap();
+    // Nothing but the token is left beside it.
+    let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["admin-token"]);
+    crate::unix::write_private_file(&path, b"not a token").unwrap();
+    assert_eq!(
+        AdminToken::load_or_create(&path).unwrap_err().to_string(),
+        format!("`{}` does not hold an admin token", path.display())
+    );
     assert!(AdminToken::parse(&"A".repeat(64)).is_none());
+}
+
+/// What is planted at the token's path before it is read.
+enum Planted {
+    Mode(u32),
+    Directory,
+    LinkToAGoodToken,
+    DanglingLink,
+}
+
+#[track_caller]
+fn check_refused(planted: Planted, expected: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("admin-token");
+    let good = dir.path().join("elsewhere");
+    AdminToken::generate().write_to(&good).unwrap();
+    match planted {
+        Planted::Mode(mode) => {
+            AdminToken::generate().write_to(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        Planted::Directory => std::fs::create_dir(&path).unwrap(),
+        Planted::LinkToAGoodToken => std::os::unix::fs::symlink(&good, &path).unwrap(),
+        Planted::DanglingLink => {
+            std::os::unix::fs::symlink(dir.path().join("nothing"), &path).unwrap()
+        }
+    }
+    let expected = expected.replace("PATH", &path.display().to_string());
+    let read = AdminToken::read_from(&path).unwrap_err();
+    assert_eq!(read.to_string(), expected);
+    // Refused, not replaced: the vessel never writes through it either.
+    let loaded = AdminToken::load_or_create(&path).unwrap_err();
+    assert_eq!(loaded.to_string(), expected);
+    assert!(!dir.path().join("nothing").exists());
+}
+
+#[test]
+fn a_token_file_that_is_not_a_private_regular_file_of_ours_is_refused() {
+    let link = "`PATH` is a symbolic link, which dk does not follow for its private files";
+    check_refused(
+        Planted::Mode(0o644),
+        "`PATH` has mode 0644, not 0600: other users may read it",
+    );
+    check_refused(
+        Planted::Mode(0o640),
+        "`PATH` has mode 0640, not 0600: other users may read it",
+    );
+    check_refused(
+        Planted::Mode(0o400),
+        "`PATH` has mode 0400, not 0600: other users may read it",
+    );
+    check_refused(
+        Planted::Directory,
+        "`PATH` is a directory, not a regular file",
+    );
+    check_refused(Planted::LinkToAGoodToken, link);
+    check_refused(Planted::DanglingLink, link);
+}
+
+#[test]
+fn writing_never_follows_a_planted_link() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "unchanged").unwrap();
+    // At a temporary name: creating it fails, the victim is untouched.
+    let temporary = dir.path().join("admin-token.tmp");
+    std::os::unix::fs::symlink(&victim, &temporary).unwrap();
+    let refused = crate::unix::create_new_private(&temporary).unwrap_err();
+    assert!(
+        matches!(&refused, crate::unix::PrivateFileError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::AlreadyExists),
+        "{refused:?}"
+    );
+    // At the token's path: the link is replaced by the file, not followed.
+    let path = dir.path().join("admin-token");
+    std::os::unix::fs::symlink(&victim, &path).unwrap();
+    let token = AdminToken::generate();
+    token.write_to(&path).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "unchanged");
+    assert!(
+        !std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(AdminToken::read_from(&path).unwrap(), token);
+}
+
+#[tokio::test]
+async fn the_admin_api_answers_on_its_unix_socket_with_host_localhost() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let socket = dir.path().join("admin.sock");
+    let listener = crate::unix::bind_private_socket(&socket).await.unwrap();
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let token = AdminToken::generate();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_admin_unix(
+        listener,
+        Arc::clone(&vessel),
+        token.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let c = AdminClient::over_socket(&socket, token);
+    assert_eq!(c.get("/v1/status").await.unwrap().status, 200);
+    let cases: [(&str, &str, u16); 5] = [
+        ("host", "127.0.0.1:7778", 403),
+        ("host", "evil.example", 403),
+        ("origin", "http://evil.example", 403),
+        ("origin", "http://localhost", 403),
+        ("authorization", "Bearer nope", 401),
+    ];
+    for (name, value, status) in cases {
+        let answer = c
+            .send("GET", "/v1/status", None, &[(name, value)])
+            .await
+            .unwrap();
+        assert_eq!(answer.status, status, "{name}: {value}");
+    }
+    // A second vessel on the same socket is refused; the first still answers.
+    let again = crate::unix::bind_private_socket(&socket).await.unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        format!("a vessel already runs in `{}`", dir.path().display())
+    );
+    assert_eq!(c.get("/v1/status").await.unwrap().status, 200);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    // The socket file stays (the vessel removes it) but nothing answers:
+    // the client says nothing is there, and a new vessel may take it.
+    let gone = c.get("/v1/status").await.unwrap_err();
+    assert!(
+        matches!(&gone, crate::AdminClientError::Socket(e) if e.is_absent()),
+        "{gone:?}"
+    );
+    drop(crate::unix::bind_private_socket(&socket).await.unwrap());
+}
+
+#[tokio::test]
+async fn the_client_refuses_what_is_not_a_socket_of_ours() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let token = AdminToken::generate();
+    let missing = dir.path().join("admin.sock");
+    let refused = AdminClient::over_socket(&missing, token.clone())
+        .get("/v1/status")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, crate::AdminClientError::Socket(e) if e.is_absent()),
+        "{refused:?}"
+    );
+    let file = dir.path().join("file.sock");
+    std::fs::write(&file, "").unwrap();
+    let refused = AdminClient::over_socket(&file, token)
+        .get("/v1/status")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "cannot reach the vessel: `{}` is a regular file, not a socket",
+            file.display()
+        )
+    );
 }
 
 #[test]

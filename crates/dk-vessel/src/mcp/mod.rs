@@ -97,10 +97,9 @@ impl Drop for FeedTask {
 fn build(
     vessel: Arc<Vessel>,
     agents: Arc<AgentDirectory>,
-    local: SocketAddr,
+    origins: LocalOrigins,
     options: McpOptions,
 ) -> (Router, impl FnOnce() + Send + 'static) {
-    let origins = LocalOrigins::for_listener(local);
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(origins.hosts.clone())
         .with_allowed_origins(origins.origins.clone())
@@ -170,7 +169,7 @@ pub fn mcp_router_with(
     local: SocketAddr,
     options: McpOptions,
 ) -> Router {
-    build(vessel, agents, local, options).0
+    build(vessel, agents, LocalOrigins::for_listener(local), options).0
 }
 
 /// Serves `/mcp` on `listener` with [`McpOptions::default`] until
@@ -195,7 +194,7 @@ pub async fn serve_mcp_with(
     let local = listener.local_addr()?;
     let limits = vessel.limits().mcp_listener();
     let stats = Arc::clone(&vessel.stats().mcp_listener);
-    let (router, end_sessions) = build(vessel, agents, local, options);
+    let (router, end_sessions) = build(vessel, agents, LocalOrigins::for_listener(local), options);
     // Every accepted connection gets TCP_NODELAY: an answer goes out as
     // several small writes (headers, the event, the end of the stream), and
     // a client that delays its ACK would hold each call up for tens of
@@ -205,6 +204,25 @@ pub async fn serve_mcp_with(
         end_sessions();
     })
     .await
+}
+
+/// [`serve_mcp_with`] on a Unix socket (made with
+/// [`crate::bind_private_socket`] in the vessel's 0700 data directory),
+/// with `Host: localhost`: how `dk mcp` reaches the vessel it can trust.
+pub async fn serve_mcp_unix(
+    listener: tokio::net::UnixListener,
+    vessel: Arc<Vessel>,
+    agents: Arc<AgentDirectory>,
+    options: McpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (router, end_sessions) = build(vessel, agents, LocalOrigins::for_unix_socket(), options);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            end_sessions();
+        })
+        .await
 }
 
 #[cfg(test)]

@@ -5,8 +5,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -20,58 +19,16 @@ pub(crate) fn start(scratch: &Scratch) -> (Running, String) {
 
 /// [`start`] with more arguments for `dk vessel`.
 pub(crate) fn start_with(scratch: &Scratch, extra: &[&str]) -> (Running, String) {
-    let data_dir = scratch.data_dir();
-    let _ = std::fs::remove_file(data_dir.join("vessel.json"));
-    let child = Command::new(env!("CARGO_BIN_EXE_dk"))
-        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
-        .args([
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--mcp-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .arg("--admin-token-file")
-        .arg(scratch.admin_token_file())
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut running = Running {
-        child: Some(child),
-        devices: "127.0.0.1:1".parse().unwrap(),
-        admin: "127.0.0.1:1".parse().unwrap(),
-    };
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
-            && let Ok(address) = serde_json::from_str::<Value>(&text)
-        {
-            running.devices = address["devices"].as_str().unwrap().parse().unwrap();
-            running.admin = address["admin"].as_str().unwrap().parse().unwrap();
-            let mcp = address["mcp"].as_str().unwrap().to_owned();
-            return (running, mcp);
-        }
-        if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("dk vessel exited at start: {status}");
-        }
-        assert!(Instant::now() < deadline, "dk vessel did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let args = [&["--mcp-listen", "127.0.0.1:0"][..], extra].concat();
+    let running = Running::start_with(scratch, &args);
+    let mcp = running.mcp.clone().unwrap();
+    (running, mcp)
 }
 
 fn agents(scratch: &Scratch, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_dk"))
-        .arg("agents")
-        .args(args)
-        .arg("--data-dir")
-        .arg(scratch.data_dir())
-        .arg("--admin-token-file")
-        .arg(scratch.admin_token_file())
-        .output()
-        .unwrap();
+    let mut all = vec!["agents"];
+    all.extend_from_slice(args);
+    let out = scratch.run(&all);
     assert!(
         out.status.success(),
         "dk agents {args:?}: {}",
@@ -139,6 +96,10 @@ fn an_agent_added_with_dk_agents_survives_a_restart() {
     // No file of the data directory holds the credential.
     for entry in std::fs::read_dir(scratch.data_dir()).unwrap() {
         let path = entry.unwrap().path();
+        if !path.is_file() {
+            // The admin and MCP sockets.
+            continue;
+        }
         let bytes = std::fs::read(&path).unwrap();
         let hex = credential.trim_start_matches("dka_").as_bytes();
         assert!(

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 mod agents;
 mod crash;
 mod durable;
+mod files;
 mod mcp_bridge;
 mod process;
 mod prompt_pty;
@@ -19,9 +20,12 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
+/// `dk ARGS` with a `DK_HOME` of its own, removed after it.
 fn dk(args: &[&str]) -> Output {
+    let home = tempfile::TempDir::new().unwrap();
     Command::new(env!("CARGO_BIN_EXE_dk"))
         .args(args)
+        .env("DK_HOME", home.path())
         .output()
         .unwrap()
 }
@@ -76,9 +80,8 @@ fn manifest_check_gives_8dk_digests_and_messages() {
 
 #[test]
 fn plain_output_escapes_what_could_drive_a_terminal() {
-    let dir = std::env::temp_dir().join(format!("dk-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("evil.json");
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("evil.json");
     let manifest = json!({"id":"lamp","name":"n","kind":"k","version":"1","capabilities":[
         {"name":"c","kind":"actuator","description":"d","params":{"x\u{1b}[2J":{"type":"string"}}}]});
     std::fs::write(&path, manifest.to_string()).unwrap();
@@ -87,7 +90,6 @@ fn plain_output_escapes_what_could_drive_a_terminal() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(!text.contains('\u{1b}'), "{text:?}");
     assert!(text.contains("\\u{1b}"), "{text:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -195,72 +197,24 @@ fn tools_prints_the_v1_definitions() {
     );
 }
 
-/// A `dk vessel` process, killed when dropped.
-struct VesselProcess {
-    child: std::process::Child,
-    data_dir: PathBuf,
-}
-
-impl Drop for VesselProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-fn start_vessel(name: &str) -> (VesselProcess, String) {
-    let data_dir =
-        std::env::temp_dir().join(format!("dk-cli-vessel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data_dir);
-    let child = Command::new(env!("CARGO_BIN_EXE_dk"))
-        .args([
-            "vessel",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--no-prompt",
-            "--data-dir",
-        ])
-        .arg(&data_dir)
-        .arg("--admin-token-file")
-        .arg(token_file(&data_dir))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let process = VesselProcess { child, data_dir };
-    for _ in 0..500 {
-        if let Ok(text) = std::fs::read_to_string(process.data_dir.join("vessel.json")) {
-            let address: Value = serde_json::from_str(&text).unwrap();
-            let url = format!("ws://{}/device", address["devices"].as_str().unwrap());
-            return (process, url);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("the vessel did not start");
-}
-
-/// The admin token's file for a test vessel: beside its data directory.
-fn token_file(data_dir: &Path) -> PathBuf {
-    data_dir.with_extension("admin-token")
-}
-
+/// `dk ARGS` for the person, with the `DK_HOME` whose vessel's data
+/// directory is `data_dir`, run from elsewhere.
 fn person(data_dir: &Path, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
-    command
+    let home = data_dir.parent().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_dk"))
         .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--admin-token-file")
-        .arg(token_file(data_dir));
-    command.output().unwrap()
+        .env("DK_HOME", home)
+        .current_dir(home.parent().unwrap())
+        .output()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vessel_process_and_the_persons_commands() {
-    let (vessel, url) = start_vessel("commands");
-    let dir = vessel.data_dir.clone();
+    let scratch = process::Scratch::new("commands");
+    let vessel = process::Running::start(&scratch);
+    let url = vessel.url();
+    let dir = scratch.data_dir();
     let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let seen = std::sync::Arc::clone(&shown);
     let options = dk_device::ClientOptions::new(url)
@@ -387,9 +341,8 @@ fn demo_runs_to_the_end() {
 
 #[test]
 fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
-    let dir = std::env::temp_dir().join(format!("dk-cli-reload-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::TempDir::new().unwrap();
+    let dir = scratch.path();
     let rules = dir.join("rules.yaml");
     let good = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
     std::fs::write(&rules, good).unwrap();
@@ -405,17 +358,17 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
             "--policies",
         ])
         .arg(&rules)
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--admin-token-file")
-        .arg(dir.join("admin-token"))
+        .env("DK_HOME", dir.join("home"))
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(dir.join("vessel.err")).unwrap())
         .spawn()
         .unwrap();
-    let vessel = VesselProcess {
-        child,
-        data_dir: dir.clone(),
+    let vessel = process::Running {
+        child: Some(child),
+        devices: "127.0.0.1:1".parse().unwrap(),
+        admin: "127.0.0.1:1".parse().unwrap(),
+        mcp: None,
+        stdout: log.clone(),
     };
     let wait_for = |file: &str, text: &str, count: usize| {
         // Generous: a loaded machine may take seconds to start a debug build.
@@ -447,7 +400,7 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
         "{good}  - name: two\n    action: device_use\n    condition: \"deviceId equals x\"\n    decision: block\n    message: no\n"
     ));
     wait_for("vessel.log", "reloaded: 2 rules in force", 1);
-    let pid = vessel.child.id().to_string();
+    let pid = vessel.child.as_ref().unwrap().id().to_string();
     assert!(
         Command::new("kill")
             .args(["-HUP", &pid])
@@ -492,9 +445,8 @@ fn policy_conformance_runs_the_six_cases() {
     }
     assert!(ran >= 3);
     // An empty sandbox cannot pass the approval gate.
-    let dir = std::env::temp_dir().join(format!("dk-conformance-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("voice.json");
+    let dir = tempfile::TempDir::new().unwrap();
+    let config = dir.path().join("voice.json");
     std::fs::write(
         &config,
         json!({"kind": "voice", "policy": {"enabled": true, "sandbox": ""}}).to_string(),
@@ -515,5 +467,4 @@ fn policy_conformance_runs_the_six_cases() {
             .unwrap(),
     ]);
     assert_eq!(bad.status.code(), Some(1));
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,8 +1,8 @@
 //! `dk mcp` between a client on its standard input and output and a real
-//! `dk vessel` with a simulated lamp (`dk device simulate lamp`): the
-//! `initialize` handshake, the tool list, a call, the list-changed
-//! notification after a grant, and the end of input; then the bridge with
-//! no credential, a refused one, and no vessel.
+//! `dk vessel` with a simulated lamp (`dk device simulate lamp`), reached on
+//! the vessel's MCP socket: the `initialize` handshake, the tool list, a
+//! call, the list-changed notification after a grant, and the end of input;
+//! then the bridge with no credential, a refused one, and no vessel.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -31,15 +31,27 @@ struct Bridge {
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     stderr: mpsc::Receiver<String>,
+    /// The home it runs with, when it has one of its own.
+    _home: Option<Scratch>,
 }
 
 impl Bridge {
     /// `dk mcp --vessel URL`, with `credential` in `DK_AGENT_CREDENTIAL`
     /// (or none at all).
     fn start(url: &str, credential: Option<&str>) -> Bridge {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+        let scratch = Scratch::new("mcp-bridge-http");
+        let mut bridge = Bridge::spawn(scratch.dk(&["mcp", "--vessel", url]), credential);
+        bridge._home = Some(scratch);
+        bridge
+    }
+
+    /// `dk mcp` on the MCP socket of the vessel in `scratch`'s home.
+    fn over_socket(scratch: &Scratch, credential: Option<&str>) -> Bridge {
+        Bridge::spawn(scratch.dk(&["mcp"]), credential)
+    }
+
+    fn spawn(mut command: Command, credential: Option<&str>) -> Bridge {
         command
-            .args(["mcp", "--vessel", url])
             .env_remove("DK_AGENT_CREDENTIAL")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -56,6 +68,7 @@ impl Bridge {
             stdin,
             lines,
             stderr,
+            _home: None,
         }
     }
 
@@ -159,7 +172,7 @@ fn tool_names(answer: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
     let scratch = Scratch::new("mcp-bridge");
-    let (vessel, mcp) = start(&scratch);
+    let (vessel, _) = start(&scratch);
     let admin = vessel.admin(&scratch);
 
     // The simulated lamp asks to pair; the person grants read_light only.
@@ -204,8 +217,8 @@ async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
     assert_eq!(added.status, 201, "{added:?}");
     let credential = added.body["credential"].as_str().unwrap().to_owned();
 
-    let url = format!("http://{mcp}/mcp");
-    let mut bridge = Bridge::start(&url, Some(&credential));
+    // Over the socket: the bridge is given no address at all.
+    let mut bridge = Bridge::over_socket(&scratch, Some(&credential));
     let answer = initialize(&mut bridge);
     assert_eq!(
         answer["result"]["protocolVersion"], "2025-06-18",
@@ -281,8 +294,8 @@ async fn without_a_good_credential_or_a_vessel_the_bridge_says_so() {
     assert!(stderr.contains("DK_AGENT_CREDENTIAL"), "{stderr}");
 
     // A credential on the command line is not accepted at all.
-    let out = Command::new(env!("CARGO_BIN_EXE_dk"))
-        .args(["mcp", "--credential", "dka_x"])
+    let out = Scratch::new("mcp-bridge-argument")
+        .dk(&["mcp", "--credential", "dka_x"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -335,4 +348,17 @@ async fn without_a_good_credential_or_a_vessel_the_bridge_says_so() {
     let (code, stderr) = bridge.finish();
     assert_eq!(code, Some(0));
     assert!(stderr.contains("cannot reach the vessel"), "{stderr}");
+
+    // No vessel in the home: the socket is not there.
+    let scratch = Scratch::new("mcp-bridge-nobody");
+    let mut bridge = Bridge::over_socket(&scratch, Some("dka_any"));
+    let answer = initialize(&mut bridge);
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot reach the vessel") && message.contains("no vessel runs in"),
+        "{answer}"
+    );
+    assert_eq!(answer["error"]["data"]["reachable"], false, "{answer}");
+    let (code, _) = bridge.finish();
+    assert_eq!(code, Some(0));
 }

@@ -1,7 +1,6 @@
-//! Helpers for tests that stop and start `dk vessel` on one data directory:
-//! a scratch directory (data directory, admin token beside it, device token
-//! files), a running vessel killed on drop, pairing through raw WebSocket
-//! hellos, and `dk audit` runs.
+//! Helpers for tests that stop and start `dk vessel` on one home: a scratch
+//! directory (dk's home, device token files), a running vessel killed on
+//! drop, pairing through raw WebSocket hellos, and `dk audit` runs.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,67 +18,102 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 pub type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// A scratch directory in the temp directory, removed on drop: the vessel's
-/// data directory `data/`, its admin token in `data.admin-token` (outside the
-/// data directory, where `person` looks for it) and device token files.
+/// A scratch directory, removed on drop: dk's home `home/` (the vessel's
+/// data directory `home/vessel/`, its admin token `home/admin-token`), and
+/// device token files.
 pub struct Scratch {
-    pub root: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Scratch {
     pub fn new(name: &str) -> Scratch {
-        let root = std::env::temp_dir().join(format!("dk-it-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        Scratch { root }
+        Scratch {
+            dir: tempfile::Builder::new()
+                .prefix(&format!("dk-it-{name}-"))
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `DK_HOME` for every `dk` this test runs.
+    pub fn home(&self) -> PathBuf {
+        self.root().join("home")
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.root.join("data")
+        self.home().join("vessel")
     }
 
     pub fn admin_token_file(&self) -> PathBuf {
-        crate::token_file(&self.data_dir())
+        self.home().join("admin-token")
     }
 
     pub fn device_token_file(&self, device: &str) -> PathBuf {
-        self.root.join("tokens").join(format!("{device}.token"))
+        self.root().join("tokens").join(format!("{device}.token"))
     }
 
     pub fn admin_token(&self) -> AdminToken {
-        let text = std::fs::read_to_string(self.admin_token_file()).unwrap();
-        AdminToken::parse(&text).unwrap()
+        AdminToken::read_from(&self.admin_token_file()).unwrap()
+    }
+
+    /// `dk ARGS` with this scratch's `DK_HOME`, run from the scratch
+    /// directory (not the home).
+    pub fn dk(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+        command
+            .args(args)
+            .env("DK_HOME", self.home())
+            .current_dir(self.root());
+        command
+    }
+
+    /// `dk ARGS`, run to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.dk(args).output().unwrap()
     }
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// A `dk vessel` process on a scratch directory, killed (SIGKILL) on drop.
+/// A `dk vessel` process on a scratch home, killed (SIGKILL) on drop.
 pub struct Running {
     pub child: Option<Child>,
     pub devices: SocketAddr,
     pub admin: SocketAddr,
+    /// Its MCP address, when it listens for MCP on loopback.
+    pub mcp: Option<String>,
+    /// The file its standard output goes to; its standard error goes to
+    /// the same path with the extension `err`.
+    pub stdout: PathBuf,
 }
 
 impl Running {
-    /// Starts `dk vessel` on `scratch`'s data directory and waits for its
-    /// new address file (a stale one, left by a killed vessel, is removed
-    /// first).
+    /// Starts `dk vessel` on `scratch`'s home and waits for its new address
+    /// file (a stale one, left by a killed vessel, is removed first).
     pub fn start(scratch: &Scratch) -> Running {
+        Running::start_with(scratch, &[])
+    }
+
+    /// [`Running::start`] with more arguments.
+    pub fn start_with(scratch: &Scratch, extra: &[&str]) -> Running {
         let data_dir = scratch.data_dir();
         let _ = std::fs::remove_file(data_dir.join("vessel.json"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dk"))
-            .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
-            .args(["--admin-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
-            .arg("--admin-token-file")
-            .arg(scratch.admin_token_file())
+        let stdout = scratch.root().join(format!(
+            "vessel-{}.out",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let mut child = scratch
+            .dk(&["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0"])
+            .args(extra)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(stdout.with_extension("err")).unwrap())
             .spawn()
             .unwrap();
         let deadline = Instant::now() + PATIENCE;
@@ -91,23 +125,48 @@ impl Running {
                 return Running {
                     devices: addr("devices"),
                     admin: addr("admin"),
+                    mcp: address["mcp"].as_str().map(str::to_owned),
                     child: Some(child),
+                    stdout,
                 };
             }
             if let Some(status) = child.try_wait().unwrap() {
-                panic!("dk vessel exited at start: {status}");
+                let said = std::fs::read_to_string(stdout.with_extension("err")).unwrap();
+                panic!("dk vessel exited at start: {status}: {said}");
             }
             assert!(Instant::now() < deadline, "dk vessel did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
     }
 
+    /// What it printed at start, once that holds `last`.
+    pub fn said(&self, last: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let text = std::fs::read_to_string(&self.stdout).unwrap();
+            if text.contains(last) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dk vessel never said {last:?}: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// What it wrote on standard error so far.
+    pub fn complained(&self) -> String {
+        std::fs::read_to_string(self.stdout.with_extension("err")).unwrap()
+    }
+
     pub fn url(&self) -> String {
         format!("ws://{}/device", self.devices)
     }
 
+    /// A client of the admin API on the vessel's admin socket.
     pub fn admin(&self, scratch: &Scratch) -> AdminClient {
-        AdminClient::new(self.admin, scratch.admin_token())
+        AdminClient::over_socket(scratch.data_dir().join("admin.sock"), scratch.admin_token())
     }
 
     /// SIGKILL: no shutdown code runs.
@@ -120,14 +179,23 @@ impl Running {
 
     /// SIGINT, as Ctrl-C: the vessel closes connections, flushes its audit
     /// log and exits 0.
-    pub fn interrupt(mut self) {
+    pub fn interrupt(self) {
+        self.stop_with("-INT");
+    }
+
+    /// SIGTERM, as a service manager stops it: the same clean stop.
+    pub fn terminate(self) {
+        self.stop_with("-TERM");
+    }
+
+    fn stop_with(mut self, signal: &str) {
         let Some(mut child) = self.child.take() else {
             return;
         };
         let pid = child.id().to_string();
         assert!(
             Command::new("kill")
-                .args(["-INT", &pid])
+                .args([signal, &pid])
                 .status()
                 .unwrap()
                 .success()
@@ -139,7 +207,7 @@ impl Running {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("dk vessel did not stop on SIGINT");
+                panic!("dk vessel did not stop on {signal}");
             }
             std::thread::sleep(Duration::from_millis(10));
         };
@@ -243,13 +311,15 @@ pub async fn read_until(socket: &mut Socket, kind: &str) -> Result<Value, String
         .map_err(|_| format!("no `{kind}` within {PATIENCE:?}"))?
 }
 
-/// `dk audit ARGS --data-dir DIR`.
+/// `dk audit ARGS --data-dir DIR`, with `DK_HOME` beside `DIR`, where
+/// nothing else is read.
 pub fn audit(data_dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dk"))
         .arg("audit")
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
+        .env("DK_HOME", data_dir.with_extension("home"))
         .output()
         .unwrap()
 }

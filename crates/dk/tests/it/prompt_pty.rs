@@ -4,7 +4,7 @@
 //! line is read.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -42,23 +42,26 @@ fn pty() -> Pty {
 /// comes back line by line.
 fn start(scratch: &Scratch, pty: &Pty) -> (Running, mpsc::Receiver<String>) {
     let data_dir = scratch.data_dir();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dk"))
-        .args([
+    let child = scratch
+        .dk(&[
             "vessel",
             "--listen",
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
         ])
-        .args(["--mcp-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data_dir)
-        .arg("--admin-token-file")
-        .arg(scratch.admin_token_file())
         .stdin(Stdio::from(pty.program_end.try_clone().unwrap()))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let mut running = Running {
+        child: Some(child),
+        devices: "127.0.0.1:1".parse().unwrap(),
+        admin: "127.0.0.1:1".parse().unwrap(),
+        mcp: None,
+        stdout: scratch.root().join("unused.out"),
+    };
+    let stdout = running.child.as_mut().unwrap().stdout.take().unwrap();
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -73,19 +76,11 @@ fn start(scratch: &Scratch, pty: &Pty) -> (Running, mpsc::Receiver<String>) {
         if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
             && let Ok(address) = serde_json::from_str::<Value>(&text)
         {
-            let addr = |key: &str| address[key].as_str().unwrap().parse().unwrap();
-            let running = Running {
-                devices: addr("devices"),
-                admin: addr("admin"),
-                child: Some(child),
-            };
+            running.devices = address["devices"].as_str().unwrap().parse().unwrap();
+            running.admin = address["admin"].as_str().unwrap().parse().unwrap();
             return (running, lines);
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("dk vessel did not start");
-        }
+        assert!(Instant::now() < deadline, "dk vessel did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -199,7 +199,7 @@ async fn attack(name: &str, to: SocketAddr) -> Outcome {
 #[test]
 fn slow_and_half_sent_requests_are_cut_and_capped_on_every_listener() {
     let scratch = Scratch::new("slow-http");
-    let config = scratch.root.join("vessel.toml");
+    let config = scratch.root().join("vessel.toml");
     std::fs::write(
         &config,
         format!("[limits]\nheaderReadTimeoutMs = {}\n", DEADLINE.as_millis()),
