@@ -202,10 +202,10 @@ pub async fn serve_admin_unix(
     token: AdminToken,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let limits = vessel.limits().admin_listener();
+    let stats = Arc::clone(&vessel.stats().admin_socket);
     let app = router(vessel, token, LocalOrigins::for_unix_socket());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::listen::serve_http(listener, app, limits, stats, shutdown).await
 }
 
 /// An error answer: `{"error": "..."}` with a status.
@@ -248,6 +248,8 @@ async fn status(State(admin): State<Admin>) -> Json<Value> {
             "devices": vessel.stats().device_listener.to_json(),
             "admin": vessel.stats().admin_listener.to_json(),
             "mcp": vessel.stats().mcp_listener.to_json(),
+            "adminSocket": vessel.stats().admin_socket.to_json(),
+            "mcpSocket": vessel.stats().mcp_socket.to_json(),
         },
     }))
 }

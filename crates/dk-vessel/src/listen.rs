@@ -1,5 +1,6 @@
 //! How every HTTP listener of the vessel (the `/device` route, the admin
-//! API, `/mcp`) accepts connections, instead of `axum::serve`:
+//! API, `/mcp`, on TCP and on the Unix sockets of the data directory)
+//! accepts connections, instead of `axum::serve`:
 //!
 //! - connections are counted from `accept`, in total and per remote address,
 //!   before a single byte of a request is read; one over a cap is closed at
@@ -33,7 +34,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -82,6 +83,44 @@ impl ListenerStats {
             "refusedAtAccept": self.refused_at_accept.load(Ordering::Relaxed),
             "idleClosed": self.idle_closed.load(Ordering::Relaxed),
         })
+    }
+}
+
+/// A listening socket [`serve_http`] accepts from.
+pub(crate) trait Accept: Send {
+    /// A connection's stream.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection and the address it counts under.
+    fn next(&mut self) -> impl Future<Output = std::io::Result<(Self::Io, SocketAddr)>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Io = tokio::net::TcpStream;
+
+    async fn next(&mut self) -> std::io::Result<(Self::Io, SocketAddr)> {
+        let (stream, remote) = self.accept().await?;
+        // An answer goes out as several small writes (headers, an event, the
+        // end of a stream): without TCP_NODELAY a client that delays its ACK
+        // holds each up for tens of milliseconds.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+        Ok((stream, remote))
+    }
+}
+
+/// The address every connection over a Unix socket counts under (and what
+/// `ConnectInfo` says of it): the socket has no remote address, and only
+/// the vessel's own user can reach it.
+const UNIX_PEER: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+impl Accept for UnixListener {
+    type Io = tokio::net::UnixStream;
+
+    async fn next(&mut self) -> std::io::Result<(Self::Io, SocketAddr)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, UNIX_PEER))
     }
 }
 
@@ -203,13 +242,13 @@ impl Drop for Answering {
 
 /// The socket of one connection: notes every byte moved, and holds the
 /// connection's slot for as long as it lives (through an upgrade too).
-struct Watched {
-    inner: TcpStream,
+struct Watched<T> {
+    inner: T,
     activity: Arc<Activity>,
     _slot: Slot,
 }
 
-impl AsyncRead for Watched {
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -224,7 +263,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -301,7 +340,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnectionService {
 /// are dropped after a patience of a few seconds. Connections upgraded to
 /// another protocol live on in their own tasks, still counted.
 pub(crate) async fn serve_http(
-    listener: TcpListener,
+    mut listener: impl Accept,
     router: Router,
     limits: ListenerLimits,
     stats: Arc<ListenerStats>,
@@ -321,7 +360,7 @@ pub(crate) async fn serve_http(
             () = &mut shutdown => break,
             // Finished connection tasks are reaped as they end.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            accepted = listener.accept() => accepted,
+            accepted = listener.next() => accepted,
         };
         let (stream, remote) = match accepted {
             Ok(accepted) => accepted,
@@ -337,9 +376,6 @@ pub(crate) async fn serve_http(
             drop(stream);
             continue;
         };
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
-        }
         let activity = Arc::new(Activity::new(Instant::now()));
         let io = Watched {
             inner: stream,
@@ -378,8 +414,8 @@ pub(crate) async fn serve_http(
 
 /// One connection: HTTP/1.1 with upgrades, a header-read deadline, the idle
 /// watch, and a graceful end when the listener stops.
-async fn serve_one(
-    io: Watched,
+async fn serve_one<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: Watched<T>,
     service: ConnectionService,
     activity: Arc<Activity>,
     limits: ListenerLimits,

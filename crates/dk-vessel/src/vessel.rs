@@ -185,6 +185,10 @@ pub struct Stats {
     pub admin_listener: Arc<ListenerStats>,
     /// The MCP listener's connections.
     pub mcp_listener: Arc<ListenerStats>,
+    /// The admin API's Unix socket's connections.
+    pub admin_socket: Arc<ListenerStats>,
+    /// The MCP Unix socket's connections.
+    pub mcp_socket: Arc<ListenerStats>,
 }
 
 /// Pairing attempts per address: waiting requests and a refilling budget.

@@ -216,13 +216,14 @@ pub async fn serve_mcp_unix(
     options: McpOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let limits = vessel.limits().mcp_listener();
+    let stats = Arc::clone(&vessel.stats().mcp_socket);
     let (router, end_sessions) = build(vessel, agents, LocalOrigins::for_unix_socket(), options);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            end_sessions();
-        })
-        .await
+    crate::listen::serve_http(listener, router, limits, stats, async move {
+        shutdown.await;
+        end_sessions();
+    })
+    .await
 }
 
 #[cfg(test)]
