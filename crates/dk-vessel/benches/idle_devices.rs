@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
 
-use common::{BoxError, RemoveOnDrop, build_dk};
+use common::{BoxError, build_dk};
 
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -64,12 +64,14 @@ fn main() -> Result<(), BoxError> {
     }
 
     let dk = build_dk()?;
-    let data_dir = std::env::temp_dir().join(format!("dk-bench-idle-{}", std::process::id()));
-    let _cleanup = RemoveOnDrop(data_dir.clone());
-    // The admin token lives beside the data directory, which holds only its hash.
-    let token_file = data_dir.with_extension("admin-token");
-    let _cleanup_token = RemoveOnDrop(token_file.clone());
+    // dk's home for this run, removed however the bench ends: the data
+    // directory and, beside it, the admin token (the directory holds only
+    // its hash).
+    let home = tempfile::Builder::new().prefix("dk-bench-idle-").tempdir()?;
+    let data_dir = home.path().join("vessel");
+    let token_file = home.path().join("admin-token");
     let child = Command::new(&dk)
+        .env("DK_HOME", home.path())
         .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
         .args(["--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data_dir)
@@ -89,8 +91,7 @@ fn main() -> Result<(), BoxError> {
     let mut vessel = KillOnDrop(child);
     let pid = vessel.0.id();
     let (device_addr, admin_addr) = wait_for_address(&mut vessel.0, &data_dir)?;
-    let token_text = std::fs::read_to_string(&token_file)?;
-    let token = AdminToken::parse(&token_text).ok_or("the admin-token file holds no token")?;
+    let token = AdminToken::read_from(&token_file)?;
     let admin = AdminClient::new(admin_addr, token);
 
     let runtime = common::multi_thread(None)?;
