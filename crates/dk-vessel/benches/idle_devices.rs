@@ -67,7 +67,9 @@ fn main() -> Result<(), BoxError> {
     // dk's home for this run, removed however the bench ends: the data
     // directory and, beside it, the admin token (the directory holds only
     // its hash).
-    let home = tempfile::Builder::new().prefix("dk-bench-idle-").tempdir()?;
+    let home = tempfile::Builder::new()
+        .prefix("dk-bench-idle-")
+        .tempdir()?;
     let data_dir = home.path().join("vessel");
     let token_file = home.path().join("admin-token");
     let child = Command::new(&dk)

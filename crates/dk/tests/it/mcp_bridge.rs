@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::agents::start;
-use crate::process::{PATIENCE, Scratch, consent_id, devices, eventually};
+use crate::process::{PATIENCE, Scratch, devices, eventually};
 
 /// A child process killed on drop.
 struct Killed(Child);
@@ -187,18 +187,7 @@ async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
             .spawn()
             .unwrap(),
     );
-    let id = eventually("the lamp's pairing request", || {
-        consent_id(&admin, "desk-lamp")
-    })
-    .await;
-    let answer = admin
-        .post(
-            &format!("/v1/pending/{id}/consent"),
-            &json!({"approved": true, "grant": ["read_light"]}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 204, "{answer:?}");
+    crate::process::approve_when_asked(&admin, "desk-lamp", &["read_light"]).await;
     eventually("the lamp connected", || async {
         devices(&admin)
             .await

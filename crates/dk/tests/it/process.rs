@@ -257,6 +257,23 @@ pub async fn consent_id(admin: &AdminClient, device: &str) -> Option<u64> {
     })
 }
 
+/// Waits for `device`'s pairing request and grants `grant` through the
+/// admin API.
+pub async fn approve_when_asked(admin: &AdminClient, device: &str, grant: &[&str]) {
+    let id = eventually(&format!("{device}'s pairing request"), || {
+        consent_id(admin, device)
+    })
+    .await;
+    let answer = admin
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true, "grant": grant}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 204, "{answer:?}");
+}
+
 /// A lamp-like manifest with its own id.
 pub fn lamp_manifest(id: &str) -> Value {
     json!({

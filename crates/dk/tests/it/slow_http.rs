@@ -217,18 +217,7 @@ fn slow_and_half_sent_requests_are_cut_and_capped_on_every_listener() {
             &vessel.url(),
             &scratch.device_token_file("lamp"),
         );
-        let id = eventually("the lamp's pairing request", || {
-            crate::process::consent_id(&admin, "desk-lamp")
-        })
-        .await;
-        let answer = admin
-            .post(
-                &format!("/v1/pending/{id}/consent"),
-                &json!({"approved": true, "grant": ["read_light"]}),
-            )
-            .await
-            .unwrap();
-        assert_eq!(answer.status, 204, "{answer:?}");
+        crate::process::approve_when_asked(&admin, "desk-lamp", &["read_light"]).await;
         eventually("the lamp answering", || async {
             let call = admin
                 .post(
