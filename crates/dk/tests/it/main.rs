@@ -12,6 +12,7 @@ mod crash;
 mod durable;
 mod mcp_bridge;
 mod process;
+mod prompt_pty;
 mod slow_http;
 
 fn fixtures() -> PathBuf {
