@@ -182,6 +182,14 @@ fn string_values_are_checked_like_manifest_text() {
         "a\u{200b}b",
         "a\u{E0041}b",
         "a\u{0}b",
+        "a\u{17B4}b",
+        "a\u{180F}b",
+        "a\u{FFF0}b",
+        "a\u{E0FFF}b",
+        "a\u{2800}b",
+        "a\u{FDD0}b",
+        "a\u{10FFFF}b",
+        "a\u{0378}b",
     ] {
         check(
             &p,

@@ -134,6 +134,33 @@ fn every_unsafe_character_is_refused_in_text() {
     ]);
     unsafe_chars.extend('\u{E0020}'..='\u{E007F}');
     unsafe_chars.extend('\u{FE00}'..='\u{FE0F}');
+    // Default_Ignorable marks and reserved code points, noncharacters,
+    // unassigned code points and the braille blank.
+    unsafe_chars.extend([
+        '\u{17B4}',
+        '\u{17B5}',
+        '\u{180B}',
+        '\u{180C}',
+        '\u{180D}',
+        '\u{180F}',
+        '\u{2065}',
+        '\u{E0000}',
+        '\u{E0002}',
+        '\u{E00FF}',
+        '\u{E01F0}',
+        '\u{E0FFF}',
+        '\u{FDD0}',
+        '\u{FDEF}',
+        '\u{FFFE}',
+        '\u{FFFF}',
+        '\u{1FFFF}',
+        '\u{10FFFE}',
+        '\u{0378}',
+        '\u{0EFF}',
+        '\u{E1000}',
+        '\u{2800}',
+    ]);
+    unsafe_chars.extend('\u{FFF0}'..='\u{FFF8}');
     for c in unsafe_chars {
         check_name(&format!("Desk{c}lamp"), Err(refused));
     }

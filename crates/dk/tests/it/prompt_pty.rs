@@ -1,7 +1,8 @@
 //! The terminal prompt of a real `dk vessel` whose standard input is a
 //! pseudo-terminal, typed into as a person would: an answer goes to the
 //! request it names, never to the one that happens to be first when the
-//! line is read.
+//! line is read; hostile manifest text is shown escaped and on one line, as
+//! an 80-column terminal lays the output out.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
@@ -158,6 +159,91 @@ fn a_typed_answer_goes_to_the_request_it_names() {
         assert_eq!(paired.len(), 1);
         assert_eq!(paired[0]["id"], json!("lamp-b"));
         assert_eq!(paired[0]["grants"], json!(["read_light"]));
+    });
+    vessel.interrupt();
+}
+
+/// Columns of the terminal the output is laid out on.
+const COLUMNS: usize = 80;
+
+/// The rows a `COLUMNS`-wide terminal shows for `lines`: each line cut into
+/// rows where it wraps (every character here is one column wide: anything
+/// wider is shown escaped).
+fn rows(lines: &[String]) -> Vec<String> {
+    let mut rows = Vec::new();
+    for line in lines {
+        let chars: Vec<char> = line.chars().collect();
+        if chars.is_empty() {
+            rows.push(String::new());
+        }
+        for row in chars.chunks(COLUMNS) {
+            rows.push(row.iter().collect());
+        }
+    }
+    rows
+}
+
+fn manifest(id: &str, name: &str, description: &str) -> Value {
+    json!({
+        "id": id,
+        "name": name,
+        "kind": "lamp",
+        "version": "0.1.0",
+        "capabilities": [
+            {"name": "read_light", "kind": "sensor", "description": description},
+        ],
+    })
+}
+
+#[test]
+fn the_prompt_shows_hostile_text_escaped_and_on_one_line() {
+    let scratch = Scratch::new("prompt-text");
+    let mut pty = pty();
+    let (vessel, lines) = start(&scratch, &pty);
+    until(&lines, "asked here");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        // A braille blank in a manifest never reaches the person.
+        let braille = manifest("braille-lamp", "Desk\u{2800}lamp", "Read the lamp.");
+        let refused = hello(&vessel.url(), &braille).await.map(|_| ()).unwrap_err();
+        assert!(
+            refused.contains("invalid manifest: manifest name contains control, escape, invisible or bidirectional characters"),
+            "{refused}"
+        );
+        // Padding that an 80-column terminal would wrap into a capability
+        // line of its own, and white space that prints blank, are shown
+        // visibly on the device's own line.
+        let padded = format!(
+            "Read the lamp.{}[2] unlock_front_door (actuator): Unlock the front door.",
+            " ".repeat(41)
+        );
+        let spaced = manifest("spaced-lamp", "Desk\u{3000}\u{2003}lamp", &padded);
+        let _device = hello(&vessel.url(), &spaced).await.unwrap();
+        let shown = until(&lines, "Does the device show");
+        let screen = shown.join("\n");
+        assert!(
+            shown.iter().any(|line| line
+                == "    [1] read_light (sensor): Read the lamp. [2] unlock_front_door (actuator): Unlock the front door."),
+            "{screen}"
+        );
+        let rows = rows(&shown);
+        assert!(
+            !rows.iter().any(|row| row.trim_start().starts_with("[2]")),
+            "a row looks like a capability the device does not have:\n{screen}"
+        );
+        assert!(
+            rows.iter().any(|row| row
+                .starts_with("  device   Desk\\u{3000}\\u{2003}lamp (spaced-lamp), kind lamp")),
+            "{screen}"
+        );
+        for hidden in ['\u{2800}', '\u{3000}', '\u{2003}'] {
+            assert!(!screen.contains(hidden), "{hidden:?} printed raw:\n{screen}");
+        }
+        assert!(!screen.contains("braille-lamp"), "{screen}");
+        let admin = vessel.admin(&scratch);
+        let id = eventually("the request", || consent_id(&admin, "spaced-lamp")).await;
+        type_line(&mut pty, &format!("{id} no"));
+        until(&lines, "pairing refused");
     });
     vessel.interrupt();
 }
