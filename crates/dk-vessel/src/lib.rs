@@ -56,9 +56,9 @@ pub use redact::{
     LONG_HEX_RUN, MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer,
 };
 pub use registry::{
-    AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,
-    DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,
-    Paired, PairedDevice, RegistryEvent, Replaced,
+    AuthError, AuthenticatedDevice, CapabilityChange, ChangeKind, ConsentCapability,
+    ConsentDecision, ConsentRequest, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot,
+    DeviceToken, Difference, GrantError, PairError, Paired, PairedDevice, RegistryEvent, Replaced,
 };
 pub use reload::{FileStamp, Reloaded, watch_policy_file};
 pub use server::{device_router, serve_devices};
@@ -73,4 +73,7 @@ pub use unix::{
     PrivateDir, PrivateFileError, bind_private_socket, connect_private_socket, current_uid,
     ensure_private_dir, read_private_file, write_private_file,
 };
-pub use vessel::{ConnectionCaps, ConnectionPermit, Limits, PairingTicket, Stats, Vessel};
+pub use vessel::{
+    ConnectionCaps, ConnectionPermit, Limits, MAX_WAITING_PER_DEVICE_ID, PairingTicket, Stats,
+    Vessel,
+};

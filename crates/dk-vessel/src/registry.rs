@@ -99,13 +99,14 @@ pub struct ConsentRequest {
     /// Every capability the device declares.
     pub capabilities: Vec<ConsentCapability>,
     /// The pairing this one would replace, when the id is already paired.
-    pub replaces: Option<Replaced>,
+    pub replaces: Option<Box<Replaced>>,
     /// The device says it cannot display the code: nothing proves it is the
     /// device in front of the person, who must confirm that knowingly.
     pub no_screen: bool,
 }
 
-/// What a new pairing of an already paired id replaces.
+/// What a new pairing of an already paired id replaces, and how the new
+/// manifest differs from the one the person approved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Replaced {
@@ -113,6 +114,151 @@ pub struct Replaced {
     pub paired_at_ms: u64,
     /// What it grants now; the new pairing's grants replace these.
     pub grants: Vec<String>,
+    /// The approved manifest's name, when the new one says another.
+    pub was_name: Option<String>,
+    /// The approved manifest's kind, when the new one says another.
+    pub was_kind: Option<String>,
+    /// Every capability added, removed or changed, in the new manifest's
+    /// order (removed ones last); empty when the capabilities are the same.
+    pub changes: Vec<CapabilityChange>,
+}
+
+/// How one capability of a re-pairing differs from the approved manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityChange {
+    /// The capability.
+    pub capability: String,
+    /// Added, removed or changed.
+    pub change: ChangeKind,
+    /// What changed in a capability both manifests have.
+    pub differences: Vec<Difference>,
+    /// The same in words, for a person: `unlock: NO LONGER asks every
+    /// time`, `siren: added`.
+    pub summary: String,
+}
+
+/// Whether a capability is new, gone, or different.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChangeKind {
+    /// Only the new manifest has it.
+    Added,
+    /// Only the approved manifest has it.
+    Removed,
+    /// Both have it, differently.
+    Changed,
+}
+
+/// One difference in a capability both manifests declare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "what")]
+pub enum Difference {
+    /// Sensor became actuator or the other way round.
+    Kind {
+        /// The approved kind.
+        was: &'static str,
+        /// The new kind.
+        now: &'static str,
+    },
+    /// Whether the person is asked on every call.
+    Confirm {
+        /// The approved manifest asked every time.
+        was: bool,
+        /// The new manifest asks every time.
+        now: bool,
+    },
+    /// Its params (names, types, whether required, lengths) differ.
+    Params,
+    /// Its description differs.
+    Description,
+}
+
+impl CapabilityChange {
+    fn new(capability: &str, change: ChangeKind, differences: Vec<Difference>) -> CapabilityChange {
+        let mut made = CapabilityChange {
+            capability: capability.to_owned(),
+            change,
+            differences,
+            summary: String::new(),
+        };
+        made.summary = made.describe();
+        made
+    }
+
+    fn describe(&self) -> String {
+        match self.change {
+            ChangeKind::Added => format!("{}: added", self.capability),
+            ChangeKind::Removed => format!("{}: removed", self.capability),
+            ChangeKind::Changed => {
+                let parts: Vec<String> = self
+                    .differences
+                    .iter()
+                    .map(|d| match d {
+                        Difference::Kind { was, now } => format!("was {was}, now {now}"),
+                        Difference::Confirm { was: true, .. } => {
+                            "NO LONGER asks every time".to_owned()
+                        }
+                        Difference::Confirm { .. } => "now asks every time".to_owned(),
+                        Difference::Params => "its params changed".to_owned(),
+                        Difference::Description => "its description changed".to_owned(),
+                    })
+                    .collect();
+                format!("{}: {}", self.capability, parts.join(", "))
+            }
+        }
+    }
+}
+
+/// How `new` differs from the approved `old`, capability by capability.
+fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
+    let mut changes = Vec::new();
+    for cap in new.capabilities() {
+        let Some(was) = old.capability(cap.name()) else {
+            changes.push(CapabilityChange::new(
+                cap.name(),
+                ChangeKind::Added,
+                Vec::new(),
+            ));
+            continue;
+        };
+        let mut differences = Vec::new();
+        if was.kind() != cap.kind() {
+            differences.push(Difference::Kind {
+                was: was.kind().as_str(),
+                now: cap.kind().as_str(),
+            });
+        }
+        if was.confirm() != cap.confirm() {
+            differences.push(Difference::Confirm {
+                was: was.confirm(),
+                now: cap.confirm(),
+            });
+        }
+        if was.params() != cap.params() {
+            differences.push(Difference::Params);
+        }
+        if was.description() != cap.description() {
+            differences.push(Difference::Description);
+        }
+        if !differences.is_empty() {
+            changes.push(CapabilityChange::new(
+                cap.name(),
+                ChangeKind::Changed,
+                differences,
+            ));
+        }
+    }
+    for was in old.capabilities() {
+        if new.capability(was.name()).is_none() {
+            changes.push(CapabilityChange::new(
+                was.name(),
+                ChangeKind::Removed,
+                Vec::new(),
+            ));
+        }
+    }
+    changes
 }
 
 /// The person's answer to a [`ConsentRequest`].
@@ -168,6 +314,10 @@ pub enum PairError {
     /// The grant named capabilities the device does not declare.
     #[error("grant names unknown capability: {}", .0.join(", "))]
     UnknownGrant(Vec<String>),
+    /// The id was paired, re-paired or unpaired while the person was asked:
+    /// what they saw it would replace is no longer what is there.
+    #[error("the device was paired or unpaired by another request meanwhile: ask again")]
+    ChangedMeanwhile,
 }
 
 /// A completed pairing: the token goes to the device, once.
@@ -455,9 +605,11 @@ impl DeviceRegistry {
                     confirm: c.confirm(),
                 })
                 .collect(),
-            replaces: self.replaced(manifest.id()),
+            replaces: self.replaced(&manifest).map(Box::new),
             no_screen: manifest.no_screen(),
         };
+        // What the person is shown as replaced must be what is replaced.
+        let seen = self.get(manifest.id()).map(|d| d.generation);
         let decision = match tokio::time::timeout(timeout, consent(request)).await {
             Ok(Ok(decision)) if decision.approved => decision,
             _ => return Err(PairError::NotApproved),
@@ -476,6 +628,9 @@ impl DeviceRegistry {
         }
         let token = DeviceToken::generate();
         let changing = self.changing();
+        if self.get(manifest.id()).map(|d| d.generation) != seen {
+            return Err(PairError::ChangedMeanwhile);
+        }
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let device_id = manifest.id().to_owned();
         let device = PairedDevice {
@@ -594,10 +749,16 @@ impl DeviceRegistry {
     }
 
     /// What pairing `device_id` again would replace.
-    fn replaced(&self, device_id: &str) -> Option<Replaced> {
-        self.read().get(device_id).map(|e| Replaced {
-            paired_at_ms: epoch_ms(e.device.paired_at),
-            grants: e.grants.iter().cloned().collect(),
+    fn replaced(&self, new: &Manifest) -> Option<Replaced> {
+        self.read().get(new.id()).map(|e| {
+            let old = &e.device.manifest;
+            Replaced {
+                paired_at_ms: epoch_ms(e.device.paired_at),
+                grants: e.grants.iter().cloned().collect(),
+                was_name: (old.name() != new.name()).then(|| old.name().to_owned()),
+                was_kind: (old.kind() != new.kind()).then(|| old.kind().to_owned()),
+                changes: capability_changes(old, new),
+            }
         })
     }
 

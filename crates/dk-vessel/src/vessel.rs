@@ -165,6 +165,10 @@ impl Limits {
     }
 }
 
+/// Pairing requests for one device id that may wait for the person at once,
+/// each from another address: the person tells them apart by their codes.
+pub const MAX_WAITING_PER_DEVICE_ID: usize = 4;
+
 /// How many decision records the vessel keeps in memory for listings.
 const RECENT_DECISIONS: usize = 1000;
 
@@ -200,7 +204,10 @@ struct AddressPairings {
 
 #[derive(Default)]
 struct PairingGate {
-    pending_ids: HashSet<String>,
+    /// Waiting requests: (device id, address) -> how many (at most one).
+    pending_ids: HashSet<(String, Option<IpAddr>)>,
+    /// Waiting requests per device id, from any address.
+    per_id: HashMap<String, usize>,
     per_address: HashMap<Option<IpAddr>, AddressPairings>,
 }
 
@@ -226,7 +233,14 @@ impl Drop for PairingTicket {
             .pairings
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        gate.pending_ids.remove(&self.device_id);
+        let key = (std::mem::take(&mut self.device_id), self.address);
+        gate.pending_ids.remove(&key);
+        if let Some(count) = gate.per_id.get_mut(&key.0) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                gate.per_id.remove(&key.0);
+            }
+        }
         if let Some(entry) = gate.per_address.get_mut(&self.address) {
             entry.pending = entry.pending.saturating_sub(1);
         }
@@ -732,15 +746,22 @@ impl Vessel {
     }
 
     /// Reserves a place for a pairing request of `device_id` from `address`:
-    /// one waiting request per device id, a cap per address and overall.
+    /// one waiting request per device id and address, at most
+    /// [`MAX_WAITING_PER_DEVICE_ID`] per device id (so a request made in a
+    /// device's name from elsewhere cannot lock the device itself out), a
+    /// cap per address and overall.
     pub fn begin_pairing(
         self: &Arc<Self>,
         device_id: &str,
         address: Option<IpAddr>,
     ) -> Result<PairingTicket, &'static str> {
         let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
-        if gate.pending_ids.contains(device_id) {
+        let key = (device_id.to_owned(), address);
+        if gate.pending_ids.contains(&key) {
             return Err("a pairing request for this device is already waiting for the person");
+        }
+        if gate.per_id.get(device_id).copied().unwrap_or(0) >= MAX_WAITING_PER_DEVICE_ID {
+            return Err("too many pairing requests for this device are waiting for the person");
         }
         if gate.pending_ids.len() >= self.limits.max_pending_pairings {
             return Err("too many pairing requests are waiting for the person");
@@ -749,7 +770,8 @@ impl Vessel {
         if pending_here >= self.limits.max_pending_pairings_per_address {
             return Err("too many pairing requests from this address are waiting for the person");
         }
-        gate.pending_ids.insert(device_id.to_owned());
+        gate.pending_ids.insert(key);
+        *gate.per_id.entry(device_id.to_owned()).or_insert(0) += 1;
         let full = f64::from(self.limits.pairings_per_minute_per_address);
         gate.per_address
             .entry(address)

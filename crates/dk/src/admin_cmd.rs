@@ -207,6 +207,9 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                                 grants.join(", ")
                             }
                         );
+                        for change in at(old, "changes").as_array().into_iter().flatten() {
+                            println!("      changed:  {}", text(at(change, "summary")));
+                        }
                     }
                     for cap in at(r, "capabilities").as_array().into_iter().flatten() {
                         let asks = if at(cap, "confirm") == true {

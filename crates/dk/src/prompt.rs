@@ -16,7 +16,7 @@ use std::future::Future;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use dk_vessel::{ConsentDecision, PendingPrompt, PersonEvent, Prompt, Vessel};
+use dk_vessel::{ChangeKind, ConsentDecision, PendingPrompt, PersonEvent, Prompt, Vessel};
 use tokio::sync::mpsc;
 
 use crate::input::printable;
@@ -121,6 +121,19 @@ fn show(prompt: &PendingPrompt) {
                     "  NOTE     a device is already paired under this id ({}, granted: {grants}); this replaces it and its grants",
                     crate::input::ago(old.paired_at_ms)
                 );
+                if let Some(name) = &old.was_name {
+                    println!("  CHANGED  its name was {}", printable(name));
+                }
+                if let Some(kind) = &old.was_kind {
+                    println!("  CHANGED  its kind was {}", printable(kind));
+                }
+                if old.changes.is_empty() {
+                    println!("  same     capabilities as the device paired now");
+                }
+                for (i, change) in old.changes.iter().enumerate() {
+                    let label = if i == 0 { "CHANGED" } else { "" };
+                    println!("  {label:<8} {}", printable(&change.summary));
+                }
             }
             if request.no_screen {
                 println!(
@@ -137,8 +150,17 @@ fn show(prompt: &PendingPrompt) {
             println!("  capabilities:");
             for (i, cap) in request.capabilities.iter().enumerate() {
                 let asks = if cap.confirm { ", asks every time" } else { "" };
+                let mark = request
+                    .replaces
+                    .as_ref()
+                    .and_then(|old| old.changes.iter().find(|c| c.capability == cap.name))
+                    .map_or("", |c| match c.change {
+                        ChangeKind::Added => " NEW",
+                        ChangeKind::Changed => " CHANGED",
+                        ChangeKind::Removed => "",
+                    });
                 println!(
-                    "    [{}] {} ({}{asks}): {}",
+                    "    [{}]{mark} {} ({}{asks}): {}",
                     i + 1,
                     cap.name,
                     cap.kind,
@@ -151,8 +173,13 @@ fn show(prompt: &PendingPrompt) {
                     "To pair it anyway, type `{id} pair without code: ` then what to grant (e.g. `{id} pair without code: 1,3`); `{id} no` refuses"
                 );
             } else {
+                let keep = if request.replaces.is_some() {
+                    format!(", `{id} keep` grants again only what was granted and did not change")
+                } else {
+                    String::new()
+                };
                 println!(
-                    "Does the device show {}? Answer `{id}` and what to grant (e.g. `{id} 1,3`, `{id} all`, `{id} none`; `{id} no` refuses pairing)",
+                    "Does the device show {}? Answer `{id}` and what to grant (e.g. `{id} 1,3`, `{id} all`, `{id} none`{keep}; `{id} no` refuses pairing)",
                     request.code
                 );
             }
@@ -243,43 +270,56 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             if request.no_screen && !without_code && !matches!(line.as_str(), "no" | "n") {
                 return Err("this device cannot show a code: type `pair without code: ` and what to grant, or `no`".to_owned());
             }
-            let grant: Vec<String> = match line.as_str() {
-                "no" | "n" => {
-                    vessel
-                        .person()
-                        .answer_consent(prompt.id, ConsentDecision::refuse())
-                        .map_err(|e| e.to_string())?;
-                    println!("pairing refused");
-                    return Ok(());
-                }
-                "all" => request
-                    .capabilities
-                    .iter()
-                    .map(|c| c.name.clone())
-                    .collect(),
-                "" => {
-                    return Err(
-                        "say what to grant after the number (`all`, `1,3`, `none`) or `no`"
-                            .to_owned(),
-                    );
-                }
-                "none" => Vec::new(),
-                list => {
-                    let mut grant = Vec::new();
-                    for part in list.split(',') {
-                        let n: usize = part
-                            .trim()
-                            .parse()
-                            .map_err(|_| format!("`{}` is not a number", printable(part.trim())))?;
-                        let cap = n
-                            .checked_sub(1)
-                            .and_then(|i| request.capabilities.get(i))
-                            .ok_or_else(|| format!("there is no capability {n}"))?;
-                        grant.push(cap.name.clone());
+            let grant: Vec<String> =
+                match line.as_str() {
+                    "no" | "n" => {
+                        vessel
+                            .person()
+                            .answer_consent(prompt.id, ConsentDecision::refuse())
+                            .map_err(|e| e.to_string())?;
+                        println!("pairing refused");
+                        return Ok(());
                     }
-                    grant
-                }
-            };
+                    "all" => request
+                        .capabilities
+                        .iter()
+                        .map(|c| c.name.clone())
+                        .collect(),
+                    "keep" => {
+                        let Some(old) = &request.replaces else {
+                            return Err("`keep` is for a device paired before: say what to grant"
+                                .to_owned());
+                        };
+                        // Only what was granted and is the same now: a
+                        // capability that changed must be granted again by name.
+                        old.grants
+                            .iter()
+                            .filter(|g| !old.changes.iter().any(|c| &c.capability == *g))
+                            .cloned()
+                            .collect()
+                    }
+                    "" => {
+                        return Err(
+                            "say what to grant after the number (`all`, `1,3`, `none`) or `no`"
+                                .to_owned(),
+                        );
+                    }
+                    "none" => Vec::new(),
+                    list => {
+                        let mut grant = Vec::new();
+                        for part in list.split(',') {
+                            let n: usize = part.trim().parse().map_err(|_| {
+                                format!("`{}` is not a number", printable(part.trim()))
+                            })?;
+                            let cap = n
+                                .checked_sub(1)
+                                .and_then(|i| request.capabilities.get(i))
+                                .ok_or_else(|| format!("there is no capability {n}"))?;
+                            grant.push(cap.name.clone());
+                        }
+                        grant
+                    }
+                };
             let shown = if grant.is_empty() {
                 "nothing".to_owned()
             } else {
@@ -456,6 +496,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn keep_grants_again_only_what_did_not_change() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        let (first, pairing) = consent_prompt(&vessel).await;
+        answer(&vessel, &first, "all").unwrap();
+        assert!(pairing.await.unwrap());
+        // The lamp pairs again; its strobe no longer asks every time.
+        let asking = Arc::clone(&vessel);
+        let mut changed = lamp();
+        changed["capabilities"][2]["confirm"] = Value::Bool(false);
+        let pairing = tokio::spawn(async move {
+            let person = Arc::clone(asking.person());
+            asking
+                .registry()
+                .pair(&changed, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .await
+                .is_ok()
+        });
+        let prompt = loop {
+            if let Some(p) = vessel.person().pending().into_iter().next() {
+                break p;
+            }
+            tokio::task::yield_now().await;
+        };
+        answer(&vessel, &prompt, "keep").unwrap();
+        assert!(pairing.await.unwrap());
+        let granted = vessel.registry().list()[0].grants.clone();
+        assert_eq!(granted, ["read_light", "set_light"]);
+    }
+
+    #[tokio::test]
     async fn a_bad_answer_leaves_the_question_open() {
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
         let (prompt, pairing) = consent_prompt(&vessel).await;
@@ -475,6 +545,11 @@ mod tests {
             answer(&vessel, &prompt, "")
                 .unwrap_err()
                 .starts_with("say what to grant")
+        );
+        assert!(
+            answer(&vessel, &prompt, "keep")
+                .unwrap_err()
+                .starts_with("`keep` is for a device paired before")
         );
         assert_eq!(vessel.person().pending().len(), 1);
         vessel

@@ -704,3 +704,32 @@ proptest::proptest! {
         check_fit(&reason);
     }
 }
+
+#[tokio::test]
+async fn a_request_in_a_devices_name_from_elsewhere_does_not_lock_it_out() {
+    let vessel = vessel(Limits::default());
+    let at = |n: u8| Some(std::net::IpAddr::from([192, 0, 2, n]));
+    // Someone asks to pair in the front door's name; the door itself, from
+    // its own address, can still ask, and the person tells them apart by
+    // their codes.
+    let impostor = vessel.begin_pairing("front-door", at(1)).unwrap();
+    let door = vessel.begin_pairing("front-door", at(2)).unwrap();
+    // One waiting request per device id and address.
+    assert_eq!(
+        vessel.begin_pairing("front-door", at(1)).unwrap_err(),
+        "a pairing request for this device is already waiting for the person"
+    );
+    // At most four per device id in all.
+    let more: Vec<_> = (3..5)
+        .map(|n| vessel.begin_pairing("front-door", at(n)).unwrap())
+        .collect();
+    assert_eq!(
+        vessel.begin_pairing("front-door", at(9)).unwrap_err(),
+        "too many pairing requests for this device are waiting for the person"
+    );
+    // A request that ends gives its place back.
+    drop(impostor);
+    let again = vessel.begin_pairing("front-door", at(9)).unwrap();
+    drop((door, more, again));
+    assert!(vessel.begin_pairing("front-door", at(1)).is_ok());
+}

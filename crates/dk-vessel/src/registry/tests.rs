@@ -405,3 +405,141 @@ async fn device_tokens_are_known_while_their_pairing_stands() {
     reopened.unpair("desk-lamp").unwrap();
     assert!(!reopened.is_device_token(&second));
 }
+
+fn lock(unlock_asks: bool) -> Value {
+    json!({
+        "id": "front-door", "name": "Front door", "kind": "lock", "version": "1.0.0",
+        "capabilities": [
+            {"name": "read_lock", "kind": "sensor", "description": "Is it locked?"},
+            {"name": "lock", "kind": "actuator", "description": "Lock it."},
+            {"name": "unlock", "kind": "actuator", "description": "Unlock it.", "confirm": unlock_asks},
+        ],
+    })
+}
+
+/// What the person is shown when `manifest` asks to pair.
+async fn shown(registry: &DeviceRegistry, manifest: &Value) -> ConsentRequest {
+    let seen = Mutex::new(None);
+    registry
+        .pair(
+            manifest,
+            |_| {},
+            |request| {
+                *seen.lock().unwrap() = Some(request);
+                async { Ok::<_, ()>(ConsentDecision::refuse()) }
+            },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await
+        .unwrap_err();
+    seen.lock().unwrap().take().unwrap()
+}
+
+#[tokio::test]
+async fn a_re_pairing_shows_what_changes_against_the_approved_manifest() {
+    let registry = DeviceRegistry::new();
+    pair_with(
+        &registry,
+        &lock(true),
+        ConsentDecision::approve(["lock", "read_lock", "unlock"]),
+    )
+    .await
+    .unwrap();
+    // The same manifest: nothing changes.
+    let same = shown(&registry, &lock(true)).await.replaces.unwrap();
+    assert!(same.changes.is_empty());
+    assert_eq!((same.was_name, same.was_kind), (None, None));
+    // `unlock` no longer asks, `lock` takes a param, `read_lock` is gone,
+    // a siren is new, and the name changed.
+    let mut changed = lock(false);
+    changed["name"] = json!("Front door (new)");
+    changed["capabilities"][1]["params"] = json!({"force": {"type": "boolean"}});
+    changed["capabilities"][0] =
+        json!({"name": "siren", "kind": "actuator", "description": "Sound the siren."});
+    let replaces = shown(&registry, &changed).await.replaces.unwrap();
+    assert_eq!(replaces.grants, ["lock", "read_lock", "unlock"]);
+    assert_eq!(replaces.was_name.as_deref(), Some("Front door"));
+    let summaries: Vec<&str> = replaces
+        .changes
+        .iter()
+        .map(|c| c.summary.as_str())
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            "siren: added",
+            "lock: its params changed",
+            "unlock: NO LONGER asks every time",
+            "read_lock: removed",
+        ]
+    );
+    assert_eq!(
+        serde_json::to_value(&replaces.changes[2]).unwrap(),
+        json!({"capability": "unlock", "change": "changed",
+               "differences": [{"what": "confirm", "was": true, "now": false}],
+               "summary": "unlock: NO LONGER asks every time"})
+    );
+    // A capability that became an actuator says so.
+    let mut kinds = lock(true);
+    kinds["capabilities"][0]["kind"] = json!("actuator");
+    let replaces = shown(&registry, &kinds).await.replaces.unwrap();
+    assert_eq!(
+        replaces.changes[0].summary,
+        "read_lock: was sensor, now actuator"
+    );
+    // Refused re-pairings changed nothing.
+    assert!(
+        registry
+            .get("front-door")
+            .unwrap()
+            .manifest
+            .capability("unlock")
+            .unwrap()
+            .confirm()
+    );
+}
+
+#[tokio::test]
+async fn a_pairing_made_while_the_person_was_asked_is_never_replaced_unseen() {
+    let registry = Arc::new(DeviceRegistry::new());
+    let (answer, answered) = tokio::sync::oneshot::channel::<ConsentDecision>();
+    let (asked_tx, asked) = tokio::sync::oneshot::channel::<()>();
+    let waiting = {
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            registry
+                .pair(
+                    &lamp(),
+                    |_| {},
+                    |_| async move {
+                        let _ = asked_tx.send(());
+                        Ok::<_, ()>(answered.await.unwrap())
+                    },
+                    DEFAULT_CONSENT_TIMEOUT,
+                )
+                .await
+        })
+    };
+    asked.await.unwrap();
+    // Meanwhile another request for the same id is approved.
+    let other = pair_with(&registry, &lamp(), ConsentDecision::approve(["strobe"]))
+        .await
+        .unwrap();
+    // The person now says yes to the first: what it was shown to replace
+    // (nothing) is not what is there, so nothing happens.
+    answer
+        .send(ConsentDecision::approve([
+            "read_light",
+            "set_light",
+            "strobe",
+        ]))
+        .unwrap();
+    assert!(matches!(
+        waiting.await.unwrap(),
+        Err(PairError::ChangedMeanwhile)
+    ));
+    let kept = registry.get("desk-lamp").unwrap();
+    assert_eq!(kept.generation, other.generation);
+    assert!(registry.is_granted("desk-lamp", "strobe"));
+    assert!(!registry.is_granted("desk-lamp", "set_light"));
+}
