@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 
 use crate::connection::{CloseFrame, WireMessage, serve_connection};
 use crate::listen::{Accepted, serve_http};
-use crate::origins::{LocalOrigins, header_text};
+use crate::origins::{LocalOrigins, single};
 use crate::vessel::Vessel;
 
 /// Initial read buffer per device connection.
@@ -84,26 +84,30 @@ pub async fn serve_devices(
 /// not allowed (native devices send none), or on a loopback listener a
 /// `Host` that does not name it.
 fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let allowed = origin.to_str().is_ok_and(|origin| {
-            devices
-                .vessel
-                .limits()
-                .device_origins
-                .iter()
-                .any(|a| a.eq_ignore_ascii_case(origin))
-        });
+    let (origin, host) = match (
+        single(headers, header::ORIGIN),
+        single(headers, header::HOST),
+    ) {
+        (Ok(origin), Ok(host)) => (origin, host),
+        (Err(why), _) | (_, Err(why)) => return Some(why),
+    };
+    if let Some(origin) = origin {
+        let allowed = devices
+            .vessel
+            .limits()
+            .device_origins
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(origin));
         if !allowed {
             return Some(
                 "a device connection carries no Origin: requests from web pages are refused",
             );
         }
     }
-    if let Some(local) = &devices.hosts {
-        let host = header_text(headers, header::HOST);
-        if !host.is_some_and(|h| local.hosts.iter().any(|a| a.eq_ignore_ascii_case(h))) {
-            return Some("the Host header must name this loopback listener");
-        }
+    if let Some(local) = &devices.hosts
+        && !host.is_some_and(|h| local.hosts.iter().any(|a| a.eq_ignore_ascii_case(h)))
+    {
+        return Some("the Host header must name this loopback listener");
     }
     None
 }

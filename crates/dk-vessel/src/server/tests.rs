@@ -139,3 +139,41 @@ async fn the_handshake_deadline_counts_from_the_connect() {
     );
     assert_eq!(started.elapsed(), Duration::from_secs(1));
 }
+
+#[tokio::test]
+async fn a_second_or_unreadable_origin_or_host_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let served = Served::start(Limits::default()).await;
+    let addr = served.addr;
+    let upgrade = |extra: &str| {
+        format!(
+            "GET /device HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
+        )
+        .into_bytes()
+    };
+    let mut cases: Vec<(Vec<u8>, &str)> = vec![
+        (upgrade(""), "101"),
+        (upgrade("Host: evil.example\r\n"), "403"),
+        (
+            upgrade("Origin: https://evil.example\r\nOrigin: null\r\n"),
+            "403",
+        ),
+    ];
+    let mut non_ascii = upgrade("");
+    let end = non_ascii.len() - 2;
+    non_ascii.splice(
+        end..end,
+        b"Origin: https://\xc3\xa9vil.example\r\n".iter().copied(),
+    );
+    cases.push((non_ascii, "403"));
+    for (request, expected) in cases {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(&request).await.unwrap();
+        let mut answer = [0u8; 12];
+        stream.read_exact(&mut answer).await.unwrap();
+        let status = String::from_utf8_lossy(&answer[9..12]).into_owned();
+        assert_eq!(status, expected, "{}", String::from_utf8_lossy(&request));
+    }
+    served.stop().await;
+}
