@@ -112,7 +112,7 @@ mod tests {
     fn one_plain_host_and_at_most_one_plain_origin() {
         let host = (header::HOST, &b"127.0.0.1:7778"[..]);
         let own = (header::ORIGIN, &b"http://127.0.0.1:7778"[..]);
-        check(&[host.clone()], None);
+        check(std::slice::from_ref(&host), None);
         check(&[host.clone(), own.clone()], None);
         // A second Host or Origin could pass where the first is checked.
         check(
