@@ -72,7 +72,7 @@ fn is_noncharacter(c: char) -> bool {
 /// marks, bidi embeddings, overrides and isolates, the tag block, soft
 /// hyphen), Zl and Zp (line and paragraph separators) and Cn (unassigned in
 /// Unicode 16.0: a code point no font draws yet), every Default_Ignorable
-/// code point ([`DEFAULT_IGNORABLE`]: fillers, variation selectors and the
+/// code point (`DEFAULT_IGNORABLE`: fillers, variation selectors and the
 /// like that render as nothing), the 66 noncharacters, and U+2800 (braille
 /// blank).
 pub fn is_unsafe_char(c: char) -> bool {
