@@ -9,12 +9,17 @@
 //!   as the admin API checks them, so a web page cannot call tools.
 //! - **Sessions.** Clients of the `initialize` handshake (protocol revisions
 //!   up to 2025-11-25) get a stateful session; its `Mcp-Session-Id` is the
-//!   `sessionId` of their calls, and it belongs to the agent that opened it.
-//!   Clients of the 2026-07-28 `server/discover` lifecycle are served one
-//!   request at a time, without a session: their calls carry no `sessionId`.
+//!   `sessionId` of their calls, and it belongs to the agent that opened it:
+//!   the guard answers another agent naming it with 404, whatever the
+//!   method. Clients of the 2026-07-28 `server/discover` lifecycle are served
+//!   one request at a time, without a session: their calls carry no
+//!   `sessionId` unless they name a live session the server issued to the
+//!   same agent (a made-up one is ignored, never read from the header).
 //!   Sessions are kept by `session.rs`, which hands a request straight to
 //!   the session's service loop and its answer straight back, by JSON-RPC
-//!   id (rmcp's own manager routes both through a worker task per session).
+//!   id (rmcp's own manager routes both through a worker task per session),
+//!   and bounds them per agent (its own longest unused go first) and in all
+//!   (the agent holding the most gives one up).
 //! - **Tools.** The granted capabilities of paired devices within the
 //!   agent's scope and role, with annotations from the approved manifest: a
 //!   sensor is read-only and not destructive, an actuator is not read-only,
@@ -143,11 +148,13 @@ fn build(
         let _owner = &feed;
         Ok(DeviceTools::new(Arc::clone(&shared)))
     };
-    let service = StreamableHttpService::new(factory, Arc::new(Sessions::default()), config);
+    let sessions = Arc::new(Sessions::new(&options));
+    let service = StreamableHttpService::new(factory, Arc::clone(&sessions), config);
     let router = Router::new().route_service("/mcp", service);
     let gate = Gate {
         local: Arc::new(origins),
         agents,
+        sessions,
     };
     let router = router.layer(from_fn_with_state(gate, guard));
     (router, move || ending.cancel())
