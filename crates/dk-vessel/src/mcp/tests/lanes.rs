@@ -1,11 +1,12 @@
 //! Every agent stays in its lane, over real sockets: sessions capped per
 //! agent (its own oldest go first, another agent always gets in), a session
 //! used only by its owner whatever the method, a session id taken only from
-//! the server's own lookup.
+//! the server's own lookup, approvals waiting capped per agent.
 
 use super::*;
 
 const READ: &str = "device__desk_lamp__read_light";
+const STROBE: &str = "device__desk_lamp__strobe";
 const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
 const LEGACY: &str = "2025-06-18";
 
@@ -269,5 +270,65 @@ async fn a_made_up_session_id_neither_escapes_the_run_budget_nor_reaches_the_aud
         .await;
     assert_eq!(status, 404, "{answer}");
     assert_eq!(audited_decisions(&vessel).len(), 41);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_agent_cannot_keep_more_than_its_cap_of_approvals_waiting() {
+    let (vessel, agents, [a, b, _]) = three_agents().await;
+    let server = serve(&vessel, &agents).await;
+    let (client_a, _) = connect(&server.url, &a).await;
+    let mut waiting = tokio::task::JoinSet::new();
+    for _ in 0..crate::person::APPROVALS_PER_AGENT {
+        let peer = client_a.peer().clone();
+        waiting.spawn(async move { call(&peer, STROBE, json!({})).await });
+    }
+    let pending = |count: usize| {
+        let vessel = Arc::clone(&vessel);
+        async move {
+            tokio::time::timeout(PATIENCE, async {
+                while vessel.person().pending().len() != count {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .unwrap();
+        }
+    };
+    pending(crate::person::APPROVALS_PER_AGENT).await;
+    // One more: refused at once with why, recorded like any refusal.
+    let refused = call(&client_a, STROBE, json!({})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let reason = format!(
+        "[policy] the person was not asked (agent \"a\" already has {} approvals waiting for the person): \"strobe\" on Desk lamp asks every time",
+        crate::person::APPROVALS_PER_AGENT
+    );
+    assert_eq!(text(&refused), reason);
+    let last = audited_decisions(&vessel).pop().unwrap();
+    assert_eq!(last["reason"], reason.as_str());
+    assert_eq!(last["agentId"], "a");
+    assert_eq!(last["allowed"], false);
+    // Another agent is still asked, and the person sees who asks.
+    let (client_b, _) = connect(&server.url, &b).await;
+    let asked_b = tokio::spawn({
+        let peer = client_b.peer().clone();
+        async move { call(&peer, STROBE, json!({})).await }
+    });
+    pending(crate::person::APPROVALS_PER_AGENT + 1).await;
+    let prompts = vessel.person().pending();
+    let of_b = prompts
+        .iter()
+        .find(|p| serde_json::to_value(p).unwrap()["request"]["agentId"] == "b")
+        .unwrap();
+    vessel.person().answer_approval(of_b.id, true).unwrap();
+    assert_eq!(asked_b.await.unwrap().is_error, Some(false));
+    for prompt in vessel.person().pending() {
+        vessel.person().answer_approval(prompt.id, false).unwrap();
+    }
+    while let Some(answer) = waiting.join_next().await {
+        assert!(text(&answer.unwrap()).starts_with("[policy] the person said no"));
+    }
+    client_a.cancel().await.unwrap();
+    client_b.cancel().await.unwrap();
     server.stop().await;
 }
