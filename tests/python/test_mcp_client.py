@@ -537,9 +537,40 @@ class ReadMoreSuite:
         unknown = await client.call_tool(READ_MORE, {"handle": "rm_nothing", "offset": 0})
         check(unknown.is_error and "unknown" in text_of(unknown), f"unknown handle: {unknown}")
 
+    async def read_by_handle(self, client: Client) -> None:
+        listed = await client.list_tools(cache_mode="bypass")
+        read_more = next(t for t in listed.tools if t.name == READ_MORE)
+        check(read_more.input_schema.get("required") == ["handle"],
+              f"read_more schema: {read_more.input_schema}")
+        first = await client.call_tool(READ, {})
+        page = first.structured_content
+        check(isinstance(page, dict) and page.get("truncated") is True, f"not paged: {page}")
+        chunks = [page["chunk"]]
+        while page["truncated"]:
+            check(len(chunks) <= page["totalBytes"], "paging does not move on")
+            result = await client.call_tool(READ_MORE, {"handle": page["handle"]})
+            check(not result.is_error, f"read_more refused: {text_of(result)}")
+            page = result.structured_content
+            check(page["offset"] == len("".join(chunks).encode()), f"out of order: {page}")
+            chunks.append(page["chunk"])
+        joined = "".join(chunks)
+        check(len(joined.encode()) == page["totalBytes"], f"{len(joined.encode())} bytes joined")
+        check("on" in json.loads(joined), f"joined result: {joined}")
+        done = await client.call_tool(READ_MORE, {"handle": page["handle"]})
+        check(done.is_error and "has no more" in text_of(done), f"past the end: {done}")
+        again = await client.call_tool(READ_MORE, {"handle": page["handle"], "offset": 0})
+        check(not again.is_error and again.structured_content["chunk"] == chunks[0],
+              f"read again: {again}")
+
     async def test_read_more_pages_a_large_result(self) -> None:
         async with http_client(self.vessel.url, self.main) as client:
             await self.read_all(client)
+
+    async def test_read_more_with_the_handle_alone(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            await self.read_by_handle(client)
+        async with http_client(self.vessel.url, self.main, mode="legacy") as client:
+            await self.read_by_handle(client)
 
     async def test_read_more_through_the_stdio_bridge(self) -> None:
         async with stdio_client(self.dk, self.vessel.url, self.main, mode="legacy") as client:

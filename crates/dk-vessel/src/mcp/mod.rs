@@ -35,11 +35,13 @@
 //! - **Oversized results** (`read_more.rs`). A result whose JSON is longer
 //!   than [`McpOptions::read_more_threshold`] comes back as
 //!   `{truncated, handle, totalBytes, offset, nextOffset, chunk,
-//!   expiresInSeconds, note}` with its first chunk; `read_more {handle,
-//!   offset}` returns the chunk at any offset, cut on character boundaries.
-//!   A handle belongs to its MCP session (without one, to its agent),
-//!   expires, and goes with its session; all handles hold a bounded number
-//!   of bytes, the oldest dropped first. Misuse is a tool error.
+//!   expiresInSeconds, note}` with its first chunk; `read_more {handle}`
+//!   returns the chunk after the last one served for it, and with an
+//!   `offset` the chunk there, cut on character boundaries. A handle
+//!   belongs to its MCP session (without one, to its agent), expires, and
+//!   goes with its session; handles hold a bounded number of bytes per
+//!   agent (its own oldest dropped first) and in all (the agent holding the
+//!   most loses its oldest). Misuse is a tool error.
 //! - **Events** (`events.rs`). Each paired device the agent sees a tool of
 //!   is a resource, `dk://devices/{deviceId}/events`, whose contents are the
 //!   device's recent events of capabilities the agent sees, from a ring

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 /// The bounds of an MCP server: how many sessions an agent and all agents
 /// hold, when a result is paged through `read_more`, how long and how much
-/// of those results are kept, and how many device events each event
-/// resource keeps. [`McpOptions::default`] is what
+/// of those results are kept (in all and per agent), and how many device
+/// events each event resource keeps. [`McpOptions::default`] is what
 /// [`serve_mcp`](crate::serve_mcp) and [`mcp_router`](crate::mcp_router)
 /// use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +30,12 @@ pub struct McpOptions {
     /// The most bytes of results all `read_more` handles hold together
     /// (default 32 MiB); a new one past it drops the oldest first.
     pub read_more_memory: usize,
+    /// The most bytes of results one agent's handles hold (default 8 MiB,
+    /// a quarter of the default pool); a new one past it drops that
+    /// agent's oldest first. Past [`McpOptions::read_more_memory`], the
+    /// agent holding the most bytes loses its oldest, so no agent can push
+    /// out the handles of one holding less.
+    pub read_more_memory_per_agent: usize,
     /// The most recent events kept per device for its event resource
     /// (default 64).
     pub events_per_device: usize,
@@ -50,6 +56,7 @@ impl Default for McpOptions {
             read_more_threshold: 16 * 1024,
             read_more_expiry: Duration::from_secs(10 * 60),
             read_more_memory: 32 * 1024 * 1024,
+            read_more_memory_per_agent: 8 * 1024 * 1024,
             events_per_device: 64,
             event_bytes_per_device: 64 * 1024,
             event_update_interval: Duration::from_millis(250),

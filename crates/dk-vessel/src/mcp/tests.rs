@@ -277,12 +277,9 @@ async fn an_agent_lists_its_granted_tools_sorted_with_annotations() {
     let read_more = serde_json::to_value(by_name(&tools, "read_more")).unwrap();
     assert_eq!(
         read_more["annotations"],
-        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false})
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})
     );
-    assert_eq!(
-        read_more["inputSchema"]["required"],
-        json!(["handle", "offset"])
-    );
+    assert_eq!(read_more["inputSchema"]["required"], json!(["handle"]));
     let read = serde_json::to_value(by_name(&tools, "device__desk_lamp__read_light")).unwrap();
     assert_eq!(
         read["annotations"],
