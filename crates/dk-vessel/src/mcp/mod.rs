@@ -47,7 +47,8 @@
 //!   device's recent events of capabilities the agent sees, from a ring
 //!   bounded in count and bytes that one feed task fills from
 //!   [`Vessel::subscribe_events`]. Devices outside the scope are neither
-//!   listed nor readable (the same error as a device that does not exist).
+//!   listed nor readable (the same error as a device that does not exist),
+//!   and an event's `seq` counts only the events the reading agent sees.
 //! - **Changes** (`watch.rs`). One watch per session (or per
 //!   `subscriptions/listen`): after a pairing, unpairing, grant, revoke or
 //!   scope change, `notifications/tools/list_changed` and
