@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -181,10 +182,30 @@ def check(condition: bool, message: str) -> None:
         raise AssertionError(message)
 
 
-def http_client(url: str, credential: str | None, **kwargs: Any) -> Client:
-    """A client over streamable HTTP with the agent's bearer credential."""
+def http_client(url: str, credential: str | None, *, extra_headers: dict[str, str] | None = None,
+                **kwargs: Any) -> Client:
+    """A client over streamable HTTP with the agent's bearer credential (and
+    `extra_headers` on every request)."""
     headers = {} if credential is None else {"Authorization": f"Bearer {credential}"}
+    headers.update(extra_headers or {})
     transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+    return Client(transport, read_timeout_seconds=PATIENCE, **kwargs)
+
+
+def session_recording_client(url: str, credential: str, seen: list[str], **kwargs: Any) -> Client:
+    """A client over streamable HTTP that notes every `Mcp-Session-Id` the
+    server hands it in `seen`."""
+
+    async def note(response: httpx2.Response) -> None:
+        session = response.headers.get("mcp-session-id")
+        if session and session not in seen:
+            seen.append(session)
+
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {credential}"},
+        timeout=httpx2.Timeout(30.0, read=300.0),
+        event_hooks={"response": [note]})
+    transport = streamable_http_client(url, http_client=http)
     return Client(transport, read_timeout_seconds=PATIENCE, **kwargs)
 
 
@@ -215,6 +236,8 @@ class Suite:
         self.vessel = vessel
         self.main = vessel.add_agent("main", [LAMP])
         self.narrow = vessel.add_agent("narrow", [f"{LAMP}:read_light"])
+        self.forger = vessel.add_agent("forger", [f"{LAMP}:read_light"])
+        self.intruder = vessel.add_agent("intruder", [LAMP])
 
     # -- over streamable HTTP, the client's default (server/discover) ------
 
@@ -319,6 +342,28 @@ class Suite:
             check('is not in the scope of agent "narrow"' in text_of(result),
                   f"reason: {text_of(result)}")
 
+    async def test_a_made_up_session_id_does_not_escape_the_run_budget(self) -> None:
+        # Each call from a fresh client naming a session the vessel never
+        # issued: all are charged to the agent's one budget without a session
+        # (32 calls), and no made-up id reaches a decision record.
+        made_up = [uuid.uuid4().hex for _ in range(40)]
+        outcomes = []
+        for session in made_up:
+            async with http_client(self.vessel.url, self.forger,
+                                   extra_headers={"Mcp-Session-Id": session}) as client:
+                outcomes.append(await client.call_tool(READ, {}))
+        allowed = [r for r in outcomes if not r.is_error]
+        refused = [r for r in outcomes if r.is_error]
+        check(len(allowed) == 32, f"{len(allowed)} of 40 calls went through")
+        for result in refused:
+            check("run budget is spent" in text_of(result), f"reason: {text_of(result)}")
+        status, decisions = await self.vessel.admin_async("GET", "/v1/decisions")
+        check(status == 200, f"decisions answered {status}")
+        mine = [d for d in decisions if d.get("agentId") == "forger"]
+        check(len(mine) == 40, f"{len(mine)} decisions recorded")
+        check(all(d.get("sessionId") is None for d in mine),
+              f"sessions recorded: {sorted({d.get('sessionId') for d in mine} - {None})}")
+
     # -- the older initialize handshake ------------------------------------
 
     async def test_initialize_handshake_lists_and_calls(self) -> None:
@@ -338,6 +383,40 @@ class Suite:
         async with http_client(self.vessel.url, self.main, mode="legacy",
                                message_handler=on_message) as client:
             await listed_names(client)
+            await self.revoke_and_grant_set_light(heard)
+
+    async def test_another_agent_cannot_use_a_session(self) -> None:
+        heard: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                await heard.put(message.method)
+
+        sessions: list[str] = []
+        async with session_recording_client(self.vessel.url, self.main, sessions, mode="legacy",
+                                            message_handler=on_message) as client:
+            check(await listed_names(client) == [READ, SET, STROBE, READ_MORE], "tools differ")
+            check(len(sessions) == 1, f"sessions: {sessions}")
+            headers = {"Authorization": f"Bearer {self.intruder}",
+                       "Mcp-Session-Id": sessions[0],
+                       "MCP-Protocol-Version": client.protocol_version,
+                       "Accept": "application/json, text/event-stream"}
+            listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}}
+            answers = {}
+            # POST would call in the session, GET hear its notifications,
+            # DELETE end it. One connection each: a refusal leaves the body
+            # of the request unread, so the vessel may close the connection.
+            for method in ("POST", "GET", "DELETE"):
+                async with httpx2.AsyncClient(timeout=PATIENCE) as raw:
+                    answers[method] = await raw.request(
+                        method, self.vessel.url, headers=headers,
+                        json=listing if method == "POST" else None)
+            for method, answer in answers.items():
+                check(answer.status_code == 404, f"{method}: {answer.status_code} {answer.text}")
+                check("device__" not in answer.text, f"{method} answer names a tool: {answer.text}")
+            # The session is alive and its own client still hears it.
+            result = await client.call_tool(READ, {})
+            check(not result.is_error, f"refused: {text_of(result)}")
             await self.revoke_and_grant_set_light(heard)
 
     async def revoke_and_grant_set_light(self, heard: asyncio.Queue[str]) -> None:
@@ -458,9 +537,40 @@ class ReadMoreSuite:
         unknown = await client.call_tool(READ_MORE, {"handle": "rm_nothing", "offset": 0})
         check(unknown.is_error and "unknown" in text_of(unknown), f"unknown handle: {unknown}")
 
+    async def read_by_handle(self, client: Client) -> None:
+        listed = await client.list_tools(cache_mode="bypass")
+        read_more = next(t for t in listed.tools if t.name == READ_MORE)
+        check(read_more.input_schema.get("required") == ["handle"],
+              f"read_more schema: {read_more.input_schema}")
+        first = await client.call_tool(READ, {})
+        page = first.structured_content
+        check(isinstance(page, dict) and page.get("truncated") is True, f"not paged: {page}")
+        chunks = [page["chunk"]]
+        while page["truncated"]:
+            check(len(chunks) <= page["totalBytes"], "paging does not move on")
+            result = await client.call_tool(READ_MORE, {"handle": page["handle"]})
+            check(not result.is_error, f"read_more refused: {text_of(result)}")
+            page = result.structured_content
+            check(page["offset"] == len("".join(chunks).encode()), f"out of order: {page}")
+            chunks.append(page["chunk"])
+        joined = "".join(chunks)
+        check(len(joined.encode()) == page["totalBytes"], f"{len(joined.encode())} bytes joined")
+        check("on" in json.loads(joined), f"joined result: {joined}")
+        done = await client.call_tool(READ_MORE, {"handle": page["handle"]})
+        check(done.is_error and "has no more" in text_of(done), f"past the end: {done}")
+        again = await client.call_tool(READ_MORE, {"handle": page["handle"], "offset": 0})
+        check(not again.is_error and again.structured_content["chunk"] == chunks[0],
+              f"read again: {again}")
+
     async def test_read_more_pages_a_large_result(self) -> None:
         async with http_client(self.vessel.url, self.main) as client:
             await self.read_all(client)
+
+    async def test_read_more_with_the_handle_alone(self) -> None:
+        async with http_client(self.vessel.url, self.main) as client:
+            await self.read_by_handle(client)
+        async with http_client(self.vessel.url, self.main, mode="legacy") as client:
+            await self.read_by_handle(client)
 
     async def test_read_more_through_the_stdio_bridge(self) -> None:
         async with stdio_client(self.dk, self.vessel.url, self.main, mode="legacy") as client:

@@ -169,9 +169,14 @@ pub struct ApprovalRequest {
     pub input: Map<String, Value>,
     /// Why the person is asked.
     pub reason: String,
+    /// The calling agent, when the call names one: the person sees who
+    /// asks, and the person channel bounds what one agent keeps waiting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
-/// Asks the person. An error counts as a no.
+/// Asks the person. An error counts as a no, and says why the person was
+/// not asked (it is the refusal's reason).
 pub trait Approver: Send + Sync {
     /// Returns `Ok(true)` for a yes.
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>>;
@@ -525,9 +530,18 @@ impl DeviceToolAdapter {
                 capability: capability.to_owned(),
                 input: input.clone(),
                 reason: reason.clone().into_owned(),
+                agent_id: ctx.agent_id.map(str::to_owned),
             };
-            if approver.approve(request).await != Ok(true) {
-                return Checked::Refused(format!("[policy] the person said no: {reason}"));
+            match approver.approve(request).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Checked::Refused(format!("[policy] the person said no: {reason}"));
+                }
+                Err(why) => {
+                    return Checked::Refused(format!(
+                        "[policy] the person was not asked ({why}): {reason}"
+                    ));
+                }
             }
         }
         // 6. Still the same pairing, still granted. Without a wait there is

@@ -765,6 +765,7 @@ where
                 "{class} device side effect requires approval: {:?} reconnects to stream",
                 manifest.name()
             ),
+            agent_id: None,
         };
         let person = Arc::clone(self.vessel.person());
         let asking = person.ask_approval(request, self.vessel.limits().consent_timeout);

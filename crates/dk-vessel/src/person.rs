@@ -5,7 +5,10 @@
 //!
 //! An unanswered prompt is a no when its deadline passes. A prompt whose
 //! asker gave up (the device disconnected during pairing, the call was
-//! dropped) leaves the queue at once.
+//! dropped) leaves the queue at once. One agent keeps at most
+//! [`APPROVALS_PER_AGENT`] approvals waiting (the channel is shared
+//! by every agent and front end): past it, its call is refused without
+//! asking, so one agent cannot bury the others' prompts.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,6 +25,9 @@ use crate::registry::{ConsentDecision, ConsentRequest};
 
 /// How long the person has to answer an approval by default (two minutes).
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many approvals one agent may have waiting for the person at once.
+pub(crate) const APPROVALS_PER_AGENT: usize = 16;
 
 /// What the person is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,6 +73,19 @@ pub enum AnswerError {
     /// The prompt is of the other kind.
     #[error("prompt {0} is not {1}")]
     WrongKind(u64, &'static str),
+}
+
+/// Why the person was not asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AskError {
+    /// The calling agent already has this many approvals waiting.
+    #[error("agent \"{agent}\" already has {limit} approvals waiting for the person")]
+    TooManyWaiting {
+        /// The agent.
+        agent: String,
+        /// Its cap.
+        limit: usize,
+    },
 }
 
 enum Responder {
@@ -135,22 +154,44 @@ impl PersonChannel {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn open(&self, prompt: Prompt, timeout: Duration, responder: Responder) -> u64 {
+    /// Puts `prompt` in the queue, unless it is an approval of an agent
+    /// that has its cap of approvals waiting (counted under the same lock).
+    fn open(
+        &self,
+        prompt: Prompt,
+        timeout: Duration,
+        responder: Responder,
+    ) -> Result<u64, AskError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let view = PendingPrompt {
             id,
             expires_at_ms: epoch_ms(SystemTime::now() + timeout),
             prompt,
         };
-        self.lock().insert(
-            id,
-            Entry {
-                view: view.clone(),
-                responder,
-            },
-        );
+        {
+            let mut pending = self.lock();
+            if let Some(agent) = asking_agent(&view.prompt) {
+                let waiting = pending
+                    .values()
+                    .filter(|e| asking_agent(&e.view.prompt) == Some(agent))
+                    .count();
+                if waiting >= APPROVALS_PER_AGENT {
+                    return Err(AskError::TooManyWaiting {
+                        agent: agent.to_owned(),
+                        limit: APPROVALS_PER_AGENT,
+                    });
+                }
+            }
+            pending.insert(
+                id,
+                Entry {
+                    view: view.clone(),
+                    responder,
+                },
+            );
+        }
         let _ = self.events.send(PersonEvent::Asked(view));
-        id
+        Ok(id)
     }
 
     fn close(&self, id: u64) {
@@ -162,7 +203,10 @@ impl PersonChannel {
     /// Asks the person to pair a device; no answer within `timeout` is a no.
     pub async fn ask_consent(&self, request: ConsentRequest, timeout: Duration) -> ConsentDecision {
         let (tx, rx) = oneshot::channel();
-        let id = self.open(Prompt::Consent(request), timeout, Responder::Consent(tx));
+        // Consents are not counted against an agent: this cannot fail.
+        let Ok(id) = self.open(Prompt::Consent(request), timeout, Responder::Consent(tx)) else {
+            return ConsentDecision::refuse();
+        };
         let _withdraw = Withdraw { channel: self, id };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(decision)) => decision,
@@ -170,12 +214,30 @@ impl PersonChannel {
         }
     }
 
-    /// Asks the person to approve a call; no answer within `timeout` is a no.
+    /// Asks the person to approve a call; no answer within `timeout` is a
+    /// no, and so is a request the person is not asked
+    /// ([`PersonChannel::try_ask_approval`] says why).
     pub async fn ask_approval(&self, request: ApprovalRequest, timeout: Duration) -> bool {
+        self.try_ask_approval(request, timeout)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Asks the person to approve a call; no answer within `timeout` is a
+    /// no. A request of an agent that already has its cap of approvals
+    /// waiting is not put to the person.
+    pub(crate) async fn try_ask_approval(
+        &self,
+        request: ApprovalRequest,
+        timeout: Duration,
+    ) -> Result<bool, AskError> {
         let (tx, rx) = oneshot::channel();
-        let id = self.open(Prompt::Approval(request), timeout, Responder::Approval(tx));
+        let id = self.open(Prompt::Approval(request), timeout, Responder::Approval(tx))?;
         let _withdraw = Withdraw { channel: self, id };
-        matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(true)))
+        Ok(matches!(
+            tokio::time::timeout(timeout, rx).await,
+            Ok(Ok(true))
+        ))
     }
 
     /// Open prompts, oldest first.
@@ -221,9 +283,21 @@ impl PersonChannel {
     }
 }
 
+/// The agent an approval prompt is asked for, if any.
+fn asking_agent(prompt: &Prompt) -> Option<&str> {
+    match prompt {
+        Prompt::Approval(request) => request.agent_id.as_deref(),
+        Prompt::Consent(_) => None,
+    }
+}
+
 impl Approver for PersonChannel {
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
-        Box::pin(async move { Ok(self.ask_approval(request, self.approval_timeout).await) })
+        Box::pin(async move {
+            self.try_ask_approval(request, self.approval_timeout)
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -319,7 +319,7 @@ async fn approvals() {
                 approver: Some(&broken),
                 ..ctx
             },
-            "[policy] the person said no: [ask-actuators] Lamp actions need a yes",
+            "[policy] the person was not asked (prompt crashed): [ask-actuators] Lamp actions need a yes",
         ),
     ];
     for (ctx, expected) in refusals {

@@ -243,6 +243,76 @@ async fn event_resources_are_listed_and_read_only_within_the_scope() {
     server.stop().await;
 }
 
+/// The `seq` of each event in a resource, once its newest is the last one
+/// published in the test (its data `{"n": 2}`).
+async fn final_seqs(client: &rmcp::Peer<RoleClient>, uri: &str) -> Vec<u64> {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let contents = read(client, uri).await;
+            let events = contents["events"].as_array().unwrap();
+            if events.last().map(|e| &e["data"]) == Some(&json!({"n": 2})) {
+                return events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn sequence_numbers_count_only_the_events_the_agent_sees() {
+    let vessel = vessel_with_lamp(&["read_light", "set_light"]).await;
+    pair_thermostat(&vessel).await;
+    let agents = Arc::new(AgentDirectory::new());
+    let (_, narrow) = agents
+        .add(
+            "narrow",
+            AgentScope::from_items(["desk-lamp:read_light"]).unwrap(),
+            AgentRole::User,
+        )
+        .unwrap();
+    let (_, everything) = agents
+        .add("everything", AgentScope::AllDevices, AgentRole::User)
+        .unwrap();
+    let server = serve_with(&vessel, &agents, McpOptions::default()).await;
+    // Another server whose rings keep only the last four events.
+    let small = McpOptions {
+        events_per_device: 4,
+        ..McpOptions::default()
+    };
+    let small_server = serve_with(&vessel, &agents, small).await;
+    let thermostat = |n: u64| DeviceEvent {
+        device_id: "hall-thermostat".to_owned(),
+        capability: "read_temperature".to_owned(),
+        data: Some(RawValue::from_string(json!({ "n": n }).to_string()).unwrap()),
+    };
+    // Connected first, so both servers' event feeds are running.
+    let (narrow_client, _) = connect(&server.url, narrow.expose()).await;
+    let (all, _) = connect(&server.url, everything.expose()).await;
+    let (narrow_small, _) = connect(&small_server.url, narrow.expose()).await;
+    let (all_small, _) = connect(&small_server.url, everything.expose()).await;
+    // Interleaved: the lamp's sensor, the thermostat, the lamp's actuator.
+    for n in 0..3 {
+        vessel.publish_event(event("read_light", json!({ "n": n })));
+        vessel.publish_event(thermostat(n));
+        vessel.publish_event(event("set_light", json!({ "n": n })));
+    }
+    // No gap tells the narrow agent of the thermostat's events or of the
+    // lamp's actuator; the wider agent counts what it sees.
+    assert_eq!(final_seqs(&narrow_client, LAMP_EVENTS).await, [1, 2, 3]);
+    assert_eq!(final_seqs(&all, LAMP_EVENTS).await, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(final_seqs(&all, THERMOSTAT_EVENTS).await, [1, 2, 3]);
+    // Events that left the ring still count: a gap means only that.
+    assert_eq!(final_seqs(&narrow_small, LAMP_EVENTS).await, [2, 3]);
+    assert_eq!(final_seqs(&all_small, LAMP_EVENTS).await, [3, 4, 5, 6]);
+    for c in [narrow_client, all, narrow_small, all_small] {
+        c.cancel().await.unwrap();
+    }
+    small_server.stop().await;
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_subscriber_is_told_of_new_events_and_of_list_changes() {
     let vessel = vessel_with_lamp(&["read_light"]).await;

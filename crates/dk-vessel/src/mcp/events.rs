@@ -4,9 +4,13 @@
 //! task reads the vessel's device events into the rings and then tells the
 //! sessions' watches, so a client told of an update reads the event that
 //! caused it.
+//!
+//! An event's `seq` is counted per view: its number among the events of
+//! that device the reading agent sees (from the device's pairing), so a gap
+//! means events that left the ring, never events of a device or capability
+//! outside the agent's view.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -53,7 +57,6 @@ pub(crate) struct Update {
 
 /// One kept event.
 struct Kept {
-    seq: u64,
     capability: String,
     data: Option<Box<RawValue>>,
     /// The size of the data when it was too large to keep.
@@ -65,12 +68,38 @@ impl Kept {
     fn bytes(&self) -> usize {
         self.capability.len() + self.data.as_ref().map_or(0, |d| d.get().len())
     }
+
+    /// The event as a resource shows it, numbered `seq`.
+    fn to_json(&self, seq: u64) -> Value {
+        let mut event = json!({
+            "seq": seq,
+            "capability": self.capability,
+            "receivedAtMs": self.received_at_ms,
+        });
+        if let Some(map) = event.as_object_mut() {
+            match (&self.data, self.omitted) {
+                (_, Some(bytes)) => {
+                    map.insert("omittedBytes".into(), json!(bytes));
+                }
+                (Some(data), None) => {
+                    let value = serde_json::from_str::<Value>(data.get()).unwrap_or(Value::Null);
+                    map.insert("data".into(), value);
+                }
+                (None, None) => {}
+            }
+        }
+        event
+    }
 }
 
 #[derive(Default)]
 struct Ring {
     events: VecDeque<Kept>,
     bytes: usize,
+    /// Events recorded per capability since the device was paired, kept or
+    /// not (one entry per capability of the manifest: the vessel takes no
+    /// event of an undeclared one).
+    recorded: HashMap<String, u64>,
 }
 
 /// The recent events of every paired device, bounded per device.
@@ -78,7 +107,6 @@ pub(crate) struct EventLog {
     per_device: usize,
     bytes_per_device: usize,
     rings: Mutex<HashMap<String, Ring>>,
-    seq: AtomicU64,
     updates: broadcast::Sender<Update>,
 }
 
@@ -88,7 +116,6 @@ impl EventLog {
             per_device: options.events_per_device.max(1),
             bytes_per_device: options.event_bytes_per_device,
             rings: Mutex::new(HashMap::new()),
-            seq: AtomicU64::new(0),
             updates: broadcast::channel(UPDATE_BUFFER).0,
         }
     }
@@ -101,7 +128,6 @@ impl EventLog {
     /// Keeps `event` in its device's ring (dropping the oldest past the
     /// bounds), then tells the watches.
     pub(crate) fn record(&self, event: DeviceEvent) {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let received_at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -112,7 +138,6 @@ impl EventLog {
             (event.data, None)
         };
         let kept = Kept {
-            seq,
             capability: event.capability.clone(),
             data,
             omitted,
@@ -120,6 +145,8 @@ impl EventLog {
         };
         let mut rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
         let ring = rings.entry(event.device_id.clone()).or_default();
+        let recorded = ring.recorded.entry(event.capability.clone()).or_default();
+        *recorded = recorded.saturating_add(1);
         ring.bytes += kept.bytes();
         ring.events.push_back(kept);
         while ring.events.len() > self.per_device || ring.bytes > self.bytes_per_device {
@@ -146,39 +173,34 @@ impl EventLog {
     }
 
     /// The resource's contents for `agent`: the kept events of capabilities
-    /// it sees, oldest first.
+    /// it sees, oldest first, each numbered among the device's events the
+    /// agent sees.
     pub(crate) fn contents(&self, vessel: &Vessel, agent: &Agent, device_id: &str) -> Value {
         let rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
-        let events: Vec<Value> = rings
-            .get(device_id)
-            .map(|ring| {
-                ring.events
-                    .iter()
-                    .filter(|e| event_visible(vessel, agent, device_id, &e.capability))
-                    .map(|e| {
-                        let mut event = json!({
-                            "seq": e.seq,
-                            "capability": e.capability,
-                            "receivedAtMs": e.received_at_ms,
-                        });
-                        if let Some(map) = event.as_object_mut() {
-                            match (&e.data, e.omitted) {
-                                (_, Some(bytes)) => {
-                                    map.insert("omittedBytes".into(), json!(bytes));
-                                }
-                                (Some(data), None) => {
-                                    let value = serde_json::from_str::<Value>(data.get())
-                                        .unwrap_or(Value::Null);
-                                    map.insert("data".into(), value);
-                                }
-                                (None, None) => {}
-                            }
-                        }
-                        event
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut events: Vec<Value> = Vec::new();
+        if let Some(ring) = rings.get(device_id) {
+            let visible: HashSet<&str> = ring
+                .recorded
+                .keys()
+                .filter(|capability| event_visible(vessel, agent, device_id, capability))
+                .map(String::as_str)
+                .collect();
+            // The newest event the agent sees is the number of such events
+            // so far; each one before it, one less.
+            let mut seq: u64 = ring
+                .recorded
+                .iter()
+                .filter(|(capability, _)| visible.contains(capability.as_str()))
+                .map(|(_, count)| *count)
+                .fold(0, u64::saturating_add);
+            for e in ring.events.iter().rev() {
+                if visible.contains(e.capability.as_str()) {
+                    events.push(e.to_json(seq));
+                    seq = seq.saturating_sub(1);
+                }
+            }
+            events.reverse();
+        }
         json!({ "deviceId": device_id, "events": events })
     }
 

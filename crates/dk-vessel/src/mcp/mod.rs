@@ -9,12 +9,17 @@
 //!   as the admin API checks them, so a web page cannot call tools.
 //! - **Sessions.** Clients of the `initialize` handshake (protocol revisions
 //!   up to 2025-11-25) get a stateful session; its `Mcp-Session-Id` is the
-//!   `sessionId` of their calls, and it belongs to the agent that opened it.
-//!   Clients of the 2026-07-28 `server/discover` lifecycle are served one
-//!   request at a time, without a session: their calls carry no `sessionId`.
+//!   `sessionId` of their calls, and it belongs to the agent that opened it:
+//!   the guard answers another agent naming it with 404, whatever the
+//!   method. Clients of the 2026-07-28 `server/discover` lifecycle are served
+//!   one request at a time, without a session: their calls carry no
+//!   `sessionId` unless they name a live session the server issued to the
+//!   same agent (a made-up one is ignored, never read from the header).
 //!   Sessions are kept by `session.rs`, which hands a request straight to
 //!   the session's service loop and its answer straight back, by JSON-RPC
-//!   id (rmcp's own manager routes both through a worker task per session).
+//!   id (rmcp's own manager routes both through a worker task per session),
+//!   and bounds them per agent (its own longest unused go first) and in all
+//!   (the agent holding the most gives one up).
 //! - **Tools.** The granted capabilities of paired devices within the
 //!   agent's scope and role, with annotations from the approved manifest: a
 //!   sensor is read-only and not destructive, an actuator is not read-only,
@@ -30,17 +35,20 @@
 //! - **Oversized results** (`read_more.rs`). A result whose JSON is longer
 //!   than [`McpOptions::read_more_threshold`] comes back as
 //!   `{truncated, handle, totalBytes, offset, nextOffset, chunk,
-//!   expiresInSeconds, note}` with its first chunk; `read_more {handle,
-//!   offset}` returns the chunk at any offset, cut on character boundaries.
-//!   A handle belongs to its MCP session (without one, to its agent),
-//!   expires, and goes with its session; all handles hold a bounded number
-//!   of bytes, the oldest dropped first. Misuse is a tool error.
+//!   expiresInSeconds, note}` with its first chunk; `read_more {handle}`
+//!   returns the chunk after the last one served for it, and with an
+//!   `offset` the chunk there, cut on character boundaries. A handle
+//!   belongs to its MCP session (without one, to its agent), expires, and
+//!   goes with its session; handles hold a bounded number of bytes per
+//!   agent (its own oldest dropped first) and in all (the agent holding the
+//!   most loses its oldest). Misuse is a tool error.
 //! - **Events** (`events.rs`). Each paired device the agent sees a tool of
 //!   is a resource, `dk://devices/{deviceId}/events`, whose contents are the
 //!   device's recent events of capabilities the agent sees, from a ring
 //!   bounded in count and bytes that one feed task fills from
 //!   [`Vessel::subscribe_events`]. Devices outside the scope are neither
-//!   listed nor readable (the same error as a device that does not exist).
+//!   listed nor readable (the same error as a device that does not exist),
+//!   and an event's `seq` counts only the events the reading agent sees.
 //! - **Changes** (`watch.rs`). One watch per session (or per
 //!   `subscriptions/listen`): after a pairing, unpairing, grant, revoke or
 //!   scope change, `notifications/tools/list_changed` and
@@ -142,11 +150,13 @@ fn build(
         let _owner = &feed;
         Ok(DeviceTools::new(Arc::clone(&shared)))
     };
-    let service = StreamableHttpService::new(factory, Arc::new(Sessions::default()), config);
+    let sessions = Arc::new(Sessions::new(&options));
+    let service = StreamableHttpService::new(factory, Arc::clone(&sessions), config);
     let router = Router::new().route_service("/mcp", service);
     let gate = Gate {
         local: Arc::new(origins),
         agents,
+        sessions,
     };
     let router = router.layer(from_fn_with_state(gate, guard));
     (router, move || ending.cancel())

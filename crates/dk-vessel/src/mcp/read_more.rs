@@ -1,9 +1,12 @@
 //! Oversized results: a device result whose JSON is longer than the
 //! threshold is kept here under a random handle, and the agent gets its
-//! first chunk; the `read_more` tool returns any later chunk. A handle
+//! first chunk; the `read_more` tool returns the next chunk for a handle
+//! (the one after the last served), or the chunk at an offset. A handle
 //! belongs to the MCP session that made it (or, for clients served without
-//! a session, to the agent), lasts a fixed time, and all handles together
-//! hold a bounded number of bytes, the oldest dropped first.
+//! a session, to the agent) and lasts a fixed time. What handles hold is
+//! bounded per agent (its own oldest dropped first) and in all (the agent
+//! holding the most loses its oldest), so no agent can push out the
+//! handles of one that holds less.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,6 +45,16 @@ struct Kept {
     agent: AgentId,
     text: Arc<str>,
     made: Instant,
+    /// Where the chunk after the last one served starts (the end of the
+    /// text once the last chunk was served).
+    next: usize,
+}
+
+/// What one agent's handles hold.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    bytes: usize,
+    handles: usize,
 }
 
 #[derive(Default)]
@@ -51,12 +64,76 @@ struct Inner {
     /// expire); may name handles already taken out.
     order: VecDeque<String>,
     bytes: usize,
+    /// Per agent holding any.
+    held: HashMap<AgentId, Held>,
 }
 
 impl Inner {
     fn remove(&mut self, handle: &str) {
-        if let Some(kept) = self.by_handle.remove(handle) {
-            self.bytes = self.bytes.saturating_sub(kept.text.len());
+        let Some(kept) = self.by_handle.remove(handle) else {
+            return;
+        };
+        self.bytes = self.bytes.saturating_sub(kept.text.len());
+        if let Some(held) = self.held.get_mut(&kept.agent) {
+            held.bytes = held.bytes.saturating_sub(kept.text.len());
+            held.handles = held.handles.saturating_sub(1);
+            if held.handles == 0 {
+                self.held.remove(&kept.agent);
+            }
+        }
+    }
+
+    fn insert(&mut self, handle: String, kept: Kept) {
+        let held = self.held.entry(kept.agent.clone()).or_default();
+        held.bytes = held.bytes.saturating_add(kept.text.len());
+        held.handles = held.handles.saturating_add(1);
+        self.bytes = self.bytes.saturating_add(kept.text.len());
+        self.order.push_back(handle.clone());
+        self.by_handle.insert(handle, kept);
+    }
+
+    fn held(&self, agent: &str) -> Held {
+        self.held.get(agent).copied().unwrap_or_default()
+    }
+
+    /// Drops `agent`'s oldest handle; false when it has none.
+    fn drop_oldest_of(&mut self, agent: &str) -> bool {
+        let oldest = self
+            .order
+            .iter()
+            .find(|h| self.by_handle.get(*h).is_some_and(|k| k.agent == agent))
+            .cloned();
+        let Some(oldest) = oldest else {
+            return false;
+        };
+        self.remove(&oldest);
+        self.compact();
+        true
+    }
+
+    /// The agent holding the most by `measure`; `keeper` when it is among
+    /// them.
+    fn largest_holder(&self, keeper: &str, measure: fn(&Held) -> usize) -> Option<AgentId> {
+        let most = self.held.values().map(measure).max()?;
+        if measure(&self.held(keeper)) == most {
+            return Some(keeper.to_owned());
+        }
+        self.held
+            .iter()
+            .filter(|(_, h)| measure(h) == most)
+            .map(|(agent, _)| agent)
+            .min()
+            .cloned()
+    }
+
+    /// Forgets the order's entries for handles taken out, once they
+    /// outnumber the handles kept.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.by_handle.len() + 64 {
+            let Inner {
+                by_handle, order, ..
+            } = self;
+            order.retain(|h| by_handle.contains_key(h));
         }
     }
 
@@ -81,7 +158,8 @@ impl Inner {
 /// agent as a tool error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReadMoreError {
-    /// The input is not `{"handle": string, "offset": integer >= 0}`.
+    /// The input is not `{"handle": string}` with an optional
+    /// `"offset": integer >= 0`.
     BadInput,
     /// No such handle: never made, expired, or dropped to keep memory bounded.
     Unknown(String),
@@ -96,6 +174,13 @@ pub(crate) enum ReadMoreError {
     },
     /// The offset falls inside a character.
     InsideCharacter(u64),
+    /// No offset, and the last chunk was served already.
+    NoMore {
+        /// The handle.
+        handle: String,
+        /// The result's length.
+        total: usize,
+    },
 }
 
 impl std::fmt::Display for ReadMoreError {
@@ -103,7 +188,7 @@ impl std::fmt::Display for ReadMoreError {
         match self {
             ReadMoreError::BadInput => write!(
                 f,
-                "read_more takes {{\"handle\": string, \"offset\": integer of at least 0}}"
+                "read_more takes {{\"handle\": string}} and, to read from a given byte, \"offset\": integer of at least 0"
             ),
             ReadMoreError::Unknown(handle) => write!(
                 f,
@@ -120,6 +205,10 @@ impl std::fmt::Display for ReadMoreError {
             ReadMoreError::InsideCharacter(offset) => write!(
                 f,
                 "offset {offset} falls inside a character: use the nextOffset of the previous chunk"
+            ),
+            ReadMoreError::NoMore { handle, total } => write!(
+                f,
+                "read_more handle `{handle}` has no more: all {total} bytes were served (give an offset to read a chunk again)"
             ),
         }
     }
@@ -162,6 +251,7 @@ pub(crate) struct ResultPages {
     threshold: usize,
     expiry: Duration,
     memory: usize,
+    memory_per_agent: usize,
     inner: Mutex<Inner>,
 }
 
@@ -188,7 +278,7 @@ impl Page<'_> {
                     String::new()
                 };
                 format!(
-                    "{lead}Call read_more with {{\"handle\": \"{handle}\", \"offset\": {next}}} for the next chunk, and join the chunks in order to get the result's JSON."
+                    "{lead}Call read_more with {{\"handle\": \"{handle}\"}} for the next chunk (with \"offset\": {next} to read from that byte), and join the chunks in order to get the result's JSON."
                 )
             }
             (Some(_), None) => format!(
@@ -219,6 +309,7 @@ impl ResultPages {
             threshold: options.read_more_threshold.max(1),
             expiry: options.read_more_expiry,
             memory: options.read_more_memory,
+            memory_per_agent: options.read_more_memory_per_agent,
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -240,12 +331,13 @@ impl ResultPages {
         if text.len() <= self.threshold {
             return CallToolResult::structured(object);
         }
-        let handle = self.keep(Arc::from(text.as_str()), owner, agent);
         let Ok((chunk, next)) = chunk_at(&text, 0, self.threshold) else {
             return CallToolResult::error(vec![ContentBlock::text(
                 "the result could not be paged",
             )]);
         };
+        let served = next.unwrap_or(text.len());
+        let handle = self.keep(Arc::from(text.as_str()), served, owner, agent);
         Page {
             handle: handle.as_deref(),
             total: text.len(),
@@ -261,10 +353,12 @@ impl ResultPages {
         .into_result(true)
     }
 
-    /// Keeps `text` under a new handle, dropping expired handles and then
-    /// the oldest until it fits; `None` when it alone is over the bound.
-    fn keep(&self, text: Arc<str>, owner: Owner, agent: &AgentId) -> Option<String> {
-        if text.len() > self.memory {
+    /// Keeps `text`, served up to `served`, under a new handle: drops
+    /// expired handles, then `agent`'s own oldest until it fits the agent's
+    /// share, then the oldest of the agent holding the most until it fits
+    /// the pool. `None` when it alone is over the agent's share or the pool.
+    fn keep(&self, text: Arc<str>, served: usize, owner: Owner, agent: &AgentId) -> Option<String> {
+        if text.len() > self.memory || text.len() > self.memory_per_agent {
             return None;
         }
         let mut bytes = [0u8; 16];
@@ -277,23 +371,35 @@ impl ResultPages {
         let now = Instant::now();
         let mut inner = self.lock();
         inner.sweep(now, self.expiry);
-        while inner.bytes.saturating_add(text.len()) > self.memory
-            || inner.by_handle.len() >= MAX_HANDLES
-        {
-            let Some(oldest) = inner.order.pop_front() else {
+        while inner.held(agent).bytes.saturating_add(text.len()) > self.memory_per_agent {
+            if !inner.drop_oldest_of(agent) {
+                break;
+            }
+        }
+        loop {
+            let measure: fn(&Held) -> usize =
+                if inner.bytes.saturating_add(text.len()) > self.memory {
+                    |h| h.bytes
+                } else if inner.by_handle.len() >= MAX_HANDLES {
+                    |h| h.handles
+                } else {
+                    break;
+                };
+            let Some(holder) = inner.largest_holder(agent, measure) else {
                 break;
             };
-            inner.remove(&oldest);
+            if !inner.drop_oldest_of(&holder) {
+                break;
+            }
         }
-        inner.bytes = inner.bytes.saturating_add(text.len());
-        inner.order.push_back(handle.clone());
-        inner.by_handle.insert(
+        inner.insert(
             handle.clone(),
             Kept {
                 owner,
                 agent: agent.clone(),
                 text,
                 made: now,
+                next: served,
             },
         );
         Some(handle)
@@ -322,31 +428,46 @@ impl ResultPages {
             .get("handle")
             .and_then(Value::as_str)
             .ok_or(ReadMoreError::BadInput)?;
-        let offset = arguments
-            .get("offset")
-            .and_then(Value::as_u64)
-            .ok_or(ReadMoreError::BadInput)?;
+        let offset = match arguments.get("offset") {
+            None => None,
+            Some(offset) => Some(offset.as_u64().ok_or(ReadMoreError::BadInput)?),
+        };
         if arguments.keys().any(|k| k != "handle" && k != "offset") {
             return Err(ReadMoreError::BadInput);
         }
         let now = Instant::now();
-        let (text, made) = {
+        // Found, checked and moved on under one lock, so two calls without
+        // an offset get two successive chunks.
+        let (text, made, start, end) = {
             let mut inner = self.lock();
             inner.sweep(now, self.expiry);
             let kept = inner
                 .by_handle
-                .get(handle)
+                .get_mut(handle)
                 .ok_or_else(|| ReadMoreError::Unknown(printable_handle(handle)))?;
             if &kept.owner != owner || &kept.agent != agent {
                 return Err(ReadMoreError::Foreign(printable_handle(handle)));
             }
-            (Arc::clone(&kept.text), kept.made)
+            let total = kept.text.len();
+            let start = match offset {
+                Some(offset) => {
+                    usize::try_from(offset).map_err(|_| ReadMoreError::PastEnd { offset, total })?
+                }
+                None if kept.next >= total => {
+                    return Err(ReadMoreError::NoMore {
+                        handle: printable_handle(handle),
+                        total,
+                    });
+                }
+                None => kept.next,
+            };
+            let (chunk, next) = chunk_at(&kept.text, start, self.threshold)?;
+            let end = start + chunk.len();
+            kept.next = next.unwrap_or(total);
+            (Arc::clone(&kept.text), kept.made, start, end)
         };
-        let start = usize::try_from(offset).map_err(|_| ReadMoreError::PastEnd {
-            offset,
-            total: text.len(),
-        })?;
-        let (chunk, next) = chunk_at(&text, start, self.threshold)?;
+        let chunk = text.get(start..end).unwrap_or_default();
+        let next = (end < text.len()).then_some(end);
         Ok(Page {
             handle: Some(handle),
             total: text.len(),
@@ -377,10 +498,7 @@ impl ResultPages {
         for handle in &gone {
             inner.remove(handle);
         }
-        let Inner {
-            by_handle, order, ..
-        } = &mut *inner;
-        order.retain(|h| by_handle.contains_key(h));
+        inner.compact();
     }
 
     /// How many handles are kept and the bytes they hold.
@@ -412,10 +530,10 @@ pub(crate) fn read_more_tool() -> Tool {
             "offset": {
                 "type": "integer",
                 "minimum": 0,
-                "description": "where the chunk starts: the nextOffset of the previous chunk"
+                "description": "optional: the byte where the chunk starts, to read a chunk again; without it, the chunk after the last one served"
             }
         },
-        "required": ["handle", "offset"],
+        "required": ["handle"],
         "additionalProperties": false
     });
     let schema: JsonObject = match schema {
@@ -426,16 +544,18 @@ pub(crate) fn read_more_tool() -> Tool {
         READ_MORE_TOOL,
         "Returns the next chunk of a device result that was too large to return at once. \
          Such a result comes as {truncated, handle, totalBytes, offset, nextOffset, chunk}: \
-         call read_more with its handle and nextOffset until nextOffset is null, and join \
-         the chunks in order to get the result's JSON. Handles expire and belong to the \
-         session that got them.",
+         call read_more with its handle until truncated is false, and join the chunks in \
+         order to get the result's JSON. An offset (a nextOffset seen before) reads the \
+         chunk from that byte again. Handles expire and belong to the session that got them.",
         Arc::new(schema),
     )
     .with_annotations(
         ToolAnnotations::new()
             .read_only(true)
             .destructive(false)
-            .idempotent(true)
+            // Without an offset, each call moves on to the next chunk: a
+            // retried call would skip one.
+            .idempotent(false)
             .open_world(false),
     )
 }

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use super::McpOptions;
 use super::read_more::{MAX_HANDLES, Owner, ReadMoreError, ResultPages, chunk_at};
 use super::tests::{agents_with, call, connect, connect_discover, lamp, serve_with, text};
+use crate::agents::AgentDirectory;
 use crate::agents::{AgentRole, AgentScope};
 use crate::link::{DeviceLink, InvokeResult};
 use crate::registry::ConsentDecision;
@@ -214,9 +215,10 @@ async fn foreign_unknown_and_bad_handles_and_offsets_are_tool_errors() {
             "offset {inside} falls inside a character: use the nextOffset of the previous chunk"
         )
     );
-    let bad_input = "read_more takes {\"handle\": string, \"offset\": integer of at least 0}";
+    let bad_input = "read_more takes {\"handle\": string} and, to read from a given byte, \"offset\": integer of at least 0";
     for input in [
-        json!({"handle": mine}),
+        json!({"handle": mine, "offset": null}),
+        json!({"handle": mine, "offset": "0"}),
         json!({"handle": mine, "offset": -1}),
         json!({"handle": mine, "offset": 1.5}),
         json!({"handle": 7, "offset": 0}),
@@ -297,6 +299,111 @@ async fn past_the_memory_bound_the_oldest_handles_are_dropped() {
         assert_eq!(page["totalBytes"], size);
     }
     client.cancel().await.unwrap();
+    server.stop().await;
+}
+
+/// Reads every chunk after `first` by handle alone and returns the joined
+/// text.
+async fn read_on(client: &rmcp::Peer<rmcp::RoleClient>, first: &Value) -> String {
+    let handle = handle(first);
+    let mut joined = first["chunk"].as_str().unwrap().to_owned();
+    let mut more = first.clone();
+    while more["truncated"] == true {
+        more = page(&read_more(client, json!({ "handle": handle })).await);
+        assert_eq!(more["offset"], joined.len());
+        assert_eq!(more["handle"], handle.as_str());
+        joined.push_str(more["chunk"].as_str().unwrap());
+        assert!(joined.len() <= 100_000, "paging does not end");
+    }
+    assert_eq!(more["nextOffset"], Value::Null);
+    joined
+}
+
+#[tokio::test]
+async fn read_more_with_the_handle_alone_returns_the_next_chunk() {
+    let vessel = big_lamp().await;
+    let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
+    let server = serve_with(&vessel, &agents, options(1000)).await;
+    let expected = big_reading().to_string();
+    let (client, _) = connect(&server.url, &credential).await;
+    let discover = connect_discover(&server.url, &credential).await;
+    for client in [client.peer(), discover.peer()] {
+        let first = page(&call(client, READ, json!({})).await);
+        assert!(
+            first["note"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{{\"handle\": \"{}\"}}", handle(&first))),
+            "{first}"
+        );
+        assert_eq!(read_on(client, &first).await, expected);
+        // Past the last chunk: a clear error, and the handle still reads
+        // at an offset.
+        let done = read_more(client, json!({"handle": handle(&first)})).await;
+        assert_eq!(done.is_error, Some(true));
+        assert_eq!(
+            text(&done),
+            format!(
+                "read_more handle `{}` has no more: all {} bytes were served (give an offset to read a chunk again)",
+                handle(&first),
+                expected.len()
+            )
+        );
+        // An offset reads again, and the handle alone goes on from there.
+        let again = page(&read_more(client, json!({"handle": handle(&first), "offset": 0})).await);
+        assert_eq!(again["chunk"], first["chunk"]);
+        let second = page(&read_more(client, json!({"handle": handle(&first)})).await);
+        assert_eq!(second["offset"], first["nextOffset"]);
+        let second_at = json!({"handle": handle(&first), "offset": first["nextOffset"]});
+        assert_eq!(
+            page(&read_more(client, second_at).await)["chunk"],
+            second["chunk"]
+        );
+    }
+    client.cancel().await.unwrap();
+    discover.cancel().await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_agent_filling_its_share_never_drops_another_agent_s_handles() {
+    let vessel = big_lamp().await;
+    let agents = Arc::new(AgentDirectory::new());
+    let [greedy, modest] = ["greedy", "modest"].map(|name| {
+        agents
+            .add(name, AgentScope::AllDevices, AgentRole::User)
+            .unwrap()
+            .1
+            .expose()
+            .to_owned()
+    });
+    let size = big_reading().to_string().len();
+    let options = McpOptions {
+        read_more_memory: size * 4,
+        read_more_memory_per_agent: size * 2,
+        ..options(1000)
+    };
+    let server = serve_with(&vessel, &agents, options).await;
+    let (modest, _) = connect(&server.url, &modest).await;
+    let kept = handle(&page(&call(&modest, READ, json!({})).await));
+    let (greedy, _) = connect(&server.url, &greedy).await;
+    let mut handles = Vec::new();
+    for _ in 0..10 {
+        handles.push(handle(&page(&call(&greedy, READ, json!({})).await)));
+    }
+    // The greedy agent keeps its share, its newest; the other's handle
+    // was never touched.
+    let mut readable = Vec::new();
+    for handle in &handles {
+        let result = read_more(&greedy, json!({"handle": handle, "offset": 0})).await;
+        readable.push(result.is_error == Some(false));
+    }
+    assert_eq!(readable.iter().filter(|r| **r).count(), 2);
+    assert!(readable[8] && readable[9]);
+    let page = page(&read_more(&modest, json!({"handle": kept, "offset": 0})).await);
+    assert_eq!(page["totalBytes"], size);
+    greedy.cancel().await.unwrap();
+    modest.cancel().await.unwrap();
     server.stop().await;
 }
 
@@ -393,4 +500,59 @@ fn the_number_of_handles_is_bounded_too() {
         pages.result_for(json!({ "n": n }), Owner::Agent, &agent);
     }
     assert_eq!(pages.held().0, MAX_HANDLES);
+}
+
+#[test]
+fn past_the_pool_the_agent_holding_the_most_loses_its_oldest() {
+    let value = big_reading();
+    let size = value.to_string().len();
+    let pages = ResultPages::new(&McpOptions {
+        read_more_memory: size * 4,
+        read_more_memory_per_agent: size * 2,
+        ..options(100)
+    });
+    let keep = |agent: &str| {
+        let page = pages
+            .result_for(value.clone(), Owner::Agent, &agent.to_owned())
+            .structured_content
+            .unwrap();
+        page["handle"].as_str().unwrap().to_owned()
+    };
+    let readable = |handle: &str, agent: &str| {
+        pages
+            .read_more(
+                json!({ "handle": handle, "offset": 0 })
+                    .as_object()
+                    .unwrap(),
+                &Owner::Agent,
+                &agent.to_owned(),
+            )
+            .is_error
+            == Some(false)
+    };
+    let a = [keep("a"), keep("a")];
+    let b = keep("b");
+    let c = keep("c");
+    assert_eq!(pages.held(), (4, size * 4));
+    // The pool is full: d's first handle costs a, which holds the most
+    // (its oldest), not b or c.
+    let d = keep("d");
+    assert!(!readable(&a[0], "a"));
+    assert!(readable(&a[1], "a") && readable(&b, "b") && readable(&c, "c"));
+    // Every agent holds one: the one adding more pays for it itself.
+    let d2 = keep("d");
+    assert!(!readable(&d, "d") && readable(&d2, "d"));
+    assert!(readable(&a[1], "a") && readable(&b, "b") && readable(&c, "c"));
+    assert_eq!(pages.held(), (4, size * 4));
+    // A result larger than an agent's share is not kept at all.
+    let small_share = ResultPages::new(&McpOptions {
+        read_more_memory_per_agent: size - 1,
+        ..options(100)
+    });
+    let page = small_share
+        .result_for(value, Owner::Agent, &"a".to_owned())
+        .structured_content
+        .unwrap();
+    assert_eq!(page["handle"], Value::Null);
+    assert_eq!(small_share.held(), (0, 0));
 }

@@ -23,17 +23,13 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use super::events::{EventLog, device_of_uri, resource, visible_devices};
-use super::guard::Authenticated;
+use super::guard::{Authenticated, IssuedSession};
 use super::options::McpOptions;
 use super::read_more::{Owner, READ_MORE_TOOL, ResultPages, read_more_tool};
 use super::watch::{Followed, MAX_SUBSCRIPTIONS, Notifier, SessionWatch};
 use crate::adapter::{CallContext, ToolDefinition, ToolOutcome};
 use crate::agents::{Agent, AgentDirectory, AgentId};
 use crate::vessel::Vessel;
-
-/// The header that carries the MCP session id on every request after
-/// `initialize`.
-const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The sentence that ends the description of a capability that asks the
 /// person on every call.
@@ -115,8 +111,9 @@ pub(crate) struct DeviceTools {
     vessel: Arc<Vessel>,
     /// The agent that opened the session; later requests must be its own.
     owner: OnceLock<AgentId>,
-    /// The session's id, once a request carried it: its `read_more`
-    /// handles are dropped with it.
+    /// The session's id, once a request of the session carried it: its
+    /// `read_more` handles are dropped with it. Never set on the handler of
+    /// a request served without a session.
     session: OnceLock<String>,
     /// Made at `initialize`, started at `notifications/initialized`.
     pending_watch: Mutex<Option<SessionWatch>>,
@@ -171,11 +168,14 @@ fn parts(extensions: &rmcp::model::Extensions) -> Option<&Parts> {
     extensions.get::<Parts>()
 }
 
+/// The request's session: one the server issued to the request's agent, as
+/// the guard found it; never the `Mcp-Session-Id` header as sent, which a
+/// request served without a session could make up to escape its agent's
+/// run budget or to write a session of its choosing in the audit log.
 fn session_id(parts: Option<&Parts>) -> Option<String> {
     parts
-        .and_then(|p| p.headers.get(SESSION_HEADER))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+        .and_then(|p| p.extensions.get::<IssuedSession>())
+        .map(|IssuedSession(id)| id.clone())
 }
 
 /// The result of a call as MCP carries it: a refusal is a tool error whose
@@ -361,7 +361,10 @@ impl ServerHandler for DeviceTools {
         let parts = parts(&context.extensions);
         let agent = self.agent(parts)?;
         let session = session_id(parts);
-        if let Some(id) = &session {
+        // Only a session's own handler (made by `initialize`, which set the
+        // owner) goes with the session; a request served without a session
+        // may still name one of its agent's sessions.
+        if let (Some(id), Some(_)) = (&session, self.owner.get()) {
             let _ = self.session.set(id.clone());
         }
         let owner = owner_of(session.as_deref());

@@ -10,15 +10,23 @@
 //! - Everything else the server sends (list and resource changes) goes to
 //!   the session's standalone stream (the client's `GET`), if one is open; a
 //!   newer `GET` replaces an older one.
+//! - A session belongs to the agent whose request opened it (the guard sets
+//!   [`OPENER`] around every request); only that agent may use it.
 //! - A session ends with `DELETE`, when the route stops, or when it has seen
 //!   no request for [`SESSION_IDLE_EXPIRY`] and has no standalone stream
-//!   open (checked whenever a session is made). At most [`MAX_SESSIONS`]
-//!   live at once.
+//!   open (checked whenever a session is made).
+//! - Each agent holds at most [`McpOptions::sessions_per_agent`] sessions:
+//!   a new one past it ends that agent's own longest unused session (one
+//!   without a standalone stream open first), never another agent's. All
+//!   agents together hold at most [`McpOptions::max_sessions`]: past it the
+//!   agent holding the most loses its longest unused one, so another agent
+//!   can always open a session.
 //! - Streams are not resumable: no event ids are sent, so a client whose
 //!   connection drops asks again rather than resuming.
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -32,8 +40,14 @@ use rmcp::transport::common::server_side_http::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 use tokio::sync::mpsc;
 
-/// Sessions live at once; past this a new `initialize` is refused.
-pub(crate) const MAX_SESSIONS: usize = 1024;
+use super::options::McpOptions;
+use crate::agents::AgentId;
+
+tokio::task_local! {
+    /// The agent a request authenticated as, set by the guard while the
+    /// request is served: a session made for the request is that agent's.
+    pub(crate) static OPENER: AgentId;
+}
 
 /// A session without a request for this long, and without a standalone
 /// stream open, ends when the next session is made.
@@ -54,9 +68,9 @@ pub(crate) enum SessionError {
     /// The session ended while the message was on its way.
     #[error("the MCP session has ended")]
     Ended,
-    /// [`MAX_SESSIONS`] sessions are live.
-    #[error("too many MCP sessions are open ({MAX_SESSIONS})")]
-    Full,
+    /// A session was to be made outside a request of an authenticated agent.
+    #[error("an MCP session is opened only for an authenticated agent")]
+    NoAgent,
 }
 
 /// Where the server's messages for one session go.
@@ -70,6 +84,10 @@ struct Routes {
 
 /// One session, shared by the manager and the session's transport.
 struct Session {
+    /// The agent that opened it, the only one that may use it.
+    owner: AgentId,
+    /// Its place in the order sessions were made.
+    serial: u64,
     /// Into the service loop; taken out when the session ends, which ends
     /// the loop.
     inbound: Mutex<Option<mpsc::Sender<ClientJsonRpcMessage>>>,
@@ -106,18 +124,31 @@ impl Session {
             .unwrap_or_else(PoisonError::into_inner) = now;
     }
 
-    /// Idle past `expiry` at `now`, with no standalone stream open.
-    fn is_idle(&self, now: Instant, expiry: Duration) -> bool {
-        let last = *self
+    fn last_request(&self) -> Instant {
+        *self
             .last_request
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let listening = self
-            .routes()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a standalone stream of the session is open.
+    fn is_listening(&self) -> bool {
+        self.routes()
             .standalone
             .as_ref()
-            .is_some_and(|s| !s.is_closed());
-        !listening && now.saturating_duration_since(last) >= expiry
+            .is_some_and(|s| !s.is_closed())
+    }
+
+    /// Idle past `expiry` at `now`, with no standalone stream open.
+    fn is_idle(&self, now: Instant, expiry: Duration) -> bool {
+        !self.is_listening() && now.saturating_duration_since(self.last_request()) >= expiry
+    }
+
+    /// Which session goes first when one must: the smaller, the sooner.
+    /// One without a standalone stream open before one with, then the one
+    /// whose last request is the oldest, then the oldest.
+    fn eviction_order(&self) -> (bool, Instant, u64) {
+        (self.is_listening(), self.last_request(), self.serial)
     }
 
     /// Hands `message` to the service loop.
@@ -189,21 +220,68 @@ impl Stream for Answers {
 pub(crate) struct Sessions {
     live: RwLock<HashMap<SessionId, Arc<Session>>>,
     idle_expiry: Duration,
+    per_agent: usize,
+    max: usize,
+    made: AtomicU64,
 }
 
-impl Default for Sessions {
-    fn default() -> Self {
-        Sessions::with_idle_expiry(SESSION_IDLE_EXPIRY)
+/// Ends `id` and takes it out of `live`.
+fn evict(live: &mut HashMap<SessionId, Arc<Session>>, id: &SessionId) {
+    if let Some(session) = live.remove(id) {
+        session.end();
     }
 }
 
+/// The session of `owner` to end first, if it has any.
+fn first_to_go(live: &HashMap<SessionId, Arc<Session>>, owner: &str) -> Option<SessionId> {
+    live.iter()
+        .filter(|(_, s)| s.owner == owner)
+        .min_by_key(|(_, s)| s.eviction_order())
+        .map(|(id, _)| id.clone())
+}
+
+/// The agent that holds the most sessions; `opener` when it is among them.
+fn largest_holder(live: &HashMap<SessionId, Arc<Session>>, opener: &str) -> Option<AgentId> {
+    let mut held: HashMap<&str, usize> = HashMap::new();
+    for session in live.values() {
+        *held.entry(session.owner.as_str()).or_default() += 1;
+    }
+    let most = held.values().copied().max()?;
+    if held.get(opener) == Some(&most) {
+        return Some(opener.to_owned());
+    }
+    held.into_iter()
+        .filter(|&(_, count)| count == most)
+        .map(|(agent, _)| agent)
+        .min()
+        .map(str::to_owned)
+}
+
 impl Sessions {
+    /// The sessions `options` bound, ended after [`SESSION_IDLE_EXPIRY`]
+    /// without a request.
+    pub(crate) fn new(options: &McpOptions) -> Sessions {
+        Sessions::with_idle_expiry(options, SESSION_IDLE_EXPIRY)
+    }
+
     /// Sessions that end after `idle_expiry` without a request.
-    pub(crate) fn with_idle_expiry(idle_expiry: Duration) -> Sessions {
+    pub(crate) fn with_idle_expiry(options: &McpOptions, idle_expiry: Duration) -> Sessions {
         Sessions {
             live: RwLock::new(HashMap::new()),
             idle_expiry,
+            per_agent: options.sessions_per_agent.max(1),
+            max: options.max_sessions.max(1),
+            made: AtomicU64::new(0),
         }
+    }
+
+    /// The agent that owns the live session `id`.
+    pub(crate) fn owner(&self, id: &str) -> Option<AgentId> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .map(|s| s.owner.clone())
     }
 
     fn get(&self, id: &SessionId) -> Result<Arc<Session>, SessionError> {
@@ -256,10 +334,15 @@ impl SessionManager for Sessions {
     type Transport = SessionTransport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let owner = OPENER
+            .try_with(AgentId::clone)
+            .map_err(|_| SessionError::NoAgent)?;
         let now = Instant::now();
         let id: SessionId = uuid::Uuid::new_v4().simple().to_string().into();
         let (inbound, receiver) = mpsc::channel(INBOUND_QUEUE);
         let session = Arc::new(Session {
+            owner,
+            serial: self.made.fetch_add(1, Ordering::Relaxed),
             inbound: Mutex::new(Some(inbound)),
             routes: Mutex::new(Routes::default()),
             last_request: Mutex::new(now),
@@ -273,8 +356,22 @@ impl SessionManager for Sessions {
                 }
                 keep
             });
-            if live.len() >= MAX_SESSIONS {
-                return Err(SessionError::Full);
+            // The agent's own sessions make room first: at its cap it never
+            // pushes out another agent's.
+            let own = live.values().filter(|s| s.owner == session.owner).count();
+            for _ in self.per_agent.saturating_sub(1)..own {
+                if let Some(gone) = first_to_go(&live, &session.owner) {
+                    evict(&mut live, &gone);
+                }
+            }
+            // The backstop: the agent holding the most gives one up.
+            while live.len() >= self.max {
+                let Some(gone) = largest_holder(&live, &session.owner)
+                    .and_then(|agent| first_to_go(&live, &agent))
+                else {
+                    break;
+                };
+                evict(&mut live, &gone);
             }
             live.insert(id.clone(), Arc::clone(&session));
         }
@@ -356,28 +453,53 @@ impl SessionManager for Sessions {
 mod tests {
     use super::*;
 
+    /// Opens a session for `agent`, as the guard would.
+    async fn open(sessions: &Sessions, agent: &str) -> (SessionId, SessionTransport) {
+        OPENER
+            .scope(agent.to_owned(), sessions.create_session())
+            .await
+            .unwrap()
+    }
+
+    fn bounded(per_agent: usize, max: usize) -> Sessions {
+        Sessions::new(&McpOptions {
+            sessions_per_agent: per_agent,
+            max_sessions: max,
+            ..McpOptions::default()
+        })
+    }
+
+    /// Which of `ids` are still live.
+    async fn live(sessions: &Sessions, ids: &[SessionId]) -> Vec<bool> {
+        let mut out = Vec::new();
+        for id in ids {
+            out.push(sessions.has_session(id).await.unwrap());
+        }
+        out
+    }
+
     #[tokio::test]
     async fn idle_sessions_end_when_the_next_one_is_made_unless_listening() {
-        let sessions = Sessions::with_idle_expiry(Duration::ZERO);
-        let (listening, mut listening_transport) = sessions.create_session().await.unwrap();
+        let sessions = Sessions::with_idle_expiry(&McpOptions::default(), Duration::ZERO);
+        let (listening, mut listening_transport) = open(&sessions, "main").await;
         let _stream = sessions.create_standalone_stream(&listening).await.unwrap();
-        let (idle, mut idle_transport) = sessions.create_session().await.unwrap();
+        let (idle, mut idle_transport) = open(&sessions, "main").await;
         assert_eq!(sessions.len(), 2);
-        let (_third, _transport) = sessions.create_session().await.unwrap();
+        let (_third, _transport) = open(&sessions, "main").await;
         assert!(sessions.has_session(&listening).await.unwrap());
         assert!(!sessions.has_session(&idle).await.unwrap());
         // The ended session's service loop sees its input end.
         assert!(idle_transport.receive().await.is_none());
         drop(_stream);
-        let (_fourth, _transport) = sessions.create_session().await.unwrap();
+        let (_fourth, _transport) = open(&sessions, "main").await;
         assert!(!sessions.has_session(&listening).await.unwrap());
         assert!(listening_transport.receive().await.is_none());
     }
 
     #[tokio::test]
     async fn a_closed_session_ends_its_service_loop_and_is_unknown() {
-        let sessions = Sessions::default();
-        let (id, mut transport) = sessions.create_session().await.unwrap();
+        let sessions = Sessions::new(&McpOptions::default());
+        let (id, mut transport) = open(&sessions, "main").await;
         sessions.close_session(&id).await.unwrap();
         assert!(transport.receive().await.is_none());
         let message: ClientJsonRpcMessage =
@@ -387,5 +509,86 @@ mod tests {
             sessions.accept_message(&id, message).await,
             Err(SessionError::Unknown)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_session_has_an_owner_or_is_not_made() {
+        let sessions = Sessions::new(&McpOptions::default());
+        assert!(matches!(
+            sessions.create_session().await,
+            Err(SessionError::NoAgent)
+        ));
+        let (id, _transport) = open(&sessions, "main").await;
+        assert_eq!(sessions.owner(&id).as_deref(), Some("main"));
+        assert_eq!(sessions.owner("made-up"), None);
+    }
+
+    #[tokio::test]
+    async fn at_its_cap_an_agent_loses_its_own_longest_unused_session() {
+        let sessions = bounded(3, 100);
+        let (other, _other) = open(&sessions, "other").await;
+        let mut mine = Vec::new();
+        let mut transports = Vec::new();
+        for _ in 0..3 {
+            let (id, transport) = open(&sessions, "main").await;
+            mine.push(id);
+            transports.push(transport);
+        }
+        // The first is listening and the second was used last: the third
+        // is the one to go, then the second, then the newer ones; the one
+        // with a stream open stays while another can go.
+        let _stream = sessions.create_standalone_stream(&mine[0]).await.unwrap();
+        sessions.get(&mine[1]).unwrap().touch(Instant::now());
+        let (fourth, _t4) = open(&sessions, "main").await;
+        assert_eq!(live(&sessions, &mine).await, [true, true, false]);
+        let (_fifth, _t5) = open(&sessions, "main").await;
+        assert_eq!(live(&sessions, &mine).await, [true, false, false]);
+        assert!(sessions.has_session(&fourth).await.unwrap());
+        let (_sixth, _t6) = open(&sessions, "main").await;
+        assert_eq!(live(&sessions, &mine).await, [true, false, false]);
+        assert!(!sessions.has_session(&fourth).await.unwrap());
+        // Another agent's session was never touched.
+        assert!(sessions.has_session(&other).await.unwrap());
+        assert_eq!(sessions.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn past_the_total_the_agent_holding_the_most_gives_one_up() {
+        let sessions = bounded(8, 6);
+        let mut greedy = Vec::new();
+        let mut transports = Vec::new();
+        for _ in 0..5 {
+            let (id, transport) = open(&sessions, "greedy").await;
+            greedy.push(id);
+            transports.push(transport);
+        }
+        let (modest, _modest) = open(&sessions, "modest").await;
+        // Full: a newcomer still gets in, at the expense of the agent
+        // holding the most, its longest unused session first.
+        let (newcomer, _newcomer) = open(&sessions, "newcomer").await;
+        assert_eq!(sessions.len(), 6);
+        assert!(sessions.has_session(&newcomer).await.unwrap());
+        assert!(sessions.has_session(&modest).await.unwrap());
+        assert_eq!(
+            live(&sessions, &greedy).await,
+            [false, true, true, true, true]
+        );
+        // The agent holding the most, opening more, pushes out only its own.
+        for _ in 0..10 {
+            let (id, transport) = open(&sessions, "greedy").await;
+            greedy.push(id);
+            transports.push(transport);
+        }
+        assert!(sessions.has_session(&newcomer).await.unwrap());
+        assert!(sessions.has_session(&modest).await.unwrap());
+        assert_eq!(sessions.len(), 6);
+        // Agents holding one each: a tie with the opener costs the opener.
+        let sessions = bounded(8, 2);
+        let (a, _a) = open(&sessions, "a").await;
+        let (b, _b) = open(&sessions, "b").await;
+        let (b2, _b2) = open(&sessions, "b").await;
+        assert!(sessions.has_session(&a).await.unwrap());
+        assert!(!sessions.has_session(&b).await.unwrap());
+        assert!(sessions.has_session(&b2).await.unwrap());
     }
 }

@@ -31,6 +31,21 @@ fn approval() -> ApprovalRequest {
         capability: "strobe".into(),
         input: Map::new(),
         reason: "\"strobe\" on Desk lamp asks every time".into(),
+        agent_id: None,
+    }
+}
+
+fn approval_of(agent: &str) -> ApprovalRequest {
+    ApprovalRequest {
+        agent_id: Some(agent.to_owned()),
+        ..approval()
+    }
+}
+
+/// Waits until `count` prompts are open.
+async fn until_pending(channel: &PersonChannel, count: usize) {
+    while channel.pending().len() != count {
+        tokio::task::yield_now().await;
     }
 }
 
@@ -137,4 +152,65 @@ async fn approvals_through_the_approver_trait() {
         channel.answer_approval(prompt.id, answer).unwrap();
         assert_eq!(asker.await.unwrap(), Ok(answer));
     }
+}
+
+#[tokio::test]
+async fn one_agent_keeps_at_most_its_cap_of_approvals_waiting() {
+    let channel = Arc::new(PersonChannel::default());
+    let mut askers = tokio::task::JoinSet::new();
+    let ask = |askers: &mut tokio::task::JoinSet<_>, request: ApprovalRequest| {
+        let channel = Arc::clone(&channel);
+        askers.spawn(async move { channel.approve(request).await });
+    };
+    for _ in 0..APPROVALS_PER_AGENT {
+        ask(&mut askers, approval_of("flood"));
+    }
+    until_pending(&channel, APPROVALS_PER_AGENT).await;
+    // One more of the same agent is refused at once, with why, and the
+    // person is not asked.
+    let refused = channel.approve(approval_of("flood")).await;
+    assert_eq!(
+        refused,
+        Err(format!(
+            "agent \"flood\" already has {APPROVALS_PER_AGENT} approvals waiting for the person"
+        ))
+    );
+    assert_eq!(channel.pending().len(), APPROVALS_PER_AGENT);
+    // Another agent, a call without an agent and a pairing are still asked.
+    ask(&mut askers, approval_of("calm"));
+    ask(&mut askers, approval());
+    let consent = {
+        let channel = Arc::clone(&channel);
+        tokio::spawn(async move {
+            channel
+                .ask_consent(consent(), Duration::from_secs(60))
+                .await
+        })
+    };
+    until_pending(&channel, APPROVALS_PER_AGENT + 3).await;
+    // Once one of its prompts is answered, the agent may ask again.
+    let first = channel.pending().into_iter().next().unwrap();
+    channel.answer_approval(first.id, false).unwrap();
+    ask(&mut askers, approval_of("flood"));
+    until_pending(&channel, APPROVALS_PER_AGENT + 3).await;
+    let flood = channel
+        .pending()
+        .iter()
+        .filter(
+            |p| matches!(&p.prompt, Prompt::Approval(r) if r.agent_id.as_deref() == Some("flood")),
+        )
+        .count();
+    assert_eq!(flood, APPROVALS_PER_AGENT);
+    for prompt in channel.pending() {
+        match prompt.prompt {
+            Prompt::Approval(_) => channel.answer_approval(prompt.id, false).unwrap(),
+            Prompt::Consent(_) => channel
+                .answer_consent(prompt.id, ConsentDecision::refuse())
+                .unwrap(),
+        }
+    }
+    while let Some(answer) = askers.join_next().await {
+        assert_eq!(answer.unwrap(), Ok(false));
+    }
+    assert!(!consent.await.unwrap().approved);
 }
