@@ -173,6 +173,9 @@ pub struct ApprovalRequest {
     /// asks, and the person channel bounds what one agent keeps waiting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// The calling agent's session, when the call names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// Asks the person. An error counts as a no, and says why the person was
@@ -531,6 +534,7 @@ impl DeviceToolAdapter {
                 input: input.clone(),
                 reason: reason.clone().into_owned(),
                 agent_id: ctx.agent_id.map(str::to_owned),
+                session_id: ctx.session_id.map(str::to_owned),
             };
             match approver.approve(request).await {
                 Ok(true) => {}

@@ -766,6 +766,7 @@ where
                 manifest.name()
             ),
             agent_id: None,
+            session_id: None,
         };
         let person = Arc::clone(self.vessel.person());
         let asking = person.ask_approval(request, self.vessel.limits().consent_timeout);

@@ -255,6 +255,19 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
     })
 }
 
+/// Who asks for an approval: the agent and its session, as the request
+/// names them.
+pub(crate) fn asker(request: &Value) -> String {
+    let agent = at(request, "agentId").as_str().map_or_else(
+        || "no agent (the vessel's own host or the admin API)".to_owned(),
+        |a| format!("agent {}", printable(a)),
+    );
+    match at(request, "sessionId").as_str() {
+        Some(session) => format!("{agent}, session {}", printable(session)),
+        None => format!("{agent}, no session"),
+    }
+}
+
 /// Runs `dk approvals`.
 pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode {
     let json = target.json;
@@ -280,6 +293,7 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                         text(at(r, "tool")),
                         text(at(r, "reason"))
                     );
+                    println!("      asked by {}", asker(r));
                     for (key, value) in at(r, "input").as_object().into_iter().flatten() {
                         println!(
                             "      {} = {}",
@@ -400,4 +414,37 @@ pub(crate) fn text(value: &Value) -> String {
             .as_str()
             .map_or_else(|| value.to_string(), str::to_owned),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::asker;
+
+    #[test]
+    fn an_approval_says_who_asks() {
+        let request = dk_vessel::ApprovalRequest {
+            tool: "device__front_door__unlock".to_owned(),
+            device_id: "front-door".to_owned(),
+            capability: "unlock".to_owned(),
+            input: serde_json::Map::new(),
+            reason: "asks every time".to_owned(),
+            agent_id: Some("kitchen-helper".to_owned()),
+            session_id: Some("s-1\u{1b}[2J".to_owned()),
+        };
+        assert_eq!(
+            asker(&json!(request)),
+            "agent kitchen-helper, session s-1\\u{1b}[2J"
+        );
+        let host = dk_vessel::ApprovalRequest {
+            agent_id: None,
+            session_id: None,
+            ..request
+        };
+        assert_eq!(
+            asker(&json!(host)),
+            "no agent (the vessel's own host or the admin API), no session"
+        );
+    }
 }

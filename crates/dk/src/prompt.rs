@@ -186,6 +186,10 @@ fn show(prompt: &PendingPrompt) {
         }
         Prompt::Approval(request) => {
             println!("== #{} A call needs your yes ==", prompt.id);
+            println!(
+                "  asked by {}",
+                crate::admin_cmd::asker(&serde_json::json!(request))
+            );
             println!("  tool     {}", request.tool);
             println!(
                 "  device   {}  capability {}",

@@ -32,12 +32,14 @@ fn approval() -> ApprovalRequest {
         input: Map::new(),
         reason: "\"strobe\" on Desk lamp asks every time".into(),
         agent_id: None,
+        session_id: None,
     }
 }
 
 fn approval_of(agent: &str) -> ApprovalRequest {
     ApprovalRequest {
         agent_id: Some(agent.to_owned()),
+        session_id: None,
         ..approval()
     }
 }
