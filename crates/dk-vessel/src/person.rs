@@ -54,6 +54,10 @@ pub struct PendingPrompt {
 
 /// A change in the queue, for front ends that show it live.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one event per prompt the person is shown: a few hundred bytes each is nothing"
+)]
 pub enum PersonEvent {
     /// A new prompt is waiting.
     Asked(PendingPrompt),
