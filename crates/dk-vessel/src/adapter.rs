@@ -178,6 +178,22 @@ pub struct ApprovalRequest {
     pub session_id: Option<String>,
 }
 
+/// Which agents exist and what they may call, read again after the person
+/// was asked (check 6): an agent removed, or re-scoped away from the tool,
+/// while its call waited does not get the call made.
+pub trait AgentGate: Send + Sync {
+    /// `None` when `agent_id` is not one of the gate's agents (a host's own
+    /// agent id); else whether it may call `capability` of `device_id`,
+    /// given whether that capability only reads.
+    fn may_call(
+        &self,
+        agent_id: &str,
+        device_id: &str,
+        capability: &str,
+        read_only: bool,
+    ) -> Option<bool>;
+}
+
 /// Asks the person. An error counts as a no, and says why the person was
 /// not asked (it is the refusal's reason).
 pub trait Approver: Send + Sync {
@@ -210,6 +226,11 @@ pub struct CallContext<'a> {
     /// How long to wait for the device; the adapter's call timeout
     /// ([`DEFAULT_CALL_TIMEOUT`] unless set) when unset.
     pub timeout: Option<Duration>,
+    /// The agents the caller is one of, read again after a wait for the
+    /// person (check 6): an agent removed, or re-scoped away from the tool,
+    /// meanwhile does not get its call made. Set by front ends whose callers
+    /// are agents (MCP).
+    pub agent_gate: Option<&'a dyn AgentGate>,
 }
 
 impl fmt::Debug for CallContext<'_> {
@@ -219,6 +240,7 @@ impl fmt::Debug for CallContext<'_> {
             .field("session_id", &self.session_id)
             .field("approver", &self.approver.is_some())
             .field("timeout", &self.timeout)
+            .field("agent_gate", &self.agent_gate.is_some())
             .finish()
     }
 }
@@ -454,6 +476,29 @@ impl DeviceToolAdapter {
         }
     }
 
+    /// The refusal of a call whose agent (one of `ctx`'s gate's, as
+    /// `before` says) was removed, or may no longer call the tool, while the
+    /// person was asked.
+    fn agent_gone(
+        &self,
+        ctx: &CallContext<'_>,
+        before: Option<bool>,
+        tool: &str,
+        device_id: &str,
+        capability: &str,
+        read_only: bool,
+    ) -> Option<Checked> {
+        let (Some(gate), Some(agent)) = (ctx.agent_gate, ctx.agent_id) else {
+            return None;
+        };
+        (before.is_some() && gate.may_call(agent, device_id, capability, read_only) != Some(true))
+            .then(|| {
+                Checked::Refused(format!(
+                    "[8dk-deny] agent \"{agent}\" was removed or may no longer call \"{tool}\": the call was not made"
+                ))
+            })
+    }
+
     /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
     /// call or asked the person.
     async fn run_checks(
@@ -523,6 +568,15 @@ impl DeviceToolAdapter {
         }
         // 5. The person's yes.
         let waited = ask_reason.is_some();
+        // Whether the caller is one of the gate's agents, read before the
+        // wait so that its removal meanwhile is noticed after it.
+        let read_only = cap.kind() == dk_proto::CapabilityKind::Sensor;
+        let gate_before = match (ctx.agent_gate, ctx.agent_id) {
+            (Some(gate), Some(agent)) if waited => {
+                gate.may_call(agent, device_id, capability, read_only)
+            }
+            _ => None,
+        };
         if let Some(reason) = ask_reason {
             let Some(approver) = ctx.approver else {
                 return Checked::Refused(format!("[policy] {reason} (no approver wired)"));
@@ -539,6 +593,13 @@ impl DeviceToolAdapter {
             match approver.approve(request).await {
                 Ok(true) => {}
                 Ok(false) => {
+                    // A prompt withdrawn because its agent was removed or
+                    // re-scoped reads as a no: say why.
+                    if let Some(refusal) =
+                        self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
+                    {
+                        return refusal;
+                    }
                     return Checked::Refused(format!("[policy] the person said no: {reason}"));
                 }
                 Err(why) => {
@@ -568,6 +629,13 @@ impl DeviceToolAdapter {
                     "[8dk-deny] device \"{device_id}\" was unpaired or paired again before the call"
                 ));
             }
+        }
+        // ... and the calling agent still exists and may still call it.
+        if waited
+            && let Some(refusal) =
+                self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
+        {
+            return refusal;
         }
         // 7. Connected and answering.
         let Some(link) = self.links.get(device_id) else {

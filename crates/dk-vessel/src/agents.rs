@@ -189,6 +189,19 @@ impl Agent {
     }
 }
 
+impl crate::adapter::AgentGate for AgentDirectory {
+    fn may_call(
+        &self,
+        agent_id: &str,
+        device_id: &str,
+        capability: &str,
+        read_only: bool,
+    ) -> Option<bool> {
+        self.get(agent_id)
+            .map(|agent| agent.may_use(device_id, capability, read_only))
+    }
+}
+
 /// What a store keeps of an agent: the agent and its credential's SHA-256
 /// (64 lower-case hex characters), never the credential.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -30,9 +30,9 @@ mod unix;
 mod vessel;
 
 pub use adapter::{
-    AgentRunLimits, ApprovalRequest, Approver, ApproverFn, CallContext, DEFAULT_CALL_TIMEOUT,
-    DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook, DecisionRecord,
-    DeviceToolAdapter, RunClock, ToolDefinition, ToolOutcome,
+    AgentGate, AgentRunLimits, ApprovalRequest, Approver, ApproverFn, CallContext,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook,
+    DecisionRecord, DeviceToolAdapter, RunClock, ToolDefinition, ToolOutcome,
 };
 pub use admin::{AdminToken, AdminTokenError, admin_router, serve_admin, serve_admin_unix};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};

@@ -244,6 +244,26 @@ impl PersonChannel {
         ))
     }
 
+    /// Withdraws every waiting approval for which `withdraw` says yes: its
+    /// call gets a no, and every front end sees the prompt close. Returns
+    /// how many were withdrawn.
+    pub fn withdraw_approvals(&self, withdraw: impl Fn(&ApprovalRequest) -> bool) -> usize {
+        let ids: Vec<u64> = self
+            .lock()
+            .iter()
+            .filter(|(_, e)| matches!(&e.view.prompt, Prompt::Approval(r) if withdraw(r)))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut withdrawn = 0;
+        for id in ids {
+            if let Ok(Responder::Approval(tx)) = self.take(id, "an approval") {
+                let _ = tx.send(false);
+                withdrawn += 1;
+            }
+        }
+        withdrawn
+    }
+
     /// Open prompts, oldest first.
     pub fn pending(&self) -> Vec<PendingPrompt> {
         self.lock().values().map(|e| e.view.clone()).collect()

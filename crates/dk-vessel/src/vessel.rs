@@ -512,12 +512,31 @@ impl Vessel {
     /// Removes an agent, committed to the store before it returns; its
     /// credential stops working at once.
     pub fn remove_agent(&self, id: &str) -> Result<(), AgentError> {
-        self.agents.remove(id)
+        self.agents.remove(id)?;
+        // Its calls waiting for the person are withdrawn: they get a no.
+        self.person
+            .withdraw_approvals(|r| r.agent_id.as_deref() == Some(id));
+        Ok(())
     }
 
     /// Replaces an agent's scope, committed to the store before it returns.
     pub fn set_agent_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
-        self.agents.set_scope(id, scope)
+        self.agents.set_scope(id, scope)?;
+        // Its calls waiting for the person that the new scope leaves out are
+        // withdrawn: they get a no.
+        if let Some(agent) = self.agents.get(id) {
+            let registry = self.registry();
+            self.person.withdraw_approvals(|r| {
+                let read_only = registry.get(&r.device_id).is_some_and(|d| {
+                    d.manifest()
+                        .capability(&r.capability)
+                        .is_some_and(|c| c.kind() == dk_proto::CapabilityKind::Sensor)
+                });
+                r.agent_id.as_deref() == Some(id)
+                    && !agent.may_use(&r.device_id, &r.capability, read_only)
+            });
+        }
+        Ok(())
     }
 
     /// Adds a secret (an admin or agent token, a host's own) that must never

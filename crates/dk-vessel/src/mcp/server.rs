@@ -387,6 +387,9 @@ impl ServerHandler for DeviceTools {
             // elicitation can answer for them.
             approver: Some(self.vessel.person().as_ref()),
             timeout: None,
+            // Read again after the person's yes: an agent removed or
+            // re-scoped meanwhile does not get the call made.
+            agent_gate: Some(self.shared.agents.as_ref()),
         };
         let outcome = self
             .vessel

@@ -332,3 +332,108 @@ async fn one_agent_cannot_keep_more_than_its_cap_of_approvals_waiting() {
     client_b.cancel().await.unwrap();
     server.stop().await;
 }
+
+/// The next approval put to the person.
+async fn next_approval(events: &mut tokio::sync::broadcast::Receiver<PersonEvent>) -> u64 {
+    loop {
+        if let PersonEvent::Asked(prompt) = events.recv().await.unwrap()
+            && matches!(prompt.prompt, Prompt::Approval(_))
+        {
+            return prompt.id;
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_agent_removed_or_rescoped_while_the_person_decides_is_checked_again() {
+    let vessel = vessel_with_lamp(&["read_light", "strobe"]).await;
+    let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
+    let server = serve(&vessel, &agents).await;
+    let (client, _) = connect(&server.url, &credential).await;
+    let mut events = vessel.person().subscribe();
+    let strobe = |client: &Client| {
+        let peer = client.peer().clone();
+        tokio::spawn(async move { call(&peer, STROBE, json!({})).await })
+    };
+    let gone = "[8dk-deny] agent \"main\" was removed or may no longer call \"device__desk_lamp__strobe\": the call was not made";
+
+    // Re-scoped to the lamp's sensor while its strobe waits; the person
+    // then says yes: the call is not made.
+    let waiting = strobe(&client);
+    let id = next_approval(&mut events).await;
+    let narrow = AgentScope::from_items(["desk-lamp:read_light"]).unwrap();
+    agents.set_scope("main", narrow).unwrap();
+    vessel.person().answer_approval(id, true).unwrap();
+    let refused = waiting.await.unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    assert_eq!(text(&refused), gone);
+
+    // Removed while its call waits, then the person says yes: not made.
+    agents.set_scope("main", AgentScope::AllDevices).unwrap();
+    let waiting = strobe(&client);
+    let id = next_approval(&mut events).await;
+    agents.remove("main").unwrap();
+    vessel.person().answer_approval(id, true).unwrap();
+    let refused = waiting.await.unwrap();
+    assert_eq!(text(&refused), gone);
+    let last = vessel.recent_decisions().pop().unwrap();
+    assert_eq!(
+        (last["allowed"].clone(), last["reason"].clone()),
+        (json!(false), json!(gone))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn removing_or_rescoping_an_agent_withdraws_its_waiting_prompts() {
+    let vessel = vessel_with_lamp(&["read_light", "strobe"]).await;
+    let (_, credential) = vessel
+        .add_agent("main", AgentScope::AllDevices, AgentRole::User)
+        .unwrap();
+    let (_, other) = vessel
+        .add_agent("other", AgentScope::AllDevices, AgentRole::User)
+        .unwrap();
+    let agents = Arc::clone(vessel.agents());
+    let server = serve(&vessel, &agents).await;
+    let (main, _) = connect(&server.url, credential.expose()).await;
+    let (bystander, _) = connect(&server.url, other.expose()).await;
+    let mut events = vessel.person().subscribe();
+    let strobe = |client: &Client| {
+        let peer = client.peer().clone();
+        tokio::spawn(async move { call(&peer, STROBE, json!({})).await })
+    };
+    let gone = "[8dk-deny] agent \"main\" was removed or may no longer call \"device__desk_lamp__strobe\": the call was not made";
+
+    let theirs = strobe(&bystander);
+    next_approval(&mut events).await;
+    // Re-scoped away from the strobe: its prompt leaves the person's list
+    // at once, the other agent's stays.
+    let waiting = strobe(&main);
+    next_approval(&mut events).await;
+    assert_eq!(vessel.person().pending().len(), 2);
+    vessel
+        .set_agent_scope(
+            "main",
+            AgentScope::from_items(["desk-lamp:read_light"]).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(text(&waiting.await.unwrap()), gone);
+    assert_eq!(vessel.person().pending().len(), 1);
+    // Removed: the same.
+    vessel
+        .set_agent_scope("main", AgentScope::AllDevices)
+        .unwrap();
+    let waiting = strobe(&main);
+    next_approval(&mut events).await;
+    vessel.remove_agent("main").unwrap();
+    assert_eq!(text(&waiting.await.unwrap()), gone);
+    let left = vessel.person().pending();
+    assert_eq!(left.len(), 1);
+    let Prompt::Approval(request) = &left[0].prompt else {
+        panic!("expected the other agent's approval");
+    };
+    assert_eq!(request.agent_id.as_deref(), Some("other"));
+    vessel.person().answer_approval(left[0].id, true).unwrap();
+    assert_eq!(theirs.await.unwrap().is_error, Some(false));
+    server.stop().await;
+}
