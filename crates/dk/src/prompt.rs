@@ -360,25 +360,40 @@ mod tests {
         .unwrap()
     }
 
-    /// Starts a pairing that waits for the person; returns its prompt.
-    async fn consent_prompt(
+    /// Starts a pairing of `manifest` that waits for the person; returns
+    /// its prompt and whether it paired.
+    async fn asks_to_pair(
         vessel: &Arc<Vessel>,
+        manifest: Value,
     ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
+        let id = manifest["id"].as_str().unwrap_or_default().to_owned();
         let asking = Arc::clone(vessel);
         let pairing = tokio::spawn(async move {
             let person = Arc::clone(asking.person());
             asking
                 .registry()
-                .pair(&lamp(), |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .pair(&manifest, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
                 .await
                 .is_ok()
         });
         loop {
-            if let Some(p) = vessel.person().pending().into_iter().next() {
+            if let Some(p) = vessel
+                .person()
+                .pending()
+                .into_iter()
+                .find(|p| matches!(&p.prompt, Prompt::Consent(r) if r.device_id == id))
+            {
                 return (p, pairing);
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// Starts a pairing of the lamp that waits for the person.
+    async fn consent_prompt(
+        vessel: &Arc<Vessel>,
+    ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
+        asks_to_pair(vessel, lamp()).await
     }
 
     #[tokio::test]
@@ -406,23 +421,9 @@ mod tests {
     #[tokio::test]
     async fn a_device_without_a_screen_needs_the_words() {
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-        let asking = Arc::clone(&vessel);
-        let pairing = tokio::spawn(async move {
-            let person = Arc::clone(asking.person());
-            let mut headless = lamp();
-            headless["noScreen"] = Value::Bool(true);
-            asking
-                .registry()
-                .pair(&headless, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
-                .await
-                .is_ok()
-        });
-        let prompt = loop {
-            if let Some(p) = vessel.person().pending().into_iter().next() {
-                break p;
-            }
-            tokio::task::yield_now().await;
-        };
+        let mut headless = lamp();
+        headless["noScreen"] = Value::Bool(true);
+        let (prompt, pairing) = asks_to_pair(&vessel, headless).await;
         assert!(
             answer(&vessel, &prompt, "all")
                 .unwrap_err()
@@ -438,28 +439,9 @@ mod tests {
         vessel: &Arc<Vessel>,
         id: &str,
     ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
-        let asking = Arc::clone(vessel);
         let mut manifest = lamp();
         manifest["id"] = Value::from(id);
-        let pairing = tokio::spawn(async move {
-            let person = Arc::clone(asking.person());
-            asking
-                .registry()
-                .pair(&manifest, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
-                .await
-                .is_ok()
-        });
-        loop {
-            if let Some(p) = vessel
-                .person()
-                .pending()
-                .into_iter()
-                .find(|p| matches!(&p.prompt, Prompt::Consent(r) if r.device_id == id))
-            {
-                return (p, pairing);
-            }
-            tokio::task::yield_now().await;
-        }
+        asks_to_pair(vessel, manifest).await
     }
 
     #[tokio::test]
@@ -506,23 +488,9 @@ mod tests {
         answer(&vessel, &first, "all").unwrap();
         assert!(pairing.await.unwrap());
         // The lamp pairs again; its strobe no longer asks every time.
-        let asking = Arc::clone(&vessel);
         let mut changed = lamp();
         changed["capabilities"][2]["confirm"] = Value::Bool(false);
-        let pairing = tokio::spawn(async move {
-            let person = Arc::clone(asking.person());
-            asking
-                .registry()
-                .pair(&changed, |_| {}, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
-                .await
-                .is_ok()
-        });
-        let prompt = loop {
-            if let Some(p) = vessel.person().pending().into_iter().next() {
-                break p;
-            }
-            tokio::task::yield_now().await;
-        };
+        let (prompt, pairing) = asks_to_pair(&vessel, changed).await;
         answer(&vessel, &prompt, "keep").unwrap();
         assert!(pairing.await.unwrap());
         let granted = vessel.registry().list()[0].grants.clone();
