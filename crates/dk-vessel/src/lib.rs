@@ -49,9 +49,7 @@ pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_with
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
 };
-pub use redact::{
-    LONG_HEX_RUN, MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer,
-};
+pub use redact::{MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer};
 pub use registry::{
     AuthError, AuthenticatedDevice, ConsentCapability, ConsentDecision, ConsentRequest,
     DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot, DeviceToken, GrantError, PairError,

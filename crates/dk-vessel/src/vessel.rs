@@ -23,7 +23,7 @@ use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::audit_event;
 use crate::registry::{DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
-use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, cut_for_audit};
+use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, fits_in_entry};
 
 /// Limits on device connections. Every one is configurable; the defaults are
 /// documented in `docs/PROTOCOL.md`.
@@ -243,6 +243,32 @@ impl Decision {
             "sessionId": self.session_id, "rule": self.rule,
         })
     }
+
+    /// The decision's audit event: the record and its input, each redacted
+    /// and cut by [`SecretRedactor::redact_for_audit`]. An input whose cut
+    /// form would still make the entry too large to store (wide nesting,
+    /// escapes) is replaced by a marker giving its size: the decision itself
+    /// is always recorded.
+    fn audit_event(&self, redactor: &SecretRedactor) -> AuditEvent {
+        let mut entry = redactor.redact_for_audit(&self.to_json());
+        if let (Some(input), Value::Object(map)) = (&self.input, &mut entry) {
+            map.insert("input".to_owned(), redactor.redact_for_audit(input));
+        }
+        if !fits_in_entry(&entry)
+            && let Value::Object(map) = &mut entry
+            && let Some(input) = map.get_mut("input")
+        {
+            let size = input.to_string().len();
+            *input = Value::String(format!(
+                "[cut: the input takes {size} bytes once cut, too many for one entry]"
+            ));
+        }
+        AuditEvent {
+            at_ms: self.at_ms,
+            kind: "decision".to_owned(),
+            entry,
+        }
+    }
 }
 
 impl DecisionAudit {
@@ -267,21 +293,8 @@ impl DecisionAudit {
             recent.push_back(Arc::clone(&decision));
         }
         let redactor = self.redactor.clone();
-        self.writer.record_with(move || {
-            // Redacted before it is cut, so a cut never leaves half a secret.
-            let mut value = redactor.redact_json(&decision.to_json());
-            if let (Some(input), Value::Object(map)) = (&decision.input, &mut value) {
-                map.insert(
-                    "input".to_owned(),
-                    cut_for_audit(&redactor.redact_json(input)),
-                );
-            }
-            Some(AuditEvent {
-                at_ms: decision.at_ms,
-                kind: "decision".to_owned(),
-                entry: value,
-            })
-        });
+        self.writer
+            .record_with(move || Some(decision.audit_event(&redactor)));
     }
 }
 

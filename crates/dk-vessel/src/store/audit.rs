@@ -54,12 +54,34 @@ pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
 /// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
 /// Secrets are not its business: redact before or after.
 pub(crate) fn cut_for_audit(value: &Value) -> Value {
-    cut(value, 0)
+    cut_for_audit_with(value, 0, &mut |text: &str| text.to_owned())
 }
 
-fn cut(value: &Value, depth: usize) -> Value {
+/// Like [`cut_for_audit`], with every string and object key that is kept
+/// passed through `redact` first. A string longer than [`MAX_AUDIT_STRING`]
+/// is given to `redact` with `lookahead` characters more than what is kept
+/// (one less than the longest secret), so a secret across the cut is
+/// redacted whole; then what comes back loses its tail after the last
+/// replacement, up to `lookahead` characters: a secret starting there and
+/// running past what was read never reaches the entry, not even in part.
+/// The cut's marker counts the characters of the original past the first
+/// [`MAX_AUDIT_STRING`].
+pub(crate) fn cut_for_audit_with(
+    value: &Value,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> String,
+) -> Value {
+    cut(value, 0, lookahead, redact)
+}
+
+fn cut(
+    value: &Value,
+    depth: usize,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> String,
+) -> Value {
     match value {
-        Value::String(text) => Value::String(cut_text(text)),
+        Value::String(text) => Value::String(cut_text(text, lookahead, redact)),
         Value::Array(_) | Value::Object(_) if depth >= MAX_AUDIT_DEPTH => {
             Value::String("[cut: nested too deep]".to_owned())
         }
@@ -67,7 +89,7 @@ fn cut(value: &Value, depth: usize) -> Value {
             let mut out: Vec<Value> = items
                 .iter()
                 .take(MAX_AUDIT_ITEMS)
-                .map(|item| cut(item, depth + 1))
+                .map(|item| cut(item, depth + 1, lookahead, redact))
                 .collect();
             if items.len() > MAX_AUDIT_ITEMS {
                 out.push(Value::String(format!(
@@ -80,7 +102,10 @@ fn cut(value: &Value, depth: usize) -> Value {
         Value::Object(fields) => {
             let mut out = Map::new();
             for (key, item) in fields.iter().take(MAX_AUDIT_ITEMS) {
-                out.insert(cut_text(key), cut(item, depth + 1));
+                out.insert(
+                    cut_text(key, lookahead, redact),
+                    cut(item, depth + 1, lookahead, redact),
+                );
             }
             if fields.len() > MAX_AUDIT_ITEMS {
                 out.insert(
@@ -94,14 +119,66 @@ fn cut(value: &Value, depth: usize) -> Value {
     }
 }
 
-fn cut_text(text: &str) -> String {
+fn cut_text(text: &str, lookahead: usize, redact: &mut dyn FnMut(&str) -> String) -> String {
     let count = text.chars().count();
     if count <= MAX_AUDIT_STRING {
-        return text.to_owned();
+        return redact(text);
     }
-    let mut out: String = text.chars().take(MAX_AUDIT_STRING).collect();
+    let read = MAX_AUDIT_STRING + lookahead;
+    let (prefix, whole) = match text.char_indices().nth(read) {
+        Some((at, _)) => (text.get(..at).unwrap_or(text), false),
+        None => (text, true),
+    };
+    let redacted = redact(prefix);
+    let usable = if whole {
+        MAX_AUDIT_STRING
+    } else {
+        // The tail that redaction left as it was read may be the start of
+        // a secret that runs past it: drop it, at most `lookahead`.
+        let unchanged_tail = redacted
+            .chars()
+            .rev()
+            .zip(prefix.chars().rev())
+            .take_while(|(a, b)| a == b)
+            .take(lookahead)
+            .count();
+        (redacted.chars().count() - unchanged_tail).min(MAX_AUDIT_STRING)
+    };
+    let mut out: String = redacted.chars().take(usable).collect();
     let _ = write!(out, "[cut: {} more characters]", count - MAX_AUDIT_STRING);
     out
+}
+
+/// Whether `value` as an entry's canonical JSON is at most
+/// [`MAX_AUDIT_ENTRY_BYTES`]: a quick bound first (every character escaped
+/// to six bytes), the exact text only when the bound is over.
+pub(crate) fn fits_in_entry(value: &Value) -> bool {
+    let mut bound = 0usize;
+    if size_bound(value, &mut bound) {
+        return true;
+    }
+    canonical_json(value).len() <= MAX_AUDIT_ENTRY_BYTES
+}
+
+/// Adds an upper bound of `value`'s canonical JSON size to `total`; false
+/// once `total` passes [`MAX_AUDIT_ENTRY_BYTES`].
+fn size_bound(value: &Value, total: &mut usize) -> bool {
+    let text = |text: &str| 2 + 6 * text.len();
+    *total += match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 32,
+        Value::String(s) => text(s),
+        Value::Array(items) => 2 + items.len(),
+        Value::Object(fields) => 2 + fields.keys().map(|k| text(k) + 2).sum::<usize>(),
+    };
+    if *total > MAX_AUDIT_ENTRY_BYTES {
+        return false;
+    }
+    match value {
+        Value::Array(items) => items.iter().all(|item| size_bound(item, total)),
+        Value::Object(fields) => fields.values().all(|item| size_bound(item, total)),
+        _ => true,
+    }
 }
 
 /// The canonical JSON text of a value: object keys sorted by their UTF-8

@@ -49,11 +49,11 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use audit::cut_for_audit;
 pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
     redact_for_audit,
 };
+pub(crate) use audit::{cut_for_audit_with, fits_in_entry};
 pub use memory::MemoryStore;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 pub use writer::{AuditWriter, WriterOptions};
