@@ -293,8 +293,10 @@ impl DecisionAudit {
             recent.push_back(Arc::clone(&decision));
         }
         let redactor = self.redactor.clone();
+        // The adapter took this decision's place in the queue before the
+        // call's checks.
         self.writer
-            .record_with(move || Some(decision.audit_event(&redactor)));
+            .record_placed(move || Some(decision.audit_event(&redactor)));
     }
 }
 
@@ -316,6 +318,7 @@ impl Vessel {
             AgentDirectory::new(),
             policies,
             limits,
+            WriterOptions::default(),
         )
     }
 
@@ -327,6 +330,17 @@ impl Vessel {
         policies: PolicySet,
         limits: Limits,
     ) -> Result<Arc<Vessel>, StoreError> {
+        Vessel::open_with_writer(store, policies, limits, WriterOptions::default())
+    }
+
+    /// [`Vessel::open`] with the audit writer batching and queueing as
+    /// `writer` says.
+    pub(crate) fn open_with_writer(
+        store: Arc<dyn Store>,
+        policies: PolicySet,
+        limits: Limits,
+        writer: WriterOptions,
+    ) -> Result<Arc<Vessel>, StoreError> {
         let stored: Vec<StoredAgent> = store.load_agents()?;
         let agents = AgentDirectory::from_stored(stored)
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
@@ -335,6 +349,7 @@ impl Vessel {
             agents,
             policies,
             limits,
+            writer,
         ))
     }
 
@@ -343,12 +358,10 @@ impl Vessel {
         agents: AgentDirectory,
         policies: PolicySet,
         limits: Limits,
+        writer: WriterOptions,
     ) -> Arc<Vessel> {
         let agents = Arc::new(agents.with_store(Arc::clone(registry.store())));
-        let writer = Arc::new(AuditWriter::start(
-            Arc::clone(registry.store()),
-            WriterOptions::default(),
-        ));
+        let writer = Arc::new(AuditWriter::start(Arc::clone(registry.store()), writer));
         let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
         let registry = Arc::new(registry);
         let redactor = SecretRedactor::new();
@@ -363,7 +376,8 @@ impl Vessel {
             .with_policies(Arc::new(policies))
             .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
                 hook.record(record)
-            }));
+            }))
+            .with_decision_room(writer.room());
         if let Some(run_limits) = &limits.run_limits {
             adapter = adapter.with_run_limits(run_limits.clone());
         }
@@ -442,7 +456,10 @@ impl Vessel {
     }
 
     /// Appends an event to the audit log (write-behind, like decisions),
-    /// known secrets redacted.
+    /// known secrets redacted. When the audit queue is full this waits for
+    /// room on the caller's thread (a batch commit, about a millisecond), at
+    /// most [`RECORD_PATIENCE`](crate::store::RECORD_PATIENCE), then queues
+    /// the event past the queue's bound: it is never dropped.
     pub fn audit(&self, kind: &str, entry: Value) {
         self.writer
             .record(audit_event(kind, self.redactor.redact_json(&entry)));
@@ -453,8 +470,9 @@ impl Vessel {
         self.writer.flush()
     }
 
-    /// Audit entries recorded so far that were dropped because the writer
-    /// fell behind (its queue holds 65,536).
+    /// Audit entries lost so far: zero unless the audit writer stopped
+    /// while its store kept failing (a full queue makes calls wait, it drops
+    /// nothing; see [`AuditWriter::dropped`]).
     pub fn audit_dropped(&self) -> u64 {
         self.writer.dropped()
     }

@@ -283,7 +283,13 @@ pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64, StoreError> {
         .map_err(|_| StoreError::InvalidInput(format!("{what} {value} is too large")))
 }
 
-/// Checks an event and gives its kind and canonical entry text.
+/// Checks that the store can take `event` as it is: its kind, its size, its
+/// time.
+pub(crate) fn check_event(event: &AuditEvent) -> Result<(), StoreError> {
+    checked(event).map(|_| ())
+}
+
+/// Checks an event and gives its time and canonical entry text.
 fn checked(event: &AuditEvent) -> Result<(i64, String), StoreError> {
     let kind = &event.kind;
     let kind_ok = !kind.is_empty()

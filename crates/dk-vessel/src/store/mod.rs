@@ -56,7 +56,8 @@ pub use audit::{
 pub(crate) use audit::{cut_for_audit_with, fits_in_entry};
 pub use memory::MemoryStore;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
-pub use writer::{AuditWriter, WriterOptions};
+pub(crate) use writer::{AuditPlace, AuditRoom};
+pub use writer::{AuditWriter, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions};
 
 /// Durable state of a vessel: pairings with their grants, secret hashes and
 /// the audit log. Every method is one transaction; a method that changes

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -20,33 +20,23 @@ use crate::agents::StoredAgent;
 
 // ---------------------------------------------------------------- helpers
 
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+/// A temporary directory, removed on drop, holding a store's file.
+struct TempDir {
+    root: PathBuf,
+    _removed_on_drop: tempfile::TempDir,
+}
 
 impl TempDir {
     fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "dk-store-test-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        let dir = tempfile::tempdir().unwrap();
+        TempDir {
+            root: dir.path().to_owned(),
+            _removed_on_drop: dir,
+        }
     }
 
     fn db(&self) -> PathBuf {
-        self.0.join("data").join("dk.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.root.join("data").join("dk.db")
     }
 }
 
@@ -742,7 +732,7 @@ fn damaged_files_are_errors_not_panics() {
     assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
 
     // Another program's database.
-    let other = dir.0.join("other.db");
+    let other = dir.root.join("other.db");
     Connection::open(&other)
         .unwrap()
         .execute_batch("CREATE TABLE t (x)")
@@ -751,11 +741,11 @@ fn damaged_files_are_errors_not_panics() {
     assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
 
     // A directory where the file should be.
-    let error = SqliteStore::open(&dir.0).unwrap_err();
+    let error = SqliteStore::open(&dir.root).unwrap_err();
     assert!(matches!(error, StoreError::Open { .. }), "{error}");
 
     // A dk store with a bad value in it.
-    let path = dir.0.join("store.db");
+    let path = dir.root.join("store.db");
     let store = SqliteStore::open(&path).unwrap();
     store
         .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
@@ -833,21 +823,28 @@ fn ten_thousand_pairings_load_in_one_pass() {
 
 // ------------------------------------------------------------ the writer
 
-/// A store whose `append_audit` can be held at a gate, or made to fail.
+/// A store whose `append_audit` can be held at a gate, made to fail, or
+/// slowed down.
 struct Gated {
-    inner: MemoryStore,
+    inner: Box<dyn Store>,
     entered: Mutex<Option<mpsc::Sender<()>>>,
     gate: Mutex<Option<mpsc::Receiver<()>>>,
-    fail: bool,
+    fail: AtomicBool,
+    pause: Duration,
 }
 
 impl Gated {
-    fn new(fail: bool) -> Gated {
+    fn new() -> Gated {
+        Gated::over(Box::new(MemoryStore::new()))
+    }
+
+    fn over(inner: Box<dyn Store>) -> Gated {
         Gated {
-            inner: MemoryStore::new(),
+            inner,
             entered: Mutex::new(None),
             gate: Mutex::new(None),
-            fail,
+            fail: AtomicBool::new(false),
+            pause: Duration::ZERO,
         }
     }
 }
@@ -881,7 +878,8 @@ impl Store for Gated {
         if let Some(gate) = self.gate.lock().unwrap().as_ref() {
             let _ = gate.recv();
         }
-        if self.fail {
+        std::thread::sleep(self.pause);
+        if self.fail.load(Ordering::Relaxed) {
             return Err(StoreError::Database("disk full".to_owned()));
         }
         self.inner.append_audit(events)
@@ -909,6 +907,16 @@ fn patient(max_batch: usize, queue: usize) -> WriterOptions {
     }
 }
 
+/// The `n` of every entry in `store`, in order.
+fn numbers(store: &dyn Store) -> Vec<u64> {
+    store
+        .read_audit(0, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.entry["n"].as_u64().unwrap())
+        .collect()
+}
+
 #[test]
 fn writer_commits_full_batches_and_the_rest_on_flush() {
     let store = Arc::new(MemoryStore::new());
@@ -920,12 +928,7 @@ fn writer_commits_full_batches_and_the_rest_on_flush() {
     assert_eq!(writer.committed(), 25);
     assert_eq!(writer.batches(), 3);
     assert_eq!(writer.dropped(), 0);
-    let entries = store.read_audit(0, 100).unwrap();
-    let ns: Vec<u64> = entries
-        .iter()
-        .map(|e| e.entry["n"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ns, (1..=25).collect::<Vec<_>>());
+    assert_eq!(numbers(&*store), (1..=25).collect::<Vec<_>>());
     assert!(store.verify_audit().unwrap().is_intact());
     // A flush with nothing pending commits nothing.
     writer.flush().unwrap();
@@ -974,48 +977,308 @@ fn dropping_the_writer_commits_what_was_recorded() {
 }
 
 #[test]
-fn a_full_queue_drops_and_counts() {
-    let store = Arc::new(Gated::new(false));
+fn a_full_queue_makes_callers_wait_and_drops_nothing() {
+    use futures::FutureExt;
+    let store = Arc::new(Gated::new());
     let (entered, entered_rx) = mpsc::channel();
     let (open, gate) = mpsc::channel();
     *store.entered.lock().unwrap() = Some(entered);
     *store.gate.lock().unwrap() = Some(gate);
-    let writer = AuditWriter::start(store.clone(), patient(1, 1));
-    writer.record(event("decision", 1));
-    // The thread is now committing event 1, held at the gate.
+    // Two places, one event a batch.
+    let writer = AuditWriter::start(store.clone(), patient(1, 2));
+    let room = writer.room();
+    for n in 1..=2 {
+        let place = room.take().now_or_never().unwrap().unwrap();
+        place.spend();
+        writer.record_placed(move || Some(event("decision", n)));
+    }
+    // Event 1 is being committed, held at the gate; event 2 is queued.
     entered_rx.recv().unwrap();
-    writer.record(event("decision", 2)); // queued (the queue holds one)
-    writer.record(event("decision", 3)); // dropped
-    writer.record(event("decision", 4)); // dropped
-    assert_eq!(writer.dropped(), 2);
+    // A third call finds no room: it waits, without blocking its thread.
+    let mut third = Box::pin(room.take());
+    assert!(third.as_mut().now_or_never().is_none());
+    // Event 1's commit gives its place back, to the call waiting for it.
+    open.send(()).unwrap();
+    futures::executor::block_on(third).unwrap().spend();
+    writer.record_placed(|| Some(event("decision", 3)));
+    // An event recorded outside a call, with every place still taken,
+    // waits its patience and is queued past the bound, not dropped.
+    writer.record(event("decision", 4));
     *store.entered.lock().unwrap() = None;
-    open.send(()).unwrap();
-    open.send(()).unwrap();
     drop(open);
     writer.flush().unwrap();
-    assert_eq!(writer.committed(), 2);
-    let ns: Vec<u64> = store
-        .read_audit(0, 10)
-        .unwrap()
-        .iter()
-        .map(|e| e.entry["n"].as_u64().unwrap())
+    assert_eq!(numbers(&*store), [1, 2, 3, 4]);
+    assert_eq!((writer.committed(), writer.dropped()), (4, 0));
+    // Every place came back.
+    let places: Vec<_> = (0..2)
+        .map(|_| room.take().now_or_never().unwrap().unwrap())
         .collect();
-    assert_eq!(ns, vec![1, 2]);
+    assert!(room.take().now_or_never().is_none());
+    drop(places);
 }
 
 #[test]
-fn a_failed_batch_is_reported_by_the_next_flush() {
-    let store = Arc::new(Gated::new(true));
+fn a_failing_store_is_retried_and_nothing_is_lost() {
+    let store = Arc::new(Gated::new());
+    store.fail.store(true, Ordering::Relaxed);
     let writer = AuditWriter::start(store.clone(), patient(2, 100));
     for n in 1..=3 {
         writer.record(event("decision", n));
     }
-    let error = writer.flush().unwrap_err();
-    assert_eq!(error, StoreError::Database("disk full".to_owned()));
-    assert_eq!(writer.dropped(), 3);
-    assert_eq!(writer.committed(), 0);
-    // Reported once.
+    // Each flush while the store fails says so; the events stay queued.
+    for _ in 0..2 {
+        let error = writer.flush().unwrap_err();
+        assert_eq!(error, StoreError::Database("disk full".to_owned()));
+    }
+    assert_eq!((writer.committed(), writer.dropped()), (0, 0));
+    writer.record(event("decision", 4));
+    store.fail.store(false, Ordering::Relaxed);
     writer.flush().unwrap();
+    assert_eq!(numbers(&*store), [1, 2, 3, 4]);
+    assert_eq!((writer.committed(), writer.dropped()), (4, 0));
+    writer.flush().unwrap();
+}
+
+#[test]
+fn a_writer_stopped_while_its_store_fails_still_stops() {
+    let store = Arc::new(Gated::new());
+    store.fail.store(true, Ordering::Relaxed);
+    let writer = AuditWriter::start(store.clone(), patient(100, 100));
+    for n in 1..=3 {
+        writer.record(event("decision", n));
+    }
+    // The drop flushes, tries a few more times, and returns.
+    drop(writer);
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+}
+
+#[test]
+fn an_unstorable_event_is_recorded_as_such_and_holds_back_no_other() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 100));
+    let big = AuditEvent {
+        entry: json!({"blob": "x".repeat(MAX_AUDIT_ENTRY_BYTES)}),
+        ..event("decision", 3)
+    };
+    for event in [
+        event("decision", 1),
+        event("Bad\nKind", 2),
+        big,
+        event("decision", 4),
+    ] {
+        writer.record(event);
+    }
+    writer.flush().unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["decision", "unstorable", "unstorable", "decision"]);
+    assert_eq!(entries[1].entry["kind"], "Bad\\nKind");
+    assert!(
+        entries[2].entry["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not storable: audit entry of "),
+        "{}",
+        entries[2].entry
+    );
+    assert_eq!(writer.dropped(), 0);
+}
+
+// ------------------------------------------------- the vessel's decisions
+
+/// Answers every call at once, or never.
+struct Link {
+    answers: bool,
+    called: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl crate::link::DeviceLink for Link {
+    fn invoke<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a serde_json::Map<String, Value>,
+        _: Duration,
+    ) -> futures::future::BoxFuture<'a, crate::link::InvokeResult> {
+        if let Some(called) = self.called.lock().unwrap().take() {
+            let _ = called.send(());
+        }
+        let answers = self.answers;
+        Box::pin(async move {
+            if !answers {
+                futures::future::pending::<()>().await;
+            }
+            Ok(None)
+        })
+    }
+}
+
+/// A vessel over `store` with its audit writer as `options` says, and the
+/// desk lamp paired with `set_light` and `strobe` granted on `link`.
+async fn vessel_with_lamp(
+    store: Arc<dyn Store>,
+    options: WriterOptions,
+    link: Link,
+) -> Arc<crate::Vessel> {
+    let vessel = crate::Vessel::open_with_writer(
+        store,
+        dk_policy::PolicySet::empty(),
+        crate::Limits::default(),
+        options,
+    )
+    .unwrap();
+    let manifest: Value = serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/desk-lamp.json"
+    ))
+    .unwrap();
+    vessel
+        .registry()
+        .pair(
+            &manifest,
+            |_| {},
+            |_| async { Ok::<_, ()>(crate::ConsentDecision::approve(["set_light", "strobe"])) },
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    vessel.links().connect("desk-lamp", Arc::new(link));
+    vessel
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_faster_than_a_slow_disk_wait_for_room_and_every_decision_is_logged() {
+    let dir = TempDir::new();
+    let mut slow = Gated::over(Box::new(SqliteStore::open(&dir.db()).unwrap()));
+    slow.pause = Duration::from_millis(2);
+    let store: Arc<dyn Store> = Arc::new(slow);
+    // Four places for 400 calls at once: most of them wait for room.
+    let options = WriterOptions {
+        max_batch: 8,
+        max_delay: Duration::from_millis(1),
+        queue: 4,
+    };
+    let link = Link {
+        answers: true,
+        called: Mutex::new(None),
+    };
+    let vessel = vessel_with_lamp(Arc::clone(&store), options, link).await;
+    let calls: Vec<_> = (0..400)
+        .map(|n| {
+            let vessel = Arc::clone(&vessel);
+            tokio::spawn(async move {
+                let ctx = crate::CallContext {
+                    session_id: Some(&format!("s{n}")),
+                    ..crate::CallContext::default()
+                };
+                vessel
+                    .adapter()
+                    .execute(
+                        "device__desk_lamp__set_light",
+                        json!({"on": true, "brightness": n % 100}),
+                        ctx,
+                    )
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap());
+    }
+    vessel.flush_audit().unwrap();
+    let decisions: Vec<String> = store
+        .read_audit(0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "decision")
+        .map(|e| e.entry["sessionId"].as_str().unwrap().to_owned())
+        .collect();
+    let sessions: BTreeSet<String> = decisions.iter().cloned().collect();
+    assert_eq!((decisions.len(), sessions.len()), (400, 400));
+    assert_eq!(vessel.audit_dropped(), 0);
+    assert!(store.verify_audit().unwrap().is_intact());
+}
+
+/// The last decision entry of `vessel`'s log, once flushed.
+fn last_decision(vessel: &crate::Vessel) -> Value {
+    vessel.flush_audit().unwrap();
+    let entries = vessel.registry().store().read_audit(0, 1000).unwrap();
+    let last = entries.iter().rev().find(|e| e.kind == "decision").unwrap();
+    last.entry.clone()
+}
+
+#[tokio::test]
+async fn a_call_abandoned_half_way_is_still_recorded() {
+    use crate::adapter::{ApprovalRequest, ApproverFn, CallContext};
+    // Abandoned while the person is asked: the device was not reached.
+    let (called, asked) = tokio::sync::oneshot::channel::<()>();
+    let called = Mutex::new(Some(called));
+    let approver = ApproverFn(move |_: ApprovalRequest| {
+        if let Some(called) = called.lock().unwrap().take() {
+            let _ = called.send(());
+        }
+        futures::future::pending::<Result<bool, String>>()
+    });
+    let link = Link {
+        answers: false,
+        called: Mutex::new(None),
+    };
+    let vessel =
+        vessel_with_lamp(Arc::new(MemoryStore::new()), WriterOptions::default(), link).await;
+    let ctx = CallContext {
+        approver: Some(&approver),
+        ..CallContext::default()
+    };
+    let call = vessel
+        .adapter()
+        .execute("device__desk_lamp__strobe", json!({}), ctx);
+    tokio::select! {
+        _ = call => panic!("the person never answers"),
+        _ = asked => {}
+    }
+    let entry = last_decision(&vessel);
+    assert_eq!(
+        (&entry["tool"], &entry["allowed"], &entry["reason"]),
+        (
+            &json!("device__desk_lamp__strobe"),
+            &json!(false),
+            &json!("abandoned by the caller before the device was reached")
+        ),
+    );
+
+    // Abandoned while the device is called: it was reached.
+    let (called, reached) = tokio::sync::oneshot::channel::<()>();
+    let link = Link {
+        answers: false,
+        called: Mutex::new(Some(called)),
+    };
+    vessel.links().connect("desk-lamp", Arc::new(link));
+    let call = vessel.adapter().execute(
+        "device__desk_lamp__set_light",
+        json!({"on": true}),
+        CallContext::default(),
+    );
+    tokio::select! {
+        _ = call => panic!("the device never answers"),
+        _ = reached => {}
+    }
+    let entry = last_decision(&vessel);
+    assert_eq!(
+        (&entry["tool"], &entry["allowed"], &entry["reason"]),
+        (
+            &json!("device__desk_lamp__set_light"),
+            &json!(true),
+            &json!("abandoned by the caller while the device was called")
+        ),
+    );
+    let decisions = vessel
+        .registry()
+        .store()
+        .read_audit(0, 100)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "decision")
+        .count();
+    assert_eq!(decisions, 2);
 }
 
 #[test]
