@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
+use super::crosscheck::{Replay, refuse_state_kinds};
 use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
 use crate::agents::StoredAgent;
 
@@ -147,6 +148,7 @@ impl Store for MemoryStore {
     }
 
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        refuse_state_kinds(events)?;
         let mut state = self.state();
         let rows = state.chained(events)?;
         state.audit.extend(rows);
@@ -169,10 +171,16 @@ impl Store for MemoryStore {
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
         let state = self.state();
         let mut verifier = Verifier::default();
+        let mut replay = Replay::default();
         for row in &state.audit {
+            replay.push(row);
             verifier.push(row.clone());
         }
-        Ok(verifier.finish())
+        let pairings: Vec<StoredPairing> = state.pairings.values().cloned().collect();
+        let agents: Vec<StoredAgent> = state.agents.values().cloned().collect();
+        let mut report = verifier.finish();
+        report.problems.extend(replay.compare(&pairings, &agents));
+        Ok(report)
     }
 
     fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {

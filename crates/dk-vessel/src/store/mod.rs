@@ -28,12 +28,16 @@
 //! where numbers are decimal, `kind` is `[a-z0-9._-]{1,32}` and `entry` is
 //! the canonical JSON text of the entry (object keys sorted, no spaces) as
 //! stored. [`Store::verify_audit`] recomputes the chain and reports edited,
-//! deleted, inserted and reordered entries with their `seq`. Cutting entries
-//! off the end leaves a shorter chain that is still intact: it is detectable
-//! only against a head kept elsewhere, with [`Store::verify_audit_against`].
-//! The same holds for entries appended by someone who can write the file:
-//! the chain has no key, it proves order and integrity relative to a kept
-//! head, not authorship.
+//! deleted, inserted and reordered entries with their `seq`. It also replays
+//! the entries that record pairings, grants and agents against the state
+//! tables: those change only in the transaction that appends their entry, so
+//! a log emptied, or cut back past a change, no longer accounts for the
+//! state, however intact its chain. Cutting decisions off the end leaves a
+//! shorter chain that is still intact and accounts for everything: that is
+//! detectable only against a head kept elsewhere, with
+//! [`Store::verify_audit_against`]. The same holds for entries appended by
+//! someone who can write the file: the chain has no key, it proves order and
+//! integrity relative to a kept head, not authorship.
 
 use std::fmt;
 
@@ -42,6 +46,7 @@ use serde_json::Value;
 use crate::agents::StoredAgent;
 
 mod audit;
+mod crosscheck;
 mod memory;
 mod sqlite;
 mod writer;
@@ -100,13 +105,18 @@ pub trait Store: Send + Sync + 'static {
     /// unknown name is [`StoreError::UnknownAgent`], with nothing recorded.
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError>;
 
-    /// Appends events to the audit log, all in one transaction.
+    /// Appends events to the audit log, all in one transaction. The kinds
+    /// the store writes with their change (`paired`, `granted`, `revoked`,
+    /// `unpaired`, `agent`) are refused here, with nothing appended.
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError>;
 
     /// Up to `limit` entries with `seq > after_seq`, in order.
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
 
-    /// Recomputes the whole chain and reports every problem found.
+    /// Recomputes the whole chain and reports every problem found, then
+    /// replays the log's pairing, grant and agent entries and reports every
+    /// difference from the state the store holds (a pairing, grant or agent
+    /// without its entry, or an entry for one the state does not hold).
     fn verify_audit(&self) -> Result<VerifyReport, StoreError>;
 
     /// Like [`Store::verify_audit`], and also checks that the entry at
@@ -252,7 +262,8 @@ pub struct VerifyReport {
     /// The hash of the last entry: keep it elsewhere to detect later that
     /// entries were cut off the end.
     pub head: String,
-    /// Every problem found, in log order; empty when the log is intact.
+    /// Every problem found: those of the chain in log order, then those of
+    /// the state; empty when the log is intact.
     pub problems: Vec<AuditProblem>,
 }
 
@@ -284,7 +295,10 @@ pub struct AuditProblem {
 
 impl fmt::Display for AuditProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail)
+        match self.what {
+            ProblemKind::Unaccounted => write!(f, "state: {}", self.detail),
+            _ => write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail),
+        }
     }
 }
 
@@ -301,6 +315,11 @@ pub enum ProblemKind {
     OutOfOrder,
     /// Entries were cut off the end (found only against a kept head).
     Truncated,
+    /// The log and the state tables disagree: a pairing, grant or agent
+    /// has no entry (the entries were removed, or the tables edited), or the
+    /// log has one the tables do not hold. `seq` is the entry concerned, 0
+    /// when there is none.
+    Unaccounted,
 }
 
 impl fmt::Display for ProblemKind {
@@ -311,6 +330,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::Inserted => "inserted",
             ProblemKind::OutOfOrder => "out of order",
             ProblemKind::Truncated => "cut off the end",
+            ProblemKind::Unaccounted => "not accounted for",
         })
     }
 }

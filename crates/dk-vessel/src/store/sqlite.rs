@@ -18,6 +18,7 @@ use rusqlite::{
 };
 
 use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
+use super::crosscheck::{Replay, refuse_state_kinds};
 use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
 use crate::agents::StoredAgent;
 
@@ -320,63 +321,90 @@ fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<[u8; 32], Sto
         .map_err(|_| StoreError::Corrupt(format!("{} is {len} bytes, not 32", what())))
 }
 
+/// Every pairing with its grants, ordered by device id, grants sorted.
+fn read_pairings(tx: &Connection) -> Result<Vec<StoredPairing>, StoreError> {
+    let mut pairings: Vec<StoredPairing> = Vec::new();
+    {
+        let mut select = tx
+            .prepare(
+                "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
+                 FROM pairing ORDER BY device_id",
+            )
+            .map_err(db)?;
+        let mut rows = select.query([]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let device_id: String = row.get(0).map_err(db)?;
+            let token_hash = hash32(row.get(3).map_err(db)?, || {
+                format!("the token hash of `{device_id}`")
+            })?;
+            pairings.push(StoredPairing {
+                manifest_json: row.get(1).map_err(db)?,
+                digest: row.get(2).map_err(db)?,
+                token_hash,
+                grants: Vec::new(),
+                generation: unsigned(
+                    row.get(4).map_err(db)?,
+                    &format!("the generation of `{device_id}`"),
+                )?,
+                paired_at_ms: unsigned(
+                    row.get(5).map_err(db)?,
+                    &format!("the pairing time of `{device_id}`"),
+                )?,
+                device_id,
+            });
+        }
+    }
+    let mut select = tx
+        .prepare("SELECT device_id, capability FROM device_grant ORDER BY device_id, capability")
+        .map_err(db)?;
+    let mut rows = select.query([]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let device_id: String = row.get(0).map_err(db)?;
+        let capability: String = row.get(1).map_err(db)?;
+        let at = pairings
+            .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
+            .map_err(|_| {
+                StoreError::Corrupt(format!("a grant for `{device_id}`, which is not paired"))
+            })?;
+        if let Some(pairing) = pairings.get_mut(at) {
+            pairing.grants.push(capability);
+        }
+    }
+    Ok(pairings)
+}
+
+/// Every agent, sorted by name.
+fn read_agents(conn: &Connection) -> Result<Vec<StoredAgent>, StoreError> {
+    let mut select = conn
+        .prepare_cached("SELECT name, record FROM agent ORDER BY name")
+        .map_err(db)?;
+    let rows = select
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .map_err(db)?;
+    let mut agents = Vec::new();
+    for row in rows {
+        let (name, record) = row.map_err(db)?;
+        let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
+            StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
+        })?;
+        if agent.agent.id != name {
+            return Err(StoreError::Corrupt(format!(
+                "the record of agent `{name}` names `{}`",
+                agent.agent.id
+            )));
+        }
+        agents.push(agent);
+    }
+    Ok(agents)
+}
+
 impl Store for SqliteStore {
     fn load(&self) -> Result<Snapshot, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
-        let mut pairings: Vec<StoredPairing> = Vec::new();
-        {
-            let mut select = tx
-                .prepare(
-                    "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
-                     FROM pairing ORDER BY device_id",
-                )
-                .map_err(db)?;
-            let mut rows = select.query([]).map_err(db)?;
-            while let Some(row) = rows.next().map_err(db)? {
-                let device_id: String = row.get(0).map_err(db)?;
-                let token_hash = hash32(row.get(3).map_err(db)?, || {
-                    format!("the token hash of `{device_id}`")
-                })?;
-                pairings.push(StoredPairing {
-                    manifest_json: row.get(1).map_err(db)?,
-                    digest: row.get(2).map_err(db)?,
-                    token_hash,
-                    grants: Vec::new(),
-                    generation: unsigned(
-                        row.get(4).map_err(db)?,
-                        &format!("the generation of `{device_id}`"),
-                    )?,
-                    paired_at_ms: unsigned(
-                        row.get(5).map_err(db)?,
-                        &format!("the pairing time of `{device_id}`"),
-                    )?,
-                    device_id,
-                });
-            }
-        }
-        {
-            let mut select = tx
-                .prepare(
-                    "SELECT device_id, capability FROM device_grant ORDER BY device_id, capability",
-                )
-                .map_err(db)?;
-            let mut rows = select.query([]).map_err(db)?;
-            while let Some(row) = rows.next().map_err(db)? {
-                let device_id: String = row.get(0).map_err(db)?;
-                let capability: String = row.get(1).map_err(db)?;
-                let at = pairings
-                    .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
-                    .map_err(|_| {
-                        StoreError::Corrupt(format!(
-                            "a grant for `{device_id}`, which is not paired"
-                        ))
-                    })?;
-                if let Some(pairing) = pairings.get_mut(at) {
-                    pairing.grants.push(capability);
-                }
-            }
-        }
+        let pairings = read_pairings(&tx)?;
         let counted: Option<i64> = tx
             .query_row(
                 "SELECT value FROM counter WHERE name = 'max_generation'",
@@ -495,30 +523,7 @@ impl Store for SqliteStore {
     }
 
     fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
-        let conn = self.conn();
-        let mut select = conn
-            .prepare_cached("SELECT name, record FROM agent ORDER BY name")
-            .map_err(db)?;
-        let rows = select
-            .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-            })
-            .map_err(db)?;
-        let mut agents = Vec::new();
-        for row in rows {
-            let (name, record) = row.map_err(db)?;
-            let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
-                StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
-            })?;
-            if agent.agent.id != name {
-                return Err(StoreError::Corrupt(format!(
-                    "the record of agent `{name}` names `{}`",
-                    agent.agent.id
-                )));
-            }
-            agents.push(agent);
-        }
-        Ok(agents)
+        read_agents(&self.conn())
     }
 
     fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
@@ -555,6 +560,7 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(());
         }
+        refuse_state_kinds(events)?;
         self.write(|tx| append(tx, events))
     }
 
@@ -578,19 +584,27 @@ impl Store for SqliteStore {
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
         let mut conn = self.conn();
+        // One read transaction: the log and the state as of one moment.
         let tx = conn.transaction().map_err(db)?;
         let mut verifier = Verifier::default();
+        let mut replay = Replay::default();
         {
             let mut select = tx
                 .prepare("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq")
                 .map_err(db)?;
             let rows = select.query_map([], raw_row).map_err(db)?;
             for row in rows {
-                verifier.push(row.map_err(db)?);
+                let row = row.map_err(db)?;
+                replay.push(&row);
+                verifier.push(row);
             }
         }
+        let pairings = read_pairings(&tx)?;
+        let agents = read_agents(&tx)?;
         tx.commit().map_err(db)?;
-        Ok(verifier.finish())
+        let mut report = verifier.finish();
+        report.problems.extend(replay.compare(&pairings, &agents));
+        Ok(report)
     }
 
     fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {

@@ -60,6 +60,50 @@ fn event(kind: &str, n: u64) -> AuditEvent {
     }
 }
 
+/// The `paired` entry the registry writes with `pairing`.
+fn paired(pairing: &StoredPairing, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "paired".to_owned(),
+        entry: json!({"deviceId": pairing.device_id, "digest": pairing.digest,
+            "grants": pairing.grants, "n": n}),
+    }
+}
+
+/// The `granted` or `revoked` entry the registry writes.
+fn grant_change(kind: &str, device: &str, capability: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: kind.to_owned(),
+        entry: json!({"deviceId": device, "capability": capability, "n": n}),
+    }
+}
+
+/// The `unpaired` entry the registry writes.
+fn unpaired(device: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "unpaired".to_owned(),
+        entry: json!({"deviceId": device, "n": n}),
+    }
+}
+
+/// The `agent` entry the agent directory writes: `added` with the agent,
+/// `scope` with its scope, or `removed`.
+fn agent_change(change: &str, agent: &StoredAgent, n: u64) -> AuditEvent {
+    let entry = match change {
+        "added" => json!({"change": "added", "agent": agent.agent, "n": n}),
+        "scope" => json!({"change": "scope", "agentId": agent.agent.id,
+            "scope": agent.agent.scope, "n": n}),
+        _ => json!({"change": "removed", "agentId": agent.agent.id, "n": n}),
+    };
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "agent".to_owned(),
+        entry,
+    }
+}
+
 /// A store of each kind, each with the directory it lives in.
 fn stores() -> Vec<(&'static str, Box<dyn Store>, Option<TempDir>)> {
     let dir = TempDir::new();
@@ -92,11 +136,14 @@ enum Op {
 fn apply(store: &dyn Store, op: Op, n: u64) -> Result<(), StoreError> {
     match op {
         Op::Put(id, grants, generation) => {
-            store.put_pairing(&pairing(id, grants, generation), &event("paired", n))
+            let stored = pairing(id, grants, generation);
+            store.put_pairing(&stored, &paired(&stored, n))
         }
-        Op::Grant(id, cap) => store.set_grant(id, cap, true, &event("granted", n)),
-        Op::Revoke(id, cap) => store.set_grant(id, cap, false, &event("revoked", n)),
-        Op::Delete(id) => store.delete_pairing(id, &event("unpaired", n)),
+        Op::Grant(id, cap) => store.set_grant(id, cap, true, &grant_change("granted", id, cap, n)),
+        Op::Revoke(id, cap) => {
+            store.set_grant(id, cap, false, &grant_change("revoked", id, cap, n))
+        }
+        Op::Delete(id) => store.delete_pairing(id, &unpaired(id, n)),
     }
 }
 
@@ -199,7 +246,7 @@ fn contract_round_trip_secrets_and_audit() {
             generation: 42,
             paired_at_ms: 1_700_000_000_123,
         };
-        store.put_pairing(&stored, &event("paired", 0)).unwrap();
+        store.put_pairing(&stored, &paired(&stored, 0)).unwrap();
         let snapshot = store.load().unwrap();
         let mut expected = stored.clone();
         expected.grants.sort();
@@ -648,7 +695,10 @@ fn migrations_set_the_version_once_and_refuse_newer_databases() {
     let dir = TempDir::new();
     let store = SqliteStore::open(&dir.db()).unwrap();
     store
-        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
         .unwrap();
     drop(store);
     assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
@@ -681,7 +731,10 @@ fn files_are_private_to_the_user() {
     let dir = TempDir::new();
     let store = SqliteStore::open(&dir.db()).unwrap();
     store
-        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
         .unwrap();
     let mode = |path: PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     let db = dir.db();
@@ -706,7 +759,7 @@ fn no_token_reaches_the_data_directory() {
         use sha2::{Digest, Sha256};
         Sha256::digest(token.as_bytes()).into()
     };
-    store.put_pairing(&stored, &event("paired", 1)).unwrap();
+    store.put_pairing(&stored, &paired(&stored, 1)).unwrap();
     store
         .put_secret_hash("admin-token", stored.token_hash)
         .unwrap();
@@ -748,7 +801,10 @@ fn damaged_files_are_errors_not_panics() {
     let path = dir.root.join("store.db");
     let store = SqliteStore::open(&path).unwrap();
     store
-        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
         .unwrap();
     store.put_secret_hash("admin-token", [1; 32]).unwrap();
     let editor = Connection::open(&path).unwrap();
@@ -1293,12 +1349,8 @@ fn the_writer_and_direct_changes_share_one_chain() {
             }
         });
         for n in 0..20 {
-            store
-                .put_pairing(
-                    &pairing(&format!("d{n}"), &["a"], n + 1),
-                    &event("paired", n),
-                )
-                .unwrap();
+            let stored = pairing(&format!("d{n}"), &["a"], n + 1);
+            store.put_pairing(&stored, &paired(&stored, n)).unwrap();
         }
     });
     writer.flush().unwrap();
@@ -1375,21 +1427,35 @@ fn model_of(snapshot: &Snapshot) -> Model {
 }
 
 fn commit_change(store: &dyn Store, n: u64, change: &Change) -> Result<(), StoreError> {
-    let audit = |kind: &str, device: &str| AuditEvent {
-        at_ms: n,
-        kind: kind.to_owned(),
-        entry: json!({ "op": n, "device": device }),
+    // Each entry as the registry writes it, with the change's number.
+    let audit = |event: AuditEvent| {
+        let mut entry = event.entry;
+        entry["op"] = json!(n);
+        AuditEvent {
+            at_ms: n,
+            entry,
+            ..event
+        }
     };
     match change {
         Change::Pair(device, grants) => {
             let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
-            store.put_pairing(&pairing(device, &grants, n), &audit("paired", device))
+            let stored = pairing(device, &grants, n);
+            store.put_pairing(&stored, &audit(paired(&stored, n)))
         }
-        Change::Grant(device, cap) => store.set_grant(device, cap, true, &audit("granted", device)),
-        Change::Revoke(device, cap) => {
-            store.set_grant(device, cap, false, &audit("revoked", device))
-        }
-        Change::Unpair(device) => store.delete_pairing(device, &audit("unpaired", device)),
+        Change::Grant(device, cap) => store.set_grant(
+            device,
+            cap,
+            true,
+            &audit(grant_change("granted", device, cap, n)),
+        ),
+        Change::Revoke(device, cap) => store.set_grant(
+            device,
+            cap,
+            false,
+            &audit(grant_change("revoked", device, cap, n)),
+        ),
+        Change::Unpair(device) => store.delete_pairing(device, &audit(unpaired(device, n))),
     }
 }
 
@@ -1566,25 +1632,33 @@ fn contract_agents_round_trip_replace_and_delete() {
         assert!(store.load_agents().unwrap().is_empty(), "{kind}");
         let b = stored_agent("b", &["*"], 1);
         let a = stored_agent("a", &["lamp", "fan:speed"], 2);
-        store.put_agent(&b, &event("agent", 1)).unwrap();
-        store.put_agent(&a, &event("agent", 2)).unwrap();
+        store.put_agent(&b, &agent_change("added", &b, 1)).unwrap();
+        store.put_agent(&a, &agent_change("added", &a, 2)).unwrap();
         assert_eq!(
             store.load_agents().unwrap(),
             vec![a.clone(), b.clone()],
             "{kind}"
         );
         let a2 = stored_agent("a", &["lamp:on"], 2);
-        store.put_agent(&a2, &event("agent", 3)).unwrap();
-        assert_eq!(store.load_agents().unwrap(), vec![a2, b.clone()], "{kind}");
-        store.delete_agent("a", &event("agent", 4)).unwrap();
+        store
+            .put_agent(&a2, &agent_change("scope", &a2, 3))
+            .unwrap();
+        assert_eq!(
+            store.load_agents().unwrap(),
+            vec![a2.clone(), b.clone()],
+            "{kind}"
+        );
+        store
+            .delete_agent("a", &agent_change("removed", &a2, 4))
+            .unwrap();
         assert_eq!(store.load_agents().unwrap(), vec![b], "{kind}");
         assert_eq!(
-            store.delete_agent("a", &event("agent", 5)),
+            store.delete_agent("a", &agent_change("removed", &a2, 5)),
             Err(StoreError::UnknownAgent("a".to_owned())),
             "{kind}"
         );
         let report = store.verify_audit().unwrap();
-        assert!(report.is_intact(), "{kind}");
+        assert!(report.is_intact(), "{kind}: {:?}", report.problems);
         assert_eq!(
             report.entries, 4,
             "{kind}: a refused delete records nothing"
@@ -1598,7 +1672,9 @@ fn agents_survive_a_reopen_with_only_the_credential_hash() {
     let agent = stored_agent("main", &["lamp"], 7);
     {
         let store = SqliteStore::open(&dir.db()).unwrap();
-        store.put_agent(&agent, &event("agent", 1)).unwrap();
+        store
+            .put_agent(&agent, &agent_change("added", &agent, 1))
+            .unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
     assert_eq!(store.load_agents().unwrap(), vec![agent]);
@@ -1616,7 +1692,10 @@ fn a_version_1_store_upgrades_to_version_2_keeping_its_pairings() {
     {
         let store = SqliteStore::open(&dir.db()).unwrap();
         store
-            .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+            .put_pairing(
+                &pairing("d1", &["a"], 1),
+                &paired(&pairing("d1", &["a"], 1), 1),
+            )
             .unwrap();
     }
     // What a version 1 dk left: no agent table, user_version 1.
@@ -1629,8 +1708,9 @@ fn a_version_1_store_upgrades_to_version_2_keeping_its_pairings() {
     assert_eq!(user_version(&dir.db()), 2);
     assert_eq!(store.load().unwrap().pairings.len(), 1);
     assert!(store.load_agents().unwrap().is_empty());
+    let main = stored_agent("main", &["*"], 1);
     store
-        .put_agent(&stored_agent("main", &["*"], 1), &event("agent", 2))
+        .put_agent(&main, &agent_change("added", &main, 2))
         .unwrap();
     assert_eq!(store.load_agents().unwrap().len(), 1);
     assert!(store.verify_audit().unwrap().is_intact());
@@ -1645,4 +1725,106 @@ fn a_damaged_agent_record_is_corrupt_not_a_panic() {
         .execute("INSERT INTO agent (name, record) VALUES ('x', '{')", [])
         .unwrap();
     assert!(matches!(store.load_agents(), Err(StoreError::Corrupt(_))));
+}
+
+// ------------------------------------------------------ log against state
+
+/// A store holding `d1` paired with `a`, then `b` granted, three
+/// decisions, agent `main` added and one more decision (seq 1 to 7), and
+/// a second connection to its file with the append-only triggers dropped.
+fn state_setup() -> (TempDir, SqliteStore, Connection) {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+    store
+        .set_grant("d1", "b", true, &grant_change("granted", "d1", "b", 2))
+        .unwrap();
+    let decisions: Vec<AuditEvent> = (3..=5).map(|n| event("decision", n)).collect();
+    store.append_audit(&decisions).unwrap();
+    let main = stored_agent("main", &["*"], 6);
+    store
+        .put_agent(&main, &agent_change("added", &main, 6))
+        .unwrap();
+    store.append_audit(&[event("decision", 7)]).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+        .unwrap();
+    (dir, store, attacker)
+}
+
+/// Runs `attack` (SQL) on [`state_setup`]'s file and checks every problem
+/// verification reports.
+#[track_caller]
+fn check_state(attack: &str, expected: &[&str]) {
+    let (_dir, store, attacker) = state_setup();
+    let before = store.verify_audit().unwrap();
+    assert!(before.is_intact(), "{:?}", before.problems);
+    attacker.execute_batch(attack).unwrap();
+    let found: Vec<String> = store
+        .verify_audit()
+        .unwrap()
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(found, expected, "{attack}");
+}
+
+#[test]
+fn verification_finds_state_the_log_does_not_account_for() {
+    let no_pairing = "state: pairing `d1` (generation 1) has no `paired` entry in the log";
+    let no_agent = "state: agent `main` has no `agent` entry in the log";
+    let no_grant_b = "state: grant `b` on `d1` has no entry in the log";
+    // The log emptied, or cut back past changes: its chain is intact, the
+    // state is not accounted for.
+    check_state("DELETE FROM audit", &[no_pairing, no_agent]);
+    check_state("DELETE FROM audit WHERE seq >= 6", &[no_agent]);
+    check_state("DELETE FROM audit WHERE seq >= 2", &[no_grant_b, no_agent]);
+    // The state tables edited without an entry.
+    check_state(
+        "INSERT INTO device_grant (device_id, capability) VALUES ('d1', 'c')",
+        &["state: grant `c` on `d1` has no entry in the log"],
+    );
+    check_state(
+        "DELETE FROM device_grant WHERE capability = 'a'",
+        &["state: the log grants `a` on `d1` (entry 1), the state does not"],
+    );
+    check_state(
+        "UPDATE pairing SET digest = 'sha256:other'",
+        &["state: pairing `d1` is not the one its `paired` entry 1 records"],
+    );
+    check_state(
+        "DELETE FROM pairing",
+        &["state: the log has `d1` paired (entry 1), the state does not"],
+    );
+    check_state(
+        "UPDATE agent SET record = replace(record, '\"user\"', '\"admin\"')",
+        &["state: agent `main` is not the one its last `agent` entry 6 records"],
+    );
+    check_state(
+        "DELETE FROM agent",
+        &["state: the log has agent `main` (entry 6), the state does not"],
+    );
+    // Cutting decisions only leaves everything accounted for: that takes a
+    // kept head.
+    check_state("DELETE FROM audit WHERE seq = 7", &[]);
+}
+
+#[test]
+fn the_entries_of_changes_are_written_only_with_their_change() {
+    for (name, store, _dir) in stores() {
+        for kind in ["paired", "granted", "revoked", "unpaired", "agent"] {
+            let error = store
+                .append_audit(&[event("decision", 1), event(kind, 2)])
+                .unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("not storable: audit kind `{kind}` is written only with its change"),
+                "{name}"
+            );
+        }
+        assert_eq!(store.load().unwrap().audit_entries, 0, "{name}");
+    }
 }

@@ -593,16 +593,60 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         "entry 2: out of order",
     );
 
-    // Cutting the last entry leaves an intact chain: only the kept head
-    // shows it.
+    // Cutting the last entry leaves an intact chain; the unpairing it held
+    // is then missing from the log, and the kept head shows the cut too.
     tampered_copy(&scratch, "truncated", |db| {
         db.execute_batch("DELETE FROM audit WHERE seq = 5").unwrap();
     });
     let truncated = scratch.root.join("truncated");
-    succeeded(&audit(&truncated, &["verify"]));
+    check_broken(
+        &truncated,
+        &[],
+        "BROKEN state: the log has `desk-lamp` paired (entry 1), the state does not",
+    );
     check_broken(
         &truncated,
         &["--expect-head", &head],
         "entry 5: cut off the end",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
+    let scratch = Scratch::new("audit-state");
+    let dir = scratch.data_dir();
+    let vessel = Running::start(&scratch);
+    let lamp = DeviceRun::spawn(
+        dk_device::samples::lamp(),
+        &vessel.url(),
+        &scratch.device_token_file("lamp"),
+    );
+    approve(&dir, "desk-lamp", "read_light").await;
+    connected(&dir, &["desk-lamp"]).await;
+    succeeded(&person(&dir, &["devices", "grant", "desk-lamp", "strobe"]));
+    let admin = vessel.admin(&scratch);
+    call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    vessel.interrupt();
+    let _ = lamp.stop().await;
+    succeeded(&audit(&dir, &["verify"]));
+
+    // `DELETE FROM audit` leaves an empty chain, intact by itself.
+    tampered_copy(&scratch, "emptied", |db| {
+        db.execute_batch("DELETE FROM audit").unwrap();
+    });
+    check_broken(
+        &scratch.root.join("emptied"),
+        &[],
+        "BROKEN state: pairing `desk-lamp` (generation 1) has no `paired` entry in the log",
+    );
+    // Cut back past the grant: the chain is intact, the grant unaccounted.
+    tampered_copy(&scratch, "cut", |db| {
+        db.execute_batch("DELETE FROM audit WHERE seq >= 2")
+            .unwrap();
+    });
+    check_broken(
+        &scratch.root.join("cut"),
+        &[],
+        "BROKEN state: grant `strobe` on `desk-lamp` has no entry in the log",
     );
 }
