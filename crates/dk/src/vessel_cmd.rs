@@ -12,8 +12,8 @@ use std::sync::Arc;
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, FileStamp, Limits, McpOptions, Reloaded, SqliteStore, Store, Vessel, VesselConfig,
-    serve_admin, serve_devices, serve_mcp_with, watch_policy_file,
+    AdminToken, FileStamp, Limits, McpOptions, Reloaded, Store, Vessel, VesselConfig, serve_admin,
+    serve_devices, serve_mcp_with, watch_policy_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -66,6 +66,12 @@ pub struct VesselArgs {
     /// Pairing requests one address may have waiting for the person at once.
     #[arg(long, default_value_t = Limits::default().max_pending_pairings_per_address)]
     pub pending_pairings_per_address: usize,
+    /// Where the audit log's head (`SEQ:HASH`) is kept, rewritten after
+    /// every commit and checked at start and by `dk audit verify`; keep it
+    /// outside the data directory. [default: beside the data directory,
+    /// `DIR.audit-head`]
+    #[arg(long, value_name = "FILE")]
+    pub audit_head_file: Option<PathBuf>,
 }
 
 /// Where a running vessel says its admin API is.
@@ -127,8 +133,9 @@ async fn serve(
     };
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("data directory `{}`: {e}", args.data_dir.display()))?;
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(&args.data_dir.join(DATABASE_FILE)).map_err(|e| e.to_string())?);
+    let (store, audit_kept) =
+        crate::audit_cmd::open_vessel_store(&args.data_dir, args.audit_head_file.as_deref())?;
+    let store: Arc<dyn Store> = Arc::new(store);
     let token_path = args.admin_token_file.clone();
     let (token, replaced) = admin_token(store.as_ref(), &token_path)?;
     let devices = TcpListener::bind(args.listen)
@@ -193,6 +200,7 @@ async fn serve(
         ),
         None => println!("  agents connect to    nowhere (no MCP listener)"),
     }
+    println!("  audit log            {audit_kept}");
     println!("  device_use rules     {rules}");
     println!("  streaming kinds      {}", streaming_summary(&config));
     println!(

@@ -45,6 +45,7 @@ use serde_json::Value;
 
 use crate::agents::StoredAgent;
 
+mod anchor;
 mod audit;
 mod crosscheck;
 mod memory;
@@ -54,13 +55,14 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use anchor::{HeadSyntaxError, audit_head_file};
 pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
     redact_for_audit,
 };
 pub(crate) use audit::{cut_for_audit_with, fits_in_entry};
 pub use memory::MemoryStore;
-pub use sqlite::{SCHEMA_VERSION, SqliteStore};
+pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub(crate) use writer::{AuditPlace, AuditRoom};
 pub use writer::{AuditWriter, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions};
 
@@ -134,7 +136,10 @@ pub trait Store: Send + Sync + 'static {
                     report.problems.push(AuditProblem {
                         seq: entry.seq,
                         what: ProblemKind::Edited,
-                        detail: format!("its hash is not the kept head `{}`", expected.hash),
+                        detail: format!(
+                            "its hash is not the kept head's `{}`: the chain was rewritten since",
+                            expected.hash
+                        ),
                     });
                 }
             }
@@ -376,4 +381,22 @@ pub enum StoreError {
     /// The audit writer's thread is no longer running.
     #[error("the audit writer has stopped")]
     WriterStopped,
+    /// The audit log does not reach the head kept outside the database, or
+    /// holds another entry in its place: entries were cut off its end, or
+    /// it was rewritten.
+    #[error("the audit log does not match the head kept in `{path}`: {detail}")]
+    HeadMismatch {
+        /// The head file.
+        path: String,
+        /// What differs.
+        detail: String,
+    },
+    /// The head file cannot be read, written, or does not hold a head.
+    #[error("cannot keep the audit head in `{path}`: {reason}")]
+    HeadFile {
+        /// The head file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }

@@ -7,9 +7,15 @@
 //! 0600 before SQLite opens it (so the umask does not matter), and SQLite
 //! creates the `-wal` and `-shm` files with the permissions of the database
 //! file. The directory, when created here, gets mode 0700.
+//!
+//! Opened with [`AuditOptions::head_file`], the store keeps the audit
+//! chain's head in that file (see `anchor.rs`) after every commit that
+//! appends, and refuses to open a log that no longer reaches the head kept
+//! there or holds another entry at its place.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -19,7 +25,9 @@ use rusqlite::{
 
 use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_state_kinds};
-use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+use super::{
+    AuditEntry, AuditEvent, AuditHead, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+};
 use crate::agents::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
@@ -84,6 +92,21 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
+    head_file: Option<PathBuf>,
+    /// Whether the last write of the head file failed (logged once).
+    head_failing: AtomicBool,
+}
+
+/// How a [`SqliteStore`] keeps its audit chain beyond the database file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// A file outside the data directory to keep the chain's head in
+    /// (`SEQ:HASH`), rewritten after every commit that appends, and checked
+    /// when the store opens: a log that no longer reaches the kept head, or
+    /// has another entry in its place, is refused with
+    /// [`StoreError::HeadMismatch`]. `dk vessel` keeps it beside its data
+    /// directory ([`audit_head_file`](super::audit_head_file)).
+    pub head_file: Option<PathBuf>,
 }
 
 /// The database's error as text, with corruption told apart.
@@ -109,8 +132,18 @@ impl SqliteStore {
     /// Opens the store at `path`, creating the file (mode 0600) and its
     /// directory (mode 0700) if needed, and migrates the schema. A database
     /// from a newer dk is refused with [`StoreError::NewerSchema`], a file
-    /// that is not a dk store with [`StoreError::Corrupt`].
+    /// that is not a dk store with [`StoreError::Corrupt`]. No head is kept:
+    /// for reading a log, or a store of tests.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, AuditOptions::default())
+    }
+
+    /// [`SqliteStore::open`], keeping the audit chain as `audit` says. With
+    /// a head file, the log must still reach the head kept there, with the
+    /// same entry in its place, or [`StoreError::HeadMismatch`]; a missing
+    /// head file is started from the log's head, and one that cannot be
+    /// written is [`StoreError::HeadFile`].
+    pub fn open_with(path: &Path, audit: AuditOptions) -> Result<SqliteStore, StoreError> {
         let shown = path.display().to_string();
         let open_error = |reason: String| StoreError::Open {
             path: shown.clone(),
@@ -129,9 +162,29 @@ impl SqliteStore {
             other => other,
         })?;
         migrate(&mut conn, &shown)?;
+        if let Some(file) = &audit.head_file {
+            check_kept_head(&conn, file)?;
+        }
         Ok(SqliteStore {
             path: path.to_owned(),
             conn: Mutex::new(conn),
+            head_file: audit.head_file,
+            head_failing: AtomicBool::new(false),
+        })
+    }
+
+    /// The head kept in the head file, if the store keeps one.
+    pub fn head_file(&self) -> Option<&Path> {
+        self.head_file.as_deref()
+    }
+
+    /// The last entry of the log (`0` and [`GENESIS_HASH`] when empty),
+    /// without reading the rest.
+    pub fn audit_head(&self) -> Result<AuditHead, StoreError> {
+        let (seq, hash) = audit_head(&self.conn())?;
+        Ok(AuditHead {
+            seq: unsigned(seq, "the last audit seq")?,
+            hash,
         })
     }
 
@@ -159,6 +212,87 @@ impl SqliteStore {
         tx.commit().map_err(db)?;
         Ok(value)
     }
+
+    /// Like [`SqliteStore::write`] for a change that appends to the audit
+    /// log: once it is committed, the new head is kept in the head file,
+    /// still under the connection's lock so heads are kept in order. A head
+    /// that cannot be kept is logged; the change is committed all the same.
+    fn write_audited(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> Result<Option<AuditHead>, StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        let head = change(&tx)?;
+        tx.commit().map_err(db)?;
+        if let (Some(head), Some(file)) = (head, &self.head_file) {
+            match head.write_to(file) {
+                Ok(()) => {
+                    if self.head_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!(file = %file.display(), "the audit head is kept again");
+                    }
+                }
+                Err(error) => {
+                    if !self.head_failing.swap(true, Ordering::Relaxed) {
+                        tracing::error!(%error, file = %file.display(), "cannot keep the audit head");
+                    }
+                }
+            }
+        }
+        drop(conn);
+        Ok(())
+    }
+}
+
+/// Checks the log against the head kept in `file` and keeps the log's
+/// head there: the kept entry must still be in the log, unchanged. A
+/// missing file is started.
+fn check_kept_head(conn: &Connection, file: &Path) -> Result<(), StoreError> {
+    let shown = file.display().to_string();
+    let mismatch = |detail: String| StoreError::HeadMismatch {
+        path: shown.clone(),
+        detail,
+    };
+    let (last, hash) = audit_head(conn)?;
+    let head = AuditHead {
+        seq: unsigned(last, "the last audit seq")?,
+        hash,
+    };
+    if let Some(kept) = AuditHead::read_from(file)? {
+        if kept == head {
+            return Ok(());
+        }
+        if kept.seq > 0 {
+            let at = i64::try_from(kept.seq).unwrap_or(i64::MAX);
+            let stored: Option<String> = conn
+                .prepare_cached("SELECT hash FROM audit WHERE seq = ?1")
+                .map_err(db)?
+                .query_row([at], |row| row.get(0))
+                .optional()
+                .map_err(db)?;
+            match stored {
+                None => {
+                    return Err(mismatch(format!(
+                        "the log ends at entry {last}, the kept head is entry {}",
+                        kept.seq
+                    )));
+                }
+                Some(stored) if stored != kept.hash => {
+                    return Err(mismatch(format!(
+                        "entry {} is not the one kept: the log was rewritten",
+                        kept.seq
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    head.write_to(file).map_err(|error| StoreError::HeadFile {
+        path: shown,
+        reason: error.to_string(),
+    })
 }
 
 /// Creates the directory (0700) and the database file (0600) if missing,
@@ -277,9 +411,10 @@ fn audit_head(tx: &Connection) -> Result<(i64, String), StoreError> {
     Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
 }
 
-fn append(tx: &Connection, events: &[AuditEvent]) -> Result<(), StoreError> {
+/// Appends `events` to the log; the new head, `None` when there were none.
+fn append(tx: &Connection, events: &[AuditEvent]) -> Result<Option<AuditHead>, StoreError> {
     if events.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let (seq, hash) = audit_head(tx)?;
     let rows = chain(seq, &hash, events)?;
@@ -301,7 +436,10 @@ fn append(tx: &Connection, events: &[AuditEvent]) -> Result<(), StoreError> {
             ])
             .map_err(db)?;
     }
-    Ok(())
+    Ok(rows.last().map(|row| AuditHead {
+        seq: u64::try_from(row.seq).unwrap_or(0),
+        hash: row.hash.clone(),
+    }))
 }
 
 fn raw_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
@@ -431,7 +569,7 @@ impl Store for SqliteStore {
     fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
         let generation = to_i64(pairing.generation, "generation")?;
         let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
-        self.write(|tx| {
+        self.write_audited(|tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
                 .execute([&pairing.device_id])
@@ -482,7 +620,7 @@ impl Store for SqliteStore {
         granted: bool,
         audit: &AuditEvent,
     ) -> Result<(), StoreError> {
-        self.write(|tx| {
+        self.write_audited(|tx| {
             let paired = tx
                 .prepare_cached("SELECT 1 FROM pairing WHERE device_id = ?1")
                 .map_err(db)?
@@ -505,7 +643,7 @@ impl Store for SqliteStore {
     }
 
     fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
-        self.write(|tx| {
+        self.write_audited(|tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
                 .execute([device_id])
@@ -530,7 +668,7 @@ impl Store for SqliteStore {
         to_i64(agent.agent.added_at_ms, "agent added time")?;
         let record = serde_json::to_string(agent)
             .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
-        self.write(|tx| {
+        self.write_audited(|tx| {
             tx.prepare_cached(
                 "INSERT INTO agent (name, record) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET record = excluded.record",
@@ -543,7 +681,7 @@ impl Store for SqliteStore {
     }
 
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
-        self.write(|tx| {
+        self.write_audited(|tx| {
             let removed = tx
                 .prepare_cached("DELETE FROM agent WHERE name = ?1")
                 .map_err(db)?
@@ -561,7 +699,7 @@ impl Store for SqliteStore {
             return Ok(());
         }
         refuse_state_kinds(events)?;
-        self.write(|tx| append(tx, events))
+        self.write_audited(|tx| append(tx, events))
     }
 
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {

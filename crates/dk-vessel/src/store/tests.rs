@@ -1828,3 +1828,191 @@ fn the_entries_of_changes_are_written_only_with_their_change() {
         assert_eq!(store.load().unwrap().audit_entries, 0, "{name}");
     }
 }
+
+// ------------------------------------------------------------ kept head
+
+/// A store in `dir` keeping its head beside its data directory.
+fn anchored(dir: &TempDir) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open_with(
+        &dir.db(),
+        AuditOptions {
+            head_file: audit_head_file(dir.db().parent().unwrap()),
+        },
+    )
+}
+
+fn kept_head(dir: &TempDir) -> AuditHead {
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    AuditHead::read_from(&file).unwrap().unwrap()
+}
+
+#[test]
+fn the_head_file_lies_beside_the_data_directory() {
+    for (data_dir, expected) in [
+        (
+            "/home/me/.local/share/dk/vessel",
+            Some("/home/me/.local/share/dk/vessel.audit-head"),
+        ),
+        (".dk/vessel", Some(".dk/vessel.audit-head")),
+        ("data", Some("data.audit-head")),
+        ("/", None),
+    ] {
+        assert_eq!(
+            audit_head_file(Path::new(data_dir)),
+            expected.map(PathBuf::from),
+            "{data_dir}"
+        );
+    }
+    for (text, ok) in [
+        (format!("7:{}", "ab".repeat(32)), true),
+        (format!(" 0:{GENESIS_HASH}\n"), true),
+        (format!("7:{}", "AB".repeat(32)), false),
+        (format!("7:{}", "ab".repeat(31)), false),
+        (format!("x:{}", "ab".repeat(32)), false),
+        ("7".to_owned(), false),
+    ] {
+        assert_eq!(text.parse::<AuditHead>().is_ok(), ok, "{text:?}");
+    }
+}
+
+#[test]
+fn the_head_is_kept_after_every_commit_that_appends() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let store = anchored(&dir).unwrap();
+    // Started at open, from the empty log.
+    assert_eq!(
+        kept_head(&dir),
+        AuditHead {
+            seq: 0,
+            hash: GENESIS_HASH.to_owned()
+        }
+    );
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+    assert_eq!(kept_head(&dir), store.verify_audit().unwrap().head());
+    let writer = AuditWriter::start(Arc::new(store), patient(10, 100));
+    for n in 2..=26 {
+        writer.record(event("decision", n));
+    }
+    writer.flush().unwrap();
+    assert_eq!(kept_head(&dir).seq, 26);
+    drop(writer);
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // Nothing left behind beside it.
+    let names: Vec<String> = std::fs::read_dir(&dir.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // Reopened on the same log: fine.
+    let store = anchored(&dir).unwrap();
+    assert_eq!(store.audit_head().unwrap(), kept_head(&dir));
+}
+
+/// Rewrites every entry's hash (and the next one's prev_hash) over its
+/// stored content, as someone who can write the file and knows the
+/// formula would: the chain verifies again.
+fn rehash_everything(conn: &Connection) {
+    let rows: Vec<(i64, i64, String, String)> = conn
+        .prepare("SELECT seq, at_ms, kind, entry FROM audit ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut prev = GENESIS_HASH.to_owned();
+    for (seq, at, kind, entry) in rows {
+        let hash = entry_hash(&prev, seq, at, &kind, &entry);
+        conn.execute(
+            "UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+}
+
+#[test]
+fn a_log_that_no_longer_matches_its_kept_head_is_refused_at_open() {
+    type Attack = fn(&Connection);
+    let attacks: [(&str, Attack, &str); 3] = [
+        (
+            "cut",
+            |c| {
+                c.execute("DELETE FROM audit WHERE seq > 5", []).unwrap();
+            },
+            "the log ends at entry 5, the kept head is entry 8",
+        ),
+        (
+            "emptied",
+            |c| {
+                c.execute("DELETE FROM audit", []).unwrap();
+            },
+            "the log ends at entry 0, the kept head is entry 8",
+        ),
+        (
+            "rewritten",
+            |c| {
+                c.execute("UPDATE audit SET entry = '{}' WHERE seq = 3", [])
+                    .unwrap();
+                rehash_everything(c);
+            },
+            "entry 8 is not the one kept: the log was rewritten",
+        ),
+    ];
+    for (name, attack, detail) in attacks {
+        let dir = TempDir::new();
+        let store = anchored(&dir).unwrap();
+        let events: Vec<AuditEvent> = (1..=8).map(|n| event("decision", n)).collect();
+        store.append_audit(&events).unwrap();
+        drop(store);
+        let attacker = Connection::open(dir.db()).unwrap();
+        attacker
+            .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+            .unwrap();
+        attack(&attacker);
+        // The chain alone says nothing is wrong.
+        let plain = SqliteStore::open(&dir.db()).unwrap();
+        assert!(plain.verify_audit().unwrap().is_intact(), "{name}");
+        let error = anchored(&dir).unwrap_err();
+        let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the audit log does not match the head kept in `{}`: {detail}",
+                file.display()
+            ),
+            "{name}"
+        );
+        // The kept head is left as it was, for `dk audit verify`.
+        assert_eq!(kept_head(&dir).seq, 8, "{name}");
+        let report = plain.verify_audit_against(&kept_head(&dir)).unwrap();
+        assert!(!report.is_intact(), "{name}");
+    }
+}
+
+#[test]
+fn a_planted_head_file_is_refused_and_never_followed() {
+    let dir = TempDir::new();
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    let victim = dir.root.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, &file).unwrap();
+    let error = anchored(&dir).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot keep the audit head in `{}`: it is not a regular file",
+            file.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, "not a head").unwrap();
+    assert!(matches!(anchored(&dir), Err(StoreError::HeadFile { .. })));
+}

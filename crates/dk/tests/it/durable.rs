@@ -414,8 +414,9 @@ fn entry_hash(prev_hash: &str, seq: i64, at_ms: i64, kind: &str, entry: &str) ->
     hex(&Sha256::digest(text.as_bytes()))
 }
 
-/// A copy of the data directory's database files, with the audit log's
-/// triggers dropped as an attacker would, open for tampering.
+/// A copy of the data directory's database files and of the head kept
+/// beside it, with the audit log's triggers dropped as an attacker would,
+/// open for tampering.
 fn tampered_copy(scratch: &Scratch, name: &str, tamper: impl FnOnce(&rusqlite::Connection)) {
     let copy = scratch.root.join(name);
     std::fs::create_dir_all(&copy).unwrap();
@@ -423,6 +424,11 @@ fn tampered_copy(scratch: &Scratch, name: &str, tamper: impl FnOnce(&rusqlite::C
         let path = entry.unwrap().path();
         std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
     }
+    std::fs::copy(
+        scratch.root.join("data.audit-head"),
+        scratch.root.join(format!("{name}.audit-head")),
+    )
+    .unwrap();
     let conn = rusqlite::Connection::open(copy.join("vessel.db")).unwrap();
     conn.execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
         .unwrap();
@@ -541,6 +547,16 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         text.contains(&format!("intact: 5 entries; head {head}")),
         "{text}"
     );
+    // The vessel kept that head beside its data directory, and verify read it.
+    let kept = scratch.root.join("data.audit-head");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), format!("{head}\n"));
+    assert!(
+        text.contains(&format!(
+            "checked against the head kept in {}: {head}",
+            kept.display()
+        )),
+        "{text}"
+    );
     succeeded(&audit(&dir, &["verify", "--expect-head", &head]));
 
     let edit = "UPDATE audit SET entry = replace(entry, 'strobe', 'set_light') WHERE seq = 2";
@@ -594,7 +610,7 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     );
 
     // Cutting the last entry leaves an intact chain; the unpairing it held
-    // is then missing from the log, and the kept head shows the cut too.
+    // is then missing from the log, and the kept head shows the cut.
     tampered_copy(&scratch, "truncated", |db| {
         db.execute_batch("DELETE FROM audit WHERE seq = 5").unwrap();
     });
@@ -604,6 +620,7 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         &[],
         "BROKEN state: the log has `desk-lamp` paired (entry 1), the state does not",
     );
+    check_broken(&truncated, &[], "BROKEN entry 5: cut off the end");
     check_broken(
         &truncated,
         &["--expect-head", &head],
@@ -648,5 +665,171 @@ async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
         &scratch.root.join("cut"),
         &[],
         "BROKEN state: grant `strobe` on `desk-lamp` has no entry in the log",
+    );
+}
+
+/// Runs `dk audit verify` with `args` on `dir` and checks whether it finds
+/// the log intact; the output, to say why.
+#[track_caller]
+fn verify_says(dir: &Path, args: &[&str], intact: bool) -> String {
+    let mut all = vec!["verify"];
+    all.extend_from_slice(args);
+    let out = audit(dir, &all);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let expected = if intact { 0 } else { 1 };
+    assert_eq!(
+        out.status.code(),
+        Some(expected),
+        "{all:?} on {}:\n{text}",
+        dir.display()
+    );
+    text
+}
+
+/// Rewrites every entry's hash and the next one's prev_hash over what is
+/// stored, with the documented formula: the chain verifies again.
+fn rehash_everything(db: &rusqlite::Connection) {
+    let rows: Vec<(i64, i64, String, String)> = db
+        .prepare("SELECT seq, at_ms, kind, entry FROM audit ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut prev = "0".repeat(64);
+    for (seq, at, kind, entry) in rows {
+        let hash = entry_hash(&prev, seq, at, &kind, &entry);
+        db.execute(
+            "UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            rusqlite::params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+}
+
+/// Appends a decision that never happened, chained to the last entry with
+/// a correct hash.
+fn append_forged(db: &rusqlite::Connection) {
+    let (seq, at, prev): (i64, i64, String) = db
+        .query_row(
+            "SELECT seq, at_ms, hash FROM audit ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let entry = r#"{"allowed":false,"reason":"forged","tool":"device__desk_lamp__strobe"}"#;
+    let hash = entry_hash(&prev, seq + 1, at, "decision", entry);
+    db.execute(
+        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
+         VALUES (?1, ?2, 'decision', ?3, ?4, ?5)",
+        rusqlite::params![seq + 1, at, entry, prev, hash],
+    )
+    .unwrap();
+}
+
+type Attack = fn(&rusqlite::Connection);
+
+/// Each attack on a real log, and whether verify finds it with the chain
+/// and state alone (`--no-kept-head`) and with the head kept beside the
+/// data directory (the default).
+const ATTACKS: [(&str, Attack, bool, bool); 6] = [
+    ("untouched", |_| {}, true, true),
+    (
+        "delete-all",
+        |db| {
+            db.execute_batch("DELETE FROM audit").unwrap();
+        },
+        false,
+        false,
+    ),
+    (
+        "delete-some",
+        |db| {
+            db.execute_batch("DELETE FROM audit WHERE seq = 3").unwrap();
+        },
+        false,
+        false,
+    ),
+    (
+        "rehash-all",
+        |db| {
+            db.execute_batch(
+                "UPDATE audit SET entry = replace(entry, 'read_light', 'strobe') WHERE kind = 'decision'",
+            )
+            .unwrap();
+            rehash_everything(db);
+        },
+        true,
+        false,
+    ),
+    (
+        "cut-tail",
+        |db| {
+            db.execute_batch("DELETE FROM audit WHERE seq > 3").unwrap();
+        },
+        true,
+        false,
+    ),
+    ("append-forged", append_forged, true, true),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_verify_finds_without_and_with_the_kept_head() {
+    let scratch = Scratch::new("audit-modes");
+    let dir = scratch.data_dir();
+    let vessel = Running::start(&scratch);
+    let lamp = DeviceRun::spawn(
+        dk_device::samples::lamp(),
+        &vessel.url(),
+        &scratch.device_token_file("lamp"),
+    );
+    approve(&dir, "desk-lamp", "read_light").await;
+    connected(&dir, &["desk-lamp"]).await;
+    succeeded(&person(&dir, &["devices", "grant", "desk-lamp", "strobe"]));
+    let admin = vessel.admin(&scratch);
+    for _ in 0..3 {
+        call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    }
+    vessel.interrupt();
+    let _ = lamp.stop().await;
+    // 1 paired, 2 granted, 3 to 5 decisions.
+    assert_eq!(audit_entries(&dir, 100).len(), 5);
+    for (name, attack, chain_alone, with_head) in ATTACKS {
+        tampered_copy(&scratch, name, attack);
+        let copy = scratch.root.join(name);
+        let text = verify_says(&copy, &["--no-kept-head"], chain_alone);
+        assert!(text.contains("checked without a kept head"), "{text}");
+        verify_says(&copy, &[], with_head);
+    }
+    // The head file gone: verify says it cannot tell, unless asked not to.
+    std::fs::remove_file(scratch.root.join("untouched.audit-head")).unwrap();
+    let untouched = scratch.root.join("untouched");
+    let text = verify_says(&untouched, &[], false);
+    assert!(text.contains("BROKEN no kept head at "), "{text}");
+    verify_says(&untouched, &["--no-kept-head"], true);
+    // A vessel does not start on a log that no longer matches its head.
+    let cut = scratch.root.join("cut-tail");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&cut)
+        .arg("--admin-token-file")
+        .arg(scratch.admin_token_file())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{error}");
+    assert!(
+        error.contains("the audit log does not match the head kept in")
+            && error.contains("the log ends at entry 3, the kept head is entry 5"),
+        "{error}"
     );
 }

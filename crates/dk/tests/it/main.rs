@@ -204,6 +204,7 @@ impl Drop for VesselProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.data_dir);
+        let _ = std::fs::remove_file(self.data_dir.with_extension("audit-head"));
     }
 }
 
