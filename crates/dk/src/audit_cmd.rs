@@ -1,13 +1,16 @@
 //! `dk audit tail` and `dk audit verify`: read a vessel's audit log straight
 //! from its database (a running vessel keeps writing; reading is safe), and
-//! how `dk vessel` opens its store to keep the log's head outside it.
+//! how `dk vessel` opens its store to keep the log's head outside it and,
+//! given a key file, to key the chain.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use dk_vessel::{AuditEntry, AuditHead, AuditOptions, SqliteStore, Store, audit_head_file};
+use dk_vessel::{
+    AuditEntry, AuditHead, AuditKey, AuditOptions, SqliteStore, Store, StoreError, audit_head_file,
+};
 use serde_json::json;
 
 use crate::input::printable;
@@ -50,6 +53,11 @@ pub enum AuditCommand {
         /// rewritten with recomputed hashes, then go unseen.
         #[arg(long)]
         no_kept_head: bool,
+        /// The key of a keyed chain (the file given to `dk vessel
+        /// --audit-key-file`): a keyed chain is checked only with it, and
+        /// with it a chain rewritten without the key is named.
+        #[arg(long, value_name = "FILE")]
+        audit_key_file: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -78,21 +86,41 @@ fn head_file(data_dir: &Path, given: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
-/// The store of `dk vessel`, keeping its audit log's head in `head_file`
-/// (default beside the data directory), and a line for the start text
-/// saying where. A log that no longer matches the kept head is refused with
-/// what to do.
+/// The store of `dk vessel`, keeping its audit log's head in
+/// `head_file_given` (default beside the data directory) and, given
+/// `key_file`, keying the chain with the key kept there (made on first use;
+/// refused inside the data directory); and a line for the start text saying
+/// where. A log that no longer matches the kept head is refused with what to
+/// do.
 pub fn open_vessel_store(
     data_dir: &Path,
     head_file_given: Option<&Path>,
+    key_file: Option<&Path>,
 ) -> Result<(SqliteStore, String), String> {
     let head_file = head_file(data_dir, head_file_given)?;
+    let key = match key_file {
+        None => None,
+        Some(file) => {
+            refuse_inside(data_dir, file)?;
+            Some(AuditKey::load_or_create(file).map_err(|e| e.to_string())?)
+        }
+    };
+    let said = match (&key, key_file) {
+        (Some(key), Some(file)) => format!(
+            "head kept in {}; chain keyed with the key in {} (key {})",
+            head_file.display(),
+            file.display(),
+            key.id()
+        ),
+        _ => format!("head kept in {}; chain not keyed", head_file.display()),
+    };
     let audit = AuditOptions {
         head_file: Some(head_file.clone()),
+        key,
     };
     let store = SqliteStore::open_with(&data_dir.join(DATABASE_FILE), audit).map_err(|e| {
         match e {
-            dk_vessel::StoreError::HeadMismatch { .. } => format!(
+            StoreError::HeadMismatch { .. } => format!(
                 "{e}\n  `dk audit verify --data-dir {}` says what changed; to go on with the log as it is, move `{}` away",
                 data_dir.display(),
                 head_file.display()
@@ -100,7 +128,32 @@ pub fn open_vessel_store(
             other => other.to_string(),
         }
     })?;
-    Ok((store, format!("head kept in {}", head_file.display())))
+    Ok((store, said))
+}
+
+/// Refuses a key file inside the data directory, where whoever can rewrite
+/// the log could read it.
+fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
+    let absolute = |path: &Path| {
+        std::path::absolute(path)
+            .map(|path| path.components().collect::<PathBuf>())
+            .map_err(|e| format!("`{}`: {e}", path.display()))
+    };
+    let dir = absolute(data_dir)?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let file = absolute(key_file)?;
+    let parent = file
+        .parent()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
+        .unwrap_or_default();
+    if parent.starts_with(&dir) {
+        return Err(format!(
+            "the audit key file `{}` is inside the data directory `{}`: keep it outside, where rewriting the log does not reach it",
+            key_file.display(),
+            data_dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs an audit command.
@@ -117,8 +170,17 @@ pub fn run(command: AuditCommand) -> ExitCode {
             audit_head_file,
             expect_head,
             no_kept_head,
+            audit_key_file,
             json,
         } => {
+            let key = match audit_key_file.as_deref().map(AuditKey::load) {
+                None => None,
+                Some(Ok(key)) => audit_key_file.map(|file| (file, key)),
+                Some(Err(e)) => {
+                    eprintln!("error: {}", printable(&e.to_string()));
+                    return ExitCode::FAILURE;
+                }
+            };
             let kept = if no_kept_head {
                 Kept::NotAsked
             } else if let Some(text) = expect_head {
@@ -140,7 +202,7 @@ pub fn run(command: AuditCommand) -> ExitCode {
                     }
                 }
             };
-            return verify(&data_dir, &kept, json);
+            return verify(&data_dir, &kept, key.as_ref(), json);
         }
     };
     match result {
@@ -233,13 +295,11 @@ impl Kept {
     }
 }
 
-fn verify(data_dir: &Path, kept: &Kept, json: bool) -> ExitCode {
+fn verify(data_dir: &Path, kept: &Kept, key: Option<&(PathBuf, AuditKey)>, json: bool) -> ExitCode {
     let report = open(data_dir).and_then(|store| {
-        match kept.head() {
-            Some(head) => store.verify_audit_against(head),
-            None => store.verify_audit(),
-        }
-        .map_err(|e| e.to_string())
+        store
+            .verify_audit_with(key.map(|(_, key)| key), kept.head())
+            .map_err(|e| e.to_string())
     });
     let report = match report {
         Ok(report) => report,
@@ -266,15 +326,30 @@ fn verify(data_dir: &Path, kept: &Kept, json: bool) -> ExitCode {
             Kept::Missing(file) => json!({"file": file.display().to_string(), "head": null}),
             Kept::NotAsked => json!(null),
         };
+        let key =
+            key.map(|(file, key)| json!({"file": file.display().to_string(), "id": key.id()}));
         println!(
             "{}",
-            json!({"intact": intact, "entries": report.entries, "head": head, "keptHead": kept_head, "problems": problems})
+            json!({"intact": intact, "entries": report.entries, "head": head, "keptHead": kept_head, "key": key, "problems": problems})
         );
     } else {
         for problem in &problems {
             println!("BROKEN {}", printable(problem));
         }
         println!("{}", printable(&kept.describe()));
+        match key {
+            Some((file, key)) => println!(
+                "{}",
+                printable(&format!(
+                    "checked with the key in {} (key {})",
+                    file.display(),
+                    key.id()
+                ))
+            ),
+            None => println!(
+                "checked without a key: if the chain was keyed, a rewrite that removed its keying would go unseen"
+            ),
+        }
         if intact {
             println!(
                 "intact: {} entries; head {head} (the vessel keeps it outside the database; keep a copy elsewhere too)",

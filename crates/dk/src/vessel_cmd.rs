@@ -72,6 +72,12 @@ pub struct VesselArgs {
     /// `DIR.audit-head`]
     #[arg(long, value_name = "FILE")]
     pub audit_head_file: Option<PathBuf>,
+    /// Key the audit chain with the key in this file (64 hex characters,
+    /// mode 0600, made on first use): nobody without it can then write an
+    /// entry that verifies. Keep it outside the data directory; `dk audit
+    /// verify` needs it too.
+    #[arg(long, value_name = "FILE")]
+    pub audit_key_file: Option<PathBuf>,
 }
 
 /// Where a running vessel says its admin API is.
@@ -133,8 +139,11 @@ async fn serve(
     };
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("data directory `{}`: {e}", args.data_dir.display()))?;
-    let (store, audit_kept) =
-        crate::audit_cmd::open_vessel_store(&args.data_dir, args.audit_head_file.as_deref())?;
+    let (store, audit_kept) = crate::audit_cmd::open_vessel_store(
+        &args.data_dir,
+        args.audit_head_file.as_deref(),
+        args.audit_key_file.as_deref(),
+    )?;
     let store: Arc<dyn Store> = Arc::new(store);
     let token_path = args.admin_token_file.clone();
     let (token, replaced) = admin_token(store.as_ref(), &token_path)?;

@@ -19,12 +19,11 @@ use crate::agents::StoredAgent;
 /// refuses them, so nothing else can write one.
 pub(crate) const STATE_KINDS: [&str; 5] = ["paired", "granted", "revoked", "unpaired", "agent"];
 
-/// Refuses events of a kind the store writes only with its change.
-pub(crate) fn refuse_state_kinds(events: &[super::AuditEvent]) -> Result<(), super::StoreError> {
-    match events
-        .iter()
-        .find(|event| STATE_KINDS.contains(&event.kind.as_str()))
-    {
+/// Refuses events of a kind the store writes only with its change, or
+/// itself (`audit-keyed`, which starts a keyed chain).
+pub(crate) fn refuse_reserved_kinds(events: &[super::AuditEvent]) -> Result<(), super::StoreError> {
+    let reserved = |kind: &str| STATE_KINDS.contains(&kind) || kind == super::audit::KEYED_KIND;
+    match events.iter().find(|event| reserved(&event.kind)) {
         Some(event) => Err(super::StoreError::InvalidInput(format!(
             "audit kind `{}` is written only with its change",
             event.kind

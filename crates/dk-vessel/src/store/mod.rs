@@ -14,9 +14,10 @@
 //! crash therefore loses nothing that was acknowledged, and never leaves a
 //! change without its audit entry or an entry without its change. Decision
 //! records go through the [`AuditWriter`], which batches them off the call
-//! path; a crash can lose the records of the last batch not yet committed
-//! (at most `max_delay` plus one commit, and whatever is queued), never a
-//! pairing, grant, revoke or unpair.
+//! path and drops none (a full queue makes calls wait); a crash can lose
+//! the records of the last batch not yet committed (at most `max_delay`
+//! plus one commit, and whatever is queued), never a pairing, grant, revoke
+//! or unpair.
 //!
 //! The audit chain: entry `seq` (from 1, step 1) carries `prev_hash`, the
 //! hash of entry `seq - 1` (64 zeros for the first), and its own
@@ -27,17 +28,21 @@
 //!
 //! where numbers are decimal, `kind` is `[a-z0-9._-]{1,32}` and `entry` is
 //! the canonical JSON text of the entry (object keys sorted, no spaces) as
-//! stored. [`Store::verify_audit`] recomputes the chain and reports edited,
-//! deleted, inserted and reordered entries with their `seq`. It also replays
-//! the entries that record pairings, grants and agents against the state
-//! tables: those change only in the transaction that appends their entry, so
-//! a log emptied, or cut back past a change, no longer accounts for the
-//! state, however intact its chain. Cutting decisions off the end leaves a
-//! shorter chain that is still intact and accounts for everything: that is
-//! detectable only against a head kept elsewhere, with
-//! [`Store::verify_audit_against`]. The same holds for entries appended by
-//! someone who can write the file: the chain has no key, it proves order and
-//! integrity relative to a kept head, not authorship.
+//! stored. In a keyed chain (see `key.rs`), from its `audit-keyed` entry on,
+//! the hash is `hex(hmac_sha256(key, ...))` of the same text.
+//!
+//! [`Store::verify_audit`] recomputes the chain and reports edited, deleted,
+//! inserted and reordered entries with their `seq`. It also replays the
+//! entries that record pairings, grants and agents against the state tables
+//! (`crosscheck.rs`): those change only in the transaction that appends
+//! their entry, so a log emptied, or cut back past a change, no longer
+//! accounts for the state, however intact its chain. Cutting decisions off
+//! the end, or rewriting the whole chain with recomputed hashes, is
+//! detectable only against a head kept elsewhere ([`Store::verify_audit_against`];
+//! the SQLite store keeps one in a file, `anchor.rs`). Entries appended with
+//! correct hashes are detectable only in a keyed chain, by whoever holds the
+//! key: an unkeyed chain proves order and integrity relative to a kept head,
+//! not authorship.
 
 use std::fmt;
 
@@ -48,6 +53,7 @@ use crate::agents::StoredAgent;
 mod anchor;
 mod audit;
 mod crosscheck;
+mod key;
 mod memory;
 mod sqlite;
 mod writer;
@@ -61,6 +67,7 @@ pub use audit::{
     redact_for_audit,
 };
 pub(crate) use audit::{cut_for_audit_with, fits_in_entry};
+pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub(crate) use writer::{AuditPlace, AuditRoom};
@@ -126,41 +133,7 @@ pub trait Store: Send + Sync + 'static {
     /// entries cut off the end, which the chain alone cannot show.
     fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
         let mut report = self.verify_audit()?;
-        if expected.seq == 0 {
-            return Ok(report);
-        }
-        let at = self.read_audit(expected.seq - 1, 1)?;
-        match at.first() {
-            Some(entry) if entry.seq == expected.seq => {
-                if entry.hash != expected.hash {
-                    report.problems.push(AuditProblem {
-                        seq: entry.seq,
-                        what: ProblemKind::Edited,
-                        detail: format!(
-                            "its hash is not the kept head's `{}`: the chain was rewritten since",
-                            expected.hash
-                        ),
-                    });
-                }
-            }
-            _ => {
-                let last = report.entries;
-                report.problems.push(AuditProblem {
-                    seq: last + 1,
-                    what: ProblemKind::Truncated,
-                    detail: if last + 1 == expected.seq {
-                        format!("the kept head is entry {}", expected.seq)
-                    } else {
-                        format!(
-                            "entries {} to {} are gone; the kept head is entry {}",
-                            last + 1,
-                            expected.seq,
-                            expected.seq
-                        )
-                    },
-                });
-            }
-        }
+        check_head(self, &mut report, expected)?;
         Ok(report)
     }
 
@@ -170,6 +143,52 @@ pub trait Store: Send + Sync + 'static {
 
     /// The stored hash of a named secret, if any.
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError>;
+}
+
+/// Adds to `report` what differs from the head `expected` (kept before the
+/// log was read): the entry at its seq gone (cut off the end) or another
+/// one in its place (the chain rewritten since).
+pub(crate) fn check_head<S: Store + ?Sized>(
+    store: &S,
+    report: &mut VerifyReport,
+    expected: &AuditHead,
+) -> Result<(), StoreError> {
+    if expected.seq == 0 {
+        return Ok(());
+    }
+    let at = store.read_audit(expected.seq - 1, 1)?;
+    match at.first() {
+        Some(entry) if entry.seq == expected.seq => {
+            if entry.hash != expected.hash {
+                report.problems.push(AuditProblem {
+                    seq: entry.seq,
+                    what: ProblemKind::Edited,
+                    detail: format!(
+                        "its hash is not the kept head's `{}`: the chain was rewritten since",
+                        expected.hash
+                    ),
+                });
+            }
+        }
+        _ => {
+            let last = report.entries;
+            report.problems.push(AuditProblem {
+                seq: last + 1,
+                what: ProblemKind::Truncated,
+                detail: if last + 1 == expected.seq {
+                    format!("the kept head is entry {}", expected.seq)
+                } else {
+                    format!(
+                        "entries {} to {} are gone; the kept head is entry {}",
+                        last + 1,
+                        expected.seq,
+                        expected.seq
+                    )
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A pairing as stored: what the registry needs to serve the device again
@@ -302,6 +321,7 @@ impl fmt::Display for AuditProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.what {
             ProblemKind::Unaccounted => write!(f, "state: {}", self.detail),
+            ProblemKind::Key if self.seq == 0 => write!(f, "key: {}", self.detail),
             _ => write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail),
         }
     }
@@ -325,6 +345,11 @@ pub enum ProblemKind {
     /// log has one the tables do not hold. `seq` is the entry concerned, 0
     /// when there is none.
     Unaccounted,
+    /// The chain's key: the chain is keyed and was checked without its key
+    /// (or with another), a key was given for a chain nobody keyed (it was
+    /// rewritten without the key), or the store's record of the key does not
+    /// match the chain.
+    Key,
 }
 
 impl fmt::Display for ProblemKind {
@@ -336,6 +361,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::OutOfOrder => "out of order",
             ProblemKind::Truncated => "cut off the end",
             ProblemKind::Unaccounted => "not accounted for",
+            ProblemKind::Key => "key",
         })
     }
 }
@@ -390,6 +416,23 @@ pub enum StoreError {
         path: String,
         /// What differs.
         detail: String,
+    },
+    /// The audit chain is keyed and the store was opened without its key:
+    /// it can be read, not appended to.
+    #[error(
+        "the audit log is keyed from entry {from}: it can be appended to only with its key (--audit-key-file)"
+    )]
+    KeyRequired {
+        /// The entry that keyed it.
+        from: u64,
+    },
+    /// The store was opened with another key than the chain's.
+    #[error("the audit log is keyed with key {chain}, not with the key given ({given})")]
+    WrongKey {
+        /// The chain's key id.
+        chain: String,
+        /// The given key's id.
+        given: String,
     },
     /// The head file cannot be read, written, or does not hold a head.
     #[error("cannot keep the audit head in `{path}`: {reason}")]

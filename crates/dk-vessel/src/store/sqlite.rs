@@ -11,7 +11,12 @@
 //! Opened with [`AuditOptions::head_file`], the store keeps the audit
 //! chain's head in that file (see `anchor.rs`) after every commit that
 //! appends, and refuses to open a log that no longer reaches the head kept
-//! there or holds another entry at its place.
+//! there or holds another entry at its place. Opened with
+//! [`AuditOptions::key`], it keys the chain (see `key.rs`): an
+//! `audit-keyed` entry, itself under the key, is appended once and recorded
+//! in the `audit_key` table, and every later entry's hash is an HMAC. A
+//! keyed log opened without its key can be read and verified as far as the
+//! key allows, never appended to.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -23,15 +28,16 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
-use super::crosscheck::{Replay, refuse_state_kinds};
+use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, to_i64};
+use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::key::AuditKey;
 use super::{
     AuditEntry, AuditEvent, AuditHead, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
 use crate::agents::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 const APPLICATION_ID: i32 = 0x646b_7374;
@@ -81,6 +87,16 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
          name   TEXT NOT NULL PRIMARY KEY,
          record TEXT NOT NULL
      ) STRICT;",
+    // 3: the key of a keyed audit chain: the entry that keyed it and the
+    // key's id (never the key). A dk without this step refuses the file.
+    "CREATE TABLE audit_key (
+         seq    INTEGER NOT NULL PRIMARY KEY,
+         key_id TEXT    NOT NULL
+     ) STRICT;
+     CREATE TRIGGER audit_key_no_update BEFORE UPDATE ON audit_key
+         BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;
+     CREATE TRIGGER audit_key_no_delete BEFORE DELETE ON audit_key
+         BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;",
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
@@ -95,6 +111,10 @@ pub struct SqliteStore {
     head_file: Option<PathBuf>,
     /// Whether the last write of the head file failed (logged once).
     head_failing: AtomicBool,
+    /// The chain's key, when given.
+    key: Option<AuditKey>,
+    /// Where the chain turned keyed and the key's id, as recorded at open.
+    keyed: Option<(i64, String)>,
 }
 
 /// How a [`SqliteStore`] keeps its audit chain beyond the database file.
@@ -107,6 +127,10 @@ pub struct AuditOptions {
     /// [`StoreError::HeadMismatch`]. `dk vessel` keeps it beside its data
     /// directory ([`audit_head_file`](super::audit_head_file)).
     pub head_file: Option<PathBuf>,
+    /// The key of a keyed chain, kept outside the data directory. An
+    /// unkeyed log is keyed from its next entry on; a log keyed with another
+    /// key is refused with [`StoreError::WrongKey`].
+    pub key: Option<AuditKey>,
 }
 
 /// The database's error as text, with corruption told apart.
@@ -162,15 +186,94 @@ impl SqliteStore {
             other => other,
         })?;
         migrate(&mut conn, &shown)?;
+        let recorded = recorded_key(&conn)?;
+        if let (Some((_, chain)), Some(key)) = (&recorded, &audit.key)
+            && *chain != key.id()
+        {
+            return Err(StoreError::WrongKey {
+                chain: chain.clone(),
+                given: key.id(),
+            });
+        }
         if let Some(file) = &audit.head_file {
             check_kept_head(&conn, file)?;
         }
+        let keyed = match (recorded, &audit.key) {
+            (None, Some(key)) => {
+                let (seq, head) = key_the_chain(&mut conn, key)?;
+                if let Some(file) = &audit.head_file {
+                    head.write_to(file).map_err(|error| StoreError::HeadFile {
+                        path: file.display().to_string(),
+                        reason: error.to_string(),
+                    })?;
+                }
+                Some((seq, key.id()))
+            }
+            (recorded, _) => recorded,
+        };
         Ok(SqliteStore {
             path: path.to_owned(),
             conn: Mutex::new(conn),
             head_file: audit.head_file,
             head_failing: AtomicBool::new(false),
+            key: audit.key,
+            keyed,
         })
+    }
+
+    /// How new entries are hashed: under the key once the chain is keyed,
+    /// which then must be at hand.
+    fn hashing(&self) -> Result<Hashing<'_>, StoreError> {
+        match (&self.keyed, &self.key) {
+            (None, _) => Ok(Hashing::Plain),
+            (Some(_), Some(key)) => Ok(Hashing::Keyed(key)),
+            (Some((from, _)), None) => Err(StoreError::KeyRequired {
+                from: u64::try_from(*from).unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Recomputes the chain, checking keyed entries under `key` (when it is
+    /// the chain's), replays the log against the state, and with `head`
+    /// (kept before the log was read) checks that its entry is still there
+    /// unchanged. This is [`Store::verify_audit`] with the store's own key,
+    /// and what `dk audit verify` runs with the key file it is given.
+    pub fn verify_audit_with(
+        &self,
+        key: Option<&AuditKey>,
+        head: Option<&AuditHead>,
+    ) -> Result<VerifyReport, StoreError> {
+        let mut report = {
+            let mut conn = self.conn();
+            // One read transaction: the log and the state as of one moment.
+            let tx = conn.transaction().map_err(db)?;
+            let mut verifier = Verifier::new(key);
+            let mut replay = Replay::default();
+            {
+                let mut select = tx
+                    .prepare(
+                        "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq",
+                    )
+                    .map_err(db)?;
+                let rows = select.query_map([], raw_row).map_err(db)?;
+                for row in rows {
+                    let row = row.map_err(db)?;
+                    replay.push(&row);
+                    verifier.push(row);
+                }
+            }
+            verifier.recorded_key(recorded_key(&tx)?);
+            let pairings = read_pairings(&tx)?;
+            let agents = read_agents(&tx)?;
+            tx.commit().map_err(db)?;
+            let mut report = verifier.finish();
+            report.problems.extend(replay.compare(&pairings, &agents));
+            report
+        };
+        if let Some(head) = head {
+            super::check_head(self, &mut report, head)?;
+        }
+        Ok(report)
     }
 
     /// The head kept in the head file, if the store keeps one.
@@ -244,6 +347,38 @@ impl SqliteStore {
         drop(conn);
         Ok(())
     }
+}
+
+/// The entry that keyed the chain and the key's id, if it is keyed.
+fn recorded_key(conn: &Connection) -> Result<Option<(i64, String)>, StoreError> {
+    conn.prepare_cached("SELECT seq, key_id FROM audit_key ORDER BY seq LIMIT 1")
+        .map_err(db)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+        .map_err(db)
+}
+
+/// Keys the chain from its next entry on: appends the `audit-keyed` entry,
+/// under the key, and records it, in one transaction. Its seq and the new
+/// head.
+fn key_the_chain(conn: &mut Connection, key: &AuditKey) -> Result<(i64, AuditHead), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db)?;
+    let event = AuditEvent {
+        at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+        kind: KEYED_KIND.to_owned(),
+        entry: serde_json::json!({"keyId": key.id()}),
+    };
+    let head = append(&tx, std::slice::from_ref(&event), Hashing::Keyed(key))?
+        .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
+    let seq = to_i64(head.seq, "audit seq")?;
+    tx.prepare_cached("INSERT INTO audit_key (seq, key_id) VALUES (?1, ?2)")
+        .map_err(db)?
+        .execute(params![seq, key.id()])
+        .map_err(db)?;
+    tx.commit().map_err(db)?;
+    Ok((seq, head))
 }
 
 /// Checks the log against the head kept in `file` and keeps the log's
@@ -411,13 +546,18 @@ fn audit_head(tx: &Connection) -> Result<(i64, String), StoreError> {
     Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
 }
 
-/// Appends `events` to the log; the new head, `None` when there were none.
-fn append(tx: &Connection, events: &[AuditEvent]) -> Result<Option<AuditHead>, StoreError> {
+/// Appends `events` to the log, hashed as `hashing` says; the new head,
+/// `None` when there were none.
+fn append(
+    tx: &Connection,
+    events: &[AuditEvent],
+    hashing: Hashing<'_>,
+) -> Result<Option<AuditHead>, StoreError> {
     if events.is_empty() {
         return Ok(None);
     }
     let (seq, hash) = audit_head(tx)?;
-    let rows = chain(seq, &hash, events)?;
+    let rows = chain(seq, &hash, events, hashing)?;
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
@@ -540,6 +680,8 @@ fn read_agents(conn: &Connection) -> Result<Vec<StoredAgent>, StoreError> {
 
 impl Store for SqliteStore {
     fn load(&self) -> Result<Snapshot, StoreError> {
+        // A vessel starts from this: not on a keyed log it could not append to.
+        self.hashing()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
         let pairings = read_pairings(&tx)?;
@@ -569,6 +711,7 @@ impl Store for SqliteStore {
     fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
         let generation = to_i64(pairing.generation, "generation")?;
         let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
+        let hashing = self.hashing()?;
         self.write_audited(|tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
@@ -609,7 +752,7 @@ impl Store for SqliteStore {
             .map_err(db)?
             .execute([generation])
             .map_err(db)?;
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
@@ -620,6 +763,7 @@ impl Store for SqliteStore {
         granted: bool,
         audit: &AuditEvent,
     ) -> Result<(), StoreError> {
+        let hashing = self.hashing()?;
         self.write_audited(|tx| {
             let paired = tx
                 .prepare_cached("SELECT 1 FROM pairing WHERE device_id = ?1")
@@ -638,11 +782,12 @@ impl Store for SqliteStore {
                 .map_err(db)?
                 .execute([device_id, capability])
                 .map_err(db)?;
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
     fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let hashing = self.hashing()?;
         self.write_audited(|tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
@@ -656,7 +801,7 @@ impl Store for SqliteStore {
             if removed == 0 {
                 return Err(StoreError::UnknownDevice(device_id.to_owned()));
             }
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
@@ -668,6 +813,7 @@ impl Store for SqliteStore {
         to_i64(agent.agent.added_at_ms, "agent added time")?;
         let record = serde_json::to_string(agent)
             .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
+        let hashing = self.hashing()?;
         self.write_audited(|tx| {
             tx.prepare_cached(
                 "INSERT INTO agent (name, record) VALUES (?1, ?2)
@@ -676,11 +822,12 @@ impl Store for SqliteStore {
             .map_err(db)?
             .execute(params![agent.agent.id, record])
             .map_err(db)?;
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let hashing = self.hashing()?;
         self.write_audited(|tx| {
             let removed = tx
                 .prepare_cached("DELETE FROM agent WHERE name = ?1")
@@ -690,7 +837,7 @@ impl Store for SqliteStore {
             if removed == 0 {
                 return Err(StoreError::UnknownAgent(name.to_owned()));
             }
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
@@ -698,8 +845,9 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(());
         }
-        refuse_state_kinds(events)?;
-        self.write_audited(|tx| append(tx, events))
+        refuse_reserved_kinds(events)?;
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| append(tx, events, hashing))
     }
 
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
@@ -721,28 +869,11 @@ impl Store for SqliteStore {
     }
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
-        let mut conn = self.conn();
-        // One read transaction: the log and the state as of one moment.
-        let tx = conn.transaction().map_err(db)?;
-        let mut verifier = Verifier::default();
-        let mut replay = Replay::default();
-        {
-            let mut select = tx
-                .prepare("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq")
-                .map_err(db)?;
-            let rows = select.query_map([], raw_row).map_err(db)?;
-            for row in rows {
-                let row = row.map_err(db)?;
-                replay.push(&row);
-                verifier.push(row);
-            }
-        }
-        let pairings = read_pairings(&tx)?;
-        let agents = read_agents(&tx)?;
-        tx.commit().map_err(db)?;
-        let mut report = verifier.finish();
-        report.problems.extend(replay.compare(&pairings, &agents));
-        Ok(report)
+        self.verify_audit_with(self.key.as_ref(), None)
+    }
+
+    fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
+        self.verify_audit_with(self.key.as_ref(), Some(expected))
     }
 
     fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {

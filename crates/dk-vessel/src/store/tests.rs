@@ -1687,7 +1687,7 @@ fn agents_survive_a_reopen_with_only_the_credential_hash() {
 }
 
 #[test]
-fn a_version_1_store_upgrades_to_version_2_keeping_its_pairings() {
+fn a_version_1_store_upgrades_keeping_its_pairings() {
     let dir = TempDir::new();
     {
         let store = SqliteStore::open(&dir.db()).unwrap();
@@ -1698,14 +1698,15 @@ fn a_version_1_store_upgrades_to_version_2_keeping_its_pairings() {
             )
             .unwrap();
     }
-    // What a version 1 dk left: no agent table, user_version 1.
+    // What a version 1 dk left: no agent or audit_key table, user_version 1.
     {
         let conn = Connection::open(dir.db()).unwrap();
-        conn.execute_batch("DROP TABLE agent").unwrap();
+        conn.execute_batch("DROP TABLE agent; DROP TABLE audit_key;")
+            .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
-    assert_eq!(user_version(&dir.db()), 2);
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
     assert_eq!(store.load().unwrap().pairings.len(), 1);
     assert!(store.load_agents().unwrap().is_empty());
     let main = stored_agent("main", &["*"], 1);
@@ -1837,6 +1838,7 @@ fn anchored(dir: &TempDir) -> Result<SqliteStore, StoreError> {
         &dir.db(),
         AuditOptions {
             head_file: audit_head_file(dir.db().parent().unwrap()),
+            ..AuditOptions::default()
         },
     )
 }
@@ -2015,4 +2017,341 @@ fn a_planted_head_file_is_refused_and_never_followed() {
     std::fs::remove_file(&file).unwrap();
     std::fs::write(&file, "not a head").unwrap();
     assert!(matches!(anchored(&dir), Err(StoreError::HeadFile { .. })));
+}
+
+// ------------------------------------------------------------ keyed chain
+
+#[test]
+fn hmac_sha256_gives_rfc_4231_results() {
+    let long_key = [0xaa; 131];
+    let cases: [(&[u8], &[u8], &str); 6] = [
+        (
+            &[0x0b; 20],
+            b"Hi There",
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+        ),
+        (
+            b"Jefe",
+            b"what do ya want for nothing?",
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+        ),
+        (
+            &[0xaa; 20],
+            &[0xdd; 50],
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe",
+        ),
+        (
+            &[
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                24, 25,
+            ],
+            &[0xcd; 50],
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+        ),
+        (
+            &long_key,
+            b"Test Using Larger Than Block-Size Key - Hash Key First",
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+        ),
+        (
+            &long_key,
+            b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.",
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+        ),
+    ];
+    for (key, data, expected) in cases {
+        let (head, tail) = data.split_at(data.len() / 2);
+        let mac = super::key::hmac_sha256(key, &[head, tail]);
+        assert_eq!(super::audit::hex(&mac), expected);
+    }
+}
+
+#[test]
+fn key_files_are_made_private_and_only_private_regular_files_are_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let path = dir.root.join("keys").join("audit.key");
+    let key = AuditKey::load_or_create(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.len(), 65, "{text:?}");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let parent = path.parent().unwrap();
+    assert_eq!(
+        std::fs::metadata(parent).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(AuditKey::load_or_create(&path).unwrap(), key);
+    assert_eq!(AuditKey::load(&path).unwrap(), key);
+    assert!(!format!("{key:?}").contains(text.trim()));
+    assert_eq!(format!("{key:?}"), format!("AuditKey({})", key.id()));
+
+    let shown = |p: &Path| p.display().to_string();
+    let open = dir.root.join("open.key");
+    std::fs::write(&open, text.as_bytes()).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let linked = dir.root.join("linked.key");
+    std::os::unix::fs::symlink(&path, &linked).unwrap();
+    let malformed = dir.root.join("malformed.key");
+    std::fs::write(&malformed, "not a key\n").unwrap();
+    std::fs::set_permissions(&malformed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cases = [
+        (
+            open.clone(),
+            AuditKeyError::Mode {
+                path: shown(&open),
+                mode: 0o644,
+            },
+        ),
+        (
+            linked.clone(),
+            AuditKeyError::NotRegular {
+                path: shown(&linked),
+            },
+        ),
+        (
+            parent.to_owned(),
+            AuditKeyError::NotRegular {
+                path: shown(parent),
+            },
+        ),
+        (
+            malformed.clone(),
+            AuditKeyError::Malformed {
+                path: shown(&malformed),
+            },
+        ),
+    ];
+    for (file, expected) in cases {
+        assert_eq!(
+            AuditKey::load_or_create(&file),
+            Err(expected),
+            "{}",
+            file.display()
+        );
+    }
+    // The link's target is untouched.
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+/// A store keyed with `key`, its head kept beside its data directory.
+fn keyed(dir: &TempDir, key: &AuditKey) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open_with(
+        &dir.db(),
+        AuditOptions {
+            head_file: audit_head_file(dir.db().parent().unwrap()),
+            key: Some(key.clone()),
+        },
+    )
+}
+
+/// The problems a report holds, as text.
+fn said(report: &VerifyReport) -> Vec<String> {
+    report.problems.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_keyed_chain_continues_an_unkeyed_log_and_needs_its_key() {
+    let dir = TempDir::new();
+    let key = AuditKey::generate();
+    let other = AuditKey::generate();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store
+            .append_audit(&[event("decision", 1), event("decision", 2)])
+            .unwrap();
+    }
+    let store = keyed(&dir, &key).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 4)).unwrap();
+    store.append_audit(&[event("decision", 5)]).unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    assert_eq!(entries[2].kind, "audit-keyed");
+    assert_eq!(entries[2].entry, json!({"keyId": key.id()}));
+    // Entries 1 and 2 keep their plain hashes, 3 on are HMACs.
+    assert_eq!(
+        entries[1].hash,
+        entry_hash(
+            &entries[0].hash,
+            2,
+            entries[1].at_ms as i64,
+            "decision",
+            &canonical_json(&entries[1].entry)
+        )
+    );
+    assert_ne!(
+        entries[3].hash,
+        entry_hash(
+            &entries[2].hash,
+            4,
+            entries[3].at_ms as i64,
+            "paired",
+            &canonical_json(&entries[3].entry)
+        )
+    );
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(kept_head(&dir), report.head());
+    drop(store);
+
+    // Opened again: with its key, fine; with another, refused; without one,
+    // readable and verifiable only up to the keyed part, never appended to.
+    assert!(keyed(&dir, &key).is_ok());
+    assert_eq!(
+        keyed(&dir, &other).unwrap_err(),
+        StoreError::WrongKey {
+            chain: key.id(),
+            given: other.id()
+        }
+    );
+    let plain = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(plain.read_audit(0, 10).unwrap().len(), 5);
+    assert_eq!(
+        plain.load().unwrap_err(),
+        StoreError::KeyRequired { from: 3 }
+    );
+    assert_eq!(
+        plain.append_audit(&[event("decision", 6)]).unwrap_err(),
+        StoreError::KeyRequired { from: 3 }
+    );
+    assert_eq!(
+        said(&plain.verify_audit().unwrap()),
+        [format!(
+            "entry 3: key (the chain is keyed from here with key {}: its entries can be checked only with that key)",
+            key.id()
+        )]
+    );
+    assert_eq!(
+        said(&plain.verify_audit_with(Some(&other), None).unwrap()),
+        [format!(
+            "entry 3: key (the chain is keyed with key {}, not with the key given ({}))",
+            key.id(),
+            other.id()
+        )]
+    );
+    assert!(
+        plain
+            .verify_audit_with(Some(&key), None)
+            .unwrap()
+            .is_intact()
+    );
+    // The entry that keys a chain is written only by the store.
+    let error = keyed(&dir, &key)
+        .unwrap()
+        .append_audit(&[event("audit-keyed", 7)])
+        .unwrap_err();
+    assert!(matches!(error, StoreError::InvalidInput(_)), "{error}");
+}
+
+/// A keyed log of 8 entries (1 keys it, 2 pairs `d1`, 3 to 8 decisions),
+/// its key, and a connection for an attacker without the key.
+fn keyed_setup() -> (TempDir, AuditKey, Connection) {
+    let dir = TempDir::new();
+    let key = AuditKey::generate();
+    let store = keyed(&dir, &key).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 2)).unwrap();
+    let decisions: Vec<AuditEvent> = (3..=8).map(|n| event("decision", n)).collect();
+    store.append_audit(&decisions).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch(
+            "DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;
+             DROP TRIGGER audit_key_no_update; DROP TRIGGER audit_key_no_delete;",
+        )
+        .unwrap();
+    (dir, key, attacker)
+}
+
+#[test]
+fn without_its_key_nobody_writes_an_entry_that_verifies() {
+    type Attack = fn(&Connection);
+    let attacks: [(&str, Attack, &[&str]); 4] = [
+        // Everything rewritten with plain hashes, the keying left in place.
+        (
+            "rehash",
+            |c| {
+                c.execute("UPDATE audit SET entry = '{}' WHERE seq = 5", [])
+                    .unwrap();
+                rehash_everything(c);
+            },
+            &["entry 1: edited"],
+        ),
+        // The keying removed too: a plain chain that verifies without the
+        // key, and is named with it.
+        (
+            "unkey",
+            |c| {
+                c.execute_batch(
+                    "DELETE FROM audit WHERE seq = 1; DELETE FROM audit_key;
+                     UPDATE audit SET seq = seq - 1;",
+                )
+                .unwrap();
+                rehash_everything(c);
+            },
+            &["key: a key was given"],
+        ),
+        // A forged decision appended, chained with a plain hash.
+        (
+            "append",
+            |c| {
+                let prev = stored_hash(c, 8);
+                forge(c, 9, &prev);
+            },
+            &["entry 9: edited"],
+        ),
+        // The record of the key removed: the chain still says it is keyed.
+        (
+            "record",
+            |c| {
+                c.execute("DELETE FROM audit_key", []).unwrap();
+            },
+            &[
+                "entry 1: key (the store records the chain as not keyed, the chain is keyed from entry 1",
+            ],
+        ),
+    ];
+    for (name, attack, expected) in attacks {
+        let (dir, key, attacker) = keyed_setup();
+        attack(&attacker);
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        let found = said(&store.verify_audit_with(Some(&key), None).unwrap());
+        assert!(!found.is_empty(), "{name}: nothing found");
+        for expected in expected {
+            assert!(
+                found.iter().any(|p| p.starts_with(expected)),
+                "{name}: {expected:?} not in {found:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_version_2_store_upgrades_and_its_log_still_verifies() {
+    let dir = TempDir::new();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        let d1 = pairing("d1", &["a"], 1);
+        store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+        store.append_audit(&[event("decision", 2)]).unwrap();
+    }
+    // What a version 2 dk left: no audit_key table, user_version 2.
+    {
+        let conn = Connection::open(dir.db()).unwrap();
+        conn.execute_batch("DROP TABLE audit_key").unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(user_version(&dir.db()), 3);
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 2);
+    // And it can be keyed from there.
+    drop(store);
+    let key = AuditKey::generate();
+    let store = keyed(&dir, &key).unwrap();
+    assert_eq!(store.read_audit(2, 10).unwrap()[0].kind, "audit-keyed");
+    assert!(store.verify_audit().unwrap().is_intact());
 }

@@ -833,3 +833,185 @@ async fn what_verify_finds_without_and_with_the_kept_head() {
         "{error}"
     );
 }
+
+/// Starts `dk vessel` on `scratch`'s data directory with `extra`
+/// arguments, and waits for its address file.
+fn start_with(scratch: &Scratch, extra: &[&std::ffi::OsStr]) -> Running {
+    let data_dir = scratch.data_dir();
+    let _ = std::fs::remove_file(data_dir.join("vessel.json"));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .arg("--admin-token-file")
+        .arg(scratch.admin_token_file())
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut running = Running {
+        child: Some(child),
+        devices: "127.0.0.1:1".parse().unwrap(),
+        admin: "127.0.0.1:1".parse().unwrap(),
+    };
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
+            && let Ok(address) = serde_json::from_str::<Value>(&text)
+        {
+            running.devices = address["devices"].as_str().unwrap().parse().unwrap();
+            running.admin = address["admin"].as_str().unwrap().parse().unwrap();
+            return running;
+        }
+        if let Some(status) = running.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("dk vessel exited at start: {status}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dk vessel did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `dk vessel` on `dir` with `extra` arguments, expected to refuse to
+/// start: its error output.
+fn refused_start(scratch: &Scratch, dir: &Path, extra: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--admin-token-file")
+        .arg(scratch.admin_token_file())
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Removes the keying of a keyed log, renumbers what follows, and rewrites
+/// every hash as a plain chain: without the key, nothing shows it.
+fn unkey(db: &rusqlite::Connection) {
+    db.execute_batch(
+        "DROP TRIGGER audit_key_no_update; DROP TRIGGER audit_key_no_delete;
+         DELETE FROM audit_key; DELETE FROM audit WHERE kind = 'audit-keyed';
+         UPDATE audit SET seq = seq - 1;",
+    )
+    .unwrap();
+    rehash_everything(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
+    let scratch = Scratch::new("audit-keyed");
+    let dir = scratch.data_dir();
+    let key_file = scratch.root.join("keys").join("audit.key");
+    let key_arg = [
+        std::ffi::OsStr::new("--audit-key-file"),
+        key_file.as_os_str(),
+    ];
+    // A key file inside the data directory is refused.
+    std::fs::create_dir_all(&dir).unwrap();
+    let inside = dir.join("audit.key");
+    let error = refused_start(
+        &scratch,
+        &dir,
+        &[std::ffi::OsStr::new("--audit-key-file"), inside.as_os_str()],
+    );
+    assert!(error.contains("is inside the data directory"), "{error}");
+    assert!(!inside.exists());
+
+    let vessel = start_with(&scratch, &key_arg);
+    let added = person(&dir, &["agents", "add", "bot", "--json"]);
+    succeeded(&added);
+    let admin = vessel.admin(&scratch);
+    for _ in 0..3 {
+        call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    }
+    vessel.interrupt();
+    // 1 keys the chain, 2 adds the agent, 3 to 5 are decisions.
+    let entries = audit_entries(&dir, 100);
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["audit-keyed", "agent", "decision", "decision", "decision"]
+    );
+    let key = key_file.display().to_string();
+    let with_key = ["--audit-key-file", key.as_str()];
+    let text = verify_says(&dir, &with_key, true);
+    assert!(text.contains("checked with the key in "), "{text}");
+    // Without the key a keyed chain cannot be checked.
+    let text = verify_says(&dir, &[], false);
+    assert!(
+        text.contains("BROKEN entry 1: key (the chain is keyed from here with key "),
+        "{text}"
+    );
+    // Nor can the vessel start on it.
+    let error = refused_start(&scratch, &dir, &[]);
+    assert!(
+        error.contains("the audit log is keyed from entry 1"),
+        "{error}"
+    );
+
+    // Each attack, and whether verify finds it with the key alone and with
+    // the key and the kept head.
+    let attacks: [(&str, Attack, bool, bool); 6] = [
+        ("k-untouched", |_| {}, true, true),
+        (
+            "k-delete-all",
+            |db| {
+                db.execute_batch("DELETE FROM audit").unwrap();
+            },
+            false,
+            false,
+        ),
+        (
+            "k-rehash-all",
+            |db| {
+                db.execute_batch("UPDATE audit SET entry = '{}' WHERE seq = 4")
+                    .unwrap();
+                rehash_everything(db);
+            },
+            false,
+            false,
+        ),
+        ("k-unkey", unkey, false, false),
+        (
+            "k-cut-tail",
+            |db| {
+                db.execute_batch("DELETE FROM audit WHERE seq > 3").unwrap();
+            },
+            true,
+            false,
+        ),
+        ("k-append-forged", append_forged, false, false),
+    ];
+    for (name, attack, key_alone, with_head) in attacks {
+        tampered_copy(&scratch, name, attack);
+        let copy = scratch.root.join(name);
+        let mut args = vec!["--no-kept-head"];
+        args.extend(with_key);
+        verify_says(&copy, &args, key_alone);
+        verify_says(&copy, &with_key, with_head);
+    }
+    // What a rewrite without the key looks like to someone without it.
+    verify_says(&scratch.root.join("k-unkey"), &["--no-kept-head"], true);
+}
