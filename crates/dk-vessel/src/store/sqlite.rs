@@ -20,7 +20,6 @@
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -28,6 +27,7 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
+use super::anchor::HeadKeeper;
 use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::key::AuditKey;
@@ -108,9 +108,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
-    head_file: Option<PathBuf>,
-    /// Whether the last write of the head file failed (logged once).
-    head_failing: AtomicBool,
+    /// Keeps the head in the head file, when there is one.
+    head: Option<HeadKeeper>,
     /// The chain's key, when given.
     key: Option<AuditKey>,
     /// Where the chain turned keyed and the key's id, as recorded at open.
@@ -121,8 +120,9 @@ pub struct SqliteStore {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditOptions {
     /// A file outside the data directory to keep the chain's head in
-    /// (`SEQ:HASH`), rewritten after every commit that appends, and checked
-    /// when the store opens: a log that no longer reaches the kept head, or
+    /// (`SEQ:HASH`), rewritten in the background after every commit that
+    /// appends (see [`SqliteStore::settle_head`]), and checked when the
+    /// store opens: a log that no longer reaches the kept head, or
     /// has another entry in its place, is refused with
     /// [`StoreError::HeadMismatch`]. `dk vessel` keeps it beside its data
     /// directory ([`audit_head_file`](super::audit_head_file)).
@@ -214,8 +214,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path: path.to_owned(),
             conn: Mutex::new(conn),
-            head_file: audit.head_file,
-            head_failing: AtomicBool::new(false),
+            head: audit.head_file.map(HeadKeeper::start),
             key: audit.key,
             keyed,
         })
@@ -276,9 +275,18 @@ impl SqliteStore {
         Ok(report)
     }
 
-    /// The head kept in the head file, if the store keeps one.
+    /// The file the audit head is kept in, if the store keeps one.
     pub fn head_file(&self) -> Option<&Path> {
-        self.head_file.as_deref()
+        self.head.as_ref().map(HeadKeeper::file)
+    }
+
+    /// Waits until the head file holds the head of every commit made so far
+    /// (it is written in the background, and always once the store is
+    /// dropped).
+    pub fn settle_head(&self) {
+        if let Some(head) = &self.head {
+            head.settle();
+        }
     }
 
     /// The last entry of the log (`0` and [`GENESIS_HASH`] when empty),
@@ -317,9 +325,8 @@ impl SqliteStore {
     }
 
     /// Like [`SqliteStore::write`] for a change that appends to the audit
-    /// log: once it is committed, the new head is kept in the head file,
-    /// still under the connection's lock so heads are kept in order. A head
-    /// that cannot be kept is logged; the change is committed all the same.
+    /// log: once it is committed, the new head is handed to the head keeper,
+    /// still under the connection's lock so heads go in commit order.
     fn write_audited(
         &self,
         change: impl FnOnce(&Transaction<'_>) -> Result<Option<AuditHead>, StoreError>,
@@ -330,19 +337,8 @@ impl SqliteStore {
             .map_err(db)?;
         let head = change(&tx)?;
         tx.commit().map_err(db)?;
-        if let (Some(head), Some(file)) = (head, &self.head_file) {
-            match head.write_to(file) {
-                Ok(()) => {
-                    if self.head_failing.swap(false, Ordering::Relaxed) {
-                        tracing::info!(file = %file.display(), "the audit head is kept again");
-                    }
-                }
-                Err(error) => {
-                    if !self.head_failing.swap(true, Ordering::Relaxed) {
-                        tracing::error!(%error, file = %file.display(), "cannot keep the audit head");
-                    }
-                }
-            }
+        if let (Some(head), Some(keeper)) = (head, &self.head) {
+            keeper.keep(head);
         }
         drop(conn);
         Ok(())
