@@ -4,8 +4,8 @@
 //! exclusively with mode 0600, synced, then renamed over the old one).
 //! A [`HeadKeeper`] thread does the writing, so a commit does not wait for
 //! a second disk sync: the file may lag the log by the commits of the last
-//! moments (several coalesced into one write), never run ahead of it, and is
-//! up to date once the keeper is dropped.
+//! few milliseconds (several coalesced into one write), never run ahead of
+//! it, and is up to date once the keeper is dropped.
 //!
 //! By default it lies beside the data directory, not in it:
 //! `<parent>/<name>.audit-head` for a data directory `<parent>/<name>`
@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::{AuditHead, StoreError};
 
@@ -137,6 +138,9 @@ struct Keeping {
     /// Heads handed over and written (or failed), counted.
     handed: u64,
     written: u64,
+    /// Someone waits in [`HeadKeeper::settle`]: write without waiting for
+    /// more heads.
+    settling: bool,
     stop: bool,
 }
 
@@ -211,6 +215,8 @@ impl HeadKeeper {
         }
         let mut keeping = self.shared.lock();
         let target = keeping.handed;
+        keeping.settling = true;
+        self.shared.changed.notify_all();
         while keeping.written < target {
             keeping = self
                 .shared
@@ -218,6 +224,7 @@ impl HeadKeeper {
                 .wait(keeping)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+        keeping.settling = false;
     }
 }
 
@@ -233,6 +240,11 @@ impl Drop for HeadKeeper {
     }
 }
 
+/// How long the keeper lets heads come after the first of a burst before
+/// it writes the newest: commits in quick succession make one write, which
+/// keeps its sync from contending with theirs.
+const COALESCE: Duration = Duration::from_millis(5);
+
 /// The keeper thread: writes the newest head handed over until stopped,
 /// the last one included.
 fn keep_heads(shared: &Shared, file: &Path) {
@@ -245,6 +257,18 @@ fn keep_heads(shared: &Shared, file: &Path) {
                     .changed
                     .wait(keeping)
                     .unwrap_or_else(PoisonError::into_inner);
+            }
+            let deadline = Instant::now() + COALESCE;
+            while !keeping.stop && !keeping.settling {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                keeping = shared
+                    .changed
+                    .wait_timeout(keeping, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
             }
             match keeping.next.take() {
                 Some(head) => (head, keeping.handed),
