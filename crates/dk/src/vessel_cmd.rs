@@ -66,10 +66,10 @@ pub struct VesselArgs {
     /// Pairing requests one address may have waiting for the person at once.
     #[arg(long, default_value_t = Limits::default().max_pending_pairings_per_address)]
     pub pending_pairings_per_address: usize,
-    /// Where the audit log's head (`SEQ:HASH`) is kept, rewritten after
-    /// every commit and checked at start and by `dk audit verify`; keep it
-    /// outside the data directory. [default: beside the data directory,
-    /// `DIR.audit-head`]
+    /// Where the audit log's head (`SEQ:HASH`) is kept, brought up to date
+    /// as commits are made and checked at start and by `dk audit verify`;
+    /// keep it outside the data directory. [default: beside the data
+    /// directory, `DIR.audit-head`]
     #[arg(long, value_name = "FILE")]
     pub audit_head_file: Option<PathBuf>,
     /// Key the audit chain with the key in this file (64 hex characters,

@@ -1,7 +1,9 @@
 //! A `dk vessel` restarted on its data directory: devices come back with
 //! their tokens and exactly their grants, unpaired ones stay out; no token in
 //! clear in any file of the data directory; `dk audit tail` and `dk audit
-//! verify` on a real log, and on copies tampered with in four ways.
+//! verify` on a real log and on tampered copies: what the chain, the state
+//! tables, the head kept beside the data directory and a keyed chain each
+//! find, and a vessel that will not start on a log that no longer matches.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
