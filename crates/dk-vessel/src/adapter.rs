@@ -13,11 +13,18 @@
 //! 6. after that wait, still the same pairing and still granted
 //! 7. connected, and answering within the timeout
 //!
-//! Each call produces exactly one [`DecisionRecord`], allowed or not. The
-//! reason texts are 8DK v1's, so hosts written against 8DK keep working.
+//! Each call produces exactly one [`DecisionRecord`], allowed or not, even
+//! when its caller abandons it half-way (its future dropped). The reason
+//! texts are 8DK v1's, so hosts written against 8DK keep working.
+//!
+//! With the vessel's audit writer behind the hook, a call first takes a
+//! place in the writer's queue: no check runs, and no device is reached,
+//! until its record is sure of room in the audit log. Calls faster than the
+//! log's disk wait there (asynchronously) rather than outrun it.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -31,6 +38,7 @@ use serde_json::{Map, Value, json};
 
 use crate::link::Links;
 use crate::registry::DeviceRegistry;
+use crate::store::{AuditPlace, AuditRoom};
 
 mod budget;
 
@@ -254,6 +262,8 @@ pub struct DeviceToolAdapter {
     links: Arc<Links>,
     policies: RwLock<Arc<PolicySet>>,
     on_decision: Option<DecisionHook>,
+    /// The audit queue the hook records into, when it has places to take.
+    room: Option<AuditRoom>,
     budgets: Option<RunBudgets>,
     call_timeout: Duration,
 }
@@ -276,6 +286,7 @@ impl DeviceToolAdapter {
             links,
             policies: RwLock::new(Arc::new(PolicySet::empty())),
             on_decision: None,
+            room: None,
             budgets: None,
             call_timeout: DEFAULT_CALL_TIMEOUT,
         }
@@ -343,6 +354,14 @@ impl DeviceToolAdapter {
     /// Sends every decision to `hook`.
     pub fn with_decision_hook(mut self, hook: DecisionHook) -> DeviceToolAdapter {
         self.on_decision = Some(hook);
+        self
+    }
+
+    /// Makes every call take a place in `room` before its checks, spent on
+    /// its decision record: the decision hook must record each decision into
+    /// the writer `room` belongs to, in the place taken for it.
+    pub(crate) fn with_decision_room(mut self, room: AuditRoom) -> DeviceToolAdapter {
+        self.room = Some(room);
         self
     }
 
@@ -421,32 +440,55 @@ impl DeviceToolAdapter {
     /// Runs one call through the checks, in order, and reports one decision.
     /// The input is taken by value: nothing the caller does afterwards can
     /// change what is checked, shown to the person, or sent.
+    ///
+    /// A call first takes its place in the audit queue, when the hook records
+    /// into one, waiting while it is full. A call abandoned after that (its
+    /// future dropped while the person is asked or the device answers) is
+    /// still recorded, as abandoned before or after the device was sent the
+    /// call; one abandoned while it waits for its place has done nothing and
+    /// leaves no record.
     pub async fn execute(&self, tool: &str, input: Value, ctx: CallContext<'_>) -> ToolOutcome {
         let parsed = parse_tool_name(tool);
         let (device_id, capability) = match &parsed {
             Some(p) => (Some(p.device_id.as_str()), Some(p.capability)),
             None => (None, None),
         };
+        let mut decision = PendingDecision {
+            adapter: self,
+            tool,
+            device_id,
+            capability,
+            agent_id: ctx.agent_id,
+            session_id: ctx.session_id,
+            input: Some(&input),
+            refusal: None,
+            place: Placement::Waiting,
+            reached: AtomicBool::new(false),
+        };
+        if !decision.take_place().await {
+            let reason = AUDIT_STOPPED.to_owned();
+            decision.report(false, &reason, None);
+            return ToolOutcome::Refused { reason };
+        }
         let mut rule = None;
         let outcome = self
-            .run_checks(tool, device_id.zip(capability), &input, &ctx, &mut rule)
-            .await;
-        if let Some(hook) = &self.on_decision {
-            hook(&DecisionRecord {
+            .run_checks(
                 tool,
-                device_id,
-                capability,
-                allowed: !matches!(outcome, Checked::Refused(_)),
-                reason: match &outcome {
-                    Checked::Answered(_) => "allowed",
-                    Checked::Refused(reason) | Checked::DeviceFailed(reason) => reason,
-                },
-                agent_id: ctx.agent_id,
-                session_id: ctx.session_id,
-                rule: rule.as_deref(),
-                input: Some(&input),
-            });
-        }
+                device_id.zip(capability),
+                &input,
+                &ctx,
+                &mut rule,
+                &decision.reached,
+            )
+            .await;
+        decision.report(
+            !matches!(outcome, Checked::Refused(_)),
+            match &outcome {
+                Checked::Answered(_) => "allowed",
+                Checked::Refused(reason) | Checked::DeviceFailed(reason) => reason,
+            },
+            rule.as_deref(),
+        );
         match outcome {
             Checked::Answered(result) => ToolOutcome::Ok { result },
             Checked::Refused(reason) | Checked::DeviceFailed(reason) => {
@@ -457,23 +499,27 @@ impl DeviceToolAdapter {
 
     /// Reports a call its caller refused before the seven checks, for a rule
     /// of its own (an MCP agent's scope): one decision record through the
-    /// same hook as every other call, without the input (it never came near
-    /// a device).
-    pub fn report_refusal(&self, tool: &str, reason: &str, ctx: &CallContext<'_>) {
-        if let Some(hook) = &self.on_decision {
-            let parsed = parse_tool_name(tool);
-            hook(&DecisionRecord {
-                tool,
-                device_id: parsed.as_ref().map(|p| p.device_id.as_str()),
-                capability: parsed.as_ref().map(|p| p.capability),
-                allowed: false,
-                reason,
-                agent_id: ctx.agent_id,
-                session_id: ctx.session_id,
-                rule: None,
-                input: None,
-            });
+    /// same hook as every other call, in its own place in the audit queue,
+    /// without the input (it never came near a device).
+    pub async fn report_refusal(&self, tool: &str, reason: &str, ctx: &CallContext<'_>) {
+        if self.on_decision.is_none() {
+            return;
         }
+        let parsed = parse_tool_name(tool);
+        let mut decision = PendingDecision {
+            adapter: self,
+            tool,
+            device_id: parsed.as_ref().map(|p| p.device_id.as_str()),
+            capability: parsed.as_ref().map(|p| p.capability),
+            agent_id: ctx.agent_id,
+            session_id: ctx.session_id,
+            input: None,
+            refusal: Some(reason),
+            place: Placement::Waiting,
+            reached: AtomicBool::new(false),
+        };
+        decision.take_place().await;
+        decision.report(false, reason, None);
     }
 
     /// The refusal of a call whose agent (one of `ctx`'s gate's, as
@@ -500,7 +546,8 @@ impl DeviceToolAdapter {
     }
 
     /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
-    /// call or asked the person.
+    /// call or asked the person, `reached` just before the device is sent
+    /// the call.
     async fn run_checks(
         &self,
         tool: &str,
@@ -508,6 +555,7 @@ impl DeviceToolAdapter {
         input: &Value,
         ctx: &CallContext<'_>,
         rule: &mut Option<String>,
+        reached: &AtomicBool,
     ) -> Checked {
         // 1. A real device and capability.
         let Some((device_id, capability)) = parsed else {
@@ -644,10 +692,104 @@ impl DeviceToolAdapter {
             ));
         };
         let timeout = ctx.timeout.unwrap_or(self.call_timeout);
+        reached.store(true, Ordering::Relaxed);
         match link.invoke(capability, input, timeout).await {
             Ok(result) => Checked::Answered(result),
             Err(error) => Checked::DeviceFailed(format!("device error: {error}")),
         }
+    }
+}
+
+/// The refusal of a call when the audit writer has stopped: no call is made
+/// that could not be recorded.
+const AUDIT_STOPPED: &str = "[8dk-deny] the audit log has stopped: no call can be recorded";
+
+/// One call's decision until it is reported: it holds the call's place in
+/// the audit queue, and reports the decision exactly once, when the call
+/// ends or, once it has its place, when it is abandoned.
+struct PendingDecision<'a> {
+    adapter: &'a DeviceToolAdapter,
+    tool: &'a str,
+    device_id: Option<&'a str>,
+    capability: Option<&'a str>,
+    agent_id: Option<&'a str>,
+    session_id: Option<&'a str>,
+    input: Option<&'a Value>,
+    /// The refusal a caller reports, also recorded if it is abandoned.
+    refusal: Option<&'a str>,
+    place: Placement<'a>,
+    /// Set just before the device is sent the call.
+    reached: AtomicBool,
+}
+
+/// Where a pending decision stands with its place in the audit queue.
+enum Placement<'a> {
+    /// Not yet taken: nothing has happened, nothing is to be recorded.
+    Waiting,
+    /// Taken: spent on the record.
+    Held(AuditPlace<'a>),
+    /// None needed (no queue behind the hook, or the writer has stopped).
+    Unplaced,
+    /// The decision was reported.
+    Reported,
+}
+
+impl PendingDecision<'_> {
+    /// Takes the call's place in the audit queue, waiting for room; false
+    /// when the audit writer has stopped.
+    async fn take_place(&mut self) -> bool {
+        let adapter = self.adapter;
+        let room = match (&adapter.room, &adapter.on_decision) {
+            (Some(room), Some(_)) => room,
+            _ => {
+                self.place = Placement::Unplaced;
+                return true;
+            }
+        };
+        match room.take().await {
+            Ok(place) => {
+                self.place = Placement::Held(place);
+                true
+            }
+            Err(_) => {
+                self.place = Placement::Unplaced;
+                false
+            }
+        }
+    }
+
+    /// Sends the decision to the hook, in the call's place; once.
+    fn report(&mut self, allowed: bool, reason: &str, rule: Option<&str>) {
+        match std::mem::replace(&mut self.place, Placement::Reported) {
+            Placement::Waiting | Placement::Reported => return,
+            Placement::Held(place) => place.spend(),
+            Placement::Unplaced => {}
+        }
+        if let Some(hook) = &self.adapter.on_decision {
+            hook(&DecisionRecord {
+                tool: self.tool,
+                device_id: self.device_id,
+                capability: self.capability,
+                allowed,
+                reason,
+                agent_id: self.agent_id,
+                session_id: self.session_id,
+                rule,
+                input: self.input,
+            });
+        }
+    }
+}
+
+impl Drop for PendingDecision<'_> {
+    fn drop(&mut self) {
+        let reached = self.reached.load(Ordering::Relaxed);
+        let reason = match self.refusal {
+            Some(refusal) => refusal,
+            None if reached => "abandoned by the caller while the device was called",
+            None => "abandoned by the caller before the device was reached",
+        };
+        self.report(reached, reason, None);
     }
 }
 

@@ -52,9 +52,7 @@ pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_unix
 pub use person::{
     AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
 };
-pub use redact::{
-    LONG_HEX_RUN, MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer,
-};
+pub use redact::{MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer};
 pub use registry::{
     AuthError, AuthenticatedDevice, CapabilityChange, ChangeKind, ConsentCapability,
     ConsentDecision, ConsentRequest, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot,
@@ -63,10 +61,11 @@ pub use registry::{
 pub use reload::{FileStamp, Reloaded, watch_policy_file};
 pub use server::{device_router, serve_devices};
 pub use store::{
-    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditWriter, GENESIS_HASH, MAX_AUDIT_DEPTH,
-    MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind,
-    SCHEMA_VERSION, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
-    WriterOptions, redact_for_audit,
+    AuditEntry, AuditEvent, AuditHead, AuditKey, AuditKeyError, AuditOptions, AuditProblem,
+    AuditWriter, GENESIS_HASH, HeadSyntaxError, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES,
+    MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind, RECORD_PATIENCE, SCHEMA_VERSION,
+    STOP_ATTEMPTS, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
+    WriterOptions, audit_head_file, redact_for_audit,
 };
 pub use stream::{STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription};
 pub use unix::{

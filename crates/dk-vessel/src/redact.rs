@@ -10,12 +10,15 @@
 //!   [`Redactor`] (the admission contract's);
 //! - by their SHA-256 only: device tokens (64 lower-case hex characters) and,
 //!   after a restart, agent credentials (`dka_` and 64 hex characters). In a
-//!   run of hex characters every 64-character window is checked against
-//!   those hashes, so a token glued to more hex digits is still found. A run
-//!   longer than [`LONG_HEX_RUN`] is replaced whole rather than checked window
-//!   by window, and one call checks at most [`MAX_HASHED_WINDOWS`] windows
-//!   (past them a run is replaced whole too), so no input can make
-//!   redaction slow.
+//!   run of hex characters every 64-character window is hashed and looked up
+//!   among those hashes, so a token glued to more hex digits is still found;
+//!   only a window that is a token is replaced, and hex that is no secret (a
+//!   digest, a key the agent sent, any long run) is kept as it is. One call
+//!   hashes at most [`MAX_HASHED_WINDOWS`] windows, so no input can make
+//!   redaction slow; the rest of a run met after them is cut, with a marker
+//!   saying how many characters were left out (`[cut: N hex characters past
+//!   the redaction budget]`): never kept unchecked, never passed off as a
+//!   secret.
 //!
 //! Either way the marker is [`REDACTED`] (`[REDACTED]`), and JSON nested
 //! deeper than [`MAX_TELEMETRY_DEPTH`] becomes [`MAX_DEPTH_MARKER`], as the
@@ -36,19 +39,17 @@ use crate::registry::DeviceRegistry;
 /// The length of a device token, and of an agent credential's hex part.
 const TOKEN_LEN: usize = 64;
 
-/// The longest run of hex characters checked window by window against the
-/// token hashes; a longer run is replaced whole.
-pub const LONG_HEX_RUN: usize = 192;
-
 /// The most 64-character windows one redaction call (one string, one JSON
-/// value, one event) hashes and looks up; a hex run met after them is
-/// replaced whole.
+/// value, one event) hashes and looks up; what is left of a hex run after
+/// them is cut, with a marker saying how much.
 pub const MAX_HASHED_WINDOWS: usize = 1024;
 
 /// The secrets known in clear, and the redactor made of them.
 #[derive(Default)]
 struct Known {
     secrets: Vec<Box<str>>,
+    /// The longest of them, in characters.
+    longest: usize,
     redactor: Arc<Redactor>,
 }
 
@@ -84,8 +85,8 @@ impl fmt::Debug for SecretRedactor {
 }
 
 impl SecretRedactor {
-    /// A redactor that knows no secret yet (it then changes only hex runs
-    /// longer than [`LONG_HEX_RUN`], and nests no deeper than the cap).
+    /// A redactor that knows no secret yet (it then changes nothing but JSON
+    /// nested deeper than the cap).
     pub fn new() -> SecretRedactor {
         SecretRedactor::default()
     }
@@ -118,6 +119,7 @@ impl SecretRedactor {
         if known.secrets.iter().any(|s| &**s == secret) {
             return;
         }
+        known.longest = known.longest.max(secret.chars().count());
         known.secrets.push(secret.into());
         known.redactor = Arc::new(Redactor::new(known.secrets.iter()));
     }
@@ -132,6 +134,36 @@ impl SecretRedactor {
                 .unwrap_or_else(PoisonError::into_inner)
                 .redactor,
         )
+    }
+
+    /// The longest secret that can be found, in characters: a device token,
+    /// or a longer secret known in clear.
+    fn longest_secret(&self) -> usize {
+        let known = self
+            .shared
+            .known
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .longest;
+        known.max(TOKEN_LEN)
+    }
+
+    /// `value` fit for an audit entry, cut as every entry is (strings at 256
+    /// characters, 64 items, 8 levels, each cut saying how much it left out)
+    /// with every string and key that is kept redacted first. A long string
+    /// is redacted over what is kept and as many characters more as the
+    /// longest secret, so a secret across the cut is found whole, and what
+    /// redaction left of those extra characters is dropped (see
+    /// [`cut_for_audit_with`](crate::store::cut_for_audit_with)). Redaction
+    /// checks only what the entry keeps, so the window budget goes to that.
+    pub(crate) fn redact_for_audit(&self, value: &Value) -> Value {
+        let known = self.known();
+        let lookahead = self.longest_secret().saturating_sub(1);
+        let mut windows = window_budget();
+        crate::store::cut_for_audit_with(value, lookahead, &mut |text: &str| {
+            self.redact_str_with(&known, text, &mut windows)
+                .into_owned()
+        })
     }
 
     /// `text` with every known secret replaced by [`REDACTED`]; borrowed when
@@ -237,16 +269,22 @@ impl SecretRedactor {
         }
     }
 
-    /// Hides tokens known only by their hashes in `text`: a hex run of
-    /// 64 to [`LONG_HEX_RUN`] characters is checked window by window while
-    /// `windows` lasts, a longer one (or any once `windows` is spent) is
-    /// replaced whole.
+    /// Hides tokens known only by their hashes in `text`: in every run of at
+    /// least 64 hex characters, each 64-character window is hashed and looked
+    /// up while `windows` lasts, and a window that is a token is replaced by
+    /// [`REDACTED`]; the rest of the run is kept as it is. What is left of a
+    /// run once `windows` is spent is cut with a marker saying how many
+    /// characters it held. Without token hashes to look in, nothing changes.
     fn hide_hex_tokens<'a>(&self, text: &'a str, windows: &mut usize) -> Cow<'a, str> {
+        let Some(hashed) = self.shared.hashed.get() else {
+            return Cow::Borrowed(text);
+        };
         let is_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
         let bytes = text.as_bytes();
         if bytes.len() < TOKEN_LEN {
             return Cow::Borrowed(text);
         }
+        let mut lookup: Option<Lookup> = None;
         let mut out: Option<String> = None;
         let mut copied = 0;
         let mut i = 0;
@@ -259,21 +297,13 @@ impl SecretRedactor {
             while bytes.get(i).copied().is_some_and(is_hex) {
                 i += 1;
             }
-            let run_len = i - run_start;
-            if run_len < TOKEN_LEN {
+            if i - run_start < TOKEN_LEN {
                 continue;
             }
             // Hex is ASCII, so every index in the run is a char boundary.
             let run = text.get(run_start..i).unwrap_or_default();
-            let checks = run_len - TOKEN_LEN + 1;
-            let hashing = self.shared.hashed.get().is_some();
-            let hidden = if run_len > LONG_HEX_RUN || (hashing && checks > *windows) {
-                Some(Cow::Borrowed(REDACTED))
-            } else {
-                *windows = windows.saturating_sub(checks);
-                self.hide_windows(run).map(Cow::Owned)
-            };
-            if let Some(replacement) = hidden {
+            let lookup = lookup.get_or_insert_with(|| Lookup::new(hashed));
+            if let Some(replacement) = lookup.hide(run, windows) {
                 let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
                 out.push_str(text.get(copied..run_start).unwrap_or_default());
                 out.push_str(&replacement);
@@ -288,26 +318,61 @@ impl SecretRedactor {
             }
         }
     }
+}
 
-    /// `run` (all hex) with every token window replaced, or `None` when it
-    /// holds no token.
-    fn hide_windows(&self, run: &str) -> Option<String> {
-        let hashed = self.shared.hashed.get()?;
-        let registry = hashed.registry.upgrade();
-        let agents = hashed.agents.upgrade();
-        let is_token = |window: &str| {
-            registry.as_ref().is_some_and(|r| r.is_device_token(window))
-                || agents
-                    .as_ref()
-                    .is_some_and(|a| a.is_credential(&format!("{AGENT_CREDENTIAL_PREFIX}{window}")))
+/// The registry and agent directory a redaction call looks tokens up in,
+/// taken once per call.
+struct Lookup {
+    registry: Option<Arc<DeviceRegistry>>,
+    agents: Option<Arc<AgentDirectory>>,
+    /// `dka_` and the window being looked up, reused.
+    credential: String,
+}
+
+impl Lookup {
+    fn new(hashed: &Hashed) -> Lookup {
+        Lookup {
+            registry: hashed.registry.upgrade(),
+            agents: hashed.agents.upgrade(),
+            credential: String::with_capacity(AGENT_CREDENTIAL_PREFIX.len() + TOKEN_LEN),
+        }
+    }
+
+    /// Whether `window` (64 hex characters) is a device token or the hex
+    /// part of an agent credential.
+    fn is_token(&mut self, window: &str) -> bool {
+        if self
+            .registry
+            .as_ref()
+            .is_some_and(|r| r.is_device_token(window))
+        {
+            return true;
+        }
+        let Some(agents) = &self.agents else {
+            return false;
         };
-        let mut out = String::with_capacity(run.len());
+        self.credential.clear();
+        self.credential.push_str(AGENT_CREDENTIAL_PREFIX);
+        self.credential.push_str(window);
+        agents.is_credential(&self.credential)
+    }
+
+    /// `run` (all hex, at least 64 characters) with every token window
+    /// replaced, checking windows while `windows` lasts; `None` when it holds
+    /// no token and was checked to its end. Once `windows` is spent, what no
+    /// checked window covers is cut: a token there would start in it, so
+    /// none of it is kept.
+    fn hide(&mut self, run: &str, windows: &mut usize) -> Option<String> {
+        let checks = run.len() + 1 - TOKEN_LEN;
+        let allowed = checks.min(*windows);
+        *windows -= allowed;
+        let mut out = String::new();
         let mut found = false;
         let mut at = 0;
         let mut copied = 0;
-        while at + TOKEN_LEN <= run.len() {
+        while at < allowed {
             let window = run.get(at..at + TOKEN_LEN).unwrap_or_default();
-            if is_token(window) {
+            if self.is_token(window) {
                 out.push_str(run.get(copied..at).unwrap_or_default());
                 out.push_str(REDACTED);
                 at += TOKEN_LEN;
@@ -317,9 +382,24 @@ impl SecretRedactor {
                 at += 1;
             }
         }
+        if allowed < checks {
+            // Windows from `at` on were not looked at: cut from there.
+            out.push_str(run.get(copied..at).unwrap_or_default());
+            out.push_str(&budget_cut(run.len() - at));
+            return Some(out);
+        }
+        if !found {
+            return None;
+        }
         out.push_str(run.get(copied..).unwrap_or_default());
-        found.then_some(out)
+        Some(out)
     }
+}
+
+/// The marker for `count` hex characters cut because the call's window
+/// budget was spent.
+fn budget_cut(count: usize) -> String {
+    format!("[cut: {count} hex characters past the redaction budget]")
 }
 
 /// A fresh budget of windows for one redaction call.

@@ -24,7 +24,7 @@ use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::audit_event;
 use crate::registry::{DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
-use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, cut_for_audit};
+use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, fits_in_entry};
 
 /// Limits on device connections. Every one is configurable; the defaults are
 /// documented in `docs/PROTOCOL.md`.
@@ -356,6 +356,32 @@ impl Decision {
             "sessionId": self.session_id, "rule": self.rule,
         })
     }
+
+    /// The decision's audit event: the record and its input, each redacted
+    /// and cut by [`SecretRedactor::redact_for_audit`]. An input whose cut
+    /// form would still make the entry too large to store (wide nesting,
+    /// escapes) is replaced by a marker giving its size: the decision itself
+    /// is always recorded.
+    fn audit_event(&self, redactor: &SecretRedactor) -> AuditEvent {
+        let mut entry = redactor.redact_for_audit(&self.to_json());
+        if let (Some(input), Value::Object(map)) = (&self.input, &mut entry) {
+            map.insert("input".to_owned(), redactor.redact_for_audit(input));
+        }
+        if !fits_in_entry(&entry)
+            && let Value::Object(map) = &mut entry
+            && let Some(input) = map.get_mut("input")
+        {
+            let size = input.to_string().len();
+            *input = Value::String(format!(
+                "[cut: the input takes {size} bytes once cut, too many for one entry]"
+            ));
+        }
+        AuditEvent {
+            at_ms: self.at_ms,
+            kind: "decision".to_owned(),
+            entry,
+        }
+    }
 }
 
 impl DecisionAudit {
@@ -380,21 +406,10 @@ impl DecisionAudit {
             recent.push_back(Arc::clone(&decision));
         }
         let redactor = self.redactor.clone();
-        self.writer.record_with(move || {
-            // Redacted before it is cut, so a cut never leaves half a secret.
-            let mut value = redactor.redact_json(&decision.to_json());
-            if let (Some(input), Value::Object(map)) = (&decision.input, &mut value) {
-                map.insert(
-                    "input".to_owned(),
-                    cut_for_audit(&redactor.redact_json(input)),
-                );
-            }
-            Some(AuditEvent {
-                at_ms: decision.at_ms,
-                kind: "decision".to_owned(),
-                entry: value,
-            })
-        });
+        // The adapter took this decision's place in the queue before the
+        // call's checks.
+        self.writer
+            .record_placed(move || Some(decision.audit_event(&redactor)));
     }
 }
 
@@ -416,6 +431,7 @@ impl Vessel {
             AgentDirectory::new(),
             policies,
             limits,
+            WriterOptions::default(),
         )
     }
 
@@ -427,6 +443,17 @@ impl Vessel {
         policies: PolicySet,
         limits: Limits,
     ) -> Result<Arc<Vessel>, StoreError> {
+        Vessel::open_with_writer(store, policies, limits, WriterOptions::default())
+    }
+
+    /// [`Vessel::open`] with the audit writer batching and queueing as
+    /// `writer` says.
+    pub(crate) fn open_with_writer(
+        store: Arc<dyn Store>,
+        policies: PolicySet,
+        limits: Limits,
+        writer: WriterOptions,
+    ) -> Result<Arc<Vessel>, StoreError> {
         let stored: Vec<StoredAgent> = store.load_agents()?;
         let agents = AgentDirectory::from_stored(stored)
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
@@ -435,6 +462,7 @@ impl Vessel {
             agents,
             policies,
             limits,
+            writer,
         ))
     }
 
@@ -443,12 +471,10 @@ impl Vessel {
         agents: AgentDirectory,
         policies: PolicySet,
         limits: Limits,
+        writer: WriterOptions,
     ) -> Arc<Vessel> {
         let agents = Arc::new(agents.with_store(Arc::clone(registry.store())));
-        let writer = Arc::new(AuditWriter::start(
-            Arc::clone(registry.store()),
-            WriterOptions::default(),
-        ));
+        let writer = Arc::new(AuditWriter::start(Arc::clone(registry.store()), writer));
         let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
         let registry = Arc::new(registry);
         let redactor = SecretRedactor::new();
@@ -464,7 +490,8 @@ impl Vessel {
             .with_policies(Arc::new(policies))
             .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
                 hook.record(record)
-            }));
+            }))
+            .with_decision_room(writer.room());
         if let Some(run_limits) = &limits.run_limits {
             adapter = adapter.with_run_limits(run_limits.clone());
         }
@@ -562,7 +589,10 @@ impl Vessel {
     }
 
     /// Appends an event to the audit log (write-behind, like decisions),
-    /// known secrets redacted.
+    /// known secrets redacted. When the audit queue is full this waits for
+    /// room on the caller's thread (a batch commit, about a millisecond), at
+    /// most [`RECORD_PATIENCE`](crate::store::RECORD_PATIENCE), then queues
+    /// the event past the queue's bound: it is never dropped.
     pub fn audit(&self, kind: &str, entry: Value) {
         self.writer
             .record(audit_event(kind, self.redactor.redact_json(&entry)));
@@ -573,8 +603,9 @@ impl Vessel {
         self.writer.flush()
     }
 
-    /// Audit entries recorded so far that were dropped because the writer
-    /// fell behind (its queue holds 65,536).
+    /// Audit entries lost so far: zero unless the audit writer stopped
+    /// while its store kept failing (a full queue makes calls wait, it drops
+    /// nothing; see [`AuditWriter::dropped`]).
     pub fn audit_dropped(&self) -> u64 {
         self.writer.dropped()
     }

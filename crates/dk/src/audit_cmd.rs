@@ -1,12 +1,16 @@
 //! `dk audit tail` and `dk audit verify`: read a vessel's audit log straight
-//! from its database (a running vessel keeps writing; reading is safe).
+//! from its database (a running vessel keeps writing; reading is safe), and
+//! how `dk vessel` opens its store to keep the log's head outside it and,
+//! given a key file, to key the chain.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use dk_vessel::{AuditEntry, AuditHead, SqliteStore, Store};
+use dk_vessel::{
+    AuditEntry, AuditHead, AuditKey, AuditOptions, SqliteStore, Store, StoreError, audit_head_file,
+};
 use serde_json::json;
 
 use crate::home::{DATABASE_FILE, data_dir_or_home};
@@ -30,28 +34,126 @@ pub enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Check the hash chain; exit 0 when intact, 1 saying where it breaks.
+    /// Check the hash chain, the log against the pairings, grants and agents
+    /// it must account for, and the head kept outside the database; exit 0
+    /// when intact, 1 saying what is wrong.
     Verify {
         /// The vessel's data directory. [default: `vessel` in dk's home]
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// A head kept from an earlier verify (`SEQ:HASH`): also detects
-        /// entries cut off the end since then.
-        #[arg(long)]
+        /// Where the vessel keeps the log's head. [default: beside the data
+        /// directory, `DIR.audit-head`]
+        #[arg(long, value_name = "FILE")]
+        audit_head_file: Option<PathBuf>,
+        /// A head kept from an earlier verify (`SEQ:HASH`), instead of the
+        /// head file.
+        #[arg(long, conflicts_with_all = ["audit_head_file", "no_kept_head"])]
         expect_head: Option<String>,
+        /// Check without a kept head: entries cut off the end, and a chain
+        /// rewritten with recomputed hashes, then go unseen.
+        #[arg(long)]
+        no_kept_head: bool,
+        /// The key of a keyed chain (the file given to `dk vessel
+        /// --audit-key-file`): a keyed chain is checked only with it, and
+        /// with it a chain rewritten without the key is named.
+        #[arg(long, value_name = "FILE")]
+        audit_key_file: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
 }
 
-fn open(data_dir: Option<&std::path::Path>) -> Result<SqliteStore, String> {
-    let (data_dir, _) = data_dir_or_home(data_dir).map_err(|e| e.to_string())?;
+fn open(data_dir: &Path) -> Result<SqliteStore, String> {
     let path = data_dir.join(DATABASE_FILE);
     if !path.exists() {
         return Err(format!("no vessel database at `{}`", path.display()));
     }
     SqliteStore::open(&path).map_err(|e| e.to_string())
+}
+
+/// Where the head of `data_dir`'s audit log is kept: `given`, else beside
+/// the data directory.
+fn head_file(data_dir: &Path, given: Option<&Path>) -> Result<PathBuf, String> {
+    match given {
+        Some(file) => Ok(file.to_owned()),
+        None => audit_head_file(data_dir).ok_or_else(|| {
+            format!(
+                "the data directory `{}` has no name to keep its audit head beside",
+                data_dir.display()
+            )
+        }),
+    }
+}
+
+/// The store of `dk vessel`, keeping its audit log's head in
+/// `head_file_given` (default beside the data directory) and, given
+/// `key_file`, keying the chain with the key kept there (made on first use;
+/// refused inside the data directory); and a line for the start text saying
+/// where. A log that no longer matches the kept head is refused with what to
+/// do.
+pub fn open_vessel_store(
+    data_dir: &Path,
+    head_file_given: Option<&Path>,
+    key_file: Option<&Path>,
+) -> Result<(SqliteStore, String), String> {
+    let head_file = head_file(data_dir, head_file_given)?;
+    let key = match key_file {
+        None => None,
+        Some(file) => {
+            refuse_inside(data_dir, file)?;
+            Some(AuditKey::load_or_create(file).map_err(|e| e.to_string())?)
+        }
+    };
+    let said = match (&key, key_file) {
+        (Some(key), Some(file)) => format!(
+            "head kept in {}; chain keyed with the key in {} (key {})",
+            head_file.display(),
+            file.display(),
+            key.id()
+        ),
+        _ => format!("head kept in {}; chain not keyed", head_file.display()),
+    };
+    let audit = AuditOptions {
+        head_file: Some(head_file.clone()),
+        key,
+    };
+    let store = SqliteStore::open_with(&data_dir.join(DATABASE_FILE), audit).map_err(|e| {
+        match e {
+            StoreError::HeadMismatch { .. } => format!(
+                "{e}\n  `dk audit verify --data-dir {}` says what changed; to go on with the log as it is, move `{}` away",
+                data_dir.display(),
+                head_file.display()
+            ),
+            other => other.to_string(),
+        }
+    })?;
+    Ok((store, said))
+}
+
+/// Refuses a key file inside the data directory, where whoever can rewrite
+/// the log could read it.
+fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
+    let absolute = |path: &Path| {
+        std::path::absolute(path)
+            .map(|path| path.components().collect::<PathBuf>())
+            .map_err(|e| format!("`{}`: {e}", path.display()))
+    };
+    let dir = absolute(data_dir)?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let file = absolute(key_file)?;
+    let parent = file
+        .parent()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
+        .unwrap_or_default();
+    if parent.starts_with(&dir) {
+        return Err(format!(
+            "the audit key file `{}` is inside the data directory `{}`: keep it outside, where rewriting the log does not reach it",
+            key_file.display(),
+            data_dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs an audit command.
@@ -62,12 +164,55 @@ pub fn run(command: AuditCommand) -> ExitCode {
             lines,
             follow,
             json,
-        } => tail(data_dir.as_deref(), lines, follow, json),
+        } => data_dir_or_home(data_dir.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|(data_dir, _)| tail(&data_dir, lines, follow, json)),
         AuditCommand::Verify {
             data_dir,
+            audit_head_file,
             expect_head,
+            no_kept_head,
+            audit_key_file,
             json,
-        } => return verify(data_dir.as_deref(), expect_head.as_deref(), json),
+        } => {
+            let data_dir = match data_dir_or_home(data_dir.as_deref()) {
+                Ok((data_dir, _)) => data_dir,
+                Err(e) => {
+                    eprintln!("error: {}", printable(&e.to_string()));
+                    return ExitCode::FAILURE;
+                }
+            };
+            let key = match audit_key_file.as_deref().map(AuditKey::load) {
+                None => None,
+                Some(Ok(key)) => audit_key_file.map(|file| (file, key)),
+                Some(Err(e)) => {
+                    eprintln!("error: {}", printable(&e.to_string()));
+                    return ExitCode::FAILURE;
+                }
+            };
+            let kept = if no_kept_head {
+                Kept::NotAsked
+            } else if let Some(text) = expect_head {
+                match text.parse() {
+                    Ok(head) => Kept::Given(head),
+                    Err(e) => {
+                        eprintln!("error: --expect-head: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                match head_file(&data_dir, audit_head_file.as_deref())
+                    .and_then(|file| Kept::read(file).map_err(|e| e.to_string()))
+                {
+                    Ok(kept) => kept,
+                    Err(e) => {
+                        eprintln!("error: {}", printable(&e));
+                        return ExitCode::FAILURE;
+                    }
+                }
+            };
+            return verify(&data_dir, &kept, key.as_ref(), json);
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -95,14 +240,9 @@ fn show(entry: &AuditEntry, json: bool) {
     }
 }
 
-fn tail(
-    data_dir: Option<&std::path::Path>,
-    lines: u64,
-    follow: bool,
-    json: bool,
-) -> Result<(), String> {
+fn tail(data_dir: &Path, lines: u64, follow: bool, json: bool) -> Result<(), String> {
     let store = open(data_dir)?;
-    let total = store.verify_audit().map_err(|e| e.to_string())?.entries;
+    let total = store.audit_head().map_err(|e| e.to_string())?.seq;
     let mut after = total.saturating_sub(lines);
     loop {
         let batch = store.read_audit(after, 500).map_err(|e| e.to_string())?;
@@ -120,21 +260,55 @@ fn tail(
     }
 }
 
-fn verify(data_dir: Option<&std::path::Path>, expect_head: Option<&str>, json: bool) -> ExitCode {
-    let expected = match expect_head.map(parse_head) {
-        None => None,
-        Some(Ok(head)) => Some(head),
-        Some(Err(e)) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
+/// The head `dk audit verify` checks the log against.
+enum Kept {
+    /// `--no-kept-head`.
+    NotAsked,
+    /// `--expect-head`.
+    Given(AuditHead),
+    /// Read from the head file.
+    File(PathBuf, AuditHead),
+    /// The head file is not there.
+    Missing(PathBuf),
+}
+
+impl Kept {
+    /// The head kept in `file`. Read before the log, so entries a running
+    /// vessel commits meanwhile are never taken for a cut.
+    fn read(file: PathBuf) -> Result<Kept, dk_vessel::StoreError> {
+        Ok(match AuditHead::read_from(&file)? {
+            Some(head) => Kept::File(file, head),
+            None => Kept::Missing(file),
+        })
+    }
+
+    fn head(&self) -> Option<&AuditHead> {
+        match self {
+            Kept::Given(head) | Kept::File(_, head) => Some(head),
+            Kept::NotAsked | Kept::Missing(_) => None,
         }
-    };
+    }
+
+    /// What the person is told about the kept head.
+    fn describe(&self) -> String {
+        match self {
+            Kept::NotAsked => {
+                "checked without a kept head (--no-kept-head): a cut tail or a rewritten chain would go unseen".to_owned()
+            }
+            Kept::Given(head) => format!("checked against the head given: {head}"),
+            Kept::File(file, head) => {
+                format!("checked against the head kept in {}: {head}", file.display())
+            }
+            Kept::Missing(file) => format!("no head kept in {}", file.display()),
+        }
+    }
+}
+
+fn verify(data_dir: &Path, kept: &Kept, key: Option<&(PathBuf, AuditKey)>, json: bool) -> ExitCode {
     let report = open(data_dir).and_then(|store| {
-        match &expected {
-            Some(head) => store.verify_audit_against(head),
-            None => store.verify_audit(),
-        }
-        .map_err(|e| e.to_string())
+        store
+            .verify_audit_with(key.map(|(_, key)| key), kept.head())
+            .map_err(|e| e.to_string())
     });
     let report = match report {
         Ok(report) => report,
@@ -143,26 +317,57 @@ fn verify(data_dir: Option<&std::path::Path>, expect_head: Option<&str>, json: b
             return ExitCode::FAILURE;
         }
     };
-    let intact = report.problems.is_empty();
+    let mut problems: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+    if let Kept::Missing(file) = kept {
+        problems.push(format!(
+            "no kept head at `{}`: entries cut off the end, or a chain rewritten with recomputed hashes, would go unseen (give --audit-head-file, --expect-head, or --no-kept-head)",
+            file.display()
+        ));
+    }
+    let intact = problems.is_empty();
+    let head = format!("{}:{}", report.entries, report.head);
     if json {
-        let problems: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+        let kept_head = match kept {
+            Kept::File(file, head) => {
+                json!({"file": file.display().to_string(), "head": head.to_string()})
+            }
+            Kept::Given(head) => json!({"head": head.to_string()}),
+            Kept::Missing(file) => json!({"file": file.display().to_string(), "head": null}),
+            Kept::NotAsked => json!(null),
+        };
+        let key =
+            key.map(|(file, key)| json!({"file": file.display().to_string(), "id": key.id()}));
         println!(
             "{}",
-            json!({"intact": intact, "entries": report.entries, "head": format!("{}:{}", report.entries, report.head), "problems": problems})
+            json!({"intact": intact, "entries": report.entries, "head": head, "keptHead": kept_head, "key": key, "problems": problems})
         );
     } else {
-        for problem in &report.problems {
-            println!("BROKEN {}", printable(&problem.to_string()));
+        for problem in &problems {
+            println!("BROKEN {}", printable(problem));
+        }
+        println!("{}", printable(&kept.describe()));
+        match key {
+            Some((file, key)) => println!(
+                "{}",
+                printable(&format!(
+                    "checked with the key in {} (key {})",
+                    file.display(),
+                    key.id()
+                ))
+            ),
+            None => println!(
+                "checked without a key: if the chain was keyed, a rewrite that removed its keying would go unseen"
+            ),
         }
         if intact {
             println!(
-                "intact: {} entries; head {}:{} (keep it to detect later truncation)",
-                report.entries, report.entries, report.head
+                "intact: {} entries; head {head} (the vessel keeps it outside the database; keep a copy elsewhere too)",
+                report.entries
             );
         } else {
             println!(
                 "the audit log was tampered with: {} problem(s)",
-                report.problems.len()
+                problems.len()
             );
         }
     }
@@ -171,15 +376,4 @@ fn verify(data_dir: Option<&std::path::Path>, expect_head: Option<&str>, json: b
     } else {
         ExitCode::FAILURE
     }
-}
-
-fn parse_head(text: &str) -> Result<AuditHead, String> {
-    let (seq, hash) = text.split_once(':').ok_or("--expect-head is SEQ:HASH")?;
-    let seq = seq
-        .parse()
-        .map_err(|_| "--expect-head: SEQ must be a number")?;
-    Ok(AuditHead {
-        seq,
-        hash: hash.to_owned(),
-    })
 }

@@ -15,15 +15,15 @@ use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
     AdminToken, AdminTokenError, FileStamp, Limits, McpOptions, PrivateDir, PrivateFileError,
-    Reloaded, SqliteStore, Store, Vessel, VesselConfig, bind_private_socket, ensure_private_dir,
-    serve_admin, serve_admin_unix, serve_devices, serve_mcp_unix, serve_mcp_with,
-    watch_policy_file, write_private_file,
+    Reloaded, Store, Vessel, VesselConfig, bind_private_socket, ensure_private_dir, serve_admin,
+    serve_admin_unix, serve_devices, serve_mcp_unix, serve_mcp_with, watch_policy_file,
+    write_private_file,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::home::{ADDRESS_FILE, DATABASE_FILE, Paths};
+use crate::home::{ADDRESS_FILE, Paths};
 use crate::input::printable;
 use crate::prompt;
 
@@ -75,6 +75,18 @@ pub struct VesselArgs {
     /// Pairing requests one address may have waiting for the person at once.
     #[arg(long, default_value_t = Limits::default().max_pending_pairings_per_address)]
     pub pending_pairings_per_address: usize,
+    /// Where the audit log's head (`SEQ:HASH`) is kept, brought up to date
+    /// as commits are made and checked at start and by `dk audit verify`;
+    /// keep it outside the data directory. [default: beside the data
+    /// directory, `DIR.audit-head`]
+    #[arg(long, value_name = "FILE")]
+    pub audit_head_file: Option<PathBuf>,
+    /// Key the audit chain with the key in this file (64 hex characters,
+    /// mode 0600, made on first use): nobody without it can then write an
+    /// entry that verifies. Keep it outside the data directory; `dk audit
+    /// verify` needs it too.
+    #[arg(long, value_name = "FILE")]
+    pub audit_key_file: Option<PathBuf>,
 }
 
 /// Where agents connect over MCP unless `--mcp-listen` says otherwise.
@@ -158,9 +170,12 @@ async fn serve(
         .await
         .map_err(|e| e.to_string())?;
     leftovers.0.push(paths.mcp_socket());
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&paths.data_dir.join(DATABASE_FILE)).map_err(|e| e.to_string())?,
-    );
+    let (store, audit_kept) = crate::audit_cmd::open_vessel_store(
+        &paths.data_dir,
+        args.audit_head_file.as_deref(),
+        args.audit_key_file.as_deref(),
+    )?;
+    let store: Arc<dyn Store> = Arc::new(store);
     let token_path = paths.admin_token_file.clone();
     let (token, replaced) = admin_token(store.as_ref(), &token_path)?;
     let devices = TcpListener::bind(args.listen)
@@ -237,6 +252,7 @@ async fn serve(
         paths.mcp_socket().display(),
         vessel.agents().list().len()
     );
+    println!("  audit log            {audit_kept}");
     println!("  device_use rules     {rules}");
     println!("  streaming kinds      {}", streaming_summary(&config));
     println!(

@@ -224,7 +224,7 @@ impl DeviceTools {
     /// records the decision. `None` when the call may go on to the adapter
     /// (which refuses names that do not resolve, after this check, so an
     /// agent cannot learn what lies outside its scope).
-    fn refuse_out_of_scope(
+    async fn refuse_out_of_scope(
         &self,
         tool: &str,
         agent: &Agent,
@@ -254,7 +254,10 @@ impl DeviceTools {
             ..CallContext::default()
         };
         let reason = out_of_scope_reason(tool, &agent.id);
-        self.vessel.adapter().report_refusal(tool, &reason, &ctx);
+        self.vessel
+            .adapter()
+            .report_refusal(tool, &reason, &ctx)
+            .await;
         Some(CallToolResult::error(vec![ContentBlock::text(reason)]))
     }
 }
@@ -377,7 +380,10 @@ impl ServerHandler for DeviceTools {
                 .into());
         }
         let input = Value::Object(request.arguments.unwrap_or_default());
-        if let Some(refusal) = self.refuse_out_of_scope(&request.name, &agent, session.as_deref()) {
+        if let Some(refusal) = self
+            .refuse_out_of_scope(&request.name, &agent, session.as_deref())
+            .await
+        {
             return Ok(refusal.into());
         }
         let ctx = CallContext {

@@ -65,12 +65,12 @@ fn json_deeper_than_the_cap_is_cut_at_the_marker() {
 }
 
 #[test]
-fn long_hex_runs_are_hidden_whole_and_short_ones_kept() {
+fn without_token_hashes_hex_is_never_touched() {
     let r = SecretRedactor::new();
-    let short = "ab".repeat(LONG_HEX_RUN / 2);
-    check_str(&r, &format!("digest {short}."), &format!("digest {short}."));
-    let long = "ab".repeat(LONG_HEX_RUN / 2 + 1);
-    check_str(&r, &format!("blob {long}."), "blob [REDACTED].");
+    for len in [64, 192, 194, 5_000] {
+        let run = "ab".repeat(len / 2);
+        check_str(&r, &format!("blob {run}."), &format!("blob {run}."));
+    }
 }
 
 #[test]
@@ -354,19 +354,145 @@ async fn tokens_known_only_by_hash_are_found_after_a_restart() {
     assert_eq!(vessel.redactor().redact_str(&other), other.as_str());
 }
 
-#[test]
-fn one_call_hashes_a_bounded_number_of_windows_then_hides_runs_whole() {
-    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-    let digest = "0123456789abcdef".repeat(4);
-    let many = vec![digest.as_str(); MAX_HASHED_WINDOWS + 3].join(" ");
-    let out = vessel.redactor().redact_str(&many).into_owned();
-    let parts: Vec<&str> = out.split(' ').collect();
-    assert_eq!(parts.len(), MAX_HASHED_WINDOWS + 3);
-    assert!(parts[..MAX_HASHED_WINDOWS].iter().all(|p| *p == digest));
-    assert!(parts[MAX_HASHED_WINDOWS..].iter().all(|p| *p == REDACTED));
+/// A vessel whose device token and agent credential are known only by
+/// their hashes (opened again on the store that paired them), with both.
+async fn vessel_knowing_tokens_by_hash() -> (Arc<Vessel>, String, String) {
+    let store: Arc<dyn crate::store::Store> = Arc::new(crate::store::MemoryStore::new());
+    let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    let (_peer, device_token) = paired_lamp(&first).await;
+    let (_, agent) = first
+        .add_agent("main", AgentScope::AllDevices, AgentRole::User)
+        .unwrap();
+    let agent = agent.expose().to_owned();
+    drop(first);
+    let vessel = Vessel::open(store, PolicySet::empty(), Limits::default()).unwrap();
+    (vessel, device_token, agent)
+}
+
+/// Random lower-case hex, `len` characters: no secret.
+fn random_hex(len: usize) -> String {
+    (0..len)
+        .map(|_| char::from(b"0123456789abcdef"[rand::random_range(0..16)]))
+        .collect()
+}
+
+/// What the redactor makes of a hex run longer than one call's budget:
+/// the part its windows covered, then a cut saying how much is left out.
+fn past_budget(run: &str) -> String {
+    let kept = run.get(..MAX_HASHED_WINDOWS).unwrap();
+    let cut = run.len() - MAX_HASHED_WINDOWS;
+    format!("{kept}[cut: {cut} hex characters past the redaction budget]")
+}
+
+#[tokio::test]
+async fn only_hex_that_is_a_token_is_replaced() {
+    let (vessel, token, agent) = vessel_knowing_tokens_by_hash().await;
+    let hex = agent.trim_start_matches(AGENT_CREDENTIAL_PREFIX);
+    let (a, b) = (random_hex(64), random_hex(300));
+    // One window more than a call hashes.
+    let over = random_hex(MAX_HASHED_WINDOWS + 64);
+    let over_then_token = format!("{}{token}", random_hex(MAX_HASHED_WINDOWS));
+    let cases: Vec<(String, String)> = vec![
+        // No secret, however long, is kept as it is.
+        (a.clone(), a.clone()),
+        (format!("sha256:{b}"), format!("sha256:{b}")),
+        // Tokens, alone, glued to more hex, inside random runs, after dka_.
+        (token.clone(), REDACTED.to_owned()),
+        (format!("00ff{token}beef"), "00ff[REDACTED]beef".to_owned()),
+        (format!("{a}{token}{a}"), format!("{a}[REDACTED]{a}")),
+        (agent.clone(), "dka_[REDACTED]".to_owned()),
+        (format!("{a}{hex}"), format!("{a}[REDACTED]")),
+        (format!("{token}{hex}"), "[REDACTED][REDACTED]".to_owned()),
+        // Past the budget the rest of a run is cut, saying how much: not
+        // kept unchecked, not passed off as a secret.
+        (over.clone(), past_budget(&over)),
+        (over_then_token.clone(), past_budget(&over_then_token)),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(vessel.redactor().redact_str(&input), expected, "{input}");
+    }
+}
+
+#[tokio::test]
+async fn one_call_hashes_a_bounded_number_of_windows_then_cuts_what_is_left() {
+    let (vessel, token, _) = vessel_knowing_tokens_by_hash().await;
+    let digest = random_hex(64);
+    let mut parts = vec![digest.as_str(); MAX_HASHED_WINDOWS];
+    parts.extend([token.as_str(), digest.as_str()]);
+    let out = vessel.redactor().redact_str(&parts.join(" ")).into_owned();
+    // Neither the token after the budget nor the digest is shown: both are
+    // cut, each saying how much.
+    let cut = "[cut: 64 hex characters past the redaction budget]";
+    let mut expected = vec![digest.as_str(); MAX_HASHED_WINDOWS];
+    expected.extend([cut, cut]);
+    assert_eq!(out, expected.join(" "));
     // The budget is per call: the next call starts afresh.
+    assert_eq!(vessel.redactor().redact_str(&token), REDACTED);
     assert_eq!(vessel.redactor().redact_str(&digest), digest.as_str());
-    // A redactor without token hashes has nothing to look up, and no budget.
-    let plain = SecretRedactor::new();
-    assert_eq!(plain.redact_str(&many), many.as_str());
+}
+
+/// The input of the vessel's last decision entry, once `input` was called.
+async fn audited_input(vessel: &Vessel, input: Value) -> Value {
+    vessel
+        .adapter()
+        .execute("device__desk_lamp__x", input, CallContext::default())
+        .await;
+    vessel.flush_audit().unwrap();
+    let entries = vessel.registry().store().read_audit(0, 1000).unwrap();
+    let last = entries.iter().rev().find(|e| e.kind == "decision").unwrap();
+    last.entry["input"].clone()
+}
+
+#[tokio::test]
+async fn an_agent_cannot_keep_its_input_out_of_the_log_and_no_secret_gets_in() {
+    let (vessel, token, agent) = vessel_knowing_tokens_by_hash().await;
+    let hex = agent.trim_start_matches(AGENT_CREDENTIAL_PREFIX);
+    let key = random_hex(64);
+    let long = random_hex(200);
+    // A token across the 256-character cut, and one starting past it:
+    // neither reaches the entry, not even in part.
+    let across = format!("{}{token}{}", random_hex(230), random_hex(100));
+    let late = format!("{}{token}", random_hex(300));
+    let input = json!({
+        "key": key, "long": long, "token": format!("t={token}"), "agent": agent,
+        "glued": format!("{key}{hex}"), "across": across, "late": late,
+    });
+    let logged = audited_input(&vessel, input).await;
+    let text = logged.to_string();
+    for (field, expected) in [
+        ("key", key.clone()),
+        ("long", long.clone()),
+        ("token", "t=[REDACTED]".to_owned()),
+        ("agent", "dka_[REDACTED]".to_owned()),
+        ("glued", format!("{key}[REDACTED]")),
+        (
+            "across",
+            format!(
+                "{}[REDACTED][cut: 138 more characters]",
+                across.get(..230).unwrap()
+            ),
+        ),
+        (
+            "late",
+            format!("{}[cut: 108 more characters]", late.get(..256).unwrap()),
+        ),
+    ] {
+        assert_eq!(logged[field], json!(expected), "{field}: {text}");
+    }
+    for part in [token.get(..16).unwrap(), hex.get(..16).unwrap()] {
+        assert!(!text.contains(part), "part of a secret: {text}");
+    }
+}
+
+#[tokio::test]
+async fn an_input_too_large_for_one_entry_still_leaves_its_decision() {
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    // 64 x 64 strings cut to 256 characters: about 1 MiB in the log's form.
+    let row: Vec<String> = (0..64).map(|_| "x".repeat(300)).collect();
+    let logged = audited_input(&vessel, json!({ "rows": vec![row; 64] })).await;
+    let marker = logged.as_str().unwrap();
+    assert!(
+        marker.starts_with("[cut: the input takes ") && marker.ends_with("too many for one entry]"),
+        "{marker}"
+    );
 }

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::key::AuditKey;
 use super::{AuditEntry, AuditEvent, AuditProblem, ProblemKind, StoreError, VerifyReport};
 
 /// The `prev_hash` of the first entry: 64 zeros.
@@ -54,12 +55,34 @@ pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
 /// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
 /// Secrets are not its business: redact before or after.
 pub(crate) fn cut_for_audit(value: &Value) -> Value {
-    cut(value, 0)
+    cut_for_audit_with(value, 0, &mut |text: &str| text.to_owned())
 }
 
-fn cut(value: &Value, depth: usize) -> Value {
+/// Like [`cut_for_audit`], with every string and object key that is kept
+/// passed through `redact` first. A string longer than [`MAX_AUDIT_STRING`]
+/// is given to `redact` with `lookahead` characters more than what is kept
+/// (one less than the longest secret), so a secret across the cut is
+/// redacted whole; then what comes back loses its tail after the last
+/// replacement, up to `lookahead` characters: a secret starting there and
+/// running past what was read never reaches the entry, not even in part.
+/// The cut's marker counts the characters of the original past the first
+/// [`MAX_AUDIT_STRING`].
+pub(crate) fn cut_for_audit_with(
+    value: &Value,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> String,
+) -> Value {
+    cut(value, 0, lookahead, redact)
+}
+
+fn cut(
+    value: &Value,
+    depth: usize,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> String,
+) -> Value {
     match value {
-        Value::String(text) => Value::String(cut_text(text)),
+        Value::String(text) => Value::String(cut_text(text, lookahead, redact)),
         Value::Array(_) | Value::Object(_) if depth >= MAX_AUDIT_DEPTH => {
             Value::String("[cut: nested too deep]".to_owned())
         }
@@ -67,7 +90,7 @@ fn cut(value: &Value, depth: usize) -> Value {
             let mut out: Vec<Value> = items
                 .iter()
                 .take(MAX_AUDIT_ITEMS)
-                .map(|item| cut(item, depth + 1))
+                .map(|item| cut(item, depth + 1, lookahead, redact))
                 .collect();
             if items.len() > MAX_AUDIT_ITEMS {
                 out.push(Value::String(format!(
@@ -80,7 +103,10 @@ fn cut(value: &Value, depth: usize) -> Value {
         Value::Object(fields) => {
             let mut out = Map::new();
             for (key, item) in fields.iter().take(MAX_AUDIT_ITEMS) {
-                out.insert(cut_text(key), cut(item, depth + 1));
+                out.insert(
+                    cut_text(key, lookahead, redact),
+                    cut(item, depth + 1, lookahead, redact),
+                );
             }
             if fields.len() > MAX_AUDIT_ITEMS {
                 out.insert(
@@ -94,14 +120,66 @@ fn cut(value: &Value, depth: usize) -> Value {
     }
 }
 
-fn cut_text(text: &str) -> String {
+fn cut_text(text: &str, lookahead: usize, redact: &mut dyn FnMut(&str) -> String) -> String {
     let count = text.chars().count();
     if count <= MAX_AUDIT_STRING {
-        return text.to_owned();
+        return redact(text);
     }
-    let mut out: String = text.chars().take(MAX_AUDIT_STRING).collect();
+    let read = MAX_AUDIT_STRING + lookahead;
+    let (prefix, whole) = match text.char_indices().nth(read) {
+        Some((at, _)) => (text.get(..at).unwrap_or(text), false),
+        None => (text, true),
+    };
+    let redacted = redact(prefix);
+    let usable = if whole {
+        MAX_AUDIT_STRING
+    } else {
+        // The tail that redaction left as it was read may be the start of
+        // a secret that runs past it: drop it, at most `lookahead`.
+        let unchanged_tail = redacted
+            .chars()
+            .rev()
+            .zip(prefix.chars().rev())
+            .take_while(|(a, b)| a == b)
+            .take(lookahead)
+            .count();
+        (redacted.chars().count() - unchanged_tail).min(MAX_AUDIT_STRING)
+    };
+    let mut out: String = redacted.chars().take(usable).collect();
     let _ = write!(out, "[cut: {} more characters]", count - MAX_AUDIT_STRING);
     out
+}
+
+/// Whether `value` as an entry's canonical JSON is at most
+/// [`MAX_AUDIT_ENTRY_BYTES`]: a quick bound first (every character escaped
+/// to six bytes), the exact text only when the bound is over.
+pub(crate) fn fits_in_entry(value: &Value) -> bool {
+    let mut bound = 0usize;
+    if size_bound(value, &mut bound) {
+        return true;
+    }
+    canonical_json(value).len() <= MAX_AUDIT_ENTRY_BYTES
+}
+
+/// Adds an upper bound of `value`'s canonical JSON size to `total`; false
+/// once `total` passes [`MAX_AUDIT_ENTRY_BYTES`].
+fn size_bound(value: &Value, total: &mut usize) -> bool {
+    let text = |text: &str| 2 + 6 * text.len();
+    *total += match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 32,
+        Value::String(s) => text(s),
+        Value::Array(items) => 2 + items.len(),
+        Value::Object(fields) => 2 + fields.keys().map(|k| text(k) + 2).sum::<usize>(),
+    };
+    if *total > MAX_AUDIT_ENTRY_BYTES {
+        return false;
+    }
+    match value {
+        Value::Array(items) => items.iter().all(|item| size_bound(item, total)),
+        Value::Object(fields) => fields.values().all(|item| size_bound(item, total)),
+        _ => true,
+    }
 }
 
 /// The canonical JSON text of a value: object keys sorted by their UTF-8
@@ -154,16 +232,58 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// The hash of one entry (see the module documentation of `store`).
 pub(crate) fn entry_hash(prev_hash: &str, seq: i64, at_ms: i64, kind: &str, entry: &str) -> String {
     let mut hasher = Sha256::new();
-    hasher.update(prev_hash.as_bytes());
-    hasher.update(b"\n");
-    hasher.update(seq.to_string().as_bytes());
-    hasher.update(b"\n");
-    hasher.update(at_ms.to_string().as_bytes());
-    hasher.update(b"\n");
-    hasher.update(kind.as_bytes());
-    hasher.update(b"\n");
-    hasher.update(entry.as_bytes());
+    for part in entry_parts(prev_hash, &seq.to_string(), &at_ms.to_string(), kind, entry) {
+        hasher.update(part);
+    }
     hex(&hasher.finalize())
+}
+
+/// The text an entry's hash is taken of, in parts.
+fn entry_parts<'a>(
+    prev_hash: &'a str,
+    seq: &'a str,
+    at_ms: &'a str,
+    kind: &'a str,
+    entry: &'a str,
+) -> [&'a [u8]; 9] {
+    [
+        prev_hash.as_bytes(),
+        b"\n",
+        seq.as_bytes(),
+        b"\n",
+        at_ms.as_bytes(),
+        b"\n",
+        kind.as_bytes(),
+        b"\n",
+        entry.as_bytes(),
+    ]
+}
+
+/// The kind of the entry that starts a keyed chain: its own hash and every
+/// later one are HMACs under the key whose id it holds (`{"keyId": ...}`).
+pub(crate) const KEYED_KIND: &str = "audit-keyed";
+
+/// How an entry's hash is made: SHA-256, or HMAC-SHA256 under the key.
+#[derive(Clone, Copy)]
+pub(crate) enum Hashing<'k> {
+    Plain,
+    Keyed(&'k AuditKey),
+}
+
+impl Hashing<'_> {
+    /// The hash of one entry.
+    pub fn of(self, prev_hash: &str, seq: i64, at_ms: i64, kind: &str, entry: &str) -> String {
+        match self {
+            Hashing::Plain => entry_hash(prev_hash, seq, at_ms, kind, entry),
+            Hashing::Keyed(key) => key.mac(&entry_parts(
+                prev_hash,
+                &seq.to_string(),
+                &at_ms.to_string(),
+                kind,
+                entry,
+            )),
+        }
+    }
 }
 
 /// An audit entry as stored, with the entry as its stored text. Numbers are
@@ -206,7 +326,13 @@ pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64, StoreError> {
         .map_err(|_| StoreError::InvalidInput(format!("{what} {value} is too large")))
 }
 
-/// Checks an event and gives its kind and canonical entry text.
+/// Checks that the store can take `event` as it is: its kind, its size, its
+/// time.
+pub(crate) fn check_event(event: &AuditEvent) -> Result<(), StoreError> {
+    checked(event).map(|_| ())
+}
+
+/// Checks an event and gives its time and canonical entry text.
 fn checked(event: &AuditEvent) -> Result<(i64, String), StoreError> {
     let kind = &event.kind;
     let kind_ok = !kind.is_empty()
@@ -230,12 +356,13 @@ fn checked(event: &AuditEvent) -> Result<(i64, String), StoreError> {
     Ok((to_i64(event.at_ms, "audit time")?, entry))
 }
 
-/// Chains `events` onto the head (`seq`, `hash`) of a log: the rows to
-/// append, in order.
+/// Chains `events` onto the head (`seq`, `hash`) of a log, each hashed as
+/// `hashing` says: the rows to append, in order.
 pub(crate) fn chain(
     head_seq: i64,
     head_hash: &str,
     events: &[AuditEvent],
+    hashing: Hashing<'_>,
 ) -> Result<Vec<RawRow>, StoreError> {
     let mut rows = Vec::with_capacity(events.len());
     let mut seq = head_seq;
@@ -245,7 +372,7 @@ pub(crate) fn chain(
         seq = seq
             .checked_add(1)
             .ok_or_else(|| StoreError::Corrupt("audit seq overflow".to_owned()))?;
-        let hash = entry_hash(&prev_hash, seq, at_ms, &event.kind, &entry);
+        let hash = hashing.of(&prev_hash, seq, at_ms, &event.kind, &entry);
         rows.push(RawRow {
             seq,
             at_ms,
@@ -270,28 +397,79 @@ struct Meta {
 
 /// Verifies a log fed to it entry by entry in stored order. Keeps the hashes
 /// of every entry (about 160 bytes each), and the content only of entries
-/// whose hash does not match.
-#[derive(Default)]
-pub(crate) struct Verifier {
+/// whose hash does not match. Entries from an `audit-keyed` entry on are
+/// checked under the key given, when it is that entry's; without it only
+/// their links are checked, and the report says so.
+pub(crate) struct Verifier<'k> {
+    key: Option<&'k AuditKey>,
+    /// The given key's id.
+    key_id: Option<String>,
+    /// Where the chain turned keyed and with which key id, once met.
+    keyed: Option<(i64, String)>,
+    /// What the store's table says about it, when it has one.
+    recorded: Option<Option<(i64, String)>>,
     metas: Vec<Meta>,
     /// Entries whose hash matches their content under no nearby seq, with
     /// their position (content kept for the first [`MAX_SWAP_CANDIDATES`]).
     mismatched: Vec<(usize, i64, Option<RawRow>)>,
 }
 
-impl Verifier {
+impl<'k> Verifier<'k> {
+    /// A verifier checking keyed entries under `key`, when given.
+    pub fn new(key: Option<&'k AuditKey>) -> Verifier<'k> {
+        Verifier {
+            key,
+            key_id: key.map(AuditKey::id),
+            keyed: None,
+            recorded: None,
+            metas: Vec::new(),
+            mismatched: Vec::new(),
+        }
+    }
+
+    /// What the store records of the chain's key (the entry that keyed it
+    /// and the key's id), to be checked against the chain.
+    pub fn recorded_key(&mut self, recorded: Option<(i64, String)>) {
+        self.recorded = Some(recorded);
+    }
+
+    /// How the entry stored at `seq` is hashed; `None` when it is keyed and
+    /// the key at hand is not the chain's.
+    fn hashing(&self, seq: i64) -> Option<Hashing<'k>> {
+        match &self.keyed {
+            Some((from, id)) if seq >= *from => match (self.key, &self.key_id) {
+                (Some(key), Some(given)) if given == id => Some(Hashing::Keyed(key)),
+                _ => None,
+            },
+            _ => Some(Hashing::Plain),
+        }
+    }
+
     /// Takes the next entry in stored order.
     pub fn push(&mut self, row: RawRow) {
+        if row.kind == KEYED_KIND && self.keyed.is_none() {
+            let id = serde_json::from_str::<Value>(&row.entry)
+                .ok()
+                .and_then(|entry| entry.get("keyId")?.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            self.keyed = Some((row.seq, id));
+        }
         let position = self.metas.len();
-        let matches = |seq: i64| {
-            entry_hash(&row.prev_hash, seq, row.at_ms, &row.kind, &row.entry) == row.hash
-        };
-        let content_seq = if matches(row.seq) {
-            Some(row.seq)
-        } else {
-            (1..=MAX_SHIFT)
-                .flat_map(|d| [row.seq.saturating_sub(d), row.seq.saturating_add(d)])
-                .find(|&seq| seq >= 1 && matches(seq))
+        let content_seq = match self.hashing(row.seq) {
+            // Without the key nothing can be said of the content.
+            None => Some(row.seq),
+            Some(hashing) => {
+                let matches = |seq: i64| {
+                    hashing.of(&row.prev_hash, seq, row.at_ms, &row.kind, &row.entry) == row.hash
+                };
+                if matches(row.seq) {
+                    Some(row.seq)
+                } else {
+                    (1..=MAX_SHIFT)
+                        .flat_map(|d| [row.seq.saturating_sub(d), row.seq.saturating_add(d)])
+                        .find(|&seq| seq >= 1 && matches(seq))
+                }
+            }
         };
         if content_seq.is_none() {
             let keep = self.mismatched.len() < MAX_SWAP_CANDIDATES;
@@ -307,8 +485,61 @@ impl Verifier {
         });
     }
 
+    /// The problems with the chain's key: keyed but not checkable with the
+    /// key at hand, a key given for a chain nobody keyed, or a record of the
+    /// key that does not match the chain.
+    fn key_problems(&self) -> Vec<AuditProblem> {
+        let mut problems = Vec::new();
+        let mut problem = |seq: i64, detail: String| {
+            problems.push(AuditProblem {
+                seq: u64::try_from(seq).unwrap_or(0),
+                what: ProblemKind::Key,
+                detail,
+            });
+        };
+        match (&self.keyed, &self.key_id) {
+            (Some((from, id)), None) => problem(
+                *from,
+                format!(
+                    "the chain is keyed from here with key {id}: its entries can be checked only with that key"
+                ),
+            ),
+            (Some((from, id)), Some(given)) if id != given => problem(
+                *from,
+                format!("the chain is keyed with key {id}, not with the key given ({given})"),
+            ),
+            (None, Some(given)) => problem(
+                0,
+                format!(
+                    "a key was given ({given}) but no entry keys the chain: it was never keyed, or it was rewritten without the key"
+                ),
+            ),
+            _ => {}
+        }
+        if let Some(recorded) = &self.recorded
+            && *recorded != self.keyed
+        {
+            let said = |keyed: &Option<(i64, String)>| match keyed {
+                Some((seq, id)) => format!("keyed from entry {seq} with key {id}"),
+                None => "not keyed".to_owned(),
+            };
+            problem(
+                recorded
+                    .as_ref()
+                    .or(self.keyed.as_ref())
+                    .map_or(0, |(seq, _)| *seq),
+                format!(
+                    "the store records the chain as {}, the chain is {}",
+                    said(recorded),
+                    said(&self.keyed)
+                ),
+            );
+        }
+        problems
+    }
+
     /// The report over everything pushed.
-    pub fn finish(self) -> VerifyReport {
+    pub fn finish(&self) -> VerifyReport {
         let metas = &self.metas;
         let count = metas.len();
         let mut problems: Vec<AuditProblem> = Vec::new();
@@ -329,8 +560,9 @@ impl Verifier {
             let found = row.as_ref().and_then(|row| {
                 self.mismatched.iter().find_map(|(other, _, _)| {
                     let meta = metas.get(*other)?;
+                    let hashing = self.hashing(meta.seq)?;
                     (other != position
-                        && entry_hash(&meta.prev_hash, meta.seq, row.at_ms, &row.kind, &row.entry)
+                        && hashing.of(&meta.prev_hash, meta.seq, row.at_ms, &row.kind, &row.entry)
                             == meta.hash)
                         .then_some(meta.seq)
                 })
@@ -462,6 +694,7 @@ impl Verifier {
             prev_seq = Some(meta.seq);
             max_seq = max_seq.max(seq);
         }
+        problems.extend(self.key_problems());
         problems.sort_by_key(|problem| problem.seq);
         let (entries, head) = metas.last().map_or((0, GENESIS_HASH.to_owned()), |meta| {
             (u64::try_from(meta.seq).unwrap_or(0), meta.hash.clone())

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
+use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
 use crate::agents::StoredAgent;
 
@@ -31,7 +32,7 @@ impl State {
             .audit
             .last()
             .map_or((0, GENESIS_HASH), |row| (row.seq, row.hash.as_str()));
-        chain(seq, hash, events)
+        chain(seq, hash, events, Hashing::Plain)
     }
 }
 
@@ -147,6 +148,7 @@ impl Store for MemoryStore {
     }
 
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        refuse_reserved_kinds(events)?;
         let mut state = self.state();
         let rows = state.chained(events)?;
         state.audit.extend(rows);
@@ -168,11 +170,17 @@ impl Store for MemoryStore {
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
         let state = self.state();
-        let mut verifier = Verifier::default();
+        let mut verifier = Verifier::new(None);
+        let mut replay = Replay::default();
         for row in &state.audit {
+            replay.push(row);
             verifier.push(row.clone());
         }
-        Ok(verifier.finish())
+        let pairings: Vec<StoredPairing> = state.pairings.values().cloned().collect();
+        let agents: Vec<StoredAgent> = state.agents.values().cloned().collect();
+        let mut report = verifier.finish();
+        report.problems.extend(replay.compare(&pairings, &agents));
+        Ok(report)
     }
 
     fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {

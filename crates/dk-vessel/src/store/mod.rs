@@ -14,9 +14,10 @@
 //! crash therefore loses nothing that was acknowledged, and never leaves a
 //! change without its audit entry or an entry without its change. Decision
 //! records go through the [`AuditWriter`], which batches them off the call
-//! path; a crash can lose the records of the last batch not yet committed
-//! (at most `max_delay` plus one commit, and whatever is queued), never a
-//! pairing, grant, revoke or unpair.
+//! path and drops none (a full queue makes calls wait); a crash can lose
+//! the records of the last batch not yet committed (at most `max_delay`
+//! plus one commit, and whatever is queued), never a pairing, grant, revoke
+//! or unpair.
 //!
 //! The audit chain: entry `seq` (from 1, step 1) carries `prev_hash`, the
 //! hash of entry `seq - 1` (64 zeros for the first), and its own
@@ -27,13 +28,21 @@
 //!
 //! where numbers are decimal, `kind` is `[a-z0-9._-]{1,32}` and `entry` is
 //! the canonical JSON text of the entry (object keys sorted, no spaces) as
-//! stored. [`Store::verify_audit`] recomputes the chain and reports edited,
-//! deleted, inserted and reordered entries with their `seq`. Cutting entries
-//! off the end leaves a shorter chain that is still intact: it is detectable
-//! only against a head kept elsewhere, with [`Store::verify_audit_against`].
-//! The same holds for entries appended by someone who can write the file:
-//! the chain has no key, it proves order and integrity relative to a kept
-//! head, not authorship.
+//! stored. In a keyed chain (see `key.rs`), from its `audit-keyed` entry on,
+//! the hash is `hex(hmac_sha256(key, ...))` of the same text.
+//!
+//! [`Store::verify_audit`] recomputes the chain and reports edited, deleted,
+//! inserted and reordered entries with their `seq`. It also replays the
+//! entries that record pairings, grants and agents against the state tables
+//! (`crosscheck.rs`): those change only in the transaction that appends
+//! their entry, so a log emptied, or cut back past a change, no longer
+//! accounts for the state, however intact its chain. Cutting decisions off
+//! the end, or rewriting the whole chain with recomputed hashes, is
+//! detectable only against a head kept elsewhere ([`Store::verify_audit_against`];
+//! the SQLite store keeps one in a file, `anchor.rs`). Entries appended with
+//! correct hashes are detectable only in a keyed chain, by whoever holds the
+//! key: an unkeyed chain proves order and integrity relative to a kept head,
+//! not authorship.
 
 use std::fmt;
 
@@ -41,7 +50,10 @@ use serde_json::Value;
 
 use crate::agents::StoredAgent;
 
+mod anchor;
 mod audit;
+mod crosscheck;
+mod key;
 mod memory;
 mod sqlite;
 mod writer;
@@ -49,14 +61,17 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use audit::cut_for_audit;
+pub use anchor::{HeadSyntaxError, audit_head_file};
 pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
     redact_for_audit,
 };
+pub(crate) use audit::{cut_for_audit_with, fits_in_entry};
+pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
-pub use sqlite::{SCHEMA_VERSION, SqliteStore};
-pub use writer::{AuditWriter, WriterOptions};
+pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
+pub(crate) use writer::{AuditPlace, AuditRoom};
+pub use writer::{AuditWriter, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions};
 
 /// Durable state of a vessel: pairings with their grants, secret hashes and
 /// the audit log. Every method is one transaction; a method that changes
@@ -99,13 +114,18 @@ pub trait Store: Send + Sync + 'static {
     /// unknown name is [`StoreError::UnknownAgent`], with nothing recorded.
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError>;
 
-    /// Appends events to the audit log, all in one transaction.
+    /// Appends events to the audit log, all in one transaction. The kinds
+    /// the store writes with their change (`paired`, `granted`, `revoked`,
+    /// `unpaired`, `agent`) are refused here, with nothing appended.
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError>;
 
     /// Up to `limit` entries with `seq > after_seq`, in order.
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
 
-    /// Recomputes the whole chain and reports every problem found.
+    /// Recomputes the whole chain and reports every problem found, then
+    /// replays the log's pairing, grant and agent entries and reports every
+    /// difference from the state the store holds (a pairing, grant or agent
+    /// without its entry, or an entry for one the state does not hold).
     fn verify_audit(&self) -> Result<VerifyReport, StoreError>;
 
     /// Like [`Store::verify_audit`], and also checks that the entry at
@@ -113,38 +133,7 @@ pub trait Store: Send + Sync + 'static {
     /// entries cut off the end, which the chain alone cannot show.
     fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
         let mut report = self.verify_audit()?;
-        if expected.seq == 0 {
-            return Ok(report);
-        }
-        let at = self.read_audit(expected.seq - 1, 1)?;
-        match at.first() {
-            Some(entry) if entry.seq == expected.seq => {
-                if entry.hash != expected.hash {
-                    report.problems.push(AuditProblem {
-                        seq: entry.seq,
-                        what: ProblemKind::Edited,
-                        detail: format!("its hash is not the kept head `{}`", expected.hash),
-                    });
-                }
-            }
-            _ => {
-                let last = report.entries;
-                report.problems.push(AuditProblem {
-                    seq: last + 1,
-                    what: ProblemKind::Truncated,
-                    detail: if last + 1 == expected.seq {
-                        format!("the kept head is entry {}", expected.seq)
-                    } else {
-                        format!(
-                            "entries {} to {} are gone; the kept head is entry {}",
-                            last + 1,
-                            expected.seq,
-                            expected.seq
-                        )
-                    },
-                });
-            }
-        }
+        check_head(self, &mut report, expected)?;
         Ok(report)
     }
 
@@ -154,6 +143,52 @@ pub trait Store: Send + Sync + 'static {
 
     /// The stored hash of a named secret, if any.
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError>;
+}
+
+/// Adds to `report` what differs from the head `expected` (kept before the
+/// log was read): the entry at its seq gone (cut off the end) or another
+/// one in its place (the chain rewritten since).
+pub(crate) fn check_head<S: Store + ?Sized>(
+    store: &S,
+    report: &mut VerifyReport,
+    expected: &AuditHead,
+) -> Result<(), StoreError> {
+    if expected.seq == 0 {
+        return Ok(());
+    }
+    let at = store.read_audit(expected.seq - 1, 1)?;
+    match at.first() {
+        Some(entry) if entry.seq == expected.seq => {
+            if entry.hash != expected.hash {
+                report.problems.push(AuditProblem {
+                    seq: entry.seq,
+                    what: ProblemKind::Edited,
+                    detail: format!(
+                        "its hash is not the kept head's `{}`: the chain was rewritten since",
+                        expected.hash
+                    ),
+                });
+            }
+        }
+        _ => {
+            let last = report.entries;
+            report.problems.push(AuditProblem {
+                seq: last + 1,
+                what: ProblemKind::Truncated,
+                detail: if last + 1 == expected.seq {
+                    format!("the kept head is entry {}", expected.seq)
+                } else {
+                    format!(
+                        "entries {} to {} are gone; the kept head is entry {}",
+                        last + 1,
+                        expected.seq,
+                        expected.seq
+                    )
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A pairing as stored: what the registry needs to serve the device again
@@ -251,7 +286,8 @@ pub struct VerifyReport {
     /// The hash of the last entry: keep it elsewhere to detect later that
     /// entries were cut off the end.
     pub head: String,
-    /// Every problem found, in log order; empty when the log is intact.
+    /// Every problem found: those of the chain in log order, then those of
+    /// the state; empty when the log is intact.
     pub problems: Vec<AuditProblem>,
 }
 
@@ -283,7 +319,11 @@ pub struct AuditProblem {
 
 impl fmt::Display for AuditProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail)
+        match self.what {
+            ProblemKind::Unaccounted => write!(f, "state: {}", self.detail),
+            ProblemKind::Key if self.seq == 0 => write!(f, "key: {}", self.detail),
+            _ => write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail),
+        }
     }
 }
 
@@ -300,6 +340,16 @@ pub enum ProblemKind {
     OutOfOrder,
     /// Entries were cut off the end (found only against a kept head).
     Truncated,
+    /// The log and the state tables disagree: a pairing, grant or agent
+    /// has no entry (the entries were removed, or the tables edited), or the
+    /// log has one the tables do not hold. `seq` is the entry concerned, 0
+    /// when there is none.
+    Unaccounted,
+    /// The chain's key: the chain is keyed and was checked without its key
+    /// (or with another), a key was given for a chain nobody keyed (it was
+    /// rewritten without the key), or the store's record of the key does not
+    /// match the chain.
+    Key,
 }
 
 impl fmt::Display for ProblemKind {
@@ -310,6 +360,8 @@ impl fmt::Display for ProblemKind {
             ProblemKind::Inserted => "inserted",
             ProblemKind::OutOfOrder => "out of order",
             ProblemKind::Truncated => "cut off the end",
+            ProblemKind::Unaccounted => "not accounted for",
+            ProblemKind::Key => "key",
         })
     }
 }
@@ -355,4 +407,39 @@ pub enum StoreError {
     /// The audit writer's thread is no longer running.
     #[error("the audit writer has stopped")]
     WriterStopped,
+    /// The audit log does not reach the head kept outside the database, or
+    /// holds another entry in its place: entries were cut off its end, or
+    /// it was rewritten.
+    #[error("the audit log does not match the head kept in `{path}`: {detail}")]
+    HeadMismatch {
+        /// The head file.
+        path: String,
+        /// What differs.
+        detail: String,
+    },
+    /// The audit chain is keyed and the store was opened without its key:
+    /// it can be read, not appended to.
+    #[error(
+        "the audit log is keyed from entry {from}: it can be appended to only with its key (--audit-key-file)"
+    )]
+    KeyRequired {
+        /// The entry that keyed it.
+        from: u64,
+    },
+    /// The store was opened with another key than the chain's.
+    #[error("the audit log is keyed with key {chain}, not with the key given ({given})")]
+    WrongKey {
+        /// The chain's key id.
+        chain: String,
+        /// The given key's id.
+        given: String,
+    },
+    /// The head file cannot be read, written, or does not hold a head.
+    #[error("cannot keep the audit head in `{path}`: {reason}")]
+    HeadFile {
+        /// The head file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }

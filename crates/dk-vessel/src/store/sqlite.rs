@@ -7,6 +7,16 @@
 //! 0600 before SQLite opens it (so the umask does not matter), and SQLite
 //! creates the `-wal` and `-shm` files with the permissions of the database
 //! file. The directory, when created here, gets mode 0700.
+//!
+//! Opened with [`AuditOptions::head_file`], the store keeps the audit
+//! chain's head in that file (see `anchor.rs`) after every commit that
+//! appends, and refuses to open a log that no longer reaches the head kept
+//! there or holds another entry at its place. Opened with
+//! [`AuditOptions::key`], it keys the chain (see `key.rs`): an
+//! `audit-keyed` entry, itself under the key, is appended once and recorded
+//! in the `audit_key` table, and every later entry's hash is an HMAC. A
+//! keyed log opened without its key can be read and verified as far as the
+//! key allows, never appended to.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -17,12 +27,17 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::audit::{GENESIS_HASH, RawRow, Verifier, chain, to_i64};
-use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+use super::anchor::HeadKeeper;
+use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, to_i64};
+use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::key::AuditKey;
+use super::{
+    AuditEntry, AuditEvent, AuditHead, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+};
 use crate::agents::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 const APPLICATION_ID: i32 = 0x646b_7374;
@@ -72,6 +87,16 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
          name   TEXT NOT NULL PRIMARY KEY,
          record TEXT NOT NULL
      ) STRICT;",
+    // 3: the key of a keyed audit chain: the entry that keyed it and the
+    // key's id (never the key). A dk without this step refuses the file.
+    "CREATE TABLE audit_key (
+         seq    INTEGER NOT NULL PRIMARY KEY,
+         key_id TEXT    NOT NULL
+     ) STRICT;
+     CREATE TRIGGER audit_key_no_update BEFORE UPDATE ON audit_key
+         BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;
+     CREATE TRIGGER audit_key_no_delete BEFORE DELETE ON audit_key
+         BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;",
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
@@ -83,6 +108,29 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// Keeps the head in the head file, when there is one.
+    head: Option<HeadKeeper>,
+    /// The chain's key, when given.
+    key: Option<AuditKey>,
+    /// Where the chain turned keyed and the key's id, as recorded at open.
+    keyed: Option<(i64, String)>,
+}
+
+/// How a [`SqliteStore`] keeps its audit chain beyond the database file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// A file outside the data directory to keep the chain's head in
+    /// (`SEQ:HASH`), rewritten in the background after every commit that
+    /// appends (see [`SqliteStore::settle_head`]), and checked when the
+    /// store opens: a log that no longer reaches the kept head, or
+    /// has another entry in its place, is refused with
+    /// [`StoreError::HeadMismatch`]. `dk vessel` keeps it beside its data
+    /// directory ([`audit_head_file`](super::audit_head_file)).
+    pub head_file: Option<PathBuf>,
+    /// The key of a keyed chain, kept outside the data directory. An
+    /// unkeyed log is keyed from its next entry on; a log keyed with another
+    /// key is refused with [`StoreError::WrongKey`].
+    pub key: Option<AuditKey>,
 }
 
 /// The database's error as text, with corruption told apart.
@@ -108,8 +156,18 @@ impl SqliteStore {
     /// Opens the store at `path`, creating the file (mode 0600) and its
     /// directory (mode 0700) if needed, and migrates the schema. A database
     /// from a newer dk is refused with [`StoreError::NewerSchema`], a file
-    /// that is not a dk store with [`StoreError::Corrupt`].
+    /// that is not a dk store with [`StoreError::Corrupt`]. No head is kept:
+    /// for reading a log, or a store of tests.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, AuditOptions::default())
+    }
+
+    /// [`SqliteStore::open`], keeping the audit chain as `audit` says. With
+    /// a head file, the log must still reach the head kept there, with the
+    /// same entry in its place, or [`StoreError::HeadMismatch`]; a missing
+    /// head file is started from the log's head, and one that cannot be
+    /// written is [`StoreError::HeadFile`].
+    pub fn open_with(path: &Path, audit: AuditOptions) -> Result<SqliteStore, StoreError> {
         let shown = path.display().to_string();
         let open_error = |reason: String| StoreError::Open {
             path: shown.clone(),
@@ -128,9 +186,116 @@ impl SqliteStore {
             other => other,
         })?;
         migrate(&mut conn, &shown)?;
+        let recorded = recorded_key(&conn)?;
+        if let (Some((_, chain)), Some(key)) = (&recorded, &audit.key)
+            && *chain != key.id()
+        {
+            return Err(StoreError::WrongKey {
+                chain: chain.clone(),
+                given: key.id(),
+            });
+        }
+        if let Some(file) = &audit.head_file {
+            check_kept_head(&conn, file)?;
+        }
+        let keyed = match (recorded, &audit.key) {
+            (None, Some(key)) => {
+                let (seq, head) = key_the_chain(&mut conn, key)?;
+                if let Some(file) = &audit.head_file {
+                    head.write_to(file).map_err(|error| StoreError::HeadFile {
+                        path: file.display().to_string(),
+                        reason: error.to_string(),
+                    })?;
+                }
+                Some((seq, key.id()))
+            }
+            (recorded, _) => recorded,
+        };
         Ok(SqliteStore {
             path: path.to_owned(),
             conn: Mutex::new(conn),
+            head: audit.head_file.map(HeadKeeper::start),
+            key: audit.key,
+            keyed,
+        })
+    }
+
+    /// How new entries are hashed: under the key once the chain is keyed,
+    /// which then must be at hand.
+    fn hashing(&self) -> Result<Hashing<'_>, StoreError> {
+        match (&self.keyed, &self.key) {
+            (None, _) => Ok(Hashing::Plain),
+            (Some(_), Some(key)) => Ok(Hashing::Keyed(key)),
+            (Some((from, _)), None) => Err(StoreError::KeyRequired {
+                from: u64::try_from(*from).unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Recomputes the chain, checking keyed entries under `key` (when it is
+    /// the chain's), replays the log against the state, and with `head`
+    /// (kept before the log was read) checks that its entry is still there
+    /// unchanged. This is [`Store::verify_audit`] with the store's own key,
+    /// and what `dk audit verify` runs with the key file it is given.
+    pub fn verify_audit_with(
+        &self,
+        key: Option<&AuditKey>,
+        head: Option<&AuditHead>,
+    ) -> Result<VerifyReport, StoreError> {
+        let mut report = {
+            let mut conn = self.conn();
+            // One read transaction: the log and the state as of one moment.
+            let tx = conn.transaction().map_err(db)?;
+            let mut verifier = Verifier::new(key);
+            let mut replay = Replay::default();
+            {
+                let mut select = tx
+                    .prepare(
+                        "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq",
+                    )
+                    .map_err(db)?;
+                let rows = select.query_map([], raw_row).map_err(db)?;
+                for row in rows {
+                    let row = row.map_err(db)?;
+                    replay.push(&row);
+                    verifier.push(row);
+                }
+            }
+            verifier.recorded_key(recorded_key(&tx)?);
+            let pairings = read_pairings(&tx)?;
+            let agents = read_agents(&tx)?;
+            tx.commit().map_err(db)?;
+            let mut report = verifier.finish();
+            report.problems.extend(replay.compare(&pairings, &agents));
+            report
+        };
+        if let Some(head) = head {
+            super::check_head(self, &mut report, head)?;
+        }
+        Ok(report)
+    }
+
+    /// The file the audit head is kept in, if the store keeps one.
+    pub fn head_file(&self) -> Option<&Path> {
+        self.head.as_ref().map(HeadKeeper::file)
+    }
+
+    /// Waits until the head file holds the head of every commit made so far
+    /// (it is written in the background, and always once the store is
+    /// dropped).
+    pub fn settle_head(&self) {
+        if let Some(head) = &self.head {
+            head.settle();
+        }
+    }
+
+    /// The last entry of the log (`0` and [`GENESIS_HASH`] when empty),
+    /// without reading the rest.
+    pub fn audit_head(&self) -> Result<AuditHead, StoreError> {
+        let (seq, hash) = audit_head(&self.conn())?;
+        Ok(AuditHead {
+            seq: unsigned(seq, "the last audit seq")?,
+            hash,
         })
     }
 
@@ -158,6 +323,107 @@ impl SqliteStore {
         tx.commit().map_err(db)?;
         Ok(value)
     }
+
+    /// Like [`SqliteStore::write`] for a change that appends to the audit
+    /// log: once it is committed, the new head is handed to the head keeper,
+    /// still under the connection's lock so heads go in commit order.
+    fn write_audited(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> Result<Option<AuditHead>, StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        let head = change(&tx)?;
+        tx.commit().map_err(db)?;
+        if let (Some(head), Some(keeper)) = (head, &self.head) {
+            keeper.keep(head);
+        }
+        drop(conn);
+        Ok(())
+    }
+}
+
+/// The entry that keyed the chain and the key's id, if it is keyed.
+fn recorded_key(conn: &Connection) -> Result<Option<(i64, String)>, StoreError> {
+    conn.prepare_cached("SELECT seq, key_id FROM audit_key ORDER BY seq LIMIT 1")
+        .map_err(db)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+        .map_err(db)
+}
+
+/// Keys the chain from its next entry on: appends the `audit-keyed` entry,
+/// under the key, and records it, in one transaction. Its seq and the new
+/// head.
+fn key_the_chain(conn: &mut Connection, key: &AuditKey) -> Result<(i64, AuditHead), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db)?;
+    let event = AuditEvent {
+        at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+        kind: KEYED_KIND.to_owned(),
+        entry: serde_json::json!({"keyId": key.id()}),
+    };
+    let head = append(&tx, std::slice::from_ref(&event), Hashing::Keyed(key))?
+        .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
+    let seq = to_i64(head.seq, "audit seq")?;
+    tx.prepare_cached("INSERT INTO audit_key (seq, key_id) VALUES (?1, ?2)")
+        .map_err(db)?
+        .execute(params![seq, key.id()])
+        .map_err(db)?;
+    tx.commit().map_err(db)?;
+    Ok((seq, head))
+}
+
+/// Checks the log against the head kept in `file` and keeps the log's
+/// head there: the kept entry must still be in the log, unchanged. A
+/// missing file is started.
+fn check_kept_head(conn: &Connection, file: &Path) -> Result<(), StoreError> {
+    let shown = file.display().to_string();
+    let mismatch = |detail: String| StoreError::HeadMismatch {
+        path: shown.clone(),
+        detail,
+    };
+    let (last, hash) = audit_head(conn)?;
+    let head = AuditHead {
+        seq: unsigned(last, "the last audit seq")?,
+        hash,
+    };
+    if let Some(kept) = AuditHead::read_from(file)? {
+        if kept == head {
+            return Ok(());
+        }
+        if kept.seq > 0 {
+            let at = i64::try_from(kept.seq).unwrap_or(i64::MAX);
+            let stored: Option<String> = conn
+                .prepare_cached("SELECT hash FROM audit WHERE seq = ?1")
+                .map_err(db)?
+                .query_row([at], |row| row.get(0))
+                .optional()
+                .map_err(db)?;
+            match stored {
+                None => {
+                    return Err(mismatch(format!(
+                        "the log ends at entry {last}, the kept head is entry {}",
+                        kept.seq
+                    )));
+                }
+                Some(stored) if stored != kept.hash => {
+                    return Err(mismatch(format!(
+                        "entry {} is not the one kept: the log was rewritten",
+                        kept.seq
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    head.write_to(file).map_err(|error| StoreError::HeadFile {
+        path: shown,
+        reason: error.to_string(),
+    })
 }
 
 /// Creates the directory (0700) and the database file (0600) if missing,
@@ -276,12 +542,18 @@ fn audit_head(tx: &Connection) -> Result<(i64, String), StoreError> {
     Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
 }
 
-fn append(tx: &Connection, events: &[AuditEvent]) -> Result<(), StoreError> {
+/// Appends `events` to the log, hashed as `hashing` says; the new head,
+/// `None` when there were none.
+fn append(
+    tx: &Connection,
+    events: &[AuditEvent],
+    hashing: Hashing<'_>,
+) -> Result<Option<AuditHead>, StoreError> {
     if events.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let (seq, hash) = audit_head(tx)?;
-    let rows = chain(seq, &hash, events)?;
+    let rows = chain(seq, &hash, events, hashing)?;
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
@@ -300,7 +572,10 @@ fn append(tx: &Connection, events: &[AuditEvent]) -> Result<(), StoreError> {
             ])
             .map_err(db)?;
     }
-    Ok(())
+    Ok(rows.last().map(|row| AuditHead {
+        seq: u64::try_from(row.seq).unwrap_or(0),
+        hash: row.hash.clone(),
+    }))
 }
 
 fn raw_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
@@ -320,63 +595,92 @@ fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<[u8; 32], Sto
         .map_err(|_| StoreError::Corrupt(format!("{} is {len} bytes, not 32", what())))
 }
 
+/// Every pairing with its grants, ordered by device id, grants sorted.
+fn read_pairings(tx: &Connection) -> Result<Vec<StoredPairing>, StoreError> {
+    let mut pairings: Vec<StoredPairing> = Vec::new();
+    {
+        let mut select = tx
+            .prepare(
+                "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
+                 FROM pairing ORDER BY device_id",
+            )
+            .map_err(db)?;
+        let mut rows = select.query([]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let device_id: String = row.get(0).map_err(db)?;
+            let token_hash = hash32(row.get(3).map_err(db)?, || {
+                format!("the token hash of `{device_id}`")
+            })?;
+            pairings.push(StoredPairing {
+                manifest_json: row.get(1).map_err(db)?,
+                digest: row.get(2).map_err(db)?,
+                token_hash,
+                grants: Vec::new(),
+                generation: unsigned(
+                    row.get(4).map_err(db)?,
+                    &format!("the generation of `{device_id}`"),
+                )?,
+                paired_at_ms: unsigned(
+                    row.get(5).map_err(db)?,
+                    &format!("the pairing time of `{device_id}`"),
+                )?,
+                device_id,
+            });
+        }
+    }
+    let mut select = tx
+        .prepare("SELECT device_id, capability FROM device_grant ORDER BY device_id, capability")
+        .map_err(db)?;
+    let mut rows = select.query([]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let device_id: String = row.get(0).map_err(db)?;
+        let capability: String = row.get(1).map_err(db)?;
+        let at = pairings
+            .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
+            .map_err(|_| {
+                StoreError::Corrupt(format!("a grant for `{device_id}`, which is not paired"))
+            })?;
+        if let Some(pairing) = pairings.get_mut(at) {
+            pairing.grants.push(capability);
+        }
+    }
+    Ok(pairings)
+}
+
+/// Every agent, sorted by name.
+fn read_agents(conn: &Connection) -> Result<Vec<StoredAgent>, StoreError> {
+    let mut select = conn
+        .prepare_cached("SELECT name, record FROM agent ORDER BY name")
+        .map_err(db)?;
+    let rows = select
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .map_err(db)?;
+    let mut agents = Vec::new();
+    for row in rows {
+        let (name, record) = row.map_err(db)?;
+        let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
+            StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
+        })?;
+        if agent.agent.id != name {
+            return Err(StoreError::Corrupt(format!(
+                "the record of agent `{name}` names `{}`",
+                agent.agent.id
+            )));
+        }
+        agents.push(agent);
+    }
+    Ok(agents)
+}
+
 impl Store for SqliteStore {
     fn load(&self) -> Result<Snapshot, StoreError> {
+        // A vessel starts from this: not on a keyed log it could not append to.
+        self.hashing()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
-        let mut pairings: Vec<StoredPairing> = Vec::new();
-        {
-            let mut select = tx
-                .prepare(
-                    "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
-                     FROM pairing ORDER BY device_id",
-                )
-                .map_err(db)?;
-            let mut rows = select.query([]).map_err(db)?;
-            while let Some(row) = rows.next().map_err(db)? {
-                let device_id: String = row.get(0).map_err(db)?;
-                let token_hash = hash32(row.get(3).map_err(db)?, || {
-                    format!("the token hash of `{device_id}`")
-                })?;
-                pairings.push(StoredPairing {
-                    manifest_json: row.get(1).map_err(db)?,
-                    digest: row.get(2).map_err(db)?,
-                    token_hash,
-                    grants: Vec::new(),
-                    generation: unsigned(
-                        row.get(4).map_err(db)?,
-                        &format!("the generation of `{device_id}`"),
-                    )?,
-                    paired_at_ms: unsigned(
-                        row.get(5).map_err(db)?,
-                        &format!("the pairing time of `{device_id}`"),
-                    )?,
-                    device_id,
-                });
-            }
-        }
-        {
-            let mut select = tx
-                .prepare(
-                    "SELECT device_id, capability FROM device_grant ORDER BY device_id, capability",
-                )
-                .map_err(db)?;
-            let mut rows = select.query([]).map_err(db)?;
-            while let Some(row) = rows.next().map_err(db)? {
-                let device_id: String = row.get(0).map_err(db)?;
-                let capability: String = row.get(1).map_err(db)?;
-                let at = pairings
-                    .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
-                    .map_err(|_| {
-                        StoreError::Corrupt(format!(
-                            "a grant for `{device_id}`, which is not paired"
-                        ))
-                    })?;
-                if let Some(pairing) = pairings.get_mut(at) {
-                    pairing.grants.push(capability);
-                }
-            }
-        }
+        let pairings = read_pairings(&tx)?;
         let counted: Option<i64> = tx
             .query_row(
                 "SELECT value FROM counter WHERE name = 'max_generation'",
@@ -403,7 +707,8 @@ impl Store for SqliteStore {
     fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
         let generation = to_i64(pairing.generation, "generation")?;
         let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
-        self.write(|tx| {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
                 .execute([&pairing.device_id])
@@ -443,7 +748,7 @@ impl Store for SqliteStore {
             .map_err(db)?
             .execute([generation])
             .map_err(db)?;
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
@@ -454,7 +759,8 @@ impl Store for SqliteStore {
         granted: bool,
         audit: &AuditEvent,
     ) -> Result<(), StoreError> {
-        self.write(|tx| {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
             let paired = tx
                 .prepare_cached("SELECT 1 FROM pairing WHERE device_id = ?1")
                 .map_err(db)?
@@ -472,12 +778,13 @@ impl Store for SqliteStore {
                 .map_err(db)?
                 .execute([device_id, capability])
                 .map_err(db)?;
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
     fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
-        self.write(|tx| {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
                 .execute([device_id])
@@ -490,42 +797,20 @@ impl Store for SqliteStore {
             if removed == 0 {
                 return Err(StoreError::UnknownDevice(device_id.to_owned()));
             }
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
     fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
-        let conn = self.conn();
-        let mut select = conn
-            .prepare_cached("SELECT name, record FROM agent ORDER BY name")
-            .map_err(db)?;
-        let rows = select
-            .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-            })
-            .map_err(db)?;
-        let mut agents = Vec::new();
-        for row in rows {
-            let (name, record) = row.map_err(db)?;
-            let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
-                StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
-            })?;
-            if agent.agent.id != name {
-                return Err(StoreError::Corrupt(format!(
-                    "the record of agent `{name}` names `{}`",
-                    agent.agent.id
-                )));
-            }
-            agents.push(agent);
-        }
-        Ok(agents)
+        read_agents(&self.conn())
     }
 
     fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
         to_i64(agent.agent.added_at_ms, "agent added time")?;
         let record = serde_json::to_string(agent)
             .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
-        self.write(|tx| {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
             tx.prepare_cached(
                 "INSERT INTO agent (name, record) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET record = excluded.record",
@@ -533,12 +818,13 @@ impl Store for SqliteStore {
             .map_err(db)?
             .execute(params![agent.agent.id, record])
             .map_err(db)?;
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
-        self.write(|tx| {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
             let removed = tx
                 .prepare_cached("DELETE FROM agent WHERE name = ?1")
                 .map_err(db)?
@@ -547,7 +833,7 @@ impl Store for SqliteStore {
             if removed == 0 {
                 return Err(StoreError::UnknownAgent(name.to_owned()));
             }
-            append(tx, std::slice::from_ref(audit))
+            append(tx, std::slice::from_ref(audit), hashing)
         })
     }
 
@@ -555,7 +841,9 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(());
         }
-        self.write(|tx| append(tx, events))
+        refuse_reserved_kinds(events)?;
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| append(tx, events, hashing))
     }
 
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
@@ -577,20 +865,11 @@ impl Store for SqliteStore {
     }
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction().map_err(db)?;
-        let mut verifier = Verifier::default();
-        {
-            let mut select = tx
-                .prepare("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq")
-                .map_err(db)?;
-            let rows = select.query_map([], raw_row).map_err(db)?;
-            for row in rows {
-                verifier.push(row.map_err(db)?);
-            }
-        }
-        tx.commit().map_err(db)?;
-        Ok(verifier.finish())
+        self.verify_audit_with(self.key.as_ref(), None)
+    }
+
+    fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
+        self.verify_audit_with(self.key.as_ref(), Some(expected))
     }
 
     fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {

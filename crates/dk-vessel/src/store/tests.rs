@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -20,33 +20,23 @@ use crate::agents::StoredAgent;
 
 // ---------------------------------------------------------------- helpers
 
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+/// A temporary directory, removed on drop, holding a store's file.
+struct TempDir {
+    root: PathBuf,
+    _removed_on_drop: tempfile::TempDir,
+}
 
 impl TempDir {
     fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "dk-store-test-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        let dir = tempfile::tempdir().unwrap();
+        TempDir {
+            root: dir.path().to_owned(),
+            _removed_on_drop: dir,
+        }
     }
 
     fn db(&self) -> PathBuf {
-        self.0.join("data").join("dk.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.root.join("data").join("dk.db")
     }
 }
 
@@ -67,6 +57,50 @@ fn event(kind: &str, n: u64) -> AuditEvent {
         at_ms: 1_700_000_000_000 + n,
         kind: kind.to_owned(),
         entry: json!({ "n": n, "device": "d1", "reason": "allowed" }),
+    }
+}
+
+/// The `paired` entry the registry writes with `pairing`.
+fn paired(pairing: &StoredPairing, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "paired".to_owned(),
+        entry: json!({"deviceId": pairing.device_id, "digest": pairing.digest,
+            "grants": pairing.grants, "n": n}),
+    }
+}
+
+/// The `granted` or `revoked` entry the registry writes.
+fn grant_change(kind: &str, device: &str, capability: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: kind.to_owned(),
+        entry: json!({"deviceId": device, "capability": capability, "n": n}),
+    }
+}
+
+/// The `unpaired` entry the registry writes.
+fn unpaired(device: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "unpaired".to_owned(),
+        entry: json!({"deviceId": device, "n": n}),
+    }
+}
+
+/// The `agent` entry the agent directory writes: `added` with the agent,
+/// `scope` with its scope, or `removed`.
+fn agent_change(change: &str, agent: &StoredAgent, n: u64) -> AuditEvent {
+    let entry = match change {
+        "added" => json!({"change": "added", "agent": agent.agent, "n": n}),
+        "scope" => json!({"change": "scope", "agentId": agent.agent.id,
+            "scope": agent.agent.scope, "n": n}),
+        _ => json!({"change": "removed", "agentId": agent.agent.id, "n": n}),
+    };
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "agent".to_owned(),
+        entry,
     }
 }
 
@@ -102,11 +136,14 @@ enum Op {
 fn apply(store: &dyn Store, op: Op, n: u64) -> Result<(), StoreError> {
     match op {
         Op::Put(id, grants, generation) => {
-            store.put_pairing(&pairing(id, grants, generation), &event("paired", n))
+            let stored = pairing(id, grants, generation);
+            store.put_pairing(&stored, &paired(&stored, n))
         }
-        Op::Grant(id, cap) => store.set_grant(id, cap, true, &event("granted", n)),
-        Op::Revoke(id, cap) => store.set_grant(id, cap, false, &event("revoked", n)),
-        Op::Delete(id) => store.delete_pairing(id, &event("unpaired", n)),
+        Op::Grant(id, cap) => store.set_grant(id, cap, true, &grant_change("granted", id, cap, n)),
+        Op::Revoke(id, cap) => {
+            store.set_grant(id, cap, false, &grant_change("revoked", id, cap, n))
+        }
+        Op::Delete(id) => store.delete_pairing(id, &unpaired(id, n)),
     }
 }
 
@@ -209,7 +246,7 @@ fn contract_round_trip_secrets_and_audit() {
             generation: 42,
             paired_at_ms: 1_700_000_000_123,
         };
-        store.put_pairing(&stored, &event("paired", 0)).unwrap();
+        store.put_pairing(&stored, &paired(&stored, 0)).unwrap();
         let snapshot = store.load().unwrap();
         let mut expected = stored.clone();
         expected.grants.sort();
@@ -658,7 +695,10 @@ fn migrations_set_the_version_once_and_refuse_newer_databases() {
     let dir = TempDir::new();
     let store = SqliteStore::open(&dir.db()).unwrap();
     store
-        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
         .unwrap();
     drop(store);
     assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
@@ -691,7 +731,10 @@ fn files_are_private_to_the_user() {
     let dir = TempDir::new();
     let store = SqliteStore::open(&dir.db()).unwrap();
     store
-        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
         .unwrap();
     let mode = |path: PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     let db = dir.db();
@@ -716,7 +759,7 @@ fn no_token_reaches_the_data_directory() {
         use sha2::{Digest, Sha256};
         Sha256::digest(token.as_bytes()).into()
     };
-    store.put_pairing(&stored, &event("paired", 1)).unwrap();
+    store.put_pairing(&stored, &paired(&stored, 1)).unwrap();
     store
         .put_secret_hash("admin-token", stored.token_hash)
         .unwrap();
@@ -742,7 +785,7 @@ fn damaged_files_are_errors_not_panics() {
     assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
 
     // Another program's database.
-    let other = dir.0.join("other.db");
+    let other = dir.root.join("other.db");
     Connection::open(&other)
         .unwrap()
         .execute_batch("CREATE TABLE t (x)")
@@ -751,14 +794,17 @@ fn damaged_files_are_errors_not_panics() {
     assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
 
     // A directory where the file should be.
-    let error = SqliteStore::open(&dir.0).unwrap_err();
+    let error = SqliteStore::open(&dir.root).unwrap_err();
     assert!(matches!(error, StoreError::Open { .. }), "{error}");
 
     // A dk store with a bad value in it.
-    let path = dir.0.join("store.db");
+    let path = dir.root.join("store.db");
     let store = SqliteStore::open(&path).unwrap();
     store
-        .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
         .unwrap();
     store.put_secret_hash("admin-token", [1; 32]).unwrap();
     let editor = Connection::open(&path).unwrap();
@@ -833,21 +879,28 @@ fn ten_thousand_pairings_load_in_one_pass() {
 
 // ------------------------------------------------------------ the writer
 
-/// A store whose `append_audit` can be held at a gate, or made to fail.
+/// A store whose `append_audit` can be held at a gate, made to fail, or
+/// slowed down.
 struct Gated {
-    inner: MemoryStore,
+    inner: Box<dyn Store>,
     entered: Mutex<Option<mpsc::Sender<()>>>,
     gate: Mutex<Option<mpsc::Receiver<()>>>,
-    fail: bool,
+    fail: AtomicBool,
+    pause: Duration,
 }
 
 impl Gated {
-    fn new(fail: bool) -> Gated {
+    fn new() -> Gated {
+        Gated::over(Box::new(MemoryStore::new()))
+    }
+
+    fn over(inner: Box<dyn Store>) -> Gated {
         Gated {
-            inner: MemoryStore::new(),
+            inner,
             entered: Mutex::new(None),
             gate: Mutex::new(None),
-            fail,
+            fail: AtomicBool::new(false),
+            pause: Duration::ZERO,
         }
     }
 }
@@ -881,7 +934,8 @@ impl Store for Gated {
         if let Some(gate) = self.gate.lock().unwrap().as_ref() {
             let _ = gate.recv();
         }
-        if self.fail {
+        std::thread::sleep(self.pause);
+        if self.fail.load(Ordering::Relaxed) {
             return Err(StoreError::Database("disk full".to_owned()));
         }
         self.inner.append_audit(events)
@@ -909,6 +963,16 @@ fn patient(max_batch: usize, queue: usize) -> WriterOptions {
     }
 }
 
+/// The `n` of every entry in `store`, in order.
+fn numbers(store: &dyn Store) -> Vec<u64> {
+    store
+        .read_audit(0, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.entry["n"].as_u64().unwrap())
+        .collect()
+}
+
 #[test]
 fn writer_commits_full_batches_and_the_rest_on_flush() {
     let store = Arc::new(MemoryStore::new());
@@ -920,12 +984,7 @@ fn writer_commits_full_batches_and_the_rest_on_flush() {
     assert_eq!(writer.committed(), 25);
     assert_eq!(writer.batches(), 3);
     assert_eq!(writer.dropped(), 0);
-    let entries = store.read_audit(0, 100).unwrap();
-    let ns: Vec<u64> = entries
-        .iter()
-        .map(|e| e.entry["n"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ns, (1..=25).collect::<Vec<_>>());
+    assert_eq!(numbers(&*store), (1..=25).collect::<Vec<_>>());
     assert!(store.verify_audit().unwrap().is_intact());
     // A flush with nothing pending commits nothing.
     writer.flush().unwrap();
@@ -974,48 +1033,308 @@ fn dropping_the_writer_commits_what_was_recorded() {
 }
 
 #[test]
-fn a_full_queue_drops_and_counts() {
-    let store = Arc::new(Gated::new(false));
+fn a_full_queue_makes_callers_wait_and_drops_nothing() {
+    use futures::FutureExt;
+    let store = Arc::new(Gated::new());
     let (entered, entered_rx) = mpsc::channel();
     let (open, gate) = mpsc::channel();
     *store.entered.lock().unwrap() = Some(entered);
     *store.gate.lock().unwrap() = Some(gate);
-    let writer = AuditWriter::start(store.clone(), patient(1, 1));
-    writer.record(event("decision", 1));
-    // The thread is now committing event 1, held at the gate.
+    // Two places, one event a batch.
+    let writer = AuditWriter::start(store.clone(), patient(1, 2));
+    let room = writer.room();
+    for n in 1..=2 {
+        let place = room.take().now_or_never().unwrap().unwrap();
+        place.spend();
+        writer.record_placed(move || Some(event("decision", n)));
+    }
+    // Event 1 is being committed, held at the gate; event 2 is queued.
     entered_rx.recv().unwrap();
-    writer.record(event("decision", 2)); // queued (the queue holds one)
-    writer.record(event("decision", 3)); // dropped
-    writer.record(event("decision", 4)); // dropped
-    assert_eq!(writer.dropped(), 2);
+    // A third call finds no room: it waits, without blocking its thread.
+    let mut third = Box::pin(room.take());
+    assert!(third.as_mut().now_or_never().is_none());
+    // Event 1's commit gives its place back, to the call waiting for it.
+    open.send(()).unwrap();
+    futures::executor::block_on(third).unwrap().spend();
+    writer.record_placed(|| Some(event("decision", 3)));
+    // An event recorded outside a call, with every place still taken,
+    // waits its patience and is queued past the bound, not dropped.
+    writer.record(event("decision", 4));
     *store.entered.lock().unwrap() = None;
-    open.send(()).unwrap();
-    open.send(()).unwrap();
     drop(open);
     writer.flush().unwrap();
-    assert_eq!(writer.committed(), 2);
-    let ns: Vec<u64> = store
-        .read_audit(0, 10)
-        .unwrap()
-        .iter()
-        .map(|e| e.entry["n"].as_u64().unwrap())
+    assert_eq!(numbers(&*store), [1, 2, 3, 4]);
+    assert_eq!((writer.committed(), writer.dropped()), (4, 0));
+    // Every place came back.
+    let places: Vec<_> = (0..2)
+        .map(|_| room.take().now_or_never().unwrap().unwrap())
         .collect();
-    assert_eq!(ns, vec![1, 2]);
+    assert!(room.take().now_or_never().is_none());
+    drop(places);
 }
 
 #[test]
-fn a_failed_batch_is_reported_by_the_next_flush() {
-    let store = Arc::new(Gated::new(true));
+fn a_failing_store_is_retried_and_nothing_is_lost() {
+    let store = Arc::new(Gated::new());
+    store.fail.store(true, Ordering::Relaxed);
     let writer = AuditWriter::start(store.clone(), patient(2, 100));
     for n in 1..=3 {
         writer.record(event("decision", n));
     }
-    let error = writer.flush().unwrap_err();
-    assert_eq!(error, StoreError::Database("disk full".to_owned()));
-    assert_eq!(writer.dropped(), 3);
-    assert_eq!(writer.committed(), 0);
-    // Reported once.
+    // Each flush while the store fails says so; the events stay queued.
+    for _ in 0..2 {
+        let error = writer.flush().unwrap_err();
+        assert_eq!(error, StoreError::Database("disk full".to_owned()));
+    }
+    assert_eq!((writer.committed(), writer.dropped()), (0, 0));
+    writer.record(event("decision", 4));
+    store.fail.store(false, Ordering::Relaxed);
     writer.flush().unwrap();
+    assert_eq!(numbers(&*store), [1, 2, 3, 4]);
+    assert_eq!((writer.committed(), writer.dropped()), (4, 0));
+    writer.flush().unwrap();
+}
+
+#[test]
+fn a_writer_stopped_while_its_store_fails_still_stops() {
+    let store = Arc::new(Gated::new());
+    store.fail.store(true, Ordering::Relaxed);
+    let writer = AuditWriter::start(store.clone(), patient(100, 100));
+    for n in 1..=3 {
+        writer.record(event("decision", n));
+    }
+    // The drop flushes, tries a few more times, and returns.
+    drop(writer);
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+}
+
+#[test]
+fn an_unstorable_event_is_recorded_as_such_and_holds_back_no_other() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 100));
+    let big = AuditEvent {
+        entry: json!({"blob": "x".repeat(MAX_AUDIT_ENTRY_BYTES)}),
+        ..event("decision", 3)
+    };
+    for event in [
+        event("decision", 1),
+        event("Bad\nKind", 2),
+        big,
+        event("decision", 4),
+    ] {
+        writer.record(event);
+    }
+    writer.flush().unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["decision", "unstorable", "unstorable", "decision"]);
+    assert_eq!(entries[1].entry["kind"], "Bad\\nKind");
+    assert!(
+        entries[2].entry["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not storable: audit entry of "),
+        "{}",
+        entries[2].entry
+    );
+    assert_eq!(writer.dropped(), 0);
+}
+
+// ------------------------------------------------- the vessel's decisions
+
+/// Answers every call at once, or never.
+struct Link {
+    answers: bool,
+    called: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl crate::link::DeviceLink for Link {
+    fn invoke<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a serde_json::Map<String, Value>,
+        _: Duration,
+    ) -> futures::future::BoxFuture<'a, crate::link::InvokeResult> {
+        if let Some(called) = self.called.lock().unwrap().take() {
+            let _ = called.send(());
+        }
+        let answers = self.answers;
+        Box::pin(async move {
+            if !answers {
+                futures::future::pending::<()>().await;
+            }
+            Ok(None)
+        })
+    }
+}
+
+/// A vessel over `store` with its audit writer as `options` says, and the
+/// desk lamp paired with `set_light` and `strobe` granted on `link`.
+async fn vessel_with_lamp(
+    store: Arc<dyn Store>,
+    options: WriterOptions,
+    link: Link,
+) -> Arc<crate::Vessel> {
+    let vessel = crate::Vessel::open_with_writer(
+        store,
+        dk_policy::PolicySet::empty(),
+        crate::Limits::default(),
+        options,
+    )
+    .unwrap();
+    let manifest: Value = serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/desk-lamp.json"
+    ))
+    .unwrap();
+    vessel
+        .registry()
+        .pair(
+            &manifest,
+            |_| {},
+            |_| async { Ok::<_, ()>(crate::ConsentDecision::approve(["set_light", "strobe"])) },
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    vessel.links().connect("desk-lamp", Arc::new(link));
+    vessel
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_faster_than_a_slow_disk_wait_for_room_and_every_decision_is_logged() {
+    let dir = TempDir::new();
+    let mut slow = Gated::over(Box::new(SqliteStore::open(&dir.db()).unwrap()));
+    slow.pause = Duration::from_millis(2);
+    let store: Arc<dyn Store> = Arc::new(slow);
+    // Four places for 400 calls at once: most of them wait for room.
+    let options = WriterOptions {
+        max_batch: 8,
+        max_delay: Duration::from_millis(1),
+        queue: 4,
+    };
+    let link = Link {
+        answers: true,
+        called: Mutex::new(None),
+    };
+    let vessel = vessel_with_lamp(Arc::clone(&store), options, link).await;
+    let calls: Vec<_> = (0..400)
+        .map(|n| {
+            let vessel = Arc::clone(&vessel);
+            tokio::spawn(async move {
+                let ctx = crate::CallContext {
+                    session_id: Some(&format!("s{n}")),
+                    ..crate::CallContext::default()
+                };
+                vessel
+                    .adapter()
+                    .execute(
+                        "device__desk_lamp__set_light",
+                        json!({"on": true, "brightness": n % 100}),
+                        ctx,
+                    )
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap());
+    }
+    vessel.flush_audit().unwrap();
+    let decisions: Vec<String> = store
+        .read_audit(0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "decision")
+        .map(|e| e.entry["sessionId"].as_str().unwrap().to_owned())
+        .collect();
+    let sessions: BTreeSet<String> = decisions.iter().cloned().collect();
+    assert_eq!((decisions.len(), sessions.len()), (400, 400));
+    assert_eq!(vessel.audit_dropped(), 0);
+    assert!(store.verify_audit().unwrap().is_intact());
+}
+
+/// The last decision entry of `vessel`'s log, once flushed.
+fn last_decision(vessel: &crate::Vessel) -> Value {
+    vessel.flush_audit().unwrap();
+    let entries = vessel.registry().store().read_audit(0, 1000).unwrap();
+    let last = entries.iter().rev().find(|e| e.kind == "decision").unwrap();
+    last.entry.clone()
+}
+
+#[tokio::test]
+async fn a_call_abandoned_half_way_is_still_recorded() {
+    use crate::adapter::{ApprovalRequest, ApproverFn, CallContext};
+    // Abandoned while the person is asked: the device was not reached.
+    let (called, asked) = tokio::sync::oneshot::channel::<()>();
+    let called = Mutex::new(Some(called));
+    let approver = ApproverFn(move |_: ApprovalRequest| {
+        if let Some(called) = called.lock().unwrap().take() {
+            let _ = called.send(());
+        }
+        futures::future::pending::<Result<bool, String>>()
+    });
+    let link = Link {
+        answers: false,
+        called: Mutex::new(None),
+    };
+    let vessel =
+        vessel_with_lamp(Arc::new(MemoryStore::new()), WriterOptions::default(), link).await;
+    let ctx = CallContext {
+        approver: Some(&approver),
+        ..CallContext::default()
+    };
+    let call = vessel
+        .adapter()
+        .execute("device__desk_lamp__strobe", json!({}), ctx);
+    tokio::select! {
+        _ = call => panic!("the person never answers"),
+        _ = asked => {}
+    }
+    let entry = last_decision(&vessel);
+    assert_eq!(
+        (&entry["tool"], &entry["allowed"], &entry["reason"]),
+        (
+            &json!("device__desk_lamp__strobe"),
+            &json!(false),
+            &json!("abandoned by the caller before the device was reached")
+        ),
+    );
+
+    // Abandoned while the device is called: it was reached.
+    let (called, reached) = tokio::sync::oneshot::channel::<()>();
+    let link = Link {
+        answers: false,
+        called: Mutex::new(Some(called)),
+    };
+    vessel.links().connect("desk-lamp", Arc::new(link));
+    let call = vessel.adapter().execute(
+        "device__desk_lamp__set_light",
+        json!({"on": true}),
+        CallContext::default(),
+    );
+    tokio::select! {
+        _ = call => panic!("the device never answers"),
+        _ = reached => {}
+    }
+    let entry = last_decision(&vessel);
+    assert_eq!(
+        (&entry["tool"], &entry["allowed"], &entry["reason"]),
+        (
+            &json!("device__desk_lamp__set_light"),
+            &json!(true),
+            &json!("abandoned by the caller while the device was called")
+        ),
+    );
+    let decisions = vessel
+        .registry()
+        .store()
+        .read_audit(0, 100)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "decision")
+        .count();
+    assert_eq!(decisions, 2);
 }
 
 #[test]
@@ -1030,12 +1349,8 @@ fn the_writer_and_direct_changes_share_one_chain() {
             }
         });
         for n in 0..20 {
-            store
-                .put_pairing(
-                    &pairing(&format!("d{n}"), &["a"], n + 1),
-                    &event("paired", n),
-                )
-                .unwrap();
+            let stored = pairing(&format!("d{n}"), &["a"], n + 1);
+            store.put_pairing(&stored, &paired(&stored, n)).unwrap();
         }
     });
     writer.flush().unwrap();
@@ -1112,21 +1427,35 @@ fn model_of(snapshot: &Snapshot) -> Model {
 }
 
 fn commit_change(store: &dyn Store, n: u64, change: &Change) -> Result<(), StoreError> {
-    let audit = |kind: &str, device: &str| AuditEvent {
-        at_ms: n,
-        kind: kind.to_owned(),
-        entry: json!({ "op": n, "device": device }),
+    // Each entry as the registry writes it, with the change's number.
+    let audit = |event: AuditEvent| {
+        let mut entry = event.entry;
+        entry["op"] = json!(n);
+        AuditEvent {
+            at_ms: n,
+            entry,
+            ..event
+        }
     };
     match change {
         Change::Pair(device, grants) => {
             let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
-            store.put_pairing(&pairing(device, &grants, n), &audit("paired", device))
+            let stored = pairing(device, &grants, n);
+            store.put_pairing(&stored, &audit(paired(&stored, n)))
         }
-        Change::Grant(device, cap) => store.set_grant(device, cap, true, &audit("granted", device)),
-        Change::Revoke(device, cap) => {
-            store.set_grant(device, cap, false, &audit("revoked", device))
-        }
-        Change::Unpair(device) => store.delete_pairing(device, &audit("unpaired", device)),
+        Change::Grant(device, cap) => store.set_grant(
+            device,
+            cap,
+            true,
+            &audit(grant_change("granted", device, cap, n)),
+        ),
+        Change::Revoke(device, cap) => store.set_grant(
+            device,
+            cap,
+            false,
+            &audit(grant_change("revoked", device, cap, n)),
+        ),
+        Change::Unpair(device) => store.delete_pairing(device, &audit(unpaired(device, n))),
     }
 }
 
@@ -1303,25 +1632,33 @@ fn contract_agents_round_trip_replace_and_delete() {
         assert!(store.load_agents().unwrap().is_empty(), "{kind}");
         let b = stored_agent("b", &["*"], 1);
         let a = stored_agent("a", &["lamp", "fan:speed"], 2);
-        store.put_agent(&b, &event("agent", 1)).unwrap();
-        store.put_agent(&a, &event("agent", 2)).unwrap();
+        store.put_agent(&b, &agent_change("added", &b, 1)).unwrap();
+        store.put_agent(&a, &agent_change("added", &a, 2)).unwrap();
         assert_eq!(
             store.load_agents().unwrap(),
             vec![a.clone(), b.clone()],
             "{kind}"
         );
         let a2 = stored_agent("a", &["lamp:on"], 2);
-        store.put_agent(&a2, &event("agent", 3)).unwrap();
-        assert_eq!(store.load_agents().unwrap(), vec![a2, b.clone()], "{kind}");
-        store.delete_agent("a", &event("agent", 4)).unwrap();
+        store
+            .put_agent(&a2, &agent_change("scope", &a2, 3))
+            .unwrap();
+        assert_eq!(
+            store.load_agents().unwrap(),
+            vec![a2.clone(), b.clone()],
+            "{kind}"
+        );
+        store
+            .delete_agent("a", &agent_change("removed", &a2, 4))
+            .unwrap();
         assert_eq!(store.load_agents().unwrap(), vec![b], "{kind}");
         assert_eq!(
-            store.delete_agent("a", &event("agent", 5)),
+            store.delete_agent("a", &agent_change("removed", &a2, 5)),
             Err(StoreError::UnknownAgent("a".to_owned())),
             "{kind}"
         );
         let report = store.verify_audit().unwrap();
-        assert!(report.is_intact(), "{kind}");
+        assert!(report.is_intact(), "{kind}: {:?}", report.problems);
         assert_eq!(
             report.entries, 4,
             "{kind}: a refused delete records nothing"
@@ -1335,7 +1672,9 @@ fn agents_survive_a_reopen_with_only_the_credential_hash() {
     let agent = stored_agent("main", &["lamp"], 7);
     {
         let store = SqliteStore::open(&dir.db()).unwrap();
-        store.put_agent(&agent, &event("agent", 1)).unwrap();
+        store
+            .put_agent(&agent, &agent_change("added", &agent, 1))
+            .unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
     assert_eq!(store.load_agents().unwrap(), vec![agent]);
@@ -1348,26 +1687,31 @@ fn agents_survive_a_reopen_with_only_the_credential_hash() {
 }
 
 #[test]
-fn a_version_1_store_upgrades_to_version_2_keeping_its_pairings() {
+fn a_version_1_store_upgrades_keeping_its_pairings() {
     let dir = TempDir::new();
     {
         let store = SqliteStore::open(&dir.db()).unwrap();
         store
-            .put_pairing(&pairing("d1", &["a"], 1), &event("paired", 1))
+            .put_pairing(
+                &pairing("d1", &["a"], 1),
+                &paired(&pairing("d1", &["a"], 1), 1),
+            )
             .unwrap();
     }
-    // What a version 1 dk left: no agent table, user_version 1.
+    // What a version 1 dk left: no agent or audit_key table, user_version 1.
     {
         let conn = Connection::open(dir.db()).unwrap();
-        conn.execute_batch("DROP TABLE agent").unwrap();
+        conn.execute_batch("DROP TABLE agent; DROP TABLE audit_key;")
+            .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
-    assert_eq!(user_version(&dir.db()), 2);
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
     assert_eq!(store.load().unwrap().pairings.len(), 1);
     assert!(store.load_agents().unwrap().is_empty());
+    let main = stored_agent("main", &["*"], 1);
     store
-        .put_agent(&stored_agent("main", &["*"], 1), &event("agent", 2))
+        .put_agent(&main, &agent_change("added", &main, 2))
         .unwrap();
     assert_eq!(store.load_agents().unwrap().len(), 1);
     assert!(store.verify_audit().unwrap().is_intact());
@@ -1382,4 +1726,636 @@ fn a_damaged_agent_record_is_corrupt_not_a_panic() {
         .execute("INSERT INTO agent (name, record) VALUES ('x', '{')", [])
         .unwrap();
     assert!(matches!(store.load_agents(), Err(StoreError::Corrupt(_))));
+}
+
+// ------------------------------------------------------ log against state
+
+/// A store holding `d1` paired with `a`, then `b` granted, three
+/// decisions, agent `main` added and one more decision (seq 1 to 7), and
+/// a second connection to its file with the append-only triggers dropped.
+fn state_setup() -> (TempDir, SqliteStore, Connection) {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+    store
+        .set_grant("d1", "b", true, &grant_change("granted", "d1", "b", 2))
+        .unwrap();
+    let decisions: Vec<AuditEvent> = (3..=5).map(|n| event("decision", n)).collect();
+    store.append_audit(&decisions).unwrap();
+    let main = stored_agent("main", &["*"], 6);
+    store
+        .put_agent(&main, &agent_change("added", &main, 6))
+        .unwrap();
+    store.append_audit(&[event("decision", 7)]).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+        .unwrap();
+    (dir, store, attacker)
+}
+
+/// Runs `attack` (SQL) on [`state_setup`]'s file and checks every problem
+/// verification reports.
+#[track_caller]
+fn check_state(attack: &str, expected: &[&str]) {
+    let (_dir, store, attacker) = state_setup();
+    let before = store.verify_audit().unwrap();
+    assert!(before.is_intact(), "{:?}", before.problems);
+    attacker.execute_batch(attack).unwrap();
+    let found: Vec<String> = store
+        .verify_audit()
+        .unwrap()
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(found, expected, "{attack}");
+}
+
+#[test]
+fn verification_finds_state_the_log_does_not_account_for() {
+    let no_pairing = "state: pairing `d1` (generation 1) has no `paired` entry in the log";
+    let no_agent = "state: agent `main` has no `agent` entry in the log";
+    let no_grant_b = "state: grant `b` on `d1` has no entry in the log";
+    // The log emptied, or cut back past changes: its chain is intact, the
+    // state is not accounted for.
+    check_state("DELETE FROM audit", &[no_pairing, no_agent]);
+    check_state("DELETE FROM audit WHERE seq >= 6", &[no_agent]);
+    check_state("DELETE FROM audit WHERE seq >= 2", &[no_grant_b, no_agent]);
+    // The state tables edited without an entry.
+    check_state(
+        "INSERT INTO device_grant (device_id, capability) VALUES ('d1', 'c')",
+        &["state: grant `c` on `d1` has no entry in the log"],
+    );
+    check_state(
+        "DELETE FROM device_grant WHERE capability = 'a'",
+        &["state: the log grants `a` on `d1` (entry 1), the state does not"],
+    );
+    check_state(
+        "UPDATE pairing SET digest = 'sha256:other'",
+        &["state: pairing `d1` is not the one its `paired` entry 1 records"],
+    );
+    check_state(
+        "DELETE FROM pairing",
+        &["state: the log has `d1` paired (entry 1), the state does not"],
+    );
+    check_state(
+        "UPDATE agent SET record = replace(record, '\"user\"', '\"admin\"')",
+        &["state: agent `main` is not the one its last `agent` entry 6 records"],
+    );
+    check_state(
+        "DELETE FROM agent",
+        &["state: the log has agent `main` (entry 6), the state does not"],
+    );
+    // Cutting decisions only leaves everything accounted for: that takes a
+    // kept head.
+    check_state("DELETE FROM audit WHERE seq = 7", &[]);
+}
+
+#[test]
+fn the_entries_of_changes_are_written_only_with_their_change() {
+    for (name, store, _dir) in stores() {
+        for kind in ["paired", "granted", "revoked", "unpaired", "agent"] {
+            let error = store
+                .append_audit(&[event("decision", 1), event(kind, 2)])
+                .unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("not storable: audit kind `{kind}` is written only with its change"),
+                "{name}"
+            );
+        }
+        assert_eq!(store.load().unwrap().audit_entries, 0, "{name}");
+    }
+}
+
+// ------------------------------------------------------------ kept head
+
+/// A store in `dir` keeping its head beside its data directory.
+fn anchored(dir: &TempDir) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open_with(
+        &dir.db(),
+        AuditOptions {
+            head_file: audit_head_file(dir.db().parent().unwrap()),
+            ..AuditOptions::default()
+        },
+    )
+}
+
+fn kept_head(dir: &TempDir) -> AuditHead {
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    AuditHead::read_from(&file).unwrap().unwrap()
+}
+
+#[test]
+fn the_head_file_lies_beside_the_data_directory() {
+    for (data_dir, expected) in [
+        (
+            "/home/me/.local/share/dk/vessel",
+            Some("/home/me/.local/share/dk/vessel.audit-head"),
+        ),
+        (".dk/vessel", Some(".dk/vessel.audit-head")),
+        ("data", Some("data.audit-head")),
+        ("/", None),
+    ] {
+        assert_eq!(
+            audit_head_file(Path::new(data_dir)),
+            expected.map(PathBuf::from),
+            "{data_dir}"
+        );
+    }
+    for (text, ok) in [
+        (format!("7:{}", "ab".repeat(32)), true),
+        (format!(" 0:{GENESIS_HASH}\n"), true),
+        (format!("7:{}", "AB".repeat(32)), false),
+        (format!("7:{}", "ab".repeat(31)), false),
+        (format!("x:{}", "ab".repeat(32)), false),
+        ("7".to_owned(), false),
+    ] {
+        assert_eq!(text.parse::<AuditHead>().is_ok(), ok, "{text:?}");
+    }
+}
+
+#[test]
+fn the_head_is_kept_after_every_commit_that_appends() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let store = anchored(&dir).unwrap();
+    // Started at open, from the empty log.
+    assert_eq!(
+        kept_head(&dir),
+        AuditHead {
+            seq: 0,
+            hash: GENESIS_HASH.to_owned()
+        }
+    );
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+    // Written in the background: once settled, it is the log's head.
+    store.settle_head();
+    assert_eq!(kept_head(&dir), store.verify_audit().unwrap().head());
+    let writer = AuditWriter::start(Arc::new(store), patient(10, 100));
+    for n in 2..=26 {
+        writer.record(event("decision", n));
+    }
+    writer.flush().unwrap();
+    // Dropping the store (with the writer) writes its last head.
+    drop(writer);
+    assert_eq!(kept_head(&dir).seq, 26);
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // Nothing left behind beside it.
+    let names: Vec<String> = std::fs::read_dir(&dir.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // Reopened on the same log: fine.
+    let store = anchored(&dir).unwrap();
+    assert_eq!(store.audit_head().unwrap(), kept_head(&dir));
+}
+
+/// Rewrites every entry's hash (and the next one's prev_hash) over its
+/// stored content, as someone who can write the file and knows the
+/// formula would: the chain verifies again.
+fn rehash_everything(conn: &Connection) {
+    let rows: Vec<(i64, i64, String, String)> = conn
+        .prepare("SELECT seq, at_ms, kind, entry FROM audit ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut prev = GENESIS_HASH.to_owned();
+    for (seq, at, kind, entry) in rows {
+        let hash = entry_hash(&prev, seq, at, &kind, &entry);
+        conn.execute(
+            "UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+}
+
+#[test]
+fn a_log_that_no_longer_matches_its_kept_head_is_refused_at_open() {
+    type Attack = fn(&Connection);
+    let attacks: [(&str, Attack, &str); 3] = [
+        (
+            "cut",
+            |c| {
+                c.execute("DELETE FROM audit WHERE seq > 5", []).unwrap();
+            },
+            "the log ends at entry 5, the kept head is entry 8",
+        ),
+        (
+            "emptied",
+            |c| {
+                c.execute("DELETE FROM audit", []).unwrap();
+            },
+            "the log ends at entry 0, the kept head is entry 8",
+        ),
+        (
+            "rewritten",
+            |c| {
+                c.execute("UPDATE audit SET entry = '{}' WHERE seq = 3", [])
+                    .unwrap();
+                rehash_everything(c);
+            },
+            "entry 8 is not the one kept: the log was rewritten",
+        ),
+    ];
+    for (name, attack, detail) in attacks {
+        let dir = TempDir::new();
+        let store = anchored(&dir).unwrap();
+        let events: Vec<AuditEvent> = (1..=8).map(|n| event("decision", n)).collect();
+        store.append_audit(&events).unwrap();
+        drop(store);
+        let attacker = Connection::open(dir.db()).unwrap();
+        attacker
+            .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+            .unwrap();
+        attack(&attacker);
+        // The chain alone says nothing is wrong.
+        let plain = SqliteStore::open(&dir.db()).unwrap();
+        assert!(plain.verify_audit().unwrap().is_intact(), "{name}");
+        let error = anchored(&dir).unwrap_err();
+        let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the audit log does not match the head kept in `{}`: {detail}",
+                file.display()
+            ),
+            "{name}"
+        );
+        // The kept head is left as it was, for `dk audit verify`.
+        assert_eq!(kept_head(&dir).seq, 8, "{name}");
+        let report = plain.verify_audit_against(&kept_head(&dir)).unwrap();
+        assert!(!report.is_intact(), "{name}");
+    }
+}
+
+#[test]
+fn a_planted_head_file_is_refused_and_never_followed() {
+    let dir = TempDir::new();
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    let victim = dir.root.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, &file).unwrap();
+    let error = anchored(&dir).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot keep the audit head in `{}`: it is not a regular file",
+            file.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, "not a head").unwrap();
+    assert!(matches!(anchored(&dir), Err(StoreError::HeadFile { .. })));
+}
+
+// ------------------------------------------------------------ keyed chain
+
+#[test]
+fn hmac_sha256_gives_rfc_4231_results() {
+    let long_key = [0xaa; 131];
+    let cases: [(&[u8], &[u8], &str); 6] = [
+        (
+            &[0x0b; 20],
+            b"Hi There",
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+        ),
+        (
+            b"Jefe",
+            b"what do ya want for nothing?",
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+        ),
+        (
+            &[0xaa; 20],
+            &[0xdd; 50],
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe",
+        ),
+        (
+            &[
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                24, 25,
+            ],
+            &[0xcd; 50],
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+        ),
+        (
+            &long_key,
+            b"Test Using Larger Than Block-Size Key - Hash Key First",
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+        ),
+        (
+            &long_key,
+            b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.",
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+        ),
+    ];
+    for (key, data, expected) in cases {
+        let (head, tail) = data.split_at(data.len() / 2);
+        let mac = super::key::hmac_sha256(key, &[head, tail]);
+        assert_eq!(super::audit::hex(&mac), expected);
+    }
+}
+
+#[test]
+fn key_files_are_made_private_and_only_private_regular_files_are_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let path = dir.root.join("keys").join("audit.key");
+    let key = AuditKey::load_or_create(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.len(), 65, "{text:?}");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let parent = path.parent().unwrap();
+    assert_eq!(
+        std::fs::metadata(parent).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(AuditKey::load_or_create(&path).unwrap(), key);
+    assert_eq!(AuditKey::load(&path).unwrap(), key);
+    assert!(!format!("{key:?}").contains(text.trim()));
+    assert_eq!(format!("{key:?}"), format!("AuditKey({})", key.id()));
+
+    let shown = |p: &Path| p.display().to_string();
+    let open = dir.root.join("open.key");
+    std::fs::write(&open, text.as_bytes()).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let linked = dir.root.join("linked.key");
+    std::os::unix::fs::symlink(&path, &linked).unwrap();
+    let malformed = dir.root.join("malformed.key");
+    std::fs::write(&malformed, "not a key\n").unwrap();
+    std::fs::set_permissions(&malformed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cases = [
+        (
+            open.clone(),
+            AuditKeyError::Mode {
+                path: shown(&open),
+                mode: 0o644,
+            },
+        ),
+        (
+            linked.clone(),
+            AuditKeyError::NotRegular {
+                path: shown(&linked),
+            },
+        ),
+        (
+            parent.to_owned(),
+            AuditKeyError::NotRegular {
+                path: shown(parent),
+            },
+        ),
+        (
+            malformed.clone(),
+            AuditKeyError::Malformed {
+                path: shown(&malformed),
+            },
+        ),
+    ];
+    for (file, expected) in cases {
+        assert_eq!(
+            AuditKey::load_or_create(&file),
+            Err(expected),
+            "{}",
+            file.display()
+        );
+    }
+    // The link's target is untouched.
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+/// A store keyed with `key`, its head kept beside its data directory.
+fn keyed(dir: &TempDir, key: &AuditKey) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open_with(
+        &dir.db(),
+        AuditOptions {
+            head_file: audit_head_file(dir.db().parent().unwrap()),
+            key: Some(key.clone()),
+        },
+    )
+}
+
+/// The problems a report holds, as text.
+fn said(report: &VerifyReport) -> Vec<String> {
+    report.problems.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_keyed_chain_continues_an_unkeyed_log_and_needs_its_key() {
+    let dir = TempDir::new();
+    let key = AuditKey::generate();
+    let other = AuditKey::generate();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store
+            .append_audit(&[event("decision", 1), event("decision", 2)])
+            .unwrap();
+    }
+    let store = keyed(&dir, &key).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 4)).unwrap();
+    store.append_audit(&[event("decision", 5)]).unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    assert_eq!(entries[2].kind, "audit-keyed");
+    assert_eq!(entries[2].entry, json!({"keyId": key.id()}));
+    // Entries 1 and 2 keep their plain hashes, 3 on are HMACs.
+    assert_eq!(
+        entries[1].hash,
+        entry_hash(
+            &entries[0].hash,
+            2,
+            entries[1].at_ms as i64,
+            "decision",
+            &canonical_json(&entries[1].entry)
+        )
+    );
+    assert_ne!(
+        entries[3].hash,
+        entry_hash(
+            &entries[2].hash,
+            4,
+            entries[3].at_ms as i64,
+            "paired",
+            &canonical_json(&entries[3].entry)
+        )
+    );
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    store.settle_head();
+    assert_eq!(kept_head(&dir), report.head());
+    drop(store);
+
+    // Opened again: with its key, fine; with another, refused; without one,
+    // readable and verifiable only up to the keyed part, never appended to.
+    assert!(keyed(&dir, &key).is_ok());
+    assert_eq!(
+        keyed(&dir, &other).unwrap_err(),
+        StoreError::WrongKey {
+            chain: key.id(),
+            given: other.id()
+        }
+    );
+    let plain = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(plain.read_audit(0, 10).unwrap().len(), 5);
+    assert_eq!(
+        plain.load().unwrap_err(),
+        StoreError::KeyRequired { from: 3 }
+    );
+    assert_eq!(
+        plain.append_audit(&[event("decision", 6)]).unwrap_err(),
+        StoreError::KeyRequired { from: 3 }
+    );
+    assert_eq!(
+        said(&plain.verify_audit().unwrap()),
+        [format!(
+            "entry 3: key (the chain is keyed from here with key {}: its entries can be checked only with that key)",
+            key.id()
+        )]
+    );
+    assert_eq!(
+        said(&plain.verify_audit_with(Some(&other), None).unwrap()),
+        [format!(
+            "entry 3: key (the chain is keyed with key {}, not with the key given ({}))",
+            key.id(),
+            other.id()
+        )]
+    );
+    assert!(
+        plain
+            .verify_audit_with(Some(&key), None)
+            .unwrap()
+            .is_intact()
+    );
+    // The entry that keys a chain is written only by the store.
+    let error = keyed(&dir, &key)
+        .unwrap()
+        .append_audit(&[event("audit-keyed", 7)])
+        .unwrap_err();
+    assert!(matches!(error, StoreError::InvalidInput(_)), "{error}");
+}
+
+/// A keyed log of 8 entries (1 keys it, 2 pairs `d1`, 3 to 8 decisions),
+/// its key, and a connection for an attacker without the key.
+fn keyed_setup() -> (TempDir, AuditKey, Connection) {
+    let dir = TempDir::new();
+    let key = AuditKey::generate();
+    let store = keyed(&dir, &key).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 2)).unwrap();
+    let decisions: Vec<AuditEvent> = (3..=8).map(|n| event("decision", n)).collect();
+    store.append_audit(&decisions).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch(
+            "DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;
+             DROP TRIGGER audit_key_no_update; DROP TRIGGER audit_key_no_delete;",
+        )
+        .unwrap();
+    (dir, key, attacker)
+}
+
+#[test]
+fn without_its_key_nobody_writes_an_entry_that_verifies() {
+    type Attack = fn(&Connection);
+    let attacks: [(&str, Attack, &[&str]); 4] = [
+        // Everything rewritten with plain hashes, the keying left in place.
+        (
+            "rehash",
+            |c| {
+                c.execute("UPDATE audit SET entry = '{}' WHERE seq = 5", [])
+                    .unwrap();
+                rehash_everything(c);
+            },
+            &["entry 1: edited"],
+        ),
+        // The keying removed too: a plain chain that verifies without the
+        // key, and is named with it.
+        (
+            "unkey",
+            |c| {
+                c.execute_batch(
+                    "DELETE FROM audit WHERE seq = 1; DELETE FROM audit_key;
+                     UPDATE audit SET seq = seq - 1;",
+                )
+                .unwrap();
+                rehash_everything(c);
+            },
+            &["key: a key was given"],
+        ),
+        // A forged decision appended, chained with a plain hash.
+        (
+            "append",
+            |c| {
+                let prev = stored_hash(c, 8);
+                forge(c, 9, &prev);
+            },
+            &["entry 9: edited"],
+        ),
+        // The record of the key removed: the chain still says it is keyed.
+        (
+            "record",
+            |c| {
+                c.execute("DELETE FROM audit_key", []).unwrap();
+            },
+            &[
+                "entry 1: key (the store records the chain as not keyed, the chain is keyed from entry 1",
+            ],
+        ),
+    ];
+    for (name, attack, expected) in attacks {
+        let (dir, key, attacker) = keyed_setup();
+        attack(&attacker);
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        let found = said(&store.verify_audit_with(Some(&key), None).unwrap());
+        assert!(!found.is_empty(), "{name}: nothing found");
+        for expected in expected {
+            assert!(
+                found.iter().any(|p| p.starts_with(expected)),
+                "{name}: {expected:?} not in {found:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_version_2_store_upgrades_and_its_log_still_verifies() {
+    let dir = TempDir::new();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        let d1 = pairing("d1", &["a"], 1);
+        store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+        store.append_audit(&[event("decision", 2)]).unwrap();
+    }
+    // What a version 2 dk left: no audit_key table, user_version 2.
+    {
+        let conn = Connection::open(dir.db()).unwrap();
+        conn.execute_batch("DROP TABLE audit_key").unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(user_version(&dir.db()), 3);
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 2);
+    // And it can be keyed from there.
+    drop(store);
+    let key = AuditKey::generate();
+    let store = keyed(&dir, &key).unwrap();
+    assert_eq!(store.read_audit(2, 10).unwrap()[0].kind, "audit-keyed");
+    assert!(store.verify_audit().unwrap().is_intact());
 }

@@ -1,30 +1,67 @@
-//! The write-behind audit writer: decision events are queued without
-//! waiting and committed in batches by one thread, so a tool call never
-//! waits for a disk sync.
+//! The write-behind audit writer: events are committed in batches by one
+//! thread, so a tool call never waits for a disk sync.
 //!
-//! What a crash can lose: the events queued or in the batch being
-//! gathered, at most `max_delay` plus one commit's worth of decisions. It
-//! never holds a pairing, grant, revoke or unpair: those are written by the
-//! store in the transaction of the change, before it is acknowledged.
+//! Nothing recorded is dropped. The queue has a fixed number of places
+//! (`queue`, 65,536 by default): an event takes one before it is queued and
+//! the writer gives it back once the event is committed. A tool call takes
+//! its place before its first check ([`AuditRoom::take`], waiting without
+//! blocking its thread while every place is taken), so no call reaches a
+//! device without room for its record, and calls faster than the disk wait
+//! for it instead of outrunning it. [`AuditWriter::record`], for the few
+//! events recorded outside a call, waits for a place on its own thread for
+//! at most [`RECORD_PATIENCE`], then queues the event past the bound rather
+//! than lose it.
+//!
+//! A commit that fails is retried, after 10 ms and then twice as long each
+//! time up to 1 s, with everything that came meanwhile; each flush meanwhile
+//! reports the failure. The places stay taken, so calls wait rather than pile
+//! up in memory. An event the store refuses as not storable (a reserved or
+//! malformed kind, an entry too large) is recorded as an `unstorable` entry
+//! naming its kind and why, never left out.
+//!
+//! What a crash can lose: the events queued and the batch being gathered, at
+//! most `max_delay` plus one commit's worth of decisions when the disk keeps
+//! up. It never holds a pairing, grant, revoke or unpair: those are written
+//! by the store in the transaction of the change, before it is acknowledged.
+//! Events are lost without a crash only when the writer is stopped while the
+//! store still fails [`STOP_ATTEMPTS`] times in a row, or recorded after it
+//! stopped: [`AuditWriter::dropped`] counts them, and each loss is logged.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
+
+use super::audit::check_event;
 use super::{AuditEvent, Store, StoreError};
+
+/// How long [`AuditWriter::record`] waits for a place in a full queue before
+/// it queues its event past the bound.
+pub const RECORD_PATIENCE: Duration = Duration::from_millis(100);
+
+/// How many times a stopping writer tries to commit what it still holds.
+pub const STOP_ATTEMPTS: u32 = 3;
+
+/// The wait before the first retry of a failed commit; it doubles up to
+/// [`LAST_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(10);
+const LAST_RETRY: Duration = Duration::from_secs(1);
 
 /// How an [`AuditWriter`] batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterOptions {
-    /// The most events committed in one transaction (default 256).
+    /// The most events committed in one transaction (default 256), while
+    /// commits succeed.
     pub max_batch: usize,
     /// How long the first event of a batch waits for others before the
     /// batch is committed (default 20 ms).
     pub max_delay: Duration,
-    /// How many events may wait in the queue (default 65,536); past this,
-    /// [`AuditWriter::record`] drops the event and counts it.
+    /// How many events may wait to be committed (default 65,536); with
+    /// every place taken, a tool call waits for one before its checks.
     pub queue: usize,
 }
 
@@ -38,12 +75,125 @@ impl Default for WriterOptions {
     }
 }
 
+/// Whether a queued event holds one of the queue's places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// It does: given back once the event is committed.
+    Taken,
+    /// It was queued past the bound, by a caller that waited its patience.
+    Over,
+}
+
 enum Message {
-    Event(AuditEvent),
+    Event(AuditEvent, Place),
     /// An event built on the writer thread, off the caller's path.
-    Deferred(Box<dyn FnOnce() -> Option<AuditEvent> + Send>),
+    Deferred(Box<dyn FnOnce() -> Option<AuditEvent> + Send>, Place),
     /// Commit what came before, then answer.
     Flush(mpsc::Sender<Result<(), StoreError>>),
+}
+
+/// The queue's places, shared by the writer, its thread and the tool
+/// adapter.
+#[derive(Debug)]
+struct Places {
+    semaphore: Semaphore,
+    /// Threads waiting in [`AuditWriter::record`] for a place.
+    waiting: Mutex<usize>,
+    /// Told when places come back and a thread waits.
+    freed: Condvar,
+}
+
+impl Places {
+    fn new(count: usize) -> Places {
+        Places {
+            semaphore: Semaphore::new(count.clamp(1, Semaphore::MAX_PERMITS)),
+            waiting: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Gives back `count` places, to waiting calls first.
+    fn give_back(&self, count: usize) {
+        if count == 0 {
+            return;
+        }
+        self.semaphore.add_permits(count);
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if *waiting > 0 {
+            self.freed.notify_all();
+        }
+    }
+
+    /// A place, waiting on this thread for at most `patience`; `Over` when
+    /// none came (or the writer has stopped).
+    fn take_blocking(&self, patience: Duration) -> Place {
+        if let Ok(permit) = self.semaphore.try_acquire() {
+            permit.forget();
+            return Place::Taken;
+        }
+        let deadline = Instant::now() + patience;
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        *waiting += 1;
+        let place = loop {
+            match self.semaphore.try_acquire() {
+                Ok(permit) => {
+                    permit.forget();
+                    break Place::Taken;
+                }
+                Err(TryAcquireError::Closed) => break Place::Over,
+                Err(TryAcquireError::NoPermits) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Place::Over;
+            }
+            waiting = self
+                .freed
+                .wait_timeout(waiting, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        };
+        *waiting -= 1;
+        place
+    }
+}
+
+/// The places of an [`AuditWriter`]'s queue, for the tool adapter: a call
+/// takes one before its checks and spends it on its decision record.
+#[derive(Debug, Clone)]
+pub(crate) struct AuditRoom(Arc<Places>);
+
+impl AuditRoom {
+    /// A place in the queue: at once when there is room (an atomic
+    /// compare-and-swap), otherwise once a commit gives places back, waiting
+    /// without blocking the thread. An error when the writer has stopped.
+    pub async fn take(&self) -> Result<AuditPlace<'_>, StoreError> {
+        let permit = match self.0.semaphore.try_acquire() {
+            Ok(permit) => permit,
+            Err(TryAcquireError::Closed) => return Err(StoreError::WriterStopped),
+            Err(TryAcquireError::NoPermits) => self
+                .0
+                .semaphore
+                .acquire()
+                .await
+                .map_err(|_| StoreError::WriterStopped)?,
+        };
+        Ok(AuditPlace(permit))
+    }
+}
+
+/// One place taken in an [`AuditWriter`]'s queue: spent by recording into it
+/// ([`AuditPlace::spend`], then [`AuditWriter::record_placed`]), given back
+/// when dropped unspent.
+#[derive(Debug)]
+pub(crate) struct AuditPlace<'a>(SemaphorePermit<'a>);
+
+impl AuditPlace<'_> {
+    /// Hands the place to the event about to be recorded: the writer gives
+    /// it back once that event is committed.
+    pub fn spend(self) {
+        self.0.forget();
+    }
 }
 
 /// Counters shared with the writer thread.
@@ -52,80 +202,118 @@ struct Counters {
     dropped: AtomicU64,
     committed: AtomicU64,
     batches: AtomicU64,
+    over: AtomicU64,
 }
 
-/// Commits audit events in batches on its own thread. [`AuditWriter::record`]
-/// never blocks; [`AuditWriter::flush`] waits for everything recorded before
-/// it. Dropping the writer flushes and joins the thread.
+/// Commits audit events in batches on its own thread. Recording costs the
+/// caller a place in the queue and a push; [`AuditWriter::flush`] waits for
+/// everything recorded before it. Dropping the writer flushes and joins the
+/// thread.
 #[derive(Debug)]
 pub struct AuditWriter {
-    sender: Option<SyncSender<Message>>,
+    sender: Option<Sender<Message>>,
     thread: Option<JoinHandle<()>>,
+    places: Arc<Places>,
     counters: Arc<Counters>,
 }
 
 impl AuditWriter {
     /// Starts the writer thread over `store`.
     pub fn start(store: Arc<dyn Store>, options: WriterOptions) -> AuditWriter {
-        let (sender, receiver) = mpsc::sync_channel(options.queue.max(1));
+        let (sender, receiver) = mpsc::channel();
+        let places = Arc::new(Places::new(options.queue));
         let counters = Arc::new(Counters::default());
-        let shared = Arc::clone(&counters);
+        let (thread_places, thread_counters) = (Arc::clone(&places), Arc::clone(&counters));
         let thread = std::thread::Builder::new()
             .name("dk-audit-writer".to_owned())
-            .spawn(move || run(&*store, &receiver, options, &shared));
+            .spawn(move || {
+                let mut batch = Batch::new(&*store, &thread_places, &thread_counters);
+                run(&mut batch, &receiver, options);
+                batch.stop();
+            });
         let thread = match thread {
             Ok(thread) => Some(thread),
             Err(error) => {
                 tracing::error!(%error, "cannot start the audit writer thread");
+                places.semaphore.close();
                 None
             }
         };
         AuditWriter {
             sender: thread.as_ref().map(|_| sender),
             thread,
+            places,
             counters,
         }
     }
 
-    /// Queues an event without waiting. When the queue is full (or the
-    /// writer has stopped) the event is dropped, counted in
-    /// [`AuditWriter::dropped`] and logged.
+    /// Queues an event. When every place is taken this waits on the
+    /// caller's thread until a commit gives one back, at most
+    /// [`RECORD_PATIENCE`]; then the event is queued past the bound (and
+    /// logged) rather than dropped.
     pub fn record(&self, event: AuditEvent) {
-        self.send(Message::Event(event));
+        let place = self.take_blocking();
+        self.send(Message::Event(event, place));
     }
 
     /// Like [`AuditWriter::record`], but the event is built by `make` on the
-    /// writer thread: the caller pays for a move and a queue push, not for
+    /// writer thread: the caller pays for a place and a queue push, not for
     /// serialising or redacting. `make` returning `None` records nothing.
     pub fn record_with(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
-        self.send(Message::Deferred(Box::new(make)));
+        let place = self.take_blocking();
+        self.send(Message::Deferred(Box::new(make), place));
+    }
+
+    /// Like [`AuditWriter::record_with`], in a place already taken from
+    /// [`AuditWriter::room`] and spent: it never waits.
+    pub(crate) fn record_placed(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
+        self.send(Message::Deferred(Box::new(make), Place::Taken));
+    }
+
+    /// The queue's places, for a caller that takes its place ahead of time.
+    pub(crate) fn room(&self) -> AuditRoom {
+        AuditRoom(Arc::clone(&self.places))
+    }
+
+    fn take_blocking(&self) -> Place {
+        let place = self.places.take_blocking(RECORD_PATIENCE);
+        if place == Place::Over && self.sender.is_some() {
+            let over = self.counters.over.fetch_add(1, Ordering::Relaxed) + 1;
+            // Log the first and then every power of two, not every one.
+            if over.is_power_of_two() {
+                tracing::warn!(
+                    over,
+                    "audit queue full for {} ms: an event queued past its bound",
+                    RECORD_PATIENCE.as_millis()
+                );
+            }
+        }
+        place
     }
 
     fn send(&self, message: Message) {
         let sent = match &self.sender {
-            Some(sender) => sender.try_send(message).is_ok(),
+            Some(sender) => sender.send(message).is_ok(),
             None => false,
         };
         if !sent {
             let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            // Log the first and then every power of two, not every drop.
             if dropped.is_power_of_two() {
-                tracing::warn!(dropped, "audit queue full: decision records dropped");
+                tracing::error!(dropped, "the audit writer has stopped: an event was lost");
             }
         }
     }
 
-    /// Waits until every event recorded before this call is committed, and
-    /// reports the first failure since the last flush, if any.
+    /// Waits until every event recorded before this call is committed. An
+    /// error when the store fails now (the events stay queued and are
+    /// retried) or the writer has stopped.
     pub fn flush(&self) -> Result<(), StoreError> {
         let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?;
         let (answer, answered) = mpsc::channel();
-        // The thread may be parked out its batch window, with the queue full:
-        // wake it before queueing the flush and after.
-        self.wake();
         sender
             .send(Message::Flush(answer))
             .map_err(|_| StoreError::WriterStopped)?;
+        // The thread may be parked out its batch window: wake it.
         self.wake();
         answered.recv().map_err(|_| StoreError::WriterStopped)?
     }
@@ -138,8 +326,9 @@ impl AuditWriter {
         }
     }
 
-    /// How many events were not written: dropped on a full queue or lost to
-    /// a failed commit.
+    /// How many events were lost: recorded after the writer stopped, or
+    /// still not committed when it stopped because the store kept failing.
+    /// Zero otherwise: a full queue makes callers wait, it drops nothing.
     pub fn dropped(&self) -> u64 {
         self.counters.dropped.load(Ordering::Relaxed)
     }
@@ -158,9 +347,10 @@ impl AuditWriter {
 impl Drop for AuditWriter {
     fn drop(&mut self) {
         if let Err(error) = self.flush() {
-            tracing::error!(%error, "audit writer: last batch not written");
+            tracing::error!(%error, "audit writer: the last events are not committed yet");
         }
-        // Closing the channel ends the thread's loop.
+        // Closing the channel ends the thread's loop; it tries what it still
+        // holds a few more times.
         self.sender = None;
         self.wake();
         if let Some(thread) = self.thread.take()
@@ -168,25 +358,34 @@ impl Drop for AuditWriter {
         {
             tracing::error!("the audit writer thread panicked");
         }
+        self.places.semaphore.close();
     }
 }
 
-fn run(
-    store: &dyn Store,
-    receiver: &Receiver<Message>,
-    options: WriterOptions,
-    counters: &Counters,
-) {
+/// Gathers messages into batches until the channel closes.
+fn run(batch: &mut Batch<'_>, receiver: &Receiver<Message>, options: WriterOptions) {
     let max_batch = options.max_batch.max(1);
-    let mut batch: Vec<AuditEvent> = Vec::with_capacity(max_batch);
-    // The first failure since the last flush, for the next flush to report.
-    let mut failure: Option<StoreError> = None;
-    // Wait for the first message of a batch with no deadline; then park for
-    // the rest of the batch window and drain what came meanwhile. Parking
-    // instead of waiting on the queue means a record never wakes this
-    // thread: on the call path, recording costs a queue push and nothing
-    // more. A flush unparks it.
-    while let Ok(first) = receiver.recv() {
+    // Wait for the first message of a batch with no deadline (or, after a
+    // failed commit, until its retry); then park for the rest of the batch
+    // window and drain what came meanwhile. Parking instead of waiting on
+    // the queue means a record never wakes this thread: on the call path,
+    // recording costs a place and a queue push and nothing more. A flush
+    // unparks it.
+    loop {
+        let first = match batch.retry_at {
+            None => match receiver.recv() {
+                Ok(message) => message,
+                Err(_) => return,
+            },
+            Some(at) => match receiver.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(message) => message,
+                Err(RecvTimeoutError::Timeout) => {
+                    batch.commit();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+        };
         let deadline = Instant::now() + options.max_delay;
         let mut pending = Some(first);
         let mut slept = false;
@@ -204,53 +403,156 @@ fn run(
                         continue;
                     }
                     Err(TryRecvError::Empty) => {
-                        commit(store, &mut batch, counters, &mut failure);
+                        batch.commit();
                         break;
                     }
-                    Err(TryRecvError::Disconnected) => {
-                        commit(store, &mut batch, counters, &mut failure);
-                        return;
-                    }
+                    Err(TryRecvError::Disconnected) => return,
                 },
             };
             match message {
-                Message::Event(event) => batch.push(event),
-                Message::Deferred(make) => batch.extend(make()),
+                Message::Event(event, place) => batch.push(Some(event), place),
+                Message::Deferred(make, place) => batch.push(make(), place),
                 Message::Flush(answer) => {
-                    commit(store, &mut batch, counters, &mut failure);
-                    let _ = answer.send(failure.take().map_or(Ok(()), Err));
+                    let _ = answer.send(batch.flush());
                     break;
                 }
             }
-            if batch.len() >= max_batch {
-                commit(store, &mut batch, counters, &mut failure);
+            if batch.events.len() >= max_batch {
+                batch.commit();
             }
         }
     }
-    commit(store, &mut batch, counters, &mut failure);
 }
 
-/// Commits a batch in one transaction and empties it.
-fn commit(
-    store: &dyn Store,
-    batch: &mut Vec<AuditEvent>,
-    counters: &Counters,
-    failure: &mut Option<StoreError>,
-) {
-    if batch.is_empty() {
-        return;
-    }
-    let count = u64::try_from(batch.len()).unwrap_or(u64::MAX);
-    match store.append_audit(batch) {
-        Ok(()) => {
-            counters.committed.fetch_add(count, Ordering::Relaxed);
-            counters.batches.fetch_add(1, Ordering::Relaxed);
+/// The events not yet committed, and what a commit gives back.
+struct Batch<'a> {
+    store: &'a dyn Store,
+    places: &'a Places,
+    counters: &'a Counters,
+    events: Vec<AuditEvent>,
+    /// Places held by the events taken since the last commit.
+    taken: usize,
+    /// While commits fail: the last error, the wait before the next try and
+    /// when that try is due.
+    error: Option<StoreError>,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(store: &'a dyn Store, places: &'a Places, counters: &'a Counters) -> Batch<'a> {
+        Batch {
+            store,
+            places,
+            counters,
+            events: Vec::new(),
+            taken: 0,
+            error: None,
+            backoff: FIRST_RETRY,
+            retry_at: None,
         }
-        Err(error) => {
-            counters.dropped.fetch_add(count, Ordering::Relaxed);
-            tracing::error!(%error, count, "audit batch not written");
-            failure.get_or_insert(error);
+    }
+
+    fn push(&mut self, event: Option<AuditEvent>, place: Place) {
+        self.events.extend(event);
+        if place == Place::Taken {
+            self.taken += 1;
         }
     }
-    batch.clear();
+
+    /// Commits what is held, unless a failed commit's retry is not yet due.
+    fn commit(&mut self) {
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        self.try_commit();
+    }
+
+    /// Commits what is held now, and says whether nothing is left.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        self.try_commit();
+        match &self.error {
+            Some(error) if !self.events.is_empty() => Err(error.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    fn try_commit(&mut self) {
+        if !self.events.is_empty() {
+            let mut result = self.store.append_audit(&self.events);
+            if let Err(StoreError::InvalidInput(_)) = result {
+                // One event the store will never take must not hold back the
+                // others, nor be left out: it is recorded as unstorable.
+                for event in &mut self.events {
+                    if let Err(error) = check_event(event) {
+                        *event = unstorable(event, &error);
+                    }
+                }
+                result = self.store.append_audit(&self.events);
+            }
+            if let Err(error) = result {
+                if self.error.is_none() {
+                    tracing::error!(%error, events = self.events.len(), "audit batch not committed yet; retrying");
+                }
+                self.error = Some(error);
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(LAST_RETRY);
+                return;
+            }
+            if self.error.take().is_some() {
+                tracing::info!(
+                    events = self.events.len(),
+                    "audit batch committed after a retry"
+                );
+            }
+            let count = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
+            self.counters.committed.fetch_add(count, Ordering::Relaxed);
+            self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            self.events.clear();
+        }
+        self.retry_at = None;
+        self.backoff = FIRST_RETRY;
+        self.places.give_back(std::mem::take(&mut self.taken));
+    }
+
+    /// The writer is stopping: a few last tries, then what is left is lost,
+    /// counted and logged.
+    fn stop(&mut self) {
+        for attempt in 1..=STOP_ATTEMPTS {
+            self.try_commit();
+            if self.events.is_empty() {
+                return;
+            }
+            if attempt < STOP_ATTEMPTS {
+                std::thread::sleep(FIRST_RETRY * attempt);
+            }
+        }
+        let lost = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
+        self.counters.dropped.fetch_add(lost, Ordering::Relaxed);
+        tracing::error!(
+            lost,
+            error = ?self.error,
+            "the audit writer stopped with events the store would not take: they are lost"
+        );
+        self.events.clear();
+        self.places.give_back(std::mem::take(&mut self.taken));
+    }
+}
+
+/// What is recorded in place of an event the store refuses: its kind (cut
+/// and escaped) and why.
+fn unstorable(event: &AuditEvent, error: &StoreError) -> AuditEvent {
+    let kind: String = event
+        .kind
+        .escape_debug()
+        .to_string()
+        .chars()
+        .take(64)
+        .collect();
+    let why: String = error.to_string().chars().take(256).collect();
+    AuditEvent {
+        at_ms: event.at_ms.min(i64::MAX.unsigned_abs()),
+        kind: "unstorable".to_owned(),
+        entry: json!({"kind": kind, "error": why}),
+    }
 }

@@ -1,7 +1,9 @@
 //! A `dk vessel` restarted on its data directory: devices come back with
 //! their tokens and exactly their grants, unpaired ones stay out; no token in
 //! clear in any file of the data directory; `dk audit tail` and `dk audit
-//! verify` on a real log, and on copies tampered with in four ways.
+//! verify` on a real log and on tampered copies: what the chain, the state
+//! tables, the head kept beside the data directory and a keyed chain each
+//! find, and a vessel that will not start on a log that no longer matches.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -414,8 +416,9 @@ fn entry_hash(prev_hash: &str, seq: i64, at_ms: i64, kind: &str, entry: &str) ->
     hex(&Sha256::digest(text.as_bytes()))
 }
 
-/// A copy of the data directory's database files, with the audit log's
-/// triggers dropped as an attacker would, open for tampering.
+/// A copy of the data directory's database files and of the head kept
+/// beside it, with the audit log's triggers dropped as an attacker would,
+/// open for tampering.
 fn tampered_copy(scratch: &Scratch, name: &str, tamper: impl FnOnce(&rusqlite::Connection)) {
     let copy = scratch.root().join(name);
     std::fs::create_dir_all(&copy).unwrap();
@@ -426,6 +429,11 @@ fn tampered_copy(scratch: &Scratch, name: &str, tamper: impl FnOnce(&rusqlite::C
             std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
         }
     }
+    std::fs::copy(
+        scratch.data_dir().with_extension("audit-head"),
+        scratch.root().join(format!("{name}.audit-head")),
+    )
+    .unwrap();
     let conn = rusqlite::Connection::open(copy.join("vessel.db")).unwrap();
     conn.execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
         .unwrap();
@@ -544,6 +552,16 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         text.contains(&format!("intact: 5 entries; head {head}")),
         "{text}"
     );
+    // The vessel kept that head beside its data directory, and verify read it.
+    let kept = scratch.data_dir().with_extension("audit-head");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), format!("{head}\n"));
+    assert!(
+        text.contains(&format!(
+            "checked against the head kept in {}: {head}",
+            kept.display()
+        )),
+        "{text}"
+    );
     succeeded(&audit(&dir, &["verify", "--expect-head", &head]));
 
     let edit = "UPDATE audit SET entry = replace(entry, 'strobe', 'set_light') WHERE seq = 2";
@@ -596,16 +614,370 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         "entry 2: out of order",
     );
 
-    // Cutting the last entry leaves an intact chain: only the kept head
-    // shows it.
+    // Cutting the last entry leaves an intact chain; the unpairing it held
+    // is then missing from the log, and the kept head shows the cut.
     tampered_copy(&scratch, "truncated", |db| {
         db.execute_batch("DELETE FROM audit WHERE seq = 5").unwrap();
     });
     let truncated = scratch.root().join("truncated");
-    succeeded(&audit(&truncated, &["verify"]));
+    check_broken(
+        &truncated,
+        &[],
+        "BROKEN state: the log has `desk-lamp` paired (entry 1), the state does not",
+    );
+    check_broken(&truncated, &[], "BROKEN entry 5: cut off the end");
     check_broken(
         &truncated,
         &["--expect-head", &head],
         "entry 5: cut off the end",
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
+    let scratch = Scratch::new("audit-state");
+    let dir = scratch.data_dir();
+    let vessel = Running::start(&scratch);
+    let lamp = DeviceRun::spawn(
+        dk_device::samples::lamp(),
+        &vessel.url(),
+        &scratch.device_token_file("lamp"),
+    );
+    approve(&dir, "desk-lamp", "read_light").await;
+    connected(&dir, &["desk-lamp"]).await;
+    succeeded(&person(&dir, &["devices", "grant", "desk-lamp", "strobe"]));
+    let admin = vessel.admin(&scratch);
+    call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    vessel.interrupt();
+    let _ = lamp.stop().await;
+    succeeded(&audit(&dir, &["verify"]));
+
+    // `DELETE FROM audit` leaves an empty chain, intact by itself.
+    tampered_copy(&scratch, "emptied", |db| {
+        db.execute_batch("DELETE FROM audit").unwrap();
+    });
+    check_broken(
+        &scratch.root().join("emptied"),
+        &[],
+        "BROKEN state: pairing `desk-lamp` (generation 1) has no `paired` entry in the log",
+    );
+    // Cut back past the grant: the chain is intact, the grant unaccounted.
+    tampered_copy(&scratch, "cut", |db| {
+        db.execute_batch("DELETE FROM audit WHERE seq >= 2")
+            .unwrap();
+    });
+    check_broken(
+        &scratch.root().join("cut"),
+        &[],
+        "BROKEN state: grant `strobe` on `desk-lamp` has no entry in the log",
+    );
+}
+
+/// Runs `dk audit verify` with `args` on `dir` and checks whether it finds
+/// the log intact; the output, to say why.
+#[track_caller]
+fn verify_says(dir: &Path, args: &[&str], intact: bool) -> String {
+    let mut all = vec!["verify"];
+    all.extend_from_slice(args);
+    let out = audit(dir, &all);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let expected = if intact { 0 } else { 1 };
+    assert_eq!(
+        out.status.code(),
+        Some(expected),
+        "{all:?} on {}:\n{text}",
+        dir.display()
+    );
+    text
+}
+
+/// Rewrites every entry's hash and the next one's prev_hash over what is
+/// stored, with the documented formula: the chain verifies again.
+fn rehash_everything(db: &rusqlite::Connection) {
+    let rows: Vec<(i64, i64, String, String)> = db
+        .prepare("SELECT seq, at_ms, kind, entry FROM audit ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut prev = "0".repeat(64);
+    for (seq, at, kind, entry) in rows {
+        let hash = entry_hash(&prev, seq, at, &kind, &entry);
+        db.execute(
+            "UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            rusqlite::params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+}
+
+/// Appends a decision that never happened, chained to the last entry with
+/// a correct hash.
+fn append_forged(db: &rusqlite::Connection) {
+    let (seq, at, prev): (i64, i64, String) = db
+        .query_row(
+            "SELECT seq, at_ms, hash FROM audit ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let entry = r#"{"allowed":false,"reason":"forged","tool":"device__desk_lamp__strobe"}"#;
+    let hash = entry_hash(&prev, seq + 1, at, "decision", entry);
+    db.execute(
+        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
+         VALUES (?1, ?2, 'decision', ?3, ?4, ?5)",
+        rusqlite::params![seq + 1, at, entry, prev, hash],
+    )
+    .unwrap();
+}
+
+type Attack = fn(&rusqlite::Connection);
+
+/// Each attack on a real log, and whether verify finds it with the chain
+/// and state alone (`--no-kept-head`) and with the head kept beside the
+/// data directory (the default).
+const ATTACKS: [(&str, Attack, bool, bool); 6] = [
+    ("untouched", |_| {}, true, true),
+    (
+        "delete-all",
+        |db| {
+            db.execute_batch("DELETE FROM audit").unwrap();
+        },
+        false,
+        false,
+    ),
+    (
+        "delete-some",
+        |db| {
+            db.execute_batch("DELETE FROM audit WHERE seq = 3").unwrap();
+        },
+        false,
+        false,
+    ),
+    (
+        "rehash-all",
+        |db| {
+            db.execute_batch(
+                "UPDATE audit SET entry = replace(entry, 'read_light', 'strobe') WHERE kind = 'decision'",
+            )
+            .unwrap();
+            rehash_everything(db);
+        },
+        true,
+        false,
+    ),
+    (
+        "cut-tail",
+        |db| {
+            db.execute_batch("DELETE FROM audit WHERE seq > 3").unwrap();
+        },
+        true,
+        false,
+    ),
+    ("append-forged", append_forged, true, true),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_verify_finds_without_and_with_the_kept_head() {
+    let scratch = Scratch::new("audit-modes");
+    let dir = scratch.data_dir();
+    let vessel = Running::start(&scratch);
+    let lamp = DeviceRun::spawn(
+        dk_device::samples::lamp(),
+        &vessel.url(),
+        &scratch.device_token_file("lamp"),
+    );
+    approve(&dir, "desk-lamp", "read_light").await;
+    connected(&dir, &["desk-lamp"]).await;
+    succeeded(&person(&dir, &["devices", "grant", "desk-lamp", "strobe"]));
+    let admin = vessel.admin(&scratch);
+    for _ in 0..3 {
+        call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    }
+    vessel.interrupt();
+    let _ = lamp.stop().await;
+    // 1 paired, 2 granted, 3 to 5 decisions.
+    assert_eq!(audit_entries(&dir, 100).len(), 5);
+    for (name, attack, chain_alone, with_head) in ATTACKS {
+        tampered_copy(&scratch, name, attack);
+        let copy = scratch.root().join(name);
+        let text = verify_says(&copy, &["--no-kept-head"], chain_alone);
+        assert!(text.contains("checked without a kept head"), "{text}");
+        verify_says(&copy, &[], with_head);
+    }
+    // The head file gone: verify says it cannot tell, unless asked not to.
+    std::fs::remove_file(scratch.root().join("untouched.audit-head")).unwrap();
+    let untouched = scratch.root().join("untouched");
+    let text = verify_says(&untouched, &[], false);
+    assert!(text.contains("BROKEN no kept head at "), "{text}");
+    verify_says(&untouched, &["--no-kept-head"], true);
+    // A vessel does not start on a log that no longer matches its head.
+    let cut = scratch.root().join("cut-tail");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&cut)
+        .arg("--admin-token-file")
+        .arg(scratch.admin_token_file())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{error}");
+    assert!(
+        error.contains("the audit log does not match the head kept in")
+            && error.contains("the log ends at entry 3, the kept head is entry 5"),
+        "{error}"
+    );
+}
+
+/// Starts `dk vessel` on `scratch`'s home with `extra` arguments, and
+/// waits for its address file.
+fn start_with(scratch: &Scratch, extra: &[&std::ffi::OsStr]) -> Running {
+    let mut args = vec!["--mcp-listen", "127.0.0.1:0"];
+    args.extend(extra.iter().map(|arg| arg.to_str().unwrap()));
+    Running::start_with(scratch, &args)
+}
+
+/// `dk vessel` on `dir` with `extra` arguments, expected to refuse to
+/// start: its error output.
+fn refused_start(scratch: &Scratch, dir: &Path, extra: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+        .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--admin-token-file")
+        .arg(scratch.admin_token_file())
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Removes the keying of a keyed log, renumbers what follows, and rewrites
+/// every hash as a plain chain: without the key, nothing shows it.
+fn unkey(db: &rusqlite::Connection) {
+    db.execute_batch(
+        "DROP TRIGGER audit_key_no_update; DROP TRIGGER audit_key_no_delete;
+         DELETE FROM audit_key; DELETE FROM audit WHERE kind = 'audit-keyed';
+         UPDATE audit SET seq = seq - 1;",
+    )
+    .unwrap();
+    rehash_everything(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
+    let scratch = Scratch::new("audit-keyed");
+    let dir = scratch.data_dir();
+    let key_file = scratch.root().join("keys").join("audit.key");
+    let key_arg = [
+        std::ffi::OsStr::new("--audit-key-file"),
+        key_file.as_os_str(),
+    ];
+    // A key file inside the data directory is refused.
+    std::fs::create_dir_all(&dir).unwrap();
+    let inside = dir.join("audit.key");
+    let error = refused_start(
+        &scratch,
+        &dir,
+        &[std::ffi::OsStr::new("--audit-key-file"), inside.as_os_str()],
+    );
+    assert!(error.contains("is inside the data directory"), "{error}");
+    assert!(!inside.exists());
+
+    let vessel = start_with(&scratch, &key_arg);
+    let added = person(&dir, &["agents", "add", "bot", "--json"]);
+    succeeded(&added);
+    let admin = vessel.admin(&scratch);
+    for _ in 0..3 {
+        call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    }
+    vessel.interrupt();
+    // 1 keys the chain, 2 adds the agent, 3 to 5 are decisions.
+    let entries = audit_entries(&dir, 100);
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["audit-keyed", "agent", "decision", "decision", "decision"]
+    );
+    let key = key_file.display().to_string();
+    let with_key = ["--audit-key-file", key.as_str()];
+    let text = verify_says(&dir, &with_key, true);
+    assert!(text.contains("checked with the key in "), "{text}");
+    // Without the key a keyed chain cannot be checked.
+    let text = verify_says(&dir, &[], false);
+    assert!(
+        text.contains("BROKEN entry 1: key (the chain is keyed from here with key "),
+        "{text}"
+    );
+    // Nor can the vessel start on it.
+    let error = refused_start(&scratch, &dir, &[]);
+    assert!(
+        error.contains("the audit log is keyed from entry 1"),
+        "{error}"
+    );
+
+    // Each attack, and whether verify finds it with the key alone and with
+    // the key and the kept head.
+    let attacks: [(&str, Attack, bool, bool); 6] = [
+        ("k-untouched", |_| {}, true, true),
+        (
+            "k-delete-all",
+            |db| {
+                db.execute_batch("DELETE FROM audit").unwrap();
+            },
+            false,
+            false,
+        ),
+        (
+            "k-rehash-all",
+            |db| {
+                db.execute_batch("UPDATE audit SET entry = '{}' WHERE seq = 4")
+                    .unwrap();
+                rehash_everything(db);
+            },
+            false,
+            false,
+        ),
+        ("k-unkey", unkey, false, false),
+        (
+            "k-cut-tail",
+            |db| {
+                db.execute_batch("DELETE FROM audit WHERE seq > 3").unwrap();
+            },
+            true,
+            false,
+        ),
+        ("k-append-forged", append_forged, false, false),
+    ];
+    for (name, attack, key_alone, with_head) in attacks {
+        tampered_copy(&scratch, name, attack);
+        let copy = scratch.root().join(name);
+        let mut args = vec!["--no-kept-head"];
+        args.extend(with_key);
+        verify_says(&copy, &args, key_alone);
+        verify_says(&copy, &with_key, with_head);
+    }
+    // What a rewrite without the key looks like to someone without it.
+    verify_says(&scratch.root().join("k-unkey"), &["--no-kept-head"], true);
 }

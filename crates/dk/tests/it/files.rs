@@ -125,7 +125,9 @@ fn the_home_the_data_directory_and_their_files_are_private() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["admin-token", "vessel"]);
+    assert_eq!(names, ["admin-token", "vessel", "vessel.audit-head"]);
+    let head = std::fs::metadata(home.join("vessel.audit-head")).unwrap();
+    assert_eq!(head.permissions().mode() & 0o777, 0o600);
     let said = vessel.said("find this vessel");
     assert!(
         said.contains(&format!(
