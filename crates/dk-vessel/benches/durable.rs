@@ -27,7 +27,7 @@ use futures::FutureExt;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use common::{BoxError, LAMP, RemoveOnDrop, build_dk, percentile};
+use common::{BoxError, LAMP, build_dk, percentile};
 
 const NAME: &str = "durable";
 /// Stored pairings for the start measurements.
@@ -50,11 +50,12 @@ fn main() -> Result<(), BoxError> {
     if common::filtered_out(&[NAME]) {
         return Ok(());
     }
-    let scratch =
-        RemoveOnDrop(std::env::temp_dir().join(format!("dk-bench-durable-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&scratch.0);
-    let data_dir = scratch.0.join("data");
-    let token_file = scratch.0.join("admin-token");
+    // Removed however the bench ends.
+    let scratch = tempfile::Builder::new()
+        .prefix("dk-bench-durable-")
+        .tempdir()?;
+    let data_dir = scratch.path().join("data");
+    let token_file = scratch.path().join("admin-token");
 
     println!("\n{NAME}: a vessel over its SQLite store");
     let started = Instant::now();
@@ -126,7 +127,7 @@ fn main() -> Result<(), BoxError> {
         "DELETE /v1/devices/{id}/grants/{cap}: committed, synced, then 204",
     );
 
-    call_path(&scratch.0.join("calls"))?;
+    call_path(&scratch.path().join("calls"))?;
     Ok(())
 }
 
@@ -249,6 +250,8 @@ async fn start(
     let _ = std::fs::remove_file(&address_file);
     let started = Instant::now();
     let child = Command::new(dk)
+        // Nothing of the bench's vessel lands in the real home.
+        .env("DK_HOME", data_dir.parent().unwrap_or(data_dir))
         .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
         .args(["--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)

@@ -160,12 +160,3 @@ pub fn build_dk() -> Result<PathBuf, BoxError> {
     }
 }
 
-/// Removes a directory (or a file) however the bench ends.
-pub struct RemoveOnDrop(pub PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
