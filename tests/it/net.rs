@@ -155,7 +155,7 @@ impl Running {
         self.admin
             .post(
                 "/v1/tools/call",
-                &json!({"tool": tool, "input": input, "agentId": "test", "timeoutMs": timeout_ms}),
+                &json!({"tool": tool, "input": input, "timeoutMs": timeout_ms}),
             )
             .await
             .unwrap()

@@ -161,6 +161,14 @@ pub struct DecisionRecord<'a> {
     /// redacts and cuts it; not part of 8DK's record).
     #[serde(skip)]
     pub input: Option<&'a Value>,
+    /// The person's answer when the call asked for one: `Some(true)` for a
+    /// yes, `Some(false)` for a no (or no answer in time); `None` when
+    /// nobody was asked. For the audit log; not part of 8DK's record.
+    #[serde(skip)]
+    pub person_answer: Option<bool>,
+    /// The call is the person's own (the admin API's), not an agent's.
+    #[serde(skip)]
+    pub by_person: bool,
 }
 
 /// What the person is shown when a call needs a yes.
@@ -234,6 +242,9 @@ pub struct CallContext<'a> {
     /// How long to wait for the device; the adapter's call timeout
     /// ([`DEFAULT_CALL_TIMEOUT`] unless set) when unset.
     pub timeout: Option<Duration>,
+    /// The call is the person's own (the admin API's tool call), recorded
+    /// as theirs; it names no agent.
+    pub by_person: bool,
     /// The agents the caller is one of, read again after a wait for the
     /// person (check 6): an agent removed, or re-scoped away from the tool,
     /// meanwhile does not get its call made. Set by front ends whose callers
@@ -248,6 +259,7 @@ impl fmt::Debug for CallContext<'_> {
             .field("session_id", &self.session_id)
             .field("approver", &self.approver.is_some())
             .field("timeout", &self.timeout)
+            .field("by_person", &self.by_person)
             .field("agent_gate", &self.agent_gate.is_some())
             .finish()
     }
@@ -464,6 +476,8 @@ impl DeviceToolAdapter {
             refusal: None,
             place: Placement::Waiting,
             reached: AtomicBool::new(false),
+            person_answer: None,
+            by_person: ctx.by_person,
         };
         if !decision.take_place().await {
             let reason = AUDIT_STOPPED.to_owned();
@@ -471,16 +485,18 @@ impl DeviceToolAdapter {
             return ToolOutcome::Refused { reason };
         }
         let mut rule = None;
+        let mut person_answer = None;
         let outcome = self
             .run_checks(
                 tool,
                 device_id.zip(capability),
                 &input,
                 &ctx,
-                &mut rule,
+                (&mut rule, &mut person_answer),
                 &decision.reached,
             )
             .await;
+        decision.person_answer = person_answer;
         decision.report(
             !matches!(outcome, Checked::Refused(_)),
             match &outcome {
@@ -517,6 +533,8 @@ impl DeviceToolAdapter {
             refusal: Some(reason),
             place: Placement::Waiting,
             reached: AtomicBool::new(false),
+            person_answer: None,
+            by_person: ctx.by_person,
         };
         decision.take_place().await;
         decision.report(false, reason, None);
@@ -554,7 +572,7 @@ impl DeviceToolAdapter {
         parsed: Option<(&str, &str)>,
         input: &Value,
         ctx: &CallContext<'_>,
-        rule: &mut Option<String>,
+        (rule, person_answer): (&mut Option<String>, &mut Option<bool>),
         reached: &AtomicBool,
     ) -> Checked {
         // 1. A real device and capability.
@@ -639,8 +657,9 @@ impl DeviceToolAdapter {
                 session_id: ctx.session_id.map(str::to_owned),
             };
             match approver.approve(request).await {
-                Ok(true) => {}
+                Ok(true) => *person_answer = Some(true),
                 Ok(false) => {
+                    *person_answer = Some(false);
                     // A prompt withdrawn because its agent was removed or
                     // re-scoped reads as a no: say why.
                     if let Some(refusal) =
@@ -720,6 +739,10 @@ struct PendingDecision<'a> {
     place: Placement<'a>,
     /// Set just before the device is sent the call.
     reached: AtomicBool,
+    /// The person's answer, when asked.
+    person_answer: Option<bool>,
+    /// The call is the person's own.
+    by_person: bool,
 }
 
 /// Where a pending decision stands with its place in the audit queue.
@@ -776,6 +799,8 @@ impl PendingDecision<'_> {
                 session_id: self.session_id,
                 rule,
                 input: self.input,
+                person_answer: self.person_answer,
+                by_person: self.by_person,
             });
         }
     }

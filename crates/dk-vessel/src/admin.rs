@@ -518,22 +518,33 @@ struct ToolCall {
     tool: String,
     #[serde(default)]
     input: Value,
-    agent_id: Option<String>,
-    session_id: Option<String>,
+    /// Refused: a call through the admin API is the person's own.
+    agent_id: Option<Value>,
+    /// Refused, like `agentId`.
+    session_id: Option<Value>,
     timeout_ms: Option<u64>,
 }
 
-async fn call_tool(State(admin): State<Admin>, Json(call): Json<ToolCall>) -> Json<Value> {
+/// A tool call made by the person through the admin API: recorded as the
+/// person's (`caller: "person"`), never as an agent's. Naming an agent or a
+/// session is refused, since it would put the person's call under an
+/// agent's name without that agent's scope (agents call over MCP).
+async fn call_tool(State(admin): State<Admin>, Json(call): Json<ToolCall>) -> Response {
+    if call.agent_id.is_some() || call.session_id.is_some() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "a call through the admin API is the person's own: agentId and sessionId are not taken (an agent calls over MCP, with its own credential and scope)",
+        );
+    }
     let vessel = &admin.vessel;
     let ctx = CallContext {
-        agent_id: call.agent_id.as_deref(),
-        session_id: call.session_id.as_deref(),
         approver: Some(vessel.person().as_ref()),
         timeout: call.timeout_ms.map(Duration::from_millis),
+        by_person: true,
         ..CallContext::default()
     };
     let outcome = vessel.adapter().execute(&call.tool, call.input, ctx).await;
-    Json(json!(outcome))
+    Json(json!(outcome)).into_response()
 }
 
 #[cfg(test)]

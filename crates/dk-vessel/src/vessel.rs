@@ -345,16 +345,30 @@ struct Decision {
     session_id: Option<String>,
     rule: Option<String>,
     input: Option<Value>,
+    person_answer: Option<bool>,
+    by_person: bool,
 }
 
 impl Decision {
-    /// The record as 8DK's shape (plus `rule`), without the input.
+    /// The record as 8DK's shape (plus `rule`), without the input; with
+    /// `person` (`approved` or `refused`) when the person was asked, and
+    /// `caller: "person"` for the person's own call.
     fn to_json(&self) -> Value {
-        serde_json::json!({
+        let mut record = serde_json::json!({
             "tool": self.tool, "deviceId": self.device_id, "capability": self.capability,
             "allowed": self.allowed, "reason": self.reason, "agentId": self.agent_id,
             "sessionId": self.session_id, "rule": self.rule,
-        })
+        });
+        if let Value::Object(map) = &mut record {
+            if let Some(yes) = self.person_answer {
+                let answer = if yes { "approved" } else { "refused" };
+                map.insert("person".to_owned(), Value::from(answer));
+            }
+            if self.by_person {
+                map.insert("caller".to_owned(), Value::from("person"));
+            }
+        }
+        record
     }
 
     /// The decision's audit event: the record and its input, each redacted
@@ -397,6 +411,8 @@ impl DecisionAudit {
             session_id: record.session_id.map(str::to_owned),
             rule: record.rule.map(str::to_owned),
             input: record.input.cloned(),
+            person_answer: record.person_answer,
+            by_person: record.by_person,
         });
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);

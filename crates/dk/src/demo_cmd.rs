@@ -28,6 +28,7 @@ const AGENT: CallContext<'static> = CallContext {
     approver: None,
     timeout: None,
     agent_gate: None,
+    by_person: false,
 };
 
 /// Runs the demo; exit 0 when every step went as told.

@@ -159,4 +159,3 @@ pub fn build_dk() -> Result<PathBuf, BoxError> {
         Err(format!("`{}` was not built", dk.display()).into())
     }
 }
-

@@ -220,9 +220,32 @@ async fn consent_devices_grants_tools_and_calls_through_the_api() {
         204
     );
 
-    // A call through the API: the device is not connected, and the decision is kept.
+    // A call through the API is the person's own: it may not name an
+    // agent or a session (that would put it under an agent's name without
+    // the agent's scope) ...
+    for named in [json!({"agentId": "main"}), json!({"sessionId": "s"})] {
+        let mut body = json!({"tool": "device__desk_lamp__read_light", "input": {}});
+        body.as_object_mut()
+            .unwrap()
+            .extend(named.as_object().unwrap().clone());
+        let refused = c.post("/v1/tools/call", &body).await.unwrap();
+        assert_eq!(refused.status, 400, "{named}");
+        assert!(
+            refused.body["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("a call through the admin API is the person's own"),
+            "{refused:?}"
+        );
+    }
+    assert!(vessel.recent_decisions().is_empty());
+    // ... and is recorded as the person's: the device is not connected, and
+    // the decision is kept.
     let outcome = c
-        .post("/v1/tools/call", &json!({"tool": "device__desk_lamp__read_light", "input": {}, "agentId": "main", "sessionId": "s"}))
+        .post(
+            "/v1/tools/call",
+            &json!({"tool": "device__desk_lamp__read_light", "input": {}}),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -230,7 +253,8 @@ async fn consent_devices_grants_tools_and_calls_through_the_api() {
         json!({"ok": false, "reason": "[8dk-deny] device \"desk-lamp\" is not connected"})
     );
     let decisions = c.get("/v1/decisions").await.unwrap().body;
-    assert_eq!(decisions[0]["agentId"], json!("main"));
+    assert_eq!(decisions[0]["agentId"], json!(null));
+    assert_eq!(decisions[0]["caller"], json!("person"));
 
     assert_eq!(c.delete("/v1/devices/desk-lamp").await.unwrap().status, 204);
     assert_eq!(c.get("/v1/devices").await.unwrap().body, json!([]));

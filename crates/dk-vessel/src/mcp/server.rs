@@ -396,6 +396,7 @@ impl ServerHandler for DeviceTools {
             // Read again after the person's yes: an agent removed or
             // re-scoped meanwhile does not get the call made.
             agent_gate: Some(self.shared.agents.as_ref()),
+            by_person: false,
         };
         let outcome = self
             .vessel

@@ -449,6 +449,9 @@ async fn approvals_go_to_the_person_not_the_agent() {
         text(&refused),
         "[policy] the person said no: \"strobe\" on Desk lamp asks every time"
     );
+    // The record says the person refused it.
+    let last = vessel.recent_decisions().pop().unwrap();
+    assert_eq!(last["person"], "refused");
 
     // The person says yes.
     let pending = tokio::spawn({
@@ -471,6 +474,10 @@ async fn approvals_go_to_the_person_not_the_agent() {
     let last = vessel.recent_decisions().pop().unwrap();
     assert_eq!(last["allowed"], true);
     assert_eq!(last["agentId"], "main");
+    // ... that the person approved it (a call nobody was asked about says
+    // nothing of the person).
+    assert_eq!(last["person"], "approved");
+    assert_eq!(last["reason"], "allowed");
     client.cancel().await.unwrap();
     server.stop().await;
 }
