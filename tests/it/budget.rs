@@ -3,7 +3,7 @@
 //! and the refusal is in the audit log with its reason, agent and session.
 
 use dk_policy::{RunLimit, RunLimitsLayer};
-use dk_vessel::{AgentRunLimits, Limits};
+use dk_vessel::{AgentRunLimits, Limits, VesselConfig};
 use serde_json::{Value, json};
 
 use crate::net::{DeviceRun, start};
@@ -72,4 +72,17 @@ async fn a_session_over_its_budget_is_refused_and_audited() {
     assert_eq!(refused[0]["sessionId"], "s1");
     device.stop().await.unwrap();
     running.stop().await;
+}
+
+#[tokio::test]
+async fn a_configuration_with_a_limit_the_vessel_does_not_enforce_is_refused() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("vessel.toml");
+    std::fs::write(&path, "[runLimits]\nmaxToolCalls = 32\nmaxTurns = 16\n").unwrap();
+    assert_eq!(
+        VesselConfig::load(&path).unwrap_err().to_string(),
+        "`runLimits.maxTurns` is not enforced by the vessel: the host that runs the model \
+         counts turns, provider calls and tokens, so set it there; here only `maxToolCalls` \
+         and `maxWallTimeMs` are allowed"
+    );
 }

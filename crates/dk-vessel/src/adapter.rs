@@ -34,6 +34,7 @@ use crate::registry::DeviceRegistry;
 
 mod budget;
 
+pub(crate) use budget::ENFORCED_RUN_LIMITS;
 use budget::RunBudgets;
 pub use budget::{AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock};
 

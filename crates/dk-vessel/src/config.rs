@@ -14,10 +14,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use dk_policy::{
-    DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimits, RunLimitsLayer,
-    resolve,
+    DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimit, RunLimits,
+    RunLimitsLayer, resolve,
 };
 
+use crate::adapter::ENFORCED_RUN_LIMITS;
 use crate::vessel::Limits;
 
 /// Largest configuration file read, in bytes.
@@ -68,6 +69,19 @@ pub enum ConfigError {
     /// `[runLimits]` is refused by the run-limit rules.
     #[error("`runLimits`: {0}")]
     RunLimits(dk_policy::InputError),
+    /// `[runLimits]` sets a limit the vessel does not enforce (model turns,
+    /// provider calls, bytes, tokens: the host that runs the model counts
+    /// those).
+    #[error(
+        "`runLimits.{limit}` is not enforced by the vessel: the host that runs the model counts \
+         turns, provider calls and tokens, so set it there; here only `maxToolCalls` and \
+         `maxWallTimeMs` are allowed",
+        limit = limit.name()
+    )]
+    NotEnforced {
+        /// The limit.
+        limit: RunLimit,
+    },
     /// A streaming kind's policy is refused by the admission contract.
     #[error("`streaming.{kind}`: {error} ({code})", code = error.code())]
     Policy {
@@ -133,8 +147,9 @@ pub struct VesselConfig {
     /// `[streaming.<kind>]`: the streaming kinds admitted.
     pub streaming: StreamingConfig,
     /// `[runLimits]`: the agent-level run budget every agent session's
-    /// device calls are charged to (see [`VesselConfig::apply_to`]); absent,
-    /// the vessel's defaults stand.
+    /// device calls are charged to (see [`VesselConfig::apply_to`]); only
+    /// `maxToolCalls` and `maxWallTimeMs`. Absent, the vessel's defaults
+    /// stand.
     pub run_limits: Option<RunLimitsLayer>,
     /// `[limits]`: the limits the file sets, each checked against its range;
     /// a limit it does not set keeps its default.
@@ -589,6 +604,16 @@ fn run_limits(value: &toml::Value) -> Result<RunLimitsLayer, ConfigError> {
         key: format!("runLimits: {e}"),
         expected: "plain TOML values",
     })?;
+    // A limit the vessel does not enforce is refused whatever its value.
+    if let Some(limit) = json
+        .as_object()
+        .into_iter()
+        .flat_map(|table| table.keys())
+        .filter_map(|name| RunLimit::from_name(name))
+        .find(|limit| !ENFORCED_RUN_LIMITS.contains(limit))
+    {
+        return Err(ConfigError::NotEnforced { limit });
+    }
     let layer = RunLimitsLayer::from_json(&json).map_err(ConfigError::RunLimits)?;
     // Refused here rather than call by call.
     RunLimits::from_layer(&layer).map_err(ConfigError::RunLimits)?;
@@ -757,8 +782,12 @@ mod tests {
         );
         refused("[streaming.voice]\nsandbox = 3", "sandbox must be a string");
         refused(
-            "[runLimits]\nmaxTurns = 65",
-            "`runLimits`: maxTurns must be a positive safe integer at most 64",
+            "[runLimits]\nmaxToolCalls = 257",
+            "`runLimits`: maxToolCalls must be a positive safe integer at most 256",
+        );
+        refused(
+            "[runLimits]\nmaxToolCall = 3",
+            "`runLimits`: unknown run limit `maxToolCall`",
         );
         refused("runLimits = 3", "`runLimits`: runLimits must be an object");
         // A good section does not save the file when another is broken.
@@ -766,6 +795,42 @@ mod tests {
             "[streaming.voice]\nenabled = true\nsandbox = \"s\"\n[streaming.desktop-control]\nnetwork = 1",
             "network must be a string",
         );
+    }
+
+    /// `[runLimits]` takes only what the vessel enforces: every other limit
+    /// of the contract is refused, whatever its value, saying who counts it.
+    #[test]
+    fn run_limits_the_vessel_does_not_enforce_are_refused() {
+        let config =
+            VesselConfig::parse("[runLimits]\nmaxToolCalls = 256\nmaxWallTimeMs = 1800000")
+                .unwrap();
+        let layer = config.run_limits.unwrap();
+        assert_eq!(layer.get(RunLimit::MaxToolCalls), Some(256));
+        assert_eq!(layer.get(RunLimit::MaxWallTimeMs), Some(1_800_000));
+        for limit in RunLimit::ALL {
+            if ENFORCED_RUN_LIMITS.contains(&limit) {
+                continue;
+            }
+            for value in ["16", "100000000"] {
+                let text = format!("[runLimits]\nmaxToolCalls = 8\n{limit} = {value}");
+                assert_eq!(
+                    VesselConfig::parse(&text).unwrap_err().to_string(),
+                    format!(
+                        "`runLimits.{limit}` is not enforced by the vessel: the host that runs \
+                         the model counts turns, provider calls and tokens, so set it there; here \
+                         only `maxToolCalls` and `maxWallTimeMs` are allowed"
+                    ),
+                );
+            }
+        }
+        // The admission contract's table per kind still takes them all.
+        let config = VesselConfig::parse(
+            "[streaming.voice.runLimits]\nmaxTurns = 8\nmaxTotalTokens = 1000\nmaxToolCalls = 4",
+        )
+        .unwrap();
+        let voice = config.streaming.run_limits(DeviceClass::Voice).unwrap();
+        assert_eq!(voice.get(RunLimit::MaxTurns), 8);
+        assert_eq!(voice.get(RunLimit::MaxTotalTokens), 1000);
     }
 
     /// Each `[limits]` key: at its minimum and maximum it is taken (and

@@ -14,7 +14,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dk_policy::{InputError, RunLimitBreach, RunLimits, RunLimitsLayer, RunTracker, narrow};
+use dk_policy::{
+    InputError, RunLimit, RunLimitBreach, RunLimits, RunLimitsLayer, RunTracker, narrow,
+};
 
 /// How many runs are tracked at once by default (10,000).
 pub const DEFAULT_MAX_TRACKED_RUNS: usize = 10_000;
@@ -26,6 +28,12 @@ pub const DEFAULT_MAX_TRACKED_RUNS: usize = 10_000;
 /// An MCP session lives for hours; a run of Prism's size (32 calls, 120 s)
 /// fits a burst, not a session.
 pub const DEFAULT_RUN_IDLE_EXPIRY: Duration = Duration::from_secs(60);
+
+/// The limits the vessel itself charges on every device call; the others
+/// (turns, provider calls, bytes, tokens) are counted by the host that runs
+/// the model.
+pub(crate) const ENFORCED_RUN_LIMITS: [RunLimit; 2] =
+    [RunLimit::MaxToolCalls, RunLimit::MaxWallTimeMs];
 
 /// How the vessel budgets the device calls of agent sessions: the run limits
 /// of `/work/shared/spec/admission.md` (Prism's), charged before the device is
