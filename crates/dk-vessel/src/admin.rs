@@ -530,6 +530,7 @@ async fn call_tool(State(admin): State<Admin>, Json(call): Json<ToolCall>) -> Js
         session_id: call.session_id.as_deref(),
         approver: Some(vessel.person().as_ref()),
         timeout: call.timeout_ms.map(Duration::from_millis),
+        run: None,
     };
     let outcome = vessel.adapter().execute(&call.tool, call.input, ctx).await;
     Json(json!(outcome))

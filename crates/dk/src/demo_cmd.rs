@@ -27,6 +27,7 @@ const AGENT: CallContext<'static> = CallContext {
     session_id: Some("demo-session"),
     approver: None,
     timeout: None,
+    run: None,
 };
 
 /// Runs the demo; exit 0 when every step went as told.
