@@ -237,6 +237,7 @@ class Suite:
         self.main = vessel.add_agent("main", [LAMP])
         self.narrow = vessel.add_agent("narrow", [f"{LAMP}:read_light"])
         self.forger = vessel.add_agent("forger", [f"{LAMP}:read_light"])
+        self.runner = vessel.add_agent("runner", [f"{LAMP}:read_light"])
         self.intruder = vessel.add_agent("intruder", [LAMP])
 
     # -- over streamable HTTP, the client's default (server/discover) ------
@@ -342,27 +343,61 @@ class Suite:
             check('is not in the scope of agent "narrow"' in text_of(result),
                   f"reason: {text_of(result)}")
 
-    async def test_a_made_up_session_id_does_not_escape_the_run_budget(self) -> None:
+    async def test_a_made_up_session_id_does_not_escape_a_run_budget(self) -> None:
         # Each call from a fresh client naming a session the vessel never
-        # issued: all are charged to the agent's one budget without a session
-        # (32 calls), and no made-up id reaches a decision record.
-        made_up = [uuid.uuid4().hex for _ in range(40)]
+        # issued, all in one run of at most 4 calls: the run is the agent's
+        # whatever the session, so 4 go through, and no made-up id reaches a
+        # decision record.
+        made_up = [uuid.uuid4().hex for _ in range(10)]
+        run = {"dk/run": "forged", "dk/runLimits": {"maxToolCalls": 4}}
         outcomes = []
         for session in made_up:
             async with http_client(self.vessel.url, self.forger,
                                    extra_headers={"Mcp-Session-Id": session}) as client:
-                outcomes.append(await client.call_tool(READ, {}))
+                outcomes.append(await client.call_tool(READ, {}, meta=run))
         allowed = [r for r in outcomes if not r.is_error]
         refused = [r for r in outcomes if r.is_error]
-        check(len(allowed) == 32, f"{len(allowed)} of 40 calls went through")
+        check(len(allowed) == 4, f"{len(allowed)} of 10 calls went through")
         for result in refused:
-            check("run budget is spent" in text_of(result), f"reason: {text_of(result)}")
+            check('the budget of run "forged" is spent' in text_of(result),
+                  f"reason: {text_of(result)}")
         status, decisions = await self.vessel.admin_async("GET", "/v1/decisions")
         check(status == 200, f"decisions answered {status}")
         mine = [d for d in decisions if d.get("agentId") == "forger"]
-        check(len(mine) == 40, f"{len(mine)} decisions recorded")
+        check(len(mine) == 10, f"{len(mine)} decisions recorded")
         check(all(d.get("sessionId") is None for d in mine),
               f"sessions recorded: {sorted({d.get('sessionId') for d in mine} - {None})}")
+
+    async def test_a_run_named_in_meta_is_refused_past_its_budget(self) -> None:
+        # The `_meta` run key of tools/call: past the run's maxToolCalls every
+        # call of the run is refused, and recorded; calls outside the run, and
+        # in another run, go on. A limit the vessel does not enforce is
+        # refused with why.
+        spent = ('[8dk-deny] run limit maxToolCalls of 3 exceeded: '
+                 'the budget of run "py-task-1" is spent')
+        task = {"dk/run": "py-task-1", "dk/runLimits": {"maxToolCalls": 3}}
+        async with http_client(self.vessel.url, self.runner, mode="legacy") as client:
+            for i in range(3):
+                result = await client.call_tool(READ, {}, meta=task)
+                check(not result.is_error, f"call {i} refused: {text_of(result)}")
+            for meta in (task, {"dk/run": "py-task-1"}):
+                result = await client.call_tool(READ, {}, meta=meta)
+                check(result.is_error and text_of(result) == spent, f"past the run: {text_of(result)}")
+            for meta in (None, {"dk/run": "py-task-2"}):
+                result = await client.call_tool(READ, {}, meta=meta)
+                check(not result.is_error, f"outside the run ({meta}): {text_of(result)}")
+            result = await client.call_tool(
+                READ, {}, meta={"dk/run": "py-task-3", "dk/runLimits": {"maxTurns": 4}})
+            check(result.is_error and "the vessel does not enforce maxTurns" in text_of(result),
+                  f"maxTurns: {text_of(result)}")
+        # The same run from a client of the other lifecycle is still spent.
+        async with http_client(self.vessel.url, self.runner) as client:
+            result = await client.call_tool(READ, {}, meta={"dk/run": "py-task-1"})
+            check(result.is_error and text_of(result) == spent, f"other lifecycle: {text_of(result)}")
+        status, decisions = await self.vessel.admin_async("GET", "/v1/decisions")
+        check(status == 200, f"decisions answered {status}")
+        refused = [d for d in decisions if d.get("agentId") == "runner" and not d["allowed"]]
+        check([d["reason"] for d in refused].count(spent) == 3, f"refusals recorded: {refused}")
 
     # -- the older initialize handshake ------------------------------------
 

@@ -7,8 +7,9 @@
 //! 3. `device_use` rules (shadow agents are always refused)
 //! 4. the input matches the capability's params
 //!
-//!    then the calling session's run budget is charged ([`AgentRunLimits`]):
-//!    a call over budget is refused before the person is asked
+//!    then the calling agent's rate ([`AgentRateLimits`]) and the run the
+//!    call names ([`AgentRunLimits`]) are charged: a call over either is
+//!    refused before the person is asked
 //! 5. the person says yes, when a rule or the capability asks for it
 //! 6. after that wait, still the same pairing and still granted
 //! 7. connected, and answering within the timeout
@@ -41,9 +42,17 @@ use crate::registry::DeviceRegistry;
 use crate::store::{AuditPlace, AuditRoom};
 
 mod budget;
+mod rate;
 
-use budget::RunBudgets;
-pub use budget::{AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock};
+pub(crate) use budget::ENFORCED_RUN_LIMITS;
+use budget::Meter;
+pub use budget::{
+    AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock, RunRef,
+};
+pub use rate::{
+    AgentRateLimits, DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, DEFAULT_MAX_TRACKED_BUCKETS,
+    RateLimit,
+};
 
 /// How long a call waits for the device by default (10 s).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -250,6 +259,9 @@ pub struct CallContext<'a> {
     /// meanwhile does not get its call made. Set by front ends whose callers
     /// are agents (MCP).
     pub agent_gate: Option<&'a dyn AgentGate>,
+    /// The run the call belongs to, charged to that run's budget; none
+    /// charges no run (only the agent's rate).
+    pub run: Option<RunRef<'a>>,
 }
 
 impl fmt::Debug for CallContext<'_> {
@@ -261,6 +273,7 @@ impl fmt::Debug for CallContext<'_> {
             .field("timeout", &self.timeout)
             .field("by_person", &self.by_person)
             .field("agent_gate", &self.agent_gate.is_some())
+            .field("run", &self.run)
             .finish()
     }
 }
@@ -276,7 +289,7 @@ pub struct DeviceToolAdapter {
     on_decision: Option<DecisionHook>,
     /// The audit queue the hook records into, when it has places to take.
     room: Option<AuditRoom>,
-    budgets: Option<RunBudgets>,
+    meter: Meter,
     call_timeout: Duration,
 }
 
@@ -285,7 +298,7 @@ impl fmt::Debug for DeviceToolAdapter {
         f.debug_struct("DeviceToolAdapter")
             .field("registry", &self.registry)
             .field("links", &self.links)
-            .field("budgets", &self.budgets)
+            .field("meter", &self.meter)
             .finish_non_exhaustive()
     }
 }
@@ -299,7 +312,7 @@ impl DeviceToolAdapter {
             policies: RwLock::new(Arc::new(PolicySet::empty())),
             on_decision: None,
             room: None,
-            budgets: None,
+            meter: Meter::new(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
         }
     }
@@ -311,50 +324,68 @@ impl DeviceToolAdapter {
         self
     }
 
-    /// Charges every agent session's device calls to its run budget, as
-    /// `limits` says (without this, nothing is charged).
+    /// Charges the device calls of explicit runs to their run budgets, as
+    /// `limits` says (without this, no run is charged).
     pub fn with_run_limits(mut self, limits: AgentRunLimits) -> DeviceToolAdapter {
-        self.budgets = Some(RunBudgets::new(limits));
+        self.meter.set_run_limits(limits);
         self
     }
 
-    /// Reads run budgets' time from `clock` (milliseconds from any fixed
-    /// start) rather than the monotonic clock; no effect without
-    /// [`DeviceToolAdapter::with_run_limits`].
-    pub fn with_run_clock(mut self, clock: RunClock) -> DeviceToolAdapter {
-        if let Some(budgets) = &mut self.budgets {
-            budgets.set_clock(clock);
-        }
+    /// Charges every agent's device calls to its rate limits, as `limits`
+    /// says (without this, no rate is charged).
+    pub fn with_rate_limits(mut self, limits: AgentRateLimits) -> DeviceToolAdapter {
+        self.meter.set_rate_limits(limits);
         self
     }
 
-    /// The run limits in force, if calls are charged.
+    /// Reads the time of rate limits and run budgets from `clock`
+    /// (milliseconds from any fixed start) rather than the monotonic clock.
+    pub fn with_run_clock(self, clock: RunClock) -> DeviceToolAdapter {
+        self.set_run_clock(clock);
+        self
+    }
+
+    /// Reads the time of rate limits and run budgets from `clock` from now
+    /// on, for an adapter already in use (a vessel's).
+    pub fn set_run_clock(&self, clock: RunClock) {
+        self.meter.set_clock(clock);
+    }
+
+    /// The run limits in force, if runs are charged.
     pub fn run_limits(&self) -> Option<&AgentRunLimits> {
-        self.budgets.as_ref().map(RunBudgets::config)
+        self.meter.run_limits()
     }
 
-    /// Starts (or restarts, with a fresh count) the run of `agent_id`'s
-    /// `session_id`, its budget the agent-level one narrowed by `run_level`
-    /// (a run-level layer only narrows: asking for more than the agent has
-    /// gets the agent's value). Returns the budget, or `None` when calls are
-    /// not charged. A call without an agent is charged only when the run
-    /// limits say so, even after this.
+    /// The rate limits in force, if agents' rates are charged.
+    pub fn rate_limits(&self) -> Option<&AgentRateLimits> {
+        self.meter.rate_limits()
+    }
+
+    /// Starts (or restarts, with a fresh count) `agent_id`'s run `run_id`,
+    /// its budget the agent-level one narrowed by `run_level` (a run-level
+    /// layer only narrows: asking for more than the agent has gets the
+    /// agent's value). Calls naming the run ([`CallContext::run`]) are
+    /// charged to it; a run a call names without this starts at that call.
+    /// Returns the budget, or `None` when runs are not charged.
     pub fn start_run(
         &self,
         agent_id: Option<&str>,
-        session_id: Option<&str>,
+        run_id: &str,
         run_level: &RunLimitsLayer,
     ) -> Result<Option<RunLimits>, InputError> {
-        match &self.budgets {
-            None => Ok(None),
-            Some(budgets) => budgets.start_run(agent_id, session_id, run_level).map(Some),
-        }
+        self.meter.start_run(agent_id, run_id, run_level)
     }
 
     /// Runs whose budgets are tracked now (bounded by
     /// [`AgentRunLimits::max_tracked_runs`]).
     pub fn tracked_runs(&self) -> usize {
-        self.budgets.as_ref().map_or(0, RunBudgets::tracked)
+        self.meter.tracked_runs()
+    }
+
+    /// Rate-limit buckets tracked now: only those not full (bounded by
+    /// [`AgentRateLimits::max_tracked`]).
+    pub fn tracked_rate_buckets(&self) -> usize {
+        self.meter.tracked_rate_buckets()
     }
 
     /// Uses `policies` for check 3.
@@ -624,12 +655,11 @@ impl DeviceToolAdapter {
         let Value::Object(input) = input else {
             return Checked::Refused("[8dk-deny] input must be an object".to_owned());
         };
-        // The session's run budget: charged here, after the checks that need
-        // nobody (a call refused by them costs nothing) and before the person
-        // is asked (nobody is asked about a call over budget).
-        if let Some(budgets) = &self.budgets
-            && let Err(refusal) = budgets.charge_tool_call(ctx.agent_id, ctx.session_id)
-        {
+        // The agent's rate and the call's run: charged here, after the
+        // checks that need nobody (a call refused by them costs nothing) and
+        // before the person is asked (nobody is asked about a call over
+        // either).
+        if let Err(refusal) = self.meter.charge(ctx.agent_id, device_id, ctx.run) {
             return Checked::Refused(refusal.to_string());
         }
         // 5. The person's yes.

@@ -1,8 +1,8 @@
 //! The vessel's configuration file (TOML, `dk vessel --config FILE`): which
-//! streaming device kinds the vessel admits and their caps, the run budget
-//! every agent session's device calls are charged to, and the limits of its
-//! listeners and connections (`[limits]`). Every key is documented in
-//! `docs/CONFIG.md`.
+//! streaming device kinds the vessel admits and their caps, the rate limits
+//! every agent's device calls are charged to (`[rateLimits]`), the budget of
+//! explicit runs (`[runLimits]`), and the limits of its listeners and
+//! connections (`[limits]`). Every key is documented in `docs/CONFIG.md`.
 //!
 //! The file is read fail-closed: a syntax error, an unknown key, a wrong type
 //! or a value out of range refuses the whole file, with the key that is wrong.
@@ -10,14 +10,16 @@
 //! ([`dk_policy::resolve`]), so a file that loads holds only valid policies. A
 //! kind the file does not configure is not admitted (deny by default).
 
+use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
 use dk_policy::{
-    DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimits, RunLimitsLayer,
-    resolve,
+    DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimit, RunLimits,
+    RunLimitsLayer, resolve,
 };
 
+use crate::adapter::{DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, ENFORCED_RUN_LIMITS, RateLimit};
 use crate::vessel::Limits;
 
 /// Largest configuration file read, in bytes.
@@ -68,6 +70,37 @@ pub enum ConfigError {
     /// `[runLimits]` is refused by the run-limit rules.
     #[error("`runLimits`: {0}")]
     RunLimits(dk_policy::InputError),
+    /// `[runLimits]` sets a limit the vessel does not enforce (model turns,
+    /// provider calls, bytes, tokens: the host that runs the model counts
+    /// those).
+    #[error(
+        "`runLimits.{limit}` is not enforced by the vessel: the host that runs the model counts \
+         turns, provider calls and tokens, so set it there; here only `maxToolCalls` and \
+         `maxWallTimeMs` are allowed",
+        limit = limit.name()
+    )]
+    NotEnforced {
+        /// The limit.
+        limit: RunLimit,
+    },
+    /// A `[rateLimits]` value outside its range.
+    #[error("`rateLimits.{key}` must be {range}, not {value}")]
+    RateRange {
+        /// The key under `[rateLimits]`.
+        key: &'static str,
+        /// The range allowed, in words.
+        range: String,
+        /// The value given.
+        value: String,
+    },
+    /// A `[rateLimits]` burst given for a rate the file turns off.
+    #[error("`rateLimits.{burst}` is set but `rateLimits.{rate}` is 0, which turns that limit off")]
+    BurstWithoutRate {
+        /// The burst key.
+        burst: &'static str,
+        /// The rate key set to 0.
+        rate: &'static str,
+    },
     /// A streaming kind's policy is refused by the admission contract.
     #[error("`streaming.{kind}`: {error} ({code})", code = error.code())]
     Policy {
@@ -132,10 +165,13 @@ impl StreamingConfig {
 pub struct VesselConfig {
     /// `[streaming.<kind>]`: the streaming kinds admitted.
     pub streaming: StreamingConfig,
-    /// `[runLimits]`: the agent-level run budget every agent session's
-    /// device calls are charged to (see [`VesselConfig::apply_to`]); absent,
-    /// the vessel's defaults stand.
+    /// `[runLimits]`: the agent-level budget of every explicit run (see
+    /// [`VesselConfig::apply_to`]); only `maxToolCalls` and `maxWallTimeMs`.
+    /// Absent, the vessel's defaults stand.
     pub run_limits: Option<RunLimitsLayer>,
+    /// `[rateLimits]`: the rate limits of every agent's device calls (see
+    /// [`VesselConfig::apply_to`]); absent, the vessel's defaults stand.
+    pub rate_limits: Option<RateLimitSettings>,
     /// `[limits]`: the limits the file sets, each checked against its range;
     /// a limit it does not set keeps its default.
     pub limits: LimitSettings,
@@ -184,6 +220,173 @@ pub struct LimitSettings {
     pub call_timeout: Option<Duration>,
     /// `deviceOrigins`: [`Limits::device_origins`].
     pub device_origins: Option<Vec<String>>,
+}
+
+/// The `[rateLimits]` a configuration file sets; `None` keeps the default.
+/// A rate of 0 turns that limit off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimitSettings {
+    /// `callsPerMinute`: the rate of
+    /// [`AgentRateLimits::overall`](crate::AgentRateLimits::overall) (0: no
+    /// limit).
+    pub calls_per_minute: Option<u32>,
+    /// `burst`: the burst of
+    /// [`AgentRateLimits::overall`](crate::AgentRateLimits::overall).
+    pub burst: Option<u32>,
+    /// `perDeviceCallsPerMinute`: the rate of
+    /// [`AgentRateLimits::per_device`](crate::AgentRateLimits::per_device)
+    /// (0: no limit).
+    pub per_device_calls_per_minute: Option<u32>,
+    /// `perDeviceBurst`: the burst of
+    /// [`AgentRateLimits::per_device`](crate::AgentRateLimits::per_device).
+    pub per_device_burst: Option<u32>,
+}
+
+/// The largest `callsPerMinute` and `perDeviceCallsPerMinute` (1,000 a second).
+const MAX_CALLS_PER_MINUTE: u32 = 60_000;
+
+/// The largest `burst` and `perDeviceBurst`.
+const MAX_BURST: u32 = 10_000;
+
+/// The keys `[rateLimits]` takes, for the unknown-key message.
+const RATE_KEYS: [&str; 4] = [
+    "callsPerMinute",
+    "burst",
+    "perDeviceCallsPerMinute",
+    "perDeviceBurst",
+];
+
+/// An integer under `[rateLimits]` in `min..=max`.
+fn rate_value(
+    key: &'static str,
+    value: &toml::Value,
+    min: u32,
+    max: u32,
+) -> Result<u32, ConfigError> {
+    let refused = || ConfigError::RateRange {
+        key,
+        range: if min == 0 {
+            format!("an integer from 0 (no limit) to {max}")
+        } else {
+            format!("an integer from {min} to {max}")
+        },
+        value: shown(value),
+    };
+    let toml::Value::Integer(n) = value else {
+        return Err(refused());
+    };
+    u32::try_from(*n)
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(refused)
+}
+
+fn rate_settings(value: &toml::Value) -> Result<RateLimitSettings, ConfigError> {
+    let toml::Value::Table(table) = value else {
+        return Err(ConfigError::Shape {
+            key: "rateLimits".to_owned(),
+            expected: "a table",
+        });
+    };
+    let mut settings = RateLimitSettings::default();
+    for (key, value) in table {
+        match key.as_str() {
+            "callsPerMinute" => {
+                settings.calls_per_minute = Some(rate_value(
+                    "callsPerMinute",
+                    value,
+                    0,
+                    MAX_CALLS_PER_MINUTE,
+                )?);
+            }
+            "burst" => settings.burst = Some(rate_value("burst", value, 1, MAX_BURST)?),
+            "perDeviceCallsPerMinute" => {
+                settings.per_device_calls_per_minute = Some(rate_value(
+                    "perDeviceCallsPerMinute",
+                    value,
+                    0,
+                    MAX_CALLS_PER_MINUTE,
+                )?);
+            }
+            "perDeviceBurst" => {
+                settings.per_device_burst =
+                    Some(rate_value("perDeviceBurst", value, 1, MAX_BURST)?);
+            }
+            other => {
+                return Err(ConfigError::UnknownKey(format!(
+                    "rateLimits.{other}` (known: {}; see docs/CONFIG.md",
+                    RATE_KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    for (rate, rate_key, burst, burst_key) in [
+        (
+            settings.calls_per_minute,
+            "callsPerMinute",
+            settings.burst,
+            "burst",
+        ),
+        (
+            settings.per_device_calls_per_minute,
+            "perDeviceCallsPerMinute",
+            settings.per_device_burst,
+            "perDeviceBurst",
+        ),
+    ] {
+        if rate == Some(0) && burst.is_some() {
+            return Err(ConfigError::BurstWithoutRate {
+                burst: burst_key,
+                rate: rate_key,
+            });
+        }
+    }
+    Ok(settings)
+}
+
+/// One bucket's rate from the file over `current` (the limits' own, else
+/// `default`): a rate of 0 turns it off; a rate or burst left out keeps the
+/// one in force.
+fn rate_over(
+    current: Option<RateLimit>,
+    default: RateLimit,
+    calls_per_minute: Option<u32>,
+    burst: Option<u32>,
+) -> Option<RateLimit> {
+    if calls_per_minute.is_none() && burst.is_none() {
+        return current;
+    }
+    let base = current.unwrap_or(default);
+    let calls_per_minute = match calls_per_minute {
+        Some(n) => NonZeroU32::new(n)?,
+        None => base.calls_per_minute,
+    };
+    let burst = burst.and_then(NonZeroU32::new).unwrap_or(base.burst);
+    Some(RateLimit {
+        calls_per_minute,
+        burst,
+    })
+}
+
+impl RateLimitSettings {
+    /// Sets in `limits` the rates this section sets (charging rates if the
+    /// limits did not).
+    fn apply_to(&self, limits: &mut Limits) {
+        let mut rates = limits.rate_limits.take().unwrap_or_default();
+        rates.overall = rate_over(
+            rates.overall,
+            DEFAULT_AGENT_RATE,
+            self.calls_per_minute,
+            self.burst,
+        );
+        rates.per_device = rate_over(
+            rates.per_device,
+            DEFAULT_DEVICE_RATE,
+            self.per_device_calls_per_minute,
+            self.per_device_burst,
+        );
+        limits.rate_limits = Some(rates);
+    }
 }
 
 /// A count under `[limits]`: its key, its range.
@@ -560,6 +763,7 @@ impl VesselConfig {
             match key.as_str() {
                 "streaming" => config.streaming = streaming(value)?,
                 "runLimits" => config.run_limits = Some(run_limits(value)?),
+                "rateLimits" => config.rate_limits = Some(rate_settings(value)?),
                 "limits" => config.limits = limit_settings(value)?,
                 other => return Err(ConfigError::UnknownKey(other.to_owned())),
             }
@@ -570,12 +774,16 @@ impl VesselConfig {
 
 impl VesselConfig {
     /// Sets what the file configures in `limits`: every value of
-    /// `[limits]`, and `[runLimits]` as the agent-level layer of
-    /// [`Limits::run_limits`] (charging calls if the limits did not).
-    /// Streaming is set on the vessel itself
+    /// `[limits]`, `[rateLimits]` in [`Limits::rate_limits`] (charging rates
+    /// if the limits did not, unless both rates are 0), and `[runLimits]` as
+    /// the agent-level layer of [`Limits::run_limits`] (charging runs if the
+    /// limits did not). Streaming is set on the vessel itself
     /// ([`Vessel::set_streaming`](crate::Vessel::set_streaming)).
     pub fn apply_to(&self, limits: &mut Limits) {
         self.limits.apply_to(limits);
+        if let Some(rates) = &self.rate_limits {
+            rates.apply_to(limits);
+        }
         if let Some(layer) = self.run_limits {
             let mut run_limits = limits.run_limits.take().unwrap_or_default();
             run_limits.agent_level = layer;
@@ -589,6 +797,16 @@ fn run_limits(value: &toml::Value) -> Result<RunLimitsLayer, ConfigError> {
         key: format!("runLimits: {e}"),
         expected: "plain TOML values",
     })?;
+    // A limit the vessel does not enforce is refused whatever its value.
+    if let Some(limit) = json
+        .as_object()
+        .into_iter()
+        .flat_map(|table| table.keys())
+        .filter_map(|name| RunLimit::from_name(name))
+        .find(|limit| !ENFORCED_RUN_LIMITS.contains(limit))
+    {
+        return Err(ConfigError::NotEnforced { limit });
+    }
     let layer = RunLimitsLayer::from_json(&json).map_err(ConfigError::RunLimits)?;
     // Refused here rather than call by call.
     RunLimits::from_layer(&layer).map_err(ConfigError::RunLimits)?;
@@ -685,8 +903,30 @@ mod tests {
         let layer = config.run_limits.unwrap();
         assert_eq!(layer.get(dk_policy::RunLimit::MaxToolCalls), Some(48));
         assert_eq!(layer.get(dk_policy::RunLimit::MaxWallTimeMs), Some(300_000));
+        // The desktop kind's contract limits keep the host's maxTurns.
+        assert_eq!(
+            desktop
+                .run_limits()
+                .unwrap()
+                .get(dk_policy::RunLimit::MaxTurns),
+            16
+        );
+        // The example spells out the default rates.
+        assert_eq!(
+            config.rate_limits,
+            Some(RateLimitSettings {
+                calls_per_minute: Some(300),
+                burst: Some(60),
+                per_device_calls_per_minute: Some(120),
+                per_device_burst: Some(20),
+            })
+        );
         let mut limits = Limits::default();
         config.apply_to(&mut limits);
+        assert_eq!(
+            limits.rate_limits,
+            Some(crate::adapter::AgentRateLimits::default())
+        );
         let applied = limits.run_limits.unwrap();
         assert_eq!(applied.agent_level, layer);
         assert_eq!(
@@ -757,8 +997,12 @@ mod tests {
         );
         refused("[streaming.voice]\nsandbox = 3", "sandbox must be a string");
         refused(
-            "[runLimits]\nmaxTurns = 65",
-            "`runLimits`: maxTurns must be a positive safe integer at most 64",
+            "[runLimits]\nmaxToolCalls = 257",
+            "`runLimits`: maxToolCalls must be a positive safe integer at most 256",
+        );
+        refused(
+            "[runLimits]\nmaxToolCall = 3",
+            "`runLimits`: unknown run limit `maxToolCall`",
         );
         refused("runLimits = 3", "`runLimits`: runLimits must be an object");
         // A good section does not save the file when another is broken.
@@ -766,6 +1010,141 @@ mod tests {
             "[streaming.voice]\nenabled = true\nsandbox = \"s\"\n[streaming.desktop-control]\nnetwork = 1",
             "network must be a string",
         );
+    }
+
+    /// `[runLimits]` takes only what the vessel enforces: every other limit
+    /// of the contract is refused, whatever its value, saying who counts it.
+    #[test]
+    fn run_limits_the_vessel_does_not_enforce_are_refused() {
+        let config =
+            VesselConfig::parse("[runLimits]\nmaxToolCalls = 256\nmaxWallTimeMs = 1800000")
+                .unwrap();
+        let layer = config.run_limits.unwrap();
+        assert_eq!(layer.get(RunLimit::MaxToolCalls), Some(256));
+        assert_eq!(layer.get(RunLimit::MaxWallTimeMs), Some(1_800_000));
+        for limit in RunLimit::ALL {
+            if ENFORCED_RUN_LIMITS.contains(&limit) {
+                continue;
+            }
+            for value in ["16", "100000000"] {
+                let text = format!("[runLimits]\nmaxToolCalls = 8\n{limit} = {value}");
+                assert_eq!(
+                    VesselConfig::parse(&text).unwrap_err().to_string(),
+                    format!(
+                        "`runLimits.{limit}` is not enforced by the vessel: the host that runs \
+                         the model counts turns, provider calls and tokens, so set it there; here \
+                         only `maxToolCalls` and `maxWallTimeMs` are allowed"
+                    ),
+                );
+            }
+        }
+        // The admission contract's table per kind still takes them all.
+        let config = VesselConfig::parse(
+            "[streaming.voice.runLimits]\nmaxTurns = 8\nmaxTotalTokens = 1000\nmaxToolCalls = 4",
+        )
+        .unwrap();
+        let voice = config.streaming.run_limits(DeviceClass::Voice).unwrap();
+        assert_eq!(voice.get(RunLimit::MaxTurns), 8);
+        assert_eq!(voice.get(RunLimit::MaxTotalTokens), 1000);
+    }
+
+    /// Each `[rateLimits]` key: at its minimum and maximum it is taken (and
+    /// lands in `Limits`), one past either end and a wrong type refuse the
+    /// whole file with the key's range; a rate of 0 turns its limit off.
+    #[test]
+    fn rate_limits_are_set_within_their_ranges_and_refused_outside_them() {
+        use crate::adapter::AgentRateLimits;
+        type Read = fn(&AgentRateLimits) -> Option<u32>;
+        let cases: [(&str, u32, u32, Read); 4] = [
+            ("callsPerMinute", 1, 60_000, |r| {
+                r.overall.map(|l| l.calls_per_minute.get())
+            }),
+            ("burst", 1, 10_000, |r| r.overall.map(|l| l.burst.get())),
+            ("perDeviceCallsPerMinute", 1, 60_000, |r| {
+                r.per_device.map(|l| l.calls_per_minute.get())
+            }),
+            ("perDeviceBurst", 1, 10_000, |r| {
+                r.per_device.map(|l| l.burst.get())
+            }),
+        ];
+        for (key, min, max, read) in cases {
+            for good in [min, max] {
+                let config = VesselConfig::parse(&format!("[rateLimits]\n{key} = {good}")).unwrap();
+                let mut limits = Limits::default();
+                config.apply_to(&mut limits);
+                assert_eq!(
+                    read(limits.rate_limits.as_ref().unwrap()),
+                    Some(good),
+                    "{key}"
+                );
+            }
+            let low = if key.contains("Burst") || key == "burst" {
+                "0".to_owned()
+            } else {
+                "-1".to_owned()
+            };
+            for bad in [
+                low,
+                (max + 1).to_string(),
+                "\"10\"".to_owned(),
+                "1.5".to_owned(),
+            ] {
+                refused(
+                    &format!("[rateLimits]\n{key} = {bad}"),
+                    &format!("`rateLimits.{key}` must be an integer from "),
+                );
+            }
+        }
+        refused(
+            "[rateLimits]\ncallsPerMinute = 60001",
+            "`rateLimits.callsPerMinute` must be an integer from 0 (no limit) to 60000, not 60001",
+        );
+        refused(
+            "[rateLimits]\nperDeviceBurst = 0",
+            "`rateLimits.perDeviceBurst` must be an integer from 1 to 10000, not 0",
+        );
+        refused(
+            "[rateLimits]\ncallsPerMinut = 10",
+            "unknown key `rateLimits.callsPerMinut` (known: callsPerMinute, burst, perDeviceCallsPerMinute, perDeviceBurst; see docs/CONFIG.md`",
+        );
+        refused("rateLimits = 3", "`rateLimits` must be a table");
+        refused(
+            "[rateLimits]\nperDeviceCallsPerMinute = 0\nperDeviceBurst = 5",
+            "`rateLimits.perDeviceBurst` is set but `rateLimits.perDeviceCallsPerMinute` is 0, which turns that limit off",
+        );
+        // A rate of 0 turns its limit off; both off, nothing is charged.
+        let mut limits = Limits::default();
+        VesselConfig::parse("[rateLimits]\nperDeviceCallsPerMinute = 0\nburst = 5")
+            .unwrap()
+            .apply_to(&mut limits);
+        let rates = limits.rate_limits.unwrap();
+        assert_eq!(rates.per_device, None);
+        assert_eq!(
+            rates
+                .overall
+                .map(|l| (l.calls_per_minute.get(), l.burst.get())),
+            Some((300, 5))
+        );
+        let mut limits = Limits::default();
+        VesselConfig::parse("[rateLimits]\ncallsPerMinute = 0\nperDeviceCallsPerMinute = 0")
+            .unwrap()
+            .apply_to(&mut limits);
+        let rates = limits.rate_limits.unwrap();
+        assert_eq!((rates.overall, rates.per_device), (None, None));
+        // An empty section, or none, keeps what is in force.
+        for text in ["", "[rateLimits]"] {
+            let mut limits = Limits {
+                rate_limits: None,
+                ..Limits::default()
+            };
+            VesselConfig::parse(text).unwrap().apply_to(&mut limits);
+            let expected = if text.is_empty() {
+                None
+            } else {
+                Some(AgentRateLimits::default())
+            };
+            assert_eq!(limits.rate_limits, expected, "{text:?}");
+        }
     }
 
     /// Each `[limits]` key: at its minimum and maximum it is taken (and

@@ -30,9 +30,10 @@ mod unix;
 mod vessel;
 
 pub use adapter::{
-    AgentGate, AgentRunLimits, ApprovalRequest, Approver, ApproverFn, CallContext,
-    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook,
-    DecisionRecord, DeviceToolAdapter, RunClock, ToolDefinition, ToolOutcome,
+    AgentGate, AgentRateLimits, AgentRunLimits, ApprovalRequest, Approver, ApproverFn, CallContext,
+    DEFAULT_AGENT_RATE, DEFAULT_CALL_TIMEOUT, DEFAULT_DEVICE_RATE, DEFAULT_MAX_TRACKED_BUCKETS,
+    DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook, DecisionRecord,
+    DeviceToolAdapter, RateLimit, RunClock, RunRef, ToolDefinition, ToolOutcome,
 };
 pub use admin::{AdminToken, AdminTokenError, admin_router, serve_admin, serve_admin_unix};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
@@ -41,7 +42,9 @@ pub use agents::{
     AgentEvent, AgentId, AgentRole, AgentScope, CapabilityScope, MAX_AGENT_NAME, ScopeError,
     StoredAgent,
 };
-pub use config::{ConfigError, LimitSettings, MAX_CONFIG_BYTES, StreamingConfig, VesselConfig};
+pub use config::{
+    ConfigError, LimitSettings, MAX_CONFIG_BYTES, RateLimitSettings, StreamingConfig, VesselConfig,
+};
 pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,

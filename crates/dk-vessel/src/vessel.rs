@@ -14,7 +14,9 @@ use dk_policy::PolicySet;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::adapter::{AgentRunLimits, DEFAULT_CALL_TIMEOUT, DecisionRecord, DeviceToolAdapter};
+use crate::adapter::{
+    AgentRateLimits, AgentRunLimits, DEFAULT_CALL_TIMEOUT, DecisionRecord, DeviceToolAdapter,
+};
 use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
@@ -67,10 +69,17 @@ pub struct Limits {
     /// `device:hello` frames one address may send per minute (a burst of
     /// this many, refilled evenly over the minute).
     pub pairings_per_minute_per_address: u32,
-    /// The run budget each agent session's device calls are charged to
-    /// before the device is reached (see `docs/POLICY.md`); `None` charges
-    /// nothing (for a host that enforces run limits itself). Default: on,
-    /// with Prism's limits (32 tool calls, 120 s from a session's first call).
+    /// The rate limits each agent's device calls are charged to before the
+    /// device is reached (see `docs/POLICY.md`); `None` charges no rate.
+    /// Default: on, 300 calls a minute in bursts of 60 per agent, 120 a
+    /// minute in bursts of 20 per agent and device.
+    pub rate_limits: Option<AgentRateLimits>,
+    /// The run budgets of explicit runs (started by the host, or named by an
+    /// MCP client in a call's `_meta`), charged before the device is reached
+    /// (see `docs/POLICY.md`); `None` charges no run (for a host that
+    /// enforces run limits itself). A call that names no run is charged to
+    /// none. Default: on, with Prism's limits (32 tool calls, 120 s from a
+    /// run's start).
     pub run_limits: Option<AgentRunLimits>,
     /// How long a request's headers may take to arrive in full, on every
     /// listener (devices, admin API, MCP): from `accept` for a connection's
@@ -119,6 +128,7 @@ impl Default for Limits {
             max_pending_pairings: 16,
             max_pending_pairings_per_address: 4,
             pairings_per_minute_per_address: 10,
+            rate_limits: Some(AgentRateLimits::default()),
             run_limits: Some(AgentRunLimits::default()),
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
@@ -510,6 +520,9 @@ impl Vessel {
             .with_decision_room(writer.room());
         if let Some(run_limits) = &limits.run_limits {
             adapter = adapter.with_run_limits(run_limits.clone());
+        }
+        if let Some(rate_limits) = &limits.rate_limits {
+            adapter = adapter.with_rate_limits(rate_limits.clone());
         }
         Arc::new(Vessel {
             adapter,

@@ -29,6 +29,7 @@ const AGENT: CallContext<'static> = CallContext {
     timeout: None,
     agent_gate: None,
     by_person: false,
+    run: None,
 };
 
 /// Runs the demo; exit 0 when every step went as told.

@@ -61,7 +61,8 @@ pub struct VesselArgs {
     #[arg(long)]
     pub policies: Option<PathBuf>,
     /// A vessel configuration file (TOML, see docs/CONFIG.md): the streaming
-    /// device kinds admitted and their caps, the agents' run budget. A broken
+    /// device kinds admitted and their caps, the agents' rate limits and run
+    /// budget. A broken
     /// file stops the vessel from starting; without one no streaming kind is
     /// admitted.
     #[arg(long, value_name = "FILE")]

@@ -56,10 +56,11 @@ pub fn unthrottled() -> Limits {
     }
 }
 
-/// The default limits without run limits: thousands of calls in one
-/// session are past any run budget, so none is charged.
+/// The default limits without rate limits or run limits: thousands of
+/// calls a second from one agent are far past any rate, so none is charged.
 pub fn unbudgeted() -> Limits {
     Limits {
+        rate_limits: None,
         run_limits: None,
         ..Limits::default()
     }

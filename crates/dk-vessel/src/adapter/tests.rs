@@ -466,7 +466,7 @@ fn tool_calls(max: u64) -> AgentRunLimits {
     }
 }
 
-/// The lamp fixture with `limits` charged, on a hand clock.
+/// The lamp fixture with `limits` charged, on a hand clock, no rate limits.
 async fn budgeted(limits: AgentRunLimits) -> (Fixture, Arc<std::sync::atomic::AtomicU64>) {
     let f = fixture(&["set_light", "read_light"], NO_RULES, ok_reply()).await;
     let (now, clock) = hand_clock();
@@ -474,10 +474,12 @@ async fn budgeted(limits: AgentRunLimits) -> (Fixture, Arc<std::sync::atomic::At
     (Fixture { adapter, ..f }, now)
 }
 
-async fn call_as(f: &Fixture, agent: Option<&str>, session: Option<&str>) -> ToolOutcome {
+/// `set_light` as `agent`, in `run` (if any).
+async fn call_in(f: &Fixture, agent: Option<&str>, run: Option<RunRef<'_>>) -> ToolOutcome {
     let ctx = CallContext {
         agent_id: agent,
-        session_id: session,
+        session_id: Some("s1"),
+        run,
         ..CallContext::default()
     };
     f.adapter
@@ -485,17 +487,21 @@ async fn call_as(f: &Fixture, agent: Option<&str>, session: Option<&str>) -> Too
         .await
 }
 
+async fn call_as(f: &Fixture, agent: Option<&str>, run: Option<&str>) -> ToolOutcome {
+    call_in(f, agent, run.map(RunRef::new)).await
+}
+
 const SPENT_3: &str =
-    "[8dk-deny] run limit maxToolCalls of 3 exceeded: this session's run budget is spent";
+    "[8dk-deny] run limit maxToolCalls of 3 exceeded: the budget of run \"r1\" is spent";
 
 #[tokio::test]
 async fn the_budget_is_breached_one_past_the_limit_and_stays_breached() {
     let (f, _) = budgeted(tool_calls(3)).await;
     for _ in 0..3 {
-        assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+        assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
     }
-    check_refused(&call_as(&f, Some("main"), Some("s1")).await, SPENT_3);
-    check_refused(&call_as(&f, Some("main"), Some("s1")).await, SPENT_3);
+    check_refused(&call_as(&f, Some("main"), Some("r1")).await, SPENT_3);
+    check_refused(&call_as(&f, Some("main"), Some("r1")).await, SPENT_3);
     // The device saw exactly the three calls within budget.
     assert_eq!(f.link.calls.lock().unwrap().len(), 3);
     // Each refusal is one decision record, with the reason the agent saw.
@@ -509,18 +515,30 @@ async fn the_budget_is_breached_one_past_the_limit_and_stays_breached() {
 }
 
 #[tokio::test]
-async fn each_session_has_its_own_budget() {
+async fn each_run_has_its_own_budget_and_a_call_without_a_run_is_charged_to_none() {
     let (f, _) = budgeted(tool_calls(1)).await;
-    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
-    assert!(!call_as(&f, Some("main"), Some("s1")).await.is_ok());
-    // Another session of the same agent, the same session name of another
-    // agent, and the agent's calls without a session: each its own run.
-    assert!(call_as(&f, Some("main"), Some("s2")).await.is_ok());
-    assert!(call_as(&f, Some("other"), Some("s1")).await.is_ok());
-    assert!(call_as(&f, Some("main"), None).await.is_ok());
-    assert!(!call_as(&f, Some("main"), None).await.is_ok());
-    assert!(!call_as(&f, Some("main"), Some("s2")).await.is_ok());
-    assert_eq!(f.adapter.tracked_runs(), 4);
+    assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
+    assert!(!call_as(&f, Some("main"), Some("r1")).await.is_ok());
+    // Another run of the same agent and the same run id of another agent:
+    // each its own budget.
+    assert!(call_as(&f, Some("main"), Some("r2")).await.is_ok());
+    assert!(call_as(&f, Some("other"), Some("r1")).await.is_ok());
+    assert!(!call_as(&f, Some("main"), Some("r2")).await.is_ok());
+    assert_eq!(f.adapter.tracked_runs(), 3);
+    // Calls that name no run are charged to none: far past any budget, the
+    // 33rd and the 100th go through like the first.
+    for _ in 0..100 {
+        assert!(call_as(&f, Some("main"), None).await.is_ok());
+    }
+    assert_eq!(f.adapter.tracked_runs(), 3);
+    // A run named by a call without an agent is charged all the same.
+    assert!(call_as(&f, None, Some("host-run")).await.is_ok());
+    assert!(!call_as(&f, None, Some("host-run")).await.is_ok());
+    // Without run limits no run is charged at all.
+    let plain = fixture(&["set_light"], NO_RULES, ok_reply()).await;
+    for _ in 0..40 {
+        assert!(call_as(&plain, Some("main"), Some("r1")).await.is_ok());
+    }
 }
 
 #[tokio::test]
@@ -531,31 +549,39 @@ async fn wall_time_is_breached_one_millisecond_past_the_limit() {
     };
     let (f, now) = budgeted(limits).await;
     set_time(&now, 5_000);
-    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
     set_time(&now, 6_000);
-    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
+    assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
     set_time(&now, 6_001);
     check_refused(
-        &call_as(&f, Some("main"), Some("s1")).await,
-        "[8dk-deny] run limit maxWallTimeMs of 1000 exceeded: this session's run budget is spent",
+        &call_as(&f, Some("main"), Some("r1")).await,
+        "[8dk-deny] run limit maxWallTimeMs of 1000 exceeded: the budget of run \"r1\" is spent",
     );
-    // A session that starts now has its own clock.
-    assert!(call_as(&f, Some("main"), Some("s2")).await.is_ok());
+    // A run that starts now has its own clock.
+    assert!(call_as(&f, Some("main"), Some("r2")).await.is_ok());
     assert_eq!(f.link.calls.lock().unwrap().len(), 3);
 }
 
 #[tokio::test]
 async fn only_calls_past_the_first_checks_are_charged_and_nobody_is_asked_over_budget() {
     let (f, _) = budgeted(tool_calls(1)).await;
+    let f = Fixture {
+        adapter: f.adapter.with_rate_limits(AgentRateLimits {
+            overall: Some(rate(60, 1)),
+            per_device: None,
+            ..AgentRateLimits::default()
+        }),
+        ..f
+    };
     let seen = Arc::new(Mutex::new(Vec::new()));
     let yes = approver(Ok(true), Arc::clone(&seen));
     let ctx = CallContext {
         agent_id: Some("main"),
-        session_id: Some("s1"),
         approver: Some(&yes),
+        run: Some(RunRef::new("r1")),
         ..CallContext::default()
     };
-    // Refused at checks 1 to 4: nothing charged.
+    // Refused at checks 1 to 4: nothing charged, to the run or the rate.
     for (tool, input) in [
         ("device__desk_lamp__nope", json!({})),
         ("device__desk_lamp__set_light", json!({"on": "yes"})),
@@ -563,44 +589,37 @@ async fn only_calls_past_the_first_checks_are_charged_and_nobody_is_asked_over_b
         let outcome = f.adapter.execute(tool, input, ctx).await;
         assert!(outcome.reason().unwrap().starts_with("[8dk-deny] "));
     }
-    assert!(call_as(&f, Some("main"), Some("s1")).await.is_ok());
-    // A rule now asks the person about the lamp: over budget, they are never
-    // asked.
+    assert_eq!(f.adapter.tracked_runs(), 0);
+    assert_eq!(f.adapter.tracked_rate_buckets(), 0);
+    assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
+    assert!(call_as(&f, None, Some("r1")).await.is_ok());
+    // A rule now asks the person about the lamp: over the rate (the agent
+    // "main") or over budget (the run "r1" of calls without an agent), they
+    // are never asked.
     let rules = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capability equals set_light\"\n    decision: require_approval\n    message: lamp needs a yes\n";
     f.adapter
         .set_policies(Arc::new(PolicySet::from_yaml_str(rules).unwrap()));
-    let outcome = f
-        .adapter
-        .execute("device__desk_lamp__set_light", json!({"on": true}), ctx)
-        .await;
-    check_refused(
-        &outcome,
-        "[8dk-deny] run limit maxToolCalls of 1 exceeded: this session's run budget is spent",
-    );
+    for (agent, expected) in [
+        (
+            Some("main"),
+            "[8dk-deny] rate limit: this agent's device calls are limited to 60 a minute, in bursts of 1; calls are allowed again in 1000 ms",
+        ),
+        (
+            None,
+            "[8dk-deny] run limit maxToolCalls of 1 exceeded: the budget of run \"r1\" is spent",
+        ),
+    ] {
+        let ctx = CallContext {
+            agent_id: agent,
+            ..ctx
+        };
+        let outcome = f
+            .adapter
+            .execute("device__desk_lamp__set_light", json!({"on": true}), ctx)
+            .await;
+        check_refused(&outcome, expected);
+    }
     assert!(seen.lock().unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn calls_without_an_agent_are_charged_only_when_the_host_asks() {
-    let (f, _) = budgeted(tool_calls(1)).await;
-    for _ in 0..3 {
-        assert!(call_as(&f, None, Some("s1")).await.is_ok());
-        assert!(call_as(&f, None, None).await.is_ok());
-    }
-    assert_eq!(f.adapter.tracked_runs(), 0);
-    let (f, _) = budgeted(AgentRunLimits {
-        charge_calls_without_agent: true,
-        ..tool_calls(1)
-    })
-    .await;
-    assert!(call_as(&f, None, Some("s1")).await.is_ok());
-    assert!(!call_as(&f, None, Some("s1")).await.is_ok());
-    assert!(call_as(&f, None, None).await.is_ok());
-    // Without run limits nothing is charged at all.
-    let plain = fixture(&["set_light"], NO_RULES, ok_reply()).await;
-    for _ in 0..40 {
-        assert!(call_as(&plain, Some("main"), Some("s1")).await.is_ok());
-    }
 }
 
 #[tokio::test]
@@ -611,22 +630,18 @@ async fn a_run_level_layer_only_narrows_the_agent_level() {
         RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 5),
     );
     let (f, _) = budgeted(limits).await;
-    let narrow = RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 1);
-    let wide = RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 200);
+    let calls = |n| RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, n);
     let max = |budget: Option<RunLimits>| budget.unwrap().get(dk_policy::RunLimit::MaxToolCalls);
     assert_eq!(
-        max(f
-            .adapter
-            .start_run(Some("main"), Some("a"), &narrow)
-            .unwrap()),
+        max(f.adapter.start_run(Some("main"), "a", &calls(1)).unwrap()),
         1
     );
     assert_eq!(
-        max(f.adapter.start_run(Some("main"), Some("b"), &wide).unwrap()),
+        max(f.adapter.start_run(Some("main"), "b", &calls(200)).unwrap()),
         3
     );
     assert_eq!(
-        max(f.adapter.start_run(Some("bulk"), Some("c"), &wide).unwrap()),
+        max(f.adapter.start_run(Some("bulk"), "c", &calls(200)).unwrap()),
         5
     );
     assert!(call_as(&f, Some("main"), Some("a")).await.is_ok());
@@ -635,9 +650,34 @@ async fn a_run_level_layer_only_narrows_the_agent_level() {
         assert!(call_as(&f, Some("main"), Some("b")).await.is_ok());
     }
     assert!(!call_as(&f, Some("main"), Some("b")).await.is_ok());
+    // A call's own layer narrows its run from that call on, keeping the
+    // count; a wider one changes nothing.
+    let run = |n| Some(RunRef::new("d").with_limits(calls(n)));
+    assert!(call_in(&f, Some("main"), run(200)).await.is_ok());
+    assert!(call_in(&f, Some("main"), run(2)).await.is_ok());
+    check_refused(
+        &call_in(&f, Some("main"), run(200)).await,
+        "[8dk-deny] run limit maxToolCalls of 2 exceeded: the budget of run \"d\" is spent",
+    );
+    // Narrowed below what a run has already made, it is spent at once.
+    for _ in 0..3 {
+        assert!(call_as(&f, Some("main"), Some("e")).await.is_ok());
+    }
+    check_refused(
+        &call_in(
+            &f,
+            Some("main"),
+            Some(RunRef::new("e").with_limits(calls(1))),
+        )
+        .await,
+        "[8dk-deny] run limit maxToolCalls of 1 exceeded: the budget of run \"e\" is spent",
+    );
+    // Starting a run again starts it afresh.
+    f.adapter.start_run(Some("main"), "a", &calls(1)).unwrap();
+    assert!(call_as(&f, Some("main"), Some("a")).await.is_ok());
     // A layer out of range is refused, at start and in the configuration.
-    let zero = RunLimitsLayer::new().with(dk_policy::RunLimit::MaxToolCalls, 0);
-    assert!(f.adapter.start_run(Some("main"), Some("d"), &zero).is_err());
+    let zero = calls(0);
+    assert!(f.adapter.start_run(Some("main"), "f", &zero).is_err());
     let bad = AgentRunLimits {
         agent_level: zero,
         ..AgentRunLimits::default()
@@ -645,7 +685,7 @@ async fn a_run_level_layer_only_narrows_the_agent_level() {
     assert!(bad.check().is_err());
     assert!(AgentRunLimits::default().check().is_ok());
     let (f, _) = budgeted(bad).await;
-    let outcome = call_as(&f, Some("main"), Some("s1")).await;
+    let outcome = call_as(&f, Some("main"), Some("r1")).await;
     assert!(
         outcome
             .reason()
@@ -667,16 +707,244 @@ async fn idle_runs_are_forgotten_and_the_count_stays_bounded() {
     for i in 0..200 {
         set_time(&now, i);
         assert!(
-            call_as(&f, Some("main"), Some(&format!("s{i}")))
+            call_as(&f, Some("main"), Some(&format!("r{i}")))
                 .await
                 .is_ok()
         );
         assert!(f.adapter.tracked_runs() <= 16);
     }
-    // The most recent session is still tracked, and still spent.
-    assert!(!call_as(&f, Some("main"), Some("s199")).await.is_ok());
-    // Idle past the expiry, a session's next call starts a new run.
+    // The most recent run is still tracked, and still spent.
+    assert!(!call_as(&f, Some("main"), Some("r199")).await.is_ok());
+    // Idle past the expiry, a call naming the run starts it afresh.
     set_time(&now, 199 + 60_000);
-    assert!(call_as(&f, Some("main"), Some("s199")).await.is_ok());
+    assert!(call_as(&f, Some("main"), Some("r199")).await.is_ok());
     assert_eq!(f.adapter.tracked_runs(), 1);
+    // By default a run is kept as long as its longest possible wall time.
+    assert_eq!(
+        AgentRunLimits::default().idle_expiry,
+        Duration::from_millis(dk_policy::RunLimit::MaxWallTimeMs.hard_cap())
+    );
+}
+
+// ------------------------------------------------------------- rate limits
+
+fn rate(calls_per_minute: u32, burst: u32) -> RateLimit {
+    RateLimit {
+        calls_per_minute: std::num::NonZeroU32::new(calls_per_minute).unwrap(),
+        burst: std::num::NonZeroU32::new(burst).unwrap(),
+    }
+}
+
+/// The lamp fixture with `limits` charged, on a hand clock, no run limits.
+async fn rated(limits: AgentRateLimits) -> (Fixture, Arc<std::sync::atomic::AtomicU64>) {
+    let f = fixture(&["set_light", "read_light"], NO_RULES, ok_reply()).await;
+    let (now, clock) = hand_clock();
+    let adapter = f.adapter.with_rate_limits(limits).with_run_clock(clock);
+    (Fixture { adapter, ..f }, now)
+}
+
+/// Pairs and connects the hall thermostat beside the lamp, every capability
+/// granted.
+async fn add_thermostat(f: &Fixture) {
+    let manifest: Value = serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/hall-thermostat.json"
+    ))
+    .unwrap();
+    let decision = ConsentDecision::approve(["read_temperature", "set_target"]);
+    f.adapter
+        .registry()
+        .pair(
+            &manifest,
+            |_| {},
+            |_| async move { Ok::<_, ()>(decision) },
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    f.adapter.links().connect(
+        "hall-thermostat",
+        Arc::new(Recorder {
+            calls: Mutex::new(vec![]),
+            reply: ok_reply(),
+        }),
+    );
+}
+
+async fn read_thermostat(f: &Fixture, agent: &str) -> ToolOutcome {
+    let ctx = CallContext {
+        agent_id: Some(agent),
+        ..CallContext::default()
+    };
+    f.adapter
+        .execute("device__hall_thermostat__read_temperature", json!({}), ctx)
+        .await
+}
+
+#[tokio::test]
+async fn a_steady_agent_never_meets_the_default_rate() {
+    let (f, now) = rated(AgentRateLimits::default()).await;
+    add_thermostat(&f).await;
+    // A thermostat read every second for three hours, its timing off by up
+    // to a fifth of a second either way, and the lamp every 30 s: 10,800
+    // and 360 calls, none refused.
+    let mut refused = 0;
+    for second in 0..10_800_u64 {
+        let jitter = [0, 200, 400, 100, 300][(second % 5) as usize];
+        set_time(&now, second * 1000 + jitter);
+        refused += usize::from(!read_thermostat(&f, "main").await.is_ok());
+        if second % 30 == 0 {
+            refused += usize::from(!call_as(&f, Some("main"), None).await.is_ok());
+        }
+    }
+    assert_eq!(refused, 0);
+}
+
+#[tokio::test]
+async fn a_loop_is_refused_once_its_burst_is_spent_and_told_when_to_come_back() {
+    let (f, now) = rated(AgentRateLimits::default()).await;
+    set_time(&now, 1_000_000);
+    // As fast as it can: the clock does not move between calls.
+    for _ in 0..20 {
+        assert!(call_as(&f, Some("main"), None).await.is_ok());
+    }
+    let refusal = "[8dk-deny] rate limit: this agent's calls to device \"desk-lamp\" are limited to 120 a minute, in bursts of 20; calls to it are allowed again in 500 ms";
+    check_refused(&call_as(&f, Some("main"), None).await, refusal);
+    check_refused(&call_as(&f, Some("main"), None).await, refusal);
+    set_time(&now, 1_000_499);
+    check_refused(
+        &call_as(&f, Some("main"), None).await,
+        "[8dk-deny] rate limit: this agent's calls to device \"desk-lamp\" are limited to 120 a minute, in bursts of 20; calls to it are allowed again in 1 ms",
+    );
+    // At the time it was told, exactly one call more.
+    set_time(&now, 1_000_500);
+    assert!(call_as(&f, Some("main"), None).await.is_ok());
+    check_refused(&call_as(&f, Some("main"), None).await, refusal);
+    // The device saw only the calls allowed; each refusal is one record.
+    assert_eq!(f.link.calls.lock().unwrap().len(), 21);
+    let decisions = f.decisions.lock().unwrap().clone();
+    assert_eq!(decisions.len(), 25);
+    let refused: Value = serde_json::from_str(&decisions[20]).unwrap();
+    assert_eq!(refused["allowed"], false);
+    assert_eq!(refused["reason"], refusal);
+    assert_eq!(refused["agentId"], "main");
+    // Another agent has buckets of its own.
+    assert!(call_as(&f, Some("other"), None).await.is_ok());
+}
+
+#[tokio::test]
+async fn the_overall_rate_spans_devices_and_a_refusal_takes_from_neither_bucket() {
+    let (f, now) = rated(AgentRateLimits {
+        overall: Some(rate(30, 3)),
+        per_device: Some(rate(60, 2)),
+        ..AgentRateLimits::default()
+    })
+    .await;
+    add_thermostat(&f).await;
+    let lamp_empty = "[8dk-deny] rate limit: this agent's calls to device \"desk-lamp\" are limited to 60 a minute, in bursts of 2; calls to it are allowed again in 1000 ms";
+    let overall_empty = |wait: u64| {
+        format!(
+            "[8dk-deny] rate limit: this agent's device calls are limited to 30 a minute, in bursts of 3; calls are allowed again in {wait} ms"
+        )
+    };
+    assert!(call_as(&f, Some("main"), None).await.is_ok());
+    assert!(call_as(&f, Some("main"), None).await.is_ok());
+    // The lamp's bucket is empty; the refusal takes nothing from the
+    // agent's overall bucket, so the thermostat still gets its call.
+    check_refused(&call_as(&f, Some("main"), None).await, lamp_empty);
+    assert!(read_thermostat(&f, "main").await.is_ok());
+    // Now both buckets are empty: the one that waits longest is named.
+    check_refused(&call_as(&f, Some("main"), None).await, &overall_empty(2000));
+    check_refused(&read_thermostat(&f, "main").await, &overall_empty(2000));
+    set_time(&now, 1000);
+    check_refused(&call_as(&f, Some("main"), None).await, &overall_empty(1000));
+    set_time(&now, 2000);
+    assert!(read_thermostat(&f, "main").await.is_ok());
+    // No limit at all for a bucket that is off.
+    let (f, _) = rated(AgentRateLimits {
+        overall: None,
+        per_device: None,
+        ..AgentRateLimits::default()
+    })
+    .await;
+    for _ in 0..100 {
+        assert!(call_as(&f, Some("main"), None).await.is_ok());
+    }
+    assert_eq!(f.adapter.tracked_rate_buckets(), 0);
+}
+
+#[tokio::test]
+async fn a_call_refused_for_its_rate_is_not_charged_to_its_run() {
+    let f = fixture(&["set_light"], NO_RULES, ok_reply()).await;
+    let (now, clock) = hand_clock();
+    let f = Fixture {
+        adapter: f
+            .adapter
+            .with_rate_limits(AgentRateLimits {
+                overall: Some(rate(60, 2)),
+                per_device: None,
+                ..AgentRateLimits::default()
+            })
+            .with_run_limits(tool_calls(3))
+            .with_run_clock(clock),
+        ..f
+    };
+    for _ in 0..2 {
+        assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
+    }
+    for _ in 0..5 {
+        let outcome = call_as(&f, Some("main"), Some("r1")).await;
+        assert!(
+            outcome.reason().unwrap().contains("rate limit"),
+            "{outcome:?}"
+        );
+    }
+    set_time(&now, 60_000);
+    assert!(call_as(&f, Some("main"), Some("r1")).await.is_ok());
+    check_refused(&call_as(&f, Some("main"), Some("r1")).await, SPENT_3);
+}
+
+#[tokio::test]
+async fn calls_without_an_agent_are_not_rate_limited() {
+    let (f, _) = rated(AgentRateLimits {
+        overall: Some(rate(1, 1)),
+        per_device: Some(rate(1, 1)),
+        ..AgentRateLimits::default()
+    })
+    .await;
+    for _ in 0..50 {
+        assert!(call_as(&f, None, None).await.is_ok());
+    }
+    assert_eq!(f.adapter.tracked_rate_buckets(), 0);
+    assert!(call_as(&f, Some("main"), None).await.is_ok());
+    assert!(!call_as(&f, Some("main"), None).await.is_ok());
+}
+
+#[tokio::test]
+async fn full_buckets_are_forgotten_and_the_count_stays_bounded() {
+    let (f, now) = rated(AgentRateLimits {
+        max_tracked: 16,
+        ..AgentRateLimits::default()
+    })
+    .await;
+    // 200 agents, one call each: two buckets each, never more than 16 kept.
+    for i in 0..200 {
+        set_time(&now, i);
+        assert!(call_as(&f, Some(&format!("agent-{i}")), None).await.is_ok());
+        assert!(f.adapter.tracked_rate_buckets() <= 16);
+    }
+    // An agent kept refused is the last to be dropped: it stays refused
+    // while others come and go.
+    for _ in 0..20 {
+        assert!(call_as(&f, Some("loop"), None).await.is_ok());
+    }
+    for i in 200..400 {
+        set_time(&now, i);
+        assert!(!call_as(&f, Some("loop"), None).await.is_ok());
+        assert!(call_as(&f, Some(&format!("agent-{i}")), None).await.is_ok());
+        assert!(f.adapter.tracked_rate_buckets() <= 16);
+    }
+    // Once every bucket is full again, none is kept.
+    set_time(&now, 400 + 60_000);
+    assert!(call_as(&f, Some("last"), None).await.is_ok());
+    assert_eq!(f.adapter.tracked_rate_buckets(), 2);
 }

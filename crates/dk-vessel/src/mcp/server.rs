@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use axum::http::request::Parts;
+use dk_policy::{RunLimit, RunLimitsLayer};
 use dk_proto::parse_tool_name;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
@@ -27,7 +28,7 @@ use super::guard::{Authenticated, IssuedSession};
 use super::options::McpOptions;
 use super::read_more::{Owner, READ_MORE_TOOL, ResultPages, read_more_tool};
 use super::watch::{Followed, MAX_SUBSCRIPTIONS, Notifier, SessionWatch};
-use crate::adapter::{CallContext, ToolDefinition, ToolOutcome};
+use crate::adapter::{CallContext, ENFORCED_RUN_LIMITS, RunRef, ToolDefinition, ToolOutcome};
 use crate::agents::{Agent, AgentDirectory, AgentId};
 use crate::vessel::Vessel;
 
@@ -92,6 +93,63 @@ pub(crate) fn mcp_tool(definition: ToolDefinition) -> Tool {
 /// The reason given for a tool outside the agent's scope or role.
 pub(crate) fn out_of_scope_reason(tool: &str, agent: &AgentId) -> String {
     format!("[8dk-deny] \"{tool}\" is not in the scope of agent \"{agent}\"")
+}
+
+/// The `_meta` key of `tools/call` that names the run a call belongs to.
+pub(crate) const RUN_META_KEY: &str = "dk/run";
+
+/// The `_meta` key of `tools/call` with run-level limits for the run named by
+/// [`RUN_META_KEY`]: they only narrow its budget.
+pub(crate) const RUN_LIMITS_META_KEY: &str = "dk/runLimits";
+
+/// The longest run id, in bytes.
+pub(crate) const MAX_RUN_ID: usize = 128;
+
+/// Whether `id` is a run id: 1 to 128 letters, digits, `.`, `_`, `:`, `-`.
+fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_RUN_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// The run a `tools/call` names in its `_meta`: its id and run-level layer,
+/// `None` when it names none, or the reason the call is refused.
+fn run_of_meta(meta: &JsonObject) -> Result<Option<(String, RunLimitsLayer)>, String> {
+    let limits = meta.get(RUN_LIMITS_META_KEY).filter(|v| !v.is_null());
+    let id = match meta.get(RUN_META_KEY).filter(|v| !v.is_null()) {
+        None if limits.is_some() => {
+            return Err(format!(
+                "[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\" is given without \"{RUN_META_KEY}\""
+            ));
+        }
+        None => return Ok(None),
+        Some(Value::String(id)) if valid_run_id(id) => id.clone(),
+        Some(_) => {
+            return Err(format!(
+                "[8dk-deny] _meta \"{RUN_META_KEY}\" must be a run id: 1 to {MAX_RUN_ID} \
+                 letters, digits, '.', '_', ':' or '-'"
+            ));
+        }
+    };
+    let Some(limits) = limits else {
+        return Ok(Some((id, RunLimitsLayer::new())));
+    };
+    let refused = |why: String| format!("[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\": {why}");
+    if let Some(limit) = limits
+        .as_object()
+        .into_iter()
+        .flat_map(|table| table.keys())
+        .filter_map(|name| RunLimit::from_name(name))
+        .find(|limit| !ENFORCED_RUN_LIMITS.contains(limit))
+    {
+        return Err(refused(format!(
+            "the vessel does not enforce {limit}; only maxToolCalls and maxWallTimeMs"
+        )));
+    }
+    let layer = RunLimitsLayer::from_json(limits).map_err(|e| refused(e.to_string()))?;
+    Ok(Some((id, layer)))
 }
 
 /// What every handler of one MCP server shares.
@@ -170,8 +228,8 @@ fn parts(extensions: &rmcp::model::Extensions) -> Option<&Parts> {
 
 /// The request's session: one the server issued to the request's agent, as
 /// the guard found it; never the `Mcp-Session-Id` header as sent, which a
-/// request served without a session could make up to escape its agent's
-/// run budget or to write a session of its choosing in the audit log.
+/// request served without a session could make up to write a session of
+/// its choosing in the audit log.
 fn session_id(parts: Option<&Parts>) -> Option<String> {
     parts
         .and_then(|p| p.extensions.get::<IssuedSession>())
@@ -386,6 +444,30 @@ impl ServerHandler for DeviceTools {
         {
             return Ok(refusal.into());
         }
+        // The run the call names, if any: in the request's `_meta` as rmcp
+        // hands it over (moved to the context), or still in the params.
+        let meta = request
+            .meta
+            .as_ref()
+            .filter(|meta| {
+                meta.contains_key(RUN_META_KEY) || meta.contains_key(RUN_LIMITS_META_KEY)
+            })
+            .unwrap_or(&context.meta);
+        let run = match run_of_meta(meta) {
+            Ok(run) => run,
+            Err(reason) => {
+                let ctx = CallContext {
+                    agent_id: Some(&agent.id),
+                    session_id: session.as_deref(),
+                    ..CallContext::default()
+                };
+                self.vessel
+                    .adapter()
+                    .report_refusal(&request.name, &reason, &ctx)
+                    .await;
+                return Ok(CallToolResult::error(vec![ContentBlock::text(reason)]).into());
+            }
+        };
         let ctx = CallContext {
             agent_id: Some(&agent.id),
             session_id: session.as_deref(),
@@ -397,6 +479,9 @@ impl ServerHandler for DeviceTools {
             // re-scoped meanwhile does not get the call made.
             agent_gate: Some(self.shared.agents.as_ref()),
             by_person: false,
+            run: run
+                .as_ref()
+                .map(|(id, limits)| RunRef::new(id).with_limits(*limits)),
         };
         let outcome = self
             .vessel

@@ -910,3 +910,4 @@ fn the_longest_tool_names_are_valid_for_mcp_and_openai() {
 }
 
 mod lanes;
+mod runs;

@@ -69,15 +69,24 @@ impl Raw {
     }
 
     /// A 2026-07-28 call of `tool`, served without a session, naming
-    /// `session` in its header (if any).
-    async fn stateless_call(&self, tool: &str, session: Option<&str>) -> (u16, String) {
-        let body = json!({
+    /// `session` in its header (if any) and `run` in its `_meta` (if any).
+    async fn stateless_call(
+        &self,
+        tool: &str,
+        session: Option<&str>,
+        run: Option<&str>,
+    ) -> (u16, String) {
+        let mut body = json!({
             "jsonrpc": "2.0", "id": 7, "method": "tools/call",
             "params": {"name": tool, "arguments": {}, "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientCapabilities": {},
                 "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}}}
         });
+        if let Some(run) = run {
+            body["params"]["_meta"]["dk/run"] = json!(run);
+            body["params"]["_meta"]["dk/runLimits"] = json!({"maxToolCalls": 1});
+        }
         self.send(
             "POST",
             session,
@@ -224,17 +233,20 @@ async fn another_agent_with_a_session_id_gets_404_on_every_method() {
 }
 
 #[tokio::test]
-async fn a_made_up_session_id_neither_escapes_the_run_budget_nor_reaches_the_audit_log() {
+async fn a_made_up_session_id_neither_escapes_a_limit_nor_reaches_the_audit_log() {
     let (vessel, agents, [a, b, _]) = three_agents().await;
+    // Time stands still: only the limits decide.
+    vessel.adapter().set_run_clock(Arc::new(|| 1_000_000));
     let server = serve(&vessel, &agents).await;
     let raw_a = Raw::new(&server, &a);
     // 40 calls of the 2026-07-28 lifecycle, each naming a fresh made-up
-    // session: all are charged to the agent's budget without a session.
+    // session: the rate is the agent's, whatever the session, so 20 go
+    // through (the burst of one device) and 20 are refused.
     let mut allowed = 0;
     let mut refused = Vec::new();
     for _ in 0..40 {
         let (status, answer) = raw_a
-            .stateless_call(READ, Some(&made_up_session_id()))
+            .stateless_call(READ, Some(&made_up_session_id()), None)
             .await;
         assert_eq!(status, 200, "{answer}");
         if answer.contains(r#""isError":false"#) {
@@ -243,33 +255,41 @@ async fn a_made_up_session_id_neither_escapes_the_run_budget_nor_reaches_the_aud
             refused.push(answer);
         }
     }
-    assert_eq!(allowed, 32);
-    assert_eq!(refused.len(), 8);
+    assert_eq!(allowed, 20);
+    assert_eq!(refused.len(), 20);
     for answer in &refused {
-        assert!(
-            answer.contains("this session's run budget is spent"),
-            "{answer}"
-        );
+        assert!(answer.contains("[8dk-deny] rate limit: "), "{answer}");
     }
+    // A run is the agent's, whatever the session: the same run named with
+    // a fresh made-up session on each call is spent after its budget.
+    let (_, answer) = Raw::new(&server, &b)
+        .stateless_call(READ, Some(&made_up_session_id()), Some("r"))
+        .await;
+    assert!(answer.contains(r#""isError":false"#), "{answer}");
+    let (_, answer) = Raw::new(&server, &b)
+        .stateless_call(READ, Some(&made_up_session_id()), Some("r"))
+        .await;
+    assert!(
+        answer.contains(r#"the budget of run \"r\" is spent"#),
+        "{answer}"
+    );
     let decisions = audited_decisions(&vessel);
-    assert_eq!(decisions.len(), 40);
+    assert_eq!(decisions.len(), 42);
     for d in &decisions {
-        assert_eq!(d["agentId"], "a");
         assert_eq!(d["sessionId"], Value::Null, "{d}");
     }
 
-    // A session the server issued to the agent is its session, with its
-    // own budget; another agent's is refused before anything else.
-    let issued = raw_a.open().await;
-    let (_, answer) = raw_a.stateless_call(READ, Some(&issued)).await;
+    // A session the server issued to the agent is its session; another
+    // agent's is refused before anything else.
+    let raw_c = Raw::new(&server, &b);
+    let issued = raw_c.open().await;
+    let (_, answer) = raw_c.stateless_call(READ, Some(&issued), None).await;
     assert!(answer.contains(r#""isError":false"#), "{answer}");
     let last = audited_decisions(&vessel).pop().unwrap();
     assert_eq!(last["sessionId"], issued.as_str());
-    let (status, answer) = Raw::new(&server, &b)
-        .stateless_call(READ, Some(&issued))
-        .await;
+    let (status, answer) = raw_a.stateless_call(READ, Some(&issued), None).await;
     assert_eq!(status, 404, "{answer}");
-    assert_eq!(audited_decisions(&vessel).len(), 41);
+    assert_eq!(audited_decisions(&vessel).len(), 43);
     server.stop().await;
 }
 
