@@ -220,7 +220,7 @@ impl PersonChannel {
 
     /// Asks the person to approve a call; no answer within `timeout` is a
     /// no, and so is a request the person is not asked
-    /// ([`PersonChannel::try_ask_approval`] says why).
+    /// (an agent that already has its cap of approvals waiting).
     pub async fn ask_approval(&self, request: ApprovalRequest, timeout: Duration) -> bool {
         self.try_ask_approval(request, timeout)
             .await

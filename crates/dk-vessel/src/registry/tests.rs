@@ -322,20 +322,7 @@ async fn a_second_pairing_says_it_replaces_the_first() {
     pair_with(&registry, &lamp(), ConsentDecision::approve(["read_light"]))
         .await
         .unwrap();
-    let replaces = Mutex::new(None);
-    registry
-        .pair(
-            &lamp(),
-            |_| {},
-            |request| {
-                *replaces.lock().unwrap() = Some(request.replaces.clone());
-                async { Ok::<_, ()>(ConsentDecision::refuse()) }
-            },
-            DEFAULT_CONSENT_TIMEOUT,
-        )
-        .await
-        .unwrap_err();
-    let replaced = replaces.lock().unwrap().clone().unwrap().unwrap();
+    let replaced = shown(&registry, &lamp()).await.replaces.unwrap();
     assert_eq!(replaced.grants, ["read_light"]);
     assert!(replaced.paired_at_ms > 0);
     // A refused re-pairing leaves the first pairing as it was.

@@ -633,11 +633,11 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
-    let scratch = Scratch::new("audit-state");
+/// A vessel on `scratch` whose log holds: the lamp paired with read_light,
+/// strobe granted, then `calls` calls of read_light; stopped cleanly.
+async fn logged_lamp(scratch: &Scratch, calls: usize) {
     let dir = scratch.data_dir();
-    let vessel = Running::start(&scratch);
+    let vessel = Running::start(scratch);
     let lamp = DeviceRun::spawn(
         dk_device::samples::lamp(),
         &vessel.url(),
@@ -646,10 +646,19 @@ async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
     approve(&dir, "desk-lamp", "read_light").await;
     connected(&dir, &["desk-lamp"]).await;
     succeeded(&person(&dir, &["devices", "grant", "desk-lamp", "strobe"]));
-    let admin = vessel.admin(&scratch);
-    call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    let admin = vessel.admin(scratch);
+    for _ in 0..calls {
+        call(&admin, "device__desk_lamp__read_light", json!({})).await;
+    }
     vessel.interrupt();
     let _ = lamp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
+    let scratch = Scratch::new("audit-state");
+    let dir = scratch.data_dir();
+    logged_lamp(&scratch, 1).await;
     succeeded(&audit(&dir, &["verify"]));
 
     // `DELETE FROM audit` leaves an empty chain, intact by itself.
@@ -783,21 +792,7 @@ const ATTACKS: [(&str, Attack, bool, bool); 6] = [
 async fn what_verify_finds_without_and_with_the_kept_head() {
     let scratch = Scratch::new("audit-modes");
     let dir = scratch.data_dir();
-    let vessel = Running::start(&scratch);
-    let lamp = DeviceRun::spawn(
-        dk_device::samples::lamp(),
-        &vessel.url(),
-        &scratch.device_token_file("lamp"),
-    );
-    approve(&dir, "desk-lamp", "read_light").await;
-    connected(&dir, &["desk-lamp"]).await;
-    succeeded(&person(&dir, &["devices", "grant", "desk-lamp", "strobe"]));
-    let admin = vessel.admin(&scratch);
-    for _ in 0..3 {
-        call(&admin, "device__desk_lamp__read_light", json!({})).await;
-    }
-    vessel.interrupt();
-    let _ = lamp.stop().await;
+    logged_lamp(&scratch, 3).await;
     // 1 paired, 2 granted, 3 to 5 decisions.
     assert_eq!(audit_entries(&dir, 100).len(), 5);
     for (name, attack, chain_alone, with_head) in ATTACKS {
