@@ -10,6 +10,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc, with its background threads: memory a burst of connections
+/// used goes back to the system within seconds once they close (the
+/// system allocator kept it, tens of megabytes after a connection flood).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod admin_cmd;
 mod agents_cmd;
 mod audit_cmd;

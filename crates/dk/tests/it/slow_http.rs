@@ -3,9 +3,9 @@
 //! address and 200 connections dribbling a request a byte every 250 ms.
 //! Every one of them is closed by the header-read deadline (or at `accept`,
 //! over a cap), the caps hold, a paired device keeps answering calls and the
-//! admin API keeps answering throughout, and the vessel's memory after the
-//! attacks stays within 64 MiB of where it was (peaks are bounded by the
-//! caps; what stays is memory the allocator keeps for reuse).
+//! admin API keeps answering throughout, and the vessel's memory comes back
+//! within 8 MiB of where it was (peaks are bounded by the caps; the `dk`
+//! binary's allocator gives freed memory back to the system).
 //!
 //! Figures (held at most, refused, time to close, memory) are printed; run
 //! with `--nocapture` to see them. `DK_SLOW_HTTP_ROUNDS=N` repeats the
@@ -287,13 +287,17 @@ fn slow_and_half_sent_requests_are_cut_and_capped_on_every_listener() {
             assert!(ok > 0, "{name}: the person got no answer");
         }
         // Every attacking connection is gone; the vessel's memory comes back
-        // near where it started (glibc keeps some of what it freed).
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = rss_kib(pid);
-        eprintln!("vessel memory: {baseline} KiB before, {after} KiB after");
-        assert!(
-            after < baseline + 64 * 1024,
-            "memory grew from {baseline} KiB to {after} KiB"
+        // near where it started: its allocator gives what the connections
+        // used back to the system within seconds.
+        let started = Instant::now();
+        let after = eventually("the vessel's memory back near its baseline", || async {
+            let now = rss_kib(pid);
+            (now < baseline + 8 * 1024).then_some(now)
+        })
+        .await;
+        eprintln!(
+            "vessel memory: {baseline} KiB before, {after} KiB {:.1} s after the last attack",
+            started.elapsed().as_secs_f64()
         );
         lamp.stop().await.unwrap();
     });
