@@ -15,6 +15,7 @@
 
 mod locate;
 mod raw;
+mod surrogates;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -87,6 +88,8 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(too_large());
     }
+    let prepared = surrogates::prepare(text).map_err(PolicyFileError::one)?;
+    let text = prepared.text();
     let budget = Budget::for_text(text.len());
     let deserializer = yaml_serde::Deserializer::from_str(text);
     let raw = match (FileSeed { budget: &budget }).deserialize(deserializer) {
@@ -97,12 +100,14 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
                 None if error.to_string().contains("repetition limit exceeded") => {
                     "yaml aliases expand too much (repetition limit exceeded)".to_owned()
                 }
-                None => format!("invalid yaml: {error}"),
+                None => format!("invalid yaml: {}", prepared.message(&error.to_string())),
             };
             let mut error_out = PolicyError::file(message);
-            error_out.location = error.location().map(|l| Location {
-                line: l.line(),
-                column: l.column(),
+            error_out.location = error.location().map(|l| {
+                prepared.original(Location {
+                    line: l.line(),
+                    column: l.column(),
+                })
             });
             return Err(PolicyFileError::one(error_out));
         }
@@ -121,7 +126,7 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
             if let Some(location) = cache.get(&target) {
                 error.location = *location;
             } else if cache.len() < MAX_LOCATED_ERRORS {
-                let location = locate(text, &target);
+                let location = locate(text, &target).map(|l| prepared.original(l));
                 cache.insert(target, location);
                 error.location = location;
             }
