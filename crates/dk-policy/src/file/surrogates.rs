@@ -182,7 +182,12 @@ pub(crate) fn prepare(text: &str) -> Result<Prepared<'_>, PolicyError> {
                 .take_while(|&&c| c == ' ')
                 .count();
             let first = at(i + spaces);
-            let empty = matches!(first, None | Some('\n' | '\r'));
+            let empty = chars
+                .get(i + spaces..)
+                .unwrap_or(&[])
+                .iter()
+                .find(|&&c| !matches!(c, ' ' | '\t'))
+                .is_none_or(|&c| matches!(c, '\n' | '\r'));
             indent = spaces;
             match carry {
                 Carry::Block(n) if empty || spaces > n => state = State::Rest,
@@ -428,6 +433,10 @@ mod tests {
             (
                 "a: >-\n  \"\\ud83d\"\n\n  \"\\udca1\"\n",
                 Ok("a: >-\n  \"\\ud83d\"\n\n  \"\\udca1\"\n"),
+            ),
+            (
+                "  a: |\n    x\n  \t\n    \"\\ud83d\"\n",
+                Ok("  a: |\n    x\n  \t\n    \"\\ud83d\"\n"),
             ),
             // A lone surrogate is refused where it is written.
             (r#"a: "\ud83d""#, Err((LONE_D83D, 1, 5))),
