@@ -559,9 +559,20 @@ impl<'a> Descent<'a> {
     fn list_rhs(&mut self, field: &str, op: &str) -> Option<Vec<SynValue<'a>>> {
         let op_end = self.pos;
         let rest = self.rest();
-        let after = spaces1(rest).ok().map(|(after, _)| after).unwrap_or(rest);
+        let spaced = spaces1(rest).ok().map(|(after, _)| after);
+        let after = spaced.unwrap_or(rest);
         if !after.starts_with('[') {
             self.error(op_end..op_end, format!("expected `[` after `{op}`"));
+            self.recover();
+            return None;
+        }
+        if spaced.is_none() {
+            // 8gent's clause pattern needs whitespace there; it skips the rule.
+            let op = op.to_ascii_lowercase();
+            self.error(
+                op_end..op_end + 1,
+                format!("write a space between `{op}` and `[`, as in `{field} {op} [a, b]`"),
+            );
             self.recover();
             return None;
         }

@@ -240,6 +240,11 @@ fn errors() {
                 "`in` takes a list separated by commas, not `and`: write `a in [x, and, y]`, or quote an item that holds `and`",
             ],
         ),
+        // 8gent's clause pattern needs whitespace after the operator.
+        (
+            "deviceId in[a, b] or a equals b",
+            vec!["write a space between `in` and `[`, as in `deviceId in [a, b]`"],
+        ),
         // 8gent's clause pattern stops at line terminators: it skips the rule.
         (
             "agentId equals main\nhelper",
