@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use dk_policy::{
-    CONFORMANCE_CASES, DEVICE_USE, DeviceClass, DeviceConfig, PolicyError, PolicySet,
-    RawDevicePolicy, ResolveOptions, run_device_policy_conformance,
+    CONFORMANCE_CASES, DEVICE_USE, DEVICE_USE_FIELDS, DeviceClass, DeviceConfig, PolicyError,
+    PolicySet, RawDevicePolicy, ResolveOptions, run_device_policy_conformance,
 };
 use serde_json::{Value, json};
 
@@ -197,7 +197,7 @@ fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let context = match parse_context(context) {
+    let context = match parse_context(context, action) {
         Ok(context) => context,
         Err(e) => {
             eprintln!("error: {e}");
@@ -228,13 +228,26 @@ fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The context: a JSON object whose values are strings.
-fn parse_context(text: &str) -> Result<BTreeMap<String, String>, String> {
+/// The context: a JSON object whose values are strings; for `device_use`,
+/// only the fields such a call has (a misspelt key would read as missing and
+/// quietly match nothing).
+fn parse_context(text: &str, action: &str) -> Result<BTreeMap<String, String>, String> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| format!("--context is not JSON: {e}"))?;
     let Value::Object(map) = value else {
         return Err("--context must be a JSON object".to_owned());
     };
+    if action == DEVICE_USE
+        && let Some(key) = map
+            .keys()
+            .find(|k| !DEVICE_USE_FIELDS.contains(&k.as_str()))
+    {
+        return Err(format!(
+            "--context key `{}` is not a field of a device_use call: use {}",
+            printable(key),
+            DEVICE_USE_FIELDS.join(", ")
+        ));
+    }
     map.into_iter()
         .map(|(k, v)| match v {
             Value::String(s) => Ok((k, s)),

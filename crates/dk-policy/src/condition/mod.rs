@@ -5,6 +5,7 @@
 //! parentheses and quoted values are dk extensions.
 
 mod syntax;
+mod values;
 
 use std::fmt;
 use std::ops::Range;
@@ -103,16 +104,26 @@ pub(crate) enum Op {
     In(Vec<Value>),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct Value {
     pub(crate) text: String,
     pub(crate) lower: String,
+    /// Where the value was written (quotes included); not part of equality.
+    pub(crate) span: Range<usize>,
 }
 
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Value {}
+
 impl Value {
-    fn new(text: String) -> Self {
+    fn new(text: String, span: Range<usize>) -> Self {
         let lower = text.to_lowercase();
-        Self { text, lower }
+        Self { text, lower, span }
     }
 }
 
@@ -280,7 +291,7 @@ fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>)
     };
     let op_name = clause.op.to_ascii_lowercase();
     let value = |rhs: SynRhs<'_>| match rhs {
-        SynRhs::Value(v) => Some((Value::new(v.text.into_owned()), v.span)),
+        SynRhs::Value(v) => Some((Value::new(v.text.into_owned(), v.span.clone()), v.span)),
         SynRhs::List(_) | SynRhs::Nothing => None,
     };
     let op = match op_name.as_str() {
@@ -302,7 +313,7 @@ fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>)
             SynRhs::List(items) => Some(Op::In(
                 items
                     .into_iter()
-                    .map(|item| Value::new(item.text.into_owned()))
+                    .map(|item| Value::new(item.text.into_owned(), item.span))
                     .collect(),
             )),
             SynRhs::Value(_) | SynRhs::Nothing => None,

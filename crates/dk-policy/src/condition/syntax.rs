@@ -346,12 +346,12 @@ impl<'a> Descent<'a> {
         let rhs = if op.eq_ignore_ascii_case("has_secret") {
             SynRhs::Nothing
         } else if op.eq_ignore_ascii_case("in") {
-            match self.list_rhs(op) {
+            match self.list_rhs(field, op) {
                 Some(items) => SynRhs::List(items),
                 None => return Syn::Error,
             }
         } else {
-            match self.value_rhs(op) {
+            match self.value_rhs(field, op) {
                 Some(value) => SynRhs::Value(value),
                 None => return Syn::Error,
             }
@@ -365,7 +365,7 @@ impl<'a> Descent<'a> {
         })
     }
 
-    fn value_rhs(&mut self, op: &str) -> Option<SynValue<'a>> {
+    fn value_rhs(&mut self, field: &str, op: &str) -> Option<SynValue<'a>> {
         let op_end = self.pos;
         let rest = self.rest();
         let at_end = rest.is_empty() || rest.starts_with(')');
@@ -404,9 +404,14 @@ impl<'a> Descent<'a> {
             return None;
         }
         self.pos = stop;
+        let span = start..start + trimmed.len();
+        if let Some(message) = bare_value_problem(field, op, trimmed) {
+            self.error(span, message);
+            return None;
+        }
         Some(SynValue {
             text: Cow::Borrowed(trimmed),
-            span: start..start + trimmed.len(),
+            span,
         })
     }
 
@@ -551,12 +556,23 @@ impl<'a> Descent<'a> {
         None
     }
 
-    fn list_rhs(&mut self, op: &str) -> Option<Vec<SynValue<'a>>> {
+    fn list_rhs(&mut self, field: &str, op: &str) -> Option<Vec<SynValue<'a>>> {
         let op_end = self.pos;
         let rest = self.rest();
-        let after = spaces1(rest).ok().map(|(after, _)| after).unwrap_or(rest);
+        let spaced = spaces1(rest).ok().map(|(after, _)| after);
+        let after = spaced.unwrap_or(rest);
         if !after.starts_with('[') {
             self.error(op_end..op_end, format!("expected `[` after `{op}`"));
+            self.recover();
+            return None;
+        }
+        if spaced.is_none() {
+            // 8gent's clause pattern needs whitespace there; it skips the rule.
+            let op = op.to_ascii_lowercase();
+            self.error(
+                op_end..op_end + 1,
+                format!("write a space between `{op}` and `[`, as in `{field} {op} [a, b]`"),
+            );
             self.recover();
             return None;
         }
@@ -590,7 +606,14 @@ impl<'a> Descent<'a> {
                 continue;
             }
             if let Some(after) = rest.strip_prefix(']') {
+                let close = self.pos;
                 self.pos = self.offset(after);
+                let inner = self.text.get(open + 1..close).unwrap_or("");
+                if let Some(message) = list_problem(field, op, inner, &items) {
+                    self.error(open..self.pos, message);
+                    self.recover();
+                    return None;
+                }
                 if !self.after_value() {
                     return None;
                 }
@@ -624,6 +647,113 @@ impl<'a> Descent<'a> {
         // A bare value scan from here finds the next separator.
         self.pos = self.bare_end(from);
     }
+}
+
+/// The separators 8gent splits on (`/\s+and\s+/i`, `/\s+or\s+/i`) in
+/// `text`: each as (start of the whitespace before, the keyword, end of the
+/// whitespace after).
+fn separators_in(text: &str) -> Vec<(usize, &str, usize)> {
+    let mut found = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        if !is_js_space(c) {
+            continue;
+        }
+        let mut after_space = at + c.len_utf8();
+        while let Some((i, c)) = chars.peek().copied() {
+            if !is_js_space(c) {
+                break;
+            }
+            after_space = i + c.len_utf8();
+            chars.next();
+        }
+        let rest = text.get(after_space..).unwrap_or("");
+        let Ok((after_word, keyword)) = word(rest) else {
+            continue;
+        };
+        if !keyword.eq_ignore_ascii_case("and") && !keyword.eq_ignore_ascii_case("or") {
+            continue;
+        }
+        let Ok((after, _)) = spaces1(after_word) else {
+            continue;
+        };
+        found.push((at, keyword, text.len() - after.len()));
+    }
+    found
+}
+
+/// JavaScript's line terminators: 8gent's clause pattern (`.+`) stops at
+/// them, so it skips a rule whose bare value holds one.
+pub(crate) fn is_line_terminator(c: char) -> bool {
+    matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}')
+}
+
+/// A value as dk's printer writes it quoted.
+pub(crate) fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// Why a bare value cannot stand as written: a line break 8gent cannot
+/// read, or a trailing `and`/`or` that joins nothing.
+fn bare_value_problem(field: &str, op: &str, value: &str) -> Option<String> {
+    let op = op.to_ascii_lowercase();
+    if value.chars().any(is_line_terminator) {
+        let shown = value.escape_debug();
+        return Some(format!(
+            "the value `{shown}` holds a line break, which 8gent cannot read: keep it on one line, or quote it (`{field} {op} \"...\"`) if the break belongs to the value"
+        ));
+    }
+    let last = value.rsplit(is_js_space).next().unwrap_or("");
+    let dangling = last.eq_ignore_ascii_case("and") || last.eq_ignore_ascii_case("or");
+    if dangling && last.len() < value.len() {
+        let before = value
+            .get(..value.len() - last.len())
+            .unwrap_or("")
+            .trim_end_matches(is_js_space);
+        let keyword = last.to_ascii_lowercase();
+        return Some(format!(
+            "dangling `{keyword}` after `{field} {op} {before}`: add the clause it joins, as in `{field} {op} {before} {keyword} capability equals x`, or quote a value that holds it: `{field} {op} {}`",
+            quote(value)
+        ));
+    }
+    None
+}
+
+/// Why an `in` list cannot stand as written: 8gent splits the whole
+/// condition on `and`/`or` before it reads lists, so an unquoted list holding
+/// one is a rule 8gent skips (and never one value, as dk would read it).
+fn list_problem(field: &str, op: &str, inner: &str, items: &[SynValue<'_>]) -> Option<String> {
+    if inner.contains('"') {
+        // Quoted items are a dk extension; 8gent never reads such a list.
+        return None;
+    }
+    let separators = separators_in(inner);
+    let (_, keyword, _) = separators.first()?;
+    let keyword = keyword.to_ascii_lowercase();
+    let mut written = Vec::new();
+    for item in items {
+        let mut from = 0;
+        for (start, _, end) in separators_in(&item.text) {
+            written.push(item.text.get(from..start).unwrap_or("").trim().to_owned());
+            from = end;
+        }
+        written.push(item.text.get(from..).unwrap_or("").trim().to_owned());
+    }
+    written.retain(|w| !w.is_empty() && !w.chars().any(is_line_terminator));
+    let op = op.to_ascii_lowercase();
+    Some(format!(
+        "`{op}` takes a list separated by commas, not `{keyword}`: write `{field} {op} [{}]`, or quote an item that holds `{keyword}`",
+        written.join(", ")
+    ))
 }
 
 #[cfg(test)]

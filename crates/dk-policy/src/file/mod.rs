@@ -446,6 +446,12 @@ impl Checker {
                             self.push(error, Some(target.clone()));
                         }
                     }
+                    for e in condition.device_use_value_errors() {
+                        ok = false;
+                        let mut error = PolicyError::rule(index, name, e.message());
+                        error.condition_span = Some(e.span());
+                        self.push(error, Some(target.clone()));
+                    }
                 }
                 ok.then_some(condition)
             }
@@ -478,6 +484,12 @@ impl Fields {
             ("action", Raw::Str(Some(text))) => {
                 if text.is_empty() {
                     return Err("`action` must not be empty".to_owned());
+                }
+                if text != DEVICE_USE && is_device_use_misspelt(&text) {
+                    let shown = text.escape_debug();
+                    return Err(format!(
+                        "`action` `{shown}` is not `{DEVICE_USE}`, so the rule would never apply: write `action: {DEVICE_USE}`"
+                    ));
                 }
                 self.action = Some(text);
             }
@@ -515,6 +527,25 @@ impl Fields {
         }
         Ok(())
     }
+}
+
+/// Whether `action`, lower-cased, trimmed of whitespace, `-` and `_`, and
+/// with `-` and whitespace read as `_`, is `device_use`: a near miss no call
+/// ever names (actions compare exactly).
+fn is_device_use_misspelt(action: &str) -> bool {
+    let lower = action.to_lowercase();
+    let trimmed = lower.trim_matches(|c: char| c.is_whitespace() || c == '-' || c == '_');
+    let folded: String = trimmed
+        .chars()
+        .map(|c| {
+            if c == '-' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    folded == DEVICE_USE || folded == "deviceuse"
 }
 
 #[cfg(test)]

@@ -44,6 +44,34 @@ fn accepted_files() {
     }
 }
 
+/// Values a device_use field can hold pass; any value passes for another
+/// action, where the fields mean something else.
+#[test]
+fn device_use_values_that_can_match() {
+    let conditions = [
+        "deviceId equals Desk-Lamp-2 and capability in [Set_Light, read2]",
+        "deviceId starts_with desk- or deviceId ends_with -lamp or deviceId contains -",
+        "capability starts_with set_ or capability ends_with _on or capability contains 2_x",
+        "capabilityKind equals SENSOR or capabilityKind starts_with act or capabilityKind contains ns",
+        "agentId equals \"main helper\" and sessionId starts_with night-shift",
+        "deviceId contains \"\" and capabilityKind ends_with \"\"",
+    ];
+    for condition in conditions {
+        for action in ["device_use", "*"] {
+            let text = format!(
+                "{HEADER}  - {{name: a, action: '{action}', condition: '{condition}', decision: block, message: m}}\n"
+            );
+            check_ok(&text, &["a"]);
+        }
+    }
+    for action in ["write_file", "device_usage", "use_device"] {
+        let text = format!(
+            "{HEADER}  - {{name: a, action: {action}, condition: 'deviceId equals \"front door\" or capabilityKind equals actuators', decision: block, message: m}}\n"
+        );
+        check_ok(&text, &["a"]);
+    }
+}
+
 #[test]
 fn rule_fields_are_kept() {
     let text = format!(

@@ -150,6 +150,42 @@ fn policy_explain_names_the_rule() {
             "{bad}"
         );
     }
+    // A misspelt key would read as missing and answer `allow`.
+    let fields = "use deviceId, capability, capabilityKind, agentId, sessionId";
+    let cases = [
+        (
+            r#"{"deviceId":"desk-lamp","capabilty":"set_light","capabilityKind":"actuator"}"#,
+            format!(
+                "error: --context key `capabilty` is not a field of a device_use call: {fields}\n"
+            ),
+        ),
+        (
+            r#"{"deviceID":"desk-lamp"}"#,
+            format!(
+                "error: --context key `deviceID` is not a field of a device_use call: {fields}\n"
+            ),
+        ),
+    ];
+    for (context, message) in cases {
+        let out = dk(&["policy", "explain", file, "--context", context]);
+        assert_eq!(out.status.code(), Some(1), "{context}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), message, "{context}");
+    }
+    // Another action's context keys are its own.
+    check_json(
+        &[
+            "policy",
+            "explain",
+            file,
+            "--action",
+            "write_file",
+            "--context",
+            r#"{"path":"/tmp/x"}"#,
+            "--json",
+        ],
+        0,
+        json!({"decision": "allow", "rule": null, "reason": null}),
+    );
 }
 
 #[test]
