@@ -506,7 +506,10 @@ mod load_tests {
         let literal = load_path(&fixture("good/emoji-literal.yaml")).unwrap();
         assert_eq!(format!("{escaped:?}"), format!("{literal:?}"));
         assert_eq!(escaped[0].message(), "No 💡 today é");
-        assert_eq!(escaped[0].condition_text(), "deviceId equals idea-lamp-💡");
+        assert_eq!(
+            escaped[0].condition_text(),
+            "deviceId equals idea-lamp and agentId equals owl-💡"
+        );
     }
 
     /// Errors after a rewritten pair still point at the original text.
