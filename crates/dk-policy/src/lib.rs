@@ -58,6 +58,7 @@ mod condition;
 mod error;
 mod eval;
 mod file;
+mod lint;
 mod lower;
 mod rule;
 
@@ -80,6 +81,7 @@ pub use eval::{
     Context, DEVICE_USE, Decision, DeviceUseContext, PolicySet, SHADOW_AGENT_ID, SHADOW_DENY_REASON,
 };
 pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
+pub use lint::{LintKind, LintWarning, MAX_LOCATED_WARNINGS, lint, lint_yaml_str};
 pub use rule::{Rule, RuleDecision};
 
 /// Fuzzing hook: parses arbitrary bytes as a condition, prints and parses

@@ -1,5 +1,6 @@
-//! `dk policy check` and `dk policy explain`: read a rule file fail-closed,
-//! and say which rule decides a given call and why.
+//! `dk policy check`, `lint` and `explain`: read a rule file fail-closed,
+//! warn about rules that can never decide, and say which rule decides a
+//! given call and why.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,8 +8,9 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use dk_policy::{
-    CONFORMANCE_CASES, DEVICE_USE, DEVICE_USE_FIELDS, DeviceClass, DeviceConfig, PolicyError,
-    PolicySet, RawDevicePolicy, ResolveOptions, run_device_policy_conformance,
+    CONFORMANCE_CASES, DEVICE_USE, DEVICE_USE_FIELDS, DeviceClass, DeviceConfig, LintKind,
+    LintWarning, PolicyError, PolicySet, RawDevicePolicy, ResolveOptions, lint_yaml_str,
+    run_device_policy_conformance,
 };
 use serde_json::{Value, json};
 
@@ -22,6 +24,18 @@ pub enum PolicyCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// The rule file.
+        file: PathBuf,
+    },
+    /// Warn about rules of a good rule file that can never decide; exit 0
+    /// (1 with `--deny-warnings` and a warning), or 1 when the file is refused.
+    Lint {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 when there is any warning.
+        #[arg(long)]
+        deny_warnings: bool,
         /// The rule file.
         file: PathBuf,
     },
@@ -55,6 +69,11 @@ pub enum PolicyCommand {
 pub fn run(command: PolicyCommand) -> ExitCode {
     match command {
         PolicyCommand::Check { json, file } => check(&file, json),
+        PolicyCommand::Lint {
+            json,
+            deny_warnings,
+            file,
+        } => lint(&file, json, deny_warnings),
         PolicyCommand::Explain {
             file,
             context,
@@ -185,6 +204,53 @@ fn check(file: &Path, json: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn lint(file: &Path, json: bool, deny_warnings: bool) -> ExitCode {
+    let outcome = read_text(file)
+        .map_err(LoadError::Read)
+        .and_then(|text| lint_yaml_str(&text).map_err(|e| LoadError::Rules(e.errors().to_vec())));
+    let warnings = match (outcome, json) {
+        (Ok(warnings), _) => warnings,
+        (Err(error), true) => {
+            print_json(&json!({"valid": false, "errors": error.to_json()}));
+            return ExitCode::FAILURE;
+        }
+        (Err(error), false) => {
+            let lines = error.lines();
+            for line in &lines {
+                println!("error: {}", printable(line));
+            }
+            println!("{} error(s): the file is refused", lines.len());
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        let list: Vec<Value> = warnings.iter().map(warning_json).collect();
+        print_json(&json!({"valid": true, "warnings": list}));
+    } else {
+        for warning in &warnings {
+            println!("warning: {}", printable(&warning.to_string()));
+        }
+        println!("{} warning(s)", warnings.len());
+    }
+    if deny_warnings && !warnings.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn warning_json(warning: &LintWarning) -> Value {
+    let LintKind::Shadowed { by_index, by_name } = &warning.kind;
+    json!({
+        "kind": warning.kind.as_str(),
+        "rule": warning.rule,
+        "index": warning.index,
+        "line": warning.location.map(|l| l.line),
+        "by": {"rule": by_name, "index": by_index},
+        "message": warning.message(),
+    })
 }
 
 fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {

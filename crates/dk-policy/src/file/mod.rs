@@ -84,6 +84,13 @@ fn too_large() -> PolicyFileError {
     )))
 }
 
+/// Where the rule at `index` of `policies` starts in `text`, if the parser
+/// gives a position (one read of the file per call).
+pub(crate) fn locate_rule(text: &str, index: usize) -> Option<Location> {
+    let prepared = surrogates::prepare(text).ok()?;
+    locate(prepared.text(), &Target::Rule(index)).map(|l| prepared.original(l))
+}
+
 pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(too_large());

@@ -116,6 +116,36 @@ fn policy_check_refuses_broken_files_whole() {
 }
 
 #[test]
+fn policy_lint_warns_and_denies_on_request() {
+    let cases = files(&fixtures().join("policies/lint"), ".yaml");
+    assert!(!cases.is_empty());
+    for path in cases {
+        let file = path.to_str().unwrap();
+        let expected = std::fs::read_to_string(path.with_extension("expected")).unwrap();
+        let refused = expected.starts_with("error:");
+        let warned = expected.starts_with("warning:");
+        let out = dk(&["policy", "lint", file]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{file}");
+        assert_eq!(out.status.code(), Some(i32::from(refused)), "{file}");
+        let out = dk(&["policy", "lint", "--deny-warnings", "--json", file]);
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(refused || warned)),
+            "{file}"
+        );
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got["valid"], json!(!refused), "{file}");
+        if !refused {
+            let lines = expected
+                .lines()
+                .filter(|l| l.starts_with("warning:"))
+                .count();
+            assert_eq!(got["warnings"].as_array().unwrap().len(), lines, "{file}");
+        }
+    }
+}
+
+#[test]
 fn policy_explain_names_the_rule() {
     let file = fixtures().join("policies/good/lamp-approval.yaml");
     let file = file.to_str().unwrap();
