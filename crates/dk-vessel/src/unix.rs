@@ -91,6 +91,17 @@ impl PrivateFileError {
     }
 }
 
+impl From<PrivateFileError> for io::Error {
+    /// The I/O error underneath, when there is one; else the refusal as an
+    /// error of its own.
+    fn from(error: PrivateFileError) -> io::Error {
+        match error {
+            PrivateFileError::Io { source, .. } => source,
+            other => io::Error::other(other),
+        }
+    }
+}
+
 /// What [`ensure_private_dir`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrivateDir {

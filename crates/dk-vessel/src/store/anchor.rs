@@ -14,8 +14,6 @@
 //! chain rewritten with recomputed hashes, are found.
 
 use std::fmt;
-use std::fs::OpenOptions;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -93,41 +91,12 @@ impl AuditHead {
             .map_err(|error: HeadSyntaxError| refused(error.to_string()))
     }
 
-    /// Keeps this head in `path`, replacing what was there at once (see
-    /// [`replace_file`]).
+    /// Keeps this head in `path`, replacing what was there at once, mode
+    /// 0600, never through a link (see [`crate::write_private_file`]).
     pub(crate) fn write_to(&self, path: &Path) -> std::io::Result<()> {
-        replace_file(path, format!("{self}\n").as_bytes())
+        crate::unix::write_private_file(path, format!("{self}\n").as_bytes())
+            .map_err(std::io::Error::from)
     }
-}
-
-/// Puts `content` in `path`, replacing what was there at once: it is
-/// written to a fresh file of mode 0600 beside it (created exclusively under
-/// a random name, so nothing planted there is followed or reused), synced,
-/// then renamed over `path` (a link at `path` is replaced, not followed).
-pub(crate) fn replace_file(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut temporary = std::ffi::OsString::from(".");
-    temporary.push(name);
-    temporary.push(format!(".{:016x}.tmp", rand::random::<u64>()));
-    let temporary = path.with_file_name(temporary);
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let written = options.open(&temporary).and_then(|mut file| {
-        file.write_all(content)?;
-        file.sync_all()
-    });
-    let renamed = written.and_then(|()| std::fs::rename(&temporary, path));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    renamed
 }
 
 /// What the keeper thread is asked to do.

@@ -158,24 +158,14 @@ impl AuditKey {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             _ => return AuditKey::load(path),
         }
-        let io = |error: std::io::Error| AuditKeyError::Io {
-            path: path.display().to_string(),
-            reason: error.to_string(),
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-            && !dir.exists()
-        {
-            let mut builder = std::fs::DirBuilder::new();
-            builder.recursive(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::DirBuilderExt;
-                builder.mode(0o700);
-            }
-            builder.create(dir).map_err(io)?;
-        }
         let key = AuditKey::generate();
-        super::anchor::replace_file(path, format!("{}\n", hex(&key.0)).as_bytes()).map_err(io)?;
+        // Its directory is made with mode 0700 if missing.
+        crate::unix::write_private_file(path, format!("{}\n", hex(&key.0)).as_bytes()).map_err(
+            |error| AuditKeyError::Io {
+                path: path.display().to_string(),
+                reason: std::io::Error::from(error).to_string(),
+            },
+        )?;
         Ok(key)
     }
 }
