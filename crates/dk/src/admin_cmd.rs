@@ -255,14 +255,14 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
     })
 }
 
-/// Who asks for an approval: the agent and its session, as the request
+/// Who asks for an approval: the agent and its session, when the request
 /// names them.
-pub(crate) fn asker(request: &Value) -> String {
-    let agent = at(request, "agentId").as_str().map_or_else(
+pub(crate) fn asker(agent: Option<&str>, session: Option<&str>) -> String {
+    let agent = agent.map_or_else(
         || "no agent (the vessel's own host or the admin API)".to_owned(),
         |a| format!("agent {}", printable(a)),
     );
-    match at(request, "sessionId").as_str() {
+    match session {
         Some(session) => format!("{agent}, session {}", printable(session)),
         None => format!("{agent}, no session"),
     }
@@ -293,7 +293,10 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                         text(at(r, "tool")),
                         text(at(r, "reason"))
                     );
-                    println!("      asked by {}", asker(r));
+                    println!(
+                        "      asked by {}",
+                        asker(at(r, "agentId").as_str(), at(r, "sessionId").as_str())
+                    );
                     for (key, value) in at(r, "input").as_object().into_iter().flatten() {
                         println!(
                             "      {} = {}",
@@ -418,7 +421,6 @@ pub(crate) fn text(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::asker;
 
@@ -434,7 +436,7 @@ mod tests {
             session_id: Some("s-1\u{1b}[2J".to_owned()),
         };
         assert_eq!(
-            asker(&json!(request)),
+            asker(request.agent_id.as_deref(), request.session_id.as_deref()),
             "agent kitchen-helper, session s-1\\u{1b}[2J"
         );
         let host = dk_vessel::ApprovalRequest {
@@ -443,7 +445,7 @@ mod tests {
             ..request
         };
         assert_eq!(
-            asker(&json!(host)),
+            asker(host.agent_id.as_deref(), host.session_id.as_deref()),
             "no agent (the vessel's own host or the admin API), no session"
         );
     }

@@ -188,7 +188,7 @@ fn show(prompt: &PendingPrompt) {
             println!("== #{} A call needs your yes ==", prompt.id);
             println!(
                 "  asked by {}",
-                crate::admin_cmd::asker(&serde_json::json!(request))
+                crate::admin_cmd::asker(request.agent_id.as_deref(), request.session_id.as_deref())
             );
             println!("  tool     {}", request.tool);
             println!(

@@ -17,7 +17,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::person;
-use crate::process::{PATIENCE, Running, Scratch, audit, audit_entries, devices, eventually};
+use crate::process::{
+    PATIENCE, Running, Scratch, audit, audit_entries, devices, eventually, succeeded,
+};
 
 /// A device client running until stopped.
 pub(crate) struct DeviceRun {
@@ -69,17 +71,6 @@ impl DeviceRun {
     fn codes_shown(&self) -> usize {
         self.codes.lock().unwrap().len()
     }
-}
-
-#[track_caller]
-fn succeeded(out: &std::process::Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
 }
 
 /// Approves the pending pairing of `device` with `dk pairings approve`.

@@ -224,6 +224,19 @@ impl Drop for Running {
     }
 }
 
+/// The standard output of `out`, which must have exited 0 (else its
+/// standard error is shown).
+#[track_caller]
+pub fn succeeded(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
 /// Polls `check` until it gives a value, failing after [`PATIENCE`].
 pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
