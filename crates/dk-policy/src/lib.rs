@@ -60,6 +60,7 @@ mod eval;
 mod file;
 mod lint;
 mod lower;
+mod rate;
 mod rule;
 
 #[doc(hidden)]
@@ -78,10 +79,15 @@ pub use condition::{
 };
 pub use error::{ConditionError, ConditionErrors, Location, PolicyError, PolicyFileError};
 pub use eval::{
-    Context, DEVICE_USE, Decision, DeviceUseContext, PolicySet, SHADOW_AGENT_ID, SHADOW_DENY_REASON,
+    Context, DEVICE_USE, Decision, DeviceUseContext, Evaluation, PolicySet, SHADOW_AGENT_ID,
+    SHADOW_DENY_REASON,
 };
 pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
 pub use lint::{LintKind, LintWarning, MAX_LOCATED_WARNINGS, lint, lint_yaml_str};
+pub use rate::{
+    DEFAULT_RATE_LOG_KEYS, MAX_LIMIT_CALLS, MAX_LIMIT_WINDOW, NoCounts, RateCounts, RateLimit,
+    RateLog, RateLogFull,
+};
 pub use rule::{Rule, RuleDecision};
 
 /// Fuzzing hook: parses arbitrary bytes as a condition, prints and parses

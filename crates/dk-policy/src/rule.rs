@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::condition::Condition;
 use crate::error::Location;
+use crate::rate::RateLimit;
 
 /// What a rule decides when it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,6 +65,7 @@ pub struct Rule {
     pub(crate) condition_text: String,
     pub(crate) environments: Vec<String>,
     pub(crate) immutable: bool,
+    pub(crate) limit: Option<RateLimit>,
     pub(crate) location: Option<Location>,
     pub(crate) reason: String,
 }
@@ -129,6 +131,13 @@ impl Rule {
     /// rule can be lifted at run time anyway.
     pub fn is_immutable(&self) -> bool {
         self.immutable
+    }
+
+    /// The rule's `limit`, if it has one: it then decides only once the
+    /// calling agent has made that many allowed calls matching it within
+    /// the window (see [`crate::RateCounts`]).
+    pub fn limit(&self) -> Option<RateLimit> {
+        self.limit
     }
 
     /// Where the rule starts in its file, when known. The YAML parser gives

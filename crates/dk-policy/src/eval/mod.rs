@@ -10,10 +10,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::path::Path;
+use std::time::SystemTime;
 
 use crate::condition::{Field, Fields, KnownField};
 use crate::error::PolicyFileError;
 use crate::lower;
+use crate::rate::RateCounts;
 use crate::rule::{Rule, RuleDecision};
 
 /// The action name of a device call.
@@ -205,7 +207,23 @@ pub struct PolicySet {
     device_use: ActionIndex,
     any_action: ActionIndex,
     other_actions: HashMap<String, ActionIndex>,
+    /// Rules with a `limit`, in file order: never in an index, each checked
+    /// on its own (they are few), against the counts the host keeps.
+    limited: Vec<u32>,
     hasher: RandomState,
+}
+
+/// A decision, and the rules with a `limit` the call counts against if it
+/// is made.
+#[derive(Clone, Debug)]
+pub struct Evaluation<'p> {
+    /// What the rules say.
+    pub decision: Decision<'p>,
+    /// Every applicable rule with a `limit` whose condition holds and whose
+    /// limit is not reached yet, in file order. When the call is made (the
+    /// rules allowed it, or the person said yes), the host records one call
+    /// against each.
+    pub counted: Vec<&'p Rule>,
 }
 
 /// The hashes of the two indexed fields of one call.
@@ -244,6 +262,7 @@ impl PolicySet {
             device_use: ActionIndex::default(),
             any_action: ActionIndex::default(),
             other_actions: HashMap::new(),
+            limited: Vec::new(),
             hasher: RandomState::new(),
         };
         for (position, rule) in rules.iter().enumerate() {
@@ -251,6 +270,10 @@ impl PolicySet {
                 break;
             };
             if !rule.enabled {
+                continue;
+            }
+            if rule.limit.is_some() {
+                set.limited.push(index);
                 continue;
             }
             let hasher = &set.hasher;
@@ -307,7 +330,13 @@ impl PolicySet {
             device: fold_hash(&self.hasher, ctx.get("deviceId").unwrap_or("")),
             capability: fold_hash(&self.hasher, ctx.get("capability").unwrap_or("")),
         };
-        self.decide([exact, Some(&self.any_action)], keys, agent_id, &ctx)
+        self.decide(
+            [exact, Some(&self.any_action)],
+            keys,
+            agent_id,
+            &ctx,
+            NOT_REACHED,
+        )
     }
 
     /// Decides a `device_use` call: the same as
@@ -340,7 +369,66 @@ impl PolicySet {
             keys,
             ctx.agent_id,
             ctx,
+            NOT_REACHED,
         )
+    }
+
+    /// Decides a `device_use` call as [`PolicySet::evaluate_device_use`]
+    /// does, weighing the rules with a `limit` too: such a rule decides
+    /// (in its tier, in file order, as any rule) only once `counts` says
+    /// the calling agent made its `N` calls matching it within the window
+    /// before `at`; until then it is passed over, and listed in
+    /// [`Evaluation::counted`]. ([`PolicySet::evaluate_device_use`] and
+    /// [`PolicySet::evaluate`] always pass them over.)
+    pub fn evaluate_device_use_counted(
+        &self,
+        ctx: &DeviceUseContext<'_>,
+        counts: &dyn RateCounts,
+        at: SystemTime,
+    ) -> Evaluation<'_> {
+        if ctx.agent_id == Some(SHADOW_AGENT_ID) {
+            return Evaluation {
+                decision: shadow_deny(),
+                counted: Vec::new(),
+            };
+        }
+        let mut reached = NOT_REACHED;
+        let mut counted = Vec::new();
+        for &index in &self.limited {
+            let Some(rule) = self.rules.get(index as usize) else {
+                continue;
+            };
+            let Some(limit) = rule.limit else {
+                continue;
+            };
+            if !rule.applies_to(DEVICE_USE, ctx.agent_id) || !rule.condition.matches_fields(ctx) {
+                continue;
+            }
+            let agent = ctx.agent_id.unwrap_or("");
+            if counts.counted(&rule.name, agent, limit.window(), at) >= limit.calls() {
+                if let Some(slot) = reached.get_mut(rule.decision.tier()) {
+                    slot.get_or_insert(index);
+                }
+            } else {
+                counted.push(rule);
+            }
+        }
+        let decision = if reached == NOT_REACHED {
+            self.evaluate_device_use(ctx)
+        } else {
+            let keys = Keys {
+                device: fold_hash(&self.hasher, ctx.device_id),
+                capability: fold_hash(&self.hasher, ctx.capability),
+            };
+            self.decide(
+                [Some(&self.device_use), Some(&self.any_action)],
+                keys,
+                ctx.agent_id,
+                ctx,
+                reached,
+            )
+        };
+        Evaluation { decision, counted }
     }
 
     /// Every applicable rule whose condition holds, in file order, whatever
@@ -360,26 +448,29 @@ impl PolicySet {
         keys: Keys,
         agent_id: Option<&str>,
         fields: &F,
+        reached: [Option<u32>; 3],
     ) -> Decision<'_> {
-        if let Some(rule) = self.first_match(0, indexes, keys, agent_id, fields) {
+        let [block, ask, allow] = reached;
+        if let Some(rule) = self.first_match(0, indexes, keys, agent_id, fields, block) {
             return Decision::Block {
                 rule: Some(&rule.name),
                 reason: &rule.reason,
             };
         }
-        if let Some(rule) = self.first_match(1, indexes, keys, agent_id, fields) {
+        if let Some(rule) = self.first_match(1, indexes, keys, agent_id, fields, ask) {
             return Decision::RequireApproval {
                 rule: &rule.name,
                 reason: &rule.reason,
             };
         }
-        let rule = self.first_match(2, indexes, keys, agent_id, fields);
+        let rule = self.first_match(2, indexes, keys, agent_id, fields, allow);
         Decision::Allow {
             rule: rule.map(|r| r.name.as_str()),
         }
     }
 
-    /// The matching rule with the smallest index in one tier.
+    /// The matching rule with the smallest index in one tier; `seed` is a
+    /// rule already known to decide in that tier (a reached limit).
     fn first_match<F: Fields + ?Sized>(
         &self,
         tier: usize,
@@ -387,8 +478,10 @@ impl PolicySet {
         keys: Keys,
         agent_id: Option<&str>,
         fields: &F,
+        seed: Option<u32>,
     ) -> Option<&Rule> {
-        let mut best: Option<(u32, &Rule)> = None;
+        let mut best: Option<(u32, &Rule)> =
+            seed.and_then(|index| Some((index, self.rules.get(index as usize)?)));
         for action in indexes.into_iter().flatten() {
             let Some(tier) = action.tiers.get(tier) else {
                 continue;
@@ -420,6 +513,9 @@ impl PolicySet {
         best.map(|(_, rule)| rule)
     }
 }
+
+/// No limited rule has reached its limit, in any tier.
+const NOT_REACHED: [Option<u32>; 3] = [None; 3];
 
 fn shadow_deny() -> Decision<'static> {
     Decision::Block {

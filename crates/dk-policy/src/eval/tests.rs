@@ -379,3 +379,121 @@ proptest! {
         }
     }
 }
+
+const LIMITED: &str = "
+  - {name: lamp-burst, action: device_use, condition: deviceId equals desk-lamp, decision: require_approval, message: slow down, limit: 2 per 1h}
+  - {name: lamp-cap, action: device_use, condition: deviceId equals desk-lamp, decision: block, message: enough, limit: 4 per 1h}
+  - {name: helper-ask, action: '*', condition: agentId equals helper, decision: require_approval, message: ask}
+  - {name: guest-only, action: device_use, condition: capability equals set_light, decision: block, message: once, limit: 1 per 1m, agentScope: guest}
+";
+
+/// The decision as `<kind> <rule or ->`, and the names of the rules the
+/// call counts against.
+fn counted_names(
+    rules: &PolicySet,
+    ctx: &DeviceUseContext<'_>,
+    counts: &crate::RateLog,
+    at: std::time::SystemTime,
+) -> (String, Vec<String>) {
+    let evaluation = rules.evaluate_device_use_counted(ctx, counts, at);
+    let decision = &evaluation.decision;
+    let shown = format!("{} {}", decision.kind(), decision.rule().unwrap_or("-"));
+    let names = evaluation
+        .counted
+        .iter()
+        .map(|r| r.name().to_owned())
+        .collect();
+    (shown, names)
+}
+
+/// A limited rule decides once its count is reached, per agent, in its tier
+/// and in file order; until then the call counts against it.
+#[test]
+fn limited_rules_decide_once_reached() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let rules = set(LIMITED);
+    let mut log = crate::RateLog::default();
+    let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let main = lamp(Some("main"));
+    let mut seen = Vec::new();
+    for minute in 0..6 {
+        let at = start + Duration::from_secs(minute * 60);
+        let (decision, counted) = counted_names(&rules, &main, &log, at);
+        // The host records the call when it is made: here, every call that
+        // is not blocked (as if the person said yes).
+        if !decision.starts_with("block") {
+            for name in &counted {
+                let limit = rules
+                    .rules()
+                    .iter()
+                    .find(|r| r.name() == name)
+                    .and_then(Rule::limit)
+                    .unwrap();
+                log.record(name, "main", limit, at).unwrap();
+            }
+        }
+        seen.push((decision, counted));
+    }
+    let expect = |decision: &str, counted: &[&str]| {
+        (
+            decision.to_owned(),
+            counted.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        seen,
+        [
+            expect("allow -", &["lamp-burst", "lamp-cap"]),
+            expect("allow -", &["lamp-burst", "lamp-cap"]),
+            // Two calls made: lamp-burst now asks; lamp-cap still counts.
+            expect("require_approval lamp-burst", &["lamp-cap"]),
+            expect("require_approval lamp-burst", &["lamp-cap"]),
+            // Four: lamp-cap blocks, whatever lamp-burst says.
+            expect("block lamp-cap", &[]),
+            expect("block lamp-cap", &[]),
+        ]
+    );
+    // Another agent has its own counts; an hour later main's have gone.
+    let (decision, counted) = counted_names(&rules, &lamp(Some("other")), &log, start);
+    assert_eq!(decision, "allow -");
+    assert_eq!(counted, ["lamp-burst", "lamp-cap"]);
+    let later = start + Duration::from_secs(3_600 + 5 * 60);
+    let (decision, _) = counted_names(&rules, &main, &log, later);
+    assert_eq!(decision, "allow -");
+
+    // An earlier reached rule and an indexed rule of the same tier: file
+    // order decides.
+    let helper = lamp(Some("helper"));
+    log.record(
+        "lamp-burst",
+        "helper",
+        rules.rules()[0].limit().unwrap(),
+        start,
+    )
+    .unwrap();
+    log.record(
+        "lamp-burst",
+        "helper",
+        rules.rules()[0].limit().unwrap(),
+        start,
+    )
+    .unwrap();
+    let (decision, _) = counted_names(&rules, &helper, &log, start);
+    assert_eq!(decision, "require_approval lamp-burst");
+    let (decision, _) = counted_names(&rules, &helper, &crate::RateLog::default(), start);
+    assert_eq!(decision, "require_approval helper-ask");
+
+    // agentScope applies to limited rules too; a shadow agent is refused.
+    let (decision, counted) = counted_names(&rules, &lamp(Some("guest")), &log, start);
+    assert_eq!(decision, "allow -");
+    assert_eq!(counted, ["lamp-burst", "lamp-cap", "guest-only"]);
+    let (decision, counted) = counted_names(&rules, &lamp(Some(SHADOW_AGENT_ID)), &log, start);
+    assert_eq!(decision, "block -");
+    assert!(counted.is_empty());
+
+    // Without counts, limited rules are passed over.
+    assert_eq!(
+        rules.evaluate_device_use(&main),
+        Decision::Allow { rule: None }
+    );
+}

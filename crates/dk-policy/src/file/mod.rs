@@ -26,6 +26,7 @@ use serde::de::DeserializeSeed;
 use crate::condition::{Condition, DEVICE_USE_FIELDS};
 use crate::error::{Location, PolicyError, PolicyFileError};
 use crate::eval::DEVICE_USE;
+use crate::rate::RateLimit;
 use crate::rule::{Rule, RuleDecision};
 use locate::{Target, locate};
 use raw::{Budget, FileSeed, Raw, RawEntry, RawFile, RawKey, RawTop};
@@ -42,7 +43,7 @@ const MAX_LOCATED_ERRORS: usize = 16;
 /// At most this many errors are reported for one file.
 const MAX_REPORTED_ERRORS: usize = 200;
 
-const RULE_KEYS: [&str; 9] = [
+const RULE_KEYS: [&str; 10] = [
     "name",
     "action",
     "condition",
@@ -52,6 +53,7 @@ const RULE_KEYS: [&str; 9] = [
     "agentScope",
     "environments",
     "immutable",
+    "limit",
 ];
 
 pub(crate) fn load_path(path: &Path) -> Result<Vec<Rule>, PolicyFileError> {
@@ -165,6 +167,7 @@ struct Fields {
     agent_scope: Option<String>,
     environments: Vec<String>,
     immutable: Option<bool>,
+    limit: Option<RateLimit>,
     /// A present key whose value was wrong: do not also report it missing.
     bad: Vec<&'static str>,
 }
@@ -340,7 +343,7 @@ impl Checker {
                         index,
                         name_hint,
                         format!(
-                            "unknown key `{key}` (expected name, action, condition, decision, message, enabled, agentScope, environments or immutable)"
+                            "unknown key `{key}` (expected name, action, condition, decision, message, enabled, agentScope, environments, immutable or limit)"
                         ),
                     ),
                     Some(key_target),
@@ -384,6 +387,23 @@ impl Checker {
                 names.insert(name.clone(), index);
             }
         }
+        if fields.limit.is_some() {
+            let why = match (fields.decision, fields.action.as_deref()) {
+                (Some(RuleDecision::Allow), _) => Some(
+                    "`limit` on an allow rule changes nothing (rules only narrow): give the rule `decision: block` or `require_approval`",
+                ),
+                (_, Some(action)) if action != DEVICE_USE && action != "*" => {
+                    Some("`limit` counts device calls: it needs `action: device_use` (or `*`)")
+                }
+                _ => None,
+            };
+            if let Some(why) = why {
+                self.push(
+                    PolicyError::rule(index, name_hint, why.to_owned()),
+                    Some(Target::RuleValue(index, "limit".to_owned())),
+                );
+            }
+        }
         let condition = fields
             .condition
             .as_deref()
@@ -422,6 +442,7 @@ impl Checker {
             condition_text,
             environments: fields.environments,
             immutable: fields.immutable.unwrap_or(false),
+            limit: fields.limit,
             location: None,
             reason,
         })
@@ -513,6 +534,7 @@ impl Fields {
             ("enabled", Raw::Bool(b)) => self.enabled = Some(b),
             ("immutable", Raw::Bool(b)) => self.immutable = Some(b),
             ("agentScope", Raw::Str(Some(text))) => self.agent_scope = Some(text),
+            ("limit", Raw::Str(Some(text))) => self.limit = Some(RateLimit::parse(&text)?),
             (
                 "environments",
                 Raw::Seq {
@@ -521,7 +543,7 @@ impl Fields {
                     ..
                 },
             ) => self.environments = strings,
-            ("enabled" | "immutable" | "agentScope" | "environments", Raw::Null) => {}
+            ("enabled" | "immutable" | "agentScope" | "environments" | "limit", Raw::Null) => {}
             ("enabled" | "immutable", _) => {
                 return Err(format!("`{key}` must be true or false, found {found}"));
             }

@@ -139,7 +139,7 @@ fn refused_files() {
             "version: 1\npolicies:\n  - name: a\n    action: device_use\n    condition: \"deviceId equals x and foo equals y\"\n    decision: block\n    message: m\n    colour: red\n  - name: a\n    action: device_use\n    condition: deviceId matches x\n    decision: maybe\n    enabled: \"no\"\n",
             &[
                 "line 5 column 16: policies[0] `a`: condition bytes 22..25: unknown field `foo` for a device_use rule (expected deviceId, capability, capabilityKind, agentId or sessionId)",
-                "line 8 column 5: policies[0] `a`: unknown key `colour` (expected name, action, condition, decision, message, enabled, agentScope, environments or immutable)",
+                "line 8 column 5: policies[0] `a`: unknown key `colour` (expected name, action, condition, decision, message, enabled, agentScope, environments, immutable or limit)",
                 "line 9 column 5: policies[1] `a`: missing `message`",
                 "line 9 column 11: policies[1] `a`: duplicate rule name `a` (also policies[0])",
                 "line 11 column 16: policies[1] `a`: condition bytes 9..16: unknown operator `matches` (expected equals, contains, starts_with, ends_with or in)",
@@ -297,5 +297,57 @@ fn alias_bombs_stop_quickly() {
         assert!(error.ends_with(expected), "{error}");
         // Not a timing assertion: shown for whoever reads the test output.
         println!("{expected}: refused in {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn limits_on_rules() {
+    let text = format!(
+        "{HEADER}  - {{name: unlocks, action: device_use, condition: 'capability equals unlock', decision: block, message: m, limit: 3 per 1h}}\n  - {{name: asks, action: '*', condition: 'capability equals open', decision: require_approval, message: m, limit: 10 per 1d}}\n  - {{name: plain, action: device_use, condition: 'capability equals open', decision: block, message: m, limit: ~}}\n"
+    );
+    let rules = load_str(&text).unwrap();
+    let limits: Vec<Option<String>> = rules
+        .iter()
+        .map(|r| r.limit().map(|l| l.to_string()))
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            Some("3 per 1h".to_owned()),
+            Some("10 per 1d".to_owned()),
+            None
+        ]
+    );
+
+    let refused = [
+        (
+            "{name: a, action: device_use, condition: 'capability equals unlock', decision: allow, message: m, limit: 3 per 1h}",
+            "policies[0] `a`: `limit` on an allow rule changes nothing",
+        ),
+        (
+            "{name: a, action: write_file, condition: 'path contains x', decision: block, message: m, limit: 3 per 1h}",
+            "policies[0] `a`: `limit` counts device calls",
+        ),
+        (
+            "{name: a, action: device_use, condition: 'capability equals unlock', decision: block, message: m, limit: 3 an hour}",
+            "policies[0] `a`: `limit` `3 an hour`: write `limit: N per <window>`",
+        ),
+        (
+            "{name: a, action: device_use, condition: 'capability equals unlock', decision: block, message: m, limit: 3}",
+            "policies[0] `a`: `limit` must be a string, found a number",
+        ),
+    ];
+    for (rule, expected) in refused {
+        let text = format!("{HEADER}  - {rule}\n");
+        let shown = match load_str(&text) {
+            Ok(_) => panic!("{text} loaded"),
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            shown
+                .lines()
+                .any(|line| line.starts_with("line 3 column ") && line.contains(expected)),
+            "{text}\n{shown}"
+        );
     }
 }
