@@ -245,6 +245,30 @@ impl RateLog {
         self.pairs = self.rules.values().map(HashMap::len).sum();
     }
 
+    /// Forgets one call recorded by `agent` against `rule` at `at` (a call
+    /// counted before it was made, and then not made). True if there was one.
+    pub fn forget_one(&mut self, rule: &str, agent: &str, at: SystemTime) -> bool {
+        let at_ms = epoch_ms(at);
+        let Some(agents) = self.rules.get_mut(rule) else {
+            return false;
+        };
+        let Some(hits) = agents.get_mut(agent) else {
+            return false;
+        };
+        let Some(place) = hits.at_ms.iter().position(|&t| t == at_ms) else {
+            return false;
+        };
+        hits.at_ms.remove(place);
+        if hits.at_ms.is_empty() {
+            agents.remove(agent);
+            self.pairs = self.pairs.saturating_sub(1);
+            if agents.is_empty() {
+                self.rules.remove(rule);
+            }
+        }
+        true
+    }
+
     /// Forgets every call counted against `rule` (say, once it is gone
     /// from the rules).
     pub fn forget_rule(&mut self, rule: &str) {

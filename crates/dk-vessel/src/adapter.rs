@@ -27,7 +27,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dk_policy::{Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer};
 use dk_proto::{check_input, parse_tool_name, tool_name};
@@ -42,6 +42,7 @@ use crate::registry::DeviceRegistry;
 use crate::store::{AuditPlace, AuditRoom};
 
 mod budget;
+mod counts;
 mod rate;
 
 pub(crate) use budget::ENFORCED_RUN_LIMITS;
@@ -49,6 +50,7 @@ use budget::Meter;
 pub use budget::{
     AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock, RunRef,
 };
+use counts::RuleCounts;
 pub use rate::{
     AgentRateLimits, DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, DEFAULT_MAX_TRACKED_BUCKETS,
     RateLimit,
@@ -290,6 +292,8 @@ pub struct DeviceToolAdapter {
     /// The audit queue the hook records into, when it has places to take.
     room: Option<AuditRoom>,
     meter: Meter,
+    /// The counts of rules with a `limit`.
+    counts: RuleCounts,
     call_timeout: Duration,
 }
 
@@ -306,7 +310,9 @@ impl fmt::Debug for DeviceToolAdapter {
 impl DeviceToolAdapter {
     /// An adapter over `registry` and `links` with no rules.
     pub fn new(registry: Arc<DeviceRegistry>, links: Arc<Links>) -> DeviceToolAdapter {
+        let counts = RuleCounts::load(registry.store().as_ref());
         DeviceToolAdapter {
+            counts,
             registry,
             links,
             policies: RwLock::new(Arc::new(PolicySet::empty())),
@@ -626,13 +632,23 @@ impl DeviceToolAdapter {
         }
         // 3. Rules.
         let policies = self.policies();
-        let decision = policies.evaluate_device_use(&DeviceUseContext {
+        let call = DeviceUseContext {
             agent_id: ctx.agent_id,
             session_id: ctx.session_id,
             device_id,
             capability,
             capability_kind: cap.kind().as_str(),
-        });
+        };
+        let (evaluation, counted) = match self.counts.evaluate(&policies, &call, SystemTime::now())
+        {
+            Ok(evaluated) => evaluated,
+            Err(full) => {
+                return Checked::Refused(format!(
+                    "[policy] a rule with a limit cannot count this call ({full})"
+                ));
+            }
+        };
+        let decision = evaluation.decision;
         let ask_reason: Option<Cow<'_, str>> = match decision {
             Decision::Block { rule: by, reason } => {
                 *rule = by.map(str::to_owned);
@@ -740,6 +756,12 @@ impl DeviceToolAdapter {
                 "[8dk-deny] device \"{device_id}\" is not connected"
             ));
         };
+        // The call is made: it counts against the limited rules it matched.
+        if let Err(error) = counted.keep(self.registry.store().as_ref()) {
+            return Checked::Refused(format!(
+                "[8dk-deny] the counts of rules with a limit cannot be kept ({error}): the call was not made"
+            ));
+        }
         let timeout = ctx.timeout.unwrap_or(self.call_timeout);
         reached.store(true, Ordering::Relaxed);
         match link.invoke(capability, input, timeout).await {

@@ -66,9 +66,9 @@ pub use server::{device_router, serve_devices};
 pub use store::{
     AuditEntry, AuditEvent, AuditHead, AuditKey, AuditKeyError, AuditOptions, AuditProblem,
     AuditWriter, GENESIS_HASH, HeadSyntaxError, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES,
-    MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind, RECORD_PATIENCE, SCHEMA_VERSION,
-    STOP_ATTEMPTS, Snapshot, SqliteStore, Store, StoreError, StoredPairing, VerifyReport,
-    WriterOptions, audit_head_file, redact_for_audit,
+    MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind, RECORD_PATIENCE, RateHit,
+    SCHEMA_VERSION, STOP_ATTEMPTS, Snapshot, SqliteStore, Store, StoreError, StoredPairing,
+    VerifyReport, WriterOptions, audit_head_file, redact_for_audit,
 };
 pub use stream::{STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription};
 pub use unix::{

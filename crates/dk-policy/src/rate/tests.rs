@@ -89,6 +89,13 @@ fn a_pair_keeps_only_as_many_calls_as_its_limit() {
     }
     assert_eq!(log.counted("door", "main", limit.window(), at(60)), 2);
     assert_eq!(log.len(), 1);
+    assert!(log.forget_one("door", "main", at(49)));
+    assert!(!log.forget_one("door", "main", at(49)));
+    assert!(!log.forget_one("door", "guest", at(48)));
+    assert_eq!(log.counted("door", "main", limit.window(), at(60)), 1);
+    assert!(log.forget_one("door", "main", at(48)));
+    assert!(log.is_empty());
+    log.record("door", "main", limit, at(50)).unwrap();
     log.forget_rule("door");
     assert!(log.is_empty());
     assert_eq!(log.counted("door", "main", limit.window(), at(60)), 0);

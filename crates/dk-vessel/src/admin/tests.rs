@@ -765,6 +765,15 @@ impl crate::store::Store for NoAgentWrites {
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, crate::store::StoreError> {
         self.0.secret_hash(name)
     }
+    fn put_rate_hit(&self, hit: &crate::store::RateHit) -> Result<(), crate::store::StoreError> {
+        self.0.put_rate_hit(hit)
+    }
+    fn load_rate_hits(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<crate::store::RateHit>, crate::store::StoreError> {
+        self.0.load_rate_hits(now_ms)
+    }
 }
 
 #[tokio::test]

@@ -6,7 +6,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
-use super::{AuditEntry, AuditEvent, Snapshot, Store, StoreError, StoredPairing, VerifyReport};
+use super::{
+    AuditEntry, AuditEvent, RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+};
 use crate::agents::StoredAgent;
 
 /// A [`Store`] held in memory. Every method takes one lock, so each is
@@ -23,6 +25,7 @@ struct State {
     secrets: HashMap<String, [u8; 32]>,
     agents: BTreeMap<String, StoredAgent>,
     audit: Vec<RawRow>,
+    rate_hits: Vec<RateHit>,
 }
 
 impl State {
@@ -190,5 +193,36 @@ impl Store for MemoryStore {
 
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
         Ok(self.state().secrets.get(name).copied())
+    }
+
+    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
+        to_i64(hit.until_ms(), "rate hit time")?;
+        let mut state = self.state();
+        state.rate_hits.retain(|h| h.until_ms() > hit.at_ms);
+        state.rate_hits.push(hit.clone());
+        state.rate_hits.sort_by_key(|h| h.at_ms);
+        let keep = usize::try_from(hit.calls).unwrap_or(usize::MAX);
+        let of_pair = |h: &RateHit| h.rule == hit.rule && h.agent == hit.agent;
+        let mut excess = state.rate_hits.iter().filter(|h| of_pair(h)).count();
+        excess = excess.saturating_sub(keep);
+        // Oldest first: the pair's calls before its latest `keep` go.
+        state.rate_hits.retain(|h| {
+            if excess > 0 && of_pair(h) {
+                excess -= 1;
+                return false;
+            }
+            true
+        });
+        Ok(())
+    }
+
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {
+        let state = self.state();
+        Ok(state
+            .rate_hits
+            .iter()
+            .filter(|h| h.until_ms() > now_ms)
+            .cloned()
+            .collect())
     }
 }

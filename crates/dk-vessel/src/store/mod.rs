@@ -143,6 +143,40 @@ pub trait Store: Send + Sync + 'static {
 
     /// The stored hash of a named secret, if any.
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError>;
+
+    /// Records a call a rule with a `limit` counted, forgetting in the same
+    /// transaction every recorded call whose window has passed at
+    /// `hit.at_ms`, and all but the latest `hit.calls` of its rule and
+    /// agent (no more are needed to tell whether the limit is reached).
+    /// Durable on return.
+    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError>;
+
+    /// Every recorded call whose window has not passed at `now_ms`, oldest
+    /// first.
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError>;
+}
+
+/// One device call a rule with a `limit` counted (see
+/// [`dk_policy::RateLimit`]): kept so that counts survive a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateHit {
+    /// The rule's name.
+    pub rule: String,
+    /// The calling agent's id; empty for a call from no agent.
+    pub agent: String,
+    /// When the call was counted, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// The rule's limit when the call was counted: at most this many calls...
+    pub calls: u32,
+    /// ... per this many milliseconds.
+    pub window_ms: u64,
+}
+
+impl RateHit {
+    /// When the call leaves its window, in milliseconds since the epoch.
+    pub fn until_ms(&self) -> u64 {
+        self.at_ms.saturating_add(self.window_ms)
+    }
 }
 
 /// Adds to `report` what differs from the head `expected` (kept before the

@@ -32,12 +32,13 @@ use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, t
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, RateHit, Snapshot, Store, StoreError, StoredPairing,
+    VerifyReport,
 };
 use crate::agents::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 const APPLICATION_ID: i32 = 0x646b_7374;
@@ -97,6 +98,18 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
          BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;
      CREATE TRIGGER audit_key_no_delete BEFORE DELETE ON audit_key
          BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;",
+    // 4: the calls rules with a `limit` counted, until their window passes.
+    "CREATE TABLE rate_hit (
+         id        INTEGER NOT NULL PRIMARY KEY,
+         rule      TEXT    NOT NULL,
+         agent     TEXT    NOT NULL,
+         at_ms     INTEGER NOT NULL,
+         calls     INTEGER NOT NULL,
+         window_ms INTEGER NOT NULL,
+         until_ms  INTEGER NOT NULL
+     ) STRICT;
+     CREATE INDEX rate_hit_pair ON rate_hit (rule, agent, at_ms);
+     CREATE INDEX rate_hit_until ON rate_hit (until_ms);",
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
@@ -896,5 +909,73 @@ impl Store for SqliteStore {
         bytes
             .map(|bytes| hash32(bytes, || format!("the hash of secret `{name}`")))
             .transpose()
+    }
+
+    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
+        let at = to_i64(hit.at_ms, "rate hit time")?;
+        let until = to_i64(hit.until_ms(), "rate hit time")?;
+        let window = to_i64(hit.window_ms, "rate hit window")?;
+        self.write(|tx| {
+            tx.prepare_cached("DELETE FROM rate_hit WHERE until_ms <= ?1")
+                .map_err(db)?
+                .execute([at])
+                .map_err(db)?;
+            tx.prepare_cached(
+                "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(db)?
+            .execute(params![hit.rule, hit.agent, at, hit.calls, window, until])
+            .map_err(db)?;
+            tx.prepare_cached(
+                "DELETE FROM rate_hit WHERE rule = ?1 AND agent = ?2 AND id NOT IN (
+                     SELECT id FROM rate_hit WHERE rule = ?1 AND agent = ?2
+                     ORDER BY at_ms DESC, id DESC LIMIT ?3)",
+            )
+            .map_err(db)?
+            .execute(params![hit.rule, hit.agent, hit.calls])
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {
+        let now = to_i64(now_ms, "the time")?;
+        let conn = self.conn();
+        let mut statement = conn
+            .prepare_cached(
+                "SELECT rule, agent, at_ms, calls, window_ms FROM rate_hit
+                 WHERE until_ms > ?1 ORDER BY at_ms, id",
+            )
+            .map_err(db)?;
+        let rows = statement
+            .query_map([now], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, i64>(4)?,
+                ))
+            })
+            .map_err(db)?;
+        let mut hits = Vec::new();
+        for row in rows {
+            let (rule, agent, at_ms, calls, window_ms) = row.map_err(db)?;
+            let (Ok(at_ms), Ok(window_ms)) = (u64::try_from(at_ms), u64::try_from(window_ms))
+            else {
+                return Err(StoreError::Corrupt(format!(
+                    "rate hit of rule `{rule}` has a negative time or window"
+                )));
+            };
+            hits.push(RateHit {
+                rule,
+                agent,
+                at_ms,
+                calls,
+                window_ms,
+            });
+        }
+        Ok(hits)
     }
 }

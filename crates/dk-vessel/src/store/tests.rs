@@ -952,6 +952,12 @@ impl Store for Gated {
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
         self.inner.secret_hash(name)
     }
+    fn put_rate_hit(&self, hit: &crate::store::RateHit) -> Result<(), StoreError> {
+        self.inner.put_rate_hit(hit)
+    }
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<crate::store::RateHit>, StoreError> {
+        self.inner.load_rate_hits(now_ms)
+    }
 }
 
 /// Options that commit only full batches or on flush.
@@ -1698,10 +1704,10 @@ fn a_version_1_store_upgrades_keeping_its_pairings() {
             )
             .unwrap();
     }
-    // What a version 1 dk left: no agent or audit_key table, user_version 1.
+    // What a version 1 dk left: no agent, audit_key or rate_hit table, user_version 1.
     {
         let conn = Connection::open(dir.db()).unwrap();
-        conn.execute_batch("DROP TABLE agent; DROP TABLE audit_key;")
+        conn.execute_batch("DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;")
             .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
@@ -2341,14 +2347,15 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
         store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
         store.append_audit(&[event("decision", 2)]).unwrap();
     }
-    // What a version 2 dk left: no audit_key table, user_version 2.
+    // What a version 2 dk left: no audit_key or rate_hit table, user_version 2.
     {
         let conn = Connection::open(dir.db()).unwrap();
-        conn.execute_batch("DROP TABLE audit_key").unwrap();
+        conn.execute_batch("DROP TABLE audit_key; DROP TABLE rate_hit;")
+            .unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
-    assert_eq!(user_version(&dir.db()), 3);
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
     let report = store.verify_audit().unwrap();
     assert!(report.is_intact(), "{:?}", report.problems);
     assert_eq!(report.entries, 2);
@@ -2358,4 +2365,70 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
     let store = keyed(&dir, &key).unwrap();
     assert_eq!(store.read_audit(2, 10).unwrap()[0].kind, "audit-keyed");
     assert!(store.verify_audit().unwrap().is_intact());
+}
+
+/// Both stores keep a rule's counted calls until their window passes, at
+/// most the limit's number per rule and agent.
+#[test]
+fn contract_rate_hits() {
+    let hit = |rule: &str, agent: &str, at_ms: u64, calls: u32| RateHit {
+        rule: rule.to_owned(),
+        agent: agent.to_owned(),
+        at_ms,
+        calls,
+        window_ms: 1_000,
+    };
+    for (name, store, _dir) in stores() {
+        for h in [
+            hit("door", "main", 100, 3),
+            hit("door", "main", 200, 3),
+            hit("door", "guest", 300, 3),
+            hit("lamp", "main", 400, 3),
+            hit("door", "main", 500, 3),
+            hit("door", "main", 600, 3),
+        ] {
+            store.put_rate_hit(&h).unwrap();
+        }
+        let shown = |hits: Vec<RateHit>| -> Vec<(String, String, u64)> {
+            hits.into_iter()
+                .map(|h| (h.rule, h.agent, h.at_ms))
+                .collect()
+        };
+        let own = |r: &str, a: &str, t: u64| (r.to_owned(), a.to_owned(), t);
+        // main's call at 100 went: only the latest three are kept.
+        assert_eq!(
+            shown(store.load_rate_hits(0).unwrap()),
+            [
+                own("door", "main", 200),
+                own("door", "guest", 300),
+                own("lamp", "main", 400),
+                own("door", "main", 500),
+                own("door", "main", 600),
+            ],
+            "{name}"
+        );
+        // A call leaves when its window has passed.
+        assert_eq!(
+            shown(store.load_rate_hits(1_300).unwrap()),
+            [
+                own("lamp", "main", 400),
+                own("door", "main", 500),
+                own("door", "main", 600)
+            ],
+            "{name}"
+        );
+        // A write forgets the calls whose window has passed.
+        store.put_rate_hit(&hit("lamp", "guest", 1_450, 1)).unwrap();
+        assert_eq!(
+            shown(store.load_rate_hits(0).unwrap()),
+            [
+                own("door", "main", 500),
+                own("door", "main", 600),
+                own("lamp", "guest", 1_450)
+            ],
+            "{name}"
+        );
+        let far = hit("door", "main", u64::MAX - 10, 1);
+        assert!(store.put_rate_hit(&far).is_err(), "{name}");
+    }
 }

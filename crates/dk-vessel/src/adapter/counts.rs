@@ -1,0 +1,144 @@
+//! The counts of rules with a `limit` (`limit: 3 per 1h`): read at check 3
+//! under one lock, with the call counted at once so that two calls at the
+//! same moment cannot both take a rule's last call; kept in the store once
+//! the call is made, and given back when it is not.
+//!
+//! Counts live in a bounded [`RateLog`] and, durably, in the store
+//! ([`Store::put_rate_hit`]), from which a vessel reloads them when it
+//! starts: a restart does not reset a limit. When the counts cannot be read
+//! or kept, limited rules fail closed: every one of them reads as reached.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dk_policy::{
+    DeviceUseContext, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull,
+};
+
+use crate::store::{RateHit, Store, StoreError};
+
+/// Every limit reads as reached: the counts could not be loaded.
+struct AllReached;
+
+impl RateCounts for AllReached {
+    fn counted(&self, _: &str, _: &str, _: std::time::Duration, _: SystemTime) -> u32 {
+        u32::MAX
+    }
+}
+
+/// The counts of limited rules, in memory and in the store.
+#[derive(Debug)]
+pub(crate) struct RuleCounts {
+    log: Mutex<RateLog>,
+    /// Why the counts could not be loaded from the store, if they could not.
+    broken: Option<String>,
+}
+
+fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl RuleCounts {
+    /// The counts kept in `store`, still within their windows.
+    pub(crate) fn load(store: &dyn Store) -> RuleCounts {
+        let now = SystemTime::now();
+        let mut log = RateLog::default();
+        let broken = match store.load_rate_hits(epoch_ms(now)) {
+            Ok(hits) => hits.iter().find_map(|hit| {
+                let window = std::time::Duration::from_millis(hit.window_ms);
+                let at = UNIX_EPOCH + std::time::Duration::from_millis(hit.at_ms);
+                let limit = RateLimit::new(hit.calls, window)?;
+                log.record(&hit.rule, &hit.agent, limit, at)
+                    .err()
+                    .map(|full| full.to_string())
+            }),
+            Err(error) => Some(error.to_string()),
+        };
+        if let Some(why) = &broken {
+            tracing::error!("rules with a limit will refuse every call: {why}");
+        }
+        RuleCounts {
+            log: Mutex::new(log),
+            broken,
+        }
+    }
+
+    fn log(&self) -> MutexGuard<'_, RateLog> {
+        // The log is whole between calls of its methods, none of which panics.
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decides a call, counting it at once against the limited rules it
+    /// matches that are under their limits. The counts are given back when
+    /// the returned [`Counted`] is dropped without [`Counted::keep`].
+    pub(crate) fn evaluate<'p>(
+        &self,
+        policies: &'p PolicySet,
+        ctx: &DeviceUseContext<'_>,
+        at: SystemTime,
+    ) -> Result<(Evaluation<'p>, Counted<'_>), RateLogFull> {
+        let mut log = self.log();
+        let evaluation = if self.broken.is_some() {
+            policies.evaluate_device_use_counted(ctx, &AllReached, at)
+        } else {
+            policies.evaluate_device_use_counted(ctx, &*log, at)
+        };
+        let agent = ctx.agent_id.unwrap_or("");
+        let mut counted = Counted {
+            counts: self,
+            hits: Vec::new(),
+            at,
+            kept: false,
+        };
+        for rule in &evaluation.counted {
+            let Some(limit) = rule.limit() else {
+                continue;
+            };
+            log.record(rule.name(), agent, limit, at)?;
+            counted.hits.push(RateHit {
+                rule: rule.name().to_owned(),
+                agent: agent.to_owned(),
+                at_ms: epoch_ms(at),
+                calls: limit.calls(),
+                window_ms: u64::try_from(limit.window().as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        Ok((evaluation, counted))
+    }
+}
+
+/// The calls one call counted against limited rules, given back unless kept.
+#[must_use = "dropping it gives the counts back"]
+pub(crate) struct Counted<'c> {
+    counts: &'c RuleCounts,
+    hits: Vec<RateHit>,
+    at: SystemTime,
+    kept: bool,
+}
+
+impl Counted<'_> {
+    /// The call is being made: keeps its counts, in the store too.
+    pub(crate) fn keep(mut self, store: &dyn Store) -> Result<(), StoreError> {
+        for hit in &self.hits {
+            store.put_rate_hit(hit)?;
+        }
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if self.kept || self.hits.is_empty() {
+            return;
+        }
+        let mut log = self.counts.log();
+        for hit in &self.hits {
+            log.forget_one(&hit.rule, &hit.agent, self.at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
