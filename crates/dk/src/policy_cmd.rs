@@ -1,6 +1,8 @@
-//! `dk policy check`, `lint` and `explain`: read a rule file fail-closed,
-//! warn about rules that can never decide, and say which rule decides a
-//! given call and why.
+//! `dk policy check`, `lint`, `explain` and `test`: read a rule file
+//! fail-closed, warn about rules that can never decide, say which rule
+//! decides a given call and why, and run a table of cases.
+
+mod cases;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,17 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a table of cases (YAML: context, expected decision and rule)
+    /// against a rule file; exit 1 on any mismatch or a bad file.
+    Test {
+        /// The rule file.
+        file: PathBuf,
+        /// The cases file.
+        cases: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the six admission conformance cases on a streaming device-class
     /// configuration (`{"kind": "voice"|"desktop-control", "policy": {...}}`).
     Conformance {
@@ -80,6 +93,7 @@ pub fn run(command: PolicyCommand) -> ExitCode {
             action,
             json,
         } => explain(&file, &context, &action, json),
+        PolicyCommand::Test { file, cases, json } => cases::test(&file, &cases, json),
         PolicyCommand::Conformance { file, json } => conformance(&file, json),
     }
 }

@@ -534,3 +534,103 @@ fn policy_conformance_runs_the_six_cases() {
     ]);
     assert_eq!(bad.status.code(), Some(1));
 }
+
+/// Every `NAME.cases.yaml` of the fixtures holds for `NAME.yaml`; every
+/// `NAME.wrong.cases.yaml` fails, and says which cases and how.
+#[test]
+fn policy_test_runs_tables_of_cases() {
+    let dir = fixtures().join("policies/cases");
+    let mut ran = 0;
+    for cases in files(&dir, ".cases.yaml") {
+        let name = cases.file_name().unwrap().to_string_lossy().into_owned();
+        let wrong = name.ends_with(".wrong.cases.yaml");
+        let stem = name
+            .trim_end_matches(".cases.yaml")
+            .trim_end_matches(".wrong");
+        let rules = dir.join(format!("{stem}.yaml"));
+        let out = dk(&[
+            "policy",
+            "test",
+            rules.to_str().unwrap(),
+            cases.to_str().unwrap(),
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let summary = stdout.lines().last().unwrap_or_default().to_owned();
+        if wrong {
+            assert_eq!(out.status.code(), Some(1), "{name}: {stdout}");
+            assert!(stdout.lines().any(|l| l.starts_with("FAIL  ")), "{name}");
+            assert!(!summary.ends_with(" 0 failed"), "{name}: {summary}");
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{name}: {stdout}");
+            assert!(summary.ends_with(" 0 failed"), "{name}: {summary}");
+            assert!(!stdout.contains("FAIL"), "{name}: {stdout}");
+        }
+        ran += 1;
+    }
+    assert!(ran >= 2, "{ran}");
+
+    let rules = dir.join("front-door.yaml");
+    let rules = rules.to_str().unwrap();
+    let wrong = dir.join("front-door.wrong.cases.yaml");
+    let out = dk(&["policy", "test", rules, wrong.to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "FAIL  the fourth unlock of the hour goes through: expected allow, got require_approval by `unlocks-per-hour`\n\
+         FAIL  a guest is asked: expected block by `unlocks-per-hour`, got block by `no-guest-unlocks`\n\
+         ok    the first unlock goes through: allow (no rule)\n\
+         1 passed, 2 failed\n"
+    );
+    let out = dk(&["policy", "test", rules, wrong.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (got["passed"].clone(), got["failed"].clone()),
+        (json!(1), json!(2))
+    );
+    assert_eq!(
+        got["cases"][1],
+        json!({"name": "a guest is asked", "passed": false,
+               "expected": {"decision": "block", "rule": "unlocks-per-hour"},
+               "got": {"decision": "block", "rule": "no-guest-unlocks",
+                       "reason": "[no-guest-unlocks] Guests cannot unlock the front door"}})
+    );
+
+    // A cases file with any error is refused whole, saying what is wrong.
+    let lock = "{deviceId: front-door, capability: unlock, capabilityKind: actuator}";
+    let bad = [
+        (
+            format!("cases:\n  - name: a\n    context: {lock}\n    expect: allow\n    colour: red\n"),
+            "unknown field `colour`",
+        ),
+        (
+            format!("cases:\n  - name: a\n    context: {lock}\n"),
+            "missing field `expect`",
+        ),
+        (
+            format!("cases:\n  - name: a\n    context: {lock}\n    expect: allowed\n"),
+            "unknown variant `allowed`",
+        ),
+        (
+            "cases:\n  - name: a\n    context: {deviceId: front-door, capabilty: unlock, capabilityKind: actuator}\n    expect: allow\n".to_owned(),
+            "cases[0] `a`: context key `capabilty` is not a field of a device_use call",
+        ),
+        (
+            "cases:\n  - name: a\n    context: {deviceId: front-door, capabilityKind: actuator}\n    expect: allow\n".to_owned(),
+            "cases[0] `a`: the context needs `capability`",
+        ),
+        (
+            format!("cases:\n  - name: a\n    context: {lock}\n    expect: allow\n    counted: {{no-guest-unlocks: 1}}\n"),
+            "cases[0] `a`: `counted` names `no-guest-unlocks`, which is not a rule with a limit",
+        ),
+    ];
+    let scratch = tempfile::TempDir::new().unwrap();
+    for (text, expected) in bad {
+        let path = scratch.path().join("bad.cases.yaml");
+        std::fs::write(&path, &text).unwrap();
+        let out = dk(&["policy", "test", rules, path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(out.stdout.is_empty(), "{text}");
+        assert!(stderr.contains(expected), "{text}\n{stderr}");
+    }
+}
