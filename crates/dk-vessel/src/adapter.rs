@@ -27,9 +27,11 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use dk_policy::{Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer};
+use dk_policy::{
+    Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
+};
 use dk_proto::{check_input, parse_tool_name, tool_name};
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -626,12 +628,18 @@ impl DeviceToolAdapter {
         }
         // 3. Rules.
         let policies = self.policies();
-        let decision = policies.evaluate_device_use(&DeviceUseContext {
-            agent_id: ctx.agent_id,
-            session_id: ctx.session_id,
-            device_id,
-            capability,
-            capability_kind: cap.kind().as_str(),
+        let decision = policies.evaluate_call(&Call {
+            device: DeviceUseContext {
+                agent_id: ctx.agent_id,
+                session_id: ctx.session_id,
+                device_id,
+                capability,
+                capability_kind: cap.kind().as_str(),
+            },
+            // Checked only by check 4: a param of the wrong type, or input
+            // that is not an object, makes `input.` clauses false.
+            input: input.as_object(),
+            at: SystemTime::now(),
         });
         let ask_reason: Option<Cow<'_, str>> = match decision {
             Decision::Block { rule: by, reason } => {
