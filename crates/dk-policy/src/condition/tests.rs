@@ -560,7 +560,17 @@ fn js_split_follows_the_regex() {
     assert_eq!(js_split("a  OR\tb or c", "or"), vec!["a", "b", "c"]);
 }
 
-const FIELDS: [&str; 7] = ["deviceId", "capability", "x", "and", "or", "not", "in"];
+const FIELDS: [&str; 9] = [
+    "deviceId",
+    "capability",
+    "x",
+    "and",
+    "or",
+    "not",
+    "in",
+    "time",
+    "weekday",
+];
 const WORDS: [&str; 16] = [
     "lamp", "LAMP", "lamp-1", "and", "or", "not", "in", "equals", "ΣΑΣ", "σας", "İ", "a b", "x]",
     "[a", ",", "ẞ",
