@@ -2,11 +2,13 @@
 //!
 //! Run with `cargo bench -p dk-policy`. Rules name `lamp-<i>` devices; the
 //! call is for `front-door`, which no rule names, so an index that works
-//! keeps evaluation flat as the file grows.
+//! keeps evaluation flat as the file grows. Whole calls (`evaluate_call`)
+//! are measured against rules that also read the input and the time.
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dk_policy::{DeviceUseContext, PolicySet};
+use dk_policy::{Call, DeviceUseContext, PolicySet};
 
 fn main() {
     divan::main();
@@ -75,4 +77,79 @@ fn parse_file(bencher: divan::Bencher, count: usize) {
     let text = rules_text(count);
     bencher
         .bench_local(|| PolicySet::from_yaml_str(divan::black_box(&text)).map(|s| s.rules().len()));
+}
+
+/// Rules that also read the input and the time: `deviceId equals
+/// thermostat-<i> and input.target > 25 and time in 23:00..06:00`, every
+/// third one with a weekday. The call names one of them (and matches it).
+fn call_rules_text(count: usize) -> String {
+    let mut text = String::from("version: 1\ntimezone: Europe/Berlin\npolicies:\n");
+    for i in 0..count {
+        let weekday = if i % 3 == 0 {
+            " and weekday in [mon, tue, wed, thu, fri, sat, sun]"
+        } else {
+            ""
+        };
+        let _ = write!(
+            text,
+            "  - name: rule-{i}\n    action: device_use\n    condition: \"deviceId equals thermostat-{i} and input.target > 25 and time in 23:00..06:00{weekday}\"\n    decision: block\n    message: \"rule {i}\"\n"
+        );
+    }
+    text
+}
+
+#[expect(
+    clippy::panic,
+    reason = "a benchmark whose rule file does not load must stop"
+)]
+fn load(text: &str) -> PolicySet {
+    PolicySet::from_yaml_str(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// 01:00 in Berlin on a winter night.
+fn night() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_767_229_200)
+}
+
+/// A whole call against rules with input and time conditions: 10 vs 1,000 rules.
+#[divan::bench(args = [10, 1_000])]
+fn evaluate_call_input_and_time(bencher: divan::Bencher, count: usize) {
+    let set = load(&call_rules_text(count));
+    let device = format!("thermostat-{}", count / 2);
+    let input = serde_json::json!({"target": 27});
+    let call = Call {
+        device: DeviceUseContext {
+            device_id: &device,
+            capability: "set_target",
+            ..UNNAMED
+        },
+        input: input.as_object(),
+        at: night(),
+    };
+    bencher.bench_local(|| set.evaluate_call(divan::black_box(&call)).is_allowed());
+}
+
+/// The cost of one input condition: a matching rule without, then with,
+/// `input.target > 25`.
+#[divan::bench(args = ["without", "with"])]
+fn evaluate_call_one_input_condition(bencher: divan::Bencher, clause: &str) {
+    let extra = if clause == "with" {
+        " and input.target > 25"
+    } else {
+        ""
+    };
+    let set = load(&format!(
+        "version: 1\npolicies:\n  - name: r\n    action: device_use\n    condition: \"deviceId equals thermostat and capability equals set_target{extra}\"\n    decision: block\n    message: m\n"
+    ));
+    let input = serde_json::json!({"mode": "heat", "target": 27});
+    let call = Call {
+        device: DeviceUseContext {
+            device_id: "thermostat",
+            capability: "set_target",
+            ..UNNAMED
+        },
+        input: input.as_object(),
+        at: night(),
+    };
+    bencher.bench_local(|| set.evaluate_call(divan::black_box(&call)).is_allowed());
 }

@@ -62,6 +62,7 @@ mod lint;
 mod lower;
 mod rate;
 mod rule;
+mod time;
 
 #[doc(hidden)]
 pub use admission::fuzz_admission;
@@ -79,16 +80,20 @@ pub use condition::{
 };
 pub use error::{ConditionError, ConditionErrors, Location, PolicyError, PolicyFileError};
 pub use eval::{
-    Context, DEVICE_USE, Decision, DeviceUseContext, Evaluation, PolicySet, SHADOW_AGENT_ID,
+    Call, Context, DEVICE_USE, Decision, DeviceUseContext, Evaluation, PolicySet, SHADOW_AGENT_ID,
     SHADOW_DENY_REASON,
 };
 pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
-pub use lint::{LintKind, LintWarning, MAX_LOCATED_WARNINGS, lint, lint_yaml_str};
+pub use lint::{
+    DeclaredParams, InputType, LintKind, LintOptions, LintWarning, MAX_LOCATED_WARNINGS, lint,
+    lint_with, lint_yaml_str, lint_yaml_str_with,
+};
 pub use rate::{
     DEFAULT_RATE_LOG_KEYS, MAX_LIMIT_CALLS, MAX_LIMIT_WINDOW, NoCounts, RateCounts, RateLimit,
     RateLog, RateLogFull,
 };
 pub use rule::{Rule, RuleDecision};
+pub use time::{WEEKDAYS, ZoneError};
 
 /// Fuzzing hook: parses arbitrary bytes as a condition, prints and parses
 /// again. Never panics.
@@ -106,6 +111,43 @@ pub fn fuzz_condition(data: &[u8]) {
             capability_kind: "actuator",
         };
         let _ = condition.matches(&ctx);
+        // The same text as a rule file's condition, evaluated as a whole call.
+        let rule = format!(
+            "version: 1\ntimezone: Europe/Berlin\npolicies:\n  - name: r\n    action: device_use\n    condition: {}\n    decision: block\n    message: m\n",
+            serde_json::Value::String(text.into_owned())
+        );
+        if let Ok(set) = PolicySet::from_yaml_str(&rule) {
+            evaluate_sample_calls(&set);
+        }
+    }
+}
+
+/// Evaluates a few whole calls (inputs of every type, instants on both
+/// sides of a DST change) against `set`.
+fn evaluate_sample_calls(set: &PolicySet) {
+    let inputs = [
+        serde_json::json!({"target": 26, "on": true, "mode": "eco"}),
+        serde_json::json!({"target": -3.5, "on": "true", "mode": 25}),
+        serde_json::json!({"target": u64::MAX}),
+    ];
+    let ctx = DeviceUseContext {
+        agent_id: Some("agent"),
+        session_id: Some("session"),
+        device_id: "desk-lamp",
+        capability: "set_light",
+        capability_kind: "actuator",
+    };
+    for (i, input) in inputs.iter().enumerate() {
+        let seconds = [1_774_746_000_u64, 1_792_890_000, 0];
+        let at = std::time::UNIX_EPOCH
+            + std::time::Duration::from_secs(seconds.get(i).copied().unwrap_or(0));
+        let call = Call {
+            device: ctx,
+            input: input.as_object(),
+            at,
+        };
+        let _ = set.evaluate_call(&call);
+        let _ = set.matching_call_rules(&call);
     }
 }
 
@@ -125,6 +167,7 @@ pub fn fuzz_policy_file(data: &[u8]) {
             };
             let _ = set.evaluate_device_use(&ctx);
             let _ = set.evaluate(DEVICE_USE, &ctx);
+            evaluate_sample_calls(&set);
         }
         Err(error) => {
             let _ = error.to_string();

@@ -5,9 +5,10 @@
 //! Two rules with the same name are not a warning here: the loader already
 //! refuses such a file whole.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::condition::{Condition, Expr};
+use crate::condition::{Condition, Expr, KnownField, Literal, Op};
 use crate::error::{Location, PolicyFileError};
 use crate::rule::{Rule, RuleDecision};
 
@@ -27,15 +28,119 @@ pub enum LintKind {
         /// That rule's name.
         by_name: String,
     },
+    /// A `time in HH:MM..HH:MM` window whose start equals its end: it holds
+    /// no instant, so the clause is always false.
+    EmptyTimeWindow {
+        /// The window as written, `HH:MM..HH:MM`.
+        window: String,
+    },
+    /// An `input.<param>` that no declared capability has (among those the
+    /// rule requires, when it requires some): the clause is always false.
+    /// Only reported when lint is told the declared params.
+    UndeclaredParam {
+        /// The param, without `input.`.
+        param: String,
+        /// The capabilities the rule requires (lower-cased), empty when it
+        /// requires none.
+        capabilities: Vec<String>,
+    },
+    /// An `input.<param>` compared with a value of another type than every
+    /// capability that declares it (and that the rule may apply to) gives
+    /// it: the clause is always false. Only reported when lint is told the
+    /// declared params.
+    ParamType {
+        /// The param, without `input.`.
+        param: String,
+        /// What the clause compares it with: `text`, `a number`, `a boolean`.
+        compared_with: &'static str,
+        /// The type the capabilities declare.
+        declared: InputType,
+    },
 }
 
 impl LintKind {
-    /// A short stable name: `shadowed`.
+    /// A short stable name: `shadowed`, `empty_time_window`,
+    /// `undeclared_param`, `param_type`.
     pub fn as_str(&self) -> &'static str {
         match self {
             LintKind::Shadowed { .. } => "shadowed",
+            LintKind::EmptyTimeWindow { .. } => "empty_time_window",
+            LintKind::UndeclaredParam { .. } => "undeclared_param",
+            LintKind::ParamType { .. } => "param_type",
         }
     }
+}
+
+/// A param type a manifest declares (dk-proto's `ParamType`, which this
+/// crate does not depend on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum InputType {
+    /// A JSON string.
+    String,
+    /// A JSON number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+}
+
+impl InputType {
+    /// `string`, `number` or `boolean`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputType::String => "string",
+            InputType::Number => "number",
+            InputType::Boolean => "boolean",
+        }
+    }
+}
+
+/// The input params that devices declare, per capability: what lint checks
+/// `input.<param>` clauses against. Build it from manifests (every
+/// capability's params) or from the paired devices.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeclaredParams {
+    /// Capability name -> param name -> the types declared for it (two
+    /// devices may declare the same capability differently).
+    by_capability: BTreeMap<String, BTreeMap<String, BTreeSet<InputType>>>,
+}
+
+impl DeclaredParams {
+    /// None declared yet.
+    pub fn new() -> DeclaredParams {
+        DeclaredParams::default()
+    }
+
+    /// Records that a capability named `capability` declares the param
+    /// `param` of type `ty`.
+    pub fn declare(&mut self, capability: &str, param: &str, ty: InputType) {
+        self.by_capability
+            .entry(capability.to_lowercase())
+            .or_default()
+            .entry(param.to_owned())
+            .or_default()
+            .insert(ty);
+    }
+
+    /// The types declared for `param` by the capabilities `capabilities`
+    /// (lower-cased; all capabilities when `None`).
+    fn types(&self, param: &str, capabilities: Option<&[&str]>) -> BTreeSet<InputType> {
+        self.by_capability
+            .iter()
+            .filter(|(name, _)| capabilities.is_none_or(|caps| caps.contains(&name.as_str())))
+            .filter_map(|(_, params)| params.get(param))
+            .flatten()
+            .copied()
+            .collect()
+    }
+}
+
+/// What lint is told beyond the rules.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LintOptions<'a> {
+    /// The params devices declare: with them, lint warns about `input.`
+    /// params no capability declares, or compared with the wrong type.
+    /// `None`: those checks are skipped.
+    pub declared_params: Option<&'a DeclaredParams>,
 }
 
 /// One warning about one rule.
@@ -58,6 +163,29 @@ impl LintWarning {
             LintKind::Shadowed { by_index, by_name } => format!(
                 "never decides: block rule `{by_name}` (policies[{by_index}]) matches every call it matches"
             ),
+            LintKind::EmptyTimeWindow { window } => format!(
+                "`time in {window}` is an empty window (it starts where it ends), so the clause is always false: write `time in 00:00..24:00` for the whole day"
+            ),
+            LintKind::UndeclaredParam {
+                param,
+                capabilities,
+            } => match capabilities.as_slice() {
+                [] => format!(
+                    "`input.{param}`: no capability declares a param `{param}`, so the clause is always false"
+                ),
+                caps => format!(
+                    "`input.{param}`: no capability `{}` declares a param `{param}`, so the clause is always false",
+                    caps.join("`, `")
+                ),
+            },
+            LintKind::ParamType {
+                param,
+                compared_with,
+                declared,
+            } => format!(
+                "`input.{param}` is compared with {compared_with}, but it is declared a {}, so the clause is always false",
+                declared.as_str()
+            ),
         }
     }
 }
@@ -77,11 +205,34 @@ impl fmt::Display for LintWarning {
     }
 }
 
-/// Lints checked rules, in file order. Pure: the line of each warning is
-/// the rule's own [`Rule::location`].
+/// Lints checked rules, in file order, without declared params. Pure: the
+/// line of each warning is the rule's own [`Rule::location`].
 pub fn lint(rules: &[Rule]) -> Vec<LintWarning> {
+    lint_with(rules, &LintOptions::default())
+}
+
+/// Lints checked rules, in file order, with what `options` tells. Pure.
+pub fn lint_with(rules: &[Rule], options: &LintOptions<'_>) -> Vec<LintWarning> {
     let mut warnings = Vec::new();
     for rule in rules.iter().filter(|r| r.enabled) {
+        let mut warn = |kind: LintKind| {
+            warnings.push(LintWarning {
+                index: rule.index,
+                rule: rule.name.clone(),
+                location: rule.location,
+                kind,
+            });
+        };
+        for (window, _) in rule.condition.windows() {
+            if window.is_empty() {
+                warn(LintKind::EmptyTimeWindow {
+                    window: window.to_string(),
+                });
+            }
+        }
+        if let Some(declared) = options.declared_params {
+            params(rule, declared, &mut warn);
+        }
         let shadow = rules
             .iter()
             .filter(|b| b.index != rule.index)
@@ -106,14 +257,93 @@ pub fn lint(rules: &[Rule]) -> Vec<LintWarning> {
 /// first [`MAX_LOCATED_WARNINGS`]). A file with errors is refused as
 /// [`crate::PolicySet::from_yaml_str`] refuses it.
 pub fn lint_yaml_str(text: &str) -> Result<Vec<LintWarning>, PolicyFileError> {
-    let rules = crate::file::load_str(text)?;
-    let mut warnings = lint(&rules);
+    lint_yaml_str_with(text, &LintOptions::default())
+}
+
+/// [`lint_yaml_str`] with what `options` tells (the declared params).
+pub fn lint_yaml_str_with(
+    text: &str,
+    options: &LintOptions<'_>,
+) -> Result<Vec<LintWarning>, PolicyFileError> {
+    let rules = crate::file::load_str(text)?.rules;
+    let mut warnings = lint_with(&rules, options);
     for warning in warnings.iter_mut().take(MAX_LOCATED_WARNINGS) {
         if warning.location.is_none() {
             warning.location = crate::file::locate_rule(text, warning.index);
         }
     }
     Ok(warnings)
+}
+
+/// Warnings about `rule`'s `input.` clauses against the declared params:
+/// once per param (undeclared), once per param and type (mismatch).
+fn params(rule: &Rule, declared: &DeclaredParams, warn: &mut dyn FnMut(LintKind)) {
+    let capabilities = rule.condition.required_values(KnownField::Capability);
+    let mut seen: Vec<(String, Option<&'static str>)> = Vec::new();
+    let mut check = |param: &str, compared: Option<(&'static str, InputType)>| {
+        let types = declared.types(param, capabilities.as_deref());
+        if types.is_empty() {
+            if !seen.iter().any(|(p, c)| p == param && c.is_none()) {
+                seen.push((param.to_owned(), None));
+                warn(LintKind::UndeclaredParam {
+                    param: param.to_owned(),
+                    capabilities: capabilities
+                        .iter()
+                        .flatten()
+                        .map(|c| (*c).to_owned())
+                        .collect(),
+                });
+            }
+            return;
+        }
+        let Some((compared_with, wanted)) = compared else {
+            return;
+        };
+        // Sure only when every declaration disagrees, and all the same way.
+        let mut iter = types.iter();
+        if let (Some(&only), None) = (iter.next(), iter.next())
+            && only != wanted
+            && !seen
+                .iter()
+                .any(|(p, c)| p == param && *c == Some(compared_with))
+        {
+            seen.push((param.to_owned(), Some(compared_with)));
+            warn(LintKind::ParamType {
+                param: param.to_owned(),
+                compared_with,
+                declared: only,
+            });
+        }
+    };
+    let mut clauses = Vec::new();
+    rule.condition.root.visit_clauses(&mut |clause| {
+        if clause.field.known == KnownField::Input {
+            clauses.push(clause);
+        }
+    });
+    for clause in clauses {
+        let param = clause.field.param();
+        let literal_type = |literal: &Literal| match literal {
+            Literal::Text => ("text", InputType::String),
+            Literal::Number(_) => ("a number", InputType::Number),
+            Literal::Bool(_) => ("a boolean", InputType::Boolean),
+        };
+        match &clause.op {
+            Op::Equals(v) => check(param, Some(literal_type(&v.literal))),
+            Op::In(values) => {
+                let mut kinds = values.iter().map(|v| literal_type(&v.literal));
+                let first = kinds.next();
+                // A list mixing types matches some param type: no warning.
+                let same = first.filter(|f| kinds.all(|k| k == *f));
+                check(param, same);
+            }
+            Op::Contains(_) | Op::StartsWith(_) | Op::EndsWith(_) => {
+                check(param, Some(("text", InputType::String)));
+            }
+            Op::Compare(..) => check(param, Some(("a number", InputType::Number))),
+            Op::Window(_) => check(param, None),
+        }
+    }
 }
 
 /// Whether `block` decides every call `rule` would match: an enabled block

@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
-use dk_policy::{Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer};
+use dk_policy::{
+    Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
+};
 use dk_proto::{check_input, parse_tool_name, tool_name};
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -632,15 +634,20 @@ impl DeviceToolAdapter {
         }
         // 3. Rules.
         let policies = self.policies();
-        let call = DeviceUseContext {
-            agent_id: ctx.agent_id,
-            session_id: ctx.session_id,
-            device_id,
-            capability,
-            capability_kind: cap.kind().as_str(),
+        let call = Call {
+            device: DeviceUseContext {
+                agent_id: ctx.agent_id,
+                session_id: ctx.session_id,
+                device_id,
+                capability,
+                capability_kind: cap.kind().as_str(),
+            },
+            // Checked only by check 4: a param of the wrong type, or input
+            // that is not an object, makes `input.` clauses false.
+            input: input.as_object(),
+            at: SystemTime::now(),
         };
-        let (evaluation, counted) = match self.counts.evaluate(&policies, &call, SystemTime::now())
-        {
+        let (evaluation, counted) = match self.counts.evaluate(&policies, &call) {
             Ok(evaluated) => evaluated,
             Err(full) => {
                 return Checked::Refused(format!(

@@ -256,13 +256,16 @@ fn lint(file: &Path, json: bool, deny_warnings: bool) -> ExitCode {
 }
 
 fn warning_json(warning: &LintWarning) -> Value {
-    let LintKind::Shadowed { by_index, by_name } = &warning.kind;
+    let by = match &warning.kind {
+        LintKind::Shadowed { by_index, by_name } => json!({"rule": by_name, "index": by_index}),
+        _ => Value::Null,
+    };
     json!({
         "kind": warning.kind.as_str(),
         "rule": warning.rule,
         "index": warning.index,
         "line": warning.location.map(|l| l.line),
-        "by": {"rule": by_name, "index": by_index},
+        "by": by,
         "message": warning.message(),
     })
 }

@@ -4,6 +4,7 @@
 //! every condition 8gent accepts that uses no quotes or parentheses; `not`,
 //! parentheses and quoted values are dk extensions.
 
+mod input;
 mod syntax;
 mod values;
 
@@ -12,6 +13,9 @@ use std::ops::Range;
 
 use crate::error::{ConditionError, ConditionErrors};
 use crate::lower::{self, is_js_space, js_length, js_trim};
+use crate::time::{LocalTime, TimeWindow};
+
+pub(crate) use input::{Comparison, Literal, Number};
 
 pub use syntax::MAX_NESTING;
 
@@ -62,6 +66,16 @@ pub(crate) struct Field {
     pub(crate) known: KnownField,
 }
 
+/// How an `input.` field is written: `input.<param>`.
+pub(crate) const INPUT_PREFIX: &str = "input.";
+
+impl Field {
+    /// The param an `input.<param>` field reads (empty for other fields).
+    pub(crate) fn param(&self) -> &str {
+        self.name.strip_prefix(INPUT_PREFIX).unwrap_or("")
+    }
+}
+
 /// The fields of a `device_use` context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KnownField {
@@ -70,6 +84,12 @@ pub(crate) enum KnownField {
     CapabilityKind,
     AgentId,
     SessionId,
+    /// `input.<param>`: a param of the call's input.
+    Input,
+    /// `time`: with `in HH:MM..HH:MM`, the call's local time of day.
+    Time,
+    /// `weekday`: the call's local weekday, `mon` ... `sun`.
+    Weekday,
     Other,
 }
 
@@ -90,6 +110,9 @@ impl KnownField {
             "capabilityKind" => Self::CapabilityKind,
             "agentId" => Self::AgentId,
             "sessionId" => Self::SessionId,
+            "time" => Self::Time,
+            "weekday" => Self::Weekday,
+            _ if name.starts_with(INPUT_PREFIX) => Self::Input,
             _ => Self::Other,
         }
     }
@@ -102,19 +125,26 @@ pub(crate) enum Op {
     StartsWith(Value),
     EndsWith(Value),
     In(Vec<Value>),
+    /// `input.<param> > n` (and `>=`, `<`, `<=`): only for `input.` fields.
+    Compare(Comparison, Number),
+    /// `time in HH:MM..HH:MM`.
+    Window(TimeWindow),
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct Value {
     pub(crate) text: String,
     pub(crate) lower: String,
+    /// What the value is for an `input.` field's `equals` and `in`: a
+    /// number, a boolean, or text; always text for other fields.
+    pub(crate) literal: Literal,
     /// Where the value was written (quotes included); not part of equality.
     pub(crate) span: Range<usize>,
 }
 
 impl PartialEq for Value {
     fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
+        self.text == other.text && self.literal == other.literal
     }
 }
 
@@ -123,7 +153,12 @@ impl Eq for Value {}
 impl Value {
     fn new(text: String, span: Range<usize>) -> Self {
         let lower = text.to_lowercase();
-        Self { text, lower, span }
+        Self {
+            text,
+            lower,
+            literal: Literal::Text,
+            span,
+        }
     }
 }
 
@@ -131,6 +166,16 @@ impl Value {
 pub(crate) trait Fields {
     /// The field's value; a missing field reads as the empty string.
     fn field(&self, field: &Field) -> &str;
+
+    /// The call's input param `param`, if the call carries it.
+    fn input(&self, _param: &str) -> Option<&serde_json::Value> {
+        None
+    }
+
+    /// The call's local time, if the caller gave an instant.
+    fn local_time(&self) -> Option<LocalTime> {
+        None
+    }
 }
 
 impl Condition {
@@ -216,7 +261,7 @@ impl Expr {
         }
     }
 
-    fn visit_clauses<'s>(&'s self, visit: &mut dyn FnMut(&'s Clause)) {
+    pub(crate) fn visit_clauses<'s>(&'s self, visit: &mut dyn FnMut(&'s Clause)) {
         match self {
             Expr::Clause(clause) => visit(clause),
             Expr::Not(inner) => inner.visit_clauses(visit),
@@ -231,13 +276,28 @@ impl Expr {
 
 impl Clause {
     fn matches<F: Fields + ?Sized>(&self, fields: &F) -> bool {
-        let hay = fields.field(&self.field);
+        if self.field.known == KnownField::Input {
+            // A param the call does not carry makes the clause false.
+            return fields
+                .input(self.field.param())
+                .is_some_and(|value| input::matches(value, &self.op));
+        }
+        let hay = match &self.op {
+            Op::Window(window) => {
+                return fields
+                    .local_time()
+                    .is_some_and(|local| window.contains(local.second));
+            }
+            Op::Compare(..) => return false,
+            _ => fields.field(&self.field),
+        };
         match &self.op {
             Op::Equals(v) => lower::equals(hay, &v.lower),
             Op::Contains(v) => lower::contains(hay, &v.lower),
             Op::StartsWith(v) => lower::starts_with(hay, &v.lower),
             Op::EndsWith(v) => lower::ends_with(hay, &v.lower),
             Op::In(values) => values.iter().any(|v| lower::equals(hay, &v.lower)),
+            Op::Compare(..) | Op::Window(_) => false,
         }
     }
 }
@@ -289,20 +349,34 @@ fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>)
         name: clause.field.to_owned(),
         known: KnownField::of(clause.field),
     };
+    if let Some(message) = input::field_problem(clause.field) {
+        errors.push(ConditionError::new(clause.field_span, message));
+        return None;
+    }
+    let is_input = field.known == KnownField::Input;
     let op_name = clause.op.to_ascii_lowercase();
-    let value = |rhs: SynRhs<'_>| match rhs {
-        SynRhs::Value(v) => Some((Value::new(v.text.into_owned(), v.span.clone()), v.span)),
+    // For an `input.` field, `equals` and `in` read a bare value as a
+    // number or boolean when it is one.
+    let value = |v: syntax::SynValue<'_>, typed: bool| {
+        let mut out = Value::new(v.text.into_owned(), v.span);
+        if typed && is_input && !v.quoted {
+            out.literal = Literal::of(&out.text);
+        }
+        out
+    };
+    let single = |rhs: SynRhs<'_>, typed: bool| match rhs {
+        SynRhs::Value(v) => Some(value(v, typed)),
         SynRhs::List(_) | SynRhs::Nothing => None,
     };
     let op = match op_name.as_str() {
-        "equals" => value(clause.rhs).map(|(v, _)| Op::Equals(v)),
-        "starts_with" => value(clause.rhs).map(|(v, _)| Op::StartsWith(v)),
-        "ends_with" => value(clause.rhs).map(|(v, _)| Op::EndsWith(v)),
+        "equals" => single(clause.rhs, true).map(Op::Equals),
+        "starts_with" => single(clause.rhs, false).map(Op::StartsWith),
+        "ends_with" => single(clause.rhs, false).map(Op::EndsWith),
         "contains" => {
-            let (v, span) = value(clause.rhs)?;
+            let v = single(clause.rhs, false)?;
             if js_length(&v.text) > MAX_CONTAINS_LENGTH {
                 errors.push(ConditionError::new(
-                    span,
+                    v.span,
                     format!("`contains` value longer than {MAX_CONTAINS_LENGTH} characters"),
                 ));
                 return None;
@@ -311,13 +385,56 @@ fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>)
         }
         "in" => match clause.rhs {
             SynRhs::List(items) => Some(Op::In(
-                items
-                    .into_iter()
-                    .map(|item| Value::new(item.text.into_owned(), item.span))
-                    .collect(),
+                items.into_iter().map(|item| value(item, true)).collect(),
             )),
-            SynRhs::Value(_) | SynRhs::Nothing => None,
+            SynRhs::Value(v) => match crate::time::TimeWindow::parse(&v.text) {
+                Ok(window) if !v.quoted => Some(Op::Window(window)),
+                Ok(_) => {
+                    errors.push(ConditionError::new(
+                        v.span,
+                        "write a time window without quotes, as in `time in 23:00..06:00`",
+                    ));
+                    return None;
+                }
+                Err(message) => {
+                    errors.push(ConditionError::new(v.span, message));
+                    return None;
+                }
+            },
+            SynRhs::Nothing => None,
         },
+        ">" | ">=" | "<" | "<=" => {
+            let comparison = Comparison::of(&op_name)?;
+            if !is_input {
+                errors.push(ConditionError::new(
+                    clause.op_span,
+                    format!(
+                        "`{op_name}` compares numbers and applies only to `input.<param>` fields, as in `input.target {op_name} 25`"
+                    ),
+                ));
+                return None;
+            }
+            let SynRhs::Value(v) = clause.rhs else {
+                return None;
+            };
+            match (v.quoted, Number::parse(&v.text)) {
+                (false, Ok(number)) => Some(Op::Compare(comparison, number)),
+                (_, Err(Some(message))) => {
+                    errors.push(ConditionError::new(v.span, message));
+                    return None;
+                }
+                (_, _) => {
+                    errors.push(ConditionError::new(
+                        v.span,
+                        format!(
+                            "`{}` expects a number: `{op_name}` compares numbers, so write one without quotes, as in `{} {op_name} 25`",
+                            clause.field, clause.field
+                        ),
+                    ));
+                    return None;
+                }
+            }
+        }
         "has_secret" => {
             errors.push(ConditionError::new(
                 clause.op_span,
@@ -329,7 +446,7 @@ fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>)
             errors.push(ConditionError::new(
                 clause.op_span,
                 format!(
-                    "unknown operator `{}` (expected equals, contains, starts_with, ends_with or in)",
+                    "unknown operator `{}` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
                     clause.op
                 ),
             ));
@@ -412,21 +529,26 @@ fn print_clause(clause: &Clause, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("(")?;
     }
     f.write_str(&clause.field.name)?;
+    let input = clause.field.known == KnownField::Input;
     match &clause.op {
-        Op::Equals(v) => print_op_value(" equals ", v, f)?,
-        Op::Contains(v) => print_op_value(" contains ", v, f)?,
-        Op::StartsWith(v) => print_op_value(" starts_with ", v, f)?,
-        Op::EndsWith(v) => print_op_value(" ends_with ", v, f)?,
+        Op::Equals(v) => print_op_value(" equals ", v, input, f)?,
+        Op::Contains(v) => print_op_value(" contains ", v, input, f)?,
+        Op::StartsWith(v) => print_op_value(" starts_with ", v, input, f)?,
+        Op::EndsWith(v) => print_op_value(" ends_with ", v, input, f)?,
         Op::In(values) => {
             f.write_str(" in [")?;
             for (i, v) in values.iter().enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;
                 }
-                print_value(v, f)?;
+                print_value(v, input, f)?;
             }
             f.write_str("]")?;
         }
+        Op::Compare(comparison, number) => {
+            write!(f, " {} {}", comparison.as_str(), number.text)?;
+        }
+        Op::Window(window) => write!(f, " in {window}")?,
     }
     if keyword_like {
         f.write_str(")")?;
@@ -434,9 +556,9 @@ fn print_clause(clause: &Clause, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     Ok(())
 }
 
-fn print_op_value(op: &str, value: &Value, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+fn print_op_value(op: &str, value: &Value, input: bool, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     f.write_str(op)?;
-    print_value(value, f)
+    print_value(value, input, f)
 }
 
 /// A value prints bare when that cannot be misread: no whitespace, no
@@ -453,8 +575,12 @@ pub(crate) fn is_bare_safe(text: &str) -> bool {
         })
 }
 
-fn print_value(value: &Value, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    if is_bare_safe(&value.text) {
+fn print_value(value: &Value, input: bool, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    // Text that would read as a number or boolean for an `input.` field is
+    // quoted, so that it prints back as text.
+    let typed_when_bare =
+        input && value.literal == Literal::Text && Literal::of(&value.text) != Literal::Text;
+    if is_bare_safe(&value.text) && !typed_when_bare {
         return f.write_str(&value.text);
     }
     f.write_str("\"")?;

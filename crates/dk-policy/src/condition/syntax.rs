@@ -45,19 +45,35 @@ fn word(input: &str) -> Lex<'_> {
     take_while1(is_field_char).parse(input)
 }
 
+/// A field name: a word, or words joined by `.` (only `input.<param>` is
+/// then accepted, when the clause is checked).
+fn field_name(input: &str) -> Lex<'_> {
+    take_while1(|c| is_field_char(c) || c == '.').parse(input)
+}
+
+/// `>`, `>=`, `<`, `<=` (anything else made of these characters is read
+/// whole and refused as an unknown operator).
+fn symbol(input: &str) -> Lex<'_> {
+    take_while1(|c| matches!(c, '<' | '>' | '=' | '!')).parse(input)
+}
+
 fn bare_item(input: &str) -> Lex<'_> {
     take_till(|c| c == ',' || c == ']').parse(input)
 }
 
 /// The operators a clause may name (before checking: `has_secret` parses so
 /// that it can be refused with a clear message).
-pub(crate) const OPERATORS: [&str; 6] = [
+pub(crate) const OPERATORS: [&str; 10] = [
     "equals",
     "contains",
     "starts_with",
     "ends_with",
     "in",
     "has_secret",
+    ">",
+    ">=",
+    "<",
+    "<=",
 ];
 
 pub(crate) fn is_operator(word: &str) -> bool {
@@ -69,6 +85,8 @@ pub(crate) fn is_operator(word: &str) -> bool {
 pub(crate) struct SynValue<'a> {
     pub(crate) text: Cow<'a, str>,
     pub(crate) span: Range<usize>,
+    /// Written in quotes: always text, never a number or boolean.
+    pub(crate) quoted: bool,
 }
 
 /// What follows the operator.
@@ -282,7 +300,7 @@ impl<'a> Descent<'a> {
             return Some(self.offset(after_word));
         }
         let (after, _) = spaces1(after_word).ok()?;
-        if let Ok((after_next, next)) = word(after) {
+        if let Ok((after_next, next)) = word(after).or_else(|_| symbol(after)) {
             let ends = after_next.is_empty()
                 || after_next.starts_with(is_js_space)
                 || after_next.starts_with('[');
@@ -295,7 +313,7 @@ impl<'a> Descent<'a> {
 
     fn clause(&mut self) -> Syn<'a> {
         let start = self.pos;
-        let Ok((after_field, field)) = word(self.rest()) else {
+        let Ok((after_field, field)) = field_name(self.rest()) else {
             let shown: String = self.rest().chars().take(20).collect();
             self.error(
                 start..start + shown.len(),
@@ -322,12 +340,15 @@ impl<'a> Descent<'a> {
             return Syn::Error;
         };
         let op_start = self.offset(after_space);
-        let op_word = word(after_space).ok().filter(|(rest, _)| {
-            rest.is_empty()
-                || rest.starts_with(is_js_space)
-                || rest.starts_with('[')
-                || rest.starts_with(')')
-        });
+        let op_word = word(after_space)
+            .or_else(|_| symbol(after_space))
+            .ok()
+            .filter(|(rest, _)| {
+                rest.is_empty()
+                    || rest.starts_with(is_js_space)
+                    || rest.starts_with('[')
+                    || rest.starts_with(')')
+            });
         let Some((after_op, op)) = op_word else {
             let shown: String = after_space
                 .chars()
@@ -345,6 +366,12 @@ impl<'a> Descent<'a> {
         self.pos = op_span.end;
         let rhs = if op.eq_ignore_ascii_case("has_secret") {
             SynRhs::Nothing
+        } else if op.eq_ignore_ascii_case("in") && field == "time" && !self.list_follows() {
+            // `time in HH:MM..HH:MM`: a window, not a list.
+            match self.value_rhs(field, op) {
+                Some(value) => SynRhs::Value(value),
+                None => return Syn::Error,
+            }
         } else if op.eq_ignore_ascii_case("in") {
             match self.list_rhs(field, op) {
                 Some(items) => SynRhs::List(items),
@@ -363,6 +390,11 @@ impl<'a> Descent<'a> {
             op_span,
             rhs,
         })
+    }
+
+    /// Whether `[` comes next, after any whitespace.
+    fn list_follows(&self) -> bool {
+        self.rest().trim_start_matches(is_js_space).starts_with('[')
     }
 
     fn value_rhs(&mut self, field: &str, op: &str) -> Option<SynValue<'a>> {
@@ -412,6 +444,7 @@ impl<'a> Descent<'a> {
         Some(SynValue {
             text: Cow::Borrowed(trimmed),
             span,
+            quoted: false,
         })
     }
 
@@ -525,6 +558,7 @@ impl<'a> Descent<'a> {
                     return Some(SynValue {
                         text,
                         span: open..self.pos,
+                        quoted: true,
                     });
                 }
                 '\\' => {
@@ -596,6 +630,7 @@ impl<'a> Descent<'a> {
                     items.push(SynValue {
                         text: Cow::Borrowed(trimmed),
                         span: start..start + trimmed.len(),
+                        quoted: false,
                     });
                 }
                 self.pos = self.offset(after_item);

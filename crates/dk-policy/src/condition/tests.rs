@@ -150,14 +150,16 @@ fn errors() {
         (
             "a matches b",
             vec![
-                "unknown operator `matches` (expected equals, contains, starts_with, ends_with or in)",
+                "unknown operator `matches` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
             ],
         ),
         ("a equals", vec!["missing value after `equals`"]),
         ("a", vec!["expected an operator after `a`"]),
         (
             "a.b equals c",
-            vec!["unexpected `.` in field name `a` (letters, digits, `_` only)"],
+            vec![
+                "unknown field `a.b`: the only dotted fields are `input.<param>`, as in `input.target`",
+            ],
         ),
         (
             "a equals or b equals c",
@@ -165,7 +167,9 @@ fn errors() {
         ),
         (
             "a equals b and and c equals d",
-            vec!["unknown operator `c` (expected equals, contains, starts_with, ends_with or in)"],
+            vec![
+                "unknown operator `c` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
+            ],
         ),
         (
             "(a equals b) and",
@@ -195,7 +199,7 @@ fn errors() {
         (
             "a matches b or c has_secret or d equals",
             vec![
-                "unknown operator `matches` (expected equals, contains, starts_with, ends_with or in)",
+                "unknown operator `matches` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
                 "`has_secret` has no meaning for device calls and is not supported",
                 "missing value after `equals`",
             ],
@@ -556,7 +560,17 @@ fn js_split_follows_the_regex() {
     assert_eq!(js_split("a  OR\tb or c", "or"), vec!["a", "b", "c"]);
 }
 
-const FIELDS: [&str; 7] = ["deviceId", "capability", "x", "and", "or", "not", "in"];
+const FIELDS: [&str; 9] = [
+    "deviceId",
+    "capability",
+    "x",
+    "and",
+    "or",
+    "not",
+    "in",
+    "time",
+    "weekday",
+];
 const WORDS: [&str; 16] = [
     "lamp", "LAMP", "lamp-1", "and", "or", "not", "in", "equals", "ΣΑΣ", "σας", "İ", "a b", "x]",
     "[a", ",", "ẞ",

@@ -5,10 +5,14 @@
 //!   manifest rule); `starts_with`, `ends_with` and `contains` take a piece of one;
 //! - `capability`: a capability name, `^[a-z][a-z0-9]*(_[a-z0-9]+)*$`, or a piece of one;
 //! - `capabilityKind`: `sensor` or `actuator`, or a piece of one;
-//! - `agentId`, `sessionId`: no control, format or line-separator character.
+//! - `agentId`, `sessionId`: no control, format or line-separator character;
+//! - `weekday`: `mon` ... `sun`, with `equals` or `in`;
+//! - `time`: only a window, `time in HH:MM..HH:MM`;
+//! - any field: `in []`, an empty list, matches nothing.
 
 use super::{Clause, Condition, KnownField, Op, Value};
 use crate::error::ConditionError;
+use crate::time::weekday_problem;
 
 /// The capability kinds a manifest declares.
 const KINDS: [&str; 2] = ["sensor", "actuator"];
@@ -28,13 +32,45 @@ impl Condition {
     pub(crate) fn device_use_value_errors(&self) -> Vec<ConditionError> {
         let mut errors = Vec::new();
         self.root.visit_clauses(&mut |clause| {
+            let field = clause.field.name.as_str();
             let (name, compare, values): (&str, Compare, &[Value]) = match &clause.op {
                 Op::Equals(v) => ("equals", Compare::Whole, std::slice::from_ref(v)),
                 Op::In(values) => ("in", Compare::Whole, values),
                 Op::StartsWith(v) => ("starts_with", Compare::Prefix, std::slice::from_ref(v)),
                 Op::EndsWith(v) => ("ends_with", Compare::Suffix, std::slice::from_ref(v)),
                 Op::Contains(v) => ("contains", Compare::Inside, std::slice::from_ref(v)),
+                Op::Compare(..) | Op::Window(_) => return,
             };
+            if clause.field.known == KnownField::Time {
+                errors.push(ConditionError::new(
+                    clause.field_span.clone(),
+                    format!(
+                        "`time {name}` never matches a device call: `time` takes a window, as in `time in 23:00..06:00`"
+                    ),
+                ));
+                return;
+            }
+            if clause.field.known == KnownField::Weekday && compare != Compare::Whole {
+                errors.push(ConditionError::new(
+                    clause.field_span.clone(),
+                    format!(
+                        "`weekday {name}`: a weekday is compared whole, as in `weekday in [sat, sun]` or `weekday equals mon`"
+                    ),
+                ));
+                return;
+            }
+            if let Op::In(values) = &clause.op
+                && values.is_empty()
+            {
+                errors.push(ConditionError::new(
+                    clause.field_span.start..clause.field_span.end,
+                    format!(
+                        "`{field} in []` never matches, so the rule would do nothing: list at least one value, as in `{}`, or remove the rule",
+                        in_example(clause.field.known, field)
+                    ),
+                ));
+                return;
+            }
             for value in values {
                 if let Some(message) = problem(clause, name, compare, value) {
                     errors.push(ConditionError::new(value.span.clone(), message));
@@ -101,7 +137,67 @@ fn problem(clause: &Clause, op: &str, compare: Compare, value: &Value) -> Option
                 )
             })
         }
-        KnownField::Other => None,
+        KnownField::Weekday => weekday_problem(lower),
+        KnownField::Input | KnownField::Time | KnownField::Other => None,
+    }
+}
+
+/// A one-value `in` list for `field`, for messages.
+fn in_example(known: KnownField, field: &str) -> String {
+    let value = match known {
+        KnownField::DeviceId => "desk-lamp",
+        KnownField::Capability => "turn_on",
+        KnownField::CapabilityKind => "actuator",
+        KnownField::Weekday => "sat",
+        _ => "x",
+    };
+    format!("{field} in [{value}]")
+}
+
+impl Condition {
+    /// Clauses that only a device call can satisfy (`input.` params, time
+    /// windows), for a rule of another action, where they would never match.
+    pub(crate) fn device_call_only_errors(&self) -> Vec<ConditionError> {
+        let mut errors = Vec::new();
+        self.root.visit_clauses(&mut |clause| {
+            let what = if clause.field.known == KnownField::Input {
+                "`input.` params"
+            } else if matches!(clause.op, Op::Window(_)) {
+                "time windows"
+            } else {
+                return;
+            };
+            errors.push(ConditionError::new(
+                clause.field_span.clone(),
+                format!(
+                    "{what} exist only in device calls, so `{}` never matches this action: use `action: device_use` (or `*`)",
+                    clause.field.name
+                ),
+            ));
+        });
+        errors
+    }
+
+    /// Whether some clause reads the call's local time (`time` windows,
+    /// `weekday`).
+    pub(crate) fn reads_time(&self) -> bool {
+        let mut reads = false;
+        self.root.visit_clauses(&mut |clause| {
+            reads |=
+                matches!(clause.op, Op::Window(_)) || clause.field.known == KnownField::Weekday;
+        });
+        reads
+    }
+
+    /// The time windows of the condition, each with its clause's field span.
+    pub(crate) fn windows(&self) -> Vec<(crate::time::TimeWindow, std::ops::Range<usize>)> {
+        let mut out = Vec::new();
+        self.root.visit_clauses(&mut |clause| {
+            if let Op::Window(window) = &clause.op {
+                out.push((*window, clause.field_span.clone()));
+            }
+        });
+        out
     }
 }
 

@@ -7,16 +7,20 @@
 //! match of a tier is the smallest matching index over a handful of lists,
 //! and rules that cannot apply to a device are never looked at.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::path::Path;
 use std::time::SystemTime;
+
+use serde_json::{Map, Value};
 
 use crate::condition::{Field, Fields, KnownField};
 use crate::error::PolicyFileError;
 use crate::lower;
 use crate::rate::RateCounts;
 use crate::rule::{Rule, RuleDecision};
+use crate::time::{LocalTime, Zone, ZoneError};
 
 /// The action name of a device call.
 pub const DEVICE_USE: &str = "device_use";
@@ -82,8 +86,51 @@ impl Fields for DeviceUseContext<'_> {
             KnownField::CapabilityKind => self.capability_kind,
             KnownField::AgentId => self.agent_id.unwrap_or(""),
             KnownField::SessionId => self.session_id.unwrap_or(""),
-            KnownField::Other => "",
+            KnownField::Input | KnownField::Time | KnownField::Weekday | KnownField::Other => "",
         }
+    }
+}
+
+/// A whole `device_use` call: who asks for what, with which input, when.
+///
+/// [`PolicySet::evaluate_call`] decides it, with every condition: `input.`
+/// params read from `input`, `time` and `weekday` from `at` in the rules'
+/// zone.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Call<'a> {
+    /// Who asks, and for what.
+    pub device: DeviceUseContext<'a>,
+    /// The call's input, when it is a JSON object (`None` otherwise: every
+    /// `input.` clause is then false).
+    pub input: Option<&'a Map<String, Value>>,
+    /// When the call is made. The caller reads the clock; evaluation never does.
+    pub at: SystemTime,
+}
+
+/// A call's fields, with its local time worked out on first use.
+struct CallFields<'c> {
+    call: &'c Call<'c>,
+    zone: Option<&'c Zone>,
+    local: OnceCell<Option<LocalTime>>,
+}
+
+impl Fields for CallFields<'_> {
+    fn field(&self, field: &Field) -> &str {
+        match field.known {
+            KnownField::Weekday => self.local_time().map_or("", LocalTime::weekday_name),
+            _ => self.call.device.field(field),
+        }
+    }
+
+    fn input(&self, param: &str) -> Option<&Value> {
+        self.call.input?.get(param)
+    }
+
+    fn local_time(&self) -> Option<LocalTime> {
+        *self.local.get_or_init(|| {
+            self.zone
+                .and_then(|zone| LocalTime::of(self.call.at, &zone.zone))
+        })
     }
 }
 
@@ -211,6 +258,12 @@ pub struct PolicySet {
     /// on its own (they are few), against the counts the host keeps.
     limited: Vec<u32>,
     hasher: RandomState,
+    /// The file's `timezone:`, if it names one.
+    file_zone: Option<Zone>,
+    /// The zone `time` and `weekday` are read in when the file names none:
+    /// the host's choice, else the system's, read at load only when some
+    /// rule has a time condition.
+    local_zone: Option<Zone>,
 }
 
 /// A decision, and the rules with a `limit` the call counts against if it
@@ -241,14 +294,50 @@ impl PolicySet {
 
     /// Reads a rule file's text. Any error refuses the whole file, with every
     /// error reported.
+    ///
+    /// When a rule has a `time` or `weekday` condition and the file names
+    /// no `timezone:`, the system's zone is read here (`TZ`, else
+    /// `/etc/localtime`, else UTC); [`PolicySet::with_local_zone`] sets
+    /// another.
     pub fn from_yaml_str(text: &str) -> Result<PolicySet, PolicyFileError> {
-        crate::file::load_str(text).map(PolicySet::from_rules)
+        crate::file::load_str(text).map(PolicySet::from_file)
     }
 
     /// Reads a rule file. Any error refuses the whole file, with every error
-    /// reported; a file that cannot be read is an error too.
+    /// reported; a file that cannot be read is an error too. The zone is
+    /// read as for [`PolicySet::from_yaml_str`].
     pub fn load(path: &Path) -> Result<PolicySet, PolicyFileError> {
-        crate::file::load_path(path).map(PolicySet::from_rules)
+        crate::file::load_path(path).map(PolicySet::from_file)
+    }
+
+    /// The same rules, reading `time` and `weekday` in the zone `name` (an
+    /// IANA name such as `Europe/Berlin`) when the file has no
+    /// `timezone:`: the vessel's local zone, as the host knows it. A
+    /// file's `timezone:` still wins.
+    pub fn with_local_zone(mut self, name: &str) -> Result<PolicySet, ZoneError> {
+        self.local_zone = Some(Zone::named(name)?);
+        Ok(self)
+    }
+
+    /// The IANA name of the zone `time` and `weekday` conditions are read
+    /// in, when they are read in a named zone (`None` also when no rule
+    /// has a time condition and no zone was given).
+    pub fn time_zone(&self) -> Option<&str> {
+        self.zone().and_then(|zone| zone.name.as_deref())
+    }
+
+    fn zone(&self) -> Option<&Zone> {
+        self.file_zone.as_ref().or(self.local_zone.as_ref())
+    }
+
+    fn from_file(file: crate::file::LoadedFile) -> PolicySet {
+        let needs_time = file.rules.iter().any(|rule| rule.condition.reads_time());
+        let mut set = PolicySet::from_rules(file.rules);
+        set.file_zone = file.zone;
+        if needs_time && set.file_zone.is_none() {
+            set.local_zone = Some(Zone::system());
+        }
+        set
     }
 
     /// The checked rules, in file order.
@@ -264,6 +353,8 @@ impl PolicySet {
             other_actions: HashMap::new(),
             limited: Vec::new(),
             hasher: RandomState::new(),
+            file_zone: None,
+            local_zone: None,
         };
         for (position, rule) in rules.iter().enumerate() {
             let Ok(index) = u32::try_from(position) else {
@@ -309,6 +400,10 @@ impl PolicySet {
 
     /// Decides a call of `action` with the fields of `ctx`.
     ///
+    /// A context holds strings only: every `input.` clause and `time`
+    /// window is false, and `weekday` reads the context's `weekday` key
+    /// like any field.
+    ///
     /// 1. A shadow agent (agentId exactly `__shadow__`) asking for
     ///    `device_use` is blocked; no rule lifts it.
     /// 2. Applicable rules: enabled, action equal or `*`, agentScope absent
@@ -341,11 +436,56 @@ impl PolicySet {
 
     /// Decides a `device_use` call: the same as
     /// `evaluate(DEVICE_USE, ctx)`, without allocating.
+    ///
+    /// The context carries no input and no instant: every `input.` clause,
+    /// `time` window and `weekday` clause is false (so `not (...)` of one is
+    /// true). A host that has them calls [`PolicySet::evaluate_call`].
     pub fn evaluate_device_use(&self, ctx: &DeviceUseContext<'_>) -> Decision<'_> {
+        self.decide_device_use(ctx, ctx, NOT_REACHED)
+    }
+
+    /// Decides a whole `device_use` call, with every condition: the same
+    /// tiers as [`PolicySet::evaluate_device_use`], with `input.` clauses
+    /// read from `call.input` and `time`/`weekday` from `call.at` in the
+    /// file's `timezone:`, else the local zone. Allocation-free; no clock
+    /// is read.
+    pub fn evaluate_call(&self, call: &Call<'_>) -> Decision<'_> {
+        let fields = CallFields {
+            call,
+            zone: self.zone(),
+            local: OnceCell::new(),
+        };
+        self.decide_device_use(&call.device, &fields, NOT_REACHED)
+    }
+
+    /// Every applicable rule whose condition holds for `call`, in file
+    /// order, whatever its decision: what `dk policy explain` shows for a
+    /// whole call. (The shadow hard-deny is not a rule and is not listed.)
+    pub fn matching_call_rules(&self, call: &Call<'_>) -> Vec<&Rule> {
+        let fields = CallFields {
+            call,
+            zone: self.zone(),
+            local: OnceCell::new(),
+        };
+        self.rules
+            .iter()
+            .filter(|rule| {
+                rule.applies_to(DEVICE_USE, call.device.agent_id)
+                    && rule.condition.matches_fields(&fields)
+            })
+            .collect()
+    }
+
+    fn decide_device_use<F: Fields + ?Sized>(
+        &self,
+        ctx: &DeviceUseContext<'_>,
+        fields: &F,
+        reached: [Option<u32>; 3],
+    ) -> Decision<'_> {
         if ctx.agent_id == Some(SHADOW_AGENT_ID) {
             return shadow_deny();
         }
-        if self.device_use.is_empty() && self.any_action.is_empty() {
+        if self.device_use.is_empty() && self.any_action.is_empty() && reached == NOT_REACHED {
             return Decision::Allow { rule: None };
         }
         // Hash only the fields some rule is indexed by (0 never finds a bucket
@@ -368,30 +508,34 @@ impl PolicySet {
             [Some(&self.device_use), Some(&self.any_action)],
             keys,
             ctx.agent_id,
-            ctx,
-            NOT_REACHED,
+            fields,
+            reached,
         )
     }
 
-    /// Decides a `device_use` call as [`PolicySet::evaluate_device_use`]
+    /// Decides a whole `device_use` call as [`PolicySet::evaluate_call`]
     /// does, weighing the rules with a `limit` too: such a rule decides
     /// (in its tier, in file order, as any rule) only once `counts` says
     /// the calling agent made its `N` calls matching it within the window
-    /// before `at`; until then it is passed over, and listed in
-    /// [`Evaluation::counted`]. ([`PolicySet::evaluate_device_use`] and
-    /// [`PolicySet::evaluate`] always pass them over.)
-    pub fn evaluate_device_use_counted(
+    /// before `call.at`; until then it is passed over, and listed in
+    /// [`Evaluation::counted`]. (Every other entry point passes them over.)
+    pub fn evaluate_call_counted(
         &self,
-        ctx: &DeviceUseContext<'_>,
+        call: &Call<'_>,
         counts: &dyn RateCounts,
-        at: SystemTime,
     ) -> Evaluation<'_> {
+        let ctx = &call.device;
         if ctx.agent_id == Some(SHADOW_AGENT_ID) {
             return Evaluation {
                 decision: shadow_deny(),
                 counted: Vec::new(),
             };
         }
+        let fields = CallFields {
+            call,
+            zone: self.zone(),
+            local: OnceCell::new(),
+        };
         let mut reached = NOT_REACHED;
         let mut counted = Vec::new();
         for &index in &self.limited {
@@ -401,11 +545,12 @@ impl PolicySet {
             let Some(limit) = rule.limit else {
                 continue;
             };
-            if !rule.applies_to(DEVICE_USE, ctx.agent_id) || !rule.condition.matches_fields(ctx) {
+            if !rule.applies_to(DEVICE_USE, ctx.agent_id) || !rule.condition.matches_fields(&fields)
+            {
                 continue;
             }
             let agent = ctx.agent_id.unwrap_or("");
-            if counts.counted(&rule.name, agent, limit.window(), at) >= limit.calls() {
+            if counts.counted(&rule.name, agent, limit.window(), call.at) >= limit.calls() {
                 if let Some(slot) = reached.get_mut(rule.decision.tier()) {
                     slot.get_or_insert(index);
                 }
@@ -413,21 +558,7 @@ impl PolicySet {
                 counted.push(rule);
             }
         }
-        let decision = if reached == NOT_REACHED {
-            self.evaluate_device_use(ctx)
-        } else {
-            let keys = Keys {
-                device: fold_hash(&self.hasher, ctx.device_id),
-                capability: fold_hash(&self.hasher, ctx.capability),
-            };
-            self.decide(
-                [Some(&self.device_use), Some(&self.any_action)],
-                keys,
-                ctx.agent_id,
-                ctx,
-                reached,
-            )
-        };
+        let decision = self.decide_device_use(ctx, &fields, reached);
         Evaluation { decision, counted }
     }
 

@@ -2,6 +2,8 @@
 //!
 //! Choices where `policy.md` is silent:
 //! - `version` is required and must be the number 1.
+//! - `timezone` is optional: an IANA zone name, the zone `time` and
+//!   `weekday` conditions are read in; an unknown name is an error.
 //! - `policies` is required and must be a list; an empty list is fine.
 //! - Two rules with the same name are an error: decisions name rules.
 //! - `name` and `action` must not be empty, and `name` holds no control
@@ -28,6 +30,7 @@ use crate::error::{Location, PolicyError, PolicyFileError};
 use crate::eval::DEVICE_USE;
 use crate::rate::RateLimit;
 use crate::rule::{Rule, RuleDecision};
+use crate::time::Zone;
 use locate::{Target, locate};
 use raw::{Budget, FileSeed, Raw, RawEntry, RawFile, RawKey, RawTop};
 
@@ -43,6 +46,10 @@ const MAX_LOCATED_ERRORS: usize = 16;
 /// At most this many errors are reported for one file.
 const MAX_REPORTED_ERRORS: usize = 200;
 
+/// The fields a `device_use` call has beyond [`DEVICE_USE_FIELDS`] and
+/// `input.<param>`: its local time and weekday.
+const DEVICE_CALL_FIELDS: [&str; 2] = ["time", "weekday"];
+
 const RULE_KEYS: [&str; 10] = [
     "name",
     "action",
@@ -56,7 +63,14 @@ const RULE_KEYS: [&str; 10] = [
     "limit",
 ];
 
-pub(crate) fn load_path(path: &Path) -> Result<Vec<Rule>, PolicyFileError> {
+/// A rule file that loaded: its rules, and the zone it names.
+#[derive(Debug)]
+pub(crate) struct LoadedFile {
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) zone: Option<Zone>,
+}
+
+pub(crate) fn load_path(path: &Path) -> Result<LoadedFile, PolicyFileError> {
     let shown = path.display();
     let file = std::fs::File::open(path).map_err(|e| {
         PolicyFileError::one(PolicyError::file(format!("cannot read `{shown}`: {e}")))
@@ -93,7 +107,7 @@ pub(crate) fn locate_rule(text: &str, index: usize) -> Option<Location> {
     locate(prepared.text(), &Target::Rule(index)).map(|l| prepared.original(l))
 }
 
-pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
+pub(crate) fn load_str(text: &str) -> Result<LoadedFile, PolicyFileError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(too_large());
     }
@@ -124,7 +138,10 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
     let mut checker = Checker::default();
     let rules = checker.file(raw);
     if checker.errors.is_empty() {
-        return Ok(rules);
+        return Ok(LoadedFile {
+            rules,
+            zone: checker.zone,
+        });
     }
     let mut errors = checker.errors;
     errors.truncate(MAX_REPORTED_ERRORS);
@@ -153,6 +170,8 @@ pub(crate) fn load_str(text: &str) -> Result<Vec<Rule>, PolicyFileError> {
 #[derive(Default)]
 struct Checker {
     errors: Vec<(PolicyError, Option<Target>)>,
+    /// The file's `timezone:`, once read.
+    zone: Option<Zone>,
 }
 
 /// The fields of one rule entry, as far as they could be read.
@@ -234,6 +253,24 @@ impl Checker {
                         Some(Target::TopValue(name.clone())),
                     );
                 }
+                ("timezone", RawTop::Value(Raw::Str(Some(zone_name)))) => {
+                    match Zone::named(&zone_name) {
+                        Ok(zone) => self.zone = Some(zone),
+                        Err(error) => self.push(
+                            PolicyError::file(format!("`timezone`: {error}")),
+                            Some(Target::TopValue(name.clone())),
+                        ),
+                    }
+                }
+                ("timezone", RawTop::Value(other)) => {
+                    let found = other.kind();
+                    self.push(
+                        PolicyError::file(format!(
+                            "`timezone` must be an IANA zone name such as `Europe/Berlin`, found {found}"
+                        )),
+                        Some(Target::TopValue(name.clone())),
+                    );
+                }
                 ("policies", RawTop::Policies(list)) => {
                     policies_seen = true;
                     policies = Some(list);
@@ -250,7 +287,7 @@ impl Checker {
                 }
                 (_, _) => self.push(
                     PolicyError::file(format!(
-                        "unknown key `{name}` (a rule file has `version` and `policies`)"
+                        "unknown key `{name}` (a rule file has `version`, `policies` and optionally `timezone`)"
                     )),
                     Some(target_key),
                 ),
@@ -461,13 +498,16 @@ impl Checker {
                 let mut ok = true;
                 if matches!(action, Some(DEVICE_USE | "*")) {
                     for (field, span) in condition.fields() {
-                        if !DEVICE_USE_FIELDS.contains(&field) {
+                        let known = DEVICE_USE_FIELDS.contains(&field)
+                            || DEVICE_CALL_FIELDS.contains(&field)
+                            || field.starts_with("input.");
+                        if !known {
                             ok = false;
                             let mut error = PolicyError::rule(
                                 index,
                                 name,
                                 format!(
-                                    "unknown field `{field}` for a device_use rule (expected deviceId, capability, capabilityKind, agentId or sessionId)"
+                                    "unknown field `{field}` for a device_use rule (expected deviceId, capability, capabilityKind, agentId, sessionId, input.<param>, time or weekday)"
                                 ),
                             );
                             error.condition_span = Some(span);
@@ -475,6 +515,16 @@ impl Checker {
                         }
                     }
                     for e in condition.device_use_value_errors() {
+                        ok = false;
+                        let mut error = PolicyError::rule(index, name, e.message());
+                        error.condition_span = Some(e.span());
+                        self.push(error, Some(target.clone()));
+                    }
+                }
+                if !matches!(action, Some(DEVICE_USE | "*")) {
+                    // Other actions' contexts hold strings only: no input,
+                    // no instant. Such a clause would never match.
+                    for e in condition.device_call_only_errors() {
                         ok = false;
                         let mut error = PolicyError::rule(index, name, e.message());
                         error.condition_span = Some(e.span());

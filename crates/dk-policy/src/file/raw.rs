@@ -465,9 +465,11 @@ impl<'de> Visitor<'de> for FileSeed<'_> {
                     budget: self.budget,
                 })?
             } else {
+                // The text of `timezone` is kept: it names the zone.
+                let keep = key == RawKey::Str("timezone".to_owned());
                 RawTop::Value(map.next_value_seed(ValueSeed {
                     budget: self.budget,
-                    keep: false,
+                    keep,
                 })?)
             };
             entries.push((key, value));

@@ -502,8 +502,12 @@ mod load_tests {
 
     #[test]
     fn escaped_and_literal_emoji_load_the_same_rules() {
-        let escaped = load_path(&fixture("good/emoji-escaped.yaml")).unwrap();
-        let literal = load_path(&fixture("good/emoji-literal.yaml")).unwrap();
+        let escaped = load_path(&fixture("good/emoji-escaped.yaml"))
+            .unwrap()
+            .rules;
+        let literal = load_path(&fixture("good/emoji-literal.yaml"))
+            .unwrap()
+            .rules;
         assert_eq!(format!("{escaped:?}"), format!("{literal:?}"));
         assert_eq!(escaped[0].message(), "No 💡 today é");
         assert_eq!(

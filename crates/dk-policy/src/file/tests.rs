@@ -9,7 +9,9 @@ const HEADER: &str = "version: 1\npolicies:\n";
 /// Loads `text`, which must give rules with these names.
 #[track_caller]
 fn check_ok(text: &str, names: &[&str]) {
-    let rules = load_str(text).unwrap_or_else(|e| panic!("{text}\n{e}"));
+    let rules = load_str(text)
+        .unwrap_or_else(|e| panic!("{text}\n{e}"))
+        .rules;
     let got: Vec<&str> = rules.iter().map(Rule::name).collect();
     assert_eq!(got, names);
 }
@@ -18,7 +20,7 @@ fn check_ok(text: &str, names: &[&str]) {
 #[track_caller]
 fn check_err(text: &str, expected: &[&str]) {
     let error = match load_str(text) {
-        Ok(rules) => panic!("{text}\nloaded {} rules", rules.len()),
+        Ok(rules) => panic!("{text}\nloaded {} rules", rules.rules.len()),
         Err(error) => error,
     };
     let shown = error.to_string();
@@ -77,7 +79,7 @@ fn rule_fields_are_kept() {
     let text = format!(
         "{HEADER}  - name: r\n    action: device_use\n    condition: \" deviceId equals x \"\n    decision: block\n    message: go away\n    agentScope: helper\n    enabled: true\n    environments: [dev]\n    immutable: true\n"
     );
-    let rules = load_str(&text).unwrap();
+    let rules = load_str(&text).unwrap().rules;
     let rule = &rules[0];
     assert_eq!(rule.index(), 0);
     assert_eq!(rule.action(), "device_use");
@@ -115,7 +117,7 @@ fn refused_files() {
             &[
                 "line 1 column 10: `version` must be 1, found 2",
                 "line 2 column 11: `policies` must be a list of rules (`[]` for none), found a mapping",
-                "line 3 column 1: unknown key `extra` (a rule file has `version` and `policies`)",
+                "line 3 column 1: unknown key `extra` (a rule file has `version`, `policies` and optionally `timezone`)",
             ],
         ),
         (
@@ -138,11 +140,11 @@ fn refused_files() {
         (
             "version: 1\npolicies:\n  - name: a\n    action: device_use\n    condition: \"deviceId equals x and foo equals y\"\n    decision: block\n    message: m\n    colour: red\n  - name: a\n    action: device_use\n    condition: deviceId matches x\n    decision: maybe\n    enabled: \"no\"\n",
             &[
-                "line 5 column 16: policies[0] `a`: condition bytes 22..25: unknown field `foo` for a device_use rule (expected deviceId, capability, capabilityKind, agentId or sessionId)",
+                "line 5 column 16: policies[0] `a`: condition bytes 22..25: unknown field `foo` for a device_use rule (expected deviceId, capability, capabilityKind, agentId, sessionId, input.<param>, time or weekday)",
                 "line 8 column 5: policies[0] `a`: unknown key `colour` (expected name, action, condition, decision, message, enabled, agentScope, environments, immutable or limit)",
                 "line 9 column 5: policies[1] `a`: missing `message`",
                 "line 9 column 11: policies[1] `a`: duplicate rule name `a` (also policies[0])",
-                "line 11 column 16: policies[1] `a`: condition bytes 9..16: unknown operator `matches` (expected equals, contains, starts_with, ends_with or in)",
+                "line 11 column 16: policies[1] `a`: condition bytes 9..16: unknown operator `matches` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
                 "line 12 column 15: policies[1] `a`: `decision` must be block, require_approval or allow, found `maybe`",
                 "line 13 column 14: policies[1] `a`: `enabled` must be true or false, found a string",
             ],
@@ -233,7 +235,7 @@ fn other_actions_may_read_any_field() {
             "{HEADER}  - {{name: r, action: '*', condition: 'path contains .env', decision: block, message: m}}\n"
         ),
         &[
-            "line 3 column 39: policies[0] `r`: condition bytes 0..4: unknown field `path` for a device_use rule (expected deviceId, capability, capabilityKind, agentId or sessionId)",
+            "line 3 column 39: policies[0] `r`: condition bytes 0..4: unknown field `path` for a device_use rule (expected deviceId, capability, capabilityKind, agentId, sessionId, input.<param>, time or weekday)",
         ],
     );
 }
@@ -307,6 +309,7 @@ fn limits_on_rules() {
     );
     let rules = load_str(&text).unwrap();
     let limits: Vec<Option<String>> = rules
+        .rules
         .iter()
         .map(|r| r.limit().map(|l| l.to_string()))
         .collect();
@@ -350,4 +353,138 @@ fn limits_on_rules() {
             "{text}\n{shown}"
         );
     }
+}
+
+/// The new conditions: each refusal with its message, each file that loads.
+#[test]
+fn input_and_time_conditions() {
+    let rule = |action: &str, condition: &str| {
+        format!(
+            "{HEADER}  - {{name: r, action: '{action}', condition: '{condition}', decision: block, message: m}}\n"
+        )
+    };
+    check_ok(
+        &rule(
+            "device_use",
+            "deviceId equals thermostat and (input.target > 25 or input.target < -3.5) and input.on equals true and time in 23:00..06:00 and weekday in [sat, SUN]",
+        ),
+        &["r"],
+    );
+    check_ok(
+        &rule(
+            "*",
+            "input.mode in [eco, \"25\", 25] and weekday equals mon",
+        ),
+        &["r"],
+    );
+    // Other actions keep 8gent's meaning: `time` and `weekday` are fields like any.
+    check_ok(
+        &rule(
+            "write_file",
+            "time in [a, b] and weekday equals saturday and time equals x",
+        ),
+        &["r"],
+    );
+    check_ok("version: 1\ntimezone: Europe/Berlin\npolicies: []\n", &[]);
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "device_use",
+            "input.target > warm",
+            "15..19: `input.target` expects a number: `>` compares numbers, so write one without quotes, as in `input.target > 25`",
+        ),
+        (
+            "device_use",
+            "input.target <= \"25\"",
+            "16..20: `input.target` expects a number: `<=` compares numbers, so write one without quotes, as in `input.target <= 25`",
+        ),
+        (
+            "device_use",
+            "input.target > 1e999",
+            "15..20: the number `1e999` is too large (at most about 1.8e308)",
+        ),
+        (
+            "device_use",
+            "deviceId > 5",
+            "9..10: `>` compares numbers and applies only to `input.<param>` fields, as in `input.target > 25`",
+        ),
+        (
+            "device_use",
+            "input.a.b equals 1",
+            "0..9: `input.a.b`: nested params are not supported; `input.<param>` names a top-level param of the call's input",
+        ),
+        (
+            "device_use",
+            "input.Target equals 1",
+            "0..12: `Target` can never be a param name, so `input.Target` never matches: a param is lower case letters and digits in words joined by `_`, starting with a letter, at most 30 characters",
+        ),
+        (
+            "device_use",
+            "time in 7:00..08:00",
+            "8..19: `7:00` is not a time from 00:00 to 23:59: write `time in HH:MM..HH:MM` with 24-hour times, as in `time in 23:00..06:00`",
+        ),
+        (
+            "device_use",
+            "time in 22:00..25:00",
+            "8..20: `25:00` is not a time from 00:00 to 24:00: write `time in HH:MM..HH:MM` with 24-hour times, as in `time in 23:00..06:00`",
+        ),
+        (
+            "device_use",
+            "time equals 23:00",
+            "0..4: `time equals` never matches a device call: `time` takes a window, as in `time in 23:00..06:00`",
+        ),
+        (
+            "device_use",
+            "weekday in [saturday]",
+            "12..20: weekdays are written with three letters: write `sat`",
+        ),
+        (
+            "device_use",
+            "weekday equals someday",
+            "15..22: `someday` is not a weekday, so this clause never matches: write one of mon, tue, wed, thu, fri, sat, sun",
+        ),
+        (
+            "device_use",
+            "weekday starts_with s",
+            "0..7: `weekday starts_with`: a weekday is compared whole, as in `weekday in [sat, sun]` or `weekday equals mon`",
+        ),
+        (
+            "device_use",
+            "deviceId in []",
+            "0..8: `deviceId in []` never matches, so the rule would do nothing: list at least one value, as in `deviceId in [desk-lamp]`, or remove the rule",
+        ),
+        (
+            "*",
+            "input.x in [ , ]",
+            "0..7: `input.x in []` never matches, so the rule would do nothing: list at least one value, as in `input.x in [x]`, or remove the rule",
+        ),
+        (
+            "write_file",
+            "input.size > 5",
+            "0..10: `input.` params exist only in device calls, so `input.size` never matches this action: use `action: device_use` (or `*`)",
+        ),
+        (
+            "write_file",
+            "time in 23:00..06:00",
+            "0..4: time windows exist only in device calls, so `time` never matches this action: use `action: device_use` (or `*`)",
+        ),
+    ];
+    for (action, condition, expected) in cases {
+        let text = rule(action, condition);
+        let column = 38 + action.len();
+        let expected =
+            format!("line 3 column {column}: policies[0] `r`: condition bytes {expected}");
+        check_err(&text, &[&expected]);
+    }
+    check_err(
+        "version: 1\ntimezone: Mars/Olympus\npolicies: []\n",
+        &[
+            "line 2 column 11: `timezone`: unknown time zone `Mars/Olympus` (write an IANA name such as `Europe/Berlin` or `UTC`)",
+        ],
+    );
+    check_err(
+        "version: 1\ntimezone: 5\npolicies: []\n",
+        &[
+            "line 2 column 11: `timezone` must be an IANA zone name such as `Europe/Berlin`, found a number",
+        ],
+    );
 }

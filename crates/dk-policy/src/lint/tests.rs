@@ -284,8 +284,9 @@ fn lint_cases() {
         let set = crate::PolicySet::from_yaml_str(&text).unwrap();
         let got: Vec<(usize, usize)> = lint(set.rules())
             .iter()
-            .map(|w| match &w.kind {
-                LintKind::Shadowed { by_index, .. } => (w.index, *by_index),
+            .filter_map(|w| match &w.kind {
+                LintKind::Shadowed { by_index, .. } => Some((w.index, *by_index)),
+                _ => None,
             })
             .collect();
         assert_eq!(&got, expected, "{name}");
@@ -327,4 +328,64 @@ fn lint_yaml_str_refuses_a_broken_file() {
         error.to_string().contains("duplicate rule name `a`"),
         "{error}"
     );
+}
+
+/// Input params against the params devices declare, and empty windows:
+/// `(condition, expected warning messages)`.
+#[test]
+fn input_params_and_time_windows() {
+    let mut declared = DeclaredParams::new();
+    declared.declare("set_target", "target", InputType::Number);
+    declared.declare("set_mode", "mode", InputType::String);
+    declared.declare("set_mode", "boost", InputType::Boolean);
+    let options = LintOptions {
+        declared_params: Some(&declared),
+    };
+    let cases: &[(&str, &[&str])] = &[
+        ("input.target > 25 and input.mode equals eco", &[]),
+        ("capability equals set_target and input.target > 25", &[]),
+        (
+            "capability equals set_mode and input.target > 25",
+            &[
+                "`input.target`: no capability `set_mode` declares a param `target`, so the clause is always false",
+            ],
+        ),
+        (
+            "input.tempo > 25 or input.tempo < 3",
+            &[
+                "`input.tempo`: no capability declares a param `tempo`, so the clause is always false",
+            ],
+        ),
+        (
+            "input.target equals warm",
+            &[
+                "`input.target` is compared with text, but it is declared a number, so the clause is always false",
+            ],
+        ),
+        (
+            "input.mode > 3 and input.boost equals yes and input.boost in [true, x]",
+            &[
+                "`input.mode` is compared with a number, but it is declared a string, so the clause is always false",
+                "`input.boost` is compared with text, but it is declared a boolean, so the clause is always false",
+            ],
+        ),
+        (
+            "time in 10:00..10:00 or time in 00:00..24:00",
+            &[
+                "`time in 10:00..10:00` is an empty window (it starts where it ends), so the clause is always false: write `time in 00:00..24:00` for the whole day",
+            ],
+        ),
+    ];
+    for (condition, expected) in cases {
+        let text = yaml(&[("r", "device_use", condition, "block", "")]);
+        let got: Vec<String> = lint_yaml_str_with(&text, &options)
+            .unwrap()
+            .iter()
+            .map(LintWarning::message)
+            .collect();
+        assert_eq!(got, *expected, "{condition}");
+    }
+    // Without declared params only the window is checked.
+    let text = yaml(&[("r", "device_use", "input.tempo > 25", "block", "")]);
+    assert_eq!(lint_yaml_str(&text).unwrap(), []);
 }

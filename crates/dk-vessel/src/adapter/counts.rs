@@ -11,9 +11,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dk_policy::{
-    DeviceUseContext, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull,
-};
+use dk_policy::{Call, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull};
 
 use crate::store::{RateHit, Store, StoreError};
 
@@ -75,16 +73,16 @@ impl RuleCounts {
     pub(crate) fn evaluate<'p>(
         &self,
         policies: &'p PolicySet,
-        ctx: &DeviceUseContext<'_>,
-        at: SystemTime,
+        call: &Call<'_>,
     ) -> Result<(Evaluation<'p>, Counted<'_>), RateLogFull> {
         let mut log = self.log();
         let evaluation = if self.broken.is_some() {
-            policies.evaluate_device_use_counted(ctx, &AllReached, at)
+            policies.evaluate_call_counted(call, &AllReached)
         } else {
-            policies.evaluate_device_use_counted(ctx, &*log, at)
+            policies.evaluate_call_counted(call, &*log)
         };
-        let agent = ctx.agent_id.unwrap_or("");
+        let at = call.at;
+        let agent = call.device.agent_id.unwrap_or("");
         let mut counted = Counted {
             counts: self,
             hits: Vec::new(),

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use dk_policy::{DEVICE_USE_FIELDS, DeviceUseContext, PolicySet, RateLog, RuleDecision};
+use dk_policy::{Call, DEVICE_USE_FIELDS, DeviceUseContext, PolicySet, RateLog, RuleDecision};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
@@ -147,7 +147,12 @@ fn run_case(set: &PolicySet, case: &Case) -> Result<Outcome, String> {
                 .map_err(|e| e.to_string())?;
         }
     }
-    let decision = set.evaluate_device_use_counted(&ctx, &counts, at).decision;
+    let call = Call {
+        device: ctx,
+        input: None,
+        at,
+    };
+    let decision = set.evaluate_call_counted(&call, &counts).decision;
     Ok(Outcome {
         name: case.name.clone(),
         expected: (case.expect.decision(), case.rule.clone()),
