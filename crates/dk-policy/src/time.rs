@@ -186,6 +186,36 @@ impl Zone {
     }
 }
 
+/// Reads `text` as an instant: RFC 3339 with an offset or `Z`
+/// (`2026-12-01T23:30:00+01:00`), or a local date and time without one
+/// (`2026-12-01T23:30`, `2026-12-01T23:30:00`), read in `zone`. A local
+/// time a DST change skips reads as the time after the gap; one it repeats
+/// reads as its first occurrence.
+pub(crate) fn parse_instant(text: &str, zone: &TimeZone) -> Result<SystemTime, String> {
+    let how = "write `2026-12-01T23:30:00` (in the rules' zone) or `2026-12-01T23:30:00Z` (with an offset)";
+    let instant = match text.parse::<Timestamp>() {
+        Ok(timestamp) => timestamp,
+        Err(_) => {
+            let civil: jiff::civil::DateTime = text
+                .parse()
+                .map_err(|_| format!("`{}` is not a date and time: {how}", text.escape_debug()))?;
+            zone.to_ambiguous_timestamp(civil)
+                .compatible()
+                .map_err(|e| format!("`{}`: {e}", text.escape_debug()))?
+        }
+    };
+    let since = instant.duration_since(Timestamp::UNIX_EPOCH);
+    let magnitude = std::time::Duration::try_from(since.abs())
+        .map_err(|e| format!("`{}`: {e}", text.escape_debug()))?;
+    let epoch = SystemTime::UNIX_EPOCH;
+    let at = if since.is_negative() {
+        epoch.checked_sub(magnitude)
+    } else {
+        epoch.checked_add(magnitude)
+    };
+    at.ok_or_else(|| format!("`{}` is too far from 1970", text.escape_debug()))
+}
+
 /// A time zone name that could not be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ZoneError {
@@ -296,5 +326,51 @@ mod tests {
             "unknown time zone `Mars/Olympus` (write an IANA name such as `Europe/Berlin` or `UTC`)"
         );
         assert!(Zone::named("Europe/Berlin").is_ok());
+    }
+
+    #[test]
+    fn instants_read_with_an_offset_or_in_the_zone() {
+        let berlin = Zone::named("Europe/Berlin").unwrap().zone;
+        let utc = |text: &str| {
+            let at: Timestamp = text.parse().unwrap();
+            let seconds = at.as_second();
+            let magnitude = std::time::Duration::from_secs(seconds.unsigned_abs());
+            if seconds < 0 {
+                SystemTime::UNIX_EPOCH - magnitude
+            } else {
+                SystemTime::UNIX_EPOCH + magnitude
+            }
+        };
+        let cases = [
+            // Winter: UTC+1.
+            ("2026-12-01T23:30:00", "2026-12-01T22:30:00Z"),
+            ("2026-12-01T23:30", "2026-12-01T22:30:00Z"),
+            ("2026-12-01T23:30:00Z", "2026-12-01T23:30:00Z"),
+            ("2026-12-01T23:30:00-05:00", "2026-12-02T04:30:00Z"),
+            // Summer: UTC+2.
+            ("2026-07-01T12:00:00", "2026-07-01T10:00:00Z"),
+            // 02:30 never happens on 2026-03-29 (02:00 -> 03:00): the time
+            // after the gap, 03:30 CEST.
+            ("2026-03-29T02:30:00", "2026-03-29T01:30:00Z"),
+            // 02:30 happens twice on 2026-10-25: the first, in CEST.
+            ("2026-10-25T02:30:00", "2026-10-25T00:30:00Z"),
+            ("1969-12-31T23:00:00Z", "1969-12-31T23:00:00Z"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_instant(text, &berlin), Ok(utc(expected)), "{text}");
+        }
+        for bad in [
+            "tonight",
+            "2026-13-01T00:00",
+            "23:30",
+            "2026-12-01 23:30:00 CET",
+            "",
+        ] {
+            let error = parse_instant(bad, &berlin).unwrap_err();
+            assert!(
+                error.contains("is not a date and time: write `2026-12-01T23:30:00`"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

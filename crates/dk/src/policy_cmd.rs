@@ -7,14 +7,15 @@ mod cases;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Subcommand;
 use dk_policy::{
-    CONFORMANCE_CASES, DEVICE_USE, DEVICE_USE_FIELDS, DeviceClass, DeviceConfig, LintKind,
-    LintWarning, PolicyError, PolicySet, RawDevicePolicy, ResolveOptions, lint_yaml_str,
-    run_device_policy_conformance,
+    CONFORMANCE_CASES, Call, DEVICE_USE, DEVICE_USE_FIELDS, DeviceClass, DeviceConfig,
+    DeviceUseContext, LintKind, LintWarning, PolicyError, PolicySet, RawDevicePolicy,
+    ResolveOptions, lint_yaml_str, run_device_policy_conformance,
 };
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::input::{print_json, printable, read_text};
 
@@ -49,6 +50,15 @@ pub enum PolicyCommand {
         /// `{"deviceId":"desk-lamp","capability":"set_light","capabilityKind":"actuator","agentId":"main"}`.
         #[arg(long)]
         context: String,
+        /// The call's input, a JSON object, for `input.<param>` conditions
+        /// (device_use only).
+        #[arg(long)]
+        input: Option<String>,
+        /// When the call is made, for `time` and `weekday` conditions
+        /// (device_use only): `2026-12-01T23:30:00` in the rules' zone, or
+        /// with an offset (`2026-12-01T22:30:00Z`). Default: now.
+        #[arg(long)]
+        at: Option<String>,
         /// The action asked for.
         #[arg(long, default_value = DEVICE_USE)]
         action: String,
@@ -90,9 +100,20 @@ pub fn run(command: PolicyCommand) -> ExitCode {
         PolicyCommand::Explain {
             file,
             context,
+            input,
+            at,
             action,
             json,
-        } => explain(&file, &context, &action, json),
+        } => explain(
+            &file,
+            &Asked {
+                context: &context,
+                input: input.as_deref(),
+                at: at.as_deref(),
+                action: &action,
+            },
+            json,
+        ),
         PolicyCommand::Test { file, cases, json } => cases::test(&file, &cases, json),
         PolicyCommand::Conformance { file, json } => conformance(&file, json),
     }
@@ -270,7 +291,15 @@ fn warning_json(warning: &LintWarning) -> Value {
     })
 }
 
-fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {
+/// What `dk policy explain` is asked about.
+struct Asked<'a> {
+    context: &'a str,
+    input: Option<&'a str>,
+    at: Option<&'a str>,
+    action: &'a str,
+}
+
+fn explain(file: &Path, asked: &Asked<'_>, json: bool) -> ExitCode {
     let set = match load(file) {
         Ok(set) => set,
         Err(error) => {
@@ -280,14 +309,45 @@ fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let context = match parse_context(context, action) {
-        Ok(context) => context,
+    let read = parse_context(asked.context, asked.action).and_then(|context| {
+        let input = asked.input.map(parse_input).transpose()?;
+        let at = asked
+            .at
+            .map(|at| {
+                set.instant(at)
+                    .map_err(|e| format!("--at {}", printable(&e)))
+            })
+            .transpose()?;
+        if asked.action != DEVICE_USE && (input.is_some() || at.is_some()) {
+            return Err(format!(
+                "--input and --at describe a device call: they need --action {DEVICE_USE}"
+            ));
+        }
+        Ok((context, input, at))
+    });
+    let (context, input, at) = match read {
+        Ok(read) => read,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let decision = set.evaluate(action, &context);
+    let field = |name: &str| context.get(name).map(String::as_str);
+    let decision = if asked.action == DEVICE_USE {
+        set.evaluate_call(&Call {
+            device: DeviceUseContext {
+                agent_id: field("agentId"),
+                session_id: field("sessionId"),
+                device_id: field("deviceId").unwrap_or(""),
+                capability: field("capability").unwrap_or(""),
+                capability_kind: field("capabilityKind").unwrap_or(""),
+            },
+            input: input.as_ref(),
+            at: at.unwrap_or_else(SystemTime::now),
+        })
+    } else {
+        set.evaluate(asked.action, &context)
+    };
     if json {
         print_json(&json!({
             "decision": decision.kind().as_str(),
@@ -309,6 +369,15 @@ fn explain(file: &Path, context: &str, action: &str, json: bool) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `--input`: a JSON object, as a call's input is.
+fn parse_input(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err("--input must be a JSON object".to_owned()),
+        Err(e) => Err(format!("--input is not JSON: {e}")),
+    }
 }
 
 /// The context: a JSON object whose values are strings; for `device_use`,

@@ -326,6 +326,20 @@ impl PolicySet {
         self.zone().and_then(|zone| zone.name.as_deref())
     }
 
+    /// Reads `text` as an instant, for tools that take a time from a person
+    /// (`dk policy explain --at`): RFC 3339 with an offset or `Z`, or a
+    /// local date and time (`2026-12-01T23:30:00`) read in the zone the
+    /// rules read time in (the file's `timezone:`, else the local zone). A
+    /// local time a DST change skips reads as the time after the gap; one it
+    /// repeats, as its first occurrence. The message of an error says how
+    /// to write it.
+    pub fn instant(&self, text: &str) -> Result<SystemTime, String> {
+        match self.zone() {
+            Some(zone) => crate::time::parse_instant(text, &zone.zone),
+            None => crate::time::parse_instant(text, &Zone::system().zone),
+        }
+    }
+
     fn zone(&self) -> Option<&Zone> {
         self.file_zone.as_ref().or(self.local_zone.as_ref())
     }

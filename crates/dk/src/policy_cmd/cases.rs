@@ -12,6 +12,8 @@
 //!     context: {deviceId: desk-lamp, capability: set_light, capabilityKind: actuator, agentId: main}
 //!     expect: require_approval      # block, require_approval or allow
 //!     rule: ask-before-lamp-actions # optional: the deciding rule, or null for none
+//!     input: {brightness: 80}       # optional: the call's input
+//!     at: 2026-12-01T23:30:00       # optional: when (in the rules' zone, or with an offset); default now
 //!     counted: {lamp-burst: 2}      # optional: calls this agent already made that a limited rule counted
 //! ```
 
@@ -22,7 +24,7 @@ use std::time::SystemTime;
 
 use dk_policy::{Call, DEVICE_USE_FIELDS, DeviceUseContext, PolicySet, RateLog, RuleDecision};
 use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::input::{print_json, printable, read_text};
 
@@ -43,6 +45,10 @@ struct Case {
     expect: Expected,
     #[serde(default, deserialize_with = "present")]
     rule: Option<Option<String>>,
+    #[serde(default)]
+    input: Option<Map<String, Value>>,
+    #[serde(default)]
+    at: Option<String>,
     #[serde(default)]
     counted: BTreeMap<String, u32>,
 }
@@ -127,7 +133,10 @@ fn run_case(set: &PolicySet, case: &Case) -> Result<Outcome, String> {
         capability: field("capability").unwrap_or(""),
         capability_kind: field("capabilityKind").unwrap_or(""),
     };
-    let at = SystemTime::now();
+    let at = match &case.at {
+        Some(at) => set.instant(at).map_err(|e| format!("`at`: {e}"))?,
+        None => SystemTime::now(),
+    };
     let mut counts = RateLog::default();
     for (rule_name, calls) in &case.counted {
         let Some(limit) = set
@@ -149,7 +158,7 @@ fn run_case(set: &PolicySet, case: &Case) -> Result<Outcome, String> {
     }
     let call = Call {
         device: ctx,
-        input: None,
+        input: case.input.as_ref(),
         at,
     };
     let decision = set.evaluate_call_counted(&call, &counts).decision;

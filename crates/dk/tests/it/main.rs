@@ -619,6 +619,14 @@ fn policy_test_runs_tables_of_cases() {
             "cases[0] `a`: the context needs `capability`",
         ),
         (
+            format!("cases:\n  - name: a\n    context: {lock}\n    expect: allow\n    at: midnight\n"),
+            "cases[0] `a`: `at`: `midnight` is not a date and time",
+        ),
+        (
+            format!("cases:\n  - name: a\n    context: {lock}\n    expect: allow\n    input: [1]\n"),
+            "invalid type: sequence, expected a map",
+        ),
+        (
             format!("cases:\n  - name: a\n    context: {lock}\n    expect: allow\n    counted: {{no-guest-unlocks: 1}}\n"),
             "cases[0] `a`: `counted` names `no-guest-unlocks`, which is not a rule with a limit",
         ),
@@ -632,5 +640,84 @@ fn policy_test_runs_tables_of_cases() {
         assert_eq!(out.status.code(), Some(1), "{text}");
         assert!(out.stdout.is_empty(), "{text}");
         assert!(stderr.contains(expected), "{text}\n{stderr}");
+    }
+}
+
+/// `--input` and `--at` give `input.` and time conditions what they read.
+#[test]
+fn policy_explain_reads_input_and_time() {
+    let file = fixtures().join("policies/good/night-door-and-thermostat.yaml");
+    let file = file.to_str().unwrap();
+    let thermostat = r#"{"deviceId":"thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
+    let door = r#"{"deviceId":"front-door","capability":"unlock","capabilityKind":"actuator","agentId":"main"}"#;
+    let explain = |context: &str, extra: &[&str]| {
+        let mut args = vec!["policy", "explain", file, "--context", context, "--json"];
+        args.extend_from_slice(extra);
+        let out = dk(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            got["decision"].as_str().unwrap().to_owned(),
+            got["rule"].as_str().map(str::to_owned),
+        )
+    };
+    let decided =
+        |decision: &str, rule: Option<&str>| (decision.to_owned(), rule.map(str::to_owned));
+    assert_eq!(
+        explain(thermostat, &["--input", r#"{"target": 26}"#]),
+        decided("block", Some("thermostat-range"))
+    );
+    assert_eq!(
+        explain(thermostat, &["--input", r#"{"target": 20}"#]),
+        decided("allow", None)
+    );
+    // Without --input the call carries no target: the range does not match.
+    assert_eq!(explain(thermostat, &[]), decided("allow", None));
+    // The file's zone is Europe/Berlin.
+    let night = ["--at", "2026-12-01T23:30:00"];
+    assert_eq!(
+        explain(door, &night),
+        decided("require_approval", Some("night-door"))
+    );
+    assert_eq!(
+        explain(door, &["--at", "2026-12-01T21:30:00Z"]),
+        decided("allow", None)
+    );
+    assert_eq!(
+        explain(door, &["--at", "2026-07-01T21:30:00Z"]),
+        decided("require_approval", Some("night-door"))
+    );
+    let refused = [
+        (
+            vec!["--input", "[1]"],
+            "error: --input must be a JSON object\n",
+        ),
+        (vec!["--input", "{"], "error: --input is not JSON"),
+        (
+            vec!["--at", "tonight"],
+            "error: --at `tonight` is not a date and time",
+        ),
+        (
+            vec!["--action", "write_file", "--at", "2026-12-01T23:30:00"],
+            "error: --input and --at describe a device call: they need --action device_use\n",
+        ),
+    ];
+    for (extra, message) in refused {
+        let context = if extra.contains(&"write_file") {
+            r#"{"path":"x"}"#
+        } else {
+            door
+        };
+        let mut args = vec!["policy", "explain", file, "--context", context];
+        args.extend_from_slice(&extra);
+        let out = dk(&args);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with(message), "{extra:?}: {stderr}");
     }
 }
