@@ -64,7 +64,8 @@ pub enum AuditCommand {
     },
 }
 
-fn open(data_dir: &Path) -> Result<SqliteStore, String> {
+/// Opens the vessel database of `data_dir`, which must exist.
+pub(crate) fn open(data_dir: &Path) -> Result<SqliteStore, String> {
     let path = data_dir.join(DATABASE_FILE);
     if !path.exists() {
         return Err(format!("no vessel database at `{}`", path.display()));

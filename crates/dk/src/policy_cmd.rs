@@ -11,12 +11,13 @@ use std::time::SystemTime;
 
 use clap::Subcommand;
 use dk_policy::{
-    CONFORMANCE_CASES, Call, DEVICE_USE, DEVICE_USE_FIELDS, DeviceClass, DeviceConfig,
-    DeviceUseContext, LintKind, LintWarning, PolicyError, PolicySet, RawDevicePolicy,
-    ResolveOptions, lint_yaml_str, run_device_policy_conformance,
+    CONFORMANCE_CASES, Call, DEVICE_USE, DEVICE_USE_FIELDS, DeclaredParams, DeviceClass,
+    DeviceConfig, DeviceUseContext, InputType, LintKind, LintOptions, LintWarning, PolicyError,
+    PolicySet, RawDevicePolicy, ResolveOptions, lint_yaml_str_with, run_device_policy_conformance,
 };
 use serde_json::{Map, Value, json};
 
+use crate::home::data_dir_or_home;
 use crate::input::{print_json, printable, read_text};
 
 /// Rule file commands.
@@ -39,6 +40,17 @@ pub enum PolicyCommand {
         /// Exit 1 when there is any warning.
         #[arg(long)]
         deny_warnings: bool,
+        /// Warn about `input.` params no manifest in this directory
+        /// (`*.json`) declares; may be given more than once.
+        #[arg(long = "manifests", value_name = "DIR")]
+        manifests: Vec<PathBuf>,
+        /// Warn about `input.` params no device paired with the vessel
+        /// declares (its data directory: `--data-dir`, else dk's home).
+        #[arg(long)]
+        paired: bool,
+        /// The vessel's data directory, for `--paired`.
+        #[arg(long, requires = "paired")]
+        data_dir: Option<PathBuf>,
         /// The rule file.
         file: PathBuf,
     },
@@ -95,8 +107,20 @@ pub fn run(command: PolicyCommand) -> ExitCode {
         PolicyCommand::Lint {
             json,
             deny_warnings,
+            manifests,
+            paired,
+            data_dir,
             file,
-        } => lint(&file, json, deny_warnings),
+        } => {
+            let paired = paired.then_some(data_dir);
+            match declared_params(&manifests, paired.as_ref().map(Option::as_deref)) {
+                Ok(declared) => lint(&file, json, deny_warnings, declared.as_ref()),
+                Err(e) => {
+                    eprintln!("error: {}", printable(&e));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         PolicyCommand::Explain {
             file,
             context,
@@ -241,10 +265,72 @@ fn check(file: &Path, json: bool) -> ExitCode {
     }
 }
 
-fn lint(file: &Path, json: bool, deny_warnings: bool) -> ExitCode {
-    let outcome = read_text(file)
-        .map_err(LoadError::Read)
-        .and_then(|text| lint_yaml_str(&text).map_err(|e| LoadError::Rules(e.errors().to_vec())));
+/// The params the manifests in `dirs` and, when `paired` is set, the
+/// devices paired with the vessel of that data directory (or of dk's home)
+/// declare; `None` when neither is asked for.
+fn declared_params(
+    dirs: &[PathBuf],
+    paired: Option<Option<&Path>>,
+) -> Result<Option<DeclaredParams>, String> {
+    if dirs.is_empty() && paired.is_none() {
+        return Ok(None);
+    }
+    let mut declared = DeclaredParams::new();
+    let mut declare = |manifest: &dk_proto::Manifest| {
+        for cap in manifest.capabilities() {
+            for param in cap.params() {
+                let ty = match param.ty() {
+                    dk_proto::ParamType::String => InputType::String,
+                    dk_proto::ParamType::Number => InputType::Number,
+                    dk_proto::ParamType::Boolean => InputType::Boolean,
+                };
+                declared.declare(cap.name(), param.name(), ty);
+            }
+        }
+    };
+    for dir in dirs {
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| format!("cannot read `{}`: {e}", dir.display()))?;
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let manifest = read_text(&path).and_then(|text| {
+                dk_proto::validate_manifest_json(&text)
+                    .map_err(|e| format!("`{}` is not a valid manifest: {e}", path.display()))
+            })?;
+            declare(&manifest);
+        }
+    }
+    if let Some(data_dir) = paired {
+        let (data_dir, _home) = data_dir_or_home(data_dir).map_err(|e| e.to_string())?;
+        let store = crate::audit_cmd::open(&data_dir)?;
+        let snapshot = dk_vessel::Store::load(&store).map_err(|e| e.to_string())?;
+        for pairing in snapshot.pairings {
+            let manifest =
+                dk_proto::validate_manifest_json(&pairing.manifest_json).map_err(|e| {
+                    format!("the manifest of paired device `{}`: {e}", pairing.device_id)
+                })?;
+            declare(&manifest);
+        }
+    }
+    Ok(Some(declared))
+}
+
+fn lint(
+    file: &Path,
+    json: bool,
+    deny_warnings: bool,
+    declared: Option<&DeclaredParams>,
+) -> ExitCode {
+    let options = LintOptions {
+        declared_params: declared,
+    };
+    let outcome = read_text(file).map_err(LoadError::Read).and_then(|text| {
+        lint_yaml_str_with(&text, &options).map_err(|e| LoadError::Rules(e.errors().to_vec()))
+    });
     let warnings = match (outcome, json) {
         (Ok(warnings), _) => warnings,
         (Err(error), true) => {

@@ -721,3 +721,87 @@ fn policy_explain_reads_input_and_time() {
         assert!(stderr.starts_with(message), "{extra:?}: {stderr}");
     }
 }
+
+/// `--manifests DIR` and `--paired` tell lint which params exist.
+#[test]
+fn policy_lint_knows_declared_params() {
+    let rules = fixtures().join("policies/params/thermostat.yaml");
+    let rules = rules.to_str().unwrap();
+    let manifests = fixtures().join("manifests/valid");
+    let warnings = "warning: line 11: policies[1] `misnamed`: `input.target`: no capability `set_target` declares a param `target`, so the clause is always false\n\
+                    warning: line 16: policies[2] `mode-as-number`: `input.mode` is compared with a number, but it is declared a string, so the clause is always false\n\
+                    2 warning(s)\n";
+    // Without them lint cannot know.
+    let out = dk(&["policy", "lint", rules]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0 warning(s)\n");
+    let out = dk(&[
+        "policy",
+        "lint",
+        "--deny-warnings",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        rules,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), warnings);
+
+    // The devices paired with a vessel: its database, written by dk-vessel.
+    let data = tempfile::TempDir::new().unwrap();
+    {
+        let store = dk_vessel::SqliteStore::open(&data.path().join("vessel.db")).unwrap();
+        let text = std::fs::read_to_string(manifests.join("hall-thermostat.json")).unwrap();
+        let manifest = dk_proto::validate_manifest_json(&text).unwrap();
+        let pairing = dk_vessel::StoredPairing {
+            device_id: manifest.id().to_owned(),
+            manifest_json: manifest.to_stored_json(),
+            digest: manifest.digest(),
+            token_hash: [7; 32],
+            grants: vec!["set_target".to_owned()],
+            generation: 1,
+            paired_at_ms: 1,
+        };
+        let audit = dk_vessel::AuditEvent {
+            at_ms: 1,
+            kind: "paired".to_owned(),
+            entry: json!({"deviceId": manifest.id()}),
+        };
+        dk_vessel::Store::put_pairing(&store, &pairing, &audit).unwrap();
+    }
+    let data_dir = data.path().to_str().unwrap();
+    let out = dk(&["policy", "lint", "--paired", "--data-dir", data_dir, rules]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), warnings);
+
+    let refused = [
+        (
+            vec!["--manifests", "/nonexistent-dk-dir"],
+            "error: cannot read `/nonexistent-dk-dir`",
+        ),
+        (
+            vec!["--paired", "--data-dir", "/nonexistent-dk-dir"],
+            "error: no vessel database at `/nonexistent-dk-dir/vessel.db`",
+        ),
+    ];
+    for (extra, message) in refused {
+        let mut args = vec!["policy", "lint"];
+        args.extend_from_slice(&extra);
+        args.push(rules);
+        let out = dk(&args);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).starts_with(message),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let invalid = fixtures().join("manifests/invalid");
+    let out = dk(&[
+        "policy",
+        "lint",
+        "--manifests",
+        invalid.to_str().unwrap(),
+        rules,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a valid manifest"));
+}
