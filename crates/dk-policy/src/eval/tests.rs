@@ -449,6 +449,8 @@ struct GenRule {
     condition: String,
     enabled: bool,
     scope: Option<&'static str>,
+    /// `limit: N per 1h`, on device_use and `*` block and require_approval rules.
+    limit: Option<u32>,
 }
 
 const DEVICES: [&str; 5] = ["lamp-1", "LAMP-1", "door", "ΣΑΣ", "σας"];
@@ -526,9 +528,10 @@ fn gen_rule() -> impl Strategy<Value = GenRule> {
         gen_condition(false),
         prop::bool::weighted(0.85),
         proptest::option::weighted(0.2, proptest::sample::select(&AGENTS[..])),
+        proptest::option::weighted(0.25, 1u32..4),
     )
         .prop_map(
-            |(action, decision, call_condition, condition, enabled, scope)| GenRule {
+            |(action, decision, call_condition, condition, enabled, scope, limit)| GenRule {
                 action,
                 decision,
                 // Other actions have no input and no instant: such clauses are refused there.
@@ -539,6 +542,7 @@ fn gen_rule() -> impl Strategy<Value = GenRule> {
                 },
                 enabled,
                 scope,
+                limit: limit.filter(|_| action != "write_file" && decision != "allow"),
             },
         )
 }
@@ -560,6 +564,9 @@ fn render(rules: &[GenRule], zone: Option<&str>) -> String {
         );
         if let Some(scope) = rule.scope {
             let _ = writeln!(text, "    agentScope: {scope}");
+        }
+        if let Some(limit) = rule.limit {
+            let _ = writeln!(text, "    limit: {limit} per 1h");
         }
     }
     text
@@ -652,6 +659,8 @@ struct NaiveCall<'a> {
     input: Option<&'a Map<String, Value>>,
     /// Minute of the day and weekday name, in the rules' zone.
     local: Option<(u32, &'static str)>,
+    /// The calls each rule (by index) counted for the agent; none: no counts.
+    counted: &'a [u32],
 }
 
 fn naive_local(at: SystemTime, zone: &str) -> (u32, &'static str) {
@@ -680,10 +689,15 @@ fn naive(rules: &[Rule], action: &str, call: &NaiveCall<'_>) -> Decision<'static
         };
     }
     let matching = |decision: RuleDecision| {
-        rules.iter().find(|rule| {
-            rule.decision() == decision
+        rules.iter().enumerate().find_map(|(index, rule)| {
+            let reached = rule
+                .limit()
+                .is_none_or(|limit| call.counted.get(index).copied().unwrap_or(0) >= limit.calls());
+            (rule.decision() == decision
+                && reached
                 && rule.applies_to(action, ctx.agent_id)
-                && naive_matches(&rule.condition().root, call)
+                && naive_matches(&rule.condition().root, call))
+            .then_some(rule)
         })
     };
     let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
@@ -807,6 +821,7 @@ proptest! {
         file_zone in proptest::option::weighted(0.3, proptest::sample::select(&ZONES[..])),
         local_zone in proptest::sample::select(&ZONES[..]),
         calls in prop::collection::vec((gen_ctx(), gen_input(), gen_instant()), 8),
+        counts in prop::collection::vec(0u32..4, 30),
     ) {
         let text = render(&rules, file_zone);
         let set = PolicySet::from_yaml_str(&text)
@@ -816,14 +831,30 @@ proptest! {
         let zone = file_zone.unwrap_or(local_zone);
         for (ctx, input, at) in calls {
             let ctx = ctx_of(ctx);
-            let bare = NaiveCall { ctx: &ctx, input: None, local: None };
+            let bare = NaiveCall { ctx: &ctx, input: None, local: None, counted: &[] };
             let expected = naive(set.rules(), DEVICE_USE, &bare);
             prop_assert_eq!(set.evaluate_device_use(&ctx), expected, "{}\n{:?}", text, ctx);
             prop_assert_eq!(set.evaluate(DEVICE_USE, &ctx), expected);
             prop_assert_eq!(set.evaluate("write_file", &ctx), naive(set.rules(), "write_file", &bare));
             let call = Call { device: ctx, input: input.as_ref(), at };
-            let full = NaiveCall { ctx: &ctx, input: input.as_ref(), local: Some(naive_local(at, zone)) };
+            let full = NaiveCall { ctx: &ctx, input: input.as_ref(), local: Some(naive_local(at, zone)), counted: &[] };
             prop_assert_eq!(set.evaluate_call(&call), naive(set.rules(), DEVICE_USE, &full), "{}\n{:?}", text, call);
+            // With counts: each limited rule has made its count of calls for this agent.
+            let mut log = crate::RateLog::default();
+            for (rule, count) in set.rules().iter().zip(&counts) {
+                if let Some(limit) = rule.limit() {
+                    for _ in 0..*count {
+                        log.record(rule.name(), ctx.agent_id.unwrap_or(""), limit, at).unwrap();
+                    }
+                }
+            }
+            let counted = NaiveCall { counted: &counts, ..full };
+            let evaluation = set.evaluate_call_counted(&call, &log);
+            prop_assert_eq!(evaluation.decision, naive(set.rules(), DEVICE_USE, &counted), "{}\n{:?} {:?}", text, call, counts);
+            for rule in &evaluation.counted {
+                let limit = rule.limit().unwrap();
+                prop_assert!(counts[rule.index()] < limit.calls());
+            }
         }
     }
 
