@@ -39,8 +39,9 @@ use serde::ser::SerializeMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use crate::allowances::{Allowance, AllowanceOffer, OfferedCall};
 use crate::link::Links;
-use crate::registry::DeviceRegistry;
+use crate::registry::{DeviceRegistry, PairedDevice};
 use crate::store::{AuditPlace, AuditRoom};
 
 mod budget;
@@ -182,6 +183,19 @@ pub struct DecisionRecord<'a> {
     /// The call is the person's own (the admin API's), not an agent's.
     #[serde(skip)]
     pub by_person: bool,
+    /// The remembered allowance the person's answer made, or that answered
+    /// for the person. For the audit log; not part of 8DK's record.
+    #[serde(skip)]
+    pub allowance: Option<AllowanceUse>,
+}
+
+/// How a call met a remembered allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllowanceUse {
+    /// The person's answer to this call made allowance `0`.
+    Created(u64),
+    /// Allowance `0` answered for the person: nobody was asked.
+    Used(u64),
 }
 
 /// What the person is shown when a call needs a yes.
@@ -223,11 +237,43 @@ pub trait AgentGate: Send + Sync {
     ) -> Option<bool>;
 }
 
+/// The person's answer to a call, when a yes may be remembered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    /// No (or no answer in time).
+    Refused,
+    /// Yes, for this call only.
+    Once,
+    /// Yes, and remembered as this allowance.
+    Remembered(Allowance),
+}
+
 /// Asks the person. An error counts as a no, and says why the person was
 /// not asked (it is the refusal's reason).
 pub trait Approver: Send + Sync {
     /// Returns `Ok(true)` for a yes.
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// Asks as [`Approver::approve`] does, letting the person remember a
+    /// yes as `offer` allows (none: the call cannot be remembered). An
+    /// approver that never offers (the default) answers once or no.
+    fn approve_remembering(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+    ) -> BoxFuture<'_, Result<Approval, String>> {
+        drop(offer);
+        let asking = self.approve(request);
+        Box::pin(async move {
+            asking.await.map(|yes| {
+                if yes {
+                    Approval::Once
+                } else {
+                    Approval::Refused
+                }
+            })
+        })
+    }
 }
 
 /// An [`Approver`] from a closure returning a future.
@@ -517,6 +563,7 @@ impl DeviceToolAdapter {
             reached: AtomicBool::new(false),
             person_answer: None,
             by_person: ctx.by_person,
+            allowance: None,
         };
         if !decision.take_place().await {
             let reason = AUDIT_STOPPED.to_owned();
@@ -524,18 +571,19 @@ impl DeviceToolAdapter {
             return ToolOutcome::Refused { reason };
         }
         let mut rule = None;
-        let mut person_answer = None;
+        let mut person = PersonSaid::default();
         let outcome = self
             .run_checks(
                 tool,
                 device_id.zip(capability),
                 &input,
                 &ctx,
-                (&mut rule, &mut person_answer),
+                (&mut rule, &mut person),
                 &decision.reached,
             )
             .await;
-        decision.person_answer = person_answer;
+        decision.person_answer = person.answer;
+        decision.allowance = person.allowance;
         decision.report(
             !matches!(outcome, Checked::Refused(_)),
             match &outcome {
@@ -574,6 +622,7 @@ impl DeviceToolAdapter {
             reached: AtomicBool::new(false),
             person_answer: None,
             by_person: ctx.by_person,
+            allowance: None,
         };
         decision.take_place().await;
         decision.report(false, reason, None);
@@ -602,6 +651,102 @@ impl DeviceToolAdapter {
             })
     }
 
+    /// Check 5: a live allowance for the call answers for the person;
+    /// else the person is asked, and may remember a yes when the call
+    /// names an agent that may still make it. Returns the refusal, if any.
+    async fn ask_person(
+        &self,
+        ctx: &CallContext<'_>,
+        asking: Asking<'_>,
+        said: &mut PersonSaid,
+    ) -> Option<Checked> {
+        let Asking {
+            tool,
+            device_id,
+            capability,
+            device,
+            read_only,
+            input,
+            reason,
+            stamp,
+            gate_before,
+        } = asking;
+        let allowances = self.registry.allowances();
+        // The person's own calls are theirs; only an agent's are remembered.
+        let agent = ctx.agent_id.filter(|_| !ctx.by_person);
+        if let Some(agent) = agent
+            && let Some(id) = allowances.covering(agent, tool, device.generation(), input)
+        {
+            said.allowance = Some(AllowanceUse::Used(id));
+            return None;
+        }
+        let Some(approver) = ctx.approver else {
+            return Some(Checked::Refused(format!(
+                "[policy] {reason} (no approver wired)"
+            )));
+        };
+        // Offered only while the agent may make the call and the pairing and
+        // grant read before are still those in force.
+        let agent_may = ctx.agent_gate.is_none() || gate_before == Some(true);
+        let offer = agent
+            .filter(|_| {
+                agent_may
+                    && self
+                        .registry
+                        .get_with_grant(device_id, capability)
+                        .is_some_and(|(now, granted)| {
+                            granted && now.generation() == device.generation()
+                        })
+            })
+            .map(|agent_id| {
+                allowances.offer(
+                    stamp,
+                    OfferedCall {
+                        agent_id,
+                        tool,
+                        device_id,
+                        capability,
+                        generation: device.generation(),
+                        read_only,
+                        arguments: input,
+                    },
+                )
+            });
+        let request = ApprovalRequest {
+            tool: tool.to_owned(),
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+            input: input.clone(),
+            reason: reason.clone().into_owned(),
+            agent_id: ctx.agent_id.map(str::to_owned),
+            session_id: ctx.session_id.map(str::to_owned),
+        };
+        match approver.approve_remembering(request, offer).await {
+            Ok(Approval::Once) => said.answer = Some(true),
+            Ok(Approval::Remembered(allowance)) => {
+                said.answer = Some(true);
+                said.allowance = Some(AllowanceUse::Created(allowance.id));
+            }
+            Ok(Approval::Refused) => {
+                said.answer = Some(false);
+                // A prompt withdrawn because its agent was removed or
+                // re-scoped reads as a no: say why.
+                return Some(
+                    self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
+                        .unwrap_or_else(|| {
+                            Checked::Refused(format!("[policy] the person said no: {reason}"))
+                        }),
+                );
+            }
+            Err(why) => {
+                return Some(Checked::Refused(format!(
+                    "[policy] the person was not asked ({why}): {reason}"
+                )));
+            }
+        }
+        None
+    }
+
     /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
     /// call or asked the person, `reached` just before the device is sent
     /// the call.
@@ -611,7 +756,7 @@ impl DeviceToolAdapter {
         parsed: Option<(&str, &str)>,
         input: &Value,
         ctx: &CallContext<'_>,
-        (rule, person_answer): (&mut Option<String>, &mut Option<bool>),
+        (rule, person): (&mut Option<String>, &mut PersonSaid),
         reached: &AtomicBool,
     ) -> Checked {
         // 1. A real device and capability.
@@ -685,8 +830,11 @@ impl DeviceToolAdapter {
         if let Err(refusal) = self.meter.charge(ctx.agent_id, device_id, ctx.run) {
             return Checked::Refused(refusal.to_string());
         }
-        // 5. The person's yes.
+        // 5. The person's yes, or an allowance the person gave for it.
         let waited = ask_reason.is_some();
+        // Taken before the gate and the grant are read again: a change from
+        // then on refuses to remember the person's answer.
+        let stamp = self.registry.allowances().stamp();
         // Whether the caller is one of the gate's agents, read before the
         // wait so that its removal meanwhile is noticed after it.
         let read_only = cap.kind() == dk_proto::CapabilityKind::Sensor;
@@ -697,36 +845,19 @@ impl DeviceToolAdapter {
             _ => None,
         };
         if let Some(reason) = ask_reason {
-            let Some(approver) = ctx.approver else {
-                return Checked::Refused(format!("[policy] {reason} (no approver wired)"));
+            let asking = Asking {
+                tool,
+                device_id,
+                capability,
+                device: &device,
+                read_only,
+                input,
+                reason,
+                stamp,
+                gate_before,
             };
-            let request = ApprovalRequest {
-                tool: tool.to_owned(),
-                device_id: device_id.to_owned(),
-                capability: capability.to_owned(),
-                input: input.clone(),
-                reason: reason.clone().into_owned(),
-                agent_id: ctx.agent_id.map(str::to_owned),
-                session_id: ctx.session_id.map(str::to_owned),
-            };
-            match approver.approve(request).await {
-                Ok(true) => *person_answer = Some(true),
-                Ok(false) => {
-                    *person_answer = Some(false);
-                    // A prompt withdrawn because its agent was removed or
-                    // re-scoped reads as a no: say why.
-                    if let Some(refusal) =
-                        self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
-                    {
-                        return refusal;
-                    }
-                    return Checked::Refused(format!("[policy] the person said no: {reason}"));
-                }
-                Err(why) => {
-                    return Checked::Refused(format!(
-                        "[policy] the person was not asked ({why}): {reason}"
-                    ));
-                }
+            if let Some(refusal) = self.ask_person(ctx, asking, person).await {
+                return refusal;
             }
         }
         // 6. Still the same pairing, still granted. Without a wait there is
@@ -802,6 +933,8 @@ struct PendingDecision<'a> {
     person_answer: Option<bool>,
     /// The call is the person's own.
     by_person: bool,
+    /// The allowance the person's answer made, or that answered.
+    allowance: Option<AllowanceUse>,
 }
 
 /// Where a pending decision stands with its place in the audit queue.
@@ -860,6 +993,7 @@ impl PendingDecision<'_> {
                 input: self.input,
                 person_answer: self.person_answer,
                 by_person: self.by_person,
+                allowance: self.allowance,
             });
         }
     }
@@ -875,6 +1009,30 @@ impl Drop for PendingDecision<'_> {
         };
         self.report(reached, reason, None);
     }
+}
+
+/// What the person said about a call (check 5).
+#[derive(Debug, Default)]
+struct PersonSaid {
+    /// Their answer, when asked.
+    answer: Option<bool>,
+    /// The allowance made by their answer, or that answered for them.
+    allowance: Option<AllowanceUse>,
+}
+
+/// A call that needs the person's yes, as check 5 sees it.
+struct Asking<'a> {
+    tool: &'a str,
+    device_id: &'a str,
+    capability: &'a str,
+    device: &'a PairedDevice,
+    read_only: bool,
+    input: &'a Map<String, Value>,
+    reason: Cow<'a, str>,
+    /// The allowances' count of changes before the gate was read.
+    stamp: u64,
+    /// The gate's word on the agent before the wait.
+    gate_before: Option<bool>,
 }
 
 /// How the checks ended.

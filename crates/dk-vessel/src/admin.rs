@@ -1,6 +1,7 @@
 //! The person's admin API: list and answer pending consents and approvals,
 //! list devices and grants, grant, revoke, unpair, add, list, remove and
-//! re-scope agents, read recent decisions, and list and call tools.
+//! re-scope agents, list and revoke remembered allowances, read recent
+//! decisions, and list and call tools.
 //!
 //! It listens on loopback by default, and on a Unix socket in the vessel's
 //! private data directory (`serve_admin_unix`), the one the person's
@@ -30,7 +31,9 @@ use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
+use crate::allowances::{AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
 use crate::origins::LocalOrigins;
+use crate::person::{AnswerError, ApprovalAnswer};
 use crate::registry::{ConsentDecision, GrantError};
 use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
@@ -157,6 +160,11 @@ fn router(vessel: Arc<Vessel>, token: AdminToken, local: LocalOrigins) -> Router
         .route("/v1/pending", get(pending))
         .route("/v1/pending/{id}/consent", post(answer_consent))
         .route("/v1/pending/{id}/approval", post(answer_approval))
+        .route("/v1/approvals/remembered", get(remembered))
+        .route(
+            "/v1/approvals/remembered/{id}",
+            get(remembered_one).delete(forget_remembered),
+        )
         .route("/v1/devices", get(devices))
         .route("/v1/devices/{id}", axum::routing::delete(unpair))
         .route(
@@ -288,17 +296,81 @@ async fn answer_consent(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ApprovalAnswer {
+struct ApprovalBody {
     approved: bool,
+    /// A yes to remember: `{"scope": "arguments"|"capability", "minutes"?}`.
+    #[serde(default)]
+    remember: Option<RememberBody>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RememberBody {
+    scope: String,
+    /// Minutes (1 to 1440); 15 when absent.
+    #[serde(default)]
+    minutes: Option<u64>,
+}
+
+/// The answer a body gives, or why it gives none.
+fn approval_answer(body: ApprovalBody) -> Result<ApprovalAnswer, String> {
+    match (body.approved, body.remember) {
+        (false, Some(_)) => {
+            Err("a refusal is not remembered: `remember` goes with `\"approved\": true`".to_owned())
+        }
+        (false, None) => Ok(ApprovalAnswer::Refuse),
+        (true, None) => Ok(ApprovalAnswer::Once),
+        (true, Some(remember)) => {
+            let scope = AllowanceScope::parse(&remember.scope).map_err(|e| e.to_string())?;
+            let minutes = match remember.minutes {
+                Some(minutes) => AllowanceMinutes::new(minutes).map_err(|e| e.to_string())?,
+                None => AllowanceMinutes::default(),
+            };
+            Ok(ApprovalAnswer::Remember(Remember { scope, minutes }))
+        }
+    }
+}
+
+/// Answers an approval: 204 for a yes once or a no, 201 with the allowance
+/// for a yes remembered.
 async fn answer_approval(
     State(admin): State<Admin>,
     UrlPath(id): UrlPath<u64>,
-    Json(answer): Json<ApprovalAnswer>,
+    Json(body): Json<ApprovalBody>,
 ) -> Response {
-    match admin.vessel.person().answer_approval(id, answer.approved) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+    let answer = match approval_answer(body) {
+        Ok(answer) => answer,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
+    };
+    match admin.vessel.person().answer_approval_with(id, answer) {
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(allowance)) => (StatusCode::CREATED, Json(json!(allowance))).into_response(),
+        Err(e @ (AnswerError::NotFound(_) | AnswerError::WrongKind(..))) => {
+            refuse(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Err(e @ (AnswerError::NotRememberable(_) | AnswerError::NotRemembered(..))) => {
+            refuse(StatusCode::CONFLICT, e.to_string())
+        }
+    }
+}
+
+async fn remembered(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!(admin.vessel.registry().allowances().list()))
+}
+
+async fn remembered_one(State(admin): State<Admin>, UrlPath(id): UrlPath<u64>) -> Response {
+    match admin.vessel.registry().allowances().get(id) {
+        Some(allowance) => Json(json!(allowance)).into_response(),
+        None => refuse(
+            StatusCode::NOT_FOUND,
+            AllowanceError::NotFound(id).to_string(),
+        ),
+    }
+}
+
+async fn forget_remembered(State(admin): State<Admin>, UrlPath(id): UrlPath<u64>) -> Response {
+    match admin.vessel.registry().allowances().revoke(id) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
     }
 }

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
 
+use crate::allowances::Allowances;
 use crate::store::{AuditEvent, Store, StoreError};
 
 /// Every agent credential starts with this, so a leaked one is recognisable.
@@ -318,6 +319,9 @@ pub struct AgentDirectory {
     events: broadcast::Sender<AgentEvent>,
     audit: Option<AgentAuditHook>,
     store: Option<Arc<dyn Store>>,
+    /// The person's remembered allowances: an agent's go when it is
+    /// removed, and those its new scope leaves out when it is re-scoped.
+    allowances: Option<Arc<Allowances>>,
 }
 
 impl fmt::Debug for AgentDirectory {
@@ -360,6 +364,7 @@ impl AgentDirectory {
             events: broadcast::channel(256).0,
             audit: None,
             store: None,
+            allowances: None,
         }
     }
 
@@ -398,6 +403,13 @@ impl AgentDirectory {
     /// the store's transaction records the entry.
     pub fn with_store(mut self, store: Arc<dyn Store>) -> AgentDirectory {
         self.store = Some(store);
+        self
+    }
+
+    /// Revokes an agent's remembered allowances in `allowances` when it is
+    /// removed, and those its new scope leaves out when it is re-scoped.
+    pub(crate) fn with_allowances(mut self, allowances: Arc<Allowances>) -> AgentDirectory {
+        self.allowances = Some(allowances);
         self
     }
 
@@ -539,6 +551,9 @@ impl AgentDirectory {
             self.commit(id, None, &entry)?;
             agents.remove(id);
         }
+        if let Some(allowances) = &self.allowances {
+            allowances.drop_agent(id);
+        }
         self.changed(AgentEvent::Removed { id: id.to_owned() }, entry);
         Ok(())
     }
@@ -547,7 +562,7 @@ impl AgentDirectory {
     /// request and are told when their tool list changed.
     pub fn set_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
         let entry = json!({"change": "scope", "agentId": id, "scope": scope});
-        {
+        let rescoped = {
             let mut agents = self.write();
             let agent = agents
                 .get_mut(id)
@@ -559,6 +574,12 @@ impl AgentDirectory {
             stored.agent.scope = scope;
             self.commit(id, Some(&stored), &entry)?;
             agent.agent = stored.agent;
+            agent.agent.clone()
+        };
+        if let Some(allowances) = &self.allowances {
+            allowances.drop_agent_outside(id, |device, capability, read_only| {
+                rescoped.may_use(device, capability, read_only)
+            });
         }
         self.changed(AgentEvent::ScopeChanged { id: id.to_owned() }, entry);
         Ok(())

@@ -13,6 +13,7 @@ mod adapter;
 mod admin;
 mod admin_client;
 mod agents;
+mod allowances;
 mod config;
 mod connection;
 mod link;
@@ -30,10 +31,10 @@ mod unix;
 mod vessel;
 
 pub use adapter::{
-    AgentGate, AgentRateLimits, AgentRunLimits, ApprovalRequest, Approver, ApproverFn, CallContext,
-    DEFAULT_AGENT_RATE, DEFAULT_CALL_TIMEOUT, DEFAULT_DEVICE_RATE, DEFAULT_MAX_TRACKED_BUCKETS,
-    DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook, DecisionRecord,
-    DeviceToolAdapter, RateLimit, RunClock, RunRef, ToolDefinition, ToolOutcome,
+    AgentGate, AgentRateLimits, AgentRunLimits, AllowanceUse, Approval, ApprovalRequest, Approver,
+    ApproverFn, CallContext, DEFAULT_AGENT_RATE, DEFAULT_CALL_TIMEOUT, DEFAULT_DEVICE_RATE,
+    DEFAULT_MAX_TRACKED_BUCKETS, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, DecisionHook,
+    DecisionRecord, DeviceToolAdapter, RateLimit, RunClock, RunRef, ToolDefinition, ToolOutcome,
 };
 pub use admin::{AdminToken, AdminTokenError, admin_router, serve_admin, serve_admin_unix};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
@@ -41,6 +42,11 @@ pub use agents::{
     AGENT_CREDENTIAL_PREFIX, Agent, AgentAuditHook, AgentCredential, AgentDirectory, AgentError,
     AgentEvent, AgentId, AgentRole, AgentScope, CapabilityScope, MAX_AGENT_NAME, ScopeError,
     StoredAgent,
+};
+pub use allowances::{
+    Allowance, AllowanceClock, AllowanceError, AllowanceMinutes, AllowanceOffer, AllowanceScope,
+    Allowances, DEFAULT_ALLOWANCE_MINUTES, MAX_ALLOWANCE_MINUTES, MAX_ALLOWANCES,
+    MIN_ALLOWANCE_MINUTES, Remember, arguments_digest,
 };
 pub use config::{
     ConfigError, LimitSettings, MAX_CONFIG_BYTES, RateLimitSettings, StreamingConfig, VesselConfig,
@@ -53,7 +59,8 @@ pub use link::{
 pub use listen::ListenerStats;
 pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_unix, serve_mcp_with};
 pub use person::{
-    AnswerError, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel, PersonEvent, Prompt,
+    AnswerError, ApprovalAnswer, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel,
+    PersonEvent, Prompt,
 };
 pub use redact::{MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer};
 pub use registry::{

@@ -9,6 +9,12 @@
 //! [`APPROVALS_PER_AGENT`] approvals waiting (the channel is shared
 //! by every agent and front end): past it, its call is refused without
 //! asking, so one agent cannot bury the others' prompts.
+//!
+//! An approval of an agent's call may be answered with more than a yes or
+//! a no ([`ApprovalAnswer`]): a yes for this call once, or a yes remembered
+//! for N minutes for this agent and tool with exactly these arguments, or
+//! for this agent and the whole capability (`allowances.rs`). A call that
+//! names no agent can only be allowed once or refused.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,7 +26,8 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::adapter::{ApprovalRequest, Approver};
+use crate::adapter::{Approval, ApprovalRequest, Approver};
+use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
 use crate::registry::{ConsentDecision, ConsentRequest};
 
 /// How long the person has to answer an approval by default (two minutes).
@@ -50,6 +57,21 @@ pub struct PendingPrompt {
     /// What is asked.
     #[serde(flatten)]
     pub prompt: Prompt,
+    /// Whether a yes may be remembered (`canRemember`, only on approvals
+    /// of an agent's call): answered with [`ApprovalAnswer::Remember`].
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub can_remember: bool,
+}
+
+/// The person's answer to an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalAnswer {
+    /// No.
+    Refuse,
+    /// Yes, for this call only.
+    Once,
+    /// Yes, and the same again without asking, as this says.
+    Remember(Remember),
 }
 
 /// A change in the queue, for front ends that show it live.
@@ -77,6 +99,13 @@ pub enum AnswerError {
     /// The prompt is of the other kind.
     #[error("prompt {0} is not {1}")]
     WrongKind(u64, &'static str),
+    /// The approval cannot be remembered: its call names no agent, or it
+    /// was not asked by a call that may be remembered.
+    #[error("call {0} cannot be remembered (it names no agent): allow it once or refuse it")]
+    NotRememberable(u64),
+    /// The allowance was not made; the prompt is still open.
+    #[error("{1}: call {0} is still waiting for an answer")]
+    NotRemembered(u64, AllowanceError),
 }
 
 /// Why the person was not asked.
@@ -94,12 +123,14 @@ pub(crate) enum AskError {
 
 enum Responder {
     Consent(oneshot::Sender<ConsentDecision>),
-    Approval(oneshot::Sender<bool>),
+    Approval(oneshot::Sender<Approval>),
 }
 
 struct Entry {
     view: PendingPrompt,
     responder: Responder,
+    /// What a yes may be remembered as, for an agent's call.
+    offer: Option<AllowanceOffer>,
 }
 
 /// The queue of prompts for the person.
@@ -165,12 +196,14 @@ impl PersonChannel {
         prompt: Prompt,
         timeout: Duration,
         responder: Responder,
+        offer: Option<AllowanceOffer>,
     ) -> Result<u64, AskError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let view = PendingPrompt {
             id,
             expires_at_ms: epoch_ms(SystemTime::now() + timeout),
             prompt,
+            can_remember: offer.is_some(),
         };
         {
             let mut pending = self.lock();
@@ -191,6 +224,7 @@ impl PersonChannel {
                 Entry {
                     view: view.clone(),
                     responder,
+                    offer,
                 },
             );
         }
@@ -208,7 +242,12 @@ impl PersonChannel {
     pub async fn ask_consent(&self, request: ConsentRequest, timeout: Duration) -> ConsentDecision {
         let (tx, rx) = oneshot::channel();
         // Consents are not counted against an agent: this cannot fail.
-        let Ok(id) = self.open(Prompt::Consent(request), timeout, Responder::Consent(tx)) else {
+        let Ok(id) = self.open(
+            Prompt::Consent(request),
+            timeout,
+            Responder::Consent(tx),
+            None,
+        ) else {
             return ConsentDecision::refuse();
         };
         let _withdraw = Withdraw { channel: self, id };
@@ -235,13 +274,34 @@ impl PersonChannel {
         request: ApprovalRequest,
         timeout: Duration,
     ) -> Result<bool, AskError> {
-        let (tx, rx) = oneshot::channel();
-        let id = self.open(Prompt::Approval(request), timeout, Responder::Approval(tx))?;
-        let _withdraw = Withdraw { channel: self, id };
         Ok(matches!(
-            tokio::time::timeout(timeout, rx).await,
-            Ok(Ok(true))
+            self.try_ask_remembering(request, None, timeout).await?,
+            Approval::Once | Approval::Remembered(_)
         ))
+    }
+
+    /// Asks the person to approve a call, letting them remember a yes as
+    /// `offer` allows; no answer within `timeout` is a no. A request of an
+    /// agent that already has its cap of approvals waiting is not put to
+    /// the person.
+    pub(crate) async fn try_ask_remembering(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+        timeout: Duration,
+    ) -> Result<Approval, AskError> {
+        let (tx, rx) = oneshot::channel();
+        let id = self.open(
+            Prompt::Approval(request),
+            timeout,
+            Responder::Approval(tx),
+            offer,
+        )?;
+        let _withdraw = Withdraw { channel: self, id };
+        Ok(match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(approval)) => approval,
+            _ => Approval::Refused,
+        })
     }
 
     /// Withdraws every waiting approval for which `withdraw` says yes: its
@@ -257,7 +317,7 @@ impl PersonChannel {
         let mut withdrawn = 0;
         for id in ids {
             if let Ok(Responder::Approval(tx)) = self.take(id, "an approval") {
-                let _ = tx.send(false);
+                let _ = tx.send(Approval::Refused);
                 withdrawn += 1;
             }
         }
@@ -298,12 +358,68 @@ impl PersonChannel {
         }
     }
 
-    /// Answers an approval prompt.
+    /// Answers an approval prompt with a yes for this call once, or a no.
     pub fn answer_approval(&self, id: u64, approve: bool) -> Result<(), AnswerError> {
+        let answer = if approve {
+            ApprovalAnswer::Once
+        } else {
+            ApprovalAnswer::Refuse
+        };
+        self.answer_approval_with(id, answer).map(|_| ())
+    }
+
+    /// Answers an approval prompt; a yes to remember makes the allowance
+    /// first and returns it. When it cannot be made (the call names no
+    /// agent, [`MAX_ALLOWANCES`](crate::MAX_ALLOWANCES) are live, the grant
+    /// or the agent changed meanwhile) the prompt stays open for another
+    /// answer.
+    pub fn answer_approval_with(
+        &self,
+        id: u64,
+        answer: ApprovalAnswer,
+    ) -> Result<Option<Allowance>, AnswerError> {
+        let (approval, made) = match answer {
+            ApprovalAnswer::Refuse => (Approval::Refused, None),
+            ApprovalAnswer::Once => (Approval::Once, None),
+            ApprovalAnswer::Remember(remember) => {
+                return self.remember(id, remember).map(Some);
+            }
+        };
         match self.take(id, "an approval")? {
-            Responder::Approval(tx) => tx.send(approve).map_err(|_| AnswerError::NotFound(id)),
-            Responder::Consent(_) => Err(AnswerError::WrongKind(id, "an approval")),
+            Responder::Approval(tx) => tx.send(approval).map_err(|_| AnswerError::NotFound(id))?,
+            Responder::Consent(_) => return Err(AnswerError::WrongKind(id, "an approval")),
         }
+        Ok(made)
+    }
+
+    /// Makes the allowance approval `id` offers, then answers it with a yes:
+    /// under the queue's lock, so the prompt is answered once.
+    fn remember(&self, id: u64, remember: Remember) -> Result<Allowance, AnswerError> {
+        let (entry, allowance) = {
+            let mut pending = self.lock();
+            let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
+            if matches!(entry.responder, Responder::Consent(_)) {
+                return Err(AnswerError::WrongKind(id, "an approval"));
+            }
+            let offer = entry
+                .offer
+                .as_ref()
+                .ok_or(AnswerError::NotRememberable(id))?;
+            let allowance = offer
+                .accept(remember)
+                .map_err(|e| AnswerError::NotRemembered(id, e))?;
+            let entry = pending.remove(&id).ok_or(AnswerError::NotFound(id))?;
+            (entry, allowance)
+        };
+        let _ = self.events.send(PersonEvent::Closed { id });
+        if let Some(offer) = &entry.offer {
+            offer.announce(&allowance);
+        }
+        if let Responder::Approval(tx) = entry.responder {
+            // An asker gone meanwhile leaves the allowance: the person made it.
+            let _ = tx.send(Approval::Remembered(allowance.clone()));
+        }
+        Ok(allowance)
     }
 }
 
@@ -319,6 +435,18 @@ impl Approver for PersonChannel {
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
         Box::pin(async move {
             self.try_ask_approval(request, self.approval_timeout)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn approve_remembering(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+    ) -> BoxFuture<'_, Result<Approval, String>> {
+        Box::pin(async move {
+            self.try_ask_remembering(request, offer, self.approval_timeout)
                 .await
                 .map_err(|e| e.to_string())
         })

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
 
+use crate::allowances::{Allowances, RevokeCause};
 use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
 
 /// How long the person has to answer a consent request by default (two minutes).
@@ -471,6 +472,8 @@ pub struct DeviceRegistry {
     /// Serialises changes: the store commits, then memory follows, in the
     /// same order for every change. Calls read memory and never wait here.
     changing: Mutex<()>,
+    /// The person's remembered yeses: revoked with the grant they rest on.
+    allowances: Arc<Allowances>,
 }
 
 impl Default for DeviceRegistry {
@@ -497,6 +500,7 @@ impl DeviceRegistry {
             events: broadcast::channel(256).0,
             store: Arc::new(MemoryStore::new()),
             changing: Mutex::new(()),
+            allowances: Arc::new(Allowances::new()),
         }
     }
 
@@ -539,12 +543,19 @@ impl DeviceRegistry {
             events: broadcast::channel(256).0,
             store,
             changing: Mutex::new(()),
+            allowances: Arc::new(Allowances::new()),
         })
     }
 
     /// The store the registry commits to.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The person's remembered allowances: a revoke, an unpair or a new
+    /// pairing of a device revokes those resting on it.
+    pub fn allowances(&self) -> &Arc<Allowances> {
+        &self.allowances
     }
 
     fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -669,10 +680,14 @@ impl DeviceRegistry {
         );
         {
             let mut hashes = self.token_hashes_mut();
-            if let Some(old) = replaced_entry {
+            if let Some(old) = &replaced_entry {
                 hashes.remove(&old.device.token_hash);
             }
             hashes.insert(token_hash);
+        }
+        if replaced_entry.is_some() {
+            self.allowances
+                .drop_device(&device_id, RevokeCause::PairedAgain);
         }
         drop(changing);
         self.notify(RegistryEvent::Paired {
@@ -842,6 +857,7 @@ impl DeviceRegistry {
         if let Some(entry) = self.write().get_mut(device_id) {
             entry.grants.remove(capability);
         }
+        self.allowances.drop_capability(device_id, capability);
         drop(changing);
         self.notify(RegistryEvent::Revoked {
             device_id: device_id.to_owned(),
@@ -865,6 +881,8 @@ impl DeviceRegistry {
         if let Some(old) = self.write().remove(device_id) {
             self.token_hashes_mut().remove(&old.device.token_hash);
         }
+        self.allowances
+            .drop_device(device_id, RevokeCause::Unpaired);
         drop(changing);
         self.notify(RegistryEvent::Unpaired {
             device_id: device_id.to_owned(),

@@ -15,7 +15,8 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use crate::adapter::{
-    AgentRateLimits, AgentRunLimits, DEFAULT_CALL_TIMEOUT, DecisionRecord, DeviceToolAdapter,
+    AgentRateLimits, AgentRunLimits, AllowanceUse, DEFAULT_CALL_TIMEOUT, DecisionRecord,
+    DeviceToolAdapter,
 };
 use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
@@ -357,6 +358,7 @@ struct Decision {
     input: Option<Value>,
     person_answer: Option<bool>,
     by_person: bool,
+    allowance: Option<AllowanceUse>,
 }
 
 impl Decision {
@@ -373,6 +375,19 @@ impl Decision {
             if let Some(yes) = self.person_answer {
                 let answer = if yes { "approved" } else { "refused" };
                 map.insert("person".to_owned(), Value::from(answer));
+            }
+            match self.allowance {
+                Some(AllowanceUse::Created(id)) => {
+                    map.insert(
+                        "allowance".to_owned(),
+                        serde_json::json!({"id": id, "created": true}),
+                    );
+                }
+                Some(AllowanceUse::Used(id)) => {
+                    map.insert("person".to_owned(), Value::from("remembered"));
+                    map.insert("allowance".to_owned(), serde_json::json!({"id": id}));
+                }
+                None => {}
             }
             if self.by_person {
                 map.insert("caller".to_owned(), Value::from("person"));
@@ -423,6 +438,7 @@ impl DecisionAudit {
             input: record.input.cloned(),
             person_answer: record.person_answer,
             by_person: record.by_person,
+            allowance: record.allowance,
         });
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
@@ -499,12 +515,22 @@ impl Vessel {
         limits: Limits,
         writer: WriterOptions,
     ) -> Arc<Vessel> {
-        let agents = Arc::new(agents.with_store(Arc::clone(registry.store())));
+        let agents = Arc::new(
+            agents
+                .with_store(Arc::clone(registry.store()))
+                .with_allowances(Arc::clone(registry.allowances())),
+        );
         let writer = Arc::new(AuditWriter::start(Arc::clone(registry.store()), writer));
         let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
         let registry = Arc::new(registry);
         let redactor = SecretRedactor::new();
         redactor.watch_tokens(&registry, &agents);
+        let (to_log, redacting) = (Arc::clone(&writer), redactor.clone());
+        registry
+            .allowances()
+            .set_audit_hook(Arc::new(move |kind: &str, entry: Value| {
+                to_log.record(audit_event(kind, redacting.redact_json(&entry)));
+            }));
         redact_logs_with(&redactor);
         let hook = DecisionAudit {
             recent: Arc::clone(&decisions),

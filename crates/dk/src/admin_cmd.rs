@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use dk_vessel::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
 use serde_json::{Value, json};
 
@@ -58,14 +58,50 @@ pub enum PairingsCommand {
 pub enum ApprovalsCommand {
     /// List calls waiting for a yes (the default).
     List,
-    /// Allow a call.
+    /// Allow a call: once, or remembered for its agent for a while.
     Allow {
         /// The approval id.
         id: u64,
+        /// Also allow the same agent, without asking, for `--minutes`:
+        /// `args` this tool with exactly these arguments, `cap` any call of
+        /// this capability.
+        #[arg(long, value_enum)]
+        remember: Option<RememberWhat>,
+        /// How long to remember it, 1 to 1440 minutes. [default: 15]
+        #[arg(long, requires = "remember")]
+        minutes: Option<u64>,
     },
     /// Refuse a call.
     Deny {
         /// The approval id.
+        id: u64,
+    },
+    /// Remembered allowances: list (the default), revoke.
+    Remembered {
+        #[command(subcommand)]
+        command: Option<RememberedCommand>,
+    },
+}
+
+/// What a remembered yes covers.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RememberWhat {
+    /// This tool with exactly these arguments.
+    #[value(alias = "arguments")]
+    Args,
+    /// Any call of this capability.
+    #[value(alias = "capability")]
+    Cap,
+}
+
+/// `dk approvals remembered`.
+#[derive(Subcommand)]
+pub enum RememberedCommand {
+    /// List live allowances (the default).
+    List,
+    /// Revoke an allowance: the agent is asked again.
+    Revoke {
+        /// The allowance id.
         id: u64,
     },
 }
@@ -272,12 +308,10 @@ pub(crate) fn asker(agent: Option<&str>, session: Option<&str>) -> String {
 pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
-        let (id, approved) = match command.unwrap_or(ApprovalsCommand::List) {
+        let e = |e: dk_vessel::AdminClientError| e.to_string();
+        let (id, body) = match command.unwrap_or(ApprovalsCommand::List) {
             ApprovalsCommand::List => {
-                let list = pending_of(
-                    &ok(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?,
-                    "approval",
-                );
+                let list = pending_of(&ok(c.get("/v1/pending").await.map_err(e)?)?, "approval");
                 if json {
                     println!("{}", json!(list));
                     return Ok(());
@@ -304,21 +338,134 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                             printable(&value.to_string())
                         );
                     }
+                    if at(p, "canRemember") == true {
+                        println!(
+                            "      may be remembered: dk approvals allow {} --remember args|cap [--minutes N]",
+                            at(p, "id")
+                        );
+                    }
                 }
                 return Ok(());
             }
-            ApprovalsCommand::Allow { id } => (id, true),
-            ApprovalsCommand::Deny { id } => (id, false),
+            ApprovalsCommand::Remembered { command } => {
+                return remembered(&c, json, command.unwrap_or(RememberedCommand::List)).await;
+            }
+            ApprovalsCommand::Allow {
+                id,
+                remember,
+                minutes,
+            } => {
+                let remember = remember.map(|what| {
+                    let scope = match what {
+                        RememberWhat::Args => "arguments",
+                        RememberWhat::Cap => "capability",
+                    };
+                    json!({"scope": scope, "minutes": minutes.unwrap_or(u64::from(dk_vessel::DEFAULT_ALLOWANCE_MINUTES))})
+                });
+                match remember {
+                    Some(remember) => (id, json!({"approved": true, "remember": remember})),
+                    None => (id, json!({"approved": true})),
+                }
+            }
+            ApprovalsCommand::Deny { id } => (id, json!({"approved": false})),
         };
-        ok(c.post(
-            &format!("/v1/pending/{id}/approval"),
-            &json!({"approved": approved}),
-        )
-        .await
-        .map_err(|e| e.to_string())?)?;
-        println!("call {id} {}", if approved { "allowed" } else { "refused" });
+        let answered = ok(c
+            .post(&format!("/v1/pending/{id}/approval"), &body)
+            .await
+            .map_err(e)?)?;
+        if json && !answered.is_null() {
+            println!("{answered}");
+        } else if let Some(allowance) = answered.get("id") {
+            println!(
+                "call {id} allowed, and remembered as allowance {allowance}: {}",
+                covers(&answered)
+            );
+        } else if at(&body, "approved") == true {
+            println!("call {id} allowed once");
+        } else {
+            println!("call {id} refused");
+        }
         Ok(())
     })
+}
+
+/// What an allowance lets its agent do, and for how long, in words.
+fn covers(allowance: &Value) -> String {
+    let what = if at(allowance, "scope") == "arguments" {
+        format!(
+            "{} with exactly {}",
+            text(at(allowance, "tool")),
+            text(at(allowance, "arguments"))
+        )
+    } else {
+        format!(
+            "any call of {} on {}",
+            text(at(allowance, "capability")),
+            text(at(allowance, "deviceId"))
+        )
+    };
+    format!(
+        "agent {} may call {what} until {}",
+        text(at(allowance, "agentId")),
+        until(at(allowance, "expiresAtMs").as_u64().unwrap_or(0))
+    )
+}
+
+/// How long until `at_ms`, from now: `in 14 min 5 s`.
+fn until(at_ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left = at_ms.saturating_sub(now) / 1000;
+    format!("in {} min {} s", left / 60, left % 60)
+}
+
+/// Runs `dk approvals remembered`.
+async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> Result<(), String> {
+    let e = |e: dk_vessel::AdminClientError| e.to_string();
+    match command {
+        RememberedCommand::List => {
+            let list = ok(c.get("/v1/approvals/remembered").await.map_err(e)?)?;
+            if json {
+                println!("{list}");
+                return Ok(());
+            }
+            let list = list.as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("no remembered allowances");
+                return Ok(());
+            }
+            println!(
+                "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
+                "ID", "AGENT", "TOOL", "COVERS", "ENDS", "USES"
+            );
+            for a in &list {
+                println!(
+                    "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
+                    text(at(a, "id")),
+                    text(at(a, "agentId")),
+                    text(at(a, "tool")),
+                    if at(a, "scope") == "arguments" {
+                        "arguments"
+                    } else {
+                        "capability"
+                    },
+                    until(at(a, "expiresAtMs").as_u64().unwrap_or(0)),
+                    text(at(a, "uses")),
+                );
+                if let Some(arguments) = at(a, "arguments").as_str() {
+                    println!("      exactly {}", printable(arguments));
+                }
+            }
+        }
+        RememberedCommand::Revoke { id } => {
+            ok(c.delete(&format!("/v1/approvals/remembered/{id}"))
+                .await
+                .map_err(e)?)?;
+            println!("allowance {id} revoked: its agent is asked again");
+        }
+    }
+    Ok(())
 }
 
 /// Runs `dk devices`.

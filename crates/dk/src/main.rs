@@ -76,7 +76,8 @@ enum Command {
         #[command(subcommand)]
         command: Option<admin_cmd::PairingsCommand>,
     },
-    /// Calls waiting for the person's yes: list, allow, deny.
+    /// Calls waiting for the person's yes: list, allow (once or remembered
+    /// for a while), deny; and remembered allowances: list, revoke.
     Approvals {
         #[command(flatten)]
         target: admin_cmd::Target,

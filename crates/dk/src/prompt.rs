@@ -3,10 +3,15 @@
 //! elsewhere (the admin API) leave the queue here too.
 //!
 //! Every prompt shows its number and every answer must start with it
-//! (`7 y`, `12 1,3`): an answer goes to the request it names, or nowhere, so
+//! (`7 y`, `7 args 30`, `12 1,3`): an answer goes to the request it names, or nowhere, so
 //! a request that changed on screen while the person typed (the first one
 //! withdrawn, answered elsewhere or timed out) never receives an answer meant
 //! for another.
+//!
+//! An approval of an agent's call is answered `y` (once), `args N` (this
+//! agent, this tool, exactly these arguments, for N minutes), `cap N` (this
+//! agent, any call of this capability, for N minutes) or `n`; anything else
+//! is refused with a message and the question stays open.
 //!
 //! Everything a device wrote is shown through [`printable`], so a manifest or
 //! an input value cannot drive the terminal.
@@ -16,7 +21,10 @@ use std::future::Future;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use dk_vessel::{ChangeKind, ConsentDecision, PendingPrompt, PersonEvent, Prompt, Vessel};
+use dk_vessel::{
+    AllowanceMinutes, AllowanceScope, ApprovalAnswer, ChangeKind, ConsentDecision,
+    DEFAULT_ALLOWANCE_MINUTES, PendingPrompt, PersonEvent, Prompt, Remember, Vessel,
+};
 use tokio::sync::mpsc;
 
 use crate::input::printable;
@@ -206,10 +214,26 @@ fn show(prompt: &PendingPrompt) {
                     printable(&value.to_string())
                 );
             }
-            println!(
-                "Allow this call? Answer `{id} y` to allow, `{id} n` to refuse",
-                id = prompt.id
-            );
+            let id = prompt.id;
+            let minutes = DEFAULT_ALLOWANCE_MINUTES;
+            if prompt.can_remember {
+                let agent = printable(request.agent_id.as_deref().unwrap_or_default());
+                println!("Allow this call? Answer with its number and:");
+                println!("  `{id} y`          allow it once");
+                println!(
+                    "  `{id} args {minutes}`    allow agent {agent} this tool with exactly these arguments for {minutes} minutes"
+                );
+                println!(
+                    "  `{id} cap {minutes}`     allow agent {agent} any call of {} on {} for {minutes} minutes",
+                    request.capability, request.device_id
+                );
+                println!("                 (minutes from 1 to 1440)");
+                println!("  `{id} n`          refuse");
+            } else {
+                println!(
+                    "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a call of no agent cannot be remembered)"
+                );
+            }
         }
     }
 }
@@ -254,17 +278,76 @@ fn answer_named(
     Ok(id)
 }
 
+/// The answer to an approval a typed line gives: `y`, `n`, `args [N]` or
+/// `cap [N]` (N minutes, 15 when left out).
+fn approval_answer(line: &str) -> Result<ApprovalAnswer, String> {
+    let mut words = line.split_whitespace();
+    let word = words.next().unwrap_or_default();
+    let minutes = words.next();
+    let scope = match (word, minutes) {
+        ("y" | "yes", None) => return Ok(ApprovalAnswer::Once),
+        ("n" | "no", None) => return Ok(ApprovalAnswer::Refuse),
+        ("args" | "arguments", _) => AllowanceScope::Arguments,
+        ("cap" | "capability", _) => AllowanceScope::Capability,
+        _ => {
+            return Err(format!(
+                "`{}` is not an answer: say `y` (once), `args MINUTES` (these exact arguments), `cap MINUTES` (the whole capability) or `n`",
+                printable(line)
+            ));
+        }
+    };
+    if words.next().is_some() {
+        return Err(format!(
+            "`{}` is not an answer: say `{word} MINUTES`, e.g. `{word} 15`",
+            printable(line)
+        ));
+    }
+    let minutes = match minutes {
+        None => AllowanceMinutes::default(),
+        Some(text) => {
+            let n: u64 = text
+                .parse()
+                .map_err(|_| format!("`{}` is not a number of minutes", printable(text)))?;
+            AllowanceMinutes::new(n).map_err(|e| e.to_string())?
+        }
+    };
+    Ok(ApprovalAnswer::Remember(Remember { scope, minutes }))
+}
+
 /// Applies a typed answer to a prompt.
 fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), String> {
     let line = line.trim().to_ascii_lowercase();
     match &prompt.prompt {
-        Prompt::Approval(_) => {
-            let yes = matches!(line.as_str(), "y" | "yes");
-            vessel
+        Prompt::Approval(request) => {
+            let answer = approval_answer(&line)?;
+            let made = vessel
                 .person()
-                .answer_approval(prompt.id, yes)
+                .answer_approval_with(prompt.id, answer)
                 .map_err(|e| e.to_string())?;
-            println!("{}", if yes { "allowed" } else { "refused" });
+            match (answer, made) {
+                (ApprovalAnswer::Refuse, _) => println!("refused"),
+                (_, Some(allowance)) => {
+                    let what = match allowance.scope {
+                        AllowanceScope::Arguments => {
+                            format!("{} with exactly these arguments", request.tool)
+                        }
+                        AllowanceScope::Capability => format!(
+                            "any call of {} on {}",
+                            request.capability, request.device_id
+                        ),
+                    };
+                    let minutes = allowance
+                        .expires_at_ms
+                        .saturating_sub(allowance.created_at_ms)
+                        / 60_000;
+                    println!(
+                        "allowed, and remembered as allowance {} for {minutes} minutes: agent {}, {what}",
+                        allowance.id,
+                        printable(&allowance.agent_id)
+                    );
+                }
+                (_, None) => println!("allowed once"),
+            }
         }
         Prompt::Consent(request) => {
             let (line, without_code) = match line.strip_prefix("pair without code:") {
@@ -394,6 +477,47 @@ mod tests {
         vessel: &Arc<Vessel>,
     ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
         asks_to_pair(vessel, lamp()).await
+    }
+
+    #[test]
+    fn typed_answers_to_an_approval() {
+        let remember = |scope, minutes| {
+            Ok(ApprovalAnswer::Remember(Remember {
+                scope,
+                minutes: AllowanceMinutes::new(minutes).unwrap(),
+            }))
+        };
+        let not_an_answer = |typed: &str| {
+            Err(format!(
+                "`{typed}` is not an answer: say `y` (once), `args MINUTES` (these exact arguments), `cap MINUTES` (the whole capability) or `n`"
+            ))
+        };
+        for (typed, expected) in [
+            ("y", Ok(ApprovalAnswer::Once)),
+            ("yes", Ok(ApprovalAnswer::Once)),
+            ("n", Ok(ApprovalAnswer::Refuse)),
+            ("no", Ok(ApprovalAnswer::Refuse)),
+            ("args", remember(AllowanceScope::Arguments, 15)),
+            ("args 30", remember(AllowanceScope::Arguments, 30)),
+            ("arguments 1", remember(AllowanceScope::Arguments, 1)),
+            ("cap 1440", remember(AllowanceScope::Capability, 1440)),
+            ("capability", remember(AllowanceScope::Capability, 15)),
+            (
+                "cap 0",
+                Err("an allowance lasts 1 to 1440 minutes, not 0".to_owned()),
+            ),
+            ("cap -1", Err("`-1` is not a number of minutes".to_owned())),
+            (
+                "args 5 7",
+                Err("`args 5 7` is not an answer: say `args MINUTES`, e.g. `args 15`".to_owned()),
+            ),
+            ("", not_an_answer("")),
+            ("maybe", not_an_answer("maybe")),
+            ("y 5", not_an_answer("y 5")),
+            ("all", not_an_answer("all")),
+        ] {
+            assert_eq!(approval_answer(typed), expected, "{typed:?}");
+        }
     }
 
     #[tokio::test]

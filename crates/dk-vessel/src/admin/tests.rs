@@ -799,3 +799,320 @@ async fn an_agent_change_the_store_refuses_does_not_happen() {
     assert!(vessel.agents().list().is_empty());
     assert_eq!(c.get("/v1/agents").await.unwrap().body, json!([]));
 }
+
+/// A lamp link that answers every call at once.
+struct Answers;
+
+impl crate::link::DeviceLink for Answers {
+    fn invoke<'a>(
+        &'a self,
+        _capability: &'a str,
+        _input: &'a serde_json::Map<String, Value>,
+        _timeout: Duration,
+    ) -> futures::future::BoxFuture<'a, crate::link::InvokeResult> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// `agent`'s call of the strobe, as MCP would make it, in a task of its own.
+fn strobe_by(vessel: &Arc<Vessel>, agent: &'static str) -> JoinHandle<crate::adapter::ToolOutcome> {
+    let vessel = Arc::clone(vessel);
+    tokio::spawn(async move {
+        let person = Arc::clone(vessel.person());
+        let ctx = CallContext {
+            agent_id: Some(agent),
+            approver: Some(person.as_ref()),
+            ..CallContext::default()
+        };
+        vessel
+            .adapter()
+            .execute("device__desk_lamp__strobe", json!({}), ctx)
+            .await
+    })
+}
+
+/// The first open prompt, once there is one.
+async fn first_prompt(c: &AdminClient) -> Value {
+    loop {
+        let pending = c.get("/v1/pending").await.unwrap().body;
+        if let Some(first) = pending.as_array().and_then(|a| a.first()).cloned() {
+            return first;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn remembered_allowances_are_made_listed_used_and_revoked_through_the_api() {
+    use crate::store::{SqliteStore, Store};
+    let dir = tempfile::TempDir::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("vessel.db")).unwrap());
+    let vessel = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = AdminToken::generate();
+    let router = admin_router(Arc::clone(&vessel), token.clone(), addr);
+    let _server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let c = AdminClient::new(addr, token);
+    vessel
+        .registry()
+        .pair(
+            &lamp(),
+            |_| {},
+            |_| async { Ok::<_, ()>(ConsentDecision::approve(["strobe"])) },
+            DEFAULT_CONSENT_TIMEOUT,
+        )
+        .await
+        .unwrap();
+    vessel.links().connect("desk-lamp", Arc::new(Answers));
+
+    let call = strobe_by(&vessel, "helper");
+    let prompt = first_prompt(&c).await;
+    assert_eq!(prompt["canRemember"], json!(true));
+    let id = prompt["id"].as_u64().unwrap();
+    let answer = format!("/v1/pending/{id}/approval");
+    // Answers that say nothing clear are refused; the call still waits.
+    for (body, status, error) in [
+        (
+            json!({"approved": true, "remember": {"scope": "all"}}),
+            400,
+            "`all` is not what an allowance covers: say `arguments` (`args`, these exact arguments) or `capability` (`cap`, any arguments)",
+        ),
+        (
+            json!({"approved": true, "remember": {"scope": "capability", "minutes": 0}}),
+            400,
+            "an allowance lasts 1 to 1440 minutes, not 0",
+        ),
+        (
+            json!({"approved": true, "remember": {"scope": "capability", "minutes": 1441}}),
+            400,
+            "an allowance lasts 1 to 1440 minutes, not 1441",
+        ),
+        (
+            json!({"approved": false, "remember": {"scope": "capability"}}),
+            400,
+            "a refusal is not remembered: `remember` goes with `\"approved\": true`",
+        ),
+    ] {
+        let refused = c.post(&answer, &body).await.unwrap();
+        assert_eq!(
+            (refused.status, refused.body["error"].as_str()),
+            (status, Some(error)),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        c.get("/v1/pending")
+            .await
+            .unwrap()
+            .body
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // A yes remembered for 30 minutes: the allowance is the answer.
+    let made = c
+        .post(
+            &answer,
+            &json!({"approved": true, "remember": {"scope": "capability", "minutes": 30}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(made.status, 201, "{}", made.body);
+    let allowance = made.body;
+    assert_eq!(allowance["agentId"], json!("helper"));
+    assert_eq!(allowance["tool"], json!("device__desk_lamp__strobe"));
+    assert_eq!(allowance["scope"], json!("capability"));
+    assert_eq!(allowance["uses"], json!(0));
+    assert_eq!(
+        allowance["expiresAtMs"].as_u64().unwrap() - allowance["createdAtMs"].as_u64().unwrap(),
+        30 * 60_000
+    );
+    assert!(call.await.unwrap().is_ok());
+    let allowance_id = allowance["id"].as_u64().unwrap();
+    assert_eq!(
+        c.get("/v1/approvals/remembered").await.unwrap().body,
+        json!([allowance])
+    );
+    // The next call of the helper is not asked, and says why.
+    assert!(strobe_by(&vessel, "helper").await.unwrap().is_ok());
+    let listed = c.get("/v1/approvals/remembered").await.unwrap().body;
+    assert_eq!(listed[0]["uses"], json!(1));
+    let one = c
+        .get(&format!("/v1/approvals/remembered/{allowance_id}"))
+        .await
+        .unwrap();
+    assert_eq!(one.body["uses"], json!(1));
+    let decisions = c.get("/v1/decisions").await.unwrap().body;
+    let last = decisions.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["person"], json!("remembered"));
+    assert_eq!(last["allowance"], json!({"id": allowance_id}));
+    assert_eq!(last["agentId"], json!("helper"));
+    // Revoked by the person: gone, and the helper is asked again.
+    let path = format!("/v1/approvals/remembered/{allowance_id}");
+    assert_eq!(c.delete(&path).await.unwrap().status, 204);
+    let again = c.delete(&path).await.unwrap();
+    assert_eq!(
+        (again.status, again.body["error"].as_str()),
+        (
+            404,
+            Some(format!("no remembered allowance {allowance_id}").as_str())
+        )
+    );
+    assert_eq!(c.get(&path).await.unwrap().status, 404);
+    assert_eq!(
+        c.get("/v1/approvals/remembered").await.unwrap().body,
+        json!([])
+    );
+    let call = strobe_by(&vessel, "helper");
+    let prompt = first_prompt(&c).await;
+    let id = prompt["id"].as_u64().unwrap();
+    assert_eq!(
+        c.post(
+            &format!("/v1/pending/{id}/approval"),
+            &json!({"approved": false})
+        )
+        .await
+        .unwrap()
+        .status,
+        204
+    );
+    assert!(!call.await.unwrap().is_ok());
+
+    // The person's own call names no agent: once or no, never remembered.
+    let own = {
+        let client = c.clone();
+        tokio::spawn(async move {
+            client
+                .post(
+                    "/v1/tools/call",
+                    &json!({"tool": "device__desk_lamp__strobe", "input": {}}),
+                )
+                .await
+        })
+    };
+    let prompt = first_prompt(&c).await;
+    assert_eq!(prompt.get("canRemember"), None);
+    let id = prompt["id"].as_u64().unwrap();
+    let answer = format!("/v1/pending/{id}/approval");
+    let refused = c
+        .post(
+            &answer,
+            &json!({"approved": true, "remember": {"scope": "arguments"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.status, refused.body["error"].as_str()),
+        (
+            409,
+            Some(
+                format!(
+                    "call {id} cannot be remembered (it names no agent): allow it once or refuse it"
+                )
+                .as_str()
+            )
+        )
+    );
+    assert_eq!(
+        c.post(&answer, &json!({"approved": true}))
+            .await
+            .unwrap()
+            .status,
+        204
+    );
+    assert_eq!(own.await.unwrap().unwrap().body["ok"], json!(true));
+
+    // Made, used and revoked are in the audit log, and the log verifies.
+    vessel.flush_audit().unwrap();
+    let audit = store.read_audit(0, 1000).unwrap();
+    let of = |kind: &str| {
+        audit
+            .iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.entry.clone())
+            .collect::<Vec<_>>()
+    };
+    let created = of("allowance-created");
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0]["id"], json!(allowance_id));
+    assert_eq!(created[0]["minutes"], json!(30));
+    let revoked = of("allowance-revoked");
+    assert_eq!(revoked.len(), 1);
+    assert_eq!(revoked[0]["why"], json!("revoked by the person"));
+    assert_eq!(revoked[0]["uses"], json!(1));
+    let decisions = of("decision");
+    assert!(decisions.iter().any(|d| d["allowance"]
+        == json!({"id": allowance_id, "created": true})
+        && d["person"] == json!("approved")));
+    assert!(decisions.iter().any(
+        |d| d["allowance"] == json!({"id": allowance_id}) && d["person"] == json!("remembered")
+    ));
+    let report = store.verify_audit().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[tokio::test]
+async fn a_revoke_an_unpair_or_removing_the_agent_ends_its_allowances() {
+    use crate::agents::{AgentRole, AgentScope};
+    for (method, path, why) in [
+        (
+            "DELETE",
+            "/v1/devices/desk-lamp/grants/strobe",
+            "the capability was revoked",
+        ),
+        ("DELETE", "/v1/devices/desk-lamp", "the device was unpaired"),
+        ("DELETE", "/v1/agents/helper", "the agent was removed"),
+        (
+            "PUT",
+            "/v1/agents/helper/scope",
+            "the agent's scope no longer covers the tool",
+        ),
+    ] {
+        let running = start().await;
+        let (vessel, c) = (&running.vessel, &running.client);
+        vessel
+            .add_agent("helper", AgentScope::AllDevices, AgentRole::User)
+            .unwrap();
+        vessel
+            .registry()
+            .pair(
+                &lamp(),
+                |_| {},
+                |_| async { Ok::<_, ()>(ConsentDecision::approve(["strobe", "read_light"])) },
+                DEFAULT_CONSENT_TIMEOUT,
+            )
+            .await
+            .unwrap();
+        vessel.links().connect("desk-lamp", Arc::new(Answers));
+        let call = strobe_by(vessel, "helper");
+        let id = first_prompt(c).await["id"].as_u64().unwrap();
+        let made = c
+            .post(
+                &format!("/v1/pending/{id}/approval"),
+                &json!({"approved": true, "remember": {"scope": "cap"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(made.status, 201, "{path}: {}", made.body);
+        assert!(call.await.unwrap().is_ok());
+        let body = (method == "PUT").then(|| json!({"scope": ["desk-lamp:read_light"]}));
+        let answer = c.send(method, path, body.as_ref(), &[]).await.unwrap();
+        assert_eq!(answer.status, 204, "{path}: {}", answer.body);
+        assert_eq!(
+            c.get("/v1/approvals/remembered").await.unwrap().body,
+            json!([]),
+            "{path}"
+        );
+        vessel.flush_audit().unwrap();
+        let audit = vessel.registry().store().read_audit(0, 1000).unwrap();
+        let revoked: Vec<&Value> = audit
+            .iter()
+            .filter(|e| e.kind == "allowance-revoked")
+            .map(|e| &e.entry)
+            .collect();
+        assert_eq!(revoked.len(), 1, "{path}");
+        assert_eq!(revoked[0]["why"], json!(why), "{path}");
+    }
+}

@@ -216,3 +216,135 @@ async fn one_agent_keeps_at_most_its_cap_of_approvals_waiting() {
     }
     assert!(!consent.await.unwrap().approved);
 }
+
+/// An offer to remember a yes to `agent`'s strobe call, from `allowances`.
+fn offer_for(allowances: &Arc<crate::allowances::Allowances>, agent: &str) -> AllowanceOffer {
+    let stamp = allowances.stamp();
+    allowances.offer(
+        stamp,
+        crate::allowances::OfferedCall {
+            agent_id: agent,
+            tool: "device__desk_lamp__strobe",
+            device_id: "desk-lamp",
+            capability: "strobe",
+            generation: 1,
+            read_only: false,
+            arguments: &Map::new(),
+        },
+    )
+}
+
+fn for_minutes(minutes: u64) -> ApprovalAnswer {
+    ApprovalAnswer::Remember(Remember {
+        scope: crate::allowances::AllowanceScope::Capability,
+        minutes: crate::allowances::AllowanceMinutes::new(minutes).unwrap(),
+    })
+}
+
+#[tokio::test]
+async fn a_yes_is_remembered_only_when_the_asker_offers_it() {
+    let channel = Arc::new(PersonChannel::default());
+    let allowances = Arc::new(crate::allowances::Allowances::new());
+    // Without an offer (a call of no agent): once or no.
+    let plain = {
+        let channel = Arc::clone(&channel);
+        tokio::spawn(async move {
+            channel
+                .try_ask_remembering(approval(), None, Duration::from_secs(60))
+                .await
+        })
+    };
+    let prompt = first_pending(&channel).await;
+    assert!(!prompt.can_remember);
+    assert_eq!(
+        serde_json::to_value(&prompt).unwrap().get("canRemember"),
+        None
+    );
+    assert_eq!(
+        channel.answer_approval_with(prompt.id, for_minutes(5)),
+        Err(AnswerError::NotRememberable(prompt.id))
+    );
+    assert_eq!(channel.pending().len(), 1);
+    assert_eq!(
+        channel.answer_approval_with(prompt.id, ApprovalAnswer::Once),
+        Ok(None)
+    );
+    assert_eq!(plain.await.unwrap(), Ok(Approval::Once));
+    // With one: the allowance is made before the asker hears the yes.
+    let offered = {
+        let channel = Arc::clone(&channel);
+        let offer = offer_for(&allowances, "helper");
+        tokio::spawn(async move {
+            channel
+                .try_ask_remembering(approval_of("helper"), Some(offer), Duration::from_secs(60))
+                .await
+        })
+    };
+    let prompt = first_pending(&channel).await;
+    assert!(prompt.can_remember);
+    assert_eq!(
+        serde_json::to_value(&prompt).unwrap()["canRemember"],
+        json!(true)
+    );
+    let made = channel
+        .answer_approval_with(prompt.id, for_minutes(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(allowances.list(), std::slice::from_ref(&made));
+    assert_eq!(offered.await.unwrap(), Ok(Approval::Remembered(made)));
+    assert!(channel.pending().is_empty());
+}
+
+#[tokio::test]
+async fn an_allowance_that_cannot_be_made_leaves_the_question_open() {
+    let channel = Arc::new(PersonChannel::default());
+    let allowances = Arc::new(crate::allowances::Allowances::new());
+    let asker = {
+        let channel = Arc::clone(&channel);
+        let offer = offer_for(&allowances, "helper");
+        tokio::spawn(async move {
+            channel
+                .try_ask_remembering(approval_of("helper"), Some(offer), Duration::from_secs(60))
+                .await
+        })
+    };
+    let prompt = first_pending(&channel).await;
+    // The capability is revoked while the person reads the prompt.
+    allowances.drop_capability("desk-lamp", "strobe");
+    let refused = channel.answer_approval_with(prompt.id, for_minutes(5));
+    assert_eq!(
+        refused,
+        Err(AnswerError::NotRemembered(
+            prompt.id,
+            crate::allowances::AllowanceError::Changed
+        ))
+    );
+    assert!(refused.unwrap_err().to_string().ends_with(&format!(
+        "call {} is still waiting for an answer",
+        prompt.id
+    )));
+    assert!(allowances.list().is_empty());
+    assert_eq!(channel.pending().len(), 1);
+    channel
+        .answer_approval_with(prompt.id, ApprovalAnswer::Refuse)
+        .unwrap();
+    assert_eq!(asker.await.unwrap(), Ok(Approval::Refused));
+    // A consent is not an approval, remembered or not.
+    let pairing = {
+        let channel = Arc::clone(&channel);
+        tokio::spawn(async move {
+            channel
+                .ask_consent(consent(), Duration::from_secs(60))
+                .await
+        })
+    };
+    let prompt = first_pending(&channel).await;
+    assert_eq!(
+        channel.answer_approval_with(prompt.id, for_minutes(5)),
+        Err(AnswerError::WrongKind(prompt.id, "an approval"))
+    );
+    channel
+        .answer_consent(prompt.id, ConsentDecision::refuse())
+        .unwrap();
+    assert!(!pairing.await.unwrap().approved);
+}

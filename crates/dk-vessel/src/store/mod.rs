@@ -66,7 +66,7 @@ pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
     redact_for_audit,
 };
-pub(crate) use audit::{cut_for_audit_with, fits_in_entry};
+pub(crate) use audit::{canonical_json, cut_for_audit_with, fits_in_entry};
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};

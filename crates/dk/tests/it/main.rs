@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 
 mod agents;
+mod approvals;
 mod crash;
 mod durable;
 mod files;

@@ -42,15 +42,25 @@ fn pty() -> Pty {
 /// `dk vessel` with the pty as its standard input; its standard output
 /// comes back line by line.
 fn start(scratch: &Scratch, pty: &Pty) -> (Running, mpsc::Receiver<String>) {
+    start_with(scratch, pty, &[])
+}
+
+/// [`start`] with more arguments for `dk vessel`.
+fn start_with(scratch: &Scratch, pty: &Pty, extra: &[&str]) -> (Running, mpsc::Receiver<String>) {
     let data_dir = scratch.data_dir();
-    let child = scratch
-        .dk(&[
+    let args = [
+        &[
             "vessel",
             "--listen",
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
-        ])
+        ][..],
+        extra,
+    ]
+    .concat();
+    let child = scratch
+        .dk(&args)
         .stdin(Stdio::from(pty.program_end.try_clone().unwrap()))
         .stdout(Stdio::piped())
         .spawn()
@@ -244,6 +254,115 @@ fn the_prompt_shows_hostile_text_escaped_and_on_one_line() {
         let id = eventually("the request", || consent_id(&admin, "spaced-lamp")).await;
         type_line(&mut pty, &format!("{id} no"));
         until(&lines, "pairing refused");
+    });
+    vessel.interrupt();
+}
+
+const SET_LIGHT: &str = "device__desk_lamp__set_light";
+
+#[test]
+fn an_approval_is_answered_once_for_exact_arguments_for_the_capability_or_no() {
+    use crate::approvals::{Agent, approval_id, lamp_and_helper, lamp_rules};
+    let scratch = Scratch::new("prompt-remember");
+    let mut pty = pty();
+    let rules = lamp_rules();
+    let (vessel, lines) = start_with(
+        &scratch,
+        &pty,
+        &["--policies", &rules, "--mcp-listen", "127.0.0.1:0"],
+    );
+    until(&lines, "asked here");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let admin = vessel.admin(&scratch);
+        let (_lamp, credential) = lamp_and_helper(&scratch, &vessel, &admin).await;
+        let mut agent = Agent::start(&scratch, &credential);
+
+        agent.call(2, SET_LIGHT, json!({"on": true}));
+        let id = approval_id(&admin).await;
+        until(
+            &lines,
+            &format!("`{id} args 15`    allow agent helper this tool with exactly these arguments for 15 minutes"),
+        );
+        until(
+            &lines,
+            &format!("`{id} cap 15`     allow agent helper any call of set_light on desk-lamp for 15 minutes"),
+        );
+        // Anything but the four answers is refused, and the call still waits.
+        for (typed, said) in [
+            ("maybe", "`maybe` is not an answer: say `y` (once), `args MINUTES` (these exact arguments), `cap MINUTES` (the whole capability) or `n`"),
+            ("cap 0", "an allowance lasts 1 to 1440 minutes, not 0"),
+            ("cap 1441", "an allowance lasts 1 to 1440 minutes, not 1441"),
+            ("args soon", "`soon` is not a number of minutes"),
+            ("args 5 more", "`args 5 more` is not an answer: say `args MINUTES`, e.g. `args 15`"),
+            ("y please", "`y please` is not an answer"),
+        ] {
+            type_line(&mut pty, &format!("{id} {typed}"));
+            until(&lines, said);
+        }
+        assert_eq!(approval_id(&admin).await, id);
+        type_line(&mut pty, &format!("{id} args 30"));
+        until(
+            &lines,
+            &format!("allowed, and remembered as allowance 1 for 30 minutes: agent helper, {SET_LIGHT} with exactly these arguments"),
+        );
+        assert_ne!(agent.answer(2)["result"]["isError"], true);
+        // The same arguments again: nobody is asked.
+        agent.call(3, SET_LIGHT, json!({"on": true}));
+        assert_ne!(agent.answer(3)["result"]["isError"], true);
+
+        // Other arguments are asked; the whole capability is remembered.
+        agent.call(4, SET_LIGHT, json!({"on": false}));
+        let id = approval_id(&admin).await;
+        until(&lines, &format!("== #{id} A call needs your yes =="));
+        type_line(&mut pty, &format!("{id} cap 15"));
+        until(
+            &lines,
+            "allowed, and remembered as allowance 2 for 15 minutes: agent helper, any call of set_light on desk-lamp",
+        );
+        assert_ne!(agent.answer(4)["result"]["isError"], true);
+        agent.call(5, SET_LIGHT, json!({"on": true, "brightness": 7}));
+        assert_ne!(agent.answer(5)["result"]["isError"], true);
+
+        // Another capability is asked: once, then no.
+        for (n, typed, said, refused) in [(6, "y", "allowed once", false), (7, "n", "refused", true)] {
+            agent.call(n, "device__desk_lamp__strobe", json!({}));
+            let id = approval_id(&admin).await;
+            until(&lines, &format!("== #{id} A call needs your yes =="));
+            type_line(&mut pty, &format!("{id} {typed}"));
+            until(&lines, said);
+            assert_eq!(agent.answer(n)["result"]["isError"] == true, refused, "{typed}");
+        }
+
+        // The person's own call names no agent: once or no, never remembered.
+        let own = {
+            let admin = admin.clone();
+            tokio::spawn(async move {
+                admin
+                    .post(
+                        "/v1/tools/call",
+                        &json!({"tool": "device__desk_lamp__strobe", "input": {}}),
+                    )
+                    .await
+            })
+        };
+        let id = approval_id(&admin).await;
+        until(
+            &lines,
+            &format!("Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a call of no agent cannot be remembered)"),
+        );
+        type_line(&mut pty, &format!("{id} cap 5"));
+        until(
+            &lines,
+            &format!("call {id} cannot be remembered (it names no agent): allow it once or refuse it"),
+        );
+        type_line(&mut pty, &format!("{id} y"));
+        until(&lines, "allowed once");
+        assert_eq!(own.await.unwrap().unwrap().body["ok"], json!(true));
+        assert_eq!(
+            admin.get("/v1/approvals/remembered").await.unwrap().body.as_array().unwrap().len(),
+            2
+        );
     });
     vessel.interrupt();
 }
