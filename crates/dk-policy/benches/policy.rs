@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dk_policy::{Call, DeviceUseContext, PolicySet};
+use dk_policy::{Call, DeviceUseContext, PolicySet, RateLog};
 
 fn main() {
     divan::main();
@@ -152,4 +152,40 @@ fn evaluate_call_one_input_condition(bencher: divan::Bencher, clause: &str) {
         at: night(),
     };
     bencher.bench_local(|| set.evaluate_call(divan::black_box(&call)).is_allowed());
+}
+
+/// Rules with a `limit` stay out of the index and are checked one by one
+/// against the counts: 1,000 indexed rules plus 0 or 8 limited ones on the
+/// thermostat, the first of them reached for the calling agent.
+#[divan::bench(args = [0, 8])]
+fn evaluate_call_counted(bencher: divan::Bencher, limited: usize) {
+    let mut text = call_rules_text(1_000);
+    for i in 0..limited {
+        let _ = write!(
+            text,
+            "  - name: limit-{i}\n    action: device_use\n    condition: \"deviceId equals thermostat and capability equals set_target\"\n    decision: require_approval\n    limit: 3 per 1h\n    message: \"limit {i}\"\n"
+        );
+    }
+    let set = load(&text);
+    let mut counts = RateLog::default();
+    if let Some(limit) = set.rules().iter().find_map(|r| r.limit()) {
+        for _ in 0..3 {
+            let _ = counts.record("limit-0", "main", limit, night());
+        }
+    }
+    let input = serde_json::json!({"target": 21});
+    let call = Call {
+        device: DeviceUseContext {
+            device_id: "thermostat",
+            capability: "set_target",
+            ..UNNAMED
+        },
+        input: input.as_object(),
+        at: night(),
+    };
+    bencher.bench_local(|| {
+        set.evaluate_call_counted(divan::black_box(&call), &counts)
+            .decision
+            .is_allowed()
+    });
 }

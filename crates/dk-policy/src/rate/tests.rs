@@ -1,3 +1,5 @@
+//! RateLimit reading and printing, and the bounded RateLog: windows, per-pair caps, a full log.
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::*;
