@@ -148,6 +148,17 @@ fn evaluate_sample_calls(set: &PolicySet) {
         };
         let _ = set.evaluate_call(&call);
         let _ = set.matching_call_rules(&call);
+        // Every limited rule reached, for the agent, at that instant.
+        let mut counts = RateLog::default();
+        for rule in set.rules() {
+            if let Some(limit) = rule.limit() {
+                for _ in 0..limit.calls().min(64) {
+                    let _ = counts.record(rule.name(), "agent", limit, at);
+                }
+            }
+        }
+        let _ = set.evaluate_call_counted(&call, &counts);
+        let _ = set.evaluate_call_counted(&call, &NoCounts);
     }
 }
 
