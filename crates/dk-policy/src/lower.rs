@@ -21,6 +21,8 @@ use std::char::ToLowercase;
 use std::iter::FlatMap;
 use std::str::Chars;
 
+use dk_proto::is_js_whitespace;
+
 type LowerChars<'a> = FlatMap<Chars<'a>, ToLowercase, fn(char) -> ToLowercase>;
 
 fn lower_chars(s: &str) -> LowerChars<'_> {
@@ -33,32 +35,9 @@ fn needs_context(s: &str) -> bool {
     s.contains('\u{3A3}')
 }
 
-/// JavaScript's whitespace, as `\s` and `String.prototype.trim` see it.
-///
-/// It differs from [`char::is_whitespace`]: U+FEFF is JavaScript whitespace,
-/// U+0085 is not.
-pub(crate) fn is_js_space(c: char) -> bool {
-    matches!(
-        c,
-        '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
-            ..='\u{200A}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{202F}'
-                | '\u{205F}'
-                | '\u{3000}'
-                | '\u{FEFF}'
-    )
-}
-
 /// `s.trim()` as JavaScript trims.
 pub(crate) fn js_trim(s: &str) -> &str {
-    s.trim_matches(is_js_space)
-}
-
-/// The length JavaScript's `.length` gives: UTF-16 code units.
-pub(crate) fn js_length(s: &str) -> usize {
-    s.chars().map(char::len_utf16).sum()
+    s.trim_matches(is_js_whitespace)
 }
 
 /// `hay.toLowerCase() === lowered`, where `lowered` is already lower case.

@@ -26,7 +26,7 @@ pub use manifest::{
     Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
     validate_manifest, validate_manifest_json,
 };
-pub use text::{is_unsafe_char, utf16_len};
+pub use text::{is_js_whitespace, is_unsafe_char, utf16_len};
 pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
 
 /// Fuzzing entry points: each takes arbitrary bytes and must never panic.

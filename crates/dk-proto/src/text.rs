@@ -100,10 +100,12 @@ pub(crate) fn has_unsafe_char(s: &str) -> bool {
     s.chars().any(is_unsafe_char)
 }
 
-/// JavaScript's `String.prototype.trim` white space: WhiteSpace plus
-/// LineTerminator of ECMAScript. It differs from Rust's `char::is_whitespace`
-/// (JavaScript counts U+FEFF and not U+0085), and blankness must match 8DK's.
-fn is_js_whitespace(c: char) -> bool {
+/// JavaScript's white space, as `\s` and `String.prototype.trim` see it:
+/// WhiteSpace plus LineTerminator of ECMAScript. It differs from Rust's
+/// [`char::is_whitespace`] (JavaScript counts U+FEFF and not U+0085), and
+/// blankness and trimming must match 8DK's and 8gent's. The one table of it
+/// in dk: the rule language of dk-policy trims and splits with it too.
+pub fn is_js_whitespace(c: char) -> bool {
     matches!(
         c,
         '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'

@@ -11,8 +11,10 @@ mod values;
 use std::fmt;
 use std::ops::Range;
 
+use dk_proto::{is_js_whitespace, utf16_len};
+
 use crate::error::{ConditionError, ConditionErrors};
-use crate::lower::{self, is_js_space, js_length, js_trim};
+use crate::lower::{self, js_trim};
 use crate::time::{LocalTime, TimeWindow};
 
 pub(crate) use input::{Comparison, Literal, Number};
@@ -191,13 +193,13 @@ impl Condition {
                 "Empty condition",
             )]));
         }
-        if js_length(trimmed) > MAX_CONDITION_LENGTH {
+        if utf16_len(trimmed) > MAX_CONDITION_LENGTH {
             return Err(ConditionErrors::new(vec![ConditionError::new(
                 0..text.len(),
                 "Condition too long (max 2000 chars)",
             )]));
         }
-        let start = text.len() - text.trim_start_matches(is_js_space).len();
+        let start = text.len() - text.trim_start_matches(is_js_whitespace).len();
         let end = start + trimmed.len();
         let (tree, mut errors) = syntax::parse(text, start, end);
         let root = check(tree, &mut errors);
@@ -374,7 +376,7 @@ fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>)
         "ends_with" => single(clause.rhs, false).map(Op::EndsWith),
         "contains" => {
             let v = single(clause.rhs, false)?;
-            if js_length(&v.text) > MAX_CONTAINS_LENGTH {
+            if utf16_len(&v.text) > MAX_CONTAINS_LENGTH {
                 errors.push(ConditionError::new(
                     v.span,
                     format!("`contains` value longer than {MAX_CONTAINS_LENGTH} characters"),
@@ -568,7 +570,7 @@ pub(crate) fn is_bare_safe(text: &str) -> bool {
         && !text.eq_ignore_ascii_case("and")
         && !text.eq_ignore_ascii_case("or")
         && text.chars().all(|c| {
-            !is_js_space(c)
+            !is_js_whitespace(c)
                 && !c.is_whitespace()
                 && !c.is_control()
                 && !matches!(c, '"' | '(' | ')' | '[' | ']' | ',' | '\\')

@@ -17,7 +17,7 @@ use nom::bytes::complete::{take_till, take_while, take_while1};
 use nom::{IResult, Parser as _};
 
 use crate::error::ConditionError;
-use crate::lower::is_js_space;
+use dk_proto::is_js_whitespace;
 
 /// How deep `not` and parentheses may nest. Deeper conditions are refused, so
 /// no condition can exhaust the stack.
@@ -30,11 +30,11 @@ pub(crate) const MAX_ERRORS: usize = 32;
 type Lex<'a> = IResult<&'a str, &'a str, ()>;
 
 fn spaces(input: &str) -> Lex<'_> {
-    take_while(is_js_space).parse(input)
+    take_while(is_js_whitespace).parse(input)
 }
 
 fn spaces1(input: &str) -> Lex<'_> {
-    take_while1(is_js_space).parse(input)
+    take_while1(is_js_whitespace).parse(input)
 }
 
 pub(crate) fn is_field_char(c: char) -> bool {
@@ -302,7 +302,7 @@ impl<'a> Descent<'a> {
         let (after, _) = spaces1(after_word).ok()?;
         if let Ok((after_next, next)) = word(after).or_else(|_| symbol(after)) {
             let ends = after_next.is_empty()
-                || after_next.starts_with(is_js_space)
+                || after_next.starts_with(is_js_whitespace)
                 || after_next.starts_with('[');
             if is_operator(next) && ends {
                 return None;
@@ -345,14 +345,14 @@ impl<'a> Descent<'a> {
             .ok()
             .filter(|(rest, _)| {
                 rest.is_empty()
-                    || rest.starts_with(is_js_space)
+                    || rest.starts_with(is_js_whitespace)
                     || rest.starts_with('[')
                     || rest.starts_with(')')
             });
         let Some((after_op, op)) = op_word else {
             let shown: String = after_space
                 .chars()
-                .take_while(|c| !is_js_space(*c))
+                .take_while(|c| !is_js_whitespace(*c))
                 .take(20)
                 .collect();
             self.error(
@@ -394,7 +394,9 @@ impl<'a> Descent<'a> {
 
     /// Whether `[` comes next, after any whitespace.
     fn list_follows(&self) -> bool {
-        self.rest().trim_start_matches(is_js_space).starts_with('[')
+        self.rest()
+            .trim_start_matches(is_js_whitespace)
+            .starts_with('[')
     }
 
     fn value_rhs(&mut self, field: &str, op: &str) -> Option<SynValue<'a>> {
@@ -429,7 +431,7 @@ impl<'a> Descent<'a> {
         let start = self.pos;
         let stop = self.bare_end(start);
         let raw = self.text.get(start..stop).unwrap_or("");
-        let trimmed = raw.trim_end_matches(is_js_space);
+        let trimmed = raw.trim_end_matches(is_js_whitespace);
         if trimmed.is_empty() {
             self.error(op_end..op_end, format!("missing value after `{op}`"));
             self.recover();
@@ -457,7 +459,7 @@ impl<'a> Descent<'a> {
         let mut previous_space = false;
         for (i, c) in iter {
             let at = start + i;
-            if is_js_space(c) {
+            if is_js_whitespace(c) {
                 if !previous_space && self.ends_value_at(at) {
                     return at;
                 }
@@ -501,7 +503,7 @@ impl<'a> Descent<'a> {
         let Ok((after, found)) = word(rest) else {
             return false;
         };
-        found.eq_ignore_ascii_case(keyword.text()) && after.starts_with(is_js_space)
+        found.eq_ignore_ascii_case(keyword.text()) && after.starts_with(is_js_whitespace)
     }
 
     /// The end of the word after the whitespace run at `at`.
@@ -625,7 +627,7 @@ impl<'a> Descent<'a> {
                     break;
                 };
                 let start = self.pos;
-                let trimmed = raw.trim_end_matches(is_js_space);
+                let trimmed = raw.trim_end_matches(is_js_whitespace);
                 if !trimmed.is_empty() {
                     items.push(SynValue {
                         text: Cow::Borrowed(trimmed),
@@ -691,12 +693,12 @@ fn separators_in(text: &str) -> Vec<(usize, &str, usize)> {
     let mut found = Vec::new();
     let mut chars = text.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
-        if !is_js_space(c) {
+        if !is_js_whitespace(c) {
             continue;
         }
         let mut after_space = at + c.len_utf8();
         while let Some((i, c)) = chars.peek().copied() {
-            if !is_js_space(c) {
+            if !is_js_whitespace(c) {
                 break;
             }
             after_space = i + c.len_utf8();
@@ -747,13 +749,13 @@ fn bare_value_problem(field: &str, op: &str, value: &str) -> Option<String> {
             "the value `{shown}` holds a line break, which 8gent cannot read: keep it on one line, or quote it (`{field} {op} \"...\"`) if the break belongs to the value"
         ));
     }
-    let last = value.rsplit(is_js_space).next().unwrap_or("");
+    let last = value.rsplit(is_js_whitespace).next().unwrap_or("");
     let dangling = last.eq_ignore_ascii_case("and") || last.eq_ignore_ascii_case("or");
     if dangling && last.len() < value.len() {
         let before = value
             .get(..value.len() - last.len())
             .unwrap_or("")
-            .trim_end_matches(is_js_space);
+            .trim_end_matches(is_js_whitespace);
         let keyword = last.to_ascii_lowercase();
         return Some(format!(
             "dangling `{keyword}` after `{field} {op} {before}`: add the clause it joins, as in `{field} {op} {before} {keyword} capability equals x`, or quote a value that holds it: `{field} {op} {}`",

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::lower::is_js_space;
+use dk_proto::is_js_whitespace;
 
 fn ctx(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -425,13 +425,13 @@ fn js_split<'a>(s: &'a str, kw: &str) -> Vec<&'a str> {
     let mut i = 0;
     while i < s.len() {
         let c = s[i..].chars().next().unwrap();
-        if !is_js_space(c) {
+        if !is_js_whitespace(c) {
             i += c.len_utf8();
             continue;
         }
         let run_end = i + s[i..]
             .chars()
-            .take_while(|c| is_js_space(*c))
+            .take_while(|c| is_js_whitespace(*c))
             .map(char::len_utf8)
             .sum::<usize>();
         let rest = &s[run_end..];
@@ -442,7 +442,7 @@ fn js_split<'a>(s: &'a str, kw: &str) -> Vec<&'a str> {
             let after = &rest[kw.len()..];
             let ws: usize = after
                 .chars()
-                .take_while(|c| is_js_space(*c))
+                .take_while(|c| is_js_whitespace(*c))
                 .map(char::len_utf8)
                 .sum();
             if ws > 0 {
@@ -471,7 +471,7 @@ fn model_clause(clause: &str) -> Option<(String, ModelOp)> {
         return None;
     }
     let (field, rest) = clause.split_at(field_len);
-    let trimmed = rest.trim_start_matches(is_js_space);
+    let trimmed = rest.trim_start_matches(is_js_whitespace);
     if trimmed.len() == rest.len() {
         return None;
     }
@@ -481,7 +481,7 @@ fn model_clause(clause: &str) -> Option<(String, ModelOp)> {
         .count();
     let (op, after) = trimmed.split_at(op_len);
     let op = op.to_ascii_lowercase();
-    let value_part = after.trim_start_matches(is_js_space);
+    let value_part = after.trim_start_matches(is_js_whitespace);
     let had_space = value_part.len() < after.len();
     if !had_space {
         return None;
@@ -505,7 +505,7 @@ fn model_clause(clause: &str) -> Option<(String, ModelOp)> {
     let value = crate::lower::js_trim(value_part).to_owned();
     let op = match op.as_str() {
         "equals" => ModelOp::Equals(value),
-        "contains" if js_length(&value) <= 200 => ModelOp::Contains(value),
+        "contains" if utf16_len(&value) <= 200 => ModelOp::Contains(value),
         "starts_with" => ModelOp::StartsWith(value),
         "ends_with" => ModelOp::EndsWith(value),
         _ => return None,
@@ -517,7 +517,7 @@ type Model = Vec<Vec<(String, ModelOp)>>;
 
 fn model_parse(condition: &str) -> Option<Model> {
     let cond = crate::lower::js_trim(condition);
-    if cond.is_empty() || js_length(cond) > 2000 {
+    if cond.is_empty() || utf16_len(cond) > 2000 {
         return None;
     }
     js_split(cond, "or")
