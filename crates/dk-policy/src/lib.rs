@@ -76,12 +76,11 @@ pub use admission::{
     admit, narrow, redact_telemetry, resolve, run_device_policy_conformance,
 };
 pub use condition::{
-    Condition, DEVICE_USE_FIELDS, MAX_CONDITION_LENGTH, MAX_CONTAINS_LENGTH, MAX_NESTING,
+    Condition, Context, DEVICE_USE_FIELDS, MAX_CONDITION_LENGTH, MAX_CONTAINS_LENGTH, MAX_NESTING,
 };
 pub use error::{ConditionError, ConditionErrors, Location, PolicyError, PolicyFileError};
 pub use eval::{
-    Call, Context, DEVICE_USE, Decision, DeviceUseContext, Evaluation, PolicySet, SHADOW_AGENT_ID,
-    SHADOW_DENY_REASON,
+    Call, Decision, DeviceUseContext, Evaluation, PolicySet, SHADOW_AGENT_ID, SHADOW_DENY_REASON,
 };
 pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
 pub use lint::{
@@ -92,7 +91,7 @@ pub use rate::{
     DEFAULT_RATE_LOG_KEYS, MAX_LIMIT_CALLS, MAX_LIMIT_WINDOW, NoCounts, RateCounts, RateLimit,
     RateLog, RateLogFull,
 };
-pub use rule::{Rule, RuleDecision};
+pub use rule::{DEVICE_USE, Rule, RuleDecision};
 pub use time::{WEEKDAYS, ZoneError};
 
 /// Fuzzing hook: parses arbitrary bytes as a condition, prints and parses

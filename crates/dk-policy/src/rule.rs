@@ -6,6 +6,9 @@ use crate::condition::Condition;
 use crate::error::Location;
 use crate::rate::RateLimit;
 
+/// The action name of a device call.
+pub const DEVICE_USE: &str = "device_use";
+
 /// What a rule decides when it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuleDecision {

@@ -3,9 +3,10 @@
 use serde_json::{Value, json};
 
 use super::error::{AdmissionCode, AdmissionError};
+use super::names::DeviceClass;
 use super::policy::{
-    AdmissionRequest, Admitted, ChunkVerdict, DROPPED_OVERSIZE, DeviceClass, RawDevicePolicy,
-    ResolveOptions, ResolvedPolicy, resolve,
+    AdmissionRequest, Admitted, ChunkVerdict, DROPPED_OVERSIZE, RawDevicePolicy, ResolveOptions,
+    ResolvedPolicy, resolve,
 };
 use super::redact::{Redactor, redact_telemetry};
 

@@ -2,8 +2,7 @@
 
 use std::fmt;
 
-use super::DeviceClass;
-use super::limits::RunLimit;
+use super::names::{DeviceClass, RunLimit};
 
 /// The stable error codes of the admission contract, as Prism names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -55,6 +55,7 @@
 mod conformance;
 mod error;
 mod limits;
+mod names;
 mod policy;
 mod redact;
 
@@ -63,29 +64,15 @@ pub use conformance::{
     run_device_policy_conformance,
 };
 pub use error::{AdmissionCode, AdmissionError, DisabledReason, InputError};
-pub use limits::{RunLimit, RunLimitBreach, RunLimits, RunLimitsLayer, RunTracker, narrow};
+pub use limits::{RunLimitBreach, RunLimits, RunLimitsLayer, RunTracker, narrow};
+pub use names::{DeviceClass, MAX_SAFE_INTEGER, RunLimit};
 pub use policy::{
     AdmissionRequest, Admitted, ChunkVerdict, DEFAULT_MAX_CHUNK_BYTES,
-    DEFAULT_MAX_CONCURRENT_SESSIONS, DROPPED_OVERSIZE, DeviceClass, HARD_MAX_CHUNK_BYTES,
+    DEFAULT_MAX_CONCURRENT_SESSIONS, DROPPED_OVERSIZE, HARD_MAX_CHUNK_BYTES,
     HARD_MAX_CONCURRENT_SESSIONS, RawDevicePolicy, RawStreamLimits, ResolveOptions, ResolvedPolicy,
     accept_chunk, admit, resolve,
 };
 pub use redact::{MAX_DEPTH_MARKER, MAX_TELEMETRY_DEPTH, REDACTED, Redactor, redact_telemetry};
-
-/// The largest integer a JSON number (an IEEE double) holds exactly: 2^53 - 1.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
-
-/// `value` as an integer when it is a "non-negative safe integer" in Prism's
-/// sense: finite, no fraction, `0..=2^53-1` (`-0.0` is 0).
-fn safe_integer(value: f64) -> Option<u64> {
-    if value.is_finite() && value.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&value)
-    {
-        // In range and integral, so the conversion is exact.
-        Some(value as u64)
-    } else {
-        None
-    }
-}
 
 /// Fuzzing hook: reads arbitrary bytes as JSON and feeds it to every part of
 /// the contract. Never panics.

@@ -1,6 +1,5 @@
 //! Device-class policy: the raw configuration, its resolution, admission and stream bounds.
 
-use std::fmt;
 use std::str::FromStr;
 
 use serde::Deserialize;
@@ -9,7 +8,7 @@ use serde_json::Value;
 
 use super::error::{AdmissionError, DisabledReason, InputError};
 use super::limits::{RunLimits, RunLimitsLayer};
-use super::safe_integer;
+use super::names::{DeviceClass, safe_integer};
 
 /// Default `maxChunkBytes`: 1 MiB.
 pub const DEFAULT_MAX_CHUNK_BYTES: u64 = 1024 * 1024;
@@ -22,33 +21,13 @@ pub const HARD_MAX_CONCURRENT_SESSIONS: u64 = 4;
 /// The marker of a chunk dropped for being over the cap.
 pub const DROPPED_OVERSIZE: &str = "dropped_oversize";
 
-/// A streaming device class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DeviceClass {
-    /// `voice`: a voice satellite streaming audio.
-    Voice,
-    /// `desktop-control`: a bridge streaming screenshots and driving a computer.
-    DesktopControl,
-}
-
 impl DeviceClass {
-    /// Both classes.
-    pub const ALL: [DeviceClass; 2] = [DeviceClass::Voice, DeviceClass::DesktopControl];
-
     /// Reads `voice` or `desktop-control` (exactly; no other spelling).
     pub fn parse(kind: &str) -> Result<DeviceClass, AdmissionError> {
         match kind {
             "voice" => Ok(DeviceClass::Voice),
             "desktop-control" => Ok(DeviceClass::DesktopControl),
             _ => Err(InputError::UnknownKind.into()),
-        }
-    }
-
-    /// `voice` or `desktop-control`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            DeviceClass::Voice => "voice",
-            DeviceClass::DesktopControl => "desktop-control",
         }
     }
 }
@@ -58,12 +37,6 @@ impl FromStr for DeviceClass {
 
     fn from_str(kind: &str) -> Result<Self, Self::Err> {
         DeviceClass::parse(kind)
-    }
-}
-
-impl fmt::Display for DeviceClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -16,8 +16,10 @@ use std::cmp::Ordering;
 
 use serde_json::Value as Json;
 
-use super::{INPUT_PREFIX, Op};
 use crate::lower;
+
+/// How an `input.` field is written: `input.<param>`.
+pub(crate) const INPUT_PREFIX: &str = "input.";
 
 /// The longest param name a manifest may declare (dk-proto's limit), in bytes
 /// (param names are ASCII).
@@ -53,7 +55,7 @@ impl Comparison {
     }
 
     /// Whether `param` compared with the value as `ordering` satisfies it.
-    fn holds(self, ordering: Ordering) -> bool {
+    pub(super) fn holds(self, ordering: Ordering) -> bool {
         match self {
             Comparison::Greater => ordering == Ordering::Greater,
             Comparison::GreaterOrEqual => ordering != Ordering::Less,
@@ -106,7 +108,7 @@ impl Number {
     }
 
     /// How the JSON number `json` compares with this one.
-    fn compare(&self, json: &serde_json::Number) -> Option<Ordering> {
+    pub(super) fn compare(&self, json: &serde_json::Number) -> Option<Ordering> {
         let exact = json
             .as_i64()
             .map(i128::from)
@@ -208,30 +210,14 @@ fn is_param_name(name: &str) -> bool {
         })
 }
 
-/// Whether the input param `param` satisfies `op`.
-pub(crate) fn matches(param: &Json, op: &Op) -> bool {
-    match op {
-        Op::Equals(v) => equals(param, &v.literal, &v.lower),
-        Op::In(values) => values.iter().any(|v| equals(param, &v.literal, &v.lower)),
-        Op::Contains(v) => as_text(param).is_some_and(|s| lower::contains(s, &v.lower)),
-        Op::StartsWith(v) => as_text(param).is_some_and(|s| lower::starts_with(s, &v.lower)),
-        Op::EndsWith(v) => as_text(param).is_some_and(|s| lower::ends_with(s, &v.lower)),
-        Op::Compare(comparison, number) => match param {
-            Json::Number(n) => number.compare(n).is_some_and(|o| comparison.holds(o)),
-            _ => false,
-        },
-        Op::Window(_) => false,
-    }
-}
-
-fn as_text(param: &Json) -> Option<&str> {
+pub(super) fn as_text(param: &Json) -> Option<&str> {
     match param {
         Json::String(s) => Some(s),
         _ => None,
     }
 }
 
-fn equals(param: &Json, literal: &Literal, lowered: &str) -> bool {
+pub(super) fn equals(param: &Json, literal: &Literal, lowered: &str) -> bool {
     match (literal, param) {
         (Literal::Text, Json::String(s)) => lower::equals(s, lowered),
         (Literal::Bool(b), Json::Bool(p)) => b == p,

@@ -8,7 +8,9 @@ mod input;
 mod syntax;
 mod values;
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::hash::BuildHasher;
 use std::ops::Range;
 
 use dk_proto::{is_js_whitespace, utf16_len};
@@ -17,9 +19,28 @@ use crate::error::{ConditionError, ConditionErrors};
 use crate::lower::{self, js_trim};
 use crate::time::{LocalTime, TimeWindow};
 
-pub(crate) use input::{Comparison, Literal, Number};
+pub(crate) use input::{Comparison, INPUT_PREFIX, Literal, Number};
 
 pub use syntax::MAX_NESTING;
+
+/// Where rule conditions read fields from.
+pub trait Context {
+    /// The field's value, or `None` when the context has no such field (it
+    /// then reads as the empty string).
+    fn get(&self, field: &str) -> Option<&str>;
+}
+
+impl Context for BTreeMap<String, String> {
+    fn get(&self, field: &str) -> Option<&str> {
+        BTreeMap::get(self, field).map(String::as_str)
+    }
+}
+
+impl<S: BuildHasher> Context for HashMap<String, String, S> {
+    fn get(&self, field: &str) -> Option<&str> {
+        HashMap::get(self, field).map(String::as_str)
+    }
+}
 
 /// The longest condition, in UTF-16 code units as JavaScript's `.length`
 /// counts them (the same as characters for text outside the astral planes).
@@ -67,9 +88,6 @@ pub(crate) struct Field {
     pub(crate) name: String,
     pub(crate) known: KnownField,
 }
-
-/// How an `input.` field is written: `input.<param>`.
-pub(crate) const INPUT_PREFIX: &str = "input.";
 
 impl Field {
     /// The param an `input.<param>` field reads (empty for other fields).
@@ -216,7 +234,7 @@ impl Condition {
     }
 
     /// Whether the condition holds in `ctx` (a missing field reads as the empty string).
-    pub fn matches(&self, ctx: &dyn crate::Context) -> bool {
+    pub fn matches(&self, ctx: &dyn Context) -> bool {
         self.root.matches(&ctx)
     }
 
@@ -276,13 +294,31 @@ impl Expr {
     }
 }
 
+/// Whether the input param `param` satisfies `op`.
+fn input_matches(param: &serde_json::Value, op: &Op) -> bool {
+    match op {
+        Op::Equals(v) => input::equals(param, &v.literal, &v.lower),
+        Op::In(values) => values
+            .iter()
+            .any(|v| input::equals(param, &v.literal, &v.lower)),
+        Op::Contains(v) => input::as_text(param).is_some_and(|s| lower::contains(s, &v.lower)),
+        Op::StartsWith(v) => input::as_text(param).is_some_and(|s| lower::starts_with(s, &v.lower)),
+        Op::EndsWith(v) => input::as_text(param).is_some_and(|s| lower::ends_with(s, &v.lower)),
+        Op::Compare(comparison, number) => match param {
+            serde_json::Value::Number(n) => number.compare(n).is_some_and(|o| comparison.holds(o)),
+            _ => false,
+        },
+        Op::Window(_) => false,
+    }
+}
+
 impl Clause {
     fn matches<F: Fields + ?Sized>(&self, fields: &F) -> bool {
         if self.field.known == KnownField::Input {
             // A param the call does not carry makes the clause false.
             return fields
                 .input(self.field.param())
-                .is_some_and(|value| input::matches(value, &self.op));
+                .is_some_and(|value| input_matches(value, &self.op));
         }
         let hay = match &self.op {
             Op::Window(window) => {
@@ -304,7 +340,7 @@ impl Clause {
     }
 }
 
-impl Fields for &dyn crate::Context {
+impl Fields for &dyn Context {
     fn field(&self, field: &Field) -> &str {
         self.get(&field.name).unwrap_or("")
     }

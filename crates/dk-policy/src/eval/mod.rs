@@ -8,47 +8,25 @@
 //! and rules that cannot apply to a device are never looked at.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::path::Path;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::condition::{Field, Fields, KnownField};
+use crate::condition::{Context, Field, Fields, KnownField};
 use crate::error::PolicyFileError;
 use crate::lower;
 use crate::rate::RateCounts;
-use crate::rule::{Rule, RuleDecision};
+use crate::rule::{DEVICE_USE, Rule, RuleDecision};
 use crate::time::{LocalTime, Zone, ZoneError};
-
-/// The action name of a device call.
-pub const DEVICE_USE: &str = "device_use";
 
 /// The agent id of a shadow (hedge) candidate: it may never use a device.
 pub const SHADOW_AGENT_ID: &str = "__shadow__";
 
 /// The reason a shadow agent's device call is refused with (fixed by the 8DK contract).
 pub const SHADOW_DENY_REASON: &str = "[shadow-deny] shadow/hedge candidate (scope __shadow__) attempted side-effecting action \"device_use\". Shadow candidates run text/plan-only; only the chosen winner re-executes side effects under the normal policy path.";
-
-/// Where rule conditions read fields from.
-pub trait Context {
-    /// The field's value, or `None` when the context has no such field (it
-    /// then reads as the empty string).
-    fn get(&self, field: &str) -> Option<&str>;
-}
-
-impl Context for BTreeMap<String, String> {
-    fn get(&self, field: &str) -> Option<&str> {
-        BTreeMap::get(self, field).map(String::as_str)
-    }
-}
-
-impl<S: BuildHasher> Context for HashMap<String, String, S> {
-    fn get(&self, field: &str) -> Option<&str> {
-        HashMap::get(self, field).map(String::as_str)
-    }
-}
 
 /// The context of a `device_use` call: who asks, and for what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -27,9 +27,8 @@ use serde::de::DeserializeSeed;
 
 use crate::condition::{Condition, DEVICE_USE_FIELDS};
 use crate::error::{Location, PolicyError, PolicyFileError};
-use crate::eval::DEVICE_USE;
 use crate::rate::RateLimit;
-use crate::rule::{Rule, RuleDecision};
+use crate::rule::{DEVICE_USE, Rule, RuleDecision};
 use crate::time::Zone;
 use locate::{Target, locate};
 use raw::{Budget, FileSeed, Raw, RawEntry, RawFile, RawKey, RawTop};
