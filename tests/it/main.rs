@@ -9,6 +9,7 @@ mod budget;
 mod harness;
 mod hostile;
 mod in_process;
+mod layering;
 mod net;
 mod replay;
 mod socket;

@@ -66,7 +66,7 @@ impl Source {
 }
 
 /// The text before an inline test module.
-fn non_test_part(text: &str) -> &str {
+pub(super) fn non_test_part(text: &str) -> &str {
     let cfg_test = "#[cfg(test)]";
     let mut from = 0;
     while let Some(found) = text.get(from..).and_then(|rest| rest.find(cfg_test)) {
@@ -92,7 +92,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// The repository root: the parent of this package's directory.
-fn repo_root() -> PathBuf {
+pub(super) fn repo_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest_dir.parent().unwrap().to_path_buf()
 }

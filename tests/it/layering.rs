@@ -1,0 +1,881 @@
+//! Layering rules, checked over the sources and manifests of `crates/`:
+//!
+//! - no module circles: inside each crate (but those on `CIRCLES_LEFT`), the modules (one per file) and the
+//!   paths between them (`use` declarations and `crate::`, `super::`,
+//!   `self::` paths outside comments and tests, followed through
+//!   re-exports) form no cycle;
+//! - crate dependency directions, from each `Cargo.toml`'s
+//!   `[dependencies]` and `[build-dependencies]`: dk-proto depends on no dk
+//!   crate, dk-policy on none but dk-proto, dk-device on none but dk-proto
+//!   and dk-policy, no library crate on `dk` (the command line), and a
+//!   dk-core, when there is one, on none of axum, hyper, hyper-util,
+//!   rusqlite, rmcp and tokio-tungstenite;
+//! - dk-policy's admission contract and rule language share no module;
+//! - no foreign type in a public signature of dk-proto and dk-policy: the
+//!   text of every `pub fn` signature, `pub` field, `pub type`, `pub const`
+//!   and `pub static`, `pub enum` body and `impl` header (outside tests)
+//!   names neither a path into one of the crate's private dependencies
+//!   (`nom::`, `yaml_serde::`, `jiff::`, `sha2::`,
+//!   `unicode_general_category::`) nor a name the file imports from one.
+//!   Private modules are held to it too: a `pub` item there is a
+//!   `pub(crate)` one waiting to be exported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::tidy::{non_test_part, repo_root};
+
+/// A module of a crate: its file and its path (`crate`, `crate::a::b`).
+struct Module {
+    /// The file, from the repository root.
+    file: String,
+    /// Its path inside the crate, as segments after `crate`.
+    path: Vec<String>,
+    /// The non-test text, comments removed.
+    code: String,
+}
+
+/// The modules of one crate, from its root file (`src/lib.rs` or
+/// `src/main.rs`), one per file.
+fn modules_of(src: &Path, root_file: &str) -> Vec<Module> {
+    let mut modules = Vec::new();
+    let root = repo_root();
+    let mut files = Vec::new();
+    collect_rs(src, &mut files);
+    files.sort();
+    for file in files {
+        let relative = file
+            .strip_prefix(src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let is_root = relative == root_file;
+        let other_root = !is_root && matches!(relative.as_str(), "lib.rs" | "main.rs");
+        let test = relative.ends_with("/tests.rs")
+            || relative == "tests.rs"
+            || relative.contains("tests/")
+            || relative.starts_with("bin/");
+        if other_root || test {
+            continue;
+        }
+        let path = if is_root {
+            Vec::new()
+        } else {
+            let stem = relative.trim_end_matches(".rs");
+            let stem = stem.strip_suffix("/mod").unwrap_or(stem);
+            stem.split('/').map(str::to_owned).collect()
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        modules.push(Module {
+            file: file
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/"),
+            path,
+            code: strip_comments(non_test_part(&text)),
+        });
+    }
+    modules
+}
+
+/// Adds the `.rs` files under a folder.
+fn collect_rs(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_rs(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// The text without `//` comments (doc comments included) and without the
+/// contents of string literals, so paths in docs and messages do not count.
+fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    in_string = false;
+                    out.push('"');
+                }
+                '\n' => out.push('\n'),
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '"' => {
+                in_string = true;
+                out.push('"');
+            }
+            // A raw string: skipped to its end.
+            'r' if chars.clone().take(2).collect::<String>() == "#\"" => {
+                out.push_str("r#\"");
+                chars.nth(1);
+                while let Some(c) = chars.next() {
+                    if c == '"' && chars.peek() == Some(&'#') {
+                        chars.next();
+                        break;
+                    }
+                    if c == '\n' {
+                        out.push('\n');
+                    }
+                }
+                out.push_str("\"#");
+            }
+            // A char literal (`'x'`, `'\''`, `'"'`) is skipped whole; a
+            // lifetime is kept.
+            '\'' => {
+                out.push('\'');
+                let ahead: Vec<char> = chars.clone().take(3).collect();
+                match ahead.as_slice() {
+                    ['\\', ..] => {
+                        chars.nth(1);
+                        for c in chars.by_ref() {
+                            if c == '\'' {
+                                break;
+                            }
+                        }
+                        out.push('\'');
+                    }
+                    [_, '\'', ..] => {
+                        chars.nth(1);
+                        out.push('\'');
+                    }
+                    _ => {}
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The `use` declarations of a text, each as the tree after `use` (`pub`,
+/// `pub(crate)` and such dropped), without the `;`.
+fn use_trees(code: &str) -> Vec<String> {
+    let mut trees = Vec::new();
+    let mut rest = code;
+    while let Some(found) = find_word(rest, "use") {
+        let after = rest.get(found + 3..).unwrap_or("");
+        let Some(end) = after.find(';') else { break };
+        let tree = after.get(..end).unwrap_or("");
+        let before = rest.get(..found).unwrap_or("").trim_end();
+        let starts_item = before.is_empty()
+            || before.ends_with([';', '{', '}', ']', ')'])
+            || find_word(
+                before.get(before.len().saturating_sub(3)..).unwrap_or(""),
+                "pub",
+            )
+            .is_some();
+        if starts_item && after.starts_with(char::is_whitespace) {
+            trees.push(tree.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+        rest = after.get(end..).unwrap_or("");
+    }
+    trees
+}
+
+/// The offset of `word` in `text` as a whole word.
+fn find_word(text: &str, word: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(found) = text.get(from..).and_then(|rest| rest.find(word)) {
+        let at = from + found;
+        let before = text.get(..at).and_then(|b| b.chars().next_back());
+        let after = text.get(at + word.len()..).and_then(|a| a.chars().next());
+        let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if !is_ident(before) && !is_ident(after) {
+            return Some(at);
+        }
+        from = at + word.len();
+    }
+    None
+}
+
+/// Expands a use tree (`a::{b, c::d as e}`) into its paths, each with the
+/// name it binds (`None` for `*`).
+fn expand(tree: &str) -> Vec<(Vec<String>, Option<String>)> {
+    let mut out = Vec::new();
+    expand_into(&[], tree.trim(), &mut out);
+    out
+}
+
+fn expand_into(prefix: &[String], tree: &str, out: &mut Vec<(Vec<String>, Option<String>)>) {
+    let tree = tree.trim().trim_start_matches("::");
+    if tree.is_empty() {
+        return;
+    }
+    if let Some(open) = tree.find('{') {
+        let head: Vec<String> = tree
+            .get(..open)
+            .unwrap_or("")
+            .split("::")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let inner = tree
+            .get(open + 1..tree.rfind('}').unwrap_or(tree.len()))
+            .unwrap_or("");
+        let mut prefix = prefix.to_vec();
+        prefix.extend(head);
+        for part in split_top(inner) {
+            expand_into(&prefix, part, out);
+        }
+        return;
+    }
+    let (path, alias) = match tree.split_once(" as ") {
+        Some((path, alias)) => (path, Some(alias.trim().to_owned())),
+        None => (tree, None),
+    };
+    let mut segments = prefix.to_vec();
+    segments.extend(path.split("::").map(|s| s.trim().to_owned()));
+    if segments.last().is_some_and(|s| s == "self") {
+        segments.pop();
+    }
+    let bound = if segments.last().is_some_and(|s| s == "*") {
+        None
+    } else {
+        alias.or_else(|| segments.last().cloned())
+    };
+    out.push((segments, bound));
+}
+
+/// The comma-separated parts of a list, ignoring commas inside braces.
+fn split_top(list: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (at, c) in list.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(list.get(start..at).unwrap_or(""));
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(list.get(start..).unwrap_or(""));
+    parts
+}
+
+/// A crate's modules and what each imports, to resolve paths with.
+struct Crate {
+    modules: Vec<Module>,
+    /// Per module (by path), the names its `use` declarations bind and the
+    /// paths they stand for.
+    imports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
+}
+
+impl Crate {
+    fn new(modules: Vec<Module>) -> Crate {
+        let imports = modules
+            .iter()
+            .map(|module| {
+                let bound = use_trees(&module.code)
+                    .iter()
+                    .flat_map(|tree| expand(tree))
+                    .filter_map(|(path, name)| Some((name?, path)))
+                    .collect();
+                (module.path.clone(), bound)
+            })
+            .collect();
+        Crate { modules, imports }
+    }
+
+    fn is_module(&self, path: &[String]) -> bool {
+        self.modules.iter().any(|m| m.path == path)
+    }
+
+    /// The module a path written in `from` leads to, following
+    /// re-exports; `None` for a path into another crate.
+    fn resolve(&self, from: &[String], segments: &[String], depth: usize) -> Option<Vec<String>> {
+        if depth > 16 {
+            return None;
+        }
+        let (first, rest) = segments.split_first()?;
+        let mut at: Vec<String> = match first.as_str() {
+            "crate" => Vec::new(),
+            "self" => from.to_vec(),
+            "super" => from.get(..from.len().checked_sub(1)?)?.to_vec(),
+            _ => {
+                let mut child = from.to_vec();
+                child.push(first.clone());
+                if self.is_module(&child) {
+                    child
+                } else {
+                    let target = self.imports.get(from)?.get(first)?;
+                    if target.len() == 1 && target.first() == Some(first) {
+                        return None;
+                    }
+                    let mut path = target.clone();
+                    path.extend(rest.iter().cloned());
+                    return self.resolve(from, &path, depth + 1);
+                }
+            }
+        };
+        let mut rest = rest;
+        while let Some((next, after)) = rest.split_first() {
+            match next.as_str() {
+                "super" => {
+                    at.pop()?;
+                }
+                "self" | "*" => {}
+                _ => {
+                    let mut child = at.clone();
+                    child.push(next.clone());
+                    if self.is_module(&child) {
+                        at = child;
+                    } else if let Some(target) = self.imports.get(&at).and_then(|i| i.get(next)) {
+                        let mut path = target.clone();
+                        path.extend(after.iter().cloned());
+                        return self.resolve(&at, &path, depth + 1);
+                    } else {
+                        break;
+                    }
+                }
+            }
+            rest = after;
+        }
+        Some(at)
+    }
+
+    /// The modules each module uses, other than itself.
+    fn edges(&self) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+        let mut edges = BTreeMap::new();
+        for module in &self.modules {
+            let mut targets = BTreeSet::new();
+            let mut paths: Vec<Vec<String>> = use_trees(&module.code)
+                .iter()
+                .flat_map(|tree| expand(tree))
+                .map(|(path, _)| path)
+                .collect();
+            paths.extend(inline_paths(&module.code));
+            for path in paths {
+                if let Some(target) = self.resolve(&module.path, &path, 0)
+                    && target != module.path
+                {
+                    targets.insert(target);
+                }
+            }
+            edges.insert(module.path.clone(), targets);
+        }
+        edges
+    }
+}
+
+/// Paths outside `use` declarations that start with `crate::`, `super::`
+/// or `self::`.
+fn inline_paths(code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    for start in ["crate::", "super::", "self::"] {
+        for (at, _) in code.match_indices(start) {
+            let before = code.get(..at).and_then(|b| b.chars().next_back());
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') {
+                continue;
+            }
+            let path: String = code
+                .get(at..)
+                .unwrap_or("")
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            // `crate::{a, b}` is a use tree, read with the declarations.
+            if path.ends_with("::") {
+                continue;
+            }
+            paths.push(
+                path.split("::")
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            );
+        }
+    }
+    paths
+}
+
+/// The cycles of a graph: its strongly connected components of more than
+/// one node, each sorted.
+fn cycles(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Vec<String>>> {
+    // Two nodes are in one component when each reaches the other.
+    let reach = |from: &Vec<String>| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(node) = stack.pop() {
+            for next in edges.get(&node).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&Vec<String>, BTreeSet<Vec<String>>> =
+        edges.keys().map(|node| (node, reach(node))).collect();
+    let mut done = BTreeSet::new();
+    let mut found = Vec::new();
+    for (node, reached) in &reaches {
+        if done.contains(*node) || !reached.contains(*node) {
+            continue;
+        }
+        let component: Vec<Vec<String>> = reached
+            .iter()
+            .filter(|other| reaches.get(other).is_some_and(|r| r.contains(*node)))
+            .cloned()
+            .collect();
+        done.extend(component.iter().cloned());
+        found.push(component);
+    }
+    found
+}
+
+fn module_name(path: &[String]) -> String {
+    if path.is_empty() {
+        "crate".to_owned()
+    } else {
+        format!("crate::{}", path.join("::"))
+    }
+}
+
+/// The crates under `crates/`: name, folder, and each root file.
+fn crate_dirs() -> Vec<(String, std::path::PathBuf)> {
+    let mut dirs: Vec<_> = std::fs::read_dir(repo_root().join("crates"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.join("Cargo.toml").is_file())
+        .map(|path| {
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                path,
+            )
+        })
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Crates whose modules are still in circles, each with a reason. A crate
+/// listed here that has none fails the test, so the list only shrinks.
+const CIRCLES_LEFT: [(&str, &str); 1] = [(
+    "dk-vessel",
+    "its store, registry, agents and adapter modules use each other; they are being split into crates",
+)];
+
+#[test]
+fn no_module_circles() {
+    let mut found = Vec::new();
+    let mut checked = 0;
+    for (name, dir) in crate_dirs()
+        .into_iter()
+        .chain([("xtask".to_owned(), repo_root().join("xtask"))])
+    {
+        for root_file in ["lib.rs", "main.rs"] {
+            if !dir.join("src").join(root_file).is_file() {
+                continue;
+            }
+            let krate = Crate::new(modules_of(&dir.join("src"), root_file));
+            checked += krate.modules.len();
+            let circles = cycles(&krate.edges());
+            if CIRCLES_LEFT.iter().any(|(left, _)| *left == name) {
+                if circles.is_empty() {
+                    found.push(format!(
+                        "  {name} ({root_file}) has no circle left: take it off CIRCLES_LEFT"
+                    ));
+                }
+                continue;
+            }
+            for cycle in circles {
+                let files: Vec<String> = cycle
+                    .iter()
+                    .map(|path| {
+                        let file = krate
+                            .modules
+                            .iter()
+                            .find(|m| &m.path == path)
+                            .map_or("", |m| m.file.as_str());
+                        format!("{} ({file})", module_name(path))
+                    })
+                    .collect();
+                let edges = krate.edges();
+                let inside: Vec<String> = cycle
+                    .iter()
+                    .flat_map(|from| {
+                        edges
+                            .get(from)
+                            .into_iter()
+                            .flatten()
+                            .filter(|to| cycle.contains(to))
+                            .map(move |to| format!("{} -> {}", module_name(from), module_name(to)))
+                    })
+                    .collect();
+                found.push(format!(
+                    "  {name} ({root_file}): {}\n    uses: {}",
+                    files.join(", "),
+                    inside.join("; ")
+                ));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} modules found");
+    assert!(
+        found.is_empty(),
+        "modules use each other in circles; {} circle(s):\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+/// dk-policy's admission contract and its rule language share no module:
+/// no module of one uses a module of the other (the crate root, which
+/// re-exports both, aside).
+#[test]
+fn admission_shares_nothing_with_the_rules() {
+    let src = repo_root().join("crates/dk-policy/src");
+    let krate = Crate::new(modules_of(&src, "lib.rs"));
+    let is_admission = |path: &Vec<String>| path.first().is_some_and(|p| p == "admission");
+    let mut found = Vec::new();
+    for (from, targets) in krate.edges() {
+        if from.is_empty() {
+            continue;
+        }
+        for to in targets {
+            if is_admission(&from) != is_admission(&to) {
+                found.push(format!("{} -> {}", module_name(&from), module_name(&to)));
+            }
+        }
+    }
+    assert!(
+        krate
+            .modules
+            .iter()
+            .filter(|m| is_admission(&m.path))
+            .count()
+            >= 5,
+        "the admission modules were not found"
+    );
+    assert!(
+        found.is_empty(),
+        "admission and the rule language use each other:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The names in a manifest's `[dependencies]` and `[build-dependencies]`.
+fn dependencies(manifest: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut in_section = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_section = matches!(line, "[dependencies]" | "[build-dependencies]");
+            continue;
+        }
+        if !in_section || line.starts_with('#') {
+            continue;
+        }
+        let name: String = line
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// The dependency directions one crate breaks, given its dependencies.
+fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
+    let dk = |d: &&String| d.as_str() == "dk" || d.starts_with("dk-");
+    let allowed_dk: &[&str] = match name {
+        "dk-proto" => &[],
+        "dk-policy" => &["dk-proto"],
+        "dk-device" => &["dk-proto", "dk-policy"],
+        _ => &["*"],
+    };
+    let mut found = Vec::new();
+    for dep in deps.iter().filter(dk) {
+        let allowed = allowed_dk.contains(&"*") || allowed_dk.contains(&dep.as_str());
+        if !allowed {
+            found.push(format!("{name} depends on {dep}"));
+        }
+        if dep == "dk" && name != "dk-tests" {
+            found.push(format!("{name} depends on the command line (dk)"));
+        }
+    }
+    if name == "dk-core" {
+        for transport in [
+            "axum",
+            "hyper",
+            "hyper-util",
+            "rusqlite",
+            "rmcp",
+            "tokio-tungstenite",
+        ] {
+            if deps.contains(transport) {
+                found.push(format!("dk-core depends on {transport}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn crate_dependencies_flow_one_way() {
+    let mut found = Vec::new();
+    let crates = crate_dirs();
+    assert!(crates.len() >= 5, "only {} crates found", crates.len());
+    for (name, dir) in crates {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        found.extend(direction_violations(&name, &dependencies(&manifest)));
+    }
+    assert!(
+        found.is_empty(),
+        "crate dependencies go the wrong way:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The crates whose public signatures may name only their own types, std's,
+/// and serde's, with the dependencies that must stay private.
+const PURE_CRATES: [(&str, &[&str]); 2] = [
+    ("dk-proto", &["sha2", "unicode_general_category"]),
+    ("dk-policy", &["nom", "yaml_serde", "jiff"]),
+];
+
+/// The public signatures of a text: `pub fn` signatures, `pub` fields,
+/// `pub type`/`const`/`static` items, `pub enum` bodies and `impl` headers,
+/// each with its line.
+fn public_signatures(code: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut offset = 0;
+    for line in code.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let rest = code.get(offset..).unwrap_or("");
+        let lead = line.len() - trimmed.len();
+        let item = rest.get(lead..).unwrap_or("");
+        let sig = if trimmed.starts_with("pub fn ")
+            || trimmed.starts_with("pub async fn ")
+            || trimmed.starts_with("pub const fn ")
+            || trimmed.starts_with("impl")
+        {
+            Some(up_to_body(item))
+        } else if trimmed.starts_with("pub enum ") || trimmed.starts_with("pub struct ") {
+            Some(braced(item))
+        } else if trimmed.starts_with("pub type ")
+            || trimmed.starts_with("pub const ")
+            || trimmed.starts_with("pub static ")
+            || (trimmed.starts_with("pub ") && is_field(trimmed))
+        {
+            Some(item.split([';', '\n']).next().unwrap_or(""))
+        } else {
+            None
+        };
+        if let Some(sig) = sig {
+            let sig: String = sig
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("#["))
+                .collect::<Vec<_>>()
+                .join(" ");
+            found.push((line_of(code, offset), sig));
+        }
+        offset += line.len();
+    }
+    found
+}
+
+/// `pub name: Type` (a named field).
+fn is_field(line: &str) -> bool {
+    let after = line.trim_start_matches("pub ");
+    let name: String = after
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    !name.is_empty() && after.get(name.len()..).is_some_and(|r| r.starts_with(':'))
+}
+
+/// An item's text up to its body or `;`.
+fn up_to_body(item: &str) -> &str {
+    let end = item.find(['{', ';']).unwrap_or(item.len());
+    item.get(..end).unwrap_or(item)
+}
+
+/// An item's text up to the brace closing its body (or its `;`).
+fn braced(item: &str) -> &str {
+    let mut depth = 0usize;
+    for (at, c) in item.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return item.get(..=at).unwrap_or(item);
+                }
+            }
+            ';' if depth == 0 => return item.get(..at).unwrap_or(item),
+            _ => {}
+        }
+    }
+    item
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).map_or(0, |b| b.matches('\n').count()) + 1
+}
+
+/// What a signature names from the private crates: `crate::` paths and
+/// names imported from them.
+fn foreign_in(sig: &str, private: &[&str], imported: &BTreeSet<String>) -> Vec<String> {
+    let mut found: Vec<String> = private
+        .iter()
+        .map(|krate| format!("{krate}::"))
+        .filter(|prefix| {
+            sig.match_indices(prefix.as_str()).any(|(at, _)| {
+                !sig.get(..at)
+                    .and_then(|b| b.chars().next_back())
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            })
+        })
+        .collect();
+    found.extend(
+        imported
+            .iter()
+            .filter(|name| find_word(sig, name).is_some())
+            .cloned(),
+    );
+    found
+}
+
+#[test]
+fn no_foreign_type_in_public_signatures() {
+    let mut found = Vec::new();
+    let mut signatures = 0;
+    for (name, private) in PURE_CRATES {
+        let src = repo_root().join("crates").join(name).join("src");
+        for module in modules_of(&src, "lib.rs") {
+            let imported: BTreeSet<String> = use_trees(&module.code)
+                .iter()
+                .flat_map(|tree| expand(tree))
+                .filter(|(path, _)| path.first().is_some_and(|p| private.contains(&p.as_str())))
+                .filter_map(|(_, name)| name)
+                .filter(|name| name.starts_with(char::is_uppercase))
+                .collect();
+            for (line, sig) in public_signatures(&module.code) {
+                signatures += 1;
+                for foreign in foreign_in(&sig, private, &imported) {
+                    found.push(format!(
+                        "  {} line {line}: `{foreign}` in `{}`",
+                        module.file,
+                        sig.split_whitespace().collect::<Vec<_>>().join(" ")
+                    ));
+                }
+            }
+        }
+    }
+    assert!(signatures > 100, "only {signatures} signatures found");
+    assert!(
+        found.is_empty(),
+        "foreign types in public signatures:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The scanners, on small texts.
+#[test]
+fn layering_scanners() {
+    assert_eq!(
+        expand("crate::{a::{self, B}, c::D as E, f::*}"),
+        vec![
+            (vec!["crate".into(), "a".into()], Some("a".into())),
+            (
+                vec!["crate".into(), "a".into(), "B".into()],
+                Some("B".into())
+            ),
+            (
+                vec!["crate".into(), "c".into(), "D".into()],
+                Some("E".into())
+            ),
+            (vec!["crate".into(), "f".into(), "*".into()], None),
+        ]
+    );
+    assert_eq!(
+        use_trees("//! use crate::x;\npub(crate) use super::y;\nfn f() { let used = 1; }\n"),
+        vec!["super::y".to_owned()]
+    );
+    assert_eq!(
+        strip_comments("a // crate::b\n\"crate::c\" '\"' '\\'' d<'a> r#\"x\"y\"#"),
+        "a \n\"\" '' '' d<'a> r#\"\"#"
+    );
+
+    let module = |path: &[&str], code: &str| Module {
+        file: String::new(),
+        path: path.iter().map(|s| (*s).to_owned()).collect(),
+        code: code.to_owned(),
+    };
+    // A re-export at the root is followed to where the item lives.
+    let krate = Crate::new(vec![
+        module(&[], "mod a; mod b; pub use a::A; pub use b::B;"),
+        module(&["a"], "use crate::B;"),
+        module(&["b"], "pub struct B; fn f() -> crate::a::A { todo() }"),
+    ]);
+    let edges = krate.edges();
+    let a = vec!["a".to_owned()];
+    let b = vec!["b".to_owned()];
+    assert_eq!(edges.get(&a), Some(&BTreeSet::from([b.clone()])));
+    assert_eq!(edges.get(&b), Some(&BTreeSet::from([a.clone()])));
+    assert_eq!(cycles(&edges), vec![vec![a, b]]);
+
+    let none = BTreeSet::new();
+    assert_eq!(
+        direction_violations("dk-policy", &BTreeSet::from(["dk-proto".into()])),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        direction_violations("dk-proto", &BTreeSet::from(["dk-policy".into()])),
+        vec!["dk-proto depends on dk-policy".to_owned()]
+    );
+    assert_eq!(
+        direction_violations("dk-core", &BTreeSet::from(["rusqlite".into()])),
+        vec!["dk-core depends on rusqlite".to_owned()]
+    );
+    assert_eq!(
+        dependencies("[dependencies]\nserde.workspace = true\n[dev-dependencies]\nx = \"1\"\n"),
+        BTreeSet::from(["serde".to_owned()])
+    );
+
+    let sigs = public_signatures(
+        "pub fn f(x: jiff::Zoned) -> T {\n}\npub(crate) fn g(n: nom::X) {}\npub struct S {\n    pub z: Zone,\n}\n",
+    );
+    assert_eq!(sigs.len(), 3, "{sigs:?}");
+    let imported = BTreeSet::from(["Zone".to_owned()]);
+    assert_eq!(
+        foreign_in(&sigs[0].1, &["jiff"], &none),
+        vec!["jiff::".to_owned()]
+    );
+    assert_eq!(
+        foreign_in(&sigs[1].1, &["jiff"], &imported),
+        vec!["Zone".to_owned()]
+    );
+}
