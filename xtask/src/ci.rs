@@ -1,5 +1,5 @@
 //! `cargo xtask ci`: exactly what CI runs, in order, stopping at the first
-//! failing step. The Python client tests run after the Rust tests, in a
+//! failing step; the last step compares the public API with its snapshots. The Python client tests run after the Rust tests, in a
 //! virtualenv the task makes itself (see `python.rs`), and are counted in
 //! the closing `tests:` line. Both run with `TMPDIR` set to a fresh
 //! directory that must be empty once they are done: a test that leaves a
@@ -12,7 +12,7 @@ use crate::run::{Stream, cargo, describe, status, tee};
 use crate::{TaskError, TaskResult};
 
 /// Runs the CI steps: format check, clippy, tests (with doc tests), the
-/// Python client tests, docs.
+/// Python client tests, docs, the public API snapshots (`api.rs`).
 pub fn run() -> TaskResult {
     status("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
     status(
@@ -43,6 +43,7 @@ pub fn run() -> TaskResult {
             .args(["doc", "--workspace", "--no-deps", "--locked"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    crate::api::check(false)?;
     println!("\n==> ci passed (rust: {totals}; python: {python})");
     // The plain closing line any reader of CI logs understands.
     println!(

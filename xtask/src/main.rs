@@ -1,11 +1,13 @@
-//! dk's automation, run as `cargo xtask <task>`: the CI steps, benchmarks with
-//! a summary of their medians, and short fuzzing runs seeded from `fixtures/`.
+//! dk's automation, run as `cargo xtask <task>`: the CI steps, the public API
+//! snapshots, benchmarks with a summary of their medians, and short fuzzing
+//! runs seeded from `fixtures/`.
 //!
-//! Only the standard library is used, so the tasks build quickly and the same
-//! way everywhere.
+//! Only the standard library and serde_json (for `cargo metadata`) are used,
+//! so the tasks build quickly and the same way everywhere.
 
 #![forbid(unsafe_code)]
 
+mod api;
 mod bench;
 mod ci;
 mod fuzz;
@@ -20,7 +22,10 @@ usage: cargo xtask <task> [args]
 
 tasks:
   ci                       what CI runs: fmt check, clippy, tests, python client tests,
-                           docs (fails fast)
+                           docs, the public API snapshots (fails fast)
+  api [--bless]            compare every library crate's public items (from rustdoc)
+                           with api/<crate>.txt, failing with the difference;
+                           --bless rewrites the snapshots
   bench [FILTER] [--save FILE]
                            run the divan benchmarks of dk-proto, dk-policy and dk-vessel,
                            then print their medians (and write them to FILE as JSON)
@@ -51,6 +56,7 @@ fn main() -> ExitCode {
     };
     let outcome = match task {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
+        "api" => api::run(rest),
         "bench" => bench::run(rest),
         "fuzz" => fuzz::run(rest),
         "python" => python::run(rest),
