@@ -29,15 +29,20 @@
 //! end of input the bridge lets the requests in flight finish for a moment,
 //! ends the session with `DELETE` and exits 0.
 
+mod endpoint;
+mod events;
+mod headers;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderName, HeaderValue};
+use hyper::header::HeaderValue;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -47,8 +52,11 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use dk_vessel::connect_private_socket;
 
-use crate::home::{MCP_SOCKET, data_dir_or_home, no_vessel};
+use crate::home::{data_dir_or_home, no_vessel};
 use crate::input::printable;
+use endpoint::{Endpoint, Place};
+use events::event_data;
+use headers::{is_modern, standard_headers};
 
 /// The environment variable holding the agent credential.
 pub const CREDENTIAL_ENV: &str = "DK_AGENT_CREDENTIAL";
@@ -74,10 +82,6 @@ const DELETE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `_meta` key in which 2026-07-28 requests name their protocol version.
 const META_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// The first protocol revision whose requests carry `Mcp-Method` and
-/// `Mcp-Name` headers (revisions are dates, so they compare as text).
-const STANDARD_HEADERS_VERSION: &str = "2026-07-28";
-
 /// The JSON-RPC error code of the answers the bridge makes itself: the
 /// vessel could not be reached, refused the credential, or answered
 /// something that is not JSON-RPC.
@@ -88,19 +92,6 @@ const PARSE_ERROR: i64 = -32700;
 
 /// JSON-RPC's code for JSON that is not a message.
 const INVALID_REQUEST: i64 = -32600;
-
-/// Methods whose `Mcp-Name` header is `params.name`, `params.uri` or
-/// `params.taskId`.
-const NAMED_METHODS: [(&str, &str); 8] = [
-    ("tools/call", "name"),
-    ("prompts/get", "name"),
-    ("resources/read", "uri"),
-    ("resources/subscribe", "uri"),
-    ("resources/unsubscribe", "uri"),
-    ("tasks/get", "taskId"),
-    ("tasks/update", "taskId"),
-    ("tasks/cancel", "taskId"),
-];
 
 /// `dk mcp`.
 #[derive(clap::Args)]
@@ -171,92 +162,6 @@ fn bearer(file: Option<&std::path::Path>) -> Result<HeaderValue, String> {
         .map_err(|_| "the agent credential holds characters a header cannot carry".to_owned())?;
     value.set_sensitive(true);
     Ok(value)
-}
-
-/// The vessel's MCP endpoint, taken apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Endpoint {
-    /// The URL as given, or the socket's path, for messages.
-    url: String,
-    /// `host:port` as written in the URL (`localhost` on the socket): the
-    /// `Host` header.
-    authority: String,
-    /// Where to connect.
-    place: Place,
-    /// The request target: path and query.
-    target: String,
-}
-
-/// Where the bridge connects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Place {
-    /// The URL's authority with the port made explicit.
-    Tcp(String),
-    /// The vessel's MCP socket, used only once it is shown to be this
-    /// user's.
-    Unix {
-        /// The socket.
-        socket: PathBuf,
-        /// What to say when nothing answers on it.
-        absent: String,
-    },
-}
-
-impl Endpoint {
-    /// The MCP socket in the vessel's data directory `data_dir`; `absent`
-    /// is what to say when no vessel answers there.
-    fn socket(data_dir: &Path, absent: &str) -> Endpoint {
-        let socket = data_dir.join(MCP_SOCKET);
-        Endpoint {
-            url: format!("`{}`", socket.display()),
-            authority: "localhost".to_owned(),
-            place: Place::Unix {
-                socket,
-                absent: absent.to_owned(),
-            },
-            target: "/mcp".to_owned(),
-        }
-    }
-
-    /// Parses an `http://host[:port][/path]` URL.
-    fn parse(url: &str) -> Result<Endpoint, String> {
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(if url.starts_with("https://") {
-                format!(
-                    "`{url}`: https is not supported; the vessel serves MCP over plain HTTP on loopback"
-                )
-            } else {
-                format!("`{url}` is not an http:// URL")
-            });
-        };
-        let (authority, target) = match rest.split_once('/') {
-            Some((authority, path)) => (authority, format!("/{path}")),
-            None => (rest, "/".to_owned()),
-        };
-        let target = target.split('#').next().unwrap_or("/").to_owned();
-        if authority.is_empty() || authority.contains('@') {
-            return Err(format!("`{url}` must name a host and no user"));
-        }
-        let has_port = match authority.rsplit_once(':') {
-            Some((host, port)) => {
-                !port.is_empty()
-                    && port.bytes().all(|b| b.is_ascii_digit())
-                    && (!host.starts_with('[') || host.ends_with(']'))
-            }
-            None => false,
-        };
-        let connect = if has_port {
-            authority.to_owned()
-        } else {
-            format!("{authority}:80")
-        };
-        Ok(Endpoint {
-            url: url.to_owned(),
-            authority: authority.to_owned(),
-            place: Place::Tcp(connect),
-            target,
-        })
-    }
 }
 
 /// What the bridge keeps of the session.
@@ -826,19 +731,11 @@ impl Bridge {
         };
 
         if event_stream && status.is_success() {
-            let mut events = SseParser::default();
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| broken(&e))?;
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                let mut found = Vec::new();
-                events
-                    .push(&data, |event| found.push(event))
-                    .map_err(|message| broken(&message))?;
-                for event in found {
-                    answered |= self.forward(&event, id, initialize).await;
-                }
+            let events = event_data(body.into_data_stream(), MAX_MESSAGE_BYTES);
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|message| broken(&message))?;
+                answered |= self.forward(&event, id, initialize).await;
             }
             self.resolved();
             return Ok(answered);
@@ -986,219 +883,4 @@ where
         let _ = connection.await;
     });
     Ok((sender, driver))
-}
-
-/// Whether `version` uses the 2026-07-28 request headers.
-fn is_modern(version: Option<&str>) -> bool {
-    version.is_some_and(|v| v >= STANDARD_HEADERS_VERSION)
-}
-
-/// `Mcp-Method` and, for the methods that name something, `Mcp-Name`
-/// (Base64-wrapped as `=?base64?...?=` when not plain visible ASCII).
-fn standard_headers(message: &Value) -> Vec<(HeaderName, HeaderValue)> {
-    let mut headers = Vec::new();
-    let Some(method) = message.get("method").and_then(Value::as_str) else {
-        return headers;
-    };
-    if let Ok(value) = HeaderValue::from_str(method) {
-        headers.push((HeaderName::from_static("mcp-method"), value));
-    }
-    let name = NAMED_METHODS
-        .iter()
-        .find(|(m, _)| *m == method)
-        .and_then(|(_, key)| message.get("params")?.get(*key)?.as_str());
-    if let Some(name) = name
-        && let Ok(value) = HeaderValue::from_str(&header_text(name))
-    {
-        headers.push((HeaderName::from_static("mcp-name"), value));
-    }
-    headers
-}
-
-/// `text` as a header value: as it is when it is visible ASCII without
-/// space at its ends, else Base64 in the `=?base64?...?=` wrapper.
-fn header_text(text: &str) -> String {
-    let padded = text.starts_with([' ', '\t']) || text.ends_with([' ', '\t']);
-    let visible = text.chars().all(|c| (' '..='~').contains(&c));
-    let wrapped = text.starts_with("=?base64?") && text.ends_with("?=");
-    let plain = visible && !padded && !wrapped;
-    if plain {
-        text.to_owned()
-    } else {
-        format!("=?base64?{}?=", base64(text.as_bytes()))
-    }
-}
-
-/// Standard Base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let symbol = |index: u32| {
-        ALPHABET
-            .get(usize::try_from(index & 63).unwrap_or(0))
-            .map_or('A', |b| char::from(*b))
-    };
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let mut word = 0u32;
-        for (i, byte) in chunk.iter().enumerate() {
-            word |= u32::from(*byte) << (16 - 8 * i);
-        }
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(symbol(word >> (18 - 6 * i)));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Reads a `text/event-stream` as it arrives: each complete event's data
-/// lines, joined with `\n`. Comments (keep-alive pings), `event`, `id` and
-/// `retry` fields are skipped; an event cut off by the stream's end is
-/// dropped, as the format says.
-#[derive(Debug, Default)]
-struct SseParser {
-    /// Bytes of a line not yet ended.
-    pending: Vec<u8>,
-    /// The data of the event being read.
-    data: String,
-    /// Whether the event has a data field.
-    has_data: bool,
-}
-
-impl SseParser {
-    /// Takes the next bytes; calls `on_event` with each event's data.
-    fn push(&mut self, bytes: &[u8], mut on_event: impl FnMut(String)) -> Result<(), String> {
-        self.pending.extend_from_slice(bytes);
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches('\n').trim_end_matches('\r');
-            if line.is_empty() {
-                if self.has_data {
-                    let mut data = std::mem::take(&mut self.data);
-                    if data.ends_with('\n') {
-                        data.pop();
-                    }
-                    on_event(data);
-                }
-                self.has_data = false;
-                continue;
-            }
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            if field == "data" {
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                self.data.push_str(value);
-                self.data.push('\n');
-                self.has_data = true;
-            }
-        }
-        if self.pending.len() + self.data.len() > MAX_MESSAGE_BYTES {
-            return Err(format!("event longer than {MAX_MESSAGE_BYTES} bytes"));
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Endpoint, Place, SseParser, base64, header_text, standard_headers};
-    use serde_json::json;
-
-    #[track_caller]
-    fn check_endpoint(url: &str, expected: Option<(&str, &str, &str)>) {
-        let got = Endpoint::parse(url).ok();
-        let got = got.as_ref().map(|e| {
-            let connect = match &e.place {
-                Place::Tcp(address) => address.as_str(),
-                Place::Unix { .. } => "unix",
-            };
-            (e.authority.as_str(), connect, e.target.as_str())
-        });
-        assert_eq!(got, expected, "{url}");
-    }
-
-    #[test]
-    fn endpoints() {
-        check_endpoint(
-            "http://127.0.0.1:7779/mcp",
-            Some(("127.0.0.1:7779", "127.0.0.1:7779", "/mcp")),
-        );
-        check_endpoint(
-            "http://localhost/mcp?x=1#frag",
-            Some(("localhost", "localhost:80", "/mcp?x=1")),
-        );
-        check_endpoint("http://[::1]:9/", Some(("[::1]:9", "[::1]:9", "/")));
-        check_endpoint("http://[::1]", Some(("[::1]", "[::1]:80", "/")));
-        check_endpoint("https://127.0.0.1:7779/mcp", None);
-        check_endpoint("ws://127.0.0.1:7779/mcp", None);
-        check_endpoint("http://user@host/mcp", None);
-        check_endpoint("http:///mcp", None);
-        let socket = Endpoint::socket(std::path::Path::new("/h/vessel"), "none");
-        assert_eq!(
-            (socket.authority.as_str(), socket.target.as_str()),
-            ("localhost", "/mcp")
-        );
-        assert_eq!(
-            socket.place,
-            Place::Unix {
-                socket: "/h/vessel/mcp.sock".into(),
-                absent: "none".to_owned()
-            }
-        );
-    }
-
-    #[track_caller]
-    fn check_sse(chunks: &[&str], expected: &[&str]) {
-        let mut parser = SseParser::default();
-        let mut events = Vec::new();
-        for chunk in chunks {
-            parser.push(chunk.as_bytes(), |e| events.push(e)).unwrap();
-        }
-        assert_eq!(events, expected, "{chunks:?}");
-    }
-
-    #[test]
-    fn event_streams() {
-        check_sse(&[], &[]);
-        check_sse(&["data: {\"a\":1}\n\n"], &["{\"a\":1}"]);
-        check_sse(&["id: 0\nretry: 3000\ndata:\n\n"], &[""]);
-        check_sse(&[": ping\n\n", "event: message\r\ndata: x\r\n\r\n"], &["x"]);
-        check_sse(
-            &["data: {\"a\"", ":1}\n", "\n", "data: 2\n"],
-            &["{\"a\":1}"],
-        );
-        check_sse(&["data: a\ndata: b\n\n"], &["a\nb"]);
-        check_sse(&["data:no-space\n\n"], &["no-space"]);
-    }
-
-    #[test]
-    fn header_values() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64("Küche".as_bytes()), "S8O8Y2hl");
-        assert_eq!(
-            header_text("device__desk_lamp__set_light"),
-            "device__desk_lamp__set_light"
-        );
-        assert_eq!(header_text(" x"), "=?base64?IHg=?=");
-        assert_eq!(header_text("Küche"), "=?base64?S8O8Y2hl?=");
-        let headers = standard_headers(&json!({"method": "tools/call", "params": {"name": "t"}}));
-        let headers: Vec<(String, String)> = headers
-            .into_iter()
-            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
-            .collect();
-        assert_eq!(
-            headers,
-            [
-                ("mcp-method".to_owned(), "tools/call".to_owned()),
-                ("mcp-name".to_owned(), "t".to_owned())
-            ]
-        );
-        assert_eq!(standard_headers(&json!({"method": "tools/list"})).len(), 1);
-    }
 }
