@@ -204,63 +204,52 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                     &ok(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?,
                     "consent",
                 );
-                if json {
-                    println!("{}", json!(list));
-                    return Ok(());
-                }
-                if list.is_empty() {
-                    println!("no pairing requests");
-                }
-                for p in &list {
-                    let r = &at(p, "request");
-                    println!(
-                        "#{}  {} ({}) code {}{}",
-                        at(p, "id"),
-                        text(at(r, "name")),
-                        text(at(r, "deviceId")),
-                        text(at(r, "code")),
-                        match (at(r, "replaces").is_null(), at(r, "noScreen") == true) {
-                            (_, true) =>
-                                "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
-                            (false, false) => "  [replaces an existing pairing and its grants]",
-                            (true, false) => "",
-                        }
-                    );
-                    let old = at(r, "replaces");
-                    if let Some(paired_at) = at(old, "pairedAtMs").as_u64() {
-                        let grants: Vec<String> = at(old, "grants")
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(text)
-                            .collect();
+                print_list(
+                    json,
+                    &Value::Array(list),
+                    "no pairing requests",
+                    None,
+                    |p| {
+                        let r = &at(p, "request");
                         println!(
-                            "      replaces: {}, granted {}",
-                            crate::input::ago(paired_at),
-                            if grants.is_empty() {
-                                "nothing".to_owned()
-                            } else {
-                                grants.join(", ")
+                            "#{}  {} ({}) code {}{}",
+                            at(p, "id"),
+                            text(at(r, "name")),
+                            text(at(r, "deviceId")),
+                            text(at(r, "code")),
+                            match (at(r, "replaces").is_null(), at(r, "noScreen") == true) {
+                                (_, true) =>
+                                    "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
+                                (false, false) => "  [replaces an existing pairing and its grants]",
+                                (true, false) => "",
                             }
                         );
-                        for change in at(old, "changes").as_array().into_iter().flatten() {
-                            println!("      changed:  {}", text(at(change, "summary")));
+                        let old = at(r, "replaces");
+                        if let Some(paired_at) = at(old, "pairedAtMs").as_u64() {
+                            println!(
+                                "      replaces: {}, granted {}",
+                                crate::input::ago(paired_at),
+                                joined(at(old, "grants"))
+                            );
+                            for change in at(old, "changes").as_array().into_iter().flatten() {
+                                println!("      changed:  {}", text(at(change, "summary")));
+                            }
                         }
-                    }
-                    for cap in at(r, "capabilities").as_array().into_iter().flatten() {
-                        let asks = if at(cap, "confirm") == true {
-                            ", asks every time"
-                        } else {
-                            ""
-                        };
-                        println!(
-                            "      {} ({}{asks}): {}",
-                            text(at(cap, "name")),
-                            text(at(cap, "kind")),
-                            text(at(cap, "description"))
-                        );
-                    }
-                }
+                        for cap in at(r, "capabilities").as_array().into_iter().flatten() {
+                            let asks = if at(cap, "confirm") == true {
+                                ", asks every time"
+                            } else {
+                                ""
+                            };
+                            println!(
+                                "      {} ({}{asks}): {}",
+                                text(at(cap, "name")),
+                                text(at(cap, "kind")),
+                                text(at(cap, "description"))
+                            );
+                        }
+                    },
+                );
                 Ok(())
             }
             PairingsCommand::Approve {
@@ -312,14 +301,7 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
         let (id, body) = match command.unwrap_or(ApprovalsCommand::List) {
             ApprovalsCommand::List => {
                 let list = pending_of(&ok(c.get("/v1/pending").await.map_err(e)?)?, "approval");
-                if json {
-                    println!("{}", json!(list));
-                    return Ok(());
-                }
-                if list.is_empty() {
-                    println!("no calls waiting");
-                }
-                for p in &list {
+                print_list(json, &Value::Array(list), "no calls waiting", None, |p| {
                     let r = &at(p, "request");
                     println!(
                         "#{}  {}  ({})",
@@ -344,7 +326,7 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                             at(p, "id")
                         );
                     }
-                }
+                });
                 return Ok(());
             }
             ApprovalsCommand::Remembered { command } => {
@@ -426,37 +408,33 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
     match command {
         RememberedCommand::List => {
             let list = ok(c.get("/v1/approvals/remembered").await.map_err(e)?)?;
-            if json {
-                println!("{list}");
-                return Ok(());
-            }
-            let list = list.as_array().cloned().unwrap_or_default();
-            if list.is_empty() {
-                println!("no remembered allowances");
-                return Ok(());
-            }
-            println!(
-                "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
-                "ID", "AGENT", "TOOL", "COVERS", "ENDS", "USES"
-            );
-            for a in &list {
-                println!(
+            print_list(
+                json,
+                &list,
+                "no remembered allowances",
+                Some(format!(
                     "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
-                    text(at(a, "id")),
-                    text(at(a, "agentId")),
-                    text(at(a, "tool")),
-                    if at(a, "scope") == "arguments" {
-                        "arguments"
-                    } else {
-                        "capability"
-                    },
-                    until(at(a, "expiresAtMs").as_u64().unwrap_or(0)),
-                    text(at(a, "uses")),
-                );
-                if let Some(arguments) = at(a, "arguments").as_str() {
-                    println!("      exactly {}", printable(arguments));
-                }
-            }
+                    "ID", "AGENT", "TOOL", "COVERS", "ENDS", "USES"
+                )),
+                |a| {
+                    println!(
+                        "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
+                        text(at(a, "id")),
+                        text(at(a, "agentId")),
+                        text(at(a, "tool")),
+                        if at(a, "scope") == "arguments" {
+                            "arguments"
+                        } else {
+                            "capability"
+                        },
+                        until(at(a, "expiresAtMs").as_u64().unwrap_or(0)),
+                        text(at(a, "uses")),
+                    );
+                    if let Some(arguments) = at(a, "arguments").as_str() {
+                        println!("      exactly {}", printable(arguments));
+                    }
+                },
+            );
         }
         RememberedCommand::Revoke { id } => {
             ok(c.delete(&format!("/v1/approvals/remembered/{id}"))
@@ -476,37 +454,19 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
         match command.unwrap_or(DevicesCommand::List) {
             DevicesCommand::List => {
                 let list = ok(c.get("/v1/devices").await.map_err(e)?)?;
-                if json {
-                    println!("{list}");
-                    return Ok(());
-                }
-                let devices = list.as_array().cloned().unwrap_or_default();
-                if devices.is_empty() {
-                    println!("no paired devices");
-                }
-                for d in &devices {
+                print_list(json, &list, "no paired devices", None, |d| {
                     let state = if at(d, "connected") == true {
                         "connected"
                     } else {
                         "offline"
                     };
-                    let grants: Vec<String> = at(d, "grants")
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(text)
-                        .collect();
                     println!(
                         "{} ({}) {state}; granted: {}",
                         text(at(d, "id")),
                         text(at(d, "name")),
-                        if grants.is_empty() {
-                            "nothing".to_owned()
-                        } else {
-                            grants.join(", ")
-                        }
+                        joined(at(d, "grants"))
                     );
-                }
+                });
             }
             DevicesCommand::Grant { device, capability } => {
                 ok(c.put(&format!(
@@ -539,6 +499,41 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
     })
 }
 
+/// Prints a listing of the admin API, the one way every `list` command
+/// prints: with `--json` the list as the vessel gave it, on one line; else
+/// `empty` when it holds nothing, or the `header` line (if any) and each
+/// item as `show` prints it.
+pub(crate) fn print_list(
+    json: bool,
+    list: &Value,
+    empty: &str,
+    header: Option<String>,
+    show: impl FnMut(&Value),
+) {
+    if json {
+        println!("{list}");
+        return;
+    }
+    let items = list.as_array().map_or(&[][..], Vec::as_slice);
+    if items.is_empty() {
+        println!("{empty}");
+        return;
+    }
+    if let Some(header) = header {
+        println!("{header}");
+    }
+    items.iter().for_each(show);
+}
+
+/// The texts of a JSON list joined with `, `, or `nothing`.
+pub(crate) fn joined(list: &Value) -> String {
+    let items: Vec<String> = list.as_array().into_iter().flatten().map(text).collect();
+    if items.is_empty() {
+        "nothing".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
 /// `value[key]`, or `null` when absent.
 pub(crate) fn at<'v>(value: &'v Value, key: &str) -> &'v Value {
     static NULL: Value = Value::Null;

@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::admin_cmd::{Target, at, ok, segment, text, with_client};
+use crate::admin_cmd::{Target, at, joined, ok, print_list, segment, text, with_client};
 
 /// `dk agents`.
 #[derive(Subcommand)]
@@ -42,15 +42,6 @@ pub enum AgentsCommand {
     },
 }
 
-fn items(scope: &Value) -> String {
-    let items: Vec<String> = scope.as_array().into_iter().flatten().map(text).collect();
-    if items.is_empty() {
-        "nothing".to_owned()
-    } else {
-        items.join(", ")
-    }
-}
-
 /// Runs `dk agents`.
 pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
     let json = target.json;
@@ -59,22 +50,14 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
         match command.unwrap_or(AgentsCommand::List) {
             AgentsCommand::List => {
                 let list = ok(c.get("/v1/agents").await.map_err(e)?)?;
-                if json {
-                    println!("{list}");
-                    return Ok(());
-                }
-                let agents = list.as_array().cloned().unwrap_or_default();
-                if agents.is_empty() {
-                    println!("no agents");
-                }
-                for a in &agents {
+                print_list(json, &list, "no agents", None, |a| {
                     println!(
                         "{} ({}); scope: {}",
                         text(at(a, "name")),
                         text(at(a, "role")),
-                        items(at(a, "scope"))
+                        joined(at(a, "scope"))
                     );
-                }
+                });
             }
             AgentsCommand::Add { name, scope, role } => {
                 let added = ok(c
@@ -113,7 +96,7 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                 )
                 .await
                 .map_err(e)?)?;
-                println!("agent {name} now sees: {}", items(&json!(scope)));
+                println!("agent {name} now sees: {}", joined(&json!(scope)));
             }
         }
         Ok(())
