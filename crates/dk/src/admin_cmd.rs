@@ -11,7 +11,7 @@ use dk_vessel::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
 use serde_json::{Value, json};
 
 use crate::home::Paths;
-use crate::input::printable;
+use crate::input::{print_json, printable};
 
 /// Where the vessel is.
 #[derive(Args)]
@@ -356,7 +356,7 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
             .await
             .map_err(e)?)?;
         if json && !answered.is_null() {
-            println!("{answered}");
+            print_json(&answered);
         } else if let Some(allowance) = answered.get("id") {
             println!(
                 "call {id} allowed, and remembered as allowance {allowance}: {}",
@@ -500,7 +500,8 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
 }
 
 /// Prints a listing of the admin API, the one way every `list` command
-/// prints: with `--json` the list as the vessel gave it, on one line; else
+/// prints: with `--json` the list as the vessel gave it, on one line
+/// ([`print_json`]); else
 /// `empty` when it holds nothing, or the `header` line (if any) and each
 /// item as `show` prints it.
 pub(crate) fn print_list(
@@ -511,7 +512,7 @@ pub(crate) fn print_list(
     show: impl FnMut(&Value),
 ) {
     if json {
-        println!("{list}");
+        print_json(list);
         return;
     }
     let items = list.as_array().map_or(&[][..], Vec::as_slice);

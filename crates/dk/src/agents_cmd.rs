@@ -7,6 +7,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use crate::admin_cmd::{Target, at, joined, ok, print_list, segment, text, with_client};
+use crate::input::print_json;
 
 /// `dk agents`.
 #[derive(Subcommand)]
@@ -68,9 +69,8 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                     .await
                     .map_err(e)?)?;
                 if json {
-                    println!(
-                        "{}",
-                        json!({"name": at(&added, "name"), "credential": at(&added, "credential")})
+                    print_json(
+                        &json!({"name": at(&added, "name"), "credential": at(&added, "credential")}),
                     );
                     return Ok(());
                 }
