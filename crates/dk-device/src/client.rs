@@ -38,7 +38,7 @@ use crate::Device;
 /// connection that lasted [`STABLE_SESSION`] starts the ceiling over. Nothing
 /// is re-sent after a reconnect: calls in flight when a connection ended are
 /// the vessel's to fail, and a call id received before (on this connection
-/// or an earlier one, among the last [`ServeOptions::remember_calls`]) is
+/// or an earlier one, among the last [`ServeOptions::remember_calls`](crate::ServeOptions::remember_calls)) is
 /// answered with an error, never run again. Events queued while disconnected wait in the event
 /// queue (up to its capacity) and go out on the next connection.
 ///

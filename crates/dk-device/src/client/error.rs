@@ -18,7 +18,7 @@ pub enum ClientError {
         why: String,
     },
     /// The connection could not be opened (refused, timed out, the vessel
-    /// answered HTTP instead of upgrading). [`run_client`] retries it.
+    /// answered HTTP instead of upgrading). [`run_client`](crate::run_client) retries it.
     #[error("cannot connect to the vessel: {0}")]
     Connect(String),
     /// Close 4001: the person said no, did not answer in time, or the vessel
@@ -59,7 +59,7 @@ pub enum ClientError {
     /// matters (a device token that cannot be kept).
     #[error("the vessel broke the protocol: {0}")]
     Protocol(String),
-    /// [`ClientOptions::max_attempts`] connections in a row failed.
+    /// [`ClientOptions::max_attempts`](crate::ClientOptions::max_attempts) connections in a row failed.
     #[error("gave up after {attempts} connection attempts; the last: {last}")]
     GaveUp {
         /// Attempts made.

@@ -15,7 +15,7 @@ use crate::stream::StreamReceiver;
 /// Shows the pairing code to the person.
 type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// Where and how [`run_client`] and [`connect_once`] connect.
+/// Where and how [`run_client`](crate::run_client) and [`connect_once`](crate::connect_once) connect.
 ///
 /// ```
 /// use std::time::Duration;
@@ -111,7 +111,7 @@ impl ClientOptions {
     }
 
     /// Gives up after `attempts` connections in a row (at least one) that
-    /// did not last [`STABLE_SESSION`]; without it the client tries forever.
+    /// did not last [`STABLE_SESSION`](crate::STABLE_SESSION); without it the client tries forever.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts.max(1));
         self
