@@ -1,6 +1,6 @@
 //! Wire types for dk, compatible with 8DK v1: device manifests and their
-//! digest, tool names, input checks, and the JSON frames a device and a vessel
-//! exchange.
+//! digest, tool names, input checks, the JSON frames a device and a vessel
+//! exchange, and the close codes that end their connection.
 //!
 //! Everything here is pure: no IO, no async runtime. Every function that takes
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
@@ -9,12 +9,16 @@
 
 #![forbid(unsafe_code)]
 
+mod close;
 mod frame;
 mod input;
 mod manifest;
 mod text;
 mod tool_name;
 
+pub use close::{
+    AdmissionCode, CloseCode, CloseFrame, MAX_CLOSE_REASON_BYTES, UnknownAdmissionCode,
+};
 pub use frame::{
     DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH, MAX_STREAM_NAME_BYTES,
     MAX_STREAM_OVERHEAD, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME, STREAM_HEADER_BYTES,

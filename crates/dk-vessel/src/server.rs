@@ -15,10 +15,11 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use dk_proto::CloseFrame;
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 
-use crate::connection::{CloseFrame, WireMessage, serve_connection};
+use crate::connection::{WireMessage, serve_connection};
 use crate::listen::{Accepted, serve_http};
 use crate::origins::{LocalOrigins, single};
 use crate::vessel::Vessel;
