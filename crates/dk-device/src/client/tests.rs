@@ -15,6 +15,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
+use super::backoff::full_jitter;
+use super::connection::{printable, vessel_error};
+use super::token_file::{read_token, write_token};
 use super::*;
 use crate::samples::{Lamp, LampState, Thermostat};
 use crate::{Notice, ServeOptions};

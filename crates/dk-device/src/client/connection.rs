@@ -1,0 +1,626 @@
+//! One connection to the vessel, as a state machine: connect, pair or
+//! authenticate, serve calls, and read what the vessel's close means.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, StreamDroppedFrame, StreamingFrame, VesselFrame};
+use futures::future::Fuse;
+use futures::{FutureExt as _, Sink, SinkExt as _, Stream, StreamExt as _};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use super::error::ClientError;
+use super::options::ClientOptions;
+use super::token_file::{is_token, read_token, token_file_error, write_token};
+use crate::serve::serve_session;
+use crate::stream::StreamReceiver;
+use crate::{Device, ServeError};
+
+/// How long opening a connection (TCP and the WebSocket upgrade) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait for the other side's close once the connection is ending.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Largest message accepted from the vessel: a frame at the protocol's
+/// limit, with room for escaping.
+const MAX_MESSAGE_BYTES: usize = 2 * MAX_FRAME_BYTES;
+
+/// Close codes the vessel sends, as `docs/PROTOCOL.md` lists them.
+mod close_code {
+    /// Pairing did not happen.
+    pub const PAIRING_REFUSED: u16 = 4001;
+    /// Wrong device id or token.
+    pub const AUTH_FAILED: u16 = 4002;
+    /// The manifest is not the one the person approved.
+    pub const MANIFEST_CHANGED: u16 = 4003;
+    /// The person unpaired the device.
+    pub const UNPAIRED: u16 = 4007;
+    /// A streaming device was refused admission.
+    pub const ADMISSION_REFUSED: u16 = 4011;
+    /// A close frame without a code (RFC 6455 "no status received").
+    pub const NO_STATUS: u16 = 1005;
+}
+
+/// How one connection ended, when the client may connect again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The vessel closed the connection with this code and reason (the
+    /// reason is shown with unsafe characters escaped).
+    Closed {
+        /// The close code (1005 when the vessel gave none).
+        code: u16,
+        /// The vessel's reason.
+        reason: String,
+    },
+    /// The connection dropped without a close.
+    Lost,
+    /// The shutdown future resolved; the client closed with code 1000.
+    Shutdown,
+}
+
+/// One connection: connects, sends `device:auth` when a token is kept (with
+/// the device's manifest) or else `device:hello`, shows the pairing code and
+/// keeps the token the vessel sends, then serves calls until the connection
+/// ends or `shutdown` resolves.
+///
+/// Returns how the connection ended when connecting again makes sense, and
+/// an error otherwise; see [`ClientError`] for the close codes that end the
+/// client and what happens to the token file.
+pub async fn connect_once(
+    device: &Device,
+    options: &mut ClientOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<SessionEnd, ClientError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(ClientError::NoRuntime);
+    }
+    let shutdown = shutdown.fuse();
+    tokio::pin!(shutdown);
+    check_url(&options.url)?;
+    let token = options.stored_token()?;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+    let connect = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_tungstenite::connect_async_with_config(options.url.as_str(), Some(config), true),
+    );
+    let socket = tokio::select! {
+        () = &mut shutdown => return Ok(SessionEnd::Shutdown),
+        connected = connect => match connected {
+            Err(_) => {
+                return Err(ClientError::Connect(format!(
+                    "no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(Err(e)) => return Err(connect_error(&options.url, e)),
+            Ok(Ok((socket, _response))) => socket,
+        },
+    };
+    tracing::debug!(url = %printable(&options.url), "connected");
+    let (sink, stream) = socket.split();
+    Connection {
+        device,
+        options,
+        sink,
+        stream,
+        token,
+    }
+    .run(shutdown.as_mut())
+    .await
+}
+
+/// Refuses, before any connection, a URL that is not `ws://host...`.
+fn check_url(url: &str) -> Result<(), ClientError> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let request = url
+        .into_client_request()
+        .map_err(|e| connect_error(url, e))?;
+    let why = match request.uri().scheme_str() {
+        Some(scheme) if scheme.eq_ignore_ascii_case("ws") => return Ok(()),
+        Some(scheme) if scheme.eq_ignore_ascii_case("wss") => {
+            "wss:// needs TLS, which this build does not include"
+        }
+        _ => "the URL must start with ws://",
+    };
+    Err(ClientError::InvalidUrl {
+        url: printable(url),
+        why: why.to_owned(),
+    })
+}
+
+fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
+    let invalid = |why: String| ClientError::InvalidUrl {
+        url: printable(url),
+        why,
+    };
+    match error {
+        tungstenite::Error::Url(why) => invalid(why.to_string()),
+        tungstenite::Error::HttpFormat(why) => invalid(why.to_string()),
+        tungstenite::Error::Http(response) => ClientError::Connect(format!(
+            "the vessel answered HTTP {} instead of a WebSocket",
+            response.status()
+        )),
+        other => ClientError::Connect(other.to_string()),
+    }
+}
+
+/// How a connection ended, before the close code is read.
+enum Ended {
+    Closed { code: u16, reason: String },
+    Lost,
+    Shutdown,
+}
+
+/// One open connection.
+struct Connection<'a, K, S> {
+    device: &'a Device,
+    options: &'a mut ClientOptions,
+    sink: K,
+    stream: S,
+    /// The token sent in `device:auth`, or received in `device:paired`.
+    token: Option<String>,
+}
+
+impl<K, S> Connection<'_, K, S>
+where
+    K: Sink<Message, Error = tungstenite::Error> + Unpin,
+    S: Stream<Item = Result<Message, tungstenite::Error>> + Unpin,
+{
+    async fn run<F>(mut self, mut shutdown: Pin<&mut Fuse<F>>) -> Result<SessionEnd, ClientError>
+    where
+        F: Future<Output = ()>,
+    {
+        let first = match &self.token {
+            Some(token) => auth_frame(self.device, token),
+            None => hello_frame(self.device),
+        }?;
+        if let Err(e) = self.sink.send(Message::text(first)).await {
+            tracing::debug!(error = %e, "the first frame could not be sent");
+            return Ok(SessionEnd::Lost);
+        }
+        if self.token.is_none() {
+            match self.pair(shutdown.as_mut()).await {
+                Ok(None) => {}
+                Ok(Some(ended)) => return self.finish(ended).await,
+                Err(e) => {
+                    self.close(CloseCode::Error, "cannot keep the device token")
+                        .await;
+                    return Err(e);
+                }
+            }
+        }
+        let ended = self.serve(shutdown).await?;
+        self.finish(ended).await
+    }
+
+    /// Waits for `device:paired`, showing the pairing code on the way.
+    /// `Ok(None)` once the token is kept.
+    async fn pair<F>(
+        &mut self,
+        mut shutdown: Pin<&mut Fuse<F>>,
+    ) -> Result<Option<Ended>, ClientError>
+    where
+        F: Future<Output = ()>,
+    {
+        loop {
+            let message = tokio::select! {
+                () = &mut shutdown => return Ok(Some(Ended::Shutdown)),
+                message = self.stream.next() => message,
+            };
+            let text = match message {
+                None | Some(Err(_)) => return Ok(Some(Ended::Lost)),
+                Some(Ok(Message::Close(frame))) => return Ok(Some(closed(frame))),
+                Some(Ok(Message::Text(text))) => text,
+                Some(Ok(Message::Binary(_))) => {
+                    tracing::debug!("ignored a binary message from the vessel");
+                    continue;
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+            };
+            match VesselFrame::parse(text.as_bytes()) {
+                Ok(VesselFrame::Pairing { code }) => self.show_code(&code),
+                Ok(VesselFrame::Paired { device_token }) => {
+                    self.keep_token(&device_token).await?;
+                    return Ok(None);
+                }
+                Ok(other) => {
+                    tracing::warn!(
+                        frame = other.type_name(),
+                        "ignored a frame sent before pairing ended"
+                    );
+                }
+                Err(error) => match vessel_error(&text) {
+                    Some(message) => tracing::warn!(%message, "the vessel reported an error"),
+                    None => tracing::debug!(%error, "ignored a frame from the vessel"),
+                },
+            }
+        }
+    }
+
+    fn show_code(&self, code: &str) {
+        if code.len() != 6 || !code.bytes().all(|b| b.is_ascii_digit()) {
+            tracing::warn!(code = %printable(code), "ignored a pairing code that is not 6 digits");
+            return;
+        }
+        match &self.options.on_code {
+            Some(show) => show(code),
+            None => tracing::info!(code, "pairing code: check it matches the vessel's prompt"),
+        }
+    }
+
+    /// Keeps the token from `device:paired`: in the token file, or in memory.
+    async fn keep_token(&mut self, token: &str) -> Result<(), ClientError> {
+        if !is_token(token) {
+            return Err(ClientError::Protocol(
+                "device:paired carried a token that is not printable ASCII of at most 1024 bytes"
+                    .to_owned(),
+            ));
+        }
+        match &self.options.token_file {
+            Some(path) => {
+                let (path, owned) = (path.clone(), token.to_owned());
+                let written = tokio::task::spawn_blocking(move || write_token(&path, &owned))
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+                if let Err(source) = written {
+                    return Err(token_file_error(&self.options.token_file, source));
+                }
+            }
+            None => self.options.remembered = Some(token.to_owned()),
+        }
+        tracing::info!("paired: device token kept");
+        self.token = Some(token.to_owned());
+        Ok(())
+    }
+
+    /// Serves calls until the connection ends or `shutdown` resolves. One
+    /// writer sends the serve loop's frames and, once the vessel admitted a
+    /// streaming session, the queued stream chunks.
+    async fn serve<F>(&mut self, shutdown: Pin<&mut Fuse<F>>) -> Result<Ended, ClientError>
+    where
+        F: Future<Output = ()>,
+    {
+        let mut ended = None;
+        // The cap the vessel announced; 0 until it admits a streaming session.
+        let (cap, mut cap_changes) = tokio::sync::watch::channel(0u64);
+        let options = &mut *self.options;
+        let sink = &mut self.sink;
+        let served = {
+            let mut incoming = Incoming {
+                stream: &mut self.stream,
+                shutdown,
+                ended: &mut ended,
+                streaming_cap: &cap,
+            };
+            let (mut frames, mut queued) = futures::channel::mpsc::channel::<String>(FRAME_QUEUE);
+            let serve = async {
+                let served =
+                    serve_session(self.device, &mut incoming, &mut frames, &mut options.serve)
+                        .await;
+                frames.close_channel();
+                served
+            };
+            let write = write_frames(
+                sink,
+                &mut queued,
+                options.streams.as_mut(),
+                &mut cap_changes,
+            );
+            let (served, ()) = tokio::join!(serve, write);
+            served
+        };
+        match served {
+            Ok(()) => {}
+            Err(ServeError::NoRuntime) => return Err(ClientError::NoRuntime),
+            Err(ServeError::Send(error)) => tracing::debug!(%error, "a frame could not be sent"),
+        }
+        Ok(match ended {
+            Some(ended) => ended,
+            // Writing failed first: the vessel's close may be on its way.
+            None => self.drain().await.unwrap_or(Ended::Lost),
+        })
+    }
+
+    /// Ends the connection politely and reads what its end means.
+    async fn finish(mut self, ended: Ended) -> Result<SessionEnd, ClientError> {
+        match ended {
+            Ended::Shutdown => {
+                self.close(CloseCode::Normal, "device shutting down").await;
+                Ok(SessionEnd::Shutdown)
+            }
+            Ended::Lost => Ok(SessionEnd::Lost),
+            Ended::Closed { code, reason } => {
+                // Reading on sends the reply to the vessel's close.
+                let _ = self.drain().await;
+                self.closed_with(code, reason)
+            }
+        }
+    }
+
+    /// What a close from the vessel means for the client.
+    fn closed_with(&mut self, code: u16, reason: String) -> Result<SessionEnd, ClientError> {
+        tracing::info!(code, %reason, "the vessel closed the connection");
+        match code {
+            close_code::PAIRING_REFUSED => Err(ClientError::PairingRefused(reason)),
+            close_code::AUTH_FAILED => {
+                self.forget_token()?;
+                Err(ClientError::AuthFailed)
+            }
+            close_code::MANIFEST_CHANGED => Err(ClientError::ManifestChanged),
+            close_code::UNPAIRED => {
+                self.forget_token()?;
+                Err(ClientError::Unpaired)
+            }
+            // The session cap frees up when another session ends.
+            close_code::ADMISSION_REFUSED if !reason.starts_with("ERR_PRISM_DEVICE_SESSIONS") => {
+                Err(ClientError::AdmissionRefused(reason))
+            }
+            _ => Ok(SessionEnd::Closed { code, reason }),
+        }
+    }
+
+    /// Removes the token this connection used, from memory and from the
+    /// token file unless the file now holds another one.
+    fn forget_token(&mut self) -> Result<(), ClientError> {
+        let Some(token) = self.token.take() else {
+            return Ok(());
+        };
+        if self.options.remembered.as_deref() == Some(token.as_str()) {
+            self.options.remembered = None;
+        }
+        let Some(path) = &self.options.token_file else {
+            return Ok(());
+        };
+        let error = |source| token_file_error(&self.options.token_file, source);
+        match read_token(path) {
+            Ok(Some(kept)) if kept == token => match std::fs::remove_file(path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed the device token");
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(error(e)),
+            },
+            Ok(_) => Ok(()),
+            Err(e) => Err(error(e)),
+        }
+    }
+
+    /// Sends a close and waits briefly for the vessel's answer.
+    async fn close(&mut self, code: CloseCode, reason: &str) {
+        let frame = CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let sent = tokio::time::timeout(CLOSE_TIMEOUT, self.sink.send(Message::Close(Some(frame))));
+        if matches!(sent.await, Ok(Ok(()))) {
+            let _ = self.drain().await;
+        }
+    }
+
+    /// Reads until the connection ends, for a short while; the close the
+    /// vessel sent, if one came.
+    async fn drain(&mut self) -> Option<Ended> {
+        let stream = &mut self.stream;
+        let read = async move {
+            loop {
+                match stream.next().await {
+                    None | Some(Err(_)) => return None,
+                    Some(Ok(Message::Close(frame))) => return Some(closed(frame)),
+                    Some(Ok(_)) => {}
+                }
+            }
+        };
+        tokio::time::timeout(CLOSE_TIMEOUT, read)
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// The vessel's messages as the serve loop reads them: text frames only.
+/// Ends at a close, a dropped connection or `shutdown`, and says which in
+/// `ended`; logs `device:error` frames and skips binary ones.
+struct Incoming<'a, S, F> {
+    stream: &'a mut S,
+    shutdown: Pin<&'a mut Fuse<F>>,
+    ended: &'a mut Option<Ended>,
+    /// Set from `device:streaming`: the chunk cap of an admitted session.
+    streaming_cap: &'a tokio::sync::watch::Sender<u64>,
+}
+
+impl<S, F> Stream for Incoming<'_, S, F>
+where
+    S: Stream<Item = Result<Message, tungstenite::Error>> + Unpin,
+    F: Future<Output = ()>,
+{
+    type Item = String;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<String>> {
+        let this = self.get_mut();
+        if this.ended.is_some() {
+            return Poll::Ready(None);
+        }
+        if this.shutdown.as_mut().poll(cx).is_ready() {
+            *this.ended = Some(Ended::Shutdown);
+            return Poll::Ready(None);
+        }
+        loop {
+            let message = match this.stream.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(message) => message,
+            };
+            match message {
+                None => *this.ended = Some(Ended::Lost),
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "connection lost");
+                    *this.ended = Some(Ended::Lost);
+                }
+                Some(Ok(Message::Close(frame))) => *this.ended = Some(closed(frame)),
+                Some(Ok(Message::Text(text))) => {
+                    if let Some(message) = vessel_error(&text) {
+                        tracing::warn!(%message, "the vessel reported an error");
+                        continue;
+                    }
+                    if let Some(admitted) = StreamingFrame::parse(&text) {
+                        tracing::info!(
+                            kind = %printable(&admitted.kind),
+                            max_chunk_bytes = admitted.max_chunk_bytes,
+                            "admitted as a streaming session"
+                        );
+                        this.streaming_cap.send_replace(admitted.max_chunk_bytes);
+                        continue;
+                    }
+                    if let Some(dropped) = StreamDroppedFrame::parse(&text) {
+                        tracing::warn!(
+                            stream = %printable(&dropped.stream),
+                            seq = dropped.seq,
+                            bytes = dropped.bytes,
+                            marker = %printable(&dropped.marker),
+                            "the vessel dropped a stream chunk"
+                        );
+                        continue;
+                    }
+                    return Poll::Ready(Some(text.as_str().to_owned()));
+                }
+                Some(Ok(Message::Binary(_))) => {
+                    tracing::debug!("ignored a binary message from the vessel");
+                    continue;
+                }
+                // The library answers pings as it reads.
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+            }
+            return Poll::Ready(None);
+        }
+    }
+}
+
+/// Frames from the serve loop waiting for the writer.
+const FRAME_QUEUE: usize = 64;
+
+/// Sends the serve loop's frames and, while the session is admitted as a
+/// streaming one, queued stream chunks within the announced cap; ends when
+/// the serve loop does or a send fails.
+async fn write_frames<K>(
+    sink: &mut K,
+    frames: &mut futures::channel::mpsc::Receiver<String>,
+    mut streams: Option<&mut StreamReceiver>,
+    cap: &mut tokio::sync::watch::Receiver<u64>,
+) where
+    K: Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    loop {
+        let admitted = *cap.borrow_and_update();
+        let message = tokio::select! {
+            biased;
+            // Admitted (or not) since: look again.
+            Ok(()) = cap.changed() => continue,
+            text = frames.next() => match text {
+                Some(text) => Message::text(text),
+                None => return,
+            },
+            Some(chunk) = async {
+                match streams.as_mut() {
+                    Some(streams) => streams.rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            }, if admitted > 0 => {
+                if chunk.payload.len() as u64 > admitted {
+                    if let Some(streams) = streams.as_ref() {
+                        streams.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tracing::debug!(seq = chunk.seq, "dropped a chunk over the vessel's cap");
+                    continue;
+                }
+                match chunk.encode() {
+                    Some(bytes) => Message::binary(bytes),
+                    None => continue,
+                }
+            }
+        };
+        if sink.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn closed(frame: Option<CloseFrame>) -> Ended {
+    match frame {
+        Some(frame) => Ended::Closed {
+            code: frame.code.into(),
+            reason: printable(&frame.reason),
+        },
+        None => Ended::Closed {
+            code: close_code::NO_STATUS,
+            reason: String::new(),
+        },
+    }
+}
+
+/// The message of a `device:error` frame (a dk vessel's answer to a frame it
+/// refused), already made printable.
+pub(super) fn vessel_error(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct ErrorFrame {
+        #[serde(rename = "type")]
+        kind: String,
+        error: Option<String>,
+    }
+    if !text.contains("device:error") {
+        return None;
+    }
+    let frame = serde_json::from_str::<ErrorFrame>(text).ok()?;
+    (frame.kind == "device:error").then(|| printable(frame.error.as_deref().unwrap_or("")))
+}
+
+fn hello_frame(device: &Device) -> Result<String, ClientError> {
+    Ok(DeviceFrame::Hello {
+        manifest: Cow::Owned(manifest_json(device)?),
+    }
+    .to_json())
+}
+
+fn auth_frame(device: &Device, token: &str) -> Result<String, ClientError> {
+    Ok(DeviceFrame::Auth {
+        device_id: Cow::Borrowed(device.manifest().id()),
+        token: Cow::Borrowed(token),
+        manifest: Some(Cow::Owned(manifest_json(device)?)),
+    }
+    .to_json())
+}
+
+fn manifest_json(device: &Device) -> Result<Box<RawValue>, ClientError> {
+    RawValue::from_string(device.manifest().to_json())
+        .map_err(|e| ClientError::Protocol(format!("the manifest is not JSON: {e}")))
+}
+
+/// `text` with characters a device may not put in text (controls, escapes,
+/// invisible and bidirectional characters) escaped, cut to 200 characters,
+/// so logging or printing it cannot drive a terminal.
+pub(super) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(256));
+    for (i, c) in text.chars().enumerate() {
+        if i == 200 {
+            out.push('…');
+            break;
+        }
+        if dk_proto::is_unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

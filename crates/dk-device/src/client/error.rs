@@ -1,0 +1,73 @@
+//! Why the device client stopped.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why the client stopped. The variants that name the person need them to
+/// act; retrying would not help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The URL cannot be connected to (not a `ws://` URL, or `wss://`, which
+    /// needs TLS this crate does not build).
+    #[error("cannot use the vessel URL `{url}`: {why}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// Why it cannot be used.
+        why: String,
+    },
+    /// The connection could not be opened (refused, timed out, the vessel
+    /// answered HTTP instead of upgrading). [`run_client`] retries it.
+    #[error("cannot connect to the vessel: {0}")]
+    Connect(String),
+    /// Close 4001: the person said no, did not answer in time, or the vessel
+    /// refused the manifest. The vessel's reason.
+    #[error("pairing refused: {0}")]
+    PairingRefused(String),
+    /// Close 4002: the vessel did not accept the device id and token. The
+    /// token was removed (file and memory), so the next run pairs again; the
+    /// person must approve that pairing.
+    #[error("the vessel refused the device token, which was removed: pair the device again")]
+    AuthFailed,
+    /// Close 4003: the device's manifest is not the one the person
+    /// approved. The token is kept; the device must pair again for the
+    /// person to approve the new manifest.
+    #[error("the device's manifest changed since the person approved it: pair again")]
+    ManifestChanged,
+    /// Close 4011: the vessel refused this streaming device admission for a
+    /// reason retrying does not change (the kind disabled, no sandbox, the
+    /// person said no, no run limits). The vessel's reason: the admission
+    /// code and message. A refusal for the session cap is retried instead.
+    #[error("the vessel refused the streaming session: {0}")]
+    AdmissionRefused(String),
+    /// Close 4007: the person unpaired the device. The token was removed;
+    /// the device must pair again.
+    #[error("the person unpaired the device and its token was removed: pair again to reconnect")]
+    Unpaired,
+    /// The token file could not be read, written or removed, or holds
+    /// something that is not a device token.
+    #[error("token file `{}`: {source}", path.display())]
+    TokenFile {
+        /// The token file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: io::Error,
+    },
+    /// The vessel sent something the protocol does not allow where it
+    /// matters (a device token that cannot be kept).
+    #[error("the vessel broke the protocol: {0}")]
+    Protocol(String),
+    /// [`ClientOptions::max_attempts`] connections in a row failed.
+    #[error("gave up after {attempts} connection attempts; the last: {last}")]
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// How the last one ended.
+        last: String,
+    },
+    /// The client was not run inside a Tokio runtime; nothing was done.
+    #[error("the device client must run inside a tokio runtime")]
+    NoRuntime,
+}

@@ -1,0 +1,131 @@
+//! The token file: a device token read back at every connection, written
+//! whole or not at all with mode 0600.
+
+use std::fs::File;
+use std::io::{self, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use super::error::ClientError;
+
+/// Longest device token accepted, from the vessel or from a token file (a v1
+/// token is 64 characters).
+const MAX_TOKEN_BYTES: usize = 1024;
+
+pub(super) fn token_file_error(path: &Option<PathBuf>, source: io::Error) -> ClientError {
+    ClientError::TokenFile {
+        path: path.clone().unwrap_or_default(),
+        source,
+    }
+}
+
+/// A device token as kept: printable ASCII, no spaces, at most
+/// [`MAX_TOKEN_BYTES`].
+pub(super) fn is_token(token: &str) -> bool {
+    !token.is_empty()
+        && token.len() <= MAX_TOKEN_BYTES
+        && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The token in `path`; `None` when the file is missing or blank.
+pub(super) fn read_token(path: &Path) -> io::Result<Option<String>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    warn_if_readable_by_others(&file, path);
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(MAX_TOKEN_BYTES)
+        .unwrap_or(u64::MAX)
+        .saturating_add(8);
+    file.take(limit).read_to_end(&mut bytes)?;
+    let not_a_token = || io::Error::new(io::ErrorKind::InvalidData, "does not hold a device token");
+    let text = std::str::from_utf8(&bytes).map_err(|_| not_a_token())?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Ok(None);
+    }
+    if !is_token(token) {
+        return Err(not_a_token());
+    }
+    Ok(Some(token.to_owned()))
+}
+
+#[cfg(unix)]
+fn warn_if_readable_by_others(file: &File, path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(metadata) = file.metadata()
+        && metadata.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(path = %path.display(), "the token file is readable by others: chmod 600 it");
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_file: &File, _path: &Path) {}
+
+/// Writes `token` to `path` through a temporary file in the same directory
+/// renamed over it, so the file holds the whole token or its old content.
+pub(super) fn write_token(path: &Path, token: &str) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "names no file"))?;
+    create_private_dir(&dir)?;
+    let temp = dir.join(format!(
+        ".{}.{:016x}.tmp",
+        name.to_string_lossy(),
+        rand::random::<u64>()
+    ));
+    let written = (|| {
+        let mut file = create_private_file(&temp)?;
+        file.write_all(token.as_bytes())?;
+        file.write_all(b"\n")?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written?;
+    // Makes the rename durable where the platform allows syncing a directory.
+    if let Ok(dir) = File::open(&dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn create_private_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn create_private_file(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).create(dir)
+}
