@@ -1,6 +1,7 @@
 //! Wire types for dk, compatible with 8DK v1: device manifests and their
 //! digest, tool names, input checks, the JSON frames a device and a vessel
-//! exchange, and the close codes that end their connection.
+//! exchange, the close codes that end their connection, and why a call to a
+//! device failed.
 //!
 //! Everything here is pure: no IO, no async runtime. Every function that takes
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
@@ -12,6 +13,7 @@
 mod close;
 mod frame;
 mod input;
+mod invoke;
 mod manifest;
 mod text;
 mod tool_name;
@@ -26,6 +28,7 @@ pub use frame::{
     StreamingFrame, VesselFrame,
 };
 pub use input::{InputError, check_input};
+pub use invoke::{InvokeError, SendError};
 pub use manifest::{
     Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
     validate_manifest, validate_manifest_json,
