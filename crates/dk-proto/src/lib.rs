@@ -1,7 +1,7 @@
 //! Wire types for dk, compatible with 8DK v1: device manifests and their
 //! digest, tool names, input checks, the JSON frames a device and a vessel
-//! exchange, the close codes that end their connection, and why a call to a
-//! device failed.
+//! exchange, the close codes that end their connection, why a vessel refused
+//! an agent's call and why a call to a device failed.
 //!
 //! Everything here is pure: no IO, no async runtime. Every function that takes
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
@@ -15,6 +15,7 @@ mod frame;
 mod input;
 mod invoke;
 mod manifest;
+mod refusal;
 mod text;
 mod tool_name;
 
@@ -33,6 +34,7 @@ pub use manifest::{
     Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
     validate_manifest, validate_manifest_json,
 };
+pub use refusal::Refusal;
 pub use text::{is_unsafe_char, utf16_len};
 pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
 
