@@ -1,7 +1,8 @@
 //! Wire types for dk, compatible with 8DK v1: device manifests and their
 //! digest, tool names, input checks, the JSON frames a device and a vessel
 //! exchange, the close codes that end their connection, why a vessel refused
-//! an agent's call and why a call to a device failed.
+//! an agent's call and why a call to a device failed, and the admin API's
+//! bodies ([`admin`]).
 //!
 //! Everything here is pure: no IO, no async runtime. Every function that takes
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
@@ -10,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 mod close;
 mod frame;
 mod input;

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
+use dk_proto::admin as api;
 use dk_vessel::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::home::Paths;
@@ -173,14 +176,27 @@ where
 }
 
 pub(crate) fn ok(answer: AdminAnswer) -> Result<Value, String> {
-    if (200..300).contains(&answer.status) {
+    if answer.is_success() {
         Ok(answer.body)
     } else {
-        Err(at(&answer.body, "error").as_str().map_or_else(
-            || format!("the vessel answered {}", answer.status),
-            str::to_owned,
-        ))
+        Err(refusal(&answer))
     }
+}
+
+/// A successful answer's body, read as the route's `dk_proto::admin` type.
+pub(crate) fn ok_as<T: DeserializeOwned>(answer: AdminAnswer) -> Result<T, String> {
+    if answer.is_success() {
+        answer.read().map_err(|e| e.to_string())
+    } else {
+        Err(refusal(&answer))
+    }
+}
+
+/// Why the vessel refused a request, in its words when it gave them.
+fn refusal(answer: &AdminAnswer) -> String {
+    answer
+        .error()
+        .unwrap_or_else(|| format!("the vessel answered {}", answer.status))
 }
 
 fn pending_of(list: &Value, kind: &str) -> Vec<Value> {
@@ -270,7 +286,11 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
             } => {
                 ok(c.post(
                     &format!("/v1/pending/{id}/consent"),
-                    &json!({"approved": true, "grant": grant, "confirmWithoutCode": without_code}),
+                    &api::ConsentAnswer {
+                        approved: true,
+                        grant,
+                        confirm_without_code: without_code,
+                    },
                 )
                 .await
                 .map_err(|e| e.to_string())?)?;
@@ -280,7 +300,7 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
             PairingsCommand::Refuse { id } => {
                 ok(c.post(
                     &format!("/v1/pending/{id}/consent"),
-                    &json!({"approved": false}),
+                    &api::ConsentAnswer::default(),
                 )
                 .await
                 .map_err(|e| e.to_string())?)?;
@@ -360,27 +380,41 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                         RememberWhat::Args => "arguments",
                         RememberWhat::Cap => "capability",
                     };
-                    json!({"scope": scope, "minutes": minutes.unwrap_or(u64::from(dk_vessel::DEFAULT_ALLOWANCE_MINUTES))})
+                    api::Remember {
+                        scope: scope.to_owned(),
+                        minutes: Some(
+                            minutes.unwrap_or(u64::from(dk_vessel::DEFAULT_ALLOWANCE_MINUTES)),
+                        ),
+                    }
                 });
-                match remember {
-                    Some(remember) => (id, json!({"approved": true, "remember": remember})),
-                    None => (id, json!({"approved": true})),
-                }
+                (
+                    id,
+                    api::ApprovalAnswer {
+                        approved: true,
+                        remember,
+                    },
+                )
             }
-            ApprovalsCommand::Deny { id } => (id, json!({"approved": false})),
+            ApprovalsCommand::Deny { id } => (id, api::ApprovalAnswer::default()),
         };
         let answered = ok(c
             .post(&format!("/v1/pending/{id}/approval"), &body)
             .await
             .map_err(e)?)?;
+        // A remembered yes answers with its allowance (201), anything else with nothing.
+        let allowance = match &answered {
+            Value::Null => None,
+            body => Some(api::Allowance::deserialize(body).map_err(|e| e.to_string())?),
+        };
         if json && !answered.is_null() {
             println!("{answered}");
-        } else if let Some(allowance) = answered.get("id") {
+        } else if let Some(allowance) = allowance {
             println!(
-                "call {id} allowed, and remembered as allowance {allowance}: {}",
-                covers(&answered)
+                "call {id} allowed, and remembered as allowance {}: {}",
+                allowance.id,
+                covers(&allowance)
             );
-        } else if at(&body, "approved") == true {
+        } else if body.approved {
             println!("call {id} allowed once");
         } else {
             println!("call {id} refused");
@@ -390,24 +424,27 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
 }
 
 /// What an allowance lets its agent do, and for how long, in words.
-fn covers(allowance: &Value) -> String {
-    let what = if at(allowance, "scope") == "arguments" {
+fn covers(allowance: &api::Allowance) -> String {
+    let what = if allowance.scope == "arguments" {
         format!(
             "{} with exactly {}",
-            text(at(allowance, "tool")),
-            text(at(allowance, "arguments"))
+            printable(&allowance.tool),
+            allowance
+                .arguments
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), printable)
         )
     } else {
         format!(
             "any call of {} on {}",
-            text(at(allowance, "capability")),
-            text(at(allowance, "deviceId"))
+            printable(&allowance.capability),
+            printable(&allowance.device_id)
         )
     };
     format!(
         "agent {} may call {what} until {}",
-        text(at(allowance, "agentId")),
-        until(at(allowance, "expiresAtMs").as_u64().unwrap_or(0))
+        printable(&allowance.agent_id),
+        until(allowance.expires_at_ms)
     )
 }
 
@@ -430,7 +467,7 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
                 println!("{list}");
                 return Ok(());
             }
-            let list = list.as_array().cloned().unwrap_or_default();
+            let list = Vec::<api::Allowance>::deserialize(&list).map_err(|e| e.to_string())?;
             if list.is_empty() {
                 println!("no remembered allowances");
                 return Ok(());
@@ -442,18 +479,18 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
             for a in &list {
                 println!(
                     "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
-                    text(at(a, "id")),
-                    text(at(a, "agentId")),
-                    text(at(a, "tool")),
-                    if at(a, "scope") == "arguments" {
+                    a.id,
+                    printable(&a.agent_id),
+                    printable(&a.tool),
+                    if a.scope == "arguments" {
                         "arguments"
                     } else {
                         "capability"
                     },
-                    until(at(a, "expiresAtMs").as_u64().unwrap_or(0)),
-                    text(at(a, "uses")),
+                    until(a.expires_at_ms),
+                    a.uses,
                 );
-                if let Some(arguments) = at(a, "arguments").as_str() {
+                if let Some(arguments) = &a.arguments {
                     println!("      exactly {}", printable(arguments));
                 }
             }
@@ -480,26 +517,17 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
                     println!("{list}");
                     return Ok(());
                 }
-                let devices = list.as_array().cloned().unwrap_or_default();
+                let devices = Vec::<api::Device>::deserialize(&list).map_err(|e| e.to_string())?;
                 if devices.is_empty() {
                     println!("no paired devices");
                 }
                 for d in &devices {
-                    let state = if at(d, "connected") == true {
-                        "connected"
-                    } else {
-                        "offline"
-                    };
-                    let grants: Vec<String> = at(d, "grants")
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(text)
-                        .collect();
+                    let state = if d.connected { "connected" } else { "offline" };
+                    let grants: Vec<String> = d.grants.iter().map(|g| printable(g)).collect();
                     println!(
                         "{} ({}) {state}; granted: {}",
-                        text(at(d, "id")),
-                        text(at(d, "name")),
+                        printable(&d.id),
+                        printable(&d.name),
                         if grants.is_empty() {
                             "nothing".to_owned()
                         } else {

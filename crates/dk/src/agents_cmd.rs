@@ -4,9 +4,11 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use serde_json::{Value, json};
+use dk_proto::admin as api;
+use serde_json::json;
 
-use crate::admin_cmd::{Target, at, ok, segment, text, with_client};
+use crate::admin_cmd::{Target, ok, ok_as, segment, with_client};
+use crate::input::printable;
 
 /// `dk agents`.
 #[derive(Subcommand)]
@@ -42,8 +44,8 @@ pub enum AgentsCommand {
     },
 }
 
-fn items(scope: &Value) -> String {
-    let items: Vec<String> = scope.as_array().into_iter().flatten().map(text).collect();
+fn items(scope: &[String]) -> String {
+    let items: Vec<String> = scope.iter().map(|item| printable(item)).collect();
     if items.is_empty() {
         "nothing".to_owned()
     } else {
@@ -63,36 +65,33 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                     println!("{list}");
                     return Ok(());
                 }
-                let agents = list.as_array().cloned().unwrap_or_default();
+                let agents: Vec<api::Agent> =
+                    serde::Deserialize::deserialize(&list).map_err(|e| e.to_string())?;
                 if agents.is_empty() {
                     println!("no agents");
                 }
                 for a in &agents {
                     println!(
                         "{} ({}); scope: {}",
-                        text(at(a, "name")),
-                        text(at(a, "role")),
-                        items(at(a, "scope"))
+                        printable(&a.name),
+                        printable(&a.role),
+                        items(&a.scope)
                     );
                 }
             }
             AgentsCommand::Add { name, scope, role } => {
-                let added = ok(c
-                    .post(
-                        "/v1/agents",
-                        &json!({"name": name, "scope": scope, "role": role}),
-                    )
-                    .await
-                    .map_err(e)?)?;
+                let new = api::NewAgent {
+                    name,
+                    scope,
+                    role: Some(role),
+                };
+                let added: api::AddedAgent = ok_as(c.post("/v1/agents", &new).await.map_err(e)?)?;
                 if json {
-                    println!(
-                        "{}",
-                        json!({"name": at(&added, "name"), "credential": at(&added, "credential")})
-                    );
+                    println!("{}", json!(added));
                     return Ok(());
                 }
-                let credential = text(at(&added, "credential"));
-                println!("added agent {}", text(at(&added, "name")));
+                let credential = printable(&added.credential);
+                println!("added agent {}", printable(&added.name));
                 println!("credential: {credential}");
                 println!(
                     "This credential will not be shown again: put it in the agent's MCP client configuration now."
@@ -105,15 +104,10 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                 println!("removed agent {name}; its credential no longer works");
             }
             AgentsCommand::Scope { name, scope } => {
-                ok(c.send(
-                    "PUT",
-                    &format!("/v1/agents/{}/scope", segment(&name)),
-                    Some(&json!({"scope": scope})),
-                    &[],
-                )
-                .await
-                .map_err(e)?)?;
-                println!("agent {name} now sees: {}", items(&json!(scope)));
+                let path = format!("/v1/agents/{}/scope", segment(&name));
+                let new = api::NewScope { scope };
+                ok(c.put_body(&path, &new).await.map_err(e)?)?;
+                println!("agent {name} now sees: {}", items(&new.scope));
             }
         }
         Ok(())
