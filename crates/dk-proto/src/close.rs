@@ -215,6 +215,32 @@ impl FromStr for AdmissionCode {
     }
 }
 
+/// A pairing limit a `device:hello` ran into: the reason of a 4010.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum PairingLimit {
+    /// A request of this device from this address already waits.
+    #[error("a pairing request for this device is already waiting for the person")]
+    AlreadyWaiting,
+    /// The device id holds its most waiting requests (from any address).
+    #[error("too many pairing requests for this device are waiting for the person")]
+    TooManyForDevice,
+    /// The vessel holds its most waiting requests.
+    #[error("too many pairing requests are waiting for the person")]
+    TooMany,
+    /// The address holds its most waiting requests.
+    #[error("too many pairing requests from this address are waiting for the person")]
+    TooManyFromAddress,
+    /// The address made its most attempts this minute.
+    #[error("too many pairing attempts from this address: wait a minute")]
+    TooManyAttempts,
+}
+
+impl From<PairingLimit> for CloseFrame {
+    fn from(limit: PairingLimit) -> CloseFrame {
+        CloseFrame::new(CloseCode::PairingLimit, limit.to_string())
+    }
+}
+
 /// The longest close reason, in bytes: a close frame's payload is at most
 /// 125 bytes (RFC 6455, section 5.5), two of them the code. Strict clients
 /// refuse a longer one and see the connection drop (1006) instead.

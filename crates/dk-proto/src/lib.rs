@@ -22,7 +22,8 @@ mod text;
 mod tool_name;
 
 pub use close::{
-    AdmissionCode, CloseCode, CloseFrame, MAX_CLOSE_REASON_BYTES, UnknownAdmissionCode,
+    AdmissionCode, CloseCode, CloseFrame, MAX_CLOSE_REASON_BYTES, PairingLimit,
+    UnknownAdmissionCode,
 };
 pub use frame::{
     DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH, MAX_STREAM_NAME_BYTES,

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use dk_policy::{AdmissionError, DeviceClass};
 use dk_proto::{
-    CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, StreamChunk, StreamingFrame,
-    VesselFrame,
+    CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, PairingLimit, StreamChunk,
+    StreamingFrame, VesselFrame,
 };
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
@@ -362,7 +362,7 @@ where
             DeviceFrame::Hello { manifest } => {
                 let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
                 let address = self.permit.address();
-                let limit = |why: &str| Ending::Close(close(CloseCode::PairingLimit, why));
+                let limit = |limit: PairingLimit| Ending::Close(limit.into());
                 self.vessel.note_pairing_attempt(address).map_err(limit)?;
                 // An invalid manifest never reaches the person, so it takes no place.
                 let _waiting = match dk_proto::validate_manifest(&manifest) {

@@ -83,6 +83,6 @@ pub use unix::{
     ensure_private_dir, read_private_file, write_private_file,
 };
 pub use vessel::{
-    ConnectionCaps, ConnectionPermit, Limits, MAX_WAITING_PER_DEVICE_ID, PairingTicket, Stats,
-    Vessel,
+    ConnectionCaps, ConnectionPermit, ConnectionRefused, Limits, MAX_WAITING_PER_DEVICE_ID,
+    PairingTicket, Stats, Vessel,
 };

@@ -126,7 +126,7 @@ async fn device_route(
     let vessel = devices.vessel;
     let mut permit = match vessel.admit(Some(remote.ip())) {
         Ok(permit) => permit,
-        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
     };
     if let Some(axum::Extension(Accepted(at))) = accepted {
         permit.accepted_at(at);

@@ -149,6 +149,37 @@ fn frames_are_made_with_their_code_and_reason() {
     assert_eq!(long.admission_code(), Some(AdmissionCode::Input));
 }
 
+#[test]
+fn pairing_limits_close_4010_with_their_reason() {
+    let limits = [
+        (
+            PairingLimit::AlreadyWaiting,
+            "a pairing request for this device is already waiting for the person",
+        ),
+        (
+            PairingLimit::TooManyForDevice,
+            "too many pairing requests for this device are waiting for the person",
+        ),
+        (
+            PairingLimit::TooMany,
+            "too many pairing requests are waiting for the person",
+        ),
+        (
+            PairingLimit::TooManyFromAddress,
+            "too many pairing requests from this address are waiting for the person",
+        ),
+        (
+            PairingLimit::TooManyAttempts,
+            "too many pairing attempts from this address: wait a minute",
+        ),
+    ];
+    for (limit, reason) in limits {
+        let frame = CloseFrame::from(limit);
+        assert_eq!((frame.code, frame.reason.as_str()), (4010, reason));
+        assert!(frame.retry(), "{frame}");
+    }
+}
+
 /// What [`fit_close_reason`] must give: `reason` when it fits, else its
 /// longest prefix that fits with the cut mark after it.
 #[track_caller]
