@@ -44,6 +44,127 @@ pub struct Remember {
     pub minutes: Option<u64>,
 }
 
+/// One open prompt, as `GET /v1/pending` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    /// Identifies the prompt when answering.
+    pub id: u64,
+    /// Milliseconds since the Unix epoch after which the prompt is a no.
+    pub expires_at_ms: u64,
+    /// What is asked (`kind` and `request`).
+    #[serde(flatten)]
+    pub prompt: Prompt,
+    /// Whether a yes may be remembered (only on approvals of an agent's call).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub can_remember: bool,
+}
+
+/// What the person is asked: `kind` says which, `request` holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "request", rename_all = "camelCase")]
+pub enum Prompt {
+    /// A device asks to pair.
+    Consent(ConsentRequest),
+    /// A call needs a yes.
+    Approval(ApprovalRequest),
+}
+
+/// What the person is asked when a device wants to pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentRequest {
+    /// The device id.
+    pub device_id: String,
+    /// Its display name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// The code the device is showing: the person checks they match.
+    pub code: String,
+    /// Every capability the device declares.
+    pub capabilities: Vec<DeviceCapability>,
+    /// The pairing this one would replace, when the id is already paired.
+    pub replaces: Option<Replaced>,
+    /// The device says it cannot display the code.
+    pub no_screen: bool,
+}
+
+/// What a new pairing of an already paired id replaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replaced {
+    /// When the current pairing was made, milliseconds since the Unix epoch.
+    pub paired_at_ms: u64,
+    /// What it grants now.
+    pub grants: Vec<String>,
+    /// The approved manifest's name, when the new one says another.
+    pub was_name: Option<String>,
+    /// The approved manifest's kind, when the new one says another.
+    pub was_kind: Option<String>,
+    /// Every capability added, removed or changed.
+    pub changes: Vec<CapabilityChange>,
+}
+
+/// How one capability of a re-pairing differs from the approved manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapabilityChange {
+    /// The capability.
+    pub capability: String,
+    /// `added`, `removed` or `changed`.
+    pub change: String,
+    /// What changed in a capability both manifests have.
+    pub differences: Vec<Difference>,
+    /// The same in words, for a person.
+    pub summary: String,
+}
+
+/// One difference in a capability both manifests declare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "what")]
+pub enum Difference {
+    /// Sensor became actuator or the other way round.
+    Kind {
+        /// The approved kind.
+        was: String,
+        /// The new kind.
+        now: String,
+    },
+    /// Whether the person is asked on every call.
+    Confirm {
+        /// The approved manifest asked every time.
+        was: bool,
+        /// The new manifest asks every time.
+        now: bool,
+    },
+    /// Its params differ.
+    Params,
+    /// Its description differs.
+    Description,
+}
+
+/// What the person is shown when a call needs a yes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    /// The tool called.
+    pub tool: String,
+    /// The device.
+    pub device_id: String,
+    /// The capability.
+    pub capability: String,
+    /// Exactly the input that will be sent.
+    pub input: serde_json::Map<String, serde_json::Value>,
+    /// Why the person is asked.
+    pub reason: String,
+    /// The calling agent, when the call names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The calling agent's session, when the call names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
 /// A remembered allowance, as `GET /v1/approvals/remembered` lists it and a
 /// remembered yes answers (201).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

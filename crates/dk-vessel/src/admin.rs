@@ -34,8 +34,10 @@ use crate::adapter::CallContext;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
 use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
 use crate::origins::LocalOrigins;
-use crate::person::{AnswerError, ApprovalAnswer};
-use crate::registry::{ConsentDecision, GrantError};
+use crate::person::{AnswerError, ApprovalAnswer, PendingPrompt, Prompt};
+use crate::registry::{
+    CapabilityChange, ChangeKind, ConsentDecision, ConsentRequest, Difference, GrantError,
+};
 use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
@@ -266,8 +268,80 @@ async fn status(State(admin): State<Admin>) -> Json<Value> {
     }))
 }
 
-async fn pending(State(admin): State<Admin>) -> Json<Value> {
-    Json(json!(admin.vessel.person().pending()))
+async fn pending(State(admin): State<Admin>) -> Json<Vec<api::Pending>> {
+    let pending = admin.vessel.person().pending();
+    Json(pending.into_iter().map(pending_body).collect())
+}
+
+/// An open prompt as the admin API shows it.
+fn pending_body(pending: PendingPrompt) -> api::Pending {
+    let prompt = match pending.prompt {
+        Prompt::Consent(request) => api::Prompt::Consent(consent_body(request)),
+        Prompt::Approval(request) => api::Prompt::Approval(api::ApprovalRequest {
+            tool: request.tool,
+            device_id: request.device_id,
+            capability: request.capability,
+            input: request.input,
+            reason: request.reason,
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+        }),
+    };
+    api::Pending {
+        id: pending.id,
+        expires_at_ms: pending.expires_at_ms,
+        prompt,
+        can_remember: pending.can_remember,
+    }
+}
+
+fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
+    let capabilities = request.capabilities.into_iter();
+    api::ConsentRequest {
+        device_id: request.device_id,
+        name: request.name,
+        kind: request.kind,
+        code: request.code,
+        capabilities: capabilities
+            .map(|c| api::DeviceCapability {
+                name: c.name,
+                kind: c.kind.to_owned(),
+                description: c.description,
+                confirm: c.confirm,
+            })
+            .collect(),
+        replaces: request.replaces.map(|old| api::Replaced {
+            paired_at_ms: old.paired_at_ms,
+            grants: old.grants,
+            was_name: old.was_name,
+            was_kind: old.was_kind,
+            changes: old.changes.into_iter().map(change_body).collect(),
+        }),
+        no_screen: request.no_screen,
+    }
+}
+
+fn change_body(change: CapabilityChange) -> api::CapabilityChange {
+    let kind = match change.change {
+        ChangeKind::Added => "added",
+        ChangeKind::Removed => "removed",
+        ChangeKind::Changed => "changed",
+    };
+    let differences = change.differences.into_iter().map(|d| match d {
+        Difference::Kind { was, now } => api::Difference::Kind {
+            was: was.to_owned(),
+            now: now.to_owned(),
+        },
+        Difference::Confirm { was, now } => api::Difference::Confirm { was, now },
+        Difference::Params => api::Difference::Params,
+        Difference::Description => api::Difference::Description,
+    });
+    api::CapabilityChange {
+        capability: change.capability,
+        change: kind.to_owned(),
+        differences: differences.collect(),
+        summary: change.summary,
+    }
 }
 
 async fn answer_consent(

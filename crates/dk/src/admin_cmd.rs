@@ -228,52 +228,45 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                     println!("no pairing requests");
                 }
                 for p in &list {
-                    let r = &at(p, "request");
+                    let p = api::Pending::deserialize(p).map_err(|e| e.to_string())?;
+                    let api::Prompt::Consent(r) = &p.prompt else {
+                        continue;
+                    };
                     println!(
                         "#{}  {} ({}) code {}{}",
-                        at(p, "id"),
-                        text(at(r, "name")),
-                        text(at(r, "deviceId")),
-                        text(at(r, "code")),
-                        match (at(r, "replaces").is_null(), at(r, "noScreen") == true) {
+                        p.id,
+                        printable(&r.name),
+                        printable(&r.device_id),
+                        printable(&r.code),
+                        match (r.replaces.is_none(), r.no_screen) {
                             (_, true) =>
                                 "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
                             (false, false) => "  [replaces an existing pairing and its grants]",
                             (true, false) => "",
                         }
                     );
-                    let old = at(r, "replaces");
-                    if let Some(paired_at) = at(old, "pairedAtMs").as_u64() {
-                        let grants: Vec<String> = at(old, "grants")
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(text)
-                            .collect();
+                    if let Some(old) = &r.replaces {
+                        let grants: Vec<String> = old.grants.iter().map(|g| printable(g)).collect();
                         println!(
                             "      replaces: {}, granted {}",
-                            crate::input::ago(paired_at),
+                            crate::input::ago(old.paired_at_ms),
                             if grants.is_empty() {
                                 "nothing".to_owned()
                             } else {
                                 grants.join(", ")
                             }
                         );
-                        for change in at(old, "changes").as_array().into_iter().flatten() {
-                            println!("      changed:  {}", text(at(change, "summary")));
+                        for change in &old.changes {
+                            println!("      changed:  {}", printable(&change.summary));
                         }
                     }
-                    for cap in at(r, "capabilities").as_array().into_iter().flatten() {
-                        let asks = if at(cap, "confirm") == true {
-                            ", asks every time"
-                        } else {
-                            ""
-                        };
+                    for cap in &r.capabilities {
+                        let asks = if cap.confirm { ", asks every time" } else { "" };
                         println!(
                             "      {} ({}{asks}): {}",
-                            text(at(cap, "name")),
-                            text(at(cap, "kind")),
-                            text(at(cap, "description"))
+                            printable(&cap.name),
+                            printable(&cap.kind),
+                            printable(&cap.description)
                         );
                     }
                 }
@@ -340,28 +333,31 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                     println!("no calls waiting");
                 }
                 for p in &list {
-                    let r = &at(p, "request");
+                    let p = api::Pending::deserialize(p).map_err(|e| e.to_string())?;
+                    let api::Prompt::Approval(r) = &p.prompt else {
+                        continue;
+                    };
                     println!(
                         "#{}  {}  ({})",
-                        at(p, "id"),
-                        text(at(r, "tool")),
-                        text(at(r, "reason"))
+                        p.id,
+                        printable(&r.tool),
+                        printable(&r.reason)
                     );
                     println!(
                         "      asked by {}",
-                        asker(at(r, "agentId").as_str(), at(r, "sessionId").as_str())
+                        asker(r.agent_id.as_deref(), r.session_id.as_deref())
                     );
-                    for (key, value) in at(r, "input").as_object().into_iter().flatten() {
+                    for (key, value) in &r.input {
                         println!(
                             "      {} = {}",
                             printable(key),
                             printable(&value.to_string())
                         );
                     }
-                    if at(p, "canRemember") == true {
+                    if p.can_remember {
                         println!(
                             "      may be remembered: dk approvals allow {} --remember args|cap [--minutes N]",
-                            at(p, "id")
+                            p.id
                         );
                     }
                 }
@@ -583,15 +579,6 @@ pub(crate) fn segment(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// A JSON value as printable text (strings without quotes).
-pub(crate) fn text(value: &Value) -> String {
-    printable(
-        &value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned),
-    )
 }
 
 #[cfg(test)]

@@ -175,3 +175,59 @@ fn answers_round_trip_in_the_routes_key_order() {
         serde_json::from_str(r#"{"name":"a","credential":"c","since":1}"#).unwrap();
     assert_eq!(more.name, "a");
 }
+
+#[test]
+fn pending_prompts_round_trip_in_the_routes_key_order() {
+    let consent = concat!(
+        r#"{"id":7,"expiresAtMs":9,"kind":"consent","request":{"deviceId":"front-door","name":"Front door","#,
+        r#""kind":"lock","code":"004217","capabilities":[{"name":"unlock","kind":"actuator","#,
+        r#""description":"Unlock the door.","confirm":true}],"replaces":{"pairedAtMs":5,"grants":["unlock"],"#,
+        r#""wasName":null,"wasKind":"latch","changes":[{"capability":"unlock","change":"changed","#,
+        r#""differences":[{"what":"kind","was":"sensor","now":"actuator"},{"what":"confirm","was":false,"now":true},"#,
+        r#"{"what":"params"},{"what":"description"}],"summary":"unlock: changed"},"#,
+        r#"{"capability":"siren","change":"added","differences":[],"summary":"siren: added"}]},"#,
+        r#""noScreen":false}}"#
+    );
+    let pending: Pending = serde_json::from_str(consent).unwrap();
+    let Prompt::Consent(request) = &pending.prompt else {
+        panic!("{pending:?}")
+    };
+    let replaced = request.replaces.as_ref().unwrap();
+    assert_eq!(replaced.was_kind.as_deref(), Some("latch"));
+    assert_eq!(
+        replaced.changes[0].differences[0],
+        Difference::Kind {
+            was: "sensor".to_owned(),
+            now: "actuator".to_owned()
+        }
+    );
+    assert!(!pending.can_remember);
+    assert_eq!(serde_json::to_string(&pending).unwrap(), consent);
+
+    let first = concat!(
+        r#"{"id":8,"expiresAtMs":9,"kind":"consent","request":{"deviceId":"lamp","name":"Lamp","#,
+        r#""kind":"lamp","code":"000001","capabilities":[],"replaces":null,"noScreen":true}}"#
+    );
+    let pending: Pending = serde_json::from_str(first).unwrap();
+    assert_eq!(serde_json::to_string(&pending).unwrap(), first);
+
+    let approval = concat!(
+        r#"{"id":9,"expiresAtMs":10,"kind":"approval","request":{"tool":"device__front_door__unlock","#,
+        r#""deviceId":"front-door","capability":"unlock","input":{"b":1,"a":2},"reason":"asks every time","#,
+        r#""agentId":"helper","sessionId":"s-1"},"canRemember":true}"#
+    );
+    let pending: Pending = serde_json::from_str(approval).unwrap();
+    let Prompt::Approval(request) = &pending.prompt else {
+        panic!("{pending:?}")
+    };
+    assert_eq!(request.agent_id.as_deref(), Some("helper"));
+    assert!(pending.can_remember);
+    assert_eq!(serde_json::to_string(&pending).unwrap(), approval);
+
+    let host = concat!(
+        r#"{"id":9,"expiresAtMs":10,"kind":"approval","request":{"tool":"t","deviceId":"d","#,
+        r#""capability":"c","input":{},"reason":"r"}}"#
+    );
+    let pending: Pending = serde_json::from_str(host).unwrap();
+    assert_eq!(serde_json::to_string(&pending).unwrap(), host);
+}
