@@ -24,10 +24,23 @@ pub enum InvokeError {
     /// The connection already carries its most calls in flight.
     #[error("too many calls in flight (at most {0})")]
     TooManyInFlight(usize),
-    /// The connection is gone, or was closed, before an answer came; why
-    /// (`device disconnected`, `replaced by a newer connection`, ...).
+    /// The connection is gone, or was closed, before an answer came.
     #[error("{0}")]
-    Closed(String),
+    Closed(LinkClosed),
+}
+
+/// Why the vessel's link to a device ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum LinkClosed {
+    /// The device's connection ended.
+    #[error("device disconnected")]
+    Disconnected,
+    /// A newer connection of the same device took its place.
+    #[error("replaced by a newer connection")]
+    Replaced,
+    /// The call's answer was dropped with the connection.
+    #[error("connection closed")]
+    Dropped,
 }
 
 impl InvokeError {

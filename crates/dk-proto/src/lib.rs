@@ -32,7 +32,7 @@ pub use frame::{
     StreamingFrame, VesselFrame,
 };
 pub use input::{InputError, check_input};
-pub use invoke::{InvokeError, SendError};
+pub use invoke::{InvokeError, LinkClosed, SendError};
 pub use manifest::{
     Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
     validate_manifest, validate_manifest_json,

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use dk_policy::{AdmissionError, DeviceClass};
 use dk_proto::{
-    CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, PairingLimit, StreamChunk,
-    StreamingFrame, VesselFrame,
+    CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, LinkClosed, PairingLimit,
+    StreamChunk, StreamingFrame, VesselFrame,
 };
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
@@ -491,7 +491,7 @@ where
             .connect(&session.device_id, Arc::clone(&link))
             && session.stream.is_none()
         {
-            old.close("replaced by a newer connection");
+            old.close(LinkClosed::Replaced);
         }
         let silence = limits.ping_interval * 2;
         let mut last_seen = Instant::now();
@@ -510,7 +510,7 @@ where
                         break ending;
                     }
                 }
-                reason = &mut replaced => break Ending::Close(close(CloseCode::Replaced, reason)),
+                why = &mut replaced => break Ending::Close(close(CloseCode::Replaced, why.to_string())),
                 change = changes.recv() => {
                     if let Some(frame) = self.on_change(change, session) {
                         break Ending::Close(frame);
@@ -527,7 +527,7 @@ where
                 }
             }
         };
-        correlator.close("device disconnected");
+        correlator.close(LinkClosed::Disconnected);
         self.vessel.links().disconnect(&session.device_id, &link);
         ended
     }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use dk_proto::{DeviceFrame, InvokeError, SendError, VesselFrame};
+use dk_proto::{DeviceFrame, InvokeError, LinkClosed, SendError, VesselFrame};
 use futures::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -32,11 +32,11 @@ pub trait DeviceLink: Send + Sync {
         timeout: Duration,
     ) -> BoxFuture<'a, InvokeResult>;
 
-    /// Ends the link: pending and later calls fail with `reason`. Used when a
-    /// newer connection of the same device replaces this one. Does nothing by
-    /// default.
-    fn close(&self, reason: &str) {
-        let _ = reason;
+    /// Ends the link: pending and later calls fail, saying `why`. Used
+    /// when a newer connection of the same device replaces this one. Does
+    /// nothing by default.
+    fn close(&self, why: LinkClosed) {
+        let _ = why;
     }
 }
 
@@ -148,7 +148,7 @@ pub struct CallCorrelator {
 
 struct State {
     pending: HashMap<String, oneshot::Sender<InvokeResult>>,
-    closed: Option<String>,
+    closed: Option<LinkClosed>,
 }
 
 impl fmt::Debug for CallCorrelator {
@@ -225,27 +225,27 @@ impl CallCorrelator {
         Handled::Settled
     }
 
-    /// Fails every pending call with `reason` and refuses new ones: the
+    /// Fails every pending call, saying `why`, and refuses new ones: the
     /// connection is gone.
-    pub fn close(&self, reason: &str) {
+    pub fn close(&self, why: LinkClosed) {
         let pending = {
             let mut state = self.state();
-            state.closed.get_or_insert_with(|| reason.to_owned());
+            state.closed.get_or_insert(why);
             std::mem::take(&mut state.pending)
         };
         for (_, settle) in pending {
-            let _ = settle.send(Err(InvokeError::Closed(reason.to_owned())));
+            let _ = settle.send(Err(InvokeError::Closed(why)));
         }
         self.closed.notify_waiters();
     }
 
     /// Why the correlator was closed, if it was.
-    pub fn closed_reason(&self) -> Option<String> {
-        self.state().closed.clone()
+    pub fn closed_reason(&self) -> Option<LinkClosed> {
+        self.state().closed
     }
 
-    /// Waits until [`CallCorrelator::close`] is called, and returns its reason.
-    pub async fn closed(&self) -> String {
+    /// Waits until [`CallCorrelator::close`] is called, and returns why.
+    pub async fn closed(&self) -> LinkClosed {
         loop {
             let notified = self.closed.notified();
             if let Some(reason) = self.closed_reason() {
@@ -268,8 +268,8 @@ impl CallCorrelator {
         let (settle, answer) = oneshot::channel();
         {
             let mut state = self.state();
-            if let Some(reason) = &state.closed {
-                return Err(InvokeError::Closed(reason.clone()));
+            if let Some(why) = state.closed {
+                return Err(InvokeError::Closed(why));
             }
             if state.pending.len() >= self.max_pending {
                 return Err(InvokeError::TooManyInFlight(self.max_pending));
@@ -297,7 +297,7 @@ impl CallCorrelator {
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(outcome)) => outcome,
             // The settle side was dropped without an answer: treat as closed.
-            Ok(Err(_)) => Err(InvokeError::Closed("connection closed".to_owned())),
+            Ok(Err(_)) => Err(InvokeError::Closed(LinkClosed::Dropped)),
             Err(_) => {
                 self.state().pending.remove(&call_id);
                 Err(InvokeError::Timeout(timeout))
@@ -316,8 +316,8 @@ impl DeviceLink for CallCorrelator {
         Box::pin(self.call(capability, input, timeout))
     }
 
-    fn close(&self, reason: &str) {
-        CallCorrelator::close(self, reason);
+    fn close(&self, why: LinkClosed) {
+        CallCorrelator::close(self, why);
     }
 }
 
@@ -388,7 +388,7 @@ where
             },
         }
     }
-    correlator.close("device disconnected");
+    correlator.close(LinkClosed::Disconnected);
     report
 }
 

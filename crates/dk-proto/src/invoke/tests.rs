@@ -31,8 +31,12 @@ fn invoke_errors_read_as_before() {
     check(late, "send failed: not sent within 2000ms", false);
     let many = InvokeError::TooManyInFlight(64);
     check(many, "too many calls in flight (at most 64)", false);
-    let gone = InvokeError::Closed("device disconnected".into());
+    let gone = InvokeError::Closed(LinkClosed::Disconnected);
     check(gone, "device disconnected", false);
+    let replaced = InvokeError::Closed(LinkClosed::Replaced);
+    check(replaced, "replaced by a newer connection", false);
+    let dropped = InvokeError::Closed(LinkClosed::Dropped);
+    check(dropped, "connection closed", false);
     // A device may say anything, even what the vessel says: the variant
     // still tells them apart.
     let mimic = InvokeError::Device("device disconnected".into());

@@ -133,7 +133,7 @@ async fn closing_fails_every_pending_call_at_once() {
     let close = async {
         tokio::task::yield_now().await;
         assert_eq!(c.pending_calls(), 3);
-        c.close("device disconnected");
+        c.close(LinkClosed::Disconnected);
     };
     let (results, ()) = tokio::join!(calls, close);
     for r in results {
@@ -170,7 +170,7 @@ async fn send_failures_and_the_pending_cap() {
     let third = async {
         tokio::task::yield_now().await;
         let refused = c.invoke("set_light", &input, Duration::from_secs(30)).await;
-        c.close("done");
+        c.close(LinkClosed::Replaced);
         refused
     };
     let (a, b, refused) = tokio::join!(first, second, third);
@@ -180,7 +180,10 @@ async fn send_failures_and_the_pending_cap() {
     );
     assert_eq!(
         (a.unwrap_err().to_string(), b.unwrap_err().to_string()),
-        ("done".to_owned(), "done".to_owned())
+        (
+            "replaced by a newer connection".to_owned(),
+            "replaced by a newer connection".to_owned()
+        )
     );
 }
 
