@@ -7,6 +7,51 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `GET /v1/status`: what the vessel holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Paired devices.
+    pub paired: u64,
+    /// Paired devices connected now.
+    pub connected: u64,
+    /// Device connections open now (paired or not).
+    pub connections: u64,
+    /// Prompts waiting for the person.
+    pub pending: u64,
+    /// Each listener's counters.
+    pub listeners: Listeners,
+}
+
+/// The counters of every listener of the vessel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listeners {
+    /// The devices' WebSocket listener.
+    pub devices: ListenerCounts,
+    /// The admin API on loopback.
+    pub admin: ListenerCounts,
+    /// The MCP listener on loopback.
+    pub mcp: ListenerCounts,
+    /// The admin API's Unix socket.
+    pub admin_socket: ListenerCounts,
+    /// The MCP Unix socket.
+    pub mcp_socket: ListenerCounts,
+}
+
+/// One listener's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerCounts {
+    /// Connections held now.
+    pub open: u64,
+    /// The most connections held at once since it started.
+    pub peak: u64,
+    /// Connections closed at `accept` for a cap.
+    pub refused_at_accept: u64,
+    /// Connections closed for moving no byte for the idle timeout.
+    pub idle_closed: u64,
+}
+
 /// `POST /v1/pending/{id}/consent`: the person's answer to a pairing request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -15,6 +15,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
@@ -33,6 +34,7 @@ use subtle::ConstantTimeEq;
 use crate::adapter::CallContext;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
 use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
+use crate::listen::ListenerStats;
 use crate::origins::LocalOrigins;
 use crate::person::{AnswerError, ApprovalAnswer, PendingPrompt, Prompt};
 use crate::registry::{
@@ -246,26 +248,39 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn status(State(admin): State<Admin>) -> Json<Value> {
+/// A listener's counters as the admin API shows them.
+fn listener_counts(stats: &ListenerStats) -> api::ListenerCounts {
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    api::ListenerCounts {
+        open: count(stats.open.load(Ordering::Relaxed)),
+        peak: count(stats.peak.load(Ordering::Relaxed)),
+        refused_at_accept: stats.refused_at_accept.load(Ordering::Relaxed),
+        idle_closed: stats.idle_closed.load(Ordering::Relaxed),
+    }
+}
+
+async fn status(State(admin): State<Admin>) -> Json<api::Status> {
     let vessel = &admin.vessel;
     let devices = vessel.registry().list();
     let connected = devices
         .iter()
         .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
         .count();
-    Json(json!({
-        "paired": devices.len(),
-        "connected": connected,
-        "connections": vessel.connection_count(),
-        "pending": vessel.person().pending().len(),
-        "listeners": {
-            "devices": vessel.stats().device_listener.to_json(),
-            "admin": vessel.stats().admin_listener.to_json(),
-            "mcp": vessel.stats().mcp_listener.to_json(),
-            "adminSocket": vessel.stats().admin_socket.to_json(),
-            "mcpSocket": vessel.stats().mcp_socket.to_json(),
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let stats = vessel.stats();
+    Json(api::Status {
+        paired: count(devices.len()),
+        connected: count(connected),
+        connections: count(vessel.connection_count()),
+        pending: count(vessel.person().pending().len()),
+        listeners: api::Listeners {
+            devices: listener_counts(&stats.device_listener),
+            admin: listener_counts(&stats.admin_listener),
+            mcp: listener_counts(&stats.mcp_listener),
+            admin_socket: listener_counts(&stats.admin_socket),
+            mcp_socket: listener_counts(&stats.mcp_socket),
         },
-    }))
+    })
 }
 
 async fn pending(State(admin): State<Admin>) -> Json<Vec<api::Pending>> {

@@ -177,6 +177,42 @@ fn answers_round_trip_in_the_routes_key_order() {
 }
 
 #[test]
+fn the_status_round_trips_in_the_routes_key_order() {
+    let counts = |open| ListenerCounts {
+        open,
+        peak: 4,
+        refused_at_accept: 1,
+        idle_closed: 2,
+    };
+    let listener =
+        |open: u64| format!(r#"{{"open":{open},"peak":4,"refusedAtAccept":1,"idleClosed":2}}"#);
+    let json = format!(
+        r#"{{"paired":2,"connected":1,"connections":3,"pending":0,"listeners":{{"devices":{},"admin":{},"mcp":{},"adminSocket":{},"mcpSocket":{}}}}}"#,
+        listener(3),
+        listener(0),
+        listener(1),
+        listener(1),
+        listener(0)
+    );
+    check(
+        &json,
+        &Status {
+            paired: 2,
+            connected: 1,
+            connections: 3,
+            pending: 0,
+            listeners: Listeners {
+                devices: counts(3),
+                admin: counts(0),
+                mcp: counts(1),
+                admin_socket: counts(1),
+                mcp_socket: counts(0),
+            },
+        },
+    );
+}
+
+#[test]
 fn pending_prompts_round_trip_in_the_routes_key_order() {
     let consent = concat!(
         r#"{"id":7,"expiresAtMs":9,"kind":"consent","request":{"deviceId":"front-door","name":"Front door","#,
