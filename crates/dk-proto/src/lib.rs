@@ -1,6 +1,8 @@
 //! Wire types for dk, compatible with 8DK v1: device manifests and their
-//! digest, tool names, input checks, and the JSON frames a device and a vessel
-//! exchange.
+//! digest, tool names, input checks, the JSON frames a device and a vessel
+//! exchange, the close codes that end their connection, why a vessel refused
+//! an agent's call and why a call to a device failed, and the admin API's
+//! bodies ([`admin`]).
 //!
 //! Everything here is pure: no IO, no async runtime. Every function that takes
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
@@ -9,12 +11,20 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
+mod close;
 mod frame;
 mod input;
+mod invoke;
 mod manifest;
+mod refusal;
 mod text;
 mod tool_name;
 
+pub use close::{
+    AdmissionCode, CloseCode, CloseFrame, MAX_CLOSE_REASON_BYTES, PairingLimit,
+    UnknownAdmissionCode,
+};
 pub use frame::{
     DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH, MAX_STREAM_NAME_BYTES,
     MAX_STREAM_OVERHEAD, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME, STREAM_HEADER_BYTES,
@@ -22,10 +32,12 @@ pub use frame::{
     StreamingFrame, VesselFrame,
 };
 pub use input::{InputError, check_input};
+pub use invoke::{InvokeError, LinkClosed, SendError};
 pub use manifest::{
     Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
     validate_manifest, validate_manifest_json,
 };
+pub use refusal::Refusal;
 pub use text::{is_js_whitespace, is_unsafe_char, utf16_len};
 pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
 

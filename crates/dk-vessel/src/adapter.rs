@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 use dk_policy::{
     Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
 };
-use dk_proto::{check_input, parse_tool_name, tool_name};
+use dk_proto::{InvokeError, Refusal, check_input, parse_tool_name, tool_name};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -566,7 +566,7 @@ impl DeviceToolAdapter {
             allowance: None,
         };
         if !decision.take_place().await {
-            let reason = AUDIT_STOPPED.to_owned();
+            let reason = Refusal::AuditStopped.to_string();
             decision.report(false, &reason, None);
             return ToolOutcome::Refused { reason };
         }
@@ -584,20 +584,17 @@ impl DeviceToolAdapter {
             .await;
         decision.person_answer = person.answer;
         decision.allowance = person.allowance;
-        decision.report(
-            !matches!(outcome, Checked::Refused(_)),
-            match &outcome {
-                Checked::Answered(_) => "allowed",
-                Checked::Refused(reason) | Checked::DeviceFailed(reason) => reason,
-            },
-            rule.as_deref(),
-        );
-        match outcome {
-            Checked::Answered(result) => ToolOutcome::Ok { result },
-            Checked::Refused(reason) | Checked::DeviceFailed(reason) => {
-                ToolOutcome::Refused { reason }
+        // A device's failure is recorded as allowed: every check passed.
+        let (allowed, reason) = match outcome {
+            Checked::Answered(result) => {
+                decision.report(true, "allowed", rule.as_deref());
+                return ToolOutcome::Ok { result };
             }
-        }
+            Checked::Refused(refusal) => (false, refusal.to_string()),
+            Checked::DeviceFailed(error) => (true, format!("device error: {error}")),
+        };
+        decision.report(allowed, &reason, rule.as_deref());
+        ToolOutcome::Refused { reason }
     }
 
     /// Reports a call its caller refused before the seven checks, for a rule
@@ -645,9 +642,10 @@ impl DeviceToolAdapter {
         };
         (before.is_some() && gate.may_call(agent, device_id, capability, read_only) != Some(true))
             .then(|| {
-                Checked::Refused(format!(
-                    "[8dk-deny] agent \"{agent}\" was removed or may no longer call \"{tool}\": the call was not made"
-                ))
+                Checked::Refused(Refusal::AgentGone {
+                    agent: agent.to_owned(),
+                    tool: tool.to_owned(),
+                })
             })
     }
 
@@ -681,9 +679,9 @@ impl DeviceToolAdapter {
             return None;
         }
         let Some(approver) = ctx.approver else {
-            return Some(Checked::Refused(format!(
-                "[policy] {reason} (no approver wired)"
-            )));
+            return Some(Checked::Refused(Refusal::NoApprover {
+                reason: reason.into_owned(),
+            }));
         };
         // Offered only while the agent may make the call and the pairing and
         // grant read before are still those in force.
@@ -734,14 +732,17 @@ impl DeviceToolAdapter {
                 return Some(
                     self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
                         .unwrap_or_else(|| {
-                            Checked::Refused(format!("[policy] the person said no: {reason}"))
+                            Checked::Refused(Refusal::PersonSaidNo {
+                                reason: reason.into_owned(),
+                            })
                         }),
                 );
             }
             Err(why) => {
-                return Some(Checked::Refused(format!(
-                    "[policy] the person was not asked ({why}): {reason}"
-                )));
+                return Some(Checked::Refused(Refusal::NotAsked {
+                    why: why.to_string(),
+                    reason: reason.into_owned(),
+                }));
             }
         }
         None
@@ -761,21 +762,27 @@ impl DeviceToolAdapter {
     ) -> Checked {
         // 1. A real device and capability.
         let Some((device_id, capability)) = parsed else {
-            return Checked::Refused(format!("[8dk-deny] \"{tool}\" is not a device tool"));
+            return Checked::Refused(Refusal::NotADeviceTool {
+                tool: tool.to_owned(),
+            });
         };
         let Some((device, granted)) = self.registry.get_with_grant(device_id, capability) else {
-            return Checked::Refused(format!("[8dk-deny] device \"{device_id}\" is not paired"));
+            return Checked::Refused(Refusal::NotPaired {
+                device_id: device_id.to_owned(),
+            });
         };
         let Some(cap) = device.manifest().capability(capability) else {
-            return Checked::Refused(format!(
-                "[8dk-deny] device \"{device_id}\" has no capability \"{capability}\""
-            ));
+            return Checked::Refused(Refusal::NoCapability {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            });
         };
         // 2. Granted by the person.
         if !granted {
-            return Checked::Refused(format!(
-                "[8dk-deny] capability \"{capability}\" on \"{device_id}\" is not granted"
-            ));
+            return Checked::Refused(Refusal::NotGranted {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            });
         }
         // 3. Rules.
         let policies = self.policies();
@@ -795,16 +802,18 @@ impl DeviceToolAdapter {
         let (evaluation, counted) = match self.counts.evaluate(&policies, &call) {
             Ok(evaluated) => evaluated,
             Err(full) => {
-                return Checked::Refused(format!(
-                    "[policy] a rule with a limit cannot count this call ({full})"
-                ));
+                return Checked::Refused(Refusal::Uncountable {
+                    why: full.to_string(),
+                });
             }
         };
         let decision = evaluation.decision;
         let ask_reason: Option<Cow<'_, str>> = match decision {
             Decision::Block { rule: by, reason } => {
                 *rule = by.map(str::to_owned);
-                return Checked::Refused(format!("[policy] {reason}"));
+                return Checked::Refused(Refusal::Blocked {
+                    reason: reason.to_owned(),
+                });
             }
             Decision::RequireApproval { rule: by, reason } => {
                 *rule = Some(by.to_owned());
@@ -818,17 +827,17 @@ impl DeviceToolAdapter {
         };
         // 4. Well-formed input.
         if let Err(e) = check_input(cap, input) {
-            return Checked::Refused(format!("[8dk-deny] {e}"));
+            return Checked::Refused(Refusal::Input(e));
         }
         let Value::Object(input) = input else {
-            return Checked::Refused("[8dk-deny] input must be an object".to_owned());
+            return Checked::Refused(Refusal::Input(dk_proto::InputError::NotAnObject));
         };
         // The agent's rate and the call's run: charged here, after the
         // checks that need nobody (a call refused by them costs nothing) and
         // before the person is asked (nobody is asked about a call over
         // either).
         if let Err(refusal) = self.meter.charge(ctx.agent_id, device_id, ctx.run) {
-            return Checked::Refused(refusal.to_string());
+            return Checked::Refused(Refusal::Metered(refusal.to_string()));
         }
         // 5. The person's yes, or an allowance the person gave for it.
         let waited = ask_reason.is_some();
@@ -870,15 +879,16 @@ impl DeviceToolAdapter {
         match now {
             Some((now, granted)) if now.generation() == device.generation() => {
                 if !granted {
-                    return Checked::Refused(format!(
-                        "[8dk-deny] capability \"{capability}\" on \"{device_id}\" was revoked before the call"
-                    ));
+                    return Checked::Refused(Refusal::RevokedMeanwhile {
+                        device_id: device_id.to_owned(),
+                        capability: capability.to_owned(),
+                    });
                 }
             }
             _ => {
-                return Checked::Refused(format!(
-                    "[8dk-deny] device \"{device_id}\" was unpaired or paired again before the call"
-                ));
+                return Checked::Refused(Refusal::PairingChanged {
+                    device_id: device_id.to_owned(),
+                });
             }
         }
         // ... and the calling agent still exists and may still call it.
@@ -890,28 +900,24 @@ impl DeviceToolAdapter {
         }
         // 7. Connected and answering.
         let Some(link) = self.links.get(device_id) else {
-            return Checked::Refused(format!(
-                "[8dk-deny] device \"{device_id}\" is not connected"
-            ));
+            return Checked::Refused(Refusal::NotConnected {
+                device_id: device_id.to_owned(),
+            });
         };
         // The call is made: it counts against the limited rules it matched.
         if let Err(error) = counted.keep(self.registry.store().as_ref()) {
-            return Checked::Refused(format!(
-                "[8dk-deny] the counts of rules with a limit cannot be kept ({error}): the call was not made"
-            ));
+            return Checked::Refused(Refusal::CountsNotKept {
+                why: error.to_string(),
+            });
         }
         let timeout = ctx.timeout.unwrap_or(self.call_timeout);
         reached.store(true, Ordering::Relaxed);
         match link.invoke(capability, input, timeout).await {
             Ok(result) => Checked::Answered(result),
-            Err(error) => Checked::DeviceFailed(format!("device error: {error}")),
+            Err(error) => Checked::DeviceFailed(error),
         }
     }
 }
-
-/// The refusal of a call when the audit writer has stopped: no call is made
-/// that could not be recorded.
-const AUDIT_STOPPED: &str = "[8dk-deny] the audit log has stopped: no call can be recorded";
 
 /// One call's decision until it is reported: it holds the call's place in
 /// the audit queue, and reports the decision exactly once, when the call
@@ -1040,9 +1046,11 @@ enum Checked {
     /// Every check passed and the device answered.
     Answered(Option<Box<RawValue>>),
     /// A check refused the call.
-    Refused(String),
-    /// Every check passed but the device failed (recorded as allowed).
-    DeviceFailed(String),
+    Refused(Refusal),
+    /// Every check passed but the call failed: the device's error or the
+    /// vessel's failure to reach it (recorded as allowed, reads
+    /// `device error: ...`).
+    DeviceFailed(InvokeError),
 }
 
 #[cfg(test)]

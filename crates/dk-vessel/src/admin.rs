@@ -15,6 +15,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
@@ -23,6 +24,7 @@ use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use dk_proto::admin as api;
 use rand::Rng;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -31,10 +33,13 @@ use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
-use crate::allowances::{AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
+use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
+use crate::listen::ListenerStats;
 use crate::origins::LocalOrigins;
-use crate::person::{AnswerError, ApprovalAnswer};
-use crate::registry::{ConsentDecision, GrantError};
+use crate::person::{AnswerError, ApprovalAnswer, PendingPrompt, Prompt};
+use crate::registry::{
+    CapabilityChange, ChangeKind, ConsentDecision, ConsentRequest, Difference, GrantError,
+};
 use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
@@ -218,7 +223,10 @@ pub async fn serve_admin_unix(
 
 /// An error answer: `{"error": "..."}` with a status.
 fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"error": message.into()}))).into_response()
+    let body = api::ErrorBody {
+        error: message.into(),
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Token, Host and Origin, before anything else.
@@ -240,48 +248,121 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn status(State(admin): State<Admin>) -> Json<Value> {
+/// A listener's counters as the admin API shows them.
+fn listener_counts(stats: &ListenerStats) -> api::ListenerCounts {
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    api::ListenerCounts {
+        open: count(stats.open.load(Ordering::Relaxed)),
+        peak: count(stats.peak.load(Ordering::Relaxed)),
+        refused_at_accept: stats.refused_at_accept.load(Ordering::Relaxed),
+        idle_closed: stats.idle_closed.load(Ordering::Relaxed),
+    }
+}
+
+async fn status(State(admin): State<Admin>) -> Json<api::Status> {
     let vessel = &admin.vessel;
     let devices = vessel.registry().list();
     let connected = devices
         .iter()
         .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
         .count();
-    Json(json!({
-        "paired": devices.len(),
-        "connected": connected,
-        "connections": vessel.connection_count(),
-        "pending": vessel.person().pending().len(),
-        "listeners": {
-            "devices": vessel.stats().device_listener.to_json(),
-            "admin": vessel.stats().admin_listener.to_json(),
-            "mcp": vessel.stats().mcp_listener.to_json(),
-            "adminSocket": vessel.stats().admin_socket.to_json(),
-            "mcpSocket": vessel.stats().mcp_socket.to_json(),
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let stats = vessel.stats();
+    Json(api::Status {
+        paired: count(devices.len()),
+        connected: count(connected),
+        connections: count(vessel.connection_count()),
+        pending: count(vessel.person().pending().len()),
+        listeners: api::Listeners {
+            devices: listener_counts(&stats.device_listener),
+            admin: listener_counts(&stats.admin_listener),
+            mcp: listener_counts(&stats.mcp_listener),
+            admin_socket: listener_counts(&stats.admin_socket),
+            mcp_socket: listener_counts(&stats.mcp_socket),
         },
-    }))
+    })
 }
 
-async fn pending(State(admin): State<Admin>) -> Json<Value> {
-    Json(json!(admin.vessel.person().pending()))
+async fn pending(State(admin): State<Admin>) -> Json<Vec<api::Pending>> {
+    let pending = admin.vessel.person().pending();
+    Json(pending.into_iter().map(pending_body).collect())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[serde(rename_all = "camelCase")]
-struct ConsentAnswer {
-    approved: bool,
-    #[serde(default)]
-    grant: Vec<String>,
-    /// Needed, as `true`, to pair a device that cannot show a code.
-    #[serde(default)]
-    confirm_without_code: bool,
+/// An open prompt as the admin API shows it.
+fn pending_body(pending: PendingPrompt) -> api::Pending {
+    let prompt = match pending.prompt {
+        Prompt::Consent(request) => api::Prompt::Consent(consent_body(request)),
+        Prompt::Approval(request) => api::Prompt::Approval(api::ApprovalRequest {
+            tool: request.tool,
+            device_id: request.device_id,
+            capability: request.capability,
+            input: request.input,
+            reason: request.reason,
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+        }),
+    };
+    api::Pending {
+        id: pending.id,
+        expires_at_ms: pending.expires_at_ms,
+        prompt,
+        can_remember: pending.can_remember,
+    }
+}
+
+fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
+    let capabilities = request.capabilities.into_iter();
+    api::ConsentRequest {
+        device_id: request.device_id,
+        name: request.name,
+        kind: request.kind,
+        code: request.code,
+        capabilities: capabilities
+            .map(|c| api::DeviceCapability {
+                name: c.name,
+                kind: c.kind.to_owned(),
+                description: c.description,
+                confirm: c.confirm,
+            })
+            .collect(),
+        replaces: request.replaces.map(|old| api::Replaced {
+            paired_at_ms: old.paired_at_ms,
+            grants: old.grants,
+            was_name: old.was_name,
+            was_kind: old.was_kind,
+            changes: old.changes.into_iter().map(change_body).collect(),
+        }),
+        no_screen: request.no_screen,
+    }
+}
+
+fn change_body(change: CapabilityChange) -> api::CapabilityChange {
+    let kind = match change.change {
+        ChangeKind::Added => "added",
+        ChangeKind::Removed => "removed",
+        ChangeKind::Changed => "changed",
+    };
+    let differences = change.differences.into_iter().map(|d| match d {
+        Difference::Kind { was, now } => api::Difference::Kind {
+            was: was.to_owned(),
+            now: now.to_owned(),
+        },
+        Difference::Confirm { was, now } => api::Difference::Confirm { was, now },
+        Difference::Params => api::Difference::Params,
+        Difference::Description => api::Difference::Description,
+    });
+    api::CapabilityChange {
+        capability: change.capability,
+        change: kind.to_owned(),
+        differences: differences.collect(),
+        summary: change.summary,
+    }
 }
 
 async fn answer_consent(
     State(admin): State<Admin>,
     UrlPath(id): UrlPath<u64>,
-    Json(answer): Json<ConsentAnswer>,
+    Json(answer): Json<api::ConsentAnswer>,
 ) -> Response {
     let decision = ConsentDecision {
         approved: answer.approved,
@@ -294,26 +375,8 @@ async fn answer_consent(
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalBody {
-    approved: bool,
-    /// A yes to remember: `{"scope": "arguments"|"capability", "minutes"?}`.
-    #[serde(default)]
-    remember: Option<RememberBody>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RememberBody {
-    scope: String,
-    /// Minutes (1 to 1440); 15 when absent.
-    #[serde(default)]
-    minutes: Option<u64>,
-}
-
 /// The answer a body gives, or why it gives none.
-fn approval_answer(body: ApprovalBody) -> Result<ApprovalAnswer, String> {
+fn approval_answer(body: api::ApprovalAnswer) -> Result<ApprovalAnswer, String> {
     match (body.approved, body.remember) {
         (false, Some(_)) => {
             Err("a refusal is not remembered: `remember` goes with `\"approved\": true`".to_owned())
@@ -336,7 +399,7 @@ fn approval_answer(body: ApprovalBody) -> Result<ApprovalAnswer, String> {
 async fn answer_approval(
     State(admin): State<Admin>,
     UrlPath(id): UrlPath<u64>,
-    Json(body): Json<ApprovalBody>,
+    Json(body): Json<api::ApprovalAnswer>,
 ) -> Response {
     let answer = match approval_answer(body) {
         Ok(answer) => answer,
@@ -344,7 +407,9 @@ async fn answer_approval(
     };
     match admin.vessel.person().answer_approval_with(id, answer) {
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Some(allowance)) => (StatusCode::CREATED, Json(json!(allowance))).into_response(),
+        Ok(Some(allowance)) => {
+            (StatusCode::CREATED, Json(allowance_body(&allowance))).into_response()
+        }
         Err(e @ (AnswerError::NotFound(_) | AnswerError::WrongKind(..))) => {
             refuse(StatusCode::NOT_FOUND, e.to_string())
         }
@@ -354,13 +419,31 @@ async fn answer_approval(
     }
 }
 
-async fn remembered(State(admin): State<Admin>) -> Json<Value> {
-    Json(json!(admin.vessel.registry().allowances().list()))
+/// An allowance as the admin API shows it.
+fn allowance_body(allowance: &Allowance) -> api::Allowance {
+    api::Allowance {
+        id: allowance.id,
+        agent_id: allowance.agent_id.clone(),
+        tool: allowance.tool.clone(),
+        device_id: allowance.device_id.clone(),
+        capability: allowance.capability.clone(),
+        scope: allowance.scope.as_str().to_owned(),
+        arguments_sha256: allowance.arguments_sha256.clone(),
+        arguments: allowance.arguments.clone(),
+        created_at_ms: allowance.created_at_ms,
+        expires_at_ms: allowance.expires_at_ms,
+        uses: allowance.uses,
+    }
+}
+
+async fn remembered(State(admin): State<Admin>) -> Json<Vec<api::Allowance>> {
+    let list = admin.vessel.registry().allowances().list();
+    Json(list.iter().map(allowance_body).collect())
 }
 
 async fn remembered_one(State(admin): State<Admin>, UrlPath(id): UrlPath<u64>) -> Response {
     match admin.vessel.registry().allowances().get(id) {
-        Some(allowance) => Json(json!(allowance)).into_response(),
+        Some(allowance) => Json(allowance_body(&allowance)).into_response(),
         None => refuse(
             StatusCode::NOT_FOUND,
             AllowanceError::NotFound(id).to_string(),
@@ -412,9 +495,9 @@ async fn watch_stream(
     Json(json!({"deviceId": id, "chunks": chunks, "lost": subscription.lost()}))
 }
 
-async fn devices(State(admin): State<Admin>) -> Json<Value> {
+async fn devices(State(admin): State<Admin>) -> Json<Vec<api::Device>> {
     let vessel = &admin.vessel;
-    let list: Vec<Value> = vessel
+    let list = vessel
         .registry()
         .list()
         .into_iter()
@@ -426,23 +509,29 @@ async fn devices(State(admin): State<Admin>) -> Json<Value> {
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or(Duration::ZERO)
                 .as_millis();
-            json!({
-                "id": m.id(),
-                "name": m.name(),
-                "kind": m.kind(),
-                "version": m.version(),
-                "digest": snapshot.device.digest(),
-                "pairedAtMs": u64::try_from(paired_at).unwrap_or(u64::MAX),
-                "connected": vessel.links().is_connected(m.id()),
-                "grants": snapshot.grants,
-                "capabilities": m.capabilities().iter().map(|c| json!({
-                    "name": c.name(), "kind": c.kind().as_str(),
-                    "description": c.description(), "confirm": c.confirm(),
-                })).collect::<Vec<_>>(),
-            })
+            api::Device {
+                id: m.id().to_owned(),
+                name: m.name().to_owned(),
+                kind: m.kind().to_owned(),
+                version: m.version().to_owned(),
+                digest: snapshot.device.digest().to_owned(),
+                paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
+                connected: vessel.links().is_connected(m.id()),
+                grants: snapshot.grants,
+                capabilities: m
+                    .capabilities()
+                    .iter()
+                    .map(|c| api::DeviceCapability {
+                        name: c.name().to_owned(),
+                        kind: c.kind().as_str().to_owned(),
+                        description: c.description().to_owned(),
+                        confirm: c.confirm(),
+                    })
+                    .collect(),
+            }
         })
         .collect();
-    Json(json!(list))
+    Json(list)
 }
 
 async fn grant(
@@ -477,13 +566,13 @@ async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Res
 }
 
 /// An agent as the admin API shows it: never its credential.
-fn agent_json(agent: &Agent) -> Value {
-    json!({
-        "name": agent.id,
-        "scope": agent.scope.to_items(),
-        "role": agent.role.as_str(),
-        "addedAtMs": agent.added_at_ms,
-    })
+fn agent_body(agent: &Agent) -> api::Agent {
+    api::Agent {
+        name: agent.id.clone(),
+        scope: agent.scope.to_items(),
+        role: agent.role.as_str().to_owned(),
+        added_at_ms: agent.added_at_ms,
+    }
 }
 
 fn agent_refusal(error: &AgentError) -> Response {
@@ -500,28 +589,19 @@ fn scope_of(items: &[String]) -> Result<AgentScope, String> {
     AgentScope::from_items(items.iter().map(String::as_str)).map_err(|e| e.to_string())
 }
 
-async fn agents(State(admin): State<Admin>) -> Json<Value> {
-    let list: Vec<Value> = admin
-        .vessel
-        .agents()
-        .list()
-        .iter()
-        .map(agent_json)
-        .collect();
-    Json(json!(list))
+async fn agents(State(admin): State<Admin>) -> Json<Vec<api::Agent>> {
+    Json(
+        admin
+            .vessel
+            .agents()
+            .list()
+            .iter()
+            .map(agent_body)
+            .collect(),
+    )
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewAgent {
-    name: String,
-    #[serde(default)]
-    scope: Vec<String>,
-    #[serde(default)]
-    role: Option<String>,
-}
-
-async fn add_agent(State(admin): State<Admin>, Json(new): Json<NewAgent>) -> Response {
+async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -> Response {
     let scope = match scope_of(&new.scope) {
         Ok(scope) => scope,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
@@ -541,7 +621,10 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<NewAgent>) -> Res
     match admin.vessel.add_agent(&new.name, scope, role) {
         Ok((name, credential)) => (
             StatusCode::CREATED,
-            Json(json!({"name": name, "credential": credential.expose()})),
+            Json(api::AddedAgent {
+                name,
+                credential: credential.expose().to_owned(),
+            }),
         )
             .into_response(),
         Err(e) => agent_refusal(&e),
@@ -555,16 +638,10 @@ async fn remove_agent(State(admin): State<Admin>, UrlPath(name): UrlPath<String>
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewScope {
-    scope: Vec<String>,
-}
-
 async fn set_agent_scope(
     State(admin): State<Admin>,
     UrlPath(name): UrlPath<String>,
-    Json(new): Json<NewScope>,
+    Json(new): Json<api::NewScope>,
 ) -> Response {
     let scope = match scope_of(&new.scope) {
         Ok(scope) => scope,

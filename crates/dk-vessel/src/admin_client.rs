@@ -1,5 +1,6 @@
 //! A small client for the admin API, over HTTP/1.1 on a Unix socket (what
 //! the `dk` command line uses) or on loopback TCP (what tests also use).
+//! Bodies are `dk_proto::admin`'s types, the ones the server uses.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::admin::AdminToken;
@@ -31,6 +34,10 @@ pub enum AdminClientError {
     /// The HTTP exchange failed.
     #[error("admin request failed: {0}")]
     Http(String),
+    /// A request body could not be written, or an answer's body does not
+    /// read as what the route answers.
+    #[error("the admin API's body does not read: {0}")]
+    Body(#[from] serde_json::Error),
 }
 
 /// An answer: the status code and the JSON body (`null` when empty).
@@ -40,6 +47,28 @@ pub struct AdminAnswer {
     pub status: u16,
     /// The body as JSON, `Value::Null` when empty or not JSON.
     pub body: Value,
+}
+
+impl AdminAnswer {
+    /// Whether the status is a success (2xx).
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The body read as `T`, one of `dk_proto::admin`'s answers.
+    pub fn read<T: DeserializeOwned>(&self) -> Result<T, AdminClientError> {
+        Ok(T::deserialize(&self.body)?)
+    }
+
+    /// The vessel's reason for a refusal (`{"error": ...}`), if it gave one.
+    pub fn error(&self) -> Option<String> {
+        if self.is_success() {
+            return None;
+        }
+        self.read::<dk_proto::admin::ErrorBody>()
+            .ok()
+            .map(|body| body.error)
+    }
 }
 
 /// Where the admin API is.
@@ -83,9 +112,24 @@ impl AdminClient {
         self.send("GET", path, None, &[]).await
     }
 
-    /// `POST path` with a JSON body.
-    pub async fn post(&self, path: &str, body: &Value) -> Result<AdminAnswer, AdminClientError> {
-        self.send("POST", path, Some(body), &[]).await
+    /// `POST path` with a JSON body (a `dk_proto::admin` request).
+    pub async fn post(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<AdminAnswer, AdminClientError> {
+        let body = serde_json::to_value(body)?;
+        self.send("POST", path, Some(&body), &[]).await
+    }
+
+    /// `PUT path` with a JSON body (a `dk_proto::admin` request).
+    pub async fn put_body(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<AdminAnswer, AdminClientError> {
+        let body = serde_json::to_value(body)?;
+        self.send("PUT", path, Some(&body), &[]).await
     }
 
     /// `PUT path`.

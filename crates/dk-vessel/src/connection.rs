@@ -13,13 +13,16 @@
 //! chunks as binary messages (see `stream.rs`).
 
 use std::borrow::Cow;
-use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dk_policy::{AdmissionError, DeviceClass};
-use dk_proto::{DeviceFrame, FrameError, FrameLimits, StreamChunk, StreamingFrame, VesselFrame};
+use dk_proto::{
+    CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, LinkClosed, PairingLimit,
+    StreamChunk, StreamingFrame, VesselFrame,
+};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -46,58 +49,6 @@ pub enum WireMessage {
     Close(Option<CloseFrame>),
 }
 
-/// Why a connection was closed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CloseFrame {
-    /// The close code.
-    pub code: u16,
-    /// A short reason, for people.
-    pub reason: String,
-}
-
-impl fmt::Display for CloseFrame {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.code, self.reason)
-    }
-}
-
-/// Close codes the vessel uses (documented in `docs/PROTOCOL.md`).
-pub mod close_code {
-    /// The device closed, or the vessel shut down.
-    pub const NORMAL: u16 = 1000;
-    /// A frame was larger than the limit.
-    pub const TOO_LARGE: u16 = 1009;
-    /// No `device:hello` or `device:auth` within the handshake deadline.
-    pub const HANDSHAKE_TIMEOUT: u16 = 4000;
-    /// Pairing did not happen (the person said no, or the manifest is invalid).
-    pub const PAIRING_REFUSED: u16 = 4001;
-    /// Wrong device id or token.
-    pub const AUTH_FAILED: u16 = 4002;
-    /// The device's manifest is not the one the person approved: pair again.
-    pub const MANIFEST_CHANGED: u16 = 4003;
-    /// The first frame was not `device:hello` or `device:auth`.
-    pub const BAD_HANDSHAKE: u16 = 4004;
-    /// Too many malformed frames.
-    pub const MALFORMED: u16 = 4005;
-    /// Frames came faster than the limit.
-    pub const RATE: u16 = 4006;
-    /// The person unpaired the device.
-    pub const UNPAIRED: u16 = 4007;
-    /// A newer connection of the same device, or a new pairing, replaced this one.
-    pub const REPLACED: u16 = 4008;
-    /// The device stopped answering pings.
-    pub const DEAD: u16 = 4009;
-    /// The vessel is shutting down.
-    pub const GOING_AWAY: u16 = 1001;
-    /// A pairing limit: one waiting request per device, caps per address and
-    /// overall, attempts per minute per address.
-    pub const PAIRING_LIMIT: u16 = 4010;
-    /// A streaming device (kind `voice` or `desktop-control`) was refused
-    /// admission; the reason is the admission code and message, e.g.
-    /// `ERR_PRISM_DEVICE_SESSIONS: concurrent voice sessions capped at 1`.
-    pub const ADMISSION_REFUSED: u16 = 4011;
-}
-
 /// What happened on a connection, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionOutcome {
@@ -109,36 +60,36 @@ pub struct ConnectionOutcome {
     pub malformed: u32,
 }
 
-/// The longest close reason, in bytes: a close frame's payload is at most
-/// 125 bytes (RFC 6455, section 5.5), two of them the code. Strict clients
-/// refuse a longer one and see the connection drop (1006) instead.
-const MAX_CLOSE_REASON_BYTES: usize = 123;
-
-/// Marks a reason that was cut to fit.
-const CUT_MARK: char = '…';
-
 /// The one way the vessel makes a close: the reason is cut to fit.
-fn close(code: u16, reason: impl Into<String>) -> CloseFrame {
-    CloseFrame {
-        code,
-        reason: fit_close_reason(reason.into()),
-    }
-}
-
-/// `reason` itself when it fits in a close frame; otherwise its longest
-/// prefix, cut at a character boundary, that fits with [`CUT_MARK`] after it.
-fn fit_close_reason(mut reason: String) -> String {
-    if reason.len() <= MAX_CLOSE_REASON_BYTES {
-        return reason;
-    }
-    let cut = reason.floor_char_boundary(MAX_CLOSE_REASON_BYTES - CUT_MARK.len_utf8());
-    reason.truncate(cut);
-    reason.push(CUT_MARK);
-    reason
+fn close(code: CloseCode, reason: impl Into<String>) -> CloseFrame {
+    CloseFrame::new(code, reason)
 }
 
 fn going_away() -> CloseFrame {
-    close(close_code::GOING_AWAY, "vessel shutting down")
+    CloseFrame::canonical(CloseCode::GoingAway)
+}
+
+/// The wire's admission code for a refusal the admission contract made.
+fn admission_code(code: dk_policy::AdmissionCode) -> dk_proto::AdmissionCode {
+    use dk_policy::AdmissionCode as Policy;
+    use dk_proto::AdmissionCode as Wire;
+    match code {
+        Policy::Disabled => Wire::Disabled,
+        Policy::Approval => Wire::Approval,
+        Policy::Sessions => Wire::Sessions,
+        Policy::Chunk => Wire::Chunk,
+        Policy::RunLimits => Wire::RunLimits,
+        Policy::Input => Wire::Input,
+    }
+}
+
+/// How the reading side of a connection ends.
+#[derive(Debug)]
+enum Ending {
+    /// The device left (it closed, or the connection dropped): nothing to send.
+    Left,
+    /// The vessel closes the connection with this frame.
+    Close(CloseFrame),
 }
 
 /// The outgoing side, as the reader sees it: frames to send, and one close.
@@ -275,19 +226,22 @@ where
     async fn run(mut self) -> ConnectionOutcome {
         let mut session = match self.handshake().await {
             Ok(session) => session,
-            Err(frame) => {
-                self.outcome.closed_with = frame.map(|f| self.out.close(f));
-                return self.finish();
-            }
+            Err(ending) => return self.end(ending),
         };
         self.outcome.device_id = Some(session.device_id.clone());
         self.permit.authenticated();
-        if let Err(frame) = self.admit_streaming(&mut session).await {
-            self.outcome.closed_with = frame.map(|f| self.out.close(f));
-            return self.finish();
+        if let Err(ending) = self.admit_streaming(&mut session).await {
+            return self.end(ending);
         }
-        let ended = self.session(&session).await;
-        self.outcome.closed_with = ended.map(|f| self.out.close(f));
+        let ending = self.session(&session).await;
+        self.end(ending)
+    }
+
+    /// Sends the close, if the vessel closes, and finishes.
+    fn end(mut self, ending: Ending) -> ConnectionOutcome {
+        if let Ending::Close(frame) = ending {
+            self.outcome.closed_with = Some(self.out.close(frame));
+        }
         self.finish()
     }
 
@@ -327,52 +281,61 @@ where
         Ok(())
     }
 
+    /// [`Reader::charge`], for the session loop: over the rate, the
+    /// connection closes.
+    fn charged(&mut self) -> ControlFlow<Ending> {
+        match self.charge() {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(close) => ControlFlow::Break(Ending::Close(close)),
+        }
+    }
+
     /// A message that arrived while the vessel waits (for the person):
-    /// set aside, but charged to the rate. `Err(None)`: the device left.
-    fn set_aside(&mut self, message: Option<WireMessage>) -> Result<(), Option<CloseFrame>> {
+    /// set aside, but charged to the rate.
+    fn set_aside(&mut self, message: Option<WireMessage>) -> Result<(), Ending> {
         match message {
-            None | Some(WireMessage::Close(_)) => Err(None),
+            None | Some(WireMessage::Close(_)) => Err(Ending::Left),
             Some(WireMessage::Pong(_)) => Ok(()),
-            Some(_) => self.charge().map_err(Some),
+            Some(_) => self.charge().map_err(Ending::Close),
         }
     }
 
     /// A malformed frame: answered with an error frame; past the limit, the
-    /// close to send.
-    fn malformed(&mut self, why: &str) -> Option<CloseFrame> {
+    /// connection closes.
+    fn malformed(&mut self, why: &str) -> ControlFlow<Ending> {
         self.malformed += 1;
         self.vessel
             .stats()
             .malformed_frames
             .fetch_add(1, Ordering::Relaxed);
         self.out.error(why);
-        (self.malformed > self.vessel.limits().max_malformed_frames)
-            .then(|| close(close_code::MALFORMED, "too many malformed frames"))
+        if self.malformed > self.vessel.limits().max_malformed_frames {
+            return ControlFlow::Break(Ending::Close(CloseFrame::canonical(CloseCode::Malformed)));
+        }
+        ControlFlow::Continue(())
     }
 
-    /// Waits for the first frame and pairs or authenticates. `Err(None)`: the
-    /// device left; `Err(Some(close))`: the vessel closes.
-    async fn handshake(&mut self) -> Result<Session, Option<CloseFrame>> {
+    /// Waits for the first frame and pairs or authenticates.
+    async fn handshake(&mut self) -> Result<Session, Ending> {
         // Counted from the connect, so the upgrade is inside the deadline.
         let deadline = self.permit.connected_at() + self.vessel.limits().handshake_timeout;
         let text = loop {
             let message = tokio::select! {
                 message = tokio::time::timeout_at(deadline, self.incoming.next()) => message,
-                () = self.vessel.shutting_down() => return Err(Some(going_away())),
+                () = self.vessel.shutting_down() => return Err(Ending::Close(going_away())),
             };
             match message {
                 Err(_) => {
-                    return Err(Some(close(
-                        close_code::HANDSHAKE_TIMEOUT,
-                        "send device:hello or device:auth first",
+                    return Err(Ending::Close(CloseFrame::canonical(
+                        CloseCode::HandshakeTimeout,
                     )));
                 }
-                Ok(None | Some(WireMessage::Close(_))) => return Err(None),
+                Ok(None | Some(WireMessage::Close(_))) => return Err(Ending::Left),
                 Ok(Some(WireMessage::Pong(_))) => {}
-                Ok(Some(WireMessage::Ping(_))) => self.charge().map_err(Some)?,
+                Ok(Some(WireMessage::Ping(_))) => self.charge().map_err(Ending::Close)?,
                 Ok(Some(WireMessage::Binary(_))) => {
-                    return Err(Some(close(
-                        close_code::BAD_HANDSHAKE,
+                    return Err(Ending::Close(close(
+                        CloseCode::BadHandshake,
                         "frames are JSON text",
                     )));
                 }
@@ -382,15 +345,15 @@ where
         let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
             Ok(frame) => frame,
             Err(FrameError::TooLarge { max, .. }) => {
-                return Err(Some(close(
-                    close_code::TOO_LARGE,
+                return Err(Ending::Close(close(
+                    CloseCode::TooLarge,
                     format!("frames are at most {max} bytes"),
                 )));
             }
             Err(e) => {
                 self.out.error(&e.to_string());
-                return Err(Some(close(
-                    close_code::BAD_HANDSHAKE,
+                return Err(Ending::Close(close(
+                    CloseCode::BadHandshake,
                     "expected device:hello or device:auth",
                 )));
             }
@@ -399,7 +362,7 @@ where
             DeviceFrame::Hello { manifest } => {
                 let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
                 let address = self.permit.address();
-                let limit = |why: &str| Some(close(close_code::PAIRING_LIMIT, why));
+                let limit = |limit: PairingLimit| Ending::Close(limit.into());
                 self.vessel.note_pairing_attempt(address).map_err(limit)?;
                 // An invalid manifest never reaches the person, so it takes no place.
                 let _waiting = match dk_proto::validate_manifest(&manifest) {
@@ -413,7 +376,12 @@ where
                                     .streams()
                                     .precheck(valid.id(), class, budget.as_ref())
                             {
-                                return Err(Some(self.refuse(valid.id(), class, "pair", &error)));
+                                return Err(Ending::Close(self.refuse(
+                                    valid.id(),
+                                    class,
+                                    "pair",
+                                    &error,
+                                )));
                             }
                         }
                         Some(
@@ -444,26 +412,21 @@ where
                         paired_now: false,
                         stream: None,
                     }),
-                    Err(AuthError::ManifestChanged) => Err(Some(close(
-                        close_code::MANIFEST_CHANGED,
-                        "manifest changed since pairing: pair again",
+                    Err(AuthError::ManifestChanged) => Err(Ending::Close(CloseFrame::canonical(
+                        CloseCode::ManifestChanged,
                     ))),
-                    Err(_) => Err(Some(close(
-                        close_code::AUTH_FAILED,
-                        "authentication failed",
-                    ))),
+                    Err(_) => Err(Ending::Close(CloseFrame::canonical(CloseCode::AuthFailed))),
                 }
             }
-            _ => Err(Some(close(
-                close_code::BAD_HANDSHAKE,
-                "expected device:hello or device:auth",
+            _ => Err(Ending::Close(CloseFrame::canonical(
+                CloseCode::BadHandshake,
             ))),
         }
     }
 
     /// Pairs: the code goes to the device, the question to the person. The
     /// device leaving withdraws the question.
-    async fn pair(&mut self, manifest: &Value) -> Result<Session, Option<CloseFrame>> {
+    async fn pair(&mut self, manifest: &Value) -> Result<Session, Ending> {
         let person = Arc::clone(self.vessel.person());
         let consent_timeout = self.vessel.limits().consent_timeout;
         let frames = self.out.frames.clone();
@@ -486,7 +449,7 @@ where
         let result = loop {
             tokio::select! {
                 result = &mut pairing => break result,
-                () = self.vessel.shutting_down() => return Err(Some(going_away())),
+                () = self.vessel.shutting_down() => return Err(Ending::Close(going_away())),
                 // Anything else while the person decides is set aside.
                 message = self.incoming.next() => self.set_aside(message)?,
             }
@@ -503,12 +466,15 @@ where
                     stream: None,
                 })
             }
-            Err(e) => Err(Some(close(close_code::PAIRING_REFUSED, e.to_string()))),
+            Err(e) => Err(Ending::Close(close(
+                CloseCode::PairingRefused,
+                e.to_string(),
+            ))),
         }
     }
 
     /// Serves an authenticated device until it leaves or must be closed.
-    async fn session(&mut self, session: &Session) -> Option<CloseFrame> {
+    async fn session(&mut self, session: &Session) -> Ending {
         let limits = self.vessel.limits().clone();
         let correlator = Arc::new(CallCorrelator::with_max_pending(
             self.out.frames.clone(),
@@ -525,7 +491,7 @@ where
             .connect(&session.device_id, Arc::clone(&link))
             && session.stream.is_none()
         {
-            old.close("replaced by a newer connection");
+            old.close(LinkClosed::Replaced);
         }
         let silence = limits.ping_interval * 2;
         let mut last_seen = Instant::now();
@@ -540,49 +506,46 @@ where
             tokio::select! {
                 message = self.incoming.next() => {
                     last_seen = Instant::now();
-                    if let Some(frame) = self.on_message(message, session, &correlator) {
-                        break frame;
+                    if let ControlFlow::Break(ending) = self.on_message(message, session, &correlator) {
+                        break ending;
                     }
                 }
-                reason = &mut replaced => break Some(close(close_code::REPLACED, reason)),
+                why = &mut replaced => break Ending::Close(close(CloseCode::Replaced, why.to_string())),
                 change = changes.recv() => {
                     if let Some(frame) = self.on_change(change, session) {
-                        break Some(frame);
+                        break Ending::Close(frame);
                     }
                 }
-                () = &mut shutdown => break Some(going_away()),
+                () = &mut shutdown => break Ending::Close(going_away()),
                 () = &mut deadline => {
                     // Re-armed lazily: a message since the last arming moves it on.
                     if last_seen + silence > Instant::now() {
                         deadline.as_mut().reset(last_seen + silence);
                     } else {
-                        break Some(close(close_code::DEAD, "no answer to pings"));
+                        break Ending::Close(CloseFrame::canonical(CloseCode::Dead));
                     }
                 }
             }
         };
-        correlator.close("device disconnected");
+        correlator.close(LinkClosed::Disconnected);
         self.vessel.links().disconnect(&session.device_id, &link);
         ended
     }
 
-    /// One message in a session. `Some(None)`: the device left;
-    /// `Some(Some(close))`: the vessel closes; `None`: carry on.
+    /// One message in a session: carry on, or the connection ends.
     fn on_message(
         &mut self,
         message: Option<WireMessage>,
         session: &Session,
         correlator: &CallCorrelator,
-    ) -> Option<Option<CloseFrame>> {
+    ) -> ControlFlow<Ending> {
         let text = match message {
-            None | Some(WireMessage::Close(_)) => return Some(None),
+            None | Some(WireMessage::Close(_)) => return ControlFlow::Break(Ending::Left),
             // The answer to the vessel's ping.
-            Some(WireMessage::Pong(_)) => return None,
-            Some(WireMessage::Ping(_)) => return self.charge().err().map(Some),
+            Some(WireMessage::Pong(_)) => return ControlFlow::Continue(()),
+            Some(WireMessage::Ping(_)) => return self.charged(),
             Some(WireMessage::Binary(message)) => {
-                if let Err(close) = self.charge() {
-                    return Some(Some(close));
-                }
+                self.charged()?;
                 return self.on_chunk(message, session);
             }
             Some(WireMessage::Text(text)) => text,
@@ -590,34 +553,30 @@ where
         let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
             Ok(frame) => frame,
             Err(FrameError::TooLarge { max, .. }) => {
-                return Some(Some(close(
-                    close_code::TOO_LARGE,
+                return ControlFlow::Break(Ending::Close(close(
+                    CloseCode::TooLarge,
                     format!("frames are at most {max} bytes"),
                 )));
             }
             Err(e) => {
-                if let Err(close) = self.charge() {
-                    return Some(Some(close));
-                }
-                return self.malformed(&e.to_string()).map(Some);
+                self.charged()?;
+                return self.malformed(&e.to_string());
             }
         };
         // A result to a pending call answers the vessel: it is bounded by the
         // calls in flight, not by the rate. Anything else was sent unasked.
         let handled = correlator.handle(&frame);
-        if handled != Handled::Settled
-            && let Err(close) = self.charge()
-        {
-            return Some(Some(close));
+        if handled != Handled::Settled {
+            self.charged()?;
         }
         match handled {
-            Handled::Settled => None,
+            Handled::Settled => ControlFlow::Continue(()),
             Handled::UnknownCall => {
                 self.vessel
                     .stats()
                     .unknown_results
                     .fetch_add(1, Ordering::Relaxed);
-                None
+                ControlFlow::Continue(())
             }
             Handled::NotAResult => match frame {
                 DeviceFrame::Event { capability, data } => {
@@ -628,17 +587,16 @@ where
                         .is_some_and(|d| d.manifest().capability(&capability).is_some());
                     if !declared {
                         return self
-                            .malformed(&format!("event for undeclared capability {capability:?}"))
-                            .map(Some);
+                            .malformed(&format!("event for undeclared capability {capability:?}"));
                     }
                     self.vessel.publish_event(DeviceEvent {
                         device_id: session.device_id.clone(),
                         capability: capability.into_owned(),
                         data: data.map(|d| d.into_owned()),
                     });
-                    None
+                    ControlFlow::Continue(())
                 }
-                _ => self.malformed("already paired and authenticated").map(Some),
+                _ => self.malformed("already paired and authenticated"),
             },
         }
     }
@@ -649,20 +607,20 @@ where
     /// that is not one of the device's sensors, is malformed; over the cap
     /// it is dropped and reported to the device; otherwise it goes to the
     /// subscribers (when its capability is granted).
-    fn on_chunk(&mut self, message: Vec<u8>, session: &Session) -> Option<Option<CloseFrame>> {
+    fn on_chunk(&mut self, message: Vec<u8>, session: &Session) -> ControlFlow<Ending> {
         let Some(stream) = &session.stream else {
-            return self.malformed("frames are JSON text").map(Some);
+            return self.malformed("frames are JSON text");
         };
         let limit = message_limit(stream.policy().max_chunk_bytes());
         if message.len() > limit {
-            return Some(Some(close(
-                close_code::TOO_LARGE,
+            return ControlFlow::Break(Ending::Close(close(
+                CloseCode::TooLarge,
                 format!("stream messages are at most {limit} bytes"),
             )));
         }
         let (name, seq) = match StreamChunk::parse(&message) {
             Ok(chunk) => (chunk.stream.to_owned(), chunk.seq),
-            Err(e) => return self.malformed(&e.to_string()).map(Some),
+            Err(e) => return self.malformed(&e.to_string()),
         };
         let (sensor, granted) = match self
             .vessel
@@ -679,23 +637,21 @@ where
             None => (false, false),
         };
         if !sensor {
-            return self
-                .malformed(&format!(
-                    "stream {name:?} is not a sensor capability of the device"
-                ))
-                .map(Some);
+            return self.malformed(&format!(
+                "stream {name:?} is not a sensor capability of the device"
+            ));
         }
         match self.vessel.take_chunk(stream, message, &name, seq, granted) {
             ChunkOutcome::Forwarded | ChunkOutcome::NotGranted => {}
             ChunkOutcome::Dropped(report) => self.out.text(report.to_json()),
         }
-        None
+        ControlFlow::Continue(())
     }
 
     /// Admits a streaming device's session (nothing to do for other kinds),
     /// asking the person first on a reconnect when the policy requires
-    /// approval. `Err(None)`: the device left while the person was asked.
-    async fn admit_streaming(&mut self, session: &mut Session) -> Result<(), Option<CloseFrame>> {
+    /// approval.
+    async fn admit_streaming(&mut self, session: &mut Session) -> Result<(), Ending> {
         let Some(device) = self.vessel.registry().get(&session.device_id) else {
             // Unpaired meanwhile: the session loop sees it at once.
             return Ok(());
@@ -708,7 +664,7 @@ where
         let budget = self.vessel.session_budget();
         let streams = self.vessel.streams();
         if let Err(error) = streams.precheck(&id, class, budget.as_ref()) {
-            return Err(Some(self.refuse(&id, class, stage, &error)));
+            return Err(Ending::Close(self.refuse(&id, class, stage, &error)));
         }
         let approved = session.paired_now
             || !streams.requires_approval(class)
@@ -744,7 +700,7 @@ where
                 session.stream = Some(admitted);
                 Ok(())
             }
-            Err(error) => Err(Some(self.refuse(&id, class, stage, &error))),
+            Err(error) => Err(Ending::Close(self.refuse(&id, class, stage, &error))),
         }
     }
 
@@ -754,7 +710,7 @@ where
         &mut self,
         device: &PairedDevice,
         class: DeviceClass,
-    ) -> Result<bool, Option<CloseFrame>> {
+    ) -> Result<bool, Ending> {
         let manifest = device.manifest();
         let request = crate::adapter::ApprovalRequest {
             tool: format!("stream:{class}"),
@@ -774,7 +730,7 @@ where
         loop {
             tokio::select! {
                 approved = &mut asking => return Ok(approved),
-                () = self.vessel.shutting_down() => return Err(Some(going_away())),
+                () = self.vessel.shutting_down() => return Err(Ending::Close(going_away())),
                 // Anything else while the person decides is set aside.
                 message = self.incoming.next() => self.set_aside(message)?,
             }
@@ -793,20 +749,20 @@ where
             .stream_stats()
             .refused
             .fetch_add(1, Ordering::Relaxed);
-        let code = error.code().as_str();
+        let code = admission_code(error.code());
         self.vessel.audit(
             "stream_admission",
             json!({
                 "deviceId": device_id, "kind": class.as_str(), "stage": stage,
-                "admitted": false, "code": code, "message": error.to_string(),
+                "admitted": false, "code": code.as_str(), "message": error.to_string(),
             }),
         );
-        close(close_code::ADMISSION_REFUSED, format!("{code}: {error}"))
+        CloseFrame::admission_refused(code, &error.to_string())
     }
 
     fn over_rate(&self) -> CloseFrame {
         close(
-            close_code::RATE,
+            CloseCode::Rate,
             format!(
                 "more than {} frames per second",
                 self.vessel.limits().max_frames_per_second
@@ -834,7 +790,7 @@ where
             }
             Ok(RegistryEvent::Unpaired { device_id }) if ours(&device_id) => {
                 self.out.frame(&VesselFrame::Revoked { capability: None });
-                Some(close(close_code::UNPAIRED, "unpaired by the person"))
+                Some(close(CloseCode::Unpaired, "unpaired by the person"))
             }
             Ok(RegistryEvent::Paired { device_id }) if ours(&device_id) => {
                 self.still_current(session)
@@ -848,10 +804,10 @@ where
     fn still_current(&mut self, session: &Session) -> Option<CloseFrame> {
         match self.vessel.registry().get(&session.device_id) {
             Some(device) if device.generation() == session.generation => None,
-            Some(_) => Some(close(close_code::REPLACED, "paired again")),
+            Some(_) => Some(close(CloseCode::Replaced, "paired again")),
             None => {
                 self.out.frame(&VesselFrame::Revoked { capability: None });
-                Some(close(close_code::UNPAIRED, "unpaired by the person"))
+                Some(close(CloseCode::Unpaired, "unpaired by the person"))
             }
         }
     }

@@ -51,7 +51,7 @@ pub use allowances::{
 pub use config::{
     ConfigError, LimitSettings, MAX_CONFIG_BYTES, RateLimitSettings, StreamingConfig, VesselConfig,
 };
-pub use connection::{CloseFrame, ConnectionOutcome, WireMessage, close_code, serve_connection};
+pub use connection::{ConnectionOutcome, WireMessage, serve_connection};
 pub use link::{
     CallCorrelator, DEFAULT_MAX_PENDING, DeviceEvent, DeviceLink, FrameSink, Handled, InvokeResult,
     Links, PumpReport, pump_device_frames,
@@ -83,6 +83,6 @@ pub use unix::{
     ensure_private_dir, read_private_file, write_private_file,
 };
 pub use vessel::{
-    ConnectionCaps, ConnectionPermit, Limits, MAX_WAITING_PER_DEVICE_ID, PairingTicket, Stats,
-    Vessel,
+    ConnectionCaps, ConnectionPermit, ConnectionRefused, Limits, MAX_WAITING_PER_DEVICE_ID,
+    PairingTicket, Stats, Vessel,
 };

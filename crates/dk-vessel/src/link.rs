@@ -9,16 +9,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use dk_proto::{DeviceFrame, VesselFrame};
+use dk_proto::{DeviceFrame, InvokeError, LinkClosed, SendError, VesselFrame};
 use futures::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 /// A device's answer: `Ok` with the result (`None` when the device sent no
-/// `result` key), or `Err` with the error text the caller sees after
+/// `result` key), or `Err` with the device's own error or the vessel's
+/// failure to reach it; its text is what the caller sees after
 /// `device error: `.
-pub type InvokeResult = Result<Option<Box<RawValue>>, String>;
+pub type InvokeResult = Result<Option<Box<RawValue>>, InvokeError>;
 
 /// Anything that can carry a capability call to a device and bring back the
 /// answer: a WebSocket connection, an in-process pipe, a test double.
@@ -31,29 +32,26 @@ pub trait DeviceLink: Send + Sync {
         timeout: Duration,
     ) -> BoxFuture<'a, InvokeResult>;
 
-    /// Ends the link: pending and later calls fail with `reason`. Used when a
-    /// newer connection of the same device replaces this one. Does nothing by
-    /// default.
-    fn close(&self, reason: &str) {
-        let _ = reason;
+    /// Ends the link: pending and later calls fail, saying `why`. Used
+    /// when a newer connection of the same device replaces this one. Does
+    /// nothing by default.
+    fn close(&self, why: LinkClosed) {
+        let _ = why;
     }
 }
 
 /// Where a correlator writes its `device:invoke` frames.
 pub trait FrameSink: Send + Sync {
     /// Sends one text frame; the error says why it could not be sent.
-    fn send_frame(&self, text: String) -> BoxFuture<'_, Result<(), String>>;
+    fn send_frame(&self, text: String) -> BoxFuture<'_, Result<(), SendError>>;
 }
 
 /// A channel to a writer task: never waits; a full channel is an error.
 impl FrameSink for mpsc::Sender<String> {
-    fn send_frame(&self, text: String) -> BoxFuture<'_, Result<(), String>> {
-        let sent = self.try_send(text).map_err(|e| {
-            match e {
-                mpsc::error::TrySendError::Full(_) => "connection is backed up",
-                mpsc::error::TrySendError::Closed(_) => "connection closed",
-            }
-            .to_owned()
+    fn send_frame(&self, text: String) -> BoxFuture<'_, Result<(), SendError>> {
+        let sent = self.try_send(text).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::BackedUp,
+            mpsc::error::TrySendError::Closed(_) => SendError::Closed,
         });
         Box::pin(std::future::ready(sent))
     }
@@ -150,7 +148,7 @@ pub struct CallCorrelator {
 
 struct State {
     pending: HashMap<String, oneshot::Sender<InvokeResult>>,
-    closed: Option<String>,
+    closed: Option<LinkClosed>,
 }
 
 impl fmt::Debug for CallCorrelator {
@@ -215,34 +213,39 @@ impl CallCorrelator {
         let outcome = if *ok {
             Ok(result.as_ref().map(|r| r.as_ref().to_owned()))
         } else {
-            Err(error.as_deref().unwrap_or("device error").to_owned())
+            Err(InvokeError::Device(
+                error
+                    .as_deref()
+                    .unwrap_or(InvokeError::NO_DEVICE_TEXT)
+                    .to_owned(),
+            ))
         };
         // The caller may have timed out a moment ago; then nobody listens.
         let _ = settle.send(outcome);
         Handled::Settled
     }
 
-    /// Fails every pending call with `reason` and refuses new ones: the
+    /// Fails every pending call, saying `why`, and refuses new ones: the
     /// connection is gone.
-    pub fn close(&self, reason: &str) {
+    pub fn close(&self, why: LinkClosed) {
         let pending = {
             let mut state = self.state();
-            state.closed.get_or_insert_with(|| reason.to_owned());
+            state.closed.get_or_insert(why);
             std::mem::take(&mut state.pending)
         };
         for (_, settle) in pending {
-            let _ = settle.send(Err(reason.to_owned()));
+            let _ = settle.send(Err(InvokeError::Closed(why)));
         }
         self.closed.notify_waiters();
     }
 
     /// Why the correlator was closed, if it was.
-    pub fn closed_reason(&self) -> Option<String> {
-        self.state().closed.clone()
+    pub fn closed_reason(&self) -> Option<LinkClosed> {
+        self.state().closed
     }
 
-    /// Waits until [`CallCorrelator::close`] is called, and returns its reason.
-    pub async fn closed(&self) -> String {
+    /// Waits until [`CallCorrelator::close`] is called, and returns why.
+    pub async fn closed(&self) -> LinkClosed {
         loop {
             let notified = self.closed.notified();
             if let Some(reason) = self.closed_reason() {
@@ -265,14 +268,11 @@ impl CallCorrelator {
         let (settle, answer) = oneshot::channel();
         {
             let mut state = self.state();
-            if let Some(reason) = &state.closed {
-                return Err(reason.clone());
+            if let Some(why) = state.closed {
+                return Err(InvokeError::Closed(why));
             }
             if state.pending.len() >= self.max_pending {
-                return Err(format!(
-                    "too many calls in flight (at most {})",
-                    self.max_pending
-                ));
+                return Err(InvokeError::TooManyInFlight(self.max_pending));
             }
             state.pending.insert(call_id.clone(), settle);
         }
@@ -287,11 +287,8 @@ impl CallCorrelator {
         let sent = tokio::time::timeout_at(deadline, self.out.send_frame(frame.to_json())).await;
         let failed = match sent {
             Ok(Ok(())) => None,
-            Ok(Err(why)) => Some(format!("send failed: {why}")),
-            Err(_) => Some(format!(
-                "send failed: not sent within {}ms",
-                timeout.as_millis()
-            )),
+            Ok(Err(why)) => Some(InvokeError::Send(why)),
+            Err(_) => Some(InvokeError::SendTimeout(timeout)),
         };
         if let Some(why) = failed {
             self.state().pending.remove(&call_id);
@@ -300,13 +297,10 @@ impl CallCorrelator {
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(outcome)) => outcome,
             // The settle side was dropped without an answer: treat as closed.
-            Ok(Err(_)) => Err("connection closed".to_owned()),
+            Ok(Err(_)) => Err(InvokeError::Closed(LinkClosed::Dropped)),
             Err(_) => {
                 self.state().pending.remove(&call_id);
-                Err(format!(
-                    "device did not answer within {}ms",
-                    timeout.as_millis()
-                ))
+                Err(InvokeError::Timeout(timeout))
             }
         }
     }
@@ -322,8 +316,8 @@ impl DeviceLink for CallCorrelator {
         Box::pin(self.call(capability, input, timeout))
     }
 
-    fn close(&self, reason: &str) {
-        CallCorrelator::close(self, reason);
+    fn close(&self, why: LinkClosed) {
+        CallCorrelator::close(self, why);
     }
 }
 
@@ -394,7 +388,7 @@ where
             },
         }
     }
-    correlator.close("device disconnected");
+    correlator.close(LinkClosed::Disconnected);
     report
 }
 

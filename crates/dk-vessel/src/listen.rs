@@ -74,18 +74,6 @@ pub struct ListenerStats {
     pub idle_closed: AtomicU64,
 }
 
-impl ListenerStats {
-    /// The counters as JSON, for the admin API's status.
-    pub(crate) fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "open": self.open.load(Ordering::Relaxed),
-            "peak": self.peak.load(Ordering::Relaxed),
-            "refusedAtAccept": self.refused_at_accept.load(Ordering::Relaxed),
-            "idleClosed": self.idle_closed.load(Ordering::Relaxed),
-        })
-    }
-}
-
 /// A listening socket [`serve_http`] accepts from.
 pub(crate) trait Accept: Send {
     /// A connection's stream.

@@ -15,10 +15,11 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use dk_proto::CloseFrame;
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 
-use crate::connection::{CloseFrame, WireMessage, serve_connection};
+use crate::connection::{WireMessage, serve_connection};
 use crate::listen::{Accepted, serve_http};
 use crate::origins::{LocalOrigins, single};
 use crate::vessel::Vessel;
@@ -125,7 +126,7 @@ async fn device_route(
     let vessel = devices.vessel;
     let mut permit = match vessel.admit(Some(remote.ip())) {
         Ok(permit) => permit,
-        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
     };
     if let Some(axum::Extension(Accepted(at))) = accepted {
         permit.accepted_at(at);

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dk_policy::PolicySet;
+use dk_proto::PairingLimit;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
@@ -256,6 +257,23 @@ impl Drop for PairingTicket {
             entry.pending = entry.pending.saturating_sub(1);
         }
     }
+}
+
+/// Why a new connection was refused before its handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionRefused {
+    /// The vessel is shutting down.
+    #[error("the vessel is shutting down")]
+    ShuttingDown,
+    /// The vessel holds its most connections.
+    #[error("the vessel has too many connections")]
+    TooMany,
+    /// The address holds its most connections.
+    #[error("too many connections from this address")]
+    TooManyFromAddress,
+    /// The address holds its most connections that have not authenticated.
+    #[error("too many unauthenticated connections from this address")]
+    TooManyUnauthenticated,
 }
 
 /// Permission to hold one connection; counts down when dropped.
@@ -778,9 +796,9 @@ impl Vessel {
     pub fn admit(
         self: &Arc<Self>,
         address: Option<IpAddr>,
-    ) -> Result<ConnectionPermit, &'static str> {
+    ) -> Result<ConnectionPermit, ConnectionRefused> {
         if self.is_shutting_down() {
-            return Err("the vessel is shutting down");
+            return Err(ConnectionRefused::ShuttingDown);
         }
         let total = self.connections.fetch_add(1, Ordering::AcqRel);
         if total >= self.limits.max_connections {
@@ -788,7 +806,7 @@ impl Vessel {
             self.stats
                 .refused_connections
                 .fetch_add(1, Ordering::Relaxed);
-            return Err("the vessel has too many connections");
+            return Err(ConnectionRefused::TooMany);
         }
         {
             let mut counts = self
@@ -797,9 +815,9 @@ impl Vessel {
                 .unwrap_or_else(PoisonError::into_inner);
             let (all, unauthenticated) = counts.entry(address).or_insert((0, 0));
             let refusal = if *all >= self.limits.max_connections_per_address {
-                Some("too many connections from this address")
+                Some(ConnectionRefused::TooManyFromAddress)
             } else if *unauthenticated >= self.limits.max_unauthenticated_per_address {
-                Some("too many unauthenticated connections from this address")
+                Some(ConnectionRefused::TooManyUnauthenticated)
             } else {
                 None
             };
@@ -823,7 +841,7 @@ impl Vessel {
     }
 
     /// Counts a `device:hello` from `address` against its per-minute budget.
-    pub fn note_pairing_attempt(&self, address: Option<IpAddr>) -> Result<(), &'static str> {
+    pub fn note_pairing_attempt(&self, address: Option<IpAddr>) -> Result<(), PairingLimit> {
         let per_minute = f64::from(self.limits.pairings_per_minute_per_address);
         let now = tokio::time::Instant::now();
         let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
@@ -844,7 +862,7 @@ impl Vessel {
         entry.tokens = (entry.tokens + elapsed * per_minute / 60.0).min(per_minute);
         entry.refilled = now;
         if entry.tokens < 1.0 {
-            return Err("too many pairing attempts from this address: wait a minute");
+            return Err(PairingLimit::TooManyAttempts);
         }
         entry.tokens -= 1.0;
         Ok(())
@@ -859,21 +877,21 @@ impl Vessel {
         self: &Arc<Self>,
         device_id: &str,
         address: Option<IpAddr>,
-    ) -> Result<PairingTicket, &'static str> {
+    ) -> Result<PairingTicket, PairingLimit> {
         let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (device_id.to_owned(), address);
         if gate.pending_ids.contains(&key) {
-            return Err("a pairing request for this device is already waiting for the person");
+            return Err(PairingLimit::AlreadyWaiting);
         }
         if gate.per_id.get(device_id).copied().unwrap_or(0) >= MAX_WAITING_PER_DEVICE_ID {
-            return Err("too many pairing requests for this device are waiting for the person");
+            return Err(PairingLimit::TooManyForDevice);
         }
         if gate.pending_ids.len() >= self.limits.max_pending_pairings {
-            return Err("too many pairing requests are waiting for the person");
+            return Err(PairingLimit::TooMany);
         }
         let pending_here = gate.per_address.get(&address).map_or(0, |a| a.pending);
         if pending_here >= self.limits.max_pending_pairings_per_address {
-            return Err("too many pairing requests from this address are waiting for the person");
+            return Err(PairingLimit::TooManyFromAddress);
         }
         gate.pending_ids.insert(key);
         *gate.per_id.entry(device_id.to_owned()).or_insert(0) += 1;

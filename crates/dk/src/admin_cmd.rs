@@ -7,8 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
+use dk_proto::admin as api;
 use dk_vessel::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::home::Paths;
 use crate::input::{print_json, printable};
@@ -173,14 +176,27 @@ where
 }
 
 pub(crate) fn ok(answer: AdminAnswer) -> Result<Value, String> {
-    if (200..300).contains(&answer.status) {
+    if answer.is_success() {
         Ok(answer.body)
     } else {
-        Err(at(&answer.body, "error").as_str().map_or_else(
-            || format!("the vessel answered {}", answer.status),
-            str::to_owned,
-        ))
+        Err(refusal(&answer))
     }
+}
+
+/// A successful answer's body, read as the route's `dk_proto::admin` type.
+pub(crate) fn ok_as<T: DeserializeOwned>(answer: AdminAnswer) -> Result<T, String> {
+    if answer.is_success() {
+        answer.read().map_err(|e| e.to_string())
+    } else {
+        Err(refusal(&answer))
+    }
+}
+
+/// Why the vessel refused a request, in its words when it gave them.
+fn refusal(answer: &AdminAnswer) -> String {
+    answer
+        .error()
+        .unwrap_or_else(|| format!("the vessel answered {}", answer.status))
 }
 
 fn pending_of(list: &Value, kind: &str) -> Vec<Value> {
@@ -209,47 +225,44 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                     &Value::Array(list),
                     "no pairing requests",
                     None,
-                    |p| {
-                        let r = &at(p, "request");
+                    |p: &api::Pending| {
+                        let api::Prompt::Consent(r) = &p.prompt else {
+                            return;
+                        };
                         println!(
                             "#{}  {} ({}) code {}{}",
-                            at(p, "id"),
-                            text(at(r, "name")),
-                            text(at(r, "deviceId")),
-                            text(at(r, "code")),
-                            match (at(r, "replaces").is_null(), at(r, "noScreen") == true) {
+                            p.id,
+                            printable(&r.name),
+                            printable(&r.device_id),
+                            printable(&r.code),
+                            match (r.replaces.is_none(), r.no_screen) {
                                 (_, true) =>
                                     "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
                                 (false, false) => "  [replaces an existing pairing and its grants]",
                                 (true, false) => "",
                             }
                         );
-                        let old = at(r, "replaces");
-                        if let Some(paired_at) = at(old, "pairedAtMs").as_u64() {
+                        if let Some(old) = &r.replaces {
                             println!(
                                 "      replaces: {}, granted {}",
-                                crate::input::ago(paired_at),
-                                joined(at(old, "grants"))
+                                crate::input::ago(old.paired_at_ms),
+                                joined(&old.grants)
                             );
-                            for change in at(old, "changes").as_array().into_iter().flatten() {
-                                println!("      changed:  {}", text(at(change, "summary")));
+                            for change in &old.changes {
+                                println!("      changed:  {}", printable(&change.summary));
                             }
                         }
-                        for cap in at(r, "capabilities").as_array().into_iter().flatten() {
-                            let asks = if at(cap, "confirm") == true {
-                                ", asks every time"
-                            } else {
-                                ""
-                            };
+                        for cap in &r.capabilities {
+                            let asks = if cap.confirm { ", asks every time" } else { "" };
                             println!(
                                 "      {} ({}{asks}): {}",
-                                text(at(cap, "name")),
-                                text(at(cap, "kind")),
-                                text(at(cap, "description"))
+                                printable(&cap.name),
+                                printable(&cap.kind),
+                                printable(&cap.description)
                             );
                         }
                     },
-                );
+                )?;
                 Ok(())
             }
             PairingsCommand::Approve {
@@ -259,7 +272,11 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
             } => {
                 ok(c.post(
                     &format!("/v1/pending/{id}/consent"),
-                    &json!({"approved": true, "grant": grant, "confirmWithoutCode": without_code}),
+                    &api::ConsentAnswer {
+                        approved: true,
+                        grant,
+                        confirm_without_code: without_code,
+                    },
                 )
                 .await
                 .map_err(|e| e.to_string())?)?;
@@ -269,7 +286,7 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
             PairingsCommand::Refuse { id } => {
                 ok(c.post(
                     &format!("/v1/pending/{id}/consent"),
-                    &json!({"approved": false}),
+                    &api::ConsentAnswer::default(),
                 )
                 .await
                 .map_err(|e| e.to_string())?)?;
@@ -301,32 +318,40 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
         let (id, body) = match command.unwrap_or(ApprovalsCommand::List) {
             ApprovalsCommand::List => {
                 let list = pending_of(&ok(c.get("/v1/pending").await.map_err(e)?)?, "approval");
-                print_list(json, &Value::Array(list), "no calls waiting", None, |p| {
-                    let r = &at(p, "request");
-                    println!(
-                        "#{}  {}  ({})",
-                        at(p, "id"),
-                        text(at(r, "tool")),
-                        text(at(r, "reason"))
-                    );
-                    println!(
-                        "      asked by {}",
-                        asker(at(r, "agentId").as_str(), at(r, "sessionId").as_str())
-                    );
-                    for (key, value) in at(r, "input").as_object().into_iter().flatten() {
+                print_list(
+                    json,
+                    &Value::Array(list),
+                    "no calls waiting",
+                    None,
+                    |p: &api::Pending| {
+                        let api::Prompt::Approval(r) = &p.prompt else {
+                            return;
+                        };
                         println!(
-                            "      {} = {}",
-                            printable(key),
-                            printable(&value.to_string())
+                            "#{}  {}  ({})",
+                            p.id,
+                            printable(&r.tool),
+                            printable(&r.reason)
                         );
-                    }
-                    if at(p, "canRemember") == true {
                         println!(
-                            "      may be remembered: dk approvals allow {} --remember args|cap [--minutes N]",
-                            at(p, "id")
+                            "      asked by {}",
+                            asker(r.agent_id.as_deref(), r.session_id.as_deref())
                         );
-                    }
-                });
+                        for (key, value) in &r.input {
+                            println!(
+                                "      {} = {}",
+                                printable(key),
+                                printable(&value.to_string())
+                            );
+                        }
+                        if p.can_remember {
+                            println!(
+                                "      may be remembered: dk approvals allow {} --remember args|cap [--minutes N]",
+                                p.id
+                            );
+                        }
+                    },
+                )?;
                 return Ok(());
             }
             ApprovalsCommand::Remembered { command } => {
@@ -342,27 +367,41 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                         RememberWhat::Args => "arguments",
                         RememberWhat::Cap => "capability",
                     };
-                    json!({"scope": scope, "minutes": minutes.unwrap_or(u64::from(dk_vessel::DEFAULT_ALLOWANCE_MINUTES))})
+                    api::Remember {
+                        scope: scope.to_owned(),
+                        minutes: Some(
+                            minutes.unwrap_or(u64::from(dk_vessel::DEFAULT_ALLOWANCE_MINUTES)),
+                        ),
+                    }
                 });
-                match remember {
-                    Some(remember) => (id, json!({"approved": true, "remember": remember})),
-                    None => (id, json!({"approved": true})),
-                }
+                (
+                    id,
+                    api::ApprovalAnswer {
+                        approved: true,
+                        remember,
+                    },
+                )
             }
-            ApprovalsCommand::Deny { id } => (id, json!({"approved": false})),
+            ApprovalsCommand::Deny { id } => (id, api::ApprovalAnswer::default()),
         };
         let answered = ok(c
             .post(&format!("/v1/pending/{id}/approval"), &body)
             .await
             .map_err(e)?)?;
+        // A remembered yes answers with its allowance (201), anything else with nothing.
+        let allowance = match &answered {
+            Value::Null => None,
+            body => Some(api::Allowance::deserialize(body).map_err(|e| e.to_string())?),
+        };
         if json && !answered.is_null() {
             print_json(&answered);
-        } else if let Some(allowance) = answered.get("id") {
+        } else if let Some(allowance) = allowance {
             println!(
-                "call {id} allowed, and remembered as allowance {allowance}: {}",
-                covers(&answered)
+                "call {id} allowed, and remembered as allowance {}: {}",
+                allowance.id,
+                covers(&allowance)
             );
-        } else if at(&body, "approved") == true {
+        } else if body.approved {
             println!("call {id} allowed once");
         } else {
             println!("call {id} refused");
@@ -372,24 +411,27 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
 }
 
 /// What an allowance lets its agent do, and for how long, in words.
-fn covers(allowance: &Value) -> String {
-    let what = if at(allowance, "scope") == "arguments" {
+fn covers(allowance: &api::Allowance) -> String {
+    let what = if allowance.scope == "arguments" {
         format!(
             "{} with exactly {}",
-            text(at(allowance, "tool")),
-            text(at(allowance, "arguments"))
+            printable(&allowance.tool),
+            allowance
+                .arguments
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), printable)
         )
     } else {
         format!(
             "any call of {} on {}",
-            text(at(allowance, "capability")),
-            text(at(allowance, "deviceId"))
+            printable(&allowance.capability),
+            printable(&allowance.device_id)
         )
     };
     format!(
         "agent {} may call {what} until {}",
-        text(at(allowance, "agentId")),
-        until(at(allowance, "expiresAtMs").as_u64().unwrap_or(0))
+        printable(&allowance.agent_id),
+        until(allowance.expires_at_ms)
     )
 }
 
@@ -416,25 +458,25 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
                     "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
                     "ID", "AGENT", "TOOL", "COVERS", "ENDS", "USES"
                 )),
-                |a| {
+                |a: &api::Allowance| {
                     println!(
                         "{:<5} {:<20} {:<36} {:<10} {:<16} {:>5}",
-                        text(at(a, "id")),
-                        text(at(a, "agentId")),
-                        text(at(a, "tool")),
-                        if at(a, "scope") == "arguments" {
+                        a.id,
+                        printable(&a.agent_id),
+                        printable(&a.tool),
+                        if a.scope == "arguments" {
                             "arguments"
                         } else {
                             "capability"
                         },
-                        until(at(a, "expiresAtMs").as_u64().unwrap_or(0)),
-                        text(at(a, "uses")),
+                        until(a.expires_at_ms),
+                        a.uses,
                     );
-                    if let Some(arguments) = at(a, "arguments").as_str() {
+                    if let Some(arguments) = &a.arguments {
                         println!("      exactly {}", printable(arguments));
                     }
                 },
-            );
+            )?;
         }
         RememberedCommand::Revoke { id } => {
             ok(c.delete(&format!("/v1/approvals/remembered/{id}"))
@@ -454,19 +496,15 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
         match command.unwrap_or(DevicesCommand::List) {
             DevicesCommand::List => {
                 let list = ok(c.get("/v1/devices").await.map_err(e)?)?;
-                print_list(json, &list, "no paired devices", None, |d| {
-                    let state = if at(d, "connected") == true {
-                        "connected"
-                    } else {
-                        "offline"
-                    };
+                print_list(json, &list, "no paired devices", None, |d: &api::Device| {
+                    let state = if d.connected { "connected" } else { "offline" };
                     println!(
                         "{} ({}) {state}; granted: {}",
-                        text(at(d, "id")),
-                        text(at(d, "name")),
-                        joined(at(d, "grants"))
+                        printable(&d.id),
+                        printable(&d.name),
+                        joined(&d.grants)
                     );
-                });
+                })?;
             }
             DevicesCommand::Grant { device, capability } => {
                 ok(c.put(&format!(
@@ -501,40 +539,41 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
 
 /// Prints a listing of the admin API, the one way every `list` command
 /// prints: with `--json` the list as the vessel gave it, on one line
-/// ([`print_json`]); else
-/// `empty` when it holds nothing, or the `header` line (if any) and each
-/// item as `show` prints it.
-pub(crate) fn print_list(
+/// ([`print_json`]); else each item read as the admin API's type `T`, and
+/// `empty` when there is none, or the `header` line (if any) and each item
+/// as `show` prints it.
+pub(crate) fn print_list<T: DeserializeOwned>(
     json: bool,
     list: &Value,
     empty: &str,
     header: Option<String>,
-    show: impl FnMut(&Value),
-) {
+    show: impl FnMut(&T),
+) -> Result<(), String> {
     if json {
         print_json(list);
-        return;
+        return Ok(());
     }
-    let items = list.as_array().map_or(&[][..], Vec::as_slice);
+    let items = Vec::<T>::deserialize(list).map_err(|e| e.to_string())?;
     if items.is_empty() {
         println!("{empty}");
-        return;
+        return Ok(());
     }
     if let Some(header) = header {
         println!("{header}");
     }
     items.iter().for_each(show);
+    Ok(())
 }
 
-/// The texts of a JSON list joined with `, `, or `nothing`.
-pub(crate) fn joined(list: &Value) -> String {
-    let items: Vec<String> = list.as_array().into_iter().flatten().map(text).collect();
+/// Texts joined with `, ` (each made printable), or `nothing`.
+pub(crate) fn joined<S: AsRef<str>>(items: &[S]) -> String {
     if items.is_empty() {
-        "nothing".to_owned()
-    } else {
-        items.join(", ")
+        return "nothing".to_owned();
     }
+    let shown: Vec<String> = items.iter().map(|item| printable(item.as_ref())).collect();
+    shown.join(", ")
 }
+
 /// `value[key]`, or `null` when absent.
 pub(crate) fn at<'v>(value: &'v Value, key: &str) -> &'v Value {
     static NULL: Value = Value::Null;
@@ -551,15 +590,6 @@ pub(crate) fn segment(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// A JSON value as printable text (strings without quotes).
-pub(crate) fn text(value: &Value) -> String {
-    printable(
-        &value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned),
-    )
 }
 
 #[cfg(test)]

@@ -4,10 +4,11 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use dk_proto::admin as api;
 use serde_json::json;
 
-use crate::admin_cmd::{Target, at, joined, ok, print_list, segment, text, with_client};
-use crate::input::print_json;
+use crate::admin_cmd::{Target, joined, ok, ok_as, print_list, segment, with_client};
+use crate::input::{print_json, printable};
 
 /// `dk agents`.
 #[derive(Subcommand)]
@@ -51,31 +52,28 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
         match command.unwrap_or(AgentsCommand::List) {
             AgentsCommand::List => {
                 let list = ok(c.get("/v1/agents").await.map_err(e)?)?;
-                print_list(json, &list, "no agents", None, |a| {
+                print_list(json, &list, "no agents", None, |a: &api::Agent| {
                     println!(
                         "{} ({}); scope: {}",
-                        text(at(a, "name")),
-                        text(at(a, "role")),
-                        joined(at(a, "scope"))
+                        printable(&a.name),
+                        printable(&a.role),
+                        joined(&a.scope)
                     );
-                });
+                })?;
             }
             AgentsCommand::Add { name, scope, role } => {
-                let added = ok(c
-                    .post(
-                        "/v1/agents",
-                        &json!({"name": name, "scope": scope, "role": role}),
-                    )
-                    .await
-                    .map_err(e)?)?;
+                let new = api::NewAgent {
+                    name,
+                    scope,
+                    role: Some(role),
+                };
+                let added: api::AddedAgent = ok_as(c.post("/v1/agents", &new).await.map_err(e)?)?;
                 if json {
-                    print_json(
-                        &json!({"name": at(&added, "name"), "credential": at(&added, "credential")}),
-                    );
+                    print_json(&json!(added));
                     return Ok(());
                 }
-                let credential = text(at(&added, "credential"));
-                println!("added agent {}", text(at(&added, "name")));
+                let credential = printable(&added.credential);
+                println!("added agent {}", printable(&added.name));
                 println!("credential: {credential}");
                 println!(
                     "This credential will not be shown again: put it in the agent's MCP client configuration now."
@@ -88,15 +86,10 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                 println!("removed agent {name}; its credential no longer works");
             }
             AgentsCommand::Scope { name, scope } => {
-                ok(c.send(
-                    "PUT",
-                    &format!("/v1/agents/{}/scope", segment(&name)),
-                    Some(&json!({"scope": scope})),
-                    &[],
-                )
-                .await
-                .map_err(e)?)?;
-                println!("agent {name} now sees: {}", joined(&json!(scope)));
+                let path = format!("/v1/agents/{}/scope", segment(&name));
+                let new = api::NewScope { scope };
+                ok(c.put_body(&path, &new).await.map_err(e)?)?;
+                println!("agent {name} now sees: {}", joined(&new.scope));
             }
         }
         Ok(())

@@ -35,22 +35,6 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// limit, with room for escaping.
 const MAX_MESSAGE_BYTES: usize = 2 * MAX_FRAME_BYTES;
 
-/// Close codes the vessel sends, as `docs/PROTOCOL.md` lists them.
-mod close_code {
-    /// Pairing did not happen.
-    pub const PAIRING_REFUSED: u16 = 4001;
-    /// Wrong device id or token.
-    pub const AUTH_FAILED: u16 = 4002;
-    /// The manifest is not the one the person approved.
-    pub const MANIFEST_CHANGED: u16 = 4003;
-    /// The person unpaired the device.
-    pub const UNPAIRED: u16 = 4007;
-    /// A streaming device was refused admission.
-    pub const ADMISSION_REFUSED: u16 = 4011;
-    /// A close frame without a code (RFC 6455 "no status received").
-    pub const NO_STATUS: u16 = 1005;
-}
-
 /// How one connection ended, when the client may connect again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionEnd {
@@ -349,25 +333,36 @@ where
         }
     }
 
-    /// What a close from the vessel means for the client.
+    /// What a close from the vessel means for the client: connect again
+    /// when [`dk_proto::CloseFrame::retry`] says so, else end with the
+    /// error the close stands for.
     fn closed_with(&mut self, code: u16, reason: String) -> Result<SessionEnd, ClientError> {
+        use dk_proto::CloseCode as Vessel;
         tracing::info!(code, %reason, "the vessel closed the connection");
-        match code {
-            close_code::PAIRING_REFUSED => Err(ClientError::PairingRefused(reason)),
-            close_code::AUTH_FAILED => {
+        let frame = dk_proto::CloseFrame { code, reason };
+        if frame.retry() {
+            return Ok(SessionEnd::Closed {
+                code,
+                reason: frame.reason,
+            });
+        }
+        match frame.close_code() {
+            Some(Vessel::PairingRefused) => Err(ClientError::PairingRefused(frame.reason)),
+            Some(Vessel::AuthFailed) => {
                 self.forget_token()?;
                 Err(ClientError::AuthFailed)
             }
-            close_code::MANIFEST_CHANGED => Err(ClientError::ManifestChanged),
-            close_code::UNPAIRED => {
+            Some(Vessel::ManifestChanged) => Err(ClientError::ManifestChanged),
+            Some(Vessel::Unpaired) => {
                 self.forget_token()?;
                 Err(ClientError::Unpaired)
             }
-            // The session cap frees up when another session ends.
-            close_code::ADMISSION_REFUSED if !reason.starts_with("ERR_PRISM_DEVICE_SESSIONS") => {
-                Err(ClientError::AdmissionRefused(reason))
-            }
-            _ => Ok(SessionEnd::Closed { code, reason }),
+            // Not the session cap, which frees up when another session ends.
+            Some(Vessel::AdmissionRefused) => Err(ClientError::AdmissionRefused(frame.reason)),
+            _ => Ok(SessionEnd::Closed {
+                code,
+                reason: frame.reason,
+            }),
         }
     }
 
@@ -563,7 +558,7 @@ fn closed(frame: Option<CloseFrame>) -> Ended {
             reason: printable(&frame.reason),
         },
         None => Ended::Closed {
-            code: close_code::NO_STATUS,
+            code: dk_proto::CloseCode::NoStatus.code(),
             reason: String::new(),
         },
     }

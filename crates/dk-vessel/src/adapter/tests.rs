@@ -413,7 +413,12 @@ async fn state_is_read_again_after_the_wait() {
 
 #[tokio::test]
 async fn link_failures() {
-    let f = fixture(&["set_light"], NO_RULES, Err("bulb broken".into())).await;
+    let f = fixture(
+        &["set_light"],
+        NO_RULES,
+        Err(dk_proto::InvokeError::Device("bulb broken".into())),
+    )
+    .await;
     let outcome = f
         .adapter
         .execute(

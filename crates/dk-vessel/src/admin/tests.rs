@@ -1116,3 +1116,93 @@ async fn a_revoke_an_unpair_or_removing_the_agent_ends_its_allowances() {
         assert_eq!(revoked[0]["why"], json!(why), "{path}");
     }
 }
+
+/// The admin API's pending list says exactly what the person channel's
+/// prompts do, key for key and in order.
+#[test]
+fn pending_bodies_are_the_prompts_json() {
+    use crate::registry::{ConsentCapability, Replaced};
+    let change = |capability: &str, change, differences, summary: &str| CapabilityChange {
+        capability: capability.to_owned(),
+        change,
+        differences,
+        summary: summary.to_owned(),
+    };
+    let consent = ConsentRequest {
+        device_id: "front-door".to_owned(),
+        name: "Front door".to_owned(),
+        kind: "lock".to_owned(),
+        code: "004217".to_owned(),
+        capabilities: vec![ConsentCapability {
+            name: "unlock".to_owned(),
+            kind: "actuator",
+            description: "Unlock the door.".to_owned(),
+            confirm: true,
+        }],
+        replaces: Some(Box::new(Replaced {
+            paired_at_ms: 5,
+            grants: vec!["unlock".to_owned()],
+            was_name: None,
+            was_kind: Some("latch".to_owned()),
+            changes: vec![
+                change(
+                    "unlock",
+                    ChangeKind::Changed,
+                    vec![
+                        Difference::Kind {
+                            was: "sensor",
+                            now: "actuator",
+                        },
+                        Difference::Confirm {
+                            was: false,
+                            now: true,
+                        },
+                        Difference::Params,
+                        Difference::Description,
+                    ],
+                    "unlock: changed",
+                ),
+                change("siren", ChangeKind::Added, Vec::new(), "siren: added"),
+                change("bell", ChangeKind::Removed, Vec::new(), "bell: removed"),
+            ],
+        })),
+        no_screen: false,
+    };
+    let first = ConsentRequest {
+        replaces: None,
+        no_screen: true,
+        ..consent.clone()
+    };
+    let approval = crate::adapter::ApprovalRequest {
+        tool: "device__front_door__unlock".to_owned(),
+        device_id: "front-door".to_owned(),
+        capability: "unlock".to_owned(),
+        input: json!({"b": 1, "a": 2}).as_object().unwrap().clone(),
+        reason: "asks every time".to_owned(),
+        agent_id: Some("helper".to_owned()),
+        session_id: None,
+    };
+    let prompts = [
+        (Prompt::Consent(consent), false),
+        (Prompt::Consent(first), false),
+        (Prompt::Approval(approval.clone()), true),
+        (
+            Prompt::Approval(crate::adapter::ApprovalRequest {
+                agent_id: None,
+                ..approval
+            }),
+            false,
+        ),
+    ];
+    for (id, (prompt, can_remember)) in (1..).zip(prompts) {
+        let pending = PendingPrompt {
+            id,
+            expires_at_ms: 9,
+            prompt,
+            can_remember,
+        };
+        let before = serde_json::to_string(&pending).unwrap();
+        let body = serde_json::to_string(&pending_body(pending)).unwrap();
+        assert_eq!(body, before);
+    }
+}

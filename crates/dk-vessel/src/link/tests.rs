@@ -71,12 +71,18 @@ async fn error_results() {
     let (c, mut rx) = correlator(4);
     let input = input();
     for (body, expected) in [
-        (r#""ok":false"#, Err("device error".to_owned())),
+        (
+            r#""ok":false"#,
+            Err(InvokeError::Device("device error".to_owned())),
+        ),
         (
             r#""ok":false,"error":"bulb broken""#,
-            Err("bulb broken".to_owned()),
+            Err(InvokeError::Device("bulb broken".to_owned())),
         ),
-        (r#""ok":false,"error":7"#, Err("device error".to_owned())),
+        (
+            r#""ok":false,"error":7"#,
+            Err(InvokeError::Device("device error".to_owned())),
+        ),
         (r#""ok":true"#, Ok(None)),
     ] {
         let call = c.invoke("set_light", &input, Duration::from_secs(5));
@@ -104,7 +110,10 @@ async fn unanswered_calls_time_out_and_late_results_are_ignored() {
     let result = c
         .invoke("set_light", &input, Duration::from_millis(250))
         .await;
-    assert_eq!(result.unwrap_err(), "device did not answer within 250ms");
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "device did not answer within 250ms"
+    );
     let id = next_call_id(&mut rx).await;
     assert_eq!(
         feed(&c, &result_frame(&id, r#""ok":true"#)),
@@ -124,18 +133,19 @@ async fn closing_fails_every_pending_call_at_once() {
     let close = async {
         tokio::task::yield_now().await;
         assert_eq!(c.pending_calls(), 3);
-        c.close("device disconnected");
+        c.close(LinkClosed::Disconnected);
     };
     let (results, ()) = tokio::join!(calls, close);
     for r in results {
-        assert_eq!(r.unwrap_err(), "device disconnected");
+        assert_eq!(r.unwrap_err().to_string(), "device disconnected");
     }
     // Failed at once, not at the timeout (paused time only moves when waited on).
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(
         c.invoke("set_light", &input, Duration::from_secs(1))
             .await
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "device disconnected"
     );
 }
@@ -148,7 +158,8 @@ async fn send_failures_and_the_pending_cap() {
     assert_eq!(
         c.invoke("set_light", &input, Duration::from_secs(1))
             .await
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "send failed: connection closed"
     );
     assert_eq!(c.pending_calls(), 0);
@@ -159,14 +170,20 @@ async fn send_failures_and_the_pending_cap() {
     let third = async {
         tokio::task::yield_now().await;
         let refused = c.invoke("set_light", &input, Duration::from_secs(30)).await;
-        c.close("done");
+        c.close(LinkClosed::Replaced);
         refused
     };
     let (a, b, refused) = tokio::join!(first, second, third);
-    assert_eq!(refused.unwrap_err(), "too many calls in flight (at most 2)");
     assert_eq!(
-        (a.unwrap_err(), b.unwrap_err()),
-        ("done".to_owned(), "done".to_owned())
+        refused.unwrap_err().to_string(),
+        "too many calls in flight (at most 2)"
+    );
+    assert_eq!(
+        (a.unwrap_err().to_string(), b.unwrap_err().to_string()),
+        (
+            "replaced by a newer connection".to_owned(),
+            "replaced by a newer connection".to_owned()
+        )
     );
 }
 

@@ -13,8 +13,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
 use super::serve_devices;
-use crate::connection::{WireMessage, close_code, serve_connection};
+use crate::connection::{WireMessage, serve_connection};
 use crate::vessel::{Limits, Vessel};
+use dk_proto::CloseCode;
 
 struct Served {
     vessel: Arc<Vessel>,
@@ -135,7 +136,7 @@ async fn the_handshake_deadline_counts_from_the_connect() {
     let outcome = serve_connection(&vessel, permit, incoming.boxed(), sink).await;
     assert_eq!(
         outcome.closed_with.map(|c| c.code),
-        Some(close_code::HANDSHAKE_TIMEOUT)
+        Some(CloseCode::HandshakeTimeout.code())
     );
     assert_eq!(started.elapsed(), Duration::from_secs(1));
 }

@@ -14,9 +14,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::*;
 use crate::config::VesselConfig;
-use crate::connection::close_code;
 use crate::registry::ConsentDecision;
 use crate::vessel::Limits;
+use dk_proto::CloseCode;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -186,7 +186,7 @@ async fn answer_approval(vessel: &Vessel, yes: bool) -> crate::adapter::Approval
 
 #[track_caller]
 fn refused_with(close: (u16, String), code: &str, message: &str) {
-    assert_eq!(close.0, close_code::ADMISSION_REFUSED, "{close:?}");
+    assert_eq!(close.0, CloseCode::AdmissionRefused.code(), "{close:?}");
     assert_eq!(close.1, format!("{code}: {message}"));
 }
 
@@ -536,7 +536,7 @@ async fn hostile_chunks_are_malformed_and_never_forwarded() {
     // A stream that is an actuator, not a sensor: malformed too; the fourth
     // malformed message closes the connection.
     ws.send(chunk("set_volume", 2, b"x")).await.unwrap();
-    assert_eq!(closed(&mut ws).await.0, close_code::MALFORMED);
+    assert_eq!(closed(&mut ws).await.0, CloseCode::Malformed.code());
     // Nothing reached the subscriber.
     assert!(subscription.try_recv().is_none());
     assert_eq!(

@@ -1,0 +1,339 @@
+//! The admin API's request and response bodies, as JSON: the vessel's
+//! server writes and reads them, and its client and the `dk` command line
+//! read and write the same types. `docs/ADMIN-API.md` lists the routes.
+//!
+//! Requests refuse unknown fields; responses are read leniently (a newer
+//! vessel may say more).
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/status`: what the vessel holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Paired devices.
+    pub paired: u64,
+    /// Paired devices connected now.
+    pub connected: u64,
+    /// Device connections open now (paired or not).
+    pub connections: u64,
+    /// Prompts waiting for the person.
+    pub pending: u64,
+    /// Each listener's counters.
+    pub listeners: Listeners,
+}
+
+/// The counters of every listener of the vessel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listeners {
+    /// The devices' WebSocket listener.
+    pub devices: ListenerCounts,
+    /// The admin API on loopback.
+    pub admin: ListenerCounts,
+    /// The MCP listener on loopback.
+    pub mcp: ListenerCounts,
+    /// The admin API's Unix socket.
+    pub admin_socket: ListenerCounts,
+    /// The MCP Unix socket.
+    pub mcp_socket: ListenerCounts,
+}
+
+/// One listener's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerCounts {
+    /// Connections held now.
+    pub open: u64,
+    /// The most connections held at once since it started.
+    pub peak: u64,
+    /// Connections closed at `accept` for a cap.
+    pub refused_at_accept: u64,
+    /// Connections closed for moving no byte for the idle timeout.
+    pub idle_closed: u64,
+}
+
+/// `POST /v1/pending/{id}/consent`: the person's answer to a pairing request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConsentAnswer {
+    /// Whether the person pairs the device.
+    pub approved: bool,
+    /// The capabilities granted with the pairing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grant: Vec<String>,
+    /// Needed, as `true`, to pair a device that cannot show a code.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub confirm_without_code: bool,
+}
+
+/// `POST /v1/pending/{id}/approval`: the person's answer to an agent's call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    /// Whether the person allows the call.
+    pub approved: bool,
+    /// A yes to remember (only with `approved: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember: Option<Remember>,
+}
+
+/// A yes the person remembers for the agent that asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Remember {
+    /// `arguments` (this tool with exactly these arguments) or
+    /// `capability` (any call of the capability); the vessel checks it.
+    pub scope: String,
+    /// Minutes (1 to 1440); 15 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minutes: Option<u64>,
+}
+
+/// One open prompt, as `GET /v1/pending` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    /// Identifies the prompt when answering.
+    pub id: u64,
+    /// Milliseconds since the Unix epoch after which the prompt is a no.
+    pub expires_at_ms: u64,
+    /// What is asked (`kind` and `request`).
+    #[serde(flatten)]
+    pub prompt: Prompt,
+    /// Whether a yes may be remembered (only on approvals of an agent's call).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub can_remember: bool,
+}
+
+/// What the person is asked: `kind` says which, `request` holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "request", rename_all = "camelCase")]
+pub enum Prompt {
+    /// A device asks to pair.
+    Consent(ConsentRequest),
+    /// A call needs a yes.
+    Approval(ApprovalRequest),
+}
+
+/// What the person is asked when a device wants to pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentRequest {
+    /// The device id.
+    pub device_id: String,
+    /// Its display name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// The code the device is showing: the person checks they match.
+    pub code: String,
+    /// Every capability the device declares.
+    pub capabilities: Vec<DeviceCapability>,
+    /// The pairing this one would replace, when the id is already paired.
+    pub replaces: Option<Replaced>,
+    /// The device says it cannot display the code.
+    pub no_screen: bool,
+}
+
+/// What a new pairing of an already paired id replaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replaced {
+    /// When the current pairing was made, milliseconds since the Unix epoch.
+    pub paired_at_ms: u64,
+    /// What it grants now.
+    pub grants: Vec<String>,
+    /// The approved manifest's name, when the new one says another.
+    pub was_name: Option<String>,
+    /// The approved manifest's kind, when the new one says another.
+    pub was_kind: Option<String>,
+    /// Every capability added, removed or changed.
+    pub changes: Vec<CapabilityChange>,
+}
+
+/// How one capability of a re-pairing differs from the approved manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapabilityChange {
+    /// The capability.
+    pub capability: String,
+    /// `added`, `removed` or `changed`.
+    pub change: String,
+    /// What changed in a capability both manifests have.
+    pub differences: Vec<Difference>,
+    /// The same in words, for a person.
+    pub summary: String,
+}
+
+/// One difference in a capability both manifests declare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "what")]
+pub enum Difference {
+    /// Sensor became actuator or the other way round.
+    Kind {
+        /// The approved kind.
+        was: String,
+        /// The new kind.
+        now: String,
+    },
+    /// Whether the person is asked on every call.
+    Confirm {
+        /// The approved manifest asked every time.
+        was: bool,
+        /// The new manifest asks every time.
+        now: bool,
+    },
+    /// Its params differ.
+    Params,
+    /// Its description differs.
+    Description,
+}
+
+/// What the person is shown when a call needs a yes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    /// The tool called.
+    pub tool: String,
+    /// The device.
+    pub device_id: String,
+    /// The capability.
+    pub capability: String,
+    /// Exactly the input that will be sent.
+    pub input: serde_json::Map<String, serde_json::Value>,
+    /// Why the person is asked.
+    pub reason: String,
+    /// The calling agent, when the call names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The calling agent's session, when the call names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// A remembered allowance, as `GET /v1/approvals/remembered` lists it and a
+/// remembered yes answers (201).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Allowance {
+    /// Identifies it (never reused while the vessel runs).
+    pub id: u64,
+    /// The agent it lets call.
+    pub agent_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The device.
+    pub device_id: String,
+    /// The capability.
+    pub capability: String,
+    /// What it covers: `arguments` or `capability`.
+    pub scope: String,
+    /// For scope `arguments`: the SHA-256 (hex) of the arguments' canonical JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_sha256: Option<String>,
+    /// For scope `arguments`: the arguments' canonical JSON, cut at 512 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// When it was made, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// When it ends, milliseconds since the Unix epoch.
+    pub expires_at_ms: u64,
+    /// Calls it let through so far.
+    pub uses: u64,
+}
+
+/// A paired device, as `GET /v1/devices` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    /// The device id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its version.
+    pub version: String,
+    /// The approved manifest's digest.
+    pub digest: String,
+    /// When it was paired, milliseconds since the Unix epoch.
+    pub paired_at_ms: u64,
+    /// Whether it is connected now.
+    pub connected: bool,
+    /// The capabilities the person granted.
+    pub grants: Vec<String>,
+    /// Every capability it declares.
+    pub capabilities: Vec<DeviceCapability>,
+}
+
+/// A capability of a paired device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceCapability {
+    /// Its name.
+    pub name: String,
+    /// `sensor` or `actuator`.
+    pub kind: String,
+    /// What it does, in the device's words.
+    pub description: String,
+    /// Whether the person is asked on every call.
+    pub confirm: bool,
+}
+
+/// An agent, as `GET /v1/agents` lists it: never its credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    /// Its name.
+    pub name: String,
+    /// What it may see: `*`, `DEVICE` or `DEVICE:CAPABILITY` items.
+    pub scope: Vec<String>,
+    /// `guest`, `user` or `admin`.
+    pub role: String,
+    /// When it was added, milliseconds since the Unix epoch.
+    pub added_at_ms: u64,
+}
+
+/// `POST /v1/agents`: an agent to add.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewAgent {
+    /// Its name.
+    pub name: String,
+    /// What it may see (nothing when empty).
+    #[serde(default)]
+    pub scope: Vec<String>,
+    /// `guest`, `user` (when absent) or `admin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// The answer to `POST /v1/agents` (201): the new agent's credential,
+/// shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddedAgent {
+    /// Its name.
+    pub name: String,
+    /// Its credential.
+    pub credential: String,
+}
+
+/// `PUT /v1/agents/{name}/scope`: an agent's new scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewScope {
+    /// What it may see from now on.
+    pub scope: Vec<String>,
+}
+
+/// The body of every refusal the admin API answers (4xx, 5xx).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Why, in one line.
+    pub error: String,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+#[cfg(test)]
+mod tests;
