@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
 
 use crate::allowances::Allowances;
+pub use crate::store::StoredAgent;
 use crate::store::{AuditEvent, Store, StoreError};
 
 /// Every agent credential starts with this, so a leaked one is recognisable.
@@ -203,16 +204,37 @@ impl crate::adapter::AgentGate for AgentDirectory {
     }
 }
 
-/// What a store keeps of an agent: the agent and its credential's SHA-256
-/// (64 lower-case hex characters), never the credential.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredAgent {
-    /// The agent.
-    #[serde(flatten)]
-    pub agent: Agent,
-    /// SHA-256 of the credential, lower-case hex.
-    pub credential_sha256: String,
+/// The record a store keeps of `agent` whose credential hashes to `hash`.
+fn stored_of(agent: &Agent, hash: &[u8; 32]) -> StoredAgent {
+    StoredAgent {
+        id: agent.id.clone(),
+        scope: serde_json::to_value(&agent.scope).unwrap_or(Value::Null),
+        role: agent.role.as_str().to_owned(),
+        added_at_ms: agent.added_at_ms,
+        credential_sha256: hex(hash),
+    }
+}
+
+/// The agent and credential hash of a store's record.
+fn agent_of(stored: StoredAgent) -> Result<(Agent, [u8; 32]), AgentError> {
+    let malformed = || {
+        AgentError::Store(StoreError::Corrupt(format!(
+            "the record of agent `{}` holds a scope or role this vessel does not know",
+            stored.id
+        )))
+    };
+    let scope: AgentScope =
+        serde_json::from_value(stored.scope.clone()).map_err(|_| malformed())?;
+    let role = AgentRole::parse(&stored.role).ok_or_else(malformed)?;
+    let hash =
+        unhex(&stored.credential_sha256).ok_or_else(|| AgentError::BadHash(stored.id.clone()))?;
+    let agent = Agent {
+        id: stored.id,
+        scope,
+        role,
+        added_at_ms: stored.added_at_ms,
+    };
+    Ok((agent, hash))
 }
 
 /// An agent's bearer credential: `dka_` and 64 lower-case hex characters
@@ -376,15 +398,8 @@ impl AgentDirectory {
         {
             let mut agents = directory.write();
             for s in stored {
-                let hash = unhex(&s.credential_sha256)
-                    .ok_or_else(|| AgentError::BadHash(s.agent.id.clone()))?;
-                agents.insert(
-                    s.agent.id.clone(),
-                    Entry {
-                        agent: s.agent,
-                        hash,
-                    },
-                );
+                let (agent, hash) = agent_of(s)?;
+                agents.insert(agent.id.clone(), Entry { agent, hash });
             }
         }
         Ok(directory)
@@ -482,18 +497,9 @@ impl AgentDirectory {
                 return Err(AgentError::Exists(name.to_owned()));
             }
             let hash = sha256(credential.expose());
-            let stored = StoredAgent {
-                agent,
-                credential_sha256: hex(&hash),
-            };
+            let stored = stored_of(&agent, &hash);
             self.commit(name, Some(&stored), &entry)?;
-            agents.insert(
-                name.to_owned(),
-                Entry {
-                    agent: stored.agent,
-                    hash,
-                },
-            );
+            agents.insert(name.to_owned(), Entry { agent, hash });
         }
         self.changed(
             AgentEvent::Added {
@@ -533,10 +539,7 @@ impl AgentDirectory {
     pub fn stored(&self) -> Vec<StoredAgent> {
         self.read()
             .values()
-            .map(|e| StoredAgent {
-                agent: e.agent.clone(),
-                credential_sha256: hex(&e.hash),
-            })
+            .map(|e| stored_of(&e.agent, &e.hash))
             .collect()
     }
 
@@ -567,13 +570,10 @@ impl AgentDirectory {
             let agent = agents
                 .get_mut(id)
                 .ok_or_else(|| AgentError::NotFound(id.to_owned()))?;
-            let mut stored = StoredAgent {
-                agent: agent.agent.clone(),
-                credential_sha256: hex(&agent.hash),
-            };
-            stored.agent.scope = scope;
-            self.commit(id, Some(&stored), &entry)?;
-            agent.agent = stored.agent;
+            let mut next = agent.agent.clone();
+            next.scope = scope;
+            self.commit(id, Some(&stored_of(&next, &agent.hash)), &entry)?;
+            agent.agent = next;
             agent.agent.clone()
         };
         if let Some(allowances) = &self.allowances {

@@ -25,7 +25,7 @@ mod redact;
 mod registry;
 mod reload;
 mod server;
-mod store;
+use dk_store as store;
 mod stream;
 mod unix;
 mod vessel;
@@ -62,7 +62,9 @@ pub use person::{
     AnswerError, ApprovalAnswer, DEFAULT_APPROVAL_TIMEOUT, PendingPrompt, PersonChannel,
     PersonEvent, Prompt,
 };
-pub use redact::{MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redacting_log_writer};
+pub use redact::{
+    MAX_HASHED_WINDOWS, RedactingWriter, SecretRedactor, redact_for_audit, redacting_log_writer,
+};
 pub use registry::{
     AuthError, AuthenticatedDevice, CapabilityChange, ChangeKind, ConsentCapability,
     ConsentDecision, ConsentRequest, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceSnapshot,
@@ -75,7 +77,7 @@ pub use store::{
     AuditWriter, GENESIS_HASH, HeadSyntaxError, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES,
     MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind, RECORD_PATIENCE, RateHit,
     SCHEMA_VERSION, STOP_ATTEMPTS, Snapshot, SqliteStore, Store, StoreError, StoredPairing,
-    VerifyReport, WriterOptions, audit_head_file, redact_for_audit,
+    VerifyReport, WriterOptions, audit_head_file,
 };
 pub use stream::{STREAM_SUBSCRIBER_QUEUE, StreamEvent, StreamStats, StreamSubscription};
 pub use unix::{

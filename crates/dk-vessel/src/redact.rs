@@ -558,3 +558,15 @@ impl<W: Write> Drop for RedactingWriter<W> {
 
 #[cfg(test)]
 mod tests;
+
+/// A copy of `value` fit for the audit log: every occurrence of one of
+/// `secrets` (in strings and object keys) is replaced by `[REDACTED]`, then
+/// strings longer than [`MAX_AUDIT_STRING`](dk_store::MAX_AUDIT_STRING) characters are cut, arrays and
+/// objects keep their first [`MAX_AUDIT_ITEMS`](dk_store::MAX_AUDIT_ITEMS) items, and values deeper than
+/// [`MAX_AUDIT_DEPTH`](dk_store::MAX_AUDIT_DEPTH) are replaced; every cut says how much was left out.
+/// Empty secrets are ignored. The
+/// vessel's own entries go through its [`SecretRedactor`]
+/// instead, which also knows the tokens it holds only by their hashes.
+pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
+    dk_store::cut_for_audit(&dk_policy::Redactor::new(secrets).redact_json(value))
+}

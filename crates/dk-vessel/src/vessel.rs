@@ -3,6 +3,9 @@
 //! Transports (the WebSocket route, in-process links) and front ends (the
 //! admin API, the terminal prompt) all work on a shared [`Vessel`].
 
+#[cfg(test)]
+mod store_tests;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
@@ -497,8 +500,10 @@ impl Vessel {
         writer: WriterOptions,
     ) -> Result<Arc<Vessel>, StoreError> {
         let stored: Vec<StoredAgent> = store.load_agents()?;
-        let agents = AgentDirectory::from_stored(stored)
-            .map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        let agents = AgentDirectory::from_stored(stored).map_err(|error| match error {
+            AgentError::Store(error) => error,
+            error => StoreError::Corrupt(error.to_string()),
+        })?;
         Ok(Vessel::build(
             DeviceRegistry::open(store)?,
             agents,

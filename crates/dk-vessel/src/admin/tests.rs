@@ -426,7 +426,7 @@ fn writing_never_follows_a_planted_link() {
     // At a temporary name: creating it fails, the victim is untouched.
     let temporary = dir.path().join("admin-token.tmp");
     std::os::unix::fs::symlink(&victim, &temporary).unwrap();
-    let refused = crate::unix::create_new_private(&temporary).unwrap_err();
+    let refused = dk_store::private::create_new_private(&temporary).unwrap_err();
     assert!(
         matches!(&refused, crate::unix::PrivateFileError::Io { source, .. }
             if source.kind() == std::io::ErrorKind::AlreadyExists),
@@ -549,10 +549,10 @@ fn agents_are_committed_to_the_store_and_come_back_on_reopen() {
     // Committed before acknowledged: the store has it now, flush or not.
     let stored = store.load_agents().unwrap();
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].agent.id, id);
+    assert_eq!(stored[0].id, id);
     assert_eq!(
-        stored[0].agent.scope,
-        AgentScope::from_items(["lamp:on"]).unwrap()
+        stored[0].scope,
+        serde_json::to_value(AgentScope::from_items(["lamp:on"]).unwrap()).unwrap()
     );
     let audit = store.read_audit(0, 100).unwrap();
     let kinds: Vec<&str> = audit.iter().map(|e| e.kind.as_str()).collect();

@@ -134,10 +134,8 @@ fn the_stored_shape_is_plain_json() {
         json!([{"id": "lamp-only", "scope": {"kind": "devices", "devices": {"desk-lamp": {"kind": "only", "names": ["read_light"]}}},
                 "role": "guest", "addedAtMs": 0, "credentialSha256": "h"}])
     );
-    let bad = StoredAgent {
-        agent: directory.get("lamp-only").unwrap(),
-        credential_sha256: "zz".into(),
-    };
+    let mut bad = directory.stored().remove(0);
+    bad.credential_sha256 = "zz".into();
     assert_eq!(
         AgentDirectory::from_stored([bad]).unwrap_err(),
         AgentError::BadHash("lamp-only".into())

@@ -496,3 +496,29 @@ async fn an_input_too_large_for_one_entry_still_leaves_its_decision() {
         "{marker}"
     );
 }
+
+#[test]
+fn redaction_hides_secrets_and_cuts_long_values() {
+    let token = "f00dfeedf00dfeedf00dfeed";
+    let input = json!({
+        "text": format!("my token is {token}"),
+        token: 1,
+        "long": "y".repeat(dk_store::MAX_AUDIT_STRING + 10),
+        "list": (0..dk_store::MAX_AUDIT_ITEMS + 3).collect::<Vec<_>>(),
+        "deep": [[[[[[[[[["bottom"]]]]]]]]]],
+        "ok": 3.5,
+    });
+    let out = redact_for_audit(&input, &[token, ""]);
+    assert_eq!(out["text"], "my token is [REDACTED]");
+    assert_eq!(out["[REDACTED]"], 1);
+    assert!(!out.to_string().contains(token));
+    let long = out["long"].as_str().unwrap();
+    assert!(long.starts_with(&"y".repeat(dk_store::MAX_AUDIT_STRING)));
+    assert!(long.ends_with("[cut: 10 more characters]"), "{long}");
+    let list = out["list"].as_array().unwrap();
+    assert_eq!(list.len(), dk_store::MAX_AUDIT_ITEMS + 1);
+    assert_eq!(list[dk_store::MAX_AUDIT_ITEMS], "[cut: 3 more items]");
+    assert!(out["deep"].to_string().contains("[cut: nested too deep]"));
+    assert!(!out["deep"].to_string().contains("bottom"));
+    assert_eq!(out["ok"], 3.5);
+}

@@ -45,33 +45,39 @@
 //! not authorship.
 
 use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use crate::agents::StoredAgent;
 
 mod anchor;
 mod audit;
 mod crosscheck;
+#[cfg(feature = "sqlite")]
+mod keeper;
 mod key;
 mod memory;
+pub mod private;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod writer;
 
 #[cfg(test)]
+#[cfg(feature = "sqlite")]
 mod tests;
 
 pub use anchor::{HeadSyntaxError, audit_head_file};
 pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
-    redact_for_audit,
 };
-pub(crate) use audit::{canonical_json, cut_for_audit_with, fits_in_entry};
+pub use audit::{canonical_json, cut_for_audit, cut_for_audit_with, fits_in_entry};
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
-pub(crate) use writer::{AuditPlace, AuditRoom};
-pub use writer::{AuditWriter, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions};
+pub use writer::{
+    AuditPlace, AuditRoom, AuditWriter, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions,
+};
 
 /// Durable state of a vessel: pairings with their grants, secret hashes and
 /// the audit log. Every method is one transaction; a method that changes
@@ -281,7 +287,7 @@ pub struct AuditEvent {
     /// What kind of event: `decision`, `paired`, `granted`, `revoked`,
     /// `unpaired`, `policy`, ... (`[a-z0-9._-]{1,32}`).
     pub kind: String,
-    /// The details. Must not hold a secret: see [`redact_for_audit`]. Its
+    /// The details. Must not hold a secret: see `redact_for_audit` in the vessel. Its
     /// canonical JSON may be at most [`MAX_AUDIT_ENTRY_BYTES`].
     pub entry: Value,
 }
@@ -398,6 +404,32 @@ impl fmt::Display for ProblemKind {
             ProblemKind::Key => "key",
         })
     }
+}
+
+/// What a store keeps of an agent: its name, scope, role and when it was
+/// added, and its credential's SHA-256 (64 lower-case hex characters), never
+/// the credential. The scope and role are kept as the agent directory
+/// writes them; the directory reads them back and refuses what it does not
+/// understand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredAgent {
+    /// Its id (its name).
+    pub id: String,
+    /// What it may see, as JSON.
+    pub scope: Value,
+    /// What it may do: `guest`, `user` or `admin`.
+    pub role: String,
+    /// When it was added, in milliseconds since the Unix epoch.
+    pub added_at_ms: u64,
+    /// SHA-256 of the credential, lower-case hex.
+    pub credential_sha256: String,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Why a store operation failed.

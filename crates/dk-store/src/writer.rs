@@ -161,7 +161,7 @@ impl Places {
 /// The places of an [`AuditWriter`]'s queue, for the tool adapter: a call
 /// takes one before its checks and spends it on its decision record.
 #[derive(Debug, Clone)]
-pub(crate) struct AuditRoom(Arc<Places>);
+pub struct AuditRoom(Arc<Places>);
 
 impl AuditRoom {
     /// A place in the queue: at once when there is room (an atomic
@@ -186,7 +186,7 @@ impl AuditRoom {
 /// ([`AuditPlace::spend`], then [`AuditWriter::record_placed`]), given back
 /// when dropped unspent.
 #[derive(Debug)]
-pub(crate) struct AuditPlace<'a>(SemaphorePermit<'a>);
+pub struct AuditPlace<'a>(SemaphorePermit<'a>);
 
 impl AuditPlace<'_> {
     /// Hands the place to the event about to be recorded: the writer gives
@@ -266,12 +266,12 @@ impl AuditWriter {
 
     /// Like [`AuditWriter::record_with`], in a place already taken from
     /// [`AuditWriter::room`] and spent: it never waits.
-    pub(crate) fn record_placed(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
+    pub fn record_placed(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
         self.send(Message::Deferred(Box::new(make), Place::Taken));
     }
 
     /// The queue's places, for a caller that takes its place ahead of time.
-    pub(crate) fn room(&self) -> AuditRoom {
+    pub fn room(&self) -> AuditRoom {
         AuditRoom(Arc::clone(&self.places))
     }
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::audit::RawRow;
 use super::{AuditProblem, ProblemKind, StoredPairing};
-use crate::agents::StoredAgent;
+use crate::StoredAgent;
 
 /// The kinds of the entries the store writes only in the transaction of
 /// their change; [`Store::append_audit`](super::Store::append_audit)
@@ -223,15 +223,14 @@ impl Replay {
         }
         let mut held = BTreeSet::new();
         for stored in agents {
-            let id = &stored.agent.id;
+            let id = &stored.id;
             held.insert(id.as_str());
             let Some(logged) = self.agents.get(id) else {
                 problem(0, format!("agent `{id}` has no `agent` entry in the log"));
                 continue;
             };
-            let scope = serde_json::to_value(&stored.agent.scope).unwrap_or(Value::Null);
-            let role = serde_json::to_value(stored.agent.role).unwrap_or(Value::Null);
-            if logged.scope != scope || logged.role != role {
+            let role = Value::String(stored.role.clone());
+            if logged.scope != stored.scope || logged.role != role {
                 problem(
                     logged.seq,
                     format!(

@@ -27,15 +27,15 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::anchor::HeadKeeper;
 use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
     AuditEntry, AuditEvent, AuditHead, RateHit, Snapshot, Store, StoreError, StoredPairing,
     VerifyReport,
 };
-use crate::agents::StoredAgent;
+use crate::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
 pub const SCHEMA_VERSION: u32 = 4;
@@ -375,7 +375,7 @@ fn key_the_chain(conn: &mut Connection, key: &AuditKey) -> Result<(i64, AuditHea
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db)?;
     let event = AuditEvent {
-        at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+        at_ms: crate::epoch_ms(std::time::SystemTime::now()),
         kind: KEYED_KIND.to_owned(),
         entry: serde_json::json!({"keyId": key.id()}),
     };
@@ -676,10 +676,10 @@ fn read_agents(conn: &Connection) -> Result<Vec<StoredAgent>, StoreError> {
         let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
             StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
         })?;
-        if agent.agent.id != name {
+        if agent.id != name {
             return Err(StoreError::Corrupt(format!(
                 "the record of agent `{name}` names `{}`",
-                agent.agent.id
+                agent.id
             )));
         }
         agents.push(agent);
@@ -819,7 +819,7 @@ impl Store for SqliteStore {
     }
 
     fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
-        to_i64(agent.agent.added_at_ms, "agent added time")?;
+        to_i64(agent.added_at_ms, "agent added time")?;
         let record = serde_json::to_string(agent)
             .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
         let hashing = self.hashing()?;
@@ -829,7 +829,7 @@ impl Store for SqliteStore {
                  ON CONFLICT (name) DO UPDATE SET record = excluded.record",
             )
             .map_err(db)?
-            .execute(params![agent.agent.id, record])
+            .execute(params![agent.id, record])
             .map_err(db)?;
             append(tx, std::slice::from_ref(audit), hashing)
         })

@@ -9,7 +9,7 @@ use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{
     AuditEntry, AuditEvent, RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
-use crate::agents::StoredAgent;
+use crate::StoredAgent;
 
 /// A [`Store`] held in memory. Every method takes one lock, so each is
 /// atomic like a transaction.
@@ -132,10 +132,10 @@ impl Store for MemoryStore {
     }
 
     fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
-        to_i64(agent.agent.added_at_ms, "agent added time")?;
+        to_i64(agent.added_at_ms, "agent added time")?;
         let mut state = self.state();
         let rows = state.chained(std::slice::from_ref(audit))?;
-        state.agents.insert(agent.agent.id.clone(), agent.clone());
+        state.agents.insert(agent.id.clone(), agent.clone());
         state.audit.extend(rows);
         Ok(())
     }

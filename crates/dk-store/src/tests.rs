@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::audit::{canonical_json, entry_hash};
 use super::*;
-use crate::agents::StoredAgent;
+use crate::StoredAgent;
 
 // ---------------------------------------------------------------- helpers
 
@@ -92,10 +92,11 @@ fn unpaired(device: &str, n: u64) -> AuditEvent {
 /// `scope` with its scope, or `removed`.
 fn agent_change(change: &str, agent: &StoredAgent, n: u64) -> AuditEvent {
     let entry = match change {
-        "added" => json!({"change": "added", "agent": agent.agent, "n": n}),
-        "scope" => json!({"change": "scope", "agentId": agent.agent.id,
-            "scope": agent.agent.scope, "n": n}),
-        _ => json!({"change": "removed", "agentId": agent.agent.id, "n": n}),
+        "added" => json!({"change": "added", "agent": {"id": agent.id, "scope": agent.scope,
+            "role": agent.role, "addedAtMs": agent.added_at_ms}, "n": n}),
+        "scope" => json!({"change": "scope", "agentId": agent.id,
+            "scope": agent.scope, "n": n}),
+        _ => json!({"change": "removed", "agentId": agent.id, "n": n}),
     };
     AuditEvent {
         at_ms: 1_700_000_000_000 + n,
@@ -380,32 +381,6 @@ fn canonical_json_sorts_keys_at_every_depth() {
         canonical_json(&value),
         r#"{"a":null,"b":[{"a":"é\n","z":1}]}"#
     );
-}
-
-#[test]
-fn redaction_hides_secrets_and_cuts_long_values() {
-    let token = "f00dfeedf00dfeedf00dfeed";
-    let input = json!({
-        "text": format!("my token is {token}"),
-        token: 1,
-        "long": "y".repeat(MAX_AUDIT_STRING + 10),
-        "list": (0..MAX_AUDIT_ITEMS + 3).collect::<Vec<_>>(),
-        "deep": [[[[[[[[[["bottom"]]]]]]]]]],
-        "ok": 3.5,
-    });
-    let out = redact_for_audit(&input, &[token, ""]);
-    assert_eq!(out["text"], "my token is [REDACTED]");
-    assert_eq!(out["[REDACTED]"], 1);
-    assert!(!out.to_string().contains(token));
-    let long = out["long"].as_str().unwrap();
-    assert!(long.starts_with(&"y".repeat(MAX_AUDIT_STRING)));
-    assert!(long.ends_with("[cut: 10 more characters]"), "{long}");
-    let list = out["list"].as_array().unwrap();
-    assert_eq!(list.len(), MAX_AUDIT_ITEMS + 1);
-    assert_eq!(list[MAX_AUDIT_ITEMS], "[cut: 3 more items]");
-    assert!(out["deep"].to_string().contains("[cut: nested too deep]"));
-    assert!(!out["deep"].to_string().contains("bottom"));
-    assert_eq!(out["ok"], 3.5);
 }
 
 // --------------------------------------------------------------- tampering
@@ -952,10 +927,10 @@ impl Store for Gated {
     fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
         self.inner.secret_hash(name)
     }
-    fn put_rate_hit(&self, hit: &crate::store::RateHit) -> Result<(), StoreError> {
+    fn put_rate_hit(&self, hit: &crate::RateHit) -> Result<(), StoreError> {
         self.inner.put_rate_hit(hit)
     }
-    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<crate::store::RateHit>, StoreError> {
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<crate::RateHit>, StoreError> {
         self.inner.load_rate_hits(now_ms)
     }
 }
@@ -1146,203 +1121,6 @@ fn an_unstorable_event_is_recorded_as_such_and_holds_back_no_other() {
     assert_eq!(writer.dropped(), 0);
 }
 
-// ------------------------------------------------- the vessel's decisions
-
-/// Answers every call at once, or never.
-struct Link {
-    answers: bool,
-    called: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-}
-
-impl crate::link::DeviceLink for Link {
-    fn invoke<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a serde_json::Map<String, Value>,
-        _: Duration,
-    ) -> futures::future::BoxFuture<'a, crate::link::InvokeResult> {
-        if let Some(called) = self.called.lock().unwrap().take() {
-            let _ = called.send(());
-        }
-        let answers = self.answers;
-        Box::pin(async move {
-            if !answers {
-                futures::future::pending::<()>().await;
-            }
-            Ok(None)
-        })
-    }
-}
-
-/// A vessel over `store` with its audit writer as `options` says, and the
-/// desk lamp paired with `set_light` and `strobe` granted on `link`.
-async fn vessel_with_lamp(
-    store: Arc<dyn Store>,
-    options: WriterOptions,
-    link: Link,
-) -> Arc<crate::Vessel> {
-    let vessel = crate::Vessel::open_with_writer(
-        store,
-        dk_policy::PolicySet::empty(),
-        crate::Limits::default(),
-        options,
-    )
-    .unwrap();
-    let manifest: Value = serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap();
-    vessel
-        .registry()
-        .pair(
-            &manifest,
-            |_| {},
-            |_| async { Ok::<_, ()>(crate::ConsentDecision::approve(["set_light", "strobe"])) },
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    vessel.links().connect("desk-lamp", Arc::new(link));
-    vessel
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_faster_than_a_slow_disk_wait_for_room_and_every_decision_is_logged() {
-    let dir = TempDir::new();
-    let mut slow = Gated::over(Box::new(SqliteStore::open(&dir.db()).unwrap()));
-    slow.pause = Duration::from_millis(2);
-    let store: Arc<dyn Store> = Arc::new(slow);
-    // Four places for 400 calls at once: most of them wait for room.
-    let options = WriterOptions {
-        max_batch: 8,
-        max_delay: Duration::from_millis(1),
-        queue: 4,
-    };
-    let link = Link {
-        answers: true,
-        called: Mutex::new(None),
-    };
-    let vessel = vessel_with_lamp(Arc::clone(&store), options, link).await;
-    let calls: Vec<_> = (0..400)
-        .map(|n| {
-            let vessel = Arc::clone(&vessel);
-            tokio::spawn(async move {
-                let ctx = crate::CallContext {
-                    session_id: Some(&format!("s{n}")),
-                    ..crate::CallContext::default()
-                };
-                vessel
-                    .adapter()
-                    .execute(
-                        "device__desk_lamp__set_light",
-                        json!({"on": true, "brightness": n % 100}),
-                        ctx,
-                    )
-                    .await
-                    .is_ok()
-            })
-        })
-        .collect();
-    for call in calls {
-        assert!(call.await.unwrap());
-    }
-    vessel.flush_audit().unwrap();
-    let decisions: Vec<String> = store
-        .read_audit(0, 1000)
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "decision")
-        .map(|e| e.entry["sessionId"].as_str().unwrap().to_owned())
-        .collect();
-    let sessions: BTreeSet<String> = decisions.iter().cloned().collect();
-    assert_eq!((decisions.len(), sessions.len()), (400, 400));
-    assert_eq!(vessel.audit_dropped(), 0);
-    assert!(store.verify_audit().unwrap().is_intact());
-}
-
-/// The last decision entry of `vessel`'s log, once flushed.
-fn last_decision(vessel: &crate::Vessel) -> Value {
-    vessel.flush_audit().unwrap();
-    let entries = vessel.registry().store().read_audit(0, 1000).unwrap();
-    let last = entries.iter().rev().find(|e| e.kind == "decision").unwrap();
-    last.entry.clone()
-}
-
-#[tokio::test]
-async fn a_call_abandoned_half_way_is_still_recorded() {
-    use crate::adapter::{ApprovalRequest, ApproverFn, CallContext};
-    // Abandoned while the person is asked: the device was not reached.
-    let (called, asked) = tokio::sync::oneshot::channel::<()>();
-    let called = Mutex::new(Some(called));
-    let approver = ApproverFn(move |_: ApprovalRequest| {
-        if let Some(called) = called.lock().unwrap().take() {
-            let _ = called.send(());
-        }
-        futures::future::pending::<Result<bool, String>>()
-    });
-    let link = Link {
-        answers: false,
-        called: Mutex::new(None),
-    };
-    let vessel =
-        vessel_with_lamp(Arc::new(MemoryStore::new()), WriterOptions::default(), link).await;
-    let ctx = CallContext {
-        approver: Some(&approver),
-        ..CallContext::default()
-    };
-    let call = vessel
-        .adapter()
-        .execute("device__desk_lamp__strobe", json!({}), ctx);
-    tokio::select! {
-        _ = call => panic!("the person never answers"),
-        _ = asked => {}
-    }
-    let entry = last_decision(&vessel);
-    assert_eq!(
-        (&entry["tool"], &entry["allowed"], &entry["reason"]),
-        (
-            &json!("device__desk_lamp__strobe"),
-            &json!(false),
-            &json!("abandoned by the caller before the device was reached")
-        ),
-    );
-
-    // Abandoned while the device is called: it was reached.
-    let (called, reached) = tokio::sync::oneshot::channel::<()>();
-    let link = Link {
-        answers: false,
-        called: Mutex::new(Some(called)),
-    };
-    vessel.links().connect("desk-lamp", Arc::new(link));
-    let call = vessel.adapter().execute(
-        "device__desk_lamp__set_light",
-        json!({"on": true}),
-        CallContext::default(),
-    );
-    tokio::select! {
-        _ = call => panic!("the device never answers"),
-        _ = reached => {}
-    }
-    let entry = last_decision(&vessel);
-    assert_eq!(
-        (&entry["tool"], &entry["allowed"], &entry["reason"]),
-        (
-            &json!("device__desk_lamp__set_light"),
-            &json!(true),
-            &json!("abandoned by the caller while the device was called")
-        ),
-    );
-    let decisions = vessel
-        .registry()
-        .store()
-        .read_audit(0, 100)
-        .unwrap()
-        .iter()
-        .filter(|e| e.kind == "decision")
-        .count();
-    assert_eq!(decisions, 2);
-}
-
 #[test]
 fn the_writer_and_direct_changes_share_one_chain() {
     let dir = TempDir::new();
@@ -1516,7 +1294,7 @@ fn acknowledged_changes_survive_a_kill() {
     for round in 0..rounds {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
-                "store::tests::crash_child",
+                "tests::crash_child",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",
@@ -1619,15 +1397,47 @@ fn acknowledged_changes_survive_a_kill() {
 
 // ---------------------------------------------------------------- agents
 
+/// The agent directory's JSON of a scope given as command-line items
+/// (`*`, `DEVICE` or `DEVICE:CAPABILITY`).
+fn scope_json(items: &[&str]) -> Value {
+    if items.contains(&"*") {
+        return json!({"kind": "allDevices"});
+    }
+    let mut devices: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+    for item in items {
+        match item.split_once(':') {
+            Some((device, capability)) => {
+                if let Some(names) = devices
+                    .entry(device.to_owned())
+                    .or_insert(Some(BTreeSet::new()))
+                {
+                    names.insert(capability.to_owned());
+                }
+            }
+            None => {
+                devices.insert((*item).to_owned(), None);
+            }
+        }
+    }
+    let devices: serde_json::Map<String, Value> = devices
+        .into_iter()
+        .map(|(device, names)| {
+            let scope = match names {
+                None => json!({"kind": "all"}),
+                Some(names) => json!({"kind": "only", "names": names}),
+            };
+            (device, scope)
+        })
+        .collect();
+    json!({"kind": "devices", "devices": devices})
+}
+
 fn stored_agent(name: &str, scope: &[&str], n: u64) -> StoredAgent {
-    use crate::agents::{Agent, AgentRole, AgentScope};
     StoredAgent {
-        agent: Agent {
-            id: name.to_owned(),
-            scope: AgentScope::from_items(scope.iter().copied()).unwrap(),
-            role: AgentRole::User,
-            added_at_ms: 1_700_000_000_000 + n,
-        },
+        id: name.to_owned(),
+        scope: scope_json(scope),
+        role: "user".to_owned(),
+        added_at_ms: 1_700_000_000_000 + n,
         credential_sha256: format!("{n:064x}"),
     }
 }

@@ -160,7 +160,7 @@ impl AuditKey {
         }
         let key = AuditKey::generate();
         // Its directory is made with mode 0700 if missing.
-        crate::unix::write_private_file(path, format!("{}\n", hex(&key.0)).as_bytes()).map_err(
+        crate::private::write_private_file(path, format!("{}\n", hex(&key.0)).as_bytes()).map_err(
             |error| AuditKeyError::Io {
                 path: path.display().to_string(),
                 reason: std::io::Error::from(error).to_string(),

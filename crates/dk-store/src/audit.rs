@@ -17,13 +17,13 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 /// The largest canonical JSON text of one audit entry, in bytes (64 KiB).
 pub const MAX_AUDIT_ENTRY_BYTES: usize = 64 * 1024;
 
-/// [`redact_for_audit`] cuts strings longer than this many characters.
+/// `redact_for_audit` cuts strings longer than this many characters.
 pub const MAX_AUDIT_STRING: usize = 256;
 
-/// [`redact_for_audit`] keeps at most this many items of an array or object.
+/// `redact_for_audit` keeps at most this many items of an array or object.
 pub const MAX_AUDIT_ITEMS: usize = 64;
 
-/// [`redact_for_audit`] replaces values nested deeper than this.
+/// `redact_for_audit` replaces values nested deeper than this.
 pub const MAX_AUDIT_DEPTH: usize = 8;
 
 /// The longest audit kind, in bytes.
@@ -37,24 +37,12 @@ const MAX_SHIFT: i64 = 8;
 /// content; past this, they are reported as edited.
 const MAX_SWAP_CANDIDATES: usize = 256;
 
-/// A copy of `value` fit for the audit log: every occurrence of one of
-/// `secrets` (in strings and object keys) is replaced by `[REDACTED]`, then
-/// strings longer than [`MAX_AUDIT_STRING`] characters are cut, arrays and
-/// objects keep their first [`MAX_AUDIT_ITEMS`] items, and values deeper than
-/// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
-/// Empty secrets are ignored. The
-/// vessel's own entries go through its [`SecretRedactor`](crate::SecretRedactor)
-/// instead, which also knows the tokens it holds only by their hashes.
-pub fn redact_for_audit(value: &Value, secrets: &[&str]) -> Value {
-    cut_for_audit(&dk_policy::Redactor::new(secrets).redact_json(value))
-}
-
 /// A copy of `value` cut for the audit log: strings longer than
 /// [`MAX_AUDIT_STRING`] characters are cut, arrays and objects keep their
 /// first [`MAX_AUDIT_ITEMS`] items, and values deeper than
 /// [`MAX_AUDIT_DEPTH`] are replaced; every cut says how much was left out.
 /// Secrets are not its business: redact before or after.
-pub(crate) fn cut_for_audit(value: &Value) -> Value {
+pub fn cut_for_audit(value: &Value) -> Value {
     cut_for_audit_with(value, 0, &mut |text: &str| text.to_owned())
 }
 
@@ -67,7 +55,7 @@ pub(crate) fn cut_for_audit(value: &Value) -> Value {
 /// running past what was read never reaches the entry, not even in part.
 /// The cut's marker counts the characters of the original past the first
 /// [`MAX_AUDIT_STRING`].
-pub(crate) fn cut_for_audit_with(
+pub fn cut_for_audit_with(
     value: &Value,
     lookahead: usize,
     redact: &mut dyn FnMut(&str) -> String,
@@ -153,7 +141,7 @@ fn cut_text(text: &str, lookahead: usize, redact: &mut dyn FnMut(&str) -> String
 /// Whether `value` as an entry's canonical JSON is at most
 /// [`MAX_AUDIT_ENTRY_BYTES`]: a quick bound first (every character escaped
 /// to six bytes), the exact text only when the bound is over.
-pub(crate) fn fits_in_entry(value: &Value) -> bool {
+pub fn fits_in_entry(value: &Value) -> bool {
     let mut bound = 0usize;
     if size_bound(value, &mut bound) {
         return true;
@@ -184,7 +172,7 @@ fn size_bound(value: &Value, total: &mut usize) -> bool {
 
 /// The canonical JSON text of a value: object keys sorted by their UTF-8
 /// bytes, no insignificant whitespace, serde_json's escaping and numbers.
-pub(crate) fn canonical_json(value: &Value) -> String {
+pub fn canonical_json(value: &Value) -> String {
     let mut out = String::new();
     write_canonical(value, &mut out);
     out
@@ -428,7 +416,9 @@ impl<'k> Verifier<'k> {
     }
 
     /// What the store records of the chain's key (the entry that keyed it
-    /// and the key's id), to be checked against the chain.
+    /// and the key's id), to be checked against the chain. Only the SQLite
+    /// store records it.
+    #[cfg(feature = "sqlite")]
     pub fn recorded_key(&mut self, recorded: Option<(i64, String)>) {
         self.recorded = Some(recorded);
     }
