@@ -138,7 +138,7 @@ async fn device_route(
     let max = vessel
         .limits()
         .max_frame_bytes
-        .max(vessel.streams().largest_message().unwrap_or(0))
+        .max(vessel.largest_stream_message().unwrap_or(0))
         .saturating_add(1);
     upgrade
         .max_message_size(max)
@@ -194,5 +194,9 @@ fn to_ws(message: WireMessage) -> Message {
     }
 }
 
+#[cfg(test)]
+mod redact_tests;
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

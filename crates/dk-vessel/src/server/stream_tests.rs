@@ -12,8 +12,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::*;
-use crate::config::VesselConfig;
+use crate::stream::*;
+use crate::vessel::Vessel;
+use std::sync::atomic::Ordering;
+
+use crate::config::{StreamingConfig, VesselConfig};
 use crate::connection::close_code;
 use crate::registry::ConsentDecision;
 use crate::vessel::Limits;
@@ -653,14 +656,14 @@ async fn nothing_is_kept_for_a_device_nobody_streams_or_watches() {
     for id in ["nobody", "nobody-else", VOICE] {
         drop(vessel.subscribe_stream(id));
     }
-    assert_eq!(vessel.streams().tracked(), 0);
+    assert_eq!(vessel.stream_devices_tracked(), 0);
     let watching = vessel.subscribe_stream(VOICE);
     let mut ws = auth(&running.url, VOICE, &token, &voice()).await;
     admitted(&mut ws).await;
-    assert_eq!(vessel.streams().tracked(), 1);
+    assert_eq!(vessel.stream_devices_tracked(), 1);
     drop(watching);
-    assert_eq!(vessel.streams().tracked(), 1);
+    assert_eq!(vessel.stream_devices_tracked(), 1);
     ws.close(None).await.unwrap();
-    until(|| vessel.streams().tracked() == 0).await;
+    until(|| vessel.stream_devices_tracked() == 0).await;
     running.stop().await;
 }

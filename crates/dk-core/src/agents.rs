@@ -592,8 +592,7 @@ impl AgentDirectory {
     }
 
     /// How many subscribers there are now (each connected MCP session has one).
-    #[cfg(test)]
-    pub(crate) fn subscribers(&self) -> usize {
+    pub fn subscribers(&self) -> usize {
         self.events.receiver_count()
     }
 }

@@ -25,7 +25,7 @@ use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
 use crate::link::{DEFAULT_MAX_PENDING, DeviceEvent, Links};
-use crate::listen::{ListenerLimits, ListenerStats};
+use crate::listener::{ListenerLimits, ListenerStats};
 use crate::person::{DEFAULT_APPROVAL_TIMEOUT, PersonChannel};
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::audit_event;
@@ -152,7 +152,7 @@ impl Default for Limits {
 impl Limits {
     /// What the `/device` listener applies from `accept` on: the
     /// connection caps, the header-read deadline and the idle timeout.
-    pub(crate) fn device_listener(&self) -> ListenerLimits {
+    pub fn device_listener(&self) -> ListenerLimits {
         self.listener(ConnectionCaps {
             total: self.max_connections,
             per_address: self.max_connections_per_address,
@@ -160,12 +160,12 @@ impl Limits {
     }
 
     /// What the admin API's listener applies from `accept` on.
-    pub(crate) fn admin_listener(&self) -> ListenerLimits {
+    pub fn admin_listener(&self) -> ListenerLimits {
         self.listener(self.admin_connections)
     }
 
     /// What the MCP listener applies from `accept` on.
-    pub(crate) fn mcp_listener(&self) -> ListenerLimits {
+    pub fn mcp_listener(&self) -> ListenerLimits {
         self.listener(self.mcp_connections)
     }
 
@@ -292,7 +292,7 @@ impl ConnectionPermit {
     /// Says the connection was accepted at `at`, before the permit was
     /// taken (the upgrade came later), so its handshake deadline counts
     /// from the connect.
-    pub(crate) fn accepted_at(&mut self, at: tokio::time::Instant) {
+    pub fn accepted_at(&mut self, at: tokio::time::Instant) {
         self.connected_at = self.connected_at.min(at);
     }
 
@@ -734,6 +734,18 @@ impl Vessel {
         &self.streams
     }
 
+    /// How many devices the vessel keeps stream state for: those with a
+    /// stream session or a subscriber.
+    pub fn stream_devices_tracked(&self) -> usize {
+        self.streams.tracked()
+    }
+
+    /// The largest binary message a streaming device may send under the
+    /// streaming configuration in force, if any kind is enabled.
+    pub fn largest_stream_message(&self) -> Option<usize> {
+        self.streams.largest_message()
+    }
+
     /// Device events from now on (a slow subscriber misses events rather than
     /// holding devices back), known secrets already redacted.
     pub fn subscribe_events(&self) -> broadcast::Receiver<DeviceEvent> {
@@ -741,7 +753,7 @@ impl Vessel {
     }
 
     /// Sends a device event to every subscriber, its data redacted first.
-    pub(crate) fn publish_event(&self, mut event: DeviceEvent) {
+    pub fn publish_event(&self, mut event: DeviceEvent) {
         if let Some(redacted) = event
             .data
             .as_deref()

@@ -406,8 +406,7 @@ impl Streams {
     }
 
     /// Devices with sessions or subscribers (what the vessel keeps).
-    #[cfg(test)]
-    fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.inner.devices().len()
     }
 
@@ -577,6 +576,3 @@ impl Vessel {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

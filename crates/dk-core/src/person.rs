@@ -34,7 +34,7 @@ use crate::registry::{ConsentDecision, ConsentRequest};
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How many approvals one agent may have waiting for the person at once.
-pub(crate) const APPROVALS_PER_AGENT: usize = 16;
+pub const APPROVALS_PER_AGENT: usize = 16;
 
 /// What the person is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -48,7 +48,7 @@ mod budget;
 mod counts;
 mod rate;
 
-pub(crate) use budget::ENFORCED_RUN_LIMITS;
+pub use budget::ENFORCED_RUN_LIMITS;
 use budget::Meter;
 pub use budget::{
     AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock, RunRef,

@@ -35,8 +35,7 @@ pub const DEFAULT_RUN_IDLE_EXPIRY: Duration = Duration::from_millis(1_800_000);
 /// The limits the vessel itself charges on every device call of a run; the
 /// others (turns, provider calls, bytes, tokens) are counted by the host
 /// that runs the model.
-pub(crate) const ENFORCED_RUN_LIMITS: [RunLimit; 2] =
-    [RunLimit::MaxToolCalls, RunLimit::MaxWallTimeMs];
+pub const ENFORCED_RUN_LIMITS: [RunLimit; 2] = [RunLimit::MaxToolCalls, RunLimit::MaxWallTimeMs];
 
 /// How the vessel budgets explicit runs: the run limits of
 /// `/work/shared/spec/admission.md` (Prism's), charged before the device is
