@@ -9,27 +9,23 @@
 
 #![forbid(unsafe_code)]
 
-mod admin;
-mod admin_client;
-mod listen;
-mod mcp;
-mod origins;
-mod server;
-mod unix;
-
-pub use admin::{AdminToken, AdminTokenError, admin_router, serve_admin, serve_admin_unix};
-pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use dk_core::*;
-pub use mcp::{McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_unix, serve_mcp_with};
-pub use server::{device_router, serve_devices};
-pub use store::{
+pub use dk_http::{
+    AdminAnswer, AdminClient, AdminClientError, AdminToken, AdminTokenError, admin_router,
+    bind_private_socket, connect_private_socket, device_router, serve_admin, serve_admin_unix,
+    serve_devices,
+};
+pub use dk_mcp::{
+    McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_unix, serve_mcp_with,
+};
+pub use dk_store::private::{
+    PrivateDir, PrivateFileError, current_uid, ensure_private_dir, read_private_file,
+    write_private_file,
+};
+pub use dk_store::{
     AuditEntry, AuditEvent, AuditHead, AuditKey, AuditKeyError, AuditOptions, AuditProblem,
     AuditWriter, GENESIS_HASH, HeadSyntaxError, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES,
     MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind, RECORD_PATIENCE, RateHit,
     SCHEMA_VERSION, STOP_ATTEMPTS, Snapshot, SqliteStore, Store, StoreError, StoredPairing,
     VerifyReport, WriterOptions, audit_head_file,
-};
-pub use unix::{
-    PrivateDir, PrivateFileError, bind_private_socket, connect_private_socket, current_uid,
-    ensure_private_dir, read_private_file, write_private_file,
 };

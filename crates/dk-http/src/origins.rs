@@ -8,15 +8,17 @@ use axum::http::{HeaderMap, header};
 
 /// The `Host` values and `Origin`s a listener bound to `local` accepts.
 #[derive(Debug, Clone)]
-pub(crate) struct LocalOrigins {
-    pub(crate) hosts: Vec<String>,
-    pub(crate) origins: Vec<String>,
+pub struct LocalOrigins {
+    /// The `Host` values accepted.
+    pub hosts: Vec<String>,
+    /// The `Origin`s accepted.
+    pub origins: Vec<String>,
 }
 
 impl LocalOrigins {
     /// Loopback names with the listener's port, and its own address when it
     /// is bound to one that is neither loopback nor unspecified.
-    pub(crate) fn for_listener(local: SocketAddr) -> LocalOrigins {
+    pub fn for_listener(local: SocketAddr) -> LocalOrigins {
         let port = local.port();
         let mut hosts = vec![
             format!("127.0.0.1:{port}"),
@@ -32,7 +34,7 @@ impl LocalOrigins {
 
     /// A Unix socket's: `Host: localhost`, and no `Origin` at all, since no
     /// web page is served there (a request that names one is refused).
-    pub(crate) fn for_unix_socket() -> LocalOrigins {
+    pub fn for_unix_socket() -> LocalOrigins {
         LocalOrigins {
             hosts: vec!["localhost".to_owned()],
             origins: Vec::new(),
@@ -40,7 +42,7 @@ impl LocalOrigins {
     }
 
     /// Why `headers` are refused, if they are.
-    pub(crate) fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
+    pub fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
         let host = match single(headers, header::HOST) {
             Ok(host) => host,
             Err(why) => return Some(why),
@@ -88,7 +90,7 @@ pub(crate) fn single(
 }
 
 /// A header's value, when it is text.
-pub(crate) fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+pub fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

@@ -8,10 +8,7 @@ use std::path::Path;
 
 use dk_store::private::{kind_of, owned};
 
-pub use dk_store::private::{
-    PrivateDir, PrivateFileError, current_uid, ensure_private_dir, read_private_file,
-    write_private_file,
-};
+pub(crate) use dk_store::private::{PrivateFileError, read_private_file, write_private_file};
 
 /// Binds a Unix socket at `path` with mode 0600, for a directory made with
 /// [`ensure_private_dir`]. A socket left there by a vessel that did not stop

@@ -34,7 +34,7 @@ pub(super) const PATIENCE: Duration = Duration::from_secs(20);
 
 pub(super) fn lamp() -> Value {
     serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
+        "../../../fixtures/manifests/valid/desk-lamp.json"
     ))
     .unwrap()
 }

@@ -47,7 +47,7 @@ fn event(capability: &str, data: Value) -> DeviceEvent {
 
 async fn pair_thermostat(vessel: &Vessel) {
     let manifest: Value = serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/hall-thermostat.json"
+        "../../../fixtures/manifests/valid/hall-thermostat.json"
     ))
     .unwrap();
     vessel

@@ -48,7 +48,7 @@ pub use crate::listener::{ListenerLimits, ListenerStats};
 pub(crate) struct Accepted(pub(crate) Instant);
 
 /// A listening socket [`serve_http`] accepts from.
-pub(crate) trait Accept: Send {
+pub trait Accept: Send {
     /// A connection's stream.
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
@@ -300,7 +300,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnectionService {
 /// then nothing new is accepted, open connections are asked to finish and
 /// are dropped after a patience of a few seconds. Connections upgraded to
 /// another protocol live on in their own tasks, still counted.
-pub(crate) async fn serve_http(
+pub async fn serve_http(
     mut listener: impl Accept,
     router: Router,
     limits: ListenerLimits,

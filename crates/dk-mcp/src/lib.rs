@@ -1,6 +1,6 @@
 //! The MCP server: agents that speak the Model Context Protocol list and
 //! call the tools of paired devices over streamable HTTP at `/mcp`, with
-//! the person still in charge. Every rmcp type stays inside this module, so
+//! the person still in charge. Every rmcp type stays inside this crate, so
 //! an upgrade of rmcp touches nothing else.
 //!
 //! - **Who.** Every request carries an agent credential
@@ -60,6 +60,8 @@
 //!   want in `subscriptions/listen`. Every queue is bounded: a watch that
 //!   falls behind treats all it follows as updated.
 
+#![forbid(unsafe_code)]
+
 mod events;
 mod guard;
 mod options;
@@ -67,6 +69,11 @@ mod read_more;
 mod server;
 mod session;
 mod watch;
+
+#[cfg(test)]
+use dk_core::person;
+use dk_core::{adapter, agents, link, registry, vessel};
+use dk_http::{listen, origins};
 
 use std::future::Future;
 use std::net::SocketAddr;
