@@ -44,6 +44,8 @@
 //! key: an unkeyed chain proves order and integrity relative to a kept head,
 //! not authorship.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -9,6 +9,13 @@
 
 #![forbid(unsafe_code)]
 
+mod server;
+
+pub use server::{
+    ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, RunningVessel, ServerError,
+    StoreOpener, VesselServer,
+};
+
 pub use dk_core::*;
 pub use dk_http::{
     AdminAnswer, AdminClient, AdminClientError, AdminToken, AdminTokenError, admin_router,
