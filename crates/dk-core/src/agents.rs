@@ -100,6 +100,7 @@ pub enum AgentScope {
 
 /// Why a scope item was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScopeError {
     /// An item was empty, or had an empty device or capability part.
     #[error("scope item `{0}` must be `DEVICE` or `DEVICE:CAPABILITY`")]
@@ -307,6 +308,7 @@ pub enum AgentEvent {
 
 /// Why the directory refused a change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// The name breaks the naming rule.
     #[error(

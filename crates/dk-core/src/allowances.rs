@@ -124,6 +124,7 @@ pub struct Remember {
 
 /// Why an allowance was not made, or not found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AllowanceError {
     /// The minutes are out of bounds.
     #[error("an allowance lasts 1 to 1440 minutes, not {0}")]

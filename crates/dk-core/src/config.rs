@@ -27,6 +27,7 @@ pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 
 /// Why a configuration file was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read `{path}`: {source}")]
@@ -227,18 +228,18 @@ pub struct LimitSettings {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateLimitSettings {
     /// `callsPerMinute`: the rate of
-    /// [`AgentRateLimits::overall`](crate::AgentRateLimits::overall) (0: no
+    /// [`AgentRateLimits::overall`](crate::adapter::AgentRateLimits::overall) (0: no
     /// limit).
     pub calls_per_minute: Option<u32>,
     /// `burst`: the burst of
-    /// [`AgentRateLimits::overall`](crate::AgentRateLimits::overall).
+    /// [`AgentRateLimits::overall`](crate::adapter::AgentRateLimits::overall).
     pub burst: Option<u32>,
     /// `perDeviceCallsPerMinute`: the rate of
-    /// [`AgentRateLimits::per_device`](crate::AgentRateLimits::per_device)
+    /// [`AgentRateLimits::per_device`](crate::adapter::AgentRateLimits::per_device)
     /// (0: no limit).
     pub per_device_calls_per_minute: Option<u32>,
     /// `perDeviceBurst`: the burst of
-    /// [`AgentRateLimits::per_device`](crate::AgentRateLimits::per_device).
+    /// [`AgentRateLimits::per_device`](crate::adapter::AgentRateLimits::per_device).
     pub per_device_burst: Option<u32>,
 }
 

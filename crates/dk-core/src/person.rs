@@ -92,6 +92,7 @@ pub enum PersonEvent {
 
 /// Why an answer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AnswerError {
     /// No open prompt has that id (answered already, timed out or withdrawn).
     #[error("no open prompt {0}")]
@@ -370,7 +371,7 @@ impl PersonChannel {
 
     /// Answers an approval prompt; a yes to remember makes the allowance
     /// first and returns it. When it cannot be made (the call names no
-    /// agent, [`MAX_ALLOWANCES`](crate::MAX_ALLOWANCES) are live, the grant
+    /// agent, [`MAX_ALLOWANCES`](crate::allowances::MAX_ALLOWANCES) are live, the grant
     /// or the agent changed meanwhile) the prompt stays open for another
     /// answer.
     pub fn answer_approval_with(

@@ -298,6 +298,7 @@ impl ConsentDecision {
 
 /// Why a pairing did not happen. `Display` gives 8DK's reason text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PairError {
     /// The manifest failed validation; the person was never asked.
     #[error("invalid manifest: {0}")]
@@ -334,6 +335,7 @@ pub struct Paired {
 
 /// Why a grant was refused. `Display` gives 8DK's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum GrantError {
     /// No device is paired under that id.
     #[error("device \"{0}\" is not paired")]
@@ -353,6 +355,7 @@ pub enum GrantError {
 
 /// Why a reconnecting device was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// No device is paired under that id.
     #[error("device is not paired")]

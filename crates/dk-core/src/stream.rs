@@ -5,7 +5,7 @@
 //! Admission follows dk-policy's contract ([`dk_policy::admit`]) under the
 //! policy the vessel's configuration gives the kind ([`StreamingConfig`]); a
 //! kind the configuration does not name is refused `DISABLED`. Each admitted
-//! connection holds a [`StreamSession`] until it ends, so the count of
+//! connection holds a `StreamSession` until it ends, so the count of
 //! sessions per device identity is exact and capped.
 //!
 //! Chunks reach subscribers through bounded queues

@@ -123,6 +123,7 @@ impl AdminToken {
 
 /// Why an admin token file was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminTokenError {
     /// The file is not a private file of this user, or could not be used.
     #[error(transparent)]
@@ -185,7 +186,7 @@ fn router(vessel: Arc<Vessel>, token: AdminToken, local: LocalOrigins) -> Router
 
 /// Serves the admin API on `listener` until `shutdown` resolves.
 /// Connections are counted and capped from `accept`, and a request's
-/// headers have a deadline (see [`Limits`](crate::Limits)).
+/// headers have a deadline (see [`Limits`](dk_core::Limits)).
 pub async fn serve_admin(
     listener: tokio::net::TcpListener,
     vessel: Arc<Vessel>,
@@ -351,6 +352,7 @@ async fn answer_approval(
         Err(e @ (AnswerError::NotRememberable(_) | AnswerError::NotRemembered(..))) => {
             refuse(StatusCode::CONFLICT, e.to_string())
         }
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
@@ -492,6 +494,7 @@ fn agent_refusal(error: &AgentError) -> Response {
         AgentError::Exists(_) => StatusCode::CONFLICT,
         AgentError::NotFound(_) => StatusCode::NOT_FOUND,
         AgentError::BadHash(_) | AgentError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     refuse(status, error.to_string())
 }

@@ -15,6 +15,7 @@ use crate::unix::{PrivateFileError, connect_private_socket};
 
 /// Why a request to the admin API failed before an answer came.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminClientError {
     /// The vessel could not be reached.
     #[error("cannot reach the vessel at {addr}: {source}")]

@@ -16,7 +16,7 @@
 //! - on shutdown nothing new is accepted and open connections are asked to
 //!   finish, then dropped after a patience.
 //!
-//! Each request carries axum's `ConnectInfo<SocketAddr>` and [`Accepted`],
+//! Each request carries axum's `ConnectInfo<SocketAddr>` and `Accepted`,
 //! the instant its connection was accepted.
 
 use std::collections::HashMap;

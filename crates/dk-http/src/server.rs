@@ -55,7 +55,7 @@ pub fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
 /// Serves the `/device` route on `listener` until `shutdown` resolves; then
 /// every device connection is closed (code 1001) and awaited. Connections
 /// are counted and capped from `accept`, and a request's headers have a
-/// deadline (see [`Limits`](crate::Limits)).
+/// deadline (see [`Limits`](dk_core::Limits)).
 pub async fn serve_devices(
     listener: TcpListener,
     vessel: Arc<Vessel>,

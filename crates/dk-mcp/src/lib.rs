@@ -224,7 +224,7 @@ pub async fn serve_mcp_with(
 }
 
 /// [`serve_mcp_with`] on a Unix socket (made with
-/// [`crate::bind_private_socket`] in the vessel's 0700 data directory),
+/// [`dk_http::bind_private_socket`] in the vessel's 0700 data directory),
 /// with `Host: localhost`: how `dk mcp` reaches the vessel it can trust.
 pub async fn serve_mcp_unix(
     listener: tokio::net::UnixListener,

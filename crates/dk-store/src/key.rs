@@ -58,6 +58,7 @@ impl fmt::Debug for AuditKey {
 
 /// Why an audit key file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuditKeyError {
     /// It cannot be read or written.
     #[error("cannot use the audit key file `{path}`: {reason}")]

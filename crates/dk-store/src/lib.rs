@@ -165,7 +165,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// One device call a rule with a `limit` counted (see
-/// [`dk_policy::RateLimit`]): kept so that counts survive a restart.
+/// dk-policy's `RateLimit`): kept so that counts survive a restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateHit {
     /// The rule's name.
@@ -436,6 +436,7 @@ pub fn epoch_ms(at: SystemTime) -> u64 {
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The database file or its directory could not be created or opened.
     #[error("cannot open the store at `{path}`: {reason}")]

@@ -18,6 +18,7 @@ const MAX_PRIVATE_FILE_BYTES: u64 = 64 * 1024;
 
 /// Why a private file, directory or socket was refused or could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PrivateFileError {
     /// Opening, reading, writing or creating failed.
     #[error("`{}`: {source}", path.display())]

@@ -20,8 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminClient, AdminToken, AuditEvent, CallContext, Limits, SqliteStore, Store, StoredPairing,
-    Vessel,
+    Limits, Vessel,
+    adapter::CallContext,
+    http::{AdminClient, AdminToken},
+    store::{AuditEvent, SqliteStore, Store, StoredPairing},
 };
 use futures::FutureExt;
 use serde_json::{Map, Value, json};

@@ -14,7 +14,12 @@ use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt;
 use dk_policy::PolicySet;
-use dk_vessel::{AgentDirectory, AgentRole, AgentScope, CallContext, Vessel, serve_mcp};
+use dk_vessel::{
+    Vessel,
+    adapter::CallContext,
+    agents::{AgentDirectory, AgentRole, AgentScope},
+    mcp::serve_mcp,
+};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;

@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dk_vessel::{
+use dk_vessel::store::{
     AuditEvent, AuditWriter, MemoryStore, SqliteStore, Store, StoredPairing, WriterOptions,
 };
 use serde_json::json;
@@ -82,7 +82,7 @@ fn event(kind: &str, n: u64) -> AuditEvent {
 }
 
 #[expect(clippy::panic, reason = "a failed write ends the bench")]
-fn must<T>(result: Result<T, dk_vessel::StoreError>) -> T {
+fn must<T>(result: Result<T, dk_vessel::store::StoreError>) -> T {
     match result {
         Ok(value) => value,
         Err(error) => panic!("store error in bench: {error}"),

@@ -19,7 +19,7 @@ use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
 use dk_proto::StreamChunk;
-use dk_vessel::{ConsentDecision, Vessel, VesselConfig, serve_devices};
+use dk_vessel::{Vessel, config::VesselConfig, http::serve_devices, registry::ConsentDecision};
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::net::TcpListener;

@@ -9,7 +9,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use dk_policy::PolicySet;
-use dk_vessel::{CallContext, DeviceRegistry, DeviceToolAdapter, Links};
+use dk_vessel::{
+    adapter::{CallContext, DeviceToolAdapter},
+    link::Links,
+    registry::DeviceRegistry,
+};
 use futures::FutureExt;
 use serde_json::{Value, json};
 

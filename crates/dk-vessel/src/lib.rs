@@ -3,6 +3,22 @@
 //! into tools, and runs every tool call through the ordered checks before a
 //! device sees it.
 //!
+//! This is the crate vessel authors depend on. It gathers the vessel's
+//! crates under one roof, each as a namespace:
+//!
+//! - the core (`dk-core`): [`Vessel`] and [`Limits`] at the root, and the
+//!   modules [`adapter`], [`agents`], [`allowances`], [`config`],
+//!   [`connection`], [`link`], [`listener`], [`person`], [`redact`],
+//!   [`registry`], [`reload`], [`stream`] and [`vessel`];
+//! - [`store`] (`dk-store`): the `Store` trait, the SQLite and in-memory
+//!   stores, the audit log and its writer, private files;
+//! - [`http`] (`dk-http`): the `/device` route, the admin API and its
+//!   client, listeners, Unix sockets;
+//! - [`mcp`] (`dk-mcp`): the MCP server;
+//!
+//! and [`VesselServer`], which starts a networked vessel (every route, the
+//! store, MCP, the Unix sockets and the address file) in a few lines.
+//!
 //! No input from a device, an agent or a person can make this crate panic:
 //! every frame, manifest, tool name and input is parsed into a typed value
 //! or refused with a reason.
@@ -11,28 +27,14 @@
 
 mod server;
 
+pub use dk_core::{
+    Limits, Vessel, adapter, agents, allowances, config, connection, link, listener, person,
+    redact, registry, reload, stream, vessel,
+};
+pub use dk_http as http;
+pub use dk_mcp as mcp;
+pub use dk_store as store;
 pub use server::{
     ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, RunningVessel, ServerError,
     StoreOpener, VesselServer,
-};
-
-pub use dk_core::*;
-pub use dk_http::{
-    AdminAnswer, AdminClient, AdminClientError, AdminToken, AdminTokenError, admin_router,
-    bind_private_socket, connect_private_socket, device_router, serve_admin, serve_admin_unix,
-    serve_devices,
-};
-pub use dk_mcp::{
-    McpOptions, mcp_router, mcp_router_with, serve_mcp, serve_mcp_unix, serve_mcp_with,
-};
-pub use dk_store::private::{
-    PrivateDir, PrivateFileError, current_uid, ensure_private_dir, read_private_file,
-    write_private_file,
-};
-pub use dk_store::{
-    AuditEntry, AuditEvent, AuditHead, AuditKey, AuditKeyError, AuditOptions, AuditProblem,
-    AuditWriter, GENESIS_HASH, HeadSyntaxError, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES,
-    MAX_AUDIT_ITEMS, MAX_AUDIT_STRING, MemoryStore, ProblemKind, RECORD_PATIENCE, RateHit,
-    SCHEMA_VERSION, STOP_ATTEMPTS, Snapshot, SqliteStore, Store, StoreError, StoredPairing,
-    VerifyReport, WriterOptions, audit_head_file,
 };

@@ -13,7 +13,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dk_core::{Limits, Vessel, VesselConfig};
+use dk_core::config::VesselConfig;
+use dk_core::{Limits, Vessel};
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
 use dk_policy::PolicySet;
@@ -68,6 +69,9 @@ pub enum ServerError {
     /// The admin token file is not a private file of this user.
     #[error("the admin token file is refused: {0}")]
     AdminTokenFile(PrivateFileError),
+    /// The admin token file could not be read for another reason.
+    #[error("the admin token file is refused: {0}")]
+    AdminToken(AdminTokenError),
     /// The admin token could not be written to its file.
     #[error("admin token: {0}")]
     AdminTokenWrite(PrivateFileError),
@@ -516,6 +520,7 @@ fn admin_token(store: &dyn Store, path: Option<&Path>) -> Result<(AdminToken, bo
         Err(AdminTokenError::NotAToken { .. }) => None,
         Err(AdminTokenError::File(e)) if e.is_absent() => None,
         Err(AdminTokenError::File(e)) => return Err(ServerError::AdminTokenFile(e)),
+        Err(other) => return Err(ServerError::AdminToken(other)),
     };
     if let (Some(hash), Some(token)) = (kept, &on_file)
         && token.hash() == hash

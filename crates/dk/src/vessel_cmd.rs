@@ -14,8 +14,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    FileStamp, Limits, McpListen, McpOptions, PrivateDir, PrivateFileError, Reloaded, ServerError,
-    Store, VesselConfig, VesselServer, ensure_private_dir, watch_policy_file,
+    Limits, McpListen, ServerError, VesselServer,
+    config::VesselConfig,
+    mcp::McpOptions,
+    reload::{FileStamp, Reloaded, watch_policy_file},
+    store::Store,
+    store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
 };
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};

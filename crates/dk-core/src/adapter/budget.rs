@@ -4,7 +4,7 @@
 //! a [`RunTracker`]).
 //!
 //! Runs are explicit: an embedding host starts one
-//! ([`DeviceToolAdapter::start_run`](crate::DeviceToolAdapter::start_run))
+//! ([`DeviceToolAdapter::start_run`](crate::adapter::DeviceToolAdapter::start_run))
 //! or names it in a call's [`RunRef`]; an MCP client names it in the `_meta`
 //! of `tools/call`. A budget is kept per (agent, run id); a call that names
 //! no run is charged to no run, only to its agent's rate. Memory is bounded:
@@ -44,7 +44,7 @@ pub const ENFORCED_RUN_LIMITS: [RunLimit; 2] = [RunLimit::MaxToolCalls, RunLimit
 /// The budget of a run is the agent-level layer ([`AgentRunLimits::per_agent`]
 /// for that agent, else [`AgentRunLimits::agent_level`]) over Prism's defaults,
 /// narrowed by the run-level layer of the run's start
-/// ([`DeviceToolAdapter::start_run`](crate::DeviceToolAdapter::start_run)) and
+/// ([`DeviceToolAdapter::start_run`](crate::adapter::DeviceToolAdapter::start_run)) and
 /// of each call naming it ([`RunRef::limits`]). Each device call of the run
 /// charges one `maxToolCalls` and checks `maxWallTimeMs` (counted from the
 /// run's start); going past a limit refuses the call, and every later call

@@ -113,7 +113,12 @@ async fn vessel_with_lamp(
         .pair(
             &manifest,
             |_| {},
-            |_| async { Ok::<_, ()>(crate::ConsentDecision::approve(["set_light", "strobe"])) },
+            |_| async {
+                Ok::<_, ()>(crate::registry::ConsentDecision::approve([
+                    "set_light",
+                    "strobe",
+                ]))
+            },
             Duration::from_secs(10),
         )
         .await
@@ -145,9 +150,9 @@ async fn calls_faster_than_a_slow_disk_wait_for_room_and_every_decision_is_logge
         .map(|n| {
             let vessel = Arc::clone(&vessel);
             tokio::spawn(async move {
-                let ctx = crate::CallContext {
+                let ctx = crate::adapter::CallContext {
                     session_id: Some(&format!("s{n}")),
-                    ..crate::CallContext::default()
+                    ..crate::adapter::CallContext::default()
                 };
                 vessel
                     .adapter()

@@ -12,7 +12,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dk_vessel::{ConsentDecision, DeviceLink, DeviceRegistry, InvokeResult, Limits, Links, Paired};
+use dk_vessel::{
+    Limits,
+    link::{DeviceLink, InvokeResult, Links},
+    registry::{ConsentDecision, DeviceRegistry, Paired},
+};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::value::RawValue;
@@ -94,7 +98,7 @@ pub async fn pair(
     registry: &DeviceRegistry,
     manifest: &Value,
     grants: Vec<String>,
-) -> Result<Paired, dk_vessel::PairError> {
+) -> Result<Paired, dk_vessel::registry::PairError> {
     registry
         .pair(
             manifest,
