@@ -20,7 +20,7 @@ use dk_policy::{
 };
 
 use crate::adapter::{DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, ENFORCED_RUN_LIMITS, RateLimit};
-use crate::vessel::Limits;
+use crate::limits::Limits;
 
 /// Largest configuration file read, in bytes.
 pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;

@@ -17,6 +17,7 @@ pub mod agents;
 pub mod allowances;
 pub mod config;
 pub mod connection;
+pub mod limits;
 pub mod link;
 pub mod listener;
 pub mod person;

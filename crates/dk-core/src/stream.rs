@@ -21,14 +21,13 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use dk_policy::{
     AdmissionError, AdmissionRequest, Admitted, ChunkVerdict, DeviceClass, DisabledReason,
-    ResolvedPolicy, RunLimits, accept_chunk, admit,
+    ResolvedPolicy, RunLimits, admit,
 };
 use dk_proto::MAX_STREAM_OVERHEAD;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::config::StreamingConfig;
-use crate::vessel::Vessel;
 
 /// Chunks a subscriber's queue holds; past that it loses chunks.
 pub const STREAM_SUBSCRIBER_QUEUE: usize = 64;
@@ -75,13 +74,13 @@ pub struct StreamStats {
 /// for its size (without them).
 #[derive(Clone)]
 pub struct StreamEvent {
-    device_id: Arc<str>,
-    stream: Arc<str>,
-    seq: u64,
-    verdict: ChunkVerdict,
-    message: Arc<Vec<u8>>,
-    payload: Range<usize>,
-    lost_before: u64,
+    pub(crate) device_id: Arc<str>,
+    pub(crate) stream: Arc<str>,
+    pub(crate) seq: u64,
+    pub(crate) verdict: ChunkVerdict,
+    pub(crate) message: Arc<Vec<u8>>,
+    pub(crate) payload: Range<usize>,
+    pub(crate) lost_before: u64,
 }
 
 impl fmt::Debug for StreamEvent {
@@ -132,8 +131,8 @@ impl StreamEvent {
 
     /// The chunk's metadata, as Prism reports a chunk plus where it came
     /// from: `{deviceId, stream, seq, accepted, bytes, marker?, lostBefore}`.
-    /// Emit it through [`Vessel::stream_metadata`], which redacts it.
-    fn metadata(&self) -> Value {
+    /// Emit it through [`Vessel::stream_metadata`](crate::Vessel::stream_metadata), which redacts it.
+    pub(crate) fn metadata(&self) -> Value {
         let mut value = json!({
             "deviceId": &*self.device_id,
             "stream": &*self.stream,
@@ -255,7 +254,7 @@ impl fmt::Debug for Streams {
 /// when it is dropped.
 pub(crate) struct StreamSession {
     inner: Arc<Inner>,
-    device_id: String,
+    pub(crate) device_id: String,
     policy: ResolvedPolicy,
     admitted: Admitted,
 }
@@ -312,7 +311,7 @@ impl Streams {
         )
     }
 
-    fn set_config(&self, config: StreamingConfig) {
+    pub(crate) fn set_config(&self, config: StreamingConfig) {
         *self
             .inner
             .config
@@ -398,7 +397,7 @@ impl Streams {
         .map(|_| ())
     }
 
-    fn sessions(&self, device_id: &str) -> u64 {
+    pub(crate) fn sessions(&self, device_id: &str) -> u64 {
         self.inner
             .devices()
             .get(device_id)
@@ -410,7 +409,7 @@ impl Streams {
         self.inner.devices().len()
     }
 
-    fn subscribe(&self, device_id: &str) -> StreamSubscription {
+    pub(crate) fn subscribe(&self, device_id: &str) -> StreamSubscription {
         let (tx, rx) = mpsc::channel(STREAM_SUBSCRIBER_QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let mut devices = self.inner.devices();
@@ -431,7 +430,7 @@ impl Streams {
 
     /// Offers an event to every subscriber of its device without waiting:
     /// a full queue loses it (and counts it), a closed one is removed.
-    fn publish(&self, mut event: StreamEvent) {
+    pub(crate) fn publish(&self, mut event: StreamEvent) {
         let stats = &self.inner.stats;
         let mut devices = self.inner.devices();
         let Some(entry) = devices.get_mut(&*event.device_id) else {
@@ -464,115 +463,4 @@ pub(crate) enum ChunkOutcome {
     Dropped(dk_proto::StreamDroppedFrame),
     /// The stream's capability is not granted: dropped, not reported.
     NotGranted,
-}
-
-impl Vessel {
-    /// Replaces the streaming configuration: which kinds are admitted and
-    /// their caps. It applies to every later connect and resume; sessions
-    /// already admitted keep the policy they were admitted under.
-    pub fn set_streaming(&self, config: StreamingConfig) {
-        self.streams().set_config(config);
-    }
-
-    /// The streaming configuration in force (by default, no kind admitted).
-    pub fn streaming(&self) -> Arc<StreamingConfig> {
-        self.streams().config()
-    }
-
-    /// Subscribes to `device_id`'s stream chunks from now on, whether or not
-    /// the device is connected. The queue holds [`STREAM_SUBSCRIBER_QUEUE`]
-    /// chunks; a subscriber that falls behind loses chunks and is told how
-    /// many ([`StreamEvent::lost_before`], [`StreamSubscription::lost`]).
-    pub fn subscribe_stream(&self, device_id: &str) -> StreamSubscription {
-        self.streams().subscribe(device_id)
-    }
-
-    /// Counters of the stream path.
-    pub fn stream_stats(&self) -> &StreamStats {
-        self.streams().stats()
-    }
-
-    /// Streaming sessions `device_id` holds now.
-    pub fn stream_sessions(&self, device_id: &str) -> u64 {
-        self.streams().sessions(device_id)
-    }
-
-    /// A chunk's metadata as JSON for logs, front ends and the audit log,
-    /// through the vessel's redactor: the one place stream metadata leaves
-    /// the vessel.
-    pub fn stream_metadata(&self, event: &StreamEvent) -> Value {
-        self.redact_telemetry(&event.metadata())
-    }
-
-    /// The run budget the vessel charges every agent session's device calls
-    /// to, when it charges them: the agent-level layer of its run limits.
-    pub(crate) fn session_budget(&self) -> Option<RunLimits> {
-        let limits = self.limits().run_limits.as_ref()?;
-        RunLimits::from_layer(&limits.agent_level).ok()
-    }
-
-    /// Takes one binary message from an admitted session: checks it against
-    /// the session's cap and the grants, and offers it to subscribers.
-    /// `message` is a chunk [`dk_proto::StreamChunk::parse`] accepted, as
-    /// `chunk`; the caller has already checked the declared capability.
-    pub(crate) fn take_chunk(
-        &self,
-        session: &StreamSession,
-        message: Vec<u8>,
-        stream: &str,
-        seq: u64,
-        granted: bool,
-    ) -> ChunkOutcome {
-        let stats = self.stream_stats();
-        if !granted {
-            stats.chunks_not_granted.fetch_add(1, Ordering::Relaxed);
-            return ChunkOutcome::NotGranted;
-        }
-        let payload_len = message
-            .len()
-            .saturating_sub(dk_proto::STREAM_HEADER_BYTES.saturating_add(stream.len()));
-        // A length is always a safe integer; were it not, it is dropped.
-        let verdict = accept_chunk(session.policy(), payload_len as f64).unwrap_or(
-            ChunkVerdict::DroppedOversize {
-                bytes: payload_len as u64,
-            },
-        );
-        let start = message.len().saturating_sub(payload_len);
-        let end = message.len();
-        let (message, payload) = if verdict.accepted() {
-            (Arc::new(message), start..end)
-        } else {
-            // A dropped chunk's bytes are never kept or forwarded.
-            (Arc::new(Vec::new()), 0..0)
-        };
-        let event = StreamEvent {
-            device_id: Arc::from(session.device_id.as_str()),
-            stream: Arc::from(stream),
-            seq,
-            verdict,
-            message,
-            payload,
-            lost_before: 0,
-        };
-        self.streams().publish(event);
-        match verdict {
-            ChunkVerdict::Accepted { bytes } => {
-                stats.chunks_forwarded.fetch_add(1, Ordering::Relaxed);
-                stats.bytes_forwarded.fetch_add(bytes, Ordering::Relaxed);
-                ChunkOutcome::Forwarded
-            }
-            ChunkVerdict::DroppedOversize { bytes } => {
-                stats
-                    .chunks_dropped_oversize
-                    .fetch_add(1, Ordering::Relaxed);
-                ChunkOutcome::Dropped(dk_proto::StreamDroppedFrame {
-                    stream: stream.to_owned(),
-                    seq,
-                    accepted: false,
-                    bytes,
-                    marker: dk_policy::DROPPED_OVERSIZE.to_owned(),
-                })
-            }
-        }
-    }
 }

@@ -21,7 +21,7 @@ use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::options::McpOptions;
-use super::server::visible_tools;
+use super::tools::visible_tools;
 use crate::agents::Agent;
 use crate::link::DeviceEvent;
 use crate::registry::RegistryEvent;

@@ -68,6 +68,7 @@ mod options;
 mod read_more;
 mod server;
 mod session;
+mod tools;
 mod watch;
 
 #[cfg(test)]

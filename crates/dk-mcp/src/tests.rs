@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::events::EventLog;
-use super::server::{MAX_TOOL_NAME, valid_tool_name};
+use super::tools::{MAX_TOOL_NAME, valid_tool_name};
 use super::watch::{Followed, SessionWatch};
 use super::*;
 use crate::agents::{AgentRole, AgentScope};

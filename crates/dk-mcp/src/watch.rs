@@ -16,7 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use super::events::{EventLog, Update, event_visible, events_uri, visible_devices};
-use super::server::visible_tools;
+use super::tools::visible_tools;
 use crate::adapter::ToolDefinition;
 use crate::agents::{Agent, AgentDirectory, AgentEvent, AgentId};
 use crate::registry::RegistryEvent;

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::hex::hex;
 use super::key::AuditKey;
 use super::{AuditEntry, AuditEvent, AuditProblem, ProblemKind, StoreError, VerifyReport};
 
@@ -206,15 +207,6 @@ fn write_canonical(value: &Value, out: &mut String) {
         }
         scalar => out.push_str(&scalar.to_string()),
     }
-}
-
-/// Lower-case hex of bytes.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
 }
 
 /// The hash of one entry (see the module documentation of `store`).

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::audit::hex;
+use super::hex::hex;
 
 /// SHA-256's block size, in bytes.
 const BLOCK: usize = 64;

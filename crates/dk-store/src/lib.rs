@@ -55,6 +55,7 @@ use serde_json::Value;
 mod anchor;
 mod audit;
 mod crosscheck;
+mod hex;
 #[cfg(feature = "sqlite")]
 mod keeper;
 mod key;

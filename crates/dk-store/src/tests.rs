@@ -366,7 +366,7 @@ fn errors_read_as_one_lower_case_line() {
 fn entry_hash_is_the_documented_formula() {
     use sha2::{Digest, Sha256};
     let text = format!("{GENESIS_HASH}\n1\n5\ndecision\n{{\"a\":1}}");
-    let expected = super::audit::hex(&Sha256::digest(text.as_bytes()));
+    let expected = super::hex::hex(&Sha256::digest(text.as_bytes()));
     assert_eq!(
         entry_hash(GENESIS_HASH, 1, 5, "decision", r#"{"a":1}"#),
         expected
@@ -1881,7 +1881,7 @@ fn hmac_sha256_gives_rfc_4231_results() {
     for (key, data, expected) in cases {
         let (head, tail) = data.split_at(data.len() / 2);
         let mac = super::key::hmac_sha256(key, &[head, tail]);
-        assert_eq!(super::audit::hex(&mac), expected);
+        assert_eq!(super::hex::hex(&mac), expected);
     }
 }
 
