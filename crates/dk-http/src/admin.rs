@@ -144,7 +144,7 @@ struct Admin {
 }
 
 /// The admin API for `vessel`, for a listener bound to `local`.
-pub fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
+pub(crate) fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
     router(vessel, token, LocalOrigins::for_listener(local))
 }
 

@@ -18,7 +18,7 @@ use dk_core::{adapter, agents, allowances, connection, listener, person, registr
 #[cfg(test)]
 use dk_core::{config, link, redact, store, stream};
 
-pub use admin::{AdminToken, AdminTokenError, admin_router, serve_admin, serve_admin_unix};
+pub use admin::{AdminToken, AdminTokenError, serve_admin, serve_admin_unix};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
-pub use server::{device_router, serve_devices};
+pub use server::serve_devices;
 pub use unix::{bind_private_socket, connect_private_socket};

@@ -42,7 +42,7 @@ struct Devices {
 /// The router with the `/device` route for a listener bound to `local`, for
 /// embedding in a larger app. The app must provide `ConnectInfo<SocketAddr>`
 /// (axum's `into_make_service_with_connect_info`).
-pub fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
+pub(crate) fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
     let hosts = local
         .ip()
         .is_loopback()

@@ -77,7 +77,6 @@ use dk_core::{adapter, agents, link, registry, vessel};
 use dk_http::{listen, origins};
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -168,26 +167,6 @@ fn build(
     };
     let router = router.layer(from_fn_with_state(gate, guard));
     (router, move || ending.cancel())
-}
-
-/// The `/mcp` route for a listener bound to `local`, for embedding in a
-/// larger app, with [`McpOptions::default`]. Its sessions last until their
-/// clients end them or fall idle; [`serve_mcp`] also ends them when it
-/// stops.
-pub fn mcp_router(vessel: Arc<Vessel>, agents: Arc<AgentDirectory>, local: SocketAddr) -> Router {
-    mcp_router_with(vessel, agents, local, McpOptions::default())
-}
-
-/// [`mcp_router`] with `options`. Call it inside a Tokio runtime: the task
-/// that keeps device events for the event resources runs there, as long as
-/// the route.
-pub fn mcp_router_with(
-    vessel: Arc<Vessel>,
-    agents: Arc<AgentDirectory>,
-    local: SocketAddr,
-    options: McpOptions,
-) -> Router {
-    build(vessel, agents, LocalOrigins::for_listener(local), options).0
 }
 
 /// Serves `/mcp` on `listener` with [`McpOptions::default`] until

@@ -6,8 +6,7 @@ use std::time::Duration;
 /// hold, when a result is paged through `read_more`, how long and how much
 /// of those results are kept (in all and per agent), and how many device
 /// events each event resource keeps. [`McpOptions::default`] is what
-/// [`serve_mcp`](crate::serve_mcp) and [`mcp_router`](crate::mcp_router)
-/// use.
+/// [`serve_mcp`](crate::serve_mcp) uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct McpOptions {
     /// The most sessions one agent holds at once (default 64; values below

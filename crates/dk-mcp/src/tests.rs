@@ -22,6 +22,8 @@ use tokio::task::JoinHandle;
 use super::events::EventLog;
 use super::tools::{MAX_TOOL_NAME, valid_tool_name};
 use super::watch::{Followed, SessionWatch};
+use std::net::SocketAddr;
+
 use super::*;
 use crate::agents::{AgentRole, AgentScope};
 use crate::link::{DeviceLink, InvokeResult};

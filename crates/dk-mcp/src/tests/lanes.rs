@@ -3,6 +3,8 @@
 //! used only by its owner whatever the method, a session id taken only from
 //! the server's own lookup, approvals waiting capped per agent.
 
+use std::net::SocketAddr;
+
 use super::*;
 
 const READ: &str = "device__desk_lamp__read_light";
