@@ -72,7 +72,7 @@ impl AgentRole {
     }
 
     /// Whether this role may use a capability that acts (not a sensor).
-    pub fn may_act(self) -> bool {
+    pub(crate) fn may_act(self) -> bool {
         !matches!(self, AgentRole::Guest)
     }
 }
@@ -431,7 +431,7 @@ impl AgentDirectory {
     }
 
     /// Whether `presented` is the credential of an agent in the directory.
-    pub fn is_credential(&self, presented: &str) -> bool {
+    pub(crate) fn is_credential(&self, presented: &str) -> bool {
         self.authenticate(presented).is_some()
     }
 

@@ -298,7 +298,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The SHA-256 (hex) of the canonical JSON of `arguments`, and that JSON.
-pub fn arguments_digest(arguments: &Map<String, Value>) -> (String, String) {
+pub(crate) fn arguments_digest(arguments: &Map<String, Value>) -> (String, String) {
     let text = canonical_json(&Value::Object(arguments.clone()));
     (hex(&Sha256::digest(text.as_bytes())), text)
 }

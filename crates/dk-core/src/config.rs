@@ -128,7 +128,7 @@ impl StreamingConfig {
 
     /// Sets the policy of one kind (its kind is the policy's).
     #[must_use]
-    pub fn with_policy(mut self, policy: ResolvedPolicy) -> StreamingConfig {
+    pub(crate) fn with_policy(mut self, policy: ResolvedPolicy) -> StreamingConfig {
         match policy.kind() {
             DeviceClass::Voice => self.voice = Some(policy),
             DeviceClass::DesktopControl => self.desktop_control = Some(policy),
@@ -146,7 +146,7 @@ impl StreamingConfig {
 
     /// The largest chunk cap of any enabled kind; `None` when no kind is
     /// enabled (then no binary message is ever accepted).
-    pub fn largest_chunk_cap(&self) -> Option<u64> {
+    pub(crate) fn largest_chunk_cap(&self) -> Option<u64> {
         [self.voice.as_ref(), self.desktop_control.as_ref()]
             .into_iter()
             .flatten()

@@ -261,7 +261,7 @@ impl PersonChannel {
     /// Asks the person to approve a call; no answer within `timeout` is a
     /// no, and so is a request the person is not asked
     /// (an agent that already has its cap of approvals waiting).
-    pub async fn ask_approval(&self, request: ApprovalRequest, timeout: Duration) -> bool {
+    pub(crate) async fn ask_approval(&self, request: ApprovalRequest, timeout: Duration) -> bool {
         self.try_ask_approval(request, timeout)
             .await
             .unwrap_or(false)
@@ -308,7 +308,7 @@ impl PersonChannel {
     /// Withdraws every waiting approval for which `withdraw` says yes: its
     /// call gets a no, and every front end sees the prompt close. Returns
     /// how many were withdrawn.
-    pub fn withdraw_approvals(&self, withdraw: impl Fn(&ApprovalRequest) -> bool) -> usize {
+    pub(crate) fn withdraw_approvals(&self, withdraw: impl Fn(&ApprovalRequest) -> bool) -> usize {
         let ids: Vec<u64> = self
             .lock()
             .iter()

@@ -232,7 +232,7 @@ impl SecretRedactor {
     /// known secret replaced, or `None` when it needs no change. Text with no
     /// escape and no secret in it is passed on as it is, without parsing;
     /// otherwise it is parsed, redacted and written again.
-    pub fn redact_raw(&self, raw: &RawValue) -> Option<Box<RawValue>> {
+    pub(crate) fn redact_raw(&self, raw: &RawValue) -> Option<Box<RawValue>> {
         let text = raw.get();
         let known = self.known();
         // Without a backslash every string and key is a substring of the

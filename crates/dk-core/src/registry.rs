@@ -735,7 +735,7 @@ impl DeviceRegistry {
     /// among the devices' token hashes; used to keep tokens out of the audit
     /// log, events and logs). Authentication does not use this: it compares
     /// one device's hash in constant time.
-    pub fn is_device_token(&self, text: &str) -> bool {
+    pub(crate) fn is_device_token(&self, text: &str) -> bool {
         let hash = sha256(text);
         self.token_hashes
             .read()

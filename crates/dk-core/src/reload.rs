@@ -30,7 +30,7 @@ pub enum Reloaded {
 impl Vessel {
     /// Loads `path` and, if it is good, puts its rules in force for the calls
     /// that reach check 3 from now on. A broken file changes nothing.
-    pub fn reload_policies(&self, path: &Path) -> Reloaded {
+    pub(crate) fn reload_policies(&self, path: &Path) -> Reloaded {
         match PolicySet::load(path) {
             Ok(set) => {
                 let rules = set.rules().len();

@@ -34,7 +34,7 @@ use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, fi
 
 /// Pairing requests for one device id that may wait for the person at once,
 /// each from another address: the person tells them apart by their codes.
-pub const MAX_WAITING_PER_DEVICE_ID: usize = 4;
+pub(crate) const MAX_WAITING_PER_DEVICE_ID: usize = 4;
 
 /// How many decision records the vessel keeps in memory for listings.
 const RECENT_DECISIONS: usize = 1000;
@@ -138,7 +138,7 @@ impl ConnectionPermit {
     }
 
     /// When the connection was made: the handshake deadline counts from it.
-    pub fn connected_at(&self) -> tokio::time::Instant {
+    pub(crate) fn connected_at(&self) -> tokio::time::Instant {
         self.connected_at
     }
 
@@ -529,12 +529,12 @@ impl Vessel {
     }
 
     /// Whether [`Vessel::shut_down`] was called.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
     }
 
     /// Resolves once [`Vessel::shut_down`] is called.
-    pub async fn shutting_down(&self) {
+    pub(crate) async fn shutting_down(&self) {
         let mut rx = self.shutdown.subscribe();
         // An error means the sender is gone, which cannot happen while self lives.
         let _ = rx.wait_for(|down| *down).await;
@@ -693,7 +693,7 @@ impl Vessel {
     }
 
     /// Counts a `device:hello` from `address` against its per-minute budget.
-    pub fn note_pairing_attempt(&self, address: Option<IpAddr>) -> Result<(), &'static str> {
+    pub(crate) fn note_pairing_attempt(&self, address: Option<IpAddr>) -> Result<(), &'static str> {
         let per_minute = f64::from(self.limits.pairings_per_minute_per_address);
         let now = tokio::time::Instant::now();
         let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
@@ -725,7 +725,7 @@ impl Vessel {
     /// [`MAX_WAITING_PER_DEVICE_ID`] per device id (so a request made in a
     /// device's name from elsewhere cannot lock the device itself out), a
     /// cap per address and overall.
-    pub fn begin_pairing(
+    pub(crate) fn begin_pairing(
         self: &Arc<Self>,
         device_id: &str,
         address: Option<IpAddr>,

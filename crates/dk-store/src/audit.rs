@@ -280,7 +280,7 @@ pub(crate) struct RawRow {
 
 impl RawRow {
     /// The row as an [`AuditEntry`], checking what the database gave back.
-    pub fn to_entry(&self) -> Result<AuditEntry, StoreError> {
+    pub(crate) fn to_entry(&self) -> Result<AuditEntry, StoreError> {
         let seq = u64::try_from(self.seq)
             .map_err(|_| StoreError::Corrupt(format!("audit entry with seq {}", self.seq)))?;
         let at_ms = u64::try_from(self.at_ms).map_err(|_| {
@@ -411,7 +411,7 @@ impl<'k> Verifier<'k> {
     /// and the key's id), to be checked against the chain. Only the SQLite
     /// store records it.
     #[cfg(feature = "sqlite")]
-    pub fn recorded_key(&mut self, recorded: Option<(i64, String)>) {
+    pub(crate) fn recorded_key(&mut self, recorded: Option<(i64, String)>) {
         self.recorded = Some(recorded);
     }
 

@@ -183,7 +183,7 @@ pub struct RateHit {
 
 impl RateHit {
     /// When the call leaves its window, in milliseconds since the epoch.
-    pub fn until_ms(&self) -> u64 {
+    pub(crate) fn until_ms(&self) -> u64 {
         self.at_ms.saturating_add(self.window_ms)
     }
 }

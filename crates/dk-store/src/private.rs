@@ -120,7 +120,7 @@ pub enum PrivateDir {
 }
 
 /// The effective user id of this process: who must own dk's private files.
-pub fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
