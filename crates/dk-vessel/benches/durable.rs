@@ -10,6 +10,7 @@
 //! dk`). Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! durable`). Figures are reported, never asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;

@@ -6,6 +6,7 @@
 //! printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! e2e`). Times are reported, never asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;

@@ -9,6 +9,7 @@
 //! bench -p dk-vessel --bench idle_devices`). Figures are reported, never
 //! asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;

@@ -7,6 +7,7 @@
 //! (the floor any HTTP transport pays). Prints medians. Run with
 //! `cargo bench -p dk-vessel --bench mcp`.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@
 //! ratio are printed. Run with `cargo xtask bench` (or `cargo bench -p
 //! dk-vessel --bench stream`). Times are reported, never asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! Set-up and arithmetic shared by this crate's benches, each of which
-//! includes this module with `mod common;`.
+//! Set-up and arithmetic shared by the benches of dk-core and dk-vessel,
+//! each of which includes this module (`mod common;`, or with `#[path]`
+//! from dk-vessel).
 
 #![allow(
     dead_code,
@@ -12,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dk_vessel::{
+use dk_core::{
     Limits,
     link::{DeviceLink, InvokeResult, Links},
     registry::{ConsentDecision, DeviceRegistry, Paired},
@@ -98,7 +99,7 @@ pub async fn pair(
     registry: &DeviceRegistry,
     manifest: &Value,
     grants: Vec<String>,
-) -> Result<Paired, dk_vessel::registry::PairError> {
+) -> Result<Paired, dk_core::registry::PairError> {
     registry
         .pair(
             manifest,

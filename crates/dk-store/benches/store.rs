@@ -2,20 +2,16 @@
 //! a grant committed and synced, a pairing put, the load of 10,000
 //! pairings, an audit batch of 256, and the cost of `AuditWriter::record`.
 //! Before divan's table it prints median and p99 of the committed writes,
-//! measured one by one. Run with `cargo bench -p dk-vessel --bench store`.
-
-mod common;
+//! measured one by one. Run with `cargo bench -p dk-store --bench store`.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dk_vessel::store::{
+use dk_store::{
     AuditEvent, AuditWriter, MemoryStore, SqliteStore, Store, StoredPairing, WriterOptions,
 };
 use serde_json::json;
-
-use common::{micros, percentile};
 
 /// Pairings in the load bench.
 const DEVICES: usize = 10_000;
@@ -82,7 +78,7 @@ fn event(kind: &str, n: u64) -> AuditEvent {
 }
 
 #[expect(clippy::panic, reason = "a failed write ends the bench")]
-fn must<T>(result: Result<T, dk_vessel::store::StoreError>) -> T {
+fn must<T>(result: Result<T, dk_store::StoreError>) -> T {
     match result {
         Ok(value) => value,
         Err(error) => panic!("store error in bench: {error}"),
@@ -210,4 +206,16 @@ fn audit_writer_record(bencher: divan::Bencher) {
     if writer.dropped() > 0 {
         println!("audit_writer_record: {} dropped", writer.dropped());
     }
+}
+
+/// The sample at quantile `q` (0 to 1, the nearest rank), sorting them.
+fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    samples.sort_unstable();
+    let i = ((samples.len().saturating_sub(1)) as f64 * q).round() as usize;
+    samples.get(i).copied().unwrap_or_default()
+}
+
+/// A duration in microseconds.
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
 }

@@ -1,19 +1,19 @@
 //! Benchmarks of the call path: `execute` of an allowed call over a link that
 //! answers at once without serialising, with no rules and with 1,000 rules
 //! that do not name the device; and `authenticate` with the manifest. Run
-//! with `cargo xtask bench` (or `cargo bench -p dk-vessel`).
+//! with `cargo xtask bench` (or `cargo bench -p dk-core`).
 
 mod common;
 
 use std::hint::black_box;
 use std::sync::Arc;
 
-use dk_policy::PolicySet;
-use dk_vessel::{
+use dk_core::{
     adapter::{CallContext, DeviceToolAdapter},
     link::Links,
     registry::DeviceRegistry,
 };
+use dk_policy::PolicySet;
 use futures::FutureExt;
 use serde_json::{Value, json};
 
