@@ -7,8 +7,9 @@ use std::time::Duration;
 use dk_device::{Device, serve_device};
 use dk_policy::PolicySet;
 use dk_vessel::{
-    CallCorrelator, ConsentDecision, DecisionRecord, DeviceLink, DeviceRegistry, DeviceToolAdapter,
-    Links, Paired, pump_device_frames,
+    adapter::{DecisionRecord, DeviceToolAdapter},
+    link::{CallCorrelator, DeviceLink, Links, pump_device_frames},
+    registry::{ConsentDecision, DeviceRegistry, Paired},
 };
 use futures::StreamExt;
 use serde_json::Value;

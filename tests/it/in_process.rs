@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use dk_device::samples::Lamp;
 use dk_device::{Device, HandlerError};
-use dk_vessel::{ApprovalRequest, Approver, ApproverFn, CallContext, DeviceRegistry, ToolOutcome};
+use dk_vessel::{
+    adapter::{ApprovalRequest, Approver, ApproverFn, CallContext, ToolOutcome},
+    registry::DeviceRegistry,
+};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify};
 

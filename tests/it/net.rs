@@ -9,7 +9,10 @@ use std::time::Duration;
 use dk_device::{ClientError, ClientOptions, Device, run_client};
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminClient, AdminToken, ConsentDecision, Limits, Prompt, Vessel, serve_admin, serve_devices,
+    Limits, Vessel,
+    http::{AdminClient, AdminToken, serve_admin, serve_devices},
+    person::Prompt,
+    registry::ConsentDecision,
 };
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};

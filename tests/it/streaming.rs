@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dk_device::samples::{Desktop, VOICE_FRAME_BYTES, Voice};
 use dk_device::{ClientOptions, stream_channel};
-use dk_vessel::{Limits, VesselConfig};
+use dk_vessel::{Limits, config::VesselConfig};
 use serde_json::json;
 
 use crate::net::{DeviceRun, start};

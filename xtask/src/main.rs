@@ -27,8 +27,9 @@ tasks:
                            with api/<crate>.txt, failing with the difference;
                            --bless rewrites the snapshots
   bench [FILTER] [--save FILE]
-                           run the divan benchmarks of dk-proto, dk-policy and dk-vessel,
-                           then print their medians (and write them to FILE as JSON)
+                           run the divan benchmarks of dk-proto, dk-policy, dk-store,
+                           dk-core and dk-vessel, then print their medians (and write
+                           them to FILE as JSON)
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),

@@ -10,6 +10,7 @@
 //! dk`). Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! durable`). Figures are reported, never asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;
@@ -20,8 +21,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminClient, AdminToken, AuditEvent, CallContext, Limits, SqliteStore, Store, StoredPairing,
-    Vessel,
+    Limits, Vessel,
+    adapter::CallContext,
+    http::{AdminClient, AdminToken},
+    store::{AuditEvent, SqliteStore, Store, StoredPairing},
 };
 use futures::FutureExt;
 use serde_json::{Map, Value, json};

@@ -6,6 +6,7 @@
 //! printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! e2e`). Times are reported, never asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;
@@ -18,7 +19,9 @@ use axum::extract::ws::{Message as AxumMessage, WebSocketUpgrade};
 use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
-use dk_vessel::{CallContext, ConsentDecision, Prompt, Vessel, serve_devices};
+use dk_vessel::{
+    Vessel, adapter::CallContext, http::serve_devices, person::Prompt, registry::ConsentDecision,
+};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;

@@ -9,6 +9,7 @@
 //! bench -p dk-vessel --bench idle_devices`). Figures are reported, never
 //! asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dk_vessel::{AdminClient, AdminToken};
+use dk_vessel::http::{AdminClient, AdminToken};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;

@@ -7,6 +7,7 @@
 //! (the floor any HTTP transport pays). Prints medians. Run with
 //! `cargo bench -p dk-vessel --bench mcp`.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -14,7 +15,12 @@ use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt;
 use dk_policy::PolicySet;
-use dk_vessel::{AgentDirectory, AgentRole, AgentScope, CallContext, Vessel, serve_mcp};
+use dk_vessel::{
+    Vessel,
+    adapter::CallContext,
+    agents::{AgentDirectory, AgentRole, AgentScope},
+    mcp::serve_mcp,
+};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;

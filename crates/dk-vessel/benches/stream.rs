@@ -8,6 +8,7 @@
 //! ratio are printed. Run with `cargo xtask bench` (or `cargo bench -p
 //! dk-vessel --bench stream`). Times are reported, never asserted on.
 
+#[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
 use dk_proto::StreamChunk;
-use dk_vessel::{ConsentDecision, Vessel, VesselConfig, serve_devices};
+use dk_vessel::{Vessel, config::VesselConfig, http::serve_devices, registry::ConsentDecision};
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::net::TcpListener;

@@ -1,199 +1,562 @@
-//! The `/device` WebSocket route: refuses an upgrade a web page could have
-//! made (an `Origin` not allowed, a `Host` that does not name a loopback
-//! listener), admits a connection (total and per-address limits), upgrades
-//! it, and hands it to [`serve_connection`](crate::serve_connection). axum
-//! and tungstenite types stay inside this module.
+//! [`VesselServer`]: a networked vessel in a few lines. It makes the data
+//! directory private, binds the admin and MCP Unix sockets there (which
+//! tells whether another vessel runs in it), opens the store, keeps the
+//! admin token (its hash in the store, the token in a private file outside
+//! the data directory), binds the device, admin and MCP listeners, writes
+//! the address file `vessel.json`, and serves every route until
+//! [`RunningVessel::stop`]. The address file and the sockets are removed
+//! when it stops.
 
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::Router;
-use axum::extract::ws::{CloseFrame as WsClose, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use dk_proto::CloseFrame;
-use futures::{SinkExt, StreamExt};
+use dk_core::config::VesselConfig;
+use dk_core::{Limits, Vessel};
+use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
+use dk_mcp::McpOptions;
+use dk_policy::PolicySet;
+use dk_store::private::{PrivateFileError, ensure_private_dir, write_private_file};
+use dk_store::{AuditOptions, SqliteStore, Store, StoreError, audit_head_file};
+use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use crate::connection::{WireMessage, serve_connection};
-use crate::listen::{Accepted, serve_http};
-use crate::origins::{LocalOrigins, single};
-use crate::vessel::Vessel;
+/// The address file a running vessel writes in its data directory.
+pub const ADDRESS_FILE: &str = "vessel.json";
+/// The database file in the data directory, unless a store is given.
+pub const DATABASE_FILE: &str = "vessel.db";
+/// The admin API's Unix socket in the data directory.
+pub const ADMIN_SOCKET: &str = "admin.sock";
+/// The MCP route's Unix socket in the data directory.
+pub const MCP_SOCKET: &str = "mcp.sock";
+/// The name of the admin token's hash in the store.
+const ADMIN_TOKEN: &str = "admin-token";
 
-/// Initial read buffer per device connection.
-const READ_BUFFER_BYTES: usize = 4 * 1024;
-
-/// How long a shutting-down vessel waits for its connections to close.
-const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
-
-/// What the `/device` route needs besides the vessel.
-#[derive(Clone)]
-struct Devices {
-    vessel: Arc<Vessel>,
-    /// The `Host` values accepted when the listener is on loopback; `None`
-    /// when it listens on another address, where devices name it as they
-    /// please.
-    hosts: Option<Arc<LocalOrigins>>,
+/// Where the MCP route listens on TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpListen {
+    /// Not on TCP (agents may still use the MCP socket).
+    Off,
+    /// At this address; failing to bind it fails the start.
+    At(SocketAddr),
+    /// At this address when it is free; otherwise the vessel runs without
+    /// an MCP listener and [`RunningVessel::mcp_unavailable`] says why.
+    IfFree(SocketAddr),
 }
 
-/// The router with the `/device` route for a listener bound to `local`, for
-/// embedding in a larger app. The app must provide `ConnectInfo<SocketAddr>`
-/// (axum's `into_make_service_with_connect_info`).
-pub fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
-    let hosts = local
-        .ip()
-        .is_loopback()
-        .then(|| Arc::new(LocalOrigins::for_listener(local)));
-    Router::new()
-        .route("/device", get(device_route))
-        .with_state(Devices { vessel, hosts })
+/// Opens the store of a vessel whose data directory is given.
+pub type StoreOpener =
+    Box<dyn FnOnce(&Path) -> Result<Arc<dyn Store>, ServerError> + Send + 'static>;
+
+/// Why a networked vessel did not start or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The data directory or one of its sockets could not be made or used
+    /// (another vessel running there is one case).
+    #[error("{0}")]
+    Private(#[from] PrivateFileError),
+    /// The store could not be opened or used.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The store opener refused, saying why.
+    #[error("{0}")]
+    StoreRefused(String),
+    /// The admin token file is not a private file of this user.
+    #[error("the admin token file is refused: {0}")]
+    AdminTokenFile(PrivateFileError),
+    /// The admin token file could not be read for another reason.
+    #[error("the admin token file is refused: {0}")]
+    AdminToken(AdminTokenError),
+    /// The admin token could not be written to its file.
+    #[error("admin token: {0}")]
+    AdminTokenWrite(PrivateFileError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: io::Error,
+    },
+    /// A bound listener's address could not be read.
+    #[error("{0}")]
+    LocalAddress(io::Error),
+    /// The address file could not be written.
+    #[error("address file: {0}")]
+    AddressFile(PrivateFileError),
+    /// A route failed while serving.
+    #[error("{route}: {source}")]
+    Serve {
+        /// The route: `admin API`, `admin socket`, `device route`, `MCP
+        /// route` or `MCP socket`.
+        route: &'static str,
+        /// Why.
+        source: io::Error,
+    },
+    /// A route's task ended without its answer (it panicked or was
+    /// cancelled).
+    #[error("{0}: its task ended early")]
+    Task(&'static str),
+    /// The audit log could not be flushed at the stop.
+    #[error("audit log: {0}")]
+    Audit(StoreError),
 }
 
-/// Serves the `/device` route on `listener` until `shutdown` resolves; then
-/// every device connection is closed (code 1001) and awaited. Connections
-/// are counted and capped from `accept`, and a request's headers have a
-/// deadline (see [`Limits`](crate::Limits)).
-pub async fn serve_devices(
-    listener: TcpListener,
-    vessel: Arc<Vessel>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let local = listener.local_addr()?;
-    let app = device_router(Arc::clone(&vessel), local);
-    let closing = Arc::clone(&vessel);
-    let result = serve_http(
-        listener,
-        app,
-        vessel.limits().device_listener(),
-        Arc::clone(&vessel.stats().device_listener),
-        async move {
-            shutdown.await;
-            closing.shut_down();
-        },
-    )
-    .await;
-    vessel.shut_down();
-    vessel.drained(DRAIN_PATIENCE).await;
-    result
+/// Starts a networked vessel: every route, the store, MCP, the Unix sockets
+/// and the address file.
+///
+/// ```
+/// use std::net::SocketAddr;
+///
+/// use dk_vessel::{McpListen, VesselServer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let dir = tempfile::TempDir::new()?;
+/// let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+/// let running = VesselServer::new(dir.path().join("vessel"))
+///     .listen(any_port)
+///     .admin_listen(Some(any_port))
+///     .mcp_listen(McpListen::At(any_port))
+///     .start()
+///     .await?;
+/// println!("devices connect to ws://{}/device", running.device_addr());
+/// assert!(dir.path().join("vessel/vessel.json").exists());
+/// running.stop().await?;
+/// assert!(!dir.path().join("vessel/vessel.json").exists());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+pub struct VesselServer {
+    data_dir: PathBuf,
+    listen: SocketAddr,
+    admin_listen: Option<SocketAddr>,
+    mcp_listen: McpListen,
+    unix_sockets: bool,
+    address_file: bool,
+    admin_token_file: Option<PathBuf>,
+    policies: PolicySet,
+    config: VesselConfig,
+    limits: Limits,
+    mcp: McpOptions,
+    store: Option<StoreOpener>,
 }
 
-/// Why an upgrade's headers are refused, if they are: an `Origin` that is
-/// not allowed (native devices send none), or on a loopback listener a
-/// `Host` that does not name it.
-fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
-    let (origin, host) = match (
-        single(headers, header::ORIGIN),
-        single(headers, header::HOST),
-    ) {
-        (Ok(origin), Ok(host)) => (origin, host),
-        (Err(why), _) | (_, Err(why)) => return Some(why),
-    };
-    if let Some(origin) = origin {
-        let allowed = devices
-            .vessel
-            .limits()
-            .device_origins
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(origin));
-        if !allowed {
-            return Some(
-                "a device connection carries no Origin: requests from web pages are refused",
-            );
+impl std::fmt::Debug for VesselServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VesselServer")
+            .field("data_dir", &self.data_dir)
+            .field("listen", &self.listen)
+            .field("admin_listen", &self.admin_listen)
+            .field("mcp_listen", &self.mcp_listen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VesselServer {
+    /// A vessel keeping its files in `data_dir` (made 0700), with the
+    /// defaults of `dk vessel`: devices on 127.0.0.1:7777, the admin API on
+    /// 127.0.0.1:7778, MCP on 127.0.0.1:7779 when it is free, the Unix
+    /// sockets and the address file, no rules, the default configuration
+    /// and limits, and a SQLite store `vessel.db` whose audit head is kept
+    /// beside the data directory. Without an admin token file a fresh admin
+    /// token is made at every start.
+    pub fn new(data_dir: impl Into<PathBuf>) -> VesselServer {
+        VesselServer {
+            data_dir: data_dir.into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 7777)),
+            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 7778))),
+            mcp_listen: McpListen::IfFree(SocketAddr::from(([127, 0, 0, 1], 7779))),
+            unix_sockets: true,
+            address_file: true,
+            admin_token_file: None,
+            policies: PolicySet::empty(),
+            config: VesselConfig::default(),
+            limits: Limits::default(),
+            mcp: McpOptions::default(),
+            store: None,
         }
     }
-    if let Some(local) = &devices.hosts
-        && !host.is_some_and(|h| local.hosts.iter().any(|a| a.eq_ignore_ascii_case(h)))
-    {
-        return Some("the Host header must name this loopback listener");
-    }
-    None
-}
 
-async fn device_route(
-    State(devices): State<Devices>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    accepted: Option<axum::Extension<Accepted>>,
-    headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
-) -> Response {
-    if let Some(why) = refusal(&devices, &headers) {
-        return (StatusCode::FORBIDDEN, why).into_response();
+    /// Where devices connect (the `/device` route).
+    pub fn listen(mut self, addr: SocketAddr) -> VesselServer {
+        self.listen = addr;
+        self
     }
-    let vessel = devices.vessel;
-    let mut permit = match vessel.admit(Some(remote.ip())) {
-        Ok(permit) => permit,
-        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
-    };
-    if let Some(axum::Extension(Accepted(at))) = accepted {
-        permit.accepted_at(at);
+
+    /// Where the admin API listens on TCP; `None` for the admin socket only.
+    pub fn admin_listen(mut self, addr: Option<SocketAddr>) -> VesselServer {
+        self.admin_listen = addr;
+        self
     }
-    // One byte over the limit still reaches the frame parser, which closes
-    // with 1009 and a reason; anything larger is refused by the socket layer.
-    // A vessel that admits streaming kinds reads binary messages up to twice
-    // the largest chunk cap, so a chunk over its cap is dropped and reported
-    // rather than ending the connection.
-    let max = vessel
-        .limits()
-        .max_frame_bytes
-        .max(vessel.streams().largest_message().unwrap_or(0))
-        .saturating_add(1);
-    upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
-        // The socket layer's default read buffer (128 KiB, zero-filled) would
-        // dominate an idle connection's memory; it grows when a frame needs it.
-        .read_buffer_size(READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| async move {
-            serve_socket(&vessel, permit, socket).await;
+
+    /// Where the MCP route listens on TCP.
+    pub fn mcp_listen(mut self, listen: McpListen) -> VesselServer {
+        self.mcp_listen = listen;
+        self
+    }
+
+    /// Whether the admin API and the MCP route also listen on Unix sockets
+    /// in the data directory (on by default).
+    pub fn unix_sockets(mut self, on: bool) -> VesselServer {
+        self.unix_sockets = on;
+        self
+    }
+
+    /// Whether `vessel.json` is written in the data directory (on by
+    /// default).
+    pub fn address_file(mut self, on: bool) -> VesselServer {
+        self.address_file = on;
+        self
+    }
+
+    /// Where the admin token is kept (mode 0600), outside the data
+    /// directory, which holds only its hash.
+    pub fn admin_token_file(mut self, path: impl Into<PathBuf>) -> VesselServer {
+        self.admin_token_file = Some(path.into());
+        self
+    }
+
+    /// The `device_use` rules in force at the start.
+    pub fn policies(mut self, policies: PolicySet) -> VesselServer {
+        self.policies = policies;
+        self
+    }
+
+    /// The vessel configuration (streaming kinds, rate limits, run
+    /// budgets), applied over the limits.
+    pub fn config(mut self, config: VesselConfig) -> VesselServer {
+        self.config = config;
+        self
+    }
+
+    /// The limits, before the configuration is applied.
+    pub fn limits(mut self, limits: Limits) -> VesselServer {
+        self.limits = limits;
+        self
+    }
+
+    /// The MCP route's options.
+    pub fn mcp_options(mut self, options: McpOptions) -> VesselServer {
+        self.mcp = options;
+        self
+    }
+
+    /// Opens the store with `open` (given the data directory), after the
+    /// sockets are bound, instead of the default SQLite store.
+    pub fn store_with(
+        mut self,
+        open: impl FnOnce(&Path) -> Result<Arc<dyn Store>, ServerError> + Send + 'static,
+    ) -> VesselServer {
+        self.store = Some(Box::new(open));
+        self
+    }
+
+    /// Binds everything, opens the store and starts serving. Call it within
+    /// a Tokio runtime.
+    pub async fn start(self) -> Result<RunningVessel, ServerError> {
+        ensure_private_dir(&self.data_dir)?;
+        // The sockets first: they tell whether another vessel runs here.
+        let mut leftovers = Leftovers::default();
+        let sockets = if self.unix_sockets {
+            let admin_path = self.data_dir.join(ADMIN_SOCKET);
+            let admin = bind_private_socket(&admin_path).await?;
+            leftovers.0.push(admin_path);
+            let mcp_path = self.data_dir.join(MCP_SOCKET);
+            let mcp = bind_private_socket(&mcp_path).await?;
+            leftovers.0.push(mcp_path);
+            Some((admin, mcp))
+        } else {
+            None
+        };
+        let store = match self.store {
+            Some(open) => open(&self.data_dir)?,
+            None => {
+                let audit = AuditOptions {
+                    head_file: audit_head_file(&self.data_dir),
+                    key: None,
+                };
+                let store = SqliteStore::open_with(&self.data_dir.join(DATABASE_FILE), audit)?;
+                Arc::new(store) as Arc<dyn Store>
+            }
+        };
+        let (token, replaced) = admin_token(store.as_ref(), self.admin_token_file.as_deref())?;
+        let devices = bind(self.listen).await?;
+        let admin = match self.admin_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let (mcp, mcp_unavailable) = match self.mcp_listen {
+            McpListen::Off => (None, None),
+            McpListen::At(addr) => (Some(bind(addr).await?), None),
+            McpListen::IfFree(addr) => match bind(addr).await {
+                Ok(listener) => (Some(listener), None),
+                Err(error) => (None, Some(error.to_string())),
+            },
+        };
+        let device_addr = devices.local_addr().map_err(ServerError::LocalAddress)?;
+        let admin_addr = admin
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()
+            .map_err(ServerError::LocalAddress)?;
+        let mcp_addr = mcp
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()
+            .map_err(ServerError::LocalAddress)?;
+        if self.address_file {
+            let file = self.data_dir.join(ADDRESS_FILE);
+            write_address(
+                &file,
+                &self.data_dir,
+                self.unix_sockets,
+                device_addr,
+                admin_addr,
+                mcp_addr,
+            )?;
+            leftovers.0.insert(0, file);
+        }
+
+        let mut limits = self.limits;
+        self.config.apply_to(&mut limits);
+        let vessel = Vessel::open(store, self.policies, limits)?;
+        vessel.set_streaming(self.config.streaming.clone());
+        vessel.add_secret(token.expose());
+        if replaced {
+            vessel.audit("admin-token", json!({"replaced": true}));
+        }
+
+        let (stop, stopped) = watch::channel(false);
+        let until = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut tasks: Vec<(&'static str, JoinHandle<io::Result<()>>)> = Vec::new();
+        if let Some(admin) = admin {
+            let serve = dk_http::serve_admin(
+                admin,
+                Arc::clone(&vessel),
+                token.clone(),
+                until(stopped.clone()),
+            );
+            tasks.push(("admin API", tokio::spawn(serve)));
+        }
+        if let Some((admin_socket, mcp_socket)) = sockets {
+            let serve = dk_http::serve_admin_unix(
+                admin_socket,
+                Arc::clone(&vessel),
+                token.clone(),
+                until(stopped.clone()),
+            );
+            tasks.push(("admin socket", tokio::spawn(serve)));
+            let serve = dk_mcp::serve_mcp_unix(
+                mcp_socket,
+                Arc::clone(&vessel),
+                Arc::clone(vessel.agents()),
+                self.mcp,
+                until(stopped.clone()),
+            );
+            tasks.push(("MCP socket", tokio::spawn(serve)));
+        }
+        let serve = dk_http::serve_devices(devices, Arc::clone(&vessel), until(stopped.clone()));
+        tasks.push(("device route", tokio::spawn(serve)));
+        if let Some(mcp) = mcp {
+            let serve = dk_mcp::serve_mcp_with(
+                mcp,
+                Arc::clone(&vessel),
+                Arc::clone(vessel.agents()),
+                self.mcp,
+                until(stopped.clone()),
+            );
+            tasks.push(("MCP route", tokio::spawn(serve)));
+        }
+        Ok(RunningVessel {
+            vessel,
+            token,
+            token_replaced: replaced,
+            device_addr,
+            admin_addr,
+            mcp_addr,
+            mcp_unavailable,
+            data_dir: self.data_dir,
+            stop,
+            tasks,
+            leftovers,
         })
-}
-
-async fn serve_socket(
-    vessel: &Arc<Vessel>,
-    permit: crate::vessel::ConnectionPermit,
-    socket: WebSocket,
-) {
-    let (sink, stream) = socket.split();
-    // A socket error ends the stream: the connection is gone.
-    let incoming = stream
-        .take_while(|message| std::future::ready(message.is_ok()))
-        .filter_map(|message| std::future::ready(message.ok().map(from_ws)));
-    let outgoing =
-        sink.with(|message: WireMessage| std::future::ready(Ok::<_, axum::Error>(to_ws(message))));
-    let incoming = Box::pin(incoming);
-    let outcome = serve_connection(vessel, permit, incoming, outgoing).await;
-    tracing::debug!(device = ?outcome.device_id, closed = ?outcome.closed_with, "device connection ended");
-}
-
-fn from_ws(message: Message) -> WireMessage {
-    match message {
-        Message::Text(text) => WireMessage::Text(text.as_str().to_owned()),
-        Message::Binary(bytes) => WireMessage::Binary(bytes.to_vec()),
-        Message::Ping(bytes) => WireMessage::Ping(bytes.to_vec()),
-        Message::Pong(bytes) => WireMessage::Pong(bytes.to_vec()),
-        Message::Close(frame) => WireMessage::Close(frame.map(|f| CloseFrame {
-            code: f.code,
-            reason: f.reason.as_str().to_owned(),
-        })),
     }
 }
 
-fn to_ws(message: WireMessage) -> Message {
-    match message {
-        WireMessage::Text(text) => Message::Text(text.into()),
-        WireMessage::Binary(bytes) => Message::Binary(bytes.into()),
-        WireMessage::Ping(bytes) => Message::Ping(bytes.into()),
-        WireMessage::Pong(bytes) => Message::Pong(bytes.into()),
-        WireMessage::Close(frame) => Message::Close(frame.map(|f| WsClose {
-            code: f.code,
-            reason: f.reason.into(),
-        })),
+/// A vessel [`VesselServer::start`] started: where it listens, its state,
+/// and the way to stop it.
+#[derive(Debug)]
+pub struct RunningVessel {
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    token_replaced: bool,
+    device_addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    mcp_addr: Option<SocketAddr>,
+    mcp_unavailable: Option<String>,
+    data_dir: PathBuf,
+    stop: watch::Sender<bool>,
+    tasks: Vec<(&'static str, JoinHandle<io::Result<()>>)>,
+    leftovers: Leftovers,
+}
+
+impl RunningVessel {
+    /// The vessel's state.
+    pub fn vessel(&self) -> &Arc<Vessel> {
+        &self.vessel
+    }
+
+    /// The admin API's bearer token.
+    pub fn admin_token(&self) -> &AdminToken {
+        &self.token
+    }
+
+    /// Whether the start replaced an earlier admin token (the file's was
+    /// missing or not the one whose hash the store holds).
+    pub fn admin_token_replaced(&self) -> bool {
+        self.token_replaced
+    }
+
+    /// Where devices connect.
+    pub fn device_addr(&self) -> SocketAddr {
+        self.device_addr
+    }
+
+    /// Where the admin API listens on TCP, if it does.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// Where the MCP route listens on TCP, if it does.
+    pub fn mcp_addr(&self) -> Option<SocketAddr> {
+        self.mcp_addr
+    }
+
+    /// Why MCP has no TCP listener when [`McpListen::IfFree`] found its
+    /// address taken.
+    pub fn mcp_unavailable(&self) -> Option<&str> {
+        self.mcp_unavailable.as_deref()
+    }
+
+    /// The admin API's Unix socket.
+    pub fn admin_socket(&self) -> PathBuf {
+        self.data_dir.join(ADMIN_SOCKET)
+    }
+
+    /// The MCP route's Unix socket.
+    pub fn mcp_socket(&self) -> PathBuf {
+        self.data_dir.join(MCP_SOCKET)
+    }
+
+    /// A future that resolves once [`RunningVessel::stop`] is called, for
+    /// the embedder's own tasks (a prompt, a rule-file watch) to end with
+    /// the vessel.
+    pub fn stopping(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stop.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    /// Asks every route to finish, waits for them, removes the address file
+    /// and the sockets, and flushes the audit log. The first failure of a
+    /// route is returned, after everything is stopped.
+    pub async fn stop(mut self) -> Result<(), ServerError> {
+        self.stop.send_replace(true);
+        let mut first = None;
+        for (route, task) in std::mem::take(&mut self.tasks) {
+            let outcome = match task.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(source)) => ServerError::Serve { route, source },
+                Err(_) => ServerError::Task(route),
+            };
+            first.get_or_insert(outcome);
+        }
+        drop(std::mem::take(&mut self.leftovers));
+        self.vessel.flush_audit().map_err(ServerError::Audit)?;
+        first.map_or(Ok(()), Err)
     }
 }
 
-#[cfg(test)]
-mod tests;
+/// Files the vessel made that go when it stops (short of SIGKILL): its
+/// address file and its sockets, removed when this is dropped.
+#[derive(Debug, Default)]
+struct Leftovers(Vec<PathBuf>);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Listen { addr, source })
+}
+
+/// The admin token: the one in `path` when the store holds its hash; else a
+/// new one, written to `path` (0600) with only its hash in the store.
+/// Without a file, a new one each time, its hash not kept. Returns whether
+/// an earlier token was replaced.
+fn admin_token(store: &dyn Store, path: Option<&Path>) -> Result<(AdminToken, bool), ServerError> {
+    let Some(path) = path else {
+        return Ok((AdminToken::generate(), false));
+    };
+    let kept = store.secret_hash(ADMIN_TOKEN)?;
+    let on_file = match AdminToken::read_from(path) {
+        Ok(token) => Some(token),
+        Err(AdminTokenError::NotAToken { .. }) => None,
+        Err(AdminTokenError::File(e)) if e.is_absent() => None,
+        Err(AdminTokenError::File(e)) => return Err(ServerError::AdminTokenFile(e)),
+        Err(other) => return Err(ServerError::AdminToken(other)),
+    };
+    if let (Some(hash), Some(token)) = (kept, &on_file)
+        && token.hash() == hash
+    {
+        return Ok((token.clone(), false));
+    }
+    let token = match (kept, on_file) {
+        (None, Some(token)) => token,
+        _ => AdminToken::generate(),
+    };
+    token.write_to(path).map_err(ServerError::AdminTokenWrite)?;
+    store.put_secret_hash(ADMIN_TOKEN, token.hash())?;
+    Ok((token, kept.is_some()))
+}
+
+/// Writes `vessel.json` (0600, atomically): where this vessel listens, for
+/// the person and their tools. dk's own commands do not trust it: they
+/// reach the vessel through its sockets.
+fn write_address(
+    file: &Path,
+    data_dir: &Path,
+    sockets: bool,
+    devices: SocketAddr,
+    admin: Option<SocketAddr>,
+    mcp: Option<SocketAddr>,
+) -> Result<(), ServerError> {
+    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let socket = |name: &str| sockets.then(|| absolute(data_dir.join(name)));
+    let text = json!({
+        "pid": std::process::id(),
+        "devices": devices.to_string(),
+        "admin": admin.map(|addr| addr.to_string()),
+        "mcp": mcp.map(|addr| addr.to_string()),
+        "adminSocket": socket(ADMIN_SOCKET),
+        "mcpSocket": socket(MCP_SOCKET),
+    })
+    .to_string();
+    write_private_file(file, text.as_bytes()).map_err(ServerError::AddressFile)
+}

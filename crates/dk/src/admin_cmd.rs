@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use dk_proto::admin as api;
-use dk_vessel::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
+use dk_vessel::http::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -314,7 +314,7 @@ pub(crate) fn asker(agent: Option<&str>, session: Option<&str>) -> String {
 pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
-        let e = |e: dk_vessel::AdminClientError| e.to_string();
+        let e = |e: dk_vessel::http::AdminClientError| e.to_string();
         let (id, body) = match command.unwrap_or(ApprovalsCommand::List) {
             ApprovalsCommand::List => {
                 let list = pending_of(&ok(c.get("/v1/pending").await.map_err(e)?)?, "approval");
@@ -369,9 +369,9 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                     };
                     api::Remember {
                         scope: scope.to_owned(),
-                        minutes: Some(
-                            minutes.unwrap_or(u64::from(dk_vessel::DEFAULT_ALLOWANCE_MINUTES)),
-                        ),
+                        minutes: Some(minutes.unwrap_or(u64::from(
+                            dk_vessel::allowances::DEFAULT_ALLOWANCE_MINUTES,
+                        ))),
                     }
                 });
                 (
@@ -446,7 +446,7 @@ fn until(at_ms: u64) -> String {
 
 /// Runs `dk approvals remembered`.
 async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> Result<(), String> {
-    let e = |e: dk_vessel::AdminClientError| e.to_string();
+    let e = |e: dk_vessel::http::AdminClientError| e.to_string();
     match command {
         RememberedCommand::List => {
             let list = ok(c.get("/v1/approvals/remembered").await.map_err(e)?)?;
@@ -492,7 +492,7 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
 pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
-        let e = |e: dk_vessel::AdminClientError| e.to_string();
+        let e = |e: dk_vessel::http::AdminClientError| e.to_string();
         match command.unwrap_or(DevicesCommand::List) {
             DevicesCommand::List => {
                 let list = ok(c.get("/v1/devices").await.map_err(e)?)?;
@@ -599,7 +599,7 @@ mod tests {
 
     #[test]
     fn an_approval_says_who_asks() {
-        let request = dk_vessel::ApprovalRequest {
+        let request = dk_vessel::adapter::ApprovalRequest {
             tool: "device__front_door__unlock".to_owned(),
             device_id: "front-door".to_owned(),
             capability: "unlock".to_owned(),
@@ -612,7 +612,7 @@ mod tests {
             asker(request.agent_id.as_deref(), request.session_id.as_deref()),
             "agent kitchen-helper, session s-1\\u{1b}[2J"
         );
-        let host = dk_vessel::ApprovalRequest {
+        let host = dk_vessel::adapter::ApprovalRequest {
             agent_id: None,
             session_id: None,
             ..request

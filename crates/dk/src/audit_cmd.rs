@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use dk_vessel::{
+use dk_vessel::store::{
     AuditEntry, AuditHead, AuditKey, AuditOptions, SqliteStore, Store, StoreError, audit_head_file,
 };
 use serde_json::json;
@@ -276,7 +276,7 @@ enum Kept {
 impl Kept {
     /// The head kept in `file`. Read before the log, so entries a running
     /// vessel commits meanwhile are never taken for a cut.
-    fn read(file: PathBuf) -> Result<Kept, dk_vessel::StoreError> {
+    fn read(file: PathBuf) -> Result<Kept, dk_vessel::store::StoreError> {
         Ok(match AuditHead::read_from(&file)? {
             Some(head) => Kept::File(file, head),
             None => Kept::Missing(file),

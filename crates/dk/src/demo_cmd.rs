@@ -13,7 +13,13 @@ use std::time::Duration;
 use dk_device::samples::Lamp;
 use dk_device::{ClientOptions, Notice, ServeOptions, run_client};
 use dk_policy::PolicySet;
-use dk_vessel::{CallContext, ConsentDecision, Limits, PersonEvent, Prompt, Vessel, serve_devices};
+use dk_vessel::{
+    Limits, Vessel,
+    adapter::CallContext,
+    http::serve_devices,
+    person::{PersonEvent, Prompt},
+    registry::ConsentDecision,
+};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;

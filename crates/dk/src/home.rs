@@ -15,14 +15,9 @@ pub const HOME_ENV: &str = "DK_HOME";
 const VESSEL_DIR: &str = "vessel";
 /// The admin token's file in the home.
 const ADMIN_TOKEN_FILE: &str = "admin-token";
-/// The vessel's database in its data directory.
-pub const DATABASE_FILE: &str = "vessel.db";
-/// Where a running vessel says where it listens, in its data directory.
-pub const ADDRESS_FILE: &str = "vessel.json";
-/// The admin API's Unix socket in the data directory.
-pub const ADMIN_SOCKET: &str = "admin.sock";
-/// The MCP route's Unix socket in the data directory.
-pub const MCP_SOCKET: &str = "mcp.sock";
+/// The vessel's files in its data directory: its database and its admin
+/// and MCP sockets.
+pub use dk_vessel::{ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET};
 
 /// How the home was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,11 +181,6 @@ impl Paths {
     /// The admin API's socket.
     pub fn admin_socket(&self) -> PathBuf {
         self.data_dir.join(ADMIN_SOCKET)
-    }
-
-    /// The MCP route's socket.
-    pub fn mcp_socket(&self) -> PathBuf {
-        self.data_dir.join(MCP_SOCKET)
     }
 
     /// What to say when no vessel answers in the data directory.

@@ -1,6 +1,6 @@
 //! Log output: lines go to standard error with every secret the running
 //! vessel knows replaced by `[REDACTED]` first
-//! ([`dk_vessel::redacting_log_writer`]). `DK_LOG` sets the level: `error`,
+//! ([`dk_vessel::redact::redacting_log_writer`]). `DK_LOG` sets the level: `error`,
 //! `warn` (the default), `info`, `debug` or `trace`.
 //!
 //! A few events rmcp logs at ERROR are not errors: they say that an MCP
@@ -44,7 +44,10 @@ pub fn init() {
         .ok()
         .and_then(|level| level.parse::<Level>().ok())
         .unwrap_or(Level::WARN);
-    let _ = subscriber(level, || dk_vessel::redacting_log_writer(std::io::stderr())).try_init();
+    let _ = subscriber(level, || {
+        dk_vessel::redact::redacting_log_writer(std::io::stderr())
+    })
+    .try_init();
 }
 
 /// Events at `level` and above, formatted to `writer`, with the
@@ -114,7 +117,11 @@ mod tests {
     use std::time::Duration;
 
     use dk_policy::PolicySet;
-    use dk_vessel::{AgentDirectory, AgentRole, AgentScope, Limits, Vessel, serve_mcp};
+    use dk_vessel::{
+        Limits, Vessel,
+        agents::{AgentDirectory, AgentRole, AgentScope},
+        mcp::serve_mcp,
+    };
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
     use hyper_util::rt::TokioIo;

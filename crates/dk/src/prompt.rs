@@ -22,8 +22,10 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use dk_vessel::{
-    AllowanceMinutes, AllowanceScope, ApprovalAnswer, ChangeKind, ConsentDecision,
-    DEFAULT_ALLOWANCE_MINUTES, PendingPrompt, PersonEvent, Prompt, Remember, Vessel,
+    Vessel,
+    allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember},
+    person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt},
+    registry::{ChangeKind, ConsentDecision},
 };
 use tokio::sync::mpsc;
 
@@ -431,7 +433,7 @@ mod tests {
     use std::time::Duration;
 
     use dk_policy::PolicySet;
-    use dk_vessel::{ConsentDecision, Limits, Vessel};
+    use dk_vessel::{Limits, Vessel, registry::ConsentDecision};
     use serde_json::Value;
 
     use super::*;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use clap::Args;
 use dk_vessel::{
-    ConsentDecision, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, DeviceToolAdapter, Links,
+    adapter::DeviceToolAdapter,
+    link::Links,
+    registry::{ConsentDecision, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry},
 };
 use serde_json::Value;
 

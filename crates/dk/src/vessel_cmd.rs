@@ -6,24 +6,25 @@
 //! in dk's home (`home.rs`), where the other commands find them.
 
 use std::io::IsTerminal;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
 use dk_policy::PolicySet;
 use dk_vessel::{
-    AdminToken, AdminTokenError, FileStamp, Limits, McpOptions, PrivateDir, PrivateFileError,
-    Reloaded, Store, Vessel, VesselConfig, bind_private_socket, ensure_private_dir, serve_admin,
-    serve_admin_unix, serve_devices, serve_mcp_unix, serve_mcp_with, watch_policy_file,
-    write_private_file,
+    Limits, McpListen, ServerError, VesselServer,
+    config::VesselConfig,
+    mcp::McpOptions,
+    reload::{FileStamp, Reloaded, watch_policy_file},
+    store::Store,
+    store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
 };
 use serde_json::json;
-use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::home::{ADDRESS_FILE, Paths};
+use crate::home::Paths;
 use crate::input::printable;
 use crate::prompt;
 
@@ -91,9 +92,7 @@ pub struct VesselArgs {
 }
 
 /// Where agents connect over MCP unless `--mcp-listen` says otherwise.
-const DEFAULT_MCP_LISTEN: &str = "127.0.0.1:7779";
-/// The name of the admin token's hash in the store.
-const ADMIN_TOKEN: &str = "admin-token";
+const DEFAULT_MCP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7779);
 
 /// Runs the vessel until Ctrl-C or SIGTERM.
 pub fn run(args: &VesselArgs) -> ExitCode {
@@ -161,59 +160,10 @@ async fn serve(
         private_dir(home.root())?;
     }
     private_dir(&paths.data_dir)?;
-    // The sockets first: they tell whether another vessel runs here.
-    let mut leftovers = Leftovers::default();
-    let admin_socket = bind_private_socket(&paths.admin_socket())
-        .await
-        .map_err(|e| e.to_string())?;
-    leftovers.0.push(paths.admin_socket());
-    let mcp_socket = bind_private_socket(&paths.mcp_socket())
-        .await
-        .map_err(|e| e.to_string())?;
-    leftovers.0.push(paths.mcp_socket());
-    let (store, audit_kept) = crate::audit_cmd::open_vessel_store(
-        &paths.data_dir,
-        args.audit_head_file.as_deref(),
-        args.audit_key_file.as_deref(),
-    )?;
-    let store: Arc<dyn Store> = Arc::new(store);
-    let token_path = paths.admin_token_file.clone();
-    let (token, replaced) = admin_token(store.as_ref(), &token_path)?;
-    let devices = TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let admin = TcpListener::bind(args.admin_listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.admin_listen))?;
-    let mcp = match args.mcp_listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("cannot listen on {addr}: {e}"))?,
-        ),
-        None => match TcpListener::bind(DEFAULT_MCP_LISTEN).await {
-            Ok(listener) => Some(listener),
-            Err(e) => {
-                eprintln!(
-                    "warning: agents cannot connect over MCP: cannot listen on {DEFAULT_MCP_LISTEN}: {e} (choose an address with --mcp-listen)"
-                );
-                None
-            }
-        },
-    };
-    let device_addr = devices.local_addr().map_err(|e| e.to_string())?;
-    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
-    let mcp_addr = mcp
-        .as_ref()
-        .map(TcpListener::local_addr)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    write_address(paths, device_addr, admin_addr, mcp_addr)?;
-    leftovers.0.insert(0, paths.data_dir.join(ADDRESS_FILE));
 
     let rules = policies.rules().len();
     let started = std::time::Instant::now();
-    let mut limits = Limits {
+    let limits = Limits {
         pairings_per_minute_per_address: args.pairings_per_minute,
         max_pending_pairings_per_address: args.pending_pairings_per_address,
         max_pending_pairings: Limits::default()
@@ -221,13 +171,61 @@ async fn serve(
             .max(args.pending_pairings_per_address),
         ..Limits::default()
     };
-    config.apply_to(&mut limits);
-    let vessel = Vessel::open(Arc::clone(&store), policies, limits).map_err(|e| e.to_string())?;
-    vessel.set_streaming(config.streaming.clone());
-    vessel.add_secret(token.expose());
-    if replaced {
-        vessel.audit("admin-token", json!({"replaced": true}));
+    let audit_kept = Arc::new(Mutex::new(String::new()));
+    let said = Arc::clone(&audit_kept);
+    let head_file = args.audit_head_file.clone();
+    let key_file = args.audit_key_file.clone();
+    let token_path = paths.admin_token_file.clone();
+    let running = VesselServer::new(&paths.data_dir)
+        .listen(args.listen)
+        .admin_listen(Some(args.admin_listen))
+        .mcp_listen(match args.mcp_listen {
+            Some(addr) => McpListen::At(addr),
+            None => McpListen::IfFree(DEFAULT_MCP_LISTEN),
+        })
+        .admin_token_file(&token_path)
+        .policies(policies)
+        .config(config.clone())
+        .limits(limits)
+        .mcp_options(McpOptions {
+            read_more_threshold: usize::try_from(args.mcp_read_more_threshold)
+                .unwrap_or(usize::MAX),
+            ..McpOptions::default()
+        })
+        .store_with(move |data_dir| {
+            let (store, kept) = crate::audit_cmd::open_vessel_store(
+                data_dir,
+                head_file.as_deref(),
+                key_file.as_deref(),
+            )
+            .map_err(ServerError::StoreRefused)?;
+            *said.lock().unwrap_or_else(PoisonError::into_inner) = kept;
+            Ok(Arc::new(store) as Arc<dyn Store>)
+        })
+        .start()
+        .await
+        .map_err(|e| match e {
+            ServerError::AdminTokenFile(e) => {
+                let advice = match e {
+                    PrivateFileError::Exposed { .. } => {
+                        "remove it and start the vessel again to make a new token"
+                    }
+                    _ => "remove it, or name another file with --admin-token-file",
+                };
+                format!("the admin token file is refused: {e}; {advice}")
+            }
+            other => other.to_string(),
+        })?;
+    if let Some(reason) = running.mcp_unavailable() {
+        eprintln!(
+            "warning: agents cannot connect over MCP: {reason} (choose an address with --mcp-listen)"
+        );
     }
+    let vessel = Arc::clone(running.vessel());
+    let audit_kept = audit_kept
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let paired = vessel.registry().list().len();
     println!("dk vessel");
     if let Some(home) = &paths.home {
@@ -238,19 +236,25 @@ async fn serve(
         );
     }
     println!("  data directory       {}", paths.data_dir.display());
-    println!("  devices connect to   ws://{device_addr}/device");
     println!(
-        "  admin API on         {} and http://{admin_addr} (token in {})",
-        paths.admin_socket().display(),
+        "  devices connect to   ws://{}/device",
+        running.device_addr()
+    );
+    let admin_addr = running
+        .admin_addr()
+        .map_or_else(String::new, |addr| format!(" and http://{addr}"));
+    println!(
+        "  admin API on         {}{admin_addr} (token in {})",
+        running.admin_socket().display(),
         token_path.display()
     );
-    let over_http = match mcp_addr {
+    let over_http = match running.mcp_addr() {
         Some(addr) => format!(" or http://{addr}/mcp"),
         None => " (no MCP listener on loopback)".to_owned(),
     };
     println!(
         "  agents connect to    `dk mcp` (through {}){over_http} ({} agents; `dk agents add NAME` adds one)",
-        paths.mcp_socket().display(),
+        running.mcp_socket().display(),
         vessel.agents().list().len()
     );
     println!("  audit log            {audit_kept}");
@@ -268,49 +272,7 @@ async fn serve(
     }
     println!("  {}", how_others_find_it(args, paths));
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let mcp_options = McpOptions {
-        read_more_threshold: usize::try_from(args.mcp_read_more_threshold).unwrap_or(usize::MAX),
-        ..McpOptions::default()
-    };
-    let admin_task = serve_admin(
-        admin,
-        Arc::clone(&vessel),
-        token.clone(),
-        stopped(stop_rx.clone()),
-    );
-    let admin_socket_task = serve_admin_unix(
-        admin_socket,
-        Arc::clone(&vessel),
-        token,
-        stopped(stop_rx.clone()),
-    );
-    let mcp_socket_task = serve_mcp_unix(
-        mcp_socket,
-        Arc::clone(&vessel),
-        Arc::clone(vessel.agents()),
-        mcp_options,
-        stopped(stop_rx.clone()),
-    );
-    let device_task = serve_devices(devices, Arc::clone(&vessel), stopped(stop_rx.clone()));
-    let mcp_task = async {
-        match mcp {
-            Some(listener) => {
-                serve_mcp_with(
-                    listener,
-                    Arc::clone(&vessel),
-                    Arc::clone(vessel.agents()),
-                    mcp_options,
-                    stopped(stop_rx.clone()),
-                )
-                .await
-            }
-            None => Ok(()),
-        }
-    };
+    let (reload_stops, prompt_stops) = (running.stopping(), running.stopping());
     let reload_task = async {
         let (Some(path), Some(loaded)) = (args.policies.clone(), loaded) else {
             return;
@@ -336,65 +298,32 @@ async fn serve(
                     }
                 }
             },
-            stopped(stop_rx.clone()),
+            reload_stops,
         )
         .await;
     };
     let prompt_task = async {
         if interactive {
-            prompt::run(Arc::clone(&vessel), stopped(stop_rx.clone())).await;
+            prompt::run(Arc::clone(&vessel), prompt_stops).await;
         }
     };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async {
         tokio::select! {
             _ = interrupts.recv() => {}
             _ = terminations.recv() => {}
         }
         println!("\nstopping: closing device connections");
-        stop_tx.send_replace(true);
+        let _ = stop_tx.send(());
     };
-    let (
-        admin_result,
-        admin_socket_result,
-        device_result,
-        mcp_result,
-        mcp_socket_result,
-        (),
-        (),
-        (),
-    ) = tokio::join!(
-        admin_task,
-        admin_socket_task,
-        device_task,
-        mcp_task,
-        mcp_socket_task,
-        prompt_task,
-        reload_task,
-        signal
-    );
-    drop(leftovers);
-    vessel
-        .flush_audit()
-        .map_err(|e| format!("audit log: {e}"))?;
-    admin_result.map_err(|e| format!("admin API: {e}"))?;
-    admin_socket_result.map_err(|e| format!("admin socket: {e}"))?;
-    device_result.map_err(|e| format!("device route: {e}"))?;
-    mcp_result.map_err(|e| format!("MCP route: {e}"))?;
-    mcp_socket_result.map_err(|e| format!("MCP socket: {e}"))?;
-    Ok(())
-}
-
-/// Files the vessel made that go when it stops (short of SIGKILL): its
-/// address file and its sockets, removed when this is dropped.
-#[derive(Default)]
-struct Leftovers(Vec<PathBuf>);
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
+    // The vessel stops on a signal; the prompt and the rule-file watch end
+    // with it.
+    let stop = async {
+        let _ = stop_rx.await;
+        running.stop().await
+    };
+    let ((), (), (), stopped) = tokio::join!(prompt_task, reload_task, signal, stop);
+    stopped.map_err(|e| e.to_string())
 }
 
 /// Makes `dir` private (0700), or checks it is: another user's is refused,
@@ -451,66 +380,6 @@ impl futures::Stream for Hangups {
             None => std::task::Poll::Pending,
         }
     }
-}
-
-/// The admin token: the one in `path` when the store holds its hash; else a
-/// new one, written to `path` (0600) with only its hash in the store. Returns
-/// whether an earlier token was replaced.
-fn admin_token(store: &dyn Store, path: &Path) -> Result<(AdminToken, bool), String> {
-    let kept = store.secret_hash(ADMIN_TOKEN).map_err(|e| e.to_string())?;
-    let on_file = match AdminToken::read_from(path) {
-        Ok(token) => Some(token),
-        Err(AdminTokenError::NotAToken { .. }) => None,
-        Err(AdminTokenError::File(e)) if e.is_absent() => None,
-        Err(AdminTokenError::File(e)) => {
-            let advice = match e {
-                PrivateFileError::Exposed { .. } => {
-                    "remove it and start the vessel again to make a new token"
-                }
-                _ => "remove it, or name another file with --admin-token-file",
-            };
-            return Err(format!("the admin token file is refused: {e}; {advice}"));
-        }
-    };
-    if let (Some(hash), Some(token)) = (kept, &on_file)
-        && token.hash() == hash
-    {
-        return Ok((token.clone(), false));
-    }
-    let token = match (kept, on_file) {
-        (None, Some(token)) => token,
-        _ => AdminToken::generate(),
-    };
-    token
-        .write_to(path)
-        .map_err(|e| format!("admin token: {e}"))?;
-    store
-        .put_secret_hash(ADMIN_TOKEN, token.hash())
-        .map_err(|e| e.to_string())?;
-    Ok((token, kept.is_some()))
-}
-
-/// Writes `vessel.json` (0600, atomically): where this vessel listens, for
-/// the person and their tools. dk's own commands do not trust it: they
-/// reach the vessel through its sockets.
-fn write_address(
-    paths: &Paths,
-    devices: SocketAddr,
-    admin: SocketAddr,
-    mcp: Option<SocketAddr>,
-) -> Result<(), String> {
-    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
-    let text = json!({
-        "pid": std::process::id(),
-        "devices": devices.to_string(),
-        "admin": admin.to_string(),
-        "mcp": mcp.map(|addr| addr.to_string()),
-        "adminSocket": absolute(paths.admin_socket()),
-        "mcpSocket": absolute(paths.mcp_socket()),
-    })
-    .to_string();
-    write_private_file(&paths.data_dir.join(ADDRESS_FILE), text.as_bytes())
-        .map_err(|e| format!("address file: {e}"))
 }
 
 /// The streaming kinds a configuration admits, for the start-up summary.

@@ -1,0 +1,1057 @@
+//! The tool adapter: every granted capability of a paired device becomes a
+//! tool, and every call passes the same ordered checks before the device
+//! sees it.
+//!
+//! 1. the name resolves to a paired device and one of its capabilities
+//! 2. the person granted it (no rule lifts this)
+//! 3. `device_use` rules (shadow agents are always refused)
+//! 4. the input matches the capability's params
+//!
+//!    then the calling agent's rate ([`AgentRateLimits`]) and the run the
+//!    call names ([`AgentRunLimits`]) are charged: a call over either is
+//!    refused before the person is asked
+//! 5. the person says yes, when a rule or the capability asks for it
+//! 6. after that wait, still the same pairing and still granted
+//! 7. connected, and answering within the timeout
+//!
+//! Each call produces exactly one [`DecisionRecord`], allowed or not, even
+//! when its caller abandons it half-way (its future dropped). The reason
+//! texts are 8DK v1's, so hosts written against 8DK keep working.
+//!
+//! With the vessel's audit writer behind the hook, a call first takes a
+//! place in the writer's queue: no check runs, and no device is reached,
+//! until its record is sure of room in the audit log. Calls faster than the
+//! log's disk wait there (asynchronously) rather than outrun it.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime};
+
+use dk_policy::{
+    Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
+};
+use dk_proto::{InvokeError, Refusal, check_input, parse_tool_name, tool_name};
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use crate::allowances::{Allowance, AllowanceOffer, OfferedCall};
+use crate::link::Links;
+use crate::registry::{DeviceRegistry, PairedDevice};
+use crate::store::{AuditPlace, AuditRoom};
+
+mod budget;
+mod counts;
+mod rate;
+
+pub use budget::ENFORCED_RUN_LIMITS;
+use budget::Meter;
+pub use budget::{
+    AgentRunLimits, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_RUN_IDLE_EXPIRY, RunClock, RunRef,
+};
+use counts::RuleCounts;
+pub use rate::{
+    AgentRateLimits, DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, DEFAULT_MAX_TRACKED_BUCKETS,
+    RateLimit,
+};
+
+/// How long a call waits for the device by default (10 s).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A tool definition in the OpenAI function shape that 8DK emits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDefinition {
+    /// `device__<id>__<capability>`.
+    pub name: String,
+    /// `[DEVICE <name> (<kind>) <capability kind>] <description>`.
+    pub description: String,
+    /// JSON Schema of the input: an object of the declared params.
+    pub parameters: Value,
+    /// The device the tool calls.
+    pub device_id: String,
+    /// The capability it calls.
+    pub capability: String,
+    /// Whether the capability only reads (a sensor).
+    pub read_only: bool,
+    /// Whether the person is asked on every call.
+    pub confirm: bool,
+}
+
+impl Serialize for ToolDefinition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("type", "function")?;
+        map.serialize_entry(
+            "function",
+            &json!({"name": self.name, "description": self.description, "parameters": self.parameters}),
+        )?;
+        map.end()
+    }
+}
+
+/// The outcome of a call, as 8DK returns it: `{ok:true, result}` or `{ok:false, reason}`.
+#[derive(Debug, Clone)]
+pub enum ToolOutcome {
+    /// The device answered.
+    Ok {
+        /// Its result, when it sent one.
+        result: Option<Box<RawValue>>,
+    },
+    /// The call was refused, or the device failed.
+    Refused {
+        /// Why, in 8DK's words.
+        reason: String,
+    },
+}
+
+impl ToolOutcome {
+    /// Whether the device answered with success.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, ToolOutcome::Ok { .. })
+    }
+
+    /// The refusal reason, if refused.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ToolOutcome::Ok { .. } => None,
+            ToolOutcome::Refused { reason } => Some(reason),
+        }
+    }
+
+    /// The result as a JSON value (`None` when refused or absent).
+    pub fn result_value(&self) -> Option<Value> {
+        match self {
+            ToolOutcome::Ok { result: Some(raw) } => serde_json::from_str(raw.get()).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for ToolOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        match self {
+            ToolOutcome::Ok { result } => {
+                map.serialize_entry("ok", &true)?;
+                if let Some(result) = result {
+                    map.serialize_entry("result", result)?;
+                }
+            }
+            ToolOutcome::Refused { reason } => {
+                map.serialize_entry("ok", &false)?;
+                map.serialize_entry("reason", reason)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// One call's decision, for the audit log. `rule` names the `device_use`
+/// rule that blocked the call or asked the person, when one did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord<'a> {
+    /// The tool name as the agent gave it.
+    pub tool: &'a str,
+    /// The device id, when the name parsed.
+    pub device_id: Option<&'a str>,
+    /// The capability, when the name parsed.
+    pub capability: Option<&'a str>,
+    /// Whether the call reached the device.
+    pub allowed: bool,
+    /// `allowed`, or why not (the same text the agent sees).
+    pub reason: &'a str,
+    /// The calling agent.
+    pub agent_id: Option<&'a str>,
+    /// The calling session.
+    pub session_id: Option<&'a str>,
+    /// The rule that decided, if any.
+    pub rule: Option<&'a str>,
+    /// The call's input as the agent gave it (for the audit log, which
+    /// redacts and cuts it; not part of 8DK's record).
+    #[serde(skip)]
+    pub input: Option<&'a Value>,
+    /// The person's answer when the call asked for one: `Some(true)` for a
+    /// yes, `Some(false)` for a no (or no answer in time); `None` when
+    /// nobody was asked. For the audit log; not part of 8DK's record.
+    #[serde(skip)]
+    pub person_answer: Option<bool>,
+    /// The call is the person's own (the admin API's), not an agent's.
+    #[serde(skip)]
+    pub by_person: bool,
+    /// The remembered allowance the person's answer made, or that answered
+    /// for the person. For the audit log; not part of 8DK's record.
+    #[serde(skip)]
+    pub allowance: Option<AllowanceUse>,
+}
+
+/// How a call met a remembered allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllowanceUse {
+    /// The person's answer to this call made allowance `0`.
+    Created(u64),
+    /// Allowance `0` answered for the person: nobody was asked.
+    Used(u64),
+}
+
+/// What the person is shown when a call needs a yes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    /// The tool called.
+    pub tool: String,
+    /// The device.
+    pub device_id: String,
+    /// The capability.
+    pub capability: String,
+    /// Exactly the input that will be sent, already validated.
+    pub input: Map<String, Value>,
+    /// Why the person is asked.
+    pub reason: String,
+    /// The calling agent, when the call names one: the person sees who
+    /// asks, and the person channel bounds what one agent keeps waiting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The calling agent's session, when the call names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// Which agents exist and what they may call, read again after the person
+/// was asked (check 6): an agent removed, or re-scoped away from the tool,
+/// while its call waited does not get the call made.
+pub trait AgentGate: Send + Sync {
+    /// `None` when `agent_id` is not one of the gate's agents (a host's own
+    /// agent id); else whether it may call `capability` of `device_id`,
+    /// given whether that capability only reads.
+    fn may_call(
+        &self,
+        agent_id: &str,
+        device_id: &str,
+        capability: &str,
+        read_only: bool,
+    ) -> Option<bool>;
+}
+
+/// The person's answer to a call, when a yes may be remembered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    /// No (or no answer in time).
+    Refused,
+    /// Yes, for this call only.
+    Once,
+    /// Yes, and remembered as this allowance.
+    Remembered(Allowance),
+}
+
+/// Asks the person. An error counts as a no, and says why the person was
+/// not asked (it is the refusal's reason).
+pub trait Approver: Send + Sync {
+    /// Returns `Ok(true)` for a yes.
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// Asks as [`Approver::approve`] does, letting the person remember a
+    /// yes as `offer` allows (none: the call cannot be remembered). An
+    /// approver that never offers (the default) answers once or no.
+    fn approve_remembering(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+    ) -> BoxFuture<'_, Result<Approval, String>> {
+        drop(offer);
+        let asking = self.approve(request);
+        Box::pin(async move {
+            asking.await.map(|yes| {
+                if yes {
+                    Approval::Once
+                } else {
+                    Approval::Refused
+                }
+            })
+        })
+    }
+}
+
+/// An [`Approver`] from a closure returning a future.
+pub struct ApproverFn<F>(pub F);
+
+impl<F, Fut> Approver for ApproverFn<F>
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<bool, String>> + Send + 'static,
+{
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin((self.0)(request))
+    }
+}
+
+/// Who is calling, and how: the context of one call.
+#[derive(Clone, Copy, Default)]
+pub struct CallContext<'a> {
+    /// The calling agent (`__shadow__` marks a shadow candidate).
+    pub agent_id: Option<&'a str>,
+    /// The calling session.
+    pub session_id: Option<&'a str>,
+    /// Who to ask when the person must say yes; none means no.
+    pub approver: Option<&'a dyn Approver>,
+    /// How long to wait for the device; the adapter's call timeout
+    /// ([`DEFAULT_CALL_TIMEOUT`] unless set) when unset.
+    pub timeout: Option<Duration>,
+    /// The call is the person's own (the admin API's tool call), recorded
+    /// as theirs; it names no agent.
+    pub by_person: bool,
+    /// The agents the caller is one of, read again after a wait for the
+    /// person (check 6): an agent removed, or re-scoped away from the tool,
+    /// meanwhile does not get its call made. Set by front ends whose callers
+    /// are agents (MCP).
+    pub agent_gate: Option<&'a dyn AgentGate>,
+    /// The run the call belongs to, charged to that run's budget; none
+    /// charges no run (only the agent's rate).
+    pub run: Option<RunRef<'a>>,
+}
+
+impl fmt::Debug for CallContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("agent_id", &self.agent_id)
+            .field("session_id", &self.session_id)
+            .field("approver", &self.approver.is_some())
+            .field("timeout", &self.timeout)
+            .field("by_person", &self.by_person)
+            .field("agent_gate", &self.agent_gate.is_some())
+            .field("run", &self.run)
+            .finish()
+    }
+}
+
+/// Receives one [`DecisionRecord`] per call.
+pub type DecisionHook = Arc<dyn Fn(&DecisionRecord<'_>) + Send + Sync>;
+
+/// Turns granted capabilities into tools and runs calls through the checks.
+pub struct DeviceToolAdapter {
+    registry: Arc<DeviceRegistry>,
+    links: Arc<Links>,
+    policies: RwLock<Arc<PolicySet>>,
+    on_decision: Option<DecisionHook>,
+    /// The audit queue the hook records into, when it has places to take.
+    room: Option<AuditRoom>,
+    meter: Meter,
+    /// The counts of rules with a `limit`.
+    counts: RuleCounts,
+    call_timeout: Duration,
+}
+
+impl fmt::Debug for DeviceToolAdapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceToolAdapter")
+            .field("registry", &self.registry)
+            .field("links", &self.links)
+            .field("meter", &self.meter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceToolAdapter {
+    /// An adapter over `registry` and `links` with no rules.
+    pub fn new(registry: Arc<DeviceRegistry>, links: Arc<Links>) -> DeviceToolAdapter {
+        let counts = RuleCounts::load(registry.store().as_ref());
+        DeviceToolAdapter {
+            counts,
+            registry,
+            links,
+            policies: RwLock::new(Arc::new(PolicySet::empty())),
+            on_decision: None,
+            room: None,
+            meter: Meter::new(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// Waits `timeout` for a device's answer when a call's context sets no
+    /// timeout of its own (default [`DEFAULT_CALL_TIMEOUT`]).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> DeviceToolAdapter {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Charges the device calls of explicit runs to their run budgets, as
+    /// `limits` says (without this, no run is charged).
+    pub fn with_run_limits(mut self, limits: AgentRunLimits) -> DeviceToolAdapter {
+        self.meter.set_run_limits(limits);
+        self
+    }
+
+    /// Charges every agent's device calls to its rate limits, as `limits`
+    /// says (without this, no rate is charged).
+    pub fn with_rate_limits(mut self, limits: AgentRateLimits) -> DeviceToolAdapter {
+        self.meter.set_rate_limits(limits);
+        self
+    }
+
+    /// Reads the time of rate limits and run budgets from `clock`
+    /// (milliseconds from any fixed start) rather than the monotonic clock.
+    pub fn with_run_clock(self, clock: RunClock) -> DeviceToolAdapter {
+        self.set_run_clock(clock);
+        self
+    }
+
+    /// Reads the time of rate limits and run budgets from `clock` from now
+    /// on, for an adapter already in use (a vessel's).
+    pub fn set_run_clock(&self, clock: RunClock) {
+        self.meter.set_clock(clock);
+    }
+
+    /// The run limits in force, if runs are charged.
+    pub fn run_limits(&self) -> Option<&AgentRunLimits> {
+        self.meter.run_limits()
+    }
+
+    /// The rate limits in force, if agents' rates are charged.
+    pub fn rate_limits(&self) -> Option<&AgentRateLimits> {
+        self.meter.rate_limits()
+    }
+
+    /// Starts (or restarts, with a fresh count) `agent_id`'s run `run_id`,
+    /// its budget the agent-level one narrowed by `run_level` (a run-level
+    /// layer only narrows: asking for more than the agent has gets the
+    /// agent's value). Calls naming the run ([`CallContext::run`]) are
+    /// charged to it; a run a call names without this starts at that call.
+    /// Returns the budget, or `None` when runs are not charged.
+    pub fn start_run(
+        &self,
+        agent_id: Option<&str>,
+        run_id: &str,
+        run_level: &RunLimitsLayer,
+    ) -> Result<Option<RunLimits>, InputError> {
+        self.meter.start_run(agent_id, run_id, run_level)
+    }
+
+    /// Runs whose budgets are tracked now (bounded by
+    /// [`AgentRunLimits::max_tracked_runs`]).
+    pub fn tracked_runs(&self) -> usize {
+        self.meter.tracked_runs()
+    }
+
+    /// Rate-limit buckets tracked now: only those not full (bounded by
+    /// [`AgentRateLimits::max_tracked`]).
+    pub fn tracked_rate_buckets(&self) -> usize {
+        self.meter.tracked_rate_buckets()
+    }
+
+    /// Uses `policies` for check 3.
+    pub fn with_policies(self, policies: Arc<PolicySet>) -> DeviceToolAdapter {
+        self.set_policies(policies);
+        self
+    }
+
+    /// Sends every decision to `hook`.
+    pub fn with_decision_hook(mut self, hook: DecisionHook) -> DeviceToolAdapter {
+        self.on_decision = Some(hook);
+        self
+    }
+
+    /// Makes every call take a place in `room` before its checks, spent on
+    /// its decision record: the decision hook must record each decision into
+    /// the writer `room` belongs to, in the place taken for it.
+    pub(crate) fn with_decision_room(mut self, room: AuditRoom) -> DeviceToolAdapter {
+        self.room = Some(room);
+        self
+    }
+
+    /// Replaces the rules; calls already past check 3 keep their decision.
+    pub fn set_policies(&self, policies: Arc<PolicySet>) {
+        *self
+            .policies
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = policies;
+    }
+
+    /// The rules in force.
+    pub fn policies(&self) -> Arc<PolicySet> {
+        Arc::clone(&self.policies.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<DeviceRegistry> {
+        &self.registry
+    }
+
+    /// The connected devices.
+    pub fn links(&self) -> &Arc<Links> {
+        &self.links
+    }
+
+    /// Tool definitions for the agent: the granted capabilities of paired
+    /// devices, nothing else, sorted by tool name.
+    pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
+        let mut tools = Vec::new();
+        for snapshot in self.registry.list() {
+            let manifest = snapshot.device.manifest();
+            for cap in manifest.capabilities() {
+                if !snapshot.grants.iter().any(|g| g == cap.name()) {
+                    continue;
+                }
+                let mut properties = Map::new();
+                let mut required = Vec::new();
+                for param in cap.params() {
+                    let mut schema = Map::new();
+                    schema.insert("type".into(), Value::from(param.ty().as_str()));
+                    if let Some(description) = param.description() {
+                        schema.insert("description".into(), Value::from(description));
+                    }
+                    properties.insert(param.name().to_owned(), Value::Object(schema));
+                    if param.required() {
+                        required.push(Value::from(param.name()));
+                    }
+                }
+                tools.push(ToolDefinition {
+                    name: tool_name(manifest.id(), cap.name()),
+                    description: format!(
+                        "[DEVICE {} ({}) {}] {}",
+                        manifest.name(),
+                        manifest.kind(),
+                        cap.kind(),
+                        cap.description()
+                    ),
+                    parameters: json!({
+                        "type": "object",
+                        "properties": properties,
+                        "required": required,
+                        "additionalProperties": false,
+                    }),
+                    device_id: manifest.id().to_owned(),
+                    capability: cap.name().to_owned(),
+                    read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,
+                    confirm: cap.confirm(),
+                });
+            }
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    /// Runs one call through the checks, in order, and reports one decision.
+    /// The input is taken by value: nothing the caller does afterwards can
+    /// change what is checked, shown to the person, or sent.
+    ///
+    /// A call first takes its place in the audit queue, when the hook records
+    /// into one, waiting while it is full. A call abandoned after that (its
+    /// future dropped while the person is asked or the device answers) is
+    /// still recorded, as abandoned before or after the device was sent the
+    /// call; one abandoned while it waits for its place has done nothing and
+    /// leaves no record.
+    pub async fn execute(&self, tool: &str, input: Value, ctx: CallContext<'_>) -> ToolOutcome {
+        let parsed = parse_tool_name(tool);
+        let (device_id, capability) = match &parsed {
+            Some(p) => (Some(p.device_id.as_str()), Some(p.capability)),
+            None => (None, None),
+        };
+        let mut decision = PendingDecision {
+            adapter: self,
+            tool,
+            device_id,
+            capability,
+            agent_id: ctx.agent_id,
+            session_id: ctx.session_id,
+            input: Some(&input),
+            refusal: None,
+            place: Placement::Waiting,
+            reached: AtomicBool::new(false),
+            person_answer: None,
+            by_person: ctx.by_person,
+            allowance: None,
+        };
+        if !decision.take_place().await {
+            let reason = Refusal::AuditStopped.to_string();
+            decision.report(false, &reason, None);
+            return ToolOutcome::Refused { reason };
+        }
+        let mut rule = None;
+        let mut person = PersonSaid::default();
+        let outcome = self
+            .run_checks(
+                tool,
+                device_id.zip(capability),
+                &input,
+                &ctx,
+                (&mut rule, &mut person),
+                &decision.reached,
+            )
+            .await;
+        decision.person_answer = person.answer;
+        decision.allowance = person.allowance;
+        // A device's failure is recorded as allowed: every check passed.
+        let (allowed, reason) = match outcome {
+            Checked::Answered(result) => {
+                decision.report(true, "allowed", rule.as_deref());
+                return ToolOutcome::Ok { result };
+            }
+            Checked::Refused(refusal) => (false, refusal.to_string()),
+            Checked::DeviceFailed(error) => (true, format!("device error: {error}")),
+        };
+        decision.report(allowed, &reason, rule.as_deref());
+        ToolOutcome::Refused { reason }
+    }
+
+    /// Reports a call its caller refused before the seven checks, for a rule
+    /// of its own (an MCP agent's scope): one decision record through the
+    /// same hook as every other call, in its own place in the audit queue,
+    /// without the input (it never came near a device).
+    pub async fn report_refusal(&self, tool: &str, reason: &str, ctx: &CallContext<'_>) {
+        if self.on_decision.is_none() {
+            return;
+        }
+        let parsed = parse_tool_name(tool);
+        let mut decision = PendingDecision {
+            adapter: self,
+            tool,
+            device_id: parsed.as_ref().map(|p| p.device_id.as_str()),
+            capability: parsed.as_ref().map(|p| p.capability),
+            agent_id: ctx.agent_id,
+            session_id: ctx.session_id,
+            input: None,
+            refusal: Some(reason),
+            place: Placement::Waiting,
+            reached: AtomicBool::new(false),
+            person_answer: None,
+            by_person: ctx.by_person,
+            allowance: None,
+        };
+        decision.take_place().await;
+        decision.report(false, reason, None);
+    }
+
+    /// The refusal of a call whose agent (one of `ctx`'s gate's, as
+    /// `before` says) was removed, or may no longer call the tool, while the
+    /// person was asked.
+    fn agent_gone(
+        &self,
+        ctx: &CallContext<'_>,
+        before: Option<bool>,
+        tool: &str,
+        device_id: &str,
+        capability: &str,
+        read_only: bool,
+    ) -> Option<Checked> {
+        let (Some(gate), Some(agent)) = (ctx.agent_gate, ctx.agent_id) else {
+            return None;
+        };
+        (before.is_some() && gate.may_call(agent, device_id, capability, read_only) != Some(true))
+            .then(|| {
+                Checked::Refused(Refusal::AgentGone {
+                    agent: agent.to_owned(),
+                    tool: tool.to_owned(),
+                })
+            })
+    }
+
+    /// Check 5: a live allowance for the call answers for the person;
+    /// else the person is asked, and may remember a yes when the call
+    /// names an agent that may still make it. Returns the refusal, if any.
+    async fn ask_person(
+        &self,
+        ctx: &CallContext<'_>,
+        asking: Asking<'_>,
+        said: &mut PersonSaid,
+    ) -> Option<Checked> {
+        let Asking {
+            tool,
+            device_id,
+            capability,
+            device,
+            read_only,
+            input,
+            reason,
+            stamp,
+            gate_before,
+        } = asking;
+        let allowances = self.registry.allowances();
+        // The person's own calls are theirs; only an agent's are remembered.
+        let agent = ctx.agent_id.filter(|_| !ctx.by_person);
+        if let Some(agent) = agent
+            && let Some(id) = allowances.covering(agent, tool, device.generation(), input)
+        {
+            said.allowance = Some(AllowanceUse::Used(id));
+            return None;
+        }
+        let Some(approver) = ctx.approver else {
+            return Some(Checked::Refused(Refusal::NoApprover {
+                reason: reason.into_owned(),
+            }));
+        };
+        // Offered only while the agent may make the call and the pairing and
+        // grant read before are still those in force.
+        let agent_may = ctx.agent_gate.is_none() || gate_before == Some(true);
+        let offer = agent
+            .filter(|_| {
+                agent_may
+                    && self
+                        .registry
+                        .get_with_grant(device_id, capability)
+                        .is_some_and(|(now, granted)| {
+                            granted && now.generation() == device.generation()
+                        })
+            })
+            .map(|agent_id| {
+                allowances.offer(
+                    stamp,
+                    OfferedCall {
+                        agent_id,
+                        tool,
+                        device_id,
+                        capability,
+                        generation: device.generation(),
+                        read_only,
+                        arguments: input,
+                    },
+                )
+            });
+        let request = ApprovalRequest {
+            tool: tool.to_owned(),
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+            input: input.clone(),
+            reason: reason.clone().into_owned(),
+            agent_id: ctx.agent_id.map(str::to_owned),
+            session_id: ctx.session_id.map(str::to_owned),
+        };
+        match approver.approve_remembering(request, offer).await {
+            Ok(Approval::Once) => said.answer = Some(true),
+            Ok(Approval::Remembered(allowance)) => {
+                said.answer = Some(true);
+                said.allowance = Some(AllowanceUse::Created(allowance.id));
+            }
+            Ok(Approval::Refused) => {
+                said.answer = Some(false);
+                // A prompt withdrawn because its agent was removed or
+                // re-scoped reads as a no: say why.
+                return Some(
+                    self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
+                        .unwrap_or_else(|| {
+                            Checked::Refused(Refusal::PersonSaidNo {
+                                reason: reason.into_owned(),
+                            })
+                        }),
+                );
+            }
+            Err(why) => {
+                return Some(Checked::Refused(Refusal::NotAsked {
+                    why: why.to_string(),
+                    reason: reason.into_owned(),
+                }));
+            }
+        }
+        None
+    }
+
+    /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
+    /// call or asked the person, `reached` just before the device is sent
+    /// the call.
+    async fn run_checks(
+        &self,
+        tool: &str,
+        parsed: Option<(&str, &str)>,
+        input: &Value,
+        ctx: &CallContext<'_>,
+        (rule, person): (&mut Option<String>, &mut PersonSaid),
+        reached: &AtomicBool,
+    ) -> Checked {
+        // 1. A real device and capability.
+        let Some((device_id, capability)) = parsed else {
+            return Checked::Refused(Refusal::NotADeviceTool {
+                tool: tool.to_owned(),
+            });
+        };
+        let Some((device, granted)) = self.registry.get_with_grant(device_id, capability) else {
+            return Checked::Refused(Refusal::NotPaired {
+                device_id: device_id.to_owned(),
+            });
+        };
+        let Some(cap) = device.manifest().capability(capability) else {
+            return Checked::Refused(Refusal::NoCapability {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            });
+        };
+        // 2. Granted by the person.
+        if !granted {
+            return Checked::Refused(Refusal::NotGranted {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            });
+        }
+        // 3. Rules.
+        let policies = self.policies();
+        let call = Call {
+            device: DeviceUseContext {
+                agent_id: ctx.agent_id,
+                session_id: ctx.session_id,
+                device_id,
+                capability,
+                capability_kind: cap.kind().as_str(),
+            },
+            // Checked only by check 4: a param of the wrong type, or input
+            // that is not an object, makes `input.` clauses false.
+            input: input.as_object(),
+            at: SystemTime::now(),
+        };
+        let (evaluation, counted) = match self.counts.evaluate(&policies, &call) {
+            Ok(evaluated) => evaluated,
+            Err(full) => {
+                return Checked::Refused(Refusal::Uncountable {
+                    why: full.to_string(),
+                });
+            }
+        };
+        let decision = evaluation.decision;
+        let ask_reason: Option<Cow<'_, str>> = match decision {
+            Decision::Block { rule: by, reason } => {
+                *rule = by.map(str::to_owned);
+                return Checked::Refused(Refusal::Blocked {
+                    reason: reason.to_owned(),
+                });
+            }
+            Decision::RequireApproval { rule: by, reason } => {
+                *rule = Some(by.to_owned());
+                Some(Cow::Borrowed(reason))
+            }
+            Decision::Allow { .. } if cap.confirm() => Some(Cow::Owned(format!(
+                "\"{capability}\" on {} asks every time",
+                device.manifest().name()
+            ))),
+            Decision::Allow { .. } => None,
+        };
+        // 4. Well-formed input.
+        if let Err(e) = check_input(cap, input) {
+            return Checked::Refused(Refusal::Input(e));
+        }
+        let Value::Object(input) = input else {
+            return Checked::Refused(Refusal::Input(dk_proto::InputError::NotAnObject));
+        };
+        // The agent's rate and the call's run: charged here, after the
+        // checks that need nobody (a call refused by them costs nothing) and
+        // before the person is asked (nobody is asked about a call over
+        // either).
+        if let Err(refusal) = self.meter.charge(ctx.agent_id, device_id, ctx.run) {
+            return Checked::Refused(Refusal::Metered(refusal.to_string()));
+        }
+        // 5. The person's yes, or an allowance the person gave for it.
+        let waited = ask_reason.is_some();
+        // Taken before the gate and the grant are read again: a change from
+        // then on refuses to remember the person's answer.
+        let stamp = self.registry.allowances().stamp();
+        // Whether the caller is one of the gate's agents, read before the
+        // wait so that its removal meanwhile is noticed after it.
+        let read_only = cap.kind() == dk_proto::CapabilityKind::Sensor;
+        let gate_before = match (ctx.agent_gate, ctx.agent_id) {
+            (Some(gate), Some(agent)) if waited => {
+                gate.may_call(agent, device_id, capability, read_only)
+            }
+            _ => None,
+        };
+        if let Some(reason) = ask_reason {
+            let asking = Asking {
+                tool,
+                device_id,
+                capability,
+                device: &device,
+                read_only,
+                input,
+                reason,
+                stamp,
+                gate_before,
+            };
+            if let Some(refusal) = self.ask_person(ctx, asking, person).await {
+                return refusal;
+            }
+        }
+        // 6. Still the same pairing, still granted. Without a wait there is
+        // nothing to re-read: the reads of checks 1 and 2 are this call's.
+        let now = if waited {
+            self.registry.get_with_grant(device_id, capability)
+        } else {
+            Some((Arc::clone(&device), true))
+        };
+        match now {
+            Some((now, granted)) if now.generation() == device.generation() => {
+                if !granted {
+                    return Checked::Refused(Refusal::RevokedMeanwhile {
+                        device_id: device_id.to_owned(),
+                        capability: capability.to_owned(),
+                    });
+                }
+            }
+            _ => {
+                return Checked::Refused(Refusal::PairingChanged {
+                    device_id: device_id.to_owned(),
+                });
+            }
+        }
+        // ... and the calling agent still exists and may still call it.
+        if waited
+            && let Some(refusal) =
+                self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
+        {
+            return refusal;
+        }
+        // 7. Connected and answering.
+        let Some(link) = self.links.get(device_id) else {
+            return Checked::Refused(Refusal::NotConnected {
+                device_id: device_id.to_owned(),
+            });
+        };
+        // The call is made: it counts against the limited rules it matched.
+        if let Err(error) = counted.keep(self.registry.store().as_ref()) {
+            return Checked::Refused(Refusal::CountsNotKept {
+                why: error.to_string(),
+            });
+        }
+        let timeout = ctx.timeout.unwrap_or(self.call_timeout);
+        reached.store(true, Ordering::Relaxed);
+        match link.invoke(capability, input, timeout).await {
+            Ok(result) => Checked::Answered(result),
+            Err(error) => Checked::DeviceFailed(error),
+        }
+    }
+}
+
+/// One call's decision until it is reported: it holds the call's place in
+/// the audit queue, and reports the decision exactly once, when the call
+/// ends or, once it has its place, when it is abandoned.
+struct PendingDecision<'a> {
+    adapter: &'a DeviceToolAdapter,
+    tool: &'a str,
+    device_id: Option<&'a str>,
+    capability: Option<&'a str>,
+    agent_id: Option<&'a str>,
+    session_id: Option<&'a str>,
+    input: Option<&'a Value>,
+    /// The refusal a caller reports, also recorded if it is abandoned.
+    refusal: Option<&'a str>,
+    place: Placement<'a>,
+    /// Set just before the device is sent the call.
+    reached: AtomicBool,
+    /// The person's answer, when asked.
+    person_answer: Option<bool>,
+    /// The call is the person's own.
+    by_person: bool,
+    /// The allowance the person's answer made, or that answered.
+    allowance: Option<AllowanceUse>,
+}
+
+/// Where a pending decision stands with its place in the audit queue.
+enum Placement<'a> {
+    /// Not yet taken: nothing has happened, nothing is to be recorded.
+    Waiting,
+    /// Taken: spent on the record.
+    Held(AuditPlace<'a>),
+    /// None needed (no queue behind the hook, or the writer has stopped).
+    Unplaced,
+    /// The decision was reported.
+    Reported,
+}
+
+impl PendingDecision<'_> {
+    /// Takes the call's place in the audit queue, waiting for room; false
+    /// when the audit writer has stopped.
+    async fn take_place(&mut self) -> bool {
+        let adapter = self.adapter;
+        let room = match (&adapter.room, &adapter.on_decision) {
+            (Some(room), Some(_)) => room,
+            _ => {
+                self.place = Placement::Unplaced;
+                return true;
+            }
+        };
+        match room.take().await {
+            Ok(place) => {
+                self.place = Placement::Held(place);
+                true
+            }
+            Err(_) => {
+                self.place = Placement::Unplaced;
+                false
+            }
+        }
+    }
+
+    /// Sends the decision to the hook, in the call's place; once.
+    fn report(&mut self, allowed: bool, reason: &str, rule: Option<&str>) {
+        match std::mem::replace(&mut self.place, Placement::Reported) {
+            Placement::Waiting | Placement::Reported => return,
+            Placement::Held(place) => place.spend(),
+            Placement::Unplaced => {}
+        }
+        if let Some(hook) = &self.adapter.on_decision {
+            hook(&DecisionRecord {
+                tool: self.tool,
+                device_id: self.device_id,
+                capability: self.capability,
+                allowed,
+                reason,
+                agent_id: self.agent_id,
+                session_id: self.session_id,
+                rule,
+                input: self.input,
+                person_answer: self.person_answer,
+                by_person: self.by_person,
+                allowance: self.allowance,
+            });
+        }
+    }
+}
+
+impl Drop for PendingDecision<'_> {
+    fn drop(&mut self) {
+        let reached = self.reached.load(Ordering::Relaxed);
+        let reason = match self.refusal {
+            Some(refusal) => refusal,
+            None if reached => "abandoned by the caller while the device was called",
+            None => "abandoned by the caller before the device was reached",
+        };
+        self.report(reached, reason, None);
+    }
+}
+
+/// What the person said about a call (check 5).
+#[derive(Debug, Default)]
+struct PersonSaid {
+    /// Their answer, when asked.
+    answer: Option<bool>,
+    /// The allowance made by their answer, or that answered for them.
+    allowance: Option<AllowanceUse>,
+}
+
+/// A call that needs the person's yes, as check 5 sees it.
+struct Asking<'a> {
+    tool: &'a str,
+    device_id: &'a str,
+    capability: &'a str,
+    device: &'a PairedDevice,
+    read_only: bool,
+    input: &'a Map<String, Value>,
+    reason: Cow<'a, str>,
+    /// The allowances' count of changes before the gate was read.
+    stamp: u64,
+    /// The gate's word on the agent before the wait.
+    gate_before: Option<bool>,
+}
+
+/// How the checks ended.
+enum Checked {
+    /// Every check passed and the device answered.
+    Answered(Option<Box<RawValue>>),
+    /// A check refused the call.
+    Refused(Refusal),
+    /// Every check passed but the call failed: the device's error or the
+    /// vessel's failure to reach it (recorded as allowed, reads
+    /// `device error: ...`).
+    DeviceFailed(InvokeError),
+}
+
+#[cfg(test)]
+mod tests;

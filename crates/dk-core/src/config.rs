@@ -1,0 +1,1277 @@
+//! The vessel's configuration file (TOML, `dk vessel --config FILE`): which
+//! streaming device kinds the vessel admits and their caps, the rate limits
+//! every agent's device calls are charged to (`[rateLimits]`), the budget of
+//! explicit runs (`[runLimits]`), and the limits of its listeners and
+//! connections (`[limits]`). Every key is documented in `docs/CONFIG.md`.
+//!
+//! The file is read fail-closed: a syntax error, an unknown key, a wrong type
+//! or a value out of range refuses the whole file, with the key that is wrong.
+//! Each streaming kind is resolved with dk-policy's admission contract
+//! ([`dk_policy::resolve`]), so a file that loads holds only valid policies. A
+//! kind the file does not configure is not admitted (deny by default).
+
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::time::Duration;
+
+use dk_policy::{
+    DeviceClass, RawDevicePolicy, ResolveOptions, ResolvedPolicy, RunLimit, RunLimits,
+    RunLimitsLayer, resolve,
+};
+
+use crate::adapter::{DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, ENFORCED_RUN_LIMITS, RateLimit};
+use crate::limits::Limits;
+
+/// Largest configuration file read, in bytes.
+pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
+
+/// Why a configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CONFIG_BYTES`].
+    #[error("`{path}` is larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge {
+        /// The file.
+        path: String,
+    },
+    /// Not TOML.
+    #[error("not valid TOML: {0}")]
+    Syntax(String),
+    /// A key no configuration has.
+    #[error("unknown key `{0}`")]
+    UnknownKey(String),
+    /// A key whose value has the wrong shape (e.g. `streaming` not a table).
+    #[error("`{key}` must be {expected}")]
+    Shape {
+        /// The key, dotted.
+        key: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// A `[limits]` value outside its range.
+    #[error("`limits.{key}` must be {range}, not {value}")]
+    Range {
+        /// The key under `[limits]`.
+        key: &'static str,
+        /// The range allowed, in words.
+        range: String,
+        /// The value given.
+        value: String,
+    },
+    /// `[runLimits]` is refused by the run-limit rules.
+    #[error("`runLimits`: {0}")]
+    RunLimits(dk_policy::InputError),
+    /// `[runLimits]` sets a limit the vessel does not enforce (model turns,
+    /// provider calls, bytes, tokens: the host that runs the model counts
+    /// those).
+    #[error(
+        "`runLimits.{limit}` is not enforced by the vessel: the host that runs the model counts \
+         turns, provider calls and tokens, so set it there; here only `maxToolCalls` and \
+         `maxWallTimeMs` are allowed",
+        limit = limit.name()
+    )]
+    NotEnforced {
+        /// The limit.
+        limit: RunLimit,
+    },
+    /// A `[rateLimits]` value outside its range.
+    #[error("`rateLimits.{key}` must be {range}, not {value}")]
+    RateRange {
+        /// The key under `[rateLimits]`.
+        key: &'static str,
+        /// The range allowed, in words.
+        range: String,
+        /// The value given.
+        value: String,
+    },
+    /// A `[rateLimits]` burst given for a rate the file turns off.
+    #[error("`rateLimits.{burst}` is set but `rateLimits.{rate}` is 0, which turns that limit off")]
+    BurstWithoutRate {
+        /// The burst key.
+        burst: &'static str,
+        /// The rate key set to 0.
+        rate: &'static str,
+    },
+    /// A streaming kind's policy is refused by the admission contract.
+    #[error("`streaming.{kind}`: {error} ({code})", code = error.code())]
+    Policy {
+        /// The kind, as written.
+        kind: String,
+        /// The contract's refusal.
+        error: dk_policy::AdmissionError,
+    },
+}
+
+/// Which streaming kinds a vessel admits, each with its resolved policy.
+/// The default admits none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamingConfig {
+    voice: Option<ResolvedPolicy>,
+    desktop_control: Option<ResolvedPolicy>,
+}
+
+impl StreamingConfig {
+    /// A configuration that admits no streaming kind.
+    pub fn deny_all() -> StreamingConfig {
+        StreamingConfig::default()
+    }
+
+    /// Sets the policy of one kind (its kind is the policy's).
+    #[must_use]
+    pub(crate) fn with_policy(mut self, policy: ResolvedPolicy) -> StreamingConfig {
+        match policy.kind() {
+            DeviceClass::Voice => self.voice = Some(policy),
+            DeviceClass::DesktopControl => self.desktop_control = Some(policy),
+        }
+        self
+    }
+
+    /// The configured policy of `kind`, if the file has one.
+    pub fn configured(&self, kind: DeviceClass) -> Option<&ResolvedPolicy> {
+        match kind {
+            DeviceClass::Voice => self.voice.as_ref(),
+            DeviceClass::DesktopControl => self.desktop_control.as_ref(),
+        }
+    }
+
+    /// The largest chunk cap of any enabled kind; `None` when no kind is
+    /// enabled (then no binary message is ever accepted).
+    pub(crate) fn largest_chunk_cap(&self) -> Option<u64> {
+        [self.voice.as_ref(), self.desktop_control.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|p| p.enabled())
+            .map(ResolvedPolicy::max_chunk_bytes)
+            .max()
+    }
+
+    /// The run limits of `kind`'s policy, if it sets them.
+    pub fn run_limits(&self, kind: DeviceClass) -> Option<&RunLimits> {
+        self.configured(kind).and_then(ResolvedPolicy::run_limits)
+    }
+}
+
+/// A vessel's configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VesselConfig {
+    /// `[streaming.<kind>]`: the streaming kinds admitted.
+    pub streaming: StreamingConfig,
+    /// `[runLimits]`: the agent-level budget of every explicit run (see
+    /// [`VesselConfig::apply_to`]); only `maxToolCalls` and `maxWallTimeMs`.
+    /// Absent, the vessel's defaults stand.
+    pub run_limits: Option<RunLimitsLayer>,
+    /// `[rateLimits]`: the rate limits of every agent's device calls (see
+    /// [`VesselConfig::apply_to`]); absent, the vessel's defaults stand.
+    pub rate_limits: Option<RateLimitSettings>,
+    /// `[limits]`: the limits the file sets, each checked against its range;
+    /// a limit it does not set keeps its default.
+    pub limits: LimitSettings,
+}
+
+/// The `[limits]` a configuration file sets; `None` keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitSettings {
+    /// `maxFrameBytes`: [`Limits::max_frame_bytes`].
+    pub max_frame_bytes: Option<usize>,
+    /// `handshakeTimeoutMs`: [`Limits::handshake_timeout`].
+    pub handshake_timeout: Option<Duration>,
+    /// `maxPendingCalls`: [`Limits::max_pending_calls`].
+    pub max_pending_calls: Option<usize>,
+    /// `maxConnections`: [`Limits::max_connections`].
+    pub max_connections: Option<usize>,
+    /// `maxConnectionsPerAddress`: [`Limits::max_connections_per_address`].
+    pub max_connections_per_address: Option<usize>,
+    /// `maxUnauthenticatedPerAddress`:
+    /// [`Limits::max_unauthenticated_per_address`].
+    pub max_unauthenticated_per_address: Option<usize>,
+    /// `adminConnections`: [`Limits::admin_connections`]' total.
+    pub admin_connections: Option<usize>,
+    /// `adminConnectionsPerAddress`: [`Limits::admin_connections`]' per
+    /// address.
+    pub admin_connections_per_address: Option<usize>,
+    /// `mcpConnections`: [`Limits::mcp_connections`]' total.
+    pub mcp_connections: Option<usize>,
+    /// `mcpConnectionsPerAddress`: [`Limits::mcp_connections`]' per address.
+    pub mcp_connections_per_address: Option<usize>,
+    /// `headerReadTimeoutMs`: [`Limits::header_read_timeout`].
+    pub header_read_timeout: Option<Duration>,
+    /// `idleTimeoutMs`: [`Limits::idle_timeout`].
+    pub idle_timeout: Option<Duration>,
+    /// `maxFramesPerSecond`: [`Limits::max_frames_per_second`].
+    pub max_frames_per_second: Option<u32>,
+    /// `maxMalformedFrames`: [`Limits::max_malformed_frames`].
+    pub max_malformed_frames: Option<u32>,
+    /// `pingIntervalMs`: [`Limits::ping_interval`].
+    pub ping_interval: Option<Duration>,
+    /// `consentTimeoutMs`: [`Limits::consent_timeout`].
+    pub consent_timeout: Option<Duration>,
+    /// `approvalTimeoutMs`: [`Limits::approval_timeout`].
+    pub approval_timeout: Option<Duration>,
+    /// `callTimeoutMs`: [`Limits::call_timeout`].
+    pub call_timeout: Option<Duration>,
+    /// `deviceOrigins`: [`Limits::device_origins`].
+    pub device_origins: Option<Vec<String>>,
+}
+
+/// The `[rateLimits]` a configuration file sets; `None` keeps the default.
+/// A rate of 0 turns that limit off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimitSettings {
+    /// `callsPerMinute`: the rate of
+    /// [`AgentRateLimits::overall`](crate::adapter::AgentRateLimits::overall) (0: no
+    /// limit).
+    pub calls_per_minute: Option<u32>,
+    /// `burst`: the burst of
+    /// [`AgentRateLimits::overall`](crate::adapter::AgentRateLimits::overall).
+    pub burst: Option<u32>,
+    /// `perDeviceCallsPerMinute`: the rate of
+    /// [`AgentRateLimits::per_device`](crate::adapter::AgentRateLimits::per_device)
+    /// (0: no limit).
+    pub per_device_calls_per_minute: Option<u32>,
+    /// `perDeviceBurst`: the burst of
+    /// [`AgentRateLimits::per_device`](crate::adapter::AgentRateLimits::per_device).
+    pub per_device_burst: Option<u32>,
+}
+
+/// The largest `callsPerMinute` and `perDeviceCallsPerMinute` (1,000 a second).
+const MAX_CALLS_PER_MINUTE: u32 = 60_000;
+
+/// The largest `burst` and `perDeviceBurst`.
+const MAX_BURST: u32 = 10_000;
+
+/// The keys `[rateLimits]` takes, for the unknown-key message.
+const RATE_KEYS: [&str; 4] = [
+    "callsPerMinute",
+    "burst",
+    "perDeviceCallsPerMinute",
+    "perDeviceBurst",
+];
+
+/// An integer under `[rateLimits]` in `min..=max`.
+fn rate_value(
+    key: &'static str,
+    value: &toml::Value,
+    min: u32,
+    max: u32,
+) -> Result<u32, ConfigError> {
+    let refused = || ConfigError::RateRange {
+        key,
+        range: if min == 0 {
+            format!("an integer from 0 (no limit) to {max}")
+        } else {
+            format!("an integer from {min} to {max}")
+        },
+        value: shown(value),
+    };
+    let toml::Value::Integer(n) = value else {
+        return Err(refused());
+    };
+    u32::try_from(*n)
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(refused)
+}
+
+fn rate_settings(value: &toml::Value) -> Result<RateLimitSettings, ConfigError> {
+    let toml::Value::Table(table) = value else {
+        return Err(ConfigError::Shape {
+            key: "rateLimits".to_owned(),
+            expected: "a table",
+        });
+    };
+    let mut settings = RateLimitSettings::default();
+    for (key, value) in table {
+        match key.as_str() {
+            "callsPerMinute" => {
+                settings.calls_per_minute = Some(rate_value(
+                    "callsPerMinute",
+                    value,
+                    0,
+                    MAX_CALLS_PER_MINUTE,
+                )?);
+            }
+            "burst" => settings.burst = Some(rate_value("burst", value, 1, MAX_BURST)?),
+            "perDeviceCallsPerMinute" => {
+                settings.per_device_calls_per_minute = Some(rate_value(
+                    "perDeviceCallsPerMinute",
+                    value,
+                    0,
+                    MAX_CALLS_PER_MINUTE,
+                )?);
+            }
+            "perDeviceBurst" => {
+                settings.per_device_burst =
+                    Some(rate_value("perDeviceBurst", value, 1, MAX_BURST)?);
+            }
+            other => {
+                return Err(ConfigError::UnknownKey(format!(
+                    "rateLimits.{other}` (known: {}; see docs/CONFIG.md",
+                    RATE_KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    for (rate, rate_key, burst, burst_key) in [
+        (
+            settings.calls_per_minute,
+            "callsPerMinute",
+            settings.burst,
+            "burst",
+        ),
+        (
+            settings.per_device_calls_per_minute,
+            "perDeviceCallsPerMinute",
+            settings.per_device_burst,
+            "perDeviceBurst",
+        ),
+    ] {
+        if rate == Some(0) && burst.is_some() {
+            return Err(ConfigError::BurstWithoutRate {
+                burst: burst_key,
+                rate: rate_key,
+            });
+        }
+    }
+    Ok(settings)
+}
+
+/// One bucket's rate from the file over `current` (the limits' own, else
+/// `default`): a rate of 0 turns it off; a rate or burst left out keeps the
+/// one in force.
+fn rate_over(
+    current: Option<RateLimit>,
+    default: RateLimit,
+    calls_per_minute: Option<u32>,
+    burst: Option<u32>,
+) -> Option<RateLimit> {
+    if calls_per_minute.is_none() && burst.is_none() {
+        return current;
+    }
+    let base = current.unwrap_or(default);
+    let calls_per_minute = match calls_per_minute {
+        Some(n) => NonZeroU32::new(n)?,
+        None => base.calls_per_minute,
+    };
+    let burst = burst.and_then(NonZeroU32::new).unwrap_or(base.burst);
+    Some(RateLimit {
+        calls_per_minute,
+        burst,
+    })
+}
+
+impl RateLimitSettings {
+    /// Sets in `limits` the rates this section sets (charging rates if the
+    /// limits did not).
+    fn apply_to(&self, limits: &mut Limits) {
+        let mut rates = limits.rate_limits.take().unwrap_or_default();
+        rates.overall = rate_over(
+            rates.overall,
+            DEFAULT_AGENT_RATE,
+            self.calls_per_minute,
+            self.burst,
+        );
+        rates.per_device = rate_over(
+            rates.per_device,
+            DEFAULT_DEVICE_RATE,
+            self.per_device_calls_per_minute,
+            self.per_device_burst,
+        );
+        limits.rate_limits = Some(rates);
+    }
+}
+
+/// A count under `[limits]`: its key, its range.
+struct Count {
+    key: &'static str,
+    min: u64,
+    max: u64,
+}
+
+/// A time under `[limits]`, in milliseconds: its key, its range.
+struct Millis {
+    key: &'static str,
+    min: u64,
+    max: u64,
+}
+
+const MAX_FRAME_BYTES: Count = Count {
+    key: "maxFrameBytes",
+    min: 1024,
+    max: 16 * 1024 * 1024,
+};
+const MAX_PENDING_CALLS: Count = Count {
+    key: "maxPendingCalls",
+    min: 1,
+    max: 4096,
+};
+const MAX_CONNECTIONS: Count = Count {
+    key: "maxConnections",
+    min: 1,
+    max: 1_000_000,
+};
+const MAX_CONNECTIONS_PER_ADDRESS: Count = Count {
+    key: "maxConnectionsPerAddress",
+    min: 1,
+    max: 1_000_000,
+};
+const MAX_UNAUTHENTICATED_PER_ADDRESS: Count = Count {
+    key: "maxUnauthenticatedPerAddress",
+    min: 1,
+    max: 65_536,
+};
+const ADMIN_CONNECTIONS: Count = Count {
+    key: "adminConnections",
+    min: 1,
+    max: 65_536,
+};
+const ADMIN_CONNECTIONS_PER_ADDRESS: Count = Count {
+    key: "adminConnectionsPerAddress",
+    min: 1,
+    max: 65_536,
+};
+const MCP_CONNECTIONS: Count = Count {
+    key: "mcpConnections",
+    min: 1,
+    max: 65_536,
+};
+const MCP_CONNECTIONS_PER_ADDRESS: Count = Count {
+    key: "mcpConnectionsPerAddress",
+    min: 1,
+    max: 65_536,
+};
+const MAX_FRAMES_PER_SECOND: Count = Count {
+    key: "maxFramesPerSecond",
+    min: 1,
+    max: 1_000_000,
+};
+const MAX_MALFORMED_FRAMES: Count = Count {
+    key: "maxMalformedFrames",
+    min: 0,
+    max: 1000,
+};
+const HANDSHAKE_TIMEOUT: Millis = Millis {
+    key: "handshakeTimeoutMs",
+    min: 1000,
+    max: 300_000,
+};
+// At least a second: hyper needs time to read any request.
+const HEADER_READ_TIMEOUT: Millis = Millis {
+    key: "headerReadTimeoutMs",
+    min: 1000,
+    max: 300_000,
+};
+// Above the 15 s keep-alive of MCP's event streams, so a quiet stream an
+// agent listens on is never taken for an idle connection.
+const IDLE_TIMEOUT: Millis = Millis {
+    key: "idleTimeoutMs",
+    min: 20_000,
+    max: 86_400_000,
+};
+const PING_INTERVAL: Millis = Millis {
+    key: "pingIntervalMs",
+    min: 1000,
+    max: 600_000,
+};
+const CONSENT_TIMEOUT: Millis = Millis {
+    key: "consentTimeoutMs",
+    min: 5_000,
+    max: 86_400_000,
+};
+const APPROVAL_TIMEOUT: Millis = Millis {
+    key: "approvalTimeoutMs",
+    min: 5_000,
+    max: 86_400_000,
+};
+const CALL_TIMEOUT: Millis = Millis {
+    key: "callTimeoutMs",
+    min: 100,
+    max: 3_600_000,
+};
+
+/// The keys `[limits]` takes, for the unknown-key message.
+const LIMIT_KEYS: [&str; 19] = [
+    MAX_FRAME_BYTES.key,
+    HANDSHAKE_TIMEOUT.key,
+    MAX_PENDING_CALLS.key,
+    MAX_CONNECTIONS.key,
+    MAX_CONNECTIONS_PER_ADDRESS.key,
+    MAX_UNAUTHENTICATED_PER_ADDRESS.key,
+    ADMIN_CONNECTIONS.key,
+    ADMIN_CONNECTIONS_PER_ADDRESS.key,
+    MCP_CONNECTIONS.key,
+    MCP_CONNECTIONS_PER_ADDRESS.key,
+    HEADER_READ_TIMEOUT.key,
+    IDLE_TIMEOUT.key,
+    MAX_FRAMES_PER_SECOND.key,
+    MAX_MALFORMED_FRAMES.key,
+    PING_INTERVAL.key,
+    CONSENT_TIMEOUT.key,
+    APPROVAL_TIMEOUT.key,
+    CALL_TIMEOUT.key,
+    "deviceOrigins",
+];
+
+/// The largest number of `deviceOrigins`.
+const MAX_DEVICE_ORIGINS: usize = 64;
+
+impl Count {
+    fn read(&self, value: &toml::Value) -> Result<u64, ConfigError> {
+        let refused = || ConfigError::Range {
+            key: self.key,
+            range: format!("an integer from {} to {}", self.min, self.max),
+            value: shown(value),
+        };
+        let toml::Value::Integer(n) = value else {
+            return Err(refused());
+        };
+        u64::try_from(*n)
+            .ok()
+            .filter(|n| (self.min..=self.max).contains(n))
+            .ok_or_else(refused)
+    }
+
+    fn read_usize(&self, value: &toml::Value) -> Result<usize, ConfigError> {
+        let n = self.read(value)?;
+        usize::try_from(n).map_err(|_| ConfigError::Range {
+            key: self.key,
+            range: "a count this machine can hold".to_owned(),
+            value: n.to_string(),
+        })
+    }
+
+    fn read_u32(&self, value: &toml::Value) -> Result<u32, ConfigError> {
+        let n = self.read(value)?;
+        u32::try_from(n).map_err(|_| ConfigError::Range {
+            key: self.key,
+            range: format!("at most {}", u32::MAX),
+            value: n.to_string(),
+        })
+    }
+}
+
+impl Millis {
+    fn read(&self, value: &toml::Value) -> Result<Duration, ConfigError> {
+        Count {
+            key: self.key,
+            min: self.min,
+            max: self.max,
+        }
+        .read(value)
+        .map(Duration::from_millis)
+        .map_err(|error| match error {
+            ConfigError::Range { key, value, .. } => ConfigError::Range {
+                key,
+                range: format!(
+                    "a whole number of milliseconds from {} to {}",
+                    self.min, self.max
+                ),
+                value,
+            },
+            other => other,
+        })
+    }
+}
+
+/// `deviceOrigins`: a list of origins such as `https://bridge.example` or
+/// `http://127.0.0.1:8080` (scheme, host, optional port; no path).
+fn device_origins(value: &toml::Value) -> Result<Vec<String>, ConfigError> {
+    let refused = |value: String| ConfigError::Range {
+        key: "deviceOrigins",
+        range: format!(
+            "a list of at most {MAX_DEVICE_ORIGINS} origins like `https://host` or `http://host:port`"
+        ),
+        value,
+    };
+    let toml::Value::Array(items) = value else {
+        return Err(refused(shown(value)));
+    };
+    if items.len() > MAX_DEVICE_ORIGINS {
+        return Err(refused(format!("{} origins", items.len())));
+    }
+    items
+        .iter()
+        .map(|item| match item {
+            toml::Value::String(origin) if is_origin(origin) => Ok(origin.clone()),
+            other => Err(refused(shown(other))),
+        })
+        .collect()
+}
+
+/// Whether `text` is an origin as a browser sends it: `http` or `https`,
+/// `://`, a host of letters, digits, `-`, `.`, `[`, `]`, `:` (for IPv6),
+/// an optional port, nothing else.
+fn is_origin(text: &str) -> bool {
+    let Some(rest) = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    !rest.is_empty()
+        && rest.len() <= 255
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'[' | b']' | b':'))
+}
+
+fn limit_settings(value: &toml::Value) -> Result<LimitSettings, ConfigError> {
+    let toml::Value::Table(table) = value else {
+        return Err(ConfigError::Shape {
+            key: "limits".to_owned(),
+            expected: "a table",
+        });
+    };
+    let mut settings = LimitSettings::default();
+    for (key, value) in table {
+        match key.as_str() {
+            "maxFrameBytes" => settings.max_frame_bytes = Some(MAX_FRAME_BYTES.read_usize(value)?),
+            "handshakeTimeoutMs" => {
+                settings.handshake_timeout = Some(HANDSHAKE_TIMEOUT.read(value)?)
+            }
+            "maxPendingCalls" => {
+                settings.max_pending_calls = Some(MAX_PENDING_CALLS.read_usize(value)?);
+            }
+            "maxConnections" => settings.max_connections = Some(MAX_CONNECTIONS.read_usize(value)?),
+            "maxConnectionsPerAddress" => {
+                settings.max_connections_per_address =
+                    Some(MAX_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
+            }
+            "maxUnauthenticatedPerAddress" => {
+                settings.max_unauthenticated_per_address =
+                    Some(MAX_UNAUTHENTICATED_PER_ADDRESS.read_usize(value)?);
+            }
+            "adminConnections" => {
+                settings.admin_connections = Some(ADMIN_CONNECTIONS.read_usize(value)?);
+            }
+            "adminConnectionsPerAddress" => {
+                settings.admin_connections_per_address =
+                    Some(ADMIN_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
+            }
+            "mcpConnections" => settings.mcp_connections = Some(MCP_CONNECTIONS.read_usize(value)?),
+            "mcpConnectionsPerAddress" => {
+                settings.mcp_connections_per_address =
+                    Some(MCP_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
+            }
+            "headerReadTimeoutMs" => {
+                settings.header_read_timeout = Some(HEADER_READ_TIMEOUT.read(value)?);
+            }
+            "idleTimeoutMs" => settings.idle_timeout = Some(IDLE_TIMEOUT.read(value)?),
+            "maxFramesPerSecond" => {
+                settings.max_frames_per_second = Some(MAX_FRAMES_PER_SECOND.read_u32(value)?);
+            }
+            "maxMalformedFrames" => {
+                settings.max_malformed_frames = Some(MAX_MALFORMED_FRAMES.read_u32(value)?);
+            }
+            "pingIntervalMs" => settings.ping_interval = Some(PING_INTERVAL.read(value)?),
+            "consentTimeoutMs" => settings.consent_timeout = Some(CONSENT_TIMEOUT.read(value)?),
+            "approvalTimeoutMs" => settings.approval_timeout = Some(APPROVAL_TIMEOUT.read(value)?),
+            "callTimeoutMs" => settings.call_timeout = Some(CALL_TIMEOUT.read(value)?),
+            "deviceOrigins" => settings.device_origins = Some(device_origins(value)?),
+            other => {
+                return Err(ConfigError::UnknownKey(format!(
+                    "limits.{other}` (known: {}; see docs/CONFIG.md",
+                    LIMIT_KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(settings)
+}
+
+impl LimitSettings {
+    /// Sets in `limits` every value this section sets.
+    fn apply_to(&self, limits: &mut Limits) {
+        fn set<T: Clone>(target: &mut T, value: &Option<T>) {
+            if let Some(value) = value {
+                *target = value.clone();
+            }
+        }
+        set(&mut limits.max_frame_bytes, &self.max_frame_bytes);
+        set(&mut limits.handshake_timeout, &self.handshake_timeout);
+        set(&mut limits.max_pending_calls, &self.max_pending_calls);
+        set(&mut limits.max_connections, &self.max_connections);
+        set(
+            &mut limits.max_connections_per_address,
+            &self.max_connections_per_address,
+        );
+        set(
+            &mut limits.max_unauthenticated_per_address,
+            &self.max_unauthenticated_per_address,
+        );
+        set(&mut limits.admin_connections.total, &self.admin_connections);
+        set(
+            &mut limits.admin_connections.per_address,
+            &self.admin_connections_per_address,
+        );
+        set(&mut limits.mcp_connections.total, &self.mcp_connections);
+        set(
+            &mut limits.mcp_connections.per_address,
+            &self.mcp_connections_per_address,
+        );
+        set(&mut limits.header_read_timeout, &self.header_read_timeout);
+        set(&mut limits.idle_timeout, &self.idle_timeout);
+        set(
+            &mut limits.max_frames_per_second,
+            &self.max_frames_per_second,
+        );
+        set(&mut limits.max_malformed_frames, &self.max_malformed_frames);
+        set(&mut limits.ping_interval, &self.ping_interval);
+        set(&mut limits.consent_timeout, &self.consent_timeout);
+        set(&mut limits.approval_timeout, &self.approval_timeout);
+        set(&mut limits.call_timeout, &self.call_timeout);
+        set(&mut limits.device_origins, &self.device_origins);
+    }
+}
+
+impl VesselConfig {
+    /// Reads and checks a configuration file (at most [`MAX_CONFIG_BYTES`]).
+    pub fn load(path: &Path) -> Result<VesselConfig, ConfigError> {
+        use std::io::Read as _;
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|source| ConfigError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge { path: shown });
+        }
+        VesselConfig::parse(&text)
+    }
+
+    /// Reads and checks a configuration from TOML text.
+    pub fn parse(text: &str) -> Result<VesselConfig, ConfigError> {
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(one_line(&e.to_string())))?;
+        let mut config = VesselConfig::default();
+        for (key, value) in &table {
+            match key.as_str() {
+                "streaming" => config.streaming = streaming(value)?,
+                "runLimits" => config.run_limits = Some(run_limits(value)?),
+                "rateLimits" => config.rate_limits = Some(rate_settings(value)?),
+                "limits" => config.limits = limit_settings(value)?,
+                other => return Err(ConfigError::UnknownKey(other.to_owned())),
+            }
+        }
+        Ok(config)
+    }
+}
+
+impl VesselConfig {
+    /// Sets what the file configures in `limits`: every value of
+    /// `[limits]`, `[rateLimits]` in [`Limits::rate_limits`] (charging rates
+    /// if the limits did not, unless both rates are 0), and `[runLimits]` as
+    /// the agent-level layer of [`Limits::run_limits`] (charging runs if the
+    /// limits did not). Streaming is set on the vessel itself
+    /// ([`Vessel::set_streaming`](crate::Vessel::set_streaming)).
+    pub fn apply_to(&self, limits: &mut Limits) {
+        self.limits.apply_to(limits);
+        if let Some(rates) = &self.rate_limits {
+            rates.apply_to(limits);
+        }
+        if let Some(layer) = self.run_limits {
+            let mut run_limits = limits.run_limits.take().unwrap_or_default();
+            run_limits.agent_level = layer;
+            limits.run_limits = Some(run_limits);
+        }
+    }
+}
+
+fn run_limits(value: &toml::Value) -> Result<RunLimitsLayer, ConfigError> {
+    let json = serde_json::to_value(value).map_err(|e| ConfigError::Shape {
+        key: format!("runLimits: {e}"),
+        expected: "plain TOML values",
+    })?;
+    // A limit the vessel does not enforce is refused whatever its value.
+    if let Some(limit) = json
+        .as_object()
+        .into_iter()
+        .flat_map(|table| table.keys())
+        .filter_map(|name| RunLimit::from_name(name))
+        .find(|limit| !ENFORCED_RUN_LIMITS.contains(limit))
+    {
+        return Err(ConfigError::NotEnforced { limit });
+    }
+    let layer = RunLimitsLayer::from_json(&json).map_err(ConfigError::RunLimits)?;
+    // Refused here rather than call by call.
+    RunLimits::from_layer(&layer).map_err(ConfigError::RunLimits)?;
+    Ok(layer)
+}
+
+/// A value as the person wrote it (in JSON's spelling), at most 64
+/// characters, for a message.
+fn shown(value: &toml::Value) -> String {
+    let text = serde_json::to_string(value).unwrap_or_default();
+    match text.char_indices().nth(64) {
+        Some((cut, _)) => format!("{}...", text.get(..cut).unwrap_or_default()),
+        None => text,
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn streaming(value: &toml::Value) -> Result<StreamingConfig, ConfigError> {
+    let toml::Value::Table(kinds) = value else {
+        return Err(ConfigError::Shape {
+            key: "streaming".to_owned(),
+            expected: "a table",
+        });
+    };
+    let mut config = StreamingConfig::default();
+    for (kind, section) in kinds {
+        let policy_error = |error| ConfigError::Policy {
+            kind: kind.clone(),
+            error,
+        };
+        let class = DeviceClass::parse(kind).map_err(|error| ConfigError::Policy {
+            kind: kind.clone(),
+            error,
+        })?;
+        if !section.is_table() {
+            return Err(ConfigError::Shape {
+                key: format!("streaming.{kind}"),
+                expected: "a table",
+            });
+        }
+        // The contract's reader checks the shape (known keys only) and
+        // `resolve` every value, exactly as for a JSON configuration.
+        let json = serde_json::to_value(section).map_err(|e| ConfigError::Shape {
+            key: format!("streaming.{kind}: {e}"),
+            expected: "plain TOML values",
+        })?;
+        let raw = RawDevicePolicy::from_json(&json).map_err(policy_error)?;
+        let resolved = resolve(class, &raw, &ResolveOptions::default()).map_err(policy_error)?;
+        config = config.with_policy(resolved);
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/config/vessel.toml");
+        let config = VesselConfig::load(&path).unwrap();
+        let voice = config.streaming.configured(DeviceClass::Voice).unwrap();
+        assert!(voice.enabled());
+        assert!(!voice.requires_approval());
+        assert_eq!(voice.max_chunk_bytes(), 65_536);
+        assert_eq!(voice.max_concurrent_sessions(), 1);
+        assert_eq!(voice.sandbox(), Some("voice-sandbox"));
+        assert_eq!(
+            voice
+                .run_limits()
+                .unwrap()
+                .get(dk_policy::RunLimit::MaxToolCalls),
+            32
+        );
+        let desktop = config
+            .streaming
+            .configured(DeviceClass::DesktopControl)
+            .unwrap();
+        assert!(desktop.requires_approval());
+        assert_eq!(desktop.max_chunk_bytes(), 4 * 1024 * 1024);
+        assert_eq!(desktop.max_concurrent_sessions(), 2);
+        assert_eq!(config.streaming.largest_chunk_cap(), Some(4 * 1024 * 1024));
+        assert_eq!(
+            config.limits,
+            LimitSettings {
+                header_read_timeout: Some(Duration::from_secs(10)),
+                approval_timeout: Some(Duration::from_secs(300)),
+                ..LimitSettings::default()
+            }
+        );
+        let layer = config.run_limits.unwrap();
+        assert_eq!(layer.get(dk_policy::RunLimit::MaxToolCalls), Some(48));
+        assert_eq!(layer.get(dk_policy::RunLimit::MaxWallTimeMs), Some(300_000));
+        // The desktop kind's contract limits keep the host's maxTurns.
+        assert_eq!(
+            desktop
+                .run_limits()
+                .unwrap()
+                .get(dk_policy::RunLimit::MaxTurns),
+            16
+        );
+        // The example spells out the default rates.
+        assert_eq!(
+            config.rate_limits,
+            Some(RateLimitSettings {
+                calls_per_minute: Some(300),
+                burst: Some(60),
+                per_device_calls_per_minute: Some(120),
+                per_device_burst: Some(20),
+            })
+        );
+        let mut limits = Limits::default();
+        config.apply_to(&mut limits);
+        assert_eq!(
+            limits.rate_limits,
+            Some(crate::adapter::AgentRateLimits::default())
+        );
+        let applied = limits.run_limits.unwrap();
+        assert_eq!(applied.agent_level, layer);
+        assert_eq!(
+            applied.max_tracked_runs,
+            crate::adapter::AgentRunLimits::default().max_tracked_runs
+        );
+        // Without [runLimits] the limits are left as they were.
+        let mut limits = Limits {
+            run_limits: None,
+            ..Limits::default()
+        };
+        VesselConfig::parse("").unwrap().apply_to(&mut limits);
+        assert_eq!(limits.run_limits, None);
+    }
+
+    #[test]
+    fn an_empty_file_admits_nothing() {
+        let config = VesselConfig::parse("").unwrap();
+        assert_eq!(config, VesselConfig::default());
+        assert_eq!(config.streaming.largest_chunk_cap(), None);
+        for kind in DeviceClass::ALL {
+            assert!(config.streaming.configured(kind).is_none());
+        }
+    }
+
+    #[track_caller]
+    fn refused(text: &str, expected: &str) {
+        let error = VesselConfig::parse(text).unwrap_err().to_string();
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+    }
+
+    #[test]
+    fn broken_files_are_refused_whole() {
+        refused("streaming = [", "not valid TOML");
+        refused("listen = \"x\"", "unknown key `listen`");
+        refused("streaming = 1", "`streaming` must be a table");
+        refused(
+            "[streaming]\nvoice = 1",
+            "`streaming.voice` must be a table",
+        );
+        refused(
+            "[streaming.speaker]\nenabled = true",
+            "device kind must be 'voice' or 'desktop-control' (ERR_PRISM_DEVICE_INPUT)",
+        );
+        refused(
+            "[streaming.voice]\nenabeld = true",
+            "`streaming.voice`: device policy is malformed: unknown field `enabeld`",
+        );
+        refused(
+            "[streaming.voice.limits]\nmaxChunkBytes = 8388609",
+            "maxChunkBytes must be a positive safe integer at most 8388608",
+        );
+        refused(
+            "[streaming.voice.limits]\nmaxChunkByte = 1",
+            "unknown field `limits.maxChunkByte`",
+        );
+        refused(
+            "[streaming.desktop-control.limits]\nmaxConcurrentSessions = 5",
+            "maxConcurrentSessions must be a positive safe integer at most 4",
+        );
+        refused(
+            "[streaming.voice.runLimits]\nmaxToolCall = 3",
+            "unknown run limit `maxToolCall`",
+        );
+        refused(
+            "[streaming.voice.runLimits]\nmaxToolCalls = 257",
+            "maxToolCalls must be a positive safe integer at most 256",
+        );
+        refused("[streaming.voice]\nsandbox = 3", "sandbox must be a string");
+        refused(
+            "[runLimits]\nmaxToolCalls = 257",
+            "`runLimits`: maxToolCalls must be a positive safe integer at most 256",
+        );
+        refused(
+            "[runLimits]\nmaxToolCall = 3",
+            "`runLimits`: unknown run limit `maxToolCall`",
+        );
+        refused("runLimits = 3", "`runLimits`: runLimits must be an object");
+        // A good section does not save the file when another is broken.
+        refused(
+            "[streaming.voice]\nenabled = true\nsandbox = \"s\"\n[streaming.desktop-control]\nnetwork = 1",
+            "network must be a string",
+        );
+    }
+
+    /// `[runLimits]` takes only what the vessel enforces: every other limit
+    /// of the contract is refused, whatever its value, saying who counts it.
+    #[test]
+    fn run_limits_the_vessel_does_not_enforce_are_refused() {
+        let config =
+            VesselConfig::parse("[runLimits]\nmaxToolCalls = 256\nmaxWallTimeMs = 1800000")
+                .unwrap();
+        let layer = config.run_limits.unwrap();
+        assert_eq!(layer.get(RunLimit::MaxToolCalls), Some(256));
+        assert_eq!(layer.get(RunLimit::MaxWallTimeMs), Some(1_800_000));
+        for limit in RunLimit::ALL {
+            if ENFORCED_RUN_LIMITS.contains(&limit) {
+                continue;
+            }
+            for value in ["16", "100000000"] {
+                let text = format!("[runLimits]\nmaxToolCalls = 8\n{limit} = {value}");
+                assert_eq!(
+                    VesselConfig::parse(&text).unwrap_err().to_string(),
+                    format!(
+                        "`runLimits.{limit}` is not enforced by the vessel: the host that runs \
+                         the model counts turns, provider calls and tokens, so set it there; here \
+                         only `maxToolCalls` and `maxWallTimeMs` are allowed"
+                    ),
+                );
+            }
+        }
+        // The admission contract's table per kind still takes them all.
+        let config = VesselConfig::parse(
+            "[streaming.voice.runLimits]\nmaxTurns = 8\nmaxTotalTokens = 1000\nmaxToolCalls = 4",
+        )
+        .unwrap();
+        let voice = config.streaming.run_limits(DeviceClass::Voice).unwrap();
+        assert_eq!(voice.get(RunLimit::MaxTurns), 8);
+        assert_eq!(voice.get(RunLimit::MaxTotalTokens), 1000);
+    }
+
+    /// Each `[rateLimits]` key: at its minimum and maximum it is taken (and
+    /// lands in `Limits`), one past either end and a wrong type refuse the
+    /// whole file with the key's range; a rate of 0 turns its limit off.
+    #[test]
+    fn rate_limits_are_set_within_their_ranges_and_refused_outside_them() {
+        use crate::adapter::AgentRateLimits;
+        type Read = fn(&AgentRateLimits) -> Option<u32>;
+        let cases: [(&str, u32, u32, Read); 4] = [
+            ("callsPerMinute", 1, 60_000, |r| {
+                r.overall.map(|l| l.calls_per_minute.get())
+            }),
+            ("burst", 1, 10_000, |r| r.overall.map(|l| l.burst.get())),
+            ("perDeviceCallsPerMinute", 1, 60_000, |r| {
+                r.per_device.map(|l| l.calls_per_minute.get())
+            }),
+            ("perDeviceBurst", 1, 10_000, |r| {
+                r.per_device.map(|l| l.burst.get())
+            }),
+        ];
+        for (key, min, max, read) in cases {
+            for good in [min, max] {
+                let config = VesselConfig::parse(&format!("[rateLimits]\n{key} = {good}")).unwrap();
+                let mut limits = Limits::default();
+                config.apply_to(&mut limits);
+                assert_eq!(
+                    read(limits.rate_limits.as_ref().unwrap()),
+                    Some(good),
+                    "{key}"
+                );
+            }
+            let low = if key.contains("Burst") || key == "burst" {
+                "0".to_owned()
+            } else {
+                "-1".to_owned()
+            };
+            for bad in [
+                low,
+                (max + 1).to_string(),
+                "\"10\"".to_owned(),
+                "1.5".to_owned(),
+            ] {
+                refused(
+                    &format!("[rateLimits]\n{key} = {bad}"),
+                    &format!("`rateLimits.{key}` must be an integer from "),
+                );
+            }
+        }
+        refused(
+            "[rateLimits]\ncallsPerMinute = 60001",
+            "`rateLimits.callsPerMinute` must be an integer from 0 (no limit) to 60000, not 60001",
+        );
+        refused(
+            "[rateLimits]\nperDeviceBurst = 0",
+            "`rateLimits.perDeviceBurst` must be an integer from 1 to 10000, not 0",
+        );
+        refused(
+            "[rateLimits]\ncallsPerMinut = 10",
+            "unknown key `rateLimits.callsPerMinut` (known: callsPerMinute, burst, perDeviceCallsPerMinute, perDeviceBurst; see docs/CONFIG.md`",
+        );
+        refused("rateLimits = 3", "`rateLimits` must be a table");
+        refused(
+            "[rateLimits]\nperDeviceCallsPerMinute = 0\nperDeviceBurst = 5",
+            "`rateLimits.perDeviceBurst` is set but `rateLimits.perDeviceCallsPerMinute` is 0, which turns that limit off",
+        );
+        // A rate of 0 turns its limit off; both off, nothing is charged.
+        let mut limits = Limits::default();
+        VesselConfig::parse("[rateLimits]\nperDeviceCallsPerMinute = 0\nburst = 5")
+            .unwrap()
+            .apply_to(&mut limits);
+        let rates = limits.rate_limits.unwrap();
+        assert_eq!(rates.per_device, None);
+        assert_eq!(
+            rates
+                .overall
+                .map(|l| (l.calls_per_minute.get(), l.burst.get())),
+            Some((300, 5))
+        );
+        let mut limits = Limits::default();
+        VesselConfig::parse("[rateLimits]\ncallsPerMinute = 0\nperDeviceCallsPerMinute = 0")
+            .unwrap()
+            .apply_to(&mut limits);
+        let rates = limits.rate_limits.unwrap();
+        assert_eq!((rates.overall, rates.per_device), (None, None));
+        // An empty section, or none, keeps what is in force.
+        for text in ["", "[rateLimits]"] {
+            let mut limits = Limits {
+                rate_limits: None,
+                ..Limits::default()
+            };
+            VesselConfig::parse(text).unwrap().apply_to(&mut limits);
+            let expected = if text.is_empty() {
+                None
+            } else {
+                Some(AgentRateLimits::default())
+            };
+            assert_eq!(limits.rate_limits, expected, "{text:?}");
+        }
+    }
+
+    /// Each `[limits]` key: at its minimum and maximum it is taken (and
+    /// lands in `Limits`), one past either end and a wrong type refuse the
+    /// whole file with the key's range.
+    #[test]
+    fn every_limit_is_set_within_its_range_and_refused_outside_it() {
+        type Read = fn(&Limits) -> u64;
+        fn ms(d: Duration) -> u64 {
+            u64::try_from(d.as_millis()).unwrap()
+        }
+        let cases: [(&str, u64, u64, Read); 18] = [
+            ("maxFrameBytes", 1024, 16 << 20, |l| {
+                l.max_frame_bytes as u64
+            }),
+            ("handshakeTimeoutMs", 1000, 300_000, |l| {
+                ms(l.handshake_timeout)
+            }),
+            ("maxPendingCalls", 1, 4096, |l| l.max_pending_calls as u64),
+            ("maxConnections", 1, 1_000_000, |l| l.max_connections as u64),
+            ("maxConnectionsPerAddress", 1, 1_000_000, |l| {
+                l.max_connections_per_address as u64
+            }),
+            ("maxUnauthenticatedPerAddress", 1, 65_536, |l| {
+                l.max_unauthenticated_per_address as u64
+            }),
+            ("adminConnections", 1, 65_536, |l| {
+                l.admin_connections.total as u64
+            }),
+            ("adminConnectionsPerAddress", 1, 65_536, |l| {
+                l.admin_connections.per_address as u64
+            }),
+            ("mcpConnections", 1, 65_536, |l| {
+                l.mcp_connections.total as u64
+            }),
+            ("mcpConnectionsPerAddress", 1, 65_536, |l| {
+                l.mcp_connections.per_address as u64
+            }),
+            ("headerReadTimeoutMs", 1000, 300_000, |l| {
+                ms(l.header_read_timeout)
+            }),
+            ("idleTimeoutMs", 20_000, 86_400_000, |l| ms(l.idle_timeout)),
+            ("maxFramesPerSecond", 1, 1_000_000, |l| {
+                u64::from(l.max_frames_per_second)
+            }),
+            ("maxMalformedFrames", 0, 1000, |l| {
+                u64::from(l.max_malformed_frames)
+            }),
+            ("pingIntervalMs", 1000, 600_000, |l| ms(l.ping_interval)),
+            ("consentTimeoutMs", 5000, 86_400_000, |l| {
+                ms(l.consent_timeout)
+            }),
+            ("approvalTimeoutMs", 5000, 86_400_000, |l| {
+                ms(l.approval_timeout)
+            }),
+            ("callTimeoutMs", 100, 3_600_000, |l| ms(l.call_timeout)),
+        ];
+        for (key, min, max, read) in cases {
+            for good in [min, max] {
+                let config = VesselConfig::parse(&format!("[limits]\n{key} = {good}")).unwrap();
+                let mut limits = Limits::default();
+                config.apply_to(&mut limits);
+                assert_eq!(read(&limits), good, "{key}");
+            }
+            let range = format!("`limits.{key}` must be ");
+            for bad in [
+                min.checked_sub(1)
+                    .map_or("-1".to_owned(), |n| n.to_string()),
+                (max + 1).to_string(),
+                "\"10\"".to_owned(),
+                "1.5".to_owned(),
+            ] {
+                refused(&format!("[limits]\n{key} = {bad}"), &range);
+            }
+        }
+        // Every key the section knows is in the message for one it does not.
+        refused(
+            "[limits]\nheaderReadTimeout = 1000",
+            "unknown key `limits.headerReadTimeout`",
+        );
+        refused("[limits]\nheaderReadTimeout = 1000", "idleTimeoutMs");
+        refused("limits = 3", "`limits` must be a table");
+        // A good limit does not save a file with a bad one.
+        refused(
+            "[limits]\nidleTimeoutMs = 60000\ncallTimeoutMs = 0",
+            "`limits.callTimeoutMs` must be a whole number of milliseconds from 100 to 3600000, not 0",
+        );
+        // What is not set keeps its default.
+        let mut limits = Limits::default();
+        VesselConfig::parse("[limits]\nmaxPendingCalls = 8")
+            .unwrap()
+            .apply_to(&mut limits);
+        assert_eq!(
+            limits,
+            Limits {
+                max_pending_calls: 8,
+                ..Limits::default()
+            }
+        );
+    }
+
+    #[test]
+    fn device_origins_are_origins() {
+        let config = VesselConfig::parse(
+            "[limits]\ndeviceOrigins = [\"https://bridge.example\", \"http://[::1]:8080\"]",
+        )
+        .unwrap();
+        let mut limits = Limits::default();
+        config.apply_to(&mut limits);
+        assert_eq!(
+            limits.device_origins,
+            ["https://bridge.example", "http://[::1]:8080"]
+        );
+        for bad in [
+            "\"https://bridge.example\"",
+            "[\"bridge.example\"]",
+            "[\"https://\"]",
+            "[\"https://bridge.example/path\"]",
+            "[\"ftp://bridge.example\"]",
+            "[\"https://a b\"]",
+            "[1]",
+        ] {
+            refused(
+                &format!("[limits]\ndeviceOrigins = {bad}"),
+                "`limits.deviceOrigins` must be a list of at most 64 origins",
+            );
+        }
+    }
+}

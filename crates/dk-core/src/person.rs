@@ -1,0 +1,458 @@
+//! The person channel: one queue of what the person must answer (consents
+//! to pair, approvals of calls), each with a deadline. Front ends (the
+//! terminal prompt, the admin API, the command line) list and answer it; the
+//! registry and the adapter ask through it and wait.
+//!
+//! An unanswered prompt is a no when its deadline passes. A prompt whose
+//! asker gave up (the device disconnected during pairing, the call was
+//! dropped) leaves the queue at once. One agent keeps at most
+//! [`APPROVALS_PER_AGENT`] approvals waiting (the channel is shared
+//! by every agent and front end): past it, its call is refused without
+//! asking, so one agent cannot bury the others' prompts.
+//!
+//! An approval of an agent's call may be answered with more than a yes or
+//! a no ([`ApprovalAnswer`]): a yes for this call once, or a yes remembered
+//! for N minutes for this agent and tool with exactly these arguments, or
+//! for this agent and the whole capability (`allowances.rs`). A call that
+//! names no agent can only be allowed once or refused.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::adapter::{Approval, ApprovalRequest, Approver};
+use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
+use crate::registry::{ConsentDecision, ConsentRequest};
+
+/// How long the person has to answer an approval by default (two minutes).
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many approvals one agent may have waiting for the person at once.
+pub const APPROVALS_PER_AGENT: usize = 16;
+
+/// What the person is asked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "request", rename_all = "camelCase")]
+pub enum Prompt {
+    /// A device asks to pair.
+    Consent(ConsentRequest),
+    /// A call needs a yes.
+    Approval(ApprovalRequest),
+}
+
+/// One open prompt, as front ends list it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPrompt {
+    /// Identifies the prompt when answering.
+    pub id: u64,
+    /// Milliseconds since the Unix epoch after which the prompt is a no.
+    pub expires_at_ms: u64,
+    /// What is asked.
+    #[serde(flatten)]
+    pub prompt: Prompt,
+    /// Whether a yes may be remembered (`canRemember`, only on approvals
+    /// of an agent's call): answered with [`ApprovalAnswer::Remember`].
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub can_remember: bool,
+}
+
+/// The person's answer to an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalAnswer {
+    /// No.
+    Refuse,
+    /// Yes, for this call only.
+    Once,
+    /// Yes, and the same again without asking, as this says.
+    Remember(Remember),
+}
+
+/// A change in the queue, for front ends that show it live.
+#[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one event per prompt the person is shown: a few hundred bytes each is nothing"
+)]
+pub enum PersonEvent {
+    /// A new prompt is waiting.
+    Asked(PendingPrompt),
+    /// A prompt left the queue (answered, timed out, or withdrawn).
+    Closed {
+        /// The prompt's id.
+        id: u64,
+    },
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// No open prompt has that id (answered already, timed out or withdrawn).
+    #[error("no open prompt {0}")]
+    NotFound(u64),
+    /// The prompt is of the other kind.
+    #[error("prompt {0} is not {1}")]
+    WrongKind(u64, &'static str),
+    /// The approval cannot be remembered: its call names no agent, or it
+    /// was not asked by a call that may be remembered.
+    #[error("call {0} cannot be remembered (it names no agent): allow it once or refuse it")]
+    NotRememberable(u64),
+    /// The allowance was not made; the prompt is still open.
+    #[error("{1}: call {0} is still waiting for an answer")]
+    NotRemembered(u64, AllowanceError),
+}
+
+/// Why the person was not asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AskError {
+    /// The calling agent already has this many approvals waiting.
+    #[error("agent \"{agent}\" already has {limit} approvals waiting for the person")]
+    TooManyWaiting {
+        /// The agent.
+        agent: String,
+        /// Its cap.
+        limit: usize,
+    },
+}
+
+enum Responder {
+    Consent(oneshot::Sender<ConsentDecision>),
+    Approval(oneshot::Sender<Approval>),
+}
+
+struct Entry {
+    view: PendingPrompt,
+    responder: Responder,
+    /// What a yes may be remembered as, for an agent's call.
+    offer: Option<AllowanceOffer>,
+}
+
+/// The queue of prompts for the person.
+pub struct PersonChannel {
+    pending: Mutex<BTreeMap<u64, Entry>>,
+    next_id: AtomicU64,
+    events: broadcast::Sender<PersonEvent>,
+    approval_timeout: Duration,
+}
+
+impl fmt::Debug for PersonChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PersonChannel")
+            .field("pending", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Default for PersonChannel {
+    fn default() -> Self {
+        PersonChannel::new(DEFAULT_APPROVAL_TIMEOUT)
+    }
+}
+
+/// Removes a prompt when its asker stops waiting, however that happens.
+struct Withdraw<'a> {
+    channel: &'a PersonChannel,
+    id: u64,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        self.channel.close(self.id);
+    }
+}
+
+fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl PersonChannel {
+    /// An empty queue; approvals asked through [`Approver`] wait at most
+    /// `approval_timeout`.
+    pub fn new(approval_timeout: Duration) -> PersonChannel {
+        PersonChannel {
+            pending: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+            events: broadcast::channel(256).0,
+            approval_timeout,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts `prompt` in the queue, unless it is an approval of an agent
+    /// that has its cap of approvals waiting (counted under the same lock).
+    fn open(
+        &self,
+        prompt: Prompt,
+        timeout: Duration,
+        responder: Responder,
+        offer: Option<AllowanceOffer>,
+    ) -> Result<u64, AskError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let view = PendingPrompt {
+            id,
+            expires_at_ms: epoch_ms(SystemTime::now() + timeout),
+            prompt,
+            can_remember: offer.is_some(),
+        };
+        {
+            let mut pending = self.lock();
+            if let Some(agent) = asking_agent(&view.prompt) {
+                let waiting = pending
+                    .values()
+                    .filter(|e| asking_agent(&e.view.prompt) == Some(agent))
+                    .count();
+                if waiting >= APPROVALS_PER_AGENT {
+                    return Err(AskError::TooManyWaiting {
+                        agent: agent.to_owned(),
+                        limit: APPROVALS_PER_AGENT,
+                    });
+                }
+            }
+            pending.insert(
+                id,
+                Entry {
+                    view: view.clone(),
+                    responder,
+                    offer,
+                },
+            );
+        }
+        let _ = self.events.send(PersonEvent::Asked(view));
+        Ok(id)
+    }
+
+    fn close(&self, id: u64) {
+        if self.lock().remove(&id).is_some() {
+            let _ = self.events.send(PersonEvent::Closed { id });
+        }
+    }
+
+    /// Asks the person to pair a device; no answer within `timeout` is a no.
+    pub async fn ask_consent(&self, request: ConsentRequest, timeout: Duration) -> ConsentDecision {
+        let (tx, rx) = oneshot::channel();
+        // Consents are not counted against an agent: this cannot fail.
+        let Ok(id) = self.open(
+            Prompt::Consent(request),
+            timeout,
+            Responder::Consent(tx),
+            None,
+        ) else {
+            return ConsentDecision::refuse();
+        };
+        let _withdraw = Withdraw { channel: self, id };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(decision)) => decision,
+            _ => ConsentDecision::refuse(),
+        }
+    }
+
+    /// Asks the person to approve a call; no answer within `timeout` is a
+    /// no, and so is a request the person is not asked
+    /// (an agent that already has its cap of approvals waiting).
+    pub(crate) async fn ask_approval(&self, request: ApprovalRequest, timeout: Duration) -> bool {
+        self.try_ask_approval(request, timeout)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Asks the person to approve a call; no answer within `timeout` is a
+    /// no. A request of an agent that already has its cap of approvals
+    /// waiting is not put to the person.
+    pub(crate) async fn try_ask_approval(
+        &self,
+        request: ApprovalRequest,
+        timeout: Duration,
+    ) -> Result<bool, AskError> {
+        Ok(matches!(
+            self.try_ask_remembering(request, None, timeout).await?,
+            Approval::Once | Approval::Remembered(_)
+        ))
+    }
+
+    /// Asks the person to approve a call, letting them remember a yes as
+    /// `offer` allows; no answer within `timeout` is a no. A request of an
+    /// agent that already has its cap of approvals waiting is not put to
+    /// the person.
+    pub(crate) async fn try_ask_remembering(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+        timeout: Duration,
+    ) -> Result<Approval, AskError> {
+        let (tx, rx) = oneshot::channel();
+        let id = self.open(
+            Prompt::Approval(request),
+            timeout,
+            Responder::Approval(tx),
+            offer,
+        )?;
+        let _withdraw = Withdraw { channel: self, id };
+        Ok(match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(approval)) => approval,
+            _ => Approval::Refused,
+        })
+    }
+
+    /// Withdraws every waiting approval for which `withdraw` says yes: its
+    /// call gets a no, and every front end sees the prompt close. Returns
+    /// how many were withdrawn.
+    pub(crate) fn withdraw_approvals(&self, withdraw: impl Fn(&ApprovalRequest) -> bool) -> usize {
+        let ids: Vec<u64> = self
+            .lock()
+            .iter()
+            .filter(|(_, e)| matches!(&e.view.prompt, Prompt::Approval(r) if withdraw(r)))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut withdrawn = 0;
+        for id in ids {
+            if let Ok(Responder::Approval(tx)) = self.take(id, "an approval") {
+                let _ = tx.send(Approval::Refused);
+                withdrawn += 1;
+            }
+        }
+        withdrawn
+    }
+
+    /// Open prompts, oldest first.
+    pub fn pending(&self) -> Vec<PendingPrompt> {
+        self.lock().values().map(|e| e.view.clone()).collect()
+    }
+
+    /// Changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<PersonEvent> {
+        self.events.subscribe()
+    }
+
+    fn take(&self, id: u64, want: &'static str) -> Result<Responder, AnswerError> {
+        let mut pending = self.lock();
+        let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
+        let kind = match entry.responder {
+            Responder::Consent(_) => "a consent",
+            Responder::Approval(_) => "an approval",
+        };
+        if kind != want {
+            return Err(AnswerError::WrongKind(id, want));
+        }
+        let entry = pending.remove(&id).ok_or(AnswerError::NotFound(id))?;
+        drop(pending);
+        let _ = self.events.send(PersonEvent::Closed { id });
+        Ok(entry.responder)
+    }
+
+    /// Answers a consent prompt.
+    pub fn answer_consent(&self, id: u64, decision: ConsentDecision) -> Result<(), AnswerError> {
+        match self.take(id, "a consent")? {
+            Responder::Consent(tx) => tx.send(decision).map_err(|_| AnswerError::NotFound(id)),
+            Responder::Approval(_) => Err(AnswerError::WrongKind(id, "a consent")),
+        }
+    }
+
+    /// Answers an approval prompt with a yes for this call once, or a no.
+    pub fn answer_approval(&self, id: u64, approve: bool) -> Result<(), AnswerError> {
+        let answer = if approve {
+            ApprovalAnswer::Once
+        } else {
+            ApprovalAnswer::Refuse
+        };
+        self.answer_approval_with(id, answer).map(|_| ())
+    }
+
+    /// Answers an approval prompt; a yes to remember makes the allowance
+    /// first and returns it. When it cannot be made (the call names no
+    /// agent, [`MAX_ALLOWANCES`](crate::allowances::MAX_ALLOWANCES) are live, the grant
+    /// or the agent changed meanwhile) the prompt stays open for another
+    /// answer.
+    pub fn answer_approval_with(
+        &self,
+        id: u64,
+        answer: ApprovalAnswer,
+    ) -> Result<Option<Allowance>, AnswerError> {
+        let (approval, made) = match answer {
+            ApprovalAnswer::Refuse => (Approval::Refused, None),
+            ApprovalAnswer::Once => (Approval::Once, None),
+            ApprovalAnswer::Remember(remember) => {
+                return self.remember(id, remember).map(Some);
+            }
+        };
+        match self.take(id, "an approval")? {
+            Responder::Approval(tx) => tx.send(approval).map_err(|_| AnswerError::NotFound(id))?,
+            Responder::Consent(_) => return Err(AnswerError::WrongKind(id, "an approval")),
+        }
+        Ok(made)
+    }
+
+    /// Makes the allowance approval `id` offers, then answers it with a yes:
+    /// under the queue's lock, so the prompt is answered once.
+    fn remember(&self, id: u64, remember: Remember) -> Result<Allowance, AnswerError> {
+        let (entry, allowance) = {
+            let mut pending = self.lock();
+            let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
+            if matches!(entry.responder, Responder::Consent(_)) {
+                return Err(AnswerError::WrongKind(id, "an approval"));
+            }
+            let offer = entry
+                .offer
+                .as_ref()
+                .ok_or(AnswerError::NotRememberable(id))?;
+            let allowance = offer
+                .accept(remember)
+                .map_err(|e| AnswerError::NotRemembered(id, e))?;
+            let entry = pending.remove(&id).ok_or(AnswerError::NotFound(id))?;
+            (entry, allowance)
+        };
+        let _ = self.events.send(PersonEvent::Closed { id });
+        if let Some(offer) = &entry.offer {
+            offer.announce(&allowance);
+        }
+        if let Responder::Approval(tx) = entry.responder {
+            // An asker gone meanwhile leaves the allowance: the person made it.
+            let _ = tx.send(Approval::Remembered(allowance.clone()));
+        }
+        Ok(allowance)
+    }
+}
+
+/// The agent an approval prompt is asked for, if any.
+fn asking_agent(prompt: &Prompt) -> Option<&str> {
+    match prompt {
+        Prompt::Approval(request) => request.agent_id.as_deref(),
+        Prompt::Consent(_) => None,
+    }
+}
+
+impl Approver for PersonChannel {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            self.try_ask_approval(request, self.approval_timeout)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn approve_remembering(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+    ) -> BoxFuture<'_, Result<Approval, String>> {
+        Box::pin(async move {
+            self.try_ask_remembering(request, offer, self.approval_timeout)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

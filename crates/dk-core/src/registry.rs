@@ -1,0 +1,913 @@
+//! The device registry: pairing with the person's consent, device tokens
+//! (kept only as SHA-256), authentication against the approved manifest,
+//! grants, revocation and unpairing.
+//!
+//! Nothing is granted by default. Grants are read on every call, never
+//! cached, and every pairing carries a generation number so a call that
+//! waited for the person can tell that the device was paired again meanwhile.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dk_proto::{Manifest, ManifestError, validate_manifest, validate_manifest_json};
+use rand::Rng;
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::broadcast;
+
+use crate::allowances::{Allowances, RevokeCause};
+use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
+
+/// How long the person has to answer a consent request by default (two minutes).
+pub const DEFAULT_CONSENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Bytes of randomness in a device token (64 hex characters).
+const TOKEN_BYTES: usize = 32;
+
+/// A device token: 64 lower-case hex characters from a CSPRNG. The vessel
+/// gives it to the device once and keeps only its SHA-256. `Debug` does not
+/// show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DeviceToken(String);
+
+impl DeviceToken {
+    fn generate() -> DeviceToken {
+        let mut bytes = [0u8; TOKEN_BYTES];
+        rand::rng().fill(&mut bytes);
+        DeviceToken(hex(&bytes))
+    }
+
+    /// The token text, to send to the device in `device:paired`.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for DeviceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeviceToken(..)")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
+    bytes
+        .iter()
+        .flat_map(|b| [digit(b >> 4), digit(b & 0x0f)])
+        .collect()
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+/// A uniform 6-digit code, zero-padded, from a CSPRNG.
+fn pairing_code() -> String {
+    format!("{:06}", rand::rng().random_range(0..1_000_000u32))
+}
+
+/// One capability as the person sees it when asked to pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsentCapability {
+    /// Capability name.
+    pub name: String,
+    /// Sensor or actuator.
+    pub kind: &'static str,
+    /// What it does, in the device's words (validated text).
+    pub description: String,
+    /// Whether the person is asked on every call.
+    pub confirm: bool,
+}
+
+/// What the person is asked when a device wants to pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentRequest {
+    /// The device id.
+    pub device_id: String,
+    /// Its display name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// The code the device is showing: the person checks they match.
+    pub code: String,
+    /// Every capability the device declares.
+    pub capabilities: Vec<ConsentCapability>,
+    /// The pairing this one would replace, when the id is already paired.
+    pub replaces: Option<Box<Replaced>>,
+    /// The device says it cannot display the code: nothing proves it is the
+    /// device in front of the person, who must confirm that knowingly.
+    pub no_screen: bool,
+}
+
+/// What a new pairing of an already paired id replaces, and how the new
+/// manifest differs from the one the person approved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replaced {
+    /// When the current pairing was made, in milliseconds since the Unix epoch.
+    pub paired_at_ms: u64,
+    /// What it grants now; the new pairing's grants replace these.
+    pub grants: Vec<String>,
+    /// The approved manifest's name, when the new one says another.
+    pub was_name: Option<String>,
+    /// The approved manifest's kind, when the new one says another.
+    pub was_kind: Option<String>,
+    /// Every capability added, removed or changed, in the new manifest's
+    /// order (removed ones last); empty when the capabilities are the same.
+    pub changes: Vec<CapabilityChange>,
+}
+
+/// How one capability of a re-pairing differs from the approved manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityChange {
+    /// The capability.
+    pub capability: String,
+    /// Added, removed or changed.
+    pub change: ChangeKind,
+    /// What changed in a capability both manifests have.
+    pub differences: Vec<Difference>,
+    /// The same in words, for a person: `unlock: NO LONGER asks every
+    /// time`, `siren: added`.
+    pub summary: String,
+}
+
+/// Whether a capability is new, gone, or different.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChangeKind {
+    /// Only the new manifest has it.
+    Added,
+    /// Only the approved manifest has it.
+    Removed,
+    /// Both have it, differently.
+    Changed,
+}
+
+/// One difference in a capability both manifests declare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "what")]
+pub enum Difference {
+    /// Sensor became actuator or the other way round.
+    Kind {
+        /// The approved kind.
+        was: &'static str,
+        /// The new kind.
+        now: &'static str,
+    },
+    /// Whether the person is asked on every call.
+    Confirm {
+        /// The approved manifest asked every time.
+        was: bool,
+        /// The new manifest asks every time.
+        now: bool,
+    },
+    /// Its params (names, types, whether required, lengths) differ.
+    Params,
+    /// Its description differs.
+    Description,
+}
+
+impl CapabilityChange {
+    fn new(capability: &str, change: ChangeKind, differences: Vec<Difference>) -> CapabilityChange {
+        let mut made = CapabilityChange {
+            capability: capability.to_owned(),
+            change,
+            differences,
+            summary: String::new(),
+        };
+        made.summary = made.describe();
+        made
+    }
+
+    fn describe(&self) -> String {
+        match self.change {
+            ChangeKind::Added => format!("{}: added", self.capability),
+            ChangeKind::Removed => format!("{}: removed", self.capability),
+            ChangeKind::Changed => {
+                let parts: Vec<String> = self
+                    .differences
+                    .iter()
+                    .map(|d| match d {
+                        Difference::Kind { was, now } => format!("was {was}, now {now}"),
+                        Difference::Confirm { was: true, .. } => {
+                            "NO LONGER asks every time".to_owned()
+                        }
+                        Difference::Confirm { .. } => "now asks every time".to_owned(),
+                        Difference::Params => "its params changed".to_owned(),
+                        Difference::Description => "its description changed".to_owned(),
+                    })
+                    .collect();
+                format!("{}: {}", self.capability, parts.join(", "))
+            }
+        }
+    }
+}
+
+/// How `new` differs from the approved `old`, capability by capability.
+fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
+    let mut changes = Vec::new();
+    for cap in new.capabilities() {
+        let Some(was) = old.capability(cap.name()) else {
+            changes.push(CapabilityChange::new(
+                cap.name(),
+                ChangeKind::Added,
+                Vec::new(),
+            ));
+            continue;
+        };
+        let mut differences = Vec::new();
+        if was.kind() != cap.kind() {
+            differences.push(Difference::Kind {
+                was: was.kind().as_str(),
+                now: cap.kind().as_str(),
+            });
+        }
+        if was.confirm() != cap.confirm() {
+            differences.push(Difference::Confirm {
+                was: was.confirm(),
+                now: cap.confirm(),
+            });
+        }
+        if was.params() != cap.params() {
+            differences.push(Difference::Params);
+        }
+        if was.description() != cap.description() {
+            differences.push(Difference::Description);
+        }
+        if !differences.is_empty() {
+            changes.push(CapabilityChange::new(
+                cap.name(),
+                ChangeKind::Changed,
+                differences,
+            ));
+        }
+    }
+    for was in old.capabilities() {
+        if new.capability(was.name()).is_none() {
+            changes.push(CapabilityChange::new(
+                was.name(),
+                ChangeKind::Removed,
+                Vec::new(),
+            ));
+        }
+    }
+    changes
+}
+
+/// The person's answer to a [`ConsentRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsentDecision {
+    /// Yes or no.
+    pub approved: bool,
+    /// Capabilities the person grants; empty means none.
+    pub grant: Vec<String>,
+    /// For a device that cannot show a code: the person confirms pairing
+    /// without the code check. A yes without it pairs nothing.
+    pub confirmed_without_code: bool,
+}
+
+impl ConsentDecision {
+    /// A yes granting `grant`.
+    pub fn approve<I: IntoIterator<Item = S>, S: Into<String>>(grant: I) -> ConsentDecision {
+        ConsentDecision {
+            approved: true,
+            grant: grant.into_iter().map(Into::into).collect(),
+            confirmed_without_code: false,
+        }
+    }
+
+    /// The same answer, also confirming a device that cannot show a code.
+    pub fn without_code_confirmed(mut self) -> ConsentDecision {
+        self.confirmed_without_code = true;
+        self
+    }
+
+    /// A no.
+    pub fn refuse() -> ConsentDecision {
+        ConsentDecision::default()
+    }
+}
+
+/// Why a pairing did not happen. `Display` gives 8DK's reason text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PairError {
+    /// The manifest failed validation; the person was never asked.
+    #[error("invalid manifest: {0}")]
+    InvalidManifest(ManifestError),
+    /// The person said no, the consent callback failed, or no answer came in time.
+    #[error("the person did not approve pairing")]
+    NotApproved,
+    /// The device cannot show a code and the person did not confirm pairing
+    /// without it.
+    #[error("the person did not confirm pairing a device that cannot show a code")]
+    NoScreenNotConfirmed,
+    /// The store could not commit the pairing; nothing was paired.
+    #[error("the pairing could not be saved: {0}")]
+    NotStored(String),
+    /// The grant named capabilities the device does not declare.
+    #[error("grant names unknown capability: {}", .0.join(", "))]
+    UnknownGrant(Vec<String>),
+    /// The id was paired, re-paired or unpaired while the person was asked:
+    /// what they saw it would replace is no longer what is there.
+    #[error("the device was paired or unpaired by another request meanwhile: ask again")]
+    ChangedMeanwhile,
+}
+
+/// A completed pairing: the token goes to the device, once.
+#[derive(Debug, Clone)]
+pub struct Paired {
+    /// The paired device's id.
+    pub device_id: String,
+    /// The device token, to send in `device:paired`.
+    pub token: DeviceToken,
+    /// The pairing's generation.
+    pub generation: u64,
+}
+
+/// Why a grant was refused. `Display` gives 8DK's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GrantError {
+    /// No device is paired under that id.
+    #[error("device \"{0}\" is not paired")]
+    NotPaired(String),
+    /// The store could not commit the change; nothing changed.
+    #[error("the change could not be saved: {0}")]
+    NotStored(String),
+    /// The device declares no such capability.
+    #[error("device \"{device}\" has no capability \"{capability}\"")]
+    NoSuchCapability {
+        /// The device id.
+        device: String,
+        /// The capability asked for.
+        capability: String,
+    },
+}
+
+/// Why a reconnecting device was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// No device is paired under that id.
+    #[error("device is not paired")]
+    NotPaired,
+    /// The token is wrong.
+    #[error("wrong device token")]
+    WrongToken,
+    /// The manifest is not the one the person approved: pair again.
+    #[error("manifest changed since pairing: pair again")]
+    ManifestChanged,
+}
+
+/// A device whose token (and manifest, when it sent one) passed
+/// [`DeviceRegistry::authenticate`]. Only that check makes one.
+#[derive(Debug, Clone)]
+pub struct AuthenticatedDevice {
+    device_id: String,
+    generation: u64,
+}
+
+impl AuthenticatedDevice {
+    /// The device id.
+    pub fn device_id(&self) -> &str {
+        &self.device_id
+    }
+    /// The pairing generation the device authenticated against.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// A change to the registry, for whoever must react (the connection that
+/// tells the device, agents whose tool list changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// A device was paired (or paired again).
+    Paired {
+        /// The device id.
+        device_id: String,
+    },
+    /// A capability was granted.
+    Granted {
+        /// The device id.
+        device_id: String,
+        /// The capability.
+        capability: String,
+    },
+    /// A capability was revoked.
+    Revoked {
+        /// The device id.
+        device_id: String,
+        /// The capability.
+        capability: String,
+    },
+    /// A device was unpaired.
+    Unpaired {
+        /// The device id.
+        device_id: String,
+    },
+}
+
+/// What the registry keeps for one paired device. The approved manifest,
+/// its digest and the token's hash never change; a new pairing makes a new one.
+#[derive(Debug)]
+pub struct PairedDevice {
+    manifest: Manifest,
+    digest: String,
+    token_hash: [u8; 32],
+    paired_at: SystemTime,
+    generation: u64,
+}
+
+impl PairedDevice {
+    /// The manifest the person approved.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    /// Its digest.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    /// When the person approved the pairing.
+    pub fn paired_at(&self) -> SystemTime {
+        self.paired_at
+    }
+    /// The pairing's generation: a new pairing of the same id has a larger one.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+struct Entry {
+    device: Arc<PairedDevice>,
+    grants: BTreeSet<String>,
+}
+
+/// A copy of one device's state, for listings.
+#[derive(Debug, Clone)]
+pub struct DeviceSnapshot {
+    /// The pairing.
+    pub device: Arc<PairedDevice>,
+    /// Granted capabilities, sorted.
+    pub grants: Vec<String>,
+}
+
+/// Paired devices and their grants.
+pub struct DeviceRegistry {
+    devices: RwLock<HashMap<String, Entry>>,
+    /// The token hashes of `devices`, so that telling whether a text is a
+    /// token costs one hash and one lookup, however many devices are paired
+    /// (redaction checks many texts on the event path). Changed under
+    /// `changing`, after `devices`.
+    token_hashes: RwLock<HashSet<[u8; 32]>>,
+    generations: AtomicU64,
+    events: broadcast::Sender<RegistryEvent>,
+    store: Arc<dyn Store>,
+    /// Serialises changes: the store commits, then memory follows, in the
+    /// same order for every change. Calls read memory and never wait here.
+    changing: Mutex<()>,
+    /// The person's remembered yeses: revoked with the grant they rest on.
+    allowances: Arc<Allowances>,
+}
+
+impl Default for DeviceRegistry {
+    fn default() -> Self {
+        DeviceRegistry::new()
+    }
+}
+
+impl fmt::Debug for DeviceRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceRegistry")
+            .field("devices", &self.read().len())
+            .finish()
+    }
+}
+
+impl DeviceRegistry {
+    /// An empty registry.
+    pub fn new() -> DeviceRegistry {
+        DeviceRegistry {
+            devices: RwLock::new(HashMap::new()),
+            token_hashes: RwLock::new(HashSet::new()),
+            generations: AtomicU64::new(0),
+            events: broadcast::channel(256).0,
+            store: Arc::new(MemoryStore::new()),
+            changing: Mutex::new(()),
+            allowances: Arc::new(Allowances::new()),
+        }
+    }
+
+    /// A registry over `store`, holding every pairing the store has. A stored
+    /// manifest that no longer validates, or whose digest does not match, is
+    /// an error: the vessel does not start on damaged state.
+    pub fn open(store: Arc<dyn Store>) -> Result<DeviceRegistry, StoreError> {
+        let snapshot = store.load()?;
+        let mut devices = HashMap::with_capacity(snapshot.pairings.len());
+        for stored in snapshot.pairings {
+            let damaged =
+                |why: String| StoreError::Corrupt(format!("pairing `{}`: {why}", stored.device_id));
+            let manifest = validate_manifest_json(&stored.manifest_json)
+                .map_err(|e| damaged(e.to_string()))?;
+            if manifest.id() != stored.device_id || manifest.digest() != stored.digest {
+                return Err(damaged(
+                    "the manifest does not match its id or digest".to_owned(),
+                ));
+            }
+            let device = PairedDevice {
+                digest: stored.digest,
+                manifest,
+                token_hash: stored.token_hash,
+                paired_at: UNIX_EPOCH + Duration::from_millis(stored.paired_at_ms),
+                generation: stored.generation,
+            };
+            devices.insert(
+                stored.device_id,
+                Entry {
+                    device: Arc::new(device),
+                    grants: stored.grants.into_iter().collect(),
+                },
+            );
+        }
+        let token_hashes = devices.values().map(|e| e.device.token_hash).collect();
+        Ok(DeviceRegistry {
+            devices: RwLock::new(devices),
+            token_hashes: RwLock::new(token_hashes),
+            generations: AtomicU64::new(snapshot.max_generation),
+            events: broadcast::channel(256).0,
+            store,
+            changing: Mutex::new(()),
+            allowances: Arc::new(Allowances::new()),
+        })
+    }
+
+    /// The store the registry commits to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The person's remembered allowances: a revoke, an unpair or a new
+    /// pairing of a device revokes those resting on it.
+    pub fn allowances(&self) -> &Arc<Allowances> {
+        &self.allowances
+    }
+
+    fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.changing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, Entry>> {
+        self.devices.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, Entry>> {
+        self.devices.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self, event: RegistryEvent) {
+        // No subscriber is fine.
+        let _ = self.events.send(event);
+    }
+
+    /// Changes from now on. A slow subscriber misses events (it sees a lag
+    /// error) rather than holding the registry back.
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.events.subscribe()
+    }
+
+    /// Pairs a device. The manifest is validated first (an invalid one never
+    /// reaches the person); then a 6-digit code is drawn, handed to
+    /// `show_code` (for the device to display), and the person is asked
+    /// through `consent`. No answer within `timeout`, an error or a no pairs
+    /// nothing. A yes stores the approved manifest, the token's hash and the
+    /// grants, replacing any earlier pairing of the same id.
+    pub async fn pair<F, Fut, E>(
+        &self,
+        manifest: &Value,
+        show_code: impl FnOnce(&str),
+        consent: F,
+        timeout: Duration,
+    ) -> Result<Paired, PairError>
+    where
+        F: FnOnce(ConsentRequest) -> Fut,
+        Fut: Future<Output = Result<ConsentDecision, E>>,
+    {
+        let manifest = validate_manifest(manifest).map_err(PairError::InvalidManifest)?;
+        let code = pairing_code();
+        show_code(&code);
+        let request = ConsentRequest {
+            device_id: manifest.id().to_owned(),
+            name: manifest.name().to_owned(),
+            kind: manifest.kind().to_owned(),
+            code,
+            capabilities: manifest
+                .capabilities()
+                .iter()
+                .map(|c| ConsentCapability {
+                    name: c.name().to_owned(),
+                    kind: c.kind().as_str(),
+                    description: c.description().to_owned(),
+                    confirm: c.confirm(),
+                })
+                .collect(),
+            replaces: self.replaced(&manifest).map(Box::new),
+            no_screen: manifest.no_screen(),
+        };
+        // What the person is shown as replaced must be what is replaced.
+        let seen = self.get(manifest.id()).map(|d| d.generation);
+        let decision = match tokio::time::timeout(timeout, consent(request)).await {
+            Ok(Ok(decision)) if decision.approved => decision,
+            _ => return Err(PairError::NotApproved),
+        };
+        if manifest.no_screen() && !decision.confirmed_without_code {
+            return Err(PairError::NoScreenNotConfirmed);
+        }
+        let unknown: Vec<String> = decision
+            .grant
+            .iter()
+            .filter(|g| manifest.capability(g).is_none())
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(PairError::UnknownGrant(unknown));
+        }
+        let token = DeviceToken::generate();
+        let changing = self.changing();
+        if self.get(manifest.id()).map(|d| d.generation) != seen {
+            return Err(PairError::ChangedMeanwhile);
+        }
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let device_id = manifest.id().to_owned();
+        let device = PairedDevice {
+            digest: manifest.digest(),
+            manifest,
+            token_hash: sha256(token.expose()),
+            paired_at: SystemTime::now(),
+            generation,
+        };
+        let replaced = self.is_paired(&device_id);
+        let stored = StoredPairing {
+            device_id: device_id.clone(),
+            manifest_json: device.manifest.to_stored_json(),
+            digest: device.digest.clone(),
+            token_hash: device.token_hash,
+            grants: decision.grant.clone(),
+            generation,
+            paired_at_ms: epoch_ms(device.paired_at),
+        };
+        let audit = audit_event(
+            "paired",
+            json!({"deviceId": device_id, "name": device.manifest.name(), "digest": device.digest,
+                   "grants": decision.grant, "replaced": replaced, "noScreen": device.manifest.no_screen()}),
+        );
+        // Committed before the device or the person hears of it.
+        self.store
+            .put_pairing(&stored, &audit)
+            .map_err(|e| PairError::NotStored(e.to_string()))?;
+        let token_hash = device.token_hash;
+        let replaced_entry = self.write().insert(
+            device_id.clone(),
+            Entry {
+                device: Arc::new(device),
+                grants: decision.grant.into_iter().collect(),
+            },
+        );
+        {
+            let mut hashes = self.token_hashes_mut();
+            if let Some(old) = &replaced_entry {
+                hashes.remove(&old.device.token_hash);
+            }
+            hashes.insert(token_hash);
+        }
+        if replaced_entry.is_some() {
+            self.allowances
+                .drop_device(&device_id, RevokeCause::PairedAgain);
+        }
+        drop(changing);
+        self.notify(RegistryEvent::Paired {
+            device_id: device_id.clone(),
+        });
+        Ok(Paired {
+            device_id,
+            token,
+            generation,
+        })
+    }
+
+    /// Checks a reconnecting device: the token's hash must equal the stored
+    /// one (compared in constant time), and when the device sends its
+    /// manifest, it must validate to the manifest the person approved.
+    pub fn authenticate(
+        &self,
+        device_id: &str,
+        token: &str,
+        manifest: Option<&Value>,
+    ) -> Result<AuthenticatedDevice, AuthError> {
+        let device = self.get(device_id).ok_or(AuthError::NotPaired)?;
+        let presented = sha256(token);
+        if !bool::from(presented.ct_eq(&device.token_hash)) {
+            return Err(AuthError::WrongToken);
+        }
+        if let Some(manifest) = manifest {
+            // Equal validated manifests have equal digests: comparing the
+            // validated form spares serialising and hashing it.
+            match validate_manifest(manifest) {
+                Ok(m) if m == device.manifest => {}
+                _ => return Err(AuthError::ManifestChanged),
+            }
+        }
+        Ok(AuthenticatedDevice {
+            device_id: device_id.to_owned(),
+            generation: device.generation,
+        })
+    }
+
+    /// Whether `text` is the token of a paired device (its hash is looked up
+    /// among the devices' token hashes; used to keep tokens out of the audit
+    /// log, events and logs). Authentication does not use this: it compares
+    /// one device's hash in constant time.
+    pub(crate) fn is_device_token(&self, text: &str) -> bool {
+        let hash = sha256(text);
+        self.token_hashes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&hash)
+    }
+
+    fn token_hashes_mut(&self) -> RwLockWriteGuard<'_, HashSet<[u8; 32]>> {
+        self.token_hashes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pairing of `device_id`, if any.
+    pub fn get(&self, device_id: &str) -> Option<Arc<PairedDevice>> {
+        self.read().get(device_id).map(|e| Arc::clone(&e.device))
+    }
+
+    /// The pairing of `device_id` and whether `capability` is granted, read
+    /// together under one lock.
+    pub fn get_with_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+    ) -> Option<(Arc<PairedDevice>, bool)> {
+        self.read()
+            .get(device_id)
+            .map(|e| (Arc::clone(&e.device), e.grants.contains(capability)))
+    }
+
+    /// What pairing `device_id` again would replace.
+    fn replaced(&self, new: &Manifest) -> Option<Replaced> {
+        self.read().get(new.id()).map(|e| {
+            let old = &e.device.manifest;
+            Replaced {
+                paired_at_ms: epoch_ms(e.device.paired_at),
+                grants: e.grants.iter().cloned().collect(),
+                was_name: (old.name() != new.name()).then(|| old.name().to_owned()),
+                was_kind: (old.kind() != new.kind()).then(|| old.kind().to_owned()),
+                changes: capability_changes(old, new),
+            }
+        })
+    }
+
+    /// Whether a device is paired under `device_id`.
+    pub fn is_paired(&self, device_id: &str) -> bool {
+        self.read().contains_key(device_id)
+    }
+
+    /// Whether `capability` is granted on `device_id`.
+    pub fn is_granted(&self, device_id: &str, capability: &str) -> bool {
+        self.read()
+            .get(device_id)
+            .is_some_and(|e| e.grants.contains(capability))
+    }
+
+    /// Every paired device with its grants, sorted by id.
+    pub fn list(&self) -> Vec<DeviceSnapshot> {
+        let mut all: Vec<DeviceSnapshot> = self
+            .read()
+            .values()
+            .map(|e| DeviceSnapshot {
+                device: Arc::clone(&e.device),
+                grants: e.grants.iter().cloned().collect(),
+            })
+            .collect();
+        all.sort_by(|a, b| a.device.manifest.id().cmp(b.device.manifest.id()));
+        all
+    }
+
+    /// Grants `capability` on a paired device.
+    pub fn grant(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        let changing = self.changing();
+        {
+            let devices = self.read();
+            let entry = devices
+                .get(device_id)
+                .ok_or_else(|| GrantError::NotPaired(device_id.to_owned()))?;
+            if entry.device.manifest.capability(capability).is_none() {
+                return Err(GrantError::NoSuchCapability {
+                    device: device_id.to_owned(),
+                    capability: capability.to_owned(),
+                });
+            }
+            if entry.grants.contains(capability) {
+                return Ok(());
+            }
+        }
+        let audit = audit_event(
+            "granted",
+            json!({"deviceId": device_id, "capability": capability}),
+        );
+        self.store
+            .set_grant(device_id, capability, true, &audit)
+            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+        if let Some(entry) = self.write().get_mut(device_id) {
+            entry.grants.insert(capability.to_owned());
+        }
+        drop(changing);
+        self.notify(RegistryEvent::Granted {
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// Revokes `capability`; revoking what is not granted does nothing.
+    /// Takes effect on the next call and on a call waiting for the person.
+    /// Fails only when the store cannot commit the change.
+    pub fn revoke(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        let changing = self.changing();
+        if !self.is_granted(device_id, capability) {
+            return Ok(());
+        }
+        let audit = audit_event(
+            "revoked",
+            json!({"deviceId": device_id, "capability": capability}),
+        );
+        self.store
+            .set_grant(device_id, capability, false, &audit)
+            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+        if let Some(entry) = self.write().get_mut(device_id) {
+            entry.grants.remove(capability);
+        }
+        self.allowances.drop_capability(device_id, capability);
+        drop(changing);
+        self.notify(RegistryEvent::Revoked {
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// Forgets a device: its token stops working and its tools disappear.
+    /// Unpairing what is not paired does nothing. Fails only when the store
+    /// cannot commit the change.
+    pub fn unpair(&self, device_id: &str) -> Result<(), GrantError> {
+        let changing = self.changing();
+        if !self.is_paired(device_id) {
+            return Ok(());
+        }
+        let audit = audit_event("unpaired", json!({"deviceId": device_id}));
+        self.store
+            .delete_pairing(device_id, &audit)
+            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+        if let Some(old) = self.write().remove(device_id) {
+            self.token_hashes_mut().remove(&old.device.token_hash);
+        }
+        self.allowances
+            .drop_device(device_id, RevokeCause::Unpaired);
+        drop(changing);
+        self.notify(RegistryEvent::Unpaired {
+            device_id: device_id.to_owned(),
+        });
+        Ok(())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// An audit event of `kind` happening now.
+pub(crate) fn audit_event(kind: &str, entry: Value) -> AuditEvent {
+    AuditEvent {
+        at_ms: epoch_ms(SystemTime::now()),
+        kind: kind.to_owned(),
+        entry,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,806 @@
+//! The vessel's state in one place: registry, connected devices, the tool
+//! adapter, the person channel, device events, limits and admission counters.
+//! Transports (the WebSocket route, in-process links) and front ends (the
+//! admin API, the terminal prompt) all work on a shared [`Vessel`].
+
+#[cfg(test)]
+mod store_tests;
+mod streaming;
+
+pub use crate::limits::{ConnectionCaps, Limits};
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use dk_policy::PolicySet;
+use dk_proto::PairingLimit;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+use crate::adapter::{AllowanceUse, DecisionRecord, DeviceToolAdapter};
+use crate::agents::{
+    AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
+};
+use crate::link::{DeviceEvent, Links};
+use crate::listener::ListenerStats;
+use crate::person::PersonChannel;
+use crate::redact::{SecretRedactor, redact_logs_with};
+use crate::registry::DeviceRegistry;
+use crate::registry::audit_event;
+use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, fits_in_entry};
+
+/// Pairing requests for one device id that may wait for the person at once,
+/// each from another address: the person tells them apart by their codes.
+pub(crate) const MAX_WAITING_PER_DEVICE_ID: usize = 4;
+
+/// How many decision records the vessel keeps in memory for listings.
+const RECENT_DECISIONS: usize = 1000;
+
+/// Counters a vessel keeps about its connections.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Connections refused for the total or per-address limit.
+    pub refused_connections: AtomicU64,
+    /// Frames that did not parse or were not allowed at that point.
+    pub malformed_frames: AtomicU64,
+    /// Results for calls that were not pending.
+    pub unknown_results: AtomicU64,
+    /// Device events dropped because no subscriber listened.
+    pub events_dropped: AtomicU64,
+    /// The `/device` listener's connections.
+    pub device_listener: Arc<ListenerStats>,
+    /// The admin API listener's connections.
+    pub admin_listener: Arc<ListenerStats>,
+    /// The MCP listener's connections.
+    pub mcp_listener: Arc<ListenerStats>,
+    /// The admin API's Unix socket's connections.
+    pub admin_socket: Arc<ListenerStats>,
+    /// The MCP Unix socket's connections.
+    pub mcp_socket: Arc<ListenerStats>,
+}
+
+/// Pairing attempts per address: waiting requests and a refilling budget.
+struct AddressPairings {
+    pending: usize,
+    tokens: f64,
+    refilled: tokio::time::Instant,
+}
+
+#[derive(Default)]
+struct PairingGate {
+    /// Waiting requests: (device id, address) -> how many (at most one).
+    pending_ids: HashSet<(String, Option<IpAddr>)>,
+    /// Waiting requests per device id, from any address.
+    per_id: HashMap<String, usize>,
+    per_address: HashMap<Option<IpAddr>, AddressPairings>,
+}
+
+/// One pairing request waiting for the person; leaves the count when dropped.
+pub struct PairingTicket {
+    vessel: Arc<Vessel>,
+    device_id: String,
+    address: Option<IpAddr>,
+}
+
+impl fmt::Debug for PairingTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PairingTicket")
+            .field("device_id", &self.device_id)
+            .finish()
+    }
+}
+
+impl Drop for PairingTicket {
+    fn drop(&mut self) {
+        let mut gate = self
+            .vessel
+            .pairings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (std::mem::take(&mut self.device_id), self.address);
+        gate.pending_ids.remove(&key);
+        if let Some(count) = gate.per_id.get_mut(&key.0) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                gate.per_id.remove(&key.0);
+            }
+        }
+        if let Some(entry) = gate.per_address.get_mut(&self.address) {
+            entry.pending = entry.pending.saturating_sub(1);
+        }
+    }
+}
+
+/// Why a new connection was refused before its handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionRefused {
+    /// The vessel is shutting down.
+    #[error("the vessel is shutting down")]
+    ShuttingDown,
+    /// The vessel holds its most connections.
+    #[error("the vessel has too many connections")]
+    TooMany,
+    /// The address holds its most connections.
+    #[error("too many connections from this address")]
+    TooManyFromAddress,
+    /// The address holds its most connections that have not authenticated.
+    #[error("too many unauthenticated connections from this address")]
+    TooManyUnauthenticated,
+}
+
+/// Permission to hold one connection; counts down when dropped.
+pub struct ConnectionPermit {
+    vessel: Arc<Vessel>,
+    address: Option<IpAddr>,
+    authenticated: bool,
+    connected_at: tokio::time::Instant,
+}
+
+impl fmt::Debug for ConnectionPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionPermit")
+            .field("address", &self.address)
+            .field("authenticated", &self.authenticated)
+            .finish()
+    }
+}
+
+impl ConnectionPermit {
+    /// The remote address the connection came from, when known.
+    pub fn address(&self) -> Option<IpAddr> {
+        self.address
+    }
+
+    /// When the connection was made: the handshake deadline counts from it.
+    pub(crate) fn connected_at(&self) -> tokio::time::Instant {
+        self.connected_at
+    }
+
+    /// Says the connection was accepted at `at`, before the permit was
+    /// taken (the upgrade came later), so its handshake deadline counts
+    /// from the connect.
+    pub fn accepted_at(&mut self, at: tokio::time::Instant) {
+        self.connected_at = self.connected_at.min(at);
+    }
+
+    /// The connection authenticated: it no longer counts against the
+    /// per-address limit on unauthenticated connections.
+    pub fn authenticated(&mut self) {
+        if !self.authenticated {
+            self.authenticated = true;
+            self.vessel.release_unauthenticated(self.address);
+        }
+    }
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        if !self.authenticated {
+            self.vessel.release_unauthenticated(self.address);
+        }
+        self.vessel.release_connection(self.address);
+        self.vessel.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A running vessel's shared state.
+pub struct Vessel {
+    adapter: DeviceToolAdapter,
+    person: Arc<PersonChannel>,
+    events: broadcast::Sender<DeviceEvent>,
+    limits: Limits,
+    stats: Stats,
+    connections: AtomicUsize,
+    /// Per remote address: (all connections, unauthenticated ones).
+    per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
+    pairings: Mutex<PairingGate>,
+    decisions: Arc<Mutex<VecDeque<Arc<Decision>>>>,
+    shutdown: watch::Sender<bool>,
+    writer: Arc<AuditWriter>,
+    redactor: SecretRedactor,
+    agents: Arc<AgentDirectory>,
+    /// Streaming devices: admission, sessions, subscribers.
+    streams: crate::stream::Streams,
+}
+
+/// Keeps each decision: in the recent list, and in the audit log with the
+/// call's input (secrets removed, long values cut).
+struct DecisionAudit {
+    recent: Arc<Mutex<VecDeque<Arc<Decision>>>>,
+    writer: Arc<AuditWriter>,
+    /// The vessel's redactor: every entry goes through it whole.
+    redactor: SecretRedactor,
+}
+
+/// A decision record owned, taken on the call path (moves and a clone of the
+/// input); everything else (JSON, redaction) happens later, off the path.
+#[derive(Debug)]
+struct Decision {
+    at_ms: u64,
+    tool: String,
+    device_id: Option<String>,
+    capability: Option<String>,
+    allowed: bool,
+    reason: String,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    rule: Option<String>,
+    input: Option<Value>,
+    person_answer: Option<bool>,
+    by_person: bool,
+    allowance: Option<AllowanceUse>,
+}
+
+impl Decision {
+    /// The record as 8DK's shape (plus `rule`), without the input; with
+    /// `person` (`approved` or `refused`) when the person was asked, and
+    /// `caller: "person"` for the person's own call.
+    fn to_json(&self) -> Value {
+        let mut record = serde_json::json!({
+            "tool": self.tool, "deviceId": self.device_id, "capability": self.capability,
+            "allowed": self.allowed, "reason": self.reason, "agentId": self.agent_id,
+            "sessionId": self.session_id, "rule": self.rule,
+        });
+        if let Value::Object(map) = &mut record {
+            if let Some(yes) = self.person_answer {
+                let answer = if yes { "approved" } else { "refused" };
+                map.insert("person".to_owned(), Value::from(answer));
+            }
+            match self.allowance {
+                Some(AllowanceUse::Created(id)) => {
+                    map.insert(
+                        "allowance".to_owned(),
+                        serde_json::json!({"id": id, "created": true}),
+                    );
+                }
+                Some(AllowanceUse::Used(id)) => {
+                    map.insert("person".to_owned(), Value::from("remembered"));
+                    map.insert("allowance".to_owned(), serde_json::json!({"id": id}));
+                }
+                None => {}
+            }
+            if self.by_person {
+                map.insert("caller".to_owned(), Value::from("person"));
+            }
+        }
+        record
+    }
+
+    /// The decision's audit event: the record and its input, each redacted
+    /// and cut by [`SecretRedactor::redact_for_audit`]. An input whose cut
+    /// form would still make the entry too large to store (wide nesting,
+    /// escapes) is replaced by a marker giving its size: the decision itself
+    /// is always recorded.
+    fn audit_event(&self, redactor: &SecretRedactor) -> AuditEvent {
+        let mut entry = redactor.redact_for_audit(&self.to_json());
+        if let (Some(input), Value::Object(map)) = (&self.input, &mut entry) {
+            map.insert("input".to_owned(), redactor.redact_for_audit(input));
+        }
+        if !fits_in_entry(&entry)
+            && let Value::Object(map) = &mut entry
+            && let Some(input) = map.get_mut("input")
+        {
+            let size = input.to_string().len();
+            *input = Value::String(format!(
+                "[cut: the input takes {size} bytes once cut, too many for one entry]"
+            ));
+        }
+        AuditEvent {
+            at_ms: self.at_ms,
+            kind: "decision".to_owned(),
+            entry,
+        }
+    }
+}
+
+impl DecisionAudit {
+    fn record(&self, record: &DecisionRecord<'_>) {
+        let decision = Arc::new(Decision {
+            at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+            tool: record.tool.to_owned(),
+            device_id: record.device_id.map(str::to_owned),
+            capability: record.capability.map(str::to_owned),
+            allowed: record.allowed,
+            reason: record.reason.to_owned(),
+            agent_id: record.agent_id.map(str::to_owned),
+            session_id: record.session_id.map(str::to_owned),
+            rule: record.rule.map(str::to_owned),
+            input: record.input.cloned(),
+            person_answer: record.person_answer,
+            by_person: record.by_person,
+            allowance: record.allowance,
+        });
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.len() >= RECENT_DECISIONS {
+                recent.pop_front();
+            }
+            recent.push_back(Arc::clone(&decision));
+        }
+        let redactor = self.redactor.clone();
+        // The adapter took this decision's place in the queue before the
+        // call's checks.
+        self.writer
+            .record_placed(move || Some(decision.audit_event(&redactor)));
+    }
+}
+
+impl fmt::Debug for Vessel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Vessel")
+            .field("adapter", &self.adapter)
+            .field("connections", &self.connections.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Vessel {
+    /// A vessel with an empty registry kept in memory, the given rules and
+    /// limits.
+    pub fn new(policies: PolicySet, limits: Limits) -> Arc<Vessel> {
+        Vessel::build(
+            DeviceRegistry::new(),
+            AgentDirectory::new(),
+            policies,
+            limits,
+            WriterOptions::default(),
+        )
+    }
+
+    /// A vessel over `store`: the pairings and agents it holds are served at
+    /// once, every change is committed to it before it is acknowledged, and
+    /// every decision goes to its audit log through a write-behind writer.
+    pub fn open(
+        store: Arc<dyn Store>,
+        policies: PolicySet,
+        limits: Limits,
+    ) -> Result<Arc<Vessel>, StoreError> {
+        Vessel::open_with_writer(store, policies, limits, WriterOptions::default())
+    }
+
+    /// [`Vessel::open`] with the audit writer batching and queueing as
+    /// `writer` says.
+    pub(crate) fn open_with_writer(
+        store: Arc<dyn Store>,
+        policies: PolicySet,
+        limits: Limits,
+        writer: WriterOptions,
+    ) -> Result<Arc<Vessel>, StoreError> {
+        let stored: Vec<StoredAgent> = store.load_agents()?;
+        let agents = AgentDirectory::from_stored(stored).map_err(|error| match error {
+            AgentError::Store(error) => error,
+            error => StoreError::Corrupt(error.to_string()),
+        })?;
+        Ok(Vessel::build(
+            DeviceRegistry::open(store)?,
+            agents,
+            policies,
+            limits,
+            writer,
+        ))
+    }
+
+    fn build(
+        registry: DeviceRegistry,
+        agents: AgentDirectory,
+        policies: PolicySet,
+        limits: Limits,
+        writer: WriterOptions,
+    ) -> Arc<Vessel> {
+        let agents = Arc::new(
+            agents
+                .with_store(Arc::clone(registry.store()))
+                .with_allowances(Arc::clone(registry.allowances())),
+        );
+        let writer = Arc::new(AuditWriter::start(Arc::clone(registry.store()), writer));
+        let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let registry = Arc::new(registry);
+        let redactor = SecretRedactor::new();
+        redactor.watch_tokens(&registry, &agents);
+        let (to_log, redacting) = (Arc::clone(&writer), redactor.clone());
+        registry
+            .allowances()
+            .set_audit_hook(Arc::new(move |kind: &str, entry: Value| {
+                to_log.record(audit_event(kind, redacting.redact_json(&entry)));
+            }));
+        redact_logs_with(&redactor);
+        let hook = DecisionAudit {
+            recent: Arc::clone(&decisions),
+            writer: Arc::clone(&writer),
+            redactor: redactor.clone(),
+        };
+        let mut adapter = DeviceToolAdapter::new(registry, Arc::new(Links::new()))
+            .with_call_timeout(limits.call_timeout)
+            .with_policies(Arc::new(policies))
+            .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
+                hook.record(record)
+            }))
+            .with_decision_room(writer.room());
+        if let Some(run_limits) = &limits.run_limits {
+            adapter = adapter.with_run_limits(run_limits.clone());
+        }
+        if let Some(rate_limits) = &limits.rate_limits {
+            adapter = adapter.with_rate_limits(rate_limits.clone());
+        }
+        Arc::new(Vessel {
+            adapter,
+            person: Arc::new(PersonChannel::new(limits.approval_timeout)),
+            events: broadcast::channel(1024).0,
+            limits,
+            stats: Stats::default(),
+            connections: AtomicUsize::new(0),
+            per_address: Mutex::new(HashMap::new()),
+            pairings: Mutex::new(PairingGate::default()),
+            decisions,
+            shutdown: watch::channel(false).0,
+            writer,
+            redactor,
+            agents,
+            streams: crate::stream::Streams::new(),
+        })
+    }
+
+    /// The agents that may use the vessel's tools. Change them through
+    /// [`Vessel::add_agent`], [`Vessel::remove_agent`] and
+    /// [`Vessel::set_agent_scope`] (or the directory itself), which commit
+    /// to the store before they take effect.
+    pub fn agents(&self) -> &Arc<AgentDirectory> {
+        &self.agents
+    }
+
+    /// Adds an agent, committed to the store (with an `agent` audit entry,
+    /// never the credential) before it returns, and registers its credential
+    /// as a secret so it never reaches the audit log. The credential is
+    /// returned once and not kept.
+    pub fn add_agent(
+        &self,
+        name: &str,
+        scope: AgentScope,
+        role: AgentRole,
+    ) -> Result<(AgentId, AgentCredential), AgentError> {
+        let (id, credential) = self.agents.add(name, scope, role)?;
+        self.add_secret(credential.expose());
+        Ok((id, credential))
+    }
+
+    /// Removes an agent, committed to the store before it returns; its
+    /// credential stops working at once.
+    pub fn remove_agent(&self, id: &str) -> Result<(), AgentError> {
+        self.agents.remove(id)?;
+        // Its calls waiting for the person are withdrawn: they get a no.
+        self.person
+            .withdraw_approvals(|r| r.agent_id.as_deref() == Some(id));
+        Ok(())
+    }
+
+    /// Replaces an agent's scope, committed to the store before it returns.
+    pub fn set_agent_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
+        self.agents.set_scope(id, scope)?;
+        // Its calls waiting for the person that the new scope leaves out are
+        // withdrawn: they get a no.
+        if let Some(agent) = self.agents.get(id) {
+            let registry = self.registry();
+            self.person.withdraw_approvals(|r| {
+                let read_only = registry.get(&r.device_id).is_some_and(|d| {
+                    d.manifest()
+                        .capability(&r.capability)
+                        .is_some_and(|c| c.kind() == dk_proto::CapabilityKind::Sensor)
+                });
+                r.agent_id.as_deref() == Some(id)
+                    && !agent.may_use(&r.device_id, &r.capability, read_only)
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds a secret (an admin or agent token, a host's own) that must never
+    /// leave the vessel: from now on every occurrence is replaced by
+    /// `[REDACTED]` in audit entries, device events, stream metadata and log
+    /// lines (see [`Vessel::redactor`]).
+    pub fn add_secret(&self, secret: &str) {
+        self.redactor.add_secret(secret);
+    }
+
+    /// The vessel's one redactor: the secrets given to
+    /// [`Vessel::add_secret`], the agents' credentials, and the device tokens
+    /// and agent credentials known by their hashes. Clones share it.
+    pub fn redactor(&self) -> &SecretRedactor {
+        &self.redactor
+    }
+
+    /// Telemetry (stream metadata, anything else the vessel emits as JSON)
+    /// with every known secret replaced by `[REDACTED]`, in strings and
+    /// object keys, nested no deeper than 32 (`[MaxDepth]` below).
+    pub fn redact_telemetry(&self, telemetry: &Value) -> Value {
+        self.redactor.redact_json(telemetry)
+    }
+
+    /// Appends an event to the audit log (write-behind, like decisions),
+    /// known secrets redacted. When the audit queue is full this waits for
+    /// room on the caller's thread (a batch commit, about a millisecond), at
+    /// most [`RECORD_PATIENCE`](crate::store::RECORD_PATIENCE), then queues
+    /// the event past the queue's bound: it is never dropped.
+    pub fn audit(&self, kind: &str, entry: Value) {
+        self.writer
+            .record(audit_event(kind, self.redactor.redact_json(&entry)));
+    }
+
+    /// Waits until every audit entry recorded so far is committed.
+    pub fn flush_audit(&self) -> Result<(), StoreError> {
+        self.writer.flush()
+    }
+
+    /// Audit entries lost so far: zero unless the audit writer stopped
+    /// while its store kept failing (a full queue makes calls wait, it drops
+    /// nothing; see [`AuditWriter::dropped`]).
+    pub fn audit_dropped(&self) -> u64 {
+        self.writer.dropped()
+    }
+
+    /// Asks every connection to close (code 1001) and refuses new ones.
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Whether [`Vessel::shut_down`] was called.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Resolves once [`Vessel::shut_down`] is called.
+    pub(crate) async fn shutting_down(&self) {
+        let mut rx = self.shutdown.subscribe();
+        // An error means the sender is gone, which cannot happen while self lives.
+        let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// Waits until every connection has ended, at most `patience`.
+    pub async fn drained(&self, patience: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + patience;
+        while self.connection_count() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
+    /// The tool adapter (and through it the registry, links and rules).
+    pub fn adapter(&self) -> &DeviceToolAdapter {
+        &self.adapter
+    }
+
+    /// The registry of paired devices.
+    pub fn registry(&self) -> &Arc<DeviceRegistry> {
+        self.adapter.registry()
+    }
+
+    /// Connected devices.
+    pub fn links(&self) -> &Arc<Links> {
+        self.adapter.links()
+    }
+
+    /// The queue of what the person must answer.
+    pub fn person(&self) -> &Arc<PersonChannel> {
+        &self.person
+    }
+
+    /// Connection limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Connection counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Streaming devices' admission state and subscribers (see `stream.rs`).
+    pub(crate) fn streams(&self) -> &crate::stream::Streams {
+        &self.streams
+    }
+
+    /// How many devices the vessel keeps stream state for: those with a
+    /// stream session or a subscriber.
+    pub fn stream_devices_tracked(&self) -> usize {
+        self.streams.tracked()
+    }
+
+    /// The largest binary message a streaming device may send under the
+    /// streaming configuration in force, if any kind is enabled.
+    pub fn largest_stream_message(&self) -> Option<usize> {
+        self.streams.largest_message()
+    }
+
+    /// Device events from now on (a slow subscriber misses events rather than
+    /// holding devices back), known secrets already redacted.
+    pub fn subscribe_events(&self) -> broadcast::Receiver<DeviceEvent> {
+        self.events.subscribe()
+    }
+
+    /// Sends a device event to every subscriber, its data redacted first.
+    pub fn publish_event(&self, mut event: DeviceEvent) {
+        if let Some(redacted) = event
+            .data
+            .as_deref()
+            .and_then(|d| self.redactor.redact_raw(d))
+        {
+            event.data = Some(redacted);
+        }
+        if let std::borrow::Cow::Owned(capability) = self.redactor.redact_str(&event.capability) {
+            event.capability = capability;
+        }
+        if self.events.send(event).is_err() {
+            self.stats.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The most recent decision records, oldest first (at most 1,000).
+    pub fn recent_decisions(&self) -> Vec<Value> {
+        let recent: Vec<Arc<Decision>> = self
+            .decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        recent
+            .iter()
+            .map(|d| self.redactor.redact_json(&d.to_json()))
+            .collect()
+    }
+
+    /// Connections open now.
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+
+    /// Admits a new connection from `address`, or refuses it (with why) when
+    /// the vessel is full or that address already holds too many
+    /// unauthenticated connections.
+    pub fn admit(
+        self: &Arc<Self>,
+        address: Option<IpAddr>,
+    ) -> Result<ConnectionPermit, ConnectionRefused> {
+        if self.is_shutting_down() {
+            return Err(ConnectionRefused::ShuttingDown);
+        }
+        let total = self.connections.fetch_add(1, Ordering::AcqRel);
+        if total >= self.limits.max_connections {
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            self.stats
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ConnectionRefused::TooMany);
+        }
+        {
+            let mut counts = self
+                .per_address
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (all, unauthenticated) = counts.entry(address).or_insert((0, 0));
+            let refusal = if *all >= self.limits.max_connections_per_address {
+                Some(ConnectionRefused::TooManyFromAddress)
+            } else if *unauthenticated >= self.limits.max_unauthenticated_per_address {
+                Some(ConnectionRefused::TooManyUnauthenticated)
+            } else {
+                None
+            };
+            if let Some(why) = refusal {
+                drop(counts);
+                self.connections.fetch_sub(1, Ordering::AcqRel);
+                self.stats
+                    .refused_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(why);
+            }
+            *all += 1;
+            *unauthenticated += 1;
+        }
+        Ok(ConnectionPermit {
+            vessel: Arc::clone(self),
+            address,
+            authenticated: false,
+            connected_at: tokio::time::Instant::now(),
+        })
+    }
+
+    /// Counts a `device:hello` from `address` against its per-minute budget.
+    pub(crate) fn note_pairing_attempt(&self, address: Option<IpAddr>) -> Result<(), PairingLimit> {
+        let per_minute = f64::from(self.limits.pairings_per_minute_per_address);
+        let now = tokio::time::Instant::now();
+        let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
+        // Addresses with nothing waiting and a full budget are forgotten.
+        if gate.per_address.len() > 4096 {
+            gate.per_address.retain(|_, a| {
+                a.pending > 0
+                    || a.tokens + now.duration_since(a.refilled).as_secs_f64() * per_minute / 60.0
+                        < per_minute
+            });
+        }
+        let entry = gate.per_address.entry(address).or_insert(AddressPairings {
+            pending: 0,
+            tokens: per_minute,
+            refilled: now,
+        });
+        let elapsed = now.duration_since(entry.refilled).as_secs_f64();
+        entry.tokens = (entry.tokens + elapsed * per_minute / 60.0).min(per_minute);
+        entry.refilled = now;
+        if entry.tokens < 1.0 {
+            return Err(PairingLimit::TooManyAttempts);
+        }
+        entry.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// Reserves a place for a pairing request of `device_id` from `address`:
+    /// one waiting request per device id and address, at most
+    /// [`MAX_WAITING_PER_DEVICE_ID`] per device id (so a request made in a
+    /// device's name from elsewhere cannot lock the device itself out), a
+    /// cap per address and overall.
+    pub(crate) fn begin_pairing(
+        self: &Arc<Self>,
+        device_id: &str,
+        address: Option<IpAddr>,
+    ) -> Result<PairingTicket, PairingLimit> {
+        let mut gate = self.pairings.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (device_id.to_owned(), address);
+        if gate.pending_ids.contains(&key) {
+            return Err(PairingLimit::AlreadyWaiting);
+        }
+        if gate.per_id.get(device_id).copied().unwrap_or(0) >= MAX_WAITING_PER_DEVICE_ID {
+            return Err(PairingLimit::TooManyForDevice);
+        }
+        if gate.pending_ids.len() >= self.limits.max_pending_pairings {
+            return Err(PairingLimit::TooMany);
+        }
+        let pending_here = gate.per_address.get(&address).map_or(0, |a| a.pending);
+        if pending_here >= self.limits.max_pending_pairings_per_address {
+            return Err(PairingLimit::TooManyFromAddress);
+        }
+        gate.pending_ids.insert(key);
+        *gate.per_id.entry(device_id.to_owned()).or_insert(0) += 1;
+        let full = f64::from(self.limits.pairings_per_minute_per_address);
+        gate.per_address
+            .entry(address)
+            .or_insert(AddressPairings {
+                pending: 0,
+                tokens: full,
+                refilled: tokio::time::Instant::now(),
+            })
+            .pending += 1;
+        Ok(PairingTicket {
+            vessel: Arc::clone(self),
+            device_id: device_id.to_owned(),
+            address,
+        })
+    }
+
+    fn release_unauthenticated(&self, address: Option<IpAddr>) {
+        let mut counts = self
+            .per_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, unauthenticated)) = counts.get_mut(&address) {
+            *unauthenticated = unauthenticated.saturating_sub(1);
+        }
+    }
+
+    fn release_connection(&self, address: Option<IpAddr>) {
+        let mut counts = self
+            .per_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((all, _)) = counts.get_mut(&address) {
+            *all = all.saturating_sub(1);
+            if *all == 0 {
+                counts.remove(&address);
+            }
+        }
+    }
+}

@@ -1,0 +1,703 @@
+//! The person's admin API: list and answer pending consents and approvals,
+//! list devices and grants, grant, revoke, unpair, add, list, remove and
+//! re-scope agents, list and revoke remembered allowances, read recent
+//! decisions, and list and call tools.
+//!
+//! It listens on loopback by default, and on a Unix socket in the vessel's
+//! private data directory (`serve_admin_unix`), the one the person's
+//! commands use. Every request needs the admin token as a bearer token, and
+//! its `Host` must name this listener (`localhost` on the socket) and its
+//! `Origin`, if any, must be this listener's own: a web page open in the
+//! person's browser cannot answer a prompt for them. `docs/ADMIN-API.md`
+//! lists the routes.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use dk_proto::admin as api;
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::adapter::CallContext;
+use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
+use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
+use crate::listen::ListenerStats;
+use crate::origins::LocalOrigins;
+use crate::person::{AnswerError, ApprovalAnswer, PendingPrompt, Prompt};
+use crate::registry::{
+    CapabilityChange, ChangeKind, ConsentDecision, ConsentRequest, Difference, GrantError,
+};
+use crate::unix::{PrivateFileError, read_private_file, write_private_file};
+use crate::vessel::Vessel;
+
+/// Largest request body the admin API reads (64 KiB).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The admin token: 64 lower-case hex characters from a CSPRNG. `Debug`
+/// does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(..)")
+    }
+}
+
+impl AdminToken {
+    /// A new random token.
+    pub fn generate() -> AdminToken {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill(&mut bytes);
+        AdminToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// A token from its text, which must be 64 lower-case hex characters.
+    pub fn parse(text: &str) -> Option<AdminToken> {
+        let text = text.trim();
+        (text.len() == 64
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| AdminToken(text.to_owned()))
+    }
+
+    /// The token text, to give to the person's tools.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The token's SHA-256: all a store keeps of it.
+    pub fn hash(&self) -> [u8; 32] {
+        Sha256::digest(self.0.as_bytes()).into()
+    }
+
+    /// Writes the token to `path`, readable by its owner only (mode 0600):
+    /// into a new file of a random name beside it, created exclusively and
+    /// never through a link, then renamed over `path`.
+    pub fn write_to(&self, path: &Path) -> Result<(), PrivateFileError> {
+        write_private_file(path, self.0.as_bytes())
+    }
+
+    fn matches(&self, presented: &str) -> bool {
+        let expected = Sha256::digest(self.0.as_bytes());
+        let presented = Sha256::digest(presented.as_bytes());
+        bool::from(expected.ct_eq(&presented))
+    }
+
+    /// Reads the token from `path`, which must be a regular file (not a
+    /// link) of this user with mode 0600; anything else is refused, not
+    /// fixed: a token others could read may have been seen.
+    pub fn read_from(path: &Path) -> Result<AdminToken, AdminTokenError> {
+        let bytes = read_private_file(path)?;
+        std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(AdminToken::parse)
+            .ok_or_else(|| AdminTokenError::NotAToken {
+                path: path.to_owned(),
+            })
+    }
+
+    /// Reads the token from `path` as [`AdminToken::read_from`] does, or,
+    /// when there is no file, makes one and writes it there as
+    /// [`AdminToken::write_to`] does.
+    pub fn load_or_create(path: &Path) -> Result<AdminToken, AdminTokenError> {
+        match AdminToken::read_from(path) {
+            Err(AdminTokenError::File(e)) if e.is_absent() => {
+                let token = AdminToken::generate();
+                token.write_to(path)?;
+                Ok(token)
+            }
+            read => read,
+        }
+    }
+}
+
+/// Why an admin token file was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminTokenError {
+    /// The file is not a private file of this user, or could not be used.
+    #[error(transparent)]
+    File(#[from] PrivateFileError),
+    /// The file is private but holds no admin token.
+    #[error("`{}` does not hold an admin token", path.display())]
+    NotAToken {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+}
+
+#[derive(Clone)]
+struct Admin {
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    local: Arc<LocalOrigins>,
+}
+
+/// The admin API for `vessel`, for a listener bound to `local`.
+pub(crate) fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
+    router(vessel, token, LocalOrigins::for_listener(local))
+}
+
+/// The admin API for `vessel`, accepting the `Host` and `Origin`s of
+/// `local`.
+fn router(vessel: Arc<Vessel>, token: AdminToken, local: LocalOrigins) -> Router {
+    let admin = Admin {
+        vessel,
+        token,
+        local: Arc::new(local),
+    };
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/pending", get(pending))
+        .route("/v1/pending/{id}/consent", post(answer_consent))
+        .route("/v1/pending/{id}/approval", post(answer_approval))
+        .route("/v1/approvals/remembered", get(remembered))
+        .route(
+            "/v1/approvals/remembered/{id}",
+            get(remembered_one).delete(forget_remembered),
+        )
+        .route("/v1/devices", get(devices))
+        .route("/v1/devices/{id}", axum::routing::delete(unpair))
+        .route(
+            "/v1/devices/{id}/grants/{capability}",
+            put(grant).delete(revoke),
+        )
+        .route("/v1/agents", get(agents).post(add_agent))
+        .route("/v1/agents/{name}", axum::routing::delete(remove_agent))
+        .route("/v1/agents/{name}/scope", put(set_agent_scope))
+        .route("/v1/decisions", get(decisions))
+        .route("/v1/streams/{id}", get(watch_stream))
+        .route("/v1/tools", get(tools))
+        .route("/v1/tools/call", post(call_tool))
+        .layer(from_fn_with_state(admin.clone(), guard))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(admin)
+}
+
+/// Serves the admin API on `listener` until `shutdown` resolves.
+/// Connections are counted and capped from `accept`, and a request's
+/// headers have a deadline (see [`Limits`](dk_core::Limits)).
+pub async fn serve_admin(
+    listener: tokio::net::TcpListener,
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let limits = vessel.limits().admin_listener();
+    let stats = Arc::clone(&vessel.stats().admin_listener);
+    let app = admin_router(vessel, token, local);
+    crate::listen::serve_http(listener, app, limits, stats, shutdown).await
+}
+
+/// Serves the admin API on a Unix socket until `shutdown` resolves: the
+/// same routes and token check as [`serve_admin`], with `Host: localhost`.
+/// Bind it with [`crate::bind_private_socket`] in the vessel's 0700 data
+/// directory: only the vessel's own user can then make or reach it, so a
+/// client that checked the socket is its own knows whom it gives the token.
+pub async fn serve_admin_unix(
+    listener: tokio::net::UnixListener,
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = vessel.limits().admin_listener();
+    let stats = Arc::clone(&vessel.stats().admin_socket);
+    let app = router(vessel, token, LocalOrigins::for_unix_socket());
+    crate::listen::serve_http(listener, app, limits, stats, shutdown).await
+}
+
+/// An error answer: `{"error": "..."}` with a status.
+fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = api::ErrorBody {
+        error: message.into(),
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Token, Host and Origin, before anything else.
+async fn guard(State(admin): State<Admin>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(why) = admin.local.refusal(headers) {
+        return refuse(StatusCode::FORBIDDEN, why);
+    }
+    let presented = header_text(headers, header::AUTHORIZATION.as_str())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !admin.token.matches(presented) {
+        return refuse(StatusCode::UNAUTHORIZED, "a valid admin token is required");
+    }
+    next.run(request).await
+}
+
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A listener's counters as the admin API shows them.
+fn listener_counts(stats: &ListenerStats) -> api::ListenerCounts {
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    api::ListenerCounts {
+        open: count(stats.open.load(Ordering::Relaxed)),
+        peak: count(stats.peak.load(Ordering::Relaxed)),
+        refused_at_accept: stats.refused_at_accept.load(Ordering::Relaxed),
+        idle_closed: stats.idle_closed.load(Ordering::Relaxed),
+    }
+}
+
+async fn status(State(admin): State<Admin>) -> Json<api::Status> {
+    let vessel = &admin.vessel;
+    let devices = vessel.registry().list();
+    let connected = devices
+        .iter()
+        .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
+        .count();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let stats = vessel.stats();
+    Json(api::Status {
+        paired: count(devices.len()),
+        connected: count(connected),
+        connections: count(vessel.connection_count()),
+        pending: count(vessel.person().pending().len()),
+        listeners: api::Listeners {
+            devices: listener_counts(&stats.device_listener),
+            admin: listener_counts(&stats.admin_listener),
+            mcp: listener_counts(&stats.mcp_listener),
+            admin_socket: listener_counts(&stats.admin_socket),
+            mcp_socket: listener_counts(&stats.mcp_socket),
+        },
+    })
+}
+
+async fn pending(State(admin): State<Admin>) -> Json<Vec<api::Pending>> {
+    let pending = admin.vessel.person().pending();
+    Json(pending.into_iter().map(pending_body).collect())
+}
+
+/// An open prompt as the admin API shows it.
+fn pending_body(pending: PendingPrompt) -> api::Pending {
+    let prompt = match pending.prompt {
+        Prompt::Consent(request) => api::Prompt::Consent(consent_body(request)),
+        Prompt::Approval(request) => api::Prompt::Approval(api::ApprovalRequest {
+            tool: request.tool,
+            device_id: request.device_id,
+            capability: request.capability,
+            input: request.input,
+            reason: request.reason,
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+        }),
+    };
+    api::Pending {
+        id: pending.id,
+        expires_at_ms: pending.expires_at_ms,
+        prompt,
+        can_remember: pending.can_remember,
+    }
+}
+
+fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
+    let capabilities = request.capabilities.into_iter();
+    api::ConsentRequest {
+        device_id: request.device_id,
+        name: request.name,
+        kind: request.kind,
+        code: request.code,
+        capabilities: capabilities
+            .map(|c| api::DeviceCapability {
+                name: c.name,
+                kind: c.kind.to_owned(),
+                description: c.description,
+                confirm: c.confirm,
+            })
+            .collect(),
+        replaces: request.replaces.map(|old| api::Replaced {
+            paired_at_ms: old.paired_at_ms,
+            grants: old.grants,
+            was_name: old.was_name,
+            was_kind: old.was_kind,
+            changes: old.changes.into_iter().map(change_body).collect(),
+        }),
+        no_screen: request.no_screen,
+    }
+}
+
+fn change_body(change: CapabilityChange) -> api::CapabilityChange {
+    let kind = match change.change {
+        ChangeKind::Added => "added",
+        ChangeKind::Removed => "removed",
+        ChangeKind::Changed => "changed",
+    };
+    let differences = change.differences.into_iter().map(|d| match d {
+        Difference::Kind { was, now } => api::Difference::Kind {
+            was: was.to_owned(),
+            now: now.to_owned(),
+        },
+        Difference::Confirm { was, now } => api::Difference::Confirm { was, now },
+        Difference::Params => api::Difference::Params,
+        Difference::Description => api::Difference::Description,
+    });
+    api::CapabilityChange {
+        capability: change.capability,
+        change: kind.to_owned(),
+        differences: differences.collect(),
+        summary: change.summary,
+    }
+}
+
+async fn answer_consent(
+    State(admin): State<Admin>,
+    UrlPath(id): UrlPath<u64>,
+    Json(answer): Json<api::ConsentAnswer>,
+) -> Response {
+    let decision = ConsentDecision {
+        approved: answer.approved,
+        grant: answer.grant,
+        confirmed_without_code: answer.confirm_without_code,
+    };
+    match admin.vessel.person().answer_consent(id, decision) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+/// The answer a body gives, or why it gives none.
+fn approval_answer(body: api::ApprovalAnswer) -> Result<ApprovalAnswer, String> {
+    match (body.approved, body.remember) {
+        (false, Some(_)) => {
+            Err("a refusal is not remembered: `remember` goes with `\"approved\": true`".to_owned())
+        }
+        (false, None) => Ok(ApprovalAnswer::Refuse),
+        (true, None) => Ok(ApprovalAnswer::Once),
+        (true, Some(remember)) => {
+            let scope = AllowanceScope::parse(&remember.scope).map_err(|e| e.to_string())?;
+            let minutes = match remember.minutes {
+                Some(minutes) => AllowanceMinutes::new(minutes).map_err(|e| e.to_string())?,
+                None => AllowanceMinutes::default(),
+            };
+            Ok(ApprovalAnswer::Remember(Remember { scope, minutes }))
+        }
+    }
+}
+
+/// Answers an approval: 204 for a yes once or a no, 201 with the allowance
+/// for a yes remembered.
+async fn answer_approval(
+    State(admin): State<Admin>,
+    UrlPath(id): UrlPath<u64>,
+    Json(body): Json<api::ApprovalAnswer>,
+) -> Response {
+    let answer = match approval_answer(body) {
+        Ok(answer) => answer,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
+    };
+    match admin.vessel.person().answer_approval_with(id, answer) {
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(allowance)) => {
+            (StatusCode::CREATED, Json(allowance_body(&allowance))).into_response()
+        }
+        Err(e @ (AnswerError::NotFound(_) | AnswerError::WrongKind(..))) => {
+            refuse(StatusCode::NOT_FOUND, e.to_string())
+        }
+        Err(e @ (AnswerError::NotRememberable(_) | AnswerError::NotRemembered(..))) => {
+            refuse(StatusCode::CONFLICT, e.to_string())
+        }
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// An allowance as the admin API shows it.
+fn allowance_body(allowance: &Allowance) -> api::Allowance {
+    api::Allowance {
+        id: allowance.id,
+        agent_id: allowance.agent_id.clone(),
+        tool: allowance.tool.clone(),
+        device_id: allowance.device_id.clone(),
+        capability: allowance.capability.clone(),
+        scope: allowance.scope.as_str().to_owned(),
+        arguments_sha256: allowance.arguments_sha256.clone(),
+        arguments: allowance.arguments.clone(),
+        created_at_ms: allowance.created_at_ms,
+        expires_at_ms: allowance.expires_at_ms,
+        uses: allowance.uses,
+    }
+}
+
+async fn remembered(State(admin): State<Admin>) -> Json<Vec<api::Allowance>> {
+    let list = admin.vessel.registry().allowances().list();
+    Json(list.iter().map(allowance_body).collect())
+}
+
+async fn remembered_one(State(admin): State<Admin>, UrlPath(id): UrlPath<u64>) -> Response {
+    match admin.vessel.registry().allowances().get(id) {
+        Some(allowance) => Json(allowance_body(&allowance)).into_response(),
+        None => refuse(
+            StatusCode::NOT_FOUND,
+            AllowanceError::NotFound(id).to_string(),
+        ),
+    }
+}
+
+async fn forget_remembered(State(admin): State<Admin>, UrlPath(id): UrlPath<u64>) -> Response {
+    match admin.vessel.registry().allowances().revoke(id) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+/// Most chunks one `GET /v1/streams/{id}` returns.
+const MAX_WATCHED_CHUNKS: usize = 1000;
+/// Longest one `GET /v1/streams/{id}` waits, in milliseconds.
+const MAX_WATCH_MS: u64 = 60_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+struct WatchQuery {
+    /// Chunks to wait for (default 10, at most [`MAX_WATCHED_CHUNKS`]).
+    max: Option<usize>,
+    /// How long to wait for them (default 5,000, at most [`MAX_WATCH_MS`]).
+    wait_ms: Option<u64>,
+}
+
+/// Watches a device's stream: subscribes, waits for `max` chunks or
+/// `waitMs`, and answers their metadata (through the vessel's redactor,
+/// never the bytes) and how many this watch lost for being slow.
+async fn watch_stream(
+    State(admin): State<Admin>,
+    UrlPath(id): UrlPath<String>,
+    axum::extract::Query(query): axum::extract::Query<WatchQuery>,
+) -> Json<Value> {
+    let max = query.max.unwrap_or(10).clamp(1, MAX_WATCHED_CHUNKS);
+    let wait = Duration::from_millis(query.wait_ms.unwrap_or(5_000).min(MAX_WATCH_MS));
+    let mut subscription = admin.vessel.subscribe_stream(&id);
+    let mut chunks = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    while chunks.len() < max {
+        match tokio::time::timeout_at(deadline, subscription.recv()).await {
+            Ok(Some(event)) => chunks.push(admin.vessel.stream_metadata(&event)),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Json(json!({"deviceId": id, "chunks": chunks, "lost": subscription.lost()}))
+}
+
+async fn devices(State(admin): State<Admin>) -> Json<Vec<api::Device>> {
+    let vessel = &admin.vessel;
+    let list = vessel
+        .registry()
+        .list()
+        .into_iter()
+        .map(|snapshot| {
+            let m = snapshot.device.manifest();
+            let paired_at = snapshot
+                .device
+                .paired_at()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_millis();
+            api::Device {
+                id: m.id().to_owned(),
+                name: m.name().to_owned(),
+                kind: m.kind().to_owned(),
+                version: m.version().to_owned(),
+                digest: snapshot.device.digest().to_owned(),
+                paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
+                connected: vessel.links().is_connected(m.id()),
+                grants: snapshot.grants,
+                capabilities: m
+                    .capabilities()
+                    .iter()
+                    .map(|c| api::DeviceCapability {
+                        name: c.name().to_owned(),
+                        kind: c.kind().as_str().to_owned(),
+                        description: c.description().to_owned(),
+                        confirm: c.confirm(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Json(list)
+}
+
+async fn grant(
+    State(admin): State<Admin>,
+    UrlPath((id, capability)): UrlPath<(String, String)>,
+) -> Response {
+    match admin.vessel.registry().grant(&id, &capability) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e @ GrantError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ GrantError::NotStored(_)) => {
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+        Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+async fn revoke(
+    State(admin): State<Admin>,
+    UrlPath((id, capability)): UrlPath<(String, String)>,
+) -> Response {
+    match admin.vessel.registry().revoke(&id, &capability) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Response {
+    match admin.vessel.registry().unpair(&id) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// An agent as the admin API shows it: never its credential.
+fn agent_body(agent: &Agent) -> api::Agent {
+    api::Agent {
+        name: agent.id.clone(),
+        scope: agent.scope.to_items(),
+        role: agent.role.as_str().to_owned(),
+        added_at_ms: agent.added_at_ms,
+    }
+}
+
+fn agent_refusal(error: &AgentError) -> Response {
+    let status = match error {
+        AgentError::BadName(_) => StatusCode::BAD_REQUEST,
+        AgentError::Exists(_) => StatusCode::CONFLICT,
+        AgentError::NotFound(_) => StatusCode::NOT_FOUND,
+        AgentError::BadHash(_) | AgentError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, error.to_string())
+}
+
+fn scope_of(items: &[String]) -> Result<AgentScope, String> {
+    AgentScope::from_items(items.iter().map(String::as_str)).map_err(|e| e.to_string())
+}
+
+async fn agents(State(admin): State<Admin>) -> Json<Vec<api::Agent>> {
+    Json(
+        admin
+            .vessel
+            .agents()
+            .list()
+            .iter()
+            .map(agent_body)
+            .collect(),
+    )
+}
+
+async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -> Response {
+    let scope = match scope_of(&new.scope) {
+        Ok(scope) => scope,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
+    };
+    let role = match new.role.as_deref() {
+        None => AgentRole::User,
+        Some(text) => match AgentRole::parse(text) {
+            Some(role) => role,
+            None => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("role `{text}` must be `guest`, `user` or `admin`"),
+                );
+            }
+        },
+    };
+    match admin.vessel.add_agent(&new.name, scope, role) {
+        Ok((name, credential)) => (
+            StatusCode::CREATED,
+            Json(api::AddedAgent {
+                name,
+                credential: credential.expose().to_owned(),
+            }),
+        )
+            .into_response(),
+        Err(e) => agent_refusal(&e),
+    }
+}
+
+async fn remove_agent(State(admin): State<Admin>, UrlPath(name): UrlPath<String>) -> Response {
+    match admin.vessel.remove_agent(&name) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => agent_refusal(&e),
+    }
+}
+
+async fn set_agent_scope(
+    State(admin): State<Admin>,
+    UrlPath(name): UrlPath<String>,
+    Json(new): Json<api::NewScope>,
+) -> Response {
+    let scope = match scope_of(&new.scope) {
+        Ok(scope) => scope,
+        Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
+    };
+    match admin.vessel.set_agent_scope(&name, scope) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => agent_refusal(&e),
+    }
+}
+
+async fn decisions(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!(admin.vessel.recent_decisions()))
+}
+
+async fn tools(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!(admin.vessel.adapter().tool_definitions()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ToolCall {
+    tool: String,
+    #[serde(default)]
+    input: Value,
+    /// Refused: a call through the admin API is the person's own.
+    agent_id: Option<Value>,
+    /// Refused, like `agentId`.
+    session_id: Option<Value>,
+    timeout_ms: Option<u64>,
+}
+
+/// A tool call made by the person through the admin API: recorded as the
+/// person's (`caller: "person"`), never as an agent's. Naming an agent or a
+/// session is refused, since it would put the person's call under an
+/// agent's name without that agent's scope (agents call over MCP).
+async fn call_tool(State(admin): State<Admin>, Json(call): Json<ToolCall>) -> Response {
+    if call.agent_id.is_some() || call.session_id.is_some() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "a call through the admin API is the person's own: agentId and sessionId are not taken (an agent calls over MCP, with its own credential and scope)",
+        );
+    }
+    let vessel = &admin.vessel;
+    let ctx = CallContext {
+        approver: Some(vessel.person().as_ref()),
+        timeout: call.timeout_ms.map(Duration::from_millis),
+        by_person: true,
+        ..CallContext::default()
+    };
+    let outcome = vessel.adapter().execute(&call.tool, call.input, ctx).await;
+    Json(json!(outcome)).into_response()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,24 @@
+//! The vessel's HTTP layer: the `/device` WebSocket route, the admin API
+//! and its typed client, the accept loop every listener runs (caps and
+//! deadlines from `accept` on), the Host/Origin rule of loopback listeners
+//! and Unix sockets, and Unix sockets in a private directory. It owns axum
+//! and hyper; their types stay inside `listen.rs`, `server.rs` and
+//! `admin.rs`.
+
+#![forbid(unsafe_code)]
+
+mod admin;
+mod admin_client;
+pub mod listen;
+pub mod origins;
+mod server;
+mod unix;
+
+use dk_core::{adapter, agents, allowances, connection, listener, person, registry, vessel};
+#[cfg(test)]
+use dk_core::{config, link, redact, store, stream};
+
+pub use admin::{AdminToken, AdminTokenError, serve_admin, serve_admin_unix};
+pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
+pub use server::serve_devices;
+pub use unix::{bind_private_socket, connect_private_socket};

@@ -1,0 +1,203 @@
+//! The `/device` WebSocket route: refuses an upgrade a web page could have
+//! made (an `Origin` not allowed, a `Host` that does not name a loopback
+//! listener), admits a connection (total and per-address limits), upgrades
+//! it, and hands it to [`serve_connection`](crate::serve_connection). axum
+//! and tungstenite types stay inside this module.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ws::{CloseFrame as WsClose, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use dk_proto::CloseFrame;
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpListener;
+
+use crate::connection::{WireMessage, serve_connection};
+use crate::listen::{Accepted, serve_http};
+use crate::origins::{LocalOrigins, single};
+use crate::vessel::Vessel;
+
+/// Initial read buffer per device connection.
+const READ_BUFFER_BYTES: usize = 4 * 1024;
+
+/// How long a shutting-down vessel waits for its connections to close.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
+
+/// What the `/device` route needs besides the vessel.
+#[derive(Clone)]
+struct Devices {
+    vessel: Arc<Vessel>,
+    /// The `Host` values accepted when the listener is on loopback; `None`
+    /// when it listens on another address, where devices name it as they
+    /// please.
+    hosts: Option<Arc<LocalOrigins>>,
+}
+
+/// The router with the `/device` route for a listener bound to `local`, for
+/// embedding in a larger app. The app must provide `ConnectInfo<SocketAddr>`
+/// (axum's `into_make_service_with_connect_info`).
+pub(crate) fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
+    let hosts = local
+        .ip()
+        .is_loopback()
+        .then(|| Arc::new(LocalOrigins::for_listener(local)));
+    Router::new()
+        .route("/device", get(device_route))
+        .with_state(Devices { vessel, hosts })
+}
+
+/// Serves the `/device` route on `listener` until `shutdown` resolves; then
+/// every device connection is closed (code 1001) and awaited. Connections
+/// are counted and capped from `accept`, and a request's headers have a
+/// deadline (see [`Limits`](dk_core::Limits)).
+pub async fn serve_devices(
+    listener: TcpListener,
+    vessel: Arc<Vessel>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let app = device_router(Arc::clone(&vessel), local);
+    let closing = Arc::clone(&vessel);
+    let result = serve_http(
+        listener,
+        app,
+        vessel.limits().device_listener(),
+        Arc::clone(&vessel.stats().device_listener),
+        async move {
+            shutdown.await;
+            closing.shut_down();
+        },
+    )
+    .await;
+    vessel.shut_down();
+    vessel.drained(DRAIN_PATIENCE).await;
+    result
+}
+
+/// Why an upgrade's headers are refused, if they are: an `Origin` that is
+/// not allowed (native devices send none), or on a loopback listener a
+/// `Host` that does not name it.
+fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
+    let (origin, host) = match (
+        single(headers, header::ORIGIN),
+        single(headers, header::HOST),
+    ) {
+        (Ok(origin), Ok(host)) => (origin, host),
+        (Err(why), _) | (_, Err(why)) => return Some(why),
+    };
+    if let Some(origin) = origin {
+        let allowed = devices
+            .vessel
+            .limits()
+            .device_origins
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(origin));
+        if !allowed {
+            return Some(
+                "a device connection carries no Origin: requests from web pages are refused",
+            );
+        }
+    }
+    if let Some(local) = &devices.hosts
+        && !host.is_some_and(|h| local.hosts.iter().any(|a| a.eq_ignore_ascii_case(h)))
+    {
+        return Some("the Host header must name this loopback listener");
+    }
+    None
+}
+
+async fn device_route(
+    State(devices): State<Devices>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    accepted: Option<axum::Extension<Accepted>>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Some(why) = refusal(&devices, &headers) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    let vessel = devices.vessel;
+    let mut permit = match vessel.admit(Some(remote.ip())) {
+        Ok(permit) => permit,
+        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
+    };
+    if let Some(axum::Extension(Accepted(at))) = accepted {
+        permit.accepted_at(at);
+    }
+    // One byte over the limit still reaches the frame parser, which closes
+    // with 1009 and a reason; anything larger is refused by the socket layer.
+    // A vessel that admits streaming kinds reads binary messages up to twice
+    // the largest chunk cap, so a chunk over its cap is dropped and reported
+    // rather than ending the connection.
+    let max = vessel
+        .limits()
+        .max_frame_bytes
+        .max(vessel.largest_stream_message().unwrap_or(0))
+        .saturating_add(1);
+    upgrade
+        .max_message_size(max)
+        .max_frame_size(max)
+        // The socket layer's default read buffer (128 KiB, zero-filled) would
+        // dominate an idle connection's memory; it grows when a frame needs it.
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| async move {
+            serve_socket(&vessel, permit, socket).await;
+        })
+}
+
+async fn serve_socket(
+    vessel: &Arc<Vessel>,
+    permit: crate::vessel::ConnectionPermit,
+    socket: WebSocket,
+) {
+    let (sink, stream) = socket.split();
+    // A socket error ends the stream: the connection is gone.
+    let incoming = stream
+        .take_while(|message| std::future::ready(message.is_ok()))
+        .filter_map(|message| std::future::ready(message.ok().map(from_ws)));
+    let outgoing =
+        sink.with(|message: WireMessage| std::future::ready(Ok::<_, axum::Error>(to_ws(message))));
+    let incoming = Box::pin(incoming);
+    let outcome = serve_connection(vessel, permit, incoming, outgoing).await;
+    tracing::debug!(device = ?outcome.device_id, closed = ?outcome.closed_with, "device connection ended");
+}
+
+fn from_ws(message: Message) -> WireMessage {
+    match message {
+        Message::Text(text) => WireMessage::Text(text.as_str().to_owned()),
+        Message::Binary(bytes) => WireMessage::Binary(bytes.to_vec()),
+        Message::Ping(bytes) => WireMessage::Ping(bytes.to_vec()),
+        Message::Pong(bytes) => WireMessage::Pong(bytes.to_vec()),
+        Message::Close(frame) => WireMessage::Close(frame.map(|f| CloseFrame {
+            code: f.code,
+            reason: f.reason.as_str().to_owned(),
+        })),
+    }
+}
+
+fn to_ws(message: WireMessage) -> Message {
+    match message {
+        WireMessage::Text(text) => Message::Text(text.into()),
+        WireMessage::Binary(bytes) => Message::Binary(bytes.into()),
+        WireMessage::Ping(bytes) => Message::Ping(bytes.into()),
+        WireMessage::Pong(bytes) => Message::Pong(bytes.into()),
+        WireMessage::Close(frame) => Message::Close(frame.map(|f| WsClose {
+            code: f.code,
+            reason: f.reason.into(),
+        })),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests;
+#[cfg(test)]
+mod stream_tests;
+#[cfg(test)]
+mod tests;

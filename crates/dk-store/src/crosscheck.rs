@@ -1,0 +1,256 @@
+//! The audit log against the state tables. Every pairing (its digest and
+//! grants) and every agent (its scope and role) was changed only in a
+//! transaction that appended its entry, so replaying the log's `paired`,
+//! `granted`, `revoked`, `unpaired` and `agent` entries gives back exactly
+//! the state the tables hold. A log emptied, or cut back past a change,
+//! no longer accounts for that state, however intact its chain; a table
+//! edited without an entry no longer matches the log.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::audit::RawRow;
+use super::{AuditProblem, ProblemKind, StoredPairing};
+use crate::StoredAgent;
+
+/// The kinds of the entries the store writes only in the transaction of
+/// their change; [`Store::append_audit`](super::Store::append_audit)
+/// refuses them, so nothing else can write one.
+pub(crate) const STATE_KINDS: [&str; 5] = ["paired", "granted", "revoked", "unpaired", "agent"];
+
+/// Refuses events of a kind the store writes only with its change, or
+/// itself (`audit-keyed`, which starts a keyed chain).
+pub(crate) fn refuse_reserved_kinds(events: &[super::AuditEvent]) -> Result<(), super::StoreError> {
+    let reserved = |kind: &str| STATE_KINDS.contains(&kind) || kind == super::audit::KEYED_KIND;
+    match events.iter().find(|event| reserved(&event.kind)) {
+        Some(event) => Err(super::StoreError::InvalidInput(format!(
+            "audit kind `{}` is written only with its change",
+            event.kind
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A pairing as the log has it.
+#[derive(Debug)]
+struct LoggedPairing {
+    /// The entry that paired it.
+    seq: i64,
+    digest: Option<String>,
+    /// Each grant with the entry that gave it.
+    grants: BTreeMap<String, i64>,
+}
+
+/// An agent as the log has it.
+#[derive(Debug)]
+struct LoggedAgent {
+    /// The last entry that changed it.
+    seq: i64,
+    scope: Value,
+    role: Value,
+}
+
+/// The state the log's entries build, in stored order.
+#[derive(Debug, Default)]
+pub(crate) struct Replay {
+    pairings: BTreeMap<String, LoggedPairing>,
+    agents: BTreeMap<String, LoggedAgent>,
+}
+
+fn text<'a>(entry: &'a Value, key: &str) -> Option<&'a str> {
+    entry.get(key).and_then(Value::as_str)
+}
+
+impl Replay {
+    /// Takes the next entry; only state entries change anything. An entry
+    /// that does not have the shape the store writes is left out, so what it
+    /// stood for shows as unaccounted.
+    pub fn push(&mut self, row: &RawRow) {
+        if !STATE_KINDS.contains(&row.kind.as_str()) {
+            return;
+        }
+        let Ok(entry) = serde_json::from_str::<Value>(&row.entry) else {
+            return;
+        };
+        let seq = row.seq;
+        match row.kind.as_str() {
+            "paired" => {
+                let Some(id) = text(&entry, "deviceId") else {
+                    return;
+                };
+                let grants = entry
+                    .get("grants")
+                    .and_then(Value::as_array)
+                    .map(|grants| {
+                        grants
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(|grant| (grant.to_owned(), seq))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.pairings.insert(
+                    id.to_owned(),
+                    LoggedPairing {
+                        seq,
+                        digest: text(&entry, "digest").map(str::to_owned),
+                        grants,
+                    },
+                );
+            }
+            "granted" | "revoked" => {
+                let (Some(id), Some(capability)) =
+                    (text(&entry, "deviceId"), text(&entry, "capability"))
+                else {
+                    return;
+                };
+                if let Some(pairing) = self.pairings.get_mut(id) {
+                    if row.kind == "granted" {
+                        pairing.grants.insert(capability.to_owned(), seq);
+                    } else {
+                        pairing.grants.remove(capability);
+                    }
+                }
+            }
+            "unpaired" => {
+                if let Some(id) = text(&entry, "deviceId") {
+                    self.pairings.remove(id);
+                }
+            }
+            _ => self.push_agent(seq, &entry),
+        }
+    }
+
+    fn push_agent(&mut self, seq: i64, entry: &Value) {
+        match text(entry, "change") {
+            Some("added") => {
+                let Some(agent) = entry.get("agent") else {
+                    return;
+                };
+                let Some(id) = text(agent, "id") else {
+                    return;
+                };
+                self.agents.insert(
+                    id.to_owned(),
+                    LoggedAgent {
+                        seq,
+                        scope: agent.get("scope").cloned().unwrap_or(Value::Null),
+                        role: agent.get("role").cloned().unwrap_or(Value::Null),
+                    },
+                );
+            }
+            Some("removed") => {
+                if let Some(id) = text(entry, "agentId") {
+                    self.agents.remove(id);
+                }
+            }
+            Some("scope") => {
+                if let (Some(id), Some(scope)) = (text(entry, "agentId"), entry.get("scope"))
+                    && let Some(agent) = self.agents.get_mut(id)
+                {
+                    agent.seq = seq;
+                    agent.scope = scope.clone();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every difference between the replayed state and the state tables.
+    pub fn compare(&self, pairings: &[StoredPairing], agents: &[StoredAgent]) -> Vec<AuditProblem> {
+        let mut problems = Vec::new();
+        let mut problem = |seq: i64, detail: String| {
+            problems.push(AuditProblem {
+                seq: u64::try_from(seq).unwrap_or(0),
+                what: ProblemKind::Unaccounted,
+                detail,
+            });
+        };
+        let mut held = BTreeSet::new();
+        for pairing in pairings {
+            let id = &pairing.device_id;
+            held.insert(id.as_str());
+            let Some(logged) = self.pairings.get(id) else {
+                problem(
+                    0,
+                    format!(
+                        "pairing `{id}` (generation {}) has no `paired` entry in the log",
+                        pairing.generation
+                    ),
+                );
+                continue;
+            };
+            if logged.digest.as_deref() != Some(pairing.digest.as_str()) {
+                problem(
+                    logged.seq,
+                    format!(
+                        "pairing `{id}` is not the one its `paired` entry {} records",
+                        logged.seq
+                    ),
+                );
+            }
+            let grants: BTreeSet<&str> = pairing.grants.iter().map(String::as_str).collect();
+            for grant in &grants {
+                if !logged.grants.contains_key(*grant) {
+                    problem(
+                        0,
+                        format!("grant `{grant}` on `{id}` has no entry in the log"),
+                    );
+                }
+            }
+            for (grant, seq) in &logged.grants {
+                if !grants.contains(grant.as_str()) {
+                    problem(
+                        *seq,
+                        format!(
+                            "the log grants `{grant}` on `{id}` (entry {seq}), the state does not"
+                        ),
+                    );
+                }
+            }
+        }
+        for (id, logged) in &self.pairings {
+            if !held.contains(id.as_str()) {
+                problem(
+                    logged.seq,
+                    format!(
+                        "the log has `{id}` paired (entry {}), the state does not",
+                        logged.seq
+                    ),
+                );
+            }
+        }
+        let mut held = BTreeSet::new();
+        for stored in agents {
+            let id = &stored.id;
+            held.insert(id.as_str());
+            let Some(logged) = self.agents.get(id) else {
+                problem(0, format!("agent `{id}` has no `agent` entry in the log"));
+                continue;
+            };
+            let role = Value::String(stored.role.clone());
+            if logged.scope != stored.scope || logged.role != role {
+                problem(
+                    logged.seq,
+                    format!(
+                        "agent `{id}` is not the one its last `agent` entry {} records",
+                        logged.seq
+                    ),
+                );
+            }
+        }
+        for (id, logged) in &self.agents {
+            if !held.contains(id.as_str()) {
+                problem(
+                    logged.seq,
+                    format!(
+                        "the log has agent `{id}` (entry {}), the state does not",
+                        logged.seq
+                    ),
+                );
+            }
+        }
+        problems
+    }
+}

@@ -1,0 +1,981 @@
+//! The SQLite store: one database file in the vessel's data directory, WAL
+//! mode with `synchronous=FULL` so a returned write is on disk, foreign keys
+//! on, and the schema brought up to date by ordered migration steps counted
+//! in `PRAGMA user_version`.
+//!
+//! Files are private to the user: the database file is created with mode
+//! 0600 before SQLite opens it (so the umask does not matter), and SQLite
+//! creates the `-wal` and `-shm` files with the permissions of the database
+//! file. The directory, when created here, gets mode 0700.
+//!
+//! Opened with [`AuditOptions::head_file`], the store keeps the audit
+//! chain's head in that file (see `anchor.rs`) after every commit that
+//! appends, and refuses to open a log that no longer reaches the head kept
+//! there or holds another entry at its place. Opened with
+//! [`AuditOptions::key`], it keys the chain (see `key.rs`): an
+//! `audit-keyed` entry, itself under the key, is appended once and recorded
+//! in the `audit_key` table, and every later entry's hash is an HMAC. A
+//! keyed log opened without its key can be read and verified as far as the
+//! key allows, never appended to.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+
+use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, to_i64};
+use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::keeper::HeadKeeper;
+use super::key::AuditKey;
+use super::{
+    AuditEntry, AuditEvent, AuditHead, RateHit, Snapshot, Store, StoreError, StoredPairing,
+    VerifyReport,
+};
+use crate::StoredAgent;
+
+/// The schema version this build writes: the number of migration steps.
+pub const SCHEMA_VERSION: u32 = 4;
+
+/// `PRAGMA application_id` of a dk store ("dkst").
+const APPLICATION_ID: i32 = 0x646b_7374;
+
+/// How long a write waits for another connection's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The migration steps, in order: step `i` takes the schema from version
+/// `i` to `i + 1`. Steps are only ever added, never changed.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    // 1: pairings, grants, secret hashes, counters, the audit log.
+    "CREATE TABLE pairing (
+         device_id     TEXT    NOT NULL PRIMARY KEY,
+         manifest_json TEXT    NOT NULL,
+         digest        TEXT    NOT NULL,
+         token_hash    BLOB    NOT NULL,
+         generation    INTEGER NOT NULL,
+         paired_at_ms  INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE device_grant (
+         device_id  TEXT NOT NULL REFERENCES pairing (device_id) ON DELETE CASCADE,
+         capability TEXT NOT NULL,
+         PRIMARY KEY (device_id, capability)
+     ) STRICT, WITHOUT ROWID;
+     CREATE TABLE secret (
+         name TEXT NOT NULL PRIMARY KEY,
+         hash BLOB NOT NULL
+     ) STRICT;
+     CREATE TABLE counter (
+         name  TEXT    NOT NULL PRIMARY KEY,
+         value INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE audit (
+         seq       INTEGER NOT NULL PRIMARY KEY,
+         at_ms     INTEGER NOT NULL,
+         kind      TEXT    NOT NULL,
+         entry     TEXT    NOT NULL,
+         prev_hash TEXT    NOT NULL,
+         hash      TEXT    NOT NULL
+     ) STRICT;
+     CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+     CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;",
+    // 2: agents, each as the JSON of its stored record (credential hash only).
+    "CREATE TABLE agent (
+         name   TEXT NOT NULL PRIMARY KEY,
+         record TEXT NOT NULL
+     ) STRICT;",
+    // 3: the key of a keyed audit chain: the entry that keyed it and the
+    // key's id (never the key). A dk without this step refuses the file.
+    "CREATE TABLE audit_key (
+         seq    INTEGER NOT NULL PRIMARY KEY,
+         key_id TEXT    NOT NULL
+     ) STRICT;
+     CREATE TRIGGER audit_key_no_update BEFORE UPDATE ON audit_key
+         BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;
+     CREATE TRIGGER audit_key_no_delete BEFORE DELETE ON audit_key
+         BEGIN SELECT RAISE(ABORT, 'the audit key record is append-only'); END;",
+    // 4: the calls rules with a `limit` counted, until their window passes.
+    "CREATE TABLE rate_hit (
+         id        INTEGER NOT NULL PRIMARY KEY,
+         rule      TEXT    NOT NULL,
+         agent     TEXT    NOT NULL,
+         at_ms     INTEGER NOT NULL,
+         calls     INTEGER NOT NULL,
+         window_ms INTEGER NOT NULL,
+         until_ms  INTEGER NOT NULL
+     ) STRICT;
+     CREATE INDEX rate_hit_pair ON rate_hit (rule, agent, at_ms);
+     CREATE INDEX rate_hit_until ON rate_hit (until_ms);",
+];
+
+/// A [`Store`] in an SQLite database file. One connection, used by one
+/// caller at a time: [`Store::verify_audit`] holds it while it reads the
+/// whole log, so a command that verifies should open its own store. Other
+/// processes (such as `dk audit tail`) may open the same file; each write
+/// reads the chain's head inside its transaction, so they cannot fork it.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    /// Keeps the head in the head file, when there is one.
+    head: Option<HeadKeeper>,
+    /// The chain's key, when given.
+    key: Option<AuditKey>,
+    /// Where the chain turned keyed and the key's id, as recorded at open.
+    keyed: Option<(i64, String)>,
+}
+
+/// How a [`SqliteStore`] keeps its audit chain beyond the database file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// A file outside the data directory to keep the chain's head in
+    /// (`SEQ:HASH`), rewritten in the background after every commit that
+    /// appends (see [`SqliteStore::settle_head`]), and checked when the
+    /// store opens: a log that no longer reaches the kept head, or
+    /// has another entry in its place, is refused with
+    /// [`StoreError::HeadMismatch`]. `dk vessel` keeps it beside its data
+    /// directory ([`audit_head_file`](super::audit_head_file)).
+    pub head_file: Option<PathBuf>,
+    /// The key of a keyed chain, kept outside the data directory. An
+    /// unkeyed log is keyed from its next entry on; a log keyed with another
+    /// key is refused with [`StoreError::WrongKey`].
+    pub key: Option<AuditKey>,
+}
+
+/// The database's error as text, with corruption told apart.
+fn db(error: rusqlite::Error) -> StoreError {
+    match &error {
+        rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Corrupt(error.to_string()),
+        _ => match error.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+                StoreError::Corrupt(error.to_string())
+            }
+            _ => StoreError::Database(error.to_string()),
+        },
+    }
+}
+
+fn unsigned(value: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} is {value}")))
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating the file (mode 0600) and its
+    /// directory (mode 0700) if needed, and migrates the schema. A database
+    /// from a newer dk is refused with [`StoreError::NewerSchema`], a file
+    /// that is not a dk store with [`StoreError::Corrupt`]. No head is kept:
+    /// for reading a log, or a store of tests.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, AuditOptions::default())
+    }
+
+    /// [`SqliteStore::open`], keeping the audit chain as `audit` says. With
+    /// a head file, the log must still reach the head kept there, with the
+    /// same entry in its place, or [`StoreError::HeadMismatch`]; a missing
+    /// head file is started from the log's head, and one that cannot be
+    /// written is [`StoreError::HeadFile`].
+    pub fn open_with(path: &Path, audit: AuditOptions) -> Result<SqliteStore, StoreError> {
+        let shown = path.display().to_string();
+        let open_error = |reason: String| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        create_private(path).map_err(|error| open_error(error.to_string()))?;
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|error| open_error(error.to_string()))?;
+        configure(&conn).map_err(|error| match error {
+            StoreError::Corrupt(reason) => {
+                StoreError::Corrupt(format!("`{shown}` is not a dk store: {reason}"))
+            }
+            other => other,
+        })?;
+        migrate(&mut conn, &shown)?;
+        let recorded = recorded_key(&conn)?;
+        if let (Some((_, chain)), Some(key)) = (&recorded, &audit.key)
+            && *chain != key.id()
+        {
+            return Err(StoreError::WrongKey {
+                chain: chain.clone(),
+                given: key.id(),
+            });
+        }
+        if let Some(file) = &audit.head_file {
+            check_kept_head(&conn, file)?;
+        }
+        let keyed = match (recorded, &audit.key) {
+            (None, Some(key)) => {
+                let (seq, head) = key_the_chain(&mut conn, key)?;
+                if let Some(file) = &audit.head_file {
+                    head.write_to(file).map_err(|error| StoreError::HeadFile {
+                        path: file.display().to_string(),
+                        reason: error.to_string(),
+                    })?;
+                }
+                Some((seq, key.id()))
+            }
+            (recorded, _) => recorded,
+        };
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            conn: Mutex::new(conn),
+            head: audit.head_file.map(HeadKeeper::start),
+            key: audit.key,
+            keyed,
+        })
+    }
+
+    /// How new entries are hashed: under the key once the chain is keyed,
+    /// which then must be at hand.
+    fn hashing(&self) -> Result<Hashing<'_>, StoreError> {
+        match (&self.keyed, &self.key) {
+            (None, _) => Ok(Hashing::Plain),
+            (Some(_), Some(key)) => Ok(Hashing::Keyed(key)),
+            (Some((from, _)), None) => Err(StoreError::KeyRequired {
+                from: u64::try_from(*from).unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Recomputes the chain, checking keyed entries under `key` (when it is
+    /// the chain's), replays the log against the state, and with `head`
+    /// (kept before the log was read) checks that its entry is still there
+    /// unchanged. This is [`Store::verify_audit`] with the store's own key,
+    /// and what `dk audit verify` runs with the key file it is given.
+    pub fn verify_audit_with(
+        &self,
+        key: Option<&AuditKey>,
+        head: Option<&AuditHead>,
+    ) -> Result<VerifyReport, StoreError> {
+        let mut report = {
+            let mut conn = self.conn();
+            // One read transaction: the log and the state as of one moment.
+            let tx = conn.transaction().map_err(db)?;
+            let mut verifier = Verifier::new(key);
+            let mut replay = Replay::default();
+            {
+                let mut select = tx
+                    .prepare(
+                        "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq",
+                    )
+                    .map_err(db)?;
+                let rows = select.query_map([], raw_row).map_err(db)?;
+                for row in rows {
+                    let row = row.map_err(db)?;
+                    replay.push(&row);
+                    verifier.push(row);
+                }
+            }
+            verifier.recorded_key(recorded_key(&tx)?);
+            let pairings = read_pairings(&tx)?;
+            let agents = read_agents(&tx)?;
+            tx.commit().map_err(db)?;
+            let mut report = verifier.finish();
+            report.problems.extend(replay.compare(&pairings, &agents));
+            report
+        };
+        if let Some(head) = head {
+            super::check_head(self, &mut report, head)?;
+        }
+        Ok(report)
+    }
+
+    /// The file the audit head is kept in, if the store keeps one.
+    pub fn head_file(&self) -> Option<&Path> {
+        self.head.as_ref().map(HeadKeeper::file)
+    }
+
+    /// Waits until the head file holds the head of every commit made so far
+    /// (it is written in the background, and always once the store is
+    /// dropped).
+    pub fn settle_head(&self) {
+        if let Some(head) = &self.head {
+            head.settle();
+        }
+    }
+
+    /// The last entry of the log (`0` and [`GENESIS_HASH`] when empty),
+    /// without reading the rest.
+    pub fn audit_head(&self) -> Result<AuditHead, StoreError> {
+        let (seq, hash) = audit_head(&self.conn())?;
+        Ok(AuditHead {
+            seq: unsigned(seq, "the last audit seq")?,
+            hash,
+        })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock drops the open transaction, which
+        // rolls it back: the connection is still sound.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `change` in an immediate (write) transaction and commits it.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        let value = change(&tx)?;
+        tx.commit().map_err(db)?;
+        Ok(value)
+    }
+
+    /// Like [`SqliteStore::write`] for a change that appends to the audit
+    /// log: once it is committed, the new head is handed to the head keeper,
+    /// still under the connection's lock so heads go in commit order.
+    fn write_audited(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> Result<Option<AuditHead>, StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        let head = change(&tx)?;
+        tx.commit().map_err(db)?;
+        if let (Some(head), Some(keeper)) = (head, &self.head) {
+            keeper.keep(head);
+        }
+        drop(conn);
+        Ok(())
+    }
+}
+
+/// The entry that keyed the chain and the key's id, if it is keyed.
+fn recorded_key(conn: &Connection) -> Result<Option<(i64, String)>, StoreError> {
+    conn.prepare_cached("SELECT seq, key_id FROM audit_key ORDER BY seq LIMIT 1")
+        .map_err(db)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+        .map_err(db)
+}
+
+/// Keys the chain from its next entry on: appends the `audit-keyed` entry,
+/// under the key, and records it, in one transaction. Its seq and the new
+/// head.
+fn key_the_chain(conn: &mut Connection, key: &AuditKey) -> Result<(i64, AuditHead), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db)?;
+    let event = AuditEvent {
+        at_ms: crate::epoch_ms(std::time::SystemTime::now()),
+        kind: KEYED_KIND.to_owned(),
+        entry: serde_json::json!({"keyId": key.id()}),
+    };
+    let head = append(&tx, std::slice::from_ref(&event), Hashing::Keyed(key))?
+        .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
+    let seq = to_i64(head.seq, "audit seq")?;
+    tx.prepare_cached("INSERT INTO audit_key (seq, key_id) VALUES (?1, ?2)")
+        .map_err(db)?
+        .execute(params![seq, key.id()])
+        .map_err(db)?;
+    tx.commit().map_err(db)?;
+    Ok((seq, head))
+}
+
+/// Checks the log against the head kept in `file` and keeps the log's
+/// head there: the kept entry must still be in the log, unchanged. A
+/// missing file is started.
+fn check_kept_head(conn: &Connection, file: &Path) -> Result<(), StoreError> {
+    let shown = file.display().to_string();
+    let mismatch = |detail: String| StoreError::HeadMismatch {
+        path: shown.clone(),
+        detail,
+    };
+    let (last, hash) = audit_head(conn)?;
+    let head = AuditHead {
+        seq: unsigned(last, "the last audit seq")?,
+        hash,
+    };
+    if let Some(kept) = AuditHead::read_from(file)? {
+        if kept == head {
+            return Ok(());
+        }
+        if kept.seq > 0 {
+            let at = i64::try_from(kept.seq).unwrap_or(i64::MAX);
+            let stored: Option<String> = conn
+                .prepare_cached("SELECT hash FROM audit WHERE seq = ?1")
+                .map_err(db)?
+                .query_row([at], |row| row.get(0))
+                .optional()
+                .map_err(db)?;
+            match stored {
+                None => {
+                    return Err(mismatch(format!(
+                        "the log ends at entry {last}, the kept head is entry {}",
+                        kept.seq
+                    )));
+                }
+                Some(stored) if stored != kept.hash => {
+                    return Err(mismatch(format!(
+                        "entry {} is not the one kept: the log was rewritten",
+                        kept.seq
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    head.write_to(file).map_err(|error| StoreError::HeadFile {
+        path: shown,
+        reason: error.to_string(),
+    })
+}
+
+/// Creates the directory (0700) and the database file (0600) if missing,
+/// and takes group and other permissions off an existing file.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        let mode = file.metadata()?.permissions().mode();
+        if mode & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+    }
+    Ok(())
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(db)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Database(format!(
+            "journal mode is `{mode}`, WAL could not be set"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(db)?;
+    conn.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
+    conn.pragma_update(None, "trusted_schema", "OFF")
+        .map_err(db)?;
+    Ok(())
+}
+
+fn migrate(conn: &mut Connection, shown: &str) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db)?;
+    let version: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db)?;
+    let application: i64 = tx
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(db)?;
+    let found = u32::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("`{shown}` has schema version {version}")))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found == 0 {
+        let tables: i64 = tx
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
+            .map_err(db)?;
+        if tables > 0 || application != 0 {
+            return Err(StoreError::Corrupt(format!(
+                "`{shown}` is a database of something else, not a dk store"
+            )));
+        }
+    } else if application != i64::from(APPLICATION_ID) {
+        return Err(StoreError::Corrupt(format!(
+            "`{shown}` is a database of something else, not a dk store"
+        )));
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    for step in MIGRATIONS.iter().skip(found as usize) {
+        tx.execute_batch(step).map_err(db)?;
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(db)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(db)?;
+    tx.commit().map_err(db)
+}
+
+/// The last entry of the log, read inside the writing transaction so that
+/// another process appending to the same file cannot fork the chain.
+fn audit_head(tx: &Connection) -> Result<(i64, String), StoreError> {
+    let head = tx
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+        .map_err(db)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+        .map_err(db)?;
+    Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
+}
+
+/// Appends `events` to the log, hashed as `hashing` says; the new head,
+/// `None` when there were none.
+fn append(
+    tx: &Connection,
+    events: &[AuditEvent],
+    hashing: Hashing<'_>,
+) -> Result<Option<AuditHead>, StoreError> {
+    if events.is_empty() {
+        return Ok(None);
+    }
+    let (seq, hash) = audit_head(tx)?;
+    let rows = chain(seq, &hash, events, hashing)?;
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(db)?;
+    for row in &rows {
+        insert
+            .execute(params![
+                row.seq,
+                row.at_ms,
+                row.kind,
+                row.entry,
+                row.prev_hash,
+                row.hash
+            ])
+            .map_err(db)?;
+    }
+    Ok(rows.last().map(|row| AuditHead {
+        seq: u64::try_from(row.seq).unwrap_or(0),
+        hash: row.hash.clone(),
+    }))
+}
+
+fn raw_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        seq: row.get(0)?,
+        at_ms: row.get(1)?,
+        kind: row.get(2)?,
+        entry: row.get(3)?,
+        prev_hash: row.get(4)?,
+        hash: row.get(5)?,
+    })
+}
+
+fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<[u8; 32], StoreError> {
+    let len = bytes.len();
+    <[u8; 32]>::try_from(bytes)
+        .map_err(|_| StoreError::Corrupt(format!("{} is {len} bytes, not 32", what())))
+}
+
+/// Every pairing with its grants, ordered by device id, grants sorted.
+fn read_pairings(tx: &Connection) -> Result<Vec<StoredPairing>, StoreError> {
+    let mut pairings: Vec<StoredPairing> = Vec::new();
+    {
+        let mut select = tx
+            .prepare(
+                "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
+                 FROM pairing ORDER BY device_id",
+            )
+            .map_err(db)?;
+        let mut rows = select.query([]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let device_id: String = row.get(0).map_err(db)?;
+            let token_hash = hash32(row.get(3).map_err(db)?, || {
+                format!("the token hash of `{device_id}`")
+            })?;
+            pairings.push(StoredPairing {
+                manifest_json: row.get(1).map_err(db)?,
+                digest: row.get(2).map_err(db)?,
+                token_hash,
+                grants: Vec::new(),
+                generation: unsigned(
+                    row.get(4).map_err(db)?,
+                    &format!("the generation of `{device_id}`"),
+                )?,
+                paired_at_ms: unsigned(
+                    row.get(5).map_err(db)?,
+                    &format!("the pairing time of `{device_id}`"),
+                )?,
+                device_id,
+            });
+        }
+    }
+    let mut select = tx
+        .prepare("SELECT device_id, capability FROM device_grant ORDER BY device_id, capability")
+        .map_err(db)?;
+    let mut rows = select.query([]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let device_id: String = row.get(0).map_err(db)?;
+        let capability: String = row.get(1).map_err(db)?;
+        let at = pairings
+            .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
+            .map_err(|_| {
+                StoreError::Corrupt(format!("a grant for `{device_id}`, which is not paired"))
+            })?;
+        if let Some(pairing) = pairings.get_mut(at) {
+            pairing.grants.push(capability);
+        }
+    }
+    Ok(pairings)
+}
+
+/// Every agent, sorted by name.
+fn read_agents(conn: &Connection) -> Result<Vec<StoredAgent>, StoreError> {
+    let mut select = conn
+        .prepare_cached("SELECT name, record FROM agent ORDER BY name")
+        .map_err(db)?;
+    let rows = select
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .map_err(db)?;
+    let mut agents = Vec::new();
+    for row in rows {
+        let (name, record) = row.map_err(db)?;
+        let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
+            StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
+        })?;
+        if agent.id != name {
+            return Err(StoreError::Corrupt(format!(
+                "the record of agent `{name}` names `{}`",
+                agent.id
+            )));
+        }
+        agents.push(agent);
+    }
+    Ok(agents)
+}
+
+impl Store for SqliteStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        // A vessel starts from this: not on a keyed log it could not append to.
+        self.hashing()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        let pairings = read_pairings(&tx)?;
+        let counted: Option<i64> = tx
+            .query_row(
+                "SELECT value FROM counter WHERE name = 'max_generation'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        let counted = unsigned(counted.unwrap_or(0), "the largest generation")?;
+        let max_generation = pairings
+            .iter()
+            .map(|p| p.generation)
+            .fold(counted, u64::max);
+        let (seq, audit_head) = audit_head(&tx)?;
+        tx.commit().map_err(db)?;
+        Ok(Snapshot {
+            pairings,
+            max_generation,
+            audit_entries: unsigned(seq, "the last audit seq")?,
+            audit_head,
+        })
+    }
+
+    fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
+        let generation = to_i64(pairing.generation, "generation")?;
+        let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
+            tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
+                .map_err(db)?
+                .execute([&pairing.device_id])
+                .map_err(db)?;
+            tx.prepare_cached(
+                "INSERT INTO pairing (device_id, manifest_json, digest, token_hash, generation, paired_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (device_id) DO UPDATE SET
+                     manifest_json = excluded.manifest_json, digest = excluded.digest,
+                     token_hash = excluded.token_hash, generation = excluded.generation,
+                     paired_at_ms = excluded.paired_at_ms",
+            )
+            .map_err(db)?
+            .execute(params![
+                pairing.device_id,
+                pairing.manifest_json,
+                pairing.digest,
+                &pairing.token_hash[..],
+                generation,
+                paired_at
+            ])
+            .map_err(db)?;
+            let mut grant = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO device_grant (device_id, capability) VALUES (?1, ?2)",
+                )
+                .map_err(db)?;
+            for capability in &pairing.grants {
+                grant
+                    .execute([&pairing.device_id, capability])
+                    .map_err(db)?;
+            }
+            tx.prepare_cached(
+                "INSERT INTO counter (name, value) VALUES ('max_generation', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+            )
+            .map_err(db)?
+            .execute([generation])
+            .map_err(db)?;
+            append(tx, std::slice::from_ref(audit), hashing)
+        })
+    }
+
+    fn set_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+        granted: bool,
+        audit: &AuditEvent,
+    ) -> Result<(), StoreError> {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
+            let paired = tx
+                .prepare_cached("SELECT 1 FROM pairing WHERE device_id = ?1")
+                .map_err(db)?
+                .exists([device_id])
+                .map_err(db)?;
+            if !paired {
+                return Err(StoreError::UnknownDevice(device_id.to_owned()));
+            }
+            let sql = if granted {
+                "INSERT OR IGNORE INTO device_grant (device_id, capability) VALUES (?1, ?2)"
+            } else {
+                "DELETE FROM device_grant WHERE device_id = ?1 AND capability = ?2"
+            };
+            tx.prepare_cached(sql)
+                .map_err(db)?
+                .execute([device_id, capability])
+                .map_err(db)?;
+            append(tx, std::slice::from_ref(audit), hashing)
+        })
+    }
+
+    fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
+            tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
+                .map_err(db)?
+                .execute([device_id])
+                .map_err(db)?;
+            let removed = tx
+                .prepare_cached("DELETE FROM pairing WHERE device_id = ?1")
+                .map_err(db)?
+                .execute([device_id])
+                .map_err(db)?;
+            if removed == 0 {
+                return Err(StoreError::UnknownDevice(device_id.to_owned()));
+            }
+            append(tx, std::slice::from_ref(audit), hashing)
+        })
+    }
+
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        read_agents(&self.conn())
+    }
+
+    fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
+        to_i64(agent.added_at_ms, "agent added time")?;
+        let record = serde_json::to_string(agent)
+            .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
+            tx.prepare_cached(
+                "INSERT INTO agent (name, record) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET record = excluded.record",
+            )
+            .map_err(db)?
+            .execute(params![agent.id, record])
+            .map_err(db)?;
+            append(tx, std::slice::from_ref(audit), hashing)
+        })
+    }
+
+    fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| {
+            let removed = tx
+                .prepare_cached("DELETE FROM agent WHERE name = ?1")
+                .map_err(db)?
+                .execute([name])
+                .map_err(db)?;
+            if removed == 0 {
+                return Err(StoreError::UnknownAgent(name.to_owned()));
+            }
+            append(tx, std::slice::from_ref(audit), hashing)
+        })
+    }
+
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        refuse_reserved_kinds(events)?;
+        let hashing = self.hashing()?;
+        self.write_audited(|tx| append(tx, events, hashing))
+    }
+
+    fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let conn = self.conn();
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut select = conn
+            .prepare_cached(
+                "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit
+                 WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )
+            .map_err(db)?;
+        let rows = select.query_map([after, limit], raw_row).map_err(db)?;
+        let mut entries = Vec::new();
+        for row in rows {
+            entries.push(row.map_err(db)?.to_entry()?);
+        }
+        Ok(entries)
+    }
+
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
+        self.verify_audit_with(self.key.as_ref(), None)
+    }
+
+    fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
+        self.verify_audit_with(self.key.as_ref(), Some(expected))
+    }
+
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.prepare_cached(
+                "INSERT INTO secret (name, hash) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET hash = excluded.hash",
+            )
+            .map_err(db)?
+            .execute(params![name, &hash[..]])
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        let conn = self.conn();
+        let bytes: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT hash FROM secret WHERE name = ?1")
+            .map_err(db)?
+            .query_row([name], |row| row.get(0))
+            .optional()
+            .map_err(db)?;
+        bytes
+            .map(|bytes| hash32(bytes, || format!("the hash of secret `{name}`")))
+            .transpose()
+    }
+
+    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
+        let at = to_i64(hit.at_ms, "rate hit time")?;
+        let until = to_i64(hit.until_ms(), "rate hit time")?;
+        let window = to_i64(hit.window_ms, "rate hit window")?;
+        self.write(|tx| {
+            tx.prepare_cached("DELETE FROM rate_hit WHERE until_ms <= ?1")
+                .map_err(db)?
+                .execute([at])
+                .map_err(db)?;
+            tx.prepare_cached(
+                "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(db)?
+            .execute(params![hit.rule, hit.agent, at, hit.calls, window, until])
+            .map_err(db)?;
+            tx.prepare_cached(
+                "DELETE FROM rate_hit WHERE rule = ?1 AND agent = ?2 AND id NOT IN (
+                     SELECT id FROM rate_hit WHERE rule = ?1 AND agent = ?2
+                     ORDER BY at_ms DESC, id DESC LIMIT ?3)",
+            )
+            .map_err(db)?
+            .execute(params![hit.rule, hit.agent, hit.calls])
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {
+        let now = to_i64(now_ms, "the time")?;
+        let conn = self.conn();
+        let mut statement = conn
+            .prepare_cached(
+                "SELECT rule, agent, at_ms, calls, window_ms FROM rate_hit
+                 WHERE until_ms > ?1 ORDER BY at_ms, id",
+            )
+            .map_err(db)?;
+        let rows = statement
+            .query_map([now], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, i64>(4)?,
+                ))
+            })
+            .map_err(db)?;
+        let mut hits = Vec::new();
+        for row in rows {
+            let (rule, agent, at_ms, calls, window_ms) = row.map_err(db)?;
+            let (Ok(at_ms), Ok(window_ms)) = (u64::try_from(at_ms), u64::try_from(window_ms))
+            else {
+                return Err(StoreError::Corrupt(format!(
+                    "rate hit of rule `{rule}` has a negative time or window"
+                )));
+            };
+            hits.push(RateHit {
+                rule,
+                agent,
+                at_ms,
+                calls,
+                window_ms,
+            });
+        }
+        Ok(hits)
+    }
+}

@@ -1,0 +1,2244 @@
+//! Tests of the store: one contract suite run against both stores,
+//! tampering with a real database file, migrations, file modes, the audit
+//! writer, and crash safety with a child process killed mid-write.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rusqlite::{Connection, params};
+use serde_json::{Value, json};
+
+use super::audit::{canonical_json, entry_hash};
+use super::*;
+use crate::StoredAgent;
+
+// ---------------------------------------------------------------- helpers
+
+/// A temporary directory, removed on drop, holding a store's file.
+struct TempDir {
+    root: PathBuf,
+    _removed_on_drop: tempfile::TempDir,
+}
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        TempDir {
+            root: dir.path().to_owned(),
+            _removed_on_drop: dir,
+        }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.root.join("data").join("dk.db")
+    }
+}
+
+fn pairing(id: &str, grants: &[&str], generation: u64) -> StoredPairing {
+    StoredPairing {
+        device_id: id.to_owned(),
+        manifest_json: format!(r#"{{"deviceId":"{id}","name":"Lamp"}}"#),
+        digest: format!("sha256:{id}"),
+        token_hash: [generation as u8; 32],
+        grants: grants.iter().map(|g| (*g).to_owned()).collect(),
+        generation,
+        paired_at_ms: 1_700_000_000_000 + generation,
+    }
+}
+
+fn event(kind: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: kind.to_owned(),
+        entry: json!({ "n": n, "device": "d1", "reason": "allowed" }),
+    }
+}
+
+/// The `paired` entry the registry writes with `pairing`.
+fn paired(pairing: &StoredPairing, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "paired".to_owned(),
+        entry: json!({"deviceId": pairing.device_id, "digest": pairing.digest,
+            "grants": pairing.grants, "n": n}),
+    }
+}
+
+/// The `granted` or `revoked` entry the registry writes.
+fn grant_change(kind: &str, device: &str, capability: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: kind.to_owned(),
+        entry: json!({"deviceId": device, "capability": capability, "n": n}),
+    }
+}
+
+/// The `unpaired` entry the registry writes.
+fn unpaired(device: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "unpaired".to_owned(),
+        entry: json!({"deviceId": device, "n": n}),
+    }
+}
+
+/// The `agent` entry the agent directory writes: `added` with the agent,
+/// `scope` with its scope, or `removed`.
+fn agent_change(change: &str, agent: &StoredAgent, n: u64) -> AuditEvent {
+    let entry = match change {
+        "added" => json!({"change": "added", "agent": {"id": agent.id, "scope": agent.scope,
+            "role": agent.role, "addedAtMs": agent.added_at_ms}, "n": n}),
+        "scope" => json!({"change": "scope", "agentId": agent.id,
+            "scope": agent.scope, "n": n}),
+        _ => json!({"change": "removed", "agentId": agent.id, "n": n}),
+    };
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "agent".to_owned(),
+        entry,
+    }
+}
+
+/// A store of each kind, each with the directory it lives in.
+fn stores() -> Vec<(&'static str, Box<dyn Store>, Option<TempDir>)> {
+    let dir = TempDir::new();
+    let sqlite = SqliteStore::open(&dir.db()).unwrap();
+    vec![
+        ("memory", Box::new(MemoryStore::new()), None),
+        ("sqlite", Box::new(sqlite), Some(dir)),
+    ]
+}
+
+/// The pairings of a snapshot as device id -> grants.
+fn grants_of(snapshot: &Snapshot) -> Vec<(String, Vec<String>)> {
+    snapshot
+        .pairings
+        .iter()
+        .map(|p| (p.device_id.clone(), p.grants.clone()))
+        .collect()
+}
+
+// ---------------------------------------------------------- contract suite
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Put(&'static str, &'static [&'static str], u64),
+    Grant(&'static str, &'static str),
+    Revoke(&'static str, &'static str),
+    Delete(&'static str),
+}
+
+fn apply(store: &dyn Store, op: Op, n: u64) -> Result<(), StoreError> {
+    match op {
+        Op::Put(id, grants, generation) => {
+            let stored = pairing(id, grants, generation);
+            store.put_pairing(&stored, &paired(&stored, n))
+        }
+        Op::Grant(id, cap) => store.set_grant(id, cap, true, &grant_change("granted", id, cap, n)),
+        Op::Revoke(id, cap) => {
+            store.set_grant(id, cap, false, &grant_change("revoked", id, cap, n))
+        }
+        Op::Delete(id) => store.delete_pairing(id, &unpaired(id, n)),
+    }
+}
+
+/// Runs `ops` on a fresh store of each kind (and a reopened SQLite store)
+/// and checks the pairings, the largest generation and the audit count.
+#[track_caller]
+fn check(ops: &[Op], expected: &[(&str, &[&str])], max_generation: u64) {
+    let expected: Vec<(String, Vec<String>)> = expected
+        .iter()
+        .map(|(id, grants)| {
+            (
+                (*id).to_owned(),
+                grants.iter().map(|g| (*g).to_owned()).collect(),
+            )
+        })
+        .collect();
+    for (name, store, dir) in stores() {
+        let mut acknowledged = 0;
+        for (n, op) in ops.iter().enumerate() {
+            match apply(&*store, *op, n as u64) {
+                Ok(()) => acknowledged += 1,
+                Err(StoreError::UnknownDevice(_)) => {}
+                Err(error) => panic!("{name}: {op:?}: {error}"),
+            }
+        }
+        let mut snapshots = vec![store.load().unwrap()];
+        drop(store);
+        if let Some(dir) = &dir {
+            snapshots.push(SqliteStore::open(&dir.db()).unwrap().load().unwrap());
+        }
+        for snapshot in snapshots {
+            assert_eq!(grants_of(&snapshot), expected, "{name}: {ops:?}");
+            assert_eq!(snapshot.max_generation, max_generation, "{name}: {ops:?}");
+            assert_eq!(snapshot.audit_entries, acknowledged, "{name}: {ops:?}");
+        }
+    }
+}
+
+#[test]
+fn contract_pairings_and_grants() {
+    use Op::*;
+    check(&[], &[], 0);
+    check(&[Put("d1", &["a", "b"], 1)], &[("d1", &["a", "b"])], 1);
+    check(&[Put("d1", &["b", "a", "a"], 1)], &[("d1", &["a", "b"])], 1);
+    // Re-pairing replaces the grants.
+    check(
+        &[Put("d1", &["a"], 1), Put("d1", &["c"], 2)],
+        &[("d1", &["c"])],
+        2,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Grant("d1", "b"), Grant("d1", "b")],
+        &[("d1", &["a", "b"])],
+        1,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Revoke("d1", "a"), Revoke("d1", "a")],
+        &[("d1", &[])],
+        1,
+    );
+    // Unpairing removes the grants; a new pairing starts from none.
+    check(
+        &[Put("d1", &["a"], 1), Put("d2", &["b"], 2), Delete("d1")],
+        &[("d2", &["b"])],
+        2,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Delete("d1"), Put("d1", &[], 2)],
+        &[("d1", &[])],
+        2,
+    );
+    // The largest generation outlives the pairing that had it.
+    check(
+        &[Put("d9", &[], 7), Put("d1", &[], 3), Delete("d9")],
+        &[("d1", &[])],
+        7,
+    );
+    // Unknown devices: refused, nothing recorded.
+    check(
+        &[Grant("nope", "a"), Revoke("nope", "a"), Delete("nope")],
+        &[],
+        0,
+    );
+    check(
+        &[Put("d1", &["a"], 1), Delete("d1"), Grant("d1", "a")],
+        &[],
+        1,
+    );
+}
+
+#[test]
+fn contract_round_trip_secrets_and_audit() {
+    for (name, store, _dir) in stores() {
+        let stored = StoredPairing {
+            device_id: "desk-lamp".to_owned(),
+            manifest_json: r#"{"deviceId":"desk-lamp","name":"Lämp \u2028"}"#.to_owned(),
+            digest: "sha256:abc".to_owned(),
+            token_hash: std::array::from_fn(|i| i as u8),
+            grants: vec!["set_power".to_owned(), "brightness".to_owned()],
+            generation: 42,
+            paired_at_ms: 1_700_000_000_123,
+        };
+        store.put_pairing(&stored, &paired(&stored, 0)).unwrap();
+        let snapshot = store.load().unwrap();
+        let mut expected = stored.clone();
+        expected.grants.sort();
+        assert_eq!(snapshot.pairings, vec![expected], "{name}");
+        assert_eq!(snapshot.max_generation, 42, "{name}");
+
+        // Secrets.
+        assert_eq!(store.secret_hash("admin-token").unwrap(), None, "{name}");
+        store.put_secret_hash("admin-token", [7; 32]).unwrap();
+        store.put_secret_hash("admin-token", [8; 32]).unwrap();
+        assert_eq!(
+            store.secret_hash("admin-token").unwrap(),
+            Some([8; 32]),
+            "{name}"
+        );
+
+        // Audit: append, read after a seq with a limit, verify.
+        let batch: Vec<AuditEvent> = (1..=9).map(|n| event("decision", n)).collect();
+        store.append_audit(&batch).unwrap();
+        store.append_audit(&[]).unwrap();
+        let all = store.read_audit(0, 100).unwrap();
+        assert_eq!(all.len(), 10, "{name}");
+        assert_eq!(
+            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=10).collect::<Vec<_>>()
+        );
+        assert_eq!(all[0].prev_hash, GENESIS_HASH);
+        assert_eq!(all[0].kind, "paired");
+        for pair in all.windows(2) {
+            assert_eq!(pair[1].prev_hash, pair[0].hash, "{name}");
+        }
+        assert_eq!(all[3].entry, batch[2].entry);
+        assert_eq!(all[3].at_ms, batch[2].at_ms);
+        let page = store.read_audit(4, 3).unwrap();
+        assert_eq!(
+            page.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![5, 6, 7]
+        );
+        assert!(store.read_audit(10, 5).unwrap().is_empty());
+        assert!(store.read_audit(u64::MAX, 5).unwrap().is_empty());
+
+        let report = store.verify_audit().unwrap();
+        assert!(report.is_intact(), "{name}: {:?}", report.problems);
+        assert_eq!(report.entries, 10);
+        assert_eq!(report.head, all[9].hash);
+        let snapshot = store.load().unwrap();
+        assert_eq!(snapshot.audit_entries, 10);
+        assert_eq!(snapshot.audit_head, report.head);
+        let against = store.verify_audit_against(&report.head()).unwrap();
+        assert!(against.is_intact(), "{name}");
+    }
+}
+
+#[test]
+fn contract_refuses_unstorable_values_without_change() {
+    for (name, store, _dir) in stores() {
+        let bad_kind = AuditEvent {
+            kind: "Decision\n".to_owned(),
+            ..event("x", 1)
+        };
+        let error = store
+            .put_pairing(&pairing("d1", &["a"], 1), &bad_kind)
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidInput(_)),
+            "{name}: {error}"
+        );
+        let huge = AuditEvent {
+            entry: json!({ "text": "x".repeat(MAX_AUDIT_ENTRY_BYTES) }),
+            ..event("decision", 1)
+        };
+        let error = store
+            .append_audit(&[event("decision", 0), huge])
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidInput(_)),
+            "{name}: {error}"
+        );
+        let error = store
+            .put_pairing(
+                &pairing("d1", &[], i64::MAX as u64 + 1),
+                &event("paired", 1),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidInput(_)),
+            "{name}: {error}"
+        );
+        let snapshot = store.load().unwrap();
+        assert!(snapshot.pairings.is_empty(), "{name}");
+        assert_eq!(snapshot.audit_entries, 0, "{name}");
+    }
+}
+
+#[test]
+fn errors_read_as_one_lower_case_line() {
+    let errors = [
+        StoreError::UnknownDevice("d1".to_owned()),
+        StoreError::NewerSchema {
+            found: 9,
+            supported: 1,
+        },
+        StoreError::Corrupt("x".to_owned()),
+        StoreError::WriterStopped,
+    ];
+    for error in errors {
+        let text = error.to_string();
+        assert!(text.starts_with(|c: char| c.is_lowercase()), "{text}");
+        assert!(!text.contains('\n') && !text.ends_with('.'), "{text}");
+    }
+}
+
+// ----------------------------------------------------------------- hashing
+
+#[test]
+fn entry_hash_is_the_documented_formula() {
+    use sha2::{Digest, Sha256};
+    let text = format!("{GENESIS_HASH}\n1\n5\ndecision\n{{\"a\":1}}");
+    let expected = super::hex::hex(&Sha256::digest(text.as_bytes()));
+    assert_eq!(
+        entry_hash(GENESIS_HASH, 1, 5, "decision", r#"{"a":1}"#),
+        expected
+    );
+}
+
+#[test]
+fn canonical_json_sorts_keys_at_every_depth() {
+    let value: Value =
+        serde_json::from_str(r#"{ "b": [ {"z": 1, "a": "é\n"} ], "a": null }"#).unwrap();
+    assert_eq!(
+        canonical_json(&value),
+        r#"{"a":null,"b":[{"a":"é\n","z":1}]}"#
+    );
+}
+
+// --------------------------------------------------------------- tampering
+
+/// A store with `entries` decision entries, and a second connection to
+/// its file with the append-only triggers dropped, as an attacker with
+/// write access to the file would.
+fn tamper_setup(entries: u64) -> (TempDir, SqliteStore, Connection) {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let events: Vec<AuditEvent> = (1..=entries).map(|n| event("decision", n)).collect();
+    store.append_audit(&events).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+        .unwrap();
+    (dir, store, attacker)
+}
+
+fn stored_hash(conn: &Connection, seq: i64) -> String {
+    conn.query_row("SELECT hash FROM audit WHERE seq = ?1", [seq], |row| {
+        row.get(0)
+    })
+    .unwrap()
+}
+
+/// Forges a well-hashed row at `seq` chained to `prev_hash`.
+fn forge(conn: &Connection, seq: i64, prev_hash: &str) {
+    let entry = r#"{"device":"d1","forged":true}"#;
+    let hash = entry_hash(prev_hash, seq, 5, "decision", entry);
+    conn.execute(
+        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash) VALUES (?1, 5, 'decision', ?2, ?3, ?4)",
+        params![seq, entry, prev_hash, hash],
+    )
+    .unwrap();
+}
+
+/// Rehashes entry `seq` over its (edited) content and stored prev_hash.
+fn rehash(conn: &Connection, seq: i64) {
+    let (at, kind, entry, prev): (i64, String, String, String) = conn
+        .query_row(
+            "SELECT at_ms, kind, entry, prev_hash FROM audit WHERE seq = ?1",
+            [seq],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap();
+    let hash = entry_hash(&prev, seq, at, &kind, &entry);
+    conn.execute(
+        "UPDATE audit SET hash = ?1 WHERE seq = ?2",
+        params![hash, seq],
+    )
+    .unwrap();
+}
+
+/// Applies `attack` to a log of 10 entries and checks the problems found,
+/// both without and with the head kept before the attack.
+#[track_caller]
+fn check_tamper(
+    attack: impl FnOnce(&Connection),
+    expected: &[(u64, ProblemKind)],
+    expected_against_head: &[(u64, ProblemKind)],
+) {
+    let (_dir, store, attacker) = tamper_setup(10);
+    let head = store.verify_audit().unwrap().head();
+    attack(&attacker);
+    let found = |report: VerifyReport| {
+        report
+            .problems
+            .iter()
+            .map(|p| (p.seq, p.what))
+            .collect::<Vec<_>>()
+    };
+    let report = store.verify_audit().unwrap();
+    assert_eq!(found(report.clone()), expected, "{:#?}", report.problems);
+    let report = store.verify_audit_against(&head).unwrap();
+    assert_eq!(
+        found(report.clone()),
+        expected_against_head,
+        "{:#?}",
+        report.problems
+    );
+}
+
+#[test]
+fn tampering_is_found_where_it_happened() {
+    use ProblemKind::*;
+    // Edited content.
+    check_tamper(
+        |c| {
+            c.execute(
+                r#"UPDATE audit SET entry = '{"device":"d1","n":5,"reason":"refused"}' WHERE seq = 5"#,
+                [],
+            )
+            .unwrap();
+        },
+        &[(5, Edited)],
+        &[(5, Edited)],
+    );
+    // Edited time.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET at_ms = 1 WHERE seq = 1", [])
+                .unwrap();
+        },
+        &[(1, Edited)],
+        &[(1, Edited)],
+    );
+    // Edited content with its hash recomputed: the next entry's prev_hash.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET kind = 'policy' WHERE seq = 5", [])
+                .unwrap();
+            rehash(c, 5);
+        },
+        &[(5, Edited)],
+        &[(5, Edited)],
+    );
+    // Only the hash changed.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET hash = ?1 WHERE seq = 3", [GENESIS_HASH])
+                .unwrap();
+        },
+        &[(3, Edited)],
+        &[(3, Edited)],
+    );
+    // The last entry edited and rehashed: only the kept head shows it.
+    check_tamper(
+        |c| {
+            c.execute("UPDATE audit SET kind = 'policy' WHERE seq = 10", [])
+                .unwrap();
+            rehash(c, 10);
+        },
+        &[],
+        &[(10, Edited)],
+    );
+    // Deleted rows.
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit WHERE seq = 5", []).unwrap();
+        },
+        &[(5, Missing)],
+        &[(5, Missing)],
+    );
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit WHERE seq IN (1, 2)", [])
+                .unwrap();
+        },
+        &[(1, Missing)],
+        &[(1, Missing)],
+    );
+    // Deleted and the rest renumbered to close the gap.
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                "DELETE FROM audit WHERE seq = 5;
+                 UPDATE audit SET seq = seq - 1 WHERE seq > 5;",
+            )
+            .unwrap();
+        },
+        &[(5, Missing)],
+        &[(5, Missing), (10, Truncated)],
+    );
+    // A well-hashed row inserted, the rest renumbered to make room.
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                "UPDATE audit SET seq = seq + 1000 WHERE seq >= 5;
+                 UPDATE audit SET seq = seq - 999 WHERE seq >= 1000;",
+            )
+            .unwrap();
+            forge(c, 5, &stored_hash(c, 4));
+        },
+        &[(5, Inserted)],
+        &[(5, Inserted), (10, Edited)],
+    );
+    // A well-hashed row put before the first.
+    check_tamper(
+        |c| forge(c, 0, GENESIS_HASH),
+        &[(0, Inserted)],
+        &[(0, Inserted)],
+    );
+}
+
+#[test]
+fn reordering_is_found() {
+    use ProblemKind::*;
+    // Swap only the content of two rows (time, kind, entry).
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                r#"CREATE TEMP TABLE keep AS SELECT seq, at_ms, kind, entry FROM audit WHERE seq IN (4, 5);
+                   UPDATE audit SET
+                       at_ms = (SELECT at_ms FROM keep WHERE keep.seq = 9 - audit.seq),
+                       kind = (SELECT kind FROM keep WHERE keep.seq = 9 - audit.seq),
+                       entry = (SELECT entry FROM keep WHERE keep.seq = 9 - audit.seq)
+                   WHERE seq IN (4, 5);"#,
+            )
+            .unwrap();
+        },
+        &[(4, OutOfOrder), (5, OutOfOrder)],
+        &[(4, OutOfOrder), (5, OutOfOrder)],
+    );
+    // Swap whole rows but their seq.
+    check_tamper(
+        |c| {
+            c.execute_batch(
+                "UPDATE audit SET seq = -4 WHERE seq = 4;
+                 UPDATE audit SET seq = 4 WHERE seq = 5;
+                 UPDATE audit SET seq = 5 WHERE seq = -4;",
+            )
+            .unwrap();
+        },
+        &[(4, OutOfOrder)],
+        &[(4, OutOfOrder)],
+    );
+}
+
+#[test]
+fn truncation_is_found_only_against_the_kept_head() {
+    use ProblemKind::*;
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit WHERE seq > 7", []).unwrap();
+        },
+        &[],
+        &[(8, Truncated)],
+    );
+    check_tamper(
+        |c| {
+            c.execute("DELETE FROM audit", []).unwrap();
+        },
+        &[],
+        &[(1, Truncated)],
+    );
+}
+
+#[test]
+fn problems_say_where_and_what() {
+    let (_dir, store, attacker) = tamper_setup(20);
+    attacker
+        .execute("UPDATE audit SET entry = '{}' WHERE seq = 17", [])
+        .unwrap();
+    let report = store.verify_audit().unwrap();
+    assert_eq!(
+        report
+            .problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        vec!["entry 17: edited (its hash does not match its content)"]
+    );
+    attacker
+        .execute("DELETE FROM audit WHERE seq = 3", [])
+        .unwrap();
+    let report = store.verify_audit().unwrap();
+    assert_eq!(
+        report.problems[0].to_string(),
+        "entry 3: missing (deleted) (entry 4 is chained to it)"
+    );
+}
+
+#[test]
+fn the_audit_table_refuses_edits_while_its_triggers_stand() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store.append_audit(&[event("decision", 1)]).unwrap();
+    let other = Connection::open(dir.db()).unwrap();
+    let update = other.execute("UPDATE audit SET kind = 'x'", []);
+    assert!(update.unwrap_err().to_string().contains("append-only"));
+    let delete = other.execute("DELETE FROM audit", []);
+    assert!(delete.unwrap_err().to_string().contains("append-only"));
+}
+
+// ------------------------------------------------- files, schema, damage
+
+fn user_version(path: &Path) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
+}
+
+#[test]
+fn migrations_set_the_version_once_and_refuse_newer_databases() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
+        .unwrap();
+    drop(store);
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
+    // Reopening changes nothing.
+    for _ in 0..2 {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        assert_eq!(store.load().unwrap().pairings.len(), 1);
+        assert!(store.verify_audit().unwrap().is_intact());
+    }
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
+    // A newer dk's database.
+    Connection::open(dir.db())
+        .unwrap()
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    let error = SqliteStore::open(&dir.db()).unwrap_err();
+    assert_eq!(
+        error,
+        StoreError::NewerSchema {
+            found: SCHEMA_VERSION + 1,
+            supported: SCHEMA_VERSION
+        }
+    );
+    assert!(error.to_string().contains("newer"), "{error}");
+}
+
+#[test]
+fn files_are_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
+        .unwrap();
+    let mode = |path: PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let db = dir.db();
+    assert_eq!(mode(db.parent().unwrap().to_owned()), 0o700);
+    assert_eq!(mode(db.clone()), 0o600);
+    assert_eq!(mode(db.with_extension("db-wal")), 0o600);
+    assert_eq!(mode(db.with_extension("db-shm")), 0o600);
+    drop(store);
+    // An existing file open to others is made private.
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    drop(SqliteStore::open(&db).unwrap());
+    assert_eq!(mode(db), 0o600);
+}
+
+#[test]
+fn no_token_reaches_the_data_directory() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let token = "4f1c2b8e9d7a6c5b4f1c2b8e9d7a6c5b4f1c2b8e9d7a6c5b4f1c2b8e9d7a6c5b";
+    let mut stored = pairing("d1", &["a"], 1);
+    stored.token_hash = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(token.as_bytes()).into()
+    };
+    store.put_pairing(&stored, &paired(&stored, 1)).unwrap();
+    store
+        .put_secret_hash("admin-token", stored.token_hash)
+        .unwrap();
+    drop(store);
+    for file in std::fs::read_dir(dir.db().parent().unwrap()).unwrap() {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+            "a token in clear on disk"
+        );
+    }
+    // And a debug print of a pairing shows no hash either.
+    assert!(!format!("{stored:?}").contains("token_hash"));
+}
+
+#[test]
+fn damaged_files_are_errors_not_panics() {
+    let dir = TempDir::new();
+    // Not a database at all.
+    std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+    std::fs::write(dir.db(), vec![0x5a; 8192]).unwrap();
+    let error = SqliteStore::open(&dir.db()).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+
+    // Another program's database.
+    let other = dir.root.join("other.db");
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let error = SqliteStore::open(&other).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+
+    // A directory where the file should be.
+    let error = SqliteStore::open(&dir.root).unwrap_err();
+    assert!(matches!(error, StoreError::Open { .. }), "{error}");
+
+    // A dk store with a bad value in it.
+    let path = dir.root.join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .put_pairing(
+            &pairing("d1", &["a"], 1),
+            &paired(&pairing("d1", &["a"], 1), 1),
+        )
+        .unwrap();
+    store.put_secret_hash("admin-token", [1; 32]).unwrap();
+    let editor = Connection::open(&path).unwrap();
+    editor
+        .execute_batch(
+            "UPDATE pairing SET token_hash = x'0102';
+             UPDATE secret SET hash = x'01';",
+        )
+        .unwrap();
+    let error = store.load().unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt(text) if text.contains("token hash of `d1`")),
+        "{error}"
+    );
+    let error = store.secret_hash("admin-token").unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+    editor
+        .execute_batch("UPDATE pairing SET token_hash = zeroblob(32), generation = -1;")
+        .unwrap();
+    let error = store.load().unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
+}
+
+#[test]
+fn ten_thousand_pairings_load_in_one_pass() {
+    const DEVICES: usize = 10_000;
+    let dir = TempDir::new();
+    drop(SqliteStore::open(&dir.db()).unwrap());
+    // Written in one transaction from the side: the test is about load.
+    let mut conn = Connection::open(dir.db()).unwrap();
+    let tx = conn.transaction().unwrap();
+    for i in 0..DEVICES {
+        let p = pairing(&format!("device-{i:05}"), &[], i as u64 + 1);
+        tx.execute(
+            "INSERT INTO pairing VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                p.device_id,
+                p.manifest_json,
+                p.digest,
+                &p.token_hash[..],
+                p.generation as i64,
+                p.paired_at_ms as i64
+            ],
+        )
+        .unwrap();
+        for cap in ["brightness", "color", "set_power"] {
+            tx.execute(
+                "INSERT INTO device_grant VALUES (?1, ?2)",
+                params![p.device_id, cap],
+            )
+            .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let snapshot = store.load().unwrap();
+    assert_eq!(snapshot.pairings.len(), DEVICES);
+    assert_eq!(snapshot.max_generation, DEVICES as u64);
+    for (i, p) in snapshot.pairings.iter().enumerate() {
+        assert_eq!(p.device_id, format!("device-{i:05}"));
+        assert_eq!(p.grants, ["brightness", "color", "set_power"]);
+        assert_eq!(*p, {
+            let mut e = pairing(&p.device_id, &["brightness", "color", "set_power"], 0);
+            e.generation = i as u64 + 1;
+            e.token_hash = [(i as u64 + 1) as u8; 32];
+            e.paired_at_ms = 1_700_000_000_000 + i as u64 + 1;
+            e
+        });
+    }
+}
+
+// ------------------------------------------------------------ the writer
+
+/// A store whose `append_audit` can be held at a gate, made to fail, or
+/// slowed down.
+struct Gated {
+    inner: Box<dyn Store>,
+    entered: Mutex<Option<mpsc::Sender<()>>>,
+    gate: Mutex<Option<mpsc::Receiver<()>>>,
+    fail: AtomicBool,
+    pause: Duration,
+}
+
+impl Gated {
+    fn new() -> Gated {
+        Gated::over(Box::new(MemoryStore::new()))
+    }
+
+    fn over(inner: Box<dyn Store>) -> Gated {
+        Gated {
+            inner,
+            entered: Mutex::new(None),
+            gate: Mutex::new(None),
+            fail: AtomicBool::new(false),
+            pause: Duration::ZERO,
+        }
+    }
+}
+
+impl Store for Gated {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        self.inner.load()
+    }
+    fn put_pairing(&self, p: &StoredPairing, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.put_pairing(p, a)
+    }
+    fn set_grant(&self, d: &str, c: &str, g: bool, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.set_grant(d, c, g, a)
+    }
+    fn delete_pairing(&self, d: &str, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.delete_pairing(d, a)
+    }
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        self.inner.load_agents()
+    }
+    fn put_agent(&self, agent: &StoredAgent, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.put_agent(agent, a)
+    }
+    fn delete_agent(&self, name: &str, a: &AuditEvent) -> Result<(), StoreError> {
+        self.inner.delete_agent(name, a)
+    }
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        if let Some(entered) = self.entered.lock().unwrap().as_ref() {
+            let _ = entered.send(());
+        }
+        if let Some(gate) = self.gate.lock().unwrap().as_ref() {
+            let _ = gate.recv();
+        }
+        std::thread::sleep(self.pause);
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(StoreError::Database("disk full".to_owned()));
+        }
+        self.inner.append_audit(events)
+    }
+    fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        self.inner.read_audit(after, limit)
+    }
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
+        self.inner.verify_audit()
+    }
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
+        self.inner.put_secret_hash(name, hash)
+    }
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        self.inner.secret_hash(name)
+    }
+    fn put_rate_hit(&self, hit: &crate::RateHit) -> Result<(), StoreError> {
+        self.inner.put_rate_hit(hit)
+    }
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<crate::RateHit>, StoreError> {
+        self.inner.load_rate_hits(now_ms)
+    }
+}
+
+/// Options that commit only full batches or on flush.
+fn patient(max_batch: usize, queue: usize) -> WriterOptions {
+    WriterOptions {
+        max_batch,
+        max_delay: Duration::from_secs(3600),
+        queue,
+    }
+}
+
+/// The `n` of every entry in `store`, in order.
+fn numbers(store: &dyn Store) -> Vec<u64> {
+    store
+        .read_audit(0, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.entry["n"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn writer_commits_full_batches_and_the_rest_on_flush() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(10, 1000));
+    for n in 1..=25 {
+        writer.record(event("decision", n));
+    }
+    writer.flush().unwrap();
+    assert_eq!(writer.committed(), 25);
+    assert_eq!(writer.batches(), 3);
+    assert_eq!(writer.dropped(), 0);
+    assert_eq!(numbers(&*store), (1..=25).collect::<Vec<_>>());
+    assert!(store.verify_audit().unwrap().is_intact());
+    // A flush with nothing pending commits nothing.
+    writer.flush().unwrap();
+    assert_eq!(writer.batches(), 3);
+}
+
+#[test]
+fn writer_holds_a_partial_batch_until_flush_or_delay() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 1000));
+    writer.record(event("decision", 1));
+    writer.record(event("decision", 2));
+    // A full batch has not formed and the delay is an hour: nothing yet.
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+    writer.flush().unwrap();
+    assert_eq!(store.load().unwrap().audit_entries, 2);
+
+    // With a short delay the batch commits without a flush.
+    let store = Arc::new(MemoryStore::new());
+    let options = WriterOptions {
+        max_delay: Duration::from_millis(1),
+        ..WriterOptions::default()
+    };
+    let writer = AuditWriter::start(store.clone(), options);
+    writer.record(event("decision", 1));
+    let waited = Instant::now();
+    while store.load().unwrap().audit_entries == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "never committed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(writer);
+}
+
+#[test]
+fn dropping_the_writer_commits_what_was_recorded() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 1000));
+    for n in 1..=7 {
+        writer.record(event("decision", n));
+    }
+    drop(writer);
+    assert_eq!(store.load().unwrap().audit_entries, 7);
+}
+
+#[test]
+fn a_full_queue_makes_callers_wait_and_drops_nothing() {
+    use futures::FutureExt;
+    let store = Arc::new(Gated::new());
+    let (entered, entered_rx) = mpsc::channel();
+    let (open, gate) = mpsc::channel();
+    *store.entered.lock().unwrap() = Some(entered);
+    *store.gate.lock().unwrap() = Some(gate);
+    // Two places, one event a batch.
+    let writer = AuditWriter::start(store.clone(), patient(1, 2));
+    let room = writer.room();
+    for n in 1..=2 {
+        let place = room.take().now_or_never().unwrap().unwrap();
+        place.spend();
+        writer.record_placed(move || Some(event("decision", n)));
+    }
+    // Event 1 is being committed, held at the gate; event 2 is queued.
+    entered_rx.recv().unwrap();
+    // A third call finds no room: it waits, without blocking its thread.
+    let mut third = Box::pin(room.take());
+    assert!(third.as_mut().now_or_never().is_none());
+    // Event 1's commit gives its place back, to the call waiting for it.
+    open.send(()).unwrap();
+    futures::executor::block_on(third).unwrap().spend();
+    writer.record_placed(|| Some(event("decision", 3)));
+    // An event recorded outside a call, with every place still taken,
+    // waits its patience and is queued past the bound, not dropped.
+    writer.record(event("decision", 4));
+    *store.entered.lock().unwrap() = None;
+    drop(open);
+    writer.flush().unwrap();
+    assert_eq!(numbers(&*store), [1, 2, 3, 4]);
+    assert_eq!((writer.committed(), writer.dropped()), (4, 0));
+    // Every place came back.
+    let places: Vec<_> = (0..2)
+        .map(|_| room.take().now_or_never().unwrap().unwrap())
+        .collect();
+    assert!(room.take().now_or_never().is_none());
+    drop(places);
+}
+
+#[test]
+fn a_failing_store_is_retried_and_nothing_is_lost() {
+    let store = Arc::new(Gated::new());
+    store.fail.store(true, Ordering::Relaxed);
+    let writer = AuditWriter::start(store.clone(), patient(2, 100));
+    for n in 1..=3 {
+        writer.record(event("decision", n));
+    }
+    // Each flush while the store fails says so; the events stay queued.
+    for _ in 0..2 {
+        let error = writer.flush().unwrap_err();
+        assert_eq!(error, StoreError::Database("disk full".to_owned()));
+    }
+    assert_eq!((writer.committed(), writer.dropped()), (0, 0));
+    writer.record(event("decision", 4));
+    store.fail.store(false, Ordering::Relaxed);
+    writer.flush().unwrap();
+    assert_eq!(numbers(&*store), [1, 2, 3, 4]);
+    assert_eq!((writer.committed(), writer.dropped()), (4, 0));
+    writer.flush().unwrap();
+}
+
+#[test]
+fn a_writer_stopped_while_its_store_fails_still_stops() {
+    let store = Arc::new(Gated::new());
+    store.fail.store(true, Ordering::Relaxed);
+    let writer = AuditWriter::start(store.clone(), patient(100, 100));
+    for n in 1..=3 {
+        writer.record(event("decision", n));
+    }
+    // The drop flushes, tries a few more times, and returns.
+    drop(writer);
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+}
+
+#[test]
+fn an_unstorable_event_is_recorded_as_such_and_holds_back_no_other() {
+    let store = Arc::new(MemoryStore::new());
+    let writer = AuditWriter::start(store.clone(), patient(100, 100));
+    let big = AuditEvent {
+        entry: json!({"blob": "x".repeat(MAX_AUDIT_ENTRY_BYTES)}),
+        ..event("decision", 3)
+    };
+    for event in [
+        event("decision", 1),
+        event("Bad\nKind", 2),
+        big,
+        event("decision", 4),
+    ] {
+        writer.record(event);
+    }
+    writer.flush().unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["decision", "unstorable", "unstorable", "decision"]);
+    assert_eq!(entries[1].entry["kind"], "Bad\\nKind");
+    assert!(
+        entries[2].entry["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not storable: audit entry of "),
+        "{}",
+        entries[2].entry
+    );
+    assert_eq!(writer.dropped(), 0);
+}
+
+#[test]
+fn the_writer_and_direct_changes_share_one_chain() {
+    let dir = TempDir::new();
+    let store = Arc::new(SqliteStore::open(&dir.db()).unwrap());
+    let writer = AuditWriter::start(store.clone(), WriterOptions::default());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for n in 0..200 {
+                writer.record(event("decision", n));
+            }
+        });
+        for n in 0..20 {
+            let stored = pairing(&format!("d{n}"), &["a"], n + 1);
+            store.put_pairing(&stored, &paired(&stored, n)).unwrap();
+        }
+    });
+    writer.flush().unwrap();
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 220);
+}
+
+// ------------------------------------------------------------ crash safety
+
+/// One change the crash child makes, a pure function of its number and
+/// the state before it, so the parent can tell what each "ack" covered.
+#[derive(Debug, Clone, PartialEq)]
+enum Change {
+    Pair(String, Vec<String>),
+    Grant(String, String),
+    Revoke(String, String),
+    Unpair(String),
+}
+
+/// Device id -> (generation, grants).
+type Model = BTreeMap<String, (u64, BTreeSet<String>)>;
+
+const CAPABILITIES: [&str; 3] = ["light", "sound", "door"];
+
+fn change(n: u64, model: &Model) -> Change {
+    let device = format!("d{}", n % 5);
+    let cap = CAPABILITIES[(n % 3) as usize].to_owned();
+    if !model.contains_key(&device) {
+        return Change::Pair(device, vec![cap]);
+    }
+    match (n / 5) % 4 {
+        0 => Change::Pair(device, vec![cap, "sound".to_owned()]),
+        1 => Change::Grant(device, cap),
+        2 => Change::Revoke(device, cap),
+        _ => Change::Unpair(device),
+    }
+}
+
+fn applied(model: &Model, n: u64, change: &Change) -> Model {
+    let mut model = model.clone();
+    match change {
+        Change::Pair(device, grants) => {
+            model.insert(device.clone(), (n, grants.iter().cloned().collect()));
+        }
+        Change::Grant(device, cap) => {
+            if let Some((_, grants)) = model.get_mut(device) {
+                grants.insert(cap.clone());
+            }
+        }
+        Change::Revoke(device, cap) => {
+            if let Some((_, grants)) = model.get_mut(device) {
+                grants.remove(cap);
+            }
+        }
+        Change::Unpair(device) => {
+            model.remove(device);
+        }
+    }
+    model
+}
+
+fn model_of(snapshot: &Snapshot) -> Model {
+    snapshot
+        .pairings
+        .iter()
+        .map(|p| {
+            (
+                p.device_id.clone(),
+                (p.generation, p.grants.iter().cloned().collect()),
+            )
+        })
+        .collect()
+}
+
+fn commit_change(store: &dyn Store, n: u64, change: &Change) -> Result<(), StoreError> {
+    // Each entry as the registry writes it, with the change's number.
+    let audit = |event: AuditEvent| {
+        let mut entry = event.entry;
+        entry["op"] = json!(n);
+        AuditEvent {
+            at_ms: n,
+            entry,
+            ..event
+        }
+    };
+    match change {
+        Change::Pair(device, grants) => {
+            let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
+            let stored = pairing(device, &grants, n);
+            store.put_pairing(&stored, &audit(paired(&stored, n)))
+        }
+        Change::Grant(device, cap) => store.set_grant(
+            device,
+            cap,
+            true,
+            &audit(grant_change("granted", device, cap, n)),
+        ),
+        Change::Revoke(device, cap) => store.set_grant(
+            device,
+            cap,
+            false,
+            &audit(grant_change("revoked", device, cap, n)),
+        ),
+        Change::Unpair(device) => store.delete_pairing(device, &audit(unpaired(device, n))),
+    }
+}
+
+/// The child's side: runs only when the crash test starts this binary
+/// with `DK_STORE_CRASH_CHILD=1`; otherwise it passes at once.
+#[test]
+fn crash_child() {
+    if std::env::var("DK_STORE_CRASH_CHILD").as_deref() != Ok("1") {
+        return;
+    }
+    let path = PathBuf::from(std::env::var("DK_STORE_CRASH_DB").unwrap());
+    let start: u64 = std::env::var("DK_STORE_CRASH_START")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let mut model = model_of(&store.load().unwrap());
+    // Decisions go through the writer at the same time, as in a vessel.
+    let writer = AuditWriter::start(
+        store.clone(),
+        WriterOptions {
+            max_delay: Duration::from_millis(2),
+            ..WriterOptions::default()
+        },
+    );
+    for n in start..start + 100_000 {
+        writer.record(AuditEvent {
+            at_ms: n,
+            kind: "decision".to_owned(),
+            entry: json!({ "call": n }),
+        });
+        let next = change(n, &model);
+        commit_change(&*store, n, &next).unwrap();
+        model = applied(&model, n, &next);
+        println!("ack {n}");
+    }
+}
+
+#[test]
+fn acknowledged_changes_survive_a_kill() {
+    let rounds = if std::env::var("DK_SOAK").is_ok() {
+        100
+    } else {
+        5
+    };
+    let dir = TempDir::new();
+    let path = dir.db();
+    drop(SqliteStore::open(&path).unwrap());
+    let mut model = Model::new();
+    let mut start = 1u64;
+    let mut rng = rand::rng();
+    for round in 0..rounds {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "tests::crash_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("DK_STORE_CRASH_CHILD", "1")
+            .env("DK_STORE_CRASH_DB", &path)
+            .env("DK_STORE_CRASH_START", start.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (acks, acked) = mpsc::channel::<u64>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut words = line.split_whitespace();
+                while let Some(word) = words.next() {
+                    if word == "ack"
+                        && let Some(n) = words.next().and_then(|n| n.parse().ok())
+                    {
+                        let _ = acks.send(n);
+                    }
+                }
+            }
+        });
+        // Kill it at a random moment once it is writing.
+        let first = acked.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(first, start);
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..60)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        let mut last = first;
+        for n in acked.try_iter() {
+            assert_eq!(n, last + 1, "acks out of order");
+            last = n;
+        }
+
+        // Everything acknowledged is there; the change in flight is there
+        // whole or not at all.
+        let mut expected = model.clone();
+        for n in start..=last {
+            let next = change(n, &expected);
+            expected = applied(&expected, n, &next);
+        }
+        let in_flight = last + 1;
+        let maybe = applied(&expected, in_flight, &change(in_flight, &expected));
+        let store = SqliteStore::open(&path).unwrap();
+        let snapshot = store.load().unwrap();
+        let found = model_of(&snapshot);
+        assert!(
+            found == expected || found == maybe,
+            "round {round}: state after {last} acks is neither before nor after change {in_flight}"
+        );
+        let report = store.verify_audit().unwrap();
+        assert!(report.is_intact(), "round {round}: {:?}", report.problems);
+        let mut recorded = BTreeSet::new();
+        let mut after = 0;
+        loop {
+            let page = store.read_audit(after, 1000).unwrap();
+            let Some(tail) = page.last() else { break };
+            after = tail.seq;
+            recorded.extend(page.iter().filter_map(|e| e.entry["op"].as_u64()));
+        }
+        for n in start..=last {
+            assert!(
+                recorded.contains(&n),
+                "round {round}: change {n} has no audit entry"
+            );
+        }
+        if expected != maybe {
+            assert_eq!(
+                recorded.contains(&in_flight),
+                found == maybe,
+                "round {round}: change {in_flight} and its audit entry did not commit together"
+            );
+        }
+        let orphans: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM device_grant WHERE device_id NOT IN (SELECT device_id FROM pairing)",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0, "round {round}: grants of an unpaired device");
+        println!(
+            "round {round}: changes {start} to {last} acknowledged, {in_flight} {}",
+            if found == maybe && expected != maybe {
+                "committed"
+            } else {
+                "not committed (or no change)"
+            }
+        );
+        model = found;
+        start = in_flight + 1;
+    }
+}
+
+// ---------------------------------------------------------------- agents
+
+/// The agent directory's JSON of a scope given as command-line items
+/// (`*`, `DEVICE` or `DEVICE:CAPABILITY`).
+fn scope_json(items: &[&str]) -> Value {
+    if items.contains(&"*") {
+        return json!({"kind": "allDevices"});
+    }
+    let mut devices: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+    for item in items {
+        match item.split_once(':') {
+            Some((device, capability)) => {
+                if let Some(names) = devices
+                    .entry(device.to_owned())
+                    .or_insert(Some(BTreeSet::new()))
+                {
+                    names.insert(capability.to_owned());
+                }
+            }
+            None => {
+                devices.insert((*item).to_owned(), None);
+            }
+        }
+    }
+    let devices: serde_json::Map<String, Value> = devices
+        .into_iter()
+        .map(|(device, names)| {
+            let scope = match names {
+                None => json!({"kind": "all"}),
+                Some(names) => json!({"kind": "only", "names": names}),
+            };
+            (device, scope)
+        })
+        .collect();
+    json!({"kind": "devices", "devices": devices})
+}
+
+fn stored_agent(name: &str, scope: &[&str], n: u64) -> StoredAgent {
+    StoredAgent {
+        id: name.to_owned(),
+        scope: scope_json(scope),
+        role: "user".to_owned(),
+        added_at_ms: 1_700_000_000_000 + n,
+        credential_sha256: format!("{n:064x}"),
+    }
+}
+
+#[test]
+fn contract_agents_round_trip_replace_and_delete() {
+    for (kind, store, _dir) in stores() {
+        assert!(store.load_agents().unwrap().is_empty(), "{kind}");
+        let b = stored_agent("b", &["*"], 1);
+        let a = stored_agent("a", &["lamp", "fan:speed"], 2);
+        store.put_agent(&b, &agent_change("added", &b, 1)).unwrap();
+        store.put_agent(&a, &agent_change("added", &a, 2)).unwrap();
+        assert_eq!(
+            store.load_agents().unwrap(),
+            vec![a.clone(), b.clone()],
+            "{kind}"
+        );
+        let a2 = stored_agent("a", &["lamp:on"], 2);
+        store
+            .put_agent(&a2, &agent_change("scope", &a2, 3))
+            .unwrap();
+        assert_eq!(
+            store.load_agents().unwrap(),
+            vec![a2.clone(), b.clone()],
+            "{kind}"
+        );
+        store
+            .delete_agent("a", &agent_change("removed", &a2, 4))
+            .unwrap();
+        assert_eq!(store.load_agents().unwrap(), vec![b], "{kind}");
+        assert_eq!(
+            store.delete_agent("a", &agent_change("removed", &a2, 5)),
+            Err(StoreError::UnknownAgent("a".to_owned())),
+            "{kind}"
+        );
+        let report = store.verify_audit().unwrap();
+        assert!(report.is_intact(), "{kind}: {:?}", report.problems);
+        assert_eq!(
+            report.entries, 4,
+            "{kind}: a refused delete records nothing"
+        );
+    }
+}
+
+#[test]
+fn agents_survive_a_reopen_with_only_the_credential_hash() {
+    let dir = TempDir::new();
+    let agent = stored_agent("main", &["lamp"], 7);
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store
+            .put_agent(&agent, &agent_change("added", &agent, 1))
+            .unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(store.load_agents().unwrap(), vec![agent]);
+    let record: String = Connection::open(dir.db())
+        .unwrap()
+        .query_row("SELECT record FROM agent", [], |row| row.get(0))
+        .unwrap();
+    assert!(record.contains("credentialSha256"), "{record}");
+    assert!(!record.contains("dka_"), "{record}");
+}
+
+#[test]
+fn a_version_1_store_upgrades_keeping_its_pairings() {
+    let dir = TempDir::new();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store
+            .put_pairing(
+                &pairing("d1", &["a"], 1),
+                &paired(&pairing("d1", &["a"], 1), 1),
+            )
+            .unwrap();
+    }
+    // What a version 1 dk left: no agent, audit_key or rate_hit table, user_version 1.
+    {
+        let conn = Connection::open(dir.db()).unwrap();
+        conn.execute_batch("DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;")
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
+    assert_eq!(store.load().unwrap().pairings.len(), 1);
+    assert!(store.load_agents().unwrap().is_empty());
+    let main = stored_agent("main", &["*"], 1);
+    store
+        .put_agent(&main, &agent_change("added", &main, 2))
+        .unwrap();
+    assert_eq!(store.load_agents().unwrap().len(), 1);
+    assert!(store.verify_audit().unwrap().is_intact());
+}
+
+#[test]
+fn a_damaged_agent_record_is_corrupt_not_a_panic() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    Connection::open(dir.db())
+        .unwrap()
+        .execute("INSERT INTO agent (name, record) VALUES ('x', '{')", [])
+        .unwrap();
+    assert!(matches!(store.load_agents(), Err(StoreError::Corrupt(_))));
+}
+
+// ------------------------------------------------------ log against state
+
+/// A store holding `d1` paired with `a`, then `b` granted, three
+/// decisions, agent `main` added and one more decision (seq 1 to 7), and
+/// a second connection to its file with the append-only triggers dropped.
+fn state_setup() -> (TempDir, SqliteStore, Connection) {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+    store
+        .set_grant("d1", "b", true, &grant_change("granted", "d1", "b", 2))
+        .unwrap();
+    let decisions: Vec<AuditEvent> = (3..=5).map(|n| event("decision", n)).collect();
+    store.append_audit(&decisions).unwrap();
+    let main = stored_agent("main", &["*"], 6);
+    store
+        .put_agent(&main, &agent_change("added", &main, 6))
+        .unwrap();
+    store.append_audit(&[event("decision", 7)]).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+        .unwrap();
+    (dir, store, attacker)
+}
+
+/// Runs `attack` (SQL) on [`state_setup`]'s file and checks every problem
+/// verification reports.
+#[track_caller]
+fn check_state(attack: &str, expected: &[&str]) {
+    let (_dir, store, attacker) = state_setup();
+    let before = store.verify_audit().unwrap();
+    assert!(before.is_intact(), "{:?}", before.problems);
+    attacker.execute_batch(attack).unwrap();
+    let found: Vec<String> = store
+        .verify_audit()
+        .unwrap()
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(found, expected, "{attack}");
+}
+
+#[test]
+fn verification_finds_state_the_log_does_not_account_for() {
+    let no_pairing = "state: pairing `d1` (generation 1) has no `paired` entry in the log";
+    let no_agent = "state: agent `main` has no `agent` entry in the log";
+    let no_grant_b = "state: grant `b` on `d1` has no entry in the log";
+    // The log emptied, or cut back past changes: its chain is intact, the
+    // state is not accounted for.
+    check_state("DELETE FROM audit", &[no_pairing, no_agent]);
+    check_state("DELETE FROM audit WHERE seq >= 6", &[no_agent]);
+    check_state("DELETE FROM audit WHERE seq >= 2", &[no_grant_b, no_agent]);
+    // The state tables edited without an entry.
+    check_state(
+        "INSERT INTO device_grant (device_id, capability) VALUES ('d1', 'c')",
+        &["state: grant `c` on `d1` has no entry in the log"],
+    );
+    check_state(
+        "DELETE FROM device_grant WHERE capability = 'a'",
+        &["state: the log grants `a` on `d1` (entry 1), the state does not"],
+    );
+    check_state(
+        "UPDATE pairing SET digest = 'sha256:other'",
+        &["state: pairing `d1` is not the one its `paired` entry 1 records"],
+    );
+    check_state(
+        "DELETE FROM pairing",
+        &["state: the log has `d1` paired (entry 1), the state does not"],
+    );
+    check_state(
+        "UPDATE agent SET record = replace(record, '\"user\"', '\"admin\"')",
+        &["state: agent `main` is not the one its last `agent` entry 6 records"],
+    );
+    check_state(
+        "DELETE FROM agent",
+        &["state: the log has agent `main` (entry 6), the state does not"],
+    );
+    // Cutting decisions only leaves everything accounted for: that takes a
+    // kept head.
+    check_state("DELETE FROM audit WHERE seq = 7", &[]);
+}
+
+#[test]
+fn the_entries_of_changes_are_written_only_with_their_change() {
+    for (name, store, _dir) in stores() {
+        for kind in ["paired", "granted", "revoked", "unpaired", "agent"] {
+            let error = store
+                .append_audit(&[event("decision", 1), event(kind, 2)])
+                .unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("not storable: audit kind `{kind}` is written only with its change"),
+                "{name}"
+            );
+        }
+        assert_eq!(store.load().unwrap().audit_entries, 0, "{name}");
+    }
+}
+
+// ------------------------------------------------------------ kept head
+
+/// A store in `dir` keeping its head beside its data directory.
+fn anchored(dir: &TempDir) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open_with(
+        &dir.db(),
+        AuditOptions {
+            head_file: audit_head_file(dir.db().parent().unwrap()),
+            ..AuditOptions::default()
+        },
+    )
+}
+
+fn kept_head(dir: &TempDir) -> AuditHead {
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    AuditHead::read_from(&file).unwrap().unwrap()
+}
+
+#[test]
+fn the_head_file_lies_beside_the_data_directory() {
+    for (data_dir, expected) in [
+        (
+            "/home/me/.local/share/dk/vessel",
+            Some("/home/me/.local/share/dk/vessel.audit-head"),
+        ),
+        (".dk/vessel", Some(".dk/vessel.audit-head")),
+        ("data", Some("data.audit-head")),
+        ("/", None),
+    ] {
+        assert_eq!(
+            audit_head_file(Path::new(data_dir)),
+            expected.map(PathBuf::from),
+            "{data_dir}"
+        );
+    }
+    for (text, ok) in [
+        (format!("7:{}", "ab".repeat(32)), true),
+        (format!(" 0:{GENESIS_HASH}\n"), true),
+        (format!("7:{}", "AB".repeat(32)), false),
+        (format!("7:{}", "ab".repeat(31)), false),
+        (format!("x:{}", "ab".repeat(32)), false),
+        ("7".to_owned(), false),
+    ] {
+        assert_eq!(text.parse::<AuditHead>().is_ok(), ok, "{text:?}");
+    }
+}
+
+#[test]
+fn the_head_is_kept_after_every_commit_that_appends() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let store = anchored(&dir).unwrap();
+    // Started at open, from the empty log.
+    assert_eq!(
+        kept_head(&dir),
+        AuditHead {
+            seq: 0,
+            hash: GENESIS_HASH.to_owned()
+        }
+    );
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+    // Written in the background: once settled, it is the log's head.
+    store.settle_head();
+    assert_eq!(kept_head(&dir), store.verify_audit().unwrap().head());
+    let writer = AuditWriter::start(Arc::new(store), patient(10, 100));
+    for n in 2..=26 {
+        writer.record(event("decision", n));
+    }
+    writer.flush().unwrap();
+    // Dropping the store (with the writer) writes its last head.
+    drop(writer);
+    assert_eq!(kept_head(&dir).seq, 26);
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // Nothing left behind beside it.
+    let names: Vec<String> = std::fs::read_dir(&dir.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // Reopened on the same log: fine.
+    let store = anchored(&dir).unwrap();
+    assert_eq!(store.audit_head().unwrap(), kept_head(&dir));
+}
+
+/// Rewrites every entry's hash (and the next one's prev_hash) over its
+/// stored content, as someone who can write the file and knows the
+/// formula would: the chain verifies again.
+fn rehash_everything(conn: &Connection) {
+    let rows: Vec<(i64, i64, String, String)> = conn
+        .prepare("SELECT seq, at_ms, kind, entry FROM audit ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut prev = GENESIS_HASH.to_owned();
+    for (seq, at, kind, entry) in rows {
+        let hash = entry_hash(&prev, seq, at, &kind, &entry);
+        conn.execute(
+            "UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+}
+
+#[test]
+fn a_log_that_no_longer_matches_its_kept_head_is_refused_at_open() {
+    type Attack = fn(&Connection);
+    let attacks: [(&str, Attack, &str); 3] = [
+        (
+            "cut",
+            |c| {
+                c.execute("DELETE FROM audit WHERE seq > 5", []).unwrap();
+            },
+            "the log ends at entry 5, the kept head is entry 8",
+        ),
+        (
+            "emptied",
+            |c| {
+                c.execute("DELETE FROM audit", []).unwrap();
+            },
+            "the log ends at entry 0, the kept head is entry 8",
+        ),
+        (
+            "rewritten",
+            |c| {
+                c.execute("UPDATE audit SET entry = '{}' WHERE seq = 3", [])
+                    .unwrap();
+                rehash_everything(c);
+            },
+            "entry 8 is not the one kept: the log was rewritten",
+        ),
+    ];
+    for (name, attack, detail) in attacks {
+        let dir = TempDir::new();
+        let store = anchored(&dir).unwrap();
+        let events: Vec<AuditEvent> = (1..=8).map(|n| event("decision", n)).collect();
+        store.append_audit(&events).unwrap();
+        drop(store);
+        let attacker = Connection::open(dir.db()).unwrap();
+        attacker
+            .execute_batch("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;")
+            .unwrap();
+        attack(&attacker);
+        // The chain alone says nothing is wrong.
+        let plain = SqliteStore::open(&dir.db()).unwrap();
+        assert!(plain.verify_audit().unwrap().is_intact(), "{name}");
+        let error = anchored(&dir).unwrap_err();
+        let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the audit log does not match the head kept in `{}`: {detail}",
+                file.display()
+            ),
+            "{name}"
+        );
+        // The kept head is left as it was, for `dk audit verify`.
+        assert_eq!(kept_head(&dir).seq, 8, "{name}");
+        let report = plain.verify_audit_against(&kept_head(&dir)).unwrap();
+        assert!(!report.is_intact(), "{name}");
+    }
+}
+
+#[test]
+fn a_planted_head_file_is_refused_and_never_followed() {
+    let dir = TempDir::new();
+    let file = audit_head_file(dir.db().parent().unwrap()).unwrap();
+    let victim = dir.root.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, &file).unwrap();
+    let error = anchored(&dir).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot keep the audit head in `{}`: it is not a regular file",
+            file.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, "not a head").unwrap();
+    assert!(matches!(anchored(&dir), Err(StoreError::HeadFile { .. })));
+}
+
+// ------------------------------------------------------------ keyed chain
+
+#[test]
+fn hmac_sha256_gives_rfc_4231_results() {
+    let long_key = [0xaa; 131];
+    let cases: [(&[u8], &[u8], &str); 6] = [
+        (
+            &[0x0b; 20],
+            b"Hi There",
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+        ),
+        (
+            b"Jefe",
+            b"what do ya want for nothing?",
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+        ),
+        (
+            &[0xaa; 20],
+            &[0xdd; 50],
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe",
+        ),
+        (
+            &[
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                24, 25,
+            ],
+            &[0xcd; 50],
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+        ),
+        (
+            &long_key,
+            b"Test Using Larger Than Block-Size Key - Hash Key First",
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+        ),
+        (
+            &long_key,
+            b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.",
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+        ),
+    ];
+    for (key, data, expected) in cases {
+        let (head, tail) = data.split_at(data.len() / 2);
+        let mac = super::key::hmac_sha256(key, &[head, tail]);
+        assert_eq!(super::hex::hex(&mac), expected);
+    }
+}
+
+#[test]
+fn key_files_are_made_private_and_only_private_regular_files_are_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let path = dir.root.join("keys").join("audit.key");
+    let key = AuditKey::load_or_create(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.len(), 65, "{text:?}");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let parent = path.parent().unwrap();
+    assert_eq!(
+        std::fs::metadata(parent).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(AuditKey::load_or_create(&path).unwrap(), key);
+    assert_eq!(AuditKey::load(&path).unwrap(), key);
+    assert!(!format!("{key:?}").contains(text.trim()));
+    assert_eq!(format!("{key:?}"), format!("AuditKey({})", key.id()));
+
+    let shown = |p: &Path| p.display().to_string();
+    let open = dir.root.join("open.key");
+    std::fs::write(&open, text.as_bytes()).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let linked = dir.root.join("linked.key");
+    std::os::unix::fs::symlink(&path, &linked).unwrap();
+    let malformed = dir.root.join("malformed.key");
+    std::fs::write(&malformed, "not a key\n").unwrap();
+    std::fs::set_permissions(&malformed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cases = [
+        (
+            open.clone(),
+            AuditKeyError::Mode {
+                path: shown(&open),
+                mode: 0o644,
+            },
+        ),
+        (
+            linked.clone(),
+            AuditKeyError::NotRegular {
+                path: shown(&linked),
+            },
+        ),
+        (
+            parent.to_owned(),
+            AuditKeyError::NotRegular {
+                path: shown(parent),
+            },
+        ),
+        (
+            malformed.clone(),
+            AuditKeyError::Malformed {
+                path: shown(&malformed),
+            },
+        ),
+    ];
+    for (file, expected) in cases {
+        assert_eq!(
+            AuditKey::load_or_create(&file),
+            Err(expected),
+            "{}",
+            file.display()
+        );
+    }
+    // The link's target is untouched.
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+/// A store keyed with `key`, its head kept beside its data directory.
+fn keyed(dir: &TempDir, key: &AuditKey) -> Result<SqliteStore, StoreError> {
+    SqliteStore::open_with(
+        &dir.db(),
+        AuditOptions {
+            head_file: audit_head_file(dir.db().parent().unwrap()),
+            key: Some(key.clone()),
+        },
+    )
+}
+
+/// The problems a report holds, as text.
+fn said(report: &VerifyReport) -> Vec<String> {
+    report.problems.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_keyed_chain_continues_an_unkeyed_log_and_needs_its_key() {
+    let dir = TempDir::new();
+    let key = AuditKey::generate();
+    let other = AuditKey::generate();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store
+            .append_audit(&[event("decision", 1), event("decision", 2)])
+            .unwrap();
+    }
+    let store = keyed(&dir, &key).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 4)).unwrap();
+    store.append_audit(&[event("decision", 5)]).unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    assert_eq!(entries[2].kind, "audit-keyed");
+    assert_eq!(entries[2].entry, json!({"keyId": key.id()}));
+    // Entries 1 and 2 keep their plain hashes, 3 on are HMACs.
+    assert_eq!(
+        entries[1].hash,
+        entry_hash(
+            &entries[0].hash,
+            2,
+            entries[1].at_ms as i64,
+            "decision",
+            &canonical_json(&entries[1].entry)
+        )
+    );
+    assert_ne!(
+        entries[3].hash,
+        entry_hash(
+            &entries[2].hash,
+            4,
+            entries[3].at_ms as i64,
+            "paired",
+            &canonical_json(&entries[3].entry)
+        )
+    );
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    store.settle_head();
+    assert_eq!(kept_head(&dir), report.head());
+    drop(store);
+
+    // Opened again: with its key, fine; with another, refused; without one,
+    // readable and verifiable only up to the keyed part, never appended to.
+    assert!(keyed(&dir, &key).is_ok());
+    assert_eq!(
+        keyed(&dir, &other).unwrap_err(),
+        StoreError::WrongKey {
+            chain: key.id(),
+            given: other.id()
+        }
+    );
+    let plain = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(plain.read_audit(0, 10).unwrap().len(), 5);
+    assert_eq!(
+        plain.load().unwrap_err(),
+        StoreError::KeyRequired { from: 3 }
+    );
+    assert_eq!(
+        plain.append_audit(&[event("decision", 6)]).unwrap_err(),
+        StoreError::KeyRequired { from: 3 }
+    );
+    assert_eq!(
+        said(&plain.verify_audit().unwrap()),
+        [format!(
+            "entry 3: key (the chain is keyed from here with key {}: its entries can be checked only with that key)",
+            key.id()
+        )]
+    );
+    assert_eq!(
+        said(&plain.verify_audit_with(Some(&other), None).unwrap()),
+        [format!(
+            "entry 3: key (the chain is keyed with key {}, not with the key given ({}))",
+            key.id(),
+            other.id()
+        )]
+    );
+    assert!(
+        plain
+            .verify_audit_with(Some(&key), None)
+            .unwrap()
+            .is_intact()
+    );
+    // The entry that keys a chain is written only by the store.
+    let error = keyed(&dir, &key)
+        .unwrap()
+        .append_audit(&[event("audit-keyed", 7)])
+        .unwrap_err();
+    assert!(matches!(error, StoreError::InvalidInput(_)), "{error}");
+}
+
+/// A keyed log of 8 entries (1 keys it, 2 pairs `d1`, 3 to 8 decisions),
+/// its key, and a connection for an attacker without the key.
+fn keyed_setup() -> (TempDir, AuditKey, Connection) {
+    let dir = TempDir::new();
+    let key = AuditKey::generate();
+    let store = keyed(&dir, &key).unwrap();
+    let d1 = pairing("d1", &["a"], 1);
+    store.put_pairing(&d1, &paired(&d1, 2)).unwrap();
+    let decisions: Vec<AuditEvent> = (3..=8).map(|n| event("decision", n)).collect();
+    store.append_audit(&decisions).unwrap();
+    let attacker = Connection::open(dir.db()).unwrap();
+    attacker
+        .execute_batch(
+            "DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete;
+             DROP TRIGGER audit_key_no_update; DROP TRIGGER audit_key_no_delete;",
+        )
+        .unwrap();
+    (dir, key, attacker)
+}
+
+#[test]
+fn without_its_key_nobody_writes_an_entry_that_verifies() {
+    type Attack = fn(&Connection);
+    let attacks: [(&str, Attack, &[&str]); 4] = [
+        // Everything rewritten with plain hashes, the keying left in place.
+        (
+            "rehash",
+            |c| {
+                c.execute("UPDATE audit SET entry = '{}' WHERE seq = 5", [])
+                    .unwrap();
+                rehash_everything(c);
+            },
+            &["entry 1: edited"],
+        ),
+        // The keying removed too: a plain chain that verifies without the
+        // key, and is named with it.
+        (
+            "unkey",
+            |c| {
+                c.execute_batch(
+                    "DELETE FROM audit WHERE seq = 1; DELETE FROM audit_key;
+                     UPDATE audit SET seq = seq - 1;",
+                )
+                .unwrap();
+                rehash_everything(c);
+            },
+            &["key: a key was given"],
+        ),
+        // A forged decision appended, chained with a plain hash.
+        (
+            "append",
+            |c| {
+                let prev = stored_hash(c, 8);
+                forge(c, 9, &prev);
+            },
+            &["entry 9: edited"],
+        ),
+        // The record of the key removed: the chain still says it is keyed.
+        (
+            "record",
+            |c| {
+                c.execute("DELETE FROM audit_key", []).unwrap();
+            },
+            &[
+                "entry 1: key (the store records the chain as not keyed, the chain is keyed from entry 1",
+            ],
+        ),
+    ];
+    for (name, attack, expected) in attacks {
+        let (dir, key, attacker) = keyed_setup();
+        attack(&attacker);
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        let found = said(&store.verify_audit_with(Some(&key), None).unwrap());
+        assert!(!found.is_empty(), "{name}: nothing found");
+        for expected in expected {
+            assert!(
+                found.iter().any(|p| p.starts_with(expected)),
+                "{name}: {expected:?} not in {found:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_version_2_store_upgrades_and_its_log_still_verifies() {
+    let dir = TempDir::new();
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        let d1 = pairing("d1", &["a"], 1);
+        store.put_pairing(&d1, &paired(&d1, 1)).unwrap();
+        store.append_audit(&[event("decision", 2)]).unwrap();
+    }
+    // What a version 2 dk left: no audit_key or rate_hit table, user_version 2.
+    {
+        let conn = Connection::open(dir.db()).unwrap();
+        conn.execute_batch("DROP TABLE audit_key; DROP TABLE rate_hit;")
+            .unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+    }
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 2);
+    // And it can be keyed from there.
+    drop(store);
+    let key = AuditKey::generate();
+    let store = keyed(&dir, &key).unwrap();
+    assert_eq!(store.read_audit(2, 10).unwrap()[0].kind, "audit-keyed");
+    assert!(store.verify_audit().unwrap().is_intact());
+}
+
+/// Both stores keep a rule's counted calls until their window passes, at
+/// most the limit's number per rule and agent.
+#[test]
+fn contract_rate_hits() {
+    let hit = |rule: &str, agent: &str, at_ms: u64, calls: u32| RateHit {
+        rule: rule.to_owned(),
+        agent: agent.to_owned(),
+        at_ms,
+        calls,
+        window_ms: 1_000,
+    };
+    for (name, store, _dir) in stores() {
+        for h in [
+            hit("door", "main", 100, 3),
+            hit("door", "main", 200, 3),
+            hit("door", "guest", 300, 3),
+            hit("lamp", "main", 400, 3),
+            hit("door", "main", 500, 3),
+            hit("door", "main", 600, 3),
+        ] {
+            store.put_rate_hit(&h).unwrap();
+        }
+        let shown = |hits: Vec<RateHit>| -> Vec<(String, String, u64)> {
+            hits.into_iter()
+                .map(|h| (h.rule, h.agent, h.at_ms))
+                .collect()
+        };
+        let own = |r: &str, a: &str, t: u64| (r.to_owned(), a.to_owned(), t);
+        // main's call at 100 went: only the latest three are kept.
+        assert_eq!(
+            shown(store.load_rate_hits(0).unwrap()),
+            [
+                own("door", "main", 200),
+                own("door", "guest", 300),
+                own("lamp", "main", 400),
+                own("door", "main", 500),
+                own("door", "main", 600),
+            ],
+            "{name}"
+        );
+        // A call leaves when its window has passed.
+        assert_eq!(
+            shown(store.load_rate_hits(1_300).unwrap()),
+            [
+                own("lamp", "main", 400),
+                own("door", "main", 500),
+                own("door", "main", 600)
+            ],
+            "{name}"
+        );
+        // A write forgets the calls whose window has passed.
+        store.put_rate_hit(&hit("lamp", "guest", 1_450, 1)).unwrap();
+        assert_eq!(
+            shown(store.load_rate_hits(0).unwrap()),
+            [
+                own("door", "main", 500),
+                own("door", "main", 600),
+                own("lamp", "guest", 1_450)
+            ],
+            "{name}"
+        );
+        let far = hit("door", "main", u64::MAX - 10, 1);
+        assert!(store.put_rate_hit(&far).is_err(), "{name}");
+    }
+}

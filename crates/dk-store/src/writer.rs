@@ -1,0 +1,558 @@
+//! The write-behind audit writer: events are committed in batches by one
+//! thread, so a tool call never waits for a disk sync.
+//!
+//! Nothing recorded is dropped. The queue has a fixed number of places
+//! (`queue`, 65,536 by default): an event takes one before it is queued and
+//! the writer gives it back once the event is committed. A tool call takes
+//! its place before its first check ([`AuditRoom::take`], waiting without
+//! blocking its thread while every place is taken), so no call reaches a
+//! device without room for its record, and calls faster than the disk wait
+//! for it instead of outrunning it. [`AuditWriter::record`], for the few
+//! events recorded outside a call, waits for a place on its own thread for
+//! at most [`RECORD_PATIENCE`], then queues the event past the bound rather
+//! than lose it.
+//!
+//! A commit that fails is retried, after 10 ms and then twice as long each
+//! time up to 1 s, with everything that came meanwhile; each flush meanwhile
+//! reports the failure. The places stay taken, so calls wait rather than pile
+//! up in memory. An event the store refuses as not storable (a reserved or
+//! malformed kind, an entry too large) is recorded as an `unstorable` entry
+//! naming its kind and why, never left out.
+//!
+//! What a crash can lose: the events queued and the batch being gathered, at
+//! most `max_delay` plus one commit's worth of decisions when the disk keeps
+//! up. It never holds a pairing, grant, revoke or unpair: those are written
+//! by the store in the transaction of the change, before it is acknowledged.
+//! Events are lost without a crash only when the writer is stopped while the
+//! store still fails [`STOP_ATTEMPTS`] times in a row, or recorded after it
+//! stopped: [`AuditWriter::dropped`] counts them, and each loss is logged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
+
+use super::audit::check_event;
+use super::{AuditEvent, Store, StoreError};
+
+/// How long [`AuditWriter::record`] waits for a place in a full queue before
+/// it queues its event past the bound.
+pub const RECORD_PATIENCE: Duration = Duration::from_millis(100);
+
+/// How many times a stopping writer tries to commit what it still holds.
+pub const STOP_ATTEMPTS: u32 = 3;
+
+/// The wait before the first retry of a failed commit; it doubles up to
+/// [`LAST_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(10);
+const LAST_RETRY: Duration = Duration::from_secs(1);
+
+/// How an [`AuditWriter`] batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// The most events committed in one transaction (default 256), while
+    /// commits succeed.
+    pub max_batch: usize,
+    /// How long the first event of a batch waits for others before the
+    /// batch is committed (default 20 ms).
+    pub max_delay: Duration,
+    /// How many events may wait to be committed (default 65,536); with
+    /// every place taken, a tool call waits for one before its checks.
+    pub queue: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> WriterOptions {
+        WriterOptions {
+            max_batch: 256,
+            max_delay: Duration::from_millis(20),
+            queue: 65_536,
+        }
+    }
+}
+
+/// Whether a queued event holds one of the queue's places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// It does: given back once the event is committed.
+    Taken,
+    /// It was queued past the bound, by a caller that waited its patience.
+    Over,
+}
+
+enum Message {
+    Event(AuditEvent, Place),
+    /// An event built on the writer thread, off the caller's path.
+    Deferred(Box<dyn FnOnce() -> Option<AuditEvent> + Send>, Place),
+    /// Commit what came before, then answer.
+    Flush(mpsc::Sender<Result<(), StoreError>>),
+}
+
+/// The queue's places, shared by the writer, its thread and the tool
+/// adapter.
+#[derive(Debug)]
+struct Places {
+    semaphore: Semaphore,
+    /// Threads waiting in [`AuditWriter::record`] for a place.
+    waiting: Mutex<usize>,
+    /// Told when places come back and a thread waits.
+    freed: Condvar,
+}
+
+impl Places {
+    fn new(count: usize) -> Places {
+        Places {
+            semaphore: Semaphore::new(count.clamp(1, Semaphore::MAX_PERMITS)),
+            waiting: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Gives back `count` places, to waiting calls first.
+    fn give_back(&self, count: usize) {
+        if count == 0 {
+            return;
+        }
+        self.semaphore.add_permits(count);
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if *waiting > 0 {
+            self.freed.notify_all();
+        }
+    }
+
+    /// A place, waiting on this thread for at most `patience`; `Over` when
+    /// none came (or the writer has stopped).
+    fn take_blocking(&self, patience: Duration) -> Place {
+        if let Ok(permit) = self.semaphore.try_acquire() {
+            permit.forget();
+            return Place::Taken;
+        }
+        let deadline = Instant::now() + patience;
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        *waiting += 1;
+        let place = loop {
+            match self.semaphore.try_acquire() {
+                Ok(permit) => {
+                    permit.forget();
+                    break Place::Taken;
+                }
+                Err(TryAcquireError::Closed) => break Place::Over,
+                Err(TryAcquireError::NoPermits) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Place::Over;
+            }
+            waiting = self
+                .freed
+                .wait_timeout(waiting, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        };
+        *waiting -= 1;
+        place
+    }
+}
+
+/// The places of an [`AuditWriter`]'s queue, for the tool adapter: a call
+/// takes one before its checks and spends it on its decision record.
+#[derive(Debug, Clone)]
+pub struct AuditRoom(Arc<Places>);
+
+impl AuditRoom {
+    /// A place in the queue: at once when there is room (an atomic
+    /// compare-and-swap), otherwise once a commit gives places back, waiting
+    /// without blocking the thread. An error when the writer has stopped.
+    pub async fn take(&self) -> Result<AuditPlace<'_>, StoreError> {
+        let permit = match self.0.semaphore.try_acquire() {
+            Ok(permit) => permit,
+            Err(TryAcquireError::Closed) => return Err(StoreError::WriterStopped),
+            Err(TryAcquireError::NoPermits) => self
+                .0
+                .semaphore
+                .acquire()
+                .await
+                .map_err(|_| StoreError::WriterStopped)?,
+        };
+        Ok(AuditPlace(permit))
+    }
+}
+
+/// One place taken in an [`AuditWriter`]'s queue: spent by recording into it
+/// ([`AuditPlace::spend`], then [`AuditWriter::record_placed`]), given back
+/// when dropped unspent.
+#[derive(Debug)]
+pub struct AuditPlace<'a>(SemaphorePermit<'a>);
+
+impl AuditPlace<'_> {
+    /// Hands the place to the event about to be recorded: the writer gives
+    /// it back once that event is committed.
+    pub fn spend(self) {
+        self.0.forget();
+    }
+}
+
+/// Counters shared with the writer thread.
+#[derive(Debug, Default)]
+struct Counters {
+    dropped: AtomicU64,
+    committed: AtomicU64,
+    batches: AtomicU64,
+    over: AtomicU64,
+}
+
+/// Commits audit events in batches on its own thread. Recording costs the
+/// caller a place in the queue and a push; [`AuditWriter::flush`] waits for
+/// everything recorded before it. Dropping the writer flushes and joins the
+/// thread.
+#[derive(Debug)]
+pub struct AuditWriter {
+    sender: Option<Sender<Message>>,
+    thread: Option<JoinHandle<()>>,
+    places: Arc<Places>,
+    counters: Arc<Counters>,
+}
+
+impl AuditWriter {
+    /// Starts the writer thread over `store`.
+    pub fn start(store: Arc<dyn Store>, options: WriterOptions) -> AuditWriter {
+        let (sender, receiver) = mpsc::channel();
+        let places = Arc::new(Places::new(options.queue));
+        let counters = Arc::new(Counters::default());
+        let (thread_places, thread_counters) = (Arc::clone(&places), Arc::clone(&counters));
+        let thread = std::thread::Builder::new()
+            .name("dk-audit-writer".to_owned())
+            .spawn(move || {
+                let mut batch = Batch::new(&*store, &thread_places, &thread_counters);
+                run(&mut batch, &receiver, options);
+                batch.stop();
+            });
+        let thread = match thread {
+            Ok(thread) => Some(thread),
+            Err(error) => {
+                tracing::error!(%error, "cannot start the audit writer thread");
+                places.semaphore.close();
+                None
+            }
+        };
+        AuditWriter {
+            sender: thread.as_ref().map(|_| sender),
+            thread,
+            places,
+            counters,
+        }
+    }
+
+    /// Queues an event. When every place is taken this waits on the
+    /// caller's thread until a commit gives one back, at most
+    /// [`RECORD_PATIENCE`]; then the event is queued past the bound (and
+    /// logged) rather than dropped.
+    pub fn record(&self, event: AuditEvent) {
+        let place = self.take_blocking();
+        self.send(Message::Event(event, place));
+    }
+
+    /// Like [`AuditWriter::record`], but the event is built by `make` on the
+    /// writer thread: the caller pays for a place and a queue push, not for
+    /// serialising or redacting. `make` returning `None` records nothing.
+    pub fn record_with(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
+        let place = self.take_blocking();
+        self.send(Message::Deferred(Box::new(make), place));
+    }
+
+    /// Like [`AuditWriter::record_with`], in a place already taken from
+    /// [`AuditWriter::room`] and spent: it never waits.
+    pub fn record_placed(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
+        self.send(Message::Deferred(Box::new(make), Place::Taken));
+    }
+
+    /// The queue's places, for a caller that takes its place ahead of time.
+    pub fn room(&self) -> AuditRoom {
+        AuditRoom(Arc::clone(&self.places))
+    }
+
+    fn take_blocking(&self) -> Place {
+        let place = self.places.take_blocking(RECORD_PATIENCE);
+        if place == Place::Over && self.sender.is_some() {
+            let over = self.counters.over.fetch_add(1, Ordering::Relaxed) + 1;
+            // Log the first and then every power of two, not every one.
+            if over.is_power_of_two() {
+                tracing::warn!(
+                    over,
+                    "audit queue full for {} ms: an event queued past its bound",
+                    RECORD_PATIENCE.as_millis()
+                );
+            }
+        }
+        place
+    }
+
+    fn send(&self, message: Message) {
+        let sent = match &self.sender {
+            Some(sender) => sender.send(message).is_ok(),
+            None => false,
+        };
+        if !sent {
+            let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                tracing::error!(dropped, "the audit writer has stopped: an event was lost");
+            }
+        }
+    }
+
+    /// Waits until every event recorded before this call is committed. An
+    /// error when the store fails now (the events stay queued and are
+    /// retried) or the writer has stopped.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?;
+        let (answer, answered) = mpsc::channel();
+        sender
+            .send(Message::Flush(answer))
+            .map_err(|_| StoreError::WriterStopped)?;
+        // The thread may be parked out its batch window: wake it.
+        self.wake();
+        answered.recv().map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// Unparks the writer thread (a no-op when it is not parked; the next
+    /// park then returns at once).
+    fn wake(&self) {
+        if let Some(thread) = &self.thread {
+            thread.thread().unpark();
+        }
+    }
+
+    /// How many events were lost: recorded after the writer stopped, or
+    /// still not committed when it stopped because the store kept failing.
+    /// Zero otherwise: a full queue makes callers wait, it drops nothing.
+    pub fn dropped(&self) -> u64 {
+        self.counters.dropped.load(Ordering::Relaxed)
+    }
+
+    /// How many events were committed.
+    pub fn committed(&self) -> u64 {
+        self.counters.committed.load(Ordering::Relaxed)
+    }
+
+    /// How many transactions committed them.
+    pub fn batches(&self) -> u64 {
+        self.counters.batches.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for AuditWriter {
+    fn drop(&mut self) {
+        if let Err(error) = self.flush() {
+            tracing::error!(%error, "audit writer: the last events are not committed yet");
+        }
+        // Closing the channel ends the thread's loop; it tries what it still
+        // holds a few more times.
+        self.sender = None;
+        self.wake();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the audit writer thread panicked");
+        }
+        self.places.semaphore.close();
+    }
+}
+
+/// Gathers messages into batches until the channel closes.
+fn run(batch: &mut Batch<'_>, receiver: &Receiver<Message>, options: WriterOptions) {
+    let max_batch = options.max_batch.max(1);
+    // Wait for the first message of a batch with no deadline (or, after a
+    // failed commit, until its retry); then park for the rest of the batch
+    // window and drain what came meanwhile. Parking instead of waiting on
+    // the queue means a record never wakes this thread: on the call path,
+    // recording costs a place and a queue push and nothing more. A flush
+    // unparks it.
+    loop {
+        let first = match batch.retry_at {
+            None => match receiver.recv() {
+                Ok(message) => message,
+                Err(_) => return,
+            },
+            Some(at) => match receiver.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(message) => message,
+                Err(RecvTimeoutError::Timeout) => {
+                    batch.commit();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        let deadline = Instant::now() + options.max_delay;
+        let mut pending = Some(first);
+        let mut slept = false;
+        loop {
+            let message = match pending.take() {
+                Some(message) => message,
+                None => match receiver.try_recv() {
+                    Ok(message) => message,
+                    Err(TryRecvError::Empty) if !slept => {
+                        // A flush (or the writer's end) unparks this thread.
+                        std::thread::park_timeout(
+                            deadline.saturating_duration_since(Instant::now()),
+                        );
+                        slept = true;
+                        continue;
+                    }
+                    Err(TryRecvError::Empty) => {
+                        batch.commit();
+                        break;
+                    }
+                    Err(TryRecvError::Disconnected) => return,
+                },
+            };
+            match message {
+                Message::Event(event, place) => batch.push(Some(event), place),
+                Message::Deferred(make, place) => batch.push(make(), place),
+                Message::Flush(answer) => {
+                    let _ = answer.send(batch.flush());
+                    break;
+                }
+            }
+            if batch.events.len() >= max_batch {
+                batch.commit();
+            }
+        }
+    }
+}
+
+/// The events not yet committed, and what a commit gives back.
+struct Batch<'a> {
+    store: &'a dyn Store,
+    places: &'a Places,
+    counters: &'a Counters,
+    events: Vec<AuditEvent>,
+    /// Places held by the events taken since the last commit.
+    taken: usize,
+    /// While commits fail: the last error, the wait before the next try and
+    /// when that try is due.
+    error: Option<StoreError>,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(store: &'a dyn Store, places: &'a Places, counters: &'a Counters) -> Batch<'a> {
+        Batch {
+            store,
+            places,
+            counters,
+            events: Vec::new(),
+            taken: 0,
+            error: None,
+            backoff: FIRST_RETRY,
+            retry_at: None,
+        }
+    }
+
+    fn push(&mut self, event: Option<AuditEvent>, place: Place) {
+        self.events.extend(event);
+        if place == Place::Taken {
+            self.taken += 1;
+        }
+    }
+
+    /// Commits what is held, unless a failed commit's retry is not yet due.
+    fn commit(&mut self) {
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        self.try_commit();
+    }
+
+    /// Commits what is held now, and says whether nothing is left.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        self.try_commit();
+        match &self.error {
+            Some(error) if !self.events.is_empty() => Err(error.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    fn try_commit(&mut self) {
+        if !self.events.is_empty() {
+            let mut result = self.store.append_audit(&self.events);
+            if let Err(StoreError::InvalidInput(_)) = result {
+                // One event the store will never take must not hold back the
+                // others, nor be left out: it is recorded as unstorable.
+                for event in &mut self.events {
+                    if let Err(error) = check_event(event) {
+                        *event = unstorable(event, &error);
+                    }
+                }
+                result = self.store.append_audit(&self.events);
+            }
+            if let Err(error) = result {
+                if self.error.is_none() {
+                    tracing::error!(%error, events = self.events.len(), "audit batch not committed yet; retrying");
+                }
+                self.error = Some(error);
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(LAST_RETRY);
+                return;
+            }
+            if self.error.take().is_some() {
+                tracing::info!(
+                    events = self.events.len(),
+                    "audit batch committed after a retry"
+                );
+            }
+            let count = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
+            self.counters.committed.fetch_add(count, Ordering::Relaxed);
+            self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            self.events.clear();
+        }
+        self.retry_at = None;
+        self.backoff = FIRST_RETRY;
+        self.places.give_back(std::mem::take(&mut self.taken));
+    }
+
+    /// The writer is stopping: a few last tries, then what is left is lost,
+    /// counted and logged.
+    fn stop(&mut self) {
+        for attempt in 1..=STOP_ATTEMPTS {
+            self.try_commit();
+            if self.events.is_empty() {
+                return;
+            }
+            if attempt < STOP_ATTEMPTS {
+                std::thread::sleep(FIRST_RETRY * attempt);
+            }
+        }
+        let lost = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
+        self.counters.dropped.fetch_add(lost, Ordering::Relaxed);
+        tracing::error!(
+            lost,
+            error = ?self.error,
+            "the audit writer stopped with events the store would not take: they are lost"
+        );
+        self.events.clear();
+        self.places.give_back(std::mem::take(&mut self.taken));
+    }
+}
+
+/// What is recorded in place of an event the store refuses: its kind (cut
+/// and escaped) and why.
+fn unstorable(event: &AuditEvent, error: &StoreError) -> AuditEvent {
+    let kind: String = event
+        .kind
+        .escape_debug()
+        .to_string()
+        .chars()
+        .take(64)
+        .collect();
+    let why: String = error.to_string().chars().take(256).collect();
+    AuditEvent {
+        at_ms: event.at_ms.min(i64::MAX.unsigned_abs()),
+        kind: "unstorable".to_owned(),
+        entry: json!({"kind": kind, "error": why}),
+    }
+}
