@@ -27,6 +27,11 @@
 
 mod server;
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
+
 pub use dk_core::{
     Limits, Vessel, adapter, agents, allowances, config, connection, link, listener, person,
     redact, registry, reload, stream, vessel,

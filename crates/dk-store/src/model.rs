@@ -1,0 +1,441 @@
+//! What the store holds and promises: the `Store` trait, the records it
+//! keeps (pairings, agents, rate-rule counts), the audit log's entries,
+//! heads and reports, and its errors.
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Durable state of a vessel: pairings with their grants, secret hashes and
+/// the audit log. Every method is one transaction; a method that changes
+/// pairings or grants appends its audit event in the same transaction and
+/// returns only once it is durable.
+pub trait Store: Send + Sync + 'static {
+    /// Everything the vessel needs at start, read in a few queries.
+    fn load(&self) -> Result<Snapshot, StoreError>;
+
+    /// Inserts or replaces a pairing together with its grants (a re-pairing
+    /// replaces the old grants), and appends `audit` in the same transaction.
+    fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Grants (`granted` true) or revokes a capability of a paired device and
+    /// appends `audit` in the same transaction. Idempotent: granting a held
+    /// grant or revoking an absent one changes nothing but still records the
+    /// event. An unknown device is [`StoreError::UnknownDevice`], with nothing
+    /// recorded.
+    fn set_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+        granted: bool,
+        audit: &AuditEvent,
+    ) -> Result<(), StoreError>;
+
+    /// Removes a pairing and its grants and appends `audit` in the same
+    /// transaction. An unknown device is [`StoreError::UnknownDevice`], with
+    /// nothing recorded.
+    fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Every stored agent, sorted by name.
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError>;
+
+    /// Inserts or replaces an agent (its credential only as its SHA-256) and
+    /// appends `audit` in the same transaction. Durable on return.
+    fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Removes an agent and appends `audit` in the same transaction. An
+    /// unknown name is [`StoreError::UnknownAgent`], with nothing recorded.
+    fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError>;
+
+    /// Appends events to the audit log, all in one transaction. The kinds
+    /// the store writes with their change (`paired`, `granted`, `revoked`,
+    /// `unpaired`, `agent`) are refused here, with nothing appended.
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError>;
+
+    /// Up to `limit` entries with `seq > after_seq`, in order.
+    fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Recomputes the whole chain and reports every problem found, then
+    /// replays the log's pairing, grant and agent entries and reports every
+    /// difference from the state the store holds (a pairing, grant or agent
+    /// without its entry, or an entry for one the state does not hold).
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError>;
+
+    /// Like [`Store::verify_audit`], and also checks that the entry at
+    /// `expected.seq` is still there with `expected.hash`: this catches
+    /// entries cut off the end, which the chain alone cannot show.
+    fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
+        let mut report = self.verify_audit()?;
+        check_head(self, &mut report, expected)?;
+        Ok(report)
+    }
+
+    /// Stores the hash of a named secret (for example `admin-token`),
+    /// replacing any earlier one. Durable on return.
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError>;
+
+    /// The stored hash of a named secret, if any.
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError>;
+
+    /// Records a call a rule with a `limit` counted, forgetting in the same
+    /// transaction every recorded call whose window has passed at
+    /// `hit.at_ms`, and all but the latest `hit.calls` of its rule and
+    /// agent (no more are needed to tell whether the limit is reached).
+    /// Durable on return.
+    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError>;
+
+    /// Every recorded call whose window has not passed at `now_ms`, oldest
+    /// first.
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError>;
+}
+
+/// One device call a rule with a `limit` counted (see
+/// dk-policy's `RateLimit`): kept so that counts survive a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateHit {
+    /// The rule's name.
+    pub rule: String,
+    /// The calling agent's id; empty for a call from no agent.
+    pub agent: String,
+    /// When the call was counted, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// The rule's limit when the call was counted: at most this many calls...
+    pub calls: u32,
+    /// ... per this many milliseconds.
+    pub window_ms: u64,
+}
+
+impl RateHit {
+    /// When the call leaves its window, in milliseconds since the epoch.
+    pub(crate) fn until_ms(&self) -> u64 {
+        self.at_ms.saturating_add(self.window_ms)
+    }
+}
+
+/// Adds to `report` what differs from the head `expected` (kept before the
+/// log was read): the entry at its seq gone (cut off the end) or another
+/// one in its place (the chain rewritten since).
+pub(crate) fn check_head<S: Store + ?Sized>(
+    store: &S,
+    report: &mut VerifyReport,
+    expected: &AuditHead,
+) -> Result<(), StoreError> {
+    if expected.seq == 0 {
+        return Ok(());
+    }
+    let at = store.read_audit(expected.seq - 1, 1)?;
+    match at.first() {
+        Some(entry) if entry.seq == expected.seq => {
+            if entry.hash != expected.hash {
+                report.problems.push(AuditProblem {
+                    seq: entry.seq,
+                    what: ProblemKind::Edited,
+                    detail: format!(
+                        "its hash is not the kept head's `{}`: the chain was rewritten since",
+                        expected.hash
+                    ),
+                });
+            }
+        }
+        _ => {
+            let last = report.entries;
+            report.problems.push(AuditProblem {
+                seq: last + 1,
+                what: ProblemKind::Truncated,
+                detail: if last + 1 == expected.seq {
+                    format!("the kept head is entry {}", expected.seq)
+                } else {
+                    format!(
+                        "entries {} to {} are gone; the kept head is entry {}",
+                        last + 1,
+                        expected.seq,
+                        expected.seq
+                    )
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A pairing as stored: what the registry needs to serve the device again
+/// after a restart. The token is kept only as its SHA-256.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredPairing {
+    /// The device id from the manifest.
+    pub device_id: String,
+    /// The approved manifest as canonical JSON.
+    pub manifest_json: String,
+    /// The manifest digest the device authenticates with.
+    pub digest: String,
+    /// SHA-256 of the device token.
+    pub token_hash: [u8; 32],
+    /// Granted capability names. Stored as a set: order and duplicates are
+    /// not kept, [`Store::load`] returns them sorted.
+    pub grants: Vec<String>,
+    /// The pairing's generation.
+    pub generation: u64,
+    /// When the person approved the pairing, in milliseconds since the epoch.
+    pub paired_at_ms: u64,
+}
+
+impl fmt::Debug for StoredPairing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredPairing")
+            .field("device_id", &self.device_id)
+            .field("digest", &self.digest)
+            .field("grants", &self.grants)
+            .field("generation", &self.generation)
+            .field("paired_at_ms", &self.paired_at_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Store::load`] returns: the state a vessel starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Every pairing, ordered by device id, grants sorted.
+    pub pairings: Vec<StoredPairing>,
+    /// The largest generation ever stored, including pairings since removed,
+    /// so a new pairing can take a larger one.
+    pub max_generation: u64,
+    /// The `seq` of the last audit entry (the number of entries when the log
+    /// is intact); 0 when empty.
+    pub audit_entries: u64,
+    /// The hash of the last audit entry; [`GENESIS_HASH`] when empty.
+    pub audit_head: String,
+}
+
+/// An event to append to the audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    /// When it happened, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// What kind of event: `decision`, `paired`, `granted`, `revoked`,
+    /// `unpaired`, `policy`, ... (`[a-z0-9._-]{1,32}`).
+    pub kind: String,
+    /// The details. Must not hold a secret: see `redact_for_audit` in the vessel. Its
+    /// canonical JSON may be at most [`MAX_AUDIT_ENTRY_BYTES`].
+    pub entry: Value,
+}
+
+/// An entry of the audit log as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    /// Position in the log, from 1.
+    pub seq: u64,
+    /// When it happened, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// What kind of event.
+    pub kind: String,
+    /// The details.
+    pub entry: Value,
+    /// Hash of the entry before (64 zeros for the first).
+    pub prev_hash: String,
+    /// Hash of this entry.
+    pub hash: String,
+}
+
+/// A point of the audit chain to keep elsewhere and verify against later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditHead {
+    /// The entry's `seq`.
+    pub seq: u64,
+    /// The entry's hash.
+    pub hash: String,
+}
+
+/// What [`Store::verify_audit`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// The `seq` of the last entry (the number of entries when intact).
+    pub entries: u64,
+    /// The hash of the last entry: keep it elsewhere to detect later that
+    /// entries were cut off the end.
+    pub head: String,
+    /// Every problem found: those of the chain in log order, then those of
+    /// the state; empty when the log is intact.
+    pub problems: Vec<AuditProblem>,
+}
+
+impl VerifyReport {
+    /// Whether no problem was found.
+    pub fn is_intact(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The head as an [`AuditHead`].
+    pub fn head(&self) -> AuditHead {
+        AuditHead {
+            seq: self.entries,
+            hash: self.head.clone(),
+        }
+    }
+}
+
+/// One problem in the audit log, at an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditProblem {
+    /// The entry concerned (for a missing range, the first missing one).
+    pub seq: u64,
+    /// What is wrong.
+    pub what: ProblemKind,
+    /// Why, in words.
+    pub detail: String,
+}
+
+impl fmt::Display for AuditProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.what {
+            ProblemKind::Unaccounted => write!(f, "state: {}", self.detail),
+            ProblemKind::Key if self.seq == 0 => write!(f, "key: {}", self.detail),
+            _ => write!(f, "entry {}: {} ({})", self.seq, self.what, self.detail),
+        }
+    }
+}
+
+/// The kind of an [`AuditProblem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The entry's content or hash was changed.
+    Edited,
+    /// Entries are gone from the middle of the log (deleted).
+    Missing,
+    /// An entry that is not part of the chain was put in.
+    Inserted,
+    /// Entries are not in the order they were chained in.
+    OutOfOrder,
+    /// Entries were cut off the end (found only against a kept head).
+    Truncated,
+    /// The log and the state tables disagree: a pairing, grant or agent
+    /// has no entry (the entries were removed, or the tables edited), or the
+    /// log has one the tables do not hold. `seq` is the entry concerned, 0
+    /// when there is none.
+    Unaccounted,
+    /// The chain's key: the chain is keyed and was checked without its key
+    /// (or with another), a key was given for a chain nobody keyed (it was
+    /// rewritten without the key), or the store's record of the key does not
+    /// match the chain.
+    Key,
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProblemKind::Edited => "edited",
+            ProblemKind::Missing => "missing (deleted)",
+            ProblemKind::Inserted => "inserted",
+            ProblemKind::OutOfOrder => "out of order",
+            ProblemKind::Truncated => "cut off the end",
+            ProblemKind::Unaccounted => "not accounted for",
+            ProblemKind::Key => "key",
+        })
+    }
+}
+
+/// What a store keeps of an agent: its name, scope, role and when it was
+/// added, and its credential's SHA-256 (64 lower-case hex characters), never
+/// the credential. The scope and role are kept as the agent directory
+/// writes them; the directory reads them back and refuses what it does not
+/// understand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredAgent {
+    /// Its id (its name).
+    pub id: String,
+    /// What it may see, as JSON.
+    pub scope: Value,
+    /// What it may do: `guest`, `user` or `admin`.
+    pub role: String,
+    /// When it was added, in milliseconds since the Unix epoch.
+    pub added_at_ms: u64,
+    /// SHA-256 of the credential, lower-case hex.
+    pub credential_sha256: String,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database file or its directory could not be created or opened.
+    #[error("cannot open the store at `{path}`: {reason}")]
+    Open {
+        /// The path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The database was written by a newer dk with a schema this one does
+    /// not know.
+    #[error(
+        "the store has schema version {found}, newer than this dk knows ({supported}): use a newer dk"
+    )]
+    NewerSchema {
+        /// The database's version.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// The file is not a dk store, or its content is not what dk writes.
+    #[error("the store is corrupt: {0}")]
+    Corrupt(String),
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(String),
+    /// No pairing with this device id.
+    #[error("no paired device `{0}`")]
+    UnknownDevice(String),
+    /// No agent with this name.
+    #[error("no agent named `{0}`")]
+    UnknownAgent(String),
+    /// A value given to the store is not storable (an audit kind outside
+    /// `[a-z0-9._-]{1,32}`, an entry too large, a number past `i64::MAX`).
+    #[error("not storable: {0}")]
+    InvalidInput(String),
+    /// The audit writer's thread is no longer running.
+    #[error("the audit writer has stopped")]
+    WriterStopped,
+    /// The audit log does not reach the head kept outside the database, or
+    /// holds another entry in its place: entries were cut off its end, or
+    /// it was rewritten.
+    #[error("the audit log does not match the head kept in `{path}`: {detail}")]
+    HeadMismatch {
+        /// The head file.
+        path: String,
+        /// What differs.
+        detail: String,
+    },
+    /// The audit chain is keyed and the store was opened without its key:
+    /// it can be read, not appended to.
+    #[error(
+        "the audit log is keyed from entry {from}: it can be appended to only with its key (--audit-key-file)"
+    )]
+    KeyRequired {
+        /// The entry that keyed it.
+        from: u64,
+    },
+    /// The store was opened with another key than the chain's.
+    #[error("the audit log is keyed with key {chain}, not with the key given ({given})")]
+    WrongKey {
+        /// The chain's key id.
+        chain: String,
+        /// The given key's id.
+        given: String,
+    },
+    /// The head file cannot be read, written, or does not hold a head.
+    #[error("cannot keep the audit head in `{path}`: {reason}")]
+    HeadFile {
+        /// The head file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
