@@ -204,7 +204,7 @@ pub struct Snapshot {
     /// The `seq` of the last audit entry (the number of entries when the log
     /// is intact); 0 when empty.
     pub audit_entries: u64,
-    /// The hash of the last audit entry; [`GENESIS_HASH`] when empty.
+    /// The hash of the last audit entry; [`GENESIS_HASH`](crate::GENESIS_HASH) when empty.
     pub audit_head: String,
 }
 
@@ -217,7 +217,7 @@ pub struct AuditEvent {
     /// `unpaired`, `policy`, ... (`[a-z0-9._-]{1,32}`).
     pub kind: String,
     /// The details. Must not hold a secret: see `redact_for_audit` in the vessel. Its
-    /// canonical JSON may be at most [`MAX_AUDIT_ENTRY_BYTES`].
+    /// canonical JSON may be at most [`MAX_AUDIT_ENTRY_BYTES`](crate::MAX_AUDIT_ENTRY_BYTES).
     pub entry: Value,
 }
 
