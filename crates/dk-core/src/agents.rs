@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
@@ -332,6 +332,11 @@ pub enum AgentError {
 /// Receives an audit entry (`kind`, entry) for every change.
 pub type AgentAuditHook = Arc<dyn Fn(&str, Value) + Send + Sync>;
 
+/// Withdraws what an agent has waiting for the person once it is removed
+/// (`None`) or re-scoped (its new self): set by the vessel, so a change
+/// made through the directory itself does what the vessel's own methods do.
+pub(crate) type WithdrawHook = Arc<dyn Fn(&str, Option<&Agent>) + Send + Sync>;
+
 struct Entry {
     agent: Agent,
     hash: [u8; 32],
@@ -346,6 +351,8 @@ pub struct AgentDirectory {
     /// The person's remembered allowances: an agent's go when it is
     /// removed, and those its new scope leaves out when it is re-scoped.
     allowances: Option<Arc<Allowances>>,
+    /// The vessel's withdrawal of waiting approvals, once it is built.
+    withdraw: OnceLock<WithdrawHook>,
 }
 
 impl fmt::Debug for AgentDirectory {
@@ -389,6 +396,7 @@ impl AgentDirectory {
             audit: None,
             store: None,
             allowances: None,
+            withdraw: OnceLock::new(),
         }
     }
 
@@ -428,6 +436,12 @@ impl AgentDirectory {
     pub(crate) fn with_allowances(mut self, allowances: Arc<Allowances>) -> AgentDirectory {
         self.allowances = Some(allowances);
         self
+    }
+
+    /// Calls `hook` after every removal and scope change (the first hook
+    /// set stays).
+    pub(crate) fn set_withdraw(&self, hook: WithdrawHook) {
+        let _ = self.withdraw.set(hook);
     }
 
     /// Whether `presented` is the credential of an agent in the directory.
@@ -559,6 +573,9 @@ impl AgentDirectory {
         if let Some(allowances) = &self.allowances {
             allowances.drop_agent(id);
         }
+        if let Some(withdraw) = self.withdraw.get() {
+            withdraw(id, None);
+        }
         self.changed(AgentEvent::Removed { id: id.to_owned() }, entry);
         Ok(())
     }
@@ -582,6 +599,9 @@ impl AgentDirectory {
             allowances.drop_agent_outside(id, |device, capability, read_only| {
                 rescoped.may_use(device, capability, read_only)
             });
+        }
+        if let Some(withdraw) = self.withdraw.get() {
+            withdraw(id, Some(&rescoped));
         }
         self.changed(AgentEvent::ScopeChanged { id: id.to_owned() }, entry);
         Ok(())

@@ -4,6 +4,8 @@
 //! admin API, the terminal prompt) all work on a shared [`Vessel`].
 
 #[cfg(test)]
+mod agent_tests;
+#[cfg(test)]
 mod store_tests;
 mod streaming;
 
@@ -426,9 +428,14 @@ impl Vessel {
         if let Some(rate_limits) = &limits.rate_limits {
             adapter = adapter.with_rate_limits(rate_limits.clone());
         }
+        let person = Arc::new(PersonChannel::new(limits.approval_timeout));
+        agents.set_withdraw(withdraw_waiting(
+            Arc::clone(&person),
+            Arc::clone(adapter.registry()),
+        ));
         Arc::new(Vessel {
             adapter,
-            person: Arc::new(PersonChannel::new(limits.approval_timeout)),
+            person,
             events: broadcast::channel(1024).0,
             limits,
             stats: Stats::default(),
@@ -444,10 +451,12 @@ impl Vessel {
         })
     }
 
-    /// The agents that may use the vessel's tools. Change them through
-    /// [`Vessel::add_agent`], [`Vessel::remove_agent`] and
-    /// [`Vessel::set_agent_scope`] (or the directory itself), which commit
-    /// to the store before they take effect.
+    /// The agents that may use the vessel's tools. A change through the
+    /// directory itself does what [`Vessel::remove_agent`] and
+    /// [`Vessel::set_agent_scope`] do (committed to the store first, then
+    /// the agent's waiting calls and allowances withdrawn as needed);
+    /// [`Vessel::add_agent`] also registers the new credential as a plain
+    /// secret, which the redactor otherwise knows by its hash.
     pub fn agents(&self) -> &Arc<AgentDirectory> {
         &self.agents
     }
@@ -468,33 +477,19 @@ impl Vessel {
     }
 
     /// Removes an agent, committed to the store before it returns; its
-    /// credential stops working at once.
+    /// credential stops working at once, and its calls waiting for the
+    /// person are withdrawn (they get a no). The same as removing it through
+    /// [`Vessel::agents`]: the directory does all of it.
     pub fn remove_agent(&self, id: &str) -> Result<(), AgentError> {
-        self.agents.remove(id)?;
-        // Its calls waiting for the person are withdrawn: they get a no.
-        self.person
-            .withdraw_approvals(|r| r.agent_id.as_deref() == Some(id));
-        Ok(())
+        self.agents.remove(id)
     }
 
-    /// Replaces an agent's scope, committed to the store before it returns.
+    /// Replaces an agent's scope, committed to the store before it returns;
+    /// its calls waiting for the person that the new scope leaves out are
+    /// withdrawn (they get a no). The same as re-scoping it through
+    /// [`Vessel::agents`].
     pub fn set_agent_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
-        self.agents.set_scope(id, scope)?;
-        // Its calls waiting for the person that the new scope leaves out are
-        // withdrawn: they get a no.
-        if let Some(agent) = self.agents.get(id) {
-            let registry = self.registry();
-            self.person.withdraw_approvals(|r| {
-                let read_only = registry.get(&r.device_id).is_some_and(|d| {
-                    d.manifest()
-                        .capability(&r.capability)
-                        .is_some_and(|c| c.kind() == dk_proto::CapabilityKind::Sensor)
-                });
-                r.agent_id.as_deref() == Some(id)
-                    && !agent.may_use(&r.device_id, &r.capability, read_only)
-            });
-        }
-        Ok(())
+        self.agents.set_scope(id, scope)
     }
 
     /// Adds a secret (an admin or agent token, a host's own) that must never
@@ -803,4 +798,30 @@ impl Vessel {
             }
         }
     }
+}
+
+/// What the vessel withdraws when an agent is removed (every call it has
+/// waiting for the person) or re-scoped (those its new scope leaves out).
+fn withdraw_waiting(
+    person: Arc<PersonChannel>,
+    registry: Arc<DeviceRegistry>,
+) -> crate::agents::WithdrawHook {
+    Arc::new(
+        move |id: &str, rescoped: Option<&crate::agents::Agent>| match rescoped {
+            None => {
+                person.withdraw_approvals(|r| r.agent_id.as_deref() == Some(id));
+            }
+            Some(agent) => {
+                person.withdraw_approvals(|r| {
+                    let read_only = registry.get(&r.device_id).is_some_and(|d| {
+                        d.manifest()
+                            .capability(&r.capability)
+                            .is_some_and(|c| c.kind() == dk_proto::CapabilityKind::Sensor)
+                    });
+                    r.agent_id.as_deref() == Some(id)
+                        && !agent.may_use(&r.device_id, &r.capability, read_only)
+                });
+            }
+        },
+    )
 }

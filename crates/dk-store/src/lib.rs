@@ -71,6 +71,7 @@ pub use audit::{
 pub use audit::{canonical_json, cut_for_audit, cut_for_audit_with, fits_in_entry};
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
 pub(crate) use model::check_head;
 pub use model::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, ProblemKind, RateHit, Snapshot, Store,
