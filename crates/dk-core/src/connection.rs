@@ -69,20 +69,6 @@ fn going_away() -> CloseFrame {
     CloseFrame::canonical(CloseCode::GoingAway)
 }
 
-/// The wire's admission code for a refusal the admission contract made.
-fn admission_code(code: dk_policy::AdmissionCode) -> dk_proto::AdmissionCode {
-    use dk_policy::AdmissionCode as Policy;
-    use dk_proto::AdmissionCode as Wire;
-    match code {
-        Policy::Disabled => Wire::Disabled,
-        Policy::Approval => Wire::Approval,
-        Policy::Sessions => Wire::Sessions,
-        Policy::Chunk => Wire::Chunk,
-        Policy::RunLimits => Wire::RunLimits,
-        Policy::Input => Wire::Input,
-    }
-}
-
 /// How the reading side of a connection ends.
 #[derive(Debug)]
 enum Ending {
@@ -749,7 +735,7 @@ where
             .stream_stats()
             .refused
             .fetch_add(1, Ordering::Relaxed);
-        let code = admission_code(error.code());
+        let code = error.code();
         self.vessel.audit(
             "stream_admission",
             json!({

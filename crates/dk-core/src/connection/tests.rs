@@ -688,10 +688,3 @@ async fn a_request_in_a_devices_name_from_elsewhere_does_not_lock_it_out() {
     drop((door, more, again));
     assert!(vessel.begin_pairing("front-door", at(1)).is_ok());
 }
-
-#[test]
-fn admission_codes_on_the_wire_are_the_contracts() {
-    for code in dk_policy::AdmissionCode::ALL {
-        assert_eq!(admission_code(code).as_str(), code.as_str());
-    }
-}

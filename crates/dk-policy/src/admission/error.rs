@@ -1,55 +1,10 @@
 //! Admission errors: one variant per stable code, each carrying the specific reason.
 
-use std::fmt;
-
 use super::names::{DeviceClass, RunLimit};
 
-/// The stable error codes of the admission contract, as Prism names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AdmissionCode {
-    /// `ERR_PRISM_DEVICE_DISABLED`: the device class is not enabled, or has no sandbox.
-    Disabled,
-    /// `ERR_PRISM_DEVICE_APPROVAL`: a side effect needs approval and has none.
-    Approval,
-    /// `ERR_PRISM_DEVICE_SESSIONS`: the identity already holds its concurrent sessions.
-    Sessions,
-    /// `ERR_PRISM_DEVICE_CHUNK`: a stream chunk size that is not a non-negative safe integer.
-    Chunk,
-    /// `ERR_PRISM_DEVICE_RUN_LIMITS`: no shared run budget to charge.
-    RunLimits,
-    /// `ERR_PRISM_DEVICE_INPUT`: a malformed configuration or request.
-    Input,
-}
-
-impl AdmissionCode {
-    /// Every code, in the order the contract lists them.
-    pub const ALL: [AdmissionCode; 6] = [
-        AdmissionCode::Disabled,
-        AdmissionCode::Approval,
-        AdmissionCode::Sessions,
-        AdmissionCode::Chunk,
-        AdmissionCode::RunLimits,
-        AdmissionCode::Input,
-    ];
-
-    /// The code string, e.g. `ERR_PRISM_DEVICE_DISABLED`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AdmissionCode::Disabled => "ERR_PRISM_DEVICE_DISABLED",
-            AdmissionCode::Approval => "ERR_PRISM_DEVICE_APPROVAL",
-            AdmissionCode::Sessions => "ERR_PRISM_DEVICE_SESSIONS",
-            AdmissionCode::Chunk => "ERR_PRISM_DEVICE_CHUNK",
-            AdmissionCode::RunLimits => "ERR_PRISM_DEVICE_RUN_LIMITS",
-            AdmissionCode::Input => "ERR_PRISM_DEVICE_INPUT",
-        }
-    }
-}
-
-impl fmt::Display for AdmissionCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The stable error codes of the admission contract, as Prism names them:
+/// dk-proto's, the same type a device reads from a 4011 close.
+pub use dk_proto::AdmissionCode;
 
 /// Why a device class, configuration or request is refused.
 ///
