@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -381,10 +381,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    dk_store::epoch_ms(SystemTime::now())
 }
 
 impl AgentDirectory {

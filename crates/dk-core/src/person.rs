@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -29,6 +29,7 @@ use tokio::sync::{broadcast, oneshot};
 use crate::adapter::{Approval, ApprovalRequest, Approver};
 use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
 use crate::registry::{ConsentDecision, ConsentRequest};
+use dk_store::epoch_ms;
 
 /// How long the person has to answer an approval by default (two minutes).
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -166,12 +167,6 @@ impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
         self.channel.close(self.id);
     }
-}
-
-fn epoch_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl PersonChannel {

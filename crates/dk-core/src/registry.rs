@@ -23,6 +23,7 @@ use tokio::sync::broadcast;
 
 use crate::allowances::{Allowances, RevokeCause};
 use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
+pub(crate) use dk_store::epoch_ms;
 
 /// How long the person has to answer a consent request by default (two minutes).
 pub const DEFAULT_CONSENT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -892,12 +893,6 @@ impl DeviceRegistry {
         });
         Ok(())
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn epoch_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// An audit event of `kind` happening now.

@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use dk_policy::{Call, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull};
 
 use crate::store::{RateHit, Store, StoreError};
+use dk_store::epoch_ms;
 
 /// Every limit reads as reached: the counts could not be loaded.
 struct AllReached;
@@ -30,11 +31,6 @@ pub(crate) struct RuleCounts {
     log: Mutex<RateLog>,
     /// Why the counts could not be loaded from the store, if they could not.
     broken: Option<String>,
-}
-
-fn epoch_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl RuleCounts {
