@@ -257,21 +257,21 @@ async fn bridge(endpoint: Endpoint, bearer: HeaderValue) -> ExitCode {
     let mut requests: JoinSet<()> = JoinSet::new();
     let mut in_flight: InFlight = HashMap::new();
     let mut listener: JoinSet<()> = JoinSet::new();
-    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut reader: JoinSet<()> = JoinSet::new();
+    let mut input = read_input(tokio::io::stdin(), &mut reader);
     let stop = stop_signal();
     tokio::pin!(stop);
     let mut interrupted = false;
     loop {
-        let mut line = Vec::new();
         tokio::select! {
-            read = read_line(&mut stdin, &mut line) => match read {
-                Ok(0) => break,
-                Ok(_) => {
+            read = input.recv() => match read {
+                None => break,
+                Some(Ok(line)) => {
                     bridge
                         .take_line(&line, &mut requests, &mut in_flight, &mut listener)
                         .await;
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     bridge.tell(&format!("cannot read standard input: {e}"));
                     break;
                 }
@@ -292,6 +292,7 @@ async fn bridge(endpoint: Endpoint, bearer: HeaderValue) -> ExitCode {
 
     // End of input: what is in flight may still finish, briefly, unless
     // a signal says to stop now.
+    reader.shutdown().await;
     listener.shutdown().await;
     if !interrupted {
         let drain = async { while requests.join_next().await.is_some() {} };
@@ -329,6 +330,43 @@ async fn stop_signal() {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// What the reader of standard input hands over: one whole line, or the
+/// error that ended reading. End of input closes the channel.
+type InputLine = std::io::Result<Vec<u8>>;
+
+/// Reads `input` line by line in a task of its own (kept in `tasks`) and
+/// hands each whole line over the returned channel.
+///
+/// The bridge's loop waits on input, on requests finishing and on signals
+/// at once; a line read there directly would be dropped half-read whenever
+/// a request finished while the client was still writing it (a client that
+/// writes a message and its newline separately, or one longer than a pipe's
+/// buffer). Here nothing read is ever dropped: the channel's receive is the
+/// only thing the loop waits on. The channel holds one line, so a client
+/// writing faster than the bridge takes lines is held back by the pipe.
+fn read_input(
+    input: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    tasks: &mut JoinSet<()>,
+) -> mpsc::Receiver<InputLine> {
+    let (lines, receiver) = mpsc::channel(1);
+    tasks.spawn(async move {
+        let mut input = BufReader::new(input);
+        loop {
+            let mut line = Vec::new();
+            let read = match read_line(&mut input, &mut line).await {
+                Ok(0) => break,
+                Ok(_) => Ok(line),
+                Err(e) => Err(e),
+            };
+            let failed = read.is_err();
+            if lines.send(read).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    receiver
 }
 
 /// Reads one line (without its end) of at most [`MAX_MESSAGE_BYTES`];

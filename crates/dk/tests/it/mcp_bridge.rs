@@ -1,7 +1,8 @@
 //! `dk mcp` between a client on its standard input and output and a real
 //! `dk vessel` with a simulated lamp (`dk device simulate lamp`), reached on
 //! the vessel's MCP socket: the `initialize` handshake, the tool list, a
-//! call, the list-changed notification after a grant, and the end of input;
+//! call, the list-changed notification after a grant, a message written in
+//! pieces while another request finishes, and the end of input;
 //! then the bridge with no credential, a refused one, and no vessel.
 
 use std::io::{BufRead, BufReader, Write};
@@ -92,6 +93,13 @@ impl Bridge {
     fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().unwrap();
         writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Writes `text` as it is, without a line end.
+    fn write_raw(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(text.as_bytes()).unwrap();
         stdin.flush().unwrap();
     }
 
@@ -268,6 +276,20 @@ async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
         json!({"name": "device__desk_lamp__set_light", "arguments": {"on": true, "brightness": 40}}),
     );
     assert_ne!(called["result"]["isError"], true, "{called}");
+
+    // A message written in two pieces, with a request finishing between
+    // them, arrives whole: the bridge turning to the finished request
+    // drops nothing it had read.
+    bridge.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "device__desk_lamp__read_light", "arguments": {}}}));
+    let halves =
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {}}).to_string();
+    let (first, second) = halves.split_at(halves.len() / 2);
+    bridge.write_raw(first);
+    assert_ne!(bridge.answer(7).0["result"]["isError"], true);
+    std::thread::sleep(Duration::from_millis(200));
+    bridge.write_raw(&format!("{second}\n"));
+    assert_eq!(tool_names(&bridge.answer(8).0).len(), 3);
 
     let (code, stderr) = bridge.finish();
     assert_eq!(code, Some(0), "{stderr}");
