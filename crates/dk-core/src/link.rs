@@ -276,6 +276,13 @@ impl CallCorrelator {
             }
             state.pending.insert(call_id.clone(), settle);
         }
+        // From here on the slot is given back however the call ends,
+        // including when its caller stops waiting and drops this future.
+        let mut slot = Slot {
+            correlator: self,
+            call_id: &call_id,
+            answered: false,
+        };
         let frame = VesselFrame::Invoke {
             call_id: Cow::Borrowed(&call_id),
             capability: Cow::Borrowed(capability),
@@ -291,17 +298,37 @@ impl CallCorrelator {
             Err(_) => Some(InvokeError::SendTimeout(timeout)),
         };
         if let Some(why) = failed {
-            self.state().pending.remove(&call_id);
             return Err(why);
         }
         match tokio::time::timeout_at(deadline, answer).await {
-            Ok(Ok(outcome)) => outcome,
-            // The settle side was dropped without an answer: treat as closed.
-            Ok(Err(_)) => Err(InvokeError::Closed(LinkClosed::Dropped)),
-            Err(_) => {
-                self.state().pending.remove(&call_id);
-                Err(InvokeError::Timeout(timeout))
+            Ok(settled) => {
+                // Whoever settled it (an answer, or closing) took it out.
+                slot.answered = true;
+                // The settle side dropped without an answer: treat as closed.
+                settled.unwrap_or(Err(InvokeError::Closed(LinkClosed::Dropped)))
             }
+            Err(_) => Err(InvokeError::Timeout(timeout)),
+        }
+    }
+}
+
+/// A call's place among the pending calls, taken out when the call ends
+/// without an answer: it failed to send, timed out, or its caller gave up
+/// (an agent's HTTP request cut, a task aborted). Without this, a call
+/// abandoned while its device never answers would hold its place until the
+/// connection ends, and enough of them would refuse every later call as
+/// too many in flight.
+struct Slot<'a> {
+    correlator: &'a CallCorrelator,
+    call_id: &'a str,
+    /// Settled through the map, which already let the place go.
+    answered: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.correlator.state().pending.remove(self.call_id);
         }
     }
 }

@@ -187,6 +187,32 @@ async fn send_failures_and_the_pending_cap() {
     );
 }
 
+#[tokio::test]
+async fn a_call_given_up_by_its_caller_gives_its_place_back() {
+    let (c, mut rx) = correlator(1);
+    let input = input();
+    // The device never answers; the caller stops waiting after the send.
+    {
+        let call = c.invoke("set_light", &input, Duration::from_secs(3600));
+        tokio::pin!(call);
+        tokio::select! {
+            _ = &mut call => panic!("no answer was given"),
+            id = next_call_id(&mut rx) => assert!(!id.is_empty()),
+        }
+        assert_eq!(c.pending_calls(), 1);
+    }
+    assert_eq!(c.pending_calls(), 0);
+    // The one place is free for the next call, which is answered.
+    let call = c.invoke("set_light", &input, Duration::from_secs(5));
+    let answer = async {
+        let id = next_call_id(&mut rx).await;
+        feed(&c, &result_frame(&id, r#""ok":true,"result":{"on":true}"#))
+    };
+    let (outcome, handled) = tokio::join!(call, answer);
+    assert_eq!(handled, Handled::Settled);
+    assert_eq!(outcome.unwrap().unwrap().get(), r#"{"on":true}"#);
+}
+
 #[test]
 fn links_table() {
     let links = Links::new();
