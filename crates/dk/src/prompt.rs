@@ -55,6 +55,9 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
         show(first);
     }
     tokio::pin!(stop);
+    // Once standard input ends, prompts are answered elsewhere; the loop
+    // still follows them and still ends when asked to stop.
+    let mut reading = true;
     loop {
         tokio::select! {
             () = &mut stop => return,
@@ -80,11 +83,11 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
-            line = lines.recv() => {
+            line = lines.recv(), if reading => {
                 let Some(line) = line else {
-                    // Standard input closed: keep serving, answer elsewhere.
-                    std::future::pending::<()>().await;
-                    return;
+                    reading = false;
+                    println!("(standard input closed: answer with `dk pairings` and `dk approvals`)");
+                    continue;
                 };
                 if line.trim().is_empty() {
                     continue;

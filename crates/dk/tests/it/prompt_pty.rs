@@ -127,6 +127,23 @@ fn type_line(pty: &mut Pty, line: &str) {
 }
 
 #[test]
+fn after_the_terminal_ends_its_input_the_vessel_still_stops_on_ctrl_c() {
+    let scratch = Scratch::new("prompt-eof");
+    let mut pty = pty();
+    let (vessel, lines) = start(&scratch, &pty);
+    until(&lines, "asked here");
+    // Ctrl-D at the start of a line: the terminal's end of input.
+    pty.master.write_all(&[0x04]).unwrap();
+    pty.master.flush().unwrap();
+    until(
+        &lines,
+        "standard input closed: answer with `dk pairings` and `dk approvals`",
+    );
+    // SIGINT still stops it, promptly and cleanly.
+    vessel.interrupt();
+}
+
+#[test]
 fn a_typed_answer_goes_to_the_request_it_names() {
     let scratch = Scratch::new("prompt-pty");
     let mut pty = pty();
