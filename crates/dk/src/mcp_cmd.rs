@@ -464,6 +464,10 @@ impl Bridge {
                         INLINE_TIMEOUT.as_secs()
                     );
                     self.tell(&problem);
+                    // A session the vessel opened meanwhile is of no use to
+                    // a client told the handshake failed: end it.
+                    self.end_session().await;
+                    self.session().id = None;
                     self.answer_error(&id, BRIDGE_ERROR, &problem, Value::Null)
                         .await;
                 }
@@ -774,6 +778,12 @@ impl Bridge {
             while let Some(event) = events.next().await {
                 let event = event.map_err(|message| broken(&message))?;
                 answered |= self.forward(&event, id, initialize).await;
+                if initialize && answered {
+                    // The handshake's answer is all that stream carries:
+                    // nothing after it may hold the bridge (or make the
+                    // answer look late).
+                    break;
+                }
             }
             self.resolved();
             return Ok(answered);

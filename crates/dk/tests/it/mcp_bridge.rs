@@ -2,8 +2,9 @@
 //! `dk vessel` with a simulated lamp (`dk device simulate lamp`), reached on
 //! the vessel's MCP socket: the `initialize` handshake, the tool list, a
 //! call, the list-changed notification after a grant, a message written in
-//! pieces while another request finishes, and the end of input;
-//! then the bridge with no credential, a refused one, and no vessel.
+//! pieces while another request finishes, and the end of input; then the
+//! bridge with no credential, a refused one, no vessel, and a server that
+//! keeps the handshake's stream open.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -123,6 +124,13 @@ impl Bridge {
             }
             before.push(message);
         }
+    }
+
+    /// Sends request `id` of `method` without params; returns its answer
+    /// and what came before it.
+    fn answer_of(&mut self, id: u64, method: &str) -> (Value, Vec<Value>) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method}));
+        self.answer(id)
     }
 
     fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
@@ -372,4 +380,93 @@ async fn without_a_good_credential_or_a_vessel_the_bridge_says_so() {
     assert_eq!(answer["error"]["data"]["reachable"], false, "{answer}");
     let (code, _) = bridge.finish();
     assert_eq!(code, Some(0));
+}
+
+/// A server that answers `initialize` on an event stream it then keeps
+/// open (as a slow or broken server might), any other POST with a plain
+/// JSON-RPC answer, and a GET with 405. It stops, closing what it kept
+/// open, when the returned guard is dropped.
+fn server_keeping_the_handshake_stream_open() -> StopsOnDrop {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = std::sync::Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for stream in listener.incoming() {
+            if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            let Ok(mut stream) = stream else { break };
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                request.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; length];
+            let _ = stream.read_exact(&mut body);
+            let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let answer = if head.starts_with("get ") {
+                "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
+            } else if message["method"] == "initialize" {
+                let result = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "serverInfo": {"name": "slow", "version": "1"}}});
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nmcp-session-id: s1\r\n\r\ndata: {result}\n\n"
+                )
+            } else if message.get("id").is_none() {
+                "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
+            } else {
+                let result =
+                    json!({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": []}})
+                        .to_string();
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{result}",
+                    result.len()
+                )
+            };
+            let _ = stream.write_all(answer.as_bytes());
+            // The handshake's stream stays open; the others end here.
+            if message["method"] == "initialize" {
+                kept.push(stream);
+            }
+        }
+    });
+    StopsOnDrop { address, stop }
+}
+
+/// A local server thread, told to stop (and woken by a connection) on drop.
+struct StopsOnDrop {
+    address: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for StopsOnDrop {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(self.address);
+    }
+}
+
+#[test]
+fn a_handshake_stream_left_open_holds_nothing_up() {
+    let server = server_keeping_the_handshake_stream_open();
+    let mut bridge = Bridge::start(&format!("http://{}/mcp", server.address), Some("dka_any"));
+    let answer = initialize(&mut bridge);
+    assert_eq!(answer["result"]["serverInfo"]["name"], "slow", "{answer}");
+    // The next request is sent at once, and the handshake gets no second,
+    // contradicting answer.
+    let (listed, before) = bridge.answer_of(2, "tools/list");
+    assert_eq!(listed["result"]["tools"], json!([]), "{listed}");
+    assert!(before.is_empty(), "{before:?}");
+    drop(bridge);
+    drop(server);
 }
