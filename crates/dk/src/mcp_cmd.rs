@@ -355,14 +355,17 @@ fn read_input(
         let mut input = BufReader::new(input);
         loop {
             let mut line = Vec::new();
-            let read = match read_line(&mut input, &mut line).await {
+            match read_line(&mut input, &mut line).await {
                 Ok(0) => break,
-                Ok(_) => Ok(line),
-                Err(e) => Err(e),
-            };
-            let failed = read.is_err();
-            if lines.send(read).await.is_err() || failed {
-                break;
+                Ok(_) => {
+                    if lines.send(Ok(line)).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = lines.send(Err(e)).await;
+                    break;
+                }
             }
         }
     });
@@ -467,7 +470,6 @@ impl Bridge {
                     // A session the vessel opened meanwhile is of no use to
                     // a client told the handshake failed: end it.
                     self.end_session().await;
-                    self.session().id = None;
                     self.answer_error(&id, BRIDGE_ERROR, &problem, Value::Null)
                         .await;
                 }
@@ -635,7 +637,7 @@ impl Bridge {
         });
     }
 
-    /// Ends the session, if there is one.
+    /// Ends the session, if there is one, and forgets it.
     async fn end_session(&self) {
         let version = {
             let session = self.session();
@@ -652,6 +654,7 @@ impl Bridge {
             false,
         );
         let _ = tokio::time::timeout(DELETE_TIMEOUT, delete).await;
+        self.session().id = None;
     }
 
     /// Sends one HTTP request to the vessel with the headers MCP asks for.

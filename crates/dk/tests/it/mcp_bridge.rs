@@ -126,13 +126,6 @@ impl Bridge {
         }
     }
 
-    /// Sends request `id` of `method` without params; returns its answer
-    /// and what came before it.
-    fn answer_of(&mut self, id: u64, method: &str) -> (Value, Vec<Value>) {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method}));
-        self.answer(id)
-    }
-
     fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         self.answer(id).0
@@ -464,7 +457,8 @@ fn a_handshake_stream_left_open_holds_nothing_up() {
     assert_eq!(answer["result"]["serverInfo"]["name"], "slow", "{answer}");
     // The next request is sent at once, and the handshake gets no second,
     // contradicting answer.
-    let (listed, before) = bridge.answer_of(2, "tools/list");
+    bridge.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let (listed, before) = bridge.answer(2);
     assert_eq!(listed["result"]["tools"], json!([]), "{listed}");
     assert!(before.is_empty(), "{before:?}");
     drop(bridge);

@@ -39,8 +39,8 @@ fn pty() -> Pty {
     }
 }
 
-/// `dk vessel` with the pty as its standard input; its standard output
-/// comes back line by line.
+/// `dk vessel` with the pty as its standard input, once it says the
+/// terminal is where it asks; its standard output comes back line by line.
 fn start(scratch: &Scratch, pty: &Pty) -> (Running, mpsc::Receiver<String>) {
     start_with(scratch, pty, &[])
 }
@@ -89,6 +89,7 @@ fn start_with(scratch: &Scratch, pty: &Pty, extra: &[&str]) -> (Running, mpsc::R
         {
             running.devices = address["devices"].as_str().unwrap().parse().unwrap();
             running.admin = address["admin"].as_str().unwrap().parse().unwrap();
+            until(&lines, "asked here");
             return (running, lines);
         }
         assert!(Instant::now() < deadline, "dk vessel did not start");
@@ -131,7 +132,6 @@ fn after_the_terminal_ends_its_input_the_vessel_still_stops_on_ctrl_c() {
     let scratch = Scratch::new("prompt-eof");
     let mut pty = pty();
     let (vessel, lines) = start(&scratch, &pty);
-    until(&lines, "asked here");
     // Ctrl-D at the start of a line: the terminal's end of input.
     pty.master.write_all(&[0x04]).unwrap();
     pty.master.flush().unwrap();
@@ -148,7 +148,6 @@ fn a_typed_answer_goes_to_the_request_it_names() {
     let scratch = Scratch::new("prompt-pty");
     let mut pty = pty();
     let (vessel, lines) = start(&scratch, &pty);
-    until(&lines, "asked here");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let admin = vessel.admin(&scratch);
@@ -227,7 +226,6 @@ fn the_prompt_shows_hostile_text_escaped_and_on_one_line() {
     let scratch = Scratch::new("prompt-text");
     let mut pty = pty();
     let (vessel, lines) = start(&scratch, &pty);
-    until(&lines, "asked here");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         // A braille blank in a manifest never reaches the person.
@@ -288,7 +286,6 @@ fn an_approval_is_answered_once_for_exact_arguments_for_the_capability_or_no() {
         &pty,
         &["--policies", &rules, "--mcp-listen", "127.0.0.1:0"],
     );
-    until(&lines, "asked here");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let admin = vessel.admin(&scratch);
