@@ -473,6 +473,12 @@ impl Calls {
                 notify(hook, Notice::Paired { device_token });
                 None
             }
+            // dk/2's pairing and closing frames: `VesselFrame::parse` reads
+            // v1, which has none of them.
+            VesselFrame::PairCommit { .. }
+            | VesselFrame::PairReveal { .. }
+            | VesselFrame::KeyPaired
+            | VesselFrame::Closing { .. } => None,
             VesselFrame::Revoked { capability } => {
                 let capability = capability.map(Cow::into_owned);
                 match &capability {

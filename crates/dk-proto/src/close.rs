@@ -46,11 +46,14 @@ pub enum CloseCode {
     /// 4011: a streaming device (kind `voice` or `desktop-control`) was
     /// refused admission; the reason is `<admission code>: <message>`.
     AdmissionRefused,
+    /// 4012: dk/2's secure channel failed (a handshake or record that does
+    /// not hold, whatever it was: the code never says which).
+    SecureChannel,
 }
 
 impl CloseCode {
     /// Every close code, in the order of their numbers.
-    pub const ALL: [CloseCode; 16] = [
+    pub const ALL: [CloseCode; 17] = [
         CloseCode::Normal,
         CloseCode::GoingAway,
         CloseCode::NoStatus,
@@ -67,6 +70,7 @@ impl CloseCode {
         CloseCode::Dead,
         CloseCode::PairingLimit,
         CloseCode::AdmissionRefused,
+        CloseCode::SecureChannel,
     ];
 
     /// The number on the wire.
@@ -88,6 +92,7 @@ impl CloseCode {
             CloseCode::Dead => 4009,
             CloseCode::PairingLimit => 4010,
             CloseCode::AdmissionRefused => 4011,
+            CloseCode::SecureChannel => 4012,
         }
     }
 
@@ -113,6 +118,7 @@ impl CloseCode {
             CloseCode::Unpaired => Some("unpaired by the person"),
             CloseCode::Replaced => Some("replaced by a newer connection"),
             CloseCode::Dead => Some("no answer to pings"),
+            CloseCode::SecureChannel => Some("secure channel failed"),
             CloseCode::Normal
             | CloseCode::NoStatus
             | CloseCode::TooLarge

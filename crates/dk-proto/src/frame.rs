@@ -114,6 +114,72 @@ const PAIRING: &str = "device:pairing";
 const PAIRED: &str = "device:paired";
 const INVOKE: &str = "device:invoke";
 const REVOKED: &str = "device:revoked";
+const PAIR_COMMIT: &str = "device:pair-commit";
+const PAIR_NONCE: &str = "device:pair-nonce";
+const PAIR_REVEAL: &str = "device:pair-reveal";
+const CLOSING: &str = "device:closing";
+
+/// Which channel a device connection speaks: the frames a side accepts
+/// depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Channel {
+    /// 8DK v1: frames in clear, a bearer token, the code sent to the device.
+    #[default]
+    V1,
+    /// dk/2: frames inside a Noise channel, the device's key as its
+    /// credential, the code computed on both sides.
+    Dk2,
+}
+
+impl Channel {
+    /// The name listings, prompts and audit entries carry: `v1` or `dk/2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::V1 => "v1",
+            Channel::Dk2 => "dk/2",
+        }
+    }
+
+    /// Whether frames travel encrypted.
+    pub fn is_encrypted(self) -> bool {
+        self == Channel::Dk2
+    }
+
+    /// Reads a channel's name back (`v1` or `dk/2`).
+    pub fn from_name(name: &str) -> Option<Channel> {
+        match name {
+            "v1" => Some(Channel::V1),
+            "dk/2" => Some(Channel::Dk2),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Channel {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Channel {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = Cow::<str>::deserialize(deserializer)?;
+        Channel::from_name(&name)
+            .ok_or_else(|| de::Error::custom(format!("unknown channel {name:?}")))
+    }
+}
+
+/// Whether `text` is exactly 64 lower-case hex digits, the form of a dk/2
+/// commitment or nonce on the wire.
+pub fn is_hex32(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
 
 /// A frame a device sends to the vessel. Strings and payloads borrow from the
 /// text they were parsed from where they can.
@@ -153,6 +219,21 @@ pub enum DeviceFrame<'a> {
         /// The event's data, when present.
         data: Option<Cow<'a, RawValue>>,
     },
+    /// dk/2 only: `device:auth {deviceId, manifest}`, a reconnect whose
+    /// credential is the key the channel was made with. A `token` sent with
+    /// it is ignored.
+    KeyAuth {
+        /// The device id, non-empty.
+        device_id: Cow<'a, str>,
+        /// The current manifest (any JSON; validation judges it).
+        manifest: Cow<'a, RawValue>,
+    },
+    /// dk/2 only: `device:pair-nonce {nonce}`, the device's pairing nonce,
+    /// 64 lower-case hex digits.
+    PairNonce {
+        /// The nonce, checked to be 64 lower-case hex digits.
+        nonce: Cow<'a, str>,
+    },
 }
 
 /// A frame the vessel sends to a device.
@@ -183,6 +264,30 @@ pub enum VesselFrame<'a> {
         /// The revoked capability, absent when the whole pairing ended.
         capability: Option<Cow<'a, str>>,
     },
+    /// dk/2 only: `device:pair-commit {commitment}`, the vessel's commitment
+    /// to its nonce, 64 lower-case hex digits.
+    PairCommit {
+        /// The commitment, checked to be 64 lower-case hex digits.
+        commitment: Cow<'a, str>,
+    },
+    /// dk/2 only: `device:pair-reveal {nonce}`, the vessel's nonce, sent once
+    /// it holds the device's.
+    PairReveal {
+        /// The nonce, checked to be 64 lower-case hex digits.
+        nonce: Cow<'a, str>,
+    },
+    /// dk/2 only: `device:paired` without a token: the person said yes and
+    /// the device's key is pinned.
+    KeyPaired,
+    /// dk/2 only: `device:closing {code, reason}`, sent inside the channel
+    /// before every close the vessel makes, so the device can tell a real
+    /// refusal from a close forged on the path.
+    Closing {
+        /// The close code that follows.
+        code: u16,
+        /// Its reason.
+        reason: Cow<'a, str>,
+    },
 }
 
 /// The known keys of any frame, each as raw JSON; unknown keys are skipped.
@@ -202,6 +307,9 @@ struct RawFrame<'a> {
     code: Option<Scalar<'a>>,
     device_token: Option<Scalar<'a>>,
     input: Option<&'a RawValue>,
+    commitment: Option<Scalar<'a>>,
+    nonce: Option<Scalar<'a>>,
+    reason: Option<Scalar<'a>>,
 }
 
 /// A field that must be a string or a boolean: read directly, without
@@ -210,6 +318,8 @@ struct RawFrame<'a> {
 enum Scalar<'a> {
     Str(Cow<'a, str>),
     Bool(bool),
+    /// A whole number that fits in a u64.
+    Uint(u64),
     Other,
 }
 
@@ -236,8 +346,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
             fn visit_i64<E: de::Error>(self, _: i64) -> Result<Scalar<'a>, E> {
                 Ok(Scalar::Other)
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Scalar<'a>, E> {
-                Ok(Scalar::Other)
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Uint(v))
             }
             fn visit_f64<E: de::Error>(self, _: f64) -> Result<Scalar<'a>, E> {
                 Ok(Scalar::Other)
@@ -284,6 +394,9 @@ enum Key {
     Code,
     DeviceToken,
     Input,
+    Commitment,
+    Nonce,
+    Reason,
     Other,
 }
 
@@ -310,6 +423,9 @@ impl<'de> Deserialize<'de> for Key {
                     "code" => Key::Code,
                     "deviceToken" => Key::DeviceToken,
                     "input" => Key::Input,
+                    "commitment" => Key::Commitment,
+                    "nonce" => Key::Nonce,
+                    "reason" => Key::Reason,
                     _ => Key::Other,
                 })
             }
@@ -359,6 +475,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
                         Key::Capability => &mut frame.capability,
                         Key::Code => &mut frame.code,
                         Key::DeviceToken => &mut frame.device_token,
+                        Key::Commitment => &mut frame.commitment,
+                        Key::Nonce => &mut frame.nonce,
+                        Key::Reason => &mut frame.reason,
                     };
                     *scalar = Some(map.next_value::<Scalar<'de>>()?);
                 }
@@ -382,6 +501,23 @@ fn required_str<'a>(
             frame,
             field,
             expected: "a non-empty string",
+        }),
+    }
+}
+
+/// A required field of 64 lower-case hex digits.
+fn required_hex<'a>(
+    field_value: Option<Scalar<'a>>,
+    frame: &'static str,
+    field: &'static str,
+) -> Result<Cow<'a, str>, FrameError> {
+    let value = field_value.ok_or(FrameError::MissingField { frame, field })?;
+    match value.into_str() {
+        Some(s) if is_hex32(&s) => Ok(s),
+        _ => Err(FrameError::WrongType {
+            frame,
+            field,
+            expected: "64 lower-case hex digits",
         }),
     }
 }
@@ -464,12 +600,29 @@ fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameErro
     serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| not_json(&e, max_depth))
 }
 
-/// The frame type, checked against the known ones.
-fn frame_type(raw: Option<Scalar<'_>>) -> Result<&'static str, FrameError> {
+/// The frame type, checked against those of the channel: v1 knows 8DK's
+/// eight; dk/2 adds the pairing exchange and `device:closing`, and has no
+/// `device:pairing` (its code is never sent).
+fn frame_type(raw: Option<Scalar<'_>>, channel: Channel) -> Result<&'static str, FrameError> {
     let name = raw
         .and_then(Scalar::into_str)
         .ok_or(FrameError::MissingType)?;
-    let known = [HELLO, AUTH, RESULT, EVENT, PAIRING, PAIRED, INVOKE, REVOKED];
+    let known: &[&'static str] = match channel {
+        Channel::V1 => &[HELLO, AUTH, RESULT, EVENT, PAIRING, PAIRED, INVOKE, REVOKED],
+        Channel::Dk2 => &[
+            HELLO,
+            AUTH,
+            RESULT,
+            EVENT,
+            PAIRED,
+            INVOKE,
+            REVOKED,
+            PAIR_COMMIT,
+            PAIR_NONCE,
+            PAIR_REVEAL,
+            CLOSING,
+        ],
+    };
     match known.iter().find(|k| **k == name) {
         Some(kind) => Ok(kind),
         None => {
@@ -496,8 +649,30 @@ impl<'a> DeviceFrame<'a> {
     /// whenever the key is present, `error` only when it is a string); event a
     /// non-empty string capability. A frame only a vessel sends is refused.
     pub fn parse_with(bytes: &'a [u8], limits: FrameLimits) -> Result<DeviceFrame<'a>, FrameError> {
+        Self::parse_on(bytes, limits, Channel::V1)
+    }
+
+    /// [`DeviceFrame::parse_with`] for a connection on `channel`. On v1 it is
+    /// exactly that. On dk/2 `device:auth` carries no token (one sent is
+    /// ignored) and needs its `manifest` ([`DeviceFrame::KeyAuth`]), and
+    /// `device:pair-nonce` is known.
+    pub fn parse_on(
+        bytes: &'a [u8],
+        limits: FrameLimits,
+        channel: Channel,
+    ) -> Result<DeviceFrame<'a>, FrameError> {
         let raw = read_raw(bytes, limits)?;
-        match frame_type(raw.kind)? {
+        match frame_type(raw.kind, channel)? {
+            AUTH if channel == Channel::Dk2 => Ok(DeviceFrame::KeyAuth {
+                device_id: required_str(raw.device_id, AUTH, "deviceId")?,
+                manifest: Cow::Borrowed(raw.manifest.ok_or(FrameError::MissingField {
+                    frame: AUTH,
+                    field: "manifest",
+                })?),
+            }),
+            PAIR_NONCE => Ok(DeviceFrame::PairNonce {
+                nonce: required_hex(raw.nonce, PAIR_NONCE, "nonce")?,
+            }),
             RESULT => {
                 let call_id = required_str(raw.call_id, RESULT, "callId")?;
                 let ok = match raw.ok {
@@ -558,6 +733,8 @@ impl<'a> DeviceFrame<'a> {
             DeviceFrame::Auth { .. } => AUTH,
             DeviceFrame::Result { .. } => RESULT,
             DeviceFrame::Event { .. } => EVENT,
+            DeviceFrame::KeyAuth { .. } => AUTH,
+            DeviceFrame::PairNonce { .. } => PAIR_NONCE,
         }
     }
 
@@ -596,6 +773,16 @@ impl<'a> DeviceFrame<'a> {
             DeviceFrame::Event { capability, data } => DeviceFrame::Event {
                 capability: Cow::Owned(capability.into_owned()),
                 data: data.map(|d| Cow::Owned(d.into_owned())),
+            },
+            DeviceFrame::KeyAuth {
+                device_id,
+                manifest,
+            } => DeviceFrame::KeyAuth {
+                device_id: Cow::Owned(device_id.into_owned()),
+                manifest: Cow::Owned(manifest.into_owned()),
+            },
+            DeviceFrame::PairNonce { nonce } => DeviceFrame::PairNonce {
+                nonce: Cow::Owned(nonce.into_owned()),
             },
         }
     }
@@ -639,6 +826,14 @@ impl Serialize for DeviceFrame<'_> {
                     map.serialize_entry("data", data)?;
                 }
             }
+            DeviceFrame::KeyAuth {
+                device_id,
+                manifest,
+            } => {
+                map.serialize_entry("deviceId", device_id)?;
+                map.serialize_entry("manifest", manifest)?;
+            }
+            DeviceFrame::PairNonce { nonce } => map.serialize_entry("nonce", nonce)?,
         }
         map.end()
     }
@@ -655,8 +850,47 @@ impl<'a> VesselFrame<'a> {
 
     /// [`VesselFrame::parse`] with explicit limits.
     pub fn parse_with(bytes: &'a [u8], limits: FrameLimits) -> Result<VesselFrame<'a>, FrameError> {
+        Self::parse_on(bytes, limits, Channel::V1)
+    }
+
+    /// [`VesselFrame::parse_with`] for a connection on `channel`. On dk/2
+    /// `device:paired` carries no token ([`VesselFrame::KeyPaired`]; a
+    /// token key is ignored), `device:pairing` does not exist, and the
+    /// pairing exchange and `device:closing` are known.
+    pub fn parse_on(
+        bytes: &'a [u8],
+        limits: FrameLimits,
+        channel: Channel,
+    ) -> Result<VesselFrame<'a>, FrameError> {
         let raw = read_raw(bytes, limits)?;
-        match frame_type(raw.kind)? {
+        match frame_type(raw.kind, channel)? {
+            PAIRED if channel == Channel::Dk2 => Ok(VesselFrame::KeyPaired),
+            PAIR_COMMIT => Ok(VesselFrame::PairCommit {
+                commitment: required_hex(raw.commitment, PAIR_COMMIT, "commitment")?,
+            }),
+            PAIR_REVEAL => Ok(VesselFrame::PairReveal {
+                nonce: required_hex(raw.nonce, PAIR_REVEAL, "nonce")?,
+            }),
+            CLOSING => {
+                let code = match raw.code {
+                    Some(Scalar::Uint(code)) => u16::try_from(code).ok(),
+                    _ => None,
+                }
+                .ok_or(FrameError::WrongType {
+                    frame: CLOSING,
+                    field: "code",
+                    expected: "a close code",
+                })?;
+                let reason = match raw.reason {
+                    None => Cow::Borrowed(""),
+                    Some(value) => value.into_str().ok_or(FrameError::WrongType {
+                        frame: CLOSING,
+                        field: "reason",
+                        expected: "a string",
+                    })?,
+                };
+                Ok(VesselFrame::Closing { code, reason })
+            }
             INVOKE => {
                 let call_id = required_str(raw.call_id, INVOKE, "callId")?;
                 let capability = required_str(raw.capability, INVOKE, "capability")?;
@@ -705,6 +939,10 @@ impl<'a> VesselFrame<'a> {
             VesselFrame::Paired { .. } => PAIRED,
             VesselFrame::Invoke { .. } => INVOKE,
             VesselFrame::Revoked { .. } => REVOKED,
+            VesselFrame::PairCommit { .. } => PAIR_COMMIT,
+            VesselFrame::PairReveal { .. } => PAIR_REVEAL,
+            VesselFrame::KeyPaired => PAIRED,
+            VesselFrame::Closing { .. } => CLOSING,
         }
     }
 
@@ -737,6 +975,15 @@ impl Serialize for VesselFrame<'_> {
                 if let Some(capability) = capability {
                     map.serialize_entry("capability", capability)?;
                 }
+            }
+            VesselFrame::PairCommit { commitment } => {
+                map.serialize_entry("commitment", commitment)?;
+            }
+            VesselFrame::PairReveal { nonce } => map.serialize_entry("nonce", nonce)?,
+            VesselFrame::KeyPaired => {}
+            VesselFrame::Closing { code, reason } => {
+                map.serialize_entry("code", code)?;
+                map.serialize_entry("reason", reason)?;
             }
         }
         map.end()

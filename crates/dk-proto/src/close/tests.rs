@@ -35,8 +35,9 @@ fn every_close_code_has_its_number_reason_and_retry() {
     check_code(Dead, 4009, Some("no answer to pings"), true);
     check_code(PairingLimit, 4010, None, true);
     check_code(AdmissionRefused, 4011, None, false);
-    assert_eq!(CloseCode::ALL.len(), 16);
-    for number in [0, 999, 1002, 1006, 3999, 4012, u16::MAX] {
+    check_code(SecureChannel, 4012, Some("secure channel failed"), true);
+    assert_eq!(CloseCode::ALL.len(), 17);
+    for number in [0, 999, 1002, 1006, 3999, 4013, u16::MAX] {
         assert_eq!(CloseCode::from_code(number), None, "{number}");
     }
 }

@@ -258,3 +258,149 @@ proptest! {
         let _ = VesselFrame::parse(text.as_bytes());
     }
 }
+
+#[test]
+fn v1_knows_none_of_the_dk2_frames() {
+    for text in [
+        r#"{"type":"device:pair-nonce","nonce":"a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0"}"#,
+        r#"{"type":"device:pair-commit","commitment":"a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0"}"#,
+        r#"{"type":"device:closing","code":4002,"reason":"authentication failed"}"#,
+    ] {
+        assert!(
+            matches!(DeviceFrame::parse(text.as_bytes()), Err(FrameError::UnknownType(_))),
+            "{text}"
+        );
+        assert!(
+            matches!(VesselFrame::parse(text.as_bytes()), Err(FrameError::UnknownType(_))),
+            "{text}"
+        );
+    }
+    // A v1 auth still needs its token.
+    let auth = br#"{"type":"device:auth","deviceId":"lamp","manifest":{}}"#;
+    assert!(matches!(
+        DeviceFrame::parse(auth),
+        Err(FrameError::MissingField { field: "token", .. })
+    ));
+}
+
+#[test]
+fn dk2_auth_needs_a_manifest_and_ignores_a_token() {
+    let limits = FrameLimits::default();
+    let frame = DeviceFrame::parse_on(
+        br#"{"type":"device:auth","deviceId":"lamp","token":"t0k3n","manifest":{"id":"lamp"}}"#,
+        limits,
+        Channel::Dk2,
+    )
+    .unwrap();
+    assert_eq!(
+        frame.to_json(),
+        r#"{"type":"device:auth","deviceId":"lamp","manifest":{"id":"lamp"}}"#
+    );
+    assert!(matches!(
+        DeviceFrame::parse_on(
+            br#"{"type":"device:auth","deviceId":"lamp","token":"t"}"#,
+            limits,
+            Channel::Dk2
+        ),
+        Err(FrameError::MissingField {
+            field: "manifest",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn dk2_pairing_frames_carry_exactly_64_lower_case_hex_digits() {
+    let limits = FrameLimits::default();
+    let good = "c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0";
+    let reveal = format!(r#"{{"type":"device:pair-reveal","nonce":"{good}"}}"#);
+    let frame = VesselFrame::parse_on(reveal.as_bytes(), limits, Channel::Dk2).unwrap();
+    assert_eq!(frame.to_json(), reveal);
+    let bad = [
+        good.to_uppercase(),
+        good[..63].to_owned(),
+        format!("{good}0"),
+        format!("{}g", &good[..63]),
+        String::new(),
+    ];
+    for nonce in &bad {
+        let text = format!(r#"{{"type":"device:pair-nonce","nonce":"{nonce}"}}"#);
+        assert!(
+            matches!(
+                DeviceFrame::parse_on(text.as_bytes(), limits, Channel::Dk2),
+                Err(FrameError::WrongType { field: "nonce", .. })
+            ),
+            "{nonce}"
+        );
+        let text = format!(r#"{{"type":"device:pair-commit","commitment":"{nonce}"}}"#);
+        assert!(
+            VesselFrame::parse_on(text.as_bytes(), limits, Channel::Dk2).is_err(),
+            "{nonce}"
+        );
+    }
+    let number = br#"{"type":"device:pair-nonce","nonce":12}"#;
+    assert!(DeviceFrame::parse_on(number, limits, Channel::Dk2).is_err());
+    // The device sends the nonce; the vessel never does.
+    let nonce = format!(r#"{{"type":"device:pair-nonce","nonce":"{good}"}}"#);
+    assert!(matches!(
+        VesselFrame::parse_on(nonce.as_bytes(), limits, Channel::Dk2),
+        Err(FrameError::WrongSide(_))
+    ));
+}
+
+#[test]
+fn dk2_has_no_pairing_code_frame_and_a_paired_without_token() {
+    let limits = FrameLimits::default();
+    assert!(matches!(
+        VesselFrame::parse_on(
+            br#"{"type":"device:pairing","code":"123456"}"#,
+            limits,
+            Channel::Dk2
+        ),
+        Err(FrameError::UnknownType(_))
+    ));
+    let paired = VesselFrame::parse_on(br#"{"type":"device:paired"}"#, limits, Channel::Dk2);
+    assert_eq!(paired, Ok(VesselFrame::KeyPaired));
+    assert_eq!(VesselFrame::KeyPaired.to_json(), r#"{"type":"device:paired"}"#);
+}
+
+#[test]
+fn dk2_closing_carries_a_close_code_and_its_reason() {
+    let limits = FrameLimits::default();
+    let frame = VesselFrame::Closing {
+        code: 4002,
+        reason: "authentication failed".into(),
+    };
+    let text = frame.to_json();
+    assert_eq!(
+        text,
+        r#"{"type":"device:closing","code":4002,"reason":"authentication failed"}"#
+    );
+    assert_eq!(
+        VesselFrame::parse_on(text.as_bytes(), limits, Channel::Dk2),
+        Ok(frame)
+    );
+    for bad in [
+        r#"{"type":"device:closing","code":"4002"}"#,
+        r#"{"type":"device:closing","code":70000}"#,
+        r#"{"type":"device:closing","code":-1}"#,
+        r#"{"type":"device:closing","code":4002.5}"#,
+        r#"{"type":"device:closing","code":4002,"reason":7}"#,
+    ] {
+        assert!(
+            VesselFrame::parse_on(bad.as_bytes(), limits, Channel::Dk2).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn channel_names_read_back() {
+    for channel in [Channel::V1, Channel::Dk2] {
+        assert_eq!(Channel::from_name(channel.as_str()), Some(channel));
+        let json = serde_json::to_string(&channel).unwrap();
+        assert_eq!(serde_json::from_str::<Channel>(&json).unwrap(), channel);
+    }
+    assert_eq!(serde_json::to_string(&Channel::Dk2).unwrap(), r#""dk/2""#);
+    assert!(serde_json::from_str::<Channel>(r#""dk/3""#).is_err());
+}
