@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dk_proto::{Manifest, ManifestError, validate_manifest, validate_manifest_json};
+use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
 use rand::Rng;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -105,6 +105,9 @@ pub struct ConsentRequest {
     /// The device says it cannot display the code: nothing proves it is the
     /// device in front of the person, who must confirm that knowingly.
     pub no_screen: bool,
+    /// The channel the device asks on: dk/2 (encrypted, the code computed on
+    /// both sides) or v1 (in clear, the code sent to the device).
+    pub channel: Channel,
 }
 
 /// What a new pairing of an already paired id replaces, and how the new
@@ -367,10 +370,15 @@ pub enum AuthError {
     /// The manifest is not the one the person approved: pair again.
     #[error("manifest changed since pairing: pair again")]
     ManifestChanged,
+    /// The channel was made with another key than the one pinned for the
+    /// device, or the device paired on the other channel.
+    #[error("wrong device key")]
+    WrongKey,
 }
 
 /// A device whose token (and manifest, when it sent one) passed
-/// [`DeviceRegistry::authenticate`]. Only that check makes one.
+/// [`DeviceRegistry::authenticate`], or whose key and manifest passed
+/// [`DeviceRegistry::authenticate_key`]. Only those checks make one.
 #[derive(Debug, Clone)]
 pub struct AuthenticatedDevice {
     device_id: String,
@@ -425,6 +433,8 @@ pub struct PairedDevice {
     manifest: Manifest,
     digest: String,
     token_hash: [u8; 32],
+    /// The static key pinned when the device paired over dk/2.
+    key: Option<[u8; 32]>,
     paired_at: SystemTime,
     generation: u64,
 }
@@ -445,6 +455,19 @@ impl PairedDevice {
     /// The pairing's generation: a new pairing of the same id has a larger one.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+    /// The channel the device paired on, and must authenticate on: dk/2
+    /// when its key is pinned, v1 otherwise.
+    pub fn channel(&self) -> Channel {
+        if self.key.is_some() {
+            Channel::Dk2
+        } else {
+            Channel::V1
+        }
+    }
+    /// The static public key pinned when the device paired over dk/2.
+    pub fn key(&self) -> Option<&[u8; 32]> {
+        self.key.as_ref()
     }
 }
 
@@ -528,6 +551,7 @@ impl DeviceRegistry {
                 digest: stored.digest,
                 manifest,
                 token_hash: stored.token_hash,
+                key: stored.device_key,
                 paired_at: UNIX_EPOCH + Duration::from_millis(stored.paired_at_ms),
                 generation: stored.generation,
             };
@@ -585,8 +609,8 @@ impl DeviceRegistry {
         self.events.subscribe()
     }
 
-    /// Pairs a device. The manifest is validated first (an invalid one never
-    /// reaches the person); then a 6-digit code is drawn, handed to
+    /// Pairs a device over v1. The manifest is validated first (an invalid
+    /// one never reaches the person); then a 6-digit code is drawn, handed to
     /// `show_code` (for the device to display), and the person is asked
     /// through `consent`. No answer within `timeout`, an error or a no pairs
     /// nothing. A yes stores the approved manifest, the token's hash and the
@@ -605,6 +629,48 @@ impl DeviceRegistry {
         let manifest = validate_manifest(manifest).map_err(PairError::InvalidManifest)?;
         let code = pairing_code();
         show_code(&code);
+        self.ask_and_pair(manifest, code, None, consent, timeout)
+            .await
+    }
+
+    /// Pairs a device over dk/2: as [`DeviceRegistry::pair`], but the code
+    /// is the one both sides computed from the channel (never sent), and a
+    /// yes pins `key`, the static key the device made the channel with, as
+    /// its credential, in the same commit as the pairing and its audit
+    /// entry. No token is made for the device to keep.
+    pub async fn pair_with_key<F, Fut, E>(
+        &self,
+        manifest: Manifest,
+        code: String,
+        key: [u8; 32],
+        consent: F,
+        timeout: Duration,
+    ) -> Result<Paired, PairError>
+    where
+        F: FnOnce(ConsentRequest) -> Fut,
+        Fut: Future<Output = Result<ConsentDecision, E>>,
+    {
+        self.ask_and_pair(manifest, code, Some(key), consent, timeout)
+            .await
+    }
+
+    async fn ask_and_pair<F, Fut, E>(
+        &self,
+        manifest: Manifest,
+        code: String,
+        key: Option<[u8; 32]>,
+        consent: F,
+        timeout: Duration,
+    ) -> Result<Paired, PairError>
+    where
+        F: FnOnce(ConsentRequest) -> Fut,
+        Fut: Future<Output = Result<ConsentDecision, E>>,
+    {
+        let channel = if key.is_some() {
+            Channel::Dk2
+        } else {
+            Channel::V1
+        };
         let request = ConsentRequest {
             device_id: manifest.id().to_owned(),
             name: manifest.name().to_owned(),
@@ -622,6 +688,7 @@ impl DeviceRegistry {
                 .collect(),
             replaces: self.replaced(&manifest).map(Box::new),
             no_screen: manifest.no_screen(),
+            channel,
         };
         // What the person is shown as replaced must be what is replaced.
         let seen = self.get(manifest.id()).map(|d| d.generation);
@@ -652,6 +719,7 @@ impl DeviceRegistry {
             digest: manifest.digest(),
             manifest,
             token_hash: sha256(token.expose()),
+            key,
             paired_at: SystemTime::now(),
             generation,
         };
@@ -661,15 +729,18 @@ impl DeviceRegistry {
             manifest_json: device.manifest.to_stored_json(),
             digest: device.digest.clone(),
             token_hash: device.token_hash,
+            device_key: key,
             grants: decision.grant.clone(),
             generation,
             paired_at_ms: epoch_ms(device.paired_at),
         };
-        let audit = audit_event(
-            "paired",
-            json!({"deviceId": device_id, "name": device.manifest.name(), "digest": device.digest,
-                   "grants": decision.grant, "replaced": replaced, "noScreen": device.manifest.no_screen()}),
-        );
+        let mut entry = json!({"deviceId": device_id, "name": device.manifest.name(), "digest": device.digest,
+                   "grants": decision.grant, "replaced": replaced, "noScreen": device.manifest.no_screen(),
+                   "channel": channel, "generation": generation});
+        if let Some(key) = &key {
+            entry["deviceKey"] = Value::from(hex(key));
+        }
+        let audit = audit_event("paired", entry);
         // Committed before the device or the person hears of it.
         self.store
             .put_pairing(&stored, &audit)
@@ -715,17 +786,35 @@ impl DeviceRegistry {
     ) -> Result<AuthenticatedDevice, AuthError> {
         let device = self.get(device_id).ok_or(AuthError::NotPaired)?;
         let presented = sha256(token);
-        if !bool::from(presented.ct_eq(&device.token_hash)) {
+        // A device paired over dk/2 has no token: its key is its credential.
+        if !bool::from(presented.ct_eq(&device.token_hash)) || device.key.is_some() {
             return Err(AuthError::WrongToken);
         }
         if let Some(manifest) = manifest {
-            // Equal validated manifests have equal digests: comparing the
-            // validated form spares serialising and hashing it.
-            match validate_manifest(manifest) {
-                Ok(m) if m == device.manifest => {}
-                _ => return Err(AuthError::ManifestChanged),
-            }
+            check_manifest(&device, manifest)?;
         }
+        Ok(AuthenticatedDevice {
+            device_id: device_id.to_owned(),
+            generation: device.generation,
+        })
+    }
+
+    /// Checks a device reconnecting over dk/2: `key`, the static key its
+    /// channel was made with, must be the one pinned when it paired
+    /// (compared in constant time; a device paired over v1 has none), and
+    /// its manifest must validate to the one the person approved.
+    pub fn authenticate_key(
+        &self,
+        device_id: &str,
+        key: &[u8; 32],
+        manifest: &Value,
+    ) -> Result<AuthenticatedDevice, AuthError> {
+        let device = self.get(device_id).ok_or(AuthError::NotPaired)?;
+        let pinned = device.key.ok_or(AuthError::WrongKey)?;
+        if !bool::from(pinned.ct_eq(key)) {
+            return Err(AuthError::WrongKey);
+        }
+        check_manifest(&device, manifest)?;
         Ok(AuthenticatedDevice {
             device_id: device_id.to_owned(),
             generation: device.generation,
@@ -810,7 +899,7 @@ impl DeviceRegistry {
     /// Grants `capability` on a paired device.
     pub fn grant(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
         let changing = self.changing();
-        {
+        let channel = {
             let devices = self.read();
             let entry = devices
                 .get(device_id)
@@ -824,10 +913,11 @@ impl DeviceRegistry {
             if entry.grants.contains(capability) {
                 return Ok(());
             }
-        }
+            entry.device.channel()
+        };
         let audit = audit_event(
             "granted",
-            json!({"deviceId": device_id, "capability": capability}),
+            json!({"deviceId": device_id, "capability": capability, "channel": channel}),
         );
         self.store
             .set_grant(device_id, capability, true, &audit)
@@ -848,12 +938,13 @@ impl DeviceRegistry {
     /// Fails only when the store cannot commit the change.
     pub fn revoke(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
         let changing = self.changing();
-        if !self.is_granted(device_id, capability) {
-            return Ok(());
-        }
+        let channel = match self.get_with_grant(device_id, capability) {
+            Some((device, true)) => device.channel(),
+            _ => return Ok(()),
+        };
         let audit = audit_event(
             "revoked",
-            json!({"deviceId": device_id, "capability": capability}),
+            json!({"deviceId": device_id, "capability": capability, "channel": channel}),
         );
         self.store
             .set_grant(device_id, capability, false, &audit)
@@ -875,10 +966,13 @@ impl DeviceRegistry {
     /// cannot commit the change.
     pub fn unpair(&self, device_id: &str) -> Result<(), GrantError> {
         let changing = self.changing();
-        if !self.is_paired(device_id) {
+        let Some(device) = self.get(device_id) else {
             return Ok(());
-        }
-        let audit = audit_event("unpaired", json!({"deviceId": device_id}));
+        };
+        let audit = audit_event(
+            "unpaired",
+            json!({"deviceId": device_id, "channel": device.channel()}),
+        );
         self.store
             .delete_pairing(device_id, &audit)
             .map_err(|e| GrantError::NotStored(e.to_string()))?;
@@ -892,6 +986,16 @@ impl DeviceRegistry {
             device_id: device_id.to_owned(),
         });
         Ok(())
+    }
+}
+
+/// Whether `manifest` validates to the one the person approved. Equal
+/// validated manifests have equal digests: comparing the validated form
+/// spares serialising and hashing it.
+fn check_manifest(device: &PairedDevice, manifest: &Value) -> Result<(), AuthError> {
+    match validate_manifest(manifest) {
+        Ok(m) if m == device.manifest => Ok(()),
+        _ => Err(AuthError::ManifestChanged),
     }
 }
 

@@ -334,6 +334,7 @@ fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
             changes: old.changes.into_iter().map(change_body).collect(),
         }),
         no_screen: request.no_screen,
+        channel: request.channel,
     }
 }
 
@@ -519,6 +520,7 @@ async fn devices(State(admin): State<Admin>) -> Json<Vec<api::Device>> {
                 digest: snapshot.device.digest().to_owned(),
                 paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
                 connected: vessel.links().is_connected(m.id()),
+                channel: snapshot.device.channel(),
                 grants: snapshot.grants,
                 capabilities: m
                     .capabilities()

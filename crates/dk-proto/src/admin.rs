@@ -133,6 +133,10 @@ pub struct ConsentRequest {
     pub replaces: Option<Replaced>,
     /// The device says it cannot display the code.
     pub no_screen: bool,
+    /// The channel the device asks on: `dk/2` (encrypted, the code computed
+    /// on both sides) or `v1` (in clear). Absent from an older vessel: v1.
+    #[serde(default)]
+    pub channel: crate::Channel,
 }
 
 /// What a new pairing of an already paired id replaces.
@@ -259,6 +263,10 @@ pub struct Device {
     pub paired_at_ms: u64,
     /// Whether it is connected now.
     pub connected: bool,
+    /// The channel it paired on and reconnects on: `dk/2` or `v1`. Absent
+    /// from an older vessel: v1.
+    #[serde(default)]
+    pub channel: crate::Channel,
     /// The capabilities the person granted.
     pub grants: Vec<String>,
     /// Every capability it declares.

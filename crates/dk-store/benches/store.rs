@@ -59,6 +59,7 @@ fn pairing(id: &str, generation: u64) -> StoredPairing {
         ),
         digest: format!("sha256:{id:0>64}"),
         token_hash: [7; 32],
+        device_key: None,
         grants: vec!["set_power".to_owned(), "brightness".to_owned()],
         generation,
         paired_at_ms: 1_700_000_000_000,

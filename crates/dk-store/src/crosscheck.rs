@@ -1,5 +1,5 @@
-//! The audit log against the state tables. Every pairing (its digest and
-//! grants) and every agent (its scope and role) was changed only in a
+//! The audit log against the state tables. Every pairing (its digest, its
+//! pinned key and its grants) and every agent (its scope and role) was changed only in a
 //! transaction that appended its entry, so replaying the log's `paired`,
 //! `granted`, `revoked`, `unpaired` and `agent` entries gives back exactly
 //! the state the tables hold. A log emptied, or cut back past a change,
@@ -38,6 +38,8 @@ struct LoggedPairing {
     /// The entry that paired it.
     seq: i64,
     digest: Option<String>,
+    /// The pinned dk/2 key, as lower-case hex (`deviceKey`).
+    key: Option<String>,
     /// Each grant with the entry that gave it.
     grants: BTreeMap<String, i64>,
 }
@@ -95,6 +97,7 @@ impl Replay {
                     LoggedPairing {
                         seq,
                         digest: text(&entry, "digest").map(str::to_owned),
+                        key: text(&entry, "deviceKey").map(str::to_owned),
                         grants,
                     },
                 );
@@ -181,7 +184,8 @@ impl Replay {
                 );
                 continue;
             };
-            if logged.digest.as_deref() != Some(pairing.digest.as_str()) {
+            let key = pairing.device_key.map(|key| crate::hex::hex(&key));
+            if logged.digest.as_deref() != Some(pairing.digest.as_str()) || logged.key != key {
                 problem(
                     logged.seq,
                     format!(

@@ -170,8 +170,12 @@ pub struct StoredPairing {
     pub manifest_json: String,
     /// The manifest digest the device authenticates with.
     pub digest: String,
-    /// SHA-256 of the device token.
+    /// SHA-256 of the device token. A device paired over dk/2 has no token
+    /// it knows: this is the hash of one drawn and never sent.
     pub token_hash: [u8; 32],
+    /// The device's static public key, pinned when it paired over dk/2: its
+    /// credential on every reconnect. `None` for a device paired over v1.
+    pub device_key: Option<[u8; 32]>,
     /// Granted capability names. Stored as a set: order and duplicates are
     /// not kept, [`Store::load`] returns them sorted.
     pub grants: Vec<String>,
@@ -187,6 +191,7 @@ impl fmt::Debug for StoredPairing {
             .field("device_id", &self.device_id)
             .field("digest", &self.digest)
             .field("grants", &self.grants)
+            .field("device_key", &self.device_key.is_some())
             .field("generation", &self.generation)
             .field("paired_at_ms", &self.paired_at_ms)
             .finish_non_exhaustive()

@@ -38,7 +38,7 @@ use super::{
 use crate::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 const APPLICATION_ID: i32 = 0x646b_7374;
@@ -110,6 +110,9 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      ) STRICT;
      CREATE INDEX rate_hit_pair ON rate_hit (rule, agent, at_ms);
      CREATE INDEX rate_hit_until ON rate_hit (until_ms);",
+    // 5: the static key a device paired over dk/2 with, pinned as its
+    // credential (NULL for a v1 pairing).
+    "ALTER TABLE pairing ADD COLUMN device_key BLOB;",
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
@@ -614,7 +617,8 @@ fn read_pairings(tx: &Connection) -> Result<Vec<StoredPairing>, StoreError> {
     {
         let mut select = tx
             .prepare(
-                "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms
+                "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms,
+                        device_key
                  FROM pairing ORDER BY device_id",
             )
             .map_err(db)?;
@@ -624,10 +628,15 @@ fn read_pairings(tx: &Connection) -> Result<Vec<StoredPairing>, StoreError> {
             let token_hash = hash32(row.get(3).map_err(db)?, || {
                 format!("the token hash of `{device_id}`")
             })?;
+            let device_key = match row.get::<_, Option<Vec<u8>>>(6).map_err(db)? {
+                None => None,
+                Some(key) => Some(hash32(key, || format!("the key of `{device_id}`"))?),
+            };
             pairings.push(StoredPairing {
                 manifest_json: row.get(1).map_err(db)?,
                 digest: row.get(2).map_err(db)?,
                 token_hash,
+                device_key,
                 grants: Vec::new(),
                 generation: unsigned(
                     row.get(4).map_err(db)?,
@@ -727,12 +736,13 @@ impl Store for SqliteStore {
                 .execute([&pairing.device_id])
                 .map_err(db)?;
             tx.prepare_cached(
-                "INSERT INTO pairing (device_id, manifest_json, digest, token_hash, generation, paired_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO pairing (device_id, manifest_json, digest, token_hash, generation,
+                                      paired_at_ms, device_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (device_id) DO UPDATE SET
                      manifest_json = excluded.manifest_json, digest = excluded.digest,
                      token_hash = excluded.token_hash, generation = excluded.generation,
-                     paired_at_ms = excluded.paired_at_ms",
+                     paired_at_ms = excluded.paired_at_ms, device_key = excluded.device_key",
             )
             .map_err(db)?
             .execute(params![
@@ -741,7 +751,8 @@ impl Store for SqliteStore {
                 pairing.digest,
                 &pairing.token_hash[..],
                 generation,
-                paired_at
+                paired_at,
+                pairing.device_key.as_ref().map(|key| &key[..])
             ])
             .map_err(db)?;
             let mut grant = tx

@@ -46,6 +46,7 @@ fn pairing(id: &str, grants: &[&str], generation: u64) -> StoredPairing {
         manifest_json: format!(r#"{{"deviceId":"{id}","name":"Lamp"}}"#),
         digest: format!("sha256:{id}"),
         token_hash: [generation as u8; 32],
+        device_key: None,
         grants: grants.iter().map(|g| (*g).to_owned()).collect(),
         generation,
         paired_at_ms: 1_700_000_000_000 + generation,
@@ -243,6 +244,7 @@ fn contract_round_trip_secrets_and_audit() {
             manifest_json: r#"{"deviceId":"desk-lamp","name":"Lämp \u2028"}"#.to_owned(),
             digest: "sha256:abc".to_owned(),
             token_hash: std::array::from_fn(|i| i as u8),
+            device_key: None,
             grants: vec!["set_power".to_owned(), "brightness".to_owned()],
             generation: 42,
             paired_at_ms: 1_700_000_000_123,
@@ -253,6 +255,7 @@ fn contract_round_trip_secrets_and_audit() {
         expected.grants.sort();
         assert_eq!(snapshot.pairings, vec![expected], "{name}");
         assert_eq!(snapshot.max_generation, 42, "{name}");
+
 
         // Secrets.
         assert_eq!(store.secret_hash("admin-token").unwrap(), None, "{name}");
@@ -814,7 +817,7 @@ fn ten_thousand_pairings_load_in_one_pass() {
     for i in 0..DEVICES {
         let p = pairing(&format!("device-{i:05}"), &[], i as u64 + 1);
         tx.execute(
-            "INSERT INTO pairing VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO pairing VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)",
             params![
                 p.device_id,
                 p.manifest_json,
@@ -1517,13 +1520,18 @@ fn a_version_1_store_upgrades_keeping_its_pairings() {
     // What a version 1 dk left: no agent, audit_key or rate_hit table, user_version 1.
     {
         let conn = Connection::open(dir.db()).unwrap();
-        conn.execute_batch("DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;
+             ALTER TABLE pairing DROP COLUMN device_key;",
+        )
+        .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
     assert_eq!(user_version(&dir.db()), i64::from(SCHEMA_VERSION));
-    assert_eq!(store.load().unwrap().pairings.len(), 1);
+    let pairings = store.load().unwrap().pairings;
+    assert_eq!(pairings.len(), 1);
+    assert_eq!(pairings[0].device_key, None, "a v1 pairing keeps no key");
     assert!(store.load_agents().unwrap().is_empty());
     let main = stored_agent("main", &["*"], 1);
     store
@@ -2160,8 +2168,10 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
     // What a version 2 dk left: no audit_key or rate_hit table, user_version 2.
     {
         let conn = Connection::open(dir.db()).unwrap();
-        conn.execute_batch("DROP TABLE audit_key; DROP TABLE rate_hit;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE audit_key; DROP TABLE rate_hit; ALTER TABLE pairing DROP COLUMN device_key;",
+        )
+        .unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
     }
     let store = SqliteStore::open(&dir.db()).unwrap();
@@ -2241,4 +2251,54 @@ fn contract_rate_hits() {
         let far = hit("door", "main", u64::MAX - 10, 1);
         assert!(store.put_rate_hit(&far).is_err(), "{name}");
     }
+}
+
+#[test]
+fn a_pinned_key_is_kept_with_its_pairing_and_checked_against_the_log() {
+    for (name, store, _dir) in stores() {
+        let mut keyed = pairing("keyed-lamp", &["a"], 1);
+        keyed.device_key = Some(std::array::from_fn(|i| 255 - i as u8));
+        let mut entry = paired(&keyed, 1);
+        entry.entry["deviceKey"] = serde_json::json!(crate::hex::hex(&keyed.device_key.unwrap()));
+        store.put_pairing(&keyed, &entry).unwrap();
+        let loaded = store.load().unwrap().pairings;
+        assert_eq!(loaded[0].device_key, keyed.device_key, "{name}");
+        assert!(store.verify_audit().unwrap().is_intact(), "{name}");
+
+        // Paired again over v1: the key is gone, and the log says so too.
+        keyed.device_key = None;
+        keyed.generation = 2;
+        store.put_pairing(&keyed, &paired(&keyed, 2)).unwrap();
+        assert_eq!(store.load().unwrap().pairings[0].device_key, None, "{name}");
+        assert!(store.verify_audit().unwrap().is_intact(), "{name}");
+    }
+}
+
+#[test]
+fn a_key_swapped_in_the_table_does_not_match_the_log() {
+    let dir = TempDir::new();
+    let mut keyed = pairing("keyed-lamp", &["a"], 1);
+    keyed.device_key = Some([7; 32]);
+    let mut entry = paired(&keyed, 1);
+    entry.entry["deviceKey"] = serde_json::json!(crate::hex::hex(&[7; 32]));
+    {
+        let store = SqliteStore::open(&dir.db()).unwrap();
+        store.put_pairing(&keyed, &entry).unwrap();
+        assert!(store.verify_audit().unwrap().is_intact());
+    }
+    Connection::open(dir.db())
+        .unwrap()
+        .execute_batch("UPDATE pairing SET device_key = zeroblob(32);")
+        .unwrap();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let report = store.verify_audit().unwrap();
+    assert!(!report.is_intact());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.detail.contains("keyed-lamp")),
+        "{:?}",
+        report.problems
+    );
 }

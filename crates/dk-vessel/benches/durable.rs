@@ -190,6 +190,7 @@ fn write_pairings(path: &Path) -> Result<(), BoxError> {
             manifest_json: manifest.to_stored_json(),
             digest: manifest.digest(),
             token_hash: Sha256::digest(token.as_bytes()).into(),
+            device_key: None,
             grants: vec!["read_light".to_owned()],
             generation: i as u64 + 1,
             paired_at_ms: now_ms(),

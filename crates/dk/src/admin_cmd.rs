@@ -499,9 +499,10 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
                 print_list(json, &list, "no paired devices", None, |d: &api::Device| {
                     let state = if d.connected { "connected" } else { "offline" };
                     println!(
-                        "{} ({}) {state}; granted: {}",
+                        "{} ({}) {state}, {}; granted: {}",
                         printable(&d.id),
                         printable(&d.name),
+                        crate::prompt::channel_words(d.channel),
                         joined(&d.grants)
                     );
                 })?;

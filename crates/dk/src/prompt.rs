@@ -113,6 +113,14 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
     }
 }
 
+/// How a channel reads in a prompt or a listing.
+pub(crate) fn channel_words(channel: dk_proto::Channel) -> &'static str {
+    match channel {
+        dk_proto::Channel::Dk2 => "encrypted (dk/2)",
+        dk_proto::Channel::V1 => "NOT encrypted (v1)",
+    }
+}
+
 fn show(prompt: &PendingPrompt) {
     println!();
     match &prompt.prompt {
@@ -124,6 +132,7 @@ fn show(prompt: &PendingPrompt) {
                 request.device_id,
                 printable(&request.kind)
             );
+            println!("  channel  {}", channel_words(request.channel));
             if let Some(old) = &request.replaces {
                 let grants = if old.grants.is_empty() {
                     "nothing".to_owned()

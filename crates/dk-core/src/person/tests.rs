@@ -21,6 +21,7 @@ fn consent() -> ConsentRequest {
         }],
         replaces: None,
         no_screen: false,
+        channel: dk_proto::Channel::V1,
     }
 }
 

@@ -1167,10 +1167,12 @@ fn pending_bodies_are_the_prompts_json() {
             ],
         })),
         no_screen: false,
+        channel: dk_proto::Channel::Dk2,
     };
     let first = ConsentRequest {
         replaces: None,
         no_screen: true,
+        channel: dk_proto::Channel::V1,
         ..consent.clone()
     };
     let approval = crate::adapter::ApprovalRequest {

@@ -94,7 +94,7 @@ fn answers_round_trip_in_the_routes_key_order() {
     check(
         concat!(
             r#"{"id":"desk-lamp","name":"Desk lamp","kind":"lamp","version":"0.1.0","digest":"ab12","#,
-            r#""pairedAtMs":1700000000000,"connected":true,"grants":["set_light"],"capabilities":"#,
+            r#""pairedAtMs":1700000000000,"connected":true,"channel":"dk/2","grants":["set_light"],"capabilities":"#,
             r#"[{"name":"set_light","kind":"actuator","description":"Set the lamp.","confirm":false}]}"#
         ),
         &Device {
@@ -105,6 +105,7 @@ fn answers_round_trip_in_the_routes_key_order() {
             digest: "ab12".to_owned(),
             paired_at_ms: 1_700_000_000_000,
             connected: true,
+            channel: crate::Channel::Dk2,
             grants: vec!["set_light".to_owned()],
             capabilities: vec![DeviceCapability {
                 name: "set_light".to_owned(),
@@ -222,7 +223,7 @@ fn pending_prompts_round_trip_in_the_routes_key_order() {
         r#""differences":[{"what":"kind","was":"sensor","now":"actuator"},{"what":"confirm","was":false,"now":true},"#,
         r#"{"what":"params"},{"what":"description"}],"summary":"unlock: changed"},"#,
         r#"{"capability":"siren","change":"added","differences":[],"summary":"siren: added"}]},"#,
-        r#""noScreen":false}}"#
+        r#""noScreen":false,"channel":"dk/2"}}"#
     );
     let pending: Pending = serde_json::from_str(consent).unwrap();
     let Prompt::Consent(request) = &pending.prompt else {
@@ -242,10 +243,17 @@ fn pending_prompts_round_trip_in_the_routes_key_order() {
 
     let first = concat!(
         r#"{"id":8,"expiresAtMs":9,"kind":"consent","request":{"deviceId":"lamp","name":"Lamp","#,
-        r#""kind":"lamp","code":"000001","capabilities":[],"replaces":null,"noScreen":true}}"#
+        r#""kind":"lamp","code":"000001","capabilities":[],"replaces":null,"noScreen":true,"channel":"v1"}}"#
     );
     let pending: Pending = serde_json::from_str(first).unwrap();
     assert_eq!(serde_json::to_string(&pending).unwrap(), first);
+    // An older vessel sends no channel: it spoke v1.
+    let older = first.replace(r#","channel":"v1""#, "");
+    let pending: Pending = serde_json::from_str(&older).unwrap();
+    let Prompt::Consent(request) = &pending.prompt else {
+        panic!("{pending:?}")
+    };
+    assert_eq!(request.channel, crate::Channel::V1);
 
     let approval = concat!(
         r#"{"id":9,"expiresAtMs":10,"kind":"approval","request":{"tool":"device__front_door__unlock","#,

@@ -757,6 +757,7 @@ fn policy_lint_knows_declared_params() {
             manifest_json: manifest.to_stored_json(),
             digest: manifest.digest(),
             token_hash: [7; 32],
+            device_key: None,
             grants: vec!["set_target".to_owned()],
             generation: 1,
             paired_at_ms: 1,
