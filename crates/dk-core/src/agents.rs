@@ -326,7 +326,7 @@ pub enum AgentError {
     BadHash(String),
     /// The store refused or failed the change; nothing changed.
     #[error("the change could not be stored: {0}")]
-    Store(StoreError),
+    Store(#[source] StoreError),
 }
 
 /// Receives an audit entry (`kind`, entry) for every change.

@@ -70,7 +70,7 @@ pub enum ConfigError {
     },
     /// `[runLimits]` is refused by the run-limit rules.
     #[error("`runLimits`: {0}")]
-    RunLimits(dk_policy::InputError),
+    RunLimits(#[source] dk_policy::InputError),
     /// `[runLimits]` sets a limit the vessel does not enforce (model turns,
     /// provider calls, bytes, tokens: the host that runs the model counts
     /// those).

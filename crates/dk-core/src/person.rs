@@ -107,7 +107,7 @@ pub enum AnswerError {
     NotRememberable(u64),
     /// The allowance was not made; the prompt is still open.
     #[error("{1}: call {0} is still waiting for an answer")]
-    NotRemembered(u64, AllowanceError),
+    NotRemembered(u64, #[source] AllowanceError),
 }
 
 /// Why the person was not asked.

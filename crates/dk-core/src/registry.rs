@@ -306,7 +306,7 @@ impl ConsentDecision {
 pub enum PairError {
     /// The manifest failed validation; the person was never asked.
     #[error("invalid manifest: {0}")]
-    InvalidManifest(ManifestError),
+    InvalidManifest(#[source] ManifestError),
     /// The person said no, the consent callback failed, or no answer came in time.
     #[error("the person did not approve pairing")]
     NotApproved,
@@ -316,7 +316,7 @@ pub enum PairError {
     NoScreenNotConfirmed,
     /// The store could not commit the pairing; nothing was paired.
     #[error("the pairing could not be saved: {0}")]
-    NotStored(String),
+    NotStored(#[source] StoreError),
     /// The grant named capabilities the device does not declare.
     #[error("grant names unknown capability: {}", .0.join(", "))]
     UnknownGrant(Vec<String>),
@@ -346,7 +346,7 @@ pub enum GrantError {
     NotPaired(String),
     /// The store could not commit the change; nothing changed.
     #[error("the change could not be saved: {0}")]
-    NotStored(String),
+    NotStored(#[source] StoreError),
     /// The device declares no such capability.
     #[error("device \"{device}\" has no capability \"{capability}\"")]
     NoSuchCapability {
@@ -744,7 +744,7 @@ impl DeviceRegistry {
         // Committed before the device or the person hears of it.
         self.store
             .put_pairing(&stored, &audit)
-            .map_err(|e| PairError::NotStored(e.to_string()))?;
+            .map_err(PairError::NotStored)?;
         let token_hash = device.token_hash;
         let replaced_entry = self.write().insert(
             device_id.clone(),
@@ -921,7 +921,7 @@ impl DeviceRegistry {
         );
         self.store
             .set_grant(device_id, capability, true, &audit)
-            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+            .map_err(GrantError::NotStored)?;
         if let Some(entry) = self.write().get_mut(device_id) {
             entry.grants.insert(capability.to_owned());
         }
@@ -948,7 +948,7 @@ impl DeviceRegistry {
         );
         self.store
             .set_grant(device_id, capability, false, &audit)
-            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+            .map_err(GrantError::NotStored)?;
         if let Some(entry) = self.write().get_mut(device_id) {
             entry.grants.remove(capability);
         }
@@ -975,7 +975,7 @@ impl DeviceRegistry {
         );
         self.store
             .delete_pairing(device_id, &audit)
-            .map_err(|e| GrantError::NotStored(e.to_string()))?;
+            .map_err(GrantError::NotStored)?;
         if let Some(old) = self.write().remove(device_id) {
             self.token_hashes_mut().remove(&old.device.token_hash);
         }

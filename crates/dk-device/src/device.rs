@@ -55,7 +55,7 @@ impl From<String> for HandlerError {
 pub enum DefineError {
     /// The manifest breaks a v1 rule.
     #[error("invalid manifest: {0}")]
-    InvalidManifest(ManifestError),
+    InvalidManifest(#[source] ManifestError),
     /// A capability of the manifest has no handler (the first one, in
     /// manifest order).
     #[error("no handler for capability \"{0}\"")]

@@ -31,7 +31,7 @@ pub enum AdminClientError {
     /// The vessel's socket was refused (not a socket of this user) or
     /// nothing answers on it.
     #[error("cannot reach the vessel: {0}")]
-    Socket(PrivateFileError),
+    Socket(#[source] PrivateFileError),
     /// The HTTP exchange failed.
     #[error("admin request failed: {0}")]
     Http(String),

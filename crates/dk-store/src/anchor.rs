@@ -17,7 +17,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use super::{AuditHead, StoreError};
+use super::{AuditHead, Cause, StoreError};
 
 /// The largest head file read: `SEQ:HASH` and a newline fit many times.
 const MAX_HEAD_FILE: u64 = 1024;
@@ -67,25 +67,28 @@ impl AuditHead {
     /// file that is not a regular file, cannot be read or does not hold
     /// `SEQ:HASH` is an error.
     pub fn read_from(path: &Path) -> Result<Option<AuditHead>, StoreError> {
-        let refused = |reason: String| StoreError::HeadFile {
+        let refused = |reason: Cause| StoreError::HeadFile {
             path: path.display().to_string(),
             reason,
         };
         let metadata = match std::fs::symlink_metadata(path) {
             Ok(metadata) => metadata,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(refused(error.to_string())),
+            Err(error) => return Err(refused(Cause::new(error))),
         };
         if !metadata.is_file() {
-            return Err(refused("it is not a regular file".to_owned()));
+            return Err(refused(Cause::msg("it is not a regular file")));
         }
         if metadata.len() > MAX_HEAD_FILE {
-            return Err(refused(format!("it is {} bytes long", metadata.len())));
+            return Err(refused(Cause::msg(format!(
+                "it is {} bytes long",
+                metadata.len()
+            ))));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| refused(e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| refused(Cause::new(e)))?;
         text.parse()
             .map(Some)
-            .map_err(|error: HeadSyntaxError| refused(error.to_string()))
+            .map_err(|error: HeadSyntaxError| refused(Cause::new(error)))
     }
 
     /// Keeps this head in `path`, replacing what was there at once, mode

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::Cause;
 use super::hex::hex;
 
 /// SHA-256's block size, in bytes.
@@ -65,8 +66,9 @@ pub enum AuditKeyError {
     Io {
         /// The file.
         path: String,
-        /// Why.
-        reason: String,
+        /// Why: the file system's error.
+        #[source]
+        reason: Cause,
     },
     /// It is a directory, a link or anything but a regular file.
     #[error("the audit key file `{path}` is not a regular file")]
@@ -123,7 +125,7 @@ impl AuditKey {
         let shown = path.display().to_string();
         let io = |error: std::io::Error| AuditKeyError::Io {
             path: shown.clone(),
-            reason: error.to_string(),
+            reason: Cause::new(error),
         };
         let listed = std::fs::symlink_metadata(path).map_err(io)?;
         if !listed.is_file() {
@@ -164,7 +166,7 @@ impl AuditKey {
         crate::private::write_private_file(path, format!("{}\n", hex(&key.0)).as_bytes()).map_err(
             |error| AuditKeyError::Io {
                 path: path.display().to_string(),
-                reason: std::io::Error::from(error).to_string(),
+                reason: Cause::new(std::io::Error::from(error)),
             },
         )?;
         Ok(key)

@@ -48,6 +48,7 @@
 
 mod anchor;
 mod audit;
+mod cause;
 mod crosscheck;
 mod hex;
 #[cfg(feature = "sqlite")]
@@ -69,6 +70,7 @@ pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
 };
 pub use audit::{canonical_json, cut_for_audit, cut_for_audit_with, fits_in_entry};
+pub use cause::Cause;
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]

@@ -8,6 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::Cause;
+
 /// Durable state of a vessel: pairings with their grants, secret hashes and
 /// the audit log. Every method is one transaction; a method that changes
 /// pairings or grants appends its audit event in the same transaction and
@@ -375,8 +377,9 @@ pub enum StoreError {
     Open {
         /// The path.
         path: String,
-        /// Why.
-        reason: String,
+        /// Why: the file system's or the database's error.
+        #[source]
+        reason: Cause,
     },
     /// The database was written by a newer dk with a schema this one does
     /// not know.
@@ -392,9 +395,10 @@ pub enum StoreError {
     /// The file is not a dk store, or its content is not what dk writes.
     #[error("the store is corrupt: {0}")]
     Corrupt(String),
-    /// The database reported an error.
+    /// The database reported an error (its own, the
+    /// [`source`](std::error::Error::source)).
     #[error("database error: {0}")]
-    Database(String),
+    Database(#[source] Cause),
     /// No pairing with this device id.
     #[error("no paired device `{0}`")]
     UnknownDevice(String),
@@ -440,7 +444,9 @@ pub enum StoreError {
     HeadFile {
         /// The head file.
         path: String,
-        /// Why.
-        reason: String,
+        /// Why: the file system's error, or what the file holds instead
+        /// of a head.
+        #[source]
+        reason: Cause,
     },
 }

@@ -32,7 +32,7 @@ use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, RateHit, Snapshot, Store, StoreError, StoredPairing,
+    AuditEntry, AuditEvent, AuditHead, Cause, RateHit, Snapshot, Store, StoreError, StoredPairing,
     VerifyReport,
 };
 use crate::StoredAgent;
@@ -149,7 +149,8 @@ pub struct AuditOptions {
     pub key: Option<AuditKey>,
 }
 
-/// The database's error as text, with corruption told apart.
+/// The database's error, kept as the [`StoreError::Database`]'s source;
+/// corruption is told apart (as text, like every [`StoreError::Corrupt`]).
 fn db(error: rusqlite::Error) -> StoreError {
     match &error {
         rusqlite::Error::InvalidColumnType(..)
@@ -159,7 +160,7 @@ fn db(error: rusqlite::Error) -> StoreError {
             Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
                 StoreError::Corrupt(error.to_string())
             }
-            _ => StoreError::Database(error.to_string()),
+            _ => StoreError::Database(Cause::new(error)),
         },
     }
 }
@@ -185,16 +186,16 @@ impl SqliteStore {
     /// written is [`StoreError::HeadFile`].
     pub fn open_with(path: &Path, audit: AuditOptions) -> Result<SqliteStore, StoreError> {
         let shown = path.display().to_string();
-        let open_error = |reason: String| StoreError::Open {
+        let open_error = |reason: Cause| StoreError::Open {
             path: shown.clone(),
             reason,
         };
-        create_private(path).map_err(|error| open_error(error.to_string()))?;
+        create_private(path).map_err(|error| open_error(Cause::new(error)))?;
         let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .map_err(|error| open_error(error.to_string()))?;
+        .map_err(|error| open_error(Cause::new(error)))?;
         configure(&conn).map_err(|error| match error {
             StoreError::Corrupt(reason) => {
                 StoreError::Corrupt(format!("`{shown}` is not a dk store: {reason}"))
@@ -220,7 +221,7 @@ impl SqliteStore {
                 if let Some(file) = &audit.head_file {
                     head.write_to(file).map_err(|error| StoreError::HeadFile {
                         path: file.display().to_string(),
-                        reason: error.to_string(),
+                        reason: Cause::new(error),
                     })?;
                 }
                 Some((seq, key.id()))
@@ -438,7 +439,7 @@ fn check_kept_head(conn: &Connection, file: &Path) -> Result<(), StoreError> {
     }
     head.write_to(file).map_err(|error| StoreError::HeadFile {
         path: shown,
-        reason: error.to_string(),
+        reason: Cause::new(error),
     })
 }
 
@@ -489,9 +490,9 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         .map_err(db)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Database(format!(
+        return Err(StoreError::Database(Cause::msg(format!(
             "journal mode is `{mode}`, WAL could not be set"
-        )));
+        ))));
     }
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(db)?;

@@ -806,6 +806,53 @@ fn damaged_files_are_errors_not_panics() {
     assert!(matches!(error, StoreError::Corrupt(_)), "{error}");
 }
 
+/// The system's error under a store error, found as its source.
+fn io_source<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    error.source()?.downcast_ref::<std::io::Error>()
+}
+
+#[test]
+fn errors_keep_the_error_underneath_as_their_source() {
+    let dir = TempDir::new();
+    let file = dir.root.join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+
+    // A store whose directory is a file.
+    let inside = file.join("dk.db");
+    let error = SqliteStore::open(&inside).unwrap_err();
+    assert!(matches!(error, StoreError::Open { .. }), "{error}");
+    let io = io_source(&error).unwrap();
+    assert_eq!(io.kind(), std::io::ErrorKind::NotADirectory);
+    assert_eq!(
+        error.to_string(),
+        format!("cannot open the store at `{}`: {io}", inside.display())
+    );
+
+    // A head file whose directory is a file.
+    let error = AuditHead::read_from(&file.join("head")).unwrap_err();
+    assert!(matches!(error, StoreError::HeadFile { .. }), "{error}");
+    assert!(io_source(&error).is_some(), "{error}");
+
+    // A head file that holds no head: the syntax error is the source.
+    let head = dir.root.join("head");
+    std::fs::write(&head, "not a head").unwrap();
+    let error = AuditHead::read_from(&head).unwrap_err();
+    let source = std::error::Error::source(&error).unwrap();
+    assert!(source.is::<HeadSyntaxError>(), "{error}");
+
+    // A key file whose directory is a file.
+    let error = AuditKey::load(&file.join("audit.key")).unwrap_err();
+    assert!(matches!(error, AuditKeyError::Io { .. }), "{error}");
+    assert!(io_source(&error).is_some(), "{error}");
+
+    // A cause given as text reads as it, and is its own source.
+    let error = StoreError::Database(Cause::msg("disk full"));
+    assert_eq!(error.to_string(), "database error: disk full");
+    let source = std::error::Error::source(&error).unwrap();
+    assert_eq!(source.to_string(), "disk full");
+    assert!(source.source().is_none());
+}
+
 #[test]
 fn ten_thousand_pairings_load_in_one_pass() {
     const DEVICES: usize = 10_000;
@@ -914,7 +961,7 @@ impl Store for Gated {
         }
         std::thread::sleep(self.pause);
         if self.fail.load(Ordering::Relaxed) {
-            return Err(StoreError::Database("disk full".to_owned()));
+            return Err(StoreError::Database(Cause::msg("disk full")));
         }
         self.inner.append_audit(events)
     }
@@ -1068,7 +1115,7 @@ fn a_failing_store_is_retried_and_nothing_is_lost() {
     // Each flush while the store fails says so; the events stay queued.
     for _ in 0..2 {
         let error = writer.flush().unwrap_err();
-        assert_eq!(error, StoreError::Database("disk full".to_owned()));
+        assert_eq!(error, StoreError::Database(Cause::msg("disk full")));
     }
     assert_eq!((writer.committed(), writer.dropped()), (0, 0));
     writer.record(event("decision", 4));

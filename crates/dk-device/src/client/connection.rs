@@ -257,7 +257,7 @@ where
                 let (path, owned) = (path.clone(), token.to_owned());
                 let written = tokio::task::spawn_blocking(move || write_token(&path, &owned))
                     .await
-                    .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
                 if let Err(source) = written {
                     return Err(token_file_error(&self.options.token_file, source));
                 }

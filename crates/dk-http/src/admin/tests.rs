@@ -734,14 +734,18 @@ impl crate::store::Store for NoAgentWrites {
         _: &crate::agents::StoredAgent,
         _: &crate::store::AuditEvent,
     ) -> Result<(), crate::store::StoreError> {
-        Err(crate::store::StoreError::Database("disk full".into()))
+        Err(crate::store::StoreError::Database(
+            crate::store::Cause::msg("disk full"),
+        ))
     }
     fn delete_agent(
         &self,
         _: &str,
         _: &crate::store::AuditEvent,
     ) -> Result<(), crate::store::StoreError> {
-        Err(crate::store::StoreError::Database("disk full".into()))
+        Err(crate::store::StoreError::Database(
+            crate::store::Cause::msg("disk full"),
+        ))
     }
     fn append_audit(
         &self,
