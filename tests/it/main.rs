@@ -6,6 +6,7 @@
 #![cfg(test)]
 
 mod budget;
+mod dk2;
 mod harness;
 mod hostile;
 mod in_process;

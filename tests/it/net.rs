@@ -35,8 +35,14 @@ pub struct Running {
 }
 
 pub async fn start(limits: Limits) -> Running {
+    start_at("127.0.0.1:0", limits).await
+}
+
+/// A vessel whose `/device` route listens on `bind` (the admin API stays on
+/// loopback). The URL names 127.0.0.1 with the port bound.
+pub async fn start_at(bind: &str, limits: Limits) -> Running {
     let vessel = Vessel::new(PolicySet::empty(), limits);
-    let devices = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let devices = TcpListener::bind(bind).await.unwrap();
     let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let device_addr: SocketAddr = devices.local_addr().unwrap();
     let admin_addr = admin.local_addr().unwrap();
@@ -54,7 +60,7 @@ pub async fn start(limits: Limits) -> Running {
     });
     Running {
         vessel,
-        device_url: format!("ws://{device_addr}/device"),
+        device_url: format!("ws://127.0.0.1:{}/device", device_addr.port()),
         admin: AdminClient::new(admin_addr, token),
         stop,
         server: Some(server),
@@ -62,6 +68,12 @@ pub async fn start(limits: Limits) -> Running {
 }
 
 impl Running {
+    /// The same vessel, with devices reaching it at `url` (through a proxy).
+    pub fn with_device_url(mut self, url: String) -> Running {
+        self.device_url = url;
+        self
+    }
+
     /// Stops the vessel and waits for it.
     pub async fn stop(mut self) {
         self.stop.send_replace(true);

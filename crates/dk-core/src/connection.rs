@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use dk_policy::{AdmissionError, DeviceClass};
 use dk_proto::{
-    CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, LinkClosed, PairingLimit,
+    Channel, CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, LinkClosed, PairingLimit,
     StreamChunk, StreamingFrame, VesselFrame,
 };
 use futures::{Sink, SinkExt, Stream, StreamExt};
@@ -29,9 +29,13 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::link::{CallCorrelator, DeviceEvent, DeviceLink, Handled};
-use crate::registry::{AuthError, PairedDevice, RegistryEvent};
+use crate::registry::{AuthError, PairError, PairedDevice, RegistryEvent};
 use crate::stream::{ChunkOutcome, StreamSession, message_limit, streaming_class};
 use crate::vessel::{ConnectionPermit, Vessel};
+
+mod secure;
+
+pub use secure::serve_secure_connection;
 
 /// A WebSocket message, whatever library carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +67,14 @@ pub struct ConnectionOutcome {
 /// The one way the vessel makes a close: the reason is cut to fit.
 fn close(code: CloseCode, reason: impl Into<String>) -> CloseFrame {
     CloseFrame::new(code, reason)
+}
+
+/// A pairing ended by a frame out of order (4001).
+fn not_paired(why: &str) -> CloseFrame {
+    close(
+        CloseCode::PairingRefused,
+        format!("pairing did not happen: {why}"),
+    )
 }
 
 fn going_away() -> CloseFrame {
@@ -121,6 +133,22 @@ where
     S: Stream<Item = WireMessage> + Unpin,
     K: Sink<WireMessage> + Unpin,
 {
+    serve_on(vessel, permit, incoming, outgoing, None).await
+}
+
+/// [`serve_connection`], with the frames inside a dk/2 channel when
+/// `secured` says what its handshake established.
+async fn serve_on<S, K>(
+    vessel: &Arc<Vessel>,
+    permit: ConnectionPermit,
+    incoming: S,
+    outgoing: K,
+    secured: Option<Secured>,
+) -> ConnectionOutcome
+where
+    S: Stream<Item = WireMessage> + Unpin,
+    K: Sink<WireMessage> + Unpin,
+{
     let limits = vessel.limits();
     let (frames_tx, frames_rx) = mpsc::channel(limits.max_pending_calls + 16);
     let (close_tx, close_rx) = oneshot::channel();
@@ -137,6 +165,7 @@ where
         malformed: 0,
         tokens: f64::from(limits.max_frames_per_second) * 2.0,
         refilled: Instant::now(),
+        secured,
     };
     let writer = write_loop(outgoing, frames_rx, close_rx, limits.ping_interval);
     let (outcome, ()) = tokio::join!(reader.run(), writer);
@@ -192,6 +221,16 @@ struct Reader<'v, S> {
     malformed: u32,
     tokens: f64,
     refilled: Instant,
+    /// What the dk/2 handshake established; `None` on v1.
+    secured: Option<Secured>,
+}
+
+/// What a dk/2 handshake established: the device's static key and the
+/// handshake hash its pairing code is computed from.
+#[derive(Clone, Copy)]
+struct Secured {
+    remote: [u8; 32],
+    handshake_hash: [u8; 32],
 }
 
 /// The device a connection speaks for, once paired or authenticated.
@@ -236,6 +275,15 @@ where
         self.out.close.take();
         self.outcome.malformed = self.malformed;
         self.outcome
+    }
+
+    /// The channel the connection speaks.
+    fn channel(&self) -> Channel {
+        if self.secured.is_some() {
+            Channel::Dk2
+        } else {
+            Channel::V1
+        }
     }
 
     fn frame_limits(&self) -> FrameLimits {
@@ -328,22 +376,23 @@ where
                 Ok(Some(WireMessage::Text(text))) => break text,
             }
         };
-        let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
-            Ok(frame) => frame,
-            Err(FrameError::TooLarge { max, .. }) => {
-                return Err(Ending::Close(close(
-                    CloseCode::TooLarge,
-                    format!("frames are at most {max} bytes"),
-                )));
-            }
-            Err(e) => {
-                self.out.error(&e.to_string());
-                return Err(Ending::Close(close(
-                    CloseCode::BadHandshake,
-                    "expected device:hello or device:auth",
-                )));
-            }
-        };
+        let frame =
+            match DeviceFrame::parse_on(text.as_bytes(), self.frame_limits(), self.channel()) {
+                Ok(frame) => frame,
+                Err(FrameError::TooLarge { max, .. }) => {
+                    return Err(Ending::Close(close(
+                        CloseCode::TooLarge,
+                        format!("frames are at most {max} bytes"),
+                    )));
+                }
+                Err(e) => {
+                    self.out.error(&e.to_string());
+                    return Err(Ending::Close(close(
+                        CloseCode::BadHandshake,
+                        "expected device:hello or device:auth",
+                    )));
+                }
+            };
         match frame {
             DeviceFrame::Hello { manifest } => {
                 let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
@@ -353,6 +402,17 @@ where
                 // An invalid manifest never reaches the person, so it takes no place.
                 let _waiting = match dk_proto::validate_manifest(&manifest) {
                     Ok(valid) => {
+                        // Off loopback a relay could claim to have no
+                        // screen and so skip the comparison.
+                        if valid.no_screen()
+                            && self.permit.is_off_loopback()
+                            && !self.vessel.limits().no_screen_off_loopback
+                        {
+                            return Err(Ending::Close(close(
+                                CloseCode::PairingRefused,
+                                "no-screen pairing is off on this listener",
+                            )));
+                        }
                         // A streaming kind the vessel would refuse never
                         // reaches the person.
                         if let Some(class) = streaming_class(valid.kind()) {
@@ -378,8 +438,39 @@ where
                     }
                     Err(_) => None,
                 };
-                self.pair(&manifest).await
+                match self.secured {
+                    Some(secured) => self.pair_secured(&manifest, secured).await,
+                    None => self.pair(&manifest).await,
+                }
             }
+            DeviceFrame::KeyAuth {
+                device_id,
+                manifest,
+            } => {
+                let Some(secured) = self.secured else {
+                    return Err(Ending::Close(CloseFrame::canonical(CloseCode::AuthFailed)));
+                };
+                let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
+                match self.vessel.registry().authenticate_key(
+                    &device_id,
+                    &secured.remote,
+                    &manifest,
+                ) {
+                    Ok(device) => Ok(Session {
+                        device_id: device.device_id().to_owned(),
+                        generation: device.generation(),
+                        paired_now: false,
+                        stream: None,
+                    }),
+                    Err(AuthError::ManifestChanged) => Err(Ending::Close(CloseFrame::canonical(
+                        CloseCode::ManifestChanged,
+                    ))),
+                    Err(_) => Err(Ending::Close(CloseFrame::canonical(CloseCode::AuthFailed))),
+                }
+            }
+            DeviceFrame::PairNonce { .. } => Err(Ending::Close(not_paired(
+                "device:pair-nonce before device:hello",
+            ))),
             DeviceFrame::Auth {
                 device_id,
                 token,
@@ -456,6 +547,120 @@ where
                 CloseCode::PairingRefused,
                 e.to_string(),
             ))),
+        }
+    }
+
+    /// Pairs over dk/2: the vessel commits to its nonce, takes the device's,
+    /// reveals its own, and only then asks the person, showing the code
+    /// both sides compute from the channel; nothing sends the code. A yes
+    /// pins the channel's key to the device id. Each side's pairing frame
+    /// comes once and in order: anything else ends the pairing (4001).
+    async fn pair_secured(
+        &mut self,
+        manifest: &Value,
+        secured: Secured,
+    ) -> Result<Session, Ending> {
+        let valid = match dk_proto::validate_manifest(manifest) {
+            Ok(valid) => valid,
+            Err(e) => {
+                return Err(Ending::Close(close(
+                    CloseCode::PairingRefused,
+                    PairError::InvalidManifest(e).to_string(),
+                )));
+            }
+        };
+        let Ok(nv) = dk_channel::random_nonce() else {
+            return Err(Ending::Close(CloseFrame::canonical(
+                CloseCode::SecureChannel,
+            )));
+        };
+        let commitment = dk_channel::commitment(&nv, &secured.handshake_hash);
+        self.out.frame(&VesselFrame::PairCommit {
+            commitment: Cow::Owned(dk_channel::to_hex32(&commitment)),
+        });
+        let nd = self.pairing_nonce().await?;
+        self.out.frame(&VesselFrame::PairReveal {
+            nonce: Cow::Owned(dk_channel::to_hex32(&nv)),
+        });
+        let code = dk_channel::pairing_code(&secured.handshake_hash, &nd, &nv);
+        let person = Arc::clone(self.vessel.person());
+        let consent_timeout = self.vessel.limits().consent_timeout;
+        let pairing = self.vessel.registry().pair_with_key(
+            valid,
+            code,
+            secured.remote,
+            |request| async move {
+                Ok::<_, std::convert::Infallible>(
+                    person.ask_consent(request, consent_timeout).await,
+                )
+            },
+            consent_timeout,
+        );
+        tokio::pin!(pairing);
+        let result = loop {
+            tokio::select! {
+                result = &mut pairing => break result,
+                () = self.vessel.shutting_down() => return Err(Ending::Close(going_away())),
+                // Anything else while the person decides is set aside, but
+                // a second nonce ends the pairing.
+                message = self.incoming.next() => {
+                    if let Some(WireMessage::Text(text)) = &message
+                        && let Ok(DeviceFrame::PairNonce { .. }) = DeviceFrame::parse_on(
+                            text.as_bytes(),
+                            self.frame_limits(),
+                            Channel::Dk2,
+                        )
+                    {
+                        return Err(Ending::Close(not_paired("a second device:pair-nonce")));
+                    }
+                    self.set_aside(message)?;
+                }
+            }
+        };
+        match result {
+            Ok(paired) => {
+                self.out.frame(&VesselFrame::KeyPaired);
+                Ok(Session {
+                    device_id: paired.device_id,
+                    generation: paired.generation,
+                    paired_now: true,
+                    stream: None,
+                })
+            }
+            Err(e) => Err(Ending::Close(close(
+                CloseCode::PairingRefused,
+                e.to_string(),
+            ))),
+        }
+    }
+
+    /// Waits for the device's `device:pair-nonce`, the one frame it may
+    /// send after the commitment, within the handshake deadline.
+    async fn pairing_nonce(&mut self) -> Result<[u8; 32], Ending> {
+        let deadline = Instant::now() + self.vessel.limits().handshake_timeout;
+        loop {
+            let message = tokio::select! {
+                message = tokio::time::timeout_at(deadline, self.incoming.next()) => message,
+                () = self.vessel.shutting_down() => return Err(Ending::Close(going_away())),
+            };
+            let text = match message {
+                Err(_) => return Err(Ending::Close(not_paired("no device:pair-nonce in time"))),
+                Ok(None | Some(WireMessage::Close(_))) => return Err(Ending::Left),
+                Ok(Some(WireMessage::Pong(_))) => continue,
+                Ok(Some(WireMessage::Ping(_))) => {
+                    self.charge().map_err(Ending::Close)?;
+                    continue;
+                }
+                Ok(Some(WireMessage::Binary(_))) => {
+                    return Err(Ending::Close(not_paired("expected device:pair-nonce")));
+                }
+                Ok(Some(WireMessage::Text(text))) => text,
+            };
+            return match DeviceFrame::parse_on(text.as_bytes(), self.frame_limits(), Channel::Dk2) {
+                Ok(DeviceFrame::PairNonce { nonce }) => dk_channel::from_hex32(&nonce)
+                    .ok_or_else(|| Ending::Close(not_paired("expected device:pair-nonce"))),
+                _ => Err(Ending::Close(not_paired("expected device:pair-nonce"))),
+            };
         }
     }
 
@@ -536,19 +741,20 @@ where
             }
             Some(WireMessage::Text(text)) => text,
         };
-        let frame = match DeviceFrame::parse_with(text.as_bytes(), self.frame_limits()) {
-            Ok(frame) => frame,
-            Err(FrameError::TooLarge { max, .. }) => {
-                return ControlFlow::Break(Ending::Close(close(
-                    CloseCode::TooLarge,
-                    format!("frames are at most {max} bytes"),
-                )));
-            }
-            Err(e) => {
-                self.charged()?;
-                return self.malformed(&e.to_string());
-            }
-        };
+        let frame =
+            match DeviceFrame::parse_on(text.as_bytes(), self.frame_limits(), self.channel()) {
+                Ok(frame) => frame,
+                Err(FrameError::TooLarge { max, .. }) => {
+                    return ControlFlow::Break(Ending::Close(close(
+                        CloseCode::TooLarge,
+                        format!("frames are at most {max} bytes"),
+                    )));
+                }
+                Err(e) => {
+                    self.charged()?;
+                    return self.malformed(&e.to_string());
+                }
+            };
         // A result to a pending call answers the vessel: it is bounded by the
         // calls in flight, not by the rate. Anything else was sent unasked.
         let handled = correlator.handle(&frame);

@@ -81,6 +81,27 @@ pub struct Limits {
     /// none; a request that carries one not listed here (a web page acting
     /// as a device) is refused. Empty by default.
     pub device_origins: Vec<String>,
+    /// Where devices may speak plain 8DK v1 (in clear, with a bearer
+    /// token). dk/2 is always offered.
+    pub plain_v1: PlainV1,
+    /// Whether a device that says it has no screen may pair on a listener
+    /// that is not loopback, where a relay cannot be excluded. Off by
+    /// default.
+    pub no_screen_off_loopback: bool,
+}
+
+/// Where a vessel accepts 8DK v1 connections, which travel in clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlainV1 {
+    /// Nowhere: every device must speak dk/2 (for a vessel behind a
+    /// TCP-level proxy, which adds no header to tell it).
+    Never,
+    /// On a loopback listener, from a peer that no proxy header says is
+    /// elsewhere (the default).
+    #[default]
+    Loopback,
+    /// Everywhere, as the person explicitly chose (`--allow-plain-v1`).
+    Everywhere,
 }
 
 /// Caps on the connections one listener holds at once.
@@ -124,6 +145,8 @@ impl Default for Limits {
                 per_address: 1024,
             },
             device_origins: Vec::new(),
+            plain_v1: PlainV1::Loopback,
+            no_screen_off_loopback: false,
         }
     }
 }

@@ -737,8 +737,8 @@ impl DeviceRegistry {
         let mut entry = json!({"deviceId": device_id, "name": device.manifest.name(), "digest": device.digest,
                    "grants": decision.grant, "replaced": replaced, "noScreen": device.manifest.no_screen(),
                    "channel": channel, "generation": generation});
-        if let Some(key) = &key {
-            entry["deviceKey"] = Value::from(hex(key));
+        if let (Some(key), Value::Object(map)) = (&key, &mut entry) {
+            map.insert("deviceKey".to_owned(), Value::from(hex(key)));
         }
         let audit = audit_event("paired", entry);
         // Committed before the device or the person hears of it.

@@ -15,9 +15,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use dk_channel::StaticKey;
 use dk_policy::PolicySet;
 use dk_proto::PairingLimit;
 use serde_json::Value;
@@ -53,6 +54,13 @@ pub struct Stats {
     pub unknown_results: AtomicU64,
     /// Device events dropped because no subscriber listened.
     pub events_dropped: AtomicU64,
+    /// dk/2 handshakes that finished.
+    pub secure_handshakes: AtomicU64,
+    /// dk/2 connections closed 4012: a handshake or record that did not
+    /// hold.
+    pub channel_failures: AtomicU64,
+    /// v1 upgrades refused where plain v1 is not allowed.
+    pub plain_v1_refused: AtomicU64,
     /// The `/device` listener's connections.
     pub device_listener: Arc<ListenerStats>,
     /// The admin API listener's connections.
@@ -140,6 +148,7 @@ pub struct ConnectionPermit {
     address: Option<IpAddr>,
     authenticated: bool,
     connected_at: tokio::time::Instant,
+    off_loopback: bool,
 }
 
 impl fmt::Debug for ConnectionPermit {
@@ -167,6 +176,19 @@ impl ConnectionPermit {
     /// from the connect.
     pub fn accepted_at(&mut self, at: tokio::time::Instant) {
         self.connected_at = self.connected_at.min(at);
+    }
+
+    /// Says the connection did not come over loopback: the listener is on
+    /// another address, or a proxy header says the peer is elsewhere. A
+    /// device that says it has no screen may then pair only when
+    /// [`Limits::no_screen_off_loopback`] allows it.
+    pub fn off_loopback(&mut self) {
+        self.off_loopback = true;
+    }
+
+    /// Whether [`ConnectionPermit::off_loopback`] was said.
+    pub fn is_off_loopback(&self) -> bool {
+        self.off_loopback
     }
 
     /// The connection authenticated: it no longer counts against the
@@ -207,6 +229,9 @@ pub struct Vessel {
     agents: Arc<AgentDirectory>,
     /// Streaming devices: admission, sessions, subscribers.
     streams: crate::stream::Streams,
+    /// The vessel's static key for dk/2: made fresh for a vessel in memory,
+    /// replaced by the one kept in the data directory.
+    identity: RwLock<Option<Arc<StaticKey>>>,
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
@@ -448,7 +473,34 @@ impl Vessel {
             redactor,
             agents,
             streams: crate::stream::Streams::new(),
+            // Without randomness there is no key, and no dk/2.
+            identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
         })
+    }
+
+    /// Uses `key` as the vessel's static key for dk/2 from the next
+    /// connection on (the one kept in the data directory, so devices that
+    /// pinned it still know the vessel after a restart).
+    pub fn set_identity(&self, key: StaticKey) {
+        *self
+            .identity
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(key));
+    }
+
+    /// The vessel's static key for dk/2, if it has one (a vessel whose
+    /// system gave no randomness has none and speaks only v1).
+    pub fn identity(&self) -> Option<Arc<StaticKey>> {
+        self.identity
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The fingerprint of the vessel's static key, as people compare it:
+    /// base32 groups of four (see `docs/PROTOCOL.md`).
+    pub fn fingerprint(&self) -> Option<String> {
+        self.identity().map(|key| key.public().fingerprint())
     }
 
     /// The agents that may use the vessel's tools. A change through the
@@ -702,6 +754,7 @@ impl Vessel {
             address,
             authenticated: false,
             connected_at: tokio::time::Instant::now(),
+            off_loopback: false,
         })
     }
 

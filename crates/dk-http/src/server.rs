@@ -1,8 +1,12 @@
 //! The `/device` WebSocket route: refuses an upgrade a web page could have
 //! made (an `Origin` not allowed, a `Host` that does not name a loopback
 //! listener), admits a connection (total and per-address limits), upgrades
-//! it, and hands it to [`serve_connection`](crate::serve_connection). axum
-//! and tungstenite types stay inside this module.
+//! it, and hands it to [`serve_secure_connection`](crate::connection::serve_secure_connection)
+//! when the device asks for dk/2 (the subprotocol `dk.2`), else to
+//! [`serve_connection`](crate::serve_connection) for 8DK v1, which is
+//! refused (403, before the upgrade) where the vessel does not allow it:
+//! by default anywhere but loopback. axum and tungstenite types stay inside
+//! this module.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,10 +23,11 @@ use dk_proto::CloseFrame;
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 
-use crate::connection::{WireMessage, serve_connection};
+use crate::connection::{WireMessage, serve_connection, serve_secure_connection};
 use crate::listen::{Accepted, serve_http};
 use crate::origins::{LocalOrigins, single};
 use crate::vessel::Vessel;
+use dk_core::limits::PlainV1;
 
 /// Initial read buffer per device connection.
 const READ_BUFFER_BYTES: usize = 4 * 1024;
@@ -124,6 +129,22 @@ async fn device_route(
         return (StatusCode::FORBIDDEN, why).into_response();
     }
     let vessel = devices.vessel;
+    // A proxy header says the peer is elsewhere, whatever the listener.
+    let off_loopback = devices.hosts.is_none()
+        || headers.contains_key(header::FORWARDED)
+        || headers.contains_key("x-forwarded-for");
+    let secure = offers_dk2(&headers) && vessel.identity().is_some();
+    if !secure && !plain_v1_allowed(vessel.limits().plain_v1, off_loopback) {
+        vessel
+            .stats()
+            .plain_v1_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = serde_json::json!({
+            "error": "this vessel accepts devices here only over dk/2, the encrypted channel: \
+                      the device must ask for the WebSocket subprotocol `dk.2`",
+        });
+        return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+    }
     let mut permit = match vessel.admit(Some(remote.ip())) {
         Ok(permit) => permit,
         Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
@@ -131,41 +152,97 @@ async fn device_route(
     if let Some(axum::Extension(Accepted(at))) = accepted {
         permit.accepted_at(at);
     }
+    if off_loopback {
+        permit.off_loopback();
+    }
     // One byte over the limit still reaches the frame parser, which closes
     // with 1009 and a reason; anything larger is refused by the socket layer.
     // A vessel that admits streaming kinds reads binary messages up to twice
     // the largest chunk cap, so a chunk over its cap is dropped and reported
-    // rather than ending the connection.
-    let max = vessel
-        .limits()
-        .max_frame_bytes
-        .max(vessel.largest_stream_message().unwrap_or(0))
-        .saturating_add(1);
-    upgrade
+    // rather than ending the connection. Over dk/2 every message is one
+    // Noise message: one byte over its limit reaches the channel, which
+    // fails it.
+    let max = if secure {
+        dk_channel::MAX_MESSAGE + 1
+    } else {
+        vessel
+            .limits()
+            .max_frame_bytes
+            .max(vessel.largest_stream_message().unwrap_or(0))
+            .saturating_add(1)
+    };
+    let upgrade = upgrade
         .max_message_size(max)
         .max_frame_size(max)
         // The socket layer's default read buffer (128 KiB, zero-filled) would
         // dominate an idle connection's memory; it grows when a frame needs it.
-        .read_buffer_size(READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| async move {
-            serve_socket(&vessel, permit, socket).await;
+        .read_buffer_size(READ_BUFFER_BYTES);
+    if secure {
+        upgrade
+            .protocols([dk_channel::SUBPROTOCOL])
+            .on_upgrade(move |socket| async move {
+                serve_socket(&vessel, permit, socket, true).await;
+            })
+    } else {
+        upgrade.on_upgrade(move |socket| async move {
+            serve_socket(&vessel, permit, socket, false).await;
         })
+    }
+}
+
+/// Whether the upgrade asks for dk/2: `dk.2` among the offered subprotocols
+/// (an offer that lists it among others selects it).
+fn offers_dk2(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|offered| offered.trim() == dk_channel::SUBPROTOCOL)
+}
+
+/// Whether a v1 upgrade may go on: as the vessel's configuration says, and
+/// by default only on loopback.
+fn plain_v1_allowed(policy: PlainV1, off_loopback: bool) -> bool {
+    match policy {
+        PlainV1::Never => false,
+        PlainV1::Loopback => !off_loopback,
+        PlainV1::Everywhere => true,
+    }
 }
 
 async fn serve_socket(
     vessel: &Arc<Vessel>,
     permit: crate::vessel::ConnectionPermit,
     socket: WebSocket,
+    secure: bool,
 ) {
     let (sink, stream) = socket.split();
-    // A socket error ends the stream: the connection is gone.
-    let incoming = stream
-        .take_while(|message| std::future::ready(message.is_ok()))
-        .filter_map(|message| std::future::ready(message.ok().map(from_ws)));
     let outgoing =
         sink.with(|message: WireMessage| std::future::ready(Ok::<_, axum::Error>(to_ws(message))));
-    let incoming = Box::pin(incoming);
-    let outcome = serve_connection(vessel, permit, incoming, outgoing).await;
+    let outcome = if secure {
+        // A message the socket layer refused (over the size limit) fails the
+        // channel: it is passed on as the one thing dk/2 never accepts, a
+        // text message, and the stream ends there.
+        let incoming = stream
+            .scan(false, |failed, message| {
+                if *failed {
+                    return std::future::ready(None);
+                }
+                *failed = message.is_err();
+                std::future::ready(Some(
+                    message.map_or_else(|_| WireMessage::Text(String::new()), from_ws),
+                ))
+            })
+            .boxed();
+        serve_secure_connection(vessel, permit, incoming, outgoing).await
+    } else {
+        // A socket error ends the stream: the connection is gone.
+        let incoming = stream
+            .take_while(|message| std::future::ready(message.is_ok()))
+            .filter_map(|message| std::future::ready(message.ok().map(from_ws)));
+        serve_connection(vessel, permit, Box::pin(incoming), outgoing).await
+    };
     tracing::debug!(device = ?outcome.device_id, closed = ?outcome.closed_with, "device connection ended");
 }
 

@@ -256,7 +256,6 @@ fn contract_round_trip_secrets_and_audit() {
         assert_eq!(snapshot.pairings, vec![expected], "{name}");
         assert_eq!(snapshot.max_generation, 42, "{name}");
 
-
         // Secrets.
         assert_eq!(store.secret_hash("admin-token").unwrap(), None, "{name}");
         store.put_secret_hash("admin-token", [7; 32]).unwrap();

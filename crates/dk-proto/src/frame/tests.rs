@@ -267,11 +267,17 @@ fn v1_knows_none_of_the_dk2_frames() {
         r#"{"type":"device:closing","code":4002,"reason":"authentication failed"}"#,
     ] {
         assert!(
-            matches!(DeviceFrame::parse(text.as_bytes()), Err(FrameError::UnknownType(_))),
+            matches!(
+                DeviceFrame::parse(text.as_bytes()),
+                Err(FrameError::UnknownType(_))
+            ),
             "{text}"
         );
         assert!(
-            matches!(VesselFrame::parse(text.as_bytes()), Err(FrameError::UnknownType(_))),
+            matches!(
+                VesselFrame::parse(text.as_bytes()),
+                Err(FrameError::UnknownType(_))
+            ),
             "{text}"
         );
     }
@@ -361,7 +367,10 @@ fn dk2_has_no_pairing_code_frame_and_a_paired_without_token() {
     ));
     let paired = VesselFrame::parse_on(br#"{"type":"device:paired"}"#, limits, Channel::Dk2);
     assert_eq!(paired, Ok(VesselFrame::KeyPaired));
-    assert_eq!(VesselFrame::KeyPaired.to_json(), r#"{"type":"device:paired"}"#);
+    assert_eq!(
+        VesselFrame::KeyPaired.to_json(),
+        r#"{"type":"device:paired"}"#
+    );
 }
 
 #[test]

@@ -1,0 +1,365 @@
+//! dk/2 on the vessel's side: the Noise handshake over WebSocket binary
+//! messages, then every frame sealed into records on the way out and opened
+//! back on the way in, so the connection logic runs unchanged on the frames
+//! inside the channel.
+//!
+//! The handshake must finish, and the first frame arrive, within the
+//! handshake deadline counted from the connect. Whatever fails in the
+//! channel (a handshake message of the wrong length or that does not
+//! decrypt, a record replayed, reordered or altered, a text message after
+//! the handshake, a Noise message over 65,535 bytes) closes with one code,
+//! 4012 `secure channel failed`: the device learns nothing of which check
+//! it failed. Pings, pongs and the close travel outside the channel, as
+//! WebSocket control frames; before every close it makes after the
+//! handshake, the vessel sends the code and reason inside the channel
+//! (`device:closing`), so the device can tell a refusal from a close forged
+//! on the path.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use dk_channel::{Established, FrameKind, OpenError, OpenedFrame, Opener, RecordLimits, Sealer};
+use dk_proto::{CloseCode, CloseFrame, VesselFrame};
+use futures::channel::mpsc;
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use tokio::time::Instant;
+
+use super::{ConnectionOutcome, Secured, WireMessage, close, going_away, serve_on};
+use crate::vessel::{ConnectionPermit, Vessel};
+
+/// Records a device may send per frame the frame rate allows: a frame in
+/// pieces costs up to this many records before it costs more than a frame.
+const RECORDS_PER_FRAME: u32 = 16;
+
+/// Frames queued between the connection logic and the sealing writer.
+const SEALING_QUEUE: usize = 16;
+
+/// The close a channel failure makes, whatever failed.
+fn channel_failed() -> CloseFrame {
+    CloseFrame::canonical(CloseCode::SecureChannel)
+}
+
+/// Serves one dk/2 device connection until it ends: the handshake with the
+/// vessel's static key ([`Vessel::identity`]), then the connection as
+/// [`serve_connection`](super::serve_connection) serves it, on the frames
+/// inside the channel: pairing by commit, nonce and reveal, reconnects
+/// authenticated by the channel's key. `permit` comes from
+/// [`Vessel::admit`].
+pub async fn serve_secure_connection<S, K>(
+    vessel: &Arc<Vessel>,
+    permit: ConnectionPermit,
+    mut incoming: S,
+    mut outgoing: K,
+) -> ConnectionOutcome
+where
+    S: Stream<Item = WireMessage> + Unpin,
+    K: Sink<WireMessage> + Unpin,
+{
+    let deadline = permit.connected_at() + vessel.limits().handshake_timeout;
+    let handshake = tokio::select! {
+        result = tokio::time::timeout_at(deadline, handshake(vessel, &mut incoming, &mut outgoing)) => {
+            match result {
+                Ok(Ok(established)) => Ok(established),
+                Ok(Err(Unfinished::Left)) => return ConnectionOutcome::default(),
+                Ok(Err(Unfinished::Failed)) => {
+                    count_failure(vessel);
+                    Err(channel_failed())
+                }
+                Err(_) => Err(CloseFrame::canonical(CloseCode::HandshakeTimeout)),
+            }
+        }
+        () = vessel.shutting_down() => Err(going_away()),
+    };
+    let established = match handshake {
+        Ok(established) => established,
+        Err(frame) => {
+            let _ = outgoing.send(WireMessage::Close(Some(frame.clone()))).await;
+            let _ = outgoing.close().await;
+            return ConnectionOutcome {
+                closed_with: Some(frame),
+                ..ConnectionOutcome::default()
+            };
+        }
+    };
+    vessel
+        .stats()
+        .secure_handshakes
+        .fetch_add(1, Ordering::Relaxed);
+    let secured = Secured {
+        remote: *established.remote.as_bytes(),
+        handshake_hash: established.handshake_hash,
+    };
+    let limits = vessel.limits();
+    let (sealer, opener) = established.split(RecordLimits {
+        max_text: limits.max_frame_bytes,
+        max_binary: vessel.largest_stream_message().unwrap_or(0),
+    });
+    let failure: Arc<Mutex<Option<CloseFrame>>> = Arc::new(Mutex::new(None));
+    let records = RecordBucket::new(
+        limits
+            .max_frames_per_second
+            .saturating_mul(RECORDS_PER_FRAME),
+    );
+    let opened = Box::pin(open_records(
+        incoming,
+        opener,
+        records,
+        Arc::clone(&failure),
+    ));
+    let (to_sealer, sealing) = mpsc::channel(SEALING_QUEUE);
+    let (mut outcome, ()) = tokio::join!(
+        serve_on(vessel, permit, opened, to_sealer, Some(secured)),
+        seal_out(sealing, sealer, outgoing, &failure),
+    );
+    if let Some(frame) = failed(&failure) {
+        if frame.code == CloseCode::SecureChannel.code() {
+            count_failure(vessel);
+        }
+        outcome.closed_with = Some(frame);
+    }
+    outcome
+}
+
+fn count_failure(vessel: &Vessel) {
+    vessel
+        .stats()
+        .channel_failures
+        .fetch_add(1, Ordering::Relaxed);
+}
+
+/// Why the handshake did not finish.
+enum Unfinished {
+    /// The device left.
+    Left,
+    /// A message that does not hold: the channel failed.
+    Failed,
+}
+
+/// The responder's side of the handshake: message 1 in, message 2 out,
+/// message 3 in, each one WebSocket binary message.
+async fn handshake<S, K>(
+    vessel: &Vessel,
+    incoming: &mut S,
+    outgoing: &mut K,
+) -> Result<Established, Unfinished>
+where
+    S: Stream<Item = WireMessage> + Unpin,
+    K: Sink<WireMessage> + Unpin,
+{
+    let key = vessel.identity().ok_or(Unfinished::Failed)?;
+    let mut responder = dk_channel::Responder::new(&key).map_err(|_| Unfinished::Failed)?;
+    let first = next_binary(incoming).await?;
+    responder
+        .read_first(&first)
+        .map_err(|_| Unfinished::Failed)?;
+    let second = responder.second_message().map_err(|_| Unfinished::Failed)?;
+    outgoing
+        .send(WireMessage::Binary(second))
+        .await
+        .map_err(|_| Unfinished::Left)?;
+    let third = next_binary(incoming).await?;
+    responder.read_third(&third).map_err(|_| Unfinished::Failed)
+}
+
+/// The next handshake message: a binary message (pings and pongs are
+/// skipped; anything else fails the channel).
+async fn next_binary<S>(incoming: &mut S) -> Result<Vec<u8>, Unfinished>
+where
+    S: Stream<Item = WireMessage> + Unpin,
+{
+    loop {
+        match incoming.next().await {
+            None | Some(WireMessage::Close(_)) => return Err(Unfinished::Left),
+            Some(WireMessage::Ping(_) | WireMessage::Pong(_)) => {}
+            Some(WireMessage::Binary(message)) => return Ok(message),
+            Some(WireMessage::Text(_)) => return Err(Unfinished::Failed),
+        }
+    }
+}
+
+/// The failure noted, if the channel failed.
+fn failed(failure: &Mutex<Option<CloseFrame>>) -> Option<CloseFrame> {
+    failure
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+fn note(failure: &Mutex<Option<CloseFrame>>, frame: CloseFrame) {
+    let mut noted = failure.lock().unwrap_or_else(PoisonError::into_inner);
+    if noted.is_none() {
+        *noted = Some(frame);
+    }
+}
+
+/// A token bucket of records: `rate` a second, bursts of twice that.
+struct RecordBucket {
+    rate: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl RecordBucket {
+    fn new(rate: u32) -> RecordBucket {
+        let rate = f64::from(rate);
+        RecordBucket {
+            rate,
+            tokens: rate * 2.0,
+            refilled: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate * 2.0);
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+/// The frames inside the device's records, as the connection logic reads
+/// them. A failure ends the stream and is noted for the writer, which
+/// closes with it.
+fn open_records<S>(
+    incoming: S,
+    opener: Opener,
+    records: RecordBucket,
+    failure: Arc<Mutex<Option<CloseFrame>>>,
+) -> impl Stream<Item = WireMessage>
+where
+    S: Stream<Item = WireMessage> + Unpin,
+{
+    futures::stream::unfold(
+        Some((incoming, opener, records, failure)),
+        |state| async move {
+            let (mut incoming, mut opener, mut records, failure) = state?;
+            loop {
+                let message = match incoming.next().await? {
+                    WireMessage::Binary(message) => message,
+                    WireMessage::Text(_) => {
+                        note(&failure, channel_failed());
+                        return None;
+                    }
+                    other => return Some((other, Some((incoming, opener, records, failure)))),
+                };
+                if !records.take() {
+                    let rate = records.rate;
+                    note(
+                        &failure,
+                        close(
+                            CloseCode::Rate,
+                            format!("more than {rate} records per second"),
+                        ),
+                    );
+                    return None;
+                }
+                let frame = match opener.open(&message) {
+                    Ok(None) => continue,
+                    Ok(Some(OpenedFrame::Text(text))) => WireMessage::Text(text),
+                    Ok(Some(OpenedFrame::Binary(bytes))) => WireMessage::Binary(bytes),
+                    Err(OpenError::TooLarge {
+                        kind: FrameKind::Text,
+                        max,
+                    }) => {
+                        let reason = format!("frames are at most {max} bytes");
+                        note(&failure, close(CloseCode::TooLarge, reason));
+                        return None;
+                    }
+                    Err(OpenError::TooLarge { max, .. }) => {
+                        let reason = format!("stream messages are at most {max} bytes");
+                        note(&failure, close(CloseCode::TooLarge, reason));
+                        return None;
+                    }
+                    Err(_) => {
+                        note(&failure, channel_failed());
+                        return None;
+                    }
+                };
+                return Some((frame, Some((incoming, opener, records, failure))));
+            }
+        },
+    )
+}
+
+/// Seals what the connection logic sends; pings, pongs and the close go as
+/// they are, the close after its code and reason inside the channel. When
+/// the logic ends without a close of its own, the channel failed (or the
+/// device left): the failure noted, if any, is the close.
+async fn seal_out<K>(
+    mut queued: mpsc::Receiver<WireMessage>,
+    mut sealer: Sealer,
+    mut sink: K,
+    failure: &Mutex<Option<CloseFrame>>,
+) where
+    K: Sink<WireMessage> + Unpin,
+{
+    while let Some(message) = queued.next().await {
+        let sent = match message {
+            WireMessage::Text(text) => {
+                send_sealed(&mut sealer, &mut sink, FrameKind::Text, text.as_bytes()).await
+            }
+            WireMessage::Binary(bytes) => {
+                send_sealed(&mut sealer, &mut sink, FrameKind::Binary, &bytes).await
+            }
+            WireMessage::Close(frame) => {
+                end(&mut sealer, &mut sink, frame).await;
+                return;
+            }
+            control => sink.send(control).await.is_ok(),
+        };
+        if !sent {
+            return;
+        }
+    }
+    if let Some(frame) = failed(failure) {
+        end(&mut sealer, &mut sink, Some(frame)).await;
+    } else {
+        let _ = sink.close().await;
+    }
+}
+
+/// Closes with `frame`, told inside the channel first.
+async fn end<K>(sealer: &mut Sealer, sink: &mut K, frame: Option<CloseFrame>)
+where
+    K: Sink<WireMessage> + Unpin,
+{
+    if let Some(frame) = &frame {
+        let closing = VesselFrame::Closing {
+            code: frame.code,
+            reason: Cow::Borrowed(&frame.reason),
+        }
+        .to_json();
+        send_sealed(sealer, sink, FrameKind::Text, closing.as_bytes()).await;
+    }
+    let _ = sink.send(WireMessage::Close(frame)).await;
+    let _ = sink.close().await;
+}
+
+/// Sends one frame as its records; false once the sink is gone.
+async fn send_sealed<K>(sealer: &mut Sealer, sink: &mut K, kind: FrameKind, frame: &[u8]) -> bool
+where
+    K: Sink<WireMessage> + Unpin,
+{
+    let Ok(records) = sealer.seal(kind, frame) else {
+        return false;
+    };
+    let count = records.len();
+    for (i, record) in records.into_iter().enumerate() {
+        // Fed together, flushed once.
+        let result = if i + 1 == count {
+            sink.send(WireMessage::Binary(record)).await
+        } else {
+            sink.feed(WireMessage::Binary(record)).await
+        };
+        if result.is_err() {
+            return false;
+        }
+    }
+    true
+}
