@@ -9,7 +9,7 @@ mod agent_tests;
 mod store_tests;
 mod streaming;
 
-pub use crate::limits::{ConnectionCaps, Limits};
+pub use crate::limits::{ConnectionCaps, Limits, PlainV1};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;

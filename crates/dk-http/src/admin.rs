@@ -281,6 +281,10 @@ async fn status(State(admin): State<Admin>) -> Json<api::Status> {
             admin_socket: listener_counts(&stats.admin_socket),
             mcp_socket: listener_counts(&stats.mcp_socket),
         },
+        fingerprint: vessel.fingerprint(),
+        secure_handshakes: stats.secure_handshakes.load(Ordering::Relaxed),
+        channel_failures: stats.channel_failures.load(Ordering::Relaxed),
+        plain_v1_refused: stats.plain_v1_refused.load(Ordering::Relaxed),
     })
 }
 

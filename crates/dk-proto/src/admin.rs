@@ -20,6 +20,19 @@ pub struct Status {
     pub pending: u64,
     /// Each listener's counters.
     pub listeners: Listeners,
+    /// The fingerprint of the vessel's dk/2 key, as devices show it after
+    /// pairing. Absent from an older vessel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// dk/2 handshakes finished since the vessel started.
+    #[serde(default)]
+    pub secure_handshakes: u64,
+    /// dk/2 connections that failed (closed 4012) since the vessel started.
+    #[serde(default)]
+    pub channel_failures: u64,
+    /// v1 upgrades refused where plain v1 is not allowed.
+    #[serde(default)]
+    pub plain_v1_refused: u64,
 }
 
 /// The counters of every listener of the vessel.

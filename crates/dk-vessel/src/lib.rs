@@ -41,5 +41,5 @@ pub use dk_mcp as mcp;
 pub use dk_store as store;
 pub use server::{
     ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, RunningVessel, ServerError,
-    StoreOpener, VesselServer,
+    StoreOpener, VESSEL_KEY_FILE, VesselServer,
 };

@@ -2,7 +2,8 @@
 //! directory private, binds the admin and MCP Unix sockets there (which
 //! tells whether another vessel runs in it), opens the store, keeps the
 //! admin token (its hash in the store, the token in a private file outside
-//! the data directory), binds the device, admin and MCP listeners, writes
+//! the data directory), keeps the vessel's dk/2 static key (`vessel.key`,
+//! 0600, made at the first start), binds the device, admin and MCP listeners, writes
 //! the address file `vessel.json`, and serves every route until
 //! [`RunningVessel::stop`]. The address file and the sockets are removed
 //! when it stops.
@@ -18,7 +19,9 @@ use dk_core::{Limits, Vessel};
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
 use dk_policy::PolicySet;
-use dk_store::private::{PrivateFileError, ensure_private_dir, write_private_file};
+use dk_store::private::{
+    PrivateFileError, ensure_private_dir, read_private_file, write_private_file,
+};
 use dk_store::{AuditOptions, SqliteStore, Store, StoreError, audit_head_file};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -33,6 +36,9 @@ pub const DATABASE_FILE: &str = "vessel.db";
 pub const ADMIN_SOCKET: &str = "admin.sock";
 /// The MCP route's Unix socket in the data directory.
 pub const MCP_SOCKET: &str = "mcp.sock";
+/// The vessel's dk/2 static key in the data directory (the secret as 64
+/// lower-case hex digits, mode 0600).
+pub const VESSEL_KEY_FILE: &str = "vessel.key";
 /// The name of the admin token's hash in the store.
 const ADMIN_TOKEN: &str = "admin-token";
 
@@ -75,6 +81,16 @@ pub enum ServerError {
     /// The admin token could not be written to its file.
     #[error("admin token: {0}")]
     AdminTokenWrite(PrivateFileError),
+    /// The vessel's key file is not a private file of this user, or does
+    /// not hold a key (it is never replaced: devices pinned the key in it).
+    #[error("the vessel key file is refused: {0}")]
+    VesselKey(PrivateFileError),
+    /// The vessel's key file holds something other than a key.
+    #[error("the vessel key file `{0}` does not hold a key: restore it, or move it away to make a new key (every dk/2 device must then forget the vessel and pair again)")]
+    NotAVesselKey(String),
+    /// The system gave no randomness to make the vessel's key.
+    #[error("cannot make the vessel's key: {0}")]
+    NoRandomness(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -287,6 +303,7 @@ impl VesselServer {
             }
         };
         let (token, replaced) = admin_token(store.as_ref(), self.admin_token_file.as_deref())?;
+        let (identity, made_key) = vessel_key(&self.data_dir.join(VESSEL_KEY_FILE))?;
         let devices = bind(self.listen).await?;
         let admin = match self.admin_listen {
             Some(addr) => Some(bind(addr).await?),
@@ -327,6 +344,11 @@ impl VesselServer {
         let mut limits = self.limits;
         self.config.apply_to(&mut limits);
         let vessel = Vessel::open(store, self.policies, limits)?;
+        let fingerprint = identity.public().fingerprint();
+        vessel.set_identity(identity);
+        if made_key {
+            vessel.audit("vessel-key", json!({"made": true, "fingerprint": fingerprint}));
+        }
         vessel.set_streaming(self.config.streaming.clone());
         vessel.add_secret(token.expose());
         if replaced {
@@ -413,6 +435,12 @@ impl RunningVessel {
     /// The vessel's state.
     pub fn vessel(&self) -> &Arc<Vessel> {
         &self.vessel
+    }
+
+    /// The fingerprint of the vessel's dk/2 key, as a device shows it
+    /// after pairing: people compare the two.
+    pub fn fingerprint(&self) -> String {
+        self.vessel.fingerprint().unwrap_or_default()
     }
 
     /// The admin API's bearer token.
@@ -504,6 +532,32 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServerError::Listen { addr, source })
+}
+
+/// The vessel's static key kept in `path`, or a new one written there
+/// (0600) when there is none; whether it was made now. A file that is not
+/// private or holds no key is refused, never replaced: devices pinned the
+/// key it holds.
+fn vessel_key(path: &Path) -> Result<(dk_channel::StaticKey, bool), ServerError> {
+    match read_private_file(path) {
+        Ok(bytes) => {
+            let shown = || path.display().to_string();
+            let text = std::str::from_utf8(&bytes).map_err(|_| ServerError::NotAVesselKey(shown()))?;
+            let secret = dk_channel::from_hex32(text.trim_end_matches('\n'))
+                .ok_or_else(|| ServerError::NotAVesselKey(shown()))?;
+            let key = dk_channel::StaticKey::from_secret(secret)
+                .map_err(|_| ServerError::NotAVesselKey(shown()))?;
+            Ok((key, false))
+        }
+        Err(e) if e.is_absent() => {
+            let key = dk_channel::StaticKey::generate()
+                .map_err(|e| ServerError::NoRandomness(e.to_string()))?;
+            let text = format!("{}\n", dk_channel::to_hex32(key.secret()));
+            write_private_file(path, text.as_bytes()).map_err(ServerError::VesselKey)?;
+            Ok((key, true))
+        }
+        Err(e) => Err(ServerError::VesselKey(e)),
+    }
 }
 
 /// The admin token: the one in `path` when the store holds its hash; else a

@@ -210,6 +210,33 @@ fn pending_of(list: &Value, kind: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Runs `dk status`.
+pub fn status(target: &Target) -> ExitCode {
+    let json = target.json;
+    with_client(target, |c| async move {
+        let answer = c.get("/v1/status").await.map_err(|e| e.to_string())?;
+        if json {
+            println!("{}", ok(answer)?);
+            return Ok(());
+        }
+        let status: api::Status = ok_as(answer)?;
+        println!(
+            "vessel fingerprint   {}",
+            status.fingerprint.as_deref().unwrap_or("(none: this vessel speaks only v1)")
+        );
+        println!(
+            "devices              {} paired, {} connected ({} connections open)",
+            status.paired, status.connected, status.connections
+        );
+        println!("waiting for you      {} prompts", status.pending);
+        println!(
+            "dk/2                 {} handshakes, {} failed channels, {} plain v1 upgrades refused",
+            status.secure_handshakes, status.channel_failures, status.plain_v1_refused
+        );
+        Ok(())
+    })
+}
+
 /// Runs `dk pairings`.
 pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
     let json = target.json;

@@ -91,6 +91,12 @@ enum Command {
         #[command(subcommand)]
         command: Option<admin_cmd::DevicesCommand>,
     },
+    /// A running vessel at a glance: devices, prompts waiting, connections,
+    /// and the fingerprint of its dk/2 key (devices show it after pairing).
+    Status {
+        #[command(flatten)]
+        target: admin_cmd::Target,
+    },
     /// Agents that may use the vessel's tools over MCP: add (prints the
     /// credential once), list, remove, scope.
     Agents {
@@ -126,6 +132,7 @@ fn main() -> ExitCode {
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),
         Command::Devices { target, command } => admin_cmd::devices(&target, command),
+        Command::Status { target } => admin_cmd::status(&target),
         Command::Agents { target, command } => agents_cmd::agents(&target, command),
         Command::Mcp(args) => mcp_cmd::run(&args),
     }

@@ -20,6 +20,7 @@ use dk_vessel::{
     reload::{FileStamp, Reloaded, watch_policy_file},
     store::Store,
     store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
+    vessel::PlainV1,
 };
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
@@ -89,6 +90,19 @@ pub struct VesselArgs {
     /// verify` needs it too.
     #[arg(long, value_name = "FILE")]
     pub audit_key_file: Option<PathBuf>,
+    /// Accept devices speaking plain 8DK v1 (in clear, with a bearer token)
+    /// on any address, not only on loopback. Anyone who sees the traffic
+    /// can then copy a device's token, and a relay can pair.
+    #[arg(long, conflicts_with = "refuse_plain_v1")]
+    pub allow_plain_v1: bool,
+    /// Refuse plain 8DK v1 everywhere, loopback included (for a vessel
+    /// behind a TCP-level proxy, which adds no header to tell it).
+    #[arg(long)]
+    pub refuse_plain_v1: bool,
+    /// Let a device that says it has no screen pair from another machine,
+    /// where nothing excludes a relay in the middle.
+    #[arg(long)]
+    pub allow_no_screen_off_loopback: bool,
 }
 
 /// Where agents connect over MCP unless `--mcp-listen` says otherwise.
@@ -169,6 +183,14 @@ async fn serve(
         max_pending_pairings: Limits::default()
             .max_pending_pairings
             .max(args.pending_pairings_per_address),
+        plain_v1: if args.allow_plain_v1 {
+            PlainV1::Everywhere
+        } else if args.refuse_plain_v1 {
+            PlainV1::Never
+        } else {
+            PlainV1::Loopback
+        },
+        no_screen_off_loopback: args.allow_no_screen_off_loopback,
         ..Limits::default()
     };
     let audit_kept = Arc::new(Mutex::new(String::new()));
@@ -239,6 +261,16 @@ async fn serve(
     println!(
         "  devices connect to   ws://{}/device",
         running.device_addr()
+    );
+    let plain = match vessel.limits().plain_v1 {
+        PlainV1::Loopback => "plain v1 on loopback only",
+        PlainV1::Never => "plain v1 refused everywhere",
+        PlainV1::Everywhere => "plain v1 ALSO ACCEPTED OFF LOOPBACK (--allow-plain-v1)",
+    };
+    println!("  device channel       dk/2, encrypted; {plain}");
+    println!(
+        "  vessel fingerprint   {}   <- devices show it after pairing",
+        running.fingerprint()
     );
     let admin_addr = running
         .admin_addr()

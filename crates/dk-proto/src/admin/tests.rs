@@ -188,7 +188,7 @@ fn the_status_round_trips_in_the_routes_key_order() {
     let listener =
         |open: u64| format!(r#"{{"open":{open},"peak":4,"refusedAtAccept":1,"idleClosed":2}}"#);
     let json = format!(
-        r#"{{"paired":2,"connected":1,"connections":3,"pending":0,"listeners":{{"devices":{},"admin":{},"mcp":{},"adminSocket":{},"mcpSocket":{}}}}}"#,
+        r#"{{"paired":2,"connected":1,"connections":3,"pending":0,"listeners":{{"devices":{},"admin":{},"mcp":{},"adminSocket":{},"mcpSocket":{}}},"fingerprint":"ABCD-EFGH","secureHandshakes":5,"channelFailures":1,"plainV1Refused":2}}"#,
         listener(3),
         listener(0),
         listener(1),
@@ -209,6 +209,10 @@ fn the_status_round_trips_in_the_routes_key_order() {
                 admin_socket: counts(1),
                 mcp_socket: counts(0),
             },
+            fingerprint: Some("ABCD-EFGH".to_owned()),
+            secure_handshakes: 5,
+            channel_failures: 1,
+            plain_v1_refused: 2,
         },
     );
 }
