@@ -6,18 +6,20 @@
 //!   re-exports) form no cycle;
 //! - crate dependency directions, from each `Cargo.toml`'s
 //!   `[dependencies]` and `[build-dependencies]`: dk-proto depends on no dk
-//!   crate, dk-policy on none but dk-proto, dk-device on none but dk-proto
-//!   and dk-policy, no library crate on `dk` (the command line), and a
-//!   dk-core, when there is one, on none of axum, hyper, hyper-util,
-//!   rusqlite, rmcp and tokio-tungstenite;
+//!   crate, dk-policy on none but dk-proto, dk-device on none but dk-proto,
+//!   dk-policy and dk-channel, dk-channel on none, no library crate on `dk`
+//!   (the command line), a dk-core, when there is one, on none of axum,
+//!   hyper, hyper-util, rusqlite, rmcp and tokio-tungstenite, and no crate
+//!   (nor the workspace's list) turning on dk-channel's `vectors` feature
+//!   (fixed ephemeral keys) outside its dev-dependencies;
 //! - dk-policy's admission contract and rule language share no module;
-//! - no foreign type in a public signature of dk-proto, dk-policy, dk-store
-//!   and dk-core: the
+//! - no foreign type in a public signature of dk-proto, dk-policy, dk-store,
+//!   dk-core and dk-channel: the
 //!   text of every `pub fn` signature, `pub` field, `pub type`, `pub const`
 //!   and `pub static`, `pub enum` body and `impl` header (outside tests)
 //!   names neither a path into one of the crate's private dependencies
 //!   (`PURE_CRATES`: `nom::`, `yaml_serde::`, `jiff::`, `rusqlite::`,
-//!   `sha2::`, `toml::`, ...) nor a name the file imports from one; a
+//!   `sha2::`, `toml::`, `snow::`, ...) nor a name the file imports from one; a
 //!   struct with named fields counts by its head and its `pub` fields.
 //!   Private modules are held to it too: a `pub` item there is a
 //!   `pub(crate)` one waiting to be exported.
@@ -611,7 +613,8 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
     let allowed_dk: &[&str] = match name {
         "dk-proto" => &[],
         "dk-policy" => &["dk-proto"],
-        "dk-device" => &["dk-proto", "dk-policy"],
+        "dk-device" => &["dk-proto", "dk-policy", "dk-channel"],
+        "dk-channel" => &[],
         _ => &["*"],
     };
     let mut found = Vec::new();
@@ -641,11 +644,45 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
     found
 }
 
+/// The lines of a manifest's `[dependencies]`, `[build-dependencies]`
+/// and `[workspace.dependencies]` that name dk-channel with its `vectors`
+/// feature (fixed ephemeral keys, for tests and fuzzing only).
+fn vectors_outside_dev(manifest: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut in_section = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_section = matches!(
+                line,
+                "[dependencies]" | "[build-dependencies]" | "[workspace.dependencies]"
+            );
+            continue;
+        }
+        if in_section && line.starts_with("dk-channel") && line.contains("vectors") {
+            found.push(line.to_owned());
+        }
+    }
+    found
+}
+
 #[test]
 fn crate_dependencies_flow_one_way() {
     let mut found = Vec::new();
     let crates = crate_dirs();
     assert!(crates.len() >= 5, "only {} crates found", crates.len());
+    for (name, dir) in crates
+        .iter()
+        .cloned()
+        .chain([("the workspace".to_owned(), repo_root())])
+    {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        found.extend(
+            vectors_outside_dev(&manifest)
+                .into_iter()
+                .map(|line| format!("{name} turns on dk-channel's vectors: `{line}`")),
+        );
+    }
     for (name, dir) in crates {
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
         found.extend(direction_violations(&name, &dependencies(&manifest)));
@@ -660,8 +697,12 @@ fn crate_dependencies_flow_one_way() {
 /// The crates whose public signatures may name only their own types, std's,
 /// serde's and the dk crates' (and, for the vessel's core, tokio's channels
 /// and futures'), with the dependencies that must stay private.
-const PURE_CRATES: [(&str, &[&str]); 4] = [
+const PURE_CRATES: [(&str, &[&str]); 5] = [
     ("dk-proto", &["sha2", "unicode_general_category"]),
+    (
+        "dk-channel",
+        &["snow", "sha2", "subtle", "data_encoding", "zeroize"],
+    ),
     ("dk-policy", &["nom", "yaml_serde", "jiff"]),
     ("dk-store", &["rusqlite", "sha2", "rustix", "rand"]),
     (
@@ -877,6 +918,17 @@ fn layering_scanners() {
     assert_eq!(
         dependencies("[dependencies]\nserde.workspace = true\n[dev-dependencies]\nx = \"1\"\n"),
         BTreeSet::from(["serde".to_owned()])
+    );
+    let with_vectors = "dk-channel = { workspace = true, features = [\"vectors\"] }";
+    assert_eq!(
+        vectors_outside_dev(&format!(
+            "[dependencies]\n{with_vectors}\n[dev-dependencies]\n{with_vectors}\n"
+        )),
+        vec![with_vectors.to_owned()]
+    );
+    assert_eq!(
+        direction_violations("dk-channel", &BTreeSet::from(["dk-proto".into()])),
+        vec!["dk-channel depends on dk-proto".to_owned()]
     );
 
     let sigs = public_signatures(

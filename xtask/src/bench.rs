@@ -14,7 +14,14 @@ use crate::run::{Stream, cargo, describe, tee};
 use crate::{TaskError, TaskResult};
 
 /// The packages whose benchmarks run.
-const PACKAGES: [&str; 5] = ["dk-proto", "dk-policy", "dk-store", "dk-core", "dk-vessel"];
+const PACKAGES: [&str; 6] = [
+    "dk-proto",
+    "dk-policy",
+    "dk-channel",
+    "dk-store",
+    "dk-core",
+    "dk-vessel",
+];
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.

@@ -283,10 +283,10 @@ impl Established {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "vectors"))]
 impl Established {
-    /// The cipher states alone, so that tests make many sealers and openers
-    /// (each starting at nonce 0) from one handshake.
+    /// The cipher states alone, so that tests and fuzz targets make many
+    /// sealers and openers (each starting at nonce 0) from one handshake.
     pub(crate) fn into_transport(self) -> Arc<snow::StatelessTransportState> {
         Arc::new(self.transport)
     }
@@ -338,10 +338,33 @@ impl Responder {
     }
 }
 
-/// The device's sealer and the vessel's opener of a handshake between the
-/// first test vector's keys, for the fuzz target: every run the same.
+/// A fresh device sealer and vessel opener of one handshake between the
+/// first test vector's keys, made once and shared by every call (each pair
+/// starts at nonce 0 again, which only a fuzz target may do): every run of
+/// the fuzz target starts the same, and costs no handshake.
 #[cfg(feature = "vectors")]
-pub(crate) fn fixed_pair() -> Result<(Sealer, Opener), ChannelError> {
+pub(crate) fn fixed_pair() -> Option<(Sealer, Opener)> {
+    type Shared = Arc<snow::StatelessTransportState>;
+    static SHARED: std::sync::OnceLock<Option<(Shared, Shared)>> = std::sync::OnceLock::new();
+    let (device, vessel) = SHARED
+        .get_or_init(|| {
+            let (device, vessel) = fixed_handshake().ok()?;
+            Some((device.into_transport(), vessel.into_transport()))
+        })
+        .as_ref()?;
+    let limits = RecordLimits {
+        max_text: 100_000,
+        max_binary: 4_096,
+    };
+    Some((
+        Sealer::new(Arc::clone(device)),
+        Opener::new(Arc::clone(vessel), limits),
+    ))
+}
+
+/// The two ends of the handshake between the first test vector's keys.
+#[cfg(feature = "vectors")]
+fn fixed_handshake() -> Result<(Established, Established), ChannelError> {
     let secret = |first: u8| std::array::from_fn(|i| first.wrapping_add(i as u8));
     let device = StaticKey::from_secret(secret(0x01))?;
     let vessel = StaticKey::from_secret(secret(0x41))?;
@@ -350,12 +373,5 @@ pub(crate) fn fixed_pair() -> Result<(Sealer, Opener), ChannelError> {
     responder.read_first(&initiator.first_message()?)?;
     initiator.read_second(&responder.second_message()?)?;
     let (third, device_side) = initiator.third_message()?;
-    let vessel_side = responder.read_third(&third)?;
-    let limits = RecordLimits {
-        max_text: 100_000,
-        max_binary: 4_096,
-    };
-    let (sealer, _) = device_side.split(limits);
-    let (_, opener) = vessel_side.split(limits);
-    Ok((sealer, opener))
+    Ok((device_side, responder.read_third(&third)?))
 }
