@@ -86,7 +86,9 @@ pub enum ServerError {
     #[error("the vessel key file is refused: {0}")]
     VesselKey(PrivateFileError),
     /// The vessel's key file holds something other than a key.
-    #[error("the vessel key file `{0}` does not hold a key: restore it, or move it away to make a new key (every dk/2 device must then forget the vessel and pair again)")]
+    #[error(
+        "the vessel key file `{0}` does not hold a key: restore it, or move it away to make a new key (every dk/2 device must then forget the vessel and pair again)"
+    )]
     NotAVesselKey(String),
     /// The system gave no randomness to make the vessel's key.
     #[error("cannot make the vessel's key: {0}")]
@@ -347,7 +349,10 @@ impl VesselServer {
         let fingerprint = identity.public().fingerprint();
         vessel.set_identity(identity);
         if made_key {
-            vessel.audit("vessel-key", json!({"made": true, "fingerprint": fingerprint}));
+            vessel.audit(
+                "vessel-key",
+                json!({"made": true, "fingerprint": fingerprint}),
+            );
         }
         vessel.set_streaming(self.config.streaming.clone());
         vessel.add_secret(token.expose());
@@ -542,7 +547,8 @@ fn vessel_key(path: &Path) -> Result<(dk_channel::StaticKey, bool), ServerError>
     match read_private_file(path) {
         Ok(bytes) => {
             let shown = || path.display().to_string();
-            let text = std::str::from_utf8(&bytes).map_err(|_| ServerError::NotAVesselKey(shown()))?;
+            let text =
+                std::str::from_utf8(&bytes).map_err(|_| ServerError::NotAVesselKey(shown()))?;
             let secret = dk_channel::from_hex32(text.trim_end_matches('\n'))
                 .ok_or_else(|| ServerError::NotAVesselKey(shown()))?;
             let key = dk_channel::StaticKey::from_secret(secret)

@@ -222,7 +222,10 @@ pub fn status(target: &Target) -> ExitCode {
         let status: api::Status = ok_as(answer)?;
         println!(
             "vessel fingerprint   {}",
-            status.fingerprint.as_deref().unwrap_or("(none: this vessel speaks only v1)")
+            status
+                .fingerprint
+                .as_deref()
+                .unwrap_or("(none: this vessel speaks only v1)")
         );
         println!(
             "devices              {} paired, {} connected ({} connections open)",
