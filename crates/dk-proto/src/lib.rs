@@ -44,9 +44,14 @@ pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
 /// Fuzzing entry points: each takes arbitrary bytes and must never panic.
 #[doc(hidden)]
 pub mod fuzz {
-    /// Parses arbitrary bytes as a device frame.
+    /// Parses arbitrary bytes as a device frame and as a vessel frame, on
+    /// both channels (v1 and dk/2).
     pub fn frame(data: &[u8]) {
-        let _ = crate::DeviceFrame::parse(data);
+        let limits = crate::FrameLimits::default();
+        for channel in [crate::Channel::V1, crate::Channel::Dk2] {
+            let _ = crate::DeviceFrame::parse_on(data, limits, channel);
+            let _ = crate::VesselFrame::parse_on(data, limits, channel);
+        }
     }
 
     /// Parses arbitrary bytes as a binary stream chunk.
