@@ -1,13 +1,16 @@
 //! End to end: a tool call through `DeviceToolAdapter::execute` to the
 //! reference lamp connected over a real WebSocket (`serve_devices` on
-//! loopback, a tokio-tungstenite device), against a bare WebSocket echo round
-//! trip of the same size over the same stack. Blocks of each alternate so
-//! both see the same machine; the median and p99 of each and their ratios are
-//! printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
+//! loopback, a tokio-tungstenite device), once over v1 and once over dk/2
+//! (a second lamp on the same vessel, its frames sealed in records), against
+//! a bare WebSocket echo round trip of the v1 call's frame size over the same
+//! stack. Blocks of each kind alternate so all three see the same machine;
+//! the median and p99 of each and their ratios are printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! e2e`). Times are reported, never asserted on.
 
 #[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
+#[path = "dk2_device/mod.rs"]
+mod dk2_device;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,9 +36,15 @@ use tokio_tungstenite::tungstenite::Message;
 use common::{BoxError, LAMP, micros, stopped};
 
 const TOOL: &str = "device__desk_lamp__set_light";
+/// The dk/2 lamp: the reference lamp under another id.
+const DK2_ID: &str = "desk-lamp-2";
+const DK2_TOOL: &str = "device__desk_lamp_2__set_light";
 const CALL_NAME: &str = "e2e/tool_call_over_websocket";
+const DK2_NAME: &str = "e2e/tool_call_over_dk2";
 const ECHO_NAME: &str = "e2e/bare_websocket_echo";
 const RATIO_NAME: &str = "e2e/ratio";
+const DK2_V1_NAME: &str = "e2e/ratio_dk2_to_v1";
+const DK2_ECHO_NAME: &str = "e2e/ratio_dk2_to_echo";
 
 /// Rounds of each kind before measuring.
 const WARM_UP: usize = 500;
@@ -47,7 +56,14 @@ const BLOCKS: usize = 25;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn main() -> Result<(), BoxError> {
-    if common::filtered_out(&[CALL_NAME, ECHO_NAME, RATIO_NAME]) {
+    if common::filtered_out(&[
+        CALL_NAME,
+        DK2_NAME,
+        ECHO_NAME,
+        RATIO_NAME,
+        DK2_V1_NAME,
+        DK2_ECHO_NAME,
+    ]) {
         return Ok(());
     }
     common::multi_thread(None)?.block_on(run())
@@ -79,6 +95,7 @@ async fn run() -> Result<(), BoxError> {
     let invoke_len = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&invoke_len);
     tasks.spawn(async move { run_device(device_addr, seen).await });
+    tasks.spawn(async move { run_dk2_device(device_addr).await });
     // The caller is a task on the runtime, as an agent's would be.
     let caller = Arc::clone(&vessel);
     let outcome = tokio::spawn(async move { measure(&caller, echo_addr, &invoke_len).await })
@@ -153,31 +170,65 @@ async fn run_device(addr: SocketAddr, invoke_len: Arc<AtomicUsize>) -> Result<()
     Ok(())
 }
 
-/// Pairs the lamp as the person, then measures both kinds of round trip.
+/// The same lamp over dk/2: pairs by the exchange, then answers every
+/// invoke at once.
+async fn run_dk2_device(addr: SocketAddr) -> Result<(), BoxError> {
+    let mut manifest: Value = serde_json::from_str(LAMP)?;
+    manifest["id"] = json!(DK2_ID);
+    let mut device = dk2_device::connect(&format!("ws://{addr}/device")).await?;
+    device.hello(&manifest).await?;
+    // `None` ends the loop: the vessel closed the connection.
+    while let Some(text) = device.next_text().await? {
+        let frame: Value = serde_json::from_str(&text)?;
+        if frame.get("type").and_then(Value::as_str) != Some("device:invoke") {
+            continue;
+        }
+        let call_id = frame.get("callId").and_then(Value::as_str).unwrap_or("");
+        let result = json!({
+            "type": "device:result",
+            "callId": call_id,
+            "ok": true,
+            "result": {"on": true, "brightness": 40},
+        });
+        device.send_text(&result.to_string()).await?;
+    }
+    Ok(())
+}
+
+/// Pairs both lamps as the person, then measures the three kinds of round
+/// trip.
 async fn measure(
     vessel: &Arc<Vessel>,
     echo_addr: SocketAddr,
     invoke_len: &AtomicUsize,
 ) -> Result<Samples, BoxError> {
-    approve_lamp(vessel).await?;
+    approve_lamp(vessel, "desk-lamp").await?;
+    approve_lamp(vessel, DK2_ID).await?;
 
     // The invoke frame's size is known after the first call.
-    call(vessel).await?;
+    call(vessel, TOOL).await?;
     let size = invoke_len.load(Ordering::Relaxed);
     let payload = "x".repeat(size);
     let (mut echo, _) = connect_async(format!("ws://{echo_addr}/echo")).await?;
 
     let mut calls = Vec::with_capacity(BLOCK * BLOCKS);
+    let mut dk2_calls = Vec::with_capacity(BLOCK * BLOCKS);
     let mut echoes = Vec::with_capacity(BLOCK * BLOCKS);
     for _ in 0..WARM_UP {
-        call(vessel).await?;
+        call(vessel, TOOL).await?;
+        call(vessel, DK2_TOOL).await?;
         echo_once(&mut echo, &payload).await?;
     }
     for _ in 0..BLOCKS {
         for _ in 0..BLOCK {
             let started = Instant::now();
-            call(vessel).await?;
+            call(vessel, TOOL).await?;
             calls.push(started.elapsed());
+        }
+        for _ in 0..BLOCK {
+            let started = Instant::now();
+            call(vessel, DK2_TOOL).await?;
+            dk2_calls.push(started.elapsed());
         }
         for _ in 0..BLOCK {
             let started = Instant::now();
@@ -190,20 +241,22 @@ async fn measure(
     while let Some(Ok(_)) = echo.next().await {}
     Ok(Samples {
         calls,
+        dk2_calls,
         echoes,
         frame_bytes: size,
     })
 }
 
-/// Answers the lamp's pairing request and waits until it is connected.
-async fn approve_lamp(vessel: &Arc<Vessel>) -> Result<(), BoxError> {
+/// Answers the pairing request of the lamp `id` and waits until it is
+/// connected.
+async fn approve_lamp(vessel: &Arc<Vessel>, id: &str) -> Result<(), BoxError> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let consent = vessel
             .person()
             .pending()
             .into_iter()
-            .find(|p| matches!(p.prompt, Prompt::Consent(_)));
+            .find(|p| matches!(&p.prompt, Prompt::Consent(c) if c.device_id == id));
         if let Some(prompt) = consent {
             vessel.person().answer_consent(
                 prompt.id,
@@ -216,7 +269,7 @@ async fn approve_lamp(vessel: &Arc<Vessel>) -> Result<(), BoxError> {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    while !vessel.links().is_connected("desk-lamp") {
+    while !vessel.links().is_connected(id) {
         if Instant::now() > deadline {
             return Err("the lamp did not connect after pairing".into());
         }
@@ -225,12 +278,12 @@ async fn approve_lamp(vessel: &Arc<Vessel>) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// One allowed call, end to end.
-async fn call(vessel: &Vessel) -> Result<(), BoxError> {
+/// One allowed call of `tool`, end to end.
+async fn call(vessel: &Vessel, tool: &str) -> Result<(), BoxError> {
     let outcome = vessel
         .adapter()
         .execute(
-            TOOL,
+            tool,
             json!({"on": true, "brightness": 40}),
             CallContext::default(),
         )
@@ -262,13 +315,18 @@ where
 
 struct Samples {
     calls: Vec<Duration>,
+    dk2_calls: Vec<Duration>,
     echoes: Vec<Duration>,
     frame_bytes: usize,
 }
 
 impl Samples {
     fn print(mut self) {
-        let (Some(call), Some(echo)) = (summary(&mut self.calls), summary(&mut self.echoes)) else {
+        let (Some(call), Some(dk2), Some(echo)) = (
+            summary(&mut self.calls),
+            summary(&mut self.dk2_calls),
+            summary(&mut self.echoes),
+        ) else {
             println!("e2e: no samples");
             return;
         };
@@ -283,6 +341,11 @@ impl Samples {
             micros(call.p99)
         );
         println!(
+            "{DK2_NAME:<32}median {:>7.1} µs   p99 {:>7.1} µs",
+            micros(dk2.median),
+            micros(dk2.p99)
+        );
+        println!(
             "{ECHO_NAME:<32}median {:>7.1} µs   p99 {:>7.1} µs",
             micros(echo.median),
             micros(echo.p99)
@@ -291,6 +354,17 @@ impl Samples {
             "{RATIO_NAME:<32}median {:>7.2}x     p99 {:>7.2}x",
             call.median.as_secs_f64() / echo.median.as_secs_f64(),
             call.p99.as_secs_f64() / echo.p99.as_secs_f64()
+        );
+        // The budgets: dk/2 at most 1.15x v1 and 1.5x the bare echo.
+        println!(
+            "{DK2_V1_NAME:<32}median {:>7.2}x     p99 {:>7.2}x   budget 1.15x",
+            dk2.median.as_secs_f64() / call.median.as_secs_f64(),
+            dk2.p99.as_secs_f64() / call.p99.as_secs_f64()
+        );
+        println!(
+            "{DK2_ECHO_NAME:<32}median {:>7.2}x     p99 {:>7.2}x   budget 1.5x",
+            dk2.median.as_secs_f64() / echo.median.as_secs_f64(),
+            dk2.p99.as_secs_f64() / echo.p99.as_secs_f64()
         );
     }
 }

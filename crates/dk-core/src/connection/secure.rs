@@ -16,12 +16,14 @@
 //! on the path.
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
 
 use dk_channel::{Established, FrameKind, OpenError, OpenedFrame, Opener, RecordLimits, Sealer};
 use dk_proto::{CloseCode, CloseFrame, VesselFrame};
-use futures::channel::mpsc;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use tokio::time::Instant;
 
@@ -31,9 +33,6 @@ use crate::vessel::{ConnectionPermit, Vessel};
 /// Records a device may send per frame the frame rate allows: a frame in
 /// pieces costs up to this many records before it costs more than a frame.
 const RECORDS_PER_FRAME: u32 = 16;
-
-/// Frames queued between the connection logic and the sealing writer.
-const SEALING_QUEUE: usize = 16;
 
 /// The close a channel failure makes, whatever failed.
 fn channel_failed() -> CloseFrame {
@@ -107,11 +106,8 @@ where
         records,
         Arc::clone(&failure),
     ));
-    let (to_sealer, sealing) = mpsc::channel(SEALING_QUEUE);
-    let (mut outcome, ()) = tokio::join!(
-        serve_on(vessel, permit, opened, to_sealer, Some(secured)),
-        seal_out(sealing, sealer, outgoing, &failure),
-    );
+    let sealing = SealingSink::new(outgoing, sealer, Arc::clone(&failure));
+    let mut outcome = serve_on(vessel, permit, opened, sealing, Some(secured)).await;
     if let Some(frame) = failed(&failure) {
         if frame.code == CloseCode::SecureChannel.code() {
             count_failure(vessel);
@@ -287,79 +283,121 @@ where
     )
 }
 
-/// Seals what the connection logic sends; pings, pongs and the close go as
-/// they are, the close after its code and reason inside the channel. When
-/// the logic ends without a close of its own, the channel failed (or the
-/// device left): the failure noted, if any, is the close.
-async fn seal_out<K>(
-    mut queued: mpsc::Receiver<WireMessage>,
-    mut sealer: Sealer,
-    mut sink: K,
-    failure: &Mutex<Option<CloseFrame>>,
-) where
+/// The connection logic's sink on dk/2: each text or binary message it
+/// sends goes out sealed as its records; pings, pongs and the close go as
+/// they are, the close after its code and reason inside the channel
+/// (`device:closing`). When the logic closes the sink without a close of
+/// its own, the channel failed (or the device left): the failure noted, if
+/// any, is the close.
+///
+/// Sealing happens in the connection's own task, as the logic sends: no
+/// queue and no second task between the logic and the socket, so a frame
+/// costs its encryption and nothing more.
+struct SealingSink<K> {
+    sink: K,
+    sealer: Sealer,
+    /// Messages sealed and waiting for the socket to take them.
+    queue: VecDeque<WireMessage>,
+    failure: Arc<Mutex<Option<CloseFrame>>>,
+    /// Whether the close is queued or sent: nothing goes after it.
+    closed: bool,
+}
+
+impl<K> SealingSink<K>
+where
     K: Sink<WireMessage> + Unpin,
 {
-    while let Some(message) = queued.next().await {
-        let sent = match message {
-            WireMessage::Text(text) => {
-                send_sealed(&mut sealer, &mut sink, FrameKind::Text, text.as_bytes()).await
+    fn new(sink: K, sealer: Sealer, failure: Arc<Mutex<Option<CloseFrame>>>) -> Self {
+        SealingSink {
+            sink,
+            sealer,
+            queue: VecDeque::new(),
+            failure,
+            closed: false,
+        }
+    }
+
+    /// Queues one frame's records; a frame that cannot be sealed ends the
+    /// channel (the close is queued in its place).
+    fn seal(&mut self, kind: FrameKind, frame: &[u8]) {
+        match self.sealer.seal(kind, frame) {
+            Ok(records) => self
+                .queue
+                .extend(records.into_iter().map(WireMessage::Binary)),
+            Err(_) => {
+                note(&self.failure, channel_failed());
+                self.close_with(None);
             }
-            WireMessage::Binary(bytes) => {
-                send_sealed(&mut sealer, &mut sink, FrameKind::Binary, &bytes).await
-            }
-            WireMessage::Close(frame) => {
-                end(&mut sealer, &mut sink, frame).await;
-                return;
-            }
-            control => sink.send(control).await.is_ok(),
-        };
-        if !sent {
+        }
+    }
+
+    /// Queues the close with `frame`, told inside the channel first.
+    fn close_with(&mut self, frame: Option<CloseFrame>) {
+        if self.closed {
             return;
         }
+        self.closed = true;
+        if let Some(frame) = &frame {
+            let closing = VesselFrame::Closing {
+                code: frame.code,
+                reason: Cow::Borrowed(&frame.reason),
+            }
+            .to_json();
+            if let Ok(records) = self.sealer.seal(FrameKind::Text, closing.as_bytes()) {
+                self.queue
+                    .extend(records.into_iter().map(WireMessage::Binary));
+            }
+        }
+        self.queue.push_back(WireMessage::Close(frame));
     }
-    if let Some(frame) = failed(failure) {
-        end(&mut sealer, &mut sink, Some(frame)).await;
-    } else {
-        let _ = sink.close().await;
+
+    /// Hands every queued message to the socket.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        while !self.queue.is_empty() {
+            ready!(self.sink.poll_ready_unpin(cx))?;
+            if let Some(message) = self.queue.pop_front() {
+                self.sink.start_send_unpin(message)?;
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
-/// Closes with `frame`, told inside the channel first.
-async fn end<K>(sealer: &mut Sealer, sink: &mut K, frame: Option<CloseFrame>)
+impl<K> Sink<WireMessage> for SealingSink<K>
 where
     K: Sink<WireMessage> + Unpin,
 {
-    if let Some(frame) = &frame {
-        let closing = VesselFrame::Closing {
-            code: frame.code,
-            reason: Cow::Borrowed(&frame.reason),
-        }
-        .to_json();
-        send_sealed(sealer, sink, FrameKind::Text, closing.as_bytes()).await;
-    }
-    let _ = sink.send(WireMessage::Close(frame)).await;
-    let _ = sink.close().await;
-}
+    type Error = K::Error;
 
-/// Sends one frame as its records; false once the sink is gone.
-async fn send_sealed<K>(sealer: &mut Sealer, sink: &mut K, kind: FrameKind, frame: &[u8]) -> bool
-where
-    K: Sink<WireMessage> + Unpin,
-{
-    let Ok(records) = sealer.seal(kind, frame) else {
-        return false;
-    };
-    let count = records.len();
-    for (i, record) in records.into_iter().enumerate() {
-        // Fed together, flushed once.
-        let result = if i + 1 == count {
-            sink.send(WireMessage::Binary(record)).await
-        } else {
-            sink.feed(WireMessage::Binary(record)).await
-        };
-        if result.is_err() {
-            return false;
-        }
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        self.poll_drain(cx)
     }
-    true
+
+    fn start_send(mut self: Pin<&mut Self>, message: WireMessage) -> Result<(), K::Error> {
+        if self.closed {
+            return Ok(());
+        }
+        match message {
+            WireMessage::Text(text) => self.seal(FrameKind::Text, text.as_bytes()),
+            WireMessage::Binary(bytes) => self.seal(FrameKind::Binary, &bytes),
+            WireMessage::Close(frame) => self.close_with(frame),
+            control => self.queue.push_back(control),
+        }
+        Ok(())
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        ready!(self.poll_drain(cx))?;
+        self.sink.poll_flush_unpin(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        if !self.closed
+            && let Some(frame) = failed(&self.failure)
+        {
+            self.close_with(Some(frame));
+        }
+        ready!(self.poll_drain(cx))?;
+        self.sink.poll_close_unpin(cx)
+    }
 }
