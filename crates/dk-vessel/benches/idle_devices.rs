@@ -1,16 +1,20 @@
 //! Resident memory of a real `dk vessel` process holding N idle paired
-//! devices (default 1,000; `DK_BENCH_DEVICES` changes it). The vessel runs
-//! as a separate process (built with `cargo build --release -p dk`), so only
-//! its memory is counted: VmRSS from `/proc/<pid>/status` before any device
-//! connects and again once every device is paired and has sat idle for 2 s.
-//! Devices pair through the admin API, in batches under the per-address limit
-//! on unauthenticated connections. Needs Linux and an open-files limit above
+//! devices (default 1,000; `DK_BENCH_DEVICES` changes it), once over v1 and
+//! once over dk/2 (each in its own vessel). The vessel runs as a separate
+//! process (built with `cargo build --release -p dk`), so only its memory is
+//! counted: VmRSS from `/proc/<pid>/status` before any device connects and
+//! again once every device is paired and has sat idle for 2 s. Devices pair
+//! through the admin API, in batches under the per-address limit on
+//! unauthenticated connections; over dk/2 each runs the handshake and the
+//! pairing exchange first. Needs Linux and an open-files limit above
 //! N plus a margin (`ulimit -n`). Run with `cargo xtask bench` (or `cargo
 //! bench -p dk-vessel --bench idle_devices`). Figures are reported, never
 //! asserted on.
 
 #[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
+#[path = "dk2_device/mod.rs"]
+mod dk2_device;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -30,6 +34,7 @@ use common::{BoxError, build_dk};
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const NAME: &str = "idle/devices";
+const DK2_NAME: &str = "idle/dk2_devices";
 /// Devices connected when `DK_BENCH_DEVICES` is not set.
 const DEFAULT_DEVICES: usize = 1000;
 /// Devices paired at once: under the vessel's 32 unauthenticated connections
@@ -37,15 +42,17 @@ const DEFAULT_DEVICES: usize = 1000;
 const BATCH: usize = 25;
 /// How long the devices sit idle before the second reading.
 const IDLE: Duration = Duration::from_secs(2);
-/// The budget for 1,000 idle devices, in MiB.
+/// The budget for 1,000 idle v1 devices, in MiB.
 const BUDGET_MIB: f64 = 64.0;
+/// The budget for each idle dk/2 device, in KiB.
+const DK2_BUDGET_KIB: f64 = 24.0;
 /// How long any one step may take before the bench gives up.
 const PATIENCE: Duration = Duration::from_secs(30);
 /// Open files the bench needs besides one per device (and the vessel too).
 const SPARE_FILES: u64 = 64;
 
 fn main() -> Result<(), BoxError> {
-    if common::filtered_out(&[NAME]) {
+    if common::filtered_out(&[NAME, DK2_NAME]) {
         return Ok(());
     }
     let devices = match std::env::var("DK_BENCH_DEVICES") {
@@ -65,6 +72,21 @@ fn main() -> Result<(), BoxError> {
     }
 
     let dk = build_dk()?;
+    for channel in [Channel::V1, Channel::Dk2] {
+        run_vessel(&dk, devices, channel)?.print();
+    }
+    Ok(())
+}
+
+/// The device channel the bench's devices speak.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Channel {
+    V1,
+    Dk2,
+}
+
+/// Starts a vessel, pairs `devices` over `channel`, and reads its memory.
+fn run_vessel(dk: &Path, devices: usize, channel: Channel) -> Result<Report, BoxError> {
     // dk's home for this run, removed however the bench ends: the data
     // directory and, beside it, the admin token (the directory holds only
     // its hash).
@@ -73,7 +95,7 @@ fn main() -> Result<(), BoxError> {
         .tempdir()?;
     let data_dir = home.path().join("vessel");
     let token_file = home.path().join("admin-token");
-    let child = Command::new(&dk)
+    let child = Command::new(dk)
         .env("DK_HOME", home.path())
         .args(["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
         .args(["--admin-listen", "127.0.0.1:0", "--data-dir"])
@@ -98,11 +120,10 @@ fn main() -> Result<(), BoxError> {
     let admin = AdminClient::new(admin_addr, token);
 
     let runtime = common::multi_thread(None)?;
-    let report = runtime.block_on(measure(pid, devices, device_addr, &admin));
+    let report = runtime.block_on(measure(pid, devices, device_addr, &admin, channel));
     drop(vessel);
     runtime.shutdown_timeout(Duration::from_secs(5));
-    report?.print();
-    Ok(())
+    report
 }
 
 /// Waits for `dk vessel` to write its address file.
@@ -136,6 +157,7 @@ fn wait_for_address(
 }
 
 struct Report {
+    channel: Channel,
     devices: usize,
     baseline_kib: u64,
     idle_kib: u64,
@@ -150,6 +172,7 @@ async fn measure(
     devices: usize,
     device_addr: SocketAddr,
     admin: &AdminClient,
+    channel: Channel,
 ) -> Result<Report, BoxError> {
     // Let the vessel settle before the baseline.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -159,7 +182,11 @@ async fn measure(
     let mut idle: JoinSet<()> = JoinSet::new();
     let ids: Vec<usize> = (0..devices).collect();
     for batch in ids.chunks(BATCH) {
-        for socket in pair_batch(batch, device_addr, admin).await? {
+        let sockets = match channel {
+            Channel::V1 => pair_batch(batch, device_addr, admin).await?,
+            Channel::Dk2 => pair_dk2_batch(batch, device_addr, admin).await?,
+        };
+        for socket in sockets {
             idle.spawn(stay_idle(socket));
         }
     }
@@ -180,6 +207,7 @@ async fn measure(
     }
     idle.shutdown().await;
     Ok(Report {
+        channel,
         devices,
         baseline_kib,
         idle_kib,
@@ -206,9 +234,46 @@ async fn pair_batch(
     for socket in &mut sockets {
         read_until(socket, "device:pairing").await?;
     }
+    approve(batch.len(), admin).await?;
+    for socket in &mut sockets {
+        read_until(socket, "device:paired").await?;
+    }
+    Ok(sockets)
+}
+
+/// The same over dk/2: each device runs the handshake and the pairing
+/// exchange, then waits for the person. Only the sockets are kept: an idle
+/// device answers pings, which travel outside the channel.
+async fn pair_dk2_batch(
+    batch: &[usize],
+    device_addr: SocketAddr,
+    admin: &AdminClient,
+) -> Result<Vec<Socket>, BoxError> {
+    let url = format!("ws://{device_addr}/device");
+    let mut devices = Vec::with_capacity(batch.len());
+    for &i in batch {
+        let mut device = dk2_device::connect(&url).await?;
+        tokio::time::timeout(PATIENCE, device.hello(&manifest(i)))
+            .await
+            .map_err(|_| "the pairing exchange did not finish")??;
+        devices.push(device);
+    }
+    approve(batch.len(), admin).await?;
+    let mut sockets = Vec::with_capacity(batch.len());
+    for mut device in devices {
+        tokio::time::timeout(PATIENCE, device.read_until("device:paired"))
+            .await
+            .map_err(|_| "no `device:paired` in time")??;
+        sockets.push(device.socket);
+    }
+    Ok(sockets)
+}
+
+/// Approves `count` pairing requests through the admin API.
+async fn approve(count: usize, admin: &AdminClient) -> Result<(), BoxError> {
     let mut approved = 0;
     let deadline = Instant::now() + PATIENCE;
-    while approved < batch.len() {
+    while approved < count {
         let pending = admin.get("/v1/pending").await?;
         let prompts = pending.body.as_array().cloned().unwrap_or_default();
         for prompt in prompts {
@@ -230,17 +295,14 @@ async fn pair_batch(
             }
             approved += 1;
         }
-        if approved < batch.len() {
+        if approved < count {
             if Instant::now() > deadline {
                 return Err("pairing requests did not reach the person".into());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    for socket in &mut sockets {
-        read_until(socket, "device:paired").await?;
-    }
-    Ok(sockets)
+    Ok(())
 }
 
 /// A lamp manifest with its own id.
@@ -314,9 +376,13 @@ impl Report {
         let mib = |kib: u64| kib as f64 / 1024.0;
         let grown = self.idle_kib.saturating_sub(self.baseline_kib);
         let per_device = grown as f64 / self.devices.max(1) as f64;
-        let name = format!("idle/{}_devices", self.devices);
+        let (prefix, words) = match self.channel {
+            Channel::V1 => ("idle", "v1"),
+            Channel::Dk2 => ("idle/dk2", "dk/2"),
+        };
+        let name = format!("{prefix}/{}_devices", self.devices);
         println!(
-            "\nidle: {} devices paired in {:.1} s, then idle for {} s; memory of the dk vessel process",
+            "\nidle: {} {words} devices paired in {:.1} s, then idle for {} s; memory of the dk vessel process",
             self.devices,
             self.pairing.as_secs_f64(),
             IDLE.as_secs()
@@ -328,6 +394,18 @@ impl Report {
             per_device,
             mib(self.peak_kib)
         );
+        if self.channel == Channel::Dk2 {
+            let verdict = if per_device <= DK2_BUDGET_KIB {
+                "within"
+            } else {
+                "OVER"
+            };
+            println!(
+                "{:<24}per device {per_device:.1} KiB  budget {DK2_BUDGET_KIB:.0} KiB  {verdict}",
+                "idle/dk2_budget"
+            );
+            return;
+        }
         // The budget is for 1,000 devices; other counts are scaled to it.
         let projected = mib(self.baseline_kib) + per_device * 1000.0 / 1024.0;
         let verdict = if projected <= BUDGET_MIB {

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async_with_config};
 
 use super::common::BoxError;
 
@@ -36,7 +36,9 @@ pub async fn connect(url: &str) -> Result<Dk2, BoxError> {
     request
         .headers_mut()
         .insert("sec-websocket-protocol", HeaderValue::from_static("dk.2"));
-    let (mut socket, response) = connect_async(request).await?;
+    // Without TCP_NODELAY the handshake's last message and the first record
+    // behind it wait on the vessel's delayed acknowledgement (40 ms).
+    let (mut socket, response) = connect_async_with_config(request, None, true).await?;
     if response
         .headers()
         .get("sec-websocket-protocol")
