@@ -174,7 +174,9 @@ async fn run_device(addr: SocketAddr, invoke_len: Arc<AtomicUsize>) -> Result<()
 /// invoke at once.
 async fn run_dk2_device(addr: SocketAddr) -> Result<(), BoxError> {
     let mut manifest: Value = serde_json::from_str(LAMP)?;
-    manifest["id"] = json!(DK2_ID);
+    if let Some(object) = manifest.as_object_mut() {
+        object.insert("id".to_owned(), json!(DK2_ID));
+    }
     let mut device = dk2_device::connect(&format!("ws://{addr}/device")).await?;
     device.hello(&manifest).await?;
     // `None` ends the loop: the vessel closed the connection.

@@ -97,10 +97,11 @@ impl Dk2 {
     pub async fn next_text(&mut self) -> Result<Option<String>, BoxError> {
         loop {
             match self.socket.next().await {
-                Some(Ok(Message::Binary(bytes))) => match self.opener.open(&bytes)? {
-                    Some(OpenedFrame::Text(text)) => return Ok(Some(text)),
-                    Some(_) | None => {}
-                },
+                Some(Ok(Message::Binary(bytes))) => {
+                    if let Some(OpenedFrame::Text(text)) = self.opener.open(&bytes)? {
+                        return Ok(Some(text));
+                    }
+                }
                 Some(Ok(Message::Close(_))) | None => return Ok(None),
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e.into()),
