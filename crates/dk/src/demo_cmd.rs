@@ -2,12 +2,15 @@
 //! free loopback port; the 8DK reference lamp connects to it as a real
 //! WebSocket client; a **demo approver** stands in for the person (this is
 //! the only place in dk where anything answers for the person without
-//! asking them). The demo pairs the lamp by the code, lists the tools, makes
-//! an allowed call, a refused call, a call that asks every time, revokes a
-//! grant and calls again, then prints the decision records.
+//! asking them). The lamp speaks dk/2, the encrypted channel: the demo
+//! shows the code each side computed on its own from the handshake, the
+//! approver pairs only when they match, and the lamp's key is pinned in
+//! place of a token. Then it lists the tools, makes an allowed call, a
+//! refused call, a call that asks every time, revokes a grant and calls
+//! again, and prints the decision records.
 
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dk_device::samples::Lamp;
@@ -25,6 +28,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::input::printable;
+use crate::prompt::channel_words;
+
+/// The code the lamp's display shows, once it has computed one.
+type Shown = Arc<Mutex<Option<String>>>;
 
 const SET: &str = "device__desk_lamp__set_light";
 const STROBE: &str = "device__desk_lamp__strobe";
@@ -50,7 +57,7 @@ pub fn run() -> ExitCode {
     match runtime.block_on(demo()) {
         Ok(()) => {
             println!(
-                "\nThe demo ran to the end. Run `dk vessel` and `dk device simulate lamp --vessel ws://127.0.0.1:7777/device` in two terminals to pair by hand."
+                "\nThe demo ran to the end. To pair by hand, run `dk vessel` and `dk device simulate lamp --vessel ws://127.0.0.1:7777/device` in two terminals; across a network, `dk vessel --listen 0.0.0.0:7777` on one machine and `dk device simulate lamp --vessel ws://<its address>:7777/device` on the other, and compare the codes."
             );
             ExitCode::SUCCESS
         }
@@ -79,12 +86,20 @@ async fn demo() -> Result<(), String> {
 
     step("A vessel starts");
     println!("[vessel] devices connect to {url}; nothing is granted to anyone yet");
+    if let Some(fingerprint) = vessel.fingerprint() {
+        println!("[vessel] my dk/2 key's fingerprint: {fingerprint}");
+    }
 
     let server = serve_devices(listener, Arc::clone(&vessel), stopped(stop_rx.clone()));
     let lamp = Lamp::new();
     let device = lamp.device();
+    let shown: Shown = Arc::default();
+    let display = Arc::clone(&shown);
     let options = ClientOptions::new(url)
-        .on_code(|code| println!("[lamp]   my display shows the pairing code {code}"))
+        .on_code(move |code| {
+            println!("[lamp]   my display shows the pairing code {code}");
+            *display.lock().unwrap_or_else(PoisonError::into_inner) = Some(code.to_owned());
+        })
         .backoff(Duration::from_millis(100), Duration::from_millis(500))
         .serve(ServeOptions::new().on_notice(|notice| match notice {
             Notice::Invoked {
@@ -104,7 +119,7 @@ async fn demo() -> Result<(), String> {
             _ => {}
         }));
     let client = run_client(&device, options, stopped(stop_rx.clone()));
-    let approver = demo_approver(Arc::clone(&vessel), stopped(stop_rx.clone()));
+    let approver = demo_approver(Arc::clone(&vessel), shown, stopped(stop_rx.clone()));
     let story = async {
         let result = story(&vessel, &lamp).await;
         stop_tx.send_replace(true);
@@ -116,9 +131,14 @@ async fn demo() -> Result<(), String> {
     result
 }
 
-/// Stands in for the person: answers every consent (granting read_light and
-/// set_light) and every approval (yes), and says so.
-async fn demo_approver(vessel: Arc<Vessel>, stop: impl std::future::Future<Output = ()>) {
+/// Stands in for the person: answers every consent whose code is the one
+/// the lamp shows (granting read_light and set_light; a consent whose codes
+/// differ is refused) and every approval (yes), and says so.
+async fn demo_approver(
+    vessel: Arc<Vessel>,
+    shown: Shown,
+    stop: impl std::future::Future<Output = ()>,
+) {
     let mut events = vessel.person().subscribe();
     tokio::pin!(stop);
     loop {
@@ -132,11 +152,12 @@ async fn demo_approver(vessel: Arc<Vessel>, stop: impl std::future::Future<Outpu
         match &prompt.prompt {
             Prompt::Consent(request) => {
                 println!(
-                    "[vessel] asks the person: pair \"{}\" ({}), code {}?",
+                    "[vessel] asks the person: pair \"{}\" ({}), code {} (computed by the vessel)?",
                     printable(&request.name),
                     request.device_id,
                     request.code
                 );
+                println!("[vessel]   channel  {}", channel_words(request.channel));
                 for cap in &request.capabilities {
                     let asks = if cap.confirm { ", asks every time" } else { "" };
                     println!(
@@ -148,14 +169,26 @@ async fn demo_approver(vessel: Arc<Vessel>, stop: impl std::future::Future<Outpu
                 }
                 // A person reads the code on the lamp before answering.
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                println!(
-                    "[person: demo approver] the lamp shows {} too: the codes match; grant read_light and set_light, not strobe",
-                    request.code
-                );
-                let _ = vessel.person().answer_consent(
-                    prompt.id,
-                    ConsentDecision::approve(["read_light", "set_light"]),
-                );
+                let on_lamp = shown.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                if on_lamp.as_deref() == Some(request.code.as_str()) {
+                    println!(
+                        "[person: demo approver] the lamp shows {} too: the codes match; grant read_light and set_light, not strobe",
+                        request.code
+                    );
+                    let _ = vessel.person().answer_consent(
+                        prompt.id,
+                        ConsentDecision::approve(["read_light", "set_light"]),
+                    );
+                } else {
+                    println!(
+                        "[person: demo approver] the lamp shows {}, not {}: someone may be in the middle; refused",
+                        on_lamp.as_deref().unwrap_or("no code"),
+                        request.code
+                    );
+                    let _ = vessel
+                        .person()
+                        .answer_consent(prompt.id, ConsentDecision::refuse());
+                }
             }
             Prompt::Approval(request) => {
                 println!(
@@ -178,7 +211,16 @@ async fn story(vessel: &Arc<Vessel>, lamp: &Lamp) -> Result<(), String> {
         "the lamp to pair and connect",
     )
     .await?;
-    println!("[vessel] paired and connected: desk-lamp; only a hash of its token is kept");
+    let channel = vessel
+        .registry()
+        .get("desk-lamp")
+        .map(|paired| paired.channel());
+    match channel {
+        Some(dk_proto::Channel::Dk2) => println!(
+            "[vessel] paired and connected over dk/2: desk-lamp; its key is pinned as its credential, no token crossed the wire"
+        ),
+        _ => println!("[vessel] paired and connected: desk-lamp; only a hash of its token is kept"),
+    }
 
     step("The agent's tools: granted capabilities only");
     for tool in vessel.adapter().tool_definitions() {
