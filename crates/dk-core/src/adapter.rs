@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 use dk_policy::{
     Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
 };
-use dk_proto::{InvokeError, Refusal, check_input, parse_tool_name, tool_name};
+use dk_proto::{Channel, InvokeError, Refusal, check_input, parse_tool_name, tool_name};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -187,6 +187,10 @@ pub struct DecisionRecord<'a> {
     /// for the person. For the audit log; not part of 8DK's record.
     #[serde(skip)]
     pub allowance: Option<AllowanceUse>,
+    /// The channel of the paired device the call named, when it named one
+    /// (read at check 1). For the audit log; not part of 8DK's record.
+    #[serde(skip)]
+    pub channel: Option<Channel>,
 }
 
 /// How a call met a remembered allowance.
@@ -219,6 +223,9 @@ pub struct ApprovalRequest {
     /// The calling agent's session, when the call names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The channel the device is paired and connected on: the person sees
+    /// whether what they allow travels encrypted.
+    pub channel: Channel,
 }
 
 /// Which agents exist and what they may call, read again after the person
@@ -564,6 +571,7 @@ impl DeviceToolAdapter {
             person_answer: None,
             by_person: ctx.by_person,
             allowance: None,
+            channel: None,
         };
         if !decision.take_place().await {
             let reason = Refusal::AuditStopped.to_string();
@@ -584,6 +592,7 @@ impl DeviceToolAdapter {
             .await;
         decision.person_answer = person.answer;
         decision.allowance = person.allowance;
+        decision.channel = person.channel;
         // A device's failure is recorded as allowed: every check passed.
         let (allowed, reason) = match outcome {
             Checked::Answered(result) => {
@@ -620,6 +629,7 @@ impl DeviceToolAdapter {
             person_answer: None,
             by_person: ctx.by_person,
             allowance: None,
+            channel: None,
         };
         decision.take_place().await;
         decision.report(false, reason, None);
@@ -718,6 +728,7 @@ impl DeviceToolAdapter {
             reason: reason.clone().into_owned(),
             agent_id: ctx.agent_id.map(str::to_owned),
             session_id: ctx.session_id.map(str::to_owned),
+            channel: device.channel(),
         };
         match approver.approve_remembering(request, offer).await {
             Ok(Approval::Once) => said.answer = Some(true),
@@ -771,6 +782,7 @@ impl DeviceToolAdapter {
                 device_id: device_id.to_owned(),
             });
         };
+        person.channel = Some(device.channel());
         let Some(cap) = device.manifest().capability(capability) else {
             return Checked::Refused(Refusal::NoCapability {
                 device_id: device_id.to_owned(),
@@ -941,6 +953,8 @@ struct PendingDecision<'a> {
     by_person: bool,
     /// The allowance the person's answer made, or that answered.
     allowance: Option<AllowanceUse>,
+    /// The channel of the device the call named, once check 1 found it.
+    channel: Option<Channel>,
 }
 
 /// Where a pending decision stands with its place in the audit queue.
@@ -1000,6 +1014,7 @@ impl PendingDecision<'_> {
                 person_answer: self.person_answer,
                 by_person: self.by_person,
                 allowance: self.allowance,
+                channel: self.channel,
             });
         }
     }
@@ -1017,13 +1032,16 @@ impl Drop for PendingDecision<'_> {
     }
 }
 
-/// What the person said about a call (check 5).
+/// What the person said about a call (check 5), and the channel of the
+/// device they were asked about (check 1 reads it), for the record.
 #[derive(Debug, Default)]
 struct PersonSaid {
     /// Their answer, when asked.
     answer: Option<bool>,
     /// The allowance made by their answer, or that answered for them.
     allowance: Option<AllowanceUse>,
+    /// The device's channel, once check 1 found the device.
+    channel: Option<Channel>,
 }
 
 /// A call that needs the person's yes, as check 5 sees it.

@@ -260,6 +260,7 @@ struct Decision {
     person_answer: Option<bool>,
     by_person: bool,
     allowance: Option<AllowanceUse>,
+    channel: Option<dk_proto::Channel>,
 }
 
 impl Decision {
@@ -292,6 +293,9 @@ impl Decision {
             }
             if self.by_person {
                 map.insert("caller".to_owned(), Value::from("person"));
+            }
+            if let Some(channel) = self.channel {
+                map.insert("channel".to_owned(), Value::from(channel.as_str()));
             }
         }
         record
@@ -340,6 +344,7 @@ impl DecisionAudit {
             person_answer: record.person_answer,
             by_person: record.by_person,
             allowance: record.allowance,
+            channel: record.channel,
         });
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);

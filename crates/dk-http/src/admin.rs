@@ -305,6 +305,7 @@ fn pending_body(pending: PendingPrompt) -> api::Pending {
             reason: request.reason,
             agent_id: request.agent_id,
             session_id: request.session_id,
+            channel: request.channel,
         }),
     };
     api::Pending {

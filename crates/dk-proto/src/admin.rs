@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// `GET /v1/status`: what the vessel holds now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Status {
     /// Paired devices.
     pub paired: u64,
@@ -225,6 +226,10 @@ pub struct ApprovalRequest {
     /// The calling agent's session, when the call names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The channel the device is connected on: `dk/2` (encrypted) or `v1`
+    /// (in clear). Absent from an older vessel: v1.
+    #[serde(default)]
+    pub channel: crate::Channel,
 }
 
 /// A remembered allowance, as `GET /v1/approvals/remembered` lists it and a

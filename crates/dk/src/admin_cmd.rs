@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::home::Paths;
-use crate::input::{print_json, printable};
+use crate::input::{asker, channel_words, print_json, printable};
 
 /// Where the vessel is.
 #[derive(Args)]
@@ -327,19 +327,6 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
     })
 }
 
-/// Who asks for an approval: the agent and its session, when the request
-/// names them.
-pub(crate) fn asker(agent: Option<&str>, session: Option<&str>) -> String {
-    let agent = agent.map_or_else(
-        || "no agent (the vessel's own host or the admin API)".to_owned(),
-        |a| format!("agent {}", printable(a)),
-    );
-    match session {
-        Some(session) => format!("{agent}, session {}", printable(session)),
-        None => format!("{agent}, no session"),
-    }
-}
-
 /// Runs `dk approvals`.
 pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode {
     let json = target.json;
@@ -367,6 +354,7 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                             "      asked by {}",
                             asker(r.agent_id.as_deref(), r.session_id.as_deref())
                         );
+                        println!("      channel  {}", channel_words(r.channel));
                         for (key, value) in &r.input {
                             println!(
                                 "      {} = {}",
@@ -532,7 +520,7 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
                         "{} ({}) {state}, {}; granted: {}",
                         printable(&d.id),
                         printable(&d.name),
-                        crate::prompt::channel_words(d.channel),
+                        crate::input::channel_words(d.channel),
                         joined(&d.grants)
                     );
                 })?;
@@ -638,6 +626,7 @@ mod tests {
             reason: "asks every time".to_owned(),
             agent_id: Some("kitchen-helper".to_owned()),
             session_id: Some("s-1\u{1b}[2J".to_owned()),
+            channel: dk_proto::Channel::V1,
         };
         assert_eq!(
             asker(request.agent_id.as_deref(), request.session_id.as_deref()),

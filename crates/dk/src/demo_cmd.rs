@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::input::channel_words;
 use crate::input::printable;
-use crate::prompt::channel_words;
 
 /// The code the lamp's display shows, once it has computed one.
 type Shown = Arc<Mutex<Option<String>>>;

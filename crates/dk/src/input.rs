@@ -104,6 +104,27 @@ pub fn ago(at_ms: u64) -> String {
     }
 }
 
+/// How a channel reads in a prompt or a listing.
+pub(crate) fn channel_words(channel: dk_proto::Channel) -> &'static str {
+    match channel {
+        dk_proto::Channel::Dk2 => "encrypted (dk/2)",
+        dk_proto::Channel::V1 => "NOT encrypted (v1)",
+    }
+}
+
+/// Who asks for an approval: the agent and its session, when the request
+/// names them.
+pub(crate) fn asker(agent: Option<&str>, session: Option<&str>) -> String {
+    let agent = agent.map_or_else(
+        || "no agent (the vessel's own host or the admin API)".to_owned(),
+        |a| format!("agent {}", printable(a)),
+    );
+    match session {
+        Some(session) => format!("{agent}, session {}", printable(session)),
+        None => format!("{agent}, no session"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,7 +29,7 @@ use dk_vessel::{
 };
 use tokio::sync::mpsc;
 
-use crate::input::printable;
+use crate::input::{channel_words, printable};
 
 /// Reads lines from standard input on a thread of its own (a blocking read
 /// cannot be cancelled; the thread ends with the process).
@@ -110,14 +110,6 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
                 }
             }
         }
-    }
-}
-
-/// How a channel reads in a prompt or a listing.
-pub(crate) fn channel_words(channel: dk_proto::Channel) -> &'static str {
-    match channel {
-        dk_proto::Channel::Dk2 => "encrypted (dk/2)",
-        dk_proto::Channel::V1 => "NOT encrypted (v1)",
     }
 }
 
@@ -210,13 +202,14 @@ fn show(prompt: &PendingPrompt) {
             println!("== #{} A call needs your yes ==", prompt.id);
             println!(
                 "  asked by {}",
-                crate::admin_cmd::asker(request.agent_id.as_deref(), request.session_id.as_deref())
+                crate::input::asker(request.agent_id.as_deref(), request.session_id.as_deref())
             );
             println!("  tool     {}", request.tool);
             println!(
                 "  device   {}  capability {}",
                 request.device_id, request.capability
             );
+            println!("  channel  {}", channel_words(request.channel));
             println!("  why      {}", printable(&request.reason));
             if request.input.is_empty() {
                 println!("  input    (none)");

@@ -27,7 +27,7 @@ use dk_proto::{CloseCode, CloseFrame, VesselFrame};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::{ConnectionOutcome, Secured, WireMessage, close, going_away, serve_on};
+use super::serve::{ConnectionOutcome, Secured, WireMessage, close, going_away, serve_on};
 use crate::vessel::{ConnectionPermit, Vessel};
 
 /// Records a device may send per frame the frame rate allows: a frame in

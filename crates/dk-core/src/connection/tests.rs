@@ -7,10 +7,19 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use dk_proto::{CloseCode, CloseFrame};
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use super::serve::close;
 use super::*;
 use crate::adapter::{CallContext, ToolOutcome};
 use crate::registry::ConsentDecision;
 use crate::vessel::Limits;
+use crate::vessel::Vessel;
 
 fn lamp() -> Value {
     serde_json::from_str(include_str!(

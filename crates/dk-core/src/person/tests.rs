@@ -34,6 +34,7 @@ fn approval() -> ApprovalRequest {
         reason: "\"strobe\" on Desk lamp asks every time".into(),
         agent_id: None,
         session_id: None,
+        channel: dk_proto::Channel::V1,
     }
 }
 

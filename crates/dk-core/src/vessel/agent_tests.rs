@@ -20,6 +20,7 @@ fn asking(agent: &str, device: &str, capability: &str) -> ApprovalRequest {
         reason: "asks every time".to_owned(),
         agent_id: Some(agent.to_owned()),
         session_id: None,
+        channel: dk_proto::Channel::V1,
     }
 }
 

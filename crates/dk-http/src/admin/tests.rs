@@ -1187,6 +1187,7 @@ fn pending_bodies_are_the_prompts_json() {
         reason: "asks every time".to_owned(),
         agent_id: Some("helper".to_owned()),
         session_id: None,
+        channel: dk_proto::Channel::V1,
     };
     let prompts = [
         (Prompt::Consent(consent), false),

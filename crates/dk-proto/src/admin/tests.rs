@@ -262,20 +262,28 @@ fn pending_prompts_round_trip_in_the_routes_key_order() {
     let approval = concat!(
         r#"{"id":9,"expiresAtMs":10,"kind":"approval","request":{"tool":"device__front_door__unlock","#,
         r#""deviceId":"front-door","capability":"unlock","input":{"b":1,"a":2},"reason":"asks every time","#,
-        r#""agentId":"helper","sessionId":"s-1"},"canRemember":true}"#
+        r#""agentId":"helper","sessionId":"s-1","channel":"dk/2"},"canRemember":true}"#
     );
     let pending: Pending = serde_json::from_str(approval).unwrap();
     let Prompt::Approval(request) = &pending.prompt else {
         panic!("{pending:?}")
     };
     assert_eq!(request.agent_id.as_deref(), Some("helper"));
+    assert_eq!(request.channel, crate::Channel::Dk2);
     assert!(pending.can_remember);
     assert_eq!(serde_json::to_string(&pending).unwrap(), approval);
 
     let host = concat!(
         r#"{"id":9,"expiresAtMs":10,"kind":"approval","request":{"tool":"t","deviceId":"d","#,
-        r#""capability":"c","input":{},"reason":"r"}}"#
+        r#""capability":"c","input":{},"reason":"r","channel":"v1"}}"#
     );
     let pending: Pending = serde_json::from_str(host).unwrap();
     assert_eq!(serde_json::to_string(&pending).unwrap(), host);
+    // An older vessel names no channel on an approval: it spoke v1.
+    let older = host.replace(r#","channel":"v1""#, "");
+    let pending: Pending = serde_json::from_str(&older).unwrap();
+    let Prompt::Approval(request) = &pending.prompt else {
+        panic!("{pending:?}")
+    };
+    assert_eq!(request.channel, crate::Channel::V1);
 }
