@@ -330,19 +330,6 @@ impl VesselServer {
             .map(TcpListener::local_addr)
             .transpose()
             .map_err(ServerError::LocalAddress)?;
-        if self.address_file {
-            let file = self.data_dir.join(ADDRESS_FILE);
-            write_address(
-                &file,
-                &self.data_dir,
-                self.unix_sockets,
-                device_addr,
-                admin_addr,
-                mcp_addr,
-            )?;
-            leftovers.0.insert(0, file);
-        }
-
         let mut limits = self.limits;
         self.config.apply_to(&mut limits);
         let vessel = Vessel::open(store, self.policies, limits)?;
@@ -358,6 +345,24 @@ impl VesselServer {
         vessel.add_secret(token.expose());
         if replaced {
             vessel.audit("admin-token", json!({"replaced": true}));
+        }
+        // The address file says the vessel is up: written once its first
+        // entries are committed, so nothing a client does comes before them.
+        let flushing = Arc::clone(&vessel);
+        if let Ok(flushed) = tokio::task::spawn_blocking(move || flushing.flush_audit()).await {
+            flushed?;
+        }
+        if self.address_file {
+            let file = self.data_dir.join(ADDRESS_FILE);
+            write_address(
+                &file,
+                &self.data_dir,
+                self.unix_sockets,
+                device_addr,
+                admin_addr,
+                mcp_addr,
+            )?;
+            leftovers.0.insert(0, file);
         }
 
         let (stop, stopped) = watch::channel(false);

@@ -461,27 +461,29 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     let admin = vessel.admin(&scratch);
     call(&admin, "device__desk_lamp__read_light", json!({})).await;
     eventually("the decision in the log", || async {
-        (audit_entries(&dir, 100).len() == 4).then_some(())
+        (audit_entries(&dir, 100).len() == 5).then_some(())
     })
     .await;
 
     // `--follow` prints an entry committed while it runs.
-    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
-        .args([
-            "audit",
-            "tail",
-            "--follow",
-            "--json",
-            "-n",
-            "1",
-            "--data-dir",
-        ])
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut follow = crate::process::Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args([
+                "audit",
+                "tail",
+                "--follow",
+                "--json",
+                "-n",
+                "1",
+                "--data-dir",
+            ])
+            .arg(&dir)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    let stdout = follow.stdout.take().unwrap();
+    let stdout = follow.0.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
         for line in std::io::BufReader::new(stdout).lines() {
@@ -494,12 +496,11 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     assert_eq!(first["kind"], "decision");
     succeeded(&person(&dir, &["devices", "unpair", "desk-lamp"]));
     let next: Value = serde_json::from_str(&lines_rx.recv_timeout(PATIENCE).unwrap()).unwrap();
-    follow.kill().unwrap();
-    follow.wait().unwrap();
+    drop(follow);
     reader.join().unwrap();
     assert_eq!(
         (next["seq"].as_u64(), next["kind"].as_str()),
-        (Some(5), Some("unpaired")),
+        (Some(6), Some("unpaired")),
         "{next}"
     );
     assert!(matches!(lamp.ended().await, Err(ClientError::Unpaired)));
@@ -512,35 +513,36 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     assert_eq!(
         seen,
         [
-            (1, "paired"),
-            (2, "granted"),
-            (3, "revoked"),
-            (4, "decision"),
-            (5, "unpaired")
+            (1, "vessel-key"),
+            (2, "paired"),
+            (3, "granted"),
+            (4, "revoked"),
+            (5, "decision"),
+            (6, "unpaired")
         ]
     );
     assert_eq!(
-        entries[0]["entry"]["grants"],
+        entries[1]["entry"]["grants"],
         json!(["read_light", "set_light"])
     );
     assert_eq!(
         (
-            &entries[1]["entry"]["capability"],
-            &entries[2]["entry"]["capability"]
+            &entries[2]["entry"]["capability"],
+            &entries[3]["entry"]["capability"]
         ),
         (&json!("strobe"), &json!("set_light"))
     );
     assert_eq!(
-        entries[3]["entry"]["tool"],
+        entries[4]["entry"]["tool"],
         json!("device__desk_lamp__read_light")
     );
     vessel.interrupt();
 
     let out = audit(&dir, &["verify"]);
     let text = succeeded(&out);
-    let head = format!("5:{}", entries[4]["hash"].as_str().unwrap());
+    let head = format!("6:{}", entries[5]["hash"].as_str().unwrap());
     assert!(
-        text.contains(&format!("intact: 5 entries; head {head}")),
+        text.contains(&format!("intact: 6 entries; head {head}")),
         "{text}"
     );
     // The vessel kept that head beside its data directory, and verify read it.
@@ -555,72 +557,72 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     );
     succeeded(&audit(&dir, &["verify", "--expect-head", &head]));
 
-    let edit = "UPDATE audit SET entry = replace(entry, 'strobe', 'set_light') WHERE seq = 2";
+    let edit = "UPDATE audit SET entry = replace(entry, 'strobe', 'set_light') WHERE seq = 3";
     tampered_copy(&scratch, "edited", |db| {
         db.execute_batch(edit).unwrap();
     });
-    check_broken(&scratch.root().join("edited"), &[], "entry 2: edited");
+    check_broken(&scratch.root().join("edited"), &[], "entry 3: edited");
 
     tampered_copy(&scratch, "deleted", |db| {
-        db.execute_batch("DELETE FROM audit WHERE seq = 3").unwrap();
+        db.execute_batch("DELETE FROM audit WHERE seq = 4").unwrap();
     });
-    check_broken(&scratch.root().join("deleted"), &[], "entry 3: missing");
+    check_broken(&scratch.root().join("deleted"), &[], "entry 4: missing");
 
-    // An entry put in after entry 2, chained to it with a correct hash, the
+    // An entry put in after entry 3, chained to it with a correct hash, the
     // later entries renumbered: only the link after it gives it away.
     tampered_copy(&scratch, "inserted", |db| {
         let prev: String = db
-            .query_row("SELECT hash FROM audit WHERE seq = 2", [], |r| r.get(0))
+            .query_row("SELECT hash FROM audit WHERE seq = 3", [], |r| r.get(0))
             .unwrap();
         let at: i64 = db
-            .query_row("SELECT at_ms FROM audit WHERE seq = 2", [], |r| r.get(0))
+            .query_row("SELECT at_ms FROM audit WHERE seq = 3", [], |r| r.get(0))
             .unwrap();
         db.execute_batch(
-            "UPDATE audit SET seq = seq + 1000 WHERE seq > 2;
+            "UPDATE audit SET seq = seq + 1000 WHERE seq > 3;
              UPDATE audit SET seq = seq - 999 WHERE seq > 1000;",
         )
         .unwrap();
         let entry = r#"{"capability":"set_light","deviceId":"desk-lamp"}"#;
-        let hash = entry_hash(&prev, 3, at, "granted", entry);
+        let hash = entry_hash(&prev, 4, at, "granted", entry);
         db.execute(
             "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
-             VALUES (3, ?1, 'granted', ?2, ?3, ?4)",
+             VALUES (4, ?1, 'granted', ?2, ?3, ?4)",
             rusqlite::params![at, entry, prev, hash],
         )
         .unwrap();
     });
-    check_broken(&scratch.root().join("inserted"), &[], "entry 3: inserted");
+    check_broken(&scratch.root().join("inserted"), &[], "entry 4: inserted");
 
     tampered_copy(&scratch, "reordered", |db| {
         db.execute_batch(
-            "UPDATE audit SET seq = 1002 WHERE seq = 2;
-             UPDATE audit SET seq = 2 WHERE seq = 3;
-             UPDATE audit SET seq = 3 WHERE seq = 1002;",
+            "UPDATE audit SET seq = 1002 WHERE seq = 3;
+             UPDATE audit SET seq = 3 WHERE seq = 4;
+             UPDATE audit SET seq = 4 WHERE seq = 1002;",
         )
         .unwrap();
     });
     check_broken(
         &scratch.root().join("reordered"),
         &[],
-        "entry 2: out of order",
+        "entry 3: out of order",
     );
 
     // Cutting the last entry leaves an intact chain; the unpairing it held
     // is then missing from the log, and the kept head shows the cut.
     tampered_copy(&scratch, "truncated", |db| {
-        db.execute_batch("DELETE FROM audit WHERE seq = 5").unwrap();
+        db.execute_batch("DELETE FROM audit WHERE seq = 6").unwrap();
     });
     let truncated = scratch.root().join("truncated");
     check_broken(
         &truncated,
         &[],
-        "BROKEN state: the log has `desk-lamp` paired (entry 1), the state does not",
+        "BROKEN state: the log has `desk-lamp` paired (entry 2), the state does not",
     );
-    check_broken(&truncated, &[], "BROKEN entry 5: cut off the end");
+    check_broken(&truncated, &[], "BROKEN entry 6: cut off the end");
     check_broken(
         &truncated,
         &["--expect-head", &head],
-        "entry 5: cut off the end",
+        "entry 6: cut off the end",
     );
 }
 
@@ -663,7 +665,7 @@ async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
     );
     // Cut back past the grant: the chain is intact, the grant unaccounted.
     tampered_copy(&scratch, "cut", |db| {
-        db.execute_batch("DELETE FROM audit WHERE seq >= 2")
+        db.execute_batch("DELETE FROM audit WHERE seq >= 3")
             .unwrap();
     });
     check_broken(
@@ -751,7 +753,7 @@ const ATTACKS: [(&str, Attack, bool, bool); 6] = [
     (
         "delete-some",
         |db| {
-            db.execute_batch("DELETE FROM audit WHERE seq = 3").unwrap();
+            db.execute_batch("DELETE FROM audit WHERE seq = 4").unwrap();
         },
         false,
         false,
@@ -771,7 +773,7 @@ const ATTACKS: [(&str, Attack, bool, bool); 6] = [
     (
         "cut-tail",
         |db| {
-            db.execute_batch("DELETE FROM audit WHERE seq > 3").unwrap();
+            db.execute_batch("DELETE FROM audit WHERE seq > 4").unwrap();
         },
         true,
         false,
@@ -784,8 +786,8 @@ async fn what_verify_finds_without_and_with_the_kept_head() {
     let scratch = Scratch::new("audit-modes");
     let dir = scratch.data_dir();
     logged_lamp(&scratch, 3).await;
-    // 1 paired, 2 granted, 3 to 5 decisions.
-    assert_eq!(audit_entries(&dir, 100).len(), 5);
+    // 1 the vessel's key, 2 paired, 3 granted, 4 to 6 decisions.
+    assert_eq!(audit_entries(&dir, 100).len(), 6);
     for (name, attack, chain_alone, with_head) in ATTACKS {
         tampered_copy(&scratch, name, attack);
         let copy = scratch.root().join(name);
@@ -820,7 +822,7 @@ async fn what_verify_finds_without_and_with_the_kept_head() {
     assert_eq!(out.status.code(), Some(1), "{error}");
     assert!(
         error.contains("the audit log does not match the head kept in")
-            && error.contains("the log ends at entry 3, the kept head is entry 5"),
+            && error.contains("the log ends at entry 4, the kept head is entry 6"),
         "{error}"
     );
 }
@@ -896,7 +898,8 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
         call(&admin, "device__desk_lamp__read_light", json!({})).await;
     }
     vessel.interrupt();
-    // 1 keys the chain, 2 adds the agent, 3 to 5 are decisions.
+    // 1 keys the chain, 2 makes the vessel's key, 3 adds the agent, 4 to 6
+    // are decisions.
     let entries = audit_entries(&dir, 100);
     let kinds: Vec<&str> = entries
         .iter()
@@ -904,7 +907,14 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
         .collect();
     assert_eq!(
         kinds,
-        ["audit-keyed", "agent", "decision", "decision", "decision"]
+        [
+            "audit-keyed",
+            "vessel-key",
+            "agent",
+            "decision",
+            "decision",
+            "decision"
+        ]
     );
     let key = key_file.display().to_string();
     let with_key = ["--audit-key-file", key.as_str()];
@@ -938,7 +948,7 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
         (
             "k-rehash-all",
             |db| {
-                db.execute_batch("UPDATE audit SET entry = '{}' WHERE seq = 4")
+                db.execute_batch("UPDATE audit SET entry = '{}' WHERE seq = 5")
                     .unwrap();
                 rehash_everything(db);
             },
@@ -949,7 +959,7 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
         (
             "k-cut-tail",
             |db| {
-                db.execute_batch("DELETE FROM audit WHERE seq > 3").unwrap();
+                db.execute_batch("DELETE FROM audit WHERE seq > 4").unwrap();
             },
             true,
             false,

@@ -7,24 +7,14 @@
 //! keeps the handshake's stream open.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::agents::start;
-use crate::process::{PATIENCE, Scratch, devices, eventually};
-
-/// A child process killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::process::{Killed, PATIENCE, Scratch, devices, eventually};
 
 /// A running `dk mcp`: its standard input, its output lines as they come,
 /// and what it wrote on standard error once it ended.

@@ -369,3 +369,13 @@ pub fn audit_entries(data_dir: &Path, last: u64) -> Vec<Value> {
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
 }
+
+/// A child process killed on drop, so a failing test leaves none behind.
+pub(crate) struct Killed(pub(crate) std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
