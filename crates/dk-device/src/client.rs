@@ -11,7 +11,9 @@
 mod backoff;
 mod connection;
 mod error;
+mod key_file;
 mod options;
+mod secure;
 mod token_file;
 
 use std::future::Future;

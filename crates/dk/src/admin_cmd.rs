@@ -272,6 +272,7 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                                 (true, false) => "",
                             }
                         );
+                        println!("      channel  {}", channel_words(r.channel));
                         if let Some(old) = &r.replaces {
                             println!(
                                 "      replaces: {}, granted {}",

@@ -2,10 +2,12 @@
 //! lock, the hall thermostat, the kitchen voice satellite or the office
 //! desktop bridge) against a vessel. The voice satellite streams 20 ms PCM
 //! frames of a sine and the desktop bridge screenshots, once the vessel
-//! admits them (`dk vessel --config`, see docs/CONFIG.md). The first run pairs and
-//! prints the code to compare with the vessel's prompt; the device token is
-//! kept in a file so later runs reconnect on their own. Each call received
-//! is printed. Ctrl-C closes the connection and exits.
+//! admits them (`dk vessel --config`, see docs/CONFIG.md). The devices speak
+//! dk/2 (encrypted, the code computed on both sides) unless `--v1` is given.
+//! The first run pairs and prints the code to compare with the vessel's
+//! prompt; the device key (dk/2) or token (v1) is kept in a file so later
+//! runs reconnect on their own. Each call received is printed. Ctrl-C closes
+//! the connection and exits.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -61,8 +63,21 @@ pub struct SimulateArgs {
     /// The vessel's device route, e.g. ws://127.0.0.1:7777/device.
     #[arg(long)]
     pub vessel: String,
-    /// Where to keep the device token (by default `./.dk/<device-id>.token`).
+    /// Speak 8DK v1 (in clear, a bearer token) instead of dk/2: for vessels
+    /// that speak nothing else, on loopback.
     #[arg(long)]
+    pub v1: bool,
+    /// Where to keep the dk/2 device key and the vessel key it pins (by
+    /// default `./.dk/<device-id>.key`).
+    #[arg(long, conflicts_with = "v1")]
+    pub key_file: Option<PathBuf>,
+    /// Forget the pinned vessel key (and the pairing) first: only when the
+    /// vessel was really replaced.
+    #[arg(long, conflicts_with = "v1")]
+    pub forget_vessel: bool,
+    /// Where to keep the v1 device token (by default
+    /// `./.dk/<device-id>.token`); with `--v1` only.
+    #[arg(long, requires = "v1")]
     pub token_file: Option<PathBuf>,
 }
 
@@ -131,23 +146,48 @@ pub fn run(args: &SimulateArgs) -> ExitCode {
     }
 }
 
-/// Client options for `device`: the token file, the pairing code and each
-/// call printed.
+/// Client options for `device`: the channel, the key or token file, the
+/// pairing code and each call printed.
 fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientOptions {
-    let token_file = args
-        .token_file
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(".dk").join(format!("{}.token", device.manifest().id())));
+    let id = device.manifest().id();
     println!(
-        "{} ({}) connecting to {}",
+        "{} ({}) connecting to {} over {}",
         device.manifest().name(),
-        device.manifest().id(),
-        printable(&args.vessel)
+        id,
+        printable(&args.vessel),
+        if args.v1 {
+            "v1 (NOT encrypted)"
+        } else {
+            "dk/2 (encrypted)"
+        }
     );
-    println!(
-        "token file: {}",
-        printable(&token_file.display().to_string())
-    );
+    let options = ClientOptions::new(args.vessel.clone());
+    let options = if args.v1 {
+        let token_file = args
+            .token_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(".dk").join(format!("{id}.token")));
+        println!(
+            "token file: {}",
+            printable(&token_file.display().to_string())
+        );
+        options.v1().token_file(token_file)
+    } else {
+        let key_file = args
+            .key_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(".dk").join(format!("{id}.key")));
+        println!("key file: {}", printable(&key_file.display().to_string()));
+        let options = options.key_file(key_file).on_vessel_pinned(|fingerprint| {
+            println!("paired over dk/2; the vessel's key is pinned: {fingerprint}");
+            println!("(compare it with the fingerprint `dk vessel` printed at start)");
+        });
+        if args.forget_vessel {
+            options.forget_vessel()
+        } else {
+            options
+        }
+    };
     println!("Ctrl-C to stop");
     let serve = serve.on_notice(|notice| match notice {
         Notice::Invoked {
@@ -163,8 +203,7 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         Notice::Revoked { capability: None } => println!("the vessel ended the pairing"),
         _ => {}
     });
-    ClientOptions::new(args.vessel.clone())
-        .token_file(token_file)
+    options
         .on_code(|code| {
             println!();
             println!("    Pairing code: {code} — check it matches the vessel's prompt");

@@ -1,5 +1,9 @@
-//! One connection to the vessel, as a state machine: connect, pair or
-//! authenticate, serve calls, and read what the vessel's close means.
+//! One connection to the vessel, as a state machine: connect (on dk/2, the
+//! handshake first), pair or authenticate, serve calls, and read what the
+//! vessel's close means. On dk/2 the machine reads and writes through the
+//! sealing sink and opening stream of `secure.rs`, so the same code serves
+//! both channels; what differs is the pairing exchange and which closes
+//! count (only those announced inside the channel).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -9,7 +13,11 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, StreamDroppedFrame, StreamingFrame, VesselFrame};
+use dk_channel::PublicKey;
+use dk_proto::{
+    Channel, DeviceFrame, FrameLimits, MAX_FRAME_BYTES, StreamDroppedFrame, StreamingFrame,
+    VesselFrame,
+};
 use futures::future::Fuse;
 use futures::{FutureExt as _, Sink, SinkExt as _, Stream, StreamExt as _};
 use serde::Deserialize;
@@ -20,6 +28,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::error::ClientError;
 use super::options::ClientOptions;
+use super::secure::{Handshaken, MAX_SECURE_MESSAGE, Opening, Sealing, handshake, subprotocol};
 use super::token_file::{is_token, read_token, token_file_error, write_token};
 use crate::serve::serve_session;
 use crate::stream::StreamReceiver;
@@ -71,15 +80,48 @@ pub async fn connect_once(
     let shutdown = shutdown.fuse();
     tokio::pin!(shutdown);
     check_url(&options.url)?;
-    let token = options.stored_token()?;
+    let channel = if options.v1 {
+        Channel::V1
+    } else {
+        Channel::Dk2
+    };
+    let token = match channel {
+        Channel::V1 => options.stored_token()?,
+        // The key is read (or made) before connecting: a broken key file
+        // stops the client before the vessel hears from it.
+        Channel::Dk2 => {
+            options.key_state()?;
+            None
+        }
+    };
+    let max_message = match channel {
+        Channel::V1 => MAX_MESSAGE_BYTES,
+        Channel::Dk2 => MAX_SECURE_MESSAGE,
+    };
     let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message));
+    let mut request = {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        options
+            .url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| connect_error(&options.url, e))?
+    };
+    if channel == Channel::Dk2 {
+        request.headers_mut().insert(
+            tungstenite::http::header::SEC_WEBSOCKET_PROTOCOL,
+            tungstenite::http::HeaderValue::from_static(subprotocol()),
+        );
+    }
+    // TCP_NODELAY: without it a small frame waits on the vessel's delayed
+    // acknowledgement (40 ms), the dk/2 handshake's last message first.
     let connect = tokio::time::timeout(
         CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async_with_config(options.url.as_str(), Some(config), true),
+        tokio_tungstenite::connect_async_with_config(request, Some(config), true),
     );
-    let socket = tokio::select! {
+    let (socket, response) = tokio::select! {
         () = &mut shutdown => return Ok(SessionEnd::Shutdown),
         connected = connect => match connected {
             Err(_) => {
@@ -89,20 +131,86 @@ pub async fn connect_once(
                 )));
             }
             Ok(Err(e)) => return Err(connect_error(&options.url, e)),
-            Ok(Ok((socket, _response))) => socket,
+            Ok(Ok(connected)) => connected,
         },
     };
-    tracing::debug!(url = %printable(&options.url), "connected");
-    let (sink, stream) = socket.split();
-    Connection {
+    tracing::debug!(url = %printable(&options.url), channel = channel.as_str(), "connected");
+    let (mut sink, mut stream) = socket.split();
+    if channel == Channel::V1 {
+        return Connection::new(device, options, sink, stream, token, None)
+            .run(shutdown.as_mut())
+            .await;
+    }
+    let answered = response
+        .headers()
+        .get(tungstenite::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok());
+    if answered != Some(subprotocol()) {
+        return Err(ClientError::NotDk2);
+    }
+    let state = options.key_state()?;
+    let pinned = state.vessel;
+    let shaken = tokio::select! {
+        () = &mut shutdown => return Ok(SessionEnd::Shutdown),
+        shaken = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            handshake(&mut sink, &mut stream, &state.key, pinned.as_ref()),
+        ) => match shaken {
+            Err(_) => {
+                return Err(ClientError::Connect(format!(
+                    "no dk/2 handshake within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(Err(ClientError::VesselKeyChanged { pinned, presented })) => {
+                // Closed before message 3: nothing about the device was sent.
+                let _ = sink.close().await;
+                return Err(ClientError::VesselKeyChanged { pinned, presented });
+            }
+            Ok(shaken) => shaken?,
+        },
+    };
+    let Handshaken {
+        sealer,
+        opener,
+        handshake_hash,
+        vessel,
+    } = shaken;
+    let secure = Secure {
+        handshake_hash,
+        vessel,
+        commitment: None,
+        nonce: None,
+        code: None,
+        closing: None,
+    };
+    Connection::new(
         device,
         options,
-        sink,
-        stream,
-        token,
-    }
+        Sealing::new(sink, sealer),
+        Opening::new(stream, opener),
+        None,
+        Some(secure),
+    )
     .run(shutdown.as_mut())
     .await
+}
+
+/// A dk/2 connection's state: the handshake's results and the pairing
+/// exchange so far.
+struct Secure {
+    handshake_hash: [u8; 32],
+    /// The vessel's static key, as this handshake presented it.
+    vessel: PublicKey,
+    /// The vessel's commitment, once `device:pair-commit` came.
+    commitment: Option<[u8; 32]>,
+    /// The device's nonce, once sent.
+    nonce: Option<[u8; 32]>,
+    /// The code, once the reveal matched the commitment.
+    code: Option<String>,
+    /// The close the vessel announced inside the channel
+    /// (`device:closing`): the only kind of close a dk/2 device acts on.
+    closing: Option<(u16, String)>,
 }
 
 /// Refuses, before any connection, a URL that is not `ws://host...`.
@@ -130,6 +238,10 @@ fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
         why,
     };
     match error {
+        // Only a dk/2 request names a subprotocol: the vessel chose none.
+        tungstenite::Error::Protocol(
+            tungstenite::error::ProtocolError::SecWebSocketSubProtocolError(_),
+        ) => ClientError::NotDk2,
         tungstenite::Error::Url(why) => invalid(why.to_string()),
         tungstenite::Error::HttpFormat(why) => invalid(why.to_string()),
         tungstenite::Error::Http(response) => ClientError::Connect(format!(
@@ -153,8 +265,31 @@ struct Connection<'a, K, S> {
     options: &'a mut ClientOptions,
     sink: K,
     stream: S,
-    /// The token sent in `device:auth`, or received in `device:paired`.
+    /// The token sent in `device:auth`, or received in `device:paired`
+    /// (v1 only).
     token: Option<String>,
+    /// The dk/2 state; `None` on v1.
+    secure: Option<Secure>,
+}
+
+impl<'a, K, S> Connection<'a, K, S> {
+    fn new(
+        device: &'a Device,
+        options: &'a mut ClientOptions,
+        sink: K,
+        stream: S,
+        token: Option<String>,
+        secure: Option<Secure>,
+    ) -> Self {
+        Connection {
+            device,
+            options,
+            sink,
+            stream,
+            token,
+            secure,
+        }
+    }
 }
 
 impl<K, S> Connection<'_, K, S>
@@ -166,21 +301,32 @@ where
     where
         F: Future<Output = ()>,
     {
-        let first = match &self.token {
-            Some(token) => auth_frame(self.device, token),
-            None => hello_frame(self.device),
-        }?;
+        let key_paired = self.options.key.as_ref().is_some_and(|k| k.paired);
+        let (first, pairing) = match (&self.secure, &self.token) {
+            (None, Some(token)) => (auth_frame(self.device, token)?, false),
+            (Some(_), _) if key_paired => (key_auth_frame(self.device)?, false),
+            _ => (hello_frame(self.device)?, true),
+        };
         if let Err(e) = self.sink.send(Message::text(first)).await {
             tracing::debug!(error = %e, "the first frame could not be sent");
             return Ok(SessionEnd::Lost);
         }
-        if self.token.is_none() {
+        if pairing {
             match self.pair(shutdown.as_mut()).await {
                 Ok(None) => {}
                 Ok(Some(ended)) => return self.finish(ended).await,
+                Err(ClientError::PairingBroken(why)) => {
+                    let reason = format!("pairing did not happen: {why}");
+                    self.close(CloseCode::Library(4001), &reason).await;
+                    return Err(ClientError::PairingBroken(why));
+                }
                 Err(e) => {
-                    self.close(CloseCode::Error, "cannot keep the device token")
-                        .await;
+                    let what = if self.secure.is_some() {
+                        "cannot keep the device key"
+                    } else {
+                        "cannot keep the device token"
+                    };
+                    self.close(CloseCode::Error, what).await;
                     return Err(e);
                 }
             }
@@ -213,6 +359,12 @@ where
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
             };
+            if self.secure.is_some() {
+                if self.pair_secure(&text).await? {
+                    return Ok(None);
+                }
+                continue;
+            }
             match VesselFrame::parse(text.as_bytes()) {
                 Ok(VesselFrame::Pairing { code }) => self.show_code(&code),
                 Ok(VesselFrame::Paired { device_token }) => {
@@ -231,6 +383,105 @@ where
                 },
             }
         }
+    }
+
+    /// One frame of the dk/2 pairing exchange, read in the order the rules
+    /// demand: commit, then the device's nonce, then the reveal (checked
+    /// against the commitment), then `device:paired`. Anything repeated,
+    /// early or out of order breaks the pairing. `Ok(true)` once paired.
+    async fn pair_secure(&mut self, text: &str) -> Result<bool, ClientError> {
+        let frame =
+            match VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), Channel::Dk2) {
+                Ok(frame) => frame,
+                Err(error) => {
+                    match vessel_error(text) {
+                        Some(message) => tracing::warn!(%message, "the vessel reported an error"),
+                        None => tracing::debug!(%error, "ignored a frame from the vessel"),
+                    }
+                    return Ok(false);
+                }
+            };
+        let Some(secure) = self.secure.as_mut() else {
+            return Ok(false);
+        };
+        let broken = |why: &str| Err(ClientError::PairingBroken(why.to_owned()));
+        match frame {
+            VesselFrame::PairCommit { commitment } => {
+                if secure.commitment.is_some() {
+                    return broken("a second commitment");
+                }
+                let Some(commitment) = dk_channel::from_hex32(&commitment) else {
+                    return broken("a commitment that is not 64 hex digits");
+                };
+                secure.commitment = Some(commitment);
+                let nonce = dk_channel::random_nonce()
+                    .map_err(|e| ClientError::Protocol(format!("no random nonce: {e}")))?;
+                secure.nonce = Some(nonce);
+                let frame = DeviceFrame::PairNonce {
+                    nonce: Cow::Owned(dk_channel::to_hex32(&nonce)),
+                }
+                .to_json();
+                if let Err(e) = self.sink.send(Message::text(frame)).await {
+                    tracing::debug!(error = %e, "the pairing nonce could not be sent");
+                }
+                Ok(false)
+            }
+            VesselFrame::PairReveal { nonce } => {
+                let (Some(commitment), Some(nd)) = (secure.commitment, secure.nonce) else {
+                    return broken("a reveal before the commitment");
+                };
+                if secure.code.is_some() {
+                    return broken("a second reveal");
+                }
+                let Some(nv) = dk_channel::from_hex32(&nonce) else {
+                    return broken("a reveal that is not 64 hex digits");
+                };
+                if !dk_channel::commitment_holds(&commitment, &nv, &secure.handshake_hash) {
+                    return broken(
+                        "the vessel's reveal does not match its commitment (a relay may be in the middle)",
+                    );
+                }
+                let code = dk_channel::pairing_code(&secure.handshake_hash, &nd, &nv);
+                secure.code = Some(code.clone());
+                self.show_code(&code);
+                Ok(false)
+            }
+            VesselFrame::KeyPaired => {
+                if secure.code.is_none() {
+                    return broken("paired before the codes were computed");
+                }
+                let vessel = secure.vessel;
+                self.keep_pin(vessel)?;
+                Ok(true)
+            }
+            VesselFrame::Closing { code, reason } => {
+                secure.closing = Some((code, printable(&reason)));
+                Ok(false)
+            }
+            other => {
+                tracing::warn!(
+                    frame = other.type_name(),
+                    "ignored a frame sent before pairing ended"
+                );
+                Ok(false)
+            }
+        }
+    }
+
+    /// Pins the vessel's key and marks the device key paired: in the key
+    /// file, or in memory.
+    fn keep_pin(&mut self, vessel: PublicKey) -> Result<(), ClientError> {
+        if let Some(state) = self.options.key.as_mut() {
+            state.vessel = Some(vessel);
+            state.paired = true;
+        }
+        self.options.save_key()?;
+        let fingerprint = vessel.fingerprint();
+        tracing::info!(%fingerprint, "paired over dk/2: the vessel's key is pinned");
+        if let Some(show) = &self.options.on_vessel_pinned {
+            show(&fingerprint);
+        }
+        Ok(())
     }
 
     fn show_code(&self, code: &str) {
@@ -281,12 +532,15 @@ where
         let (cap, mut cap_changes) = tokio::sync::watch::channel(0u64);
         let options = &mut *self.options;
         let sink = &mut self.sink;
+        let mut closing = None;
+        let secure = self.secure.is_some();
         let served = {
             let mut incoming = Incoming {
                 stream: &mut self.stream,
                 shutdown,
                 ended: &mut ended,
                 streaming_cap: &cap,
+                closing: secure.then_some(&mut closing),
             };
             let (mut frames, mut queued) = futures::channel::mpsc::channel::<String>(FRAME_QUEUE);
             let serve = async {
@@ -305,6 +559,9 @@ where
             let (served, ()) = tokio::join!(serve, write);
             served
         };
+        if let (Some(secure), Some(announced)) = (self.secure.as_mut(), closing) {
+            secure.closing = Some(announced);
+        }
         match served {
             Ok(()) => {}
             Err(ServeError::NoRuntime) => return Err(ClientError::NoRuntime),
@@ -339,6 +596,21 @@ where
     fn closed_with(&mut self, code: u16, reason: String) -> Result<SessionEnd, ClientError> {
         use dk_proto::CloseCode as Vessel;
         tracing::info!(code, %reason, "the vessel closed the connection");
+        // Over dk/2 a close travels outside the channel, where anyone on the
+        // path can forge one: only a close announced inside it counts.
+        let (code, reason) = match self.secure.as_mut() {
+            None => (code, reason),
+            Some(secure) => match secure.closing.take() {
+                Some(announced) => announced,
+                None => {
+                    tracing::info!(
+                        code,
+                        "a close not announced inside the channel: reconnecting"
+                    );
+                    return Ok(SessionEnd::Closed { code, reason });
+                }
+            },
+        };
         let frame = dk_proto::CloseFrame { code, reason };
         if frame.retry() {
             return Ok(SessionEnd::Closed {
@@ -369,6 +641,14 @@ where
     /// Removes the token this connection used, from memory and from the
     /// token file unless the file now holds another one.
     fn forget_token(&mut self) -> Result<(), ClientError> {
+        if self.secure.is_some() {
+            // dk/2: the vessel forgot the key; the device keeps it (and the
+            // vessel's pin) and pairs again on its next run.
+            if let Some(state) = self.options.key.as_mut() {
+                state.paired = false;
+            }
+            return self.options.save_key();
+        }
         let Some(token) = self.token.take() else {
             return Ok(());
         };
@@ -434,6 +714,8 @@ struct Incoming<'a, S, F> {
     ended: &'a mut Option<Ended>,
     /// Set from `device:streaming`: the chunk cap of an admitted session.
     streaming_cap: &'a tokio::sync::watch::Sender<u64>,
+    /// On dk/2: where a `device:closing` frame is kept.
+    closing: Option<&'a mut Option<(u16, String)>>,
 }
 
 impl<S, F> Stream for Incoming<'_, S, F>
@@ -467,6 +749,17 @@ where
                 Some(Ok(Message::Text(text))) => {
                     if let Some(message) = vessel_error(&text) {
                         tracing::warn!(%message, "the vessel reported an error");
+                        continue;
+                    }
+                    if let Some(closing) = this.closing.as_mut()
+                        && text.contains("device:closing")
+                        && let Ok(VesselFrame::Closing { code, reason }) = VesselFrame::parse_on(
+                            text.as_bytes(),
+                            FrameLimits::default(),
+                            Channel::Dk2,
+                        )
+                    {
+                        **closing = Some((code, printable(&reason)));
                         continue;
                     }
                     if let Some(admitted) = StreamingFrame::parse(&text) {
@@ -582,6 +875,16 @@ pub(super) fn vessel_error(text: &str) -> Option<String> {
 
 fn hello_frame(device: &Device) -> Result<String, ClientError> {
     Ok(DeviceFrame::Hello {
+        manifest: Cow::Owned(manifest_json(device)?),
+    }
+    .to_json())
+}
+
+/// dk/2's reconnect: the id and manifest, no token (the key is the
+/// credential).
+fn key_auth_frame(device: &Device) -> Result<String, ClientError> {
+    Ok(DeviceFrame::KeyAuth {
+        device_id: Cow::Borrowed(device.manifest().id()),
         manifest: Cow::Owned(manifest_json(device)?),
     }
     .to_json())

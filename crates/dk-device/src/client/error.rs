@@ -67,6 +67,41 @@ pub enum ClientError {
         /// How the last one ended.
         last: String,
     },
+    /// The key file could not be read or written, or holds something that
+    /// is not a dk device key (never overwritten then).
+    #[error("key file `{}`: {source}", path.display())]
+    KeyFile {
+        /// The key file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: io::Error,
+    },
+    /// The vessel did not answer the `dk.2` subprotocol: it speaks only v1
+    /// (8DK, or a dk vessel too old). The client never falls back to v1 on
+    /// its own; [`ClientOptions::v1`](crate::ClientOptions::v1) asks for it.
+    #[error(
+        "the vessel does not speak dk/2 (it answered no `dk.2` subprotocol); v1 is used only when asked"
+    )]
+    NotDk2,
+    /// The vessel presented a static key other than the one pinned when it
+    /// paired the device: it may be an impostor. Nothing about the device was
+    /// sent. A person who really replaced the vessel resets the pin with
+    /// [`ClientOptions::forget_vessel`](crate::ClientOptions::forget_vessel).
+    #[error(
+        "the vessel's key changed (pinned {pinned}, presented {presented}): it may be an impostor; if the vessel was really replaced, forget its key and pair again"
+    )]
+    VesselKeyChanged {
+        /// The pinned key's fingerprint.
+        pinned: String,
+        /// The presented key's fingerprint.
+        presented: String,
+    },
+    /// The dk/2 pairing exchange broke its rules (a reveal that does not
+    /// match the commitment, a repeated, early or unexpected pairing frame):
+    /// a relay may be in the middle. The device closed 4001 and stopped.
+    #[error("pairing broken: {0}")]
+    PairingBroken(String),
     /// The client was not run inside a Tokio runtime; nothing was done.
     #[error("the device client must run inside a tokio runtime")]
     NoRuntime,

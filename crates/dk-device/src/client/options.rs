@@ -1,5 +1,6 @@
-//! Where and how the client connects: the vessel URL, the token file, the
-//! pairing-code hook, the backoff and the serve options.
+//! Where and how the client connects: the vessel URL, the channel (dk/2 by
+//! default, v1 when asked), the key or token file, the pairing-code hook,
+//! the backoff and the serve options.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -8,11 +9,12 @@ use std::time::Duration;
 
 use super::backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF};
 use super::error::ClientError;
+use super::key_file::{KeyState, read_key, write_key};
 use super::token_file::{read_token, token_file_error};
 use crate::ServeOptions;
 use crate::stream::StreamReceiver;
 
-/// Shows the pairing code to the person.
+/// Shows the pairing code (or the vessel's fingerprint) to the person.
 type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where and how [`run_client`](crate::run_client) and [`connect_once`](crate::connect_once) connect.
@@ -22,7 +24,7 @@ type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
 /// use dk_device::{ClientOptions, ServeOptions};
 ///
 /// let options = ClientOptions::new("ws://127.0.0.1:7777/device")
-///     .token_file(".dk/desk-lamp.token")
+///     .key_file(".dk/desk-lamp.key")
 ///     .on_code(|code| println!("Pairing code: {code}"))
 ///     .backoff(Duration::from_millis(500), Duration::from_secs(30))
 ///     .serve(ServeOptions::new().max_in_flight(8));
@@ -30,8 +32,16 @@ type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
 /// ```
 pub struct ClientOptions {
     pub(super) url: String,
+    /// Speak 8DK v1 (in clear, a bearer token) instead of dk/2.
+    pub(super) v1: bool,
     pub(super) token_file: Option<PathBuf>,
+    pub(super) key_file: Option<PathBuf>,
+    /// Drop the pinned vessel key (and the pairing) at the next connection.
+    pub(super) forget_vessel: bool,
+    /// The dk/2 key state, when there is no key file to keep it in.
+    pub(super) key: Option<KeyState>,
     pub(super) on_code: Option<CodeHook>,
+    pub(super) on_vessel_pinned: Option<CodeHook>,
     pub(super) initial_backoff: Duration,
     pub(super) max_backoff: Duration,
     pub(super) max_attempts: Option<u32>,
@@ -46,8 +56,13 @@ impl fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientOptions")
             .field("url", &self.url)
+            .field("v1", &self.v1)
             .field("token_file", &self.token_file)
+            .field("key_file", &self.key_file)
+            .field("forget_vessel", &self.forget_vessel)
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .field("on_code", &self.on_code.is_some())
+            .field("on_vessel_pinned", &self.on_vessel_pinned.is_some())
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
             .field("max_attempts", &self.max_attempts)
@@ -62,15 +77,25 @@ impl fmt::Debug for ClientOptions {
 }
 
 impl ClientOptions {
-    /// Connects to `url`, the vessel's device route (`ws://host:port/device`),
-    /// with no token file, backoff from [`DEFAULT_INITIAL_BACKOFF`] to
-    /// [`DEFAULT_MAX_BACKOFF`], no limit on attempts and the default
-    /// [`ServeOptions`]. `wss://` needs TLS, which this crate does not build.
+    /// Connects to `url`, the vessel's device route (`ws://host:port/device`)
+    /// over dk/2, with a key made for this run (no key file), backoff from
+    /// [`DEFAULT_INITIAL_BACKOFF`] to [`DEFAULT_MAX_BACKOFF`], no limit on
+    /// attempts and the default [`ServeOptions`]. `wss://` needs TLS, which
+    /// this crate does not build.
+    ///
+    /// dk/2 is never given up silently: a vessel that does not answer
+    /// `dk.2` ends the client with [`ClientError::NotDk2`]; v1 is spoken only
+    /// after [`ClientOptions::v1`].
     pub fn new(url: impl Into<String>) -> Self {
         ClientOptions {
             url: url.into(),
+            v1: false,
             token_file: None,
+            key_file: None,
+            forget_vessel: false,
+            key: None,
             on_code: None,
+            on_vessel_pinned: None,
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: None,
@@ -80,7 +105,51 @@ impl ClientOptions {
         }
     }
 
-    /// Keeps the device token in the file at `path`: read at every
+    /// Speaks 8DK v1 instead of dk/2: frames in clear and a bearer token, the
+    /// pairing code sent by the vessel. Only for vessels that speak nothing
+    /// else (8DK) and on a machine's loopback, where a dk vessel allows it.
+    pub fn v1(mut self) -> Self {
+        self.v1 = true;
+        self
+    }
+
+    /// Whether the client speaks v1 ([`ClientOptions::v1`]).
+    pub fn is_v1(&self) -> bool {
+        self.v1
+    }
+
+    /// Keeps the dk/2 key state in the file at `path` (mode 0600, written
+    /// whole or not at all, its directory created if missing): the device's
+    /// static key (its credential once paired), the vessel key it pinned at
+    /// pairing and whether it is paired. Made with a fresh key at the first
+    /// connection when missing; a file that is not a key file is an error,
+    /// never overwritten.
+    ///
+    /// Without a key file the key lives in these options only: the
+    /// reconnects of one run authenticate, a new run pairs again.
+    pub fn key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.key_file = Some(path.into());
+        self
+    }
+
+    /// Forgets the pinned vessel key, and with it the pairing, at the next
+    /// connection: for a person who really replaced the vessel. Never done
+    /// automatically; a vessel whose key is not the pinned one otherwise
+    /// ends the client with [`ClientError::VesselKeyChanged`].
+    pub fn forget_vessel(mut self) -> Self {
+        self.forget_vessel = true;
+        self
+    }
+
+    /// Shows the vessel's fingerprint once the device pinned its key (after
+    /// a dk/2 pairing), for the person to compare with what the vessel
+    /// prints. Without it the fingerprint is only logged.
+    pub fn on_vessel_pinned(mut self, show: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_vessel_pinned = Some(Arc::new(show));
+        self
+    }
+
+    /// Keeps the v1 device token in the file at `path`: read at every
     /// connection (present: `device:auth`; absent or empty: `device:hello`),
     /// written with mode 0600 when the device pairs (its directory is created
     /// if missing), removed when the vessel refuses it or the person unpairs
@@ -88,7 +157,9 @@ impl ClientOptions {
     /// error, never sent and never removed.
     ///
     /// Without a token file the token lives in these options only: the
-    /// reconnects of one run authenticate, a new run pairs again.
+    /// reconnects of one run authenticate, a new run pairs again. Used on
+    /// v1 only ([`ClientOptions::v1`]); dk/2 keeps a key instead
+    /// ([`ClientOptions::key_file`]).
     pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.token_file = Some(path.into());
         self
@@ -149,5 +220,56 @@ impl ClientOptions {
             Some(path) => read_token(path).map_err(|e| token_file_error(&self.token_file, e)),
             None => Ok(self.remembered.clone()),
         }
+    }
+
+    /// The dk/2 key state: the key file's (made when missing), or the one
+    /// kept in memory when there is no file. Applies
+    /// [`ClientOptions::forget_vessel`] once.
+    pub(super) fn key_state(&mut self) -> Result<&mut KeyState, ClientError> {
+        let error = |path: &PathBuf, source| ClientError::KeyFile {
+            path: path.clone(),
+            source,
+        };
+        if let Some(path) = &self.key_file {
+            let mut state = match read_key(path).map_err(|e| error(path, e))? {
+                Some(state) => state,
+                None => {
+                    let state = KeyState::generate().map_err(|e| error(path, e))?;
+                    write_key(path, &state).map_err(|e| error(path, e))?;
+                    tracing::info!(path = %path.display(), "made a device key");
+                    state
+                }
+            };
+            if self.forget_vessel {
+                state.vessel = None;
+                state.paired = false;
+                write_key(path, &state).map_err(|e| error(path, e))?;
+                tracing::info!(path = %path.display(), "forgot the pinned vessel key");
+            }
+            self.key = Some(state);
+        } else if self.key.is_none() {
+            let state = KeyState::generate().map_err(|e| ClientError::Protocol(e.to_string()))?;
+            self.key = Some(state);
+        } else if self.forget_vessel
+            && let Some(state) = self.key.as_mut()
+        {
+            state.vessel = None;
+            state.paired = false;
+        }
+        self.forget_vessel = false;
+        self.key
+            .as_mut()
+            .ok_or_else(|| ClientError::Protocol("no device key".to_owned()))
+    }
+
+    /// Keeps `state`'s change: in the key file when there is one.
+    pub(super) fn save_key(&self) -> Result<(), ClientError> {
+        if let (Some(path), Some(state)) = (&self.key_file, &self.key) {
+            write_key(path, state).map_err(|source| ClientError::KeyFile {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 }

@@ -52,7 +52,7 @@ pub(super) fn read_token(path: &Path) -> io::Result<Option<String>> {
 }
 
 #[cfg(unix)]
-fn warn_if_readable_by_others(file: &File, path: &Path) {
+pub(super) fn warn_if_readable_by_others(file: &File, path: &Path) {
     use std::os::unix::fs::PermissionsExt as _;
     if let Ok(metadata) = file.metadata()
         && metadata.permissions().mode() & 0o077 != 0
@@ -62,11 +62,18 @@ fn warn_if_readable_by_others(file: &File, path: &Path) {
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_file: &File, _path: &Path) {}
+pub(super) fn warn_if_readable_by_others(_file: &File, _path: &Path) {}
 
 /// Writes `token` to `path` through a temporary file in the same directory
 /// renamed over it, so the file holds the whole token or its old content.
 pub(super) fn write_token(path: &Path, token: &str) -> io::Result<()> {
+    write_private(path, format!("{token}\n").as_bytes())
+}
+
+/// Writes `bytes` to `path` (mode 0600, its directory 0700 when created)
+/// through a temporary file in the same directory renamed over it, so the
+/// file holds the whole new content or its old one.
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
@@ -82,8 +89,7 @@ pub(super) fn write_token(path: &Path, token: &str) -> io::Result<()> {
     ));
     let written = (|| {
         let mut file = create_private_file(&temp)?;
-        file.write_all(token.as_bytes())?;
-        file.write_all(b"\n")?;
+        file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)
     })();

@@ -1,0 +1,102 @@
+//! The key file: a dk/2 device's static key, the vessel key it pinned and
+//! whether the vessel paired it, kept as one JSON object, written whole or
+//! not at all with mode 0600 (the token file's care).
+//!
+//! ```json
+//! {"format": "dk-device-key/1", "secret": "<64 hex>", "vessel": "<64 hex>" | null, "paired": false}
+//! ```
+
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::path::Path;
+
+use dk_channel::{PublicKey, StaticKey, from_hex32, to_hex32};
+use serde::{Deserialize, Serialize};
+
+use super::token_file::{warn_if_readable_by_others, write_private};
+
+/// The `format` a key file names.
+const FORMAT: &str = "dk-device-key/1";
+
+/// Largest key file read: the object is about 200 bytes.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+/// A device's dk/2 identity and what it knows of its vessel.
+pub(super) struct KeyState {
+    /// The device's static key: its credential once paired.
+    pub(super) key: StaticKey,
+    /// The vessel's static key, pinned when the vessel paired the device.
+    pub(super) vessel: Option<PublicKey>,
+    /// Whether the vessel paired this key (reconnects send `device:auth`).
+    pub(super) paired: bool,
+}
+
+impl KeyState {
+    /// A fresh key, no vessel pinned, not paired.
+    pub(super) fn generate() -> io::Result<KeyState> {
+        let key = StaticKey::generate().map_err(io::Error::other)?;
+        Ok(KeyState {
+            key,
+            vessel: None,
+            paired: false,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OnDisk {
+    format: String,
+    secret: String,
+    vessel: Option<String>,
+    paired: bool,
+}
+
+/// The key state in `path`; `None` when the file is missing.
+pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    warn_if_readable_by_others(&file, path);
+    let mut bytes = Vec::new();
+    file.take(MAX_KEY_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(invalid("is larger than a key file"));
+    }
+    let disk: OnDisk = serde_json::from_slice(&bytes)
+        .map_err(|_| invalid("does not hold a dk device key (dk-device-key/1 JSON)"))?;
+    if disk.format != FORMAT {
+        return Err(invalid("is not in the dk-device-key/1 format"));
+    }
+    let secret = from_hex32(&disk.secret)
+        .ok_or_else(|| invalid("holds a secret that is not 64 lower-case hex digits"))?;
+    let key = StaticKey::from_secret(secret).map_err(io::Error::other)?;
+    let vessel =
+        match disk.vessel.as_deref() {
+            None => None,
+            Some(hex) => Some(PublicKey::from_hex(hex).ok_or_else(|| {
+                invalid("holds a vessel key that is not 64 lower-case hex digits")
+            })?),
+        };
+    Ok(Some(KeyState {
+        key,
+        vessel,
+        paired: disk.paired,
+    }))
+}
+
+/// Writes `state` to `path`, whole or not at all, mode 0600.
+pub(super) fn write_key(path: &Path, state: &KeyState) -> io::Result<()> {
+    let disk = OnDisk {
+        format: FORMAT.to_owned(),
+        secret: to_hex32(state.key.secret()),
+        vessel: state.vessel.as_ref().map(PublicKey::to_hex),
+        paired: state.paired,
+    };
+    let mut text = serde_json::to_string(&disk).map_err(io::Error::other)?;
+    text.push('\n');
+    write_private(path, text.as_bytes())
+}
