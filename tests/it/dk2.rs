@@ -555,7 +555,7 @@ async fn a_nonce_changed_after_its_commitment_does_not_hold() {
 }
 
 /// Everything between a device and the vessel, as a TCP proxy sees it.
-async fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
+pub(crate) async fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/device", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -607,7 +607,7 @@ async fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
     (url, seen)
 }
 
-fn contains(haystack: &[u8], needle: &str) -> bool {
+pub(crate) fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w == needle.as_bytes())

@@ -55,6 +55,7 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
     let good = DeviceRun::spawn(
         lamp.device(),
         ClientOptions::new(&running.device_url)
+            .v1()
             .token_file(dir.path().join("lamp.token"))
             .backoff(Duration::from_millis(20), Duration::from_millis(100)),
     );
@@ -263,7 +264,9 @@ async fn a_flood_of_pairing_requests_does_not_lock_the_person_out() {
     let lamp = Lamp::new();
     let good = DeviceRun::spawn(
         lamp.device(),
-        ClientOptions::new(&running.device_url).token_file(dir.path().join("lamp.token")),
+        ClientOptions::new(&running.device_url)
+            .v1()
+            .token_file(dir.path().join("lamp.token")),
     );
     let prompt = loop {
         let pending = running.admin.get("/v1/pending").await.unwrap().body;

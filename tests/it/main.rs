@@ -7,6 +7,7 @@
 
 mod budget;
 mod dk2;
+mod dk2_client;
 mod dk2_hostile;
 mod harness;
 mod hostile;

@@ -27,6 +27,7 @@ async fn wait_file(path: &std::path::Path) {
 
 fn options(url: &str, token: &std::path::Path) -> ClientOptions {
     ClientOptions::new(url)
+        .v1()
         .token_file(token)
         .backoff(Duration::from_millis(20), Duration::from_millis(100))
 }

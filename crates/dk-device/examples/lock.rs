@@ -4,12 +4,13 @@
 //! Start a vessel, then:
 //!
 //! ```text
-//! cargo run -p dk-device --example lock -- ws://127.0.0.1:7777/device [--token-file PATH]
+//! cargo run -p dk-device --example lock -- ws://127.0.0.1:7777/device [--key-file PATH]
 //! ```
 //!
 //! The first run pairs: check that the code printed here matches the
-//! vessel's prompt. With `--token-file` the device token is kept (mode
-//! 0600), so later runs reconnect without asking the person again. Each call
+//! vessel's prompt (the device speaks dk/2: the code is computed on both
+//! sides, never sent). With `--key-file` the device key and the vessel key
+//! it pinned are kept (mode 0600), so later runs reconnect without asking the person again. Each call
 //! is printed. Ctrl-C closes the connection and exits.
 
 mod common;

@@ -97,8 +97,13 @@ async fn demo() -> Result<(), String> {
     let display = Arc::clone(&shown);
     let options = ClientOptions::new(url)
         .on_code(move |code| {
-            println!("[lamp]   my display shows the pairing code {code}");
+            println!(
+                "[lamp]   over dk/2 I computed the pairing code myself; my display shows {code}"
+            );
             *display.lock().unwrap_or_else(PoisonError::into_inner) = Some(code.to_owned());
+        })
+        .on_vessel_pinned(|fingerprint| {
+            println!("[lamp]   paired; the vessel's key is pinned: {fingerprint}");
         })
         .backoff(Duration::from_millis(100), Duration::from_millis(500))
         .serve(ServeOptions::new().on_notice(|notice| match notice {

@@ -284,7 +284,7 @@ async fn approvals() {
         assert_eq!(
             serde_json::to_value(&seen[0]).unwrap(),
             json!({"tool":"device__desk_lamp__set_light","deviceId":"desk-lamp","capability":"set_light",
-                   "input":{"on":true,"brightness":30},"reason":"[ask-actuators] Lamp actions need a yes"})
+                   "input":{"on":true,"brightness":30},"reason":"[ask-actuators] Lamp actions need a yes","channel":"v1"})
         );
     }
     // A rule asks once; a confirm capability is not asked a second time.

@@ -8,26 +8,26 @@ use std::process::ExitCode;
 use dk_device::{ClientOptions, Device, Notice, ServeOptions, run_client};
 use serde_json::Value;
 
-/// The command line: `<vessel URL> [--token-file PATH]`.
+/// The command line: `<vessel URL> [--key-file PATH]`.
 pub struct Args {
     /// The vessel's device route, e.g. `ws://127.0.0.1:7777/device`.
     pub url: String,
-    /// Where to keep the device token.
-    pub token_file: Option<PathBuf>,
+    /// Where to keep the device's dk/2 key and the vessel key it pins.
+    pub key_file: Option<PathBuf>,
 }
 
 /// Reads the command line, or explains it.
 pub fn args(example: &str) -> Result<Args, String> {
     let usage = format!(
-        "usage: cargo run -p dk-device --example {example} -- <ws://host:port/device> [--token-file PATH]"
+        "usage: cargo run -p dk-device --example {example} -- <ws://host:port/device> [--key-file PATH]"
     );
     let mut url = None;
-    let mut token_file = None;
+    let mut key_file = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--token-file" => match args.next() {
-                Some(path) => token_file = Some(PathBuf::from(path)),
+            "--key-file" => match args.next() {
+                Some(path) => key_file = Some(PathBuf::from(path)),
                 None => return Err(usage),
             },
             "-h" | "--help" => return Err(usage),
@@ -36,7 +36,7 @@ pub fn args(example: &str) -> Result<Args, String> {
         }
     }
     let url = url.ok_or(usage)?;
-    Ok(Args { url, token_file })
+    Ok(Args { url, key_file })
 }
 
 /// Client options printing the pairing code, each call and revocation.
@@ -61,8 +61,8 @@ pub fn client_options(args: &Args, serve: ServeOptions) -> ClientOptions {
             println!();
         })
         .serve(serve);
-    match &args.token_file {
-        Some(path) => options.token_file(path),
+    match &args.key_file {
+        Some(path) => options.key_file(path),
         None => options,
     }
 }

@@ -58,13 +58,7 @@ where
         match stream.next().await {
             Some(Ok(Message::Binary(bytes))) => break bytes,
             Some(Ok(Message::Close(frame))) => {
-                let said = frame.map_or_else(String::new, |f| {
-                    format!(
-                        ": {} {}",
-                        u16::from(f.code),
-                        super::connection::printable(&f.reason)
-                    )
-                });
+                let said = frame.map_or_else(String::new, |f| format!(" ({})", u16::from(f.code)));
                 return Err(broken(&format!("the vessel closed the connection{said}")));
             }
             Some(Ok(Message::Text(_))) => return Err(broken(&"the vessel sent text")),

@@ -153,6 +153,7 @@ fn write_file(path: &Path, text: &str) {
 fn options(url: &str, codes: &Arc<Mutex<Vec<String>>>) -> ClientOptions {
     let codes = Arc::clone(codes);
     ClientOptions::new(url)
+        .v1()
         .backoff(Duration::from_millis(1), Duration::from_millis(5))
         .on_code(move |code| codes.lock().unwrap().push(code.to_owned()))
 }
@@ -485,8 +486,9 @@ async fn shutdown_during_the_backoff_returns_ok() {
     let url = format!("ws://{}/device", listener.local_addr().unwrap());
     drop(listener);
     let device = Lamp::new().device();
-    let options =
-        ClientOptions::new(url).backoff(Duration::from_secs(3600), Duration::from_secs(3600));
+    let options = ClientOptions::new(url)
+        .v1()
+        .backoff(Duration::from_secs(3600), Duration::from_secs(3600));
     let (stop, stopped) = shutdown();
     let run = run_client(&device, options, stopped);
     tokio::pin!(run);
@@ -510,7 +512,7 @@ async fn a_url_that_cannot_be_used_is_not_retried() {
         "wss://127.0.0.1:1/device",
         "http://127.0.0.1:1/device",
     ] {
-        let options = ClientOptions::new(url);
+        let options = ClientOptions::new(url).v1();
         match within(
             "the client",
             run_client(&device, options, future::pending()),
@@ -952,7 +954,9 @@ fn full_jitter_stays_under_a_doubling_capped_ceiling() {
 
 #[test]
 fn options_show_no_token() {
-    let mut options = ClientOptions::new("ws://127.0.0.1:7777/device").max_attempts(0);
+    let mut options = ClientOptions::new("ws://127.0.0.1:7777/device")
+        .v1()
+        .max_attempts(0);
     options.remembered = Some(TOKEN.to_owned());
     let shown = format!("{options:?}");
     assert!(!shown.contains(TOKEN), "{shown}");

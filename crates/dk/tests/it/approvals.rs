@@ -113,8 +113,8 @@ pub(crate) async fn lamp_and_helper(
     let lamp = Lamp(
         Command::new(env!("CARGO_BIN_EXE_dk"))
             .args(["device", "simulate", "lamp", "--vessel", &vessel.url()])
-            .arg("--token-file")
-            .arg(scratch.device_token_file("desk-lamp"))
+            .arg("--key-file")
+            .arg(scratch.root().join("desk-lamp.key"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -34,6 +34,7 @@ impl DeviceRun {
         let codes = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&codes);
         let options = ClientOptions::new(url)
+            .v1()
             .token_file(token_file)
             .on_code(move |code| seen.lock().unwrap().push(code.to_owned()))
             .backoff(Duration::from_millis(20), Duration::from_millis(100));

@@ -395,6 +395,9 @@ fn demo_runs_to_the_end() {
     );
     for expected in [
         "pairing code",
+        "over dk/2 I computed the pairing code myself",
+        "encrypted (dk/2)",
+        "the vessel's key is pinned",
         "demo approver",
         "\"ok\":true",
         "is not granted",

@@ -178,8 +178,8 @@ async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
     let _lamp = Killed(
         Command::new(env!("CARGO_BIN_EXE_dk"))
             .args(["device", "simulate", "lamp", "--vessel", &vessel.url()])
-            .arg("--token-file")
-            .arg(scratch.device_token_file("desk-lamp"))
+            .arg("--key-file")
+            .arg(scratch.root().join("desk-lamp.key"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -1,0 +1,303 @@
+//! dk-device's own client over dk/2 against a real vessel: the code it
+//! computes is the one the person sees, its key file keeps the key and the
+//! vessel's pin privately, it reconnects by key, a vessel with another key
+//! gets nothing from it, and a vessel that does not answer `dk.2` is never
+//! spoken to in v1.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dk_device::samples::Lamp;
+use dk_device::{ClientError, ClientOptions};
+use dk_vessel::Limits;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::dk2::{contains, recording_proxy};
+use crate::net::{DeviceRun, start_at, temp_dir};
+
+fn options(url: &str, key_file: &std::path::Path) -> ClientOptions {
+    ClientOptions::new(url)
+        .key_file(key_file)
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+}
+
+/// The device-side key file, read as JSON.
+fn key_file_json(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Waits until the device marked itself paired in its key file: the vessel
+/// counts it connected a moment before the device handled `device:paired`.
+async fn wait_paired(path: &std::path::Path) {
+    for _ in 0..1000 {
+        if path.exists() && key_file_json(path)["paired"] == true {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{} never said paired", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_pairs_over_dk2_by_computed_codes_pins_the_vessel_and_reconnects_by_key() {
+    // Off loopback, where v1 is refused: only dk/2 can get through.
+    let running = start_at("0.0.0.0:0", Limits::default()).await;
+    let target = running
+        .device_url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/device")
+        .to_owned();
+    let (proxy_url, seen) = recording_proxy(target).await;
+    let running = running.with_device_url(proxy_url);
+    let dir = temp_dir();
+    let key_file = dir.path().join("keys").join("lamp.key");
+    let shown = Arc::new(Mutex::new(Vec::<String>::new()));
+    let pinned = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (seen_code, seen_pin) = (Arc::clone(&shown), Arc::clone(&pinned));
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        options(&running.device_url, &key_file)
+            .on_code(move |code| seen_code.lock().unwrap().push(code.to_owned()))
+            .on_vessel_pinned(move |f| seen_pin.lock().unwrap().push(f.to_owned())),
+    );
+    let prompt = running.approve_next(&["set_light", "read_light"]).await;
+    assert_eq!(prompt["request"]["channel"], "dk/2", "{prompt}");
+    running.wait_connected("desk-lamp").await;
+    // The code the person saw is the code the device computed.
+    assert_eq!(
+        shown.lock().unwrap().as_slice(),
+        [prompt["request"]["code"].as_str().unwrap()]
+    );
+    // The device pinned the vessel's key, and shows its fingerprint.
+    let fingerprint = running.vessel.fingerprint().unwrap();
+    wait_paired(&key_file).await;
+    assert_eq!(pinned.lock().unwrap().as_slice(), [fingerprint.clone()]);
+    let kept = key_file_json(&key_file);
+    assert_eq!(kept["format"], "dk-device-key/1");
+    assert_eq!(kept["paired"], true);
+    assert_eq!(kept["vessel"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let outcome = running
+        .call(
+            "device__desk_lamp__set_light",
+            json!({"on": true, "brightness": 37}),
+            5000,
+        )
+        .await;
+    assert_eq!(
+        outcome,
+        json!({"ok": true, "result": {"on": true, "brightness": 37}})
+    );
+    run.stop().await.unwrap();
+    running.wait_disconnected("desk-lamp").await;
+
+    // A new run with the same key file reconnects by key: no prompt.
+    let again = DeviceRun::spawn(lamp.device(), options(&running.device_url, &key_file));
+    running.wait_connected("desk-lamp").await;
+    assert_eq!(
+        running.admin.get("/v1/pending").await.unwrap().body,
+        json!([])
+    );
+    let outcome = running
+        .call("device__desk_lamp__read_light", json!({}), 5000)
+        .await;
+    assert_eq!(outcome["result"], json!({"on": true, "brightness": 37}));
+    again.stop().await.unwrap();
+
+    // Everything crossed the proxy sealed.
+    let captured = seen.lock().await.clone();
+    assert!(captured.len() > 1000, "{} bytes", captured.len());
+    for secret in [
+        "desk-lamp",
+        "Desk lamp",
+        "set_light",
+        "read_light",
+        "brightness",
+        "device:",
+        "token",
+        prompt["request"]["code"].as_str().unwrap(),
+    ] {
+        assert!(
+            !contains(&captured, secret),
+            "{secret:?} crossed the wire in clear"
+        );
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vessel_with_another_key_gets_nothing_until_the_pin_is_forgotten() {
+    let first = start_at("127.0.0.1:0", Limits::default()).await;
+    let dir = temp_dir();
+    let key_file = dir.path().join("lamp.key");
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(lamp.device(), options(&first.device_url, &key_file));
+    first.approve_next(&["read_light"]).await;
+    first.wait_connected("desk-lamp").await;
+    wait_paired(&key_file).await;
+    run.stop().await.unwrap();
+    first.stop().await;
+
+    // Another vessel (another key) where the device looks for its own.
+    let impostor = start_at("127.0.0.1:0", Limits::default()).await;
+    let ended = DeviceRun::spawn(lamp.device(), options(&impostor.device_url, &key_file))
+        .ended()
+        .await;
+    let Err(ClientError::VesselKeyChanged { pinned, presented }) = ended else {
+        panic!("{ended:?}")
+    };
+    assert_eq!(presented, impostor.vessel.fingerprint().unwrap());
+    assert_ne!(pinned, presented);
+    // The impostor never saw a hello: no prompt, nothing paired.
+    assert_eq!(
+        impostor.admin.get("/v1/pending").await.unwrap().body,
+        json!([])
+    );
+    assert_eq!(key_file_json(&key_file)["paired"], true);
+
+    // Forgetting the vessel on purpose lets the device pair with this one.
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        options(&impostor.device_url, &key_file).forget_vessel(),
+    );
+    let prompt = impostor.approve_next(&["read_light"]).await;
+    assert_eq!(prompt["request"]["channel"], "dk/2");
+    impostor.wait_connected("desk-lamp").await;
+    run.stop().await.unwrap();
+    impostor.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vessel_that_does_not_answer_dk2_is_never_spoken_to_in_v1() {
+    // A WebSocket server that upgrades without choosing a subprotocol (an
+    // 8DK vessel, or a downgrading proxy), and records what it receives.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let Ok(mut socket) = tokio_tungstenite::accept_async(tcp).await else {
+            return Vec::new();
+        };
+        let mut got = Vec::new();
+        while let Ok(Some(Ok(message))) =
+            tokio::time::timeout(Duration::from_millis(500), socket.next()).await
+        {
+            got.push(message);
+        }
+        got
+    });
+    let dir = temp_dir();
+    let ended = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &dir.path().join("lamp.key")),
+    )
+    .ended()
+    .await;
+    assert!(matches!(ended, Err(ClientError::NotDk2)), "{ended:?}");
+    let got = server.await.unwrap();
+    assert!(
+        !got.iter().any(|m| m.is_text() || m.is_binary()),
+        "the device spoke: {got:?}"
+    );
+}
+
+/// A vessel's side of dk/2 with nothing behind it: accepts one connection
+/// choosing `dk.2`, runs the handshake, reads the device's first frame, then
+/// (when `announce`) says `device:closing` 4007 inside the channel, and
+/// closes 4007.
+async fn closing_vessel(listener: &TcpListener, key: &dk_channel::StaticKey, announce: bool) {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+    let (tcp, _) = listener.accept().await.unwrap();
+    let choose = |_: &Request, mut response: Response| {
+        response
+            .headers_mut()
+            .insert("sec-websocket-protocol", "dk.2".parse().unwrap());
+        Ok(response)
+    };
+    let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose)
+        .await
+        .unwrap();
+    let mut next = async || loop {
+        if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap() {
+            return bytes.to_vec();
+        }
+    };
+    let mut responder = dk_channel::Responder::new(key).unwrap();
+    responder.read_first(&next().await).unwrap();
+    let second = responder.second_message().unwrap();
+    drop(next);
+    socket.send(Message::binary(second)).await.unwrap();
+    let third = loop {
+        if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap() {
+            break bytes.to_vec();
+        }
+    };
+    let (mut sealer, mut opener) =
+        responder
+            .read_third(&third)
+            .unwrap()
+            .split(dk_channel::RecordLimits {
+                max_text: 1 << 20,
+                max_binary: 1 << 20,
+            });
+    let first = loop {
+        if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap()
+            && let Some(dk_channel::OpenedFrame::Text(text)) = opener.open(&bytes).unwrap()
+        {
+            break text;
+        }
+    };
+    assert!(first.contains("device:hello"), "{first}");
+    if announce {
+        let closing =
+            json!({"type": "device:closing", "code": 4007, "reason": "unpaired by the person"});
+        for record in sealer
+            .seal(dk_channel::FrameKind::Text, closing.to_string().as_bytes())
+            .unwrap()
+        {
+            socket.send(Message::binary(record)).await.unwrap();
+        }
+    }
+    let close = CloseFrame {
+        code: 4007.into(),
+        reason: "unpaired by the person".into(),
+    };
+    let _ = socket.send(Message::Close(Some(close))).await;
+    while let Some(Ok(_)) = socket.next().await {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_not_announced_inside_the_channel_is_only_a_disconnect() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let dir = temp_dir();
+    let run = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &dir.path().join("lamp.key")),
+    );
+    // A bare 4007, as anyone on the path could forge: the device comes back.
+    closing_vessel(&listener, &key, false).await;
+    // The same 4007 announced inside the channel: the device stops.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        closing_vessel(&listener, &key, true),
+    )
+    .await
+    .expect("the device did not come back after a bare close");
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+}
