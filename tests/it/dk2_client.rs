@@ -75,7 +75,10 @@ async fn the_client_pairs_over_dk2_by_computed_codes_pins_the_vessel_and_reconne
     // The device pinned the vessel's key, and shows its fingerprint.
     let fingerprint = running.vessel.fingerprint().unwrap();
     wait_paired(&key_file).await;
-    assert_eq!(pinned.lock().unwrap().as_slice(), [fingerprint.clone()]);
+    assert_eq!(
+        pinned.lock().unwrap().as_slice(),
+        std::slice::from_ref(&fingerprint)
+    );
     let kept = key_file_json(&key_file);
     assert_eq!(kept["format"], "dk-device-key/1");
     assert_eq!(kept["paired"], true);
@@ -208,6 +211,37 @@ async fn a_vessel_that_does_not_answer_dk2_is_never_spoken_to_in_v1() {
     );
 }
 
+/// Chooses `dk.2` in the upgrade's answer.
+#[allow(
+    clippy::result_large_err,
+    reason = "the signature tungstenite's accept callback requires"
+)]
+fn choose_dk2(
+    _: &tokio_tungstenite::tungstenite::handshake::server::Request,
+    mut response: tokio_tungstenite::tungstenite::handshake::server::Response,
+) -> Result<
+    tokio_tungstenite::tungstenite::handshake::server::Response,
+    tokio_tungstenite::tungstenite::handshake::server::ErrorResponse,
+> {
+    response
+        .headers_mut()
+        .insert("sec-websocket-protocol", "dk.2".parse().unwrap());
+    Ok(response)
+}
+
+/// The next binary message on `socket`.
+async fn next_binary(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> Vec<u8> {
+    loop {
+        if let tokio_tungstenite::tungstenite::Message::Binary(bytes) =
+            socket.next().await.unwrap().unwrap()
+        {
+            return bytes.to_vec();
+        }
+    }
+}
+
 /// A vessel's side of dk/2 with nothing behind it: accepts one connection
 /// choosing `dk.2`, runs the handshake, reads the device's first frame, then
 /// (when `announce`) says `device:closing` 4007 inside the channel, and
@@ -215,34 +249,19 @@ async fn a_vessel_that_does_not_answer_dk2_is_never_spoken_to_in_v1() {
 async fn closing_vessel(listener: &TcpListener, key: &dk_channel::StaticKey, announce: bool) {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
     let (tcp, _) = listener.accept().await.unwrap();
-    let choose = |_: &Request, mut response: Response| {
-        response
-            .headers_mut()
-            .insert("sec-websocket-protocol", "dk.2".parse().unwrap());
-        Ok(response)
-    };
-    let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose)
+    let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
         .await
         .unwrap();
-    let mut next = async || loop {
-        if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap() {
-            return bytes.to_vec();
-        }
-    };
     let mut responder = dk_channel::Responder::new(key).unwrap();
-    responder.read_first(&next().await).unwrap();
+    responder
+        .read_first(&next_binary(&mut socket).await)
+        .unwrap();
     let second = responder.second_message().unwrap();
-    drop(next);
     socket.send(Message::binary(second)).await.unwrap();
-    let third = loop {
-        if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap() {
-            break bytes.to_vec();
-        }
-    };
+    let third = next_binary(&mut socket).await;
     let (mut sealer, mut opener) =
         responder
             .read_third(&third)

@@ -13,6 +13,7 @@ mod crash;
 mod durable;
 mod files;
 mod mcp_bridge;
+mod network;
 mod process;
 mod prompt_pty;
 mod slow_http;

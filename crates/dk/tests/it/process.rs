@@ -108,7 +108,12 @@ impl Running {
                 .as_nanos()
         ));
         let mut child = scratch
-            .dk(&["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+            .dk(&["vessel", "--no-prompt"])
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
             .args(["--admin-listen", "127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())

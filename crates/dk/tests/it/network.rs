@@ -1,0 +1,102 @@
+//! The two-terminal run across a network: `dk vessel --listen 0.0.0.0:...`
+//! and `dk device simulate lamp --vessel ws://<address>/device` pair over
+//! dk/2 by comparing codes, the lamp pins the fingerprint the vessel
+//! printed, and the lamp's second run reconnects by its key alone.
+
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::process::{Killed, Running, Scratch, devices, eventually};
+
+/// Starts the simulated lamp on `url` with its key in `key`, its standard
+/// output in `out`.
+fn lamp(url: &str, key: &std::path::Path, out: &std::path::Path) -> Killed {
+    Killed(
+        Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["device", "simulate", "lamp", "--vessel", url])
+            .arg("--key-file")
+            .arg(key)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The text after `label` on the line of `text` that holds it.
+fn after(text: &str, label: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.contains(label))?;
+    let rest = line.split_once(label)?.1;
+    Some(rest.split_whitespace().next()?.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_terminals_pair_over_dk2_beyond_loopback_by_comparing_codes() {
+    let scratch = Scratch::new("network");
+    let vessel = Running::start_with(
+        &scratch,
+        &["--listen", "0.0.0.0:0", "--mcp-listen", "127.0.0.1:0"],
+    );
+    let printed = vessel.said("vessel fingerprint");
+    assert!(printed.contains("dk/2, encrypted"), "{printed}");
+    let fingerprint = after(&printed, "vessel fingerprint").unwrap();
+    let admin = vessel.admin(&scratch);
+    // The listener is beyond loopback; the lamp reaches it by its port.
+    let url = format!("ws://127.0.0.1:{}/device", vessel.devices.port());
+    let key = scratch.root().join("lamp.key");
+    let out = scratch.root().join("lamp.out");
+    let first = lamp(&url, &key, &out);
+
+    // The person compares the lamp's code with the prompt's, then pairs.
+    let (id, code) = eventually("the lamp's pairing request", || async {
+        let pending = admin.get("/v1/pending").await.ok()?;
+        let prompt = pending.body.as_array()?.first()?.clone();
+        Some((prompt["id"].as_u64()?, prompt["request"].clone()))
+    })
+    .await;
+    assert_eq!(code["channel"], "dk/2", "{code}");
+    let shown = eventually("the lamp's code", || async {
+        after(&std::fs::read_to_string(&out).ok()?, "Pairing code:")
+    })
+    .await;
+    assert_eq!(Value::from(shown), code["code"]);
+    let answer = admin
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true, "grant": ["read_light"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 204, "{answer:?}");
+    let pinned = eventually("the lamp's pin", || async {
+        after(
+            &std::fs::read_to_string(&out).ok()?,
+            "the vessel's key is pinned:",
+        )
+    })
+    .await;
+    assert_eq!(pinned, fingerprint);
+    let listed = eventually("the lamp connected", || async {
+        let list = devices(&admin).await;
+        let lamp = list.first()?.clone();
+        (lamp["connected"] == true).then_some(lamp)
+    })
+    .await;
+    assert_eq!(listed["channel"], "dk/2", "{listed}");
+    drop(first);
+
+    // The second run reconnects by key: no prompt for the person.
+    eventually("the lamp gone", || async {
+        (devices(&admin).await.first()?["connected"] == false).then_some(())
+    })
+    .await;
+    let _second = lamp(&url, &key, &scratch.root().join("lamp-2.out"));
+    eventually("the lamp back", || async {
+        (devices(&admin).await.first()?["connected"] == true).then_some(())
+    })
+    .await;
+    let pending = admin.get("/v1/pending").await.unwrap().body;
+    assert_eq!(pending, json!([]));
+}
