@@ -320,3 +320,154 @@ async fn a_close_not_announced_inside_the_channel_is_only_a_disconnect() {
         .unwrap();
     assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_over_dk2_crosses_a_recording_proxy_sealed() {
+    // Beyond loopback: a proxy's Host is not the listener's, which a
+    // loopback listener refuses (DNS rebinding).
+    let running = start_at("0.0.0.0:0", Limits::default()).await;
+    running.vessel.set_streaming(
+        dk_vessel::config::VesselConfig::parse(
+            "[streaming.voice]\nenabled = true\nrequireApproval = false\nsandbox = \"s\"\n\
+             [streaming.voice.limits]\nmaxChunkBytes = 4096\n",
+        )
+        .unwrap()
+        .streaming,
+    );
+    let target = running
+        .device_url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/device")
+        .to_owned();
+    let (proxy_url, seen) = recording_proxy(target).await;
+    let running = running.with_device_url(proxy_url);
+    let mut audio = running.vessel.subscribe_stream("kitchen-voice");
+    let voice = dk_device::samples::Voice::new();
+    let (chunks, outbox) = dk_device::stream_channel(8);
+    let dir = temp_dir();
+    let device = DeviceRun::spawn(
+        voice.device(),
+        options(&running.device_url, &dir.path().join("voice.key")).streams(outbox),
+    );
+    running
+        .approve_next(&["microphone", "read_status", "set_volume"])
+        .await;
+    running.wait_connected("kitchen-voice").await;
+    for index in 0..3 {
+        chunks.try_send("microphone", voice.frame(index)).unwrap();
+    }
+    for index in 0..3 {
+        let event = audio.recv().await.unwrap();
+        assert!(event.verdict().accepted());
+        assert_eq!(event.payload(), voice.frame(index).as_slice());
+    }
+    device.stop().await.unwrap();
+    let captured = seen.lock().await.clone();
+    for secret in ["kitchen-voice", "microphone", "set_volume", "device:"] {
+        assert!(
+            !contains(&captured, secret),
+            "{secret:?} crossed the wire in clear"
+        );
+    }
+    // No 32-byte run of any PCM frame sent appears on the wire.
+    for index in 0..3 {
+        let frame = voice.frame(index);
+        for piece in frame.chunks_exact(32) {
+            assert!(
+                !captured.windows(32).any(|w| w == piece),
+                "PCM of frame {index} crossed the wire in clear"
+            );
+        }
+    }
+    running.stop().await;
+}
+
+/// A TLS proxy in front of `target` (a plain vessel): terminates TLS with
+/// a self-signed certificate for `localhost` and forwards the bytes. Returns
+/// its port and the certificate's PEM.
+async fn tls_proxy(target: String) -> (u16, String) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let pem = cert.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let target = target.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut plain = tokio::net::TcpStream::connect(&target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (port, pem)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_tls_proxy_wss_with_a_pinned_certificate_carries_dk2() {
+    // Beyond loopback: a proxy's Host is not the listener's, which a
+    // loopback listener refuses (DNS rebinding).
+    let running = start_at("0.0.0.0:0", Limits::default()).await;
+    let target = running
+        .device_url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/device")
+        .to_owned();
+    let (port, pem) = tls_proxy(target).await;
+    let url = format!("wss://localhost:{port}/device");
+    let dir = temp_dir();
+
+    // The platform's roots do not know the proxy's certificate.
+    let unknown = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &dir.path().join("lamp.key")).max_attempts(1),
+    )
+    .ended()
+    .await;
+    match &unknown {
+        Err(ClientError::GaveUp { last, .. }) => {
+            assert!(last.to_lowercase().contains("certificate"), "{last}");
+        }
+        // A machine without platform roots says so instead.
+        Err(ClientError::TlsRoot(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    // A PEM with no certificate in it is refused before any connection.
+    let empty = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &dir.path().join("lamp.key")).tls_root("nothing here"),
+    )
+    .ended()
+    .await;
+    assert!(matches!(empty, Err(ClientError::TlsRoot(_))), "{empty:?}");
+
+    // Pinned, the proxy is trusted, and dk/2 runs inside the TLS.
+    let key_file = dir.path().join("lamp.key");
+    let run = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &key_file).tls_root(pem.clone()),
+    );
+    let prompt = running.approve_next(&["read_light"]).await;
+    assert_eq!(prompt["request"]["channel"], "dk/2");
+    running.wait_connected("desk-lamp").await;
+    wait_paired(&key_file).await;
+    let outcome = running
+        .call("device__desk_lamp__read_light", json!({}), 5000)
+        .await;
+    assert_eq!(outcome["ok"], true, "{outcome}");
+    run.stop().await.unwrap();
+    running.stop().await;
+}

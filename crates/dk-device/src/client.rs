@@ -14,6 +14,7 @@ mod error;
 mod key_file;
 mod options;
 mod secure;
+mod tls;
 mod token_file;
 
 use std::future::Future;

@@ -75,6 +75,11 @@ pub struct SimulateArgs {
     /// vessel was really replaced.
     #[arg(long, conflicts_with = "v1")]
     pub forget_vessel: bool,
+    /// For a `wss://` vessel URL: trust only the certificates in this PEM
+    /// file (a private CA, or the TLS proxy's self-signed certificate)
+    /// instead of the platform's roots.
+    #[arg(long)]
+    pub tls_root: Option<PathBuf>,
     /// Where to keep the v1 device token (by default
     /// `./.dk/<device-id>.token`); with `--v1` only.
     #[arg(long, requires = "v1")]
@@ -203,6 +208,19 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         Notice::Revoked { capability: None } => println!("the vessel ended the pairing"),
         _ => {}
     });
+    let options = match &args.tls_root {
+        Some(path) => match std::fs::read(path) {
+            Ok(pem) => options.tls_root(pem),
+            Err(e) => {
+                eprintln!(
+                    "error: cannot read the TLS root {}: {e}",
+                    printable(&path.display().to_string())
+                );
+                std::process::exit(1);
+            }
+        },
+        None => options,
+    };
     options
         .on_code(|code| {
             println!();

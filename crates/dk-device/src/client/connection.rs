@@ -117,9 +117,18 @@ pub async fn connect_once(
     }
     // TCP_NODELAY: without it a small frame waits on the vessel's delayed
     // acknowledgement (40 ms), the dk/2 handshake's last message first.
+    let tls = if request
+        .uri()
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("wss"))
+    {
+        Some(super::tls::connector(options.tls_root.as_deref())?)
+    } else {
+        None
+    };
     let connect = tokio::time::timeout(
         CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async_with_config(request, Some(config), true),
+        tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, tls),
     );
     let (socket, response) = tokio::select! {
         () = &mut shutdown => return Ok(SessionEnd::Shutdown),
@@ -213,7 +222,8 @@ struct Secure {
     closing: Option<(u16, String)>,
 }
 
-/// Refuses, before any connection, a URL that is not `ws://host...`.
+/// Refuses, before any connection, a URL that is not `ws://host...` or
+/// `wss://host...`.
 fn check_url(url: &str) -> Result<(), ClientError> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let request = url
@@ -221,10 +231,8 @@ fn check_url(url: &str) -> Result<(), ClientError> {
         .map_err(|e| connect_error(url, e))?;
     let why = match request.uri().scheme_str() {
         Some(scheme) if scheme.eq_ignore_ascii_case("ws") => return Ok(()),
-        Some(scheme) if scheme.eq_ignore_ascii_case("wss") => {
-            "wss:// needs TLS, which this build does not include"
-        }
-        _ => "the URL must start with ws://",
+        Some(scheme) if scheme.eq_ignore_ascii_case("wss") => return Ok(()),
+        _ => "the URL must start with ws:// or wss://",
     };
     Err(ClientError::InvalidUrl {
         url: printable(url),

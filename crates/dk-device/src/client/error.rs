@@ -8,8 +8,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The URL cannot be connected to (not a `ws://` URL, or `wss://`, which
-    /// needs TLS this crate does not build).
+    /// The URL cannot be connected to (not a `ws://` or `wss://` URL).
     #[error("cannot use the vessel URL `{url}`: {why}")]
     InvalidUrl {
         /// The URL given.
@@ -102,6 +101,11 @@ pub enum ClientError {
     /// a relay may be in the middle. The device closed 4001 and stopped.
     #[error("pairing broken: {0}")]
     PairingBroken(String),
+    /// The certificates to trust for `wss://` cannot be used: the PEM given
+    /// to [`ClientOptions::tls_root`](crate::ClientOptions::tls_root) holds
+    /// none or a broken one, or the platform has no roots.
+    #[error("TLS roots: {0}")]
+    TlsRoot(String),
     /// The client was not run inside a Tokio runtime; nothing was done.
     #[error("the device client must run inside a tokio runtime")]
     NoRuntime,

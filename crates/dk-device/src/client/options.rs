@@ -42,6 +42,9 @@ pub struct ClientOptions {
     pub(super) key: Option<KeyState>,
     pub(super) on_code: Option<CodeHook>,
     pub(super) on_vessel_pinned: Option<CodeHook>,
+    /// The certificates (PEM) trusted for `wss://`, instead of the
+    /// platform's roots.
+    pub(super) tls_root: Option<Vec<u8>>,
     pub(super) initial_backoff: Duration,
     pub(super) max_backoff: Duration,
     pub(super) max_attempts: Option<u32>,
@@ -63,6 +66,7 @@ impl fmt::Debug for ClientOptions {
             .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .field("on_code", &self.on_code.is_some())
             .field("on_vessel_pinned", &self.on_vessel_pinned.is_some())
+            .field("tls_root", &self.tls_root.is_some())
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
             .field("max_attempts", &self.max_attempts)
@@ -80,8 +84,9 @@ impl ClientOptions {
     /// Connects to `url`, the vessel's device route (`ws://host:port/device`)
     /// over dk/2, with a key made for this run (no key file), backoff from
     /// [`DEFAULT_INITIAL_BACKOFF`] to [`DEFAULT_MAX_BACKOFF`], no limit on
-    /// attempts and the default [`ServeOptions`]. `wss://` needs TLS, which
-    /// this crate does not build.
+    /// attempts and the default [`ServeOptions`]. A `wss://` URL (a vessel
+    /// behind a TLS proxy) is checked against the platform's roots unless
+    /// [`ClientOptions::tls_root`] names others.
     ///
     /// dk/2 is never given up silently: a vessel that does not answer
     /// `dk.2` ends the client with [`ClientError::NotDk2`]; v1 is spoken only
@@ -96,6 +101,7 @@ impl ClientOptions {
             key: None,
             on_code: None,
             on_vessel_pinned: None,
+            tls_root: None,
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: None,
@@ -138,6 +144,15 @@ impl ClientOptions {
     /// ends the client with [`ClientError::VesselKeyChanged`].
     pub fn forget_vessel(mut self) -> Self {
         self.forget_vessel = true;
+        self
+    }
+
+    /// Trusts only the certificates in `pem` for `wss://` URLs: a private
+    /// CA, or the TLS proxy's own self-signed certificate. Without it the
+    /// platform's roots are used. Checked at each connection; a PEM with no
+    /// usable certificate ends the client with [`ClientError::TlsRoot`].
+    pub fn tls_root(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
         self
     }
 

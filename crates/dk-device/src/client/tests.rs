@@ -509,8 +509,8 @@ async fn a_url_that_cannot_be_used_is_not_retried() {
     let device = Lamp::new().device();
     for url in [
         "not a url",
-        "wss://127.0.0.1:1/device",
         "http://127.0.0.1:1/device",
+        "ftp://127.0.0.1:1/device",
     ] {
         let options = ClientOptions::new(url).v1();
         match within(
