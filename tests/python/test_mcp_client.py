@@ -121,7 +121,7 @@ class Vessel:
     def pair_lamp(self, grant: list[str]) -> None:
         self.lamp = subprocess.Popen(
             [str(self.dk), "device", "simulate", "lamp", "--vessel", f"ws://{self.devices}/device",
-             "--token-file", str(self.root / "lamp.token")],
+             "--key-file", str(self.root / "lamp.key")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def consent() -> int | None:
