@@ -471,3 +471,22 @@ async fn behind_a_tls_proxy_wss_with_a_pinned_certificate_carries_dk2() {
     run.stop().await.unwrap();
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_device_refused_beyond_loopback_stops_and_says_why() {
+    let running = start_at("0.0.0.0:0", Limits::default()).await;
+    let dir = temp_dir();
+    let ended = DeviceRun::spawn(
+        Lamp::new().device(),
+        ClientOptions::new(&running.device_url)
+            .v1()
+            .token_file(dir.path().join("lamp.token")),
+    )
+    .ended()
+    .await;
+    let Err(ClientError::Refused(why)) = &ended else {
+        panic!("{ended:?}")
+    };
+    assert!(why.contains("dk/2"), "{why}");
+    running.stop().await;
+}

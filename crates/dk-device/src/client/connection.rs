@@ -252,6 +252,16 @@ fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
         ) => ClientError::NotDk2,
         tungstenite::Error::Url(why) => invalid(why.to_string()),
         tungstenite::Error::HttpFormat(why) => invalid(why.to_string()),
+        // 403 is a refusal of this device here (plain v1 beyond loopback,
+        // a Host or Origin the listener does not take): retrying cannot help.
+        tungstenite::Error::Http(response) if response.status().as_u16() == 403 => {
+            let body = response
+                .body()
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            ClientError::Refused(printable(body.trim()))
+        }
         tungstenite::Error::Http(response) => ClientError::Connect(format!(
             "the vessel answered HTTP {} instead of a WebSocket",
             response.status()

@@ -20,6 +20,12 @@ pub enum ClientError {
     /// answered HTTP instead of upgrading). [`run_client`](crate::run_client) retries it.
     #[error("cannot connect to the vessel: {0}")]
     Connect(String),
+    /// The vessel refused the upgrade with HTTP 403: it does not take this
+    /// device here (plain v1 beyond loopback, where it accepts only dk/2; a
+    /// Host or Origin its listener does not take). Its answer, made
+    /// printable. Not retried.
+    #[error("the vessel refused the connection (HTTP 403): {0}")]
+    Refused(String),
     /// Close 4001: the person said no, did not answer in time, or the vessel
     /// refused the manifest. The vessel's reason.
     #[error("pairing refused: {0}")]
