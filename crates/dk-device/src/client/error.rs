@@ -30,10 +30,13 @@ pub enum ClientError {
     /// refused the manifest. The vessel's reason.
     #[error("pairing refused: {0}")]
     PairingRefused(String),
-    /// Close 4002: the vessel did not accept the device id and token. The
-    /// token was removed (file and memory), so the next run pairs again; the
-    /// person must approve that pairing.
-    #[error("the vessel refused the device token, which was removed: pair the device again")]
+    /// Close 4002: the vessel did not accept the device's credential. On
+    /// v1 the token was removed (file and memory); on dk/2 the key file is
+    /// marked unpaired (the key and the vessel pin are kept). The next run
+    /// pairs again; the person must approve that pairing.
+    #[error(
+        "the vessel refused the device's credential (a v1 token is removed, a dk/2 key marked unpaired): pair the device again"
+    )]
     AuthFailed,
     /// Close 4003: the device's manifest is not the one the person
     /// approved. The token is kept; the device must pair again for the
@@ -46,9 +49,11 @@ pub enum ClientError {
     /// code and message. A refusal for the session cap is retried instead.
     #[error("the vessel refused the streaming session: {0}")]
     AdmissionRefused(String),
-    /// Close 4007: the person unpaired the device. The token was removed;
-    /// the device must pair again.
-    #[error("the person unpaired the device and its token was removed: pair again to reconnect")]
+    /// Close 4007: the person unpaired the device. The v1 token was removed
+    /// (a dk/2 key is marked unpaired); the device must pair again.
+    #[error(
+        "the person unpaired the device (a v1 token is removed, a dk/2 key marked unpaired): pair again to reconnect"
+    )]
     Unpaired,
     /// The token file could not be read, written or removed, or holds
     /// something that is not a device token.
