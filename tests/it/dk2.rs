@@ -617,11 +617,7 @@ pub(crate) fn contains(haystack: &[u8], needle: &str) -> bool {
 async fn a_recording_proxy_sees_no_manifest_capability_or_input() {
     // Not on loopback: the proxy's Host is not the listener's.
     let running = start_at("0.0.0.0:0", short()).await;
-    let target = running
-        .device_url
-        .trim_start_matches("ws://")
-        .trim_end_matches("/device")
-        .to_owned();
+    let target = running.device_addr();
     let (proxy_url, seen) = recording_proxy(target).await;
     let key = StaticKey::generate().unwrap();
     let secret_manifest = json!({"id": "vault-lamp", "name": "Zanzibar lantern", "kind": "lamp",

@@ -45,11 +45,7 @@ async fn wait_paired(path: &std::path::Path) {
 async fn the_client_pairs_over_dk2_by_computed_codes_pins_the_vessel_and_reconnects_by_key() {
     // Off loopback, where v1 is refused: only dk/2 can get through.
     let running = start_at("0.0.0.0:0", Limits::default()).await;
-    let target = running
-        .device_url
-        .trim_start_matches("ws://")
-        .trim_end_matches("/device")
-        .to_owned();
+    let target = running.device_addr();
     let (proxy_url, seen) = recording_proxy(target).await;
     let running = running.with_device_url(proxy_url);
     let dir = temp_dir();
@@ -334,11 +330,7 @@ async fn a_stream_over_dk2_crosses_a_recording_proxy_sealed() {
         .unwrap()
         .streaming,
     );
-    let target = running
-        .device_url
-        .trim_start_matches("ws://")
-        .trim_end_matches("/device")
-        .to_owned();
+    let target = running.device_addr();
     let (proxy_url, seen) = recording_proxy(target).await;
     let running = running.with_device_url(proxy_url);
     let mut audio = running.vessel.subscribe_stream("kitchen-voice");
@@ -421,11 +413,7 @@ async fn behind_a_tls_proxy_wss_with_a_pinned_certificate_carries_dk2() {
     // Beyond loopback: a proxy's Host is not the listener's, which a
     // loopback listener refuses (DNS rebinding).
     let running = start_at("0.0.0.0:0", Limits::default()).await;
-    let target = running
-        .device_url
-        .trim_start_matches("ws://")
-        .trim_end_matches("/device")
-        .to_owned();
+    let target = running.device_addr();
     let (port, pem) = tls_proxy(target).await;
     let url = format!("wss://localhost:{port}/device");
     let dir = temp_dir();

@@ -69,6 +69,14 @@ pub async fn start_at(bind: &str, limits: Limits) -> Running {
 
 impl Running {
     /// The same vessel, with devices reaching it at `url` (through a proxy).
+    /// The `host:port` of the device route, for a proxy to forward to.
+    pub fn device_addr(&self) -> String {
+        self.device_url
+            .trim_start_matches("ws://")
+            .trim_end_matches("/device")
+            .to_owned()
+    }
+
     pub fn with_device_url(mut self, url: String) -> Running {
         self.device_url = url;
         self
