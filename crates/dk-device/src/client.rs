@@ -1,12 +1,16 @@
-//! The device side of a vessel's `/device` WebSocket route: connect, pair
-//! (`device:hello`) or authenticate (`device:auth`), serve calls with the
+//! The device side of a vessel's `/device` WebSocket route: connect (dk/2
+//! by default: the Noise handshake, the vessel's key checked against the
+//! pin), pair (`device:hello`, then the commit/nonce/reveal exchange and the
+//! computed code) or authenticate (`device:auth`), serve calls with the
 //! serve loop, and reconnect with backoff when the connection drops.
 //!
-//! The device token is kept in a token file (mode 0600, written whole or not
-//! at all) so the device reconnects without the person. Close codes that
-//! mean the person must act (pairing refused, token refused, manifest
-//! changed, unpaired) end the client with a [`ClientError`] instead of
-//! retrying; every other end of a connection is retried.
+//! The device's key and the vessel's pinned key are kept in a key file (a
+//! v1 device keeps its token in a token file; both mode 0600, written whole
+//! or not at all) so the device reconnects without the person. Close codes
+//! that mean the person must act (pairing refused, credential refused,
+//! manifest changed, unpaired) end the client with a [`ClientError`]
+//! instead of retrying (on dk/2 only when announced inside the channel);
+//! every other end of a connection is retried.
 
 mod backoff;
 mod connection;

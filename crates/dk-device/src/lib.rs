@@ -27,9 +27,11 @@
 //! a task of its own whose failure or panic is answered as an error. No frame
 //! from a vessel can make this crate panic or stop the serve loop.
 //!
-//! [`run_client`] connects a device to a vessel's `/device` WebSocket route:
-//! it pairs (showing the code), keeps the device token in a file, serves
-//! calls, and reconnects with backoff.
+//! [`run_client`] connects a device to a vessel's `/device` WebSocket route
+//! over dk/2 (a Noise channel; v1 only when [`ClientOptions::v1`] asks): it
+//! pairs by computing the code the person compares, keeps its key and the
+//! vessel's pinned key in a key file, serves calls, and reconnects with
+//! backoff. `wss://` URLs work too, for a vessel behind a TLS proxy.
 //!
 //! A streaming device (kind `voice` or `desktop-control`) queues chunks with
 //! a [`StreamSender`] from [`stream_channel`]; the client sends them once the
