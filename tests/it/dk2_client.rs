@@ -243,6 +243,22 @@ async fn next_binary(
 /// (when `announce`) says `device:closing` 4007 inside the channel, and
 /// closes 4007.
 async fn closing_vessel(listener: &TcpListener, key: &dk_channel::StaticKey, announce: bool) {
+    let closing =
+        json!({"type": "device:closing", "code": 4007, "reason": "unpaired by the person"});
+    let frames = if announce { vec![closing] } else { Vec::new() };
+    fake_vessel(listener, key, &frames, false).await;
+}
+
+/// A vessel's side of dk/2 with nothing behind it: accepts one connection
+/// choosing `dk.2`, runs the handshake, reads the device's `device:hello`,
+/// sends `frames` inside the channel, then either waits for the device to
+/// close (`device_closes`; its close code is returned) or closes 4007.
+async fn fake_vessel(
+    listener: &TcpListener,
+    key: &dk_channel::StaticKey,
+    frames: &[Value],
+    device_closes: bool,
+) -> Option<u16> {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -274,15 +290,21 @@ async fn closing_vessel(listener: &TcpListener, key: &dk_channel::StaticKey, ann
         }
     };
     assert!(first.contains("device:hello"), "{first}");
-    if announce {
-        let closing =
-            json!({"type": "device:closing", "code": 4007, "reason": "unpaired by the person"});
+    for frame in frames {
         for record in sealer
-            .seal(dk_channel::FrameKind::Text, closing.to_string().as_bytes())
+            .seal(dk_channel::FrameKind::Text, frame.to_string().as_bytes())
             .unwrap()
         {
             socket.send(Message::binary(record)).await.unwrap();
         }
+    }
+    if device_closes {
+        while let Some(Ok(message)) = socket.next().await {
+            if let Message::Close(frame) = message {
+                return frame.map(|f| f.code.into());
+            }
+        }
+        return None;
     }
     let close = CloseFrame {
         code: 4007.into(),
@@ -290,6 +312,52 @@ async fn closing_vessel(listener: &TcpListener, key: &dk_channel::StaticKey, ann
     };
     let _ = socket.send(Message::Close(Some(close))).await;
     while let Some(Ok(_)) = socket.next().await {}
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_or_unexpected_pairing_frame_ends_the_pairing() {
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let hex = "ab".repeat(32);
+    for frames in [
+        // A commitment that is not 64 lower-case hex digits.
+        vec![json!({"type": "device:pair-commit", "commitment": "XYZ"})],
+        // v1's code, which dk/2 does not have.
+        vec![json!({"type": "device:pairing", "code": "123456"})],
+        // A reveal before any commitment.
+        vec![json!({"type": "device:pair-reveal", "nonce": hex})],
+        // A second commitment.
+        vec![
+            json!({"type": "device:pair-commit", "commitment": hex}),
+            json!({"type": "device:pair-commit", "commitment": hex}),
+        ],
+        // A reveal that does not match the commitment.
+        vec![
+            json!({"type": "device:pair-commit", "commitment": hex}),
+            json!({"type": "device:pair-reveal", "nonce": hex}),
+        ],
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/device", listener.local_addr().unwrap());
+        let dir = temp_dir();
+        let key_file = dir.path().join("lamp.key");
+        let run = DeviceRun::spawn(Lamp::new().device(), options(&url, &key_file));
+        let closed = tokio::time::timeout(
+            Duration::from_secs(10),
+            fake_vessel(&listener, &key, &frames, true),
+        )
+        .await
+        .unwrap();
+        assert_eq!(closed, Some(4001), "{frames:?}");
+        let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+            .await
+            .unwrap();
+        assert!(
+            matches!(ended, Err(ClientError::PairingBroken(_))),
+            "{frames:?}: {ended:?}"
+        );
+        assert_eq!(key_file_json(&key_file)["paired"], false);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,7 +173,7 @@ pub async fn connect_once(
             }
             Ok(Err(ClientError::VesselKeyChanged { pinned, presented })) => {
                 // Closed before message 3: nothing about the device was sent.
-                let _ = sink.close().await;
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
                 return Err(ClientError::VesselKeyChanged { pinned, presented });
             }
             Ok(shaken) => shaken?,
@@ -412,6 +412,15 @@ where
             match VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), Channel::Dk2) {
                 Ok(frame) => frame,
                 Err(error) => {
+                    // A pairing frame that does not parse (a nonce that is
+                    // not 64 hex digits, v1's code on dk/2) ends the pairing.
+                    if let Some(kind) = frame_type(text)
+                        && PAIRING_FRAMES.contains(&kind.as_str())
+                    {
+                        return Err(ClientError::PairingBroken(format!(
+                            "a malformed or unexpected {kind} frame"
+                        )));
+                    }
                     match vessel_error(text) {
                         Some(message) => tracing::warn!(%message, "the vessel reported an error"),
                         None => tracing::debug!(%error, "ignored a frame from the vessel"),
@@ -642,7 +651,14 @@ where
                 self.forget_token()?;
                 Err(ClientError::AuthFailed)
             }
-            Some(Vessel::ManifestChanged) => Err(ClientError::ManifestChanged),
+            Some(Vessel::ManifestChanged) => {
+                // dk/2: the next run asks to pair again (with its pin kept),
+                // as the close says, instead of sending device:auth forever.
+                if self.secure.is_some() {
+                    self.forget_token()?;
+                }
+                Err(ClientError::ManifestChanged)
+            }
             Some(Vessel::Unpaired) => {
                 self.forget_token()?;
                 Err(ClientError::Unpaired)
@@ -873,6 +889,25 @@ fn closed(frame: Option<CloseFrame>) -> Ended {
             reason: String::new(),
         },
     }
+}
+
+/// The frames of the pairing exchange (and v1's code, which dk/2 has not):
+/// one of them that does not parse ends a dk/2 pairing.
+const PAIRING_FRAMES: [&str; 4] = [
+    "device:pair-commit",
+    "device:pair-reveal",
+    "device:pair-nonce",
+    "device:pairing",
+];
+
+/// The `type` of a JSON frame, when it has a string one.
+fn frame_type(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    serde_json::from_str::<Typed>(text).ok().map(|t| t.kind)
 }
 
 /// The message of a `device:error` frame (a dk vessel's answer to a frame it

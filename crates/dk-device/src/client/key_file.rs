@@ -81,10 +81,13 @@ pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
                 invalid("holds a vessel key that is not 64 lower-case hex digits")
             })?),
         };
+    // Paired without a pin cannot be: a hand-edited file. Pairing again
+    // is safe; sending the id to an unpinned vessel is not.
+    let paired = disk.paired && vessel.is_some();
     Ok(Some(KeyState {
         key,
         vessel,
-        paired: disk.paired,
+        paired,
     }))
 }
 

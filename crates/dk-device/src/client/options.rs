@@ -248,6 +248,17 @@ impl ClientOptions {
         if let Some(path) = &self.key_file {
             let mut state = match read_key(path).map_err(|e| error(path, e))? {
                 Some(state) => state,
+                // Made earlier in this run and gone since (removed, its
+                // disk unmounted): making a new one would drop the pin.
+                None if self.key.is_some() => {
+                    return Err(error(
+                        path,
+                        std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "the key file disappeared while the device ran",
+                        ),
+                    ));
+                }
                 None => {
                     let state = KeyState::generate().map_err(|e| error(path, e))?;
                     write_key(path, &state).map_err(|e| error(path, e))?;
