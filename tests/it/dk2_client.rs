@@ -246,17 +246,19 @@ async fn closing_vessel(listener: &TcpListener, key: &dk_channel::StaticKey, ann
     let closing =
         json!({"type": "device:closing", "code": 4007, "reason": "unpaired by the person"});
     let frames = if announce { vec![closing] } else { Vec::new() };
-    fake_vessel(listener, key, &frames, false).await;
+    fake_vessel(listener, key, &frames, &[], false).await;
 }
 
 /// A vessel's side of dk/2 with nothing behind it: accepts one connection
 /// choosing `dk.2`, runs the handshake, reads the device's `device:hello`,
-/// sends `frames` inside the channel, then either waits for the device to
-/// close (`device_closes`; its close code is returned) or closes 4007.
+/// sends `frames` inside the channel and `raw` binary messages as they are,
+/// then either waits for the device to close (`device_closes`; its close
+/// code is returned) or closes 4007.
 async fn fake_vessel(
     listener: &TcpListener,
     key: &dk_channel::StaticKey,
     frames: &[Value],
+    raw: &[Vec<u8>],
     device_closes: bool,
 ) -> Option<u16> {
     use futures::SinkExt;
@@ -297,6 +299,9 @@ async fn fake_vessel(
         {
             socket.send(Message::binary(record)).await.unwrap();
         }
+    }
+    for message in raw {
+        socket.send(Message::binary(message.clone())).await.unwrap();
     }
     if device_closes {
         while let Some(Ok(message)) = socket.next().await {
@@ -344,7 +349,7 @@ async fn a_malformed_or_unexpected_pairing_frame_ends_the_pairing() {
         let run = DeviceRun::spawn(Lamp::new().device(), options(&url, &key_file));
         let closed = tokio::time::timeout(
             Duration::from_secs(10),
-            fake_vessel(&listener, &key, &frames, true),
+            fake_vessel(&listener, &key, &frames, &[], true),
         )
         .await
         .unwrap();
@@ -545,4 +550,36 @@ async fn a_v1_device_refused_beyond_loopback_stops_and_says_why() {
     };
     assert!(why.contains("dk/2"), "{why}");
     running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_does_not_open_closes_4012_and_the_device_comes_back() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let dir = temp_dir();
+    let run = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &dir.path().join("lamp.key")),
+    );
+    // Garbage where a record should be: the device closes with the one
+    // code for any channel failure.
+    let closed = tokio::time::timeout(
+        Duration::from_secs(10),
+        fake_vessel(&listener, &key, &[], &[vec![0x5a; 40]], true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(closed, Some(4012));
+    // A channel failure is not a refusal: the device connects again.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        closing_vessel(&listener, &key, true),
+    )
+    .await
+    .expect("the device did not come back after a channel failure");
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
 }

@@ -28,7 +28,9 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::error::ClientError;
 use super::options::ClientOptions;
-use super::secure::{Handshaken, MAX_SECURE_MESSAGE, Opening, Sealing, handshake, subprotocol};
+use super::secure::{
+    Handshaken, MAX_SECURE_MESSAGE, Opening, Sealing, handshake, is_channel_failure, subprotocol,
+};
 use super::token_file::{is_token, read_token, token_file_error, write_token};
 use crate::serve::serve_session;
 use crate::stream::StreamReceiver;
@@ -272,9 +274,25 @@ fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
 
 /// How a connection ended, before the close code is read.
 enum Ended {
-    Closed { code: u16, reason: String },
+    Closed {
+        code: u16,
+        reason: String,
+    },
     Lost,
+    /// dk/2: a record did not open (or a message broke the channel's rules).
+    ChannelFailed,
     Shutdown,
+}
+
+/// How a read error ends the connection.
+fn read_failed(error: &tungstenite::Error) -> Ended {
+    if is_channel_failure(error) {
+        tracing::warn!(%error, "closing 4012");
+        Ended::ChannelFailed
+    } else {
+        tracing::debug!(%error, "connection lost");
+        Ended::Lost
+    }
 }
 
 /// One open connection.
@@ -368,7 +386,8 @@ where
                 message = self.stream.next() => message,
             };
             let text = match message {
-                None | Some(Err(_)) => return Ok(Some(Ended::Lost)),
+                None => return Ok(Some(Ended::Lost)),
+                Some(Err(error)) => return Ok(Some(read_failed(&error))),
                 Some(Ok(Message::Close(frame))) => return Ok(Some(closed(frame))),
                 Some(Ok(Message::Text(text))) => text,
                 Some(Ok(Message::Binary(_))) => {
@@ -609,6 +628,12 @@ where
                 Ok(SessionEnd::Shutdown)
             }
             Ended::Lost => Ok(SessionEnd::Lost),
+            Ended::ChannelFailed => {
+                // One code whatever failed, as the vessel does.
+                self.close(CloseCode::Library(4012), "secure channel failed")
+                    .await;
+                Ok(SessionEnd::Lost)
+            }
             Ended::Closed { code, reason } => {
                 // Reading on sends the reply to the vessel's close.
                 let _ = self.drain().await;
@@ -723,11 +748,24 @@ where
     /// vessel sent, if one came.
     async fn drain(&mut self) -> Option<Ended> {
         let stream = &mut self.stream;
+        let secure = &mut self.secure;
         let read = async move {
             loop {
                 match stream.next().await {
                     None | Some(Err(_)) => return None,
                     Some(Ok(Message::Close(frame))) => return Some(closed(frame)),
+                    // dk/2: a refusal announced while the writer failed.
+                    Some(Ok(Message::Text(text))) => {
+                        if let Some(secure) = secure.as_mut()
+                            && let Ok(VesselFrame::Closing { code, reason }) = VesselFrame::parse_on(
+                                text.as_bytes(),
+                                FrameLimits::default(),
+                                Channel::Dk2,
+                            )
+                        {
+                            secure.closing = Some((code, printable(&reason)));
+                        }
+                    }
                     Some(Ok(_)) => {}
                 }
             }
@@ -775,10 +813,7 @@ where
             };
             match message {
                 None => *this.ended = Some(Ended::Lost),
-                Some(Err(error)) => {
-                    tracing::debug!(%error, "connection lost");
-                    *this.ended = Some(Ended::Lost);
-                }
+                Some(Err(error)) => *this.ended = Some(read_failed(&error)),
                 Some(Ok(Message::Close(frame))) => *this.ended = Some(closed(frame)),
                 Some(Ok(Message::Text(text))) => {
                     if let Some(message) = vessel_error(&text) {

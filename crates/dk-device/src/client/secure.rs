@@ -97,8 +97,28 @@ where
 /// message.
 pub(super) const MAX_SECURE_MESSAGE: usize = MAX_MESSAGE;
 
+/// Why the channel failed, carried inside the `io::Error` of a
+/// [`tungstenite::Error::Io`] so the state machine can tell it from a
+/// dropped connection and close 4012.
+#[derive(Debug)]
+pub(super) struct ChannelFailed(String);
+
+impl std::fmt::Display for ChannelFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "secure channel failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for ChannelFailed {}
+
 fn channel_failed(why: impl std::fmt::Display) -> tungstenite::Error {
-    tungstenite::Error::Io(io::Error::other(format!("secure channel failed: {why}")))
+    tungstenite::Error::Io(io::Error::other(ChannelFailed(why.to_string())))
+}
+
+/// Whether `error` is a failure of the channel (a record that does not
+/// open, a text message or one too large), not of the connection.
+pub(super) fn is_channel_failure(error: &tungstenite::Error) -> bool {
+    matches!(error, tungstenite::Error::Io(io) if io.get_ref().is_some_and(|e| e.is::<ChannelFailed>()))
 }
 
 /// Seals each text or binary message into records, sent in order, in the
