@@ -102,6 +102,14 @@ impl TestTemp {
     }
 }
 
+/// A run that stops early (a failed step) still removes the directory when
+/// it is empty; one that holds what a test left is kept, to be looked at.
+impl Drop for TestTemp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Runs the tests, adding up the `test result:` lines cargo's test binaries print.
 fn test(command: &mut Command) -> Result<TestTotals, TaskError> {
     let mut totals = TestTotals::default();
