@@ -583,3 +583,93 @@ async fn a_record_that_does_not_open_closes_4012_and_the_device_comes_back() {
         .unwrap();
     assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
 }
+
+/// A vessel's side of dk/2 that pairs the device (the person's yes taken
+/// for granted), then sends a second commitment; the device's close code.
+async fn vessel_that_commits_again(
+    listener: &TcpListener,
+    key: &dk_channel::StaticKey,
+) -> Option<u16> {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let (tcp, _) = listener.accept().await.unwrap();
+    let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
+        .await
+        .unwrap();
+    let mut responder = dk_channel::Responder::new(key).unwrap();
+    responder
+        .read_first(&next_binary(&mut socket).await)
+        .unwrap();
+    let second = responder.second_message().unwrap();
+    socket.send(Message::binary(second)).await.unwrap();
+    let established = responder
+        .read_third(&next_binary(&mut socket).await)
+        .unwrap();
+    let hash = established.handshake_hash;
+    let (mut sealer, mut opener) = established.split(dk_channel::RecordLimits {
+        max_text: 1 << 20,
+        max_binary: 1 << 20,
+    });
+    let mut read =
+        async |socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>| loop {
+            let bytes = next_binary(socket).await;
+            if let Some(dk_channel::OpenedFrame::Text(text)) = opener.open(&bytes).unwrap() {
+                return serde_json::from_str::<Value>(&text).unwrap();
+            }
+        };
+    let hello = read(&mut socket).await;
+    assert_eq!(hello["type"], "device:hello");
+    let nv = dk_channel::random_nonce().unwrap();
+    let commit = dk_channel::to_hex32(&dk_channel::commitment(&nv, &hash));
+    let frames = [
+        json!({"type": "device:pair-commit", "commitment": commit}),
+        json!({"type": "device:pair-reveal", "nonce": dk_channel::to_hex32(&nv)}),
+        json!({"type": "device:paired"}),
+        json!({"type": "device:pair-commit", "commitment": commit}),
+    ];
+    for (i, frame) in frames.iter().enumerate() {
+        if i == 1 {
+            let nonce = read(&mut socket).await;
+            assert_eq!(nonce["type"], "device:pair-nonce");
+        }
+        for record in sealer
+            .seal(dk_channel::FrameKind::Text, frame.to_string().as_bytes())
+            .unwrap()
+        {
+            socket.send(Message::binary(record)).await.unwrap();
+        }
+    }
+    while let Some(Ok(message)) = socket.next().await {
+        if let Message::Close(frame) = message {
+            return frame.map(|f| f.code.into());
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pairing_frame_after_pairing_ends_the_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let dir = temp_dir();
+    let key_file = dir.path().join("lamp.key");
+    let run = DeviceRun::spawn(Lamp::new().device(), options(&url, &key_file));
+    let closed = tokio::time::timeout(
+        Duration::from_secs(10),
+        vessel_that_commits_again(&listener, &key),
+    )
+    .await
+    .unwrap();
+    assert_eq!(closed, Some(4001));
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(
+        matches!(ended, Err(ClientError::PairingBroken(_))),
+        "{ended:?}"
+    );
+    // The pairing itself went through: the key file kept the pin.
+    assert_eq!(key_file_json(&key_file)["paired"], true);
+}

@@ -281,6 +281,8 @@ enum Ended {
     Lost,
     /// dk/2: a record did not open (or a message broke the channel's rules).
     ChannelFailed,
+    /// dk/2: a pairing frame where none may come.
+    PairingBroken(String),
     Shutdown,
 }
 
@@ -628,6 +630,11 @@ where
                 Ok(SessionEnd::Shutdown)
             }
             Ended::Lost => Ok(SessionEnd::Lost),
+            Ended::PairingBroken(why) => {
+                let reason = format!("pairing did not happen: {why}");
+                self.close(CloseCode::Library(4001), &reason).await;
+                Err(ClientError::PairingBroken(why))
+            }
             Ended::ChannelFailed => {
                 // One code whatever failed, as the vessel does.
                 self.close(CloseCode::Library(4012), "secure channel failed")
@@ -830,6 +837,18 @@ where
                     {
                         **closing = Some((code, printable(&reason)));
                         continue;
+                    }
+                    // dk/2: a pairing frame once paired or authenticated
+                    // ends the connection (the order rule).
+                    if this.closing.is_some()
+                        && text.contains("device:pair")
+                        && let Some(kind) = frame_type(&text)
+                        && PAIRING_FRAMES.contains(&kind.as_str())
+                    {
+                        *this.ended = Some(Ended::PairingBroken(format!(
+                            "an unexpected {kind} frame after pairing"
+                        )));
+                        return Poll::Ready(None);
                     }
                     if let Some(admitted) = StreamingFrame::parse(&text) {
                         tracing::info!(
