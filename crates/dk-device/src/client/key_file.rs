@@ -12,6 +12,7 @@ use std::path::Path;
 
 use dk_channel::{PublicKey, StaticKey, from_hex32, to_hex32};
 use serde::{Deserialize, Serialize};
+use zeroize::{Zeroize as _, Zeroizing};
 
 use super::token_file::{warn_if_readable_by_others, write_private};
 
@@ -60,20 +61,25 @@ pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
         Err(e) => return Err(e),
     };
     warn_if_readable_by_others(&file, path);
-    let mut bytes = Vec::new();
+    // The file holds the secret: every copy read is wiped when dropped (the
+    // buffer is made large enough up front, so it never moves).
+    let mut bytes = Zeroizing::new(Vec::with_capacity(4097));
     file.take(MAX_KEY_FILE_BYTES + 1).read_to_end(&mut bytes)?;
     let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
     if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
         return Err(invalid("is larger than a key file"));
     }
-    let disk: OnDisk = serde_json::from_slice(&bytes)
+    let mut disk: OnDisk = serde_json::from_slice(&bytes)
         .map_err(|_| invalid("does not hold a dk device key (dk-device-key/1 JSON)"))?;
+    let secret_hex = Zeroizing::new(std::mem::take(&mut disk.secret));
     if disk.format != FORMAT {
         return Err(invalid("is not in the dk-device-key/1 format"));
     }
-    let secret = from_hex32(&disk.secret)
+    let mut secret = from_hex32(&secret_hex)
         .ok_or_else(|| invalid("holds a secret that is not 64 lower-case hex digits"))?;
-    let key = StaticKey::from_secret(secret).map_err(io::Error::other)?;
+    let key = StaticKey::from_secret(secret);
+    secret.zeroize();
+    let key = key.map_err(io::Error::other)?;
     let vessel =
         match disk.vessel.as_deref() {
             None => None,
@@ -93,13 +99,17 @@ pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
 
 /// Writes `state` to `path`, whole or not at all, mode 0600.
 pub(super) fn write_key(path: &Path, state: &KeyState) -> io::Result<()> {
-    let disk = OnDisk {
+    let mut disk = OnDisk {
         format: FORMAT.to_owned(),
         secret: to_hex32(state.key.secret()),
         vessel: state.vessel.as_ref().map(PublicKey::to_hex),
         paired: state.paired,
     };
-    let mut text = serde_json::to_string(&disk).map_err(io::Error::other)?;
-    text.push('\n');
-    write_private(path, text.as_bytes())
+    // Room for the whole object, so no growing copy is left unwiped.
+    let mut text = Zeroizing::new(Vec::with_capacity(4096));
+    let written = serde_json::to_writer(&mut *text, &disk).map_err(io::Error::other);
+    disk.secret.zeroize();
+    written?;
+    text.push(b'\n');
+    write_private(path, &text)
 }
