@@ -11,9 +11,10 @@ use std::time::Duration;
 use dk_device::samples::Lamp;
 use dk_device::{ClientError, ClientOptions};
 use dk_vessel::Limits;
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::dk2::{contains, recording_proxy};
 use crate::net::{DeviceRun, start_at, temp_dir};
@@ -225,16 +226,82 @@ fn choose_dk2(
     Ok(response)
 }
 
-/// The next binary message on `socket`.
-async fn next_binary(
-    socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
-) -> Vec<u8> {
-    loop {
-        if let tokio_tungstenite::tungstenite::Message::Binary(bytes) =
-            socket.next().await.unwrap().unwrap()
-        {
-            return bytes.to_vec();
+/// A vessel's side of dk/2 with nothing behind it: one accepted
+/// connection, handshaken, with frames sealed and opened by hand.
+struct FakeVessel {
+    socket: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    sealer: dk_channel::Sealer,
+    opener: dk_channel::Opener,
+    handshake_hash: [u8; 32],
+}
+
+impl FakeVessel {
+    /// Accepts one connection on `listener` choosing `dk.2` and runs the
+    /// responder's handshake with `key`.
+    async fn accept(listener: &TcpListener, key: &dk_channel::StaticKey) -> FakeVessel {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
+            .await
+            .unwrap();
+        let mut responder = dk_channel::Responder::new(key).unwrap();
+        let first = Self::next_binary(&mut socket).await;
+        responder.read_first(&first).unwrap();
+        let second = responder.second_message().unwrap();
+        socket.send(Message::binary(second)).await.unwrap();
+        let third = Self::next_binary(&mut socket).await;
+        let established = responder.read_third(&third).unwrap();
+        let handshake_hash = established.handshake_hash;
+        let (sealer, opener) = established.split(dk_channel::RecordLimits {
+            max_text: 1 << 20,
+            max_binary: 1 << 20,
+        });
+        FakeVessel {
+            socket,
+            sealer,
+            opener,
+            handshake_hash,
         }
+    }
+
+    async fn next_binary(
+        socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    ) -> Vec<u8> {
+        loop {
+            if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap() {
+                return bytes.to_vec();
+            }
+        }
+    }
+
+    /// The device's next frame, as JSON.
+    async fn read(&mut self) -> Value {
+        loop {
+            let bytes = Self::next_binary(&mut self.socket).await;
+            if let Some(dk_channel::OpenedFrame::Text(text)) = self.opener.open(&bytes).unwrap() {
+                return serde_json::from_str(&text).unwrap();
+            }
+        }
+    }
+
+    /// Seals `frame` and sends its records.
+    async fn send(&mut self, frame: &Value) {
+        let records = self
+            .sealer
+            .seal(dk_channel::FrameKind::Text, frame.to_string().as_bytes())
+            .unwrap();
+        for record in records {
+            self.socket.send(Message::binary(record)).await.unwrap();
+        }
+    }
+
+    /// Waits for the device to close; its close code.
+    async fn device_closes(mut self) -> Option<u16> {
+        while let Some(Ok(message)) = self.socket.next().await {
+            if let Message::Close(frame) = message {
+                return frame.map(|f| f.code.into());
+            }
+        }
+        None
     }
 }
 
@@ -261,62 +328,30 @@ async fn fake_vessel(
     raw: &[Vec<u8>],
     device_closes: bool,
 ) -> Option<u16> {
-    use futures::SinkExt;
-    use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
-    let (tcp, _) = listener.accept().await.unwrap();
-    let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
-        .await
-        .unwrap();
-    let mut responder = dk_channel::Responder::new(key).unwrap();
-    responder
-        .read_first(&next_binary(&mut socket).await)
-        .unwrap();
-    let second = responder.second_message().unwrap();
-    socket.send(Message::binary(second)).await.unwrap();
-    let third = next_binary(&mut socket).await;
-    let (mut sealer, mut opener) =
-        responder
-            .read_third(&third)
-            .unwrap()
-            .split(dk_channel::RecordLimits {
-                max_text: 1 << 20,
-                max_binary: 1 << 20,
-            });
-    let first = loop {
-        if let Message::Binary(bytes) = socket.next().await.unwrap().unwrap()
-            && let Some(dk_channel::OpenedFrame::Text(text)) = opener.open(&bytes).unwrap()
-        {
-            break text;
-        }
-    };
-    assert!(first.contains("device:hello"), "{first}");
+    let mut vessel = FakeVessel::accept(listener, key).await;
+    let first = vessel.read().await;
+    assert_eq!(first["type"], "device:hello", "{first}");
     for frame in frames {
-        for record in sealer
-            .seal(dk_channel::FrameKind::Text, frame.to_string().as_bytes())
-            .unwrap()
-        {
-            socket.send(Message::binary(record)).await.unwrap();
-        }
+        vessel.send(frame).await;
     }
     for message in raw {
-        socket.send(Message::binary(message.clone())).await.unwrap();
+        vessel
+            .socket
+            .send(Message::binary(message.clone()))
+            .await
+            .unwrap();
     }
     if device_closes {
-        while let Some(Ok(message)) = socket.next().await {
-            if let Message::Close(frame) = message {
-                return frame.map(|f| f.code.into());
-            }
-        }
-        return None;
+        return vessel.device_closes().await;
     }
     let close = CloseFrame {
         code: 4007.into(),
         reason: "unpaired by the person".into(),
     };
-    let _ = socket.send(Message::Close(Some(close))).await;
-    while let Some(Ok(_)) = socket.next().await {}
+    let _ = vessel.socket.send(Message::Close(Some(close))).await;
+    while let Some(Ok(_)) = vessel.socket.next().await {}
     None
 }
 
@@ -590,62 +625,21 @@ async fn vessel_that_commits_again(
     listener: &TcpListener,
     key: &dk_channel::StaticKey,
 ) -> Option<u16> {
-    use futures::SinkExt;
-    use tokio_tungstenite::tungstenite::Message;
-
-    let (tcp, _) = listener.accept().await.unwrap();
-    let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
-        .await
-        .unwrap();
-    let mut responder = dk_channel::Responder::new(key).unwrap();
-    responder
-        .read_first(&next_binary(&mut socket).await)
-        .unwrap();
-    let second = responder.second_message().unwrap();
-    socket.send(Message::binary(second)).await.unwrap();
-    let established = responder
-        .read_third(&next_binary(&mut socket).await)
-        .unwrap();
-    let hash = established.handshake_hash;
-    let (mut sealer, mut opener) = established.split(dk_channel::RecordLimits {
-        max_text: 1 << 20,
-        max_binary: 1 << 20,
-    });
-    let mut read =
-        async |socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>| loop {
-            let bytes = next_binary(socket).await;
-            if let Some(dk_channel::OpenedFrame::Text(text)) = opener.open(&bytes).unwrap() {
-                return serde_json::from_str::<Value>(&text).unwrap();
-            }
-        };
-    let hello = read(&mut socket).await;
+    let mut vessel = FakeVessel::accept(listener, key).await;
+    let hello = vessel.read().await;
     assert_eq!(hello["type"], "device:hello");
     let nv = dk_channel::random_nonce().unwrap();
-    let commit = dk_channel::to_hex32(&dk_channel::commitment(&nv, &hash));
-    let frames = [
-        json!({"type": "device:pair-commit", "commitment": commit}),
-        json!({"type": "device:pair-reveal", "nonce": dk_channel::to_hex32(&nv)}),
-        json!({"type": "device:paired"}),
-        json!({"type": "device:pair-commit", "commitment": commit}),
-    ];
-    for (i, frame) in frames.iter().enumerate() {
-        if i == 1 {
-            let nonce = read(&mut socket).await;
-            assert_eq!(nonce["type"], "device:pair-nonce");
-        }
-        for record in sealer
-            .seal(dk_channel::FrameKind::Text, frame.to_string().as_bytes())
-            .unwrap()
-        {
-            socket.send(Message::binary(record)).await.unwrap();
-        }
-    }
-    while let Some(Ok(message)) = socket.next().await {
-        if let Message::Close(frame) = message {
-            return frame.map(|f| f.code.into());
-        }
-    }
-    None
+    let commit = dk_channel::to_hex32(&dk_channel::commitment(&nv, &vessel.handshake_hash));
+    let commit = json!({"type": "device:pair-commit", "commitment": commit});
+    vessel.send(&commit).await;
+    let nonce = vessel.read().await;
+    assert_eq!(nonce["type"], "device:pair-nonce");
+    vessel
+        .send(&json!({"type": "device:pair-reveal", "nonce": dk_channel::to_hex32(&nv)}))
+        .await;
+    vessel.send(&json!({"type": "device:paired"})).await;
+    vessel.send(&commit).await;
+    vessel.device_closes().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

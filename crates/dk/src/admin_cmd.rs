@@ -521,7 +521,7 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
                         "{} ({}) {state}, {}; granted: {}",
                         printable(&d.id),
                         printable(&d.name),
-                        crate::input::channel_words(d.channel),
+                        channel_words(d.channel),
                         joined(&d.grants)
                     );
                 })?;

@@ -29,7 +29,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::error::ClientError;
 use super::options::ClientOptions;
 use super::secure::{
-    Handshaken, MAX_SECURE_MESSAGE, Opening, Sealing, handshake, is_channel_failure, subprotocol,
+    Handshaken, MAX_SECURE_MESSAGE, Opening, Sealing, handshake, is_channel_failure,
 };
 use super::token_file::{is_token, read_token, token_file_error, write_token};
 use crate::serve::serve_session;
@@ -114,7 +114,7 @@ pub async fn connect_once(
     if channel == Channel::Dk2 {
         request.headers_mut().insert(
             tungstenite::http::header::SEC_WEBSOCKET_PROTOCOL,
-            tungstenite::http::HeaderValue::from_static(subprotocol()),
+            tungstenite::http::HeaderValue::from_static(dk_channel::SUBPROTOCOL),
         );
     }
     // TCP_NODELAY: without it a small frame waits on the vessel's delayed
@@ -132,7 +132,7 @@ pub async fn connect_once(
         CONNECT_TIMEOUT,
         tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, tls),
     );
-    let (socket, response) = tokio::select! {
+    let (socket, _response) = tokio::select! {
         () = &mut shutdown => return Ok(SessionEnd::Shutdown),
         connected = connect => match connected {
             Err(_) => {
@@ -146,20 +146,17 @@ pub async fn connect_once(
         },
     };
     tracing::debug!(url = %printable(&options.url), channel = channel.as_str(), "connected");
+    // A vessel that answered without `dk.2` was refused by the upgrade
+    // itself (see `connect_error`): this socket speaks the channel asked for.
     let (mut sink, mut stream) = socket.split();
     if channel == Channel::V1 {
         return Connection::new(device, options, sink, stream, token, None)
             .run(shutdown.as_mut())
             .await;
     }
-    let answered = response
-        .headers()
-        .get(tungstenite::http::header::SEC_WEBSOCKET_PROTOCOL)
-        .and_then(|v| v.to_str().ok());
-    if answered != Some(subprotocol()) {
-        return Err(ClientError::NotDk2);
-    }
-    let state = options.key_state()?;
+    let Some(state) = options.key.as_ref() else {
+        return Err(ClientError::Protocol("no device key".to_owned()));
+    };
     let pinned = state.vessel;
     let shaken = tokio::select! {
         () = &mut shutdown => return Ok(SessionEnd::Shutdown),
@@ -195,16 +192,10 @@ pub async fn connect_once(
         code: None,
         closing: None,
     };
-    Connection::new(
-        device,
-        options,
-        Sealing::new(sink, sealer),
-        Opening::new(stream, opener),
-        None,
-        Some(secure),
-    )
-    .run(shutdown.as_mut())
-    .await
+    let (sink, stream) = (Sealing::new(sink, sealer), Opening::new(stream, opener));
+    Connection::new(device, options, sink, stream, None, Some(secure))
+        .run(shutdown.as_mut())
+        .await
 }
 
 /// A dk/2 connection's state: the handshake's results and the pairing
@@ -354,9 +345,7 @@ where
                 Ok(None) => {}
                 Ok(Some(ended)) => return self.finish(ended).await,
                 Err(ClientError::PairingBroken(why)) => {
-                    let reason = format!("pairing did not happen: {why}");
-                    self.close(CloseCode::Library(4001), &reason).await;
-                    return Err(ClientError::PairingBroken(why));
+                    return self.finish(Ended::PairingBroken(why)).await;
                 }
                 Err(e) => {
                     let what = if self.secure.is_some() {
@@ -680,19 +669,19 @@ where
         match frame.close_code() {
             Some(Vessel::PairingRefused) => Err(ClientError::PairingRefused(frame.reason)),
             Some(Vessel::AuthFailed) => {
-                self.forget_token()?;
+                self.forget_credential()?;
                 Err(ClientError::AuthFailed)
             }
             Some(Vessel::ManifestChanged) => {
                 // dk/2: the next run asks to pair again (with its pin kept),
                 // as the close says, instead of sending device:auth forever.
                 if self.secure.is_some() {
-                    self.forget_token()?;
+                    self.forget_credential()?;
                 }
                 Err(ClientError::ManifestChanged)
             }
             Some(Vessel::Unpaired) => {
-                self.forget_token()?;
+                self.forget_credential()?;
                 Err(ClientError::Unpaired)
             }
             // Not the session cap, which frees up when another session ends.
@@ -704,9 +693,11 @@ where
         }
     }
 
-    /// Removes the token this connection used, from memory and from the
-    /// token file unless the file now holds another one.
-    fn forget_token(&mut self) -> Result<(), ClientError> {
+    /// Forgets the credential this connection used. dk/2: marks the key
+    /// unpaired (the key and the vessel's pin stay). v1: removes the token
+    /// from memory and from the token file unless the file now holds
+    /// another one.
+    fn forget_credential(&mut self) -> Result<(), ClientError> {
         if self.secure.is_some() {
             // dk/2: the vessel forgot the key; the device keeps it (and the
             // vessel's pin) and pairs again on its next run.
@@ -764,13 +755,9 @@ where
                     // dk/2: a refusal announced while the writer failed.
                     Some(Ok(Message::Text(text))) => {
                         if let Some(secure) = secure.as_mut()
-                            && let Ok(VesselFrame::Closing { code, reason }) = VesselFrame::parse_on(
-                                text.as_bytes(),
-                                FrameLimits::default(),
-                                Channel::Dk2,
-                            )
+                            && let Some(announced) = announced_close(&text)
                         {
-                            secure.closing = Some((code, printable(&reason)));
+                            secure.closing = Some(announced);
                         }
                     }
                     Some(Ok(_)) => {}
@@ -828,14 +815,9 @@ where
                         continue;
                     }
                     if let Some(closing) = this.closing.as_mut()
-                        && text.contains("device:closing")
-                        && let Ok(VesselFrame::Closing { code, reason }) = VesselFrame::parse_on(
-                            text.as_bytes(),
-                            FrameLimits::default(),
-                            Channel::Dk2,
-                        )
+                        && let Some(announced) = announced_close(&text)
                     {
-                        **closing = Some((code, printable(&reason)));
+                        **closing = Some(announced);
                         continue;
                     }
                     // dk/2: a pairing frame once paired or authenticated
@@ -942,6 +924,18 @@ fn closed(frame: Option<CloseFrame>) -> Ended {
             code: dk_proto::CloseCode::NoStatus.code(),
             reason: String::new(),
         },
+    }
+}
+
+/// The close a dk/2 vessel announced inside the channel
+/// (`device:closing`), its reason made printable.
+fn announced_close(text: &str) -> Option<(u16, String)> {
+    if !text.contains("device:closing") {
+        return None;
+    }
+    match VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), Channel::Dk2) {
+        Ok(VesselFrame::Closing { code, reason }) => Some((code, printable(&reason))),
+        _ => None,
     }
 }
 

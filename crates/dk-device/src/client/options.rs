@@ -245,12 +245,13 @@ impl ClientOptions {
             path: path.clone(),
             source,
         };
-        if let Some(path) = &self.key_file {
-            let mut state = match read_key(path).map_err(|e| error(path, e))? {
+        let had_key = self.key.is_some();
+        let mut state = match &self.key_file {
+            Some(path) => match read_key(path).map_err(|e| error(path, e))? {
                 Some(state) => state,
                 // Made earlier in this run and gone since (removed, its
                 // disk unmounted): making a new one would drop the pin.
-                None if self.key.is_some() => {
+                None if had_key => {
                     return Err(error(
                         path,
                         std::io::Error::new(
@@ -265,27 +266,21 @@ impl ClientOptions {
                     tracing::info!(path = %path.display(), "made a device key");
                     state
                 }
-            };
-            if self.forget_vessel {
-                state.vessel = None;
-                state.paired = false;
-                write_key(path, &state).map_err(|e| error(path, e))?;
-                tracing::info!(path = %path.display(), "forgot the pinned vessel key");
-            }
-            self.key = Some(state);
-        } else if self.key.is_none() {
-            let state = KeyState::generate().map_err(|e| ClientError::Protocol(e.to_string()))?;
-            self.key = Some(state);
-        } else if self.forget_vessel
-            && let Some(state) = self.key.as_mut()
-        {
+            },
+            None => match self.key.take() {
+                Some(state) => state,
+                None => KeyState::generate().map_err(|e| ClientError::Protocol(e.to_string()))?,
+            },
+        };
+        if std::mem::take(&mut self.forget_vessel) {
             state.vessel = None;
             state.paired = false;
+            if let Some(path) = &self.key_file {
+                write_key(path, &state).map_err(|e| error(path, e))?;
+            }
+            tracing::info!("forgot the pinned vessel key");
         }
-        self.forget_vessel = false;
-        self.key
-            .as_mut()
-            .ok_or_else(|| ClientError::Protocol("no device key".to_owned()))
+        Ok(self.key.insert(state))
     }
 
     /// Keeps `state`'s change: in the key file when there is one.

@@ -11,8 +11,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use dk_channel::{
-    FrameKind, Initiator, MAX_MESSAGE, OpenedFrame, Opener, PublicKey, RecordLimits, SUBPROTOCOL,
-    Sealer, StaticKey,
+    FrameKind, Initiator, MAX_MESSAGE, OpenedFrame, Opener, PublicKey, RecordLimits, Sealer,
+    StaticKey,
 };
 use dk_proto::MAX_FRAME_BYTES;
 use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
@@ -27,11 +27,6 @@ pub(super) struct Handshaken {
     pub(super) opener: Opener,
     pub(super) handshake_hash: [u8; 32],
     pub(super) vessel: PublicKey,
-}
-
-/// The `Sec-WebSocket-Protocol` value that asks for dk/2.
-pub(super) fn subprotocol() -> &'static str {
-    SUBPROTOCOL
 }
 
 /// Runs the initiator's side of the handshake on an upgraded socket. A
