@@ -76,7 +76,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub(crate) use model::check_head;
 pub use model::{
-    AuditEntry, AuditEvent, AuditHead, AuditProblem, ProblemKind, RateHit, Snapshot, Store,
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, ProblemKind, RateHit, Snapshot, Store,
     StoreError, StoredAgent, StoredPairing, VerifyReport, epoch_ms,
 };
 #[cfg(feature = "sqlite")]

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{
-    AuditEntry, AuditEvent, RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
 
@@ -169,6 +169,39 @@ impl Store for MemoryStore {
             .take(limit)
             .map(RawRow::to_entry)
             .collect()
+    }
+
+    fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        let state = self.state();
+        let before = query
+            .before_seq
+            .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
+        let end = state.audit.partition_point(|row| row.seq < before);
+        let mut page = Vec::new();
+        for row in state.audit[..end].iter().rev() {
+            if page.len() >= query.limit {
+                break;
+            }
+            let entry = row.to_entry()?;
+            if query.selects(&entry.kind, &entry.entry) {
+                page.push(entry);
+            }
+        }
+        Ok(page)
+    }
+
+    fn audit_head(&self) -> Result<Option<AuditHead>, StoreError> {
+        let state = self.state();
+        state
+            .audit
+            .last()
+            .map(|row| {
+                row.to_entry().map(|entry| AuditHead {
+                    seq: entry.seq,
+                    hash: entry.hash,
+                })
+            })
+            .transpose()
     }
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {

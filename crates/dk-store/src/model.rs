@@ -59,6 +59,14 @@ pub trait Store: Send + Sync + 'static {
     /// Up to `limit` entries with `seq > after_seq`, in order.
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
 
+    /// Up to `query.limit` entries that `query` selects, newest first: a
+    /// page of the log for a reader (the person's console), indexed so a
+    /// page costs the same at the log's end as deep in it.
+    fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// The last entry's position and hash, if the log has any.
+    fn audit_head(&self) -> Result<Option<AuditHead>, StoreError>;
+
     /// Recomputes the whole chain and reports every problem found, then
     /// replays the log's pairing, grant and agent entries and reports every
     /// difference from the state the store holds (a pairing, grant or agent
@@ -243,6 +251,51 @@ pub struct AuditEntry {
     pub prev_hash: String,
     /// Hash of this entry.
     pub hash: String,
+}
+
+/// Which entries [`Store::query_audit`] returns: those before a position,
+/// narrowed by what they name, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Only entries with a smaller `seq` (`None`: from the newest).
+    pub before_seq: Option<u64>,
+    /// Only entries whose `deviceId` is this.
+    pub device_id: Option<String>,
+    /// Only entries whose `agentId` is this.
+    pub agent_id: Option<String>,
+    /// Only decisions, allowed (`true`) or refused (`false`).
+    pub allowed: Option<bool>,
+    /// At most this many entries.
+    pub limit: usize,
+}
+
+impl AuditQuery {
+    /// The newest `limit` entries, whatever they name.
+    pub fn newest(limit: usize) -> AuditQuery {
+        AuditQuery {
+            before_seq: None,
+            device_id: None,
+            agent_id: None,
+            allowed: None,
+            limit,
+        }
+    }
+
+    /// Whether an entry of `kind` with `entry` is one this selects, its
+    /// position aside.
+    pub fn selects(&self, kind: &str, entry: &Value) -> bool {
+        let text = |field: &str| entry.get(field).and_then(Value::as_str);
+        self.device_id
+            .as_deref()
+            .is_none_or(|id| text("deviceId") == Some(id))
+            && self
+                .agent_id
+                .as_deref()
+                .is_none_or(|id| text("agentId") == Some(id))
+            && self.allowed.is_none_or(|allowed| {
+                kind == "decision" && entry.get("allowed").and_then(Value::as_bool) == Some(allowed)
+            })
+    }
 }
 
 /// A point of the audit chain to keep elsewhere and verify against later.

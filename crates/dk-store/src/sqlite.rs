@@ -32,13 +32,13 @@ use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, Cause, RateHit, Snapshot, Store, StoreError, StoredPairing,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateHit, Snapshot, Store, StoreError, StoredPairing,
     VerifyReport,
 };
 use crate::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 const APPLICATION_ID: i32 = 0x646b_7374;
@@ -113,6 +113,17 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 5: the static key a device paired over dk/2 with, pinned as its
     // credential (NULL for a v1 pairing).
     "ALTER TABLE pairing ADD COLUMN device_key BLOB;",
+    // 6: the audit log read by what its entries name, newest first (the
+    // console's filtered pages). An entry that is not JSON (only a damaged
+    // file holds one) is indexed as naming nothing, so opening it still
+    // works and `verify` reports it.
+    "CREATE INDEX audit_device ON audit
+         ((CASE WHEN json_valid(entry) THEN json_extract(entry, '$.deviceId') END), seq);
+     CREATE INDEX audit_agent ON audit
+         ((CASE WHEN json_valid(entry) THEN json_extract(entry, '$.agentId') END), seq);
+     CREATE INDEX audit_allowed ON audit
+         ((CASE WHEN json_valid(entry) THEN json_extract(entry, '$.allowed') END), seq)
+         WHERE kind = 'decision';",
 ];
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
@@ -547,6 +558,40 @@ fn migrate(conn: &mut Connection, shown: &str) -> Result<(), StoreError> {
     tx.commit().map_err(db)
 }
 
+/// The SQL of `query` and its values, written with the same expressions
+/// as migration 6's indexes so that SQLite uses them.
+pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value as Sql;
+    let field = |name: &str| {
+        format!("(CASE WHEN json_valid(entry) THEN json_extract(entry, '$.{name}') END)")
+    };
+    let mut sql =
+        String::from("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit WHERE seq < ?1");
+    let before = query
+        .before_seq
+        .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
+    let mut values = vec![Sql::Integer(before)];
+    if let Some(device) = &query.device_id {
+        values.push(Sql::Text(device.clone()));
+        sql.push_str(&format!(" AND {} = ?{}", field("deviceId"), values.len()));
+    }
+    if let Some(agent) = &query.agent_id {
+        values.push(Sql::Text(agent.clone()));
+        sql.push_str(&format!(" AND {} = ?{}", field("agentId"), values.len()));
+    }
+    if let Some(allowed) = query.allowed {
+        values.push(Sql::Integer(i64::from(allowed)));
+        sql.push_str(&format!(
+            " AND kind = 'decision' AND {} = ?{}",
+            field("allowed"),
+            values.len()
+        ));
+    }
+    values.push(Sql::Integer(i64::try_from(query.limit).unwrap_or(i64::MAX)));
+    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", values.len()));
+    (sql, values)
+}
+
 /// The last entry of the log, read inside the writing transaction so that
 /// another process appending to the same file cannot fork the chain.
 fn audit_head(tx: &Connection) -> Result<(i64, String), StoreError> {
@@ -887,6 +932,28 @@ impl Store for SqliteStore {
             entries.push(row.map_err(db)?.to_entry()?);
         }
         Ok(entries)
+    }
+
+    fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        let (sql, values) = audit_query_sql(query);
+        let conn = self.conn();
+        let mut select = conn.prepare_cached(&sql).map_err(db)?;
+        let rows = select
+            .query_map(rusqlite::params_from_iter(values), raw_row)
+            .map_err(db)?;
+        let mut entries = Vec::new();
+        for row in rows {
+            entries.push(row.map_err(db)?.to_entry()?);
+        }
+        Ok(entries)
+    }
+
+    fn audit_head(&self) -> Result<Option<AuditHead>, StoreError> {
+        let (seq, hash) = audit_head(&self.conn())?;
+        Ok((seq > 0).then(|| AuditHead {
+            seq: u64::try_from(seq).unwrap_or(0),
+            hash,
+        }))
     }
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {

@@ -967,6 +967,15 @@ impl Store for Gated {
     fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         self.inner.read_audit(after, limit)
     }
+    fn query_audit(
+        &self,
+        query: &crate::AuditQuery,
+    ) -> Result<Vec<crate::AuditEntry>, crate::StoreError> {
+        self.inner.query_audit(query)
+    }
+    fn audit_head(&self) -> Result<Option<crate::AuditHead>, crate::StoreError> {
+        self.inner.audit_head()
+    }
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
         self.inner.verify_audit()
     }
@@ -2347,4 +2356,107 @@ fn a_key_swapped_in_the_table_does_not_match_the_log() {
         "{:?}",
         report.problems
     );
+}
+
+// ------------------------------------------------------ pages of the log
+
+fn decision(n: u64, device: &str, agent: Option<&str>, allowed: bool) -> AuditEvent {
+    AuditEvent {
+        at_ms: 1_700_000_000_000 + n,
+        kind: "decision".to_owned(),
+        entry: json!({"deviceId": device, "agentId": agent, "allowed": allowed, "n": n}),
+    }
+}
+
+fn seqs(entries: &[AuditEntry]) -> Vec<u64> {
+    entries.iter().map(|e| e.seq).collect()
+}
+
+#[test]
+fn contract_audit_pages_newest_first_narrowed_by_what_entries_name() {
+    for (name, store, _dir) in stores() {
+        assert_eq!(store.audit_head().unwrap(), None, "{name}");
+        let events: Vec<AuditEvent> = (1..=30)
+            .map(|n| {
+                let device = if n % 3 == 0 { "lock" } else { "lamp" };
+                let agent = (n % 2 == 0).then_some("kitchen");
+                decision(n, device, agent, n % 5 != 0)
+            })
+            .chain([event("note", 31)])
+            .collect();
+        store.append_audit(&events).unwrap();
+        let head = store.audit_head().unwrap().unwrap();
+        assert_eq!(head.seq, 31, "{name}");
+        assert_eq!(head.hash, store.read_audit(30, 1).unwrap()[0].hash);
+
+        let page = store.query_audit(&AuditQuery::newest(5)).unwrap();
+        assert_eq!(seqs(&page), [31, 30, 29, 28, 27], "{name}");
+        let mut older = AuditQuery::newest(5);
+        older.before_seq = Some(27);
+        assert_eq!(
+            seqs(&store.query_audit(&older).unwrap()),
+            [26, 25, 24, 23, 22]
+        );
+
+        let mut query = AuditQuery::newest(100);
+        query.device_id = Some("lock".to_owned());
+        assert_eq!(
+            seqs(&store.query_audit(&query).unwrap()),
+            [30, 27, 24, 21, 18, 15, 12, 9, 6, 3],
+            "{name}"
+        );
+        query.agent_id = Some("kitchen".to_owned());
+        assert_eq!(
+            seqs(&store.query_audit(&query).unwrap()),
+            [30, 24, 18, 12, 6]
+        );
+        query.allowed = Some(false);
+        assert_eq!(seqs(&store.query_audit(&query).unwrap()), [30]);
+        query.allowed = Some(true);
+        query.before_seq = Some(18);
+        assert_eq!(seqs(&store.query_audit(&query).unwrap()), [12, 6]);
+
+        // A value that only looks like a filter's matches nothing.
+        let mut odd = AuditQuery::newest(10);
+        odd.device_id = Some("lamp' OR 1=1 --".to_owned());
+        assert!(store.query_audit(&odd).unwrap().is_empty(), "{name}");
+        let mut none = AuditQuery::newest(0);
+        none.device_id = Some("lamp".to_owned());
+        assert!(store.query_audit(&none).unwrap().is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn filtered_audit_pages_read_through_their_indexes() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store.append_audit(&[decision(1, "lamp", None, true)]).unwrap();
+    drop(store);
+    let conn = Connection::open(dir.db()).unwrap();
+    for (filter, index) in [
+        ("deviceId", "audit_device"),
+        ("agentId", "audit_agent"),
+        ("allowed", "audit_allowed"),
+    ] {
+        let mut query = AuditQuery::newest(50);
+        match filter {
+            "deviceId" => query.device_id = Some("lamp".to_owned()),
+            "agentId" => query.agent_id = Some("kitchen".to_owned()),
+            _ => query.allowed = Some(false),
+        }
+        let (sql, values) = super::sqlite::audit_query_sql(&query);
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(values), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter().any(|step| step.contains(index)),
+            "{filter}: {plan:?}"
+        );
+    }
 }

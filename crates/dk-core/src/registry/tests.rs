@@ -588,6 +588,15 @@ impl Store for FullDisk {
     ) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
         self.inner.read_audit(after, limit)
     }
+    fn query_audit(
+        &self,
+        query: &crate::store::AuditQuery,
+    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
+        self.inner.query_audit(query)
+    }
+    fn audit_head(&self) -> Result<Option<crate::store::AuditHead>, crate::store::StoreError> {
+        self.inner.audit_head()
+    }
     fn verify_audit(&self) -> Result<crate::store::VerifyReport, StoreError> {
         self.inner.verify_audit()
     }

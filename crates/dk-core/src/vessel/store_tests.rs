@@ -47,6 +47,15 @@ impl Store for Slow {
     fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         self.inner.read_audit(after, limit)
     }
+    fn query_audit(
+        &self,
+        query: &crate::store::AuditQuery,
+    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
+        self.inner.query_audit(query)
+    }
+    fn audit_head(&self) -> Result<Option<crate::store::AuditHead>, crate::store::StoreError> {
+        self.inner.audit_head()
+    }
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
         self.inner.verify_audit()
     }

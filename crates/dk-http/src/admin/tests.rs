@@ -760,6 +760,15 @@ impl crate::store::Store for NoAgentWrites {
     ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
         self.0.read_audit(after, limit)
     }
+    fn query_audit(
+        &self,
+        query: &crate::store::AuditQuery,
+    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
+        self.0.query_audit(query)
+    }
+    fn audit_head(&self) -> Result<Option<crate::store::AuditHead>, crate::store::StoreError> {
+        self.0.audit_head()
+    }
     fn verify_audit(&self) -> Result<crate::store::VerifyReport, crate::store::StoreError> {
         self.0.verify_audit()
     }
