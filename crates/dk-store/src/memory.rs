@@ -190,18 +190,18 @@ impl Store for MemoryStore {
         Ok(page)
     }
 
-    fn audit_head(&self) -> Result<Option<AuditHead>, StoreError> {
+    fn audit_head(&self) -> Result<AuditHead, StoreError> {
         let state = self.state();
-        state
-            .audit
-            .last()
-            .map(|row| {
-                row.to_entry().map(|entry| AuditHead {
-                    seq: entry.seq,
-                    hash: entry.hash,
-                })
-            })
-            .transpose()
+        match state.audit.last() {
+            Some(row) => row.to_entry().map(|entry| AuditHead {
+                seq: entry.seq,
+                hash: entry.hash,
+            }),
+            None => Ok(AuditHead {
+                seq: 0,
+                hash: GENESIS_HASH.to_owned(),
+            }),
+        }
     }
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {

@@ -64,8 +64,10 @@ pub trait Store: Send + Sync + 'static {
     /// page costs the same at the log's end as deep in it.
     fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
 
-    /// The last entry's position and hash, if the log has any.
-    fn audit_head(&self) -> Result<Option<AuditHead>, StoreError>;
+    /// The last entry's position and hash (`0` and
+    /// [`GENESIS_HASH`](crate::GENESIS_HASH) when the log is empty),
+    /// without reading the rest.
+    fn audit_head(&self) -> Result<AuditHead, StoreError>;
 
     /// Recomputes the whole chain and reports every problem found, then
     /// replays the log's pairing, grant and agent entries and reports every

@@ -317,16 +317,6 @@ impl SqliteStore {
         }
     }
 
-    /// The last entry of the log (`0` and [`GENESIS_HASH`] when empty),
-    /// without reading the rest.
-    pub fn audit_head(&self) -> Result<AuditHead, StoreError> {
-        let (seq, hash) = audit_head(&self.conn())?;
-        Ok(AuditHead {
-            seq: unsigned(seq, "the last audit seq")?,
-            hash,
-        })
-    }
-
     /// The database file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -948,12 +938,12 @@ impl Store for SqliteStore {
         Ok(entries)
     }
 
-    fn audit_head(&self) -> Result<Option<AuditHead>, StoreError> {
+    fn audit_head(&self) -> Result<AuditHead, StoreError> {
         let (seq, hash) = audit_head(&self.conn())?;
-        Ok((seq > 0).then(|| AuditHead {
-            seq: u64::try_from(seq).unwrap_or(0),
+        Ok(AuditHead {
+            seq: unsigned(seq, "the last audit seq")?,
             hash,
-        }))
+        })
     }
 
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {

@@ -973,7 +973,7 @@ impl Store for Gated {
     ) -> Result<Vec<crate::AuditEntry>, crate::StoreError> {
         self.inner.query_audit(query)
     }
-    fn audit_head(&self) -> Result<Option<crate::AuditHead>, crate::StoreError> {
+    fn audit_head(&self) -> Result<crate::AuditHead, crate::StoreError> {
         self.inner.audit_head()
     }
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
@@ -1577,7 +1577,8 @@ fn a_version_1_store_upgrades_keeping_its_pairings() {
         let conn = Connection::open(dir.db()).unwrap();
         conn.execute_batch(
             "DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;
-             ALTER TABLE pairing DROP COLUMN device_key;",
+             ALTER TABLE pairing DROP COLUMN device_key;
+             DROP INDEX audit_device; DROP INDEX audit_agent; DROP INDEX audit_allowed;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
@@ -2224,7 +2225,8 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
     {
         let conn = Connection::open(dir.db()).unwrap();
         conn.execute_batch(
-            "DROP TABLE audit_key; DROP TABLE rate_hit; ALTER TABLE pairing DROP COLUMN device_key;",
+            "DROP TABLE audit_key; DROP TABLE rate_hit; ALTER TABLE pairing DROP COLUMN device_key;
+             DROP INDEX audit_device; DROP INDEX audit_agent; DROP INDEX audit_allowed;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
@@ -2375,7 +2377,7 @@ fn seqs(entries: &[AuditEntry]) -> Vec<u64> {
 #[test]
 fn contract_audit_pages_newest_first_narrowed_by_what_entries_name() {
     for (name, store, _dir) in stores() {
-        assert_eq!(store.audit_head().unwrap(), None, "{name}");
+        assert_eq!(store.audit_head().unwrap().seq, 0, "{name}");
         let events: Vec<AuditEvent> = (1..=30)
             .map(|n| {
                 let device = if n % 3 == 0 { "lock" } else { "lamp" };
@@ -2385,7 +2387,7 @@ fn contract_audit_pages_newest_first_narrowed_by_what_entries_name() {
             .chain([event("note", 31)])
             .collect();
         store.append_audit(&events).unwrap();
-        let head = store.audit_head().unwrap().unwrap();
+        let head = store.audit_head().unwrap();
         assert_eq!(head.seq, 31, "{name}");
         assert_eq!(head.hash, store.read_audit(30, 1).unwrap()[0].hash);
 

@@ -53,7 +53,7 @@ impl Store for Slow {
     ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
         self.inner.query_audit(query)
     }
-    fn audit_head(&self) -> Result<Option<crate::store::AuditHead>, crate::store::StoreError> {
+    fn audit_head(&self) -> Result<crate::store::AuditHead, crate::store::StoreError> {
         self.inner.audit_head()
     }
     fn verify_audit(&self) -> Result<VerifyReport, StoreError> {

@@ -766,7 +766,7 @@ impl crate::store::Store for NoAgentWrites {
     ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
         self.0.query_audit(query)
     }
-    fn audit_head(&self) -> Result<Option<crate::store::AuditHead>, crate::store::StoreError> {
+    fn audit_head(&self) -> Result<crate::store::AuditHead, crate::store::StoreError> {
         self.0.audit_head()
     }
     fn verify_audit(&self) -> Result<crate::store::VerifyReport, crate::store::StoreError> {
