@@ -10,7 +10,7 @@ use dk_device::{ClientError, ClientOptions, Device, run_client};
 use dk_policy::PolicySet;
 use dk_vessel::{
     Limits, Vessel,
-    http::{AdminClient, AdminToken, serve_admin, serve_devices},
+    http::{AdminClient, AdminToken, Console, serve_admin, serve_devices},
     person::Prompt,
     registry::ConsentDecision,
 };
@@ -30,6 +30,10 @@ pub struct Running {
     pub vessel: Arc<Vessel>,
     pub device_url: String,
     pub admin: AdminClient,
+    /// Where the admin API and the console listen.
+    pub admin_addr: SocketAddr,
+    /// The console's sign-in state (for login links).
+    pub console: Arc<Console>,
     stop: watch::Sender<bool>,
     server: Option<JoinHandle<()>>,
 }
@@ -53,8 +57,13 @@ pub async fn start_at(bind: &str, limits: Limits) -> Running {
     };
     let (a, b) = (stopped(stop_rx.clone()), stopped(stop_rx));
     let (v1, v2, t) = (Arc::clone(&vessel), Arc::clone(&vessel), token.clone());
+    let console = Console::new();
+    let c = Arc::clone(&console);
     let server = tokio::spawn(async move {
-        let (x, y) = tokio::join!(serve_devices(devices, v1, a), serve_admin(admin, v2, t, b));
+        let (x, y) = tokio::join!(
+            serve_devices(devices, v1, a),
+            serve_admin(admin, v2, t, c, b)
+        );
         x.unwrap();
         y.unwrap();
     });
@@ -62,6 +71,8 @@ pub async fn start_at(bind: &str, limits: Limits) -> Running {
         vessel,
         device_url: format!("ws://127.0.0.1:{}/device", device_addr.port()),
         admin: AdminClient::new(admin_addr, token),
+        admin_addr,
+        console,
         stop,
         server: Some(server),
     }

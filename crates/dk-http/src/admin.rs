@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
+use crate::console::Console;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
 use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
 use crate::listen::ListenerStats;
@@ -146,20 +147,34 @@ struct Admin {
     vessel: Arc<Vessel>,
     token: AdminToken,
     local: Arc<LocalOrigins>,
+    console: Arc<Console>,
 }
 
-/// The admin API for `vessel`, for a listener bound to `local`.
-pub(crate) fn admin_router(vessel: Arc<Vessel>, token: AdminToken, local: SocketAddr) -> Router {
-    router(vessel, token, LocalOrigins::for_listener(local))
+/// The admin API for `vessel`, for a listener bound to `local`, with the
+/// person's console beside it (its own guard: a session, not the token).
+pub(crate) fn admin_router(
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    console: Arc<Console>,
+    local: SocketAddr,
+) -> Router {
+    let pages = crate::console::console_router(Arc::clone(&vessel), Arc::clone(&console), local);
+    router(vessel, token, console, LocalOrigins::for_listener(local)).merge(pages)
 }
 
 /// The admin API for `vessel`, accepting the `Host` and `Origin`s of
 /// `local`.
-fn router(vessel: Arc<Vessel>, token: AdminToken, local: LocalOrigins) -> Router {
+fn router(
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    console: Arc<Console>,
+    local: LocalOrigins,
+) -> Router {
     let admin = Admin {
         vessel,
         token,
         local: Arc::new(local),
+        console,
     };
     Router::new()
         .route("/v1/status", get(status))
@@ -184,29 +199,35 @@ fn router(vessel: Arc<Vessel>, token: AdminToken, local: LocalOrigins) -> Router
         .route("/v1/streams/{id}", get(watch_stream))
         .route("/v1/tools", get(tools))
         .route("/v1/tools/call", post(call_tool))
+        .route("/v1/console/link", post(console_link))
         .layer(from_fn_with_state(admin.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(admin)
 }
 
-/// Serves the admin API on `listener` until `shutdown` resolves.
-/// Connections are counted and capped from `accept`, and a request's
-/// headers have a deadline (see [`Limits`](dk_core::Limits)).
+/// Serves the admin API and the person's console (`/console/`) on
+/// `listener` until `shutdown` resolves. Connections are counted and
+/// capped from `accept`, and a request's headers have a deadline (see
+/// [`Limits`](dk_core::Limits)). From here on `console` makes login links
+/// to this listener.
 pub async fn serve_admin(
     listener: tokio::net::TcpListener,
     vessel: Arc<Vessel>,
     token: AdminToken,
+    console: Arc<Console>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let limits = vessel.limits().admin_listener();
     let stats = Arc::clone(&vessel.stats().admin_listener);
-    let app = admin_router(vessel, token, local);
+    let app = admin_router(vessel, token, console, local);
     crate::listen::serve_http(listener, app, limits, stats, shutdown).await
 }
 
 /// Serves the admin API on a Unix socket until `shutdown` resolves: the
-/// same routes and token check as [`serve_admin`], with `Host: localhost`.
+/// same routes and token check as [`serve_admin`], with `Host: localhost`,
+/// and no console pages (`POST /v1/console/link` makes a link to the
+/// console the TCP listener serves).
 /// Bind it with [`crate::bind_private_socket`] in the vessel's 0700 data
 /// directory: only the vessel's own user can then make or reach it, so a
 /// client that checked the socket is its own knows whom it gives the token.
@@ -214,11 +235,12 @@ pub async fn serve_admin_unix(
     listener: tokio::net::UnixListener,
     vessel: Arc<Vessel>,
     token: AdminToken,
+    console: Arc<Console>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = vessel.limits().admin_listener();
     let stats = Arc::clone(&vessel.stats().admin_socket);
-    let app = router(vessel, token, LocalOrigins::for_unix_socket());
+    let app = router(vessel, token, console, LocalOrigins::for_unix_socket());
     crate::listen::serve_http(listener, app, limits, stats, shutdown).await
 }
 
@@ -261,7 +283,23 @@ fn listener_counts(stats: &ListenerStats) -> api::ListenerCounts {
 }
 
 async fn status(State(admin): State<Admin>) -> Json<api::Status> {
-    let vessel = &admin.vessel;
+    Json(status_body(&admin.vessel))
+}
+
+/// A fresh one-time login link to the console: `{"url": ...}`, or 409
+/// when the admin API does not listen on TCP (no console is served).
+async fn console_link(State(admin): State<Admin>) -> Response {
+    match admin.console.login_link() {
+        Some(url) => Json(json!({"url": url})).into_response(),
+        None => refuse(
+            StatusCode::CONFLICT,
+            "the console is served on the admin API's TCP listener, and this vessel has none",
+        ),
+    }
+}
+
+/// The vessel's status as the admin API and the console show it.
+pub(crate) fn status_body(vessel: &Vessel) -> api::Status {
     let devices = vessel.registry().list();
     let connected = devices
         .iter()
@@ -269,7 +307,7 @@ async fn status(State(admin): State<Admin>) -> Json<api::Status> {
         .count();
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let stats = vessel.stats();
-    Json(api::Status {
+    api::Status {
         paired: count(devices.len()),
         connected: count(connected),
         connections: count(vessel.connection_count()),
@@ -285,7 +323,7 @@ async fn status(State(admin): State<Admin>) -> Json<api::Status> {
         secure_handshakes: stats.secure_handshakes.load(Ordering::Relaxed),
         channel_failures: stats.channel_failures.load(Ordering::Relaxed),
         plain_v1_refused: stats.plain_v1_refused.load(Ordering::Relaxed),
-    })
+    }
 }
 
 async fn pending(State(admin): State<Admin>) -> Json<Vec<api::Pending>> {
@@ -294,7 +332,7 @@ async fn pending(State(admin): State<Admin>) -> Json<Vec<api::Pending>> {
 }
 
 /// An open prompt as the admin API shows it.
-fn pending_body(pending: PendingPrompt) -> api::Pending {
+pub(crate) fn pending_body(pending: PendingPrompt) -> api::Pending {
     let prompt = match pending.prompt {
         Prompt::Consent(request) => api::Prompt::Consent(consent_body(request)),
         Prompt::Approval(request) => api::Prompt::Approval(api::ApprovalRequest {
@@ -504,8 +542,12 @@ async fn watch_stream(
 }
 
 async fn devices(State(admin): State<Admin>) -> Json<Vec<api::Device>> {
-    let vessel = &admin.vessel;
-    let list = vessel
+    Json(device_list(&admin.vessel))
+}
+
+/// Every paired device as the admin API and the console show it.
+pub(crate) fn device_list(vessel: &Vessel) -> Vec<api::Device> {
+    vessel
         .registry()
         .list()
         .into_iter()
@@ -539,8 +581,7 @@ async fn devices(State(admin): State<Admin>) -> Json<Vec<api::Device>> {
                     .collect(),
             }
         })
-        .collect();
-    Json(list)
+        .collect()
 }
 
 async fn grant(
@@ -575,7 +616,7 @@ async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Res
 }
 
 /// An agent as the admin API shows it: never its credential.
-fn agent_body(agent: &Agent) -> api::Agent {
+pub(crate) fn agent_body(agent: &Agent) -> api::Agent {
     api::Agent {
         name: agent.id.clone(),
         scope: agent.scope.to_items(),

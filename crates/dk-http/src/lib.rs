@@ -9,16 +9,19 @@
 
 mod admin;
 mod admin_client;
+pub mod console;
 pub mod listen;
 pub mod origins;
 mod server;
 mod unix;
 
 use dk_core::{adapter, agents, allowances, connection, listener, person, registry, vessel};
+use dk_core::{link, store};
 #[cfg(test)]
-use dk_core::{config, link, redact, store, stream};
+use dk_core::{config, redact, stream};
 
 pub use admin::{AdminToken, AdminTokenError, serve_admin, serve_admin_unix};
+pub use console::Console;
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use server::serve_devices;
 pub use unix::{bind_private_socket, connect_private_socket};

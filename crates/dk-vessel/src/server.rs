@@ -370,11 +370,21 @@ impl VesselServer {
             let _ = rx.wait_for(|s| *s).await;
         };
         let mut tasks: Vec<(&'static str, JoinHandle<io::Result<()>>)> = Vec::new();
+        let console = dk_http::Console::new();
+        if let Some(mcp) = mcp_addr {
+            let host = if mcp.ip().is_unspecified() {
+                SocketAddr::from(([127, 0, 0, 1], mcp.port()))
+            } else {
+                mcp
+            };
+            console.set_mcp_url(format!("http://{host}/mcp"));
+        }
         if let Some(admin) = admin {
             let serve = dk_http::serve_admin(
                 admin,
                 Arc::clone(&vessel),
                 token.clone(),
+                Arc::clone(&console),
                 until(stopped.clone()),
             );
             tasks.push(("admin API", tokio::spawn(serve)));
@@ -384,6 +394,7 @@ impl VesselServer {
                 admin_socket,
                 Arc::clone(&vessel),
                 token.clone(),
+                Arc::clone(&console),
                 until(stopped.clone()),
             );
             tasks.push(("admin socket", tokio::spawn(serve)));
@@ -410,6 +421,7 @@ impl VesselServer {
         }
         Ok(RunningVessel {
             vessel,
+            console,
             token,
             token_replaced: replaced,
             device_addr,
@@ -428,6 +440,7 @@ impl VesselServer {
 /// and the way to stop it.
 #[derive(Debug)]
 pub struct RunningVessel {
+    console: Arc<dk_http::Console>,
     vessel: Arc<Vessel>,
     token: AdminToken,
     token_replaced: bool,
@@ -451,6 +464,13 @@ impl RunningVessel {
     /// after pairing: people compare the two.
     pub fn fingerprint(&self) -> String {
         self.vessel.fingerprint().unwrap_or_default()
+    }
+
+    /// The person's console on the admin listener: its login links
+    /// ([`Console::login_link`](dk_http::Console::login_link), `None`
+    /// without a TCP admin listener).
+    pub fn console(&self) -> &Arc<dk_http::Console> {
+        &self.console
     }
 
     /// The admin API's bearer token.

@@ -32,7 +32,7 @@ async fn start() -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = AdminToken::generate();
-    let router = admin_router(Arc::clone(&vessel), token.clone(), addr);
+    let router = admin_router(Arc::clone(&vessel), token.clone(), crate::Console::new(), addr);
     let server = tokio::spawn(async move {
         axum::serve(listener, router).await.unwrap();
     });
@@ -459,6 +459,7 @@ async fn the_admin_api_answers_on_its_unix_socket_with_host_localhost() {
         listener,
         Arc::clone(&vessel),
         token.clone(),
+        crate::Console::new(),
         async move {
             let _ = stopped.await;
         },
@@ -797,7 +798,7 @@ async fn an_agent_change_the_store_refuses_does_not_happen() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = AdminToken::generate();
-    let router = admin_router(Arc::clone(&vessel), token.clone(), addr);
+    let router = admin_router(Arc::clone(&vessel), token.clone(), crate::Console::new(), addr);
     let _server = tokio::spawn(async move {
         axum::serve(listener, router).await.unwrap();
     });
@@ -864,7 +865,7 @@ async fn remembered_allowances_are_made_listed_used_and_revoked_through_the_api(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = AdminToken::generate();
-    let router = admin_router(Arc::clone(&vessel), token.clone(), addr);
+    let router = admin_router(Arc::clone(&vessel), token.clone(), crate::Console::new(), addr);
     let _server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let c = AdminClient::new(addr, token);
     vessel

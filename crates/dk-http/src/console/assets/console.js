@@ -1,0 +1,88 @@
+// dk console: live prompts (server-sent events), the title badge, time
+// left, copy buttons and confirmations. Every card's HTML comes from the
+// vessel, escaped there; nothing here builds markup from data.
+"use strict";
+(function () {
+  const body = document.body;
+  const baseTitle = body.dataset.title || document.title;
+  const list = document.getElementById("prompts");
+  const announce = document.getElementById("announce");
+
+  function setCount(n) {
+    body.dataset.pending = String(n);
+    document.title = n > 0 ? "(" + n + ") " + baseTitle : baseTitle;
+    const badge = document.getElementById("badge");
+    if (badge) {
+      badge.hidden = n === 0;
+      badge.lastChild.textContent = String(n);
+    }
+    const none = document.getElementById("none");
+    if (none) none.hidden = n > 0;
+  }
+
+  function arm(root) {
+    for (const el of root.querySelectorAll("[data-left-ms]")) {
+      el.dataset.deadline = String(performance.now() + Number(el.dataset.leftMs));
+    }
+  }
+
+  function tick() {
+    for (const el of document.querySelectorAll("[data-deadline]")) {
+      const left = Math.max(0, Number(el.dataset.deadline) - performance.now());
+      const secs = Math.floor(left / 1000);
+      el.textContent = Math.floor(secs / 60) + ":" + String(secs % 60).padStart(2, "0");
+    }
+  }
+
+  arm(document);
+  setInterval(tick, 1000);
+
+  for (const button of document.querySelectorAll("button[data-copy]")) {
+    button.addEventListener("click", function () {
+      const source = document.getElementById(button.dataset.copy);
+      if (!source || !navigator.clipboard) return;
+      navigator.clipboard.writeText(source.textContent).then(function () {
+        announce.textContent = "Copied";
+      });
+    });
+  }
+
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
+
+  if (!window.EventSource) return;
+  const source = new EventSource("/console/live");
+  source.addEventListener("sync", function (event) {
+    const message = JSON.parse(event.data);
+    setCount(message.pending);
+    if (!list) return;
+    const open = new Set(message.ids.map(function (id) { return "prompt-" + id; }));
+    for (const card of list.querySelectorAll(".prompt")) {
+      if (!open.has(card.id)) card.remove();
+    }
+  });
+  source.addEventListener("asked", function (event) {
+    const message = JSON.parse(event.data);
+    setCount(message.pending);
+    if (list && !document.getElementById("prompt-" + message.id)) {
+      const template = document.createElement("template");
+      template.innerHTML = message.html;
+      const card = template.content.firstElementChild;
+      arm(card);
+      list.append(card);
+      announce.textContent = message.summary;
+    }
+  });
+  source.addEventListener("closed", function (event) {
+    const message = JSON.parse(event.data);
+    setCount(message.pending);
+    const card = document.getElementById("prompt-" + message.id);
+    if (card) card.remove();
+  });
+  source.addEventListener("reload", function () {
+    if (list) window.location.reload();
+  });
+})();
