@@ -10,6 +10,7 @@
 mod admin;
 mod admin_client;
 pub mod console;
+pub mod notify;
 pub mod listen;
 pub mod origins;
 mod server;

@@ -240,6 +240,30 @@ pub fn status(target: &Target) -> ExitCode {
     })
 }
 
+/// Runs `dk console`: asks the vessel for a fresh login link and prints
+/// it (only the link, so `xdg-open "$(dk console)"` works).
+pub fn console(target: &Target) -> ExitCode {
+    let json = target.json;
+    with_client(target, |c| async move {
+        let answer = c
+            .post("/v1/console/link", &serde_json::json!({}))
+            .await
+            .map_err(|e| e.to_string())?;
+        let body: Value = ok_as(answer)?;
+        if json {
+            println!("{body}");
+            return Ok(());
+        }
+        let url = body
+            .get("url")
+            .and_then(Value::as_str)
+            .ok_or("the vessel gave no link")?;
+        println!("{url}");
+        eprintln!("(works once, for 15 minutes; keep it to yourself: it signs in as you)");
+        Ok(())
+    })
+}
+
 /// Runs `dk pairings`.
 pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
     let json = target.json;

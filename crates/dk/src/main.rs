@@ -97,6 +97,13 @@ enum Command {
         #[command(flatten)]
         target: admin_cmd::Target,
     },
+    /// A fresh one-time login link to the person's console (the web pages
+    /// on the admin listener): open it in a browser; it works once, for 15
+    /// minutes.
+    Console {
+        #[command(flatten)]
+        target: admin_cmd::Target,
+    },
     /// Agents that may use the vessel's tools over MCP: add (prints the
     /// credential once), list, remove, scope.
     Agents {
@@ -133,6 +140,7 @@ fn main() -> ExitCode {
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),
         Command::Devices { target, command } => admin_cmd::devices(&target, command),
         Command::Status { target } => admin_cmd::status(&target),
+        Command::Console { target } => admin_cmd::console(&target),
         Command::Agents { target, command } => agents_cmd::agents(&target, command),
         Command::Mcp(args) => mcp_cmd::run(&args),
     }

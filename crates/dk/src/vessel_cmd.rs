@@ -25,6 +25,8 @@ use dk_vessel::{
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
+use dk_vessel::http::notify::{NotifyFormat, NotifyTarget, notify_prompts};
+
 use crate::home::Paths;
 use crate::input::printable;
 use crate::prompt;
@@ -103,6 +105,26 @@ pub struct VesselArgs {
     /// where nothing excludes a relay in the middle.
     #[arg(long)]
     pub allow_no_screen_off_loopback: bool,
+    /// Notify this URL of every new pairing or approval (an ntfy topic such
+    /// as https://ntfy.sh/TOPIC, or any webhook with `--notify-format
+    /// json`). It carries only that something waits and the console's
+    /// address: no name, input, code or login link. A failure is logged and
+    /// never holds a prompt back.
+    #[arg(long, value_name = "URL")]
+    pub notify_url: Option<String>,
+    /// The notification's shape: `ntfy` (text with Title and Click headers)
+    /// or `json` (`{"event", "waiting", "console"}`).
+    #[arg(long, value_enum, default_value = "ntfy", requires = "notify_url")]
+    pub notify_format: NotifyShape,
+}
+
+/// The shapes of `--notify-format`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum NotifyShape {
+    /// ntfy's: a text body, Title, Click and Tags headers.
+    Ntfy,
+    /// A JSON object.
+    Json,
 }
 
 /// Where agents connect over MCP unless `--mcp-listen` says otherwise.
@@ -160,6 +182,16 @@ async fn serve(
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
     let mut terminations =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let notify = match &args.notify_url {
+        None => None,
+        Some(url) => {
+            let format = match args.notify_format {
+                NotifyShape::Ntfy => NotifyFormat::Ntfy,
+                NotifyShape::Json => NotifyFormat::Json,
+            };
+            Some(NotifyTarget::parse(url, format).map_err(|e| format!("--notify-url: {e}"))?)
+        }
+    };
     let config = match &args.config {
         None => VesselConfig::default(),
         Some(path) => VesselConfig::load(path).map_err(|e| {
@@ -280,6 +312,15 @@ async fn serve(
         running.admin_socket().display(),
         token_path.display()
     );
+    match running.console().login_link() {
+        Some(link) => println!(
+            "  console              {link}\n                       (signs you in once, within 15 minutes; `dk console` prints a fresh link)"
+        ),
+        None => println!("  console              none (the admin API has no TCP listener)"),
+    }
+    if let Some(url) = &args.notify_url {
+        println!("  notifications        {url} (on every new prompt)");
+    }
     let over_http = match running.mcp_addr() {
         Some(addr) => format!(" or http://{addr}/mcp"),
         None => " (no MCP listener on loopback)".to_owned(),
@@ -339,6 +380,13 @@ async fn serve(
             prompt::run(Arc::clone(&vessel), prompt_stops).await;
         }
     };
+    let notify_stops = running.stopping();
+    let console_url = running.console().url();
+    let notify_task = async {
+        if let Some(target) = notify {
+            notify_prompts(Arc::clone(&vessel), target, console_url, notify_stops).await;
+        }
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async {
         tokio::select! {
@@ -354,7 +402,8 @@ async fn serve(
         let _ = stop_rx.await;
         running.stop().await
     };
-    let ((), (), (), stopped) = tokio::join!(prompt_task, reload_task, signal, stop);
+    let ((), (), (), (), stopped) =
+        tokio::join!(prompt_task, reload_task, notify_task, signal, stop);
     stopped.map_err(|e| e.to_string())
 }
 

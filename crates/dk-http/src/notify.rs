@@ -1,0 +1,278 @@
+//! Telling the person that something waits: for every new prompt, a POST
+//! to a URL they chose (`dk vessel --notify-url`), in ntfy's form (a plain
+//! text body with `Title`, `Click` and `Tags` headers) or as a small JSON
+//! object for any webhook.
+//!
+//! A notification says only that a pairing or an approval is waiting, how
+//! many are, and where the console is: never a device's name, an agent's
+//! name, an input value, a code or a login link. Sending happens off the
+//! prompt's path: a prompt is never held back by a notification, a slow or
+//! failing endpoint is logged and skipped, and at most
+//! [`NOTIFY_IN_FLIGHT`] are sent at once (more are dropped, and logged).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Request, Uri};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, broadcast};
+
+use crate::person::{PersonEvent, Prompt};
+use crate::vessel::Vessel;
+
+/// Most notifications sent at once.
+pub const NOTIFY_IN_FLIGHT: usize = 4;
+/// How long one notification may take, connecting included.
+pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shape of a notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyFormat {
+    /// ntfy's: a text body, `Title`, `Click` (the console) and `Tags`.
+    Ntfy,
+    /// `{"event": "pairing"|"approval", "waiting": N, "console": URL}`.
+    Json,
+}
+
+/// Where and how to notify.
+#[derive(Debug, Clone)]
+pub struct NotifyTarget {
+    uri: Uri,
+    host: String,
+    port: u16,
+    tls: bool,
+    format: NotifyFormat,
+}
+
+/// Why a notification URL is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotifyUrlError {
+    /// Not a URL with a host.
+    #[error("`{0}` is not an http:// or https:// URL with a host")]
+    NotAUrl(String),
+    /// Credentials written into the URL would be printed and logged.
+    #[error("a notification URL carries no user or password")]
+    Credentials,
+}
+
+impl NotifyTarget {
+    /// An `http://` or `https://` URL with a host and no credentials.
+    pub fn parse(url: &str, format: NotifyFormat) -> Result<NotifyTarget, NotifyUrlError> {
+        let not_a_url = || NotifyUrlError::NotAUrl(url.to_owned());
+        let uri: Uri = url.parse().map_err(|_| not_a_url())?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(not_a_url()),
+        };
+        let authority = uri.authority().ok_or_else(not_a_url)?;
+        if authority.as_str().contains('@') {
+            return Err(NotifyUrlError::Credentials);
+        }
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        if host.is_empty() {
+            return Err(not_a_url());
+        }
+        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        Ok(NotifyTarget {
+            uri,
+            host,
+            port,
+            tls,
+            format,
+        })
+    }
+
+    /// The request telling that a prompt of `kind` waits.
+    fn request(&self, kind: &str, waiting: usize, console: Option<&str>) -> Request<Full<Bytes>> {
+        let authority = self
+            .uri
+            .authority()
+            .map_or_else(String::new, |a| a.as_str().to_owned());
+        let path = self
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let builder = Request::post(path)
+            .header("host", authority)
+            .header("user-agent", "dk-vessel");
+        let (builder, body) = match self.format {
+            NotifyFormat::Ntfy => {
+                let what = if kind == "pairing" {
+                    "A device asks to pair"
+                } else {
+                    "A call waits for your yes"
+                };
+                let mut builder = builder
+                    .header("content-type", "text/plain; charset=utf-8")
+                    .header("title", format!("dk: {kind} waiting"))
+                    .header("tags", "bell");
+                if let Some(console) = console {
+                    builder = builder.header("click", console);
+                }
+                let body = format!("{what} ({waiting} waiting). Answer it in the dk console.");
+                (builder, body)
+            }
+            NotifyFormat::Json => {
+                let body = serde_json::json!({
+                    "event": kind,
+                    "waiting": waiting,
+                    "console": console,
+                });
+                (
+                    builder.header("content-type", "application/json"),
+                    body.to_string(),
+                )
+            }
+        };
+        builder
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+    }
+
+    /// Sends one notification: its status, or why it failed.
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<u16, String> {
+        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        if self.tls {
+            let connector = tls_connector()?;
+            let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                .map_err(|e| format!("bad host name: {e}"))?;
+            let tls = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS: {e}"))?;
+            exchange(TokioIo::new(tls), request).await
+        } else {
+            exchange(TokioIo::new(tcp), request).await
+        }
+    }
+}
+
+/// A TLS connector trusting the platform's roots.
+fn tls_connector() -> Result<tokio_rustls::TlsConnector, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err("no trusted root certificate on this system".to_owned());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+async fn exchange<T>(io: TokioIo<T>, request: Request<Full<Bytes>>) -> Result<u16, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(connection);
+    let answer = sender.send_request(request).await.map_err(|e| e.to_string());
+    driver.abort();
+    Ok(answer?.status().as_u16())
+}
+
+/// Notifies `target` of every prompt `vessel` asks from now on, until
+/// `stop` resolves; `console` is the link to put in each (the console's
+/// address, never a login link).
+pub async fn notify_prompts(
+    vessel: Arc<Vessel>,
+    target: NotifyTarget,
+    console: Option<String>,
+    stop: impl Future<Output = ()> + Send,
+) {
+    let mut events = vessel.person().subscribe();
+    let room = Arc::new(Semaphore::new(NOTIFY_IN_FLIGHT));
+    let target = Arc::new(target);
+    let console: Option<Arc<str>> = console.map(Arc::from);
+    tokio::pin!(stop);
+    loop {
+        let event = tokio::select! {
+            () = &mut stop => return,
+            event = events.recv() => event,
+        };
+        let kind = match event {
+            Ok(PersonEvent::Asked(prompt)) => match prompt.prompt {
+                Prompt::Consent(_) => "pairing",
+                Prompt::Approval(_) => "approval",
+            },
+            Ok(PersonEvent::Closed { .. }) => continue,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "notify: prompts went by unnotified");
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Ok(permit) = Arc::clone(&room).try_acquire_owned() else {
+            tracing::warn!(
+                "notify: {NOTIFY_IN_FLIGHT} notifications are still being sent; this {kind} is not notified"
+            );
+            continue;
+        };
+        let waiting = vessel.person().pending().len();
+        let request = target.request(kind, waiting, console.as_deref());
+        let target = Arc::clone(&target);
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(NOTIFY_TIMEOUT, target.send(request)).await {
+                Ok(Ok(status)) if (200..300).contains(&status) => {
+                    tracing::debug!(status, "notify: sent");
+                }
+                Ok(Ok(status)) => {
+                    tracing::warn!(status, "notify: the endpoint refused the notification");
+                }
+                Ok(Err(why)) => tracing::warn!("notify: not sent: {why}"),
+                Err(_) => tracing::warn!(
+                    "notify: not sent: no answer within {} s",
+                    NOTIFY_TIMEOUT.as_secs()
+                ),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NotifyFormat, NotifyTarget, NotifyUrlError};
+
+    #[test]
+    fn only_http_urls_without_credentials_are_taken() {
+        let ok = NotifyTarget::parse("https://ntfy.sh/my-topic", NotifyFormat::Ntfy).unwrap();
+        assert!(ok.tls && ok.port == 443 && ok.host == "ntfy.sh");
+        let ok = NotifyTarget::parse("http://[::1]:8080/hook?x=1", NotifyFormat::Json).unwrap();
+        assert!(!ok.tls && ok.port == 8080 && ok.host == "::1");
+        for bad in ["ftp://x/", "ntfy.sh/topic", "http:///x", ""] {
+            assert!(
+                matches!(
+                    NotifyTarget::parse(bad, NotifyFormat::Ntfy),
+                    Err(NotifyUrlError::NotAUrl(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            NotifyTarget::parse("https://me:pw@ntfy.sh/t", NotifyFormat::Ntfy).unwrap_err(),
+            NotifyUrlError::Credentials
+        );
+    }
+}
