@@ -1,1 +1,510 @@
-//! x
+//! Tests of the console over a real loopback socket, with a raw HTTP
+//! client that sends exactly the headers a browser or an attacker would:
+//! signing in once, the session, Origin, Sec-Fetch-Site and CSRF checks,
+//! answering prompts from forms, escaping, the live feed, the audit pages.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dk_policy::PolicySet;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::Console;
+use crate::adapter::{ApprovalRequest, Approver};
+use crate::admin::{AdminToken, admin_router};
+use crate::registry::DEFAULT_CONSENT_TIMEOUT;
+use crate::store::AuditEvent;
+use crate::vessel::{Limits, Vessel};
+
+struct Running {
+    vessel: Arc<Vessel>,
+    console: Arc<Console>,
+    addr: SocketAddr,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+async fn start() -> Running {
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let console = Console::new();
+    let router = admin_router(
+        Arc::clone(&vessel),
+        AdminToken::generate(),
+        Arc::clone(&console),
+        addr,
+    );
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    Running {
+        vessel,
+        console,
+        addr,
+        _server: server,
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request on its own connection, `Host` set to the listener unless
+/// `headers` name one.
+async fn raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &str,
+) -> Answer {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\n");
+    if !headers.iter().any(|(n, _)| *n == "host") {
+        request.push_str(&format!("host: 127.0.0.1:{}\r\n", addr.port()));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() {
+        request.push_str("content-type: application/x-www-form-urlencoded\r\n");
+    }
+    request.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// A signed-in browser: its cookie and the CSRF token of its pages.
+struct Browser {
+    addr: SocketAddr,
+    cookie: String,
+    csrf: String,
+}
+
+impl Browser {
+    fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.addr.port())
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        raw(self.addr, "GET", path, &[("cookie", self.cookie.clone())], "").await
+    }
+
+    /// A form posted from the console's own page.
+    async fn post(&self, path: &str, form: &str) -> Answer {
+        let body = format!("csrf={}&{form}", self.csrf);
+        let headers = [
+            ("cookie", self.cookie.clone()),
+            ("origin", self.origin()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ];
+        raw(self.addr, "POST", path, &headers, &body).await
+    }
+}
+
+fn path_of(link: &str) -> String {
+    let at = link.find("/console/login").unwrap();
+    link[at..].to_owned()
+}
+
+fn csrf_in(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").unwrap() + 19;
+    page[at..at + 64].to_owned()
+}
+
+async fn sign_in(running: &Running) -> Browser {
+    let link = running.console.login_link().unwrap();
+    let answer = raw(running.addr, "GET", &path_of(&link), &[], "").await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    let set = answer.header("set-cookie").unwrap();
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let mut browser = Browser {
+        addr: running.addr,
+        cookie,
+        csrf: String::new(),
+    };
+    let page = browser.get("/console/").await;
+    assert_eq!(page.status, 200);
+    browser.csrf = csrf_in(&page.body);
+    browser
+}
+
+fn lamp() -> Value {
+    serde_json::from_str(include_str!(
+        "../../../../fixtures/manifests/valid/desk-lamp.json"
+    ))
+    .unwrap()
+}
+
+/// Starts pairing `manifest` through the person channel; the consent's id.
+async fn pairing(vessel: &Arc<Vessel>, manifest: Value) -> u64 {
+    let v = Arc::clone(vessel);
+    tokio::spawn(async move {
+        let person = Arc::clone(v.person());
+        v.registry()
+            .pair(
+                &manifest,
+                |_| {},
+                |request| async move {
+                    Ok::<_, ()>(person.ask_consent(request, DEFAULT_CONSENT_TIMEOUT).await)
+                },
+                DEFAULT_CONSENT_TIMEOUT,
+            )
+            .await
+    });
+    loop {
+        if let Some(first) = vessel.person().pending().first() {
+            return first.id;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
+    let running = start().await;
+    let link = running.console.login_link().unwrap();
+    assert!(link.starts_with(&format!("http://{}/console/login?key=", running.addr)));
+    let first = raw(running.addr, "GET", &path_of(&link), &[], "").await;
+    assert_eq!(first.status, 303);
+    assert_eq!(first.header("location"), Some("/console/"));
+    let cookie = first.header("set-cookie").unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let again = raw(running.addr, "GET", &path_of(&link), &[], "").await;
+    assert_eq!(again.status, 403);
+    assert!(again.header("set-cookie").is_none());
+    let made_up = format!("/console/login?key={}", "0".repeat(64));
+    assert_eq!(raw(running.addr, "GET", &made_up, &[], "").await.status, 403);
+
+    for page in [
+        "/console/",
+        "/console/devices",
+        "/console/agents",
+        "/console/audit",
+        "/console/status",
+        "/console/live",
+    ] {
+        let answer = raw(running.addr, "GET", page, &[], "").await;
+        assert_eq!(answer.status, 401, "{page}");
+        assert!(!answer.body.contains("csrf"), "{page}");
+        let wrong = raw(
+            running.addr,
+            "GET",
+            page,
+            &[("cookie", format!("dk_console={}", "a".repeat(64)))],
+            "",
+        )
+        .await;
+        assert_eq!(wrong.status, 401, "{page}");
+    }
+    // The bearer token is not a way into the console, nor the reverse.
+    let browser = sign_in(&running).await;
+    let api = raw(
+        running.addr,
+        "GET",
+        "/v1/status",
+        &[("cookie", browser.cookie.clone())],
+        "",
+    )
+    .await;
+    assert_eq!(api.status, 401);
+    for page in ["/console/devices", "/console/agents", "/console/status"] {
+        let answer = browser.get(page).await;
+        assert_eq!(answer.status, 200, "{page}");
+        let csp = answer.header("content-security-policy").unwrap();
+        assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
+        assert_eq!(answer.header("x-frame-options"), Some("DENY"));
+    }
+    // A foreign Host (DNS rebinding) is refused even with the session.
+    let rebound = raw(
+        running.addr,
+        "GET",
+        "/console/",
+        &[
+            ("cookie", browser.cookie.clone()),
+            ("host", "evil.example".to_owned()),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(rebound.status, 403);
+
+    let out = browser.post("/console/logout", "").await;
+    assert_eq!(out.status, 200);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!(browser.get("/console/").await.status, 401);
+    // The session of the first link is still open; this one is gone.
+    assert_eq!(running.console.sessions(), 1);
+}
+
+#[tokio::test]
+async fn a_change_needs_the_consoles_origin_a_same_origin_fetch_and_the_sessions_csrf() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let other = sign_in(&running).await;
+    assert_ne!(browser.csrf, other.csrf, "each session has its own token");
+    let form = "name=intruder&scope=&role=admin";
+    let cookie = ("cookie", browser.cookie.clone());
+    let own = ("origin", browser.origin());
+    let cases: Vec<(Vec<(&str, String)>, String, &str)> = vec![
+        (vec![cookie.clone()], format!("csrf={}&{form}", browser.csrf), "no Origin"),
+        (
+            vec![cookie.clone(), ("origin", "https://evil.example".to_owned())],
+            format!("csrf={}&{form}", browser.csrf),
+            "another Origin",
+        ),
+        (
+            vec![cookie.clone(), ("origin", "null".to_owned())],
+            format!("csrf={}&{form}", browser.csrf),
+            "an opaque Origin",
+        ),
+        (
+            vec![
+                cookie.clone(),
+                own.clone(),
+                ("sec-fetch-site", "cross-site".to_owned()),
+            ],
+            format!("csrf={}&{form}", browser.csrf),
+            "a cross-site fetch",
+        ),
+        (vec![cookie.clone(), own.clone()], form.to_owned(), "no CSRF token"),
+        (
+            vec![cookie.clone(), own.clone()],
+            format!("csrf={}&{form}", other.csrf),
+            "another session's CSRF token",
+        ),
+        (
+            vec![own.clone()],
+            format!("csrf={}&{form}", browser.csrf),
+            "no session",
+        ),
+    ];
+    for (headers, body, case) in cases {
+        let answer = raw(running.addr, "POST", "/console/agents", &headers, &body).await;
+        assert!(
+            answer.status == 403 || answer.status == 401,
+            "{case}: {}",
+            answer.status
+        );
+        assert!(running.vessel.agents().list().is_empty(), "{case}");
+    }
+    // A GET changes nothing.
+    let get = browser.get("/console/agents/x/remove").await;
+    assert_eq!(get.status, 405);
+
+    let added = browser.post("/console/agents", form).await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert!(added.body.contains("id=\"credential\">dka_"));
+    assert!(added.body.contains("mcpServers"));
+    assert_eq!(running.vessel.agents().list().len(), 1);
+    // The credential is shown once: the agents page never shows it again.
+    let page = browser.get("/console/agents").await;
+    assert!(!page.body.contains("dka_"));
+    let removed = browser.post("/console/agents/intruder/remove", "").await;
+    assert_eq!(removed.status, 303);
+    assert!(running.vessel.agents().list().is_empty());
+}
+
+#[tokio::test]
+async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let id = pairing(&running.vessel, lamp()).await;
+    let page = browser.get("/console/").await;
+    let code = match &running.vessel.person().pending()[0].prompt {
+        crate::person::Prompt::Consent(c) => c.code.clone(),
+        crate::person::Prompt::Approval(_) => unreachable!(),
+    };
+    assert!(page.body.contains(&format!("class=\"code\"")));
+    assert!(page.body.contains(&code), "the code is shown");
+    assert!(page.body.contains("(1) Waiting"), "the title counts it");
+    assert!(page.body.contains("value=\"read_light\""));
+    let answered = browser
+        .post(
+            &format!("/console/pairings/{id}"),
+            "answer=pair&grant=read_light&grant=set_light",
+        )
+        .await;
+    assert_eq!(answered.status, 303, "{}", answered.body);
+    let mut grants = Vec::new();
+    for _ in 0..200 {
+        if let Some(device) = running.vessel.registry().list().first() {
+            grants.clone_from(&device.grants);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(grants, ["read_light", "set_light"]);
+    let device = browser.get("/console/devices/desk-lamp").await;
+    assert!(device.body.contains("aria-checked=\"true\""));
+    let revoked = browser
+        .post("/console/devices/desk-lamp/grants/set_light", "allow=no")
+        .await;
+    assert_eq!(revoked.status, 303);
+    assert_eq!(
+        running.vessel.registry().list()[0].grants,
+        ["read_light"]
+    );
+    // The same prompt cannot be answered twice.
+    let twice = browser
+        .post(&format!("/console/pairings/{id}"), "answer=refuse")
+        .await;
+    assert_eq!(twice.status, 404);
+}
+
+#[tokio::test]
+async fn what_a_device_or_agent_wrote_is_escaped_and_hidden_characters_shown() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    // A manifest refuses hidden characters (the device never reaches the
+    // person); markup in a name is allowed, and shown as text.
+    let mut manifest = lamp();
+    manifest["name"] = json!("<script>alert(1)</script> & 'co'");
+    pairing(&running.vessel, manifest).await;
+    let page = browser.get("/console/").await;
+    assert!(!page.body.contains("<script>alert"));
+    assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#39;co&#39;"));
+
+    let approval = ApprovalRequest {
+        tool: "device__desk_lamp__set_light".to_owned(),
+        device_id: "desk-lamp".to_owned(),
+        capability: "set_light".to_owned(),
+        input: json!({"note": "\"><img src=x onerror=alert(1)>\u{1b}[2J\u{202e}kcoL\u{200b}"})
+            .as_object()
+            .unwrap()
+            .clone(),
+        reason: "capability asks every time".to_owned(),
+        agent_id: Some("kitchen</h2>".to_owned()),
+        session_id: Some("s-1".to_owned()),
+        channel: dk_proto::Channel::Dk2,
+    };
+    let person = Arc::clone(running.vessel.person());
+    tokio::spawn(async move { person.approve(approval).await });
+    let page = loop {
+        let page = browser.get("/console/").await;
+        if page.body.contains("approval") {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(!page.body.contains("<img"));
+    assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(page.body.contains("\\u{001B}"));
+    assert!(!page.body.contains('\u{202e}') && !page.body.contains('\u{200b}'));
+    assert!(page.body.contains("\\u{202E}") && page.body.contains("\\u{200B}"));
+    assert!(page.body.contains("kitchen&lt;/h2&gt;"));
+}
+
+#[tokio::test]
+async fn the_live_feed_tells_each_prompt_asked_and_closed() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let mut stream = TcpStream::connect(running.addr).await.unwrap();
+    let request = format!(
+        "GET /console/live HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {}\r\n\r\n",
+        running.addr.port(),
+        browser.cookie
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    let mut next_event = async || {
+        let mut name = String::new();
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if let Some(event) = line.strip_prefix("event: ") {
+                name = event.to_owned();
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                let data: Value = serde_json::from_str(data).unwrap();
+                return (name, data);
+            }
+        }
+    };
+    let (name, data) = next_event().await;
+    assert_eq!((name.as_str(), data["pending"].as_u64()), ("sync", Some(0)));
+    let id = pairing(&running.vessel, lamp()).await;
+    let (name, data) = next_event().await;
+    assert_eq!(name, "asked");
+    assert_eq!(data["id"], json!(id));
+    assert_eq!(data["pending"], json!(1));
+    let html = data["html"].as_str().unwrap();
+    assert!(html.starts_with(&format!("<article class=\"prompt pairing\" id=\"prompt-{id}\"")));
+    assert!(html.contains(&browser.csrf), "the card's forms work");
+    browser
+        .post(&format!("/console/pairings/{id}"), "answer=refuse")
+        .await;
+    let (name, data) = next_event().await;
+    assert_eq!(name, "closed");
+    assert_eq!((data["id"].as_u64(), data["pending"].as_u64()), (Some(id), Some(0)));
+}
+
+#[tokio::test]
+async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let events: Vec<AuditEvent> = (0..120)
+        .map(|n| AuditEvent {
+            at_ms: 1_800_000_000_000 + n,
+            kind: "decision".to_owned(),
+            entry: json!({
+                "deviceId": if n % 2 == 0 { "lamp" } else { "lock" },
+                "agentId": "kitchen", "allowed": n % 3 != 0, "tool": "t", "reason": "r",
+            }),
+        })
+        .collect();
+    running
+        .vessel
+        .registry()
+        .store()
+        .append_audit(&events)
+        .unwrap();
+    let page = browser.get("/console/audit").await;
+    assert_eq!(page.body.matches("<tr><td>").count(), 50);
+    assert!(page.body.contains("<tr><td>120</td>"));
+    assert!(page.body.contains("before=71"), "the next page starts below 71");
+    let older = browser.get("/console/audit?before=71").await;
+    assert!(older.body.contains("<tr><td>70</td>"));
+    assert!(!older.body.contains("<tr><td>71</td>"));
+    let lock = browser
+        .get("/console/audit?device=lock&decision=refused")
+        .await;
+    // Refused: n % 3 == 0, odd n: n = 3, 9, ..., 117 (seq n + 1).
+    assert_eq!(lock.body.matches("<tr><td>").count(), 20);
+    assert!(!lock.body.contains("<code>lamp</code>"));
+    let verified = browser.post("/console/audit/verify", "").await;
+    assert_eq!(verified.status, 200);
+    assert!(verified.body.contains("Verified: 120 entries"), "{}", verified.body);
+    assert!(verified.body.contains("Head: entry 120"));
+}
