@@ -5,7 +5,9 @@
 
 #![cfg(test)]
 
+mod browser;
 mod budget;
+mod console_browser;
 mod dk2;
 mod dk2_client;
 mod dk2_hostile;

@@ -1,0 +1,204 @@
+//! A real browser for the console's tests and bench: Debian's Chromium,
+//! headless, driven over WebDriver by its chromedriver, each run with its
+//! own profile and temporary directory, both removed with it.
+//!
+//! `chromedriver` is found through `DK_CHROMEDRIVER` or `PATH`, Chromium
+//! through `DK_CHROMIUM` or `/usr/bin/chromium`; `cargo xtask ci` installs
+//! both (`xtask/src/browser.rs`).
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// One browser at a time: on a small machine two would slow each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A headless Chromium and the chromedriver driving it.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+    _profile: tempfile::TempDir,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+fn find(variable: &str, name: &str, fallback: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable) {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    let path = on_path.unwrap_or_else(|| PathBuf::from(fallback));
+    assert!(
+        path.is_file(),
+        "no {name}: install Debian's chromium and chromium-driver (`cargo xtask browser` does), \
+         or name it with {variable}"
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium at `width` x `height`.
+    pub async fn start(width: u32, height: u32) -> Browser {
+        let turn = ONE_AT_A_TIME.lock().await;
+        let driver_path = find("DK_CHROMEDRIVER", "chromedriver", "/usr/bin/chromedriver");
+        let chromium = find("DK_CHROMIUM", "chromium", "/usr/bin/chromium");
+        let profile = tempfile::tempdir().unwrap();
+        let temp = profile.path().join("tmp");
+        std::fs::create_dir(&temp).unwrap();
+        let port = free_port();
+        let driver = Command::new(driver_path)
+            .arg(format!("--port={port}"))
+            .env("TMPDIR", &temp)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not listen");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-default-apps".to_owned(),
+            "--disable-sync".to_owned(),
+            "--no-first-run".to_owned(),
+            "--no-default-browser-check".to_owned(),
+            format!("--user-data-dir={}", profile.path().join("profile").display()),
+            format!("--window-size={width},{height}"),
+        ];
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({"binary": chromium, "args": args}),
+        );
+        // chromedriver may take a moment after it listens.
+        let mut attempts = 0;
+        let client = loop {
+            let session =
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                    .capabilities(capabilities.clone())
+                    .connect(&format!("http://{addr}"))
+                    .await;
+            match session {
+                Ok(client) => break client,
+                Err(e) if attempts < 5 => {
+                    attempts += 1;
+                    eprintln!("no Chromium session yet ({e}); trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("no Chromium session: {e}"),
+            }
+        };
+        Browser {
+            client,
+            driver,
+            _profile: profile,
+            _turn: turn,
+        }
+    }
+
+    /// Makes the page's viewport `width` x `height` CSS pixels (the window
+    /// is resized until it is).
+    pub async fn viewport(&self, width: u32, height: u32) {
+        self.client.set_window_size(width, height).await.unwrap();
+        let inner = self
+            .client
+            .execute("return [window.innerWidth, window.innerHeight];", vec![])
+            .await
+            .unwrap();
+        let (w, h) = (inner[0].as_u64().unwrap(), inner[1].as_u64().unwrap());
+        let (dw, dh) = (u64::from(width) - w, u64::from(height) - h);
+        self.client
+            .set_window_size(width + dw as u32, height + dh as u32)
+            .await
+            .unwrap();
+    }
+
+    /// Waits for `css` to match an element whose text contains `text`.
+    pub async fn wait_text(&self, css: &str, text: &str) -> fantoccini::elements::Element {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            for element in self.client.find_all(Locator::Css(css)).await.unwrap() {
+                if element.text().await.is_ok_and(|t| t.contains(text)) {
+                    return element;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no `{css}` with `{text}` in {}",
+                self.client.source().await.unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until no element matches `css`.
+    pub async fn wait_gone(&self, css: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self
+            .client
+            .find_all(Locator::Css(css))
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            assert!(Instant::now() < deadline, "`{css}` is still there");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Runs `script` in the page and returns its value.
+    pub async fn run(&self, script: &str) -> Value {
+        self.client.execute(script, vec![]).await.unwrap()
+    }
+
+    /// Saves a screenshot as `target/console-screenshots/NAME.png`; its path.
+    pub async fn screenshot(&self, name: &str) -> PathBuf {
+        let png = self.client.screenshot().await.unwrap();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("target")
+            .join("console-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        path
+    }
+
+    /// Ends the session and chromedriver; the profile is removed.
+    pub async fn quit(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}

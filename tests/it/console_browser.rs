@@ -1,0 +1,316 @@
+//! The person's console in a real browser (headless Chromium over
+//! WebDriver): signing in with the printed link, a lamp's pairing arriving
+//! live with its code, pairing with two of three grants, an agent's call
+//! to a confirm capability arriving live and allowed, revoking, the audit
+//! page, the same at phone size by keyboard alone, and a page of another
+//! origin that tries to act with the person's cookie. Screenshots go to
+//! `target/console-screenshots/`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dk_device::ClientOptions;
+use dk_device::samples::Lamp;
+use dk_vessel::Limits;
+use dk_vessel::adapter::CallContext;
+use fantoccini::Locator;
+use fantoccini::key::Key;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::browser::Browser;
+use crate::net::{DeviceRun, start, temp_dir};
+
+/// An agent's call, made as MCP makes it, in its own task: its outcome.
+fn agent_call(
+    running: &crate::net::Running,
+    tool: &'static str,
+    input: Value,
+) -> tokio::task::JoinHandle<Value> {
+    let vessel = Arc::clone(&running.vessel);
+    tokio::spawn(async move {
+        let ctx = CallContext {
+            agent_id: Some("kitchen"),
+            session_id: Some("session-7"),
+            approver: Some(vessel.person().as_ref()),
+            timeout: Some(Duration::from_secs(10)),
+            ..CallContext::default()
+        };
+        let outcome = vessel.adapter().execute(tool, input, ctx).await;
+        serde_json::to_value(outcome).unwrap()
+    })
+}
+
+/// Presses `key` in the focused element.
+async fn press(browser: &Browser, key: Key) {
+    let focused = browser.client.active_element().await.unwrap();
+    focused.send_keys(&char::from(key).to_string()).await.unwrap();
+}
+
+/// Tabs through the page until the focused element's text is `label`.
+async fn tab_to(browser: &Browser, label: &str) {
+    for _ in 0..80 {
+        press(browser, Key::Tab).await;
+        let text = browser
+            .run("return document.activeElement.textContent;")
+            .await;
+        if text.as_str() == Some(label) {
+            return;
+        }
+    }
+    panic!("Tab never reached `{label}`");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
+    let running = start(Limits::default()).await;
+    let browser = Browser::start(1280, 900).await;
+    let c = &browser.client;
+
+    // The printed link signs in once; a second use is refused.
+    let link = running.console.login_link().unwrap();
+    c.goto(&link).await.unwrap();
+    browser.wait_text("h1", "Waiting for you").await;
+    assert!(c.current_url().await.unwrap().as_str().ends_with("/console/"));
+    c.goto(&link).await.unwrap();
+    browser.wait_text("h1", "This link does not work").await;
+    c.goto(&format!("http://{}/console/", running.admin_addr))
+        .await
+        .unwrap();
+    browser.wait_text("#none", "Nothing is waiting").await;
+
+    // A simulated lamp asks to pair: its card arrives without a reload.
+    let dir = temp_dir();
+    let shown = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&shown);
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        ClientOptions::new(&running.device_url)
+            .key_file(dir.path().join("lamp.key"))
+            .on_code(move |code| seen.lock().unwrap().push(code.to_owned())),
+    );
+    let card = browser.wait_text(".prompt.pairing", "Pair Desk lamp").await;
+    let code = card
+        .find(Locator::Css(".code"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(shown.lock().unwrap().as_slice(), [code.clone()]);
+    assert!(card.text().await.unwrap().contains("encrypted (dk/2)"));
+    assert!(c.title().await.unwrap().starts_with("(1) "), "title badge");
+    browser.screenshot("desktop-pairing").await;
+
+    // Two of three: read_light and strobe, not set_light.
+    for capability in ["read_light", "strobe"] {
+        card.find(Locator::Css(&format!("input[value=\"{capability}\"]")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+    card.find(Locator::Css("button[value=\"pair\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.wait_gone(".prompt").await;
+    running.wait_connected("desk-lamp").await;
+    c.goto(&format!(
+        "http://{}/console/devices/desk-lamp",
+        running.admin_addr
+    ))
+    .await
+    .unwrap();
+    browser.wait_text("#device-state", "connected").await;
+    let switches = c
+        .find_all(Locator::Css("button[role=switch]"))
+        .await
+        .unwrap();
+    let mut states = Vec::new();
+    for switch in &switches {
+        states.push(switch.attr("aria-label").await.unwrap().unwrap_or_default());
+    }
+    assert_eq!(
+        states,
+        [
+            "Allowed, press to revoke: read_light",
+            "Not allowed, press to allow: set_light",
+            "Allowed, press to revoke: strobe",
+        ]
+    );
+    browser.screenshot("desktop-device").await;
+
+    // An agent calls the confirm capability: the approval arrives live,
+    // naming the agent; the person allows it once; the call succeeds.
+    c.goto(&format!("http://{}/console/", running.admin_addr))
+        .await
+        .unwrap();
+    browser.wait_text("#none", "Nothing is waiting").await;
+    let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
+    let card = browser.wait_text(".prompt.approval", "kitchen").await;
+    let text = card.text().await.unwrap();
+    assert!(text.contains("Agent kitchen asks to use desk-lamp: strobe"), "{text}");
+    assert!(text.contains("session-7") && text.contains("No input."), "{text}");
+    browser.screenshot("desktop-approval").await;
+    card.find(Locator::Css("button[value=\"once\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let outcome = call.await.unwrap();
+    assert_eq!(outcome["ok"], json!(true), "{outcome}");
+    assert_eq!(lamp.calls().last().unwrap().0, "strobe");
+
+    // Revoke from the device's page.
+    c.goto(&format!(
+        "http://{}/console/devices/desk-lamp",
+        running.admin_addr
+    ))
+    .await
+    .unwrap();
+    c.find(Locator::Css(
+        "button[aria-label=\"Allowed, press to revoke: strobe\"]",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    browser
+        .wait_text("button[role=switch]", "off")
+        .await;
+    assert_eq!(
+        running.vessel.registry().list()[0].grants,
+        ["read_light"]
+    );
+
+    // The audit page shows each step.
+    running.vessel.flush_audit().unwrap();
+    c.goto(&format!("http://{}/console/audit", running.admin_addr))
+        .await
+        .unwrap();
+    let table = browser.wait_text("table.audit", "revoked").await;
+    let text = table.text().await.unwrap();
+    for step in ["paired", "allowed", "kitchen", "revoked"] {
+        assert!(text.contains(step), "{step}: {text}");
+    }
+    browser.screenshot("desktop-audit").await;
+
+    // At phone size, by keyboard alone: a refused call.
+    browser.viewport(390, 844).await;
+    c.goto(&format!("http://{}/console/", running.admin_addr))
+        .await
+        .unwrap();
+    browser.wait_text("#none", "Nothing is waiting").await;
+    let call = agent_call(&running, "device__desk_lamp__read_light", json!({}));
+    // read_light needs no yes: it is allowed at once.
+    assert_eq!(call.await.unwrap()["ok"], json!(true));
+    running
+        .vessel
+        .registry()
+        .grant("desk-lamp", "strobe")
+        .unwrap();
+    let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
+    browser.wait_text(".prompt.approval", "kitchen").await;
+    let width = browser.run("return document.documentElement.scrollWidth;").await;
+    assert!(width.as_u64().unwrap() <= 390, "no sideways scrolling: {width}");
+    browser.screenshot("phone-approval").await;
+    tab_to(&browser, "Deny").await;
+    press(&browser, Key::Enter).await;
+    let outcome = call.await.unwrap();
+    assert_eq!(outcome["ok"], json!(false), "{outcome}");
+    browser.wait_gone(".prompt").await;
+    browser.screenshot("phone-answered").await;
+
+    run.stop().await.unwrap();
+    browser.quit().await;
+}
+
+/// Serves one page at any path: `html`.
+async fn serve_page(html: String) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let html = html.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let _ = socket.read(&mut buffer).await;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
+                    html.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_origin_cannot_act_or_read_with_the_persons_session() {
+    let running = start(Limits::default()).await;
+    let browser = Browser::start(1280, 900).await;
+    let c = &browser.client;
+    c.goto(&running.console.login_link().unwrap()).await.unwrap();
+    browser.wait_text("h1", "Waiting for you").await;
+
+    // Same site (127.0.0.1), another port: the cookie may even be sent.
+    let console = format!("http://{}", running.admin_addr);
+    let page = format!(
+        r#"<!doctype html><html><body>
+<form id="f" method="post" action="{console}/console/agents">
+<input name="name" value="evil"><input name="scope" value=""><input name="role" value="admin"></form>
+<script>
+window.results = {{}};
+fetch("{console}/console/", {{credentials: "include"}})
+  .then(r => r.text()).then(t => results.read = t)
+  .catch(() => results.read = "blocked");
+fetch("{console}/console/agents", {{method: "POST", mode: "no-cors", credentials: "include",
+  headers: {{"content-type": "application/x-www-form-urlencoded"}},
+  body: "name=evil2&scope=&role=admin"}})
+  .then(() => results.post = "sent").catch(() => results.post = "failed");
+</script></body></html>"#
+    );
+    let (evil, server) = serve_page(page).await;
+    c.goto(&format!("http://{evil}/")).await.unwrap();
+    let mut results = Value::Null;
+    for _ in 0..500 {
+        results = browser.run("return window.results;").await;
+        if results.get("read").is_some() && results.get("post").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(results["read"], json!("blocked"), "{results}");
+    // The form, posted: refused by the console.
+    browser.run("document.getElementById('f').submit(); return 1;").await;
+    browser.wait_text("h1", "Refused").await;
+    assert!(running.vessel.agents().list().is_empty(), "nothing was added");
+
+    // Back in the console, the session still works and can add an agent.
+    c.goto(&format!("{console}/console/agents")).await.unwrap();
+    c.find(Locator::Id("new-name"))
+        .await
+        .unwrap()
+        .send_keys("helper")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.add button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let credential = browser.wait_text("#credential", "dka_").await;
+    assert!(credential.text().await.unwrap().starts_with("dka_"));
+    assert_eq!(running.vessel.agents().list().len(), 1);
+    server.abort();
+    browser.quit().await;
+}
