@@ -14,18 +14,19 @@ use crate::run::{Stream, cargo, describe, tee};
 use crate::{TaskError, TaskResult};
 
 /// The packages whose benchmarks run.
-const PACKAGES: [&str; 6] = [
+const PACKAGES: [&str; 7] = [
     "dk-proto",
     "dk-policy",
     "dk-channel",
     "dk-store",
     "dk-core",
     "dk-vessel",
+    "dk-tests",
 ];
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 4] = ["e2e/", "idle/", "store/", "durable/"];
+const REPORT_PREFIXES: [&str; 5] = ["e2e/", "idle/", "store/", "durable/", "console/"];
 
 /// Open files the benches need: the idle-devices bench holds 1,000 device
 /// connections in its own process and in the vessel it starts.

@@ -11,8 +11,9 @@ use std::process::Command;
 use crate::run::{Stream, cargo, describe, status, tee};
 use crate::{TaskError, TaskResult};
 
-/// Runs the CI steps: format check, clippy, tests (with doc tests), the
-/// Python client tests, docs, the public API snapshots (`api.rs`).
+/// Runs the CI steps: format check, clippy, the browser the console's
+/// tests drive (`browser.rs`), tests (with doc tests), the Python client
+/// tests, docs, the public API snapshots (`api.rs`).
 pub fn run() -> TaskResult {
     status("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
     status(
@@ -27,6 +28,7 @@ pub fn run() -> TaskResult {
             "warnings",
         ]),
     )?;
+    crate::browser::ensure()?;
     let temp = TestTemp::new()?;
     let totals = test(
         cargo()

@@ -9,6 +9,7 @@
 
 mod api;
 mod bench;
+mod browser;
 mod ci;
 mod fuzz;
 mod python;
@@ -21,7 +22,8 @@ const HELP: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  ci                       what CI runs: fmt check, clippy, tests, python client tests,
+  ci                       what CI runs: fmt check, clippy, the browser, tests, python
+                           client tests,
                            docs, the public API snapshots (fails fast)
   api [--bless]            compare every library crate's public items (from rustdoc)
                            with api/<crate>.txt, failing with the difference;
@@ -30,6 +32,8 @@ tasks:
                            run the divan benchmarks of dk-proto, dk-policy, dk-store,
                            dk-core and dk-vessel, then print their medians (and write
                            them to FILE as JSON)
+  browser                  install Debian's chromium and chromium-driver (the console's
+                           browser tests need them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
         "api" => api::run(rest),
         "bench" => bench::run(rest),
+        "browser" => no_arguments("browser", rest).and_then(|()| browser::ensure()),
         "fuzz" => fuzz::run(rest),
         "python" => python::run(rest),
         "help" | "-h" | "--help" => {
