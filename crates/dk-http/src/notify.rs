@@ -253,7 +253,163 @@ pub async fn notify_prompts(
 
 #[cfg(test)]
 mod tests {
-    use super::{NotifyFormat, NotifyTarget, NotifyUrlError};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use dk_policy::PolicySet;
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::{NotifyFormat, NotifyTarget, NotifyUrlError, notify_prompts};
+    use crate::adapter::{ApprovalRequest, Approver};
+    use crate::vessel::{Limits, Vessel};
+
+    /// An HTTP endpoint keeping every request it gets (head and body).
+    async fn endpoint(answer: bool) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook?x=1", listener.local_addr().unwrap());
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&got);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let keep = Arc::clone(&keep);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0u8; 4096];
+                    loop {
+                        let n = socket.read(&mut buffer).await.unwrap_or(0);
+                        request.extend_from_slice(&buffer[..n]);
+                        let text = String::from_utf8_lossy(&request).to_string();
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length: "))
+                                .and_then(|n| n.parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if body.len() >= length {
+                                keep.lock().unwrap().push(text);
+                                break;
+                            }
+                        }
+                        if n == 0 {
+                            return;
+                        }
+                    }
+                    if answer {
+                        let _ = socket
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                            .await;
+                    } else {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                });
+            }
+        });
+        (url, got)
+    }
+
+    fn secret_call(n: u64) -> ApprovalRequest {
+        ApprovalRequest {
+            tool: "device__front_door__unlock".to_owned(),
+            device_id: "front-door".to_owned(),
+            capability: "unlock".to_owned(),
+            input: json!({"pin": format!("hunter2-{n}")})
+                .as_object()
+                .unwrap()
+                .clone(),
+            reason: "asks every time".to_owned(),
+            agent_id: Some("kitchen-agent".to_owned()),
+            session_id: Some("session-x".to_owned()),
+            channel: dk_proto::Channel::Dk2,
+        }
+    }
+
+    async fn wait_for(got: &Arc<Mutex<Vec<String>>>, n: usize) -> Vec<String> {
+        for _ in 0..1000 {
+            if got.lock().unwrap().len() >= n {
+                return got.lock().unwrap().clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{n} notifications did not arrive");
+    }
+
+    #[tokio::test]
+    async fn every_prompt_is_told_with_no_name_input_or_code() {
+        for format in [NotifyFormat::Json, NotifyFormat::Ntfy] {
+            let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+            let (url, got) = endpoint(true).await;
+            let target = NotifyTarget::parse(&url, format).unwrap();
+            let console = Some("http://127.0.0.1:7778/console/".to_owned());
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(notify_prompts(Arc::clone(&vessel), target, console, async {
+                let _ = stopped.await;
+            }));
+            tokio::task::yield_now().await;
+            let person = Arc::clone(vessel.person());
+            tokio::spawn(async move { person.approve(secret_call(1)).await });
+            let request = wait_for(&got, 1).await.remove(0);
+            assert!(request.starts_with("POST /hook?x=1 HTTP/1.1"), "{request}");
+            for private in ["hunter2", "kitchen-agent", "front-door", "unlock", "session-x"] {
+                assert!(!request.contains(private), "{private} in {request}");
+            }
+            let (head, body) = request.split_once("\r\n\r\n").unwrap();
+            match format {
+                NotifyFormat::Json => {
+                    let body: Value = serde_json::from_str(body).unwrap();
+                    assert_eq!(
+                        body,
+                        json!({"event": "approval", "waiting": 1,
+                               "console": "http://127.0.0.1:7778/console/"})
+                    );
+                }
+                NotifyFormat::Ntfy => {
+                    assert!(head.contains("title: dk: approval waiting"), "{head}");
+                    assert!(head.contains("click: http://127.0.0.1:7778/console/"), "{head}");
+                    assert!(body.contains("A call waits for your yes (1 waiting)"), "{body}");
+                }
+            }
+            // The prompt was asked and is answered as if nothing happened.
+            let id = vessel.person().pending()[0].id;
+            vessel.person().answer_approval(id, false).unwrap();
+            let _ = stop.send(());
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_down_or_hanging_never_holds_a_prompt_back() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        // Nothing listens on a port just freed; another endpoint never answers.
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}/", listener.local_addr().unwrap())
+        };
+        let (hanging, got) = endpoint(false).await;
+        for url in [closed, hanging] {
+            let target = NotifyTarget::parse(&url, NotifyFormat::Json).unwrap();
+            tokio::spawn(notify_prompts(Arc::clone(&vessel), target, None, std::future::pending()));
+        }
+        tokio::task::yield_now().await;
+        for n in 0..10 {
+            let person = Arc::clone(vessel.person());
+            tokio::spawn(async move { person.approve(secret_call(n)).await });
+        }
+        for _ in 0..1000 {
+            if vessel.person().pending().len() == 10 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(vessel.person().pending().len(), 10, "every prompt is asked");
+        // The hanging endpoint holds at most its share of notifications.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(got.lock().unwrap().len(), super::NOTIFY_IN_FLIGHT);
+        for prompt in vessel.person().pending() {
+            vessel.person().answer_approval(prompt.id, true).unwrap();
+        }
+        assert!(vessel.person().pending().is_empty());
+    }
 
     #[test]
     fn only_http_urls_without_credentials_are_taken() {
