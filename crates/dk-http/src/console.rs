@@ -220,7 +220,11 @@ impl Console {
             .count()
     }
 
-    fn set_base(&self, local: SocketAddr) {
+    /// Makes login links to the listener bound to `local` (an unspecified
+    /// address is reached as 127.0.0.1). [`serve_admin`](crate::serve_admin)
+    /// sets it when it starts serving; a caller that prints a link before
+    /// that sets it first.
+    pub fn set_address(&self, local: SocketAddr) {
         let host = if local.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], local.port()))
         } else {
@@ -334,7 +338,7 @@ pub(crate) fn console_router(
     console: Arc<Console>,
     local: SocketAddr,
 ) -> Router {
-    console.set_base(local);
+    console.set_address(local);
     let mut events = vessel.subscribe_events();
     let keeper = Arc::downgrade(&console);
     tokio::spawn(async move {

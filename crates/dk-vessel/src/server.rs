@@ -379,6 +379,9 @@ impl VesselServer {
             };
             console.set_mcp_url(format!("http://{host}/mcp"));
         }
+        if let Some(addr) = admin_addr {
+            console.set_address(addr);
+        }
         if let Some(admin) = admin {
             let serve = dk_http::serve_admin(
                 admin,
