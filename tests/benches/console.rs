@@ -14,7 +14,14 @@
 //! (`cargo xtask browser`). Times are reported, never asserted on.
 
 #[path = "../it/browser.rs"]
-#[allow(dead_code, reason = "the tests use more of the browser than the bench")]
+#[allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "the browser tests' own helper: the bench uses part of it, and a failure there ends the run"
+)]
 mod browser;
 
 use std::net::SocketAddr;
@@ -43,7 +50,11 @@ fn main() -> Result<(), BoxError> {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    if !filter.is_empty() && !filter.iter().any(|f| "console/".contains(f.as_str()) || f.starts_with("console")) {
+    if !filter.is_empty()
+        && !filter
+            .iter()
+            .any(|f| "console/".contains(f.as_str()) || f.starts_with("console"))
+    {
         return Ok(());
     }
     tokio::runtime::Builder::new_multi_thread()
@@ -53,20 +64,20 @@ fn main() -> Result<(), BoxError> {
         .block_on(run())
 }
 
-fn lamp(n: usize) -> serde_json::Value {
+fn lamp(n: usize) -> Result<serde_json::Value, BoxError> {
     let mut manifest: serde_json::Value = serde_json::from_str(include_str!(
         "../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap();
-    manifest["id"] = json!(format!("lamp-{n:04}"));
-    manifest["name"] = json!(format!("Lamp {n}"));
-    manifest
+    ))?;
+    let fields = manifest.as_object_mut().ok_or("the lamp is an object")?;
+    fields.insert("id".to_owned(), json!(format!("lamp-{n:04}")));
+    fields.insert("name".to_owned(), json!(format!("Lamp {n}")));
+    Ok(manifest)
 }
 
 /// A store holding the devices and the log.
 fn fill(store: &SqliteStore) -> Result<(), BoxError> {
     for n in 0..DEVICES {
-        let manifest = dk_proto::validate_manifest(&lamp(n))?;
+        let manifest = dk_proto::validate_manifest(&lamp(n)?)?;
         let id = manifest.id().to_owned();
         let pairing = StoredPairing {
             device_id: id.clone(),
@@ -116,13 +127,19 @@ async fn get(addr: SocketAddr, path: &str, cookie: &str) -> Result<(u16, usize),
     stream.write_all(request.as_bytes()).await?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await?;
-    let status = std::str::from_utf8(&answer[9..12])?.parse()?;
+    let status = std::str::from_utf8(answer.get(9..12).ok_or("a short answer")?)?.parse()?;
     Ok((status, answer.len()))
 }
 
 fn median_p90(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
-    (samples[samples.len() / 2], samples[samples.len() * 9 / 10])
+    let at = |share: usize| {
+        samples
+            .get(samples.len() * share / 10)
+            .copied()
+            .unwrap_or_default()
+    };
+    (at(5), at(9))
 }
 
 fn ms(d: Duration) -> String {
@@ -169,8 +186,11 @@ async fn run() -> Result<(), BoxError> {
     let mut stream = TcpStream::connect(addr).await?;
     stream
         .write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\n\r\n", addr.port())
-                .as_bytes(),
+            format!(
+                "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\n\r\n",
+                addr.port()
+            )
+            .as_bytes(),
         )
         .await?;
     let mut answer = String::new();
@@ -219,7 +239,10 @@ async fn run() -> Result<(), BoxError> {
 
     // A prompt, from the vessel to an open console's DOM.
     let browser = browser::Browser::start(1280, 900).await;
-    browser.client.goto(&console.login_link().ok_or("link")?).await?;
+    browser
+        .client
+        .goto(&console.login_link().ok_or("link")?)
+        .await?;
     browser.wait_text("h1", "Waiting for you").await;
     for prompt in vessel.person().pending() {
         let _ = vessel.person().answer_approval(prompt.id, false);

@@ -86,7 +86,10 @@ impl Browser {
             "--disable-sync".to_owned(),
             "--no-first-run".to_owned(),
             "--no-default-browser-check".to_owned(),
-            format!("--user-data-dir={}", profile.path().join("profile").display()),
+            format!(
+                "--user-data-dir={}",
+                profile.path().join("profile").display()
+            ),
             format!("--window-size={width},{height}"),
         ];
         let mut capabilities = serde_json::Map::new();

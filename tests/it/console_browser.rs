@@ -44,7 +44,10 @@ fn agent_call(
 /// Presses `key` in the focused element.
 async fn press(browser: &Browser, key: Key) {
     let focused = browser.client.active_element().await.unwrap();
-    focused.send_keys(&char::from(key).to_string()).await.unwrap();
+    focused
+        .send_keys(&char::from(key).to_string())
+        .await
+        .unwrap();
 }
 
 /// Tabs through the page until the focused element's text is `label`.
@@ -71,7 +74,13 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     let link = running.console.login_link().unwrap();
     c.goto(&link).await.unwrap();
     browser.wait_text("h1", "Waiting for you").await;
-    assert!(c.current_url().await.unwrap().as_str().ends_with("/console/"));
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .ends_with("/console/")
+    );
     c.goto(&link).await.unwrap();
     browser.wait_text("h1", "This link does not work").await;
     c.goto(&format!("http://{}/console/", running.admin_addr))
@@ -98,7 +107,10 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
         .text()
         .await
         .unwrap();
-    assert_eq!(shown.lock().unwrap().as_slice(), [code.clone()]);
+    assert_eq!(
+        shown.lock().unwrap().as_slice(),
+        std::slice::from_ref(&code)
+    );
     assert!(card.text().await.unwrap().contains("encrypted (dk/2)"));
     assert!(c.title().await.unwrap().starts_with("(1) "), "title badge");
     browser.screenshot("desktop-pairing").await;
@@ -154,8 +166,14 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
     let card = browser.wait_text(".prompt.approval", "kitchen").await;
     let text = card.text().await.unwrap();
-    assert!(text.contains("Agent kitchen asks to use desk-lamp: strobe"), "{text}");
-    assert!(text.contains("session-7") && text.contains("No input."), "{text}");
+    assert!(
+        text.contains("Agent kitchen asks to use desk-lamp: strobe"),
+        "{text}"
+    );
+    assert!(
+        text.contains("session-7") && text.contains("No input."),
+        "{text}"
+    );
     browser.screenshot("desktop-approval").await;
     card.find(Locator::Css("button[value=\"once\"]"))
         .await
@@ -182,13 +200,8 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     .click()
     .await
     .unwrap();
-    browser
-        .wait_text("button[role=switch]", "off")
-        .await;
-    assert_eq!(
-        running.vessel.registry().list()[0].grants,
-        ["read_light"]
-    );
+    browser.wait_text("button[role=switch]", "off").await;
+    assert_eq!(running.vessel.registry().list()[0].grants, ["read_light"]);
 
     // The audit page shows each step.
     running.vessel.flush_audit().unwrap();
@@ -218,8 +231,13 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
         .unwrap();
     let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
     browser.wait_text(".prompt.approval", "kitchen").await;
-    let width = browser.run("return document.documentElement.scrollWidth;").await;
-    assert!(width.as_u64().unwrap() <= 390, "no sideways scrolling: {width}");
+    let width = browser
+        .run("return document.documentElement.scrollWidth;")
+        .await;
+    assert!(
+        width.as_u64().unwrap() <= 390,
+        "no sideways scrolling: {width}"
+    );
     browser.screenshot("phone-approval").await;
     tab_to(&browser, "Deny").await;
     press(&browser, Key::Enter).await;
@@ -258,7 +276,9 @@ async fn a_page_of_another_origin_cannot_act_or_read_with_the_persons_session() 
     let running = start(Limits::default()).await;
     let browser = Browser::start(1280, 900).await;
     let c = &browser.client;
-    c.goto(&running.console.login_link().unwrap()).await.unwrap();
+    c.goto(&running.console.login_link().unwrap())
+        .await
+        .unwrap();
     browser.wait_text("h1", "Waiting for you").await;
 
     // Same site (127.0.0.1), another port: the cookie may even be sent.
@@ -290,9 +310,14 @@ fetch("{console}/console/agents", {{method: "POST", mode: "no-cors", credentials
     }
     assert_eq!(results["read"], json!("blocked"), "{results}");
     // The form, posted: refused by the console.
-    browser.run("document.getElementById('f').submit(); return 1;").await;
+    browser
+        .run("document.getElementById('f').submit(); return 1;")
+        .await;
     browser.wait_text("h1", "Refused").await;
-    assert!(running.vessel.agents().list().is_empty(), "nothing was added");
+    assert!(
+        running.vessel.agents().list().is_empty(),
+        "nothing was added"
+    );
 
     // Back in the console, the session still works and can add an agent.
     c.goto(&format!("{console}/console/agents")).await.unwrap();

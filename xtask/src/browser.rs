@@ -41,7 +41,10 @@ pub fn ensure() -> TaskResult {
     status("browser: apt-get update", &mut apt(&["update", "-q"]))?;
     let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
     install.args(PACKAGES);
-    status("browser: apt-get install chromium chromium-driver", &mut install)?;
+    status(
+        "browser: apt-get install chromium chromium-driver",
+        &mut install,
+    )?;
     if let Some(missing) = PROGRAMS.iter().find(|p| !Path::new(p).is_file()) {
         return Err(TaskError(format!(
             "`{missing}` is still missing after installing {}",

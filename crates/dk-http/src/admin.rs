@@ -32,9 +32,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
-use crate::console::Console;
 use crate::agents::{Agent, AgentError, AgentRole, AgentScope};
 use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
+use crate::console::Console;
 use crate::listen::ListenerStats;
 use crate::origins::LocalOrigins;
 use crate::person::{AnswerError, ApprovalAnswer, PendingPrompt, Prompt};

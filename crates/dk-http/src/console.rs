@@ -302,10 +302,7 @@ impl Console {
         {
             events.by_device.remove(&first);
         }
-        let ring = events
-            .by_device
-            .entry(event.device_id.clone())
-            .or_default();
+        let ring = events.by_device.entry(event.device_id.clone()).or_default();
         if ring.len() >= EVENTS_PER_DEVICE {
             ring.pop_front();
         }
@@ -470,8 +467,8 @@ async fn checked(shared: Shared, request: Request, next: Next) -> Response {
         return refusal_page(StatusCode::FORBIDDEN, why);
     }
     let path = request.uri().path();
-    let open = matches!(path, "/" | "/console" | "/console/login")
-        || path.starts_with("/console/assets/");
+    let open =
+        matches!(path, "/" | "/console" | "/console/login") || path.starts_with("/console/assets/");
     if open {
         return next.run(request).await;
     }
@@ -484,7 +481,10 @@ async fn checked(shared: Shared, request: Request, next: Next) -> Response {
         return next.run(request).await;
     }
     if request.method() != Method::POST {
-        return refusal_page(StatusCode::METHOD_NOT_ALLOWED, "the console takes GET and POST");
+        return refusal_page(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the console takes GET and POST",
+        );
     }
     // A POST must say where it comes from, and that must be this console.
     match single(headers, header::ORIGIN) {
@@ -535,7 +535,10 @@ async fn not_found() -> Response {
 }
 
 async fn style() -> Response {
-    asset("text/css; charset=utf-8", include_str!("console/assets/console.css"))
+    asset(
+        "text/css; charset=utf-8",
+        include_str!("console/assets/console.css"),
+    )
 }
 
 async fn script() -> Response {
@@ -587,10 +590,7 @@ async fn logout(
     shared.console.end(&signed.key);
     let mut response = html(
         StatusCode::OK,
-        pages::message_page(
-            "Signed out",
-            "Run `dk console` for a new login link.",
-        ),
+        pages::message_page("Signed out", "Run `dk console` for a new login link."),
     );
     let value = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
     if let Ok(value) = HeaderValue::from_str(&value) {
@@ -891,7 +891,10 @@ async fn add_agent(
                 credential: credential.expose().to_owned(),
                 mcp_url,
             };
-            html(StatusCode::CREATED, pages::agents(&frame, &agents, Some(&added)))
+            html(
+                StatusCode::CREATED,
+                pages::agents(&frame, &agents, Some(&added)),
+            )
         }
         Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     }

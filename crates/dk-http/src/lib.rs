@@ -10,19 +10,19 @@
 mod admin;
 mod admin_client;
 pub mod console;
-pub mod notify;
 pub mod listen;
+pub mod notify;
 pub mod origins;
 mod server;
 mod unix;
 
 use dk_core::{adapter, agents, allowances, connection, listener, person, registry, vessel};
-use dk_core::{link, store};
 #[cfg(test)]
 use dk_core::{config, redact, stream};
+use dk_core::{link, store};
 
 pub use admin::{AdminToken, AdminTokenError, serve_admin, serve_admin_unix};
-pub use console::Console;
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
+pub use console::Console;
 pub use server::serve_devices;
 pub use unix::{bind_private_socket, connect_private_socket};

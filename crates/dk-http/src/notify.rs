@@ -187,7 +187,10 @@ where
         .await
         .map_err(|e| e.to_string())?;
     let driver = tokio::spawn(connection);
-    let answer = sender.send_request(request).await.map_err(|e| e.to_string());
+    let answer = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string());
     driver.abort();
     Ok(answer?.status().as_u16())
 }
@@ -343,15 +346,26 @@ mod tests {
             let target = NotifyTarget::parse(&url, format).unwrap();
             let console = Some("http://127.0.0.1:7778/console/".to_owned());
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            tokio::spawn(notify_prompts(Arc::clone(&vessel), target, console, async {
-                let _ = stopped.await;
-            }));
+            tokio::spawn(notify_prompts(
+                Arc::clone(&vessel),
+                target,
+                console,
+                async {
+                    let _ = stopped.await;
+                },
+            ));
             tokio::task::yield_now().await;
             let person = Arc::clone(vessel.person());
             tokio::spawn(async move { person.approve(secret_call(1)).await });
             let request = wait_for(&got, 1).await.remove(0);
             assert!(request.starts_with("POST /hook?x=1 HTTP/1.1"), "{request}");
-            for private in ["hunter2", "kitchen-agent", "front-door", "unlock", "session-x"] {
+            for private in [
+                "hunter2",
+                "kitchen-agent",
+                "front-door",
+                "unlock",
+                "session-x",
+            ] {
                 assert!(!request.contains(private), "{private} in {request}");
             }
             let (head, body) = request.split_once("\r\n\r\n").unwrap();
@@ -366,8 +380,14 @@ mod tests {
                 }
                 NotifyFormat::Ntfy => {
                     assert!(head.contains("title: dk: approval waiting"), "{head}");
-                    assert!(head.contains("click: http://127.0.0.1:7778/console/"), "{head}");
-                    assert!(body.contains("A call waits for your yes (1 waiting)"), "{body}");
+                    assert!(
+                        head.contains("click: http://127.0.0.1:7778/console/"),
+                        "{head}"
+                    );
+                    assert!(
+                        body.contains("A call waits for your yes (1 waiting)"),
+                        "{body}"
+                    );
                 }
             }
             // The prompt was asked and is answered as if nothing happened.
@@ -388,7 +408,12 @@ mod tests {
         let (hanging, got) = endpoint(false).await;
         for url in [closed, hanging] {
             let target = NotifyTarget::parse(&url, NotifyFormat::Json).unwrap();
-            tokio::spawn(notify_prompts(Arc::clone(&vessel), target, None, std::future::pending()));
+            tokio::spawn(notify_prompts(
+                Arc::clone(&vessel),
+                target,
+                None,
+                std::future::pending(),
+            ));
         }
         tokio::task::yield_now().await;
         for n in 0..10 {

@@ -76,8 +76,8 @@ pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub(crate) use model::check_head;
 pub use model::{
-    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, ProblemKind, RateHit, Snapshot, Store,
-    StoreError, StoredAgent, StoredPairing, VerifyReport, epoch_ms,
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, ProblemKind, RateHit, Snapshot,
+    Store, StoreError, StoredAgent, StoredPairing, VerifyReport, epoch_ms,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};

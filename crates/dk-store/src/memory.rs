@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, RateHit, Snapshot, Store, StoreError,
+    StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
 
@@ -178,7 +179,7 @@ impl Store for MemoryStore {
             .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
         let end = state.audit.partition_point(|row| row.seq < before);
         let mut page = Vec::new();
-        for row in state.audit[..end].iter().rev() {
+        for row in state.audit.iter().take(end).rev() {
             if page.len() >= query.limit {
                 break;
             }

@@ -32,8 +32,8 @@ use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateHit, Snapshot, Store, StoreError, StoredPairing,
-    VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateHit, Snapshot, Store, StoreError,
+    StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
 

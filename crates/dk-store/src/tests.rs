@@ -2432,7 +2432,9 @@ fn contract_audit_pages_newest_first_narrowed_by_what_entries_name() {
 fn filtered_audit_pages_read_through_their_indexes() {
     let dir = TempDir::new();
     let store = SqliteStore::open(&dir.db()).unwrap();
-    store.append_audit(&[decision(1, "lamp", None, true)]).unwrap();
+    store
+        .append_audit(&[decision(1, "lamp", None, true)])
+        .unwrap();
     drop(store);
     let conn = Connection::open(dir.db()).unwrap();
     for (filter, index) in [

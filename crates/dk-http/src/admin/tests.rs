@@ -32,7 +32,12 @@ async fn start() -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = AdminToken::generate();
-    let router = admin_router(Arc::clone(&vessel), token.clone(), crate::Console::new(), addr);
+    let router = admin_router(
+        Arc::clone(&vessel),
+        token.clone(),
+        crate::Console::new(),
+        addr,
+    );
     let server = tokio::spawn(async move {
         axum::serve(listener, router).await.unwrap();
     });
@@ -798,7 +803,12 @@ async fn an_agent_change_the_store_refuses_does_not_happen() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = AdminToken::generate();
-    let router = admin_router(Arc::clone(&vessel), token.clone(), crate::Console::new(), addr);
+    let router = admin_router(
+        Arc::clone(&vessel),
+        token.clone(),
+        crate::Console::new(),
+        addr,
+    );
     let _server = tokio::spawn(async move {
         axum::serve(listener, router).await.unwrap();
     });
@@ -865,7 +875,12 @@ async fn remembered_allowances_are_made_listed_used_and_revoked_through_the_api(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = AdminToken::generate();
-    let router = admin_router(Arc::clone(&vessel), token.clone(), crate::Console::new(), addr);
+    let router = admin_router(
+        Arc::clone(&vessel),
+        token.clone(),
+        crate::Console::new(),
+        addr,
+    );
     let _server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let c = AdminClient::new(addr, token);
     vessel

@@ -159,7 +159,10 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
 }
 
 fn csrf_field(csrf: &str) -> String {
-    format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">", attr(csrf))
+    format!(
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        attr(csrf)
+    )
 }
 
 /// A page with a heading and a sentence, outside any session.
@@ -357,7 +360,11 @@ fn approval_card(
         tool = text(&approval.tool),
     );
     if let Some(session) = &approval.session_id {
-        let _ = write!(out, "<dt>Session</dt><dd><code>{}</code></dd>", text(session));
+        let _ = write!(
+            out,
+            "<dt>Session</dt><dd><code>{}</code></dd>",
+            text(session)
+        );
     }
     let _ = write!(
         out,
@@ -491,7 +498,11 @@ pub(crate) fn device(
             cap_href = segment(&capability.name),
             csrf = csrf_field(&frame.csrf),
             next = if on { "no" } else { "yes" },
-            label = if on { "Allowed, press to revoke" } else { "Not allowed, press to allow" },
+            label = if on {
+                "Allowed, press to revoke"
+            } else {
+                "Not allowed, press to allow"
+            },
             name = attr(&capability.name),
             shown = if on { "allowed" } else { "off" },
             name_text = text(&capability.name),
@@ -628,8 +639,18 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
                 "<span class=\"state off\">refused</span>".to_owned()
             };
         }
-        let _ = write!(out, "<tr><td>{}</td><td>{}</td><td>{what}</td><td>", entry.seq, utc(entry.at_ms));
-        for (label, name) in [("device", "deviceId"), ("agent", "agentId"), ("tool", "tool"), ("", "reason")] {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{what}</td><td>",
+            entry.seq,
+            utc(entry.at_ms)
+        );
+        for (label, name) in [
+            ("device", "deviceId"),
+            ("agent", "agentId"),
+            ("tool", "tool"),
+            ("", "reason"),
+        ] {
             if let Some(value) = field(name) {
                 if !label.is_empty() {
                     let _ = write!(out, "{label} ");
@@ -739,7 +760,10 @@ pub(crate) fn status(frame: &Frame, status: &api::Status) -> String {
         ("Waiting for you", status.pending.to_string()),
         (
             "Vessel key fingerprint",
-            status.fingerprint.clone().unwrap_or_else(|| "none".to_owned()),
+            status
+                .fingerprint
+                .clone()
+                .unwrap_or_else(|| "none".to_owned()),
         ),
         ("Encrypted handshakes", status.secure_handshakes.to_string()),
         ("Channel failures", status.channel_failures.to_string()),

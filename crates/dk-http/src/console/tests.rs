@@ -114,7 +114,14 @@ impl Browser {
     }
 
     async fn get(&self, path: &str) -> Answer {
-        raw(self.addr, "GET", path, &[("cookie", self.cookie.clone())], "").await
+        raw(
+            self.addr,
+            "GET",
+            path,
+            &[("cookie", self.cookie.clone())],
+            "",
+        )
+        .await
     }
 
     /// A form posted from the console's own page.
@@ -203,7 +210,10 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     assert_eq!(again.status, 403);
     assert!(again.header("set-cookie").is_none());
     let made_up = format!("/console/login?key={}", "0".repeat(64));
-    assert_eq!(raw(running.addr, "GET", &made_up, &[], "").await.status, 403);
+    assert_eq!(
+        raw(running.addr, "GET", &made_up, &[], "").await.status,
+        403
+    );
 
     for page in [
         "/console/",
@@ -275,10 +285,18 @@ async fn a_change_needs_the_consoles_origin_a_same_origin_fetch_and_the_sessions
     let form = "name=intruder&scope=&role=admin";
     let cookie = ("cookie", browser.cookie.clone());
     let own = ("origin", browser.origin());
-    let cases: Vec<(Vec<(&str, String)>, String, &str)> = vec![
-        (vec![cookie.clone()], format!("csrf={}&{form}", browser.csrf), "no Origin"),
+    type Case<'a> = (Vec<(&'a str, String)>, String, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         (
-            vec![cookie.clone(), ("origin", "https://evil.example".to_owned())],
+            vec![cookie.clone()],
+            format!("csrf={}&{form}", browser.csrf),
+            "no Origin",
+        ),
+        (
+            vec![
+                cookie.clone(),
+                ("origin", "https://evil.example".to_owned()),
+            ],
             format!("csrf={}&{form}", browser.csrf),
             "another Origin",
         ),
@@ -296,7 +314,11 @@ async fn a_change_needs_the_consoles_origin_a_same_origin_fetch_and_the_sessions
             format!("csrf={}&{form}", browser.csrf),
             "a cross-site fetch",
         ),
-        (vec![cookie.clone(), own.clone()], form.to_owned(), "no CSRF token"),
+        (
+            vec![cookie.clone(), own.clone()],
+            form.to_owned(),
+            "no CSRF token",
+        ),
         (
             vec![cookie.clone(), own.clone()],
             format!("csrf={}&{form}", other.csrf),
@@ -344,7 +366,7 @@ async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
         crate::person::Prompt::Consent(c) => c.code.clone(),
         crate::person::Prompt::Approval(_) => unreachable!(),
     };
-    assert!(page.body.contains(&format!("class=\"code\"")));
+    assert!(page.body.contains("class=\"code\""));
     assert!(page.body.contains(&code), "the code is shown");
     assert!(page.body.contains("(1) Waiting"), "the title counts it");
     assert!(page.body.contains("value=\"read_light\""));
@@ -370,10 +392,7 @@ async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
         .post("/console/devices/desk-lamp/grants/set_light", "allow=no")
         .await;
     assert_eq!(revoked.status, 303);
-    assert_eq!(
-        running.vessel.registry().list()[0].grants,
-        ["read_light"]
-    );
+    assert_eq!(running.vessel.registry().list()[0].grants, ["read_light"]);
     // The same prompt cannot be answered twice.
     let twice = browser
         .post(&format!("/console/pairings/{id}"), "answer=refuse")
@@ -392,7 +411,10 @@ async fn what_a_device_or_agent_wrote_is_escaped_and_hidden_characters_shown() {
     pairing(&running.vessel, manifest).await;
     let page = browser.get("/console/").await;
     assert!(!page.body.contains("<script>alert"));
-    assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#39;co&#39;"));
+    assert!(
+        page.body
+            .contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#39;co&#39;")
+    );
 
     let approval = ApprovalRequest {
         tool: "device__desk_lamp__set_light".to_owned(),
@@ -460,14 +482,19 @@ async fn the_live_feed_tells_each_prompt_asked_and_closed() {
     assert_eq!(data["id"], json!(id));
     assert_eq!(data["pending"], json!(1));
     let html = data["html"].as_str().unwrap();
-    assert!(html.starts_with(&format!("<article class=\"prompt pairing\" id=\"prompt-{id}\"")));
+    assert!(html.starts_with(&format!(
+        "<article class=\"prompt pairing\" id=\"prompt-{id}\""
+    )));
     assert!(html.contains(&browser.csrf), "the card's forms work");
     browser
         .post(&format!("/console/pairings/{id}"), "answer=refuse")
         .await;
     let (name, data) = next_event().await;
     assert_eq!(name, "closed");
-    assert_eq!((data["id"].as_u64(), data["pending"].as_u64()), (Some(id), Some(0)));
+    assert_eq!(
+        (data["id"].as_u64(), data["pending"].as_u64()),
+        (Some(id), Some(0))
+    );
 }
 
 #[tokio::test]
@@ -493,7 +520,10 @@ async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
     let page = browser.get("/console/audit").await;
     assert_eq!(page.body.matches("<tr><td>").count(), 50);
     assert!(page.body.contains("<tr><td>120</td>"));
-    assert!(page.body.contains("before=71"), "the next page starts below 71");
+    assert!(
+        page.body.contains("before=71"),
+        "the next page starts below 71"
+    );
     let older = browser.get("/console/audit?before=71").await;
     assert!(older.body.contains("<tr><td>70</td>"));
     assert!(!older.body.contains("<tr><td>71</td>"));
@@ -505,6 +535,10 @@ async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
     assert!(!lock.body.contains("<code>lamp</code>"));
     let verified = browser.post("/console/audit/verify", "").await;
     assert_eq!(verified.status, 200);
-    assert!(verified.body.contains("Verified: 120 entries"), "{}", verified.body);
+    assert!(
+        verified.body.contains("Verified: 120 entries"),
+        "{}",
+        verified.body
+    );
     assert!(verified.body.contains("Head: entry 120"));
 }

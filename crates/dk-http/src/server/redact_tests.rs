@@ -177,7 +177,12 @@ async fn planted_secrets_appear_in_no_output_of_the_vessel() {
     // The admin API's listing of decisions.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = admin_router(Arc::clone(&vessel), admin_token.clone(), crate::Console::new(), addr);
+    let router = admin_router(
+        Arc::clone(&vessel),
+        admin_token.clone(),
+        crate::Console::new(),
+        addr,
+    );
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
     let listed = AdminClient::new(addr, admin_token.clone())
         .get("/v1/decisions")

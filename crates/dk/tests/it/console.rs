@@ -30,7 +30,9 @@ fn get(addr: SocketAddr, path: &str) -> (u16, Option<String>) {
 }
 
 fn path_of(link: &str) -> String {
-    link[link.find("/console/login?key=").unwrap()..].trim().to_owned()
+    link[link.find("/console/login?key=").unwrap()..]
+        .trim()
+        .to_owned()
 }
 
 #[test]
@@ -51,7 +53,11 @@ fn the_printed_link_and_dk_console_sign_in_once_each() {
 
     let out = scratch.run(&["console"]);
     let fresh = succeeded(&out);
-    assert!(fresh.trim().starts_with(&format!("http://{}/console/login?key=", running.admin)));
+    assert!(
+        fresh
+            .trim()
+            .starts_with(&format!("http://{}/console/login?key=", running.admin))
+    );
     let fresh = path_of(&fresh);
     assert_ne!(fresh, printed);
     assert_eq!(get(running.admin, &fresh).0, 303);
@@ -83,7 +89,10 @@ async fn notify_url_tells_a_real_endpoint_that_a_pairing_waits() {
     let scratch = Scratch::new("console-notify");
     let running = Running::start_with(&scratch, &["--notify-url", &url]);
     let said = running.said("notifications");
-    assert!(said.contains(&format!("notifications        {url}")), "{said}");
+    assert!(
+        said.contains(&format!("notifications        {url}")),
+        "{said}"
+    );
     let _socket = hello(&running.url(), &lamp_manifest("notify-lamp"))
         .await
         .unwrap();
@@ -91,6 +100,9 @@ async fn notify_url_tells_a_real_endpoint_that_a_pairing_waits() {
     assert!(request.starts_with("POST /topic HTTP/1.1"), "{request}");
     assert!(request.contains("title: dk: pairing waiting"), "{request}");
     assert!(request.contains(&format!("click: http://{}/console/", running.admin)));
-    assert!(!request.contains("notify-lamp") && !request.contains("key="), "{request}");
+    assert!(
+        !request.contains("notify-lamp") && !request.contains("key="),
+        "{request}"
+    );
     running.interrupt();
 }
