@@ -157,6 +157,37 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     );
     browser.screenshot("desktop-device").await;
 
+    // What a device sends is shown as text, its hidden characters marked:
+    // an event whose data holds markup, a right-to-left override and an
+    // escape. (A manifest cannot carry them: it is refused at pairing.)
+    running.vessel.publish_event(dk_vessel::link::DeviceEvent {
+        device_id: "desk-lamp".to_owned(),
+        capability: "read_light".to_owned(),
+        data: Some(
+            serde_json::value::to_raw_value(&json!({"note": "<b>on</b>\u{202e}thgil\u{1b}[2J"}))
+                .unwrap(),
+        ),
+    });
+    c.refresh().await.unwrap();
+    let event = browser.wait_text("ul.events li", "read_light").await;
+    let shown = event.text().await.unwrap();
+    // JSON itself writes the escape as `\u001b`; the override is marked.
+    assert!(
+        shown.contains("<b>on</b>\\u{202E}thgil\\u001b[2J"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains('\u{202e}') && !shown.contains('\u{1b}'),
+        "{shown}"
+    );
+    let marks = event
+        .find_all(Locator::Css("span.mark"))
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(marks, 1);
+    browser.screenshot("desktop-device-event").await;
+
     // An agent calls the confirm capability: the approval arrives live,
     // naming the agent; the person allows it once; the call succeeds.
     c.goto(&format!("http://{}/console/", running.admin_addr))

@@ -51,7 +51,7 @@ use crate::registry::ConsentDecision;
 use crate::store::{AuditEntry, AuditQuery};
 use crate::vessel::Vessel;
 
-pub(crate) use pages::Page;
+use pages::{AuditFilter, Page};
 
 /// How long a login link works, unused (15 minutes).
 pub const LOGIN_LINK_LIFETIME: Duration = Duration::from_secs(15 * 60);
@@ -65,8 +65,6 @@ const MAX_SESSIONS: usize = 32;
 const COOKIE: &str = "dk_console";
 /// Largest form body the console reads (64 KiB).
 const MAX_FORM_BYTES: usize = 64 * 1024;
-/// Audit entries on one page.
-pub(crate) const AUDIT_PAGE: usize = 50;
 /// Device events kept per device for its page.
 const EVENTS_PER_DEVICE: usize = 10;
 /// Devices whose recent events are kept.
@@ -618,7 +616,7 @@ async fn prompts_page(
         .person()
         .pending()
         .into_iter()
-        .map(crate::admin::pending_body)
+        .map(crate::bodies::pending_body)
         .collect();
     html(StatusCode::OK, pages::prompts(&frame, &prompts))
 }
@@ -691,7 +689,7 @@ fn asked_event(
     prompt: crate::person::PendingPrompt,
     pending: usize,
 ) -> Event {
-    let body = crate::admin::pending_body(prompt);
+    let body = crate::bodies::pending_body(prompt);
     let data = serde_json::json!({
         "id": body.id,
         "pending": pending,
@@ -772,7 +770,7 @@ async fn devices_page(
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
     let frame = page(&shared, &signed, Page::Devices);
-    let devices = crate::admin::device_list(&shared.vessel);
+    let devices = crate::bodies::device_list(&shared.vessel);
     html(StatusCode::OK, pages::devices(&frame, &devices))
 }
 
@@ -782,7 +780,7 @@ async fn device_page(
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
     let frame = page(&shared, &signed, Page::Devices);
-    let Some(device) = crate::admin::device_list(&shared.vessel)
+    let Some(device) = crate::bodies::device_list(&shared.vessel)
         .into_iter()
         .find(|d| d.id == id)
     else {
@@ -840,7 +838,7 @@ async fn agents_page(
         .agents()
         .list()
         .iter()
-        .map(crate::admin::agent_body)
+        .map(crate::bodies::agent_body)
         .collect();
     html(StatusCode::OK, pages::agents(&frame, &agents, None))
 }
@@ -878,7 +876,7 @@ async fn add_agent(
                 .agents()
                 .list()
                 .iter()
-                .map(crate::admin::agent_body)
+                .map(crate::bodies::agent_body)
                 .collect();
             let mcp_url = shared
                 .console
@@ -920,36 +918,6 @@ async fn remove_agent(State(shared): State<Shared>, UrlPath(name): UrlPath<Strin
     match shared.vessel.remove_agent(&name) {
         Ok(()) => see_other("/console/agents"),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
-    }
-}
-
-/// The audit page's filters, as the query string gives them.
-#[derive(Deserialize, Default)]
-pub(crate) struct AuditFilter {
-    /// Only entries naming this device.
-    pub(crate) device: Option<String>,
-    /// Only entries naming this agent.
-    pub(crate) agent: Option<String>,
-    /// `allowed` or `refused` decisions only.
-    pub(crate) decision: Option<String>,
-    /// Only entries before this position.
-    pub(crate) before: Option<u64>,
-}
-
-impl AuditFilter {
-    fn query(&self) -> AuditQuery {
-        let given = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
-        AuditQuery {
-            before_seq: self.before,
-            device_id: given(&self.device),
-            agent_id: given(&self.agent),
-            allowed: match self.decision.as_deref() {
-                Some("allowed") => Some(true),
-                Some("refused") => Some(false),
-                _ => None,
-            },
-            limit: AUDIT_PAGE,
-        }
     }
 }
 
@@ -1019,7 +987,7 @@ async fn status_page(
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
     let frame = page(&shared, &signed, Page::Status);
-    let status = crate::admin::status_body(&shared.vessel);
+    let status = crate::bodies::status_body(&shared.vessel);
     html(StatusCode::OK, pages::status(&frame, &status))
 }
 

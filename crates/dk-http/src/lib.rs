@@ -9,6 +9,7 @@
 
 mod admin;
 mod admin_client;
+mod bodies;
 pub mod console;
 pub mod listen;
 pub mod notify;

@@ -10,7 +10,10 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::admin_client::AdminClient;
+use crate::bodies::pending_body;
+use crate::person::{PendingPrompt, Prompt};
 use crate::registry::DEFAULT_CONSENT_TIMEOUT;
+use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, Difference};
 use crate::vessel::Limits;
 
 fn lamp() -> Value {

@@ -8,10 +8,45 @@ use std::fmt::Write as _;
 use dk_proto::admin as api;
 use serde_json::Value;
 
+use serde::Deserialize;
+
 use super::html::{attr, push_text, segment, text};
-use super::{AUDIT_PAGE, AuditFilter};
 use crate::link::DeviceEvent;
-use crate::store::{AuditEntry, AuditHead};
+use crate::store::{AuditEntry, AuditHead, AuditQuery};
+
+/// Audit entries on one page.
+pub(crate) const AUDIT_PAGE: usize = 50;
+
+/// The audit page's filters, as the query string gives them.
+#[derive(Deserialize, Default)]
+pub(crate) struct AuditFilter {
+    /// Only entries naming this device.
+    pub(crate) device: Option<String>,
+    /// Only entries naming this agent.
+    pub(crate) agent: Option<String>,
+    /// `allowed` or `refused` decisions only.
+    pub(crate) decision: Option<String>,
+    /// Only entries before this position.
+    pub(crate) before: Option<u64>,
+}
+
+impl AuditFilter {
+    /// The store's query for one page of these entries.
+    pub(crate) fn query(&self) -> AuditQuery {
+        let given = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        AuditQuery {
+            before_seq: self.before,
+            device_id: given(&self.device),
+            agent_id: given(&self.agent),
+            allowed: match self.decision.as_deref() {
+                Some("allowed") => Some(true),
+                Some("refused") => Some(false),
+                _ => None,
+            },
+            limit: AUDIT_PAGE,
+        }
+    }
+}
 
 /// Which page is shown, for the navigation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

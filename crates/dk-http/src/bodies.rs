@@ -1,0 +1,175 @@
+//! What the admin API and the console show, built once: dk-proto's
+//! `admin` bodies from the vessel's state (its status, open prompts,
+//! devices, agents).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, UNIX_EPOCH};
+
+use dk_proto::admin as api;
+
+use crate::agents::Agent;
+use crate::listen::ListenerStats;
+use crate::person::{PendingPrompt, Prompt};
+use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, Difference};
+use crate::vessel::Vessel;
+
+/// A listener's counters as the admin API shows them.
+pub(crate) fn listener_counts(stats: &ListenerStats) -> api::ListenerCounts {
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    api::ListenerCounts {
+        open: count(stats.open.load(Ordering::Relaxed)),
+        peak: count(stats.peak.load(Ordering::Relaxed)),
+        refused_at_accept: stats.refused_at_accept.load(Ordering::Relaxed),
+        idle_closed: stats.idle_closed.load(Ordering::Relaxed),
+    }
+}
+
+/// The vessel's status as the admin API and the console show it.
+pub(crate) fn status_body(vessel: &Vessel) -> api::Status {
+    let devices = vessel.registry().list();
+    let connected = devices
+        .iter()
+        .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
+        .count();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let stats = vessel.stats();
+    api::Status {
+        paired: count(devices.len()),
+        connected: count(connected),
+        connections: count(vessel.connection_count()),
+        pending: count(vessel.person().pending().len()),
+        listeners: api::Listeners {
+            devices: listener_counts(&stats.device_listener),
+            admin: listener_counts(&stats.admin_listener),
+            mcp: listener_counts(&stats.mcp_listener),
+            admin_socket: listener_counts(&stats.admin_socket),
+            mcp_socket: listener_counts(&stats.mcp_socket),
+        },
+        fingerprint: vessel.fingerprint(),
+        secure_handshakes: stats.secure_handshakes.load(Ordering::Relaxed),
+        channel_failures: stats.channel_failures.load(Ordering::Relaxed),
+        plain_v1_refused: stats.plain_v1_refused.load(Ordering::Relaxed),
+    }
+}
+
+/// An open prompt as the admin API shows it.
+pub(crate) fn pending_body(pending: PendingPrompt) -> api::Pending {
+    let prompt = match pending.prompt {
+        Prompt::Consent(request) => api::Prompt::Consent(consent_body(request)),
+        Prompt::Approval(request) => api::Prompt::Approval(api::ApprovalRequest {
+            tool: request.tool,
+            device_id: request.device_id,
+            capability: request.capability,
+            input: request.input,
+            reason: request.reason,
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+            channel: request.channel,
+        }),
+    };
+    api::Pending {
+        id: pending.id,
+        expires_at_ms: pending.expires_at_ms,
+        prompt,
+        can_remember: pending.can_remember,
+    }
+}
+
+fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
+    let capabilities = request.capabilities.into_iter();
+    api::ConsentRequest {
+        device_id: request.device_id,
+        name: request.name,
+        kind: request.kind,
+        code: request.code,
+        capabilities: capabilities
+            .map(|c| api::DeviceCapability {
+                name: c.name,
+                kind: c.kind.to_owned(),
+                description: c.description,
+                confirm: c.confirm,
+            })
+            .collect(),
+        replaces: request.replaces.map(|old| api::Replaced {
+            paired_at_ms: old.paired_at_ms,
+            grants: old.grants,
+            was_name: old.was_name,
+            was_kind: old.was_kind,
+            changes: old.changes.into_iter().map(change_body).collect(),
+        }),
+        no_screen: request.no_screen,
+        channel: request.channel,
+    }
+}
+
+fn change_body(change: CapabilityChange) -> api::CapabilityChange {
+    let kind = match change.change {
+        ChangeKind::Added => "added",
+        ChangeKind::Removed => "removed",
+        ChangeKind::Changed => "changed",
+    };
+    let differences = change.differences.into_iter().map(|d| match d {
+        Difference::Kind { was, now } => api::Difference::Kind {
+            was: was.to_owned(),
+            now: now.to_owned(),
+        },
+        Difference::Confirm { was, now } => api::Difference::Confirm { was, now },
+        Difference::Params => api::Difference::Params,
+        Difference::Description => api::Difference::Description,
+    });
+    api::CapabilityChange {
+        capability: change.capability,
+        change: kind.to_owned(),
+        differences: differences.collect(),
+        summary: change.summary,
+    }
+}
+
+/// Every paired device as the admin API and the console show it.
+pub(crate) fn device_list(vessel: &Vessel) -> Vec<api::Device> {
+    vessel
+        .registry()
+        .list()
+        .into_iter()
+        .map(|snapshot| {
+            let m = snapshot.device.manifest();
+            let paired_at = snapshot
+                .device
+                .paired_at()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_millis();
+            api::Device {
+                id: m.id().to_owned(),
+                name: m.name().to_owned(),
+                kind: m.kind().to_owned(),
+                version: m.version().to_owned(),
+                digest: snapshot.device.digest().to_owned(),
+                paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
+                connected: vessel.links().is_connected(m.id()),
+                channel: snapshot.device.channel(),
+                grants: snapshot.grants,
+                capabilities: m
+                    .capabilities()
+                    .iter()
+                    .map(|c| api::DeviceCapability {
+                        name: c.name().to_owned(),
+                        kind: c.kind().as_str().to_owned(),
+                        description: c.description().to_owned(),
+                        confirm: c.confirm(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// An agent as the admin API shows it: never its credential.
+pub(crate) fn agent_body(agent: &Agent) -> api::Agent {
+    api::Agent {
+        name: agent.id.clone(),
+        scope: agent.scope.to_items(),
+        role: agent.role.as_str().to_owned(),
+        added_at_ms: agent.added_at_ms,
+    }
+}
