@@ -431,19 +431,24 @@ fn see_other(location: &str) -> Response {
     response
 }
 
-/// The session cookie's value, when the request carries exactly one.
-fn cookie_of(headers: &HeaderMap) -> Option<String> {
-    let mut found = None;
+/// Every value the request gives the session cookie. A page on another
+/// port of the same host can add cookies for this one (browsers share
+/// cookies across ports): a planted `dk_console`, or a header that is not
+/// ASCII, must not hide the real session, so each value is tried and
+/// unreadable headers are skipped. Session secrets cannot be guessed, so
+/// trying a planted value gains nothing.
+fn cookies_of(headers: &HeaderMap) -> Vec<&str> {
+    let mut found = Vec::new();
     for value in headers.get_all(header::COOKIE) {
-        let text = value.to_str().ok()?;
+        let Ok(text) = value.to_str() else {
+            continue;
+        };
         for pair in text.split(';') {
             if let Some((name, value)) = pair.trim().split_once('=')
                 && name == COOKIE
+                && found.len() < 8
             {
-                if found.is_some() {
-                    return None;
-                }
-                found = Some(value.to_owned());
+                found.push(value);
             }
         }
     }
@@ -470,7 +475,10 @@ async fn checked(shared: Shared, request: Request, next: Next) -> Response {
     if open {
         return next.run(request).await;
     }
-    let Some(signed) = cookie_of(headers).and_then(|c| shared.console.session(&c)) else {
+    let session = cookies_of(headers)
+        .into_iter()
+        .find_map(|cookie| shared.console.session(cookie));
+    let Some(signed) = session else {
         return html(StatusCode::UNAUTHORIZED, pages::signed_out_page());
     };
     if request.method() == Method::GET || request.method() == Method::HEAD {

@@ -92,6 +92,14 @@ impl NotifyTarget {
         })
     }
 
+    /// The URL's scheme and host, to print: its path (an ntfy topic, a
+    /// webhook's token) is a secret of its own.
+    pub fn shown(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        let host = self.uri.authority().map_or("", |a| a.as_str());
+        format!("{scheme}://{host}/…")
+    }
+
     /// The request telling that a prompt of `kind` waits.
     fn request(&self, kind: &str, waiting: usize, console: Option<&str>) -> Request<Full<Bytes>> {
         let authority = self

@@ -106,11 +106,17 @@ pub struct VesselArgs {
     #[arg(long)]
     pub allow_no_screen_off_loopback: bool,
     /// Notify this URL of every new pairing or approval (an ntfy topic such
-    /// as https://ntfy.sh/TOPIC, or any webhook with `--notify-format
+    /// as `https://ntfy.sh/TOPIC`, or any webhook with `--notify-format
     /// json`). It carries only that something waits and the console's
     /// address: no name, input, code or login link. A failure is logged and
-    /// never holds a prompt back.
-    #[arg(long, value_name = "URL")]
+    /// never holds a prompt back. Given in the environment
+    /// (`DK_NOTIFY_URL`), the topic stays out of the process list.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "DK_NOTIFY_URL",
+        hide_env_values = true
+    )]
     pub notify_url: Option<String>,
     /// The notification's shape: `ntfy` (text with Title and Click headers)
     /// or `json` (`{"event", "waiting", "console"}`).
@@ -312,14 +318,23 @@ async fn serve(
         running.admin_socket().display(),
         token_path.display()
     );
-    match running.console().login_link() {
-        Some(link) => println!(
+    // A login link signs in as the person: printed only to a terminal,
+    // never into a log or a journal.
+    let to_terminal = std::io::stdout().is_terminal();
+    match (running.console().login_link(), running.console().url()) {
+        (Some(link), _) if to_terminal => println!(
             "  console              {link}\n                       (signs you in once, within 15 minutes; `dk console` prints a fresh link)"
         ),
-        None => println!("  console              none (the admin API has no TCP listener)"),
+        (_, Some(url)) => {
+            println!("  console              {url} (sign in with the link `dk console` prints)")
+        }
+        _ => println!("  console              none (the admin API has no TCP listener)"),
     }
-    if let Some(url) = &args.notify_url {
-        println!("  notifications        {url} (on every new prompt)");
+    if let Some(target) = &notify {
+        println!(
+            "  notifications        {} on every new prompt",
+            target.shown()
+        );
     }
     let over_http = match running.mcp_addr() {
         Some(addr) => format!(" or http://{addr}/mcp"),

@@ -154,7 +154,7 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
          <body data-pending=\"{pending}\" data-title=\"{title} · dk console\">\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\
          <header><nav aria-label=\"Console\"><ul>",
-        title = text(title),
+        title = attr(title),
         pending = frame.pending,
     );
     let items = [
@@ -205,9 +205,10 @@ pub(crate) fn message_page(title: &str, message: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title} · dk console</title>\
+         <title>{plain} · dk console</title>\
          <link rel=\"stylesheet\" href=\"/console/assets/console.css\"></head>\
          <body><main id=\"main\"><h1>{title}</h1><p>{message}</p></main></body></html>",
+        plain = attr(title),
         title = text(title),
         message = text(message),
     )

@@ -254,6 +254,38 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
         assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
         assert_eq!(answer.header("x-frame-options"), Some("DENY"));
     }
+    // Cookies a page on another port planted (browsers share them across
+    // ports) do not hide the real session, nor does a header that is not
+    // ASCII; a planted value alone opens nothing.
+    let planted = format!("dk_console={}; {}", "b".repeat(64), browser.cookie);
+    let mut headers = axum::http::HeaderMap::new();
+    headers.append("cookie", planted.parse().unwrap());
+    headers.append(
+        "cookie",
+        axum::http::HeaderValue::from_bytes("x=\u{e9}".as_bytes()).unwrap(),
+    );
+    headers.append("cookie", browser.cookie.parse().unwrap());
+    assert_eq!(super::cookies_of(&headers).len(), 3);
+    let answer = raw(
+        running.addr,
+        "GET",
+        "/console/status",
+        &[("cookie", planted.clone())],
+        "",
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let only_planted = format!("dk_console={}", "b".repeat(64));
+    let answer = raw(
+        running.addr,
+        "GET",
+        "/console/status",
+        &[("cookie", only_planted)],
+        "",
+    )
+    .await;
+    assert_eq!(answer.status, 401);
+
     // A foreign Host (DNS rebinding) is refused even with the session.
     let rebound = raw(
         running.addr,
