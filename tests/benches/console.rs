@@ -1,6 +1,6 @@
 //! The person's console, measured from outside:
 //!
-//! - `console/page ...`: each page served over loopback (the request, the
+//! - `console/page/console/...`: each page served over loopback (the request, the
 //!   store's read, the server-side rendering) by a vessel with 1,000
 //!   paired devices, 100,000 audit entries and 16 prompts waiting, in a
 //!   SQLite store; median and p90 of 51 requests after a warm-up.
@@ -230,7 +230,7 @@ async fn run() -> Result<(), BoxError> {
         }
         let (median, p90) = median_p90(samples);
         println!(
-            "console/page {page:<48} median {:>9}   p90 {:>9}   {} KiB",
+            "console/page{page:<48} median {:>9}   p90 {:>9}   {} KiB",
             ms(median),
             ms(p90),
             bytes / 1024
