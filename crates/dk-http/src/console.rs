@@ -836,18 +836,18 @@ async fn unpair(State(shared): State<Shared>, UrlPath(id): UrlPath<String>) -> R
     }
 }
 
+/// Every agent as the pages show it (never a credential).
+fn agent_list(shared: &Shared) -> Vec<api::Agent> {
+    let agents = shared.vessel.agents().list();
+    agents.iter().map(crate::bodies::agent_body).collect()
+}
+
 async fn agents_page(
     State(shared): State<Shared>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
     let frame = page(&shared, &signed, Page::Agents);
-    let agents: Vec<api::Agent> = shared
-        .vessel
-        .agents()
-        .list()
-        .iter()
-        .map(crate::bodies::agent_body)
-        .collect();
+    let agents = agent_list(&shared);
     html(StatusCode::OK, pages::agents(&frame, &agents, None))
 }
 
@@ -879,13 +879,7 @@ async fn add_agent(
     match shared.vessel.add_agent(name, scope, role) {
         Ok((name, credential)) => {
             let frame = page(&shared, &signed, Page::Agents);
-            let agents: Vec<api::Agent> = shared
-                .vessel
-                .agents()
-                .list()
-                .iter()
-                .map(crate::bodies::agent_body)
-                .collect();
+            let agents = agent_list(&shared);
             let mcp_url = shared
                 .console
                 .places()

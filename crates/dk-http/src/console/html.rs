@@ -16,29 +16,28 @@ pub(crate) fn text(value: &str) -> String {
 
 /// Appends `value` to `out` as [`text`] writes it.
 pub(crate) fn push_text(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if is_unsafe_char(c) => {
-                let _ = write!(
-                    out,
-                    "<span class=\"mark\" title=\"hidden character\">\\u{{{:04X}}}</span>",
-                    u32::from(c)
-                );
-            }
-            c => out.push(c),
-        }
-    }
+    escape(out, value, |out, c| {
+        let _ = write!(
+            out,
+            "<span class=\"mark\" title=\"hidden character\">\\u{{{:04X}}}</span>",
+            u32::from(c)
+        );
+    });
 }
 
 /// `value` for an attribute in double quotes: markup escaped, unusual
 /// characters written as the same visible marks, in plain text.
 pub(crate) fn attr(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 8);
+    escape(&mut out, value, |out, c| {
+        let _ = write!(out, "\\u{{{:04X}}}", u32::from(c));
+    });
+    out
+}
+
+/// Appends `value` to `out`, markup escaped, each unusual character
+/// written by `mark`.
+fn escape(out: &mut String, value: &str, mark: impl Fn(&mut String, char)) {
     for c in value.chars() {
         match c {
             '&' => out.push_str("&amp;"),
@@ -46,13 +45,10 @@ pub(crate) fn attr(value: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if is_unsafe_char(c) => {
-                let _ = write!(out, "\\u{{{:04X}}}", u32::from(c));
-            }
+            c if is_unsafe_char(c) => mark(out, c),
             c => out.push(c),
         }
     }
-    out
 }
 
 /// `value` as one path segment of a URL: everything but unreserved
