@@ -609,14 +609,38 @@ fn dependencies(manifest: &str) -> BTreeSet<String> {
 
 /// The dependency directions one crate breaks, given its dependencies.
 fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
-    let dk = |d: &&String| d.as_str() == "dk" || d.starts_with("dk-");
     let allowed_dk: &[&str] = match name {
         "dk-proto" => &[],
         "dk-policy" => &["dk-proto"],
         "dk-device" => &["dk-proto", "dk-policy", "dk-channel"],
         "dk-channel" => &[],
+        "dk-bridge-mqtt" => &["dk-proto", "dk-device"],
         _ => &["*"],
     };
+    // MQTT stays in the bridge: vessel authors and device makers never get it.
+    if deps.contains("rumqttc") && !matches!(name, "dk-bridge-mqtt" | "dk" | "dk-tests") {
+        found_mqtt(name)
+    } else {
+        Vec::new()
+    }
+    .into_iter()
+    .chain(direction_violations_of(name, deps, allowed_dk))
+    .collect()
+}
+
+fn found_mqtt(name: &str) -> Vec<String> {
+    vec![format!(
+        "{name} depends on rumqttc (MQTT belongs to dk-bridge-mqtt)"
+    )]
+}
+
+/// The dependency directions one crate breaks, given what it may use.
+fn direction_violations_of(
+    name: &str,
+    deps: &BTreeSet<String>,
+    allowed_dk: &[&str],
+) -> Vec<String> {
+    let dk = |d: &&String| d.as_str() == "dk" || d.starts_with("dk-");
     let mut found = Vec::new();
     for dep in deps.iter().filter(dk) {
         let allowed = allowed_dk.contains(&"*") || allowed_dk.contains(&dep.as_str());

@@ -1,0 +1,442 @@
+//! The running bridge: one broker connection shared by every mapped
+//! device, and one dk-device client per device.
+//!
+//! The connection task subscribes to every state topic at each connect
+//! (so a restarted broker's retained states come back), keeps the last
+//! state of each (JSON, at most [`MAX_STATE_BYTES`]; anything else is
+//! dropped and counted), and tells waiting actuators and the devices'
+//! events of every change. While the broker is down, calls fail at once
+//! saying so, and the connection is tried again with a growing pause.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use dk_device::{ClientOptions, Device, EventSender, HandlerError, ServeOptions, run_client};
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+
+use crate::config::{ActuatorMap, BridgeConfig, DeviceMap, SensorMap};
+use crate::template::fill;
+
+/// Largest state payload kept (256 KiB); larger ones are dropped.
+pub const MAX_STATE_BYTES: usize = 256 * 1024;
+/// Largest packet read from the broker (2 MiB).
+pub const MAX_PACKET_BYTES: usize = 2 * 1024 * 1024;
+
+/// Tells the person a device's pairing code: `(device id, code)`.
+pub type CodeHook = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Why the bridge could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BridgeError {
+    /// The broker URL is not `mqtt://host[:port]`.
+    #[error("`{0}` is not an mqtt://host[:port] URL")]
+    BrokerUrl(String),
+    /// A device could not be defined.
+    #[error("device `{device}`: {why}")]
+    Device {
+        /// The device.
+        device: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// What the bridge knows of the broker and the states it heard.
+#[derive(Debug, Default)]
+pub struct BrokerState {
+    connected: AtomicBool,
+    last_error: Mutex<Option<String>>,
+    states: Mutex<HashMap<String, Value>>,
+    /// State payloads dropped: not JSON, or too large.
+    pub dropped: AtomicU64,
+    /// State payloads kept.
+    pub received: AtomicU64,
+}
+
+impl BrokerState {
+    /// Whether the broker is connected now.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    /// The last state seen on `topic`.
+    pub fn state(&self, topic: &str) -> Option<Value> {
+        self.states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+            .cloned()
+    }
+
+    fn down_reason(&self) -> String {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "not connected yet".to_owned())
+    }
+}
+
+/// `mqtt://host[:port]` as host and port (1883 by default).
+fn broker_address(url: &str) -> Result<(String, u16), BridgeError> {
+    let bad = || BridgeError::BrokerUrl(url.to_owned());
+    let rest = url.strip_prefix("mqtt://").ok_or_else(bad)?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
+        return Err(bad());
+    }
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') || host.starts_with('[') => {
+            let port = port.parse().map_err(|_| bad())?;
+            Ok((host.trim_matches(['[', ']']).to_owned(), port))
+        }
+        _ => Ok((rest.to_owned(), 1883)),
+    }
+}
+
+/// The value at a dot-separated `path` in `state`.
+fn at_path<'v>(state: &'v Value, path: Option<&str>) -> Option<&'v Value> {
+    let Some(path) = path else {
+        return Some(state);
+    };
+    path.split('.').try_fold(state, |value, key| value.get(key))
+}
+
+/// Whether `state` shows everything `expected` says (objects compared as
+/// subsets, anything else equal).
+fn shows(state: &Value, expected: &Value) -> bool {
+    match (state, expected) {
+        (Value::Object(state), Value::Object(expected)) => expected
+            .iter()
+            .all(|(k, v)| state.get(k).is_some_and(|s| shows(s, v))),
+        (state, expected) => state == expected,
+    }
+}
+
+/// Runs the bridge until `shutdown` resolves: connects to `broker_url`
+/// (credentials from `credentials`, never from the URL), and serves every
+/// device of `config` to the vessel at `vessel_url`, telling each
+/// device's pairing code to `on_code`, and keeping what it hears of the
+/// broker in `state`.
+pub async fn run_bridge(
+    config: BridgeConfig,
+    broker_url: String,
+    credentials: Option<(String, String)>,
+    vessel_url: String,
+    on_code: CodeHook,
+    state: Arc<BrokerState>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), BridgeError> {
+    let (host, port) = broker_address(&broker_url)?;
+    let mut suffix = [0u8; 6];
+    rand::Rng::fill(&mut rand::rng(), &mut suffix);
+    let id: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+    let mut options = MqttOptions::new(format!("dk-bridge-{id}"), host, port);
+    options.set_keep_alive(Duration::from_secs(15));
+    // Read packets well past the largest state kept, so a large one is
+    // dropped here and counted; past this the client ends the connection
+    // and the bridge connects again.
+    options.set_max_packet_size(MAX_PACKET_BYTES, 64 * 1024);
+    options.set_clean_session(true);
+    if let Some((user, password)) = credentials {
+        options.set_credentials(user, password);
+    }
+    let (client, mut eventloop) = AsyncClient::new(options, 256);
+    let (changes, _) = broadcast::channel::<(String, Value)>(1024);
+    let topics: Vec<String> = config
+        .device
+        .iter()
+        .map(|d| d.state_topic.clone())
+        .collect();
+
+    let mut devices = Vec::new();
+    for map in &config.device {
+        let (device, events) = define(map, &client, &state, &changes, config.confirm_timeout())?;
+        devices.push((map.clone(), device, events));
+    }
+
+    let connection = {
+        let state = Arc::clone(&state);
+        let changes = changes.clone();
+        let client = client.clone();
+        async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        state.connected.store(true, Ordering::Release);
+                        pause = Duration::from_millis(100);
+                        for topic in &topics {
+                            let _ = client.subscribe(topic.clone(), QoS::AtLeastOnce).await;
+                        }
+                        tracing::info!("bridge: connected to the broker");
+                    }
+                    Ok(Event::Incoming(Packet::Publish(publish))) => {
+                        let topic = publish.topic.clone();
+                        let parsed = (publish.payload.len() <= MAX_STATE_BYTES)
+                            .then(|| serde_json::from_slice::<Value>(&publish.payload).ok())
+                            .flatten();
+                        match parsed {
+                            Some(value) => {
+                                state.received.fetch_add(1, Ordering::Relaxed);
+                                state
+                                    .states
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .insert(topic.clone(), value.clone());
+                                let _ = changes.send((topic, value));
+                            }
+                            None => {
+                                state.dropped.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        let was = state.connected.swap(false, Ordering::AcqRel);
+                        *state
+                            .last_error
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+                        if was {
+                            tracing::warn!("bridge: the broker connection ended: {error}");
+                        }
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+    };
+
+    let serving = devices.into_iter().map(|(map, device, events)| {
+        let on_code = Arc::clone(&on_code);
+        let id = map.id.clone();
+        let options = ClientOptions::new(&vessel_url)
+            .key_file(map.key_file())
+            .serve(ServeOptions::new().events(events.1))
+            .on_code(move |code| on_code(&id, code));
+        let forwarder = forward_events(map, events.0, changes.subscribe());
+        async move {
+            let run = run_client(&device, options, std::future::pending::<()>());
+            let (served, ()) = tokio::join!(run, forwarder);
+            if let Err(error) = served {
+                tracing::warn!(
+                    "bridge: device `{}` stopped: {error}",
+                    device.manifest().id()
+                );
+            }
+        }
+    });
+    let all = async {
+        futures::future::join_all(serving).await;
+    };
+    tokio::select! {
+        () = shutdown => {}
+        () = connection => {}
+        () = all => {}
+    }
+    let _ = client.disconnect().await;
+    Ok(())
+}
+
+type Events = (EventSender, dk_device::EventReceiver);
+
+/// The dk device of `map`: a handler per capability.
+fn define(
+    map: &DeviceMap,
+    client: &AsyncClient,
+    state: &Arc<BrokerState>,
+    changes: &broadcast::Sender<(String, Value)>,
+    timeout: Duration,
+) -> Result<(Device, Events), BridgeError> {
+    let refuse = |why: String| BridgeError::Device {
+        device: map.id.clone(),
+        why,
+    };
+    let manifest = map.manifest().map_err(refuse)?;
+    let mut builder = Device::define_validated(manifest);
+    for sensor in &map.sensor {
+        let (state, topic, path) = (
+            Arc::clone(state),
+            map.state_topic.clone(),
+            sensor.path.clone(),
+        );
+        builder = builder.handler(&sensor.name, move |_input| {
+            let answer = read(&state, &topic, path.as_deref());
+            async move { answer }
+        });
+    }
+    for actuator in &map.actuator {
+        let act = Actuate {
+            client: client.clone(),
+            state: Arc::clone(state),
+            changes: changes.clone(),
+            state_topic: map.state_topic.clone(),
+            map: actuator.clone(),
+            timeout,
+        };
+        let act = Arc::new(act);
+        builder = builder.handler(&actuator.name, move |input| {
+            let act = Arc::clone(&act);
+            async move { act.run(input).await }
+        });
+    }
+    let device = builder.build().map_err(|e| refuse(e.to_string()))?;
+    let events = device.events(16);
+    Ok((device, events))
+}
+
+/// A sensor's answer: the value at its path in the last state.
+fn read(state: &BrokerState, topic: &str, path: Option<&str>) -> Result<Value, HandlerError> {
+    if !state.is_connected() {
+        return Err(HandlerError::new(format!(
+            "the MQTT broker is not reachable ({}); no state to read",
+            state.down_reason()
+        )));
+    }
+    let last = state
+        .state(topic)
+        .ok_or_else(|| HandlerError::new(format!("no state seen yet on `{topic}`")))?;
+    match at_path(&last, path) {
+        Some(Value::Object(fields)) => Ok(Value::Object(fields.clone())),
+        Some(value) => Ok(serde_json::json!({ "value": value })),
+        None => Err(HandlerError::new(format!(
+            "the state on `{topic}` has no `{}`",
+            path.unwrap_or_default()
+        ))),
+    }
+}
+
+struct Actuate {
+    client: AsyncClient,
+    state: Arc<BrokerState>,
+    changes: broadcast::Sender<(String, Value)>,
+    state_topic: String,
+    map: ActuatorMap,
+    timeout: Duration,
+}
+
+impl Actuate {
+    /// Publishes the payload, then waits for the state to show it.
+    async fn run(&self, input: Map<String, Value>) -> Result<Value, HandlerError> {
+        if !self.state.is_connected() {
+            return Err(HandlerError::new(format!(
+                "the MQTT broker is not reachable ({}); nothing was sent",
+                self.state.down_reason()
+            )));
+        }
+        let payload =
+            fill(&self.map.payload, &input).map_err(|e| HandlerError::new(e.to_string()))?;
+        let expected = match &self.map.expect {
+            Some(expect) => fill(expect, &input).map_err(|e| HandlerError::new(e.to_string()))?,
+            None => payload.clone(),
+        };
+        // Listen before publishing, so a fast confirmation is not missed.
+        let mut changes = self.changes.subscribe();
+        self.client
+            .publish(
+                self.map.command_topic.clone(),
+                QoS::AtLeastOnce,
+                false,
+                payload.to_string(),
+            )
+            .await
+            .map_err(|e| HandlerError::new(format!("cannot publish: {e}")))?;
+        let wait = async {
+            loop {
+                match changes.recv().await {
+                    Ok((topic, state)) if topic == self.state_topic && shows(&state, &expected) => {
+                        return Ok(state);
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Err(HandlerError::new("the bridge is stopping"));
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(HandlerError::new(format!(
+                "sent to `{}`, but `{}` did not confirm it within {} ms{}",
+                self.map.command_topic,
+                self.state_topic,
+                self.timeout.as_millis(),
+                if self.state.is_connected() {
+                    String::new()
+                } else {
+                    format!(" (the broker went away: {})", self.state.down_reason())
+                }
+            ))),
+        }
+    }
+}
+
+/// Turns state changes of `map`'s topic into device events: each sensor
+/// whose value changed sends one (dropped, not queued, when the queue is
+/// full: a flood of states never backs up into the bridge).
+async fn forward_events(
+    map: DeviceMap,
+    events: EventSender,
+    mut changes: broadcast::Receiver<(String, Value)>,
+) {
+    let mut last: HashMap<String, Value> = HashMap::new();
+    loop {
+        match changes.recv().await {
+            Ok((topic, state)) if topic == map.state_topic => {
+                for SensorMap { name, path, .. } in &map.sensor {
+                    let Some(value) = at_path(&state, path.as_deref()) else {
+                        continue;
+                    };
+                    if last.get(name) != Some(value) {
+                        last.insert(name.clone(), value.clone());
+                        let _ = events.try_emit(name, serde_json::json!({ "value": value }));
+                    }
+                }
+            }
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{at_path, broker_address, shows};
+
+    #[test]
+    fn urls_paths_and_confirmations() {
+        assert_eq!(
+            broker_address("mqtt://127.0.0.1:1884").unwrap(),
+            ("127.0.0.1".to_owned(), 1884)
+        );
+        assert_eq!(
+            broker_address("mqtt://broker").unwrap(),
+            ("broker".to_owned(), 1883)
+        );
+        for bad in [
+            "http://x",
+            "mqtt://",
+            "mqtt://u:p@host",
+            "mqtt://h:port",
+            "mqtt://h/x",
+        ] {
+            assert!(broker_address(bad).is_err(), "{bad}");
+        }
+        let state = json!({"state": "ON", "climate": {"current": 21.5}});
+        assert_eq!(at_path(&state, Some("climate.current")), Some(&json!(21.5)));
+        assert_eq!(at_path(&state, Some("nope.x")), None);
+        assert!(shows(&state, &json!({"state": "ON"})));
+        assert!(!shows(&state, &json!({"state": "OFF"})));
+        assert!(shows(&state, &json!({"climate": {"current": 21.5}})));
+    }
+}

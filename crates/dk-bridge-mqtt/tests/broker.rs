@@ -1,0 +1,292 @@
+//! The bridge against a real broker (Debian's mosquitto on a free loopback
+//! port) and a real vessel: a light that publishes its state as
+//! Zigbee2MQTT does (JSON, retained), paired and granted by the person,
+//! switched by a call whose confirmation comes from the state topic;
+//! hostile state payloads; the broker stopped mid-way and started again.
+
+#![cfg(test)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dk_bridge_mqtt::{BridgeConfig, BrokerState, run_bridge};
+use dk_policy::PolicySet;
+use dk_vessel::adapter::CallContext;
+use dk_vessel::http::serve_devices;
+use dk_vessel::person::Prompt;
+use dk_vessel::registry::ConsentDecision;
+use dk_vessel::{Limits, Vessel};
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::{Value, json};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A mosquitto on `port`, killed on drop.
+struct Mosquitto {
+    child: Child,
+}
+
+fn mosquitto_path() -> PathBuf {
+    ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("mosquitto: `cargo xtask peers` installs Debian's package")
+}
+
+impl Mosquitto {
+    fn start(dir: &std::path::Path, port: u16) -> Mosquitto {
+        let conf = dir.join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"),
+        )
+        .unwrap();
+        let child = Command::new(mosquitto_path())
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_err() {
+            assert!(Instant::now() < deadline, "mosquitto did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mosquitto { child }
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Zigbee2MQTT-style light: takes `{state, brightness}` on its `set`
+/// topic and publishes its whole state, retained.
+fn fake_light(port: u16) {
+    let mut options = MqttOptions::new("fake-light", "127.0.0.1", port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (client, mut eventloop) = AsyncClient::new(options, 64);
+    let state = Arc::new(Mutex::new(json!({"state": "OFF", "brightness": 0})));
+    tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let _ = client
+                        .subscribe("zigbee2mqtt/lamp/set", QoS::AtLeastOnce)
+                        .await;
+                    let now = state.lock().unwrap().to_string();
+                    let _ = client
+                        .publish("zigbee2mqtt/lamp", QoS::AtLeastOnce, true, now)
+                        .await;
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    let Ok(Value::Object(change)) = serde_json::from_slice(&publish.payload) else {
+                        continue;
+                    };
+                    let now = {
+                        let mut state = state.lock().unwrap();
+                        for (k, v) in change {
+                            state[k] = v;
+                        }
+                        state.to_string()
+                    };
+                    let _ = client
+                        .publish("zigbee2mqtt/lamp", QoS::AtLeastOnce, true, now)
+                        .await;
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    });
+}
+
+/// Publishes `payload` once on `topic`.
+async fn publish_once(port: u16, topic: &str, payload: Vec<u8>) {
+    let mut options = MqttOptions::new("hostile", "127.0.0.1", port);
+    options.set_max_packet_size(1024 * 1024, 1024 * 1024);
+    let (client, mut eventloop) = AsyncClient::new(options, 16);
+    client
+        .publish(topic, QoS::AtLeastOnce, false, payload)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+    }
+}
+
+const CONFIG: &str = r#"
+[broker]
+confirmTimeoutMs = 3000
+
+[[device]]
+id = "living-room-light"
+name = "Living room light"
+kind = "light"
+stateTopic = "zigbee2mqtt/lamp"
+
+[[device.sensor]]
+name = "read_light"
+description = "Whether the light is on."
+path = "state"
+
+[[device.actuator]]
+name = "set_light"
+description = "Turn the light on or off."
+commandTopic = "zigbee2mqtt/lamp/set"
+payload = { state = "{state}", brightness = "{brightness}" }
+params = { state = { type = "string", required = true }, brightness = { type = "number" } }
+"#;
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn call(vessel: &Vessel, tool: &str, input: Value) -> Value {
+    let outcome = vessel
+        .adapter()
+        .execute(tool, input, CallContext::default())
+        .await;
+    serde_json::to_value(outcome).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridged_light_is_paired_switched_confirmed_and_survives_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let broker = Mosquitto::start(dir.path(), port);
+    fake_light(port);
+
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let device_url = format!("ws://{}/device", listener.local_addr().unwrap());
+    tokio::spawn(serve_devices(
+        listener,
+        Arc::clone(&vessel),
+        std::future::pending(),
+    ));
+
+    let mut config = BridgeConfig::parse(CONFIG).unwrap();
+    config.device[0].key_file = Some(dir.path().join("light.key"));
+    let codes = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let seen = Arc::clone(&codes);
+    let state = Arc::new(BrokerState::default());
+    let bridge = tokio::spawn(run_bridge(
+        config,
+        format!("mqtt://127.0.0.1:{port}"),
+        None,
+        device_url,
+        Arc::new(move |id: &str, code: &str| {
+            seen.lock().unwrap().push((id.to_owned(), code.to_owned()))
+        }),
+        Arc::clone(&state),
+        std::future::pending(),
+    ));
+
+    // Nothing is exposed until the person pairs and grants.
+    eventually("a pairing request", || {
+        !vessel.person().pending().is_empty()
+    })
+    .await;
+    let prompt = vessel.person().pending().remove(0);
+    let Prompt::Consent(request) = prompt.prompt else {
+        panic!("not a pairing")
+    };
+    assert_eq!(request.device_id, "living-room-light");
+    assert_eq!(
+        codes.lock().unwrap()[0].1,
+        request.code,
+        "the bridge shows the code"
+    );
+    assert!(vessel.adapter().tool_definitions().is_empty());
+    vessel
+        .person()
+        .answer_consent(
+            prompt.id,
+            ConsentDecision::approve(["read_light", "set_light"]),
+        )
+        .unwrap();
+    eventually("connected", || {
+        vessel.links().is_connected("living-room-light")
+    })
+    .await;
+    eventually("the retained state", || {
+        state.state("zigbee2mqtt/lamp").is_some()
+    })
+    .await;
+
+    let read = call(&vessel, "device__living_room_light__read_light", json!({})).await;
+    assert_eq!(read, json!({"ok": true, "result": {"value": "OFF"}}));
+    let set = call(
+        &vessel,
+        "device__living_room_light__set_light",
+        json!({"state": "ON", "brightness": 200}),
+    )
+    .await;
+    assert_eq!(set["ok"], json!(true), "{set}");
+    assert_eq!(
+        set["result"]["state"],
+        json!("ON"),
+        "confirmed by the state"
+    );
+    assert_eq!(set["result"]["brightness"], json!(200));
+
+    // Hostile state payloads: not JSON, too large. Dropped and counted.
+    publish_once(port, "zigbee2mqtt/lamp", b"{not json".to_vec()).await;
+    publish_once(port, "zigbee2mqtt/lamp", vec![b' '; 300 * 1024]).await;
+    eventually("two dropped", || {
+        state.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 2
+    })
+    .await;
+    let read = call(&vessel, "device__living_room_light__read_light", json!({})).await;
+    assert_eq!(read, json!({"ok": true, "result": {"value": "ON"}}));
+
+    // The broker stops: a call fails at once, saying why.
+    drop(broker);
+    eventually("the bridge sees the broker go", || !state.is_connected()).await;
+    let down = call(
+        &vessel,
+        "device__living_room_light__set_light",
+        json!({"state": "OFF"}),
+    )
+    .await;
+    assert_eq!(down["ok"], json!(false));
+    let reason = down["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the MQTT broker is not reachable"),
+        "{reason}"
+    );
+
+    // It comes back: the bridge reconnects, resubscribes, and works.
+    let _broker = Mosquitto::start(dir.path(), port);
+    eventually("reconnected", || state.is_connected()).await;
+    let again = call(
+        &vessel,
+        "device__living_room_light__set_light",
+        json!({"state": "OFF"}),
+    )
+    .await;
+    assert_eq!(again["ok"], json!(true), "{again}");
+    bridge.abort();
+}
