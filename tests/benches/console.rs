@@ -11,7 +11,7 @@
 //!
 //! Run with `cargo xtask bench console` (or `cargo bench -p dk-tests
 //! --bench console`); needs Debian's chromium and chromium-driver
-//! (`cargo xtask browser`). Times are reported, never asserted on.
+//! (`cargo xtask peers`). Times are reported, never asserted on.
 
 #[path = "../it/browser.rs"]
 #[allow(

@@ -4,7 +4,7 @@
 //!
 //! `chromedriver` is found through `DK_CHROMEDRIVER` or `PATH`, Chromium
 //! through `DK_CHROMIUM` or `/usr/bin/chromium`; `cargo xtask ci` installs
-//! both (`xtask/src/browser.rs`).
+//! both (`xtask/src/peers.rs`).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -37,7 +37,7 @@ fn find(variable: &str, name: &str, fallback: &str) -> PathBuf {
     let path = on_path.unwrap_or_else(|| PathBuf::from(fallback));
     assert!(
         path.is_file(),
-        "no {name}: install Debian's chromium and chromium-driver (`cargo xtask browser` does), \
+        "no {name}: install Debian's chromium and chromium-driver (`cargo xtask peers` does), \
          or name it with {variable}"
     );
     path

@@ -11,8 +11,8 @@ use std::process::Command;
 use crate::run::{Stream, cargo, describe, status, tee};
 use crate::{TaskError, TaskResult};
 
-/// Runs the CI steps: format check, clippy, the browser the console's
-/// tests drive (`browser.rs`), tests (with doc tests), the Python client
+/// Runs the CI steps: format check, clippy, the real peers the tests
+/// drive (`peers.rs`: a browser, an MQTT broker), tests (with doc tests), the Python client
 /// tests, docs, the public API snapshots (`api.rs`).
 pub fn run() -> TaskResult {
     status("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -28,7 +28,7 @@ pub fn run() -> TaskResult {
             "warnings",
         ]),
     )?;
-    crate::browser::ensure()?;
+    crate::peers::ensure()?;
     let temp = TestTemp::new()?;
     let totals = test(
         cargo()

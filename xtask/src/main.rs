@@ -9,9 +9,9 @@
 
 mod api;
 mod bench;
-mod browser;
 mod ci;
 mod fuzz;
+mod peers;
 mod python;
 mod run;
 
@@ -22,7 +22,7 @@ const HELP: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  ci                       what CI runs: fmt check, clippy, the browser, tests, python
+  ci                       what CI runs: fmt check, clippy, the peers, tests, python
                            client tests,
                            docs, the public API snapshots (fails fast)
   api [--bless]            compare every library crate's public items (from rustdoc)
@@ -32,8 +32,9 @@ tasks:
                            run the divan benchmarks of dk-proto, dk-policy, dk-store,
                            dk-core and dk-vessel, then print their medians (and write
                            them to FILE as JSON)
-  browser                  install Debian's chromium and chromium-driver (the console's
-                           browser tests need them) when they are missing
+  peers                    install Debian's chromium, chromium-driver and mosquitto (the
+                           console's browser tests and the MQTT bridge's tests drive
+                           them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
@@ -63,7 +64,7 @@ fn main() -> ExitCode {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
         "api" => api::run(rest),
         "bench" => bench::run(rest),
-        "browser" => no_arguments("browser", rest).and_then(|()| browser::ensure()),
+        "peers" => no_arguments("peers", rest).and_then(|()| peers::ensure()),
         "fuzz" => fuzz::run(rest),
         "python" => python::run(rest),
         "help" | "-h" | "--help" => {

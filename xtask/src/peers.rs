@@ -1,7 +1,8 @@
-//! `cargo xtask browser`: makes sure the console's browser tests have their
-//! browser, Debian's `chromium` and `chromium-driver`, installing them
-//! with apt when they are missing (as root, or through `sudo -n`). `cargo
-//! xtask ci` runs it before the tests. Browsers downloaded by other
+//! `cargo xtask peers`: makes sure the tests have the real peers they
+//! drive, from Debian's packages: `chromium` and `chromium-driver` (the
+//! console's browser tests) and `mosquitto` (the MQTT bridge's broker),
+//! installing what is missing with apt (as root, or through `sudo -n`).
+//! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
 
 use std::path::Path;
@@ -10,16 +11,20 @@ use std::process::Command;
 use crate::run::status;
 use crate::{TaskError, TaskResult};
 
-/// Debian's packages holding the browser and its WebDriver.
-const PACKAGES: [&str; 2] = ["chromium", "chromium-driver"];
+/// Debian's packages: the browser, its WebDriver, the MQTT broker.
+const PACKAGES: [&str; 3] = ["chromium", "chromium-driver", "mosquitto"];
 
-/// Where the packages put the two programs.
-const PROGRAMS: [&str; 2] = ["/usr/bin/chromium", "/usr/bin/chromedriver"];
+/// Where the packages put the programs the tests run.
+const PROGRAMS: [&str; 3] = [
+    "/usr/bin/chromium",
+    "/usr/bin/chromedriver",
+    "/usr/sbin/mosquitto",
+];
 
-/// Installs the browser when it is missing.
+/// Installs the peers that are missing.
 pub fn ensure() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) {
-        println!("==> browser: chromium and chromedriver are installed");
+        println!("==> peers: chromium, chromedriver and mosquitto are installed");
         return Ok(());
     }
     let root = Command::new("id")
@@ -38,7 +43,7 @@ pub fn ensure() -> TaskResult {
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         command
     };
-    status("browser: apt-get update", &mut apt(&["update", "-q"]))?;
+    status("peers: apt-get update", &mut apt(&["update", "-q"]))?;
     let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
     install.args(PACKAGES);
     status(
