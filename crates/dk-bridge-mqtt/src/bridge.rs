@@ -37,6 +37,9 @@ pub enum BridgeError {
     /// The broker URL is not `mqtt://host[:port]`.
     #[error("`{0}` is not an mqtt://host[:port] URL")]
     BrokerUrl(String),
+    /// The broker refused or dropped the connection.
+    #[error("the MQTT broker: {0}")]
+    Broker(String),
     /// A device could not be defined.
     #[error("device `{device}`: {why}")]
     Device {
@@ -84,7 +87,7 @@ impl BrokerState {
 }
 
 /// `mqtt://host[:port]` as host and port (1883 by default).
-fn broker_address(url: &str) -> Result<(String, u16), BridgeError> {
+pub(crate) fn broker_address(url: &str) -> Result<(String, u16), BridgeError> {
     let bad = || BridgeError::BrokerUrl(url.to_owned());
     let rest = url.strip_prefix("mqtt://").ok_or_else(bad)?;
     let rest = rest.trim_end_matches('/');
@@ -340,12 +343,18 @@ impl Actuate {
         };
         // Listen before publishing, so a fast confirmation is not missed.
         let mut changes = self.changes.subscribe();
+        // A payload that is one string goes as its text (`ON` for Tasmota's
+        // `cmnd/.../POWER`); anything else as JSON.
+        let wire = match &payload {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
         self.client
             .publish(
                 self.map.command_topic.clone(),
                 QoS::AtLeastOnce,
                 false,
-                payload.to_string(),
+                wire,
             )
             .await
             .map_err(|e| HandlerError::new(format!("cannot publish: {e}")))?;

@@ -210,6 +210,30 @@ impl BridgeConfig {
     }
 }
 
+/// `value` as TOML: strings in JSON's escapes (which TOML's basic strings
+/// read the same), objects as inline tables with quoted keys.
+fn toml_value(value: &Value) -> String {
+    match value {
+        Value::Object(fields) => {
+            let inner: Vec<String> = fields
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("{} = {}", Value::from(k.as_str()), toml_value(v)))
+                .collect();
+            format!("{{ {} }}", inner.join(", "))
+        }
+        Value::Array(items) => {
+            let inner: Vec<String> = items
+                .iter()
+                .filter(|v| !v.is_null())
+                .map(toml_value)
+                .collect();
+            format!("[{}]", inner.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
 /// A topic a mapping may name: not empty, no wildcard, no NUL, at most
 /// 1,024 bytes.
 fn plain_topic(topic: &str) -> Result<(), String> {
@@ -249,6 +273,41 @@ impl DeviceMap {
             "capabilities": capabilities,
         });
         dk_proto::validate_manifest(&manifest).map_err(|e| e.to_string())
+    }
+
+    /// The mapping as a `[[device]]` of the configuration file.
+    pub fn to_toml(&self) -> String {
+        let line = |key: &str, value: &Value| format!("{key} = {}\n", toml_value(value));
+        let mut out = String::from("\n[[device]]\n");
+        out.push_str(&line("id", &json!(self.id)));
+        out.push_str(&line("name", &json!(self.name)));
+        out.push_str(&line("kind", &json!(self.kind)));
+        out.push_str(&line("stateTopic", &json!(self.state_topic)));
+        for sensor in &self.sensor {
+            out.push_str("\n[[device.sensor]]\n");
+            out.push_str(&line("name", &json!(sensor.name)));
+            out.push_str(&line("description", &json!(sensor.description)));
+            if let Some(path) = &sensor.path {
+                out.push_str(&line("path", &json!(path)));
+            }
+        }
+        for actuator in &self.actuator {
+            out.push_str("\n[[device.actuator]]\n");
+            out.push_str(&line("name", &json!(actuator.name)));
+            out.push_str(&line("description", &json!(actuator.description)));
+            out.push_str(&line("commandTopic", &json!(actuator.command_topic)));
+            out.push_str(&line("payload", &actuator.payload));
+            if let Some(expect) = &actuator.expect {
+                out.push_str(&line("expect", expect));
+            }
+            if let Some(params) = &actuator.params {
+                out.push_str(&line("params", params));
+            }
+            if actuator.confirm {
+                out.push_str("confirm = true\n");
+            }
+        }
+        out
     }
 
     /// Where its key is kept.

@@ -17,6 +17,7 @@
 
 mod bridge;
 mod config;
+pub mod discover;
 mod template;
 
 pub use bridge::{

@@ -3,7 +3,10 @@
 //! JSON value (a string stays a string, with its quotes and escapes), so
 //! an input can never add a key, close a string or change the payload's
 //! structure. A placeholder whose input was not given is left out with its
-//! key (or its array element). Nothing else is substituted.
+//! key (or its array element). Nothing else is substituted. A payload that
+//! fills to a single string is published as that text (Tasmota's
+//! `cmnd/<device>/POWER` takes `ON`): the whole payload is then the value,
+//! with no structure around it to break.
 
 use serde_json::{Map, Value};
 

@@ -19,6 +19,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod admin_cmd;
 mod agents_cmd;
 mod audit_cmd;
+mod bridge_cmd;
 mod demo_cmd;
 mod home;
 mod input;
@@ -64,6 +65,9 @@ enum Command {
     /// Simulated devices.
     #[command(subcommand)]
     Device(DeviceCommand),
+    /// Bridges that bring devices speaking other protocols to a vessel.
+    #[command(subcommand)]
+    Bridge(bridge_cmd::BridgeCommand),
     /// The audit log of a vessel: tail it, verify its hash chain.
     #[command(subcommand)]
     Audit(audit_cmd::AuditCommand),
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
         Command::Tools(args) => tools_cmd::run(&args),
         Command::Demo => demo_cmd::run(),
         Command::Audit(command) => audit_cmd::run(command),
+        Command::Bridge(command) => bridge_cmd::run(command),
         Command::Device(DeviceCommand::Simulate(args)) => simulate_cmd::run(&args),
         Command::Vessel(args) => vessel_cmd::run(&args),
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),

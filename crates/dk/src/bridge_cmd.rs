@@ -1,0 +1,183 @@
+//! `dk bridge mqtt`: runs the MQTT bridge (dk-bridge-mqtt) against a
+//! broker and a vessel, printing each bridged device's pairing code for the
+//! person to compare with the vessel's prompt.
+//!
+//! The broker's user and password come from `DK_MQTT_USERNAME` and
+//! `DK_MQTT_PASSWORD`, or from `--credentials-file` (a private file of two
+//! lines: user, then password), never from the command line, where other
+//! users of the machine could read them.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use dk_bridge_mqtt::{BridgeConfig, BrokerState, run_bridge};
+
+use crate::input::printable;
+
+/// `dk bridge`.
+#[derive(Subcommand)]
+pub enum BridgeCommand {
+    /// Bridge MQTT devices (Zigbee2MQTT, Tasmota, Home Assistant discovery)
+    /// to a vessel: each mapped device pairs, is granted and is audited
+    /// like any other.
+    Mqtt(MqttArgs),
+}
+
+/// Arguments of `dk bridge mqtt`.
+#[derive(Args)]
+pub struct MqttArgs {
+    /// Only propose a mapping from Home Assistant discovery.
+    #[command(subcommand)]
+    pub action: Option<MqttAction>,
+    /// The broker: `mqtt://host[:port]` (no user or password here).
+    #[arg(
+        long,
+        value_name = "URL",
+        global = true,
+        default_value = "mqtt://127.0.0.1:1883"
+    )]
+    pub broker: String,
+    /// The mapping of MQTT devices to dk devices (TOML, docs/BRIDGE-MQTT.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The vessel's device route.
+    #[arg(long, value_name = "URL", default_value = "ws://127.0.0.1:7777/device")]
+    pub vessel: String,
+    /// A file holding the broker's user and password, one per line (mode
+    /// 0600). [default: DK_MQTT_USERNAME and DK_MQTT_PASSWORD, if set]
+    #[arg(long, value_name = "FILE", global = true)]
+    pub credentials_file: Option<PathBuf>,
+}
+
+/// What `dk bridge mqtt` does instead of bridging.
+#[derive(Subcommand)]
+pub enum MqttAction {
+    /// Read Home Assistant discovery configs (`homeassistant/.../config`)
+    /// and print a proposed mapping to review and keep; nothing is bridged.
+    Discover {
+        /// How long to listen for retained configs, in milliseconds.
+        #[arg(long, default_value_t = 3000)]
+        wait_ms: u64,
+    },
+}
+
+/// Runs `dk bridge ...`.
+pub fn run(command: BridgeCommand) -> ExitCode {
+    match command {
+        BridgeCommand::Mqtt(args) => match mqtt(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {}", printable(&e));
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// The broker's credentials: from the file, else the environment.
+fn credentials(file: Option<&Path>) -> Result<Option<(String, String)>, String> {
+    if let Some(path) = file {
+        let text = dk_vessel::store::private::read_private_file(path)
+            .map_err(|e| format!("the credentials file is refused: {e}"))?;
+        let text =
+            String::from_utf8(text).map_err(|_| format!("`{}` is not text", path.display()))?;
+        let mut lines = text.lines();
+        return match (lines.next(), lines.next()) {
+            (Some(user), Some(password)) if !user.is_empty() => {
+                Ok(Some((user.to_owned(), password.to_owned())))
+            }
+            _ => Err(format!(
+                "`{}` must hold the user on its first line and the password on its second",
+                path.display()
+            )),
+        };
+    }
+    match (
+        std::env::var("DK_MQTT_USERNAME"),
+        std::env::var("DK_MQTT_PASSWORD"),
+    ) {
+        (Ok(user), Ok(password)) => Ok(Some((user, password))),
+        (Ok(_), Err(_)) | (Err(_), Ok(_)) => {
+            Err("set both DK_MQTT_USERNAME and DK_MQTT_PASSWORD, or neither".to_owned())
+        }
+        _ => Ok(None),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+fn mqtt(args: &MqttArgs) -> Result<(), String> {
+    let credentials = credentials(args.credentials_file.as_deref())?;
+    if let Some(MqttAction::Discover { wait_ms }) = &args.action {
+        let wait = std::time::Duration::from_millis(*wait_ms);
+        let found = runtime()?
+            .block_on(dk_bridge_mqtt::discover::discover(
+                &args.broker,
+                credentials,
+                wait,
+            ))
+            .map_err(|e| e.to_string())?;
+        print!("{}", dk_bridge_mqtt::discover::to_toml(&found));
+        eprintln!(
+            "{} devices proposed, {} configs skipped; nothing is bridged until you keep a mapping and run `dk bridge mqtt --config FILE`",
+            found.devices.len(),
+            found.skipped
+        );
+        return Ok(());
+    }
+    let Some(path) = &args.config else {
+        return Err(
+            "name the mapping with --config FILE (`dk bridge mqtt discover` proposes one)"
+                .to_owned(),
+        );
+    };
+    let config = BridgeConfig::load(path).map_err(|e| {
+        format!(
+            "the bridge configuration `{}` is refused: {e}",
+            path.display()
+        )
+    })?;
+    println!("dk bridge mqtt");
+    println!("  broker               {}", args.broker);
+    println!("  vessel               {}", args.vessel);
+    for device in &config.device {
+        println!(
+            "  device               {} ({}), state on `{}`",
+            device.id,
+            printable(&device.name),
+            printable(&device.state_topic)
+        );
+    }
+    if config.device.is_empty() {
+        println!("  no device is mapped: nothing is bridged");
+    }
+    let runtime = runtime()?;
+    let state = Arc::new(BrokerState::default());
+    let on_code: dk_bridge_mqtt::CodeHook = Arc::new(|id: &str, code: &str| {
+        println!("[{id}] pairing code {code}: pair only if the vessel shows the same");
+    });
+    runtime.block_on(async {
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        run_bridge(
+            config,
+            args.broker.clone(),
+            credentials,
+            args.vessel.clone(),
+            on_code,
+            state,
+            stop,
+        )
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
