@@ -59,9 +59,6 @@ pub struct BridgeConfig {
 pub struct BrokerConfig {
     /// How long an actuator waits for confirmation (milliseconds).
     pub confirm_timeout_ms: Option<u64>,
-    /// A PEM file of the CA that signs the broker's certificate (for
-    /// `mqtts://`).
-    pub ca_file: Option<PathBuf>,
 }
 
 /// One MQTT device, as one dk device.
@@ -76,7 +73,7 @@ pub struct DeviceMap {
     pub kind: String,
     /// Where the device publishes its state (JSON).
     pub state_topic: String,
-    /// The device's dk/2 key file. [default: `.dk/<id>.key`]
+    /// The device's dk/2 key file (default: `.dk/<id>.key`).
     pub key_file: Option<PathBuf>,
     /// Sensors: read from the last state.
     #[serde(default)]

@@ -72,20 +72,28 @@ impl Drop for Mosquitto {
 /// A Zigbee2MQTT-style light: takes `{state, brightness}` on its `set`
 /// topic and publishes its whole state, retained.
 fn fake_light(port: u16) {
-    let mut options = MqttOptions::new("fake-light", "127.0.0.1", port);
+    fake_device(port, "lamp", json!({"state": "OFF", "brightness": 0}));
+}
+
+/// A Zigbee2MQTT-style device `zigbee2mqtt/<name>`: merges what comes on
+/// its `set` topic into its state and publishes the whole state, retained.
+fn fake_device(port: u16, name: &'static str, initial: Value) {
+    let mut options = MqttOptions::new(format!("fake-{name}"), "127.0.0.1", port);
     options.set_keep_alive(Duration::from_secs(5));
     let (client, mut eventloop) = AsyncClient::new(options, 64);
-    let state = Arc::new(Mutex::new(json!({"state": "OFF", "brightness": 0})));
+    let state = Arc::new(Mutex::new(initial));
+    let (state_topic, set_topic) = (
+        format!("zigbee2mqtt/{name}"),
+        format!("zigbee2mqtt/{name}/set"),
+    );
     tokio::spawn(async move {
         loop {
             match eventloop.poll().await {
                 Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                    let _ = client
-                        .subscribe("zigbee2mqtt/lamp/set", QoS::AtLeastOnce)
-                        .await;
+                    let _ = client.subscribe(set_topic.clone(), QoS::AtLeastOnce).await;
                     let now = state.lock().unwrap().to_string();
                     let _ = client
-                        .publish("zigbee2mqtt/lamp", QoS::AtLeastOnce, true, now)
+                        .publish(state_topic.clone(), QoS::AtLeastOnce, true, now)
                         .await;
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
@@ -100,7 +108,7 @@ fn fake_light(port: u16) {
                         state.to_string()
                     };
                     let _ = client
-                        .publish("zigbee2mqtt/lamp", QoS::AtLeastOnce, true, now)
+                        .publish(state_topic.clone(), QoS::AtLeastOnce, true, now)
                         .await;
                 }
                 Ok(_) => {}
@@ -160,11 +168,68 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 async fn call(vessel: &Vessel, tool: &str, input: Value) -> Value {
-    let outcome = vessel
-        .adapter()
-        .execute(tool, input, CallContext::default())
-        .await;
+    let ctx = CallContext {
+        approver: Some(vessel.person().as_ref()),
+        ..CallContext::default()
+    };
+    let outcome = vessel.adapter().execute(tool, input, ctx).await;
     serde_json::to_value(outcome).unwrap()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A vessel with `rules`, serving devices on loopback: it and its URL.
+async fn vessel_with(rules: &str) -> (Arc<Vessel>, String) {
+    let vessel = Vessel::new(PolicySet::from_yaml_str(rules).unwrap(), Limits::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    tokio::spawn(serve_devices(
+        listener,
+        Arc::clone(&vessel),
+        std::future::pending(),
+    ));
+    (vessel, url)
+}
+
+/// Answers the next pairing, granting everything its device declares.
+async fn pair_all(vessel: &Vessel) -> String {
+    eventually("a pairing request", || {
+        vessel
+            .person()
+            .pending()
+            .iter()
+            .any(|p| matches!(p.prompt, Prompt::Consent(_)))
+    })
+    .await;
+    let prompt = vessel
+        .person()
+        .pending()
+        .into_iter()
+        .find(|p| matches!(p.prompt, Prompt::Consent(_)))
+        .unwrap();
+    let Prompt::Consent(request) = prompt.prompt else {
+        unreachable!()
+    };
+    let all: Vec<String> = request
+        .capabilities
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    vessel
+        .person()
+        .answer_consent(prompt.id, ConsentDecision::approve(all))
+        .unwrap();
+    eventually("connected", || {
+        vessel.links().is_connected(&request.device_id)
+    })
+    .await;
+    request.device_id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,5 +353,181 @@ async fn a_bridged_light_is_paired_switched_confirmed_and_survives_the_broker() 
     )
     .await;
     assert_eq!(again["ok"], json!(true), "{again}");
+    bridge.abort();
+}
+
+const LOCK_AND_THERMOSTAT: &str = r#"
+[broker]
+confirmTimeoutMs = 3000
+
+[[device]]
+id = "front-door"
+name = "Front door"
+kind = "lock"
+stateTopic = "zigbee2mqtt/door"
+
+[[device.sensor]]
+name = "read_lock"
+description = "Whether the door is locked."
+path = "state"
+
+[[device.actuator]]
+name = "unlock"
+description = "Unlock the front door."
+commandTopic = "zigbee2mqtt/door/set"
+payload = { state = "UNLOCK" }
+confirm = true
+
+[[device]]
+id = "thermostat"
+name = "Hall thermostat"
+kind = "climate"
+stateTopic = "zigbee2mqtt/thermostat"
+
+[[device.actuator]]
+name = "set_target"
+description = "Set the target temperature."
+commandTopic = "zigbee2mqtt/thermostat/set"
+payload = { current_heating_setpoint = "{target}" }
+params = { target = { type = "number", required = true } }
+"#;
+
+const THERMOSTAT_RULE: &str = r#"
+version: 1
+policies:
+  - name: thermostat-range
+    action: device_use
+    condition: "deviceId equals thermostat and capability equals set_target and input.target > 25"
+    decision: block
+    message: "Keep the thermostat at 25 or below"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_unlock_waits_for_the_person_a_rule_holds_the_thermostat_and_a_flood_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Mosquitto::start(dir.path(), port);
+    fake_device(port, "door", json!({"state": "LOCK"}));
+    fake_device(
+        port,
+        "thermostat",
+        json!({"current_heating_setpoint": 20, "local_temperature": 19.5}),
+    );
+    let (vessel, device_url) = vessel_with(THERMOSTAT_RULE).await;
+    let mut config = BridgeConfig::parse(LOCK_AND_THERMOSTAT).unwrap();
+    for device in &mut config.device {
+        device.key_file = Some(dir.path().join(format!("{}.key", device.id)));
+    }
+    let state = Arc::new(BrokerState::default());
+    let bridge = tokio::spawn(run_bridge(
+        config,
+        format!("mqtt://127.0.0.1:{port}"),
+        None,
+        device_url,
+        Arc::new(|_: &str, _: &str| {}),
+        Arc::clone(&state),
+        std::future::pending(),
+    ));
+    let mut paired = vec![pair_all(&vessel).await, pair_all(&vessel).await];
+    paired.sort();
+    assert_eq!(paired, ["front-door", "thermostat"]);
+    eventually("the retained states", || {
+        state.state("zigbee2mqtt/door").is_some() && state.state("zigbee2mqtt/thermostat").is_some()
+    })
+    .await;
+
+    // Unlock asks the person; nothing is published before the yes.
+    let unlocking = {
+        let vessel = Arc::clone(&vessel);
+        tokio::spawn(async move { call(&vessel, "device__front_door__unlock", json!({})).await })
+    };
+    eventually("the person is asked", || {
+        vessel
+            .person()
+            .pending()
+            .iter()
+            .any(|p| matches!(p.prompt, Prompt::Approval(_)))
+    })
+    .await;
+    assert_eq!(
+        state.state("zigbee2mqtt/door"),
+        Some(json!({"state": "LOCK"})),
+        "still locked while the person decides"
+    );
+    let id = vessel.person().pending()[0].id;
+    vessel.person().answer_approval(id, true).unwrap();
+    let unlocked = unlocking.await.unwrap();
+    assert_eq!(unlocked["ok"], json!(true), "{unlocked}");
+    assert_eq!(unlocked["result"]["state"], json!("UNLOCK"));
+
+    // The rule refuses 26 before the bridge hears of it; 22 goes through.
+    let refused = call(
+        &vessel,
+        "device__thermostat__set_target",
+        json!({"target": 26}),
+    )
+    .await;
+    assert_eq!(refused["ok"], json!(false));
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("Keep the thermostat at 25 or below"),
+        "{refused}"
+    );
+    assert_eq!(
+        state.state("zigbee2mqtt/thermostat").unwrap()["current_heating_setpoint"],
+        json!(20)
+    );
+    let set = call(
+        &vessel,
+        "device__thermostat__set_target",
+        json!({"target": 22}),
+    )
+    .await;
+    assert_eq!(set["ok"], json!(true), "{set}");
+
+    // 10,000 state messages at full speed: the bridge keeps answering.
+    let mut options = MqttOptions::new("flood", "127.0.0.1", port);
+    options.set_inflight(1000);
+    let (client, mut eventloop) = AsyncClient::new(options, 1000);
+    let flood = tokio::spawn(async move {
+        for n in 0..10_000 {
+            let state = json!({"state": if n % 2 == 0 { "LOCK" } else { "UNLOCK" }, "n": n});
+            client
+                .publish(
+                    "zigbee2mqtt/door",
+                    QoS::AtMostOnce,
+                    false,
+                    state.to_string(),
+                )
+                .await
+                .unwrap();
+        }
+        client.disconnect().await.unwrap();
+    });
+    let started = Instant::now();
+    while eventloop.poll().await.is_ok() {}
+    flood.await.unwrap();
+    let sent_in = started.elapsed();
+    let before = state.received.load(std::sync::atomic::Ordering::Relaxed);
+    eventually("the flood is read", || {
+        state.received.load(std::sync::atomic::Ordering::Relaxed) >= before
+            && state
+                .state("zigbee2mqtt/door")
+                .and_then(|s| s.get("n").cloned())
+                == Some(json!(9999))
+    })
+    .await;
+    eprintln!("flood: 10,000 state messages sent in {sent_in:?}");
+    let read = call(&vessel, "device__front_door__read_lock", json!({})).await;
+    assert_eq!(read["ok"], json!(true), "{read}");
+    let set = call(
+        &vessel,
+        "device__thermostat__set_target",
+        json!({"target": 21}),
+    )
+    .await;
+    assert_eq!(set["ok"], json!(true), "{set}");
     bridge.abort();
 }
