@@ -14,7 +14,7 @@ use crate::run::{Stream, cargo, describe, tee};
 use crate::{TaskError, TaskResult};
 
 /// The packages whose benchmarks run.
-const PACKAGES: [&str; 7] = [
+const PACKAGES: [&str; 8] = [
     "dk-proto",
     "dk-policy",
     "dk-channel",
@@ -22,11 +22,12 @@ const PACKAGES: [&str; 7] = [
     "dk-core",
     "dk-vessel",
     "dk-tests",
+    "dk",
 ];
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 5] = ["e2e/", "idle/", "store/", "durable/", "console/"];
+const REPORT_PREFIXES: [&str; 6] = ["e2e/", "idle/", "store/", "durable/", "console/", "bridge/"];
 
 /// Open files the benches need: the idle-devices bench holds 1,000 device
 /// connections in its own process and in the vessel it starts.

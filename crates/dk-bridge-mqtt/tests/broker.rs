@@ -531,3 +531,61 @@ async fn the_locks_unlock_waits_for_the_person_a_rule_holds_the_thermostat_and_a
     assert_eq!(set["ok"], json!(true), "{set}");
     bridge.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_reads_retained_configs_from_the_broker_and_bridges_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Mosquitto::start(dir.path(), port);
+    let device = json!({"identifiers": ["zigbee2mqtt_0xa1"], "name": "Front door"});
+    let configs = [
+        (
+            "homeassistant/lock/0xa1/lock/config",
+            json!({"name": "Front door", "state_topic": "zigbee2mqtt/front_door",
+                   "command_topic": "zigbee2mqtt/front_door/set", "device": device})
+            .to_string()
+            .into_bytes(),
+        ),
+        (
+            "homeassistant/light/0xa2/light/config",
+            json!({"name": "Hall\u{1b}[31m light\u{202e}", "state_topic": "zigbee2mqtt/hall",
+                   "command_topic": "zigbee2mqtt/hall/set", "schema": "json"})
+            .to_string()
+            .into_bytes(),
+        ),
+        ("homeassistant/switch/0xa3/switch/config", b"{oops".to_vec()),
+    ];
+    let options = MqttOptions::new("publisher", "127.0.0.1", port);
+    let (client, mut eventloop) = AsyncClient::new(options, 16);
+    for (topic, payload) in configs {
+        client
+            .publish(topic, QoS::AtLeastOnce, true, payload)
+            .await
+            .unwrap();
+    }
+    let mut acked = 0;
+    while acked < 3 {
+        if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
+            acked += 1;
+        }
+    }
+    let found = dk_bridge_mqtt::discover::discover(
+        &format!("mqtt://127.0.0.1:{port}"),
+        None,
+        Duration::from_millis(1500),
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.devices.len(), 2);
+    assert_eq!(found.skipped, 1);
+    let hall = found.devices.iter().find(|d| d.kind == "light").unwrap();
+    assert_eq!(hall.name, "Hall[31m light");
+    let lock = found.devices.iter().find(|d| d.kind == "lock").unwrap();
+    assert!(
+        lock.actuator
+            .iter()
+            .any(|a| a.name == "unlock_lock" && a.confirm)
+    );
+    let proposal = dk_bridge_mqtt::discover::to_toml(&found);
+    assert_eq!(BridgeConfig::parse(&proposal).unwrap().device.len(), 2);
+}
