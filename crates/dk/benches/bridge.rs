@@ -283,7 +283,7 @@ async fn run() -> Result<(), BoxError> {
                     )
                     .await;
                 let outcome = serde_json::to_value(outcome)?;
-                if outcome["ok"] != json!(true) {
+                if outcome.get("ok") != Some(&json!(true)) {
                     return Err(format!("the call failed: {outcome}").into());
                 }
                 bridged.push(begun.elapsed());

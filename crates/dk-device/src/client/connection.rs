@@ -24,6 +24,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+
+/// The WebSocket read buffer a connection starts with (8 KiB).
+const READ_BUFFER_BYTES: usize = 8 * 1024;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::error::ClientError;
@@ -100,7 +103,11 @@ pub async fn connect_once(
         Channel::V1 => MAX_MESSAGE_BYTES,
         Channel::Dk2 => MAX_SECURE_MESSAGE,
     };
+    // tungstenite's read buffer starts at 128 KiB a connection; a device's
+    // frames are small, and a bridge holds hundreds of connections. The
+    // buffer still grows for a larger message.
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(Some(max_message))
         .max_frame_size(Some(max_message));
     let mut request = {
