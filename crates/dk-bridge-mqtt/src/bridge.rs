@@ -39,6 +39,9 @@ pub enum BridgeError {
     /// The broker URL is not `mqtt://host[:port]`.
     #[error("`{0}` is not an mqtt://host[:port] URL")]
     BrokerUrl(String),
+    /// The TLS configuration for `mqtts://` could not be made.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The broker refused or dropped the connection.
     #[error("the MQTT broker: {0}")]
     Broker(String),
@@ -88,21 +91,81 @@ impl BrokerState {
     }
 }
 
-/// `mqtt://host[:port]` as host and port (1883 by default).
-pub(crate) fn broker_address(url: &str) -> Result<(String, u16), BridgeError> {
+/// Where the broker is: host, port, and whether to speak TLS.
+pub(crate) struct BrokerAddress {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) tls: bool,
+}
+
+/// `mqtt://host[:port]` (1883 by default) or `mqtts://host[:port]` (TLS,
+/// 8883 by default); a user or password in the URL is refused.
+pub(crate) fn broker_address(url: &str) -> Result<BrokerAddress, BridgeError> {
     let bad = || BridgeError::BrokerUrl(url.to_owned());
-    let rest = url.strip_prefix("mqtt://").ok_or_else(bad)?;
+    let (rest, tls) = match (url.strip_prefix("mqtt://"), url.strip_prefix("mqtts://")) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        (None, None) => return Err(bad()),
+    };
     let rest = rest.trim_end_matches('/');
     if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
         return Err(bad());
     }
-    match rest.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') || host.starts_with('[') => {
-            let port = port.parse().map_err(|_| bad())?;
-            Ok((host.trim_matches(['[', ']']).to_owned(), port))
+    let default = if tls { 8883 } else { 1883 };
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') || host.starts_with('[') => (
+            host.trim_matches(['[', ']']).to_owned(),
+            port.parse().map_err(|_| bad())?,
+        ),
+        _ => (rest.to_owned(), default),
+    };
+    Ok(BrokerAddress { host, port, tls })
+}
+
+/// The TLS client configuration for `mqtts://`: the certificates of
+/// `ca_file`, else the platform's roots; ring as the provider.
+pub(crate) fn tls_config(
+    ca_file: Option<&std::path::Path>,
+) -> Result<rustls::ClientConfig, BridgeError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let refused = |why: String| BridgeError::Tls(why);
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| refused(format!("cannot read `{}`: {e}", path.display())))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| refused(format!("not a PEM certificate: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| refused(format!("a certificate rustls cannot use: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(refused(format!(
+                    "`{}` holds no certificate",
+                    path.display()
+                )));
+            }
         }
-        _ => Ok((rest.to_owned(), 1883)),
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(refused(
+                    "the platform has no root certificates; name the broker's CA with caFile"
+                        .to_owned(),
+                ));
+            }
+        }
     }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| refused(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// The value at a dot-separated `path` in `state`.
@@ -138,11 +201,17 @@ pub async fn run_bridge(
     state: Arc<BrokerState>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BridgeError> {
-    let (host, port) = broker_address(&broker_url)?;
+    let address = broker_address(&broker_url)?;
     let mut suffix = [0u8; 6];
     rand::Rng::fill(&mut rand::rng(), &mut suffix);
     let id: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
-    let mut options = MqttOptions::new(format!("dk-bridge-{id}"), host, port);
+    let mut options = MqttOptions::new(format!("dk-bridge-{id}"), address.host, address.port);
+    if address.tls {
+        let tls = tls_config(config.broker.ca_file.as_deref())?;
+        options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(
+            Arc::new(tls),
+        )));
+    }
     options.set_keep_alive(Duration::from_secs(15));
     // Read packets well past the largest state kept, so a large one is
     // dropped here and counted; past this the client ends the connection
@@ -437,14 +506,16 @@ mod tests {
 
     #[test]
     fn urls_paths_and_confirmations() {
+        let at = |url: &str| {
+            let a = broker_address(url).unwrap();
+            (a.host, a.port, a.tls)
+        };
         assert_eq!(
-            broker_address("mqtt://127.0.0.1:1884").unwrap(),
-            ("127.0.0.1".to_owned(), 1884)
+            at("mqtt://127.0.0.1:1884"),
+            ("127.0.0.1".to_owned(), 1884, false)
         );
-        assert_eq!(
-            broker_address("mqtt://broker").unwrap(),
-            ("broker".to_owned(), 1883)
-        );
+        assert_eq!(at("mqtt://broker"), ("broker".to_owned(), 1883, false));
+        assert_eq!(at("mqtts://broker"), ("broker".to_owned(), 8883, true));
         for bad in [
             "http://x",
             "mqtt://",

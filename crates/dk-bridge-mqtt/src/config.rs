@@ -59,6 +59,10 @@ pub struct BridgeConfig {
 pub struct BrokerConfig {
     /// How long an actuator waits for confirmation (milliseconds).
     pub confirm_timeout_ms: Option<u64>,
+    /// For `mqtts://`: a PEM file of the certificates that may sign the
+    /// broker's (its CA, or its own certificate). [default: the platform's
+    /// root certificates]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// One MQTT device, as one dk device.

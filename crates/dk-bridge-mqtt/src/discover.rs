@@ -335,8 +335,14 @@ pub async fn discover(
     credentials: Option<(String, String)>,
     wait: Duration,
 ) -> Result<Discovered, BridgeError> {
-    let (host, port) = broker_address(broker_url)?;
-    let mut options = MqttOptions::new("dk-bridge-discover", host, port);
+    let address = broker_address(broker_url)?;
+    let mut options = MqttOptions::new("dk-bridge-discover", address.host, address.port);
+    if address.tls {
+        let tls = crate::bridge::tls_config(None)?;
+        options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(
+            std::sync::Arc::new(tls),
+        )));
+    }
     options.set_max_packet_size(crate::MAX_PACKET_BYTES, 64 * 1024);
     if let Some((user, password)) = credentials {
         options.set_credentials(user, password);

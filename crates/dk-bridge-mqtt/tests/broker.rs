@@ -39,10 +39,15 @@ fn mosquitto_path() -> PathBuf {
 
 impl Mosquitto {
     fn start(dir: &std::path::Path, port: u16) -> Mosquitto {
+        Mosquitto::start_with(dir, port, "")
+    }
+
+    /// With more lines for its listener (TLS files).
+    fn start_with(dir: &std::path::Path, port: u16, extra: &str) -> Mosquitto {
         let conf = dir.join("mosquitto.conf");
         std::fs::write(
             &conf,
-            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"),
+            format!("listener {port} 127.0.0.1\n{extra}allow_anonymous true\npersistence false\n"),
         )
         .unwrap();
         let child = Command::new(mosquitto_path())
@@ -588,4 +593,122 @@ async fn discovery_reads_retained_configs_from_the_broker_and_bridges_nothing() 
     );
     let proposal = dk_bridge_mqtt::discover::to_toml(&found);
     assert_eq!(BridgeConfig::parse(&proposal).unwrap().device.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mqtts_the_broker_is_checked_against_the_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert_file, key_file) = (dir.path().join("broker.pem"), dir.path().join("broker.key"));
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let _broker = Mosquitto::start_with(
+        dir.path(),
+        port,
+        &format!(
+            "certfile {}\nkeyfile {}\n",
+            cert_file.display(),
+            key_file.display()
+        ),
+    );
+    let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
+    let run = |ca_file: Option<PathBuf>, key: &str| {
+        let mut config = BridgeConfig::parse(CONFIG).unwrap();
+        config.broker.ca_file = ca_file;
+        config.device[0].key_file = Some(dir.path().join(key));
+        let state = Arc::new(BrokerState::default());
+        let task = tokio::spawn(run_bridge(
+            config,
+            format!("mqtts://localhost:{port}"),
+            None,
+            device_url.clone(),
+            Arc::new(|_: &str, _: &str| {}),
+            Arc::clone(&state),
+            std::future::pending(),
+        ));
+        (state, task)
+    };
+    // Without the broker's CA the platform's roots do not know it: never
+    // connected, and its device pairs but cannot act.
+    let (state, task) = run(None, "unknown.key");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!state.is_connected(), "an unknown certificate is refused");
+    task.abort();
+    // With it: connected over TLS, and the light works.
+    let (state, task) = run(Some(cert_file.clone()), "light.key");
+    eventually("connected over TLS", || state.is_connected()).await;
+    fake_light_tls(port, &cert_file);
+    pair_all(&vessel).await;
+    eventually("the state over TLS", || {
+        state.state("zigbee2mqtt/lamp").is_some()
+    })
+    .await;
+    let set = call(
+        &vessel,
+        "device__living_room_light__set_light",
+        json!({"state": "ON"}),
+    )
+    .await;
+    assert_eq!(set["ok"], json!(true), "{set}");
+    task.abort();
+}
+
+/// The fake light, over TLS.
+fn fake_light_tls(port: u16, ca: &std::path::Path) {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut options = MqttOptions::new("fake-light-tls", "localhost", port);
+    options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(
+        Arc::new(tls),
+    )));
+    let (client, mut eventloop) = AsyncClient::new(options, 64);
+    tokio::spawn(async move {
+        let mut state = json!({"state": "OFF"});
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let _ = client
+                        .subscribe("zigbee2mqtt/lamp/set", QoS::AtLeastOnce)
+                        .await;
+                    let _ = client
+                        .publish(
+                            "zigbee2mqtt/lamp",
+                            QoS::AtLeastOnce,
+                            true,
+                            state.to_string(),
+                        )
+                        .await;
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    if let Ok(Value::Object(change)) = serde_json::from_slice(&publish.payload) {
+                        for (k, v) in change {
+                            state[k] = v;
+                        }
+                        let _ = client
+                            .publish(
+                                "zigbee2mqtt/lamp",
+                                QoS::AtLeastOnce,
+                                true,
+                                state.to_string(),
+                            )
+                            .await;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    });
 }
