@@ -712,3 +712,124 @@ fn fake_light_tls(port: u16, ca: &std::path::Path) {
         }
     });
 }
+
+/// One JSON-RPC request to `/mcp` over a real socket, as an MCP client
+/// sends it: the answer's JSON (from a JSON body or the SSE `data:` line)
+/// and the session id the server gave, if any.
+async fn mcp(
+    addr: SocketAddr,
+    credential: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (Option<Value>, Option<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nauthorization: Bearer {credential}\r\n\
+         mcp-protocol-version: 2025-06-18\r\nconnection: close\r\ncontent-length: {}\r\n",
+        addr.port(),
+        body.len()
+    );
+    if let Some(session) = session {
+        request.push_str(&format!("mcp-session-id: {session}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let session = answer.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("mcp-session-id: ")
+            .map(|_| l[16..].trim().to_owned())
+    });
+    let json = answer
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("data: ")
+                .or_else(|| l.starts_with('{').then_some(l))
+        })
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("id").is_some());
+    (json, session)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_over_mcp_turns_the_bridged_light_on_and_the_state_confirms() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Mosquitto::start(dir.path(), port);
+    fake_light(port);
+    let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mcp_addr = listener.local_addr().unwrap();
+    tokio::spawn(dk_vessel::mcp::serve_mcp(
+        listener,
+        Arc::clone(&vessel),
+        Arc::clone(vessel.agents()),
+        std::future::pending(),
+    ));
+    let mut config = BridgeConfig::parse(CONFIG).unwrap();
+    config.device[0].key_file = Some(dir.path().join("light.key"));
+    let state = Arc::new(BrokerState::default());
+    tokio::spawn(run_bridge(
+        config,
+        format!("mqtt://127.0.0.1:{port}"),
+        None,
+        device_url,
+        Arc::new(|_: &str, _: &str| {}),
+        Arc::clone(&state),
+        std::future::pending(),
+    ));
+    pair_all(&vessel).await;
+    eventually("the retained state", || {
+        state.state("zigbee2mqtt/lamp").is_some()
+    })
+    .await;
+    let scope = dk_vessel::agents::AgentScope::from_items(["living-room-light"]).unwrap();
+    let (_, credential) = vessel
+        .add_agent("kitchen", scope, dk_vessel::agents::AgentRole::User)
+        .unwrap();
+    let credential = credential.expose().to_owned();
+
+    let (init, session) = mcp(
+        mcp_addr,
+        &credential,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "bridge-test", "version": "1"}}}),
+    )
+    .await;
+    assert!(init.unwrap().get("result").is_some());
+    let session = session.expect("a session");
+    let _ = mcp(
+        mcp_addr,
+        &credential,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    let (called, _) = mcp(
+        mcp_addr,
+        &credential,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "device__living_room_light__set_light", "arguments": {"state": "ON"}}}),
+    )
+    .await;
+    let called = called.unwrap();
+    let result = &called["result"];
+    assert_eq!(result["isError"], json!(false), "{called}");
+    assert_eq!(
+        result["structuredContent"]["state"],
+        json!("ON"),
+        "{called}"
+    );
+    assert_eq!(
+        state.state("zigbee2mqtt/lamp").unwrap()["state"],
+        json!("ON")
+    );
+}
