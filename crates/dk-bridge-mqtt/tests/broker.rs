@@ -284,6 +284,11 @@ async fn a_bridged_light_is_paired_switched_confirmed_and_survives_the_broker() 
         panic!("not a pairing")
     };
     assert_eq!(request.device_id, "living-room-light");
+    // The bridge shows the code it computed, beside the vessel's prompt.
+    eventually("the bridge shows a code", || {
+        !codes.lock().unwrap().is_empty()
+    })
+    .await;
     assert_eq!(
         codes.lock().unwrap()[0].1,
         request.code,
@@ -831,5 +836,127 @@ async fn an_agent_over_mcp_turns_the_bridged_light_on_and_the_state_confirms() {
     assert_eq!(
         state.state("zigbee2mqtt/lamp").unwrap()["state"],
         json!("ON")
+    );
+}
+
+const PLUG_AND_SILENT: &str = r#"
+[broker]
+confirmTimeoutMs = 1500
+
+[[device]]
+id = "plug"
+name = "Coffee plug"
+kind = "switch"
+stateTopic = "stat/plug/RESULT"
+
+[[device.actuator]]
+name = "set_power"
+description = "Switch the plug."
+commandTopic = "cmnd/plug/POWER"
+payload = "{state}"
+expect = { POWER = "{state}" }
+params = { state = { type = "string", required = true } }
+
+[[device]]
+id = "silent"
+name = "Silent switch"
+kind = "switch"
+stateTopic = "silent/state"
+
+[[device.actuator]]
+name = "set"
+description = "Never answers."
+commandTopic = "silent/set"
+payload = { state = "{state}" }
+params = { state = { type = "string", required = true } }
+"#;
+
+/// A Tasmota plug: takes `ON`/`OFF` as text on `cmnd/plug/POWER` and
+/// answers `{"POWER": ...}` on `stat/plug/RESULT`; it records what came.
+fn fake_tasmota(port: u16) -> Arc<Mutex<Vec<Vec<u8>>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&seen);
+    let (client, mut eventloop) =
+        AsyncClient::new(MqttOptions::new("fake-tasmota", "127.0.0.1", port), 64);
+    tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let _ = client.subscribe("cmnd/plug/POWER", QoS::AtLeastOnce).await;
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    keep.lock().unwrap().push(publish.payload.to_vec());
+                    let power = String::from_utf8_lossy(&publish.payload).to_string();
+                    let _ = client
+                        .publish(
+                            "stat/plug/RESULT",
+                            QoS::AtLeastOnce,
+                            false,
+                            json!({ "POWER": power }).to_string(),
+                        )
+                        .await;
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let broker = Mosquitto::start(dir.path(), port);
+    let seen = fake_tasmota(port);
+    let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
+    let mut config = BridgeConfig::parse(PLUG_AND_SILENT).unwrap();
+    for device in &mut config.device {
+        device.key_file = Some(dir.path().join(format!("{}.key", device.id)));
+    }
+    let state = Arc::new(BrokerState::default());
+    tokio::spawn(run_bridge(
+        config,
+        format!("mqtt://127.0.0.1:{port}"),
+        None,
+        device_url,
+        Arc::new(|_: &str, _: &str| {}),
+        Arc::clone(&state),
+        std::future::pending(),
+    ));
+    pair_all(&vessel).await;
+    pair_all(&vessel).await;
+    eventually("connected to the broker", || state.is_connected()).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The payload is one string: sent as its text, confirmed by the JSON
+    // result; an input trying to add structure stays text.
+    let on = call(&vessel, "device__plug__set_power", json!({"state": "ON"})).await;
+    assert_eq!(on["ok"], json!(true), "{on}");
+    assert_eq!(on["result"], json!({"POWER": "ON"}));
+    assert_eq!(seen.lock().unwrap().last().unwrap(), b"ON");
+    let odd = "ON\", \"Backlog\": \"Power OFF";
+    let sent = call(&vessel, "device__plug__set_power", json!({"state": odd})).await;
+    assert_eq!(sent["result"], json!({"POWER": odd}), "{sent}");
+    assert_eq!(seen.lock().unwrap().last().unwrap(), odd.as_bytes());
+
+    // A call waiting for its confirmation when the broker goes away fails
+    // when its time is over, saying the broker went.
+    let waiting = {
+        let vessel = Arc::clone(&vessel);
+        tokio::spawn(
+            async move { call(&vessel, "device__silent__set", json!({"state": "ON"})).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(broker);
+    let failed = waiting.await.unwrap();
+    assert_eq!(failed["ok"], json!(false));
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("did not confirm it within 1500 ms")
+            && reason.contains("the broker went away"),
+        "{reason}"
     );
 }
