@@ -108,12 +108,25 @@ fn the_home_the_data_directory_and_their_files_are_private() {
         address["mcpSocket"],
         json!(data.join("mcp.sock").to_str().unwrap())
     );
-    // Nothing but these: no temporary file left behind.
-    let mut names: Vec<String> = std::fs::read_dir(&home)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
+    // Nothing but these: no temporary file left behind. The head file is
+    // rewritten after commits (through a temporary name, renamed over it),
+    // so one may be seen mid-write: it must be gone a moment later.
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&home)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let deadline = std::time::Instant::now() + crate::process::PATIENCE;
+    let mut names = listing();
+    while names != ["admin-token", "vessel", "vessel.audit-head"]
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        names = listing();
+    }
     assert_eq!(names, ["admin-token", "vessel", "vessel.audit-head"]);
     let head = std::fs::metadata(home.join("vessel.audit-head")).unwrap();
     assert_eq!(head.permissions().mode() & 0o777, 0o600);
