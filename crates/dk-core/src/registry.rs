@@ -882,6 +882,14 @@ impl DeviceRegistry {
             .is_some_and(|e| e.grants.contains(capability))
     }
 
+    /// One paired device with its grants, without reading the others.
+    pub fn snapshot(&self, device_id: &str) -> Option<DeviceSnapshot> {
+        self.read().get(device_id).map(|e| DeviceSnapshot {
+            device: Arc::clone(&e.device),
+            grants: e.grants.iter().cloned().collect(),
+        })
+    }
+
     /// Every paired device with its grants, sorted by id.
     pub fn list(&self) -> Vec<DeviceSnapshot> {
         let mut all: Vec<DeviceSnapshot> = self

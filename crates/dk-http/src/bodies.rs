@@ -10,7 +10,7 @@ use dk_proto::admin as api;
 use crate::agents::Agent;
 use crate::listen::ListenerStats;
 use crate::person::{PendingPrompt, Prompt};
-use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, Difference};
+use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, DeviceSnapshot, Difference};
 use crate::vessel::Vessel;
 
 /// A listener's counters as the admin API shows them.
@@ -127,41 +127,45 @@ fn change_body(change: CapabilityChange) -> api::CapabilityChange {
 
 /// Every paired device as the admin API and the console show it.
 pub(crate) fn device_list(vessel: &Vessel) -> Vec<api::Device> {
-    vessel
-        .registry()
-        .list()
-        .into_iter()
-        .map(|snapshot| {
-            let m = snapshot.device.manifest();
-            let paired_at = snapshot
-                .device
-                .paired_at()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or(Duration::ZERO)
-                .as_millis();
-            api::Device {
-                id: m.id().to_owned(),
-                name: m.name().to_owned(),
-                kind: m.kind().to_owned(),
-                version: m.version().to_owned(),
-                digest: snapshot.device.digest().to_owned(),
-                paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
-                connected: vessel.links().is_connected(m.id()),
-                channel: snapshot.device.channel(),
-                grants: snapshot.grants,
-                capabilities: m
-                    .capabilities()
-                    .iter()
-                    .map(|c| api::DeviceCapability {
-                        name: c.name().to_owned(),
-                        kind: c.kind().as_str().to_owned(),
-                        description: c.description().to_owned(),
-                        confirm: c.confirm(),
-                    })
-                    .collect(),
-            }
-        })
-        .collect()
+    let list = vessel.registry().list();
+    list.into_iter().map(|s| device_body(vessel, s)).collect()
+}
+
+/// One paired device as the admin API and the console show it.
+pub(crate) fn device_one(vessel: &Vessel, id: &str) -> Option<api::Device> {
+    let snapshot = vessel.registry().snapshot(id)?;
+    Some(device_body(vessel, snapshot))
+}
+
+fn device_body(vessel: &Vessel, snapshot: DeviceSnapshot) -> api::Device {
+    let m = snapshot.device.manifest();
+    let paired_at = snapshot
+        .device
+        .paired_at()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis();
+    api::Device {
+        id: m.id().to_owned(),
+        name: m.name().to_owned(),
+        kind: m.kind().to_owned(),
+        version: m.version().to_owned(),
+        digest: snapshot.device.digest().to_owned(),
+        paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
+        connected: vessel.links().is_connected(m.id()),
+        channel: snapshot.device.channel(),
+        grants: snapshot.grants,
+        capabilities: m
+            .capabilities()
+            .iter()
+            .map(|c| api::DeviceCapability {
+                name: c.name().to_owned(),
+                kind: c.kind().as_str().to_owned(),
+                description: c.description().to_owned(),
+                confirm: c.confirm(),
+            })
+            .collect(),
+    }
 }
 
 /// An agent as the admin API shows it: never its credential.

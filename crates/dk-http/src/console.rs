@@ -788,10 +788,7 @@ async fn device_page(
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
     let frame = page(&shared, &signed, Page::Devices);
-    let Some(device) = crate::bodies::device_list(&shared.vessel)
-        .into_iter()
-        .find(|d| d.id == id)
-    else {
+    let Some(device) = crate::bodies::device_one(&shared.vessel, &id) else {
         return refusal_page(StatusCode::NOT_FOUND, "no paired device has that id");
     };
     let mut query = AuditQuery::newest(10);
