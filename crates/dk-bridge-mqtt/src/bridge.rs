@@ -24,6 +24,8 @@ use crate::template::fill;
 
 /// Largest state payload kept (256 KiB); larger ones are dropped.
 pub const MAX_STATE_BYTES: usize = 256 * 1024;
+/// How long a connection must last for the reconnect pause to start over.
+const STABLE: Duration = Duration::from_secs(10);
 /// State topics asked for in one SUBSCRIBE.
 const SUBSCRIBE_CHUNK: usize = 64;
 /// Largest packet read from the broker (2 MiB).
@@ -31,6 +33,12 @@ pub const MAX_PACKET_BYTES: usize = 2 * 1024 * 1024;
 
 /// Tells the person a device's pairing code: `(device id, code)`.
 pub type CodeHook = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// A state heard on a topic, shared by every listener.
+type Change = (Arc<str>, Arc<Value>);
+
+/// State changes kept for listeners that fall behind.
+const CHANGES: usize = 256;
 
 /// Why the bridge could not run.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +68,7 @@ pub enum BridgeError {
 pub struct BrokerState {
     connected: AtomicBool,
     last_error: Mutex<Option<String>>,
-    states: Mutex<HashMap<String, Value>>,
+    states: Mutex<HashMap<String, Arc<Value>>>,
     /// State payloads dropped: not JSON, or too large.
     pub dropped: AtomicU64,
     /// State payloads kept.
@@ -75,6 +83,10 @@ impl BrokerState {
 
     /// The last state seen on `topic`.
     pub fn state(&self, topic: &str) -> Option<Value> {
+        self.last(topic).map(|state| Value::clone(&state))
+    }
+
+    fn last(&self, topic: &str) -> Option<Arc<Value>> {
         self.states
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -168,6 +180,14 @@ pub(crate) fn tls_config(
         .with_no_client_auth())
 }
 
+/// Letters, digits, `_`, `-` and `.`, 1 to 64 of them.
+fn is_word(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 /// The value at a dot-separated `path` in `state`.
 fn at_path<'v>(state: &'v Value, path: Option<&str>) -> Option<&'v Value> {
     let Some(path) = path else {
@@ -227,7 +247,9 @@ pub async fn run_bridge(
     let mut network = rumqttc::NetworkOptions::new();
     network.set_tcp_nodelay(true);
     eventloop.set_network_options(network);
-    let (changes, _) = broadcast::channel::<(String, Value)>(1024);
+    // Changes are shared, never copied per receiver: one state of 256 KiB
+    // is one value however many devices and calls listen.
+    let (changes, _) = broadcast::channel::<Change>(CHANGES);
     let topics: Vec<String> = config
         .device
         .iter()
@@ -240,17 +262,23 @@ pub async fn run_bridge(
         devices.push((map.clone(), device, events));
     }
 
+    let known: HashMap<String, Arc<str>> = topics
+        .iter()
+        .map(|t| (t.clone(), Arc::from(t.as_str())))
+        .collect();
     let connection = {
         let state = Arc::clone(&state);
         let changes = changes.clone();
         let client = client.clone();
         async move {
             let mut pause = Duration::from_millis(100);
+            let mut connected_at: Option<tokio::time::Instant> = None;
+            let mut told = false;
             loop {
                 match eventloop.poll().await {
                     Ok(Event::Incoming(Packet::ConnAck(_))) => {
                         state.connected.store(true, Ordering::Release);
-                        pause = Duration::from_millis(100);
+                        connected_at = Some(tokio::time::Instant::now());
                         // Subscribing from another task: requests wait in
                         // the client's queue, which only this loop drains.
                         let (client, topics) = (client.clone(), topics.clone());
@@ -265,18 +293,24 @@ pub async fn run_bridge(
                         tracing::info!("bridge: connected to the broker");
                     }
                     Ok(Event::Incoming(Packet::Publish(publish))) => {
-                        let topic = publish.topic.clone();
+                        // Only the mapped state topics are kept, whatever
+                        // a broker sends.
+                        let Some(topic) = known.get(publish.topic.as_str()).cloned() else {
+                            state.dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        };
                         let parsed = (publish.payload.len() <= MAX_STATE_BYTES)
                             .then(|| serde_json::from_slice::<Value>(&publish.payload).ok())
                             .flatten();
                         match parsed {
                             Some(value) => {
                                 state.received.fetch_add(1, Ordering::Relaxed);
+                                let value = Arc::new(value);
                                 state
                                     .states
                                     .lock()
                                     .unwrap_or_else(PoisonError::into_inner)
-                                    .insert(topic.clone(), value.clone());
+                                    .insert(topic.to_string(), Arc::clone(&value));
                                 let _ = changes.send((topic, value));
                             }
                             None => {
@@ -291,8 +325,16 @@ pub async fn run_bridge(
                             .last_error
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
-                        if was {
+                        if was || !told {
                             tracing::warn!("bridge: the broker connection ended: {error}");
+                            told = true;
+                        }
+                        // The pause starts over only after a connection
+                        // that lasted: one dropped at once (a retained
+                        // packet over the limit, a refused subscription)
+                        // keeps doubling it.
+                        if connected_at.take().is_some_and(|at| at.elapsed() >= STABLE) {
+                            pause = Duration::from_millis(100);
                         }
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_secs(5));
@@ -340,7 +382,7 @@ fn define(
     map: &DeviceMap,
     client: &AsyncClient,
     state: &Arc<BrokerState>,
-    changes: &broadcast::Sender<(String, Value)>,
+    changes: &broadcast::Sender<Change>,
     timeout: Duration,
 ) -> Result<(Device, Events), BridgeError> {
     let refuse = |why: String| BridgeError::Device {
@@ -404,7 +446,7 @@ fn read(state: &BrokerState, topic: &str, path: Option<&str>) -> Result<Value, H
 struct Actuate {
     client: AsyncClient,
     state: Arc<BrokerState>,
-    changes: broadcast::Sender<(String, Value)>,
+    changes: broadcast::Sender<Change>,
     state_topic: String,
     map: ActuatorMap,
     timeout: Duration,
@@ -428,9 +470,17 @@ impl Actuate {
         // Listen before publishing, so a fast confirmation is not missed.
         let mut changes = self.changes.subscribe();
         // A payload that is one string goes as its text (`ON` for Tasmota's
-        // `cmnd/.../POWER`); anything else as JSON.
+        // `cmnd/.../POWER`); anything else as JSON. As the whole payload
+        // is then the input, only a word may be sent that way: text that
+        // could read as JSON or a command list on the other side is
+        // refused.
         let wire = match &payload {
-            Value::String(text) => text.clone(),
+            Value::String(text) if is_word(text) => text.clone(),
+            Value::String(_) => {
+                return Err(HandlerError::new(
+                    "a text command takes one word (letters, digits, `_`, `-`, `.`, at most 64)",
+                ));
+            }
             other => other.to_string(),
         };
         // QoS 0: the state topic's confirmation is the acknowledgement
@@ -443,10 +493,21 @@ impl Actuate {
         let wait = async {
             loop {
                 match changes.recv().await {
-                    Ok((topic, state)) if topic == self.state_topic && shows(&state, &expected) => {
-                        return Ok(state);
+                    Ok((topic, state))
+                        if *topic == *self.state_topic && shows(&state, &expected) =>
+                    {
+                        return Ok(Value::clone(&state));
                     }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    // Fell behind: the confirming state may have gone by,
+                    // and is then the last one kept.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if let Some(state) = self.state.last(&self.state_topic)
+                            && shows(&state, &expected)
+                        {
+                            return Ok(Value::clone(&state));
+                        }
+                    }
+                    Ok(_) => {}
                     Err(broadcast::error::RecvError::Closed) => {
                         return Err(HandlerError::new("the bridge is stopping"));
                     }
@@ -476,12 +537,12 @@ impl Actuate {
 async fn forward_events(
     map: DeviceMap,
     events: EventSender,
-    mut changes: broadcast::Receiver<(String, Value)>,
+    mut changes: broadcast::Receiver<Change>,
 ) {
     let mut last: HashMap<String, Value> = HashMap::new();
     loop {
         match changes.recv().await {
-            Ok((topic, state)) if topic == map.state_topic => {
+            Ok((topic, state)) if *topic == *map.state_topic => {
                 for SensorMap { name, path, .. } in &map.sensor {
                     let Some(value) = at_path(&state, path.as_deref()) else {
                         continue;

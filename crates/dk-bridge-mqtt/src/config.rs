@@ -184,6 +184,12 @@ impl BridgeConfig {
         if config.device.len() > MAX_DEVICES {
             return Err(ConfigError::TooMany(config.device.len()));
         }
+        if config.broker.confirm_timeout_ms == Some(0) {
+            return Err(ConfigError::Syntax(
+                "confirmTimeoutMs must be at least 1".to_owned(),
+            ));
+        }
+        let mut keys = std::collections::BTreeSet::new();
         let mut ids = std::collections::BTreeSet::new();
         for device in &config.device {
             let refuse = |why: String| ConfigError::Device {
@@ -192,6 +198,9 @@ impl BridgeConfig {
             };
             if !ids.insert(device.id.clone()) {
                 return Err(refuse("mapped twice".to_owned()));
+            }
+            if !keys.insert(device.key_file()) {
+                return Err(refuse("its key file is another device's".to_owned()));
             }
             device.manifest().map_err(refuse)?;
             let topics = std::iter::once(&device.state_topic)

@@ -137,6 +137,14 @@ fn add_entity(device: &mut DeviceMap, component: &str, object: &str, config: &Va
                 confirm,
             }
         };
+    // What a state must show, at the entity's path (`state` by default).
+    let at_path = |path: Option<&str>, value: Value| {
+        let mut expect = value;
+        for key in path.unwrap_or("state").rsplit('.') {
+            expect = json!({ key: expect });
+        }
+        expect
+    };
     if !matches!(
         component,
         "sensor" | "binary_sensor" | "light" | "switch" | "lock" | "cover" | "climate"
@@ -204,25 +212,18 @@ fn add_entity(device: &mut DeviceMap, component: &str, object: &str, config: &Va
             if state.is_some() {
                 device
                     .sensor
-                    .push(sensor("read", path.or(Some("state".to_owned()))));
+                    .push(sensor("read", path.clone().or(Some("state".to_owned()))));
             }
             if let Some(command) = command {
                 let open = text_of(config, "payload_open").unwrap_or_else(|| "OPEN".to_owned());
                 let close = text_of(config, "payload_close").unwrap_or_else(|| "CLOSE".to_owned());
-                device.actuator.push(act(
-                    "open",
-                    command.clone(),
-                    json!(clean(&open, 32, "OPEN")),
-                    true,
-                    None,
-                ));
-                device.actuator.push(act(
-                    "close",
-                    command,
-                    json!(clean(&close, 32, "CLOSE")),
-                    false,
-                    None,
-                ));
+                let (open, close) = (clean(&open, 32, "OPEN"), clean(&close, 32, "CLOSE"));
+                let mut opening = act("open", command.clone(), json!(open), true, None);
+                opening.expect = Some(at_path(path.as_deref(), json!(open)));
+                let mut closing = act("close", command, json!(close), false, None);
+                closing.expect = Some(at_path(path.as_deref(), json!(close)));
+                device.actuator.push(opening);
+                device.actuator.push(closing);
             }
         }
         "climate" => {
@@ -240,13 +241,22 @@ fn add_entity(device: &mut DeviceMap, component: &str, object: &str, config: &Va
             if let Some(command) = topic(config, "temperature_command_topic") {
                 let params = json!({"celsius": {"type": "number", "required": true,
                     "description": "target temperature"}});
-                device.actuator.push(act(
+                let mut setting = act(
                     "set_target",
                     command,
                     json!("{celsius}"),
                     false,
                     Some(params),
+                );
+                // Confirmed by the target as the state reports it.
+                let target = value_path(&json!({
+                    "value_template": config.get("temperature_state_template")
+                }));
+                setting.expect = Some(at_path(
+                    Some(target.as_deref().unwrap_or("current_heating_setpoint")),
+                    json!("{celsius}"),
                 ));
+                device.actuator.push(setting);
             }
         }
         _ => return false,
@@ -349,6 +359,7 @@ pub async fn discover(
     }
     let (client, mut eventloop) = AsyncClient::new(options, 64);
     let mut configs = Vec::new();
+    let mut skipped_large = 0u64;
     let collect = async {
         loop {
             match eventloop.poll().await {
@@ -358,7 +369,10 @@ pub async fn discover(
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    if configs.len() < 10 * MAX_PROPOSED {
+                    // Large configs are not kept: at most 5,000 of 256 KiB.
+                    if publish.payload.len() > MAX_STATE_BYTES {
+                        skipped_large += 1;
+                    } else if configs.len() < 10 * MAX_PROPOSED {
                         configs.push((publish.topic.clone(), publish.payload.to_vec()));
                     }
                 }
@@ -372,7 +386,9 @@ pub async fn discover(
         return Err(error);
     }
     let _ = client.disconnect().await;
-    Ok(propose(&configs))
+    let mut found = propose(&configs);
+    found.skipped += skipped_large;
+    Ok(found)
 }
 
 /// The proposal as the bridge's TOML, to review and keep.
@@ -436,6 +452,40 @@ mod tests {
         let text = to_toml(&found);
         let back = BridgeConfig::parse(&text).unwrap();
         assert_eq!(back.device.len(), 2);
+    }
+
+    #[test]
+    fn covers_and_climates_are_confirmed_by_what_their_state_reports() {
+        let found = propose(&[
+            config(
+                "homeassistant/cover/0x03/cover/config",
+                json!({"name": "Blind", "state_topic": "zigbee2mqtt/blind",
+                       "command_topic": "zigbee2mqtt/blind/set",
+                       "value_template": "{{ value_json.state }}"}),
+            ),
+            config(
+                "homeassistant/climate/0x04/climate/config",
+                json!({"name": "Hall", "current_temperature_topic": "zigbee2mqtt/hall",
+                       "current_temperature_template": "{{ value_json.local_temperature }}",
+                       "temperature_command_topic": "zigbee2mqtt/hall/set/current_heating_setpoint",
+                       "temperature_state_template": "{{ value_json.current_heating_setpoint }}"}),
+            ),
+        ]);
+        let blind = found.devices.iter().find(|d| d.kind == "cover").unwrap();
+        let open = blind
+            .actuator
+            .iter()
+            .find(|a| a.name == "open_cover")
+            .unwrap();
+        assert!(open.confirm, "open asks every time");
+        assert_eq!(open.expect, Some(json!({"state": "OPEN"})));
+        let hall = found.devices.iter().find(|d| d.kind == "climate").unwrap();
+        let set = &hall.actuator[0];
+        assert_eq!(set.payload, json!("{celsius}"));
+        assert_eq!(
+            set.expect,
+            Some(json!({"current_heating_setpoint": "{celsius}"}))
+        );
     }
 
     #[test]

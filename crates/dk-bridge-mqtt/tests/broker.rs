@@ -931,15 +931,17 @@ async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // The payload is one string: sent as its text, confirmed by the JSON
-    // result; an input trying to add structure stays text.
+    // result.
     let on = call(&vessel, "device__plug__set_power", json!({"state": "ON"})).await;
     assert_eq!(on["ok"], json!(true), "{on}");
     assert_eq!(on["result"], json!({"POWER": "ON"}));
     assert_eq!(seen.lock().unwrap().last().unwrap(), b"ON");
+    // The whole payload would be the input: only a word goes that way.
     let odd = "ON\", \"Backlog\": \"Power OFF";
-    let sent = call(&vessel, "device__plug__set_power", json!({"state": odd})).await;
-    assert_eq!(sent["result"], json!({"POWER": odd}), "{sent}");
-    assert_eq!(seen.lock().unwrap().last().unwrap(), odd.as_bytes());
+    let refused = call(&vessel, "device__plug__set_power", json!({"state": odd})).await;
+    assert_eq!(refused["ok"], json!(false), "{refused}");
+    assert!(refused["reason"].as_str().unwrap().contains("one word"));
+    assert_eq!(seen.lock().unwrap().len(), 1, "nothing more was sent");
 
     // A call waiting for its confirmation when the broker goes away fails
     // when its time is over, saying the broker went.
