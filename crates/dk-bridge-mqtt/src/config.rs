@@ -332,40 +332,19 @@ impl DeviceMap {
 mod tests {
     use super::{BridgeConfig, ConfigError};
 
-    const LIGHT: &str = r#"
-[broker]
-confirmTimeoutMs = 2000
-
-[[device]]
-id = "living-room-light"
-name = "Living room light"
-kind = "light"
-stateTopic = "zigbee2mqtt/living_room_light"
-
-[[device.sensor]]
-name = "read_light"
-description = "Whether the light is on."
-path = "state"
-
-[[device.actuator]]
-name = "set_light"
-description = "Turn the light on or off."
-commandTopic = "zigbee2mqtt/living_room_light/set"
-payload = { state = "{state}" }
-params = { state = { type = "string", required = true } }
-"#;
+    const LIGHT: &str = include_str!("../../../fixtures/bridge/zigbee2mqtt-light.toml");
 
     #[test]
     fn a_mapping_makes_a_manifest_and_a_broken_one_is_refused_whole() {
         let config = BridgeConfig::parse(LIGHT).unwrap();
-        assert_eq!(config.confirm_timeout().as_millis(), 2000);
+        assert_eq!(config.confirm_timeout().as_millis(), 3000);
         let manifest = config.device[0].manifest().unwrap();
         assert_eq!(manifest.id(), "living-room-light");
         assert_eq!(manifest.capabilities().len(), 2);
         for (broken, says) in [
             (LIGHT.replace("stateTopic", "stateTopik"), "unknown field"),
             (
-                LIGHT.replace("zigbee2mqtt/living_room_light\"", "zigbee2mqtt/#\""),
+                LIGHT.replace("zigbee2mqtt/lamp\"", "zigbee2mqtt/#\""),
                 "`#`",
             ),
             (

@@ -85,6 +85,11 @@ fn fake_light(port: u16) {
 fn fake_device(port: u16, name: &'static str, initial: Value) {
     let mut options = MqttOptions::new(format!("fake-{name}"), "127.0.0.1", port);
     options.set_keep_alive(Duration::from_secs(5));
+    fake_device_on(options, name, initial);
+}
+
+/// [`fake_device`] connected with `options`.
+fn fake_device_on(options: MqttOptions, name: &'static str, initial: Value) {
     let (client, mut eventloop) = AsyncClient::new(options, 64);
     let state = Arc::new(Mutex::new(initial));
     let (state_topic, set_topic) = (
@@ -141,28 +146,8 @@ async fn publish_once(port: u16, topic: &str, payload: Vec<u8>) {
     }
 }
 
-const CONFIG: &str = r#"
-[broker]
-confirmTimeoutMs = 3000
-
-[[device]]
-id = "living-room-light"
-name = "Living room light"
-kind = "light"
-stateTopic = "zigbee2mqtt/lamp"
-
-[[device.sensor]]
-name = "read_light"
-description = "Whether the light is on."
-path = "state"
-
-[[device.actuator]]
-name = "set_light"
-description = "Turn the light on or off."
-commandTopic = "zigbee2mqtt/lamp/set"
-payload = { state = "{state}", brightness = "{brightness}" }
-params = { state = { type = "string", required = true }, brightness = { type = "number" } }
-"#;
+/// The light's mapping, shared with the crate's unit tests.
+const CONFIG: &str = include_str!("../../../fixtures/bridge/zigbee2mqtt-light.toml");
 
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
@@ -678,44 +663,7 @@ fn fake_light_tls(port: u16, ca: &std::path::Path) {
     options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(
         Arc::new(tls),
     )));
-    let (client, mut eventloop) = AsyncClient::new(options, 64);
-    tokio::spawn(async move {
-        let mut state = json!({"state": "OFF"});
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                    let _ = client
-                        .subscribe("zigbee2mqtt/lamp/set", QoS::AtLeastOnce)
-                        .await;
-                    let _ = client
-                        .publish(
-                            "zigbee2mqtt/lamp",
-                            QoS::AtLeastOnce,
-                            true,
-                            state.to_string(),
-                        )
-                        .await;
-                }
-                Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    if let Ok(Value::Object(change)) = serde_json::from_slice(&publish.payload) {
-                        for (k, v) in change {
-                            state[k] = v;
-                        }
-                        let _ = client
-                            .publish(
-                                "zigbee2mqtt/lamp",
-                                QoS::AtLeastOnce,
-                                true,
-                                state.to_string(),
-                            )
-                            .await;
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    });
+    fake_device_on(options, "lamp", json!({"state": "OFF"}));
 }
 
 /// One JSON-RPC request to `/mcp` over a real socket, as an MCP client
