@@ -29,9 +29,10 @@ tasks:
                            with api/<crate>.txt, failing with the difference;
                            --bless rewrites the snapshots
   bench [FILTER] [--save FILE]
-                           run the divan benchmarks of dk-proto, dk-policy, dk-store,
-                           dk-core and dk-vessel, then print their medians (and write
-                           them to FILE as JSON)
+                           run the benchmarks of dk-proto, dk-policy, dk-channel,
+                           dk-store, dk-core, dk-vessel, the console (dk-tests) and the
+                           MQTT bridge (dk), then print their medians (and write them
+                           to FILE as JSON)
   peers                    install Debian's chromium, chromium-driver and mosquitto (the
                            console's browser tests and the MQTT bridge's tests drive
                            them) when they are missing

@@ -647,7 +647,7 @@ async fn live(
             .data(serde_json::json!({"pending": ids.len(), "ids": ids}).to_string()),
     );
     for prompt in open {
-        first.push_back(asked_event(&shared, &signed, prompt, ids.len()));
+        first.push_back(asked_event(&signed, prompt, ids.len()));
     }
     struct Feed {
         shared: Shared,
@@ -673,9 +673,7 @@ async fn live(
             let pending = feed.shared.vessel.person().pending().len();
             let event = match next {
                 Err(_) => continue,
-                Ok(Ok(PersonEvent::Asked(prompt))) => {
-                    asked_event(&feed.shared, &feed.signed, prompt, pending)
-                }
+                Ok(Ok(PersonEvent::Asked(prompt))) => asked_event(&feed.signed, prompt, pending),
                 Ok(Ok(PersonEvent::Closed { id })) => Event::default()
                     .event("closed")
                     .data(serde_json::json!({"id": id, "pending": pending}).to_string()),
@@ -691,12 +689,7 @@ async fn live(
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
-fn asked_event(
-    shared: &Shared,
-    signed: &Signed,
-    prompt: crate::person::PendingPrompt,
-    pending: usize,
-) -> Event {
+fn asked_event(signed: &Signed, prompt: crate::person::PendingPrompt, pending: usize) -> Event {
     let body = crate::bodies::pending_body(prompt);
     let data = serde_json::json!({
         "id": body.id,
@@ -704,7 +697,6 @@ fn asked_event(
         "summary": pages::summary(&body),
         "html": pages::prompt_card(&body, &signed.csrf),
     });
-    let _ = shared;
     Event::default().event("asked").data(data.to_string())
 }
 
