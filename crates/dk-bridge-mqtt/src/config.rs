@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dk_proto::Manifest;
+use dk_proto::{Manifest, is_unsafe_char};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -220,15 +220,43 @@ impl BridgeConfig {
     }
 }
 
-/// `value` as TOML: strings in JSON's escapes (which TOML's basic strings
-/// read the same), objects as inline tables with quoted keys.
+/// `text` as a TOML basic string: `"` and `\` escaped, and every
+/// control or hidden character (C0, DEL, C1, bidirectional overrides,
+/// zero-width marks) written as a `\u` escape, so the file holds only
+/// characters that show what they are.
+pub(crate) fn toml_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || is_unsafe_char(c) => {
+                let n = u32::from(c);
+                if n > 0xFFFF {
+                    out.push_str(&format!("\\U{n:08X}"));
+                } else {
+                    out.push_str(&format!("\\u{n:04X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `value` as TOML: strings by [`toml_string`], objects as inline tables
+/// with quoted keys.
 fn toml_value(value: &Value) -> String {
     match value {
         Value::Object(fields) => {
             let inner: Vec<String> = fields
                 .iter()
                 .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| format!("{} = {}", Value::from(k.as_str()), toml_value(v)))
+                .map(|(k, v)| format!("{} = {}", toml_string(k), toml_value(v)))
                 .collect();
             format!("{{ {} }}", inner.join(", "))
         }
@@ -240,18 +268,46 @@ fn toml_value(value: &Value) -> String {
                 .collect();
             format!("[{}]", inner.join(", "))
         }
+        Value::String(text) => toml_string(text),
         other => other.to_string(),
     }
 }
 
-/// A topic a mapping may name: not empty, no wildcard, no NUL, at most
-/// 1,024 bytes.
-fn plain_topic(topic: &str) -> Result<(), String> {
-    if topic.is_empty() || topic.len() > 1024 {
-        return Err(format!("topic `{topic}` must be 1 to 1,024 bytes"));
+/// `text` for a message or a comment: control and hidden characters shown
+/// as `\u{..}`, cut to 160 characters.
+pub(crate) fn shown(text: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n >= 160 {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() || is_unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
     }
-    if topic.contains(['+', '#', '\0']) {
-        return Err(format!("topic `{topic}` must not hold `+`, `#` or NUL"));
+    out
+}
+
+/// A topic a mapping may name: 1 to 1,024 bytes, no wildcard (`+`, `#`),
+/// and no control or hidden character (NUL, DEL, C1 controls,
+/// bidirectional overrides, zero-width marks): what the person reviews is
+/// what is published to.
+pub(crate) fn plain_topic(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic.len() > 1024 {
+        return Err(format!("topic `{}` must be 1 to 1,024 bytes", shown(topic)));
+    }
+    if topic.contains(['+', '#']) {
+        return Err(format!("topic `{}` must not hold `+` or `#`", shown(topic)));
+    }
+    if let Some(c) = topic.chars().find(|c| c.is_control() || is_unsafe_char(*c)) {
+        return Err(format!(
+            "topic `{}` holds the hidden character U+{:04X}",
+            shown(topic),
+            u32::from(c)
+        ));
     }
     Ok(())
 }
@@ -350,6 +406,18 @@ mod tests {
             (
                 LIGHT.replace("Living room light\"", "Living\u{202e} light\""),
                 "device `living-room-light`",
+            ),
+            (
+                LIGHT.replace("zigbee2mqtt/lamp/set", "zigbee2mqtt/\\u202Etes/pmal"),
+                "hidden character U+202E",
+            ),
+            (
+                LIGHT.replace("zigbee2mqtt/lamp/set", "zigbee2mqtt/lamp\u{9b}2J/set"),
+                "hidden character U+009B",
+            ),
+            (
+                LIGHT.replace("\"zigbee2mqtt/lamp\"", "\"zigbee2mqtt/lamp\\u007F\""),
+                "hidden character U+007F",
             ),
             (
                 format!(

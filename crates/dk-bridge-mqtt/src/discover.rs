@@ -5,36 +5,135 @@
 //! printed: nothing is bridged until the person keeps it in a file and
 //! starts the bridge with it, and then pairs and grants each device.
 //!
-//! Configs are untrusted: text is cut and cleaned of characters a manifest
-//! may not hold, ids are made of `[a-z0-9-]`, a device gets at most
-//! [`MAX_CAPABILITIES`] capabilities, and a config that is not JSON or
-//! names no usable topic is skipped and counted. Locks' `unlock` and
-//! covers' `open` ask the person every time.
+//! Configs are untrusted:
+//! - what is kept while listening is bounded: at most [`MAX_CONFIG_BYTES`]
+//!   a config, [`MAX_DISCOVERY_BYTES`] and [`MAX_CONFIGS`] in all;
+//! - text is cut and cleaned of characters a manifest may not hold, and a
+//!   topic holding a control or hidden character spoils its own config
+//!   only (it is skipped, never written into the proposal);
+//! - a device id is the identifier's slug when it fits dk's 24 characters,
+//!   else the device name's slug and a hash of the identifier (stable from
+//!   run to run);
+//! - lights and switches are turned on and off with the payloads their
+//!   config names, never with a free string; locks' `unlock` and covers'
+//!   `open` ask the person every time, and so does any capability of
+//!   another config that publishes to the same command topic (the
+//!   proposal says so beside it);
+//! - every config skipped is listed with its reason.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use dk_proto::is_unsafe_char;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::bridge::broker_address;
-use crate::config::{ActuatorMap, DeviceMap, SensorMap};
-use crate::{BridgeError, MAX_STATE_BYTES};
+use crate::config::{ActuatorMap, DeviceMap, SensorMap, plain_topic, shown};
+use crate::{BridgeConfig, BridgeError};
 
 /// Most capabilities one proposed device gets.
 pub const MAX_CAPABILITIES: usize = 32;
 /// Most devices one discovery proposes.
 pub const MAX_PROPOSED: usize = 500;
+/// Largest config kept (64 KiB; Zigbee2MQTT's are about 2 KiB).
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
+/// Most bytes of configs kept while listening, in all (8 MiB).
+pub const MAX_DISCOVERY_BYTES: usize = 8 * 1024 * 1024;
+/// Most configs kept while listening.
+pub const MAX_CONFIGS: usize = 10 * MAX_PROPOSED;
+/// Most skipped configs listed one by one; past it they are only counted.
+pub const MAX_LISTED_SKIPS: usize = 1000;
+/// dk's longest device id.
+const MAX_ID: usize = dk_proto::limits::ID;
+/// dk's longest capability name.
+const MAX_NAME: usize = dk_proto::limits::CAPABILITY_NAME;
+
+/// A config discovery did not turn into capabilities, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its topic, with hidden characters shown as `\u{..}`.
+    pub topic: String,
+    /// Why it was skipped.
+    pub reason: String,
+}
 
 /// What discovery found.
 #[derive(Debug, Default)]
 pub struct Discovered {
     /// The proposed devices, by id.
     pub devices: Vec<DeviceMap>,
-    /// Configs skipped (not JSON, too large, an unknown component, no
-    /// usable topic, or past the caps).
-    pub skipped: u64,
+    /// What the person should know of a device before keeping it, by
+    /// device id (capabilities that ask every time because they share a
+    /// command topic with another config's).
+    pub notes: BTreeMap<String, Vec<String>>,
+    /// The configs skipped, with their reasons (the first
+    /// [`MAX_LISTED_SKIPS`]).
+    pub skipped: Vec<Skipped>,
+    /// Configs skipped past the listed ones.
+    pub unlisted: u64,
+}
+
+impl Discovered {
+    /// How many configs were skipped in all.
+    pub fn skipped_count(&self) -> u64 {
+        self.skipped.len() as u64 + self.unlisted
+    }
+
+    fn skip(&mut self, topic: &str, reason: impl Into<String>) {
+        if self.skipped.len() < MAX_LISTED_SKIPS {
+            self.skipped.push(Skipped {
+                topic: shown(topic),
+                reason: reason.into(),
+            });
+        } else {
+            self.unlisted += 1;
+        }
+    }
+}
+
+/// The configs heard while listening, within the byte budget.
+#[derive(Debug, Default)]
+struct Heard {
+    configs: BTreeMap<String, Vec<u8>>,
+    bytes: usize,
+    found: Discovered,
+}
+
+impl Heard {
+    /// Keeps `payload` of `topic` if the budget allows; a later config on
+    /// a topic replaces the earlier one.
+    fn offer(&mut self, topic: &str, payload: &[u8]) {
+        if payload.len() > MAX_CONFIG_BYTES {
+            self.found.skip(
+                topic,
+                format!(
+                    "{} bytes, over the {MAX_CONFIG_BYTES} a config may have",
+                    payload.len()
+                ),
+            );
+            return;
+        }
+        let before = self.configs.get(topic).map_or(0, Vec::len);
+        let cost = topic.len() + payload.len();
+        if before == 0 && self.configs.len() >= MAX_CONFIGS {
+            self.found.skip(
+                topic,
+                format!("past the {MAX_CONFIGS} configs discovery keeps"),
+            );
+            return;
+        }
+        if self.bytes - before + cost > MAX_DISCOVERY_BYTES {
+            self.found.skip(
+                topic,
+                format!("past the {MAX_DISCOVERY_BYTES} bytes of configs discovery keeps"),
+            );
+            return;
+        }
+        self.bytes = self.bytes - before + cost;
+        self.configs.insert(topic.to_owned(), payload.to_vec());
+    }
 }
 
 /// Text from a config, cleaned: unsafe characters dropped, cut to `most`
@@ -53,39 +152,77 @@ fn clean(text: &str, most: usize, fallback: &str) -> String {
     }
 }
 
-/// An id of `[a-z0-9-]`, at most 64 characters.
-fn slug(text: &str) -> String {
+/// Words of `[a-z0-9]` from `text`, joined by `sep`, at most `most`
+/// characters, never ending in `sep`; empty when nothing is left.
+fn words(text: &str, sep: char, most: usize) -> String {
     let mut out = String::new();
     for c in text.chars() {
         let c = c.to_ascii_lowercase();
-        if c.is_ascii_alphanumeric() {
-            out.push(c);
-        } else if !out.ends_with('-') && !out.is_empty() {
-            out.push('-');
-        }
-        if out.len() >= 64 {
+        if out.len() >= most {
             break;
         }
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with(sep) && !out.is_empty() {
+            out.push(sep);
+        }
     }
-    let out = out.trim_end_matches('-').to_owned();
-    if out.is_empty() {
-        "device".to_owned()
-    } else {
-        out
-    }
+    out.trim_end_matches(sep).to_owned()
 }
 
-/// A capability name of `[a-z0-9_]`.
-fn capability_name(prefix: &str, object: &str) -> String {
-    let name = slug(object).replace('-', "_");
-    let name = format!("{prefix}_{name}");
-    name.chars().take(48).collect()
+/// The first `n` hex digits of SHA-256 of `text`.
+fn short_hash(text: &str, n: usize) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .chars()
+        .take(n)
+        .collect()
+}
+
+/// A dk device id for `identifier`: its slug when that fits, else the
+/// slug of `name` (cut) and `digits` hex digits of the identifier's hash.
+fn device_id(identifier: &str, name: &str, digits: usize) -> String {
+    let whole = words(identifier, '-', usize::MAX);
+    if digits == 0 && !whole.is_empty() && whole.len() <= MAX_ID {
+        return whole;
+    }
+    let digits = digits.max(6);
+    let mut stem = words(name, '-', MAX_ID - 1 - digits);
+    if stem.is_empty() {
+        stem = "device".to_owned();
+    }
+    format!("{stem}-{}", short_hash(identifier, digits))
+}
+
+/// A capability name of `[a-z0-9_]` starting with a letter: `base`, or
+/// `base_<object>` when `base` is taken, or a numbered one.
+fn unique_name(taken: &BTreeSet<String>, base: &str, object: &str) -> String {
+    if !taken.contains(base) {
+        return base.to_owned();
+    }
+    let object = words(object, '_', MAX_NAME);
+    let with = format!("{base}_{object}");
+    let with: String = with.chars().take(MAX_NAME).collect();
+    let with = with.trim_end_matches('_').to_owned();
+    if !object.is_empty() && !taken.contains(&with) {
+        return with;
+    }
+    (2..)
+        .map(|n| {
+            let suffix = format!("_{n}");
+            let stem: String = base.chars().take(MAX_NAME - suffix.len()).collect();
+            format!("{}{suffix}", stem.trim_end_matches('_'))
+        })
+        .find(|name| !taken.contains(name))
+        .unwrap_or_else(|| base.to_owned())
 }
 
 /// `{{ value_json.a.b }}` as the path `a.b`.
-fn value_path(config: &Value) -> Option<String> {
-    let template = config.get("value_template")?.as_str()?;
-    let inner = template
+fn template_path(template: Option<&Value>) -> Option<String> {
+    let inner = template?
+        .as_str()?
         .trim()
         .strip_prefix("{{")?
         .strip_suffix("}}")?
@@ -97,12 +234,6 @@ fn value_path(config: &Value) -> Option<String> {
         .then(|| inner.to_owned())
 }
 
-fn topic(config: &Value, key: &str) -> Option<String> {
-    let topic = config.get(key)?.as_str()?;
-    (!topic.is_empty() && topic.len() <= 1024 && !topic.contains(['+', '#', '\0']))
-        .then(|| topic.to_owned())
-}
-
 fn text_of(config: &Value, key: &str) -> Option<String> {
     config.get(key).and_then(|v| match v {
         Value::String(s) => Some(s.clone()),
@@ -111,235 +242,499 @@ fn text_of(config: &Value, key: &str) -> Option<String> {
     })
 }
 
-/// Adds one entity's capabilities to `device`; `false` when it gives none.
-fn add_entity(device: &mut DeviceMap, component: &str, object: &str, config: &Value) -> bool {
-    let name = clean(
-        &text_of(config, "name").unwrap_or_else(|| object.to_owned()),
-        60,
-        object,
-    );
-    let state = topic(config, "state_topic");
-    let command = topic(config, "command_topic");
-    let sensor = |prefix: &str, path: Option<String>| SensorMap {
-        name: capability_name(prefix, object),
-        description: clean(&format!("Read {name}."), 200, "Read it."),
-        path,
-    };
-    let act =
-        |prefix: &str, topic: String, payload: Value, confirm: bool, params: Option<Value>| {
-            ActuatorMap {
-                name: capability_name(prefix, object),
-                description: clean(&format!("{prefix} {name}."), 200, "Act."),
-                command_topic: topic,
-                payload,
-                expect: None,
-                params,
-                confirm,
-            }
-        };
-    // What a state must show, at the entity's path (`state` by default).
-    let at_path = |path: Option<&str>, value: Value| {
-        let mut expect = value;
-        for key in path.unwrap_or("state").rsplit('.') {
-            expect = json!({ key: expect });
-        }
-        expect
-    };
-    if !matches!(
-        component,
-        "sensor" | "binary_sensor" | "light" | "switch" | "lock" | "cover" | "climate"
-    ) {
-        return false;
+/// The topics of a config the bridge would use.
+const TOPIC_KEYS: [&str; 4] = [
+    "state_topic",
+    "command_topic",
+    "current_temperature_topic",
+    "temperature_command_topic",
+];
+
+/// The topic under `key`: `None` when absent, an error when it is not one
+/// the bridge may name (a wildcard, a hidden character, too long).
+fn topic(config: &Value, key: &str) -> Result<Option<String>, String> {
+    match config.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(topic)) => plain_topic(topic)
+            .map(|()| Some(topic.clone()))
+            .map_err(|why| format!("its `{key}`: {why}")),
+        Some(_) => Err(format!("its `{key}` is not text")),
     }
-    let before = device.sensor.len() + device.actuator.len();
-    if let Some(state) = &state
-        && device.state_topic.is_empty()
-    {
-        device.state_topic.clone_from(state);
+}
+
+/// What the state must show, at `path` (`state` by default).
+fn at_path(path: Option<&str>, value: Value) -> Value {
+    let mut expect = value;
+    for key in path.unwrap_or("state").rsplit('.') {
+        expect = json!({ key: expect });
     }
-    let path = value_path(config);
-    match component {
+    expect
+}
+
+/// A command payload named by a config (`payload_on`, `payload_lock`):
+/// a JSON object it spells is sent as that object, a word as its text;
+/// anything else the bridge cannot send as the config means.
+fn command_payload(text: &str, key: &str) -> Result<Value, String> {
+    if let Ok(object @ Value::Object(_)) = serde_json::from_str::<Value>(text) {
+        return Ok(object);
+    }
+    let word = (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if word {
+        Ok(json!(text))
+    } else {
+        Err(format!(
+            "its `{key}` `{}` is neither a JSON object nor one word",
+            shown(text)
+        ))
+    }
+}
+
+/// One discovery config, parsed.
+struct Entity {
+    /// The config's topic.
+    topic: String,
+    component: String,
+    object: String,
+    config: Value,
+}
+
+/// A command topic that a lock's unlock or a cover's open publishes to,
+/// and what that config sends there when it asks the person.
+struct Guard {
+    /// The guarding config's topic.
+    config: String,
+    payload: Value,
+}
+
+/// Where one capability being proposed goes, and what it sends.
+struct Command {
+    base: &'static str,
+    verb: String,
+    topic: String,
+    payload: Value,
+    expect: Option<Value>,
+    params: Option<Value>,
+    confirm: bool,
+}
+
+/// A sensor being proposed: its description and path.
+type Reading = (String, Option<String>);
+
+/// The capabilities one entity gives, or why it gives none.
+fn capabilities(entity: &Entity) -> Result<(Vec<Reading>, Vec<Command>), String> {
+    let config = &entity.config;
+    let device = config.pointer("/device/name").and_then(Value::as_str);
+    let name = match (text_of(config, "name"), device) {
+        (Some(own), Some(device)) if !own.starts_with(device) => format!("{device} {own}"),
+        (Some(own), _) => own,
+        (None, Some(device)) => device.to_owned(),
+        (None, None) => entity.object.clone(),
+    };
+    let name = clean(&name, 60, &entity.object);
+    let state = topic(config, "state_topic")?;
+    let command = topic(config, "command_topic")?;
+    let path = template_path(config.get("value_template"));
+    let mut sensors = Vec::new();
+    let mut commands = Vec::new();
+    let command_of = |base: &'static str, verb: String, topic: &str, payload: Value| Command {
+        base,
+        verb,
+        topic: topic.to_owned(),
+        payload,
+        expect: None,
+        params: None,
+        confirm: false,
+    };
+    match entity.component.as_str() {
         "sensor" | "binary_sensor" => {
             if state.is_some() {
-                device.sensor.push(sensor("read", path));
+                sensors.push((format!("Read {name}."), path));
             }
         }
         "light" | "switch" => {
             if state.is_some() {
-                device
-                    .sensor
-                    .push(sensor("read", path.or(Some("state".to_owned()))));
+                let path = path.clone().or_else(|| Some("state".to_owned()));
+                sensors.push((format!("Read {name}."), path));
             }
             if let Some(command) = command {
-                let params = json!({"state": {"type": "string", "required": true,
-                    "description": "ON or OFF"}});
-                device.actuator.push(act(
-                    "set",
-                    command,
-                    json!({"state": "{state}"}),
-                    false,
-                    Some(params),
-                ));
+                let json_schema = config.get("schema").and_then(Value::as_str) == Some("json");
+                let (on, off, state_on, state_off) = if json_schema {
+                    let (on, off) = (json!({"state": "ON"}), json!({"state": "OFF"}));
+                    (on.clone(), off.clone(), on, off)
+                } else {
+                    let on_text = text_of(config, "payload_on").unwrap_or_else(|| "ON".to_owned());
+                    let off_text =
+                        text_of(config, "payload_off").unwrap_or_else(|| "OFF".to_owned());
+                    let on = command_payload(&on_text, "payload_on")?;
+                    let off = command_payload(&off_text, "payload_off")?;
+                    let shown_on = text_of(config, "state_on").unwrap_or(on_text);
+                    let shown_off = text_of(config, "state_off").unwrap_or(off_text);
+                    let p = path.as_deref();
+                    (
+                        on,
+                        off,
+                        at_path(p, json!(shown_on)),
+                        at_path(p, json!(shown_off)),
+                    )
+                };
+                let mut turning_on =
+                    command_of("turn_on", format!("Turn {name} on."), &command, on);
+                turning_on.expect = Some(state_on);
+                let mut turning_off =
+                    command_of("turn_off", format!("Turn {name} off."), &command, off);
+                turning_off.expect = Some(state_off);
+                commands.push(turning_on);
+                commands.push(turning_off);
+                if json_schema && config.get("brightness") == Some(&Value::Bool(true)) {
+                    let scale = config
+                        .get("brightness_scale")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(255);
+                    let mut dimming = command_of(
+                        "set_brightness",
+                        format!("Set {name}'s brightness."),
+                        &command,
+                        json!({"state": "ON", "brightness": "{brightness}"}),
+                    );
+                    dimming.params = Some(json!({"brightness": {"type": "number",
+                        "required": true, "description": format!("0 to {scale}")}}));
+                    commands.push(dimming);
+                }
             }
         }
         "lock" => {
             if state.is_some() {
-                device
-                    .sensor
-                    .push(sensor("read", path.or(Some("state".to_owned()))));
+                let path = path.clone().or_else(|| Some("state".to_owned()));
+                sensors.push((format!("Read {name}."), path));
             }
             if let Some(command) = command {
                 let lock = text_of(config, "payload_lock").unwrap_or_else(|| "LOCK".to_owned());
                 let unlock =
                     text_of(config, "payload_unlock").unwrap_or_else(|| "UNLOCK".to_owned());
-                device.actuator.push(act(
+                commands.push(command_of(
                     "lock",
-                    command.clone(),
+                    format!("Lock {name}."),
+                    &command,
                     json!({"state": clean(&lock, 32, "LOCK")}),
-                    false,
-                    None,
                 ));
-                device.actuator.push(act(
+                let mut unlocking = command_of(
                     "unlock",
-                    command,
+                    format!("Unlock {name}."),
+                    &command,
                     json!({"state": clean(&unlock, 32, "UNLOCK")}),
-                    true,
-                    None,
-                ));
+                );
+                unlocking.confirm = true;
+                commands.push(unlocking);
             }
         }
         "cover" => {
             if state.is_some() {
-                device
-                    .sensor
-                    .push(sensor("read", path.clone().or(Some("state".to_owned()))));
+                let path = path.clone().or_else(|| Some("state".to_owned()));
+                sensors.push((format!("Read {name}."), path));
             }
             if let Some(command) = command {
                 let open = text_of(config, "payload_open").unwrap_or_else(|| "OPEN".to_owned());
                 let close = text_of(config, "payload_close").unwrap_or_else(|| "CLOSE".to_owned());
                 let (open, close) = (clean(&open, 32, "OPEN"), clean(&close, 32, "CLOSE"));
-                let mut opening = act("open", command.clone(), json!(open), true, None);
+                let mut opening =
+                    command_of("open", format!("Open {name}."), &command, json!(open));
                 opening.expect = Some(at_path(path.as_deref(), json!(open)));
-                let mut closing = act("close", command, json!(close), false, None);
+                opening.confirm = true;
+                let mut closing =
+                    command_of("close", format!("Close {name}."), &command, json!(close));
                 closing.expect = Some(at_path(path.as_deref(), json!(close)));
-                device.actuator.push(opening);
-                device.actuator.push(closing);
+                commands.push(opening);
+                commands.push(closing);
             }
         }
         "climate" => {
-            if let Some(current) = topic(config, "current_temperature_topic") {
-                if device.state_topic.is_empty() {
-                    device.state_topic = current;
-                }
-                device.sensor.push(sensor(
-                    "read",
-                    value_path(
-                        &json!({"value_template": config.get("current_temperature_template")}),
-                    ),
+            if topic(config, "current_temperature_topic")?.is_some() {
+                sensors.push((
+                    format!("Read {name}'s temperature."),
+                    template_path(config.get("current_temperature_template")),
                 ));
             }
-            if let Some(command) = topic(config, "temperature_command_topic") {
-                let params = json!({"celsius": {"type": "number", "required": true,
-                    "description": "target temperature"}});
-                let mut setting = act(
-                    "set_target",
-                    command,
+            if let Some(command) = topic(config, "temperature_command_topic")? {
+                let mut setting = command_of(
+                    "set_temperature",
+                    format!("Set {name}'s target temperature."),
+                    &command,
                     json!("{celsius}"),
-                    false,
-                    Some(params),
                 );
+                setting.params = Some(json!({"celsius": {"type": "number", "required": true,
+                    "description": "the target temperature"}}));
                 // Confirmed by the target as the state reports it.
-                let target = value_path(&json!({
-                    "value_template": config.get("temperature_state_template")
-                }));
+                let target = template_path(config.get("temperature_state_template"));
                 setting.expect = Some(at_path(
                     Some(target.as_deref().unwrap_or("current_heating_setpoint")),
                     json!("{celsius}"),
                 ));
-                device.actuator.push(setting);
+                commands.push(setting);
             }
         }
-        _ => return false,
+        other => return Err(format!("`{}` is not a component dk maps", shown(other))),
     }
-    // Lights, switches, locks and covers with a state are confirmed by it;
-    // without a state topic nothing could confirm a command.
-    device.sensor.len() + device.actuator.len() > before
+    if sensors.is_empty() && commands.is_empty() {
+        return Err("it names no state or command topic dk can use".to_owned());
+    }
+    Ok((sensors, commands))
 }
 
-/// Proposes mappings from discovery configs, as `(topic, payload)`.
+/// The topic a device's states come from: the entity's state topic (a
+/// climate's current temperature topic).
+fn state_topic_of(entity: &Entity) -> Option<String> {
+    let key = if entity.component == "climate" {
+        "current_temperature_topic"
+    } else {
+        "state_topic"
+    };
+    topic(&entity.config, key).ok().flatten()
+}
+
+/// A device being proposed, and the configs that made it.
+struct Building {
+    map: DeviceMap,
+    configs: Vec<String>,
+    notes: Vec<String>,
+}
+
+/// Proposes mappings from discovery configs, as `(topic, payload)`; the
+/// same configs in any order give the same proposal.
 pub fn propose(configs: &[(String, Vec<u8>)]) -> Discovered {
-    let mut found = Discovered::default();
-    let mut devices: BTreeMap<String, DeviceMap> = BTreeMap::new();
+    let mut heard = Heard::default();
     for (topic, payload) in configs {
-        let parts: Vec<&str> = topic.split('/').collect();
-        let (component, object) = match parts.as_slice() {
-            ["homeassistant", component, object, "config"]
-            | ["homeassistant", component, _, object, "config"] => (*component, *object),
-            _ => {
-                found.skipped += 1;
+        heard.offer(topic, payload);
+    }
+    propose_heard(heard)
+}
+
+fn parse_entity(topic: &str, payload: &[u8]) -> Result<Entity, String> {
+    let parts: Vec<&str> = topic.split('/').collect();
+    let (component, object) = match parts.as_slice() {
+        ["homeassistant", component, object, "config"]
+        | ["homeassistant", component, _, object, "config"] => (*component, *object),
+        _ => return Err("not a discovery topic".to_owned()),
+    };
+    let config = serde_json::from_slice::<Value>(payload).map_err(|_| "not JSON".to_owned())?;
+    if !config.is_object() {
+        return Err("not a JSON object".to_owned());
+    }
+    for key in TOPIC_KEYS {
+        topic_checked(&config, key)?;
+    }
+    Ok(Entity {
+        topic: topic.to_owned(),
+        component: component.to_owned(),
+        object: object.to_owned(),
+        config,
+    })
+}
+
+fn topic_checked(config: &Value, key: &str) -> Result<(), String> {
+    topic(config, key).map(|_| ())
+}
+
+fn propose_heard(heard: Heard) -> Discovered {
+    let Heard {
+        configs, mut found, ..
+    } = heard;
+    let mut entities = Vec::new();
+    for (topic, payload) in &configs {
+        match parse_entity(topic, payload) {
+            Ok(entity) => entities.push(entity),
+            Err(why) => found.skip(topic, why),
+        }
+    }
+    // The command topics a lock's unlock or a cover's open publishes to,
+    // from every config heard (skipped or not).
+    let mut guards: HashMap<String, Vec<Guard>> = HashMap::new();
+    for entity in &entities {
+        if let Ok((_, commands)) = capabilities(entity) {
+            for command in commands.into_iter().filter(|c| c.confirm) {
+                guards.entry(command.topic).or_default().push(Guard {
+                    config: entity.topic.clone(),
+                    payload: command.payload,
+                });
+            }
+        }
+    }
+
+    let mut devices: BTreeMap<String, Building> = BTreeMap::new();
+    let mut by_identifier: HashMap<String, String> = HashMap::new();
+    for entity in &entities {
+        let (sensors, commands) = match capabilities(entity) {
+            Ok(found) => found,
+            Err(why) => {
+                found.skip(&entity.topic, why);
                 continue;
             }
         };
-        let config = (payload.len() <= MAX_STATE_BYTES)
-            .then(|| serde_json::from_slice::<Value>(payload).ok())
-            .flatten();
-        let Some(config) = config.filter(Value::is_object) else {
-            found.skipped += 1;
-            continue;
-        };
+        let config = &entity.config;
         let device_name = config
             .pointer("/device/name")
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .or_else(|| text_of(&config, "name"))
-            .unwrap_or_else(|| object.to_owned());
-        let id = config
-            .pointer("/device/identifiers/0")
-            .and_then(Value::as_str)
-            .map(slug)
-            .unwrap_or_else(|| slug(&device_name));
-        if !devices.contains_key(&id) && devices.len() >= MAX_PROPOSED {
-            found.skipped += 1;
-            continue;
-        }
-        let device = devices.entry(id.clone()).or_insert_with(|| DeviceMap {
-            id: id.clone(),
-            name: clean(&device_name, 60, &id),
-            kind: component.to_owned(),
-            state_topic: String::new(),
-            key_file: None,
-            sensor: Vec::new(),
-            actuator: Vec::new(),
+            .or_else(|| text_of(config, "name"))
+            .unwrap_or_else(|| entity.object.clone());
+        let identifier = ["/device/identifiers/0", "/device/identifiers"]
+            .iter()
+            .find_map(|at| match config.pointer(at) {
+                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            })
+            .unwrap_or_else(|| device_name.clone());
+        let id = match by_identifier.get(&identifier) {
+            Some(id) => id.clone(),
+            None => {
+                // Another identifier with the same id: more of its hash.
+                let Some(id) = [0, 6, 10, 14]
+                    .into_iter()
+                    .map(|digits| device_id(&identifier, &device_name, digits))
+                    .find(|id| !devices.contains_key(id))
+                else {
+                    found.skip(&entity.topic, "its device id is another device's");
+                    continue;
+                };
+                if devices.len() >= MAX_PROPOSED {
+                    found.skip(
+                        &entity.topic,
+                        format!("past the {MAX_PROPOSED} devices one discovery proposes"),
+                    );
+                    continue;
+                }
+                by_identifier.insert(identifier.clone(), id.clone());
+                id
+            }
+        };
+        let state_topic = state_topic_of(entity);
+        let building = devices.entry(id.clone()).or_insert_with(|| Building {
+            map: DeviceMap {
+                id: id.clone(),
+                name: clean(&device_name, 60, &id),
+                kind: entity.component.clone(),
+                state_topic: state_topic.clone().unwrap_or_default(),
+                key_file: None,
+                sensor: Vec::new(),
+                actuator: Vec::new(),
+            },
+            configs: Vec::new(),
+            notes: Vec::new(),
         });
-        if device.sensor.len() + device.actuator.len() >= MAX_CAPABILITIES
-            || !add_entity(device, component, object, &config)
+        let device = &mut building.map;
+        if device.state_topic.is_empty() {
+            device.state_topic = state_topic.clone().unwrap_or_default();
+        }
+        if let Some(state_topic) = &state_topic
+            && *state_topic != device.state_topic
         {
-            found.skipped += 1;
+            found.skip(
+                &entity.topic,
+                format!(
+                    "its state topic `{}` is not its device's `{}`",
+                    shown(state_topic),
+                    shown(&device.state_topic)
+                ),
+            );
+            continue;
         }
+        let count = device.sensor.len() + device.actuator.len();
+        if count + sensors.len() + commands.len() > MAX_CAPABILITIES {
+            found.skip(
+                &entity.topic,
+                format!("its device already has {count} of the {MAX_CAPABILITIES} capabilities a device may have"),
+            );
+            continue;
+        }
+        let mut taken: BTreeSet<String> = device
+            .sensor
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(device.actuator.iter().map(|a| a.name.clone()))
+            .collect();
+        for (description, path) in sensors {
+            let base = format!("read_{}", words(&entity.object, '_', MAX_NAME - 5));
+            let base = if base == "read_" || base.ends_with('_') {
+                "read".to_owned()
+            } else {
+                base
+            };
+            let name = unique_name(&taken, &base, &entity.object);
+            taken.insert(name.clone());
+            device.sensor.push(SensorMap {
+                name,
+                description: clean(&description, 200, "Read it."),
+                path,
+            });
+        }
+        for command in commands {
+            let name = unique_name(&taken, command.base, &entity.object);
+            taken.insert(name.clone());
+            let mut confirm = command.confirm;
+            if !confirm {
+                for guard in guards.get(&command.topic).into_iter().flatten() {
+                    let other = guard.config != entity.topic;
+                    if other || guard.payload == command.payload {
+                        confirm = true;
+                        building.notes.push(format!(
+                            "`{name}` asks every time: it publishes to `{}`, which `{}` guards",
+                            shown(&command.topic),
+                            shown(&guard.config)
+                        ));
+                        break;
+                    }
+                }
+            }
+            building.map.actuator.push(ActuatorMap {
+                name,
+                description: clean(&command.verb, 200, "Act."),
+                command_topic: command.topic,
+                payload: command.payload,
+                expect: command.expect,
+                params: command.params,
+                confirm,
+            });
+        }
+        building.configs.push(entity.topic.clone());
     }
-    for (_, mut device) in devices {
-        device.sensor.truncate(MAX_CAPABILITIES);
-        let room = MAX_CAPABILITIES.saturating_sub(device.sensor.len());
-        device.actuator.truncate(room);
-        // Names must differ within a device.
-        let mut names = std::collections::BTreeSet::new();
-        device.sensor.retain(|s| names.insert(s.name.clone()));
-        device.actuator.retain(|a| names.insert(a.name.clone()));
-        // A device whose every entity was skipped was counted with them.
-        if device.sensor.is_empty() && device.actuator.is_empty() {
+    for (_, building) in devices {
+        let Building {
+            map,
+            configs,
+            notes,
+        } = building;
+        if map.sensor.is_empty() && map.actuator.is_empty() {
             continue;
         }
-        if device.state_topic.is_empty() || device.manifest().is_err() {
-            found.skipped += 1;
+        let refused = if map.state_topic.is_empty() {
+            Some("its device has no state topic: nothing could read or confirm it".to_owned())
+        } else if let Err(why) = map.manifest() {
+            Some(format!("its device's manifest is refused: {why}"))
+        } else if let Err(why) = BridgeConfig::parse(&map.to_toml()) {
+            Some(format!("its device's mapping does not read back: {why}"))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            for topic in &configs {
+                found.skip(topic, why.clone());
+            }
             continue;
         }
-        found.devices.push(device);
+        if !notes.is_empty() {
+            found.notes.insert(map.id.clone(), notes);
+        }
+        found.devices.push(map);
     }
     found
 }
 
 /// Reads retained discovery configs from `broker_url` for `wait`, then
-/// proposes mappings.
+/// proposes mappings. What is kept while listening is bounded by
+/// [`MAX_CONFIG_BYTES`], [`MAX_DISCOVERY_BYTES`] and [`MAX_CONFIGS`].
 pub async fn discover(
     broker_url: &str,
     credentials: Option<(String, String)>,
@@ -358,8 +753,7 @@ pub async fn discover(
         options.set_credentials(user, password);
     }
     let (client, mut eventloop) = AsyncClient::new(options, 64);
-    let mut configs = Vec::new();
-    let mut skipped_large = 0u64;
+    let mut heard = Heard::default();
     let collect = async {
         loop {
             match eventloop.poll().await {
@@ -369,12 +763,7 @@ pub async fn discover(
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    // Large configs are not kept: at most 5,000 of 256 KiB.
-                    if publish.payload.len() > MAX_STATE_BYTES {
-                        skipped_large += 1;
-                    } else if configs.len() < 10 * MAX_PROPOSED {
-                        configs.push((publish.topic.clone(), publish.payload.to_vec()));
-                    }
+                    heard.offer(&publish.topic, &publish.payload);
                 }
                 Ok(_) => {}
                 Err(error) => return Err::<(), _>(BridgeError::Broker(error.to_string())),
@@ -386,12 +775,12 @@ pub async fn discover(
         return Err(error);
     }
     let _ = client.disconnect().await;
-    let mut found = propose(&configs);
-    found.skipped += skipped_large;
-    Ok(found)
+    Ok(propose_heard(heard))
 }
 
-/// The proposal as the bridge's TOML, to review and keep.
+/// The proposal as the bridge's TOML, to review and keep: each device with
+/// its notes above it, and the skipped configs with their reasons at the
+/// end, as comments.
 pub fn to_toml(found: &Discovered) -> String {
     let mut out = String::from(
         "# Proposed by `dk bridge mqtt discover`. Review every device: delete what\n\
@@ -400,109 +789,29 @@ pub fn to_toml(found: &Discovered) -> String {
          # granted by you.\n",
     );
     for device in &found.devices {
+        if let Some(notes) = found.notes.get(&device.id) {
+            out.push('\n');
+            for note in notes {
+                out.push_str(&format!("# {}: {note}\n", device.id));
+            }
+        }
         out.push_str(&device.to_toml());
+    }
+    if found.skipped_count() > 0 {
+        out.push_str(&format!("\n# {} configs skipped:\n", found.skipped_count()));
+        for skipped in &found.skipped {
+            out.push_str(&format!(
+                "# - `{}`: {}\n",
+                skipped.topic,
+                shown(&skipped.reason)
+            ));
+        }
+        if found.unlisted > 0 {
+            out.push_str(&format!("# - and {} more\n", found.unlisted));
+        }
     }
     out
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::{MAX_CAPABILITIES, propose, to_toml};
-    use crate::BridgeConfig;
-
-    fn config(topic: &str, value: serde_json::Value) -> (String, Vec<u8>) {
-        (topic.to_owned(), value.to_string().into_bytes())
-    }
-
-    #[test]
-    fn zigbee2mqtt_configs_become_a_proposal_that_parses_back() {
-        let device = json!({"identifiers": ["zigbee2mqtt_0x01"], "name": "Front door"});
-        let found = propose(&[
-            config(
-                "homeassistant/lock/0x01/lock/config",
-                json!({"name": "Front door", "state_topic": "zigbee2mqtt/front_door",
-                       "command_topic": "zigbee2mqtt/front_door/set",
-                       "value_template": "{{ value_json.state }}", "device": device}),
-            ),
-            config(
-                "homeassistant/light/0x02/light/config",
-                json!({"name": "Lamp\u{202e}\u{1b}[2J", "state_topic": "zigbee2mqtt/lamp",
-                       "command_topic": "zigbee2mqtt/lamp/set", "schema": "json"}),
-            ),
-            (
-                "homeassistant/light/bad/config".to_owned(),
-                b"{not json".to_vec(),
-            ),
-            config("homeassistant/vacuum/v/config", json!({"state_topic": "v"})),
-        ]);
-        assert_eq!(found.devices.len(), 2);
-        assert_eq!(found.skipped, 2);
-        let lock = found.devices.iter().find(|d| d.kind == "lock").unwrap();
-        assert_eq!(lock.id, "zigbee2mqtt-0x01");
-        let unlock = lock
-            .actuator
-            .iter()
-            .find(|a| a.name == "unlock_lock")
-            .unwrap();
-        assert!(unlock.confirm, "unlock asks every time");
-        let lamp = found.devices.iter().find(|d| d.kind == "light").unwrap();
-        assert_eq!(lamp.name, "Lamp[2J", "hidden characters are dropped");
-        let text = to_toml(&found);
-        let back = BridgeConfig::parse(&text).unwrap();
-        assert_eq!(back.device.len(), 2);
-    }
-
-    #[test]
-    fn covers_and_climates_are_confirmed_by_what_their_state_reports() {
-        let found = propose(&[
-            config(
-                "homeassistant/cover/0x03/cover/config",
-                json!({"name": "Blind", "state_topic": "zigbee2mqtt/blind",
-                       "command_topic": "zigbee2mqtt/blind/set",
-                       "value_template": "{{ value_json.state }}"}),
-            ),
-            config(
-                "homeassistant/climate/0x04/climate/config",
-                json!({"name": "Hall", "current_temperature_topic": "zigbee2mqtt/hall",
-                       "current_temperature_template": "{{ value_json.local_temperature }}",
-                       "temperature_command_topic": "zigbee2mqtt/hall/set/current_heating_setpoint",
-                       "temperature_state_template": "{{ value_json.current_heating_setpoint }}"}),
-            ),
-        ]);
-        let blind = found.devices.iter().find(|d| d.kind == "cover").unwrap();
-        let open = blind
-            .actuator
-            .iter()
-            .find(|a| a.name == "open_cover")
-            .unwrap();
-        assert!(open.confirm, "open asks every time");
-        assert_eq!(open.expect, Some(json!({"state": "OPEN"})));
-        let hall = found.devices.iter().find(|d| d.kind == "climate").unwrap();
-        let set = &hall.actuator[0];
-        assert_eq!(set.payload, json!("{celsius}"));
-        assert_eq!(
-            set.expect,
-            Some(json!({"current_heating_setpoint": "{celsius}"}))
-        );
-    }
-
-    #[test]
-    fn a_device_of_two_hundred_entities_is_cut_to_the_cap() {
-        let device = json!({"identifiers": ["big"], "name": "Big"});
-        let configs: Vec<_> = (0..200)
-            .map(|n| {
-                config(
-                    &format!("homeassistant/sensor/big/s{n}/config"),
-                    json!({"name": format!("S{n}"), "state_topic": "big/state",
-                           "value_template": format!("{{{{ value_json.s{n} }}}}"), "device": device}),
-                )
-            })
-            .collect();
-        let found = propose(&configs);
-        assert_eq!(found.devices.len(), 1);
-        assert_eq!(found.devices[0].sensor.len(), MAX_CAPABILITIES);
-        assert_eq!(found.skipped, 200 - MAX_CAPABILITIES as u64);
-    }
-}
+mod tests;

@@ -126,10 +126,20 @@ fn mqtt(args: &MqttArgs) -> Result<(), String> {
             ))
             .map_err(|e| e.to_string())?;
         print!("{}", dk_bridge_mqtt::discover::to_toml(&found));
+        for skipped in &found.skipped {
+            eprintln!(
+                "skipped `{}`: {}",
+                printable(&skipped.topic),
+                printable(&skipped.reason)
+            );
+        }
+        if found.unlisted > 0 {
+            eprintln!("skipped {} more configs", found.unlisted);
+        }
         eprintln!(
             "{} devices proposed, {} configs skipped; nothing is bridged until you keep a mapping and run `dk bridge mqtt --config FILE`",
             found.devices.len(),
-            found.skipped
+            found.skipped_count()
         );
         return Ok(());
     }
