@@ -28,6 +28,10 @@ pub const MAX_STATE_BYTES: usize = 256 * 1024;
 const STABLE: Duration = Duration::from_secs(10);
 /// State topics asked for in one SUBSCRIBE.
 const SUBSCRIBE_CHUNK: usize = 64;
+/// Deepest state kept: an event wraps a sensor's value in two levels
+/// (`{"data": {"value": ...}}`) inside the frame's own, so a deeper state
+/// could make a frame the vessel refuses ([`dk_proto::MAX_FRAME_DEPTH`]).
+pub const MAX_STATE_DEPTH: usize = dk_proto::MAX_FRAME_DEPTH - 2;
 /// Largest packet read from the broker (2 MiB).
 pub const MAX_PACKET_BYTES: usize = 2 * 1024 * 1024;
 
@@ -69,8 +73,11 @@ pub struct BrokerState {
     connected: AtomicBool,
     last_error: Mutex<Option<String>>,
     states: Mutex<HashMap<String, Arc<Value>>>,
-    /// State payloads dropped: not JSON, or too large.
+    /// State payloads dropped: not JSON, too large, nested deeper than
+    /// [`MAX_STATE_DEPTH`], or on a topic no mapping names.
     pub dropped: AtomicU64,
+    /// Of those, the states nested deeper than [`MAX_STATE_DEPTH`].
+    pub too_deep: AtomicU64,
     /// State payloads kept.
     pub received: AtomicU64,
 }
@@ -188,6 +195,25 @@ fn is_word(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// Whether `value` nests arrays and objects deeper than `max` levels
+/// (walked without recursion).
+fn nests_deeper(value: &Value, max: usize) -> bool {
+    let mut pending = vec![(value, 0usize)];
+    while let Some((value, depth)) = pending.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(fields) => Box::new(fields.values()),
+            _ => continue,
+        };
+        let depth = depth + 1;
+        if depth > max {
+            return true;
+        }
+        pending.extend(children.map(|child| (child, depth)));
+    }
+    false
+}
+
 /// The value at a dot-separated `path` in `state`.
 fn at_path<'v>(state: &'v Value, path: Option<&str>) -> Option<&'v Value> {
     let Some(path) = path else {
@@ -302,7 +328,13 @@ pub async fn run_bridge(
                         let parsed = (publish.payload.len() <= MAX_STATE_BYTES)
                             .then(|| serde_json::from_slice::<Value>(&publish.payload).ok())
                             .flatten();
-                        match parsed {
+                        let deep = parsed
+                            .as_ref()
+                            .is_some_and(|v| nests_deeper(v, MAX_STATE_DEPTH));
+                        if deep {
+                            state.too_deep.fetch_add(1, Ordering::Relaxed);
+                        }
+                        match parsed.filter(|_| !deep) {
                             Some(value) => {
                                 state.received.fetch_add(1, Ordering::Relaxed);
                                 let value = Arc::new(value);
@@ -563,7 +595,7 @@ async fn forward_events(
 mod tests {
     use serde_json::json;
 
-    use super::{at_path, broker_address, shows};
+    use super::{at_path, broker_address, nests_deeper, shows};
 
     #[test]
     fn urls_paths_and_confirmations() {
@@ -592,5 +624,10 @@ mod tests {
         assert!(shows(&state, &json!({"state": "ON"})));
         assert!(!shows(&state, &json!({"state": "OFF"})));
         assert!(shows(&state, &json!({"climate": {"current": 21.5}})));
+        let nested = |n: usize| (0..n).fold(json!(1), |inner, _| json!([inner]));
+        assert!(!nests_deeper(&nested(62), 62));
+        assert!(nests_deeper(&nested(63), 62));
+        assert!(!nests_deeper(&json!({"a": [1, {"b": 2}]}), 3));
+        assert!(nests_deeper(&json!({"a": [1, {"b": []}]}), 3));
     }
 }

@@ -1141,3 +1141,52 @@ async fn hidden_characters_in_a_topic_spoil_only_their_own_config() {
         "{proposal:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_nested_past_the_frame_depth_is_dropped_and_the_device_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Mosquitto::start(dir.path(), port);
+    fake_light(port);
+    let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
+    let mut config = BridgeConfig::parse(CONFIG).unwrap();
+    config.device[0].key_file = Some(dir.path().join("light.key"));
+    let state = Arc::new(BrokerState::default());
+    let bridge = tokio::spawn(run_bridge(
+        config,
+        format!("mqtt://127.0.0.1:{port}"),
+        None,
+        device_url,
+        Arc::new(|_: &str, _: &str| {}),
+        Arc::clone(&state),
+        std::future::pending(),
+    ));
+    pair_all(&vessel).await;
+    eventually("the retained state", || {
+        state.state("zigbee2mqtt/lamp").is_some()
+    })
+    .await;
+    // 1 KiB at most, nested 70 deep under the sensor's path.
+    let deep = format!("{{\"state\":{}1{}}}", "[".repeat(69), "]".repeat(69));
+    assert!(deep.len() < 1024);
+    for _ in 0..4 {
+        publish_once(port, "zigbee2mqtt/lamp", deep.clone().into_bytes()).await;
+    }
+    eventually("the deep states are dropped", || {
+        state.too_deep.load(std::sync::atomic::Ordering::Relaxed) >= 4
+    })
+    .await;
+    for _ in 0..4 {
+        let read = call(&vessel, "device__living_room_light__read_light", json!({})).await;
+        assert_eq!(read, json!({"ok": true, "result": {"value": "OFF"}}));
+    }
+    assert!(vessel.links().is_connected("living-room-light"));
+    let set = call(
+        &vessel,
+        "device__living_room_light__set_light",
+        json!({"state": "ON"}),
+    )
+    .await;
+    assert_eq!(set["ok"], json!(true), "{set}");
+    bridge.abort();
+}

@@ -18,6 +18,10 @@ pub enum EmitError {
     /// The data could not be written as JSON.
     #[error("event data is not JSON: {0}")]
     NotJson(String),
+    /// The vessel would refuse the event's frame (over its size or nesting
+    /// depth); nothing was sent.
+    #[error("the vessel would refuse the event: {0}")]
+    Refused(String),
     /// The queue is full ([`EventSender::try_emit`] only).
     #[error("the event queue is full")]
     Full,
@@ -28,7 +32,9 @@ pub enum EmitError {
 
 /// Sends `device:event` frames through a serve loop. Cheap to clone; made by
 /// [`Device::events`]. Each event is checked against the manifest first: an
-/// event for a capability the device lacks is refused here and never sent.
+/// event for a capability the device lacks is refused here and never sent,
+/// and so is one whose frame the vessel would refuse (over 1 MiB, or nested
+/// deeper than 64 levels).
 #[derive(Clone)]
 pub struct EventSender {
     device: Device,
@@ -100,11 +106,15 @@ impl EventSender {
         }
         let data =
             serde_json::value::to_raw_value(data).map_err(|e| EmitError::NotJson(e.to_string()))?;
-        Ok(DeviceFrame::Event {
+        let frame = DeviceFrame::Event {
             capability: Cow::Borrowed(capability),
             data: Some(Cow::Owned(data)),
         }
-        .to_json())
+        .to_json();
+        match crate::serve::refused_by_vessel(&frame) {
+            Some(why) => Err(EmitError::Refused(why.to_string())),
+            None => Ok(frame),
+        }
     }
 }
 

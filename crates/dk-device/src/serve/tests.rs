@@ -682,3 +682,57 @@ async fn only_the_last_remembered_ids_are_kept() {
     assert!(probe.started.try_recv().is_err());
     link.finish().await.unwrap();
 }
+
+/// `depth` arrays around `1`.
+fn nested(depth: usize) -> Value {
+    (0..depth).fold(json!(1), |inner, _| json!([inner]))
+}
+
+#[tokio::test]
+async fn a_frame_the_vessel_would_refuse_is_never_sent_and_the_loop_goes_on() {
+    let manifest = json!({"id": "deep", "name": "Deep", "kind": "probe", "version": "1",
+        "capabilities": [
+            {"name": "deep", "kind": "sensor", "description": "Answers 70 deep."},
+            {"name": "huge", "kind": "sensor", "description": "Answers 2 MiB."},
+            {"name": "loud", "kind": "sensor", "description": "Fails with 2 MiB."},
+            {"name": "fine", "kind": "sensor", "description": "Answers 60 deep."}]});
+    let device = Device::define(&manifest)
+        .handler("deep", |_| async { Ok(nested(70)) })
+        .handler("huge", |_| async { Ok(json!("x".repeat(2 << 20))) })
+        .handler("loud", |_| async {
+            Err::<Value, _>(HandlerError::new("x".repeat(2 << 20)))
+        })
+        .handler("fine", |_| async { Ok(nested(60)) })
+        .build()
+        .unwrap();
+    let (events, receiver) = device.events(4);
+    let mut link = start(&device, ServeOptions::new().events(receiver));
+    for (call, capability) in [("c1", "deep"), ("c2", "huge"), ("c3", "loud")] {
+        link.invoke(call, capability, json!({}));
+        let text = link.next_text().await;
+        assert!(
+            dk_proto::DeviceFrame::parse(text.as_bytes()).is_ok(),
+            "the vessel reads it"
+        );
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(answer["callId"], json!(call));
+        assert_eq!(answer["ok"], json!(false), "{capability}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains("cannot be sent"), "{error}");
+        assert!(error.len() < 300, "{error}");
+    }
+    // An event the vessel would refuse is refused to the sender.
+    let refused = events.try_emit("deep", nested(70)).unwrap_err();
+    assert!(matches!(refused, EmitError::Refused(_)), "{refused}");
+    assert!(refused.to_string().contains("deeper than 64"), "{refused}");
+    let refused = events.emit("huge", json!("x".repeat(2 << 20))).await;
+    assert!(matches!(refused, Err(EmitError::Refused(_))));
+    // The loop goes on: what fits is sent.
+    events.try_emit("fine", nested(60)).unwrap();
+    let event = link.next().await;
+    assert_eq!(event["type"], json!("device:event"));
+    link.invoke("c4", "fine", json!({}));
+    assert_eq!(link.next().await, ok("c4", nested(60)));
+    drop(events);
+    link.finish().await.unwrap();
+}
