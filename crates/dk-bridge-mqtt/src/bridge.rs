@@ -57,6 +57,12 @@ pub enum BridgeError {
     /// The broker refused or dropped the connection.
     #[error("the MQTT broker: {0}")]
     Broker(String),
+    /// A user and password would go in clear (`mqtt://`) to a broker off
+    /// loopback, and the person did not allow it.
+    #[error(
+        "the broker's user and password would cross the network in clear to `{0}`: use mqtts://, or allow it knowingly with --allow-clear-credentials"
+    )]
+    ClearCredentials(String),
     /// A device could not be defined.
     #[error("device `{device}`: {why}")]
     Device {
@@ -108,6 +114,66 @@ impl BrokerState {
             .clone()
             .unwrap_or_else(|| "not connected yet".to_owned())
     }
+}
+
+/// The broker's user and password. Over `mqtt://` MQTT sends them in
+/// clear, so they go only to a broker on loopback (`localhost`,
+/// 127.0.0.0/8, `::1`) or over `mqtts://`, unless
+/// [`Credentials::allow_clear_off_loopback`] says the person knows.
+#[derive(Clone)]
+pub struct Credentials {
+    user: String,
+    password: String,
+    clear_off_loopback: bool,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("clear_off_loopback", &self.clear_off_loopback)
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// A user and its password.
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> Credentials {
+        Credentials {
+            user: user.into(),
+            password: password.into(),
+            clear_off_loopback: false,
+        }
+    }
+
+    /// Lets them go in clear to a broker off loopback (a network the
+    /// person trusts end to end).
+    pub fn allow_clear_off_loopback(mut self) -> Credentials {
+        self.clear_off_loopback = true;
+        self
+    }
+
+    /// Refuses to send them in clear beyond loopback, unless allowed.
+    pub(crate) fn check(&self, address: &BrokerAddress) -> Result<(), BridgeError> {
+        if address.tls || self.clear_off_loopback || is_loopback(&address.host) {
+            return Ok(());
+        }
+        Err(BridgeError::ClearCredentials(address.host.clone()))
+    }
+
+    /// Sets them on `options`.
+    pub(crate) fn apply(self, options: &mut MqttOptions) {
+        options.set_credentials(self.user, self.password);
+    }
+}
+
+/// `localhost`, an address of 127.0.0.0/8, or `::1`.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.to_canonical().is_loopback())
 }
 
 /// Where the broker is: host, port, and whether to speak TLS.
@@ -234,20 +300,24 @@ fn shows(state: &Value, expected: &Value) -> bool {
 }
 
 /// Runs the bridge until `shutdown` resolves: connects to `broker_url`
-/// (credentials from `credentials`, never from the URL), and serves every
+/// (credentials from `credentials`, never from the URL, and never in clear
+/// beyond loopback unless they allow it), and serves every
 /// device of `config` to the vessel at `vessel_url`, telling each
 /// device's pairing code to `on_code`, and keeping what it hears of the
 /// broker in `state`.
 pub async fn run_bridge(
     config: BridgeConfig,
     broker_url: String,
-    credentials: Option<(String, String)>,
+    credentials: Option<Credentials>,
     vessel_url: String,
     on_code: CodeHook,
     state: Arc<BrokerState>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BridgeError> {
     let address = broker_address(&broker_url)?;
+    if let Some(credentials) = &credentials {
+        credentials.check(&address)?;
+    }
     let mut suffix = [0u8; 6];
     rand::Rng::fill(&mut rand::rng(), &mut suffix);
     let id: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
@@ -264,8 +334,8 @@ pub async fn run_bridge(
     // and the bridge connects again.
     options.set_max_packet_size(MAX_PACKET_BYTES, 64 * 1024);
     options.set_clean_session(true);
-    if let Some((user, password)) = credentials {
-        options.set_credentials(user, password);
+    if let Some(credentials) = credentials {
+        credentials.apply(&mut options);
     }
     let (client, mut eventloop) = AsyncClient::new(options, 256);
     // A command is one small packet: sent at once, not held for more
@@ -595,7 +665,7 @@ async fn forward_events(
 mod tests {
     use serde_json::json;
 
-    use super::{at_path, broker_address, nests_deeper, shows};
+    use super::{Credentials, at_path, broker_address, nests_deeper, shows};
 
     #[test]
     fn urls_paths_and_confirmations() {
@@ -624,6 +694,31 @@ mod tests {
         assert!(shows(&state, &json!({"state": "ON"})));
         assert!(!shows(&state, &json!({"state": "OFF"})));
         assert!(shows(&state, &json!({"climate": {"current": 21.5}})));
+        let clear = |url: &str| Credentials::new("u", "p").check(&broker_address(url).unwrap());
+        for near in [
+            "mqtt://127.0.0.1",
+            "mqtt://127.8.9.10:1884",
+            "mqtt://localhost",
+            "mqtt://[::1]:1883",
+            "mqtts://broker.example",
+        ] {
+            assert!(clear(near).is_ok(), "{near}");
+        }
+        for far in [
+            "mqtt://192.0.2.1",
+            "mqtt://broker.example",
+            "mqtt://[fd00::2]:1883",
+        ] {
+            let refused = clear(far).unwrap_err().to_string();
+            assert!(refused.contains("--allow-clear-credentials"), "{refused}");
+        }
+        let allowed = Credentials::new("u", "p").allow_clear_off_loopback();
+        assert!(
+            allowed
+                .check(&broker_address("mqtt://192.0.2.1").unwrap())
+                .is_ok()
+        );
+        assert!(!format!("{allowed:?}").contains("\"p\""));
         let nested = |n: usize| (0..n).fold(json!(1), |inner, _| json!([inner]));
         assert!(!nests_deeper(&nested(62), 62));
         assert!(nests_deeper(&nested(63), 62));

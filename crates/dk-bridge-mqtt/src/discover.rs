@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 
 use crate::bridge::broker_address;
 use crate::config::{ActuatorMap, DeviceMap, SensorMap, plain_topic, shown};
-use crate::{BridgeConfig, BridgeError};
+use crate::{BridgeConfig, BridgeError, Credentials};
 
 /// Most capabilities one proposed device gets.
 pub const MAX_CAPABILITIES: usize = 32;
@@ -737,10 +737,13 @@ fn propose_heard(heard: Heard) -> Discovered {
 /// [`MAX_CONFIG_BYTES`], [`MAX_DISCOVERY_BYTES`] and [`MAX_CONFIGS`].
 pub async fn discover(
     broker_url: &str,
-    credentials: Option<(String, String)>,
+    credentials: Option<Credentials>,
     wait: Duration,
 ) -> Result<Discovered, BridgeError> {
     let address = broker_address(broker_url)?;
+    if let Some(credentials) = &credentials {
+        credentials.check(&address)?;
+    }
     let mut options = MqttOptions::new("dk-bridge-discover", address.host, address.port);
     if address.tls {
         let tls = crate::bridge::tls_config(None)?;
@@ -749,8 +752,8 @@ pub async fn discover(
         )));
     }
     options.set_max_packet_size(crate::MAX_PACKET_BYTES, 64 * 1024);
-    if let Some((user, password)) = credentials {
-        options.set_credentials(user, password);
+    if let Some(credentials) = credentials {
+        credentials.apply(&mut options);
     }
     let (client, mut eventloop) = AsyncClient::new(options, 64);
     let mut heard = Heard::default();

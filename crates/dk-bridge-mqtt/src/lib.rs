@@ -21,8 +21,8 @@ pub mod discover;
 mod template;
 
 pub use bridge::{
-    BridgeError, BrokerState, CodeHook, MAX_PACKET_BYTES, MAX_STATE_BYTES, MAX_STATE_DEPTH,
-    run_bridge,
+    BridgeError, BrokerState, CodeHook, Credentials, MAX_PACKET_BYTES, MAX_STATE_BYTES,
+    MAX_STATE_DEPTH, run_bridge,
 };
 pub use config::{ActuatorMap, BridgeConfig, BrokerConfig, ConfigError, DeviceMap, SensorMap};
 pub use template::{TemplateError, fill};

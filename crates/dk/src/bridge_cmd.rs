@@ -5,14 +5,16 @@
 //! The broker's user and password come from `DK_MQTT_USERNAME` and
 //! `DK_MQTT_PASSWORD`, or from `--credentials-file` (a private file of two
 //! lines: user, then password), never from the command line, where other
-//! users of the machine could read them.
+//! users of the machine could read them. Over `mqtt://` they go only to a
+//! broker on loopback, unless `--allow-clear-credentials` says the person
+//! knows they cross the network in clear.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use dk_bridge_mqtt::{BridgeConfig, BrokerState, run_bridge};
+use dk_bridge_mqtt::{BridgeConfig, BrokerState, Credentials, run_bridge};
 
 use crate::input::printable;
 
@@ -49,6 +51,12 @@ pub struct MqttArgs {
     /// 0600). [default: DK_MQTT_USERNAME and DK_MQTT_PASSWORD, if set]
     #[arg(long, value_name = "FILE", global = true)]
     pub credentials_file: Option<PathBuf>,
+    /// Send the broker's user and password over mqtt:// to a broker off
+    /// loopback, where anyone on the network between reads them in clear.
+    /// Without it they go only over mqtts:// or to a broker on this
+    /// machine.
+    #[arg(long, global = true)]
+    pub allow_clear_credentials: bool,
 }
 
 /// What `dk bridge mqtt` does instead of bridging.
@@ -115,7 +123,14 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 }
 
 fn mqtt(args: &MqttArgs) -> Result<(), String> {
-    let credentials = credentials(args.credentials_file.as_deref())?;
+    let credentials = credentials(args.credentials_file.as_deref())?.map(|(user, password)| {
+        let credentials = Credentials::new(user, password);
+        if args.allow_clear_credentials {
+            credentials.allow_clear_off_loopback()
+        } else {
+            credentials
+        }
+    });
     if let Some(MqttAction::Discover { wait_ms }) = &args.action {
         let wait = std::time::Duration::from_millis(*wait_ms);
         let found = runtime()?

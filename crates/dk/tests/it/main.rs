@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 mod agents;
 mod approvals;
+mod bridge_mqtt;
 mod console;
 mod crash;
 mod durable;

@@ -1,0 +1,237 @@
+//! `dk bridge mqtt` as a person runs it, against Debian's mosquitto on a
+//! free port: `discover` proposes Zigbee2MQTT's devices and says why it
+//! skipped a config; the broker's user and password never go in clear to
+//! a broker off loopback unless `--allow-clear-credentials` says so.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::json;
+
+use crate::process::{Killed, PATIENCE, Scratch};
+
+/// A mosquitto listening on every IPv4 address of the machine, killed on
+/// drop.
+fn mosquitto(dir: &Path) -> (Killed, u16) {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!("listener {port} 0.0.0.0\nallow_anonymous true\npersistence false\n"),
+    )
+    .unwrap();
+    let binary = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .expect("mosquitto: `cargo xtask peers` installs Debian's package");
+    let child = Command::new(binary)
+        .arg("-c")
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let broker = Killed(child);
+    let deadline = Instant::now() + PATIENCE;
+    while TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_err() {
+        assert!(Instant::now() < deadline, "mosquitto did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (broker, port)
+}
+
+/// An IPv4 address of this machine that is not loopback, if it has one
+/// (the one its routes would send from; no packet is sent).
+fn address_off_loopback() -> Option<IpAddr> {
+    let socket = UdpSocket::bind("0.0.0.0:0").ok()?;
+    ["192.0.2.1:9", "10.255.255.1:9", "8.8.8.8:53"]
+        .iter()
+        .find_map(|to| {
+            socket.connect(to).ok()?;
+            let ip = socket.local_addr().ok()?.ip();
+            (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+        })
+}
+
+/// Publishes each `(topic, payload)` retained and waits for the broker.
+fn retain(port: u16, configs: Vec<(String, Vec<u8>)>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, mut eventloop) =
+            AsyncClient::new(MqttOptions::new("retainer", "127.0.0.1", port), 64);
+        let count = configs.len();
+        for (topic, payload) in configs {
+            client
+                .publish(topic, QoS::AtLeastOnce, true, payload)
+                .await
+                .unwrap();
+        }
+        let mut acked = 0;
+        let deadline = Instant::now() + PATIENCE;
+        while acked < count {
+            if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
+                acked += 1;
+            }
+            assert!(Instant::now() < deadline, "the broker kept {acked}");
+        }
+    });
+}
+
+/// `dk bridge mqtt ARGS` with the broker's user and password in the
+/// environment.
+fn bridge(scratch: &Scratch, args: &[&str]) -> Output {
+    let mut command = scratch.dk(&[&["bridge", "mqtt"], args].concat());
+    command
+        .env("DK_MQTT_USERNAME", "dk")
+        .env("DK_MQTT_PASSWORD", "secret")
+        .stdin(Stdio::null());
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn discover_proposes_zigbee2mqtt_devices_and_says_why_it_skipped_the_rest() {
+    let scratch = Scratch::new("bridge-discover");
+    let (_broker, port) = mosquitto(scratch.root());
+    let device = json!({"identifiers": ["zigbee2mqtt_0x00158d0001a2b3c4"], "name": "Front door"});
+    retain(
+        port,
+        vec![
+            (
+                "homeassistant/lock/0x00158d0001a2b3c4/lock/config".to_owned(),
+                json!({"name": null, "state_topic": "zigbee2mqtt/front_door",
+                       "command_topic": "zigbee2mqtt/front_door/set",
+                       "value_template": "{{ value_json.state }}", "device": device})
+                .to_string()
+                .into_bytes(),
+            ),
+            (
+                "homeassistant/sensor/0x00158d0001a2b3c4/battery/config".to_owned(),
+                json!({"name": "Battery", "state_topic": "zigbee2mqtt/front_door",
+                       "value_template": "{{ value_json.battery }}", "device": device})
+                .to_string()
+                .into_bytes(),
+            ),
+            (
+                "homeassistant/switch/0xa3/switch/config".to_owned(),
+                b"{oops".to_vec(),
+            ),
+        ],
+    );
+    let broker = format!("mqtt://127.0.0.1:{port}");
+    let out = bridge(
+        &scratch,
+        &["discover", "--broker", &broker, "--wait-ms", "1500"],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let proposal = dk_bridge_mqtt::BridgeConfig::parse(&stdout).unwrap();
+    assert_eq!(proposal.device.len(), 1, "{stdout}");
+    let door = &proposal.device[0];
+    assert!(door.id.starts_with("front-door-"), "{}", door.id);
+    let names: Vec<&str> = door
+        .sensor
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(door.actuator.iter().map(|a| a.name.as_str()))
+        .collect();
+    assert_eq!(names, ["read_lock", "read_battery", "lock", "unlock"]);
+    assert!(
+        stderr.contains("skipped `homeassistant/switch/0xa3/switch/config`: not JSON"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 devices proposed, 1 configs skipped"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("# - `homeassistant/switch/0xa3/switch/config`: not JSON"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn credentials_go_in_clear_off_loopback_only_when_the_person_says_so() {
+    let scratch = Scratch::new("bridge-credentials");
+    let (_broker, port) = mosquitto(scratch.root());
+    retain(
+        port,
+        vec![(
+            "homeassistant/sensor/t/config".to_owned(),
+            json!({"name": "Hall temperature", "state_topic": "sensors/hall",
+                   "value_template": "{{ value_json.temperature }}"})
+            .to_string()
+            .into_bytes(),
+        )],
+    );
+    // On loopback the credentials go as they are.
+    let near = format!("mqtt://127.0.0.1:{port}");
+    let out = bridge(
+        &scratch,
+        &["discover", "--broker", &near, "--wait-ms", "800"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("hall-temperature"));
+
+    // Off loopback they are refused before anything is sent, for discovery
+    // and for the bridge itself.
+    let ip = address_off_loopback();
+    let far_host = ip.map_or_else(|| "192.0.2.1".to_owned(), |ip| ip.to_string());
+    let far = format!("mqtt://{far_host}:{port}");
+    let config = scratch.root().join("bridge.toml");
+    std::fs::write(
+        &config,
+        "[[device]]\nid = \"hall\"\nname = \"Hall\"\nkind = \"sensor\"\nstateTopic = \"sensors/hall\"\n\n[[device.sensor]]\nname = \"read_hall\"\ndescription = \"Read it.\"\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["discover", "--broker", &far, "--wait-ms", "800"],
+        vec![
+            "--broker",
+            &far,
+            "--config",
+            config.to_str().unwrap(),
+            "--vessel",
+            "ws://127.0.0.1:9/device",
+        ],
+    ] {
+        let out = bridge(&scratch, &args);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr.contains("in clear") && stderr.contains("--allow-clear-credentials"),
+            "{stderr}"
+        );
+    }
+
+    // Asked for knowingly, they go: the broker off loopback answers.
+    if ip.is_some() {
+        let out = bridge(
+            &scratch,
+            &[
+                "discover",
+                "--broker",
+                &far,
+                "--wait-ms",
+                "800",
+                "--allow-clear-credentials",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("hall-temperature"));
+    }
+}
