@@ -7,6 +7,11 @@
 //!   an agent's call through the vessel, dk/2 and the bridge (the `dk
 //!   bridge mqtt` process), in alternating blocks; `bridge/added` is the
 //!   difference of their medians.
+//! - `bridge/mcp_call_to_confirmed` and `bridge/broker_round_trip_50`: 50
+//!   MCP `tools/call`s of the light by an agent (HTTP on one kept-alive
+//!   connection to the vessel's MCP listener, each answered once the
+//!   light's state confirms it), one by one with 50 bare publish-to-state
+//!   round trips in the same run, and the median of each.
 //! - `bridge/500_entities`: the resident memory of the `dk bridge mqtt`
 //!   process serving 500 mapped devices (one entity each) and the light,
 //!   every one paired and connected.
@@ -24,6 +29,8 @@ use dk_vessel::http::serve_devices;
 use dk_vessel::person::Prompt;
 use dk_vessel::registry::ConsentDecision;
 use dk_vessel::{Limits, Vessel};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
 
@@ -33,6 +40,8 @@ const ENTITIES: usize = 500;
 const BLOCKS: usize = 20;
 const BLOCK: usize = 25;
 const PATIENCE: Duration = Duration::from_secs(180);
+/// MCP calls measured, each beside a bare round trip.
+const MCP_CALLS: usize = 50;
 
 struct Killed(Child);
 
@@ -69,6 +78,83 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 fn us(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+/// An MCP client of the vessel over one kept-alive HTTP/1.1 connection,
+/// as an agent's host holds it.
+struct Mcp {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    host: String,
+    credential: String,
+    session: Option<String>,
+    next_id: u64,
+}
+
+impl Mcp {
+    async fn connect(addr: SocketAddr, credential: String) -> Result<Mcp, BoxError> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let mut mcp = Mcp {
+            sender,
+            host: addr.to_string(),
+            credential,
+            session: None,
+            next_id: 1,
+        };
+        mcp.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "bridge-bench", "version": "1"}}),
+        )
+        .await?;
+        mcp.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await?;
+        Ok(mcp)
+    }
+
+    /// A JSON-RPC request; its answer's `result`.
+    async fn request(&mut self, method: &str, params: Value) -> Result<Value, BoxError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let answer = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await?
+            .ok_or("no answer")?;
+        answer
+            .get("result")
+            .cloned()
+            .ok_or_else(|| format!("an error: {answer}").into())
+    }
+
+    async fn post(&mut self, body: Value) -> Result<Option<Value>, BoxError> {
+        let mut request = hyper::Request::post("/mcp")
+            .header("host", &self.host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", format!("Bearer {}", self.credential))
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        self.sender.ready().await?;
+        let response = self
+            .sender
+            .send_request(request.body(Full::new(Bytes::from(body.to_string())))?)
+            .await?;
+        if let Some(session) = response.headers().get("mcp-session-id") {
+            self.session = Some(session.to_str()?.to_owned());
+        }
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let text = String::from_utf8_lossy(&bytes);
+        Ok(text
+            .lines()
+            .map(|l| l.strip_prefix("data: ").unwrap_or(l))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v.get("id").is_some()))
+    }
 }
 
 /// The light: merges `set` into its state and publishes it (not retained,
@@ -138,6 +224,8 @@ async fn run() -> Result<(), BoxError> {
         max_pending_pairings: 1024,
         max_pending_pairings_per_address: 1024,
         pairings_per_minute_per_address: 100_000,
+        // Latency is measured here, not the rate limit.
+        rate_limits: None,
         ..Limits::default()
     };
     let vessel = Vessel::new(PolicySet::empty(), limits);
@@ -303,6 +391,68 @@ async fn run() -> Result<(), BoxError> {
     println!(
         "bridge/added                        median {:>10}   (budget 2 ms)",
         us(bridged.saturating_sub(direct))
+    );
+
+    // An agent over MCP: call to state confirmed, beside the broker's own
+    // round trip, one of each in turn.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let mcp_addr = listener.local_addr()?;
+    tokio::spawn(dk_vessel::mcp::serve_mcp(
+        listener,
+        Arc::clone(&vessel),
+        Arc::clone(vessel.agents()),
+        std::future::pending(),
+    ));
+    let scope = dk_vessel::agents::AgentScope::from_items(["bench-lamp"])?;
+    let (_, credential) = vessel.add_agent("bench", scope, dk_vessel::agents::AgentRole::User)?;
+    let mut agent = Mcp::connect(mcp_addr, credential.expose().to_owned()).await?;
+    let (mut over_mcp, mut beside) = (Vec::new(), Vec::new());
+    for _ in 0..MCP_CALLS {
+        on = !on;
+        let state = if on { "ON" } else { "OFF" };
+        let begun = Instant::now();
+        client
+            .publish(
+                "bench/lamp/set",
+                QoS::AtMostOnce,
+                false,
+                json!({"state": state}).to_string(),
+            )
+            .await?;
+        loop {
+            let seen = tokio::time::timeout(Duration::from_secs(5), seen_rx.recv())
+                .await?
+                .ok_or("no state")?;
+            if seen.get("state").and_then(Value::as_str) == Some(state) {
+                break;
+            }
+        }
+        beside.push(begun.elapsed());
+
+        on = !on;
+        let state = if on { "ON" } else { "OFF" };
+        let begun = Instant::now();
+        let result = agent
+            .request(
+                "tools/call",
+                json!({"name": "device__bench_lamp__set_light", "arguments": {"state": state}}),
+            )
+            .await?;
+        over_mcp.push(begun.elapsed());
+        if result.get("isError") != Some(&json!(false))
+            || result.pointer("/structuredContent/state") != Some(&json!(state))
+        {
+            return Err(format!("the MCP call was not confirmed: {result}").into());
+        }
+        while seen_rx.try_recv().is_ok() {}
+    }
+    println!(
+        "bridge/mcp_call_to_confirmed        median {:>10}   ({MCP_CALLS} MCP tools/call, each answered once the state confirms)",
+        us(median(over_mcp))
+    );
+    println!(
+        "bridge/broker_round_trip_50         median {:>10}   ({MCP_CALLS} bare publish-to-state round trips, in turn with those calls)",
+        us(median(beside))
     );
     drop(bridge);
     Ok(())
