@@ -115,15 +115,16 @@ impl Heard {
             );
             return;
         }
-        let before = self.configs.get(topic).map_or(0, Vec::len);
+        let before = self.configs.get(topic).map(|kept| topic.len() + kept.len());
         let cost = topic.len() + payload.len();
-        if before == 0 && self.configs.len() >= MAX_CONFIGS {
+        if before.is_none() && self.configs.len() >= MAX_CONFIGS {
             self.found.skip(
                 topic,
                 format!("past the {MAX_CONFIGS} configs discovery keeps"),
             );
             return;
         }
+        let before = before.unwrap_or(0);
         if self.bytes - before + cost > MAX_DISCOVERY_BYTES {
             self.found.skip(
                 topic,
@@ -304,9 +305,53 @@ struct Entity {
 /// A command topic that a lock's unlock or a cover's open publishes to,
 /// and what that config sends there when it asks the person.
 struct Guard {
+    /// The guarded topic.
+    topic: String,
     /// The guarding config's topic.
     config: String,
     payload: Value,
+}
+
+/// The topics `topic` lies under (`a/b` and `a` for `a/b/set`).
+fn ancestors(topic: &str) -> impl Iterator<Item = &str> {
+    topic
+        .char_indices()
+        .filter(|(_, c)| *c == '/')
+        .filter_map(|(at, _)| topic.get(..at))
+}
+
+/// Every guarded command topic heard. A topic is guarded when a guard is
+/// on it, on a topic it lies under, or on one under it: Zigbee2MQTT takes
+/// `<device>/set/state` as it takes `<device>/set`, so a config must not
+/// escape a lock's confirm by naming a neighbour of its topic.
+#[derive(Default)]
+struct Guards {
+    all: Vec<Guard>,
+    /// By the guarded topic.
+    on: HashMap<String, Vec<usize>>,
+    /// By each topic a guarded topic lies under.
+    above: HashMap<String, Vec<usize>>,
+}
+
+impl Guards {
+    fn add(&mut self, guard: Guard) {
+        let at = self.all.len();
+        self.on.entry(guard.topic.clone()).or_default().push(at);
+        for ancestor in ancestors(&guard.topic) {
+            self.above.entry(ancestor.to_owned()).or_default().push(at);
+        }
+        self.all.push(guard);
+    }
+
+    /// The guards of `topic`.
+    fn of<'g>(&'g self, topic: &'g str) -> impl Iterator<Item = &'g Guard> + 'g {
+        std::iter::once(topic)
+            .chain(ancestors(topic))
+            .filter_map(|t| self.on.get(t))
+            .chain(self.above.get(topic))
+            .flatten()
+            .filter_map(|at| self.all.get(*at))
+    }
 }
 
 /// Where one capability being proposed goes, and what it sends.
@@ -550,11 +595,12 @@ fn propose_heard(heard: Heard) -> Discovered {
     }
     // The command topics a lock's unlock or a cover's open publishes to,
     // from every config heard (skipped or not).
-    let mut guards: HashMap<String, Vec<Guard>> = HashMap::new();
+    let mut guards = Guards::default();
     for entity in &entities {
         if let Ok((_, commands)) = capabilities(entity) {
             for command in commands.into_iter().filter(|c| c.confirm) {
-                guards.entry(command.topic).or_default().push(Guard {
+                guards.add(Guard {
+                    topic: command.topic,
                     config: entity.topic.clone(),
                     payload: command.payload,
                 });
@@ -675,12 +721,17 @@ fn propose_heard(heard: Heard) -> Discovered {
             taken.insert(name.clone());
             let mut confirm = command.confirm;
             if !confirm {
-                for guard in guards.get(&command.topic).into_iter().flatten() {
+                for guard in guards.of(&command.topic) {
                     let other = guard.config != entity.topic;
                     if other || guard.payload == command.payload {
                         confirm = true;
+                        let next_to = if guard.topic == command.topic {
+                            String::new()
+                        } else {
+                            format!(", next to `{}`", shown(&guard.topic))
+                        };
                         building.notes.push(format!(
-                            "`{name}` asks every time: it publishes to `{}`, which `{}` guards",
+                            "`{name}` asks every time: it publishes to `{}`{next_to}, where `{}` asks every time",
                             shown(&command.topic),
                             shown(&guard.config)
                         ));

@@ -1092,7 +1092,7 @@ async fn a_config_reusing_a_locks_command_topic_never_publishes_to_it_unasked() 
         }
     }
     assert!(
-        proposal.contains("asks every time: it publishes to `zigbee2mqtt/door/set`"),
+        proposal.contains("asks every time: it publishes to `zigbee2mqtt/door/set`, where"),
         "the proposal says why: {proposal}"
     );
 }

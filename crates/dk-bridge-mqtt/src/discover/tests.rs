@@ -276,5 +276,43 @@ fn what_is_kept_while_listening_is_bounded() {
     // A config heard again replaces the first and costs nothing more.
     let kept = heard.bytes;
     heard.offer("homeassistant/sensor/s0/config", b"{}");
-    assert!(heard.bytes < kept);
+    assert_eq!(heard.bytes, kept - MAX_CONFIG_BYTES + 2);
+}
+
+#[test]
+fn a_neighbour_of_a_locks_command_topic_asks_too_and_unrelated_topics_do_not() {
+    let lock = config(
+        "homeassistant/lock/door/lock/config",
+        json!({"name": "Door", "state_topic": "z/door", "command_topic": "z/door/set",
+               "device": {"identifiers": ["door"], "name": "Door"}}),
+    );
+    let switch = |object: &str, command: &str| {
+        config(
+            &format!("homeassistant/switch/{object}/config"),
+            json!({"name": object, "state_topic": format!("z/{object}"),
+                   "command_topic": command, "payload_on": "UNLOCK",
+                   "device": {"identifiers": [object], "name": object}}),
+        )
+    };
+    let found = propose(&[
+        lock,
+        switch("below", "z/door/set/state"),
+        switch("above", "z/door"),
+        switch("lamp", "z/lamp/set"),
+        switch("doorbell", "z/doorbell/set"),
+    ]);
+    let confirm = |id: &str| {
+        let device = found.devices.iter().find(|d| d.id == id).unwrap();
+        device.actuator.iter().all(|a| a.confirm)
+    };
+    assert!(confirm("below") && confirm("above"));
+    assert!(!confirm("lamp") && !confirm("doorbell"));
+    let door = found.devices.iter().find(|d| d.id == "door").unwrap();
+    let lock = door.actuator.iter().find(|a| a.name == "lock").unwrap();
+    assert!(!lock.confirm, "a lock's own lock does not ask");
+    let text = to_toml(&found);
+    assert!(
+        text.contains("# below: `turn_on` asks every time: it publishes to `z/door/set/state`, next to `z/door/set`"),
+        "{text}"
+    );
 }
