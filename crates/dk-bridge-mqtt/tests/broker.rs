@@ -1190,3 +1190,49 @@ async fn a_state_nested_past_the_frame_depth_is_dropped_and_the_device_stays() {
     assert_eq!(set["ok"], json!(true), "{set}");
     bridge.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_keeps_a_bounded_amount_of_a_large_retained_flood() {
+    use dk_bridge_mqtt::discover::{MAX_CONFIG_BYTES, MAX_DISCOVERY_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Mosquitto::start(dir.path(), port);
+    // 160 configs of 60 KiB (9.4 MiB), and one over the size of a config.
+    let pad = "x".repeat(60 * 1024);
+    let mut configs: Vec<(String, Vec<u8>)> = (0..160)
+        .map(|n| {
+            (
+                format!("homeassistant/sensor/s{n:03}/config"),
+                json!({"name": format!("Sensor {n}"), "state_topic": format!("s/{n}"),
+                       "pad": pad})
+                .to_string()
+                .into_bytes(),
+            )
+        })
+        .collect();
+    configs.push((
+        "homeassistant/sensor/huge/config".to_owned(),
+        vec![b' '; MAX_CONFIG_BYTES + 1],
+    ));
+    let refs: Vec<(&str, Vec<u8>)> = configs
+        .iter()
+        .map(|(t, p)| (t.as_str(), p.clone()))
+        .collect();
+    retain(port, &refs).await;
+    let found = discover_on(port).await;
+    let over_budget = found
+        .skipped
+        .iter()
+        .filter(|s| s.reason.contains("bytes of configs discovery keeps"))
+        .count();
+    let kept = found.devices.len();
+    assert!(over_budget > 0, "{:?}", found.skipped.len());
+    assert_eq!(kept + over_budget, 160);
+    assert!(kept * 60 * 1024 <= MAX_DISCOVERY_BYTES);
+    assert!(
+        found
+            .skipped
+            .iter()
+            .any(|s| s.topic == "homeassistant/sensor/huge/config" && s.reason.contains("over"))
+    );
+}
