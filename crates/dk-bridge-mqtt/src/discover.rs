@@ -198,17 +198,24 @@ fn device_id(identifier: &str, name: &str, digits: usize) -> String {
 }
 
 /// A capability name of `[a-z0-9_]` starting with a letter: `base`, or
-/// `base_<object>` when `base` is taken, or a numbered one.
-fn unique_name(taken: &BTreeSet<String>, base: &str, object: &str) -> String {
+/// when `base` is taken `base_<suffix>` for the first of `suffixes` (the
+/// entity's object id, its own name) that says something `base` does not
+/// (`lock_front_door`, never `lock_lock`), or a numbered one.
+fn unique_name(taken: &BTreeSet<String>, base: &str, suffixes: &[&str]) -> String {
     if !taken.contains(base) {
         return base.to_owned();
     }
-    let object = words(object, '_', MAX_NAME);
-    let with = format!("{base}_{object}");
-    let with: String = with.chars().take(MAX_NAME).collect();
-    let with = with.trim_end_matches('_').to_owned();
-    if !object.is_empty() && !taken.contains(&with) {
-        return with;
+    for suffix in suffixes {
+        let suffix = words(suffix, '_', MAX_NAME);
+        if suffix.is_empty() || base.split('_').any(|word| word == suffix) {
+            continue;
+        }
+        let with = format!("{base}_{suffix}");
+        let with: String = with.chars().take(MAX_NAME).collect();
+        let with = with.trim_end_matches('_').to_owned();
+        if !taken.contains(&with) {
+            return with;
+        }
     }
     (2..)
         .map(|n| {
@@ -701,6 +708,15 @@ fn propose_heard(heard: Heard) -> Discovered {
             .map(|s| s.name.clone())
             .chain(device.actuator.iter().map(|a| a.name.clone()))
             .collect();
+        let own_name = text_of(config, "name").unwrap_or_default();
+        // An object id that only repeats the component (`lock` of a lock)
+        // tells nothing apart.
+        let object = if entity.object == entity.component {
+            ""
+        } else {
+            entity.object.as_str()
+        };
+        let suffixes = [object, own_name.as_str()];
         for (description, path) in sensors {
             let base = format!("read_{}", words(&entity.object, '_', MAX_NAME - 5));
             let base = if base == "read_" || base.ends_with('_') {
@@ -708,7 +724,7 @@ fn propose_heard(heard: Heard) -> Discovered {
             } else {
                 base
             };
-            let name = unique_name(&taken, &base, &entity.object);
+            let name = unique_name(&taken, &base, &suffixes);
             taken.insert(name.clone());
             device.sensor.push(SensorMap {
                 name,
@@ -717,7 +733,7 @@ fn propose_heard(heard: Heard) -> Discovered {
             });
         }
         for command in commands {
-            let name = unique_name(&taken, command.base, &entity.object);
+            let name = unique_name(&taken, command.base, &suffixes);
             taken.insert(name.clone());
             let mut confirm = command.confirm;
             if !confirm {

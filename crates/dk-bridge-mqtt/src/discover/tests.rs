@@ -316,3 +316,39 @@ fn a_neighbour_of_a_locks_command_topic_asks_too_and_unrelated_topics_do_not() {
         "{text}"
     );
 }
+
+#[test]
+fn a_second_entity_of_a_kind_is_named_by_what_tells_it_apart() {
+    let device = json!({"identifiers": ["door"], "name": "Front door"});
+    let lock = |object: &str, name: Value| {
+        config(
+            &format!("homeassistant/lock/door/{object}/config"),
+            json!({"name": name, "state_topic": "z/door", "command_topic": format!("z/{object}/set"),
+                   "device": device}),
+        )
+    };
+    let found = propose(&[lock("bolt", json!("Bolt")), lock("lock", json!("Latch"))]);
+    assert_eq!(
+        names(&found.devices[0]),
+        [
+            "read_bolt",
+            "read_lock",
+            "lock",
+            "unlock",
+            "lock_latch",
+            "unlock_latch"
+        ]
+    );
+    let found = propose(&[lock("bolt", json!(null)), lock("lock", json!(null))]);
+    assert_eq!(
+        names(&found.devices[0]),
+        [
+            "read_bolt",
+            "read_lock",
+            "lock",
+            "unlock",
+            "lock_2",
+            "unlock_2"
+        ]
+    );
+}
