@@ -2,9 +2,10 @@
 //! WebDriver): signing in with the printed link, a lamp's pairing arriving
 //! live with its code, pairing with two of three grants, an agent's call
 //! to a confirm capability arriving live and allowed, revoking, the audit
-//! page, the same at phone size by keyboard alone, and a page of another
-//! origin that tries to act with the person's cookie. Screenshots go to
-//! `target/console-screenshots/`.
+//! page, the same at phone size by keyboard alone, a page of another
+//! origin that tries to act with the person's cookie, and one that asks its
+//! own server for every console path it could guess (sent no cookie).
+//! Screenshots go to `target/console-screenshots/`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,24 +70,21 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     let running = start(Limits::default()).await;
     let browser = Browser::start(1280, 900).await;
     let c = &browser.client;
+    // The console's pages, under its secret path.
+    let home = running.console.home().unwrap();
 
     // The printed link signs in once; a second use is refused.
     let link = running.console.login_link().unwrap();
     c.goto(&link).await.unwrap();
     browser.wait_text("h1", "Waiting for you").await;
-    assert!(
-        c.current_url()
-            .await
-            .unwrap()
-            .as_str()
-            .ends_with("/console/")
-    );
+    assert_eq!(c.current_url().await.unwrap().as_str(), home);
     c.goto(&link).await.unwrap();
     browser.wait_text("h1", "This link does not work").await;
-    c.goto(&format!("http://{}/console/", running.admin_addr))
-        .await
-        .unwrap();
+    // The address a notification gives holds no secret: it forwards this
+    // browser, which signed in, to its console.
+    c.goto(&running.console.url().unwrap()).await.unwrap();
     browser.wait_text("#none", "Nothing is waiting").await;
+    assert_eq!(c.current_url().await.unwrap().as_str(), home);
 
     // A simulated lamp asks to pair: its card arrives without a reload.
     let dir = temp_dir();
@@ -132,12 +130,7 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
         .unwrap();
     browser.wait_gone(".prompt").await;
     running.wait_connected("desk-lamp").await;
-    c.goto(&format!(
-        "http://{}/console/devices/desk-lamp",
-        running.admin_addr
-    ))
-    .await
-    .unwrap();
+    c.goto(&format!("{home}devices/desk-lamp")).await.unwrap();
     browser.wait_text("#device-state", "connected").await;
     let switches = c
         .find_all(Locator::Css("button[role=switch]"))
@@ -190,9 +183,7 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
 
     // An agent calls the confirm capability: the approval arrives live,
     // naming the agent; the person allows it once; the call succeeds.
-    c.goto(&format!("http://{}/console/", running.admin_addr))
-        .await
-        .unwrap();
+    c.goto(&home).await.unwrap();
     browser.wait_text("#none", "Nothing is waiting").await;
     let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
     let card = browser.wait_text(".prompt.approval", "kitchen").await;
@@ -217,12 +208,7 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     assert_eq!(lamp.calls().last().unwrap().0, "strobe");
 
     // Revoke from the device's page.
-    c.goto(&format!(
-        "http://{}/console/devices/desk-lamp",
-        running.admin_addr
-    ))
-    .await
-    .unwrap();
+    c.goto(&format!("{home}devices/desk-lamp")).await.unwrap();
     c.find(Locator::Css(
         "button[aria-label=\"Allowed, press to revoke: strobe\"]",
     ))
@@ -236,9 +222,7 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
 
     // The audit page shows each step.
     running.vessel.flush_audit().unwrap();
-    c.goto(&format!("http://{}/console/audit", running.admin_addr))
-        .await
-        .unwrap();
+    c.goto(&format!("{home}audit")).await.unwrap();
     let table = browser.wait_text("table.audit", "revoked").await;
     let text = table.text().await.unwrap();
     for step in ["paired", "allowed", "kitchen", "revoked"] {
@@ -248,9 +232,7 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
 
     // At phone size, by keyboard alone: a refused call.
     browser.viewport(390, 844).await;
-    c.goto(&format!("http://{}/console/", running.admin_addr))
-        .await
-        .unwrap();
+    c.goto(&home).await.unwrap();
     browser.wait_text("#none", "Nothing is waiting").await;
     let call = agent_call(&running, "device__desk_lamp__read_light", json!({}));
     // read_light needs no yes: it is allowed at once.
@@ -313,17 +295,17 @@ async fn a_page_of_another_origin_cannot_act_or_read_with_the_persons_session() 
     browser.wait_text("h1", "Waiting for you").await;
 
     // Same site (127.0.0.1), another port: the cookie may even be sent.
-    let console = format!("http://{}", running.admin_addr);
+    let console = running.console.home().unwrap();
     let page = format!(
         r#"<!doctype html><html><body>
-<form id="f" method="post" action="{console}/console/agents">
+<form id="f" method="post" action="{console}agents">
 <input name="name" value="evil"><input name="scope" value=""><input name="role" value="admin"></form>
 <script>
 window.results = {{}};
-fetch("{console}/console/", {{credentials: "include"}})
+fetch("{console}", {{credentials: "include"}})
   .then(r => r.text()).then(t => results.read = t)
   .catch(() => results.read = "blocked");
-fetch("{console}/console/agents", {{method: "POST", mode: "no-cors", credentials: "include",
+fetch("{console}agents", {{method: "POST", mode: "no-cors", credentials: "include",
   headers: {{"content-type": "application/x-www-form-urlencoded"}},
   body: "name=evil2&scope=&role=admin"}})
   .then(() => results.post = "sent").catch(() => results.post = "failed");
@@ -351,7 +333,7 @@ fetch("{console}/console/agents", {{method: "POST", mode: "no-cors", credentials
     );
 
     // Back in the console, the session still works and can add an agent.
-    c.goto(&format!("{console}/console/agents")).await.unwrap();
+    c.goto(&format!("{console}agents")).await.unwrap();
     c.find(Locator::Id("new-name"))
         .await
         .unwrap()
@@ -366,7 +348,155 @@ fetch("{console}/console/agents", {{method: "POST", mode: "no-cors", credentials
         .unwrap();
     let credential = browser.wait_text("#credential", "dka_").await;
     assert!(credential.text().await.unwrap().starts_with("dka_"));
+    // "Copy configuration" copies the block's text: JSON a client takes.
+    let config = browser
+        .run("return JSON.parse(document.getElementById('mcp-config').textContent);")
+        .await;
+    let bearer = config["mcpServers"]["dk"]["headers"]["Authorization"].as_str();
+    assert!(
+        bearer.is_some_and(|b| b.starts_with("Bearer dka_")),
+        "{config}"
+    );
     assert_eq!(running.vessel.agents().list().len(), 1);
+    server.abort();
+    browser.quit().await;
+}
+
+/// A neighbour on another loopback port: serves `page` at `/` and a 404
+/// elsewhere, and keeps each request's line and `Cookie` header.
+async fn serve_recording(
+    page: String,
+) -> (
+    std::net::SocketAddr,
+    Arc<Mutex<Vec<(String, String)>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (page, kept) = (page.clone(), Arc::clone(&kept));
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).to_string();
+                let line = text.lines().next().unwrap_or_default().to_owned();
+                let cookies: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| {
+                        l.split_once(':')
+                            .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+                            .map(|(_, v)| v.trim())
+                    })
+                    .collect();
+                kept.lock()
+                    .unwrap()
+                    .push((line.clone(), cookies.join("; ")));
+                let (status, body) = if line.starts_with("GET / ") {
+                    ("200 OK", page)
+                } else {
+                    ("404 Not Found", "nothing here".to_owned())
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (addr, seen, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_another_port_is_sent_no_console_cookie_for_any_path_it_guesses() {
+    let running = start(Limits::default()).await;
+    let browser = Browser::start(1280, 900).await;
+    let c = &browser.client;
+    c.goto(&running.console.login_link().unwrap())
+        .await
+        .unwrap();
+    browser.wait_text("h1", "Waiting for you").await;
+    // The browser holds the session: its own pages work.
+    c.goto(&format!("{}devices", running.console.home().unwrap()))
+        .await
+        .unwrap();
+    browser.wait_text("h1", "Devices").await;
+
+    // Another program's page on another loopback port asks its own server
+    // for every console path it could guess, as the console's pages name
+    // them, with and without a trailing slash, by GET and POST.
+    let guesses = [
+        "/console",
+        "/console/",
+        "/console/login",
+        "/console/logout",
+        "/console/live",
+        "/console/devices",
+        "/console/devices/desk-lamp",
+        "/console/devices/desk-lamp/unpair",
+        "/console/agents",
+        "/console/agents/x/remove",
+        "/console/audit",
+        "/console/audit/verify",
+        "/console/status",
+        "/console/pairings/1",
+        "/console/approvals/1",
+        "/console/assets/console.css",
+        "/console/assets/console.js",
+        "/console/x/",
+        "/console/00000000000000000000000000000000/",
+        "/",
+        "/v1/status",
+    ];
+    let list = serde_json::to_string(&guesses).unwrap();
+    let page = format!(
+        r#"<!doctype html><html><body><script>
+const paths = {list};
+const asked = [];
+for (const path of paths) {{
+  asked.push(fetch(path, {{credentials: "include"}}).catch(() => null));
+  asked.push(fetch(path, {{method: "POST", credentials: "include", body: "x=1"}}).catch(() => null));
+}}
+Promise.all(asked).then(() => {{ window.done = true; }});
+</script></body></html>"#
+    );
+    let (neighbour, seen, server) = serve_recording(page).await;
+    c.goto(&format!("http://{neighbour}/")).await.unwrap();
+    let mut done = Value::Null;
+    for _ in 0..2000 {
+        done = browser.run("return window.done === true;").await;
+        if done == json!(true) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(done, json!(true), "the page's requests did not finish");
+    let seen = seen.lock().unwrap().clone();
+    // Every guess reached the neighbour...
+    for path in guesses {
+        for method in ["GET", "POST"] {
+            let line = format!("{method} {path} HTTP/1.1");
+            assert!(seen.iter().any(|(l, _)| *l == line), "{line}: {seen:?}");
+        }
+    }
+    // ...and not one carried the console's cookie.
+    for (line, cookie) in &seen {
+        assert!(!cookie.contains("dk_console"), "{line} carried `{cookie}`");
+    }
+    // The session is still there, for the console alone.
+    c.goto(&format!("{}status", running.console.home().unwrap()))
+        .await
+        .unwrap();
+    browser.wait_text("h1", "Status").await;
     server.abort();
     browser.quit().await;
 }

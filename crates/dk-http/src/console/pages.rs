@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
-use super::html::{attr, push_text, segment, text};
+use super::html::{attr, own, push_text, segment, text};
 use crate::link::DeviceEvent;
 use crate::store::{AuditEntry, AuditHead, AuditQuery};
 
@@ -60,6 +60,8 @@ pub(crate) enum Page {
 
 /// What every page's frame shows.
 pub(crate) struct Frame {
+    /// `/console/<secret>`: every page's links start with it.
+    pub(crate) base: String,
     pub(crate) current: Page,
     pub(crate) pending: usize,
     pub(crate) csrf: String,
@@ -151,26 +153,28 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
          <title>{badge}{title} · dk console</title>\
          <link rel=\"stylesheet\" href=\"/console/assets/console.css\">\
          <script src=\"/console/assets/console.js\" defer></script></head>\
-         <body data-pending=\"{pending}\" data-title=\"{title} · dk console\">\
+         <body data-pending=\"{pending}\" data-title=\"{title} · dk console\" data-base=\"{base}\">\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\
          <header><nav aria-label=\"Console\"><ul>",
         title = attr(title),
         pending = frame.pending,
+        base = attr(&frame.base),
     );
     let items = [
-        (Page::Prompts, "/console/", "Waiting"),
-        (Page::Devices, "/console/devices", "Devices"),
-        (Page::Agents, "/console/agents", "Agents"),
-        (Page::Audit, "/console/audit", "Audit log"),
-        (Page::Status, "/console/status", "Status"),
+        (Page::Prompts, "/", "Waiting"),
+        (Page::Devices, "/devices", "Devices"),
+        (Page::Agents, "/agents", "Agents"),
+        (Page::Audit, "/audit", "Audit log"),
+        (Page::Status, "/status", "Status"),
     ];
+    let base = &frame.base;
     for (page, href, label) in items {
         let current = if page == frame.current {
             " aria-current=\"page\""
         } else {
             ""
         };
-        let _ = write!(out, "<li><a href=\"{href}\"{current}>{label}");
+        let _ = write!(out, "<li><a href=\"{base}{href}\"{current}>{label}");
         if page == Page::Prompts {
             let hidden = if frame.pending == 0 { " hidden" } else { "" };
             let _ = write!(
@@ -183,7 +187,7 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
     }
     let _ = write!(
         out,
-        "</ul><form method=\"post\" action=\"/console/logout\" class=\"signout\">{}\
+        "</ul><form method=\"post\" action=\"{base}/logout\" class=\"signout\">{}\
          <button type=\"submit\">Sign out</button></form></nav></header>\
          <main id=\"main\" tabindex=\"-1\">{main}</main>\
          <div id=\"announce\" class=\"visually-hidden\" aria-live=\"polite\"></div>\
@@ -212,6 +216,21 @@ pub(crate) fn message_page(title: &str, message: &str) -> String {
         title = text(title),
         message = text(message),
     )
+}
+
+/// The sign-in page at `/console/`: how to sign in. Its script forwards a
+/// browser that signed in before to its console (the path is kept in the
+/// console origin's own storage, which no other port can read).
+pub(crate) fn landing_page() -> String {
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+     <title>Sign in · dk console</title>\
+     <link rel=\"stylesheet\" href=\"/console/assets/console.css\">\
+     <script src=\"/console/assets/console.js\" defer></script></head>\
+     <body data-landing=\"yes\"><main id=\"main\"><h1>Sign in to the dk console</h1>\
+     <p>Open the login link `dk vessel` printed, or run `dk console` for a fresh one.</p>\
+     </main></body></html>"
+        .to_owned()
 }
 
 /// What a request without a session sees.
@@ -245,19 +264,19 @@ pub(crate) fn prompts(frame: &Frame, pending: &[api::Pending]) -> String {
          <div id=\"prompts\">"
     );
     for prompt in pending {
-        main.push_str(&prompt_card(prompt, &frame.csrf));
+        main.push_str(&prompt_card(prompt, &frame.base, &frame.csrf));
     }
     main.push_str("</div>");
     layout(frame, "Waiting", &main)
 }
 
 /// One prompt's card, with its forms.
-pub(crate) fn prompt_card(pending: &api::Pending, csrf: &str) -> String {
+pub(crate) fn prompt_card(pending: &api::Pending, base: &str, csrf: &str) -> String {
     let left = pending.expires_at_ms.saturating_sub(now_ms());
     match &pending.prompt {
-        api::Prompt::Consent(consent) => consent_card(pending.id, consent, left, csrf),
+        api::Prompt::Consent(consent) => consent_card(pending.id, consent, left, base, csrf),
         api::Prompt::Approval(approval) => {
-            approval_card(pending.id, approval, pending.can_remember, left, csrf)
+            approval_card(pending.id, approval, pending.can_remember, left, base, csrf)
         }
     }
 }
@@ -279,7 +298,13 @@ fn kind_label(capability: &api::DeviceCapability) -> &'static str {
     }
 }
 
-fn consent_card(id: u64, consent: &api::ConsentRequest, left: u64, csrf: &str) -> String {
+fn consent_card(
+    id: u64,
+    consent: &api::ConsentRequest,
+    left: u64,
+    base: &str,
+    csrf: &str,
+) -> String {
     let mut out = String::with_capacity(2048);
     let code_digits: String = consent.code.chars().collect();
     let spoken: Vec<String> = code_digits.chars().map(String::from).collect();
@@ -341,7 +366,7 @@ fn consent_card(id: u64, consent: &api::ConsentRequest, left: u64, csrf: &str) -
     out.push_str(&time_left(left));
     let _ = write!(
         out,
-        "<form method=\"post\" action=\"/console/pairings/{id}\">{csrf}\
+        "<form method=\"post\" action=\"{base}/pairings/{id}\">{csrf}\
          <fieldset><legend>Allow</legend>",
         csrf = csrf_field(csrf)
     );
@@ -379,6 +404,7 @@ fn approval_card(
     approval: &api::ApprovalRequest,
     can_remember: bool,
     left: u64,
+    base: &str,
     csrf: &str,
 ) -> String {
     let mut out = String::with_capacity(2048);
@@ -433,7 +459,7 @@ fn approval_card(
     out.push_str(&time_left(left));
     let _ = write!(
         out,
-        "<form method=\"post\" action=\"/console/approvals/{id}\">{csrf}\
+        "<form method=\"post\" action=\"{base}/approvals/{id}\">{csrf}\
          <div class=\"actions\"><button type=\"submit\" name=\"answer\" value=\"once\" class=\"yes\">Allow once</button>\
          <button type=\"submit\" name=\"answer\" value=\"deny\" class=\"no\">Deny</button></div>",
         csrf = csrf_field(csrf)
@@ -456,6 +482,7 @@ fn approval_card(
 
 /// The devices page: every paired device, one row each.
 pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
+    let base = &frame.base;
     let mut main = String::with_capacity(256 + devices.len() * 400);
     let _ = write!(
         main,
@@ -474,7 +501,7 @@ pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
     for device in devices {
         let _ = write!(
             main,
-            "<tr><th scope=\"row\"><a href=\"/console/devices/{href}\">{name}</a> <code>{id}</code></th>\
+            "<tr><th scope=\"row\"><a href=\"{base}/devices/{href}\">{name}</a> <code>{id}</code></th>\
              <td>{state}</td><td>{granted} of {all}</td></tr>",
             href = segment(&device.id),
             name = text(&device.name),
@@ -509,6 +536,7 @@ pub(crate) fn device(
     events: &[RecentEvent],
     activity: &[AuditEntry],
 ) -> String {
+    let base = &frame.base;
     let mut main = String::with_capacity(4096);
     let _ = write!(
         main,
@@ -525,7 +553,7 @@ pub(crate) fn device(
         let on = device.grants.contains(&capability.name);
         let _ = write!(
             main,
-            "<li><form method=\"post\" action=\"/console/devices/{href}/grants/{cap_href}\">{csrf}\
+            "<li><form method=\"post\" action=\"{base}/devices/{href}/grants/{cap_href}\">{csrf}\
              <input type=\"hidden\" name=\"allow\" value=\"{next}\">\
              <button type=\"submit\" role=\"switch\" aria-checked=\"{on}\" class=\"switch\" \
              aria-label=\"{label}: {name}\">{shown}</button> <strong>{name_text}</strong> \
@@ -549,7 +577,7 @@ pub(crate) fn device(
     }
     let _ = write!(
         main,
-        "</ul><form method=\"post\" action=\"/console/devices/{href}/unpair\" data-confirm=\"Unpair {confirm}? It must pair again to be used.\">{csrf}\
+        "</ul><form method=\"post\" action=\"{base}/devices/{href}/unpair\" data-confirm=\"Unpair {confirm}? It must pair again to be used.\">{csrf}\
          <button type=\"submit\" class=\"no\">Unpair</button></form><h2>Recent events</h2>",
         href = segment(&device.id),
         confirm = attr(&device.name),
@@ -574,7 +602,7 @@ pub(crate) fn device(
     audit_table(&mut main, activity);
     let _ = write!(
         main,
-        "<p><a href=\"/console/audit?device={}\">All of its log</a></p>",
+        "<p><a href=\"{base}/audit?device={}\">All of its log</a></p>",
         segment(&device.id)
     );
     layout(frame, &device.name, &main)
@@ -584,6 +612,7 @@ pub(crate) fn device(
 /// the scope or remove it, a form to add one; after adding, the new
 /// credential, shown this once, with the MCP configuration to paste.
 pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>) -> String {
+    let base = &frame.base;
     let mut main = String::from("<h1>Agents</h1>");
     if let Some(added) = added {
         let config = serde_json::json!({
@@ -604,7 +633,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
              <button type=\"button\" data-copy=\"mcp-config\">Copy configuration</button></section>",
             name = text(&added.name),
             credential = text(&added.credential),
-            config = text(&config),
+            config = own(&config),
         );
     }
     if agents.is_empty() {
@@ -616,11 +645,11 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
             let _ = write!(
                 main,
                 "<li><h2>{name}</h2><p>Role {role}, added {added}. Scope: {scope_text}</p>\
-                 <form method=\"post\" action=\"/console/agents/{href}/scope\">{csrf}\
+                 <form method=\"post\" action=\"{base}/agents/{href}/scope\">{csrf}\
                  <label for=\"scope-{id}\">Scope (devices, or device:capability, comma separated)</label>\
                  <input type=\"text\" name=\"scope\" id=\"scope-{id}\" value=\"{scope}\">\
                  <button type=\"submit\">Change scope</button></form>\
-                 <form method=\"post\" action=\"/console/agents/{href}/remove\" data-confirm=\"Remove agent {confirm}?\">{csrf}\
+                 <form method=\"post\" action=\"{base}/agents/{href}/remove\" data-confirm=\"Remove agent {confirm}?\">{csrf}\
                  <button type=\"submit\" class=\"no\">Remove {name}</button></form></li>",
                 name = text(&agent.name),
                 role = text(&agent.role),
@@ -641,7 +670,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
     }
     let _ = write!(
         main,
-        "<h2>Add an agent</h2><form method=\"post\" action=\"/console/agents\" class=\"add\">{csrf}\
+        "<h2>Add an agent</h2><form method=\"post\" action=\"{base}/agents\" class=\"add\">{csrf}\
          <label for=\"new-name\">Name</label><input type=\"text\" name=\"name\" id=\"new-name\" required>\
          <label for=\"new-scope\">Scope (devices, or device:capability, comma separated)</label>\
          <input type=\"text\" name=\"scope\" id=\"new-scope\">\
@@ -712,6 +741,7 @@ pub(crate) fn audit(
     head: Option<&AuditHead>,
     verified: Option<&Verified>,
 ) -> String {
+    let base = &frame.base;
     let mut main = String::from("<h1>Audit log</h1>");
     if let Some(verified) = verified {
         if verified.problems.is_empty() {
@@ -746,8 +776,8 @@ pub(crate) fn audit(
     let selected = |v: &str| if v == decision { " selected" } else { "" };
     let _ = write!(
         main,
-        "<form method=\"post\" action=\"/console/audit/verify\">{csrf}<button type=\"submit\">Verify the chain</button></form>\
-         <form method=\"get\" action=\"/console/audit\" class=\"filters\">\
+        "<form method=\"post\" action=\"{base}/audit/verify\">{csrf}<button type=\"submit\">Verify the chain</button></form>\
+         <form method=\"get\" action=\"{base}/audit\" class=\"filters\">\
          <label for=\"f-device\">Device</label><input type=\"text\" name=\"device\" id=\"f-device\" value=\"{device}\">\
          <label for=\"f-agent\">Agent</label><input type=\"text\" name=\"agent\" id=\"f-agent\" value=\"{agent}\">\
          <label for=\"f-decision\">Decision</label><select name=\"decision\" id=\"f-decision\">\
@@ -771,14 +801,14 @@ pub(crate) fn audit(
     );
     main.push_str("<nav aria-label=\"Pages\" class=\"pages\">");
     if filter.before.is_some() {
-        let _ = write!(main, "<a href=\"/console/audit?{filters}\">Newest</a> ");
+        let _ = write!(main, "<a href=\"{base}/audit?{filters}\">Newest</a> ");
     }
     if entries.len() == AUDIT_PAGE
         && let Some(last) = entries.last()
     {
         let _ = write!(
             main,
-            "<a href=\"/console/audit?{filters}&amp;before={}\" rel=\"next\">Older</a>",
+            "<a href=\"{base}/audit?{filters}&amp;before={}\" rel=\"next\">Older</a>",
             last.seq
         );
     }
