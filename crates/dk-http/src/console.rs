@@ -57,6 +57,7 @@ use tokio::sync::broadcast;
 
 use crate::agents::{AgentRole, AgentScope};
 use crate::allowances::{AllowanceMinutes, AllowanceScope, Remember};
+use crate::by::By;
 use crate::origins::{LocalOrigins, single};
 use crate::person::{ApprovalAnswer, PersonEvent};
 use crate::registry::ConsentDecision;
@@ -78,6 +79,8 @@ const COOKIE: &str = "dk_console";
 /// Random bytes in the console's secret path (shown as twice as many hex
 /// characters).
 const PATH_SECRET_BYTES: usize = 16;
+/// Random bytes in a session's id, as the audit log names it.
+const SESSION_ID_BYTES: usize = 8;
 /// Largest form body the console reads (64 KiB).
 const MAX_FORM_BYTES: usize = 64 * 1024;
 /// Device events kept per device for its page.
@@ -113,6 +116,9 @@ struct Access {
 
 #[derive(Clone)]
 struct Session {
+    /// What the audit log names the session by: random, made apart from
+    /// the cookie, so nothing leads from one to the other.
+    id: String,
     csrf: String,
     expires: Instant,
     /// When it was opened: the oldest goes first when there are too many.
@@ -138,6 +144,14 @@ struct RecentEvents {
 struct Signed {
     key: [u8; 32],
     csrf: String,
+    id: String,
+}
+
+impl Signed {
+    /// Who makes a change through this session, for its audit entry.
+    fn by(&self) -> By {
+        By::console(&self.id)
+    }
 }
 
 /// A form's fields, read and checked (CSRF) before the handler runs.
@@ -301,9 +315,12 @@ impl Console {
         }
         let (cookie, hash) = secret();
         let (csrf, _) = secret();
+        let mut id = [0u8; SESSION_ID_BYTES];
+        rand::rng().fill(&mut id);
         access.sessions.insert(
             hash,
             Session {
+                id: hex(&id),
                 csrf,
                 expires: now + SESSION_LIFETIME,
                 opened: now,
@@ -320,6 +337,7 @@ impl Console {
             Some(session) if session.expires > now => Some(Signed {
                 key,
                 csrf: session.csrf.clone(),
+                id: session.id.clone(),
             }),
             Some(_) => {
                 access.sessions.remove(&key);
@@ -692,6 +710,7 @@ fn page(shared: &Shared, signed: &Signed, current: Page) -> pages::Frame {
         current,
         pending: shared.vessel.person().pending().len(),
         csrf: signed.csrf.clone(),
+        session: signed.id.clone(),
     }
 }
 
@@ -793,6 +812,7 @@ fn asked_event(
 async fn answer_pairing(
     State(shared): State<Shared>,
     UrlPath((_, id)): UrlPath<(String, u64)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let decision = match form.get("answer") {
@@ -800,8 +820,9 @@ async fn answer_pairing(
             approved: true,
             grant: form.all("grant"),
             confirmed_without_code: form.get("without_code") == Some("yes"),
+            by: Some(signed.by()),
         },
-        Some("refuse") => ConsentDecision::refuse(),
+        Some("refuse") => ConsentDecision::refuse().by(signed.by()),
         _ => return refusal_page(StatusCode::BAD_REQUEST, "answer `pair` or `refuse`"),
     };
     match shared.vessel.person().answer_consent(id, decision) {
@@ -814,6 +835,7 @@ async fn answer_pairing(
 async fn answer_approval(
     State(shared): State<Shared>,
     UrlPath((_, id)): UrlPath<(String, u64)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let answer = match form.get("answer") {
@@ -843,7 +865,11 @@ async fn answer_approval(
             );
         }
     };
-    match shared.vessel.person().answer_approval_with(id, answer) {
+    match shared
+        .vessel
+        .person()
+        .answer_approval_by(id, answer, Some(signed.by()))
+    {
         Ok(_) => see_other(&format!("{}/", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::CONFLICT, &e.to_string()),
     }
@@ -888,12 +914,18 @@ async fn read_audit(shared: &Shared, query: AuditQuery) -> Result<Vec<AuditEntry
 async fn set_grant(
     State(shared): State<Shared>,
     UrlPath((_, id, capability)): UrlPath<(String, String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let registry = shared.vessel.registry();
+    let by = signed.by();
     let done = match form.get("allow") {
-        Some("yes") => registry.grant(&id, &capability).map_err(|e| e.to_string()),
-        Some("no") => registry.revoke(&id, &capability).map_err(|e| e.to_string()),
+        Some("yes") => registry
+            .grant_by(&id, &capability, Some(&by))
+            .map_err(|e| e.to_string()),
+        Some("no") => registry
+            .revoke_by(&id, &capability, Some(&by))
+            .map_err(|e| e.to_string()),
         _ => Err("say `allow=yes` or `allow=no`".to_owned()),
     };
     match done {
@@ -909,8 +941,9 @@ async fn set_grant(
 async fn unpair(
     State(shared): State<Shared>,
     UrlPath((_, id)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
-    match shared.vessel.registry().unpair(&id) {
+    match shared.vessel.registry().unpair_by(&id, Some(&signed.by())) {
         Ok(()) => see_other(&format!("{}/devices", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
     }
@@ -956,7 +989,10 @@ async fn add_agent(
             return refusal_page(StatusCode::BAD_REQUEST, "role must be guest, user or admin");
         }
     };
-    match shared.vessel.add_agent(name, scope, role) {
+    match shared
+        .vessel
+        .add_agent_by(name, scope, role, Some(&signed.by()))
+    {
         Ok((name, credential)) => {
             let frame = page(&shared, &signed, Page::Agents);
             let agents = agent_list(&shared);
@@ -983,6 +1019,7 @@ async fn add_agent(
 async fn set_scope(
     State(shared): State<Shared>,
     UrlPath((_, name)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let items = scope_items(form.get("scope").unwrap_or(""));
@@ -990,7 +1027,10 @@ async fn set_scope(
         Ok(scope) => scope,
         Err(e) => return refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    match shared.vessel.set_agent_scope(&name, scope) {
+    match shared
+        .vessel
+        .set_agent_scope_by(&name, scope, Some(&signed.by()))
+    {
         Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     }
@@ -999,8 +1039,9 @@ async fn set_scope(
 async fn remove_agent(
     State(shared): State<Shared>,
     UrlPath((_, name)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
-    match shared.vessel.remove_agent(&name) {
+    match shared.vessel.remove_agent_by(&name, Some(&signed.by())) {
         Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
     }

@@ -65,6 +65,8 @@ pub(crate) struct Frame {
     pub(crate) current: Page,
     pub(crate) pending: usize,
     pub(crate) csrf: String,
+    /// The session's id, as the audit log names it (not its cookie).
+    pub(crate) session: String,
 }
 
 /// A device event kept for the device's page.
@@ -838,6 +840,12 @@ pub(crate) fn status(frame: &Frame, status: &api::Status) -> String {
     for (label, value) in rows {
         let _ = write!(main, "<dt>{label}</dt><dd>{}</dd>", text(&value));
     }
+    let _ = write!(
+        main,
+        "<dt>This console session</dt><dd><code id=\"session\">{}</code> \
+         (the audit log names changes made here by it)</dd>",
+        text(&frame.session)
+    );
     main.push_str("</dl><h2>Listeners</h2><table><thead><tr><th scope=\"col\">Listener</th><th scope=\"col\">Open</th><th scope=\"col\">Peak</th><th scope=\"col\">Refused at accept</th><th scope=\"col\">Idle closed</th></tr></thead><tbody>");
     let listeners = [
         ("devices", &status.listeners.devices),

@@ -685,3 +685,110 @@ async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
     );
     assert!(verified.body.contains("Head: entry 120"));
 }
+
+/// The session id a signed-in browser's Status page shows.
+async fn session_id(browser: &Browser) -> String {
+    let page = browser.get("/status").await;
+    let at = page.body.find("<code id=\"session\">").unwrap() + 19;
+    page.body[at..at + 16].to_owned()
+}
+
+#[tokio::test]
+async fn changes_made_in_the_console_name_the_console_and_its_session() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let other = sign_in(&running).await;
+    let (mine, theirs) = (session_id(&browser).await, session_id(&other).await);
+    assert_ne!(mine, theirs, "each session has its own id");
+    // The id is not the cookie, nor part of it, nor the CSRF token.
+    assert!(!browser.cookie.contains(&mine) && !browser.csrf.contains(&mine));
+
+    // Every kind of change, from the first session's pages.
+    let id = pairing(&running.vessel, lamp()).await;
+    let paired = browser
+        .post(&format!("/pairings/{id}"), "answer=pair&grant=read_light")
+        .await;
+    assert_eq!(paired.status, 303, "{}", paired.body);
+    while running.vessel.registry().list().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for (path, form) in [
+        ("/devices/desk-lamp/grants/strobe", "allow=yes"),
+        ("/devices/desk-lamp/grants/set_light", "allow=yes"),
+        ("/devices/desk-lamp/grants/set_light", "allow=no"),
+        ("/agents", "name=kitchen&scope=desk-lamp&role=user"),
+        ("/agents/kitchen/scope", "scope=desk-lamp:read_light"),
+        ("/agents/kitchen/remove", ""),
+    ] {
+        let answer = browser.post(path, form).await;
+        assert!(answer.status < 400, "{path}: {}", answer.body);
+    }
+    // An approval answered, from the other session: a call of strobe
+    // (a capability that asks every time).
+    let vessel = Arc::clone(&running.vessel);
+    let call = tokio::spawn(async move {
+        let person = Arc::clone(vessel.person());
+        let ctx = crate::adapter::CallContext {
+            approver: Some(person.as_ref()),
+            timeout: Some(Duration::from_secs(10)),
+            ..crate::adapter::CallContext::default()
+        };
+        vessel
+            .adapter()
+            .execute("device__desk_lamp__strobe", json!({}), ctx)
+            .await
+    });
+    let asked = loop {
+        if let Some(prompt) = running.vessel.person().pending().first() {
+            break prompt.id;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let answered = other
+        .post(&format!("/approvals/{asked}"), "answer=deny")
+        .await;
+    assert_eq!(answered.status, 303, "{}", answered.body);
+    call.await.unwrap();
+    let unpaired = browser.post("/devices/desk-lamp/unpair", "").await;
+    assert_eq!(unpaired.status, 303);
+
+    running.vessel.flush_audit().unwrap();
+    let entries = running
+        .vessel
+        .registry()
+        .store()
+        .read_audit(0, 100)
+        .unwrap();
+    let by = |session: &str| json!({"frontEnd": "console", "session": session});
+    // Decisions are written behind the changes: compared in kind order.
+    let mut named: Vec<(String, Value)> = entries
+        .iter()
+        .filter(|e| e.kind != "decision" || e.entry.get("person").is_some())
+        .map(|e| (e.kind.clone(), e.entry["by"].clone()))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        named,
+        [
+            ("agent".to_owned(), by(&mine)),
+            ("agent".to_owned(), by(&mine)),
+            ("agent".to_owned(), by(&mine)),
+            ("decision".to_owned(), by(&theirs)),
+            ("granted".to_owned(), by(&mine)),
+            ("granted".to_owned(), by(&mine)),
+            ("paired".to_owned(), by(&mine)),
+            ("revoked".to_owned(), by(&mine)),
+            ("unpaired".to_owned(), by(&mine)),
+        ],
+        "{entries:?}"
+    );
+    assert!(
+        running
+            .vessel
+            .registry()
+            .store()
+            .verify_audit()
+            .unwrap()
+            .is_intact()
+    );
+}
