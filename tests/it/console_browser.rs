@@ -500,3 +500,171 @@ Promise.all(asked).then(() => {{ window.done = true; }});
     server.abort();
     browser.quit().await;
 }
+
+/// The bottom edge of the first element `css` matches, and the viewport's
+/// height, in CSS pixels, with the page scrolled to the top.
+async fn bottom(browser: &Browser, css: &str) -> (f64, f64) {
+    let found = browser
+        .run(&format!(
+            "window.scrollTo(0, 0); const e = document.querySelector({css:?}); \
+             return [e.getBoundingClientRect().bottom, window.innerHeight];"
+        ))
+        .await;
+    (found[0].as_f64().unwrap(), found[1].as_f64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_phone_a_prompt_fits_the_first_screen_and_an_audit_row_reads_in_a_few_lines() {
+    use dk_vessel::adapter::Approver;
+    let running = start(Limits::default()).await;
+    let browser = Browser::start(390, 844).await;
+    browser.viewport(390, 844).await;
+    let c = &browser.client;
+    c.goto(&running.console.login_link().unwrap())
+        .await
+        .unwrap();
+    browser.wait_text("h1", "Waiting for you").await;
+    // The navigation is one row at the top, every page's link in view;
+    // Sign out is at the foot of the page.
+    let (header, height) = bottom(&browser, "header").await;
+    assert!(header <= 60.0, "the header ends {header} px down");
+    let links = browser
+        .run(
+            "return [...document.querySelectorAll('header nav a')].map(function (a) { \
+               const r = a.getBoundingClientRect(); return r.right <= window.innerWidth && r.bottom <= 60; });",
+        )
+        .await;
+    assert_eq!(links, json!([true, true, true, true, true]));
+    let sign_out = browser
+        .run(
+            "return [...document.querySelectorAll('form.signout button')].map(function (b) { \
+               return b.offsetParent !== null && b.getBoundingClientRect().top > 60; });",
+        )
+        .await;
+    assert_eq!(
+        sign_out,
+        json!([false, true]),
+        "shown once, below the content"
+    );
+
+    // A call with a long reason and several inputs, one long: the question
+    // and both answers are on the first screen.
+    let person = Arc::clone(running.vessel.person());
+    let mut input = serde_json::Map::new();
+    input.insert("recipe".to_owned(), json!("double espresso, ".repeat(60)));
+    input.insert("cups".to_owned(), json!(2));
+    input.insert("strength".to_owned(), json!("strong"));
+    input.insert("milk".to_owned(), json!({"kind": "oat", "foam": true}));
+    let request = dk_vessel::adapter::ApprovalRequest {
+        tool: "device__kitchen_coffee_machine__start_brew".to_owned(),
+        device_id: "kitchen-coffee-machine".to_owned(),
+        capability: "start_brew".to_owned(),
+        input,
+        reason: "rule `ask-before-heating`: anything that heats water asks first".to_owned(),
+        agent_id: Some("kitchen-assistant".to_owned()),
+        session_id: Some("session-7f3a9c".to_owned()),
+        channel: dk_proto::Channel::Dk2,
+    };
+    let asked = tokio::spawn(async move { person.approve(request).await });
+    browser
+        .wait_text(".prompt.approval", "kitchen-assistant")
+        .await;
+    for part in [
+        ".prompt.approval h2",
+        ".prompt.approval button[value=\"once\"]",
+        ".prompt.approval button[value=\"deny\"]",
+    ] {
+        let (at, screen) = bottom(&browser, part).await;
+        assert!(
+            at <= screen,
+            "{part} ends at {at}, below the first {screen} px"
+        );
+    }
+    assert_eq!(height, 844.0);
+    browser.screenshot("phone-approval-long").await;
+    c.find(Locator::Css(".prompt.approval button[value=\"deny\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(asked.await.unwrap(), Ok(false));
+
+    // The audit page: a row per entry, its date and tool on one line each,
+    // who decided in the row itself.
+    let decision = |n: u64, extra: Value| {
+        let mut entry = json!({
+            "tool": "device__kitchen_coffee_machine__start_brew",
+            "deviceId": "kitchen-coffee-machine", "capability": "start_brew",
+            "agentId": "kitchen-assistant", "sessionId": "session-7f3a9c",
+            "allowed": true, "reason": "allowed", "rule": null,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            entry[k] = v.clone();
+        }
+        dk_vessel::store::AuditEvent {
+            at_ms: 1_796_185_507_000 + n,
+            kind: "decision".to_owned(),
+            entry,
+        }
+    };
+    let events = [
+        decision(
+            1,
+            json!({"person": "approved", "by": {"frontEnd": "console", "session": "ab12cd34ef56ab78"}}),
+        ),
+        decision(2, json!({"person": "remembered", "allowance": {"id": 3}})),
+        decision(
+            3,
+            json!({"allowed": false, "rule": "no-coffee-after-ten",
+            "reason": "[policy] refused by rule `no-coffee-after-ten`: nothing that heats water after 22:00"}),
+        ),
+        decision(4, json!({})),
+    ];
+    running
+        .vessel
+        .registry()
+        .store()
+        .append_audit(&events)
+        .unwrap();
+    running.vessel.flush_audit().unwrap();
+    c.goto(&format!("{}audit", running.console.home().unwrap()))
+        .await
+        .unwrap();
+    let table = browser.wait_text("table.audit", "a remembered yes").await;
+    let text = table.text().await.unwrap();
+    for who in [
+        "by the person, in the console",
+        "by a remembered yes (allowance 3)",
+        "by rule no-coffee-after-ten",
+        "by the grants",
+    ] {
+        assert!(text.contains(who), "{who}: {text}");
+    }
+    browser.screenshot("phone-audit").await;
+    // Heights in lines of the row's own text.
+    let rows = browser
+        .run(
+            "return [...document.querySelectorAll('table.audit tbody tr')].map(function (row) { \
+               const line = parseFloat(getComputedStyle(row).lineHeight); \
+               const lines = function (css) { const e = row.querySelector(css); \
+                 return e ? e.getBoundingClientRect().height / line : 0; }; \
+               return [row.getBoundingClientRect().height / line, lines('td.when'), lines('.tool code'), lines('td.by')]; });",
+        )
+        .await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), events.len(), "{rows:?}");
+    for row in rows {
+        let [whole, when, tool, by] = [0, 1, 2, 3].map(|i| row[i].as_f64().unwrap());
+        assert!(whole <= 6.0, "a row of {whole} lines: {rows:?}");
+        assert!(when <= 1.2 && tool <= 1.2 && by <= 1.2, "{rows:?}");
+    }
+    let width = browser
+        .run("return document.documentElement.scrollWidth;")
+        .await;
+    assert!(
+        width.as_u64().unwrap() <= 390,
+        "no sideways scrolling: {width}"
+    );
+    browser.quit().await;
+}

@@ -166,7 +166,11 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
         (Page::Prompts, "/", "Waiting"),
         (Page::Devices, "/devices", "Devices"),
         (Page::Agents, "/agents", "Agents"),
-        (Page::Audit, "/audit", "Audit log"),
+        (
+            Page::Audit,
+            "/audit",
+            "Audit<span class=\"long\">&nbsp;log</span>",
+        ),
         (Page::Status, "/status", "Status"),
     ];
     let base = &frame.base;
@@ -187,14 +191,25 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
         }
         out.push_str("</a></li>");
     }
+    // Sign out is in the header on a desk, and at the foot of the page on
+    // a phone, where the header is one row of navigation (the style sheet
+    // shows one of the two).
+    let sign_out = |place: &str| {
+        format!(
+            "<form method=\"post\" action=\"{base}/logout\" class=\"signout {place}\">{}\
+             <button type=\"submit\">Sign out</button></form>",
+            csrf_field(&frame.csrf)
+        )
+    };
     let _ = write!(
         out,
-        "</ul><form method=\"post\" action=\"{base}/logout\" class=\"signout\">{}\
-         <button type=\"submit\">Sign out</button></form></nav></header>\
+        "</ul>{top}</nav></header>\
          <main id=\"main\" tabindex=\"-1\">{main}</main>\
+         <footer>{bottom}</footer>\
          <div id=\"announce\" class=\"visually-hidden\" aria-live=\"polite\"></div>\
          </body></html>",
-        csrf_field(&frame.csrf)
+        top = sign_out("top"),
+        bottom = sign_out("bottom"),
     );
     out
 }
@@ -686,6 +701,59 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
     layout(frame, "Agents", &main)
 }
 
+/// Who decided an entry, as its row says it: for a decision, the rule,
+/// the person (and through which front end), a remembered yes, or the
+/// grants and checks alone; for a change, the front end that made it.
+fn decided_by(entry: &AuditEntry) -> String {
+    let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
+    let front_end = entry
+        .entry
+        .get("by")
+        .and_then(|by| by.get("frontEnd"))
+        .and_then(Value::as_str)
+        .map(|front_end| match front_end {
+            "console" => "in the console",
+            "terminal" => "on the terminal",
+            "adminApi" => "through the admin API",
+            _ => "",
+        });
+    let person = |front_end: Option<&str>| match front_end {
+        Some(place) if !place.is_empty() => format!("the person, {place}"),
+        _ => "the person".to_owned(),
+    };
+    if entry.kind != "decision" {
+        return match front_end {
+            Some(_) => person(front_end),
+            None => String::new(),
+        };
+    }
+    match field("person") {
+        Some("remembered") => {
+            let id = entry
+                .entry
+                .get("allowance")
+                .and_then(|a| a.get("id"))
+                .and_then(Value::as_u64);
+            match id {
+                Some(id) => format!("a remembered yes (allowance {id})"),
+                None => "a remembered yes".to_owned(),
+            }
+        }
+        Some(_) => person(front_end),
+        None => match field("rule") {
+            Some(rule) => format!("rule <code>{}</code>", text(&cut(rule, 80))),
+            None if field("caller") == Some("person") => "the person's own call".to_owned(),
+            None if entry.entry.get("allowed").and_then(Value::as_bool) == Some(true) => {
+                "the grants".to_owned()
+            }
+            None => "the checks".to_owned(),
+        },
+    }
+}
+
+/// A value an audit row names, with its label (none for the reason).
+type Named<'a> = (&'a str, Option<&'a str>);
+
 fn audit_table(out: &mut String, entries: &[AuditEntry]) {
     if entries.is_empty() {
         out.push_str("<p>No entries.</p>");
@@ -693,7 +761,8 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
     }
     out.push_str(
         "<table class=\"audit\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">When (UTC)</th>\
-         <th scope=\"col\">What</th><th scope=\"col\">Details</th></tr></thead><tbody>",
+         <th scope=\"col\">What</th><th scope=\"col\">Decided by</th><th scope=\"col\">Details</th>\
+         </tr></thead><tbody>",
     );
     for entry in entries {
         let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
@@ -706,19 +775,37 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
                 "<span class=\"state off\">refused</span>".to_owned()
             };
         }
+        let by = decided_by(entry);
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{what}</td><td>",
+            "<tr><td class=\"seq\">{}</td><td class=\"when\">{}</td><td class=\"what\">{what}</td>\
+             <td class=\"by\">{}{by}</td><td class=\"details\">",
             entry.seq,
-            utc(entry.at_ms)
+            utc(entry.at_ms),
+            if by.is_empty() {
+                ""
+            } else {
+                "<span class=\"label\">by </span>"
+            },
         );
-        for (label, name) in [
-            ("device", "deviceId"),
-            ("agent", "agentId"),
-            ("tool", "tool"),
-            ("", "reason"),
-        ] {
-            if let Some(value) = field(name) {
+        // What it names, in lines a phone shows one each: the device and
+        // agent, the tool, and why (an allowed call's reason says nothing
+        // more than its outcome).
+        let reason = field("reason").filter(|r| *r != "allowed");
+        let lines: [(&str, &[Named<'_>]); 3] = [
+            (
+                "names",
+                &[("device", field("deviceId")), ("agent", field("agentId"))],
+            ),
+            ("tool", &[("tool", field("tool"))]),
+            ("reason", &[("", reason)]),
+        ];
+        for (class, parts) in lines {
+            if parts.iter().all(|(_, value)| value.is_none()) {
+                continue;
+            }
+            let _ = write!(out, "<span class=\"{class}\">");
+            for (label, value) in parts.iter().filter_map(|(l, v)| v.map(|v| (l, v))) {
                 if !label.is_empty() {
                     let _ = write!(out, "{label} ");
                 }
@@ -726,6 +813,7 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
                 push_text(out, &cut(value, 300));
                 out.push_str("</code> ");
             }
+            out.push_str("</span> ");
         }
         out.push_str("<details><summary>Entry</summary><pre>");
         push_text(out, &cut(&entry.entry.to_string(), 4000));
@@ -867,7 +955,70 @@ pub(crate) fn status(frame: &Frame, status: &api::Status) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
+    use serde_json::{Value, json};
+
+    use super::{decided_by, utc};
+    use crate::store::AuditEntry;
+
+    #[track_caller]
+    fn check(kind: &str, entry: Value, expected: &str) {
+        let entry = AuditEntry {
+            seq: 1,
+            at_ms: 0,
+            kind: kind.to_owned(),
+            entry,
+            prev_hash: String::new(),
+            hash: String::new(),
+        };
+        assert_eq!(decided_by(&entry), expected);
+    }
+
+    #[test]
+    fn an_audit_row_says_who_decided() {
+        let console = json!({"frontEnd": "console", "session": "ab12"});
+        check(
+            "decision",
+            json!({"allowed": true, "rule": "night <b>"}),
+            "rule <code>night &lt;b&gt;</code>",
+        );
+        check(
+            "decision",
+            json!({"allowed": true, "rule": null}),
+            "the grants",
+        );
+        check("decision", json!({"allowed": false}), "the checks");
+        check(
+            "decision",
+            json!({"allowed": true, "person": "approved", "by": console}),
+            "the person, in the console",
+        );
+        check(
+            "decision",
+            json!({"allowed": false, "person": "refused", "by": {"frontEnd": "terminal"}}),
+            "the person, on the terminal",
+        );
+        check(
+            "decision",
+            json!({"allowed": false, "person": "refused"}),
+            "the person",
+        );
+        check(
+            "decision",
+            json!({"allowed": true, "person": "remembered", "allowance": {"id": 4}}),
+            "a remembered yes (allowance 4)",
+        );
+        check(
+            "decision",
+            json!({"allowed": true, "caller": "person"}),
+            "the person's own call",
+        );
+        check(
+            "granted",
+            json!({"by": {"frontEnd": "adminApi"}}),
+            "the person, through the admin API",
+        );
+        check("granted", json!({}), "");
+    }
 
     #[test]
     fn times_read_as_utc() {

@@ -663,18 +663,18 @@ async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
         .append_audit(&events)
         .unwrap();
     let page = browser.get("/audit").await;
-    assert_eq!(page.body.matches("<tr><td>").count(), 50);
-    assert!(page.body.contains("<tr><td>120</td>"));
+    assert_eq!(page.body.matches("<tr><td class=\"seq\">").count(), 50);
+    assert!(page.body.contains("<tr><td class=\"seq\">120</td>"));
     assert!(
         page.body.contains("before=71"),
         "the next page starts below 71"
     );
     let older = browser.get("/audit?before=71").await;
-    assert!(older.body.contains("<tr><td>70</td>"));
-    assert!(!older.body.contains("<tr><td>71</td>"));
+    assert!(older.body.contains("<tr><td class=\"seq\">70</td>"));
+    assert!(!older.body.contains("<tr><td class=\"seq\">71</td>"));
     let lock = browser.get("/audit?device=lock&decision=refused").await;
     // Refused: n % 3 == 0, odd n: n = 3, 9, ..., 117 (seq n + 1).
-    assert_eq!(lock.body.matches("<tr><td>").count(), 20);
+    assert_eq!(lock.body.matches("<tr><td class=\"seq\">").count(), 20);
     assert!(!lock.body.contains("<code>lamp</code>"));
     let verified = browser.post("/audit/verify", "").await;
     assert_eq!(verified.status, 200);
