@@ -556,7 +556,16 @@ async fn checked(shared: Shared, request: Request, next: Next) -> Response {
         return next.run(request).await;
     }
     if !shared.console.is_secret(segment) {
-        return not_found().await;
+        // An old bookmark or a forwarded address from before a restart
+        // lands here too: say so, and where a fresh link comes from.
+        return html(
+            StatusCode::NOT_FOUND,
+            pages::message_page(
+                "No such page",
+                "The console's address changes each time the vessel starts. \
+                 Run `dk console` for a fresh login link.",
+            ),
+        );
     }
     if !rest.contains('/') || tail == "login" {
         return next.run(request).await;
