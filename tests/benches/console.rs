@@ -1,6 +1,7 @@
 //! The person's console, measured from outside:
 //!
-//! - `console/page/console/...`: each page served over loopback (the request, the
+//! - `console/page/console/...`: each page served over loopback, under the
+//!   console's secret path (shown without it) (the request, the
 //!   store's read, the server-side rendering) by a vessel with 1,000
 //!   paired devices, 100,000 audit entries and 16 prompts waiting, in a
 //!   SQLite store; median and p90 of 51 requests after a warm-up.
@@ -202,26 +203,28 @@ async fn run() -> Result<(), BoxError> {
         .ok_or("no cookie")?
         .to_owned();
 
+    let prefix = &path[..path.find("/login").ok_or("link")?];
     let pages = [
-        "/console/",
-        "/console/devices",
-        "/console/devices/lamp-0500",
-        "/console/agents",
-        "/console/status",
-        "/console/audit",
-        "/console/audit?before=50000",
-        "/console/audit?device=lamp-0500",
-        "/console/audit?agent=agent-3&decision=refused",
+        "/",
+        "/devices",
+        "/devices/lamp-0500",
+        "/agents",
+        "/status",
+        "/audit",
+        "/audit?before=50000",
+        "/audit?device=lamp-0500",
+        "/audit?agent=agent-3&decision=refused",
     ];
     for page in pages {
+        let url = &format!("{prefix}{page}");
         for _ in 0..5 {
-            get(addr, page, &cookie).await?;
+            get(addr, url, &cookie).await?;
         }
         let mut samples = Vec::with_capacity(SAMPLES);
         let mut bytes = 0;
         for _ in 0..SAMPLES {
             let started = Instant::now();
-            let (status, size) = get(addr, page, &cookie).await?;
+            let (status, size) = get(addr, url, &cookie).await?;
             samples.push(started.elapsed());
             if status != 200 {
                 return Err(format!("{page}: status {status}").into());
@@ -230,7 +233,7 @@ async fn run() -> Result<(), BoxError> {
         }
         let (median, p90) = median_p90(samples);
         println!(
-            "console/page{page:<48} median {:>9}   p90 {:>9}   {} KiB",
+            "console/page/console{page:<40} median {:>9}   p90 {:>9}   {} KiB",
             ms(median),
             ms(p90),
             bytes / 1024

@@ -30,8 +30,6 @@ pub struct Running {
     pub vessel: Arc<Vessel>,
     pub device_url: String,
     pub admin: AdminClient,
-    /// Where the admin API and the console listen.
-    pub admin_addr: SocketAddr,
     /// The console's sign-in state (for login links).
     pub console: Arc<Console>,
     stop: watch::Sender<bool>,
@@ -71,7 +69,6 @@ pub async fn start_at(bind: &str, limits: Limits) -> Running {
         vessel,
         device_url: format!("ws://127.0.0.1:{}/device", device_addr.port()),
         admin: AdminClient::new(admin_addr, token),
-        admin_addr,
         console,
         stop,
         server: Some(server),

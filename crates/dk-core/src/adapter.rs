@@ -40,6 +40,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::allowances::{Allowance, AllowanceOffer, OfferedCall};
+use crate::by::By;
 use crate::link::Links;
 use crate::registry::{DeviceRegistry, PairedDevice};
 use crate::store::{AuditPlace, AuditRoom};
@@ -191,6 +192,10 @@ pub struct DecisionRecord<'a> {
     /// (read at check 1). For the audit log; not part of 8DK's record.
     #[serde(skip)]
     pub channel: Option<Channel>,
+    /// The front end the person answered through, when they were asked and
+    /// it says. For the audit log; not part of 8DK's record.
+    #[serde(skip)]
+    pub answered_by: Option<&'a By>,
 }
 
 /// How a call met a remembered allowance.
@@ -255,6 +260,15 @@ pub enum Approval {
     Remembered(Allowance),
 }
 
+/// The person's answer to a call, and the front end that gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// The answer.
+    pub approval: Approval,
+    /// Who answered, when the approver knows (the person channel does).
+    pub by: Option<By>,
+}
+
 /// Asks the person. An error counts as a no, and says why the person was
 /// not asked (it is the refusal's reason).
 pub trait Approver: Send + Sync {
@@ -280,6 +294,17 @@ pub trait Approver: Send + Sync {
                 }
             })
         })
+    }
+
+    /// Asks as [`Approver::approve_remembering`] does, and says who
+    /// answered. An approver that cannot tell (the default) names nobody.
+    fn approve_answered(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+    ) -> BoxFuture<'_, Result<Answered, String>> {
+        let asking = self.approve_remembering(request, offer);
+        Box::pin(async move { asking.await.map(|approval| Answered { approval, by: None }) })
     }
 }
 
@@ -572,6 +597,7 @@ impl DeviceToolAdapter {
             by_person: ctx.by_person,
             allowance: None,
             channel: None,
+            answered_by: None,
         };
         if !decision.take_place().await {
             let reason = Refusal::AuditStopped.to_string();
@@ -591,6 +617,7 @@ impl DeviceToolAdapter {
             )
             .await;
         decision.person_answer = person.answer;
+        decision.answered_by = person.by.take();
         decision.allowance = person.allowance;
         decision.channel = person.channel;
         // A device's failure is recorded as allowed: every check passed.
@@ -630,6 +657,7 @@ impl DeviceToolAdapter {
             by_person: ctx.by_person,
             allowance: None,
             channel: None,
+            answered_by: None,
         };
         decision.take_place().await;
         decision.report(false, reason, None);
@@ -730,7 +758,11 @@ impl DeviceToolAdapter {
             session_id: ctx.session_id.map(str::to_owned),
             channel: device.channel(),
         };
-        match approver.approve_remembering(request, offer).await {
+        let answered = approver.approve_answered(request, offer).await.map(|a| {
+            said.by = a.by;
+            a.approval
+        });
+        match answered {
             Ok(Approval::Once) => said.answer = Some(true),
             Ok(Approval::Remembered(allowance)) => {
                 said.answer = Some(true);
@@ -955,6 +987,8 @@ struct PendingDecision<'a> {
     allowance: Option<AllowanceUse>,
     /// The channel of the device the call named, once check 1 found it.
     channel: Option<Channel>,
+    /// Who answered for the person, when they were asked.
+    answered_by: Option<By>,
 }
 
 /// Where a pending decision stands with its place in the audit queue.
@@ -1015,6 +1049,7 @@ impl PendingDecision<'_> {
                 by_person: self.by_person,
                 allowance: self.allowance,
                 channel: self.channel,
+                answered_by: self.answered_by.as_ref(),
             });
         }
     }
@@ -1042,6 +1077,8 @@ struct PersonSaid {
     allowance: Option<AllowanceUse>,
     /// The device's channel, once check 1 found the device.
     channel: Option<Channel>,
+    /// Who answered, when the approver says.
+    by: Option<By>,
 }
 
 /// A call that needs the person's yes, as check 5 sees it.

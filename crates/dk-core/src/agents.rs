@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
 
 use crate::allowances::Allowances;
+use crate::by::By;
 pub use crate::store::StoredAgent;
 use crate::store::{AuditEvent, Store, StoreError};
 
@@ -493,6 +494,18 @@ impl AgentDirectory {
         scope: AgentScope,
         role: AgentRole,
     ) -> Result<(AgentId, AgentCredential), AgentError> {
+        self.add_by(name, scope, role, None)
+    }
+
+    /// Adds an agent as [`AgentDirectory::add`] does; the audit entry names
+    /// `by`.
+    pub fn add_by(
+        &self,
+        name: &str,
+        scope: AgentScope,
+        role: AgentRole,
+        by: Option<&By>,
+    ) -> Result<(AgentId, AgentCredential), AgentError> {
         if !valid_name(name) {
             return Err(AgentError::BadName(name.to_owned()));
         }
@@ -503,7 +516,8 @@ impl AgentDirectory {
             role,
             added_at_ms: now_ms(),
         };
-        let entry = json!({"change": "added", "agent": agent});
+        let mut entry = json!({"change": "added", "agent": agent});
+        crate::by::mark(&mut entry, by);
         {
             let mut agents = self.write();
             if agents.contains_key(name) {
@@ -558,7 +572,14 @@ impl AgentDirectory {
 
     /// Removes an agent: its credential stops working on its next request.
     pub fn remove(&self, id: &str) -> Result<(), AgentError> {
-        let entry = json!({"change": "removed", "agentId": id});
+        self.remove_by(id, None)
+    }
+
+    /// Removes an agent as [`AgentDirectory::remove`] does; the audit entry
+    /// names `by`.
+    pub fn remove_by(&self, id: &str, by: Option<&By>) -> Result<(), AgentError> {
+        let mut entry = json!({"change": "removed", "agentId": id});
+        crate::by::mark(&mut entry, by);
         {
             let mut agents = self.write();
             if !agents.contains_key(id) {
@@ -580,7 +601,19 @@ impl AgentDirectory {
     /// Replaces an agent's scope; connected sessions see it on their next
     /// request and are told when their tool list changed.
     pub fn set_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
-        let entry = json!({"change": "scope", "agentId": id, "scope": scope});
+        self.set_scope_by(id, scope, None)
+    }
+
+    /// Replaces an agent's scope as [`AgentDirectory::set_scope`] does; the
+    /// audit entry names `by`.
+    pub fn set_scope_by(
+        &self,
+        id: &str,
+        scope: AgentScope,
+        by: Option<&By>,
+    ) -> Result<(), AgentError> {
+        let mut entry = json!({"change": "scope", "agentId": id, "scope": scope});
+        crate::by::mark(&mut entry, by);
         let rescoped = {
             let mut agents = self.write();
             let agent = agents

@@ -15,6 +15,7 @@
 pub mod adapter;
 pub mod agents;
 pub mod allowances;
+pub mod by;
 pub mod config;
 pub mod connection;
 pub mod limits;

@@ -26,8 +26,9 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::adapter::{Approval, ApprovalRequest, Approver};
+use crate::adapter::{Answered, Approval, ApprovalRequest, Approver};
 use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
+use crate::by::By;
 use crate::registry::{ConsentDecision, ConsentRequest};
 use dk_store::epoch_ms;
 
@@ -125,7 +126,7 @@ pub(crate) enum AskError {
 
 enum Responder {
     Consent(oneshot::Sender<ConsentDecision>),
-    Approval(oneshot::Sender<Approval>),
+    Approval(oneshot::Sender<Answered>),
 }
 
 struct Entry {
@@ -271,7 +272,9 @@ impl PersonChannel {
         timeout: Duration,
     ) -> Result<bool, AskError> {
         Ok(matches!(
-            self.try_ask_remembering(request, None, timeout).await?,
+            self.try_ask_remembering(request, None, timeout)
+                .await?
+                .approval,
             Approval::Once | Approval::Remembered(_)
         ))
     }
@@ -279,13 +282,13 @@ impl PersonChannel {
     /// Asks the person to approve a call, letting them remember a yes as
     /// `offer` allows; no answer within `timeout` is a no. A request of an
     /// agent that already has its cap of approvals waiting is not put to
-    /// the person.
+    /// the person. The answer says which front end gave it.
     pub(crate) async fn try_ask_remembering(
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
         timeout: Duration,
-    ) -> Result<Approval, AskError> {
+    ) -> Result<Answered, AskError> {
         let (tx, rx) = oneshot::channel();
         let id = self.open(
             Prompt::Approval(request),
@@ -295,8 +298,11 @@ impl PersonChannel {
         )?;
         let _withdraw = Withdraw { channel: self, id };
         Ok(match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(approval)) => approval,
-            _ => Approval::Refused,
+            Ok(Ok(answered)) => answered,
+            _ => Answered {
+                approval: Approval::Refused,
+                by: None,
+            },
         })
     }
 
@@ -313,7 +319,10 @@ impl PersonChannel {
         let mut withdrawn = 0;
         for id in ids {
             if let Ok(Responder::Approval(tx)) = self.take(id, "an approval") {
-                let _ = tx.send(Approval::Refused);
+                let _ = tx.send(Answered {
+                    approval: Approval::Refused,
+                    by: None,
+                });
                 withdrawn += 1;
             }
         }
@@ -346,7 +355,8 @@ impl PersonChannel {
         Ok(entry.responder)
     }
 
-    /// Answers a consent prompt.
+    /// Answers a consent prompt (the decision says who answered, when a
+    /// front end set [`ConsentDecision::by`]).
     pub fn answer_consent(&self, id: u64, decision: ConsentDecision) -> Result<(), AnswerError> {
         match self.take(id, "a consent")? {
             Responder::Consent(tx) => tx.send(decision).map_err(|_| AnswerError::NotFound(id)),
@@ -374,15 +384,28 @@ impl PersonChannel {
         id: u64,
         answer: ApprovalAnswer,
     ) -> Result<Option<Allowance>, AnswerError> {
+        self.answer_approval_by(id, answer, None)
+    }
+
+    /// Answers an approval prompt as [`PersonChannel::answer_approval_with`]
+    /// does; the call's audit entry names `by`.
+    pub fn answer_approval_by(
+        &self,
+        id: u64,
+        answer: ApprovalAnswer,
+        by: Option<By>,
+    ) -> Result<Option<Allowance>, AnswerError> {
         let (approval, made) = match answer {
             ApprovalAnswer::Refuse => (Approval::Refused, None),
             ApprovalAnswer::Once => (Approval::Once, None),
             ApprovalAnswer::Remember(remember) => {
-                return self.remember(id, remember).map(Some);
+                return self.remember(id, remember, by).map(Some);
             }
         };
         match self.take(id, "an approval")? {
-            Responder::Approval(tx) => tx.send(approval).map_err(|_| AnswerError::NotFound(id))?,
+            Responder::Approval(tx) => tx
+                .send(Answered { approval, by })
+                .map_err(|_| AnswerError::NotFound(id))?,
             Responder::Consent(_) => return Err(AnswerError::WrongKind(id, "an approval")),
         }
         Ok(made)
@@ -390,7 +413,12 @@ impl PersonChannel {
 
     /// Makes the allowance approval `id` offers, then answers it with a yes:
     /// under the queue's lock, so the prompt is answered once.
-    fn remember(&self, id: u64, remember: Remember) -> Result<Allowance, AnswerError> {
+    fn remember(
+        &self,
+        id: u64,
+        remember: Remember,
+        by: Option<By>,
+    ) -> Result<Allowance, AnswerError> {
         let (entry, allowance) = {
             let mut pending = self.lock();
             let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
@@ -413,7 +441,10 @@ impl PersonChannel {
         }
         if let Responder::Approval(tx) = entry.responder {
             // An asker gone meanwhile leaves the allowance: the person made it.
-            let _ = tx.send(Approval::Remembered(allowance.clone()));
+            let _ = tx.send(Answered {
+                approval: Approval::Remembered(allowance.clone()),
+                by,
+            });
         }
         Ok(allowance)
     }
@@ -441,6 +472,15 @@ impl Approver for PersonChannel {
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
     ) -> BoxFuture<'_, Result<Approval, String>> {
+        let asking = self.approve_answered(request, offer);
+        Box::pin(async move { asking.await.map(|answered| answered.approval) })
+    }
+
+    fn approve_answered(
+        &self,
+        request: ApprovalRequest,
+        offer: Option<AllowanceOffer>,
+    ) -> BoxFuture<'_, Result<Answered, String>> {
         Box::pin(async move {
             self.try_ask_remembering(request, offer, self.approval_timeout)
                 .await

@@ -22,6 +22,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
 
 use crate::allowances::{Allowances, RevokeCause};
+use crate::by::By;
 use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
 pub(crate) use dk_store::epoch_ms;
 
@@ -276,6 +277,9 @@ pub struct ConsentDecision {
     /// For a device that cannot show a code: the person confirms pairing
     /// without the code check. A yes without it pairs nothing.
     pub confirmed_without_code: bool,
+    /// Who answered (the pairing's audit entry names it), when a front
+    /// end says.
+    pub by: Option<By>,
 }
 
 impl ConsentDecision {
@@ -285,7 +289,14 @@ impl ConsentDecision {
             approved: true,
             grant: grant.into_iter().map(Into::into).collect(),
             confirmed_without_code: false,
+            by: None,
         }
+    }
+
+    /// The same answer, given through `by`.
+    pub fn by(mut self, by: By) -> ConsentDecision {
+        self.by = Some(by);
+        self
     }
 
     /// The same answer, also confirming a device that cannot show a code.
@@ -740,6 +751,7 @@ impl DeviceRegistry {
         if let (Some(key), Value::Object(map)) = (&key, &mut entry) {
             map.insert("deviceKey".to_owned(), Value::from(hex(key)));
         }
+        crate::by::mark(&mut entry, decision.by.as_ref());
         let audit = audit_event("paired", entry);
         // Committed before the device or the person hears of it.
         self.store
@@ -906,6 +918,16 @@ impl DeviceRegistry {
 
     /// Grants `capability` on a paired device.
     pub fn grant(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        self.grant_by(device_id, capability, None)
+    }
+
+    /// Grants `capability` on a paired device; the audit entry names `by`.
+    pub fn grant_by(
+        &self,
+        device_id: &str,
+        capability: &str,
+        by: Option<&By>,
+    ) -> Result<(), GrantError> {
         let changing = self.changing();
         let channel = {
             let devices = self.read();
@@ -923,10 +945,10 @@ impl DeviceRegistry {
             }
             entry.device.channel()
         };
-        let audit = audit_event(
-            "granted",
-            json!({"deviceId": device_id, "capability": capability, "channel": channel}),
-        );
+        let mut entry =
+            json!({"deviceId": device_id, "capability": capability, "channel": channel});
+        crate::by::mark(&mut entry, by);
+        let audit = audit_event("granted", entry);
         self.store
             .set_grant(device_id, capability, true, &audit)
             .map_err(GrantError::NotStored)?;
@@ -945,15 +967,26 @@ impl DeviceRegistry {
     /// Takes effect on the next call and on a call waiting for the person.
     /// Fails only when the store cannot commit the change.
     pub fn revoke(&self, device_id: &str, capability: &str) -> Result<(), GrantError> {
+        self.revoke_by(device_id, capability, None)
+    }
+
+    /// Revokes `capability` as [`Registry::revoke`] does; the audit entry
+    /// names `by`.
+    pub fn revoke_by(
+        &self,
+        device_id: &str,
+        capability: &str,
+        by: Option<&By>,
+    ) -> Result<(), GrantError> {
         let changing = self.changing();
         let channel = match self.get_with_grant(device_id, capability) {
             Some((device, true)) => device.channel(),
             _ => return Ok(()),
         };
-        let audit = audit_event(
-            "revoked",
-            json!({"deviceId": device_id, "capability": capability, "channel": channel}),
-        );
+        let mut entry =
+            json!({"deviceId": device_id, "capability": capability, "channel": channel});
+        crate::by::mark(&mut entry, by);
+        let audit = audit_event("revoked", entry);
         self.store
             .set_grant(device_id, capability, false, &audit)
             .map_err(GrantError::NotStored)?;
@@ -973,14 +1006,19 @@ impl DeviceRegistry {
     /// Unpairing what is not paired does nothing. Fails only when the store
     /// cannot commit the change.
     pub fn unpair(&self, device_id: &str) -> Result<(), GrantError> {
+        self.unpair_by(device_id, None)
+    }
+
+    /// Forgets a device as [`Registry::unpair`] does; the audit entry names
+    /// `by`.
+    pub fn unpair_by(&self, device_id: &str, by: Option<&By>) -> Result<(), GrantError> {
         let changing = self.changing();
         let Some(device) = self.get(device_id) else {
             return Ok(());
         };
-        let audit = audit_event(
-            "unpaired",
-            json!({"deviceId": device_id, "channel": device.channel()}),
-        );
+        let mut entry = json!({"deviceId": device_id, "channel": device.channel()});
+        crate::by::mark(&mut entry, by);
+        let audit = audit_event("unpaired", entry);
         self.store
             .delete_pairing(device_id, &audit)
             .map_err(GrantError::NotStored)?;

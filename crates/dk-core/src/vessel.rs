@@ -28,6 +28,7 @@ use crate::adapter::{AllowanceUse, DecisionRecord, DeviceToolAdapter};
 use crate::agents::{
     AgentCredential, AgentDirectory, AgentError, AgentId, AgentRole, AgentScope, StoredAgent,
 };
+use crate::by::By;
 use crate::link::{DeviceEvent, Links};
 use crate::listener::ListenerStats;
 use crate::person::PersonChannel;
@@ -261,6 +262,7 @@ struct Decision {
     by_person: bool,
     allowance: Option<AllowanceUse>,
     channel: Option<dk_proto::Channel>,
+    answered_by: Option<By>,
 }
 
 impl Decision {
@@ -298,6 +300,7 @@ impl Decision {
                 map.insert("channel".to_owned(), Value::from(channel.as_str()));
             }
         }
+        crate::by::mark(&mut record, self.answered_by.as_ref());
         record
     }
 
@@ -345,6 +348,7 @@ impl DecisionAudit {
             by_person: record.by_person,
             allowance: record.allowance,
             channel: record.channel,
+            answered_by: record.answered_by.cloned(),
         });
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
@@ -528,7 +532,19 @@ impl Vessel {
         scope: AgentScope,
         role: AgentRole,
     ) -> Result<(AgentId, AgentCredential), AgentError> {
-        let (id, credential) = self.agents.add(name, scope, role)?;
+        self.add_agent_by(name, scope, role, None)
+    }
+
+    /// Adds an agent as [`Vessel::add_agent`] does; the audit entry names
+    /// `by`.
+    pub fn add_agent_by(
+        &self,
+        name: &str,
+        scope: AgentScope,
+        role: AgentRole,
+        by: Option<&By>,
+    ) -> Result<(AgentId, AgentCredential), AgentError> {
+        let (id, credential) = self.agents.add_by(name, scope, role, by)?;
         self.add_secret(credential.expose());
         Ok((id, credential))
     }
@@ -541,12 +557,29 @@ impl Vessel {
         self.agents.remove(id)
     }
 
+    /// Removes an agent as [`Vessel::remove_agent`] does; the audit entry
+    /// names `by`.
+    pub fn remove_agent_by(&self, id: &str, by: Option<&By>) -> Result<(), AgentError> {
+        self.agents.remove_by(id, by)
+    }
+
     /// Replaces an agent's scope, committed to the store before it returns;
     /// its calls waiting for the person that the new scope leaves out are
     /// withdrawn (they get a no). The same as re-scoping it through
     /// [`Vessel::agents`].
     pub fn set_agent_scope(&self, id: &str, scope: AgentScope) -> Result<(), AgentError> {
         self.agents.set_scope(id, scope)
+    }
+
+    /// Replaces an agent's scope as [`Vessel::set_agent_scope`] does; the
+    /// audit entry names `by`.
+    pub fn set_agent_scope_by(
+        &self,
+        id: &str,
+        scope: AgentScope,
+        by: Option<&By>,
+    ) -> Result<(), AgentError> {
+        self.agents.set_scope_by(id, scope, by)
     }
 
     /// Adds a secret (an admin or agent token, a host's own) that must never

@@ -34,6 +34,7 @@ use crate::adapter::CallContext;
 use crate::agents::{AgentError, AgentRole, AgentScope};
 use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
 use crate::bodies::{agent_body, device_list, pending_body, status_body};
+use crate::by::By;
 use crate::console::Console;
 use crate::origins::LocalOrigins;
 use crate::person::{AnswerError, ApprovalAnswer};
@@ -298,6 +299,7 @@ async fn answer_consent(
         approved: answer.approved,
         grant: answer.grant,
         confirmed_without_code: answer.confirm_without_code,
+        by: Some(By::admin_api()),
     };
     match admin.vessel.person().answer_consent(id, decision) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -335,7 +337,11 @@ async fn answer_approval(
         Ok(answer) => answer,
         Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
     };
-    match admin.vessel.person().answer_approval_with(id, answer) {
+    match admin
+        .vessel
+        .person()
+        .answer_approval_by(id, answer, Some(By::admin_api()))
+    {
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
         Ok(Some(allowance)) => {
             (StatusCode::CREATED, Json(allowance_body(&allowance))).into_response()
@@ -434,7 +440,11 @@ async fn grant(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
 ) -> Response {
-    match admin.vessel.registry().grant(&id, &capability) {
+    match admin
+        .vessel
+        .registry()
+        .grant_by(&id, &capability, Some(&By::admin_api()))
+    {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e @ GrantError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ GrantError::NotStored(_)) => {
@@ -448,14 +458,22 @@ async fn revoke(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
 ) -> Response {
-    match admin.vessel.registry().revoke(&id, &capability) {
+    match admin
+        .vessel
+        .registry()
+        .revoke_by(&id, &capability, Some(&By::admin_api()))
+    {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
 async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Response {
-    match admin.vessel.registry().unpair(&id) {
+    match admin
+        .vessel
+        .registry()
+        .unpair_by(&id, Some(&By::admin_api()))
+    {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
@@ -505,7 +523,10 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
             }
         },
     };
-    match admin.vessel.add_agent(&new.name, scope, role) {
+    match admin
+        .vessel
+        .add_agent_by(&new.name, scope, role, Some(&By::admin_api()))
+    {
         Ok((name, credential)) => (
             StatusCode::CREATED,
             Json(api::AddedAgent {
@@ -519,7 +540,7 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
 }
 
 async fn remove_agent(State(admin): State<Admin>, UrlPath(name): UrlPath<String>) -> Response {
-    match admin.vessel.remove_agent(&name) {
+    match admin.vessel.remove_agent_by(&name, Some(&By::admin_api())) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => agent_refusal(&e),
     }
@@ -534,7 +555,10 @@ async fn set_agent_scope(
         Ok(scope) => scope,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
     };
-    match admin.vessel.set_agent_scope(&name, scope) {
+    match admin
+        .vessel
+        .set_agent_scope_by(&name, scope, Some(&By::admin_api()))
+    {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => agent_refusal(&e),
     }

@@ -1,12 +1,24 @@
 //! The person's console: web pages served on the admin listener, under
-//! `/console/`, for answering pairings and approvals, granting and
-//! revoking, managing agents, reading and verifying the audit log.
+//! a secret path `/console/<secret>/`, for answering pairings and
+//! approvals, granting and revoking, managing agents, reading and
+//! verifying the audit log.
 //!
 //! Signing in: [`Console::login_link`] makes a one-time link (printed by
-//! `dk vessel` and `dk console`); its secret, used once within
-//! [`LOGIN_LINK_LIFETIME`], becomes a session held in an `HttpOnly`,
-//! `SameSite=Strict` cookie for [`SESSION_LIFETIME`]. The bearer token is
-//! never asked for and the API keeps taking it.
+//! `dk vessel` and `dk console`) under the secret path; its key, used once
+//! within [`LOGIN_LINK_LIFETIME`], becomes a session held in an
+//! `HttpOnly`, `SameSite=Strict` cookie for [`SESSION_LIFETIME`]. The
+//! bearer token is never asked for and the API keeps taking it.
+//!
+//! Browsers do not keep cookies apart by port: a page on another loopback
+//! port that asks its own server for `/console/...` would hand that server
+//! a cookie scoped to `/console`. The cookie's `Path` is therefore the
+//! secret path (128 random bits, made fresh when the vessel starts, found
+//! only in login links): a neighbour that does not know it is sent no
+//! cookie. Requests under `/console/` with any other first segment get a
+//! plain 404 and never need nor set a cookie; the secret is compared in
+//! constant time. `/console/` itself is a sign-in page (what a
+//! notification links to) that forwards a browser which signed in before
+//! to its console (the path is kept in that origin's own storage).
 //!
 //! Every console request passes the admin listener's `Host` and `Origin`
 //! rule; every state-changing one must be a `POST` carrying this
@@ -45,6 +57,7 @@ use tokio::sync::broadcast;
 
 use crate::agents::{AgentRole, AgentScope};
 use crate::allowances::{AllowanceMinutes, AllowanceScope, Remember};
+use crate::by::By;
 use crate::origins::{LocalOrigins, single};
 use crate::person::{ApprovalAnswer, PersonEvent};
 use crate::registry::ConsentDecision;
@@ -63,6 +76,11 @@ const MAX_LINKS: usize = 16;
 const MAX_SESSIONS: usize = 32;
 /// The session cookie's name.
 const COOKIE: &str = "dk_console";
+/// Random bytes in the console's secret path (shown as twice as many hex
+/// characters).
+const PATH_SECRET_BYTES: usize = 16;
+/// Random bytes in a session's id, as the audit log names it.
+const SESSION_ID_BYTES: usize = 8;
 /// Largest form body the console reads (64 KiB).
 const MAX_FORM_BYTES: usize = 64 * 1024;
 /// Device events kept per device for its page.
@@ -75,6 +93,8 @@ const EVENT_DEVICES: usize = 4096;
 /// reached. Shared by the admin listener that serves it and the admin
 /// socket that makes fresh links for `dk console`.
 pub struct Console {
+    /// The secret path segment: 32 hex characters, for this run only.
+    secret: String,
     access: Mutex<Access>,
     places: Mutex<Places>,
     events: Mutex<RecentEvents>,
@@ -96,6 +116,9 @@ struct Access {
 
 #[derive(Clone)]
 struct Session {
+    /// What the audit log names the session by: random, made apart from
+    /// the cookie, so nothing leads from one to the other.
+    id: String,
     csrf: String,
     expires: Instant,
     /// When it was opened: the oldest goes first when there are too many.
@@ -121,6 +144,14 @@ struct RecentEvents {
 struct Signed {
     key: [u8; 32],
     csrf: String,
+    id: String,
+}
+
+impl Signed {
+    /// Who makes a change through this session, for its audit entry.
+    fn by(&self) -> By {
+        By::console(&self.id)
+    }
 }
 
 /// A form's fields, read and checked (CSRF) before the handler runs.
@@ -148,9 +179,13 @@ impl Form {
 fn secret() -> (String, [u8; 32]) {
     let mut bytes = [0u8; 32];
     rand::rng().fill(&mut bytes);
-    let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let text = hex(&bytes);
     let hash = Sha256::digest(text.as_bytes()).into();
     (text, hash)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn hash_of(text: &str) -> [u8; 32] {
@@ -160,7 +195,10 @@ fn hash_of(text: &str) -> [u8; 32] {
 impl Console {
     /// A console with no link and no session yet.
     pub fn new() -> Arc<Console> {
+        let mut path = [0u8; PATH_SECRET_BYTES];
+        rand::rng().fill(&mut path);
         Arc::new(Console {
+            secret: hex(&path),
             access: Mutex::new(Access::default()),
             places: Mutex::new(Places::default()),
             events: Mutex::new(RecentEvents::default()),
@@ -175,10 +213,34 @@ impl Console {
         self.places.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Where the console is (`http://127.0.0.1:7778/console/`), once the
-    /// admin API listens on TCP.
+    /// Where the console's sign-in page is
+    /// (`http://127.0.0.1:7778/console/`), once the admin API listens on
+    /// TCP: safe to print or send, it holds no secret. A browser that
+    /// signed in before is forwarded from there to its console.
     pub fn url(&self) -> Option<String> {
         self.places().base.as_ref().map(|b| format!("{b}/console/"))
+    }
+
+    /// The console's own pages (`http://127.0.0.1:7778/console/<secret>/`),
+    /// once the admin API listens on TCP. The path is a secret: whoever
+    /// knows it can have a signed-in person's browser send the session
+    /// cookie to another program on this host, so it goes only where a
+    /// login link may go.
+    pub fn home(&self) -> Option<String> {
+        let prefix = self.prefix();
+        self.places().base.as_ref().map(|b| format!("{b}{prefix}/"))
+    }
+
+    /// `/console/<secret>`: the path every signed-in page is under, and
+    /// the session cookie's `Path`.
+    fn prefix(&self) -> String {
+        format!("/console/{}", self.secret)
+    }
+
+    /// Whether `segment` is the secret path segment, compared in constant
+    /// time.
+    fn is_secret(&self, segment: &str) -> bool {
+        bool::from(hash_of(segment).ct_eq(&hash_of(&self.secret)))
     }
 
     /// A fresh one-time login link, or `None` when the admin API does not
@@ -200,7 +262,8 @@ impl Console {
             access.links.remove(&oldest);
         }
         access.links.insert(hash, now + LOGIN_LINK_LIFETIME);
-        Some(format!("{base}/console/login?key={text}"))
+        drop(access);
+        Some(format!("{base}{}/login?key={text}", self.prefix()))
     }
 
     /// Tells agents' MCP configuration snippets where MCP is served.
@@ -252,9 +315,12 @@ impl Console {
         }
         let (cookie, hash) = secret();
         let (csrf, _) = secret();
+        let mut id = [0u8; SESSION_ID_BYTES];
+        rand::rng().fill(&mut id);
         access.sessions.insert(
             hash,
             Session {
+                id: hex(&id),
                 csrf,
                 expires: now + SESSION_LIFETIME,
                 opened: now,
@@ -271,6 +337,7 @@ impl Console {
             Some(session) if session.expires > now => Some(Signed {
                 key,
                 csrf: session.csrf.clone(),
+                id: session.id.clone(),
             }),
             Some(_) => {
                 access.sessions.remove(&key);
@@ -353,27 +420,34 @@ pub(crate) fn console_router(
         console,
         local: Arc::new(LocalOrigins::for_listener(local)),
     };
+    // Every signed-in route is under `/console/{secret}`; the guard
+    // compares the secret (in constant time) before routing matters.
     Router::new()
-        .route("/", get(to_console))
-        .route("/console", get(to_console))
-        .route("/console/", get(prompts_page))
-        .route("/console/login", get(login))
-        .route("/console/logout", post(logout))
-        .route("/console/live", get(live))
+        .route("/", get(to_landing))
+        .route("/console", get(to_landing))
+        .route("/console/", get(landing))
         .route("/console/assets/console.css", get(style))
         .route("/console/assets/console.js", get(script))
-        .route("/console/pairings/{id}", post(answer_pairing))
-        .route("/console/approvals/{id}", post(answer_approval))
-        .route("/console/devices", get(devices_page))
-        .route("/console/devices/{id}", get(device_page))
-        .route("/console/devices/{id}/grants/{capability}", post(set_grant))
-        .route("/console/devices/{id}/unpair", post(unpair))
-        .route("/console/agents", get(agents_page).post(add_agent))
-        .route("/console/agents/{name}/scope", post(set_scope))
-        .route("/console/agents/{name}/remove", post(remove_agent))
-        .route("/console/audit", get(audit_page))
-        .route("/console/audit/verify", post(verify_audit))
-        .route("/console/status", get(status_page))
+        .route("/console/{secret}", get(to_home))
+        .route("/console/{secret}/", get(prompts_page))
+        .route("/console/{secret}/login", get(login))
+        .route("/console/{secret}/logout", post(logout))
+        .route("/console/{secret}/live", get(live))
+        .route("/console/{secret}/pairings/{id}", post(answer_pairing))
+        .route("/console/{secret}/approvals/{id}", post(answer_approval))
+        .route("/console/{secret}/devices", get(devices_page))
+        .route("/console/{secret}/devices/{id}", get(device_page))
+        .route(
+            "/console/{secret}/devices/{id}/grants/{capability}",
+            post(set_grant),
+        )
+        .route("/console/{secret}/devices/{id}/unpair", post(unpair))
+        .route("/console/{secret}/agents", get(agents_page).post(add_agent))
+        .route("/console/{secret}/agents/{name}/scope", post(set_scope))
+        .route("/console/{secret}/agents/{name}/remove", post(remove_agent))
+        .route("/console/{secret}/audit", get(audit_page))
+        .route("/console/{secret}/audit/verify", post(verify_audit))
+        .route("/console/{secret}/status", get(status_page))
         .fallback(not_found)
         .layer(from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
@@ -455,9 +529,10 @@ fn cookies_of(headers: &HeaderMap) -> Vec<&str> {
     found
 }
 
-/// Host and Origin for every request; a session for all but the login,
-/// the assets and the way in; for a `POST`, this listener's own Origin,
-/// a same-origin fetch and the session's CSRF token in the form.
+/// Host and Origin for every request; under `/console/`, the secret path
+/// or a plain 404; a session for all but the login, the assets and the
+/// ways in; for a `POST`, this listener's own Origin, a same-origin fetch
+/// and the session's CSRF token in the form.
 async fn guard(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     let mut response = checked(shared, request, next).await;
     harden(response.headers_mut());
@@ -469,10 +544,30 @@ async fn checked(shared: Shared, request: Request, next: Next) -> Response {
     if let Some(why) = shared.local.refusal(headers) {
         return refusal_page(StatusCode::FORBIDDEN, why);
     }
+    // The ways in (`/`, `/console`, `/console/`) and the assets hold no
+    // secret and need no session. Under `/console/`, anything but the
+    // secret path is not found, whoever asks: no cookie is read or set.
     let path = request.uri().path();
-    let open =
-        matches!(path, "/" | "/console" | "/console/login") || path.starts_with("/console/assets/");
-    if open {
+    let Some(rest) = path.strip_prefix("/console/") else {
+        return next.run(request).await;
+    };
+    let (segment, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    if rest.is_empty() || segment == "assets" {
+        return next.run(request).await;
+    }
+    if !shared.console.is_secret(segment) {
+        // An old bookmark or a forwarded address from before a restart
+        // lands here too: say so, and where a fresh link comes from.
+        return html(
+            StatusCode::NOT_FOUND,
+            pages::message_page(
+                "No such page",
+                "The console's address changes each time the vessel starts. \
+                 Run `dk console` for a fresh login link.",
+            ),
+        );
+    }
+    if !rest.contains('/') || tail == "login" {
         return next.run(request).await;
     }
     let session = cookies_of(headers)
@@ -532,8 +627,18 @@ async fn checked(shared: Shared, request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-async fn to_console() -> Response {
+async fn to_landing() -> Response {
     see_other("/console/")
+}
+
+/// The sign-in page: nothing but how to sign in, and the script that
+/// forwards a browser which signed in before.
+async fn landing() -> Response {
+    html(StatusCode::OK, pages::landing_page())
+}
+
+async fn to_home(State(shared): State<Shared>) -> Response {
+    see_other(&format!("{}/", shared.console.prefix()))
 }
 
 async fn not_found() -> Response {
@@ -578,9 +683,10 @@ async fn login(State(shared): State<Shared>, Query(query): Query<LoginQuery>) ->
             ),
         );
     };
-    let mut response = see_other("/console/");
+    let prefix = shared.console.prefix();
+    let mut response = see_other(&format!("{prefix}/"));
     let value = format!(
-        "{COOKIE}={cookie}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
+        "{COOKIE}={cookie}; Path={prefix}; HttpOnly; SameSite=Strict; Max-Age={}",
         SESSION_LIFETIME.as_secs()
     );
     if let Ok(value) = HeaderValue::from_str(&value) {
@@ -598,7 +704,8 @@ async fn logout(
         StatusCode::OK,
         pages::message_page("Signed out", "Run `dk console` for a new login link."),
     );
-    let value = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
+    let prefix = shared.console.prefix();
+    let value = format!("{COOKIE}=; Path={prefix}; HttpOnly; SameSite=Strict; Max-Age=0");
     if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -608,9 +715,11 @@ async fn logout(
 /// What every page's frame needs: the pending count and the CSRF token.
 fn page(shared: &Shared, signed: &Signed, current: Page) -> pages::Frame {
     pages::Frame {
+        base: shared.console.prefix(),
         current,
         pending: shared.vessel.person().pending().len(),
         csrf: signed.csrf.clone(),
+        session: signed.id.clone(),
     }
 }
 
@@ -647,7 +756,7 @@ async fn live(
             .data(serde_json::json!({"pending": ids.len(), "ids": ids}).to_string()),
     );
     for prompt in open {
-        first.push_back(asked_event(&signed, prompt, ids.len()));
+        first.push_back(asked_event(&shared, &signed, prompt, ids.len()));
     }
     struct Feed {
         shared: Shared,
@@ -673,7 +782,9 @@ async fn live(
             let pending = feed.shared.vessel.person().pending().len();
             let event = match next {
                 Err(_) => continue,
-                Ok(Ok(PersonEvent::Asked(prompt))) => asked_event(&feed.signed, prompt, pending),
+                Ok(Ok(PersonEvent::Asked(prompt))) => {
+                    asked_event(&feed.shared, &feed.signed, prompt, pending)
+                }
                 Ok(Ok(PersonEvent::Closed { id })) => Event::default()
                     .event("closed")
                     .data(serde_json::json!({"id": id, "pending": pending}).to_string()),
@@ -689,13 +800,18 @@ async fn live(
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
-fn asked_event(signed: &Signed, prompt: crate::person::PendingPrompt, pending: usize) -> Event {
+fn asked_event(
+    shared: &Shared,
+    signed: &Signed,
+    prompt: crate::person::PendingPrompt,
+    pending: usize,
+) -> Event {
     let body = crate::bodies::pending_body(prompt);
     let data = serde_json::json!({
         "id": body.id,
         "pending": pending,
         "summary": pages::summary(&body),
-        "html": pages::prompt_card(&body, &signed.csrf),
+        "html": pages::prompt_card(&body, &shared.console.prefix(), &signed.csrf),
     });
     Event::default().event("asked").data(data.to_string())
 }
@@ -704,7 +820,8 @@ fn asked_event(signed: &Signed, prompt: crate::person::PendingPrompt, pending: u
 /// refuse.
 async fn answer_pairing(
     State(shared): State<Shared>,
-    UrlPath(id): UrlPath<u64>,
+    UrlPath((_, id)): UrlPath<(String, u64)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let decision = match form.get("answer") {
@@ -712,16 +829,13 @@ async fn answer_pairing(
             approved: true,
             grant: form.all("grant"),
             confirmed_without_code: form.get("without_code") == Some("yes"),
+            by: Some(signed.by()),
         },
-        Some("refuse") => ConsentDecision {
-            approved: false,
-            grant: Vec::new(),
-            confirmed_without_code: false,
-        },
+        Some("refuse") => ConsentDecision::refuse().by(signed.by()),
         _ => return refusal_page(StatusCode::BAD_REQUEST, "answer `pair` or `refuse`"),
     };
     match shared.vessel.person().answer_consent(id, decision) {
-        Ok(()) => see_other("/console/"),
+        Ok(()) => see_other(&format!("{}/", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
     }
 }
@@ -729,7 +843,8 @@ async fn answer_pairing(
 /// An approval answered from its card: once, refused, or remembered.
 async fn answer_approval(
     State(shared): State<Shared>,
-    UrlPath(id): UrlPath<u64>,
+    UrlPath((_, id)): UrlPath<(String, u64)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let answer = match form.get("answer") {
@@ -759,8 +874,12 @@ async fn answer_approval(
             );
         }
     };
-    match shared.vessel.person().answer_approval_with(id, answer) {
-        Ok(_) => see_other("/console/"),
+    match shared
+        .vessel
+        .person()
+        .answer_approval_by(id, answer, Some(signed.by()))
+    {
+        Ok(_) => see_other(&format!("{}/", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::CONFLICT, &e.to_string()),
     }
 }
@@ -776,7 +895,7 @@ async fn devices_page(
 
 async fn device_page(
     State(shared): State<Shared>,
-    UrlPath(id): UrlPath<String>,
+    UrlPath((_, id)): UrlPath<(String, String)>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
     let frame = page(&shared, &signed, Page::Devices);
@@ -803,24 +922,38 @@ async fn read_audit(shared: &Shared, query: AuditQuery) -> Result<Vec<AuditEntry
 
 async fn set_grant(
     State(shared): State<Shared>,
-    UrlPath((id, capability)): UrlPath<(String, String)>,
+    UrlPath((_, id, capability)): UrlPath<(String, String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let registry = shared.vessel.registry();
+    let by = signed.by();
     let done = match form.get("allow") {
-        Some("yes") => registry.grant(&id, &capability).map_err(|e| e.to_string()),
-        Some("no") => registry.revoke(&id, &capability).map_err(|e| e.to_string()),
+        Some("yes") => registry
+            .grant_by(&id, &capability, Some(&by))
+            .map_err(|e| e.to_string()),
+        Some("no") => registry
+            .revoke_by(&id, &capability, Some(&by))
+            .map_err(|e| e.to_string()),
         _ => Err("say `allow=yes` or `allow=no`".to_owned()),
     };
     match done {
-        Ok(()) => see_other(&format!("/console/devices/{}", html::segment(&id))),
+        Ok(()) => see_other(&format!(
+            "{}/devices/{}",
+            shared.console.prefix(),
+            html::segment(&id)
+        )),
         Err(why) => refusal_page(StatusCode::BAD_REQUEST, &why),
     }
 }
 
-async fn unpair(State(shared): State<Shared>, UrlPath(id): UrlPath<String>) -> Response {
-    match shared.vessel.registry().unpair(&id) {
-        Ok(()) => see_other("/console/devices"),
+async fn unpair(
+    State(shared): State<Shared>,
+    UrlPath((_, id)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
+) -> Response {
+    match shared.vessel.registry().unpair_by(&id, Some(&signed.by())) {
+        Ok(()) => see_other(&format!("{}/devices", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
     }
 }
@@ -865,7 +998,10 @@ async fn add_agent(
             return refusal_page(StatusCode::BAD_REQUEST, "role must be guest, user or admin");
         }
     };
-    match shared.vessel.add_agent(name, scope, role) {
+    match shared
+        .vessel
+        .add_agent_by(name, scope, role, Some(&signed.by()))
+    {
         Ok((name, credential)) => {
             let frame = page(&shared, &signed, Page::Agents);
             let agents = agent_list(&shared);
@@ -891,7 +1027,8 @@ async fn add_agent(
 
 async fn set_scope(
     State(shared): State<Shared>,
-    UrlPath(name): UrlPath<String>,
+    UrlPath((_, name)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
     let items = scope_items(form.get("scope").unwrap_or(""));
@@ -899,15 +1036,22 @@ async fn set_scope(
         Ok(scope) => scope,
         Err(e) => return refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    match shared.vessel.set_agent_scope(&name, scope) {
-        Ok(()) => see_other("/console/agents"),
+    match shared
+        .vessel
+        .set_agent_scope_by(&name, scope, Some(&signed.by()))
+    {
+        Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     }
 }
 
-async fn remove_agent(State(shared): State<Shared>, UrlPath(name): UrlPath<String>) -> Response {
-    match shared.vessel.remove_agent(&name) {
-        Ok(()) => see_other("/console/agents"),
+async fn remove_agent(
+    State(shared): State<Shared>,
+    UrlPath((_, name)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
+) -> Response {
+    match shared.vessel.remove_agent_by(&name, Some(&signed.by())) {
+        Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
     }
 }

@@ -17,7 +17,7 @@ pub mod origins;
 mod server;
 mod unix;
 
-use dk_core::{adapter, agents, allowances, connection, listener, person, registry, vessel};
+use dk_core::{adapter, agents, allowances, by, connection, listener, person, registry, vessel};
 #[cfg(test)]
 use dk_core::{config, redact, stream};
 use dk_core::{link, store};

@@ -33,7 +33,7 @@ mod server;
 pub struct ReadmeExamples;
 
 pub use dk_core::{
-    Limits, Vessel, adapter, agents, allowances, config, connection, link, listener, person,
+    Limits, Vessel, adapter, agents, allowances, by, config, connection, link, listener, person,
     redact, registry, reload, stream, vessel,
 };
 pub use dk_http as http;

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use dk_vessel::{
     Vessel,
     allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember},
+    by::By,
     person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt},
     registry::{ChangeKind, ConsentDecision},
 };
@@ -329,7 +330,7 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             let answer = approval_answer(&line)?;
             let made = vessel
                 .person()
-                .answer_approval_with(prompt.id, answer)
+                .answer_approval_by(prompt.id, answer, Some(By::terminal()))
                 .map_err(|e| e.to_string())?;
             match (answer, made) {
                 (ApprovalAnswer::Refuse, _) => println!("refused"),
@@ -369,7 +370,7 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
                     "no" | "n" => {
                         vessel
                             .person()
-                            .answer_consent(prompt.id, ConsentDecision::refuse())
+                            .answer_consent(prompt.id, ConsentDecision::refuse().by(By::terminal()))
                             .map_err(|e| e.to_string())?;
                         println!("pairing refused");
                         return Ok(());
@@ -419,7 +420,7 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             } else {
                 grant.join(", ")
             };
-            let mut decision = ConsentDecision::approve(grant);
+            let mut decision = ConsentDecision::approve(grant).by(By::terminal());
             if without_code {
                 decision = decision.without_code_confirmed();
             }

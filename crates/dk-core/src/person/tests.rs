@@ -271,7 +271,7 @@ async fn a_yes_is_remembered_only_when_the_asker_offers_it() {
         channel.answer_approval_with(prompt.id, ApprovalAnswer::Once),
         Ok(None)
     );
-    assert_eq!(plain.await.unwrap(), Ok(Approval::Once));
+    assert_eq!(plain.await.unwrap().map(|a| a.approval), Ok(Approval::Once));
     // With one: the allowance is made before the asker hears the yes.
     let offered = {
         let channel = Arc::clone(&channel);
@@ -293,7 +293,10 @@ async fn a_yes_is_remembered_only_when_the_asker_offers_it() {
         .unwrap()
         .unwrap();
     assert_eq!(allowances.list(), std::slice::from_ref(&made));
-    assert_eq!(offered.await.unwrap(), Ok(Approval::Remembered(made)));
+    assert_eq!(
+        offered.await.unwrap().map(|a| a.approval),
+        Ok(Approval::Remembered(made))
+    );
     assert!(channel.pending().is_empty());
 }
 
@@ -330,7 +333,10 @@ async fn an_allowance_that_cannot_be_made_leaves_the_question_open() {
     channel
         .answer_approval_with(prompt.id, ApprovalAnswer::Refuse)
         .unwrap();
-    assert_eq!(asker.await.unwrap(), Ok(Approval::Refused));
+    assert_eq!(
+        asker.await.unwrap().map(|a| a.approval),
+        Ok(Approval::Refused)
+    );
     // A consent is not an approval, remembered or not.
     let pairing = {
         let channel = Arc::clone(&channel);

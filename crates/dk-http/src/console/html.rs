@@ -35,6 +35,16 @@ pub(crate) fn attr(value: &str) -> String {
     out
 }
 
+/// The console's own text (JSON it wrote, say) as HTML text: markup
+/// escaped, every other character as it is, so what is copied from the
+/// page is exactly what the console made. Never for what a device, an
+/// agent or a file wrote: that goes through [`text`].
+pub(crate) fn own(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 8);
+    escape(&mut out, value, |out, c| out.push(c));
+    out
+}
+
 /// Appends `value` to `out`, markup escaped, each unusual character
 /// written by `mark`.
 fn escape(out: &mut String, value: &str, mark: impl Fn(&mut String, char)) {
@@ -67,7 +77,7 @@ pub(crate) fn segment(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{attr, segment, text};
+    use super::{attr, own, segment, text};
 
     #[test]
     fn markup_is_escaped_and_hidden_characters_are_shown() {
@@ -82,6 +92,11 @@ mod tests {
         assert!(shown.contains("\\u{200B}"));
         assert_eq!(attr("a\"\u{202E}"), "a&quot;\\u{202E}");
         assert_eq!(segment("a b/c%"), "a%20b%2Fc%25");
+        // The console's own JSON keeps its newlines and indents.
+        assert_eq!(
+            own("{\n  \"a\": \"<b>\"\n}"),
+            "{\n  &quot;a&quot;: &quot;&lt;b&gt;&quot;\n}"
+        );
         assert_eq!(segment("é"), "%C3%A9");
     }
 }

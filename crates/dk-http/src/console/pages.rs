@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
-use super::html::{attr, push_text, segment, text};
+use super::html::{attr, own, push_text, segment, text};
 use crate::link::DeviceEvent;
 use crate::store::{AuditEntry, AuditHead, AuditQuery};
 
@@ -60,9 +60,13 @@ pub(crate) enum Page {
 
 /// What every page's frame shows.
 pub(crate) struct Frame {
+    /// `/console/<secret>`: every page's links start with it.
+    pub(crate) base: String,
     pub(crate) current: Page,
     pub(crate) pending: usize,
     pub(crate) csrf: String,
+    /// The session's id, as the audit log names it (not its cookie).
+    pub(crate) session: String,
 }
 
 /// A device event kept for the device's page.
@@ -151,26 +155,32 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
          <title>{badge}{title} · dk console</title>\
          <link rel=\"stylesheet\" href=\"/console/assets/console.css\">\
          <script src=\"/console/assets/console.js\" defer></script></head>\
-         <body data-pending=\"{pending}\" data-title=\"{title} · dk console\">\
+         <body data-pending=\"{pending}\" data-title=\"{title} · dk console\" data-base=\"{base}\">\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\
          <header><nav aria-label=\"Console\"><ul>",
         title = attr(title),
         pending = frame.pending,
+        base = attr(&frame.base),
     );
     let items = [
-        (Page::Prompts, "/console/", "Waiting"),
-        (Page::Devices, "/console/devices", "Devices"),
-        (Page::Agents, "/console/agents", "Agents"),
-        (Page::Audit, "/console/audit", "Audit log"),
-        (Page::Status, "/console/status", "Status"),
+        (Page::Prompts, "/", "Waiting"),
+        (Page::Devices, "/devices", "Devices"),
+        (Page::Agents, "/agents", "Agents"),
+        (
+            Page::Audit,
+            "/audit",
+            "Audit<span class=\"long\">&nbsp;log</span>",
+        ),
+        (Page::Status, "/status", "Status"),
     ];
+    let base = &frame.base;
     for (page, href, label) in items {
         let current = if page == frame.current {
             " aria-current=\"page\""
         } else {
             ""
         };
-        let _ = write!(out, "<li><a href=\"{href}\"{current}>{label}");
+        let _ = write!(out, "<li><a href=\"{base}{href}\"{current}>{label}");
         if page == Page::Prompts {
             let hidden = if frame.pending == 0 { " hidden" } else { "" };
             let _ = write!(
@@ -181,14 +191,25 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
         }
         out.push_str("</a></li>");
     }
+    // Sign out is in the header on a desk, and at the foot of the page on
+    // a phone, where the header is one row of navigation (the style sheet
+    // shows one of the two).
+    let sign_out = |place: &str| {
+        format!(
+            "<form method=\"post\" action=\"{base}/logout\" class=\"signout {place}\">{}\
+             <button type=\"submit\">Sign out</button></form>",
+            csrf_field(&frame.csrf)
+        )
+    };
     let _ = write!(
         out,
-        "</ul><form method=\"post\" action=\"/console/logout\" class=\"signout\">{}\
-         <button type=\"submit\">Sign out</button></form></nav></header>\
+        "</ul>{top}</nav></header>\
          <main id=\"main\" tabindex=\"-1\">{main}</main>\
+         <footer>{bottom}</footer>\
          <div id=\"announce\" class=\"visually-hidden\" aria-live=\"polite\"></div>\
          </body></html>",
-        csrf_field(&frame.csrf)
+        top = sign_out("top"),
+        bottom = sign_out("bottom"),
     );
     out
 }
@@ -212,6 +233,21 @@ pub(crate) fn message_page(title: &str, message: &str) -> String {
         title = text(title),
         message = text(message),
     )
+}
+
+/// The sign-in page at `/console/`: how to sign in. Its script forwards a
+/// browser that signed in before to its console (the path is kept in the
+/// console origin's own storage, which no other port can read).
+pub(crate) fn landing_page() -> String {
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+     <title>Sign in · dk console</title>\
+     <link rel=\"stylesheet\" href=\"/console/assets/console.css\">\
+     <script src=\"/console/assets/console.js\" defer></script></head>\
+     <body data-landing=\"yes\"><main id=\"main\"><h1>Sign in to the dk console</h1>\
+     <p>Open the login link `dk vessel` printed, or run `dk console` for a fresh one.</p>\
+     </main></body></html>"
+        .to_owned()
 }
 
 /// What a request without a session sees.
@@ -245,19 +281,19 @@ pub(crate) fn prompts(frame: &Frame, pending: &[api::Pending]) -> String {
          <div id=\"prompts\">"
     );
     for prompt in pending {
-        main.push_str(&prompt_card(prompt, &frame.csrf));
+        main.push_str(&prompt_card(prompt, &frame.base, &frame.csrf));
     }
     main.push_str("</div>");
     layout(frame, "Waiting", &main)
 }
 
 /// One prompt's card, with its forms.
-pub(crate) fn prompt_card(pending: &api::Pending, csrf: &str) -> String {
+pub(crate) fn prompt_card(pending: &api::Pending, base: &str, csrf: &str) -> String {
     let left = pending.expires_at_ms.saturating_sub(now_ms());
     match &pending.prompt {
-        api::Prompt::Consent(consent) => consent_card(pending.id, consent, left, csrf),
+        api::Prompt::Consent(consent) => consent_card(pending.id, consent, left, base, csrf),
         api::Prompt::Approval(approval) => {
-            approval_card(pending.id, approval, pending.can_remember, left, csrf)
+            approval_card(pending.id, approval, pending.can_remember, left, base, csrf)
         }
     }
 }
@@ -279,7 +315,13 @@ fn kind_label(capability: &api::DeviceCapability) -> &'static str {
     }
 }
 
-fn consent_card(id: u64, consent: &api::ConsentRequest, left: u64, csrf: &str) -> String {
+fn consent_card(
+    id: u64,
+    consent: &api::ConsentRequest,
+    left: u64,
+    base: &str,
+    csrf: &str,
+) -> String {
     let mut out = String::with_capacity(2048);
     let code_digits: String = consent.code.chars().collect();
     let spoken: Vec<String> = code_digits.chars().map(String::from).collect();
@@ -341,7 +383,7 @@ fn consent_card(id: u64, consent: &api::ConsentRequest, left: u64, csrf: &str) -
     out.push_str(&time_left(left));
     let _ = write!(
         out,
-        "<form method=\"post\" action=\"/console/pairings/{id}\">{csrf}\
+        "<form method=\"post\" action=\"{base}/pairings/{id}\">{csrf}\
          <fieldset><legend>Allow</legend>",
         csrf = csrf_field(csrf)
     );
@@ -379,6 +421,7 @@ fn approval_card(
     approval: &api::ApprovalRequest,
     can_remember: bool,
     left: u64,
+    base: &str,
     csrf: &str,
 ) -> String {
     let mut out = String::with_capacity(2048);
@@ -433,7 +476,7 @@ fn approval_card(
     out.push_str(&time_left(left));
     let _ = write!(
         out,
-        "<form method=\"post\" action=\"/console/approvals/{id}\">{csrf}\
+        "<form method=\"post\" action=\"{base}/approvals/{id}\">{csrf}\
          <div class=\"actions\"><button type=\"submit\" name=\"answer\" value=\"once\" class=\"yes\">Allow once</button>\
          <button type=\"submit\" name=\"answer\" value=\"deny\" class=\"no\">Deny</button></div>",
         csrf = csrf_field(csrf)
@@ -456,6 +499,7 @@ fn approval_card(
 
 /// The devices page: every paired device, one row each.
 pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
+    let base = &frame.base;
     let mut main = String::with_capacity(256 + devices.len() * 400);
     let _ = write!(
         main,
@@ -474,7 +518,7 @@ pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
     for device in devices {
         let _ = write!(
             main,
-            "<tr><th scope=\"row\"><a href=\"/console/devices/{href}\">{name}</a> <code>{id}</code></th>\
+            "<tr><th scope=\"row\"><a href=\"{base}/devices/{href}\">{name}</a> <code>{id}</code></th>\
              <td>{state}</td><td>{granted} of {all}</td></tr>",
             href = segment(&device.id),
             name = text(&device.name),
@@ -509,6 +553,7 @@ pub(crate) fn device(
     events: &[RecentEvent],
     activity: &[AuditEntry],
 ) -> String {
+    let base = &frame.base;
     let mut main = String::with_capacity(4096);
     let _ = write!(
         main,
@@ -525,7 +570,7 @@ pub(crate) fn device(
         let on = device.grants.contains(&capability.name);
         let _ = write!(
             main,
-            "<li><form method=\"post\" action=\"/console/devices/{href}/grants/{cap_href}\">{csrf}\
+            "<li><form method=\"post\" action=\"{base}/devices/{href}/grants/{cap_href}\">{csrf}\
              <input type=\"hidden\" name=\"allow\" value=\"{next}\">\
              <button type=\"submit\" role=\"switch\" aria-checked=\"{on}\" class=\"switch\" \
              aria-label=\"{label}: {name}\">{shown}</button> <strong>{name_text}</strong> \
@@ -549,7 +594,7 @@ pub(crate) fn device(
     }
     let _ = write!(
         main,
-        "</ul><form method=\"post\" action=\"/console/devices/{href}/unpair\" data-confirm=\"Unpair {confirm}? It must pair again to be used.\">{csrf}\
+        "</ul><form method=\"post\" action=\"{base}/devices/{href}/unpair\" data-confirm=\"Unpair {confirm}? It must pair again to be used.\">{csrf}\
          <button type=\"submit\" class=\"no\">Unpair</button></form><h2>Recent events</h2>",
         href = segment(&device.id),
         confirm = attr(&device.name),
@@ -574,7 +619,7 @@ pub(crate) fn device(
     audit_table(&mut main, activity);
     let _ = write!(
         main,
-        "<p><a href=\"/console/audit?device={}\">All of its log</a></p>",
+        "<p><a href=\"{base}/audit?device={}\">All of its log</a></p>",
         segment(&device.id)
     );
     layout(frame, &device.name, &main)
@@ -584,6 +629,7 @@ pub(crate) fn device(
 /// the scope or remove it, a form to add one; after adding, the new
 /// credential, shown this once, with the MCP configuration to paste.
 pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>) -> String {
+    let base = &frame.base;
     let mut main = String::from("<h1>Agents</h1>");
     if let Some(added) = added {
         let config = serde_json::json!({
@@ -604,7 +650,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
              <button type=\"button\" data-copy=\"mcp-config\">Copy configuration</button></section>",
             name = text(&added.name),
             credential = text(&added.credential),
-            config = text(&config),
+            config = own(&config),
         );
     }
     if agents.is_empty() {
@@ -616,11 +662,11 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
             let _ = write!(
                 main,
                 "<li><h2>{name}</h2><p>Role {role}, added {added}. Scope: {scope_text}</p>\
-                 <form method=\"post\" action=\"/console/agents/{href}/scope\">{csrf}\
+                 <form method=\"post\" action=\"{base}/agents/{href}/scope\">{csrf}\
                  <label for=\"scope-{id}\">Scope (devices, or device:capability, comma separated)</label>\
                  <input type=\"text\" name=\"scope\" id=\"scope-{id}\" value=\"{scope}\">\
                  <button type=\"submit\">Change scope</button></form>\
-                 <form method=\"post\" action=\"/console/agents/{href}/remove\" data-confirm=\"Remove agent {confirm}?\">{csrf}\
+                 <form method=\"post\" action=\"{base}/agents/{href}/remove\" data-confirm=\"Remove agent {confirm}?\">{csrf}\
                  <button type=\"submit\" class=\"no\">Remove {name}</button></form></li>",
                 name = text(&agent.name),
                 role = text(&agent.role),
@@ -641,7 +687,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
     }
     let _ = write!(
         main,
-        "<h2>Add an agent</h2><form method=\"post\" action=\"/console/agents\" class=\"add\">{csrf}\
+        "<h2>Add an agent</h2><form method=\"post\" action=\"{base}/agents\" class=\"add\">{csrf}\
          <label for=\"new-name\">Name</label><input type=\"text\" name=\"name\" id=\"new-name\" required>\
          <label for=\"new-scope\">Scope (devices, or device:capability, comma separated)</label>\
          <input type=\"text\" name=\"scope\" id=\"new-scope\">\
@@ -655,6 +701,59 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
     layout(frame, "Agents", &main)
 }
 
+/// Who decided an entry, as its row says it: for a decision, the rule,
+/// the person (and through which front end), a remembered yes, or the
+/// grants and checks alone; for a change, the front end that made it.
+fn decided_by(entry: &AuditEntry) -> String {
+    let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
+    let front_end = entry
+        .entry
+        .get("by")
+        .and_then(|by| by.get("frontEnd"))
+        .and_then(Value::as_str)
+        .map(|front_end| match front_end {
+            "console" => "in the console",
+            "terminal" => "on the terminal",
+            "adminApi" => "through the admin API",
+            _ => "",
+        });
+    let person = |front_end: Option<&str>| match front_end {
+        Some(place) if !place.is_empty() => format!("the person, {place}"),
+        _ => "the person".to_owned(),
+    };
+    if entry.kind != "decision" {
+        return match front_end {
+            Some(_) => person(front_end),
+            None => String::new(),
+        };
+    }
+    match field("person") {
+        Some("remembered") => {
+            let id = entry
+                .entry
+                .get("allowance")
+                .and_then(|a| a.get("id"))
+                .and_then(Value::as_u64);
+            match id {
+                Some(id) => format!("a remembered yes (allowance {id})"),
+                None => "a remembered yes".to_owned(),
+            }
+        }
+        Some(_) => person(front_end),
+        None => match field("rule") {
+            Some(rule) => format!("rule <code>{}</code>", text(&cut(rule, 80))),
+            None if field("caller") == Some("person") => "the person's own call".to_owned(),
+            None if entry.entry.get("allowed").and_then(Value::as_bool) == Some(true) => {
+                "the grants".to_owned()
+            }
+            None => "the checks".to_owned(),
+        },
+    }
+}
+
+/// A value an audit row names, with its label (none for the reason).
+type Named<'a> = (&'a str, Option<&'a str>);
+
 fn audit_table(out: &mut String, entries: &[AuditEntry]) {
     if entries.is_empty() {
         out.push_str("<p>No entries.</p>");
@@ -662,7 +761,8 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
     }
     out.push_str(
         "<table class=\"audit\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">When (UTC)</th>\
-         <th scope=\"col\">What</th><th scope=\"col\">Details</th></tr></thead><tbody>",
+         <th scope=\"col\">What</th><th scope=\"col\">Decided by</th><th scope=\"col\">Details</th>\
+         </tr></thead><tbody>",
     );
     for entry in entries {
         let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
@@ -675,19 +775,37 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
                 "<span class=\"state off\">refused</span>".to_owned()
             };
         }
+        let by = decided_by(entry);
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{what}</td><td>",
+            "<tr><td class=\"seq\">{}</td><td class=\"when\">{}</td><td class=\"what\">{what}</td>\
+             <td class=\"by\">{}{by}</td><td class=\"details\">",
             entry.seq,
-            utc(entry.at_ms)
+            utc(entry.at_ms),
+            if by.is_empty() {
+                ""
+            } else {
+                "<span class=\"label\">by </span>"
+            },
         );
-        for (label, name) in [
-            ("device", "deviceId"),
-            ("agent", "agentId"),
-            ("tool", "tool"),
-            ("", "reason"),
-        ] {
-            if let Some(value) = field(name) {
+        // What it names, in lines a phone shows one each: the device and
+        // agent, the tool, and why (an allowed call's reason says nothing
+        // more than its outcome).
+        let reason = field("reason").filter(|r| *r != "allowed");
+        let lines: [(&str, &[Named<'_>]); 3] = [
+            (
+                "names",
+                &[("device", field("deviceId")), ("agent", field("agentId"))],
+            ),
+            ("tool", &[("tool", field("tool"))]),
+            ("reason", &[("", reason)]),
+        ];
+        for (class, parts) in lines {
+            if parts.iter().all(|(_, value)| value.is_none()) {
+                continue;
+            }
+            let _ = write!(out, "<span class=\"{class}\">");
+            for (label, value) in parts.iter().filter_map(|(l, v)| v.map(|v| (l, v))) {
                 if !label.is_empty() {
                     let _ = write!(out, "{label} ");
                 }
@@ -695,6 +813,7 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
                 push_text(out, &cut(value, 300));
                 out.push_str("</code> ");
             }
+            out.push_str("</span> ");
         }
         out.push_str("<details><summary>Entry</summary><pre>");
         push_text(out, &cut(&entry.entry.to_string(), 4000));
@@ -712,6 +831,7 @@ pub(crate) fn audit(
     head: Option<&AuditHead>,
     verified: Option<&Verified>,
 ) -> String {
+    let base = &frame.base;
     let mut main = String::from("<h1>Audit log</h1>");
     if let Some(verified) = verified {
         if verified.problems.is_empty() {
@@ -746,8 +866,8 @@ pub(crate) fn audit(
     let selected = |v: &str| if v == decision { " selected" } else { "" };
     let _ = write!(
         main,
-        "<form method=\"post\" action=\"/console/audit/verify\">{csrf}<button type=\"submit\">Verify the chain</button></form>\
-         <form method=\"get\" action=\"/console/audit\" class=\"filters\">\
+        "<form method=\"post\" action=\"{base}/audit/verify\">{csrf}<button type=\"submit\">Verify the chain</button></form>\
+         <form method=\"get\" action=\"{base}/audit\" class=\"filters\">\
          <label for=\"f-device\">Device</label><input type=\"text\" name=\"device\" id=\"f-device\" value=\"{device}\">\
          <label for=\"f-agent\">Agent</label><input type=\"text\" name=\"agent\" id=\"f-agent\" value=\"{agent}\">\
          <label for=\"f-decision\">Decision</label><select name=\"decision\" id=\"f-decision\">\
@@ -771,14 +891,14 @@ pub(crate) fn audit(
     );
     main.push_str("<nav aria-label=\"Pages\" class=\"pages\">");
     if filter.before.is_some() {
-        let _ = write!(main, "<a href=\"/console/audit?{filters}\">Newest</a> ");
+        let _ = write!(main, "<a href=\"{base}/audit?{filters}\">Newest</a> ");
     }
     if entries.len() == AUDIT_PAGE
         && let Some(last) = entries.last()
     {
         let _ = write!(
             main,
-            "<a href=\"/console/audit?{filters}&amp;before={}\" rel=\"next\">Older</a>",
+            "<a href=\"{base}/audit?{filters}&amp;before={}\" rel=\"next\">Older</a>",
             last.seq
         );
     }
@@ -808,6 +928,12 @@ pub(crate) fn status(frame: &Frame, status: &api::Status) -> String {
     for (label, value) in rows {
         let _ = write!(main, "<dt>{label}</dt><dd>{}</dd>", text(&value));
     }
+    let _ = write!(
+        main,
+        "<dt>This console session</dt><dd><code id=\"session\">{}</code> \
+         (the audit log names changes made here by it)</dd>",
+        text(&frame.session)
+    );
     main.push_str("</dl><h2>Listeners</h2><table><thead><tr><th scope=\"col\">Listener</th><th scope=\"col\">Open</th><th scope=\"col\">Peak</th><th scope=\"col\">Refused at accept</th><th scope=\"col\">Idle closed</th></tr></thead><tbody>");
     let listeners = [
         ("devices", &status.listeners.devices),
@@ -829,7 +955,70 @@ pub(crate) fn status(frame: &Frame, status: &api::Status) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
+    use serde_json::{Value, json};
+
+    use super::{decided_by, utc};
+    use crate::store::AuditEntry;
+
+    #[track_caller]
+    fn check(kind: &str, entry: Value, expected: &str) {
+        let entry = AuditEntry {
+            seq: 1,
+            at_ms: 0,
+            kind: kind.to_owned(),
+            entry,
+            prev_hash: String::new(),
+            hash: String::new(),
+        };
+        assert_eq!(decided_by(&entry), expected);
+    }
+
+    #[test]
+    fn an_audit_row_says_who_decided() {
+        let console = json!({"frontEnd": "console", "session": "ab12"});
+        check(
+            "decision",
+            json!({"allowed": true, "rule": "night <b>"}),
+            "rule <code>night &lt;b&gt;</code>",
+        );
+        check(
+            "decision",
+            json!({"allowed": true, "rule": null}),
+            "the grants",
+        );
+        check("decision", json!({"allowed": false}), "the checks");
+        check(
+            "decision",
+            json!({"allowed": true, "person": "approved", "by": console}),
+            "the person, in the console",
+        );
+        check(
+            "decision",
+            json!({"allowed": false, "person": "refused", "by": {"frontEnd": "terminal"}}),
+            "the person, on the terminal",
+        );
+        check(
+            "decision",
+            json!({"allowed": false, "person": "refused"}),
+            "the person",
+        );
+        check(
+            "decision",
+            json!({"allowed": true, "person": "remembered", "allowance": {"id": 4}}),
+            "a remembered yes (allowance 4)",
+        );
+        check(
+            "decision",
+            json!({"allowed": true, "caller": "person"}),
+            "the person's own call",
+        );
+        check(
+            "granted",
+            json!({"by": {"frontEnd": "adminApi"}}),
+            "the person, through the admin API",
+        );
+        check("granted", json!({}), "");
+    }
 
     #[test]
     fn times_read_as_utc() {

@@ -101,9 +101,11 @@ async fn raw(
     }
 }
 
-/// A signed-in browser: its cookie and the CSRF token of its pages.
+/// A signed-in browser: its cookie, the CSRF token of its pages and the
+/// console's secret path.
 struct Browser {
     addr: SocketAddr,
+    prefix: String,
     cookie: String,
     csrf: String,
 }
@@ -113,31 +115,33 @@ impl Browser {
         format!("http://127.0.0.1:{}", self.addr.port())
     }
 
-    async fn get(&self, path: &str) -> Answer {
+    /// `GET` of `page` under the console's secret path (`/devices`).
+    async fn get(&self, page: &str) -> Answer {
         raw(
             self.addr,
             "GET",
-            path,
+            &format!("{}{page}", self.prefix),
             &[("cookie", self.cookie.clone())],
             "",
         )
         .await
     }
 
-    /// A form posted from the console's own page.
-    async fn post(&self, path: &str, form: &str) -> Answer {
+    /// A form posted to `page` from the console's own page.
+    async fn post(&self, page: &str, form: &str) -> Answer {
+        let path = format!("{}{page}", self.prefix);
         let body = format!("csrf={}&{form}", self.csrf);
         let headers = [
             ("cookie", self.cookie.clone()),
             ("origin", self.origin()),
             ("sec-fetch-site", "same-origin".to_owned()),
         ];
-        raw(self.addr, "POST", path, &headers, &body).await
+        raw(self.addr, "POST", &path, &headers, &body).await
     }
 }
 
 fn path_of(link: &str) -> String {
-    let at = link.find("/console/login").unwrap();
+    let at = link.find("/console/").unwrap();
     link[at..].to_owned()
 }
 
@@ -154,10 +158,11 @@ async fn sign_in(running: &Running) -> Browser {
     let cookie = set.split(';').next().unwrap().to_owned();
     let mut browser = Browser {
         addr: running.addr,
+        prefix: running.console.prefix(),
         cookie,
         csrf: String::new(),
     };
-    let page = browser.get("/console/").await;
+    let page = browser.get("/").await;
     assert_eq!(page.status, 200);
     browser.csrf = csrf_in(&page.body);
     browser
@@ -198,31 +203,31 @@ async fn pairing(vessel: &Arc<Vessel>, manifest: Value) -> u64 {
 async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     let running = start().await;
     let link = running.console.login_link().unwrap();
-    assert!(link.starts_with(&format!("http://{}/console/login?key=", running.addr)));
+    let prefix = running.console.prefix();
+    assert!(link.starts_with(&format!("http://{}{prefix}/login?key=", running.addr)));
     let first = raw(running.addr, "GET", &path_of(&link), &[], "").await;
     assert_eq!(first.status, 303);
-    assert_eq!(first.header("location"), Some("/console/"));
+    assert_eq!(
+        first.header("location"),
+        Some(format!("{prefix}/").as_str())
+    );
     let cookie = first.header("set-cookie").unwrap();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+    // The cookie goes only to the secret path: a page on another port
+    // that asks its own server for `/console/...` is sent none.
+    for attribute in ["HttpOnly", "SameSite=Strict", &format!("Path={prefix};")] {
         assert!(cookie.contains(attribute), "{cookie}");
     }
     let again = raw(running.addr, "GET", &path_of(&link), &[], "").await;
     assert_eq!(again.status, 403);
     assert!(again.header("set-cookie").is_none());
-    let made_up = format!("/console/login?key={}", "0".repeat(64));
+    let made_up = format!("{prefix}/login?key={}", "0".repeat(64));
     assert_eq!(
         raw(running.addr, "GET", &made_up, &[], "").await.status,
         403
     );
 
-    for page in [
-        "/console/",
-        "/console/devices",
-        "/console/agents",
-        "/console/audit",
-        "/console/status",
-        "/console/live",
-    ] {
+    for page in ["/", "/devices", "/agents", "/audit", "/status", "/live"] {
+        let page = &format!("{prefix}{page}");
         let answer = raw(running.addr, "GET", page, &[], "").await;
         assert_eq!(answer.status, 401, "{page}");
         assert!(!answer.body.contains("csrf"), "{page}");
@@ -247,7 +252,7 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     )
     .await;
     assert_eq!(api.status, 401);
-    for page in ["/console/devices", "/console/agents", "/console/status"] {
+    for page in ["/devices", "/agents", "/status"] {
         let answer = browser.get(page).await;
         assert_eq!(answer.status, 200, "{page}");
         let csp = answer.header("content-security-policy").unwrap();
@@ -269,7 +274,7 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     let answer = raw(
         running.addr,
         "GET",
-        "/console/status",
+        &format!("{prefix}/status"),
         &[("cookie", planted.clone())],
         "",
     )
@@ -279,7 +284,7 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     let answer = raw(
         running.addr,
         "GET",
-        "/console/status",
+        &format!("{prefix}/status"),
         &[("cookie", only_planted)],
         "",
     )
@@ -290,7 +295,7 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     let rebound = raw(
         running.addr,
         "GET",
-        "/console/",
+        &format!("{prefix}/"),
         &[
             ("cookie", browser.cookie.clone()),
             ("host", "evil.example".to_owned()),
@@ -300,12 +305,101 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
     .await;
     assert_eq!(rebound.status, 403);
 
-    let out = browser.post("/console/logout", "").await;
+    let out = browser.post("/logout", "").await;
     assert_eq!(out.status, 200);
     assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
-    assert_eq!(browser.get("/console/").await.status, 401);
+    assert_eq!(browser.get("/").await.status, 401);
     // The session of the first link is still open; this one is gone.
     assert_eq!(running.console.sessions(), 1);
+}
+
+#[tokio::test]
+async fn only_the_secret_path_serves_the_console_and_nothing_else_needs_or_sets_a_cookie() {
+    let running = start().await;
+    let prefix = running.console.prefix();
+    let secret = prefix.trim_start_matches("/console/");
+    assert_eq!(secret.len(), 32);
+    assert!(secret.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(Console::new().prefix(), prefix, "each run has its own");
+    let browser = sign_in(&running).await;
+    // The ways in and the assets hold no secret and need no session.
+    let landing = raw(running.addr, "GET", "/console/", &[], "").await;
+    assert_eq!(landing.status, 200);
+    assert!(landing.body.contains("dk console"));
+    assert!(!landing.body.contains(secret) && !landing.body.contains("csrf"));
+    assert_eq!(
+        running.console.url().unwrap(),
+        format!("http://{}/console/", running.addr),
+        "the printable address holds no secret"
+    );
+    assert_eq!(
+        running.console.home().unwrap(),
+        format!("http://{}{prefix}/", running.addr)
+    );
+    for (path, status) in [
+        ("/", 303),
+        ("/console", 303),
+        ("/console/assets/console.js", 200),
+    ] {
+        let answer = raw(running.addr, "GET", path, &[], "").await;
+        assert_eq!(answer.status, status, "{path}");
+        assert!(!answer.body.contains(secret), "{path}");
+    }
+    // The old addresses, a wrong or shortened secret, even with the real
+    // session: nothing but "no such page", and no cookie set.
+    let wrong = format!("/console/{}", "0".repeat(32));
+    let short = &prefix[..prefix.len() - 1];
+    for path in [
+        "/console/devices".to_owned(),
+        "/console/agents".to_owned(),
+        "/console/status".to_owned(),
+        "/console/live".to_owned(),
+        "/console/login".to_owned(),
+        format!("/console/login?key={}", "0".repeat(64)),
+        format!("{wrong}/"),
+        format!("{wrong}/status"),
+        format!("{short}/status"),
+        format!("{prefix}x/status"),
+    ] {
+        let answer = raw(
+            running.addr,
+            "GET",
+            &path,
+            &[("cookie", browser.cookie.clone())],
+            "",
+        )
+        .await;
+        assert_eq!(answer.status, 404, "{path}");
+        assert!(answer.header("set-cookie").is_none(), "{path}");
+        assert!(
+            !answer.body.contains(secret) && !answer.body.contains("csrf"),
+            "{path}"
+        );
+    }
+    let post = format!("csrf={}&name=x&scope=&role=admin", browser.csrf);
+    let answer = raw(
+        running.addr,
+        "POST",
+        "/console/agents",
+        &[
+            ("cookie", browser.cookie.clone()),
+            ("origin", browser.origin()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ],
+        &post,
+    )
+    .await;
+    assert_eq!(answer.status, 404);
+    assert!(running.vessel.agents().list().is_empty());
+    // Under the secret path, a login link works (and `/console/<secret>`
+    // leads to the console's first page).
+    let home = raw(running.addr, "GET", &prefix, &[], "").await;
+    assert_eq!(home.status, 303);
+    assert_eq!(home.header("location"), Some(format!("{prefix}/").as_str()));
+    let page = browser.get("/").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&format!("data-base=\"{prefix}\"")));
+    assert!(page.body.contains(&format!("href=\"{prefix}/devices\"")));
 }
 
 #[tokio::test]
@@ -363,7 +457,8 @@ async fn a_change_needs_the_consoles_origin_a_same_origin_fetch_and_the_sessions
         ),
     ];
     for (headers, body, case) in cases {
-        let answer = raw(running.addr, "POST", "/console/agents", &headers, &body).await;
+        let path = format!("{}/agents", browser.prefix);
+        let answer = raw(running.addr, "POST", &path, &headers, &body).await;
         assert!(
             answer.status == 403 || answer.status == 401,
             "{case}: {}",
@@ -372,18 +467,35 @@ async fn a_change_needs_the_consoles_origin_a_same_origin_fetch_and_the_sessions
         assert!(running.vessel.agents().list().is_empty(), "{case}");
     }
     // A GET changes nothing.
-    let get = browser.get("/console/agents/x/remove").await;
+    let get = browser.get("/agents/x/remove").await;
     assert_eq!(get.status, 405);
 
-    let added = browser.post("/console/agents", form).await;
+    let added = browser.post("/agents", form).await;
     assert_eq!(added.status, 201, "{}", added.body);
     assert!(added.body.contains("id=\"credential\">dka_"));
-    assert!(added.body.contains("mcpServers"));
+    // The MCP configuration is pasteable JSON, newlines and all: what
+    // "Copy configuration" copies is the block's text.
+    let config = added
+        .body
+        .split_once("<pre id=\"mcp-config\">")
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .unwrap()
+        .0
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    let config: Value = serde_json::from_str(&config).unwrap_or_else(|e| panic!("{e}: {config}"));
+    let bearer = config["mcpServers"]["dk"]["headers"]["Authorization"]
+        .as_str()
+        .unwrap();
+    assert!(bearer.starts_with("Bearer dka_"), "{bearer}");
     assert_eq!(running.vessel.agents().list().len(), 1);
     // The credential is shown once: the agents page never shows it again.
-    let page = browser.get("/console/agents").await;
+    let page = browser.get("/agents").await;
     assert!(!page.body.contains("dka_"));
-    let removed = browser.post("/console/agents/intruder/remove", "").await;
+    let removed = browser.post("/agents/intruder/remove", "").await;
     assert_eq!(removed.status, 303);
     assert!(running.vessel.agents().list().is_empty());
 }
@@ -393,7 +505,7 @@ async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
     let running = start().await;
     let browser = sign_in(&running).await;
     let id = pairing(&running.vessel, lamp()).await;
-    let page = browser.get("/console/").await;
+    let page = browser.get("/").await;
     let code = match &running.vessel.person().pending()[0].prompt {
         crate::person::Prompt::Consent(c) => c.code.clone(),
         crate::person::Prompt::Approval(_) => unreachable!(),
@@ -404,7 +516,7 @@ async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
     assert!(page.body.contains("value=\"read_light\""));
     let answered = browser
         .post(
-            &format!("/console/pairings/{id}"),
+            &format!("/pairings/{id}"),
             "answer=pair&grant=read_light&grant=set_light",
         )
         .await;
@@ -418,16 +530,16 @@ async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(grants, ["read_light", "set_light"]);
-    let device = browser.get("/console/devices/desk-lamp").await;
+    let device = browser.get("/devices/desk-lamp").await;
     assert!(device.body.contains("aria-checked=\"true\""));
     let revoked = browser
-        .post("/console/devices/desk-lamp/grants/set_light", "allow=no")
+        .post("/devices/desk-lamp/grants/set_light", "allow=no")
         .await;
     assert_eq!(revoked.status, 303);
     assert_eq!(running.vessel.registry().list()[0].grants, ["read_light"]);
     // The same prompt cannot be answered twice.
     let twice = browser
-        .post(&format!("/console/pairings/{id}"), "answer=refuse")
+        .post(&format!("/pairings/{id}"), "answer=refuse")
         .await;
     assert_eq!(twice.status, 404);
 }
@@ -441,7 +553,7 @@ async fn what_a_device_or_agent_wrote_is_escaped_and_hidden_characters_shown() {
     let mut manifest = lamp();
     manifest["name"] = json!("<script>alert(1)</script> & 'co'");
     pairing(&running.vessel, manifest).await;
-    let page = browser.get("/console/").await;
+    let page = browser.get("/").await;
     assert!(!page.body.contains("<script>alert"));
     assert!(
         page.body
@@ -464,7 +576,7 @@ async fn what_a_device_or_agent_wrote_is_escaped_and_hidden_characters_shown() {
     let person = Arc::clone(running.vessel.person());
     tokio::spawn(async move { person.approve(approval).await });
     let page = loop {
-        let page = browser.get("/console/").await;
+        let page = browser.get("/").await;
         if page.body.contains("approval") {
             break page;
         }
@@ -484,7 +596,8 @@ async fn the_live_feed_tells_each_prompt_asked_and_closed() {
     let browser = sign_in(&running).await;
     let mut stream = TcpStream::connect(running.addr).await.unwrap();
     let request = format!(
-        "GET /console/live HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {}\r\n\r\n",
+        "GET {}/live HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {}\r\n\r\n",
+        browser.prefix,
         running.addr.port(),
         browser.cookie
     );
@@ -519,7 +632,7 @@ async fn the_live_feed_tells_each_prompt_asked_and_closed() {
     )));
     assert!(html.contains(&browser.csrf), "the card's forms work");
     browser
-        .post(&format!("/console/pairings/{id}"), "answer=refuse")
+        .post(&format!("/pairings/{id}"), "answer=refuse")
         .await;
     let (name, data) = next_event().await;
     assert_eq!(name, "closed");
@@ -549,23 +662,21 @@ async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
         .store()
         .append_audit(&events)
         .unwrap();
-    let page = browser.get("/console/audit").await;
-    assert_eq!(page.body.matches("<tr><td>").count(), 50);
-    assert!(page.body.contains("<tr><td>120</td>"));
+    let page = browser.get("/audit").await;
+    assert_eq!(page.body.matches("<tr><td class=\"seq\">").count(), 50);
+    assert!(page.body.contains("<tr><td class=\"seq\">120</td>"));
     assert!(
         page.body.contains("before=71"),
         "the next page starts below 71"
     );
-    let older = browser.get("/console/audit?before=71").await;
-    assert!(older.body.contains("<tr><td>70</td>"));
-    assert!(!older.body.contains("<tr><td>71</td>"));
-    let lock = browser
-        .get("/console/audit?device=lock&decision=refused")
-        .await;
+    let older = browser.get("/audit?before=71").await;
+    assert!(older.body.contains("<tr><td class=\"seq\">70</td>"));
+    assert!(!older.body.contains("<tr><td class=\"seq\">71</td>"));
+    let lock = browser.get("/audit?device=lock&decision=refused").await;
     // Refused: n % 3 == 0, odd n: n = 3, 9, ..., 117 (seq n + 1).
-    assert_eq!(lock.body.matches("<tr><td>").count(), 20);
+    assert_eq!(lock.body.matches("<tr><td class=\"seq\">").count(), 20);
     assert!(!lock.body.contains("<code>lamp</code>"));
-    let verified = browser.post("/console/audit/verify", "").await;
+    let verified = browser.post("/audit/verify", "").await;
     assert_eq!(verified.status, 200);
     assert!(
         verified.body.contains("Verified: 120 entries"),
@@ -573,4 +684,111 @@ async fn the_audit_log_is_read_in_filtered_pages_and_verified() {
         verified.body
     );
     assert!(verified.body.contains("Head: entry 120"));
+}
+
+/// The session id a signed-in browser's Status page shows.
+async fn session_id(browser: &Browser) -> String {
+    let page = browser.get("/status").await;
+    let at = page.body.find("<code id=\"session\">").unwrap() + 19;
+    page.body[at..at + 16].to_owned()
+}
+
+#[tokio::test]
+async fn changes_made_in_the_console_name_the_console_and_its_session() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let other = sign_in(&running).await;
+    let (mine, theirs) = (session_id(&browser).await, session_id(&other).await);
+    assert_ne!(mine, theirs, "each session has its own id");
+    // The id is not the cookie, nor part of it, nor the CSRF token.
+    assert!(!browser.cookie.contains(&mine) && !browser.csrf.contains(&mine));
+
+    // Every kind of change, from the first session's pages.
+    let id = pairing(&running.vessel, lamp()).await;
+    let paired = browser
+        .post(&format!("/pairings/{id}"), "answer=pair&grant=read_light")
+        .await;
+    assert_eq!(paired.status, 303, "{}", paired.body);
+    while running.vessel.registry().list().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for (path, form) in [
+        ("/devices/desk-lamp/grants/strobe", "allow=yes"),
+        ("/devices/desk-lamp/grants/set_light", "allow=yes"),
+        ("/devices/desk-lamp/grants/set_light", "allow=no"),
+        ("/agents", "name=kitchen&scope=desk-lamp&role=user"),
+        ("/agents/kitchen/scope", "scope=desk-lamp:read_light"),
+        ("/agents/kitchen/remove", ""),
+    ] {
+        let answer = browser.post(path, form).await;
+        assert!(answer.status < 400, "{path}: {}", answer.body);
+    }
+    // An approval answered, from the other session: a call of strobe
+    // (a capability that asks every time).
+    let vessel = Arc::clone(&running.vessel);
+    let call = tokio::spawn(async move {
+        let person = Arc::clone(vessel.person());
+        let ctx = crate::adapter::CallContext {
+            approver: Some(person.as_ref()),
+            timeout: Some(Duration::from_secs(10)),
+            ..crate::adapter::CallContext::default()
+        };
+        vessel
+            .adapter()
+            .execute("device__desk_lamp__strobe", json!({}), ctx)
+            .await
+    });
+    let asked = loop {
+        if let Some(prompt) = running.vessel.person().pending().first() {
+            break prompt.id;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let answered = other
+        .post(&format!("/approvals/{asked}"), "answer=deny")
+        .await;
+    assert_eq!(answered.status, 303, "{}", answered.body);
+    call.await.unwrap();
+    let unpaired = browser.post("/devices/desk-lamp/unpair", "").await;
+    assert_eq!(unpaired.status, 303);
+
+    running.vessel.flush_audit().unwrap();
+    let entries = running
+        .vessel
+        .registry()
+        .store()
+        .read_audit(0, 100)
+        .unwrap();
+    let by = |session: &str| json!({"frontEnd": "console", "session": session});
+    // Decisions are written behind the changes: compared in kind order.
+    let mut named: Vec<(String, Value)> = entries
+        .iter()
+        .filter(|e| e.kind != "decision" || e.entry.get("person").is_some())
+        .map(|e| (e.kind.clone(), e.entry["by"].clone()))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        named,
+        [
+            ("agent".to_owned(), by(&mine)),
+            ("agent".to_owned(), by(&mine)),
+            ("agent".to_owned(), by(&mine)),
+            ("decision".to_owned(), by(&theirs)),
+            ("granted".to_owned(), by(&mine)),
+            ("granted".to_owned(), by(&mine)),
+            ("paired".to_owned(), by(&mine)),
+            ("revoked".to_owned(), by(&mine)),
+            ("unpaired".to_owned(), by(&mine)),
+        ],
+        "{entries:?}"
+    );
+    assert!(
+        running
+            .vessel
+            .registry()
+            .store()
+            .verify_audit()
+            .unwrap()
+            .is_intact()
+    );
 }

@@ -281,4 +281,18 @@ async fn dk_approvals_remembers_lists_and_revokes_an_allowance() {
         .filter(|e| e["kind"] == "decision" && e["entry"]["person"] == "remembered")
         .count();
     assert_eq!(remembered, 1, "{entries:?}");
+    // Every answer given through `dk approvals` names the admin API.
+    let answered: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["kind"] == "decision")
+        .filter(|e| e["entry"]["person"] == "approved" || e["entry"]["person"] == "refused")
+        .collect();
+    assert!(!answered.is_empty(), "{entries:?}");
+    for entry in answered {
+        assert_eq!(
+            entry["entry"]["by"],
+            json!({"frontEnd": "adminApi"}),
+            "{entry}"
+        );
+    }
 }

@@ -30,9 +30,7 @@ fn get(addr: SocketAddr, path: &str) -> (u16, Option<String>) {
 }
 
 fn path_of(link: &str) -> String {
-    link[link.find("/console/login?key=").unwrap()..]
-        .trim()
-        .to_owned()
+    link[link.find("/console/").unwrap()..].trim().to_owned()
 }
 
 #[test]
@@ -54,19 +52,31 @@ fn dk_console_prints_a_link_that_signs_in_once_and_no_link_goes_to_a_log() {
     for _ in 0..2 {
         let out = scratch.run(&["console"]);
         let link = succeeded(&out);
+        // Under the console's secret path: `/console/<32 hex>/login`.
+        let path = path_of(&link);
         assert!(
             link.trim()
-                .starts_with(&format!("http://{}/console/login?key=", running.admin))
+                .starts_with(&format!("http://{}/console/", running.admin))
         );
-        links.push(path_of(&link));
+        let (secret, rest) = path["/console/".len()..].split_once('/').unwrap();
+        assert_eq!(secret.len(), 32, "{path}");
+        assert!(rest.starts_with("login?key="), "{path}");
+        // The printed start text does not hold the secret.
+        assert!(!said.contains(secret), "{said}");
+        links.push(path);
     }
     assert_ne!(links[0], links[1]);
     for link in &links {
         let (status, cookie) = get(running.admin, link);
         assert_eq!(status, 303);
-        assert!(cookie.unwrap().contains("HttpOnly; SameSite=Strict"));
+        let cookie = cookie.unwrap();
+        assert!(cookie.contains("HttpOnly; SameSite=Strict"), "{cookie}");
+        let prefix = &link[..link.find("/login").unwrap()];
+        assert!(cookie.contains(&format!("Path={prefix};")), "{cookie}");
         assert_eq!(get(running.admin, link).0, 403, "used once");
     }
+    // The old address of the console's pages is no console.
+    assert_eq!(get(running.admin, "/console/devices"), (404, None));
     running.interrupt();
 }
 

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::process::{
-    PATIENCE, Running, Scratch, consent_id, devices, eventually, hello, lamp_manifest,
+    PATIENCE, Running, Scratch, audit_entries, consent_id, devices, eventually, hello,
+    lamp_manifest,
 };
 
 /// A pseudo-terminal: the person's end (`master`) and the path of the
@@ -379,4 +380,37 @@ fn an_approval_is_answered_once_for_exact_arguments_for_the_capability_or_no() {
         );
     });
     vessel.interrupt();
+    // The log says who answered: the pairing and the agent came through
+    // the admin API, every answer typed here names the terminal, and a
+    // remembered allowance answering for the person names nobody.
+    let entries = audit_entries(&scratch.data_dir(), 200);
+    let by = |kind: &str| -> Vec<Value> {
+        entries
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["entry"]["by"].clone())
+            .collect()
+    };
+    assert_eq!(by("paired"), [json!({"frontEnd": "adminApi"})]);
+    assert_eq!(by("agent"), [json!({"frontEnd": "adminApi"})]);
+    let answered: Vec<(Value, Value)> = entries
+        .iter()
+        .filter(|e| e["kind"] == "decision" && e["entry"]["person"].is_string())
+        .map(|e| (e["entry"]["person"].clone(), e["entry"]["by"].clone()))
+        .collect();
+    let terminal = json!({"frontEnd": "terminal"});
+    let (yes, no, remembered) = (json!("approved"), json!("refused"), json!("remembered"));
+    assert_eq!(
+        answered,
+        [
+            (yes.clone(), terminal.clone()),
+            (remembered.clone(), Value::Null),
+            (yes.clone(), terminal.clone()),
+            (remembered, Value::Null),
+            (yes.clone(), terminal.clone()),
+            (no, terminal.clone()),
+            (yes, terminal),
+        ],
+        "{entries:?}"
+    );
 }

@@ -1,9 +1,20 @@
 // dk console: live prompts (server-sent events), the title badge, time
 // left, copy buttons and confirmations. Every card's HTML comes from the
-// vessel, escaped there; nothing here builds markup from data.
+// vessel, escaped there; nothing here builds markup from data. The
+// console's secret path is kept in this origin's storage, so the sign-in
+// page (/console/, where notifications lead) can forward to it.
 "use strict";
 (function () {
   const body = document.body;
+  const KEPT = "dk-console";
+  if (body.dataset.landing) {
+    const kept = window.localStorage && localStorage.getItem(KEPT);
+    if (kept && /^\/console\/[0-9a-f]{32}$/.test(kept)) window.location.replace(kept + "/");
+    return;
+  }
+  const base = body.dataset.base;
+  if (!base) return;
+  if (window.localStorage) localStorage.setItem(KEPT, base);
   const baseTitle = body.dataset.title || document.title;
   const list = document.getElementById("prompts");
   const announce = document.getElementById("announce");
@@ -54,7 +65,7 @@
   }
 
   if (!window.EventSource) return;
-  const source = new EventSource("/console/live");
+  const source = new EventSource(base + "/live");
   source.addEventListener("sync", function (event) {
     const message = JSON.parse(event.data);
     setCount(message.pending);
