@@ -111,7 +111,7 @@ impl EventSender {
             data: Some(Cow::Owned(data)),
         }
         .to_json();
-        match crate::serve::refused_by_vessel(&frame) {
+        match crate::outgoing::refused_by_vessel(&frame) {
             Some(why) => Err(EmitError::Refused(why.to_string())),
             None => Ok(frame),
         }

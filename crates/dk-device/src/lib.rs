@@ -45,6 +45,7 @@
 mod client;
 mod device;
 mod event;
+mod outgoing;
 pub mod samples;
 mod serve;
 mod stream;

@@ -510,21 +510,13 @@ impl Calls {
     }
 }
 
-/// Why the vessel would refuse `frame`, read by dk-proto's own parser
-/// with the vessel's default limits (size, nesting depth): dk-device never
-/// sends such a frame, which would count as malformed and, repeated,
-/// close the connection.
-pub(crate) fn refused_by_vessel(frame: &str) -> Option<FrameError> {
-    DeviceFrame::parse(frame.as_bytes()).err()
-}
-
 /// `device:result` for a call; a result that cannot be written as JSON,
 /// or whose frame the vessel would refuse (too large, nested too deep),
 /// answers an error saying so instead.
 fn result_frame(call_id: &str, capability: &str, outcome: Result<Value, String>) -> String {
     let failed = outcome.is_err();
     let frame = unchecked_result_frame(call_id, capability, outcome);
-    let Some(why) = refused_by_vessel(&frame) else {
+    let Some(why) = crate::outgoing::refused_by_vessel(&frame) else {
         return frame;
     };
     let what = if failed { "error" } else { "result" };
