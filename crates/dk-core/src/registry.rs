@@ -970,7 +970,7 @@ impl DeviceRegistry {
         self.revoke_by(device_id, capability, None)
     }
 
-    /// Revokes `capability` as [`Registry::revoke`] does; the audit entry
+    /// Revokes `capability` as [`DeviceRegistry::revoke`] does; the audit entry
     /// names `by`.
     pub fn revoke_by(
         &self,
@@ -1009,7 +1009,7 @@ impl DeviceRegistry {
         self.unpair_by(device_id, None)
     }
 
-    /// Forgets a device as [`Registry::unpair`] does; the audit entry names
+    /// Forgets a device as [`DeviceRegistry::unpair`] does; the audit entry names
     /// `by`.
     pub fn unpair_by(&self, device_id: &str, by: Option<&By>) -> Result<(), GrantError> {
         let changing = self.changing();
