@@ -61,6 +61,19 @@ pub struct VesselArgs {
     /// `admin-token` in dk's home]
     #[arg(long)]
     pub admin_token_file: Option<PathBuf>,
+    /// Where the vessel's dk/2 secret key is kept (mode 0600, made at the
+    /// first start), outside the data directory: devices pin its public
+    /// half, so a copy of the data directory without it cannot pass for
+    /// this vessel. Back it up apart from the data directory.
+    /// [default: beside the data directory, `DIR.key`: `vessel.key` in
+    /// dk's home]
+    #[arg(long, value_name = "FILE")]
+    pub vessel_key_file: Option<PathBuf>,
+    /// Make a new vessel key although this data directory's devices pinned
+    /// one whose file is missing (otherwise the start is refused). Every
+    /// dk/2 device must then forget the vessel and pair again.
+    #[arg(long)]
+    pub new_vessel_key: bool,
     /// A `device_use` rule file; a broken file stops the vessel from starting.
     #[arg(long)]
     pub policies: Option<PathBuf>,
@@ -236,7 +249,14 @@ async fn serve(
     let head_file = args.audit_head_file.clone();
     let key_file = args.audit_key_file.clone();
     let token_path = paths.admin_token_file.clone();
-    let running = VesselServer::new(&paths.data_dir)
+    let mut server = VesselServer::new(&paths.data_dir);
+    if let Some(file) = &args.vessel_key_file {
+        server = server.vessel_key_file(file);
+    }
+    if args.new_vessel_key {
+        server = server.new_vessel_key();
+    }
+    let running = server
         .listen(args.listen)
         .admin_listen(Some(args.admin_listen))
         .mcp_listen(match args.mcp_listen {
@@ -276,6 +296,13 @@ async fn serve(
             }
             other => other.to_string(),
         })?;
+    if let Some(old) = running.vessel_key_moved_from() {
+        eprintln!(
+            "note: moved the vessel's secret key from `{}` to `{}` (0600): the data directory now holds no secret, so a copy of it cannot pass for this vessel; back the key up apart from it (docs/STORAGE.md)",
+            old.display(),
+            running.vessel_key_file().display()
+        );
+    }
     if let Some(reason) = running.mcp_unavailable() {
         eprintln!(
             "warning: agents cannot connect over MCP: {reason} (choose an address with --mcp-listen)"
@@ -309,6 +336,10 @@ async fn serve(
     println!(
         "  vessel fingerprint   {}   <- devices show it after pairing",
         running.fingerprint()
+    );
+    println!(
+        "  vessel key           {} (secret: keep it off copies of the data directory)",
+        running.vessel_key_file().display()
     );
     let admin_addr = running
         .admin_addr()

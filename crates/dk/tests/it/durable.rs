@@ -335,6 +335,9 @@ async fn no_token_in_clear_anywhere_in_the_data_directory() {
     let admin_secret = scratch.admin_token().expose().to_owned();
     let pad_secret = token_in(&pad_token).await;
     let lamp_secret = token_in(&lamp_token).await;
+    // The vessel's dk/2 secret key, kept beside the admin token.
+    let vessel_key = std::fs::read_to_string(scratch.home().join("vessel.key")).unwrap();
+    let vessel_key = vessel_key.trim_end();
 
     // Calls whose inputs hold the tokens, alone and inside longer text.
     let inputs = vec![
@@ -363,6 +366,7 @@ async fn no_token_in_clear_anywhere_in_the_data_directory() {
         ("the admin token", admin_secret.as_str()),
         ("the notepad's token", pad_secret.as_str()),
         ("the lamp's token", lamp_secret.as_str()),
+        ("the vessel's secret key", vessel_key),
     ];
     // The decisions reach the log (write-behind), then the files are read
     // while the vessel runs (`-wal` and `-shm` present) ...
