@@ -230,8 +230,11 @@ pub struct Vessel {
     /// Streaming devices: admission, sessions, subscribers.
     streams: crate::stream::Streams,
     /// The vessel's static key for dk/2: made fresh for a vessel in memory,
-    /// replaced by the one kept in the data directory.
+    /// replaced by the one kept outside the data directory.
     identity: RwLock<Option<Arc<StaticKey>>>,
+    /// Where the rules in force came from (their file and its digest),
+    /// held while a reload loads, applies and records them.
+    pub(crate) rule_source: Mutex<crate::reload::RuleSource>,
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
@@ -480,6 +483,7 @@ impl Vessel {
             streams: crate::stream::Streams::new(),
             // Without randomness there is no key, and no dk/2.
             identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
+            rule_source: Mutex::new(crate::reload::RuleSource::default()),
         })
     }
 

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dk_core::config::VesselConfig;
+use dk_core::reload::RuleFile;
 use dk_core::{Limits, Vessel};
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
@@ -220,6 +221,7 @@ pub struct VesselServer {
     vessel_key_file: Option<PathBuf>,
     new_vessel_key: bool,
     policies: PolicySet,
+    rule_file: Option<RuleFile>,
     config: VesselConfig,
     limits: Limits,
     mcp: McpOptions,
@@ -257,6 +259,7 @@ impl VesselServer {
             vessel_key_file: None,
             new_vessel_key: false,
             policies: PolicySet::empty(),
+            rule_file: None,
             config: VesselConfig::default(),
             limits: Limits::default(),
             mcp: McpOptions::default(),
@@ -323,6 +326,15 @@ impl VesselServer {
     /// The `device_use` rules in force at the start.
     pub fn policies(mut self, policies: PolicySet) -> VesselServer {
         self.policies = policies;
+        self
+    }
+
+    /// The `device_use` rules in force at the start, from a rule file:
+    /// recorded with the file and its digest (in the `vessel-started`
+    /// entry), and read again by [`Vessel::reload_rules`] (the admin API's
+    /// `POST /v1/rules/reload`). Takes the place of [`VesselServer::policies`].
+    pub fn rule_file(mut self, file: RuleFile) -> VesselServer {
+        self.rule_file = Some(file);
         self
     }
 
@@ -423,6 +435,9 @@ impl VesselServer {
         let mut limits = self.limits;
         self.config.apply_to(&mut limits);
         let vessel = Vessel::open(store, self.policies, limits)?;
+        if let Some(file) = self.rule_file {
+            vessel.use_rule_file(file);
+        }
         let fingerprint = identity.public().fingerprint();
         vessel.set_identity(identity);
         match (made_key, &moved_key) {
@@ -446,6 +461,12 @@ impl VesselServer {
         if replaced {
             vessel.audit("admin-token", json!({"replaced": true}));
         }
+        // Which rules are in force, from now until a reload or the stop.
+        vessel.audit(
+            "vessel-started",
+            json!({"version": env!("CARGO_PKG_VERSION"), "fingerprint": fingerprint,
+                   "rules": vessel.rules_in_force()}),
+        );
         // The address file says the vessel is up: written once its first
         // entries are committed, so nothing a client does comes before them.
         let flushing = Arc::clone(&vessel);
@@ -658,6 +679,10 @@ impl RunningVessel {
             first.get_or_insert(outcome);
         }
         drop(std::mem::take(&mut self.leftovers));
+        self.vessel.audit(
+            "vessel-stopped",
+            json!({"rules": self.vessel.rules_in_force()}),
+        );
         self.vessel.flush_audit().map_err(ServerError::Audit)?;
         first.map_or(Ok(()), Err)
     }

@@ -232,6 +232,18 @@ pub fn status(target: &Target) -> ExitCode {
             status.paired, status.connected, status.connections
         );
         println!("waiting for you      {} prompts", status.pending);
+        let rules = ok(c.get("/v1/rules").await.map_err(|e| e.to_string())?)?;
+        let count = rules.get("rules").and_then(Value::as_u64).unwrap_or(0);
+        match (
+            rules.get("file").and_then(Value::as_str),
+            rules.get("sha256").and_then(Value::as_str),
+        ) {
+            (Some(file), Some(sha256)) => println!(
+                "device_use rules     {count} from {} (sha256 {sha256})",
+                printable(file)
+            ),
+            _ => println!("device_use rules     {count} (from no file)"),
+        }
         println!(
             "dk/2                 {} handshakes, {} failed channels, {} plain v1 upgrades refused",
             status.secure_handshakes, status.channel_failures, status.plain_v1_refused

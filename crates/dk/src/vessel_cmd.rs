@@ -12,17 +12,15 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
-use dk_policy::PolicySet;
 use dk_vessel::{
     Limits, McpListen, ServerError, VesselServer,
     config::VesselConfig,
     mcp::McpOptions,
-    reload::{FileStamp, Reloaded, watch_policy_file},
+    reload::{FileStamp, Reloaded, RuleFile, watch_policy_file},
     store::Store,
     store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
     vessel::PlainV1,
 };
-use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
 use dk_vessel::http::notify::{NotifyFormat, NotifyTarget, notify_prompts};
@@ -161,9 +159,9 @@ pub fn run(args: &VesselArgs) -> ExitCode {
     // Taken before loading, so a change made meanwhile is reloaded.
     let loaded = args.policies.as_deref().map(FileStamp::of);
     let policies = match &args.policies {
-        None => PolicySet::empty(),
-        Some(path) => match PolicySet::load(path) {
-            Ok(set) => set,
+        None => None,
+        Some(path) => match RuleFile::load(path) {
+            Ok(file) => Some(file),
             Err(errors) => {
                 eprintln!("error: the rule file `{}` is refused:", path.display());
                 for error in errors.errors() {
@@ -192,7 +190,7 @@ pub fn run(args: &VesselArgs) -> ExitCode {
 async fn serve(
     args: &VesselArgs,
     paths: &Paths,
-    policies: PolicySet,
+    policies: Option<RuleFile>,
     loaded: Option<FileStamp>,
 ) -> Result<(), String> {
     // Watched from the start, so a stop asked for at any moment is a clean
@@ -226,7 +224,9 @@ async fn serve(
     }
     private_dir(&paths.data_dir)?;
 
-    let rules = policies.rules().len();
+    let rules = policies
+        .as_ref()
+        .map_or(0, |file| file.policies().rules().len());
     let started = std::time::Instant::now();
     let limits = Limits {
         pairings_per_minute_per_address: args.pairings_per_minute,
@@ -256,6 +256,9 @@ async fn serve(
     if args.new_vessel_key {
         server = server.new_vessel_key();
     }
+    if let Some(file) = policies {
+        server = server.rule_file(file);
+    }
     let running = server
         .listen(args.listen)
         .admin_listen(Some(args.admin_listen))
@@ -264,7 +267,6 @@ async fn serve(
             None => McpListen::IfFree(DEFAULT_MCP_LISTEN),
         })
         .admin_token_file(&token_path)
-        .policies(policies)
         .config(config.clone())
         .limits(limits)
         .mcp_options(McpOptions {
@@ -377,7 +379,13 @@ async fn serve(
         vessel.agents().list().len()
     );
     println!("  audit log            {audit_kept}");
-    println!("  device_use rules     {rules}");
+    match &args.policies {
+        Some(path) => println!(
+            "  device_use rules     {rules} from {} (reloaded when it changes, on SIGHUP and by `dk policy reload`)",
+            path.display()
+        ),
+        None => println!("  device_use rules     {rules}"),
+    }
     println!("  streaming kinds      {}", streaming_summary(&config));
     println!(
         "  paired devices       {paired} (loaded in {} ms)",
@@ -403,12 +411,11 @@ async fn serve(
             std::time::Duration::from_secs(1),
             hangups(),
             |outcome| match outcome {
-                Reloaded::Applied { rules } => {
-                    println!("[rules] reloaded: {rules} rules in force");
-                    vessel.audit("policy", json!({"reloaded": true, "rules": rules}));
+                Reloaded::Applied { rules, sha256 } => {
+                    println!("[rules] reloaded: {rules} rules in force (sha256 {sha256})");
                 }
+                Reloaded::Unchanged => {}
                 Reloaded::Refused { errors } => {
-                    vessel.audit("policy", json!({"reloaded": false, "errors": errors}));
                     eprintln!(
                         "[rules] REFUSED the changed rule file; the previous rules stay in force:"
                     );

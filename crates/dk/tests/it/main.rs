@@ -812,3 +812,137 @@ fn policy_lint_knows_declared_params() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a valid manifest"));
 }
+
+/// `dk policy reload` makes a running vessel read its rule file again; the
+/// audit log records each start, stop and reload with the rule file and the
+/// SHA-256 of what was read, a refused file too, and still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_reload_on_command_and_the_log_says_which_were_in_force() {
+    use sha2::{Digest, Sha256};
+    let digest = |text: &str| {
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let scratch = process::Scratch::new("reload");
+    let rules = scratch.root().join("rules.yaml");
+    let shown = rules.to_str().unwrap().to_owned();
+    let one = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
+    let two = format!(
+        "{one}  - name: two\n    action: device_use\n    condition: \"deviceId equals x\"\n    decision: block\n    message: no\n"
+    );
+    let broken = "version: 1\npolicies:\n  - name: oops\n    action: device_use\n";
+    // Whole files, as an editor saves them: written aside, then renamed.
+    let replace = |text: &str| {
+        let aside = scratch.root().join("rules.yaml.new");
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, &rules).unwrap();
+    };
+    replace(one);
+    let vessel = process::Running::start_with(&scratch, &["--policies", &shown]);
+    let out = scratch.run(&["policy", "reload"]);
+    assert_eq!(
+        process::succeeded(&out),
+        format!(
+            "reloaded `{shown}`: 1 rules in force (sha256 {})\n",
+            digest(one)
+        )
+    );
+    let status = process::succeeded(&scratch.run(&["status"]));
+    assert!(
+        status.contains(&format!(
+            "device_use rules     1 from {shown} (sha256 {})",
+            digest(one)
+        )),
+        "{status}"
+    );
+
+    replace(broken);
+    let out = scratch.run(&["policy", "reload"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("the rule file `{shown}` is refused:"))
+            && said.contains("missing `condition`")
+            && said.contains(&format!(
+                "error: the rules in force stay: `{shown}` as it was (sha256 {})",
+                digest(one)
+            )),
+        "{said}"
+    );
+    replace(&two);
+    let out = scratch.run(&["policy", "reload", "--json"]);
+    let answer: Value = serde_json::from_str(&process::succeeded(&out)).unwrap();
+    assert_eq!(
+        answer,
+        json!({"reloaded": true, "file": shown, "sha256": digest(&two), "rules": 2})
+    );
+    vessel.interrupt();
+
+    let log = process::audit_entries(&scratch.data_dir(), 1000);
+    let of = |kind: &str| -> Vec<Value> {
+        log.iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["entry"].clone())
+            .collect()
+    };
+    let started = of("vessel-started");
+    assert_eq!(started.len(), 1, "{log:?}");
+    assert_eq!(
+        started[0]["rules"],
+        json!({"file": shown, "sha256": digest(one), "rules": 1})
+    );
+    let reloaded = of("rules-reloaded");
+    let asked: Vec<&Value> = reloaded
+        .iter()
+        .filter(|e| e["cause"] == "admin-api")
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            &json!({"file": shown, "sha256": digest(one), "rules": 1, "cause": "admin-api"}),
+            &json!({"file": shown, "sha256": digest(&two), "rules": 2, "cause": "admin-api"}),
+        ]
+    );
+    // The broken file was refused (by the command, and perhaps first by the
+    // file watch), the rules read first staying in force.
+    let refused = of("rules-refused");
+    let by_command = refused
+        .iter()
+        .find(|e| e["cause"] == "admin-api" && e["sha256"] == json!(digest(broken)))
+        .unwrap_or_else(|| panic!("{refused:?}"));
+    assert_eq!(
+        by_command["inForce"],
+        json!({"file": shown, "sha256": digest(one), "rules": 1})
+    );
+    assert!(
+        by_command["errors"]
+            .as_str()
+            .unwrap()
+            .contains("missing `condition`")
+    );
+    assert_eq!(
+        of("vessel-stopped"),
+        [json!({"rules": {"file": shown, "sha256": digest(&two), "rules": 2}})]
+    );
+    let verified = process::audit(&scratch.data_dir(), &["verify"]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+
+    // A vessel started without a rule file has none to reload.
+    let bare = process::Scratch::new("reload-none");
+    let vessel = process::Running::start(&bare);
+    let out = bare.run(&["policy", "reload"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("come from no file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(vessel);
+}
