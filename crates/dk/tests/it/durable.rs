@@ -982,3 +982,55 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
     // What a rewrite without the key looks like to someone without it.
     verify_says(&scratch.root().join("k-unkey"), &["--no-kept-head"], true);
 }
+
+/// `dk audit tail` shows when each entry was recorded in local time with
+/// its UTC offset (the zone `TZ` names), to the millisecond; `--json` keeps
+/// the raw milliseconds.
+#[test]
+fn audit_tail_prints_readable_times_and_json_keeps_the_raw_value() {
+    let scratch = Scratch::new("times");
+    let dir = scratch.data_dir();
+    Running::start(&scratch).interrupt();
+    let entries = audit_entries(&dir, 100);
+    assert!(entries.len() >= 3, "{entries:?}");
+    for zone in ["UTC", "Asia/Kolkata", "America/St_Johns"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["audit", "tail", "--data-dir"])
+            .arg(&dir)
+            .env("TZ", zone)
+            .output()
+            .unwrap();
+        let text = succeeded(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), entries.len(), "{text}");
+        for (line, entry) in lines.iter().zip(&entries) {
+            let at_ms = entry["atMs"].as_i64().unwrap();
+            let shown = jiff::Timestamp::from_millisecond(at_ms)
+                .unwrap()
+                .to_zoned_datetime(jiff::tz::TimeZone::get(zone).unwrap())
+                .strftime("%Y-%m-%d %H:%M:%S%.3f %:z")
+                .to_string();
+            let seq = format!("#{:<6}", entry["seq"].as_u64().unwrap());
+            assert!(
+                line.starts_with(&format!(
+                    "{seq} {shown} {}",
+                    entry["kind"].as_str().unwrap()
+                )),
+                "{zone}: {line:?}, expected {shown}"
+            );
+            assert!(!line.contains(&at_ms.to_string()), "{line}");
+        }
+    }
+    // The offsets are the zones': one line is enough to see them.
+    let first = |zone: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["audit", "tail", "-n", "1", "--data-dir"])
+            .arg(&dir)
+            .env("TZ", zone)
+            .output()
+            .unwrap();
+        succeeded(&out)
+    };
+    assert!(first("UTC").contains(" +00:00 "), "{}", first("UTC"));
+    assert!(first("Asia/Kolkata").contains(" +05:30 "));
+}
