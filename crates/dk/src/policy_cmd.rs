@@ -41,12 +41,14 @@ pub enum PolicyCommand {
         /// Exit 1 when there is any warning.
         #[arg(long)]
         deny_warnings: bool,
-        /// Warn about `input.` params no manifest in this directory
-        /// (`*.json`) declares; may be given more than once.
+        /// Warn about a `deviceId` or `capability` no manifest in this
+        /// directory (`*.json`) has, and `input.` params none declares; may
+        /// be given more than once.
         #[arg(long = "manifests", value_name = "DIR")]
         manifests: Vec<PathBuf>,
-        /// Warn about `input.` params no device paired with the vessel
-        /// declares (its data directory: `--data-dir`, else dk's home).
+        /// Warn about a `deviceId` or `capability` no device paired with the
+        /// vessel has, and `input.` params none declares (its data
+        /// directory: `--data-dir`, else dk's home).
         #[arg(long)]
         paired: bool,
         /// The vessel's data directory, for `--paired`.
@@ -334,6 +336,7 @@ fn declared_params(
     let mut declared = DeclaredParams::new();
     let mut declare = |manifest: &dk_proto::Manifest| {
         for cap in manifest.capabilities() {
+            declared.declare_device(manifest.id(), cap.name());
             for param in cap.params() {
                 let ty = match param.ty() {
                     dk_proto::ParamType::String => InputType::String,

@@ -654,7 +654,7 @@ fn policy_test_runs_tables_of_cases() {
 fn policy_explain_reads_input_and_time() {
     let file = fixtures().join("policies/good/night-door-and-thermostat.yaml");
     let file = file.to_str().unwrap();
-    let thermostat = r#"{"deviceId":"thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
+    let thermostat = r#"{"deviceId":"hall-thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
     let door = r#"{"deviceId":"front-door","capability":"unlock","capabilityKind":"actuator","agentId":"main"}"#;
     let explain = |context: &str, extra: &[&str]| {
         let mut args = vec!["policy", "explain", file, "--context", context, "--json"];
@@ -675,14 +675,14 @@ fn policy_explain_reads_input_and_time() {
     let decided =
         |decision: &str, rule: Option<&str>| (decision.to_owned(), rule.map(str::to_owned));
     assert_eq!(
-        explain(thermostat, &["--input", r#"{"target": 26}"#]),
+        explain(thermostat, &["--input", r#"{"celsius": 26}"#]),
         decided("block", Some("thermostat-range"))
     );
     assert_eq!(
-        explain(thermostat, &["--input", r#"{"target": 20}"#]),
+        explain(thermostat, &["--input", r#"{"celsius": 20}"#]),
         decided("allow", None)
     );
-    // Without --input the call carries no target: the range does not match.
+    // Without --input the call carries no celsius: the range does not match.
     assert_eq!(explain(thermostat, &[]), decided("allow", None));
     // The file's zone is Europe/Berlin.
     let night = ["--at", "2026-12-01T23:30:00"];
@@ -734,7 +734,7 @@ fn policy_lint_knows_declared_params() {
     let rules = fixtures().join("policies/params/thermostat.yaml");
     let rules = rules.to_str().unwrap();
     let manifests = fixtures().join("manifests/valid");
-    let warnings = "warning: line 11: policies[1] `misnamed`: `input.target`: no capability `set_target` declares a param `target`, so the clause is always false\n\
+    let warnings = "warning: line 11: policies[1] `misnamed`: `input.target`: no capability `set_target` declares a param `target` (declared: `celsius`, `mode`), so the clause is always false\n\
                     warning: line 16: policies[2] `mode-as-number`: `input.mode` is compared with a number, but it is declared a string, so the clause is always false\n\
                     2 warning(s)\n";
     // Without them lint cannot know.
@@ -778,6 +778,31 @@ fn policy_lint_knows_declared_params() {
     let out = dk(&["policy", "lint", "--paired", "--data-dir", data_dir, rules]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), warnings);
+
+    // Typos in a device id or a capability, checked against the devices
+    // paired: rules that would pass `check` and never fire.
+    let typos = fixtures().join("policies/params/typos.yaml");
+    let out = dk(&[
+        "policy",
+        "lint",
+        "--paired",
+        "--data-dir",
+        data_dir,
+        typos.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "warning: line 5: policies[0] `too-warm`: `deviceId` `hall-thermostate`: no device has this id (devices: `hall-thermostat`), so the clause never holds for it\n\
+         warning: line 10: policies[1] `too-cold`: `capability` `set_targt`: device `hall-thermostat` has no such capability (capabilities: `read_temperature`, `set_target`), so the clause never holds for it\n\
+         warning: line 10: policies[1] `too-cold`: `input.celsius`: no capability `set_targt` declares a param `celsius` (declared: none), so the clause is always false\n\
+         3 warning(s)\n"
+    );
+    assert_eq!(
+        dk(&["policy", "check", typos.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
 
     let refused = [
         (
@@ -945,4 +970,54 @@ async fn rules_reload_on_command_and_the_log_says_which_were_in_force() {
         String::from_utf8_lossy(&out.stderr)
     );
     drop(vessel);
+}
+
+/// POLICY.md's thermostat example, copied as it is, names the simulated
+/// thermostat's real id and param: lint against the bundled manifests finds
+/// nothing, and it refuses 26 degrees.
+#[test]
+fn the_policy_docs_thermostat_example_fires_on_the_simulator() {
+    let doc = std::fs::read_to_string(fixtures().join("../docs/POLICY.md")).unwrap();
+    let start = doc.find("  - name: thermostat-range").unwrap();
+    let end = start + doc[start..].find("```").unwrap();
+    let dir = tempfile::TempDir::new().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        format!("version: 1\npolicies:\n{}", &doc[start..end]),
+    )
+    .unwrap();
+    let rules = rules.to_str().unwrap();
+    let manifests = fixtures().join("manifests/valid");
+    let out = dk(&[
+        "policy",
+        "lint",
+        "--deny-warnings",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        rules,
+    ]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "0 warning(s)\n")
+    );
+    let context = r#"{"deviceId":"hall-thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
+    check_json(
+        &[
+            "policy",
+            "explain",
+            rules,
+            "--context",
+            context,
+            "--input",
+            r#"{"celsius": 26}"#,
+            "--json",
+        ],
+        0,
+        json!({"decision": "block", "rule": "thermostat-range",
+               "reason": "[thermostat-range] Keep the thermostat between 15 and 25"}),
+    );
 }
