@@ -351,6 +351,22 @@ async fn a_vessel_process_and_the_persons_commands() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     assert_eq!(devices[0]["grants"], json!(["read_light", "set_light"]));
+    // Each capability with its params: what a rule's `input.` may name.
+    let listed = String::from_utf8(person(&dir, &["devices"]).stdout).unwrap();
+    let capabilities: Vec<&str> = listed.lines().skip(1).collect();
+    assert_eq!(
+        capabilities,
+        [
+            "  read_light (sensor): no params",
+            "  set_light (actuator): on (boolean, required: true for on), brightness (number: 0-100)",
+            "  strobe (actuator, asks every time): no params",
+        ],
+        "{listed}"
+    );
+    assert_eq!(
+        devices[0]["capabilities"][1]["params"][0],
+        json!({"name": "on", "type": "boolean", "required": true, "description": "true for on"})
+    );
     assert_eq!(
         person(&dir, &["devices", "revoke", "desk-lamp", "set_light"])
             .status
