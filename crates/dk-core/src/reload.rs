@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::vessel::Vessel;
+use crate::vessel::{RuleSource, Vessel};
 
 /// A rule file read and parsed, with the SHA-256 of the bytes read.
 #[derive(Debug)]
@@ -73,13 +73,6 @@ fn digest(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// Where the rules in force came from.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RuleSource {
-    file: Option<PathBuf>,
-    sha256: Option<String>,
 }
 
 /// The rules in force, as the audit log and the admin API name them.

@@ -234,7 +234,16 @@ pub struct Vessel {
     identity: RwLock<Option<Arc<StaticKey>>>,
     /// Where the rules in force came from (their file and its digest),
     /// held while a reload loads, applies and records them.
-    pub(crate) rule_source: Mutex<crate::reload::RuleSource>,
+    pub(crate) rule_source: Mutex<RuleSource>,
+}
+
+/// Where the rules in force came from (`reload.rs` keeps it).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RuleSource {
+    /// The rule file, when they came from one.
+    pub(crate) file: Option<std::path::PathBuf>,
+    /// The SHA-256 of the file's bytes when they were read.
+    pub(crate) sha256: Option<String>,
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
@@ -483,7 +492,7 @@ impl Vessel {
             streams: crate::stream::Streams::new(),
             // Without randomness there is no key, and no dk/2.
             identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
-            rule_source: Mutex::new(crate::reload::RuleSource::default()),
+            rule_source: Mutex::new(RuleSource::default()),
         })
     }
 
