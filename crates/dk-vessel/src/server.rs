@@ -111,7 +111,8 @@ pub enum ServerError {
     /// pinned a key: a copy of the data directory without it is not the
     /// vessel they paired with.
     #[error(
-        "the vessel key file `{path}` is missing, but this data directory's vessel had a key ({pinned} paired dk/2 devices pinned it): restore the file from where you keep it (docs/STORAGE.md), or start with --new-vessel-key to make a new key (every dk/2 device must then forget the vessel and pair again)"
+        "the vessel key file `{path}` is missing, but this data directory's vessel had a key{}: restore the file from where you keep it (docs/STORAGE.md), or start with --new-vessel-key to make a new key (every dk/2 device must then forget the vessel and pair again)",
+        pinned_by(*pinned)
     )]
     MissingVesselKey {
         /// The key file.
@@ -182,6 +183,15 @@ pub enum ServerError {
     /// The audit log could not be flushed at the stop.
     #[error("audit log: {0}")]
     Audit(StoreError),
+}
+
+/// Who pinned a missing key, for its error.
+fn pinned_by(devices: usize) -> String {
+    match devices {
+        0 => String::new(),
+        1 => " (1 paired dk/2 device pinned it)".to_owned(),
+        n => format!(" ({n} paired dk/2 devices pinned it)"),
+    }
 }
 
 /// Starts a networked vessel: every route, the store, MCP, the Unix sockets

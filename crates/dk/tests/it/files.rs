@@ -570,7 +570,7 @@ async fn a_copy_of_the_home_without_its_secrets_cannot_pass_for_the_vessel() {
     );
     let said = refused_start(copy.dk(&["vessel"]));
     assert!(
-        said.contains("is missing, but this data directory's vessel had a key (1 paired dk/2 devices pinned it)")
+        said.contains("is missing, but this data directory's vessel had a key (1 paired dk/2 device pinned it)")
             && said.contains("--new-vessel-key"),
         "{said}"
     );
