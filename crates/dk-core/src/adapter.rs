@@ -855,9 +855,22 @@ impl DeviceToolAdapter {
         let ask_reason: Option<Cow<'_, str>> = match decision {
             Decision::Block { rule: by, reason } => {
                 *rule = by.map(str::to_owned);
-                return Checked::Refused(Refusal::Blocked {
-                    reason: reason.to_owned(),
-                });
+                // A rule with a limit says when its next call is allowed,
+                // as the rate limiter's refusal does.
+                let wait = by
+                    .and_then(|name| policies.rules().iter().find(|r| r.name() == name))
+                    .and_then(|limited| {
+                        let agent = ctx.agent_id.unwrap_or("");
+                        self.counts.next_allowed(limited, agent, call.at)
+                    });
+                let reason = match wait {
+                    Some(wait) => format!(
+                        "{reason}; calls are allowed again in {}",
+                        counts::wait_in_words(wait)
+                    ),
+                    None => reason.to_owned(),
+                };
+                return Checked::Refused(Refusal::Blocked { reason });
             }
             Decision::RequireApproval { rule: by, reason } => {
                 *rule = Some(by.to_owned());

@@ -1,16 +1,104 @@
 //! Reloading the `device_use` rule file while the vessel runs: on a change
-//! of the file, or when asked (SIGHUP in `dk vessel`). A new file that does
-//! not load is refused whole; the rules in force stay, and the refusal is
-//! reported loudly (and recorded in the audit log once the vessel has one).
+//! of the file, when asked (SIGHUP in `dk vessel`), or through the admin
+//! API (`dk policy reload`). A new file that does not load is refused
+//! whole; the rules in force stay. Every reload, applied or refused, is an
+//! audit entry naming the file and the SHA-256 of what was read, so the log
+//! answers "which rules were in force" (with the vessel's `vessel-started`
+//! and `vessel-stopped` entries, which carry [`RulesInForce`] too).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use dk_policy::{PolicyFileError, PolicySet};
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
 
-use crate::vessel::Vessel;
+use crate::vessel::{RuleSource, Vessel};
+
+/// A rule file read and parsed, with the SHA-256 of the bytes read.
+#[derive(Debug)]
+pub struct RuleFile {
+    path: PathBuf,
+    sha256: String,
+    set: PolicySet,
+}
+
+impl RuleFile {
+    /// Reads and parses the rule file at `path`. Any error refuses the
+    /// whole file, with every error reported.
+    pub fn load(path: &Path) -> Result<RuleFile, PolicyFileError> {
+        let text = dk_policy::read_rule_file(path)?;
+        Ok(RuleFile {
+            path: path.to_owned(),
+            sha256: digest(&text),
+            set: PolicySet::from_yaml_str(&text)?,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The SHA-256 of the bytes read, as 64 lower-case hex characters.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// The rules.
+    pub fn policies(&self) -> &PolicySet {
+        &self.set
+    }
+
+    /// The rules, taken.
+    pub fn into_policies(self) -> PolicySet {
+        self.set
+    }
+}
+
+/// The digest of the file's text when it could be read, and its rules.
+fn read(path: &Path) -> (Option<String>, Result<PolicySet, PolicyFileError>) {
+    match dk_policy::read_rule_file(path) {
+        Ok(text) => (Some(digest(&text)), PolicySet::from_yaml_str(&text)),
+        Err(e) => (None, Err(e)),
+    }
+}
+
+/// The SHA-256 of a rule file's text, as 64 lower-case hex characters.
+fn digest(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The rules in force, as the audit log and the admin API name them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RulesInForce {
+    /// The rule file they were read from; `None` for rules a host gave
+    /// without a file (none, by default).
+    pub file: Option<String>,
+    /// The SHA-256 of the file's bytes when they were read.
+    pub sha256: Option<String>,
+    /// How many rules.
+    pub rules: usize,
+}
+
+/// What asked for a reload, as the audit entry says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReloadCause {
+    /// The file's modification time or length changed.
+    FileChanged,
+    /// The host was asked (SIGHUP in `dk vessel`).
+    Asked,
+    /// The person, through the admin API (`dk policy reload`).
+    AdminApi,
+}
 
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +107,12 @@ pub enum Reloaded {
     Applied {
         /// How many rules the new file holds.
         rules: usize,
+        /// The SHA-256 of the file's bytes.
+        sha256: String,
     },
+    /// The file was touched but holds the rules in force, byte for byte:
+    /// nothing was done or recorded.
+    Unchanged,
     /// The new file was refused; the previous rules stay in force.
     Refused {
         /// Every error in the new file, one per line.
@@ -28,25 +121,90 @@ pub enum Reloaded {
 }
 
 impl Vessel {
-    /// Loads `path` and, if it is good, puts its rules in force for the calls
-    /// that reach check 3 from now on. A broken file changes nothing.
-    pub(crate) fn reload_policies(&self, path: &Path) -> Reloaded {
-        match PolicySet::load(path) {
-            Ok(set) => {
-                let rules = set.rules().len();
-                self.adapter().set_policies(Arc::new(set));
-                Reloaded::Applied { rules }
-            }
-            Err(e) => Reloaded::Refused {
-                errors: refusal_text(&e),
-            },
+    /// Puts `file`'s rules in force and remembers where they came from (for
+    /// [`Vessel::reload_rules`] and [`Vessel::rules_in_force`]).
+    pub fn use_rule_file(&self, file: RuleFile) {
+        let mut source = self.source();
+        self.adapter().set_policies(Arc::new(file.set));
+        *source = RuleSource {
+            file: Some(file.path),
+            sha256: Some(file.sha256),
+        };
+    }
+
+    /// The rules in force: their file and digest, when they came from one.
+    pub fn rules_in_force(&self) -> RulesInForce {
+        let source = self.source();
+        self.in_force(&source)
+    }
+
+    fn in_force(&self, source: &RuleSource) -> RulesInForce {
+        RulesInForce {
+            file: source.file.as_ref().map(|p| p.display().to_string()),
+            sha256: source.sha256.clone(),
+            rules: self.adapter().policies().rules().len(),
         }
     }
-}
 
-/// Every error of a refused file, one per line.
-fn refusal_text(error: &PolicyFileError) -> String {
-    error.to_string()
+    fn source(&self) -> std::sync::MutexGuard<'_, RuleSource> {
+        // Whole between statements: nothing in a reload panics.
+        self.rule_source
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the rule file in force again and, if it is good, puts its
+    /// rules in force for the calls that reach check 3 from now on; a
+    /// broken file changes nothing. Recorded either way (`rules-reloaded`
+    /// or `rules-refused`). `None` when the rules came from no file.
+    pub fn reload_rules(&self, cause: ReloadCause) -> Option<Reloaded> {
+        let file = self.source().file.clone()?;
+        Some(self.reload_rules_from(&file, cause))
+    }
+
+    /// Reads `path` and, if it is good, puts its rules in force, `path`
+    /// becoming the rule file; a broken file changes nothing. Recorded
+    /// either way; a file changed only in its time, holding the rules in
+    /// force byte for byte, is [`Reloaded::Unchanged`] and not recorded.
+    pub fn reload_rules_from(&self, path: &Path, cause: ReloadCause) -> Reloaded {
+        let mut source = self.source();
+        let (sha256, loaded) = read(path);
+        let file = path.display().to_string();
+        match (loaded, sha256) {
+            (Ok(_), Some(sha256))
+                if cause == ReloadCause::FileChanged
+                    && source.sha256.as_deref() == Some(sha256.as_str())
+                    && source.file.as_deref() == Some(path) =>
+            {
+                Reloaded::Unchanged
+            }
+            (Ok(set), Some(sha256)) => {
+                let rules = set.rules().len();
+                self.adapter().set_policies(Arc::new(set));
+                *source = RuleSource {
+                    file: Some(path.to_owned()),
+                    sha256: Some(sha256.clone()),
+                };
+                self.audit(
+                    "rules-reloaded",
+                    json!({"file": file, "sha256": sha256, "rules": rules, "cause": cause}),
+                );
+                Reloaded::Applied { rules, sha256 }
+            }
+            (Ok(_), None) => Reloaded::Refused {
+                errors: "the file was read but not its digest".to_owned(),
+            },
+            (Err(e), sha256) => {
+                let errors = e.to_string();
+                self.audit(
+                    "rules-refused",
+                    json!({"file": file, "sha256": sha256, "errors": errors, "cause": cause,
+                           "inForce": self.in_force(&source)}),
+                );
+                Reloaded::Refused { errors }
+            }
+        }
+    }
 }
 
 /// A rule file's identity for change detection: modification time and
@@ -69,8 +227,9 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 }
 
 /// Watches `path` every `every` and whenever `asked` yields, reloading the
-/// rules; calls `report` with each outcome. `loaded` is the file's stamp when
-/// the rules in force were loaded. Ends when `stop` resolves.
+/// rules ([`Vessel::reload_rules_from`], recorded in the audit log); calls
+/// `report` with each outcome. `loaded` is the file's stamp when the rules
+/// in force were loaded. Ends when `stop` resolves.
 pub async fn watch_policy_file<A, R>(
     vessel: Arc<Vessel>,
     path: PathBuf,
@@ -91,7 +250,7 @@ pub async fn watch_policy_file<A, R>(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
     loop {
-        tokio::select! {
+        let cause = tokio::select! {
             () = &mut stop => return,
             _ = tick.tick() => {
                 let now = stamp(&path);
@@ -99,6 +258,7 @@ pub async fn watch_policy_file<A, R>(
                     continue;
                 }
                 last = now;
+                ReloadCause::FileChanged
             }
             request = asked.next(), if asking => {
                 if request.is_none() {
@@ -107,9 +267,10 @@ pub async fn watch_policy_file<A, R>(
                     continue;
                 }
                 last = stamp(&path);
+                ReloadCause::Asked
             }
-        }
-        report(&vessel.reload_policies(&path));
+        };
+        report(&vessel.reload_rules_from(&path, cause));
     }
 }
 

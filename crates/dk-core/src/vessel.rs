@@ -231,8 +231,20 @@ pub struct Vessel {
     /// Streaming devices: admission, sessions, subscribers.
     streams: crate::stream::Streams,
     /// The vessel's static key for dk/2: made fresh for a vessel in memory,
-    /// replaced by the one kept in the data directory.
+    /// replaced by the one kept outside the data directory.
     identity: RwLock<Option<Arc<StaticKey>>>,
+    /// Where the rules in force came from (their file and its digest),
+    /// held while a reload loads, applies and records them.
+    pub(crate) rule_source: Mutex<RuleSource>,
+}
+
+/// Where the rules in force came from (`reload.rs` keeps it).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RuleSource {
+    /// The rule file, when they came from one.
+    pub(crate) file: Option<std::path::PathBuf>,
+    /// The SHA-256 of the file's bytes when they were read.
+    pub(crate) sha256: Option<String>,
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
@@ -484,6 +496,7 @@ impl Vessel {
             streams: crate::stream::Streams::new(),
             // Without randomness there is no key, and no dk/2.
             identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
+            rule_source: Mutex::new(RuleSource::default()),
         })
     }
 

@@ -39,6 +39,7 @@ use crate::console::Console;
 use crate::origins::LocalOrigins;
 use crate::person::{AnswerError, ApprovalAnswer};
 use crate::registry::{ConsentDecision, GrantError};
+use crate::reload::{ReloadCause, Reloaded};
 use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
@@ -176,6 +177,8 @@ fn router(
     };
     Router::new()
         .route("/v1/status", get(status))
+        .route("/v1/rules", get(rules))
+        .route("/v1/rules/reload", post(reload_rules))
         .route("/v1/pending", get(pending))
         .route("/v1/pending/{id}/consent", post(answer_consent))
         .route("/v1/pending/{id}/approval", post(answer_approval))
@@ -271,6 +274,40 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 async fn status(State(admin): State<Admin>) -> Json<api::Status> {
     Json(status_body(&admin.vessel))
+}
+
+/// The rules in force: `{"file", "sha256", "rules"}`.
+async fn rules(State(admin): State<Admin>) -> Response {
+    Json(admin.vessel.rules_in_force()).into_response()
+}
+
+/// Reads the rule file again: 200 `{"reloaded": true, "file", "sha256",
+/// "rules"}` when its rules are in force; 422 `{"reloaded": false,
+/// "errors", "inForce"}` when it is refused (the rules in force stay);
+/// 409 when the vessel's rules came from no file. Recorded either way.
+async fn reload_rules(State(admin): State<Admin>) -> Response {
+    let vessel = Arc::clone(&admin.vessel);
+    let reloaded = tokio::task::spawn_blocking(move || {
+        let outcome = vessel.reload_rules(ReloadCause::AdminApi);
+        (outcome, vessel.rules_in_force())
+    })
+    .await;
+    match reloaded {
+        Ok((Some(Reloaded::Applied { .. } | Reloaded::Unchanged), now)) => {
+            Json(json!({"reloaded": true, "file": now.file, "sha256": now.sha256, "rules": now.rules}))
+                .into_response()
+        }
+        Ok((Some(Reloaded::Refused { errors }), now)) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"reloaded": false, "errors": errors.lines().collect::<Vec<_>>(), "inForce": now})),
+        )
+            .into_response(),
+        Ok((None, _)) => refuse(
+            StatusCode::CONFLICT,
+            "the vessel's rules come from no file (start it with --policies FILE)",
+        ),
+        Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the reload did not finish"),
+    }
 }
 
 /// A fresh one-time login link to the console: `{"url": ...}`, or 409

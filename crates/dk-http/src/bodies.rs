@@ -88,6 +88,7 @@ fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
                 kind: c.kind.to_owned(),
                 description: c.description,
                 confirm: c.confirm,
+                params: Vec::new(),
             })
             .collect(),
         replaces: request.replaces.map(|old| api::Replaced {
@@ -163,6 +164,16 @@ fn device_body(vessel: &Vessel, snapshot: DeviceSnapshot) -> api::Device {
                 kind: c.kind().as_str().to_owned(),
                 description: c.description().to_owned(),
                 confirm: c.confirm(),
+                params: c
+                    .params()
+                    .iter()
+                    .map(|p| api::DeviceParam {
+                        name: p.name().to_owned(),
+                        ty: p.ty().as_str().to_owned(),
+                        required: p.required(),
+                        description: p.description().map(str::to_owned),
+                    })
+                    .collect(),
             })
             .collect(),
     }

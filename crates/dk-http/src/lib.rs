@@ -20,7 +20,7 @@ mod unix;
 use dk_core::{adapter, agents, allowances, by, connection, listener, person, registry, vessel};
 #[cfg(test)]
 use dk_core::{config, redact, stream};
-use dk_core::{link, store};
+use dk_core::{link, reload, store};
 
 pub use admin::{AdminToken, AdminTokenError, serve_admin, serve_admin_unix};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};

@@ -82,7 +82,7 @@ pub use error::{ConditionError, ConditionErrors, Location, PolicyError, PolicyFi
 pub use eval::{
     Call, Decision, DeviceUseContext, Evaluation, PolicySet, SHADOW_AGENT_ID, SHADOW_DENY_REASON,
 };
-pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES};
+pub use file::{MAX_FILE_BYTES, MAX_RULES, MAX_SCALAR_BYTES, MAX_YAML_NODES, read_rule_file};
 pub use lint::{
     DeclaredParams, InputType, LintKind, LintOptions, LintWarning, MAX_LOCATED_WARNINGS, lint,
     lint_with, lint_yaml_str, lint_yaml_str_with,

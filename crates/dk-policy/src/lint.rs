@@ -43,6 +43,30 @@ pub enum LintKind {
         /// The capabilities the rule requires (lower-cased), empty when it
         /// requires none.
         capabilities: Vec<String>,
+        /// The params those capabilities (all, when it requires none) do
+        /// declare, sorted: what the person may have meant.
+        declared: Vec<String>,
+    },
+    /// A `deviceId` the rule requires (`equals` or `in`) that no known
+    /// device has: that part of the rule never matches. Only reported when
+    /// lint is told the devices (`dk policy lint --paired`, `--manifests`).
+    UnknownDevice {
+        /// The id, lower-cased.
+        device: String,
+        /// The ids of the devices lint knows, sorted.
+        known: Vec<String>,
+    },
+    /// A `capability` the rule requires that none of the devices it may
+    /// apply to has (all known devices, or those its `deviceId` names).
+    /// Only reported when lint is told the devices.
+    UnknownCapability {
+        /// The capability, lower-cased.
+        capability: String,
+        /// The known devices the rule requires, empty when it names none.
+        devices: Vec<String>,
+        /// The capabilities those devices (all known, when it names none)
+        /// have, sorted.
+        known: Vec<String>,
     },
     /// An `input.<param>` compared with a value of another type than every
     /// capability that declares it (and that the rule may apply to) gives
@@ -60,12 +84,15 @@ pub enum LintKind {
 
 impl LintKind {
     /// A short stable name: `shadowed`, `empty_time_window`,
-    /// `undeclared_param`, `param_type`.
+    /// `undeclared_param`, `unknown_device`, `unknown_capability`,
+    /// `param_type`.
     pub fn as_str(&self) -> &'static str {
         match self {
             LintKind::Shadowed { .. } => "shadowed",
             LintKind::EmptyTimeWindow { .. } => "empty_time_window",
             LintKind::UndeclaredParam { .. } => "undeclared_param",
+            LintKind::UnknownDevice { .. } => "unknown_device",
+            LintKind::UnknownCapability { .. } => "unknown_capability",
             LintKind::ParamType { .. } => "param_type",
         }
     }
@@ -102,6 +129,9 @@ pub struct DeclaredParams {
     /// Capability name -> param name -> the types declared for it (two
     /// devices may declare the same capability differently).
     by_capability: BTreeMap<String, BTreeMap<String, BTreeSet<InputType>>>,
+    /// Device id -> its capabilities (both lower-cased), when lint is told
+    /// the devices.
+    devices: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl DeclaredParams {
@@ -119,6 +149,30 @@ impl DeclaredParams {
             .entry(param.to_owned())
             .or_default()
             .insert(ty);
+    }
+
+    /// Records that the device `device` has the capability `capability`
+    /// (whatever its params): with devices known, lint warns about a
+    /// `deviceId` or `capability` none of them has.
+    pub fn declare_device(&mut self, device: &str, capability: &str) {
+        let capability = capability.to_lowercase();
+        self.by_capability.entry(capability.clone()).or_default();
+        self.devices
+            .entry(device.to_lowercase())
+            .or_default()
+            .insert(capability);
+    }
+
+    /// The params the capabilities `capabilities` declare (all when
+    /// `None`), sorted, each once.
+    fn params_of(&self, capabilities: Option<&[&str]>) -> Vec<String> {
+        let names: BTreeSet<&String> = self
+            .by_capability
+            .iter()
+            .filter(|(name, _)| capabilities.is_none_or(|caps| caps.contains(&name.as_str())))
+            .flat_map(|(_, params)| params.keys())
+            .collect();
+        names.into_iter().cloned().collect()
     }
 
     /// The types declared for `param` by the capabilities `capabilities`
@@ -169,13 +223,35 @@ impl LintWarning {
             LintKind::UndeclaredParam {
                 param,
                 capabilities,
+                declared,
             } => match capabilities.as_slice() {
                 [] => format!(
-                    "`input.{param}`: no capability declares a param `{param}`, so the clause is always false"
+                    "`input.{param}`: no capability declares a param `{param}` (declared: {}), so the clause is always false",
+                    listed(declared)
                 ),
                 caps => format!(
-                    "`input.{param}`: no capability `{}` declares a param `{param}`, so the clause is always false",
-                    caps.join("`, `")
+                    "`input.{param}`: no capability `{}` declares a param `{param}` (declared: {}), so the clause is always false",
+                    caps.join("`, `"),
+                    listed(declared)
+                ),
+            },
+            LintKind::UnknownDevice { device, known } => format!(
+                "`deviceId` `{device}`: no device has this id (devices: {}), so the clause never holds for it",
+                listed(known)
+            ),
+            LintKind::UnknownCapability {
+                capability,
+                devices,
+                known,
+            } => match devices.as_slice() {
+                [] => format!(
+                    "`capability` `{capability}`: no device has this capability (capabilities: {}), so the clause never holds for it",
+                    listed(known)
+                ),
+                devices => format!(
+                    "`capability` `{capability}`: device `{}` has no such capability (capabilities: {}), so the clause never holds for it",
+                    devices.join("`, `"),
+                    listed(known)
                 ),
             },
             LintKind::ParamType {
@@ -188,6 +264,15 @@ impl LintWarning {
             ),
         }
     }
+}
+
+/// Names in backticks joined with `, `, or `none`.
+fn listed(names: &[String]) -> String {
+    if names.is_empty() {
+        return "none".to_owned();
+    }
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(", ")
 }
 
 impl fmt::Display for LintWarning {
@@ -231,6 +316,7 @@ pub fn lint_with(rules: &[Rule], options: &LintOptions<'_>) -> Vec<LintWarning> 
             }
         }
         if let Some(declared) = options.declared_params {
+            devices(rule, declared, &mut warn);
             params(rule, declared, &mut warn);
         }
         let shadow = rules
@@ -275,6 +361,51 @@ pub fn lint_yaml_str_with(
     Ok(warnings)
 }
 
+/// Warnings about the `deviceId` and `capability` values `rule` requires
+/// that no known device has, when the devices are known.
+fn devices(rule: &Rule, declared: &DeclaredParams, warn: &mut dyn FnMut(LintKind)) {
+    if declared.devices.is_empty() || !(rule.action == "device_use" || rule.action == "*") {
+        return;
+    }
+    let known: Vec<String> = declared.devices.keys().cloned().collect();
+    let required = rule.condition.required_values(KnownField::DeviceId);
+    let mut named = Vec::new();
+    for device in required.iter().flatten() {
+        if declared.devices.contains_key(*device) {
+            named.push((*device).to_owned());
+        } else {
+            warn(LintKind::UnknownDevice {
+                device: (*device).to_owned(),
+                known: known.clone(),
+            });
+        }
+    }
+    // A rule whose devices are all unknown says nothing more.
+    if required.is_some() && named.is_empty() {
+        return;
+    }
+    let capabilities: BTreeSet<&String> = declared
+        .devices
+        .iter()
+        .filter(|(id, _)| named.is_empty() || named.contains(id))
+        .flat_map(|(_, caps)| caps)
+        .collect();
+    for capability in rule
+        .condition
+        .required_values(KnownField::Capability)
+        .iter()
+        .flatten()
+    {
+        if !capabilities.iter().any(|c| c.as_str() == *capability) {
+            warn(LintKind::UnknownCapability {
+                capability: (*capability).to_owned(),
+                devices: named.clone(),
+                known: capabilities.iter().map(|c| (*c).clone()).collect(),
+            });
+        }
+    }
+}
+
 /// Warnings about `rule`'s `input.` clauses against the declared params:
 /// once per param (undeclared), once per param and type (mismatch).
 fn params(rule: &Rule, declared: &DeclaredParams, warn: &mut dyn FnMut(LintKind)) {
@@ -292,6 +423,7 @@ fn params(rule: &Rule, declared: &DeclaredParams, warn: &mut dyn FnMut(LintKind)
                         .flatten()
                         .map(|c| (*c).to_owned())
                         .collect(),
+                    declared: declared.params_of(capabilities.as_deref()),
                 });
             }
             return;

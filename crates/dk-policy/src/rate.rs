@@ -269,6 +269,32 @@ impl RateLog {
         true
     }
 
+    /// How long after `at` a call by `agent` matching `rule` is allowed
+    /// again, when `limit` is reached at `at`: until enough of the counted
+    /// calls have left the window. `None` when the limit is not reached.
+    pub fn next_allowed(
+        &self,
+        rule: &str,
+        agent: &str,
+        limit: RateLimit,
+        at: SystemTime,
+    ) -> Option<Duration> {
+        let at_ms = epoch_ms(at);
+        let window_ms = u64::try_from(limit.window().as_millis()).unwrap_or(u64::MAX);
+        let hits = self.rules.get(rule)?.get(agent)?;
+        let within: Vec<u64> = hits
+            .at_ms
+            .iter()
+            .copied()
+            .filter(|&t| t > at_ms || at_ms - t < window_ms)
+            .collect();
+        let calls = usize::try_from(limit.calls()).unwrap_or(usize::MAX);
+        // The call that must leave the window for one more to fit.
+        let leaving = within.len().checked_sub(calls)?;
+        let leaves_ms = within.get(leaving)?.saturating_add(window_ms);
+        Some(Duration::from_millis(leaves_ms.saturating_sub(at_ms)))
+    }
+
     /// Forgets every call counted against `rule` (say, once it is gone
     /// from the rules).
     pub fn forget_rule(&mut self, rule: &str) {

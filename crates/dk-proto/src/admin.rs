@@ -302,6 +302,25 @@ pub struct DeviceCapability {
     pub description: String,
     /// Whether the person is asked on every call.
     pub confirm: bool,
+    /// The input params it declares (what a rule's `input.<param>` may
+    /// name); absent when it takes none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<DeviceParam>,
+}
+
+/// An input param a capability declares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceParam {
+    /// Its key in the call's input.
+    pub name: String,
+    /// `string`, `number` or `boolean`.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// Whether a call must give it.
+    pub required: bool,
+    /// What it is, in the device's words, when the device says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// An agent, as `GET /v1/agents` lists it: never its credential.

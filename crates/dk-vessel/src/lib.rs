@@ -40,6 +40,6 @@ pub use dk_http as http;
 pub use dk_mcp as mcp;
 pub use dk_store as store;
 pub use server::{
-    ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, RunningVessel, ServerError,
-    StoreOpener, VESSEL_KEY_FILE, VesselServer,
+    ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, OLD_VESSEL_KEY_FILE,
+    RunningVessel, ServerError, StoreOpener, VesselServer, vessel_key_file,
 };

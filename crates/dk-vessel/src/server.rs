@@ -2,8 +2,9 @@
 //! directory private, binds the admin and MCP Unix sockets there (which
 //! tells whether another vessel runs in it), opens the store, keeps the
 //! admin token (its hash in the store, the token in a private file outside
-//! the data directory), keeps the vessel's dk/2 static key (`vessel.key`,
-//! 0600, made at the first start), binds the device, admin and MCP listeners, writes
+//! the data directory), keeps the vessel's dk/2 static key (a private file
+//! outside the data directory, by default `DIR.key` beside it; one left in
+//! an old data directory is moved out), binds the device, admin and MCP listeners, writes
 //! the address file `vessel.json`, and serves every route until
 //! [`RunningVessel::stop`]. The address file and the sockets are removed
 //! when it stops.
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dk_core::config::VesselConfig;
+use dk_core::reload::RuleFile;
 use dk_core::{Limits, Vessel};
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
@@ -36,11 +38,26 @@ pub const DATABASE_FILE: &str = "vessel.db";
 pub const ADMIN_SOCKET: &str = "admin.sock";
 /// The MCP route's Unix socket in the data directory.
 pub const MCP_SOCKET: &str = "mcp.sock";
-/// The vessel's dk/2 static key in the data directory (the secret as 64
-/// lower-case hex digits, mode 0600).
-pub const VESSEL_KEY_FILE: &str = "vessel.key";
+/// Where dk kept the vessel's dk/2 static key before: in the data
+/// directory (the secret as 64 lower-case hex digits, mode 0600). A key
+/// found there is moved to the key file outside it at start.
+pub const OLD_VESSEL_KEY_FILE: &str = "vessel.key";
 /// The name of the admin token's hash in the store.
 const ADMIN_TOKEN: &str = "admin-token";
+/// The name, in the store, of the SHA-256 of the vessel's public key: which
+/// key this data directory's devices pinned.
+const VESSEL_KEY: &str = "vessel-key";
+
+/// The vessel's key file unless another is named: beside the data
+/// directory, its name with `.key` added (for `~/.local/share/dk/vessel`,
+/// `~/.local/share/dk/vessel.key`, beside the admin token). `None` when the
+/// data directory has no name (`/`).
+pub fn vessel_key_file(data_dir: &Path) -> Option<PathBuf> {
+    let name = data_dir.file_name()?;
+    let mut file = name.to_owned();
+    file.push(".key");
+    Some(data_dir.with_file_name(file))
+}
 
 /// Where the MCP route listens on TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +104,52 @@ pub enum ServerError {
     VesselKey(PrivateFileError),
     /// The vessel's key file holds something other than a key.
     #[error(
-        "the vessel key file `{0}` does not hold a key: restore it, or move it away to make a new key (every dk/2 device must then forget the vessel and pair again)"
+        "the vessel key file `{0}` does not hold a key: restore it, or move it away and start with --new-vessel-key (every dk/2 device must then forget the vessel and pair again)"
     )]
     NotAVesselKey(String),
+    /// The vessel's key file is missing, but this data directory's devices
+    /// pinned a key: a copy of the data directory without it is not the
+    /// vessel they paired with.
+    #[error(
+        "the vessel key file `{path}` is missing, but this data directory's vessel had a key{}: restore the file from where you keep it (docs/STORAGE.md), or start with --new-vessel-key to make a new key (every dk/2 device must then forget the vessel and pair again)",
+        pinned_by(*pinned)
+    )]
+    MissingVesselKey {
+        /// The key file.
+        path: String,
+        /// How many paired dk/2 devices pinned the vessel's key.
+        pinned: usize,
+    },
+    /// The vessel's key file holds another key than the one this data
+    /// directory's devices pinned.
+    #[error(
+        "the vessel key file `{path}` holds the key {fingerprint}, not the one this data directory's devices pinned: put back the right file, or move it away and start with --new-vessel-key (every dk/2 device must then forget the vessel and pair again)"
+    )]
+    AnotherVesselKey {
+        /// The key file.
+        path: String,
+        /// The fingerprint of the key it holds.
+        fingerprint: String,
+    },
+    /// A new key was asked for while the key file holds one.
+    #[error(
+        "--new-vessel-key would replace the key in `{0}`, which devices may have pinned: move the file away first if that is what you mean"
+    )]
+    VesselKeyKept(String),
+    /// The key file is inside the data directory, or cannot be named.
+    #[error("{0}")]
+    VesselKeyPlace(String),
+    /// Two keys: one left in the data directory and another in the key
+    /// file.
+    #[error(
+        "the data directory holds an old vessel key `{old}` that differs from the one in `{new}`: keep the one your devices pinned (the fingerprint `dk vessel` printed when they paired) in `{new}` and remove the other"
+    )]
+    TwoVesselKeys {
+        /// The key left in the data directory.
+        old: String,
+        /// The key file.
+        new: String,
+    },
     /// The system gave no randomness to make the vessel's key.
     #[error("cannot make the vessel's key: {0}")]
     NoRandomness(String),
@@ -123,6 +183,15 @@ pub enum ServerError {
     /// The audit log could not be flushed at the stop.
     #[error("audit log: {0}")]
     Audit(StoreError),
+}
+
+/// Who pinned a missing key, for its error.
+fn pinned_by(devices: usize) -> String {
+    match devices {
+        0 => String::new(),
+        1 => " (1 paired dk/2 device pinned it)".to_owned(),
+        n => format!(" ({n} paired dk/2 devices pinned it)"),
+    }
 }
 
 /// Starts a networked vessel: every route, the store, MCP, the Unix sockets
@@ -159,7 +228,10 @@ pub struct VesselServer {
     unix_sockets: bool,
     address_file: bool,
     admin_token_file: Option<PathBuf>,
+    vessel_key_file: Option<PathBuf>,
+    new_vessel_key: bool,
     policies: PolicySet,
+    rule_file: Option<RuleFile>,
     config: VesselConfig,
     limits: Limits,
     mcp: McpOptions,
@@ -194,7 +266,10 @@ impl VesselServer {
             unix_sockets: true,
             address_file: true,
             admin_token_file: None,
+            vessel_key_file: None,
+            new_vessel_key: false,
             policies: PolicySet::empty(),
+            rule_file: None,
             config: VesselConfig::default(),
             limits: Limits::default(),
             mcp: McpOptions::default(),
@@ -241,9 +316,35 @@ impl VesselServer {
         self
     }
 
+    /// Where the vessel's dk/2 static key is kept (mode 0600), outside the
+    /// data directory, which holds only its public half's hash. [default:
+    /// [`vessel_key_file`], beside the data directory]
+    pub fn vessel_key_file(mut self, path: impl Into<PathBuf>) -> VesselServer {
+        self.vessel_key_file = Some(path.into());
+        self
+    }
+
+    /// Makes a new vessel key when the key file is missing although this
+    /// data directory's devices pinned one (by default the start is then
+    /// refused): every dk/2 device must forget the vessel and pair again.
+    /// A key file that is there is never replaced.
+    pub fn new_vessel_key(mut self) -> VesselServer {
+        self.new_vessel_key = true;
+        self
+    }
+
     /// The `device_use` rules in force at the start.
     pub fn policies(mut self, policies: PolicySet) -> VesselServer {
         self.policies = policies;
+        self
+    }
+
+    /// The `device_use` rules in force at the start, from a rule file:
+    /// recorded with the file and its digest (in the `vessel-started`
+    /// entry), and read again by [`Vessel::reload_rules`] (the admin API's
+    /// `POST /v1/rules/reload`). Takes the place of [`VesselServer::policies`].
+    pub fn rule_file(mut self, file: RuleFile) -> VesselServer {
+        self.rule_file = Some(file);
         self
     }
 
@@ -305,7 +406,18 @@ impl VesselServer {
             }
         };
         let (token, replaced) = admin_token(store.as_ref(), self.admin_token_file.as_deref())?;
-        let (identity, made_key) = vessel_key(&self.data_dir.join(VESSEL_KEY_FILE))?;
+        let key_file = match self.vessel_key_file.clone() {
+            Some(file) => file,
+            None => vessel_key_file(&self.data_dir).ok_or_else(|| {
+                ServerError::VesselKeyPlace(format!(
+                    "the data directory `{}` has no name to put the vessel key file beside: name one",
+                    self.data_dir.display()
+                ))
+            })?,
+        };
+        refuse_inside(&self.data_dir, &key_file)?;
+        let moved_key = move_old_key(&self.data_dir, &key_file)?;
+        let (identity, made_key) = vessel_key(store.as_ref(), &key_file, self.new_vessel_key)?;
         let devices = bind(self.listen).await?;
         let admin = match self.admin_listen {
             Some(addr) => Some(bind(addr).await?),
@@ -333,19 +445,38 @@ impl VesselServer {
         let mut limits = self.limits;
         self.config.apply_to(&mut limits);
         let vessel = Vessel::open(store, self.policies, limits)?;
+        if let Some(file) = self.rule_file {
+            vessel.use_rule_file(file);
+        }
         let fingerprint = identity.public().fingerprint();
         vessel.set_identity(identity);
-        if made_key {
-            vessel.audit(
+        match (made_key, &moved_key) {
+            (Made::New, _) => vessel.audit(
                 "vessel-key",
                 json!({"made": true, "fingerprint": fingerprint}),
-            );
+            ),
+            (Made::Replacing, _) => vessel.audit(
+                "vessel-key",
+                json!({"made": true, "replaced": true, "fingerprint": fingerprint}),
+            ),
+            (Made::Kept, Some(old)) => vessel.audit(
+                "vessel-key",
+                json!({"moved": true, "from": old.display().to_string(),
+                       "to": key_file.display().to_string(), "fingerprint": fingerprint}),
+            ),
+            (Made::Kept, None) => {}
         }
         vessel.set_streaming(self.config.streaming.clone());
         vessel.add_secret(token.expose());
         if replaced {
             vessel.audit("admin-token", json!({"replaced": true}));
         }
+        // Which rules are in force, from now until a reload or the stop.
+        vessel.audit(
+            "vessel-started",
+            json!({"version": env!("CARGO_PKG_VERSION"), "fingerprint": fingerprint,
+                   "rules": vessel.rules_in_force()}),
+        );
         // The address file says the vessel is up: written once its first
         // entries are committed, so nothing a client does comes before them.
         let flushing = Arc::clone(&vessel);
@@ -427,6 +558,8 @@ impl VesselServer {
             console,
             token,
             token_replaced: replaced,
+            key_file,
+            moved_key,
             device_addr,
             admin_addr,
             mcp_addr,
@@ -447,6 +580,8 @@ pub struct RunningVessel {
     vessel: Arc<Vessel>,
     token: AdminToken,
     token_replaced: bool,
+    key_file: PathBuf,
+    moved_key: Option<PathBuf>,
     device_addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     mcp_addr: Option<SocketAddr>,
@@ -485,6 +620,17 @@ impl RunningVessel {
     /// missing or not the one whose hash the store holds).
     pub fn admin_token_replaced(&self) -> bool {
         self.token_replaced
+    }
+
+    /// Where the vessel's dk/2 static key is kept.
+    pub fn vessel_key_file(&self) -> &Path {
+        &self.key_file
+    }
+
+    /// Where the key was found when this start moved it out of the data
+    /// directory (where an older dk kept it), if it did.
+    pub fn vessel_key_moved_from(&self) -> Option<&Path> {
+        self.moved_key.as_deref()
     }
 
     /// Where devices connect.
@@ -543,6 +689,10 @@ impl RunningVessel {
             first.get_or_insert(outcome);
         }
         drop(std::mem::take(&mut self.leftovers));
+        self.vessel.audit(
+            "vessel-stopped",
+            json!({"rules": self.vessel.rules_in_force()}),
+        );
         self.vessel.flush_audit().map_err(ServerError::Audit)?;
         first.map_or(Ok(()), Err)
     }
@@ -567,31 +717,143 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Listen { addr, source })
 }
 
+/// Whether the vessel's key was made at this start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    /// The key file's key.
+    Kept,
+    /// A first key, for a data directory that had none.
+    New,
+    /// A new key where devices had pinned another (`new_vessel_key`).
+    Replacing,
+}
+
+/// The key in `path`, parsed; a file that holds no key is refused.
+fn parse_key(path: &Path, bytes: &[u8]) -> Result<dk_channel::StaticKey, ServerError> {
+    let shown = || path.display().to_string();
+    let text = std::str::from_utf8(bytes).map_err(|_| ServerError::NotAVesselKey(shown()))?;
+    let secret = dk_channel::from_hex32(text.trim_end_matches('\n'))
+        .ok_or_else(|| ServerError::NotAVesselKey(shown()))?;
+    dk_channel::StaticKey::from_secret(secret).map_err(|_| ServerError::NotAVesselKey(shown()))
+}
+
+/// The SHA-256 of a key's public half, as the store keeps it.
+fn public_hash(key: &dk_channel::StaticKey) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(key.public().as_bytes()).into()
+}
+
 /// The vessel's static key kept in `path`, or a new one written there
-/// (0600) when there is none; whether it was made now. A file that is not
-/// private or holds no key is refused, never replaced: devices pinned the
-/// key it holds.
-fn vessel_key(path: &Path) -> Result<(dk_channel::StaticKey, bool), ServerError> {
+/// (0600) when there is none and none was pinned; how it came. A file that
+/// is not private or holds no key is refused, never replaced: devices
+/// pinned the key it holds. A missing file where the store says devices
+/// pinned a key is refused unless `new_key` (a copy of the data directory
+/// without the key is not the vessel the devices paired with); a key the
+/// store does not know as this data directory's is refused.
+fn vessel_key(
+    store: &dyn Store,
+    path: &Path,
+    new_key: bool,
+) -> Result<(dk_channel::StaticKey, Made), ServerError> {
+    let shown = || path.display().to_string();
+    let kept = store.secret_hash(VESSEL_KEY)?;
     match read_private_file(path) {
+        Ok(_) if new_key => Err(ServerError::VesselKeyKept(shown())),
         Ok(bytes) => {
-            let shown = || path.display().to_string();
-            let text =
-                std::str::from_utf8(&bytes).map_err(|_| ServerError::NotAVesselKey(shown()))?;
-            let secret = dk_channel::from_hex32(text.trim_end_matches('\n'))
-                .ok_or_else(|| ServerError::NotAVesselKey(shown()))?;
-            let key = dk_channel::StaticKey::from_secret(secret)
-                .map_err(|_| ServerError::NotAVesselKey(shown()))?;
-            Ok((key, false))
+            let key = parse_key(path, &bytes)?;
+            let hash = public_hash(&key);
+            match kept {
+                Some(kept) if kept != hash => Err(ServerError::AnotherVesselKey {
+                    path: shown(),
+                    fingerprint: key.public().fingerprint(),
+                }),
+                Some(_) => Ok((key, Made::Kept)),
+                None => {
+                    store.put_secret_hash(VESSEL_KEY, hash)?;
+                    Ok((key, Made::Kept))
+                }
+            }
         }
         Err(e) if e.is_absent() => {
+            let pinned = store
+                .load()?
+                .pairings
+                .iter()
+                .filter(|p| p.device_key.is_some())
+                .count();
+            let had_one = kept.is_some() || pinned > 0;
+            if had_one && !new_key {
+                return Err(ServerError::MissingVesselKey {
+                    path: shown(),
+                    pinned,
+                });
+            }
             let key = dk_channel::StaticKey::generate()
                 .map_err(|e| ServerError::NoRandomness(e.to_string()))?;
             let text = format!("{}\n", dk_channel::to_hex32(key.secret()));
             write_private_file(path, text.as_bytes()).map_err(ServerError::VesselKey)?;
-            Ok((key, true))
+            store.put_secret_hash(VESSEL_KEY, public_hash(&key))?;
+            Ok((key, if had_one { Made::Replacing } else { Made::New }))
         }
         Err(e) => Err(ServerError::VesselKey(e)),
     }
+}
+
+/// Moves a key an older dk left in the data directory to `key_file`
+/// (written 0600 atomically, then the old one removed and the directory
+/// synced); the old path when it did. The same key in both places only
+/// loses the old copy; two different keys are refused.
+fn move_old_key(data_dir: &Path, key_file: &Path) -> Result<Option<PathBuf>, ServerError> {
+    let old = data_dir.join(OLD_VESSEL_KEY_FILE);
+    if std::fs::symlink_metadata(&old).is_err() {
+        return Ok(None);
+    }
+    let bytes = read_private_file(&old).map_err(ServerError::VesselKey)?;
+    let key = parse_key(&old, &bytes)?;
+    match read_private_file(key_file) {
+        Ok(there) => {
+            let same = parse_key(key_file, &there)?;
+            if same.secret() != key.secret() {
+                return Err(ServerError::TwoVesselKeys {
+                    old: old.display().to_string(),
+                    new: key_file.display().to_string(),
+                });
+            }
+        }
+        Err(e) if e.is_absent() => {
+            write_private_file(key_file, &bytes).map_err(ServerError::VesselKey)?;
+        }
+        Err(e) => return Err(ServerError::VesselKey(e)),
+    }
+    std::fs::remove_file(&old)
+        .and_then(|()| std::fs::File::open(data_dir)?.sync_all())
+        .map_err(|e| ServerError::VesselKey(PrivateFileError::io(&old, e)))?;
+    Ok(Some(old))
+}
+
+/// Refuses a key file inside the data directory, which a copy or a backup
+/// of it would carry.
+fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), ServerError> {
+    let absolute = |path: &Path| {
+        std::path::absolute(path)
+            .map(|path| path.components().collect::<PathBuf>())
+            .map_err(|e| ServerError::VesselKeyPlace(format!("`{}`: {e}", path.display())))
+    };
+    let dir = absolute(data_dir)?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let file = absolute(key_file)?;
+    let parent = file
+        .parent()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
+        .unwrap_or_default();
+    if parent.starts_with(&dir) {
+        return Err(ServerError::VesselKeyPlace(format!(
+            "the vessel key file `{}` is inside the data directory `{}`: keep it outside, where a copy of the data directory does not take it",
+            key_file.display(),
+            data_dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The admin token: the one in `path` when the store holds its hash; else a

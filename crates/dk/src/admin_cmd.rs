@@ -232,6 +232,18 @@ pub fn status(target: &Target) -> ExitCode {
             status.paired, status.connected, status.connections
         );
         println!("waiting for you      {} prompts", status.pending);
+        let rules = ok(c.get("/v1/rules").await.map_err(|e| e.to_string())?)?;
+        let count = rules.get("rules").and_then(Value::as_u64).unwrap_or(0);
+        match (
+            rules.get("file").and_then(Value::as_str),
+            rules.get("sha256").and_then(Value::as_str),
+        ) {
+            (Some(file), Some(sha256)) => println!(
+                "device_use rules     {count} from {} (sha256 {sha256})",
+                printable(file)
+            ),
+            _ => println!("device_use rules     {count} (from no file)"),
+        }
         println!(
             "dk/2                 {} handshakes, {} failed channels, {} plain v1 upgrades refused",
             status.secure_handshakes, status.channel_failures, status.plain_v1_refused
@@ -548,6 +560,9 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
                         channel_words(d.channel),
                         joined(&d.grants)
                     );
+                    for capability in &d.capabilities {
+                        println!("  {}", capability_line(capability));
+                    }
                 })?;
             }
             DevicesCommand::Grant { device, capability } => {
@@ -579,6 +594,39 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
         }
         Ok(())
     })
+}
+
+/// A capability as `dk devices` shows it: its name, kind, whether it asks
+/// every time, and its params (what a rule's `input.<param>` may name):
+/// `set_target (actuator): celsius (number, required: 5-30), mode (string)`.
+fn capability_line(capability: &api::DeviceCapability) -> String {
+    let asks = if capability.confirm {
+        ", asks every time"
+    } else {
+        ""
+    };
+    let params: Vec<String> = capability
+        .params
+        .iter()
+        .map(|p| {
+            let required = if p.required { ", required" } else { "" };
+            let about = p
+                .description
+                .as_deref()
+                .map_or_else(String::new, |d| format!(": {}", printable(d)));
+            format!("{} ({}{required}{about})", printable(&p.name), p.ty)
+        })
+        .collect();
+    let params = if params.is_empty() {
+        "no params".to_owned()
+    } else {
+        params.join(", ")
+    };
+    format!(
+        "{} ({}{asks}): {params}",
+        printable(&capability.name),
+        printable(&capability.kind)
+    )
 }
 
 /// Prints a listing of the admin API, the one way every `list` command

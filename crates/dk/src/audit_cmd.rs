@@ -30,7 +30,10 @@ pub enum AuditCommand {
         /// Keep printing entries as they are committed (Ctrl-C stops).
         #[arg(long)]
         follow: bool,
-        /// One JSON object per line.
+        /// One JSON object per line, with the raw time (`atMs`,
+        /// milliseconds since the Unix epoch, UTC). Without it each entry's
+        /// time is shown in local time with its UTC offset (the system's
+        /// zone, or `TZ`: `TZ=UTC dk audit tail` for UTC).
         #[arg(long)]
         json: bool,
     },
@@ -234,11 +237,29 @@ fn show(entry: &AuditEntry, json: bool) {
         println!(
             "#{:<6} {} {:<9} {}",
             entry.seq,
-            entry.at_ms,
+            local_time(entry.at_ms),
             entry.kind,
             printable(&entry.entry.to_string())
         );
     }
+}
+
+/// When an entry was recorded, readable: the local time (the system's
+/// zone, or `TZ`) to the millisecond, with its offset from UTC, such as
+/// `2026-12-02 17:04:05.123 +01:00`. The raw milliseconds when they name no
+/// time jiff can show.
+fn local_time(at_ms: u64) -> String {
+    i64::try_from(at_ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || at_ms.to_string(),
+            |at| {
+                at.to_zoned_datetime(jiff::tz::TimeZone::system())
+                    .strftime("%Y-%m-%d %H:%M:%S%.3f %:z")
+                    .to_string()
+            },
+        )
 }
 
 fn tail(data_dir: &Path, lines: u64, follow: bool, json: bool) -> Result<(), String> {

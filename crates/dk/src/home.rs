@@ -2,8 +2,9 @@
 //! from any directory: one home, `DK_HOME` when set, else
 //! `$XDG_DATA_HOME/dk`, else `$HOME/.local/share/dk`, made with mode 0700.
 //! In it: `vessel/`, the vessel's data directory (0700: `vessel.db`,
-//! `vessel.json`, `admin.sock`, `mcp.sock`), and `admin-token` (0600).
-//! `--data-dir` and `--admin-token-file` override either.
+//! `vessel.json`, `admin.sock`, `mcp.sock`), and the secrets, outside it:
+//! `admin-token` and `vessel.key` (0600). `--data-dir`,
+//! `--admin-token-file` and `dk vessel --vessel-key-file` override them.
 
 use std::ffi::OsString;
 use std::fmt;

@@ -1,6 +1,7 @@
 //! `dk policy check`, `lint`, `explain` and `test`: read a rule file
 //! fail-closed, warn about rules that can never decide, say which rule
-//! decides a given call and why, and run a table of cases.
+//! decides a given call and why, and run a table of cases; `dk policy
+//! reload`: a running vessel reads its rule file again.
 
 mod cases;
 
@@ -40,12 +41,14 @@ pub enum PolicyCommand {
         /// Exit 1 when there is any warning.
         #[arg(long)]
         deny_warnings: bool,
-        /// Warn about `input.` params no manifest in this directory
-        /// (`*.json`) declares; may be given more than once.
+        /// Warn about a `deviceId` or `capability` no manifest in this
+        /// directory (`*.json`) has, and `input.` params none declares; may
+        /// be given more than once.
         #[arg(long = "manifests", value_name = "DIR")]
         manifests: Vec<PathBuf>,
-        /// Warn about `input.` params no device paired with the vessel
-        /// declares (its data directory: `--data-dir`, else dk's home).
+        /// Warn about a `deviceId` or `capability` no device paired with the
+        /// vessel has, and `input.` params none declares (its data
+        /// directory: `--data-dir`, else dk's home).
         #[arg(long)]
         paired: bool,
         /// The vessel's data directory, for `--paired`.
@@ -88,6 +91,14 @@ pub enum PolicyCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Make a running vessel read its rule file (`dk vessel --policies`)
+    /// again: its rules are then in force, or, when the file is refused,
+    /// every error is listed and the rules in force stay (exit 1). Recorded
+    /// in the audit log either way, with the file's SHA-256.
+    Reload {
+        #[command(flatten)]
+        target: crate::admin_cmd::Target,
     },
     /// Run the six admission conformance cases on a streaming device-class
     /// configuration (`{"kind": "voice"|"desktop-control", "policy": {...}}`).
@@ -140,7 +151,54 @@ pub fn run(command: PolicyCommand) -> ExitCode {
         ),
         PolicyCommand::Test { file, cases, json } => cases::test(&file, &cases, json),
         PolicyCommand::Conformance { file, json } => conformance(&file, json),
+        PolicyCommand::Reload { target } => reload(&target),
     }
+}
+
+/// Asks the vessel to read its rule file again, and says what it did.
+fn reload(target: &crate::admin_cmd::Target) -> ExitCode {
+    let json = target.json;
+    crate::admin_cmd::with_client(target, |c| async move {
+        let answer = c
+            .post("/v1/rules/reload", &json!({}))
+            .await
+            .map_err(|e| e.to_string())?;
+        let body = &answer.body;
+        let text = |key: &str| printable(body.get(key).and_then(Value::as_str).unwrap_or(""));
+        match answer.status {
+            200 if json => print_json(body),
+            200 => println!(
+                "reloaded `{}`: {} rules in force (sha256 {})",
+                text("file"),
+                body.get("rules").and_then(Value::as_u64).unwrap_or(0),
+                text("sha256")
+            ),
+            422 => {
+                if json {
+                    print_json(body);
+                }
+                let in_force = body.get("inForce").unwrap_or(&Value::Null);
+                let of =
+                    |key: &str| printable(in_force.get(key).and_then(Value::as_str).unwrap_or(""));
+                eprintln!("the rule file `{}` is refused:", of("file"));
+                for error in body
+                    .get("errors")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    eprintln!("  {}", printable(error.as_str().unwrap_or("")));
+                }
+                return Err(format!(
+                    "the rules in force stay: `{}` as it was (sha256 {})",
+                    of("file"),
+                    of("sha256")
+                ));
+            }
+            _ => return crate::admin_cmd::ok(answer).map(|_| ()),
+        }
+        Ok(())
+    })
 }
 
 /// Reads a device-class configuration and runs the conformance cases.
@@ -278,6 +336,7 @@ fn declared_params(
     let mut declared = DeclaredParams::new();
     let mut declare = |manifest: &dk_proto::Manifest| {
         for cap in manifest.capabilities() {
+            declared.declare_device(manifest.id(), cap.name());
             for param in cap.params() {
                 let ty = match param.ty() {
                     dk_proto::ParamType::String => InputType::String,

@@ -12,17 +12,15 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
-use dk_policy::PolicySet;
 use dk_vessel::{
     Limits, McpListen, ServerError, VesselServer,
     config::VesselConfig,
     mcp::McpOptions,
-    reload::{FileStamp, Reloaded, watch_policy_file},
+    reload::{FileStamp, Reloaded, RuleFile, watch_policy_file},
     store::Store,
     store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
     vessel::PlainV1,
 };
-use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
 use dk_vessel::http::notify::{NotifyFormat, NotifyTarget, notify_prompts};
@@ -61,6 +59,19 @@ pub struct VesselArgs {
     /// `admin-token` in dk's home]
     #[arg(long)]
     pub admin_token_file: Option<PathBuf>,
+    /// Where the vessel's dk/2 secret key is kept (mode 0600, made at the
+    /// first start), outside the data directory: devices pin its public
+    /// half, so a copy of the data directory without it cannot pass for
+    /// this vessel. Back it up apart from the data directory.
+    /// [default: beside the data directory, `DIR.key`: `vessel.key` in
+    /// dk's home]
+    #[arg(long, value_name = "FILE")]
+    pub vessel_key_file: Option<PathBuf>,
+    /// Make a new vessel key although this data directory's devices pinned
+    /// one whose file is missing (otherwise the start is refused). Every
+    /// dk/2 device must then forget the vessel and pair again.
+    #[arg(long)]
+    pub new_vessel_key: bool,
     /// A `device_use` rule file; a broken file stops the vessel from starting.
     #[arg(long)]
     pub policies: Option<PathBuf>,
@@ -148,9 +159,9 @@ pub fn run(args: &VesselArgs) -> ExitCode {
     // Taken before loading, so a change made meanwhile is reloaded.
     let loaded = args.policies.as_deref().map(FileStamp::of);
     let policies = match &args.policies {
-        None => PolicySet::empty(),
-        Some(path) => match PolicySet::load(path) {
-            Ok(set) => set,
+        None => None,
+        Some(path) => match RuleFile::load(path) {
+            Ok(file) => Some(file),
             Err(errors) => {
                 eprintln!("error: the rule file `{}` is refused:", path.display());
                 for error in errors.errors() {
@@ -179,7 +190,7 @@ pub fn run(args: &VesselArgs) -> ExitCode {
 async fn serve(
     args: &VesselArgs,
     paths: &Paths,
-    policies: PolicySet,
+    policies: Option<RuleFile>,
     loaded: Option<FileStamp>,
 ) -> Result<(), String> {
     // Watched from the start, so a stop asked for at any moment is a clean
@@ -213,7 +224,9 @@ async fn serve(
     }
     private_dir(&paths.data_dir)?;
 
-    let rules = policies.rules().len();
+    let rules = policies
+        .as_ref()
+        .map_or(0, |file| file.policies().rules().len());
     let started = std::time::Instant::now();
     let limits = Limits {
         pairings_per_minute_per_address: args.pairings_per_minute,
@@ -236,7 +249,17 @@ async fn serve(
     let head_file = args.audit_head_file.clone();
     let key_file = args.audit_key_file.clone();
     let token_path = paths.admin_token_file.clone();
-    let running = VesselServer::new(&paths.data_dir)
+    let mut server = VesselServer::new(&paths.data_dir);
+    if let Some(file) = &args.vessel_key_file {
+        server = server.vessel_key_file(file);
+    }
+    if args.new_vessel_key {
+        server = server.new_vessel_key();
+    }
+    if let Some(file) = policies {
+        server = server.rule_file(file);
+    }
+    let running = server
         .listen(args.listen)
         .admin_listen(Some(args.admin_listen))
         .mcp_listen(match args.mcp_listen {
@@ -244,7 +267,6 @@ async fn serve(
             None => McpListen::IfFree(DEFAULT_MCP_LISTEN),
         })
         .admin_token_file(&token_path)
-        .policies(policies)
         .config(config.clone())
         .limits(limits)
         .mcp_options(McpOptions {
@@ -276,6 +298,13 @@ async fn serve(
             }
             other => other.to_string(),
         })?;
+    if let Some(old) = running.vessel_key_moved_from() {
+        eprintln!(
+            "note: moved the vessel's secret key from `{}` to `{}` (0600): the data directory now holds no secret, so a copy of it cannot pass for this vessel; back the key up apart from it (docs/STORAGE.md)",
+            old.display(),
+            running.vessel_key_file().display()
+        );
+    }
     if let Some(reason) = running.mcp_unavailable() {
         eprintln!(
             "warning: agents cannot connect over MCP: {reason} (choose an address with --mcp-listen)"
@@ -309,6 +338,10 @@ async fn serve(
     println!(
         "  vessel fingerprint   {}   <- devices show it after pairing",
         running.fingerprint()
+    );
+    println!(
+        "  vessel key           {} (secret: keep it off copies of the data directory)",
+        running.vessel_key_file().display()
     );
     let admin_addr = running
         .admin_addr()
@@ -346,7 +379,13 @@ async fn serve(
         vessel.agents().list().len()
     );
     println!("  audit log            {audit_kept}");
-    println!("  device_use rules     {rules}");
+    match &args.policies {
+        Some(path) => println!(
+            "  device_use rules     {rules} from {} (reloaded when it changes, on SIGHUP and by `dk policy reload`)",
+            path.display()
+        ),
+        None => println!("  device_use rules     {rules}"),
+    }
     println!("  streaming kinds      {}", streaming_summary(&config));
     println!(
         "  paired devices       {paired} (loaded in {} ms)",
@@ -372,12 +411,11 @@ async fn serve(
             std::time::Duration::from_secs(1),
             hangups(),
             |outcome| match outcome {
-                Reloaded::Applied { rules } => {
-                    println!("[rules] reloaded: {rules} rules in force");
-                    vessel.audit("policy", json!({"reloaded": true, "rules": rules}));
+                Reloaded::Applied { rules, sha256 } => {
+                    println!("[rules] reloaded: {rules} rules in force (sha256 {sha256})");
                 }
+                Reloaded::Unchanged => {}
                 Reloaded::Refused { errors } => {
-                    vessel.audit("policy", json!({"reloaded": false, "errors": errors}));
                     eprintln!(
                         "[rules] REFUSED the changed rule file; the previous rules stay in force:"
                     );

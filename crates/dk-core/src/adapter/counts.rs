@@ -11,7 +11,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dk_policy::{Call, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull};
+use dk_policy::{Call, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull, Rule};
 
 use crate::store::{RateHit, Store, StoreError};
 use dk_store::epoch_ms;
@@ -99,6 +99,51 @@ impl RuleCounts {
             });
         }
         Ok((evaluation, counted))
+    }
+}
+
+impl RuleCounts {
+    /// How long after `at` a call by `agent` is allowed again by `rule`,
+    /// a rule with a limit that decided: `None` when it has no limit, or
+    /// the counts could not be loaded (every limit then reads as reached).
+    pub(crate) fn next_allowed(
+        &self,
+        rule: &Rule,
+        agent: &str,
+        at: SystemTime,
+    ) -> Option<std::time::Duration> {
+        let limit = rule.limit()?;
+        if self.broken.is_some() {
+            return None;
+        }
+        self.log().next_allowed(rule.name(), agent, limit, at)
+    }
+}
+
+/// A wait in words, rounded up so that waiting that long is enough: `850
+/// ms`, `12 s`, `41 min`, `2 h 5 min`, `3 d 4 h`.
+pub(crate) fn wait_in_words(wait: std::time::Duration) -> String {
+    const MINUTE: u128 = 60_000;
+    const HOUR: u128 = 60 * MINUTE;
+    const DAY: u128 = 24 * HOUR;
+    let ms = wait.as_millis().max(1);
+    let up = |unit: u128| ms.div_ceil(unit);
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < MINUTE {
+        format!("{} s", up(1_000))
+    } else if ms < HOUR {
+        format!("{} min", up(MINUTE))
+    } else if ms < DAY {
+        match up(MINUTE) {
+            minutes if minutes % 60 == 0 => format!("{} h", minutes / 60),
+            minutes => format!("{} h {} min", minutes / 60, minutes % 60),
+        }
+    } else {
+        match up(HOUR) {
+            hours if hours % 24 == 0 => format!("{} d", hours / 24),
+            hours => format!("{} d {} h", hours / 24, hours % 24),
+        }
     }
 }
 

@@ -5,6 +5,9 @@ use std::sync::Mutex;
 use dk_policy::{Decision, DeviceUseContext};
 use futures::channel::mpsc;
 
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
 use super::*;
 use crate::vessel::Limits;
 
@@ -28,6 +31,26 @@ fn decision_kind(vessel: &Vessel) -> &'static str {
     }
 }
 
+fn sha256(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The audit entries of `vessel` (committed first), as (kind, entry).
+fn entries(vessel: &Vessel) -> Vec<(String, serde_json::Value)> {
+    vessel.flush_audit().unwrap();
+    vessel
+        .registry()
+        .store()
+        .read_audit(0, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.entry))
+        .collect()
+}
+
 /// A rule file's path in a directory of its own, removed when the
 /// directory is dropped.
 fn file() -> (tempfile::TempDir, PathBuf) {
@@ -42,19 +65,22 @@ fn a_good_file_applies_and_a_broken_one_changes_nothing() {
     let (_dir, path) = file();
     std::fs::write(&path, ASK).unwrap();
     assert_eq!(
-        vessel.reload_policies(&path),
-        Reloaded::Applied { rules: 1 }
+        vessel.reload_rules_from(&path, ReloadCause::Asked),
+        Reloaded::Applied {
+            rules: 1,
+            sha256: sha256(ASK)
+        }
     );
     assert_eq!(decision_kind(&vessel), "ask");
     std::fs::write(&path, BROKEN).unwrap();
-    let Reloaded::Refused { errors } = vessel.reload_policies(&path) else {
+    let Reloaded::Refused { errors } = vessel.reload_rules_from(&path, ReloadCause::Asked) else {
         panic!("accepted a broken file")
     };
     assert!(errors.contains("capabilityKnd"), "{errors}");
     assert_eq!(decision_kind(&vessel), "ask", "the old rules stay in force");
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(
-        vessel.reload_policies(&path),
+        vessel.reload_rules_from(&path, ReloadCause::Asked),
         Reloaded::Refused { .. }
     ));
     assert_eq!(decision_kind(&vessel), "ask");
@@ -85,7 +111,10 @@ async fn the_watcher_follows_the_file_and_requests() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(
         seen.lock().unwrap().as_slice(),
-        [Reloaded::Applied { rules: 1 }]
+        [Reloaded::Applied {
+            rules: 1,
+            sha256: sha256(ASK)
+        }]
     );
     // A changed file is picked up at the next look.
     std::fs::write(&path, format!("{BLOCK}\n# changed\n")).unwrap();
@@ -105,4 +134,86 @@ async fn the_watcher_follows_the_file_and_requests() {
     assert_eq!(decision_kind(&vessel), "ask");
     stop_tx.send(()).unwrap();
     watcher.await.unwrap();
+}
+
+#[test]
+fn every_reload_is_recorded_with_the_file_and_its_digest() {
+    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+    let (_dir, path) = file();
+    let shown = path.display().to_string();
+    // Rules from no file: nothing to reload.
+    assert_eq!(vessel.reload_rules(ReloadCause::AdminApi), None);
+    assert_eq!(
+        vessel.rules_in_force(),
+        RulesInForce {
+            file: None,
+            sha256: None,
+            rules: 0
+        }
+    );
+    std::fs::write(&path, ASK).unwrap();
+    vessel.use_rule_file(RuleFile::load(&path).unwrap());
+    let ask = RulesInForce {
+        file: Some(shown.clone()),
+        sha256: Some(sha256(ASK)),
+        rules: 1,
+    };
+    assert_eq!(vessel.rules_in_force(), ask);
+    assert_eq!(decision_kind(&vessel), "ask");
+
+    // The same bytes, the file touched: nothing done, nothing recorded.
+    assert_eq!(
+        vessel.reload_rules_from(&path, ReloadCause::FileChanged),
+        Reloaded::Unchanged
+    );
+    std::fs::write(&path, BROKEN).unwrap();
+    let Some(Reloaded::Refused { errors }) = vessel.reload_rules(ReloadCause::AdminApi) else {
+        panic!("a broken file was not refused")
+    };
+    assert_eq!(vessel.rules_in_force(), ask, "the old rules stay in force");
+    std::fs::write(&path, BLOCK).unwrap();
+    assert_eq!(
+        vessel.reload_rules(ReloadCause::Asked),
+        Some(Reloaded::Applied {
+            rules: 1,
+            sha256: sha256(BLOCK)
+        })
+    );
+    assert_eq!(decision_kind(&vessel), "block");
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(
+        vessel.reload_rules(ReloadCause::FileChanged),
+        Some(Reloaded::Refused { .. })
+    ));
+
+    let recorded: Vec<_> = entries(&vessel)
+        .into_iter()
+        .filter(|(kind, _)| kind.starts_with("rules-"))
+        .collect();
+    let block = json!({"file": shown, "sha256": sha256(BLOCK), "rules": 1});
+    assert_eq!(
+        recorded,
+        [
+            (
+                "rules-refused".to_owned(),
+                json!({"file": shown, "sha256": sha256(BROKEN), "errors": errors,
+                       "cause": "admin-api", "inForce": ask}),
+            ),
+            (
+                "rules-reloaded".to_owned(),
+                json!({"file": shown, "sha256": sha256(BLOCK), "rules": 1, "cause": "asked"}),
+            ),
+            (
+                "rules-refused".to_owned(),
+                json!({"file": shown, "sha256": null,
+                       "errors": recorded_errors(&path), "cause": "file-changed",
+                       "inForce": block}),
+            ),
+        ]
+    );
+}
+
+/// What refusing a file that is gone says.
+fn recorded_errors(path: &Path) -> String {
+    RuleFile::load(path).unwrap_err().to_string()
 }

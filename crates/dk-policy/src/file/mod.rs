@@ -70,6 +70,16 @@ pub(crate) struct LoadedFile {
 }
 
 pub(crate) fn load_path(path: &Path) -> Result<LoadedFile, PolicyFileError> {
+    load_str(&read_rule_file(path)?)
+}
+
+/// The text of the rule file at `path`, as [`PolicySet::load`] reads it: at
+/// most the largest rule file, UTF-8; for a host that also records what it
+/// loaded (its digest), then parses it with [`PolicySet::from_yaml_str`].
+///
+/// [`PolicySet::load`]: crate::PolicySet::load
+/// [`PolicySet::from_yaml_str`]: crate::PolicySet::from_yaml_str
+pub fn read_rule_file(path: &Path) -> Result<String, PolicyFileError> {
     let shown = path.display();
     let file = std::fs::File::open(path).map_err(|e| {
         PolicyFileError::one(PolicyError::file(format!("cannot read `{shown}`: {e}")))
@@ -90,7 +100,7 @@ pub(crate) fn load_path(path: &Path) -> Result<LoadedFile, PolicyFileError> {
             e.utf8_error().valid_up_to()
         )))
     })?;
-    load_str(&text)
+    Ok(text)
 }
 
 fn too_large() -> PolicyFileError {

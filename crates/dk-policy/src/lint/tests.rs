@@ -347,13 +347,13 @@ fn input_params_and_time_windows() {
         (
             "capability equals set_mode and input.target > 25",
             &[
-                "`input.target`: no capability `set_mode` declares a param `target`, so the clause is always false",
+                "`input.target`: no capability `set_mode` declares a param `target` (declared: `boost`, `mode`), so the clause is always false",
             ],
         ),
         (
             "input.tempo > 25 or input.tempo < 3",
             &[
-                "`input.tempo`: no capability declares a param `tempo`, so the clause is always false",
+                "`input.tempo`: no capability declares a param `tempo` (declared: `boost`, `mode`, `target`), so the clause is always false",
             ],
         ),
         (
@@ -388,4 +388,66 @@ fn input_params_and_time_windows() {
     // Without declared params only the window is checked.
     let text = yaml(&[("r", "device_use", "input.tempo > 25", "block", "")]);
     assert_eq!(lint_yaml_str(&text).unwrap(), []);
+}
+
+/// With the devices known (`--paired`), a `deviceId` or `capability` none
+/// of them has is named, with what there is: `(condition, expected)`.
+#[test]
+fn device_ids_and_capabilities_no_known_device_has() {
+    let mut declared = DeclaredParams::new();
+    declared.declare_device("hall-thermostat", "read_temperature");
+    declared.declare_device("hall-thermostat", "set_target");
+    declared.declare("set_target", "celsius", InputType::Number);
+    declared.declare_device("desk-lamp", "set_light");
+    let options = LintOptions {
+        declared_params: Some(&declared),
+    };
+    let devices = "(devices: `desk-lamp`, `hall-thermostat`)";
+    let cases: &[(&str, &[String])] = &[
+        (
+            "deviceId equals hall-thermostat and capability equals set_target and input.celsius > 25",
+            &[],
+        ),
+        ("capability in [set_light, set_target]", &[]),
+        (
+            "deviceId equals hall-thermostate and capability equals set_target",
+            &[format!(
+                "`deviceId` `hall-thermostate`: no device has this id {devices}, so the clause never holds for it"
+            )],
+        ),
+        (
+            "deviceId equals hall-thermostat and capability equals set_targt",
+            &["`capability` `set_targt`: device `hall-thermostat` has no such capability (capabilities: `read_temperature`, `set_target`), so the clause never holds for it".to_owned()],
+        ),
+        (
+            "deviceId equals hall-thermostat and capability equals set_light",
+            &["`capability` `set_light`: device `hall-thermostat` has no such capability (capabilities: `read_temperature`, `set_target`), so the clause never holds for it".to_owned()],
+        ),
+        (
+            "capability equals unlock",
+            &["`capability` `unlock`: no device has this capability (capabilities: `read_temperature`, `set_light`, `set_target`), so the clause never holds for it".to_owned()],
+        ),
+        (
+            "deviceId in [desk-lamp, front-door] and capability equals set_target and input.target > 25",
+            &[
+                format!("`deviceId` `front-door`: no device has this id {devices}, so the clause never holds for it"),
+                "`capability` `set_target`: device `desk-lamp` has no such capability (capabilities: `set_light`), so the clause never holds for it".to_owned(),
+                "`input.target`: no capability `set_target` declares a param `target` (declared: `celsius`), so the clause is always false".to_owned(),
+            ],
+        ),
+        // Not required (under `or`, `not`): nothing is sure.
+        ("deviceId equals nowhere or capability equals set_light", &[]),
+    ];
+    for (condition, expected) in cases {
+        let text = yaml(&[("r", "device_use", condition, "block", "")]);
+        let got: Vec<String> = lint_yaml_str_with(&text, &options)
+            .unwrap()
+            .iter()
+            .map(LintWarning::message)
+            .collect();
+        assert_eq!(got, *expected, "{condition}");
+    }
+    // Another action's rule is not about devices.
+    let text = yaml(&[("r", "shell", "deviceId equals nowhere", "block", "")]);
+    assert_eq!(lint_yaml_str_with(&text, &options).unwrap(), []);
 }

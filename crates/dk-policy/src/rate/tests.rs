@@ -128,3 +128,34 @@ fn nothing_counted_reads_zero() {
     );
     assert_eq!(epoch_ms(UNIX_EPOCH - Duration::from_secs(5)), 0);
 }
+
+#[test]
+fn the_next_call_is_allowed_when_the_oldest_counted_one_leaves_its_window() {
+    let limit = RateLimit::parse("2 per 1h").unwrap();
+    let mut log = RateLog::default();
+    assert_eq!(log.next_allowed("r", "a", limit, at(0)), None);
+    log.record("r", "a", limit, at(0)).unwrap();
+    assert_eq!(log.next_allowed("r", "a", limit, at(10)), None);
+    log.record("r", "a", limit, at(600)).unwrap();
+    // Reached: the call at 0 leaves at 3600.
+    let cases = [
+        (1_140, Some(2_460)),
+        (3_599, Some(1)),
+        (3_600, None),
+        (3_700, None),
+    ];
+    for (now, wait) in cases {
+        assert_eq!(
+            log.next_allowed("r", "a", limit, at(now)),
+            wait.map(Duration::from_secs),
+            "{now}"
+        );
+    }
+    assert_eq!(log.next_allowed("r", "other", limit, at(1_140)), None);
+    // A limit lowered since (a reload): the newest call that must leave.
+    let one = RateLimit::parse("1 per 1h").unwrap();
+    assert_eq!(
+        log.next_allowed("r", "a", one, at(1_140)),
+        Some(Duration::from_secs(3_060))
+    );
+}

@@ -112,6 +112,7 @@ fn answers_round_trip_in_the_routes_key_order() {
                 kind: "actuator".to_owned(),
                 description: "Set the lamp.".to_owned(),
                 confirm: false,
+                params: Vec::new(),
             }],
         },
     );

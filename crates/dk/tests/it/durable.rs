@@ -335,6 +335,9 @@ async fn no_token_in_clear_anywhere_in_the_data_directory() {
     let admin_secret = scratch.admin_token().expose().to_owned();
     let pad_secret = token_in(&pad_token).await;
     let lamp_secret = token_in(&lamp_token).await;
+    // The vessel's dk/2 secret key, kept beside the admin token.
+    let vessel_key = std::fs::read_to_string(scratch.home().join("vessel.key")).unwrap();
+    let vessel_key = vessel_key.trim_end();
 
     // Calls whose inputs hold the tokens, alone and inside longer text.
     let inputs = vec![
@@ -363,6 +366,7 @@ async fn no_token_in_clear_anywhere_in_the_data_directory() {
         ("the admin token", admin_secret.as_str()),
         ("the notepad's token", pad_secret.as_str()),
         ("the lamp's token", lamp_secret.as_str()),
+        ("the vessel's secret key", vessel_key),
     ];
     // The decisions reach the log (write-behind), then the files are read
     // while the vessel runs (`-wal` and `-shm` present) ...
@@ -462,7 +466,7 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     let admin = vessel.admin(&scratch);
     call(&admin, "device__desk_lamp__read_light", json!({})).await;
     eventually("the decision in the log", || async {
-        (audit_entries(&dir, 100).len() == 5).then_some(())
+        (audit_entries(&dir, 100).len() == 6).then_some(())
     })
     .await;
 
@@ -501,7 +505,7 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     reader.join().unwrap();
     assert_eq!(
         (next["seq"].as_u64(), next["kind"].as_str()),
-        (Some(6), Some("unpaired")),
+        (Some(7), Some("unpaired")),
         "{next}"
     );
     assert!(matches!(lamp.ended().await, Err(ClientError::Unpaired)));
@@ -515,35 +519,40 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         seen,
         [
             (1, "vessel-key"),
-            (2, "paired"),
-            (3, "granted"),
-            (4, "revoked"),
-            (5, "decision"),
-            (6, "unpaired")
+            (2, "vessel-started"),
+            (3, "paired"),
+            (4, "granted"),
+            (5, "revoked"),
+            (6, "decision"),
+            (7, "unpaired")
         ]
     );
     assert_eq!(
-        entries[1]["entry"]["grants"],
+        entries[2]["entry"]["grants"],
         json!(["read_light", "set_light"])
     );
     assert_eq!(
         (
-            &entries[2]["entry"]["capability"],
-            &entries[3]["entry"]["capability"]
+            &entries[3]["entry"]["capability"],
+            &entries[4]["entry"]["capability"]
         ),
         (&json!("strobe"), &json!("set_light"))
     );
     assert_eq!(
-        entries[4]["entry"]["tool"],
+        entries[5]["entry"]["tool"],
         json!("device__desk_lamp__read_light")
     );
     vessel.interrupt();
+    // A clean stop is the last entry.
+    let entries = audit_entries(&dir, 100);
+    assert_eq!(entries.len(), 8, "{entries:?}");
+    assert_eq!(entries[7]["kind"], "vessel-stopped");
 
     let out = audit(&dir, &["verify"]);
     let text = succeeded(&out);
-    let head = format!("6:{}", entries[5]["hash"].as_str().unwrap());
+    let head = format!("8:{}", entries[7]["hash"].as_str().unwrap());
     assert!(
-        text.contains(&format!("intact: 6 entries; head {head}")),
+        text.contains(&format!("intact: 8 entries; head {head}")),
         "{text}"
     );
     // The vessel kept that head beside its data directory, and verify read it.
@@ -558,72 +567,73 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
     );
     succeeded(&audit(&dir, &["verify", "--expect-head", &head]));
 
-    let edit = "UPDATE audit SET entry = replace(entry, 'strobe', 'set_light') WHERE seq = 3";
+    let edit = "UPDATE audit SET entry = replace(entry, 'strobe', 'set_light') WHERE seq = 4";
     tampered_copy(&scratch, "edited", |db| {
         db.execute_batch(edit).unwrap();
     });
-    check_broken(&scratch.root().join("edited"), &[], "entry 3: edited");
+    check_broken(&scratch.root().join("edited"), &[], "entry 4: edited");
 
     tampered_copy(&scratch, "deleted", |db| {
-        db.execute_batch("DELETE FROM audit WHERE seq = 4").unwrap();
+        db.execute_batch("DELETE FROM audit WHERE seq = 5").unwrap();
     });
-    check_broken(&scratch.root().join("deleted"), &[], "entry 4: missing");
+    check_broken(&scratch.root().join("deleted"), &[], "entry 5: missing");
 
-    // An entry put in after entry 3, chained to it with a correct hash, the
+    // An entry put in after entry 4, chained to it with a correct hash, the
     // later entries renumbered: only the link after it gives it away.
     tampered_copy(&scratch, "inserted", |db| {
         let prev: String = db
-            .query_row("SELECT hash FROM audit WHERE seq = 3", [], |r| r.get(0))
+            .query_row("SELECT hash FROM audit WHERE seq = 4", [], |r| r.get(0))
             .unwrap();
         let at: i64 = db
-            .query_row("SELECT at_ms FROM audit WHERE seq = 3", [], |r| r.get(0))
+            .query_row("SELECT at_ms FROM audit WHERE seq = 4", [], |r| r.get(0))
             .unwrap();
         db.execute_batch(
-            "UPDATE audit SET seq = seq + 1000 WHERE seq > 3;
+            "UPDATE audit SET seq = seq + 1000 WHERE seq > 4;
              UPDATE audit SET seq = seq - 999 WHERE seq > 1000;",
         )
         .unwrap();
         let entry = r#"{"capability":"set_light","deviceId":"desk-lamp"}"#;
-        let hash = entry_hash(&prev, 4, at, "granted", entry);
+        let hash = entry_hash(&prev, 5, at, "granted", entry);
         db.execute(
             "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
-             VALUES (4, ?1, 'granted', ?2, ?3, ?4)",
+             VALUES (5, ?1, 'granted', ?2, ?3, ?4)",
             rusqlite::params![at, entry, prev, hash],
         )
         .unwrap();
     });
-    check_broken(&scratch.root().join("inserted"), &[], "entry 4: inserted");
+    check_broken(&scratch.root().join("inserted"), &[], "entry 5: inserted");
 
     tampered_copy(&scratch, "reordered", |db| {
         db.execute_batch(
-            "UPDATE audit SET seq = 1002 WHERE seq = 3;
-             UPDATE audit SET seq = 3 WHERE seq = 4;
-             UPDATE audit SET seq = 4 WHERE seq = 1002;",
+            "UPDATE audit SET seq = 1002 WHERE seq = 4;
+             UPDATE audit SET seq = 4 WHERE seq = 5;
+             UPDATE audit SET seq = 5 WHERE seq = 1002;",
         )
         .unwrap();
     });
     check_broken(
         &scratch.root().join("reordered"),
         &[],
-        "entry 3: out of order",
+        "entry 4: out of order",
     );
 
-    // Cutting the last entry leaves an intact chain; the unpairing it held
-    // is then missing from the log, and the kept head shows the cut.
+    // Cutting the last entries leaves an intact chain; the unpairing they
+    // held is then missing from the log, and the kept head shows the cut.
     tampered_copy(&scratch, "truncated", |db| {
-        db.execute_batch("DELETE FROM audit WHERE seq = 6").unwrap();
+        db.execute_batch("DELETE FROM audit WHERE seq >= 7")
+            .unwrap();
     });
     let truncated = scratch.root().join("truncated");
     check_broken(
         &truncated,
         &[],
-        "BROKEN state: the log has `desk-lamp` paired (entry 2), the state does not",
+        "BROKEN state: the log has `desk-lamp` paired (entry 3), the state does not",
     );
-    check_broken(&truncated, &[], "BROKEN entry 6: cut off the end");
+    check_broken(&truncated, &[], "BROKEN entry 7: cut off the end");
     check_broken(
         &truncated,
         &["--expect-head", &head],
-        "entry 6: cut off the end",
+        "entry 7: cut off the end",
     );
 }
 
@@ -666,7 +676,7 @@ async fn verify_finds_a_log_emptied_or_cut_back_while_pairings_stand() {
     );
     // Cut back past the grant: the chain is intact, the grant unaccounted.
     tampered_copy(&scratch, "cut", |db| {
-        db.execute_batch("DELETE FROM audit WHERE seq >= 3")
+        db.execute_batch("DELETE FROM audit WHERE seq >= 4")
             .unwrap();
     });
     check_broken(
@@ -787,8 +797,9 @@ async fn what_verify_finds_without_and_with_the_kept_head() {
     let scratch = Scratch::new("audit-modes");
     let dir = scratch.data_dir();
     logged_lamp(&scratch, 3).await;
-    // 1 the vessel's key, 2 paired, 3 granted, 4 to 6 decisions.
-    assert_eq!(audit_entries(&dir, 100).len(), 6);
+    // 1 the vessel's key, 2 its start, 3 paired, 4 granted, 5 to 7
+    // decisions, 8 its stop.
+    assert_eq!(audit_entries(&dir, 100).len(), 8);
     for (name, attack, chain_alone, with_head) in ATTACKS {
         tampered_copy(&scratch, name, attack);
         let copy = scratch.root().join(name);
@@ -823,7 +834,7 @@ async fn what_verify_finds_without_and_with_the_kept_head() {
     assert_eq!(out.status.code(), Some(1), "{error}");
     assert!(
         error.contains("the audit log does not match the head kept in")
-            && error.contains("the log ends at entry 4, the kept head is entry 6"),
+            && error.contains("the log ends at entry 4, the kept head is entry 8"),
         "{error}"
     );
 }
@@ -899,8 +910,8 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
         call(&admin, "device__desk_lamp__read_light", json!({})).await;
     }
     vessel.interrupt();
-    // 1 keys the chain, 2 makes the vessel's key, 3 adds the agent, 4 to 6
-    // are decisions.
+    // 1 keys the chain, 2 makes the vessel's key, 3 starts it, 4 adds the
+    // agent, 5 to 7 are decisions, 8 stops it.
     let entries = audit_entries(&dir, 100);
     let kinds: Vec<&str> = entries
         .iter()
@@ -911,10 +922,12 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
         [
             "audit-keyed",
             "vessel-key",
+            "vessel-started",
             "agent",
             "decision",
             "decision",
-            "decision"
+            "decision",
+            "vessel-stopped"
         ]
     );
     let key = key_file.display().to_string();
@@ -977,4 +990,56 @@ async fn what_verify_finds_with_the_key_of_a_keyed_chain() {
     }
     // What a rewrite without the key looks like to someone without it.
     verify_says(&scratch.root().join("k-unkey"), &["--no-kept-head"], true);
+}
+
+/// `dk audit tail` shows when each entry was recorded in local time with
+/// its UTC offset (the zone `TZ` names), to the millisecond; `--json` keeps
+/// the raw milliseconds.
+#[test]
+fn audit_tail_prints_readable_times_and_json_keeps_the_raw_value() {
+    let scratch = Scratch::new("times");
+    let dir = scratch.data_dir();
+    Running::start(&scratch).interrupt();
+    let entries = audit_entries(&dir, 100);
+    assert!(entries.len() >= 3, "{entries:?}");
+    for zone in ["UTC", "Asia/Kolkata", "America/St_Johns"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["audit", "tail", "--data-dir"])
+            .arg(&dir)
+            .env("TZ", zone)
+            .output()
+            .unwrap();
+        let text = succeeded(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), entries.len(), "{text}");
+        for (line, entry) in lines.iter().zip(&entries) {
+            let at_ms = entry["atMs"].as_i64().unwrap();
+            let shown = jiff::Timestamp::from_millisecond(at_ms)
+                .unwrap()
+                .to_zoned_datetime(jiff::tz::TimeZone::get(zone).unwrap())
+                .strftime("%Y-%m-%d %H:%M:%S%.3f %:z")
+                .to_string();
+            let seq = format!("#{:<6}", entry["seq"].as_u64().unwrap());
+            assert!(
+                line.starts_with(&format!(
+                    "{seq} {shown} {}",
+                    entry["kind"].as_str().unwrap()
+                )),
+                "{zone}: {line:?}, expected {shown}"
+            );
+            assert!(!line.contains(&at_ms.to_string()), "{line}");
+        }
+    }
+    // The offsets are the zones': one line is enough to see them.
+    let first = |zone: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["audit", "tail", "-n", "1", "--data-dir"])
+            .arg(&dir)
+            .env("TZ", zone)
+            .output()
+            .unwrap();
+        succeeded(&out)
+    };
+    assert!(first("UTC").contains(" +00:00 "), "{}", first("UTC"));
+    assert!(first("Asia/Kolkata").contains(" +05:30 "));
 }

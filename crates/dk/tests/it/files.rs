@@ -121,13 +121,20 @@ fn the_home_the_data_directory_and_their_files_are_private() {
     };
     let deadline = std::time::Instant::now() + crate::process::PATIENCE;
     let mut names = listing();
-    while names != ["admin-token", "vessel", "vessel.audit-head"]
+    while names != ["admin-token", "vessel", "vessel.audit-head", "vessel.key"]
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
         names = listing();
     }
-    assert_eq!(names, ["admin-token", "vessel", "vessel.audit-head"]);
+    assert_eq!(
+        names,
+        ["admin-token", "vessel", "vessel.audit-head", "vessel.key"]
+    );
+    // The data directory holds no secret: the vessel's key is beside the
+    // admin token.
+    assert_eq!(mode(&home.join("vessel.key")), 0o600);
+    assert!(!data.join("vessel.key").exists());
     let head = std::fs::metadata(home.join("vessel.audit-head")).unwrap();
     assert_eq!(head.permissions().mode() & 0o777, 0o600);
     let said = vessel.said("find this vessel");
@@ -450,4 +457,221 @@ fn whoever_takes_the_ports_of_a_dead_vessel_hears_nothing_from_dk() {
     assert_eq!(answer["error"]["data"]["reachable"], false, "{answer}");
     untouched(&squat_admin, "the admin port");
     untouched(&squat_mcp, "the MCP port");
+}
+
+/// A dk/2 lamp with its key file, running until stopped or refused.
+struct Dk2Lamp {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), dk_device::ClientError>>,
+    codes: std::sync::Arc<std::sync::Mutex<usize>>,
+}
+
+impl Dk2Lamp {
+    fn spawn(url: &str, key_file: &Path) -> Dk2Lamp {
+        let codes = std::sync::Arc::new(std::sync::Mutex::new(0));
+        let seen = std::sync::Arc::clone(&codes);
+        let options = dk_device::ClientOptions::new(url)
+            .key_file(key_file)
+            .on_code(move |_| *seen.lock().unwrap() += 1)
+            .backoff(Duration::from_millis(20), Duration::from_millis(100));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            dk_device::run_client(&dk_device::samples::lamp(), options, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Dk2Lamp {
+            stop: Some(stop),
+            task,
+            codes,
+        }
+    }
+
+    /// How the client ended, by itself.
+    async fn ended(self) -> Result<(), dk_device::ClientError> {
+        let Dk2Lamp { stop, task, .. } = self;
+        let ended = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+        drop(stop);
+        ended
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(PATIENCE, self.task).await.unwrap();
+    }
+}
+
+/// Copies dk's home `from` to `to`, leaving out the files named in `secrets`.
+fn copy_home(from: &Path, to: &Path, secrets: &[&str]) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if secrets.contains(&name.as_str()) {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_home(&entry.path(), &to.join(&name), &[]);
+        } else if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// `set_light` through the admin API of `vessel`: its answer.
+async fn switch_on(vessel: &Running, scratch: &Scratch) -> Value {
+    let answer = vessel
+        .admin(scratch)
+        .post(
+            "/v1/tools/call",
+            &json!({"tool": "device__desk_lamp__set_light", "input": {"on": true}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.body
+}
+
+/// The case: a copy of dk's home without its secrets (a backup, a
+/// synced folder) started as a vessel. The vessel's key is not in the data
+/// directory, so the copy cannot start as the vessel the lamp pinned:
+/// without a word it refuses to start; told to make a new key, the lamp's
+/// pin refuses it. A copy made on purpose with the key is the vessel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_the_home_without_its_secrets_cannot_pass_for_the_vessel() {
+    let scratch = Scratch::new("original");
+    let vessel = Running::start(&scratch);
+    let lamp_key = scratch.root().join("lamp.key");
+    let lamp = Dk2Lamp::spawn(&vessel.url(), &lamp_key);
+    crate::process::approve_when_asked(&vessel.admin(&scratch), "desk-lamp", &["set_light"]).await;
+    let on = crate::process::eventually("the lamp answering", || async {
+        let answer = switch_on(&vessel, &scratch).await;
+        (answer["ok"] == true).then_some(answer)
+    })
+    .await;
+    assert_eq!(on["ok"], true);
+    lamp.stop().await;
+    vessel.interrupt();
+
+    // The secret is beside the admin token, not in the data directory.
+    let key_file = scratch.home().join("vessel.key");
+    assert_eq!(mode(&key_file), 0o600);
+    assert!(!scratch.data_dir().join("vessel.key").exists());
+
+    // The copy without the secrets: refused, saying why and what to do.
+    let copy = Scratch::new("copy");
+    copy_home(
+        &scratch.home(),
+        &copy.home(),
+        &["admin-token", "vessel.key"],
+    );
+    let said = refused_start(copy.dk(&["vessel"]));
+    assert!(
+        said.contains("is missing, but this data directory's vessel had a key (1 paired dk/2 device pinned it)")
+            && said.contains("--new-vessel-key"),
+        "{said}"
+    );
+    // Told to make a new key, it starts: the lamp's pin refuses it and
+    // never says who it is.
+    let impostor = Running::start_with(&copy, &["--new-vessel-key"]);
+    let ended = Dk2Lamp::spawn(&impostor.url(), &lamp_key).ended().await;
+    assert!(
+        matches!(ended, Err(dk_device::ClientError::VesselKeyChanged { .. })),
+        "{ended:?}"
+    );
+    let refused = switch_on(&impostor, &copy).await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    let pending = impostor.admin(&copy).get("/v1/pending").await.unwrap();
+    assert_eq!(pending.body, json!([]));
+    impostor.interrupt();
+    // A new key is never made over one that is there.
+    let said = refused_start(copy.dk(&["vessel", "--new-vessel-key"]));
+    assert!(said.contains("would replace the key"), "{said}");
+
+    // Moving the vessel on purpose: the data directory and the key (the
+    // admin token is made anew if left behind).
+    let moved = Scratch::new("moved");
+    copy_home(&scratch.home(), &moved.home(), &["admin-token"]);
+    let vessel = Running::start(&moved);
+    let lamp = Dk2Lamp::spawn(&vessel.url(), &lamp_key);
+    let on = crate::process::eventually("the lamp answering the moved vessel", || async {
+        let answer = switch_on(&vessel, &moved).await;
+        (answer["ok"] == true).then_some(answer)
+    })
+    .await;
+    assert_eq!(on["ok"], true);
+    assert_eq!(
+        *lamp.codes.lock().unwrap(),
+        0,
+        "the lamp asked to pair again"
+    );
+    lamp.stop().await;
+    // The copy's key in the moved home: refused as not the pinned one.
+    vessel.interrupt();
+    std::fs::copy(
+        copy.home().join("vessel.key"),
+        moved.home().join("vessel.key"),
+    )
+    .unwrap();
+    let said = refused_start(moved.dk(&["vessel"]));
+    assert!(
+        said.contains("not the one this data directory's devices pinned"),
+        "{said}"
+    );
+}
+
+/// A vessel key an older dk left in the data directory is moved out of it
+/// at start (0600, the same key), and the person told; a different key
+/// already outside is never overwritten.
+#[test]
+fn a_key_left_in_an_old_data_directory_is_moved_out_of_it() {
+    let scratch = Scratch::new("old-key");
+    let vessel = Running::start(&scratch);
+    let fingerprint = |said: &str| {
+        said.lines()
+            .find_map(|l| l.trim().strip_prefix("vessel fingerprint"))
+            .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+            .unwrap()
+    };
+    let first = fingerprint(&vessel.said("vessel key"));
+    vessel.interrupt();
+    let (outside, inside) = (
+        scratch.home().join("vessel.key"),
+        scratch.data_dir().join("vessel.key"),
+    );
+    let key = std::fs::read(&outside).unwrap();
+    std::fs::rename(&outside, &inside).unwrap();
+
+    let vessel = Running::start(&scratch);
+    assert_eq!(fingerprint(&vessel.said("vessel key")), first);
+    let complained = vessel.complained();
+    assert!(
+        complained.contains(&format!(
+            "note: moved the vessel's secret key from `{}` to `{}` (0600)",
+            inside.display(),
+            outside.display()
+        )),
+        "{complained}"
+    );
+    assert!(!inside.exists());
+    assert_eq!(mode(&outside), 0o600);
+    assert_eq!(std::fs::read(&outside).unwrap(), key);
+    vessel.interrupt();
+    let moved = crate::process::audit_entries(&scratch.data_dir(), 1000)
+        .into_iter()
+        .find(|e| e["kind"] == "vessel-key" && e["entry"]["moved"] == true)
+        .unwrap();
+    assert_eq!(moved["entry"]["fingerprint"], json!(first));
+
+    // Another key left inside while one is outside: refused, neither lost.
+    let other = format!("{}\n", "ab".repeat(32));
+    std::fs::write(&inside, &other).unwrap();
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let said = refused_start(scratch.dk(&["vessel"]));
+    assert!(said.contains("differs from the one in"), "{said}");
+    assert_eq!(std::fs::read(&outside).unwrap(), key);
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), other);
 }

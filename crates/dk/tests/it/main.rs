@@ -352,6 +352,22 @@ async fn a_vessel_process_and_the_persons_commands() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     assert_eq!(devices[0]["grants"], json!(["read_light", "set_light"]));
+    // Each capability with its params: what a rule's `input.` may name.
+    let listed = String::from_utf8(person(&dir, &["devices"]).stdout).unwrap();
+    let capabilities: Vec<&str> = listed.lines().skip(1).collect();
+    assert_eq!(
+        capabilities,
+        [
+            "  read_light (sensor): no params",
+            "  set_light (actuator): on (boolean, required: true for on), brightness (number: 0-100)",
+            "  strobe (actuator, asks every time): no params",
+        ],
+        "{listed}"
+    );
+    assert_eq!(
+        devices[0]["capabilities"][1]["params"][0],
+        json!({"name": "on", "type": "boolean", "required": true, "description": "true for on"})
+    );
     assert_eq!(
         person(&dir, &["devices", "revoke", "desk-lamp", "set_light"])
             .status
@@ -655,7 +671,7 @@ fn policy_test_runs_tables_of_cases() {
 fn policy_explain_reads_input_and_time() {
     let file = fixtures().join("policies/good/night-door-and-thermostat.yaml");
     let file = file.to_str().unwrap();
-    let thermostat = r#"{"deviceId":"thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
+    let thermostat = r#"{"deviceId":"hall-thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
     let door = r#"{"deviceId":"front-door","capability":"unlock","capabilityKind":"actuator","agentId":"main"}"#;
     let explain = |context: &str, extra: &[&str]| {
         let mut args = vec!["policy", "explain", file, "--context", context, "--json"];
@@ -676,14 +692,14 @@ fn policy_explain_reads_input_and_time() {
     let decided =
         |decision: &str, rule: Option<&str>| (decision.to_owned(), rule.map(str::to_owned));
     assert_eq!(
-        explain(thermostat, &["--input", r#"{"target": 26}"#]),
+        explain(thermostat, &["--input", r#"{"celsius": 26}"#]),
         decided("block", Some("thermostat-range"))
     );
     assert_eq!(
-        explain(thermostat, &["--input", r#"{"target": 20}"#]),
+        explain(thermostat, &["--input", r#"{"celsius": 20}"#]),
         decided("allow", None)
     );
-    // Without --input the call carries no target: the range does not match.
+    // Without --input the call carries no celsius: the range does not match.
     assert_eq!(explain(thermostat, &[]), decided("allow", None));
     // The file's zone is Europe/Berlin.
     let night = ["--at", "2026-12-01T23:30:00"];
@@ -735,7 +751,7 @@ fn policy_lint_knows_declared_params() {
     let rules = fixtures().join("policies/params/thermostat.yaml");
     let rules = rules.to_str().unwrap();
     let manifests = fixtures().join("manifests/valid");
-    let warnings = "warning: line 11: policies[1] `misnamed`: `input.target`: no capability `set_target` declares a param `target`, so the clause is always false\n\
+    let warnings = "warning: line 11: policies[1] `misnamed`: `input.target`: no capability `set_target` declares a param `target` (declared: `celsius`, `mode`), so the clause is always false\n\
                     warning: line 16: policies[2] `mode-as-number`: `input.mode` is compared with a number, but it is declared a string, so the clause is always false\n\
                     2 warning(s)\n";
     // Without them lint cannot know.
@@ -780,6 +796,31 @@ fn policy_lint_knows_declared_params() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), warnings);
 
+    // Typos in a device id or a capability, checked against the devices
+    // paired: rules that would pass `check` and never fire.
+    let typos = fixtures().join("policies/params/typos.yaml");
+    let out = dk(&[
+        "policy",
+        "lint",
+        "--paired",
+        "--data-dir",
+        data_dir,
+        typos.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "warning: line 5: policies[0] `too-warm`: `deviceId` `hall-thermostate`: no device has this id (devices: `hall-thermostat`), so the clause never holds for it\n\
+         warning: line 10: policies[1] `too-cold`: `capability` `set_targt`: device `hall-thermostat` has no such capability (capabilities: `read_temperature`, `set_target`), so the clause never holds for it\n\
+         warning: line 10: policies[1] `too-cold`: `input.celsius`: no capability `set_targt` declares a param `celsius` (declared: none), so the clause is always false\n\
+         3 warning(s)\n"
+    );
+    assert_eq!(
+        dk(&["policy", "check", typos.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+
     let refused = [
         (
             vec!["--manifests", "/nonexistent-dk-dir"],
@@ -812,4 +853,188 @@ fn policy_lint_knows_declared_params() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a valid manifest"));
+}
+
+/// `dk policy reload` makes a running vessel read its rule file again; the
+/// audit log records each start, stop and reload with the rule file and the
+/// SHA-256 of what was read, a refused file too, and still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_reload_on_command_and_the_log_says_which_were_in_force() {
+    use sha2::{Digest, Sha256};
+    let digest = |text: &str| {
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let scratch = process::Scratch::new("reload");
+    let rules = scratch.root().join("rules.yaml");
+    let shown = rules.to_str().unwrap().to_owned();
+    let one = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
+    let two = format!(
+        "{one}  - name: two\n    action: device_use\n    condition: \"deviceId equals x\"\n    decision: block\n    message: no\n"
+    );
+    let broken = "version: 1\npolicies:\n  - name: oops\n    action: device_use\n";
+    // Whole files, as an editor saves them: written aside, then renamed.
+    let replace = |text: &str| {
+        let aside = scratch.root().join("rules.yaml.new");
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, &rules).unwrap();
+    };
+    replace(one);
+    let vessel = process::Running::start_with(&scratch, &["--policies", &shown]);
+    let out = scratch.run(&["policy", "reload"]);
+    assert_eq!(
+        process::succeeded(&out),
+        format!(
+            "reloaded `{shown}`: 1 rules in force (sha256 {})\n",
+            digest(one)
+        )
+    );
+    let status = process::succeeded(&scratch.run(&["status"]));
+    assert!(
+        status.contains(&format!(
+            "device_use rules     1 from {shown} (sha256 {})",
+            digest(one)
+        )),
+        "{status}"
+    );
+
+    replace(broken);
+    let out = scratch.run(&["policy", "reload"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("the rule file `{shown}` is refused:"))
+            && said.contains("missing `condition`")
+            && said.contains(&format!(
+                "error: the rules in force stay: `{shown}` as it was (sha256 {})",
+                digest(one)
+            )),
+        "{said}"
+    );
+    replace(&two);
+    let out = scratch.run(&["policy", "reload", "--json"]);
+    let answer: Value = serde_json::from_str(&process::succeeded(&out)).unwrap();
+    assert_eq!(
+        answer,
+        json!({"reloaded": true, "file": shown, "sha256": digest(&two), "rules": 2})
+    );
+    vessel.interrupt();
+
+    let log = process::audit_entries(&scratch.data_dir(), 1000);
+    let of = |kind: &str| -> Vec<Value> {
+        log.iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["entry"].clone())
+            .collect()
+    };
+    let started = of("vessel-started");
+    assert_eq!(started.len(), 1, "{log:?}");
+    assert_eq!(
+        started[0]["rules"],
+        json!({"file": shown, "sha256": digest(one), "rules": 1})
+    );
+    let reloaded = of("rules-reloaded");
+    let asked: Vec<&Value> = reloaded
+        .iter()
+        .filter(|e| e["cause"] == "admin-api")
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            &json!({"file": shown, "sha256": digest(one), "rules": 1, "cause": "admin-api"}),
+            &json!({"file": shown, "sha256": digest(&two), "rules": 2, "cause": "admin-api"}),
+        ]
+    );
+    // The broken file was refused (by the command, and perhaps first by the
+    // file watch), the rules read first staying in force.
+    let refused = of("rules-refused");
+    let by_command = refused
+        .iter()
+        .find(|e| e["cause"] == "admin-api" && e["sha256"] == json!(digest(broken)))
+        .unwrap_or_else(|| panic!("{refused:?}"));
+    assert_eq!(
+        by_command["inForce"],
+        json!({"file": shown, "sha256": digest(one), "rules": 1})
+    );
+    assert!(
+        by_command["errors"]
+            .as_str()
+            .unwrap()
+            .contains("missing `condition`")
+    );
+    assert_eq!(
+        of("vessel-stopped"),
+        [json!({"rules": {"file": shown, "sha256": digest(&two), "rules": 2}})]
+    );
+    let verified = process::audit(&scratch.data_dir(), &["verify"]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+
+    // A vessel started without a rule file has none to reload.
+    let bare = process::Scratch::new("reload-none");
+    let vessel = process::Running::start(&bare);
+    let out = bare.run(&["policy", "reload"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("come from no file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(vessel);
+}
+
+/// POLICY.md's thermostat example, copied as it is, names the simulated
+/// thermostat's real id and param: lint against the bundled manifests finds
+/// nothing, and it refuses 26 degrees.
+#[test]
+fn the_policy_docs_thermostat_example_fires_on_the_simulator() {
+    let doc = std::fs::read_to_string(fixtures().join("../docs/POLICY.md")).unwrap();
+    let start = doc.find("  - name: thermostat-range").unwrap();
+    let end = start + doc[start..].find("```").unwrap();
+    let dir = tempfile::TempDir::new().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        format!("version: 1\npolicies:\n{}", &doc[start..end]),
+    )
+    .unwrap();
+    let rules = rules.to_str().unwrap();
+    let manifests = fixtures().join("manifests/valid");
+    let out = dk(&[
+        "policy",
+        "lint",
+        "--deny-warnings",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        rules,
+    ]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "0 warning(s)\n")
+    );
+    let context = r#"{"deviceId":"hall-thermostat","capability":"set_target","capabilityKind":"actuator","agentId":"main"}"#;
+    check_json(
+        &[
+            "policy",
+            "explain",
+            rules,
+            "--context",
+            context,
+            "--input",
+            r#"{"celsius": 26}"#,
+            "--json",
+        ],
+        0,
+        json!({"decision": "block", "rule": "thermostat-range",
+               "reason": "[thermostat-range] Keep the thermostat between 15 and 25"}),
+    );
 }

@@ -75,6 +75,24 @@ async fn switch(adapter: &DeviceToolAdapter, agent: &str, ctx: CallContext<'_>) 
 
 const BLOCKED: &str = "[policy] [two-an-hour] the lamp has been switched enough";
 
+/// The limit's refusal: the rule's reason, then when the next call is
+/// allowed, as the rate limiter says it (within the hour's window, rounded
+/// up to the minute).
+#[track_caller]
+fn blocked(reason: Option<&str>) {
+    let reason = reason.unwrap_or_default();
+    let wait = reason
+        .strip_prefix(BLOCKED)
+        .and_then(|tail| tail.strip_prefix("; calls are allowed again in "));
+    let minutes = match wait {
+        Some("1 h") => Some(60),
+        other => other
+            .and_then(|tail| tail.strip_suffix(" min"))
+            .and_then(|n| n.parse::<u32>().ok()),
+    };
+    assert!(minutes.is_some_and(|n| (1..=60).contains(&n)), "{reason:?}");
+}
+
 #[tokio::test]
 async fn a_limit_counts_made_calls_per_agent_and_survives_a_restart() {
     let dir = tempfile::TempDir::new().unwrap();
@@ -112,11 +130,10 @@ async fn a_limit_counts_made_calls_per_agent_and_survives_a_restart() {
         let outcome = switch(&first, "main", CallContext::default()).await;
         assert!(outcome.is_ok(), "{outcome:?}");
     }
-    assert_eq!(
+    blocked(
         switch(&first, "main", CallContext::default())
             .await
             .reason(),
-        Some(BLOCKED)
     );
     // Another agent has its own count; reading the lamp is another capability.
     assert!(
@@ -152,22 +169,20 @@ async fn a_limit_counts_made_calls_per_agent_and_survives_a_restart() {
         ]
     );
     let second = adapter(store, false).await;
-    assert_eq!(
+    blocked(
         switch(&second, "main", CallContext::default())
             .await
             .reason(),
-        Some(BLOCKED)
     );
     assert!(
         switch(&second, "guest", CallContext::default())
             .await
             .is_ok()
     );
-    assert_eq!(
+    blocked(
         switch(&second, "guest", CallContext::default())
             .await
             .reason(),
-        Some(BLOCKED)
     );
 }
 
@@ -225,13 +240,13 @@ async fn calls_waiting_for_the_person_hold_their_count() {
     }
     assert_eq!(waiting, 2);
     for outcome in &finished {
-        assert_eq!(outcome.reason(), Some(BLOCKED));
+        blocked(outcome.reason());
     }
     release.add_permits(2);
     let answered: Vec<ToolOutcome> = calls.collect().await;
     assert_eq!(answered.len(), 2);
     assert!(answered.iter().all(ToolOutcome::is_ok), "{answered:?}");
-    assert_eq!(switch(&adapter, "main", ctx).await.reason(), Some(BLOCKED));
+    blocked(switch(&adapter, "main", ctx).await.reason());
 }
 
 #[tokio::test]
@@ -259,4 +274,29 @@ async fn a_call_the_person_refuses_gives_its_count_back() {
     };
     assert!(switch(&adapter, "main", allow).await.is_ok());
     assert_eq!(store.load_rate_hits(0).unwrap().len(), 1);
+}
+
+#[test]
+fn a_wait_is_said_in_words_and_rounded_up() {
+    use super::wait_in_words;
+    let cases = [
+        (0, "1 ms"),
+        (850, "850 ms"),
+        (1_000, "1 s"),
+        (1_001, "2 s"),
+        (59_000, "59 s"),
+        (60_000, "1 min"),
+        (2_460_000, "41 min"),
+        (2_459_001, "41 min"),
+        (3_599_999, "60 min"),
+        (3_600_000, "1 h"),
+        (7_500_000, "2 h 5 min"),
+        (86_399_000, "24 h"),
+        (86_400_000, "1 d"),
+        (97_200_000, "1 d 3 h"),
+        (604_800_000, "7 d"),
+    ];
+    for (ms, words) in cases {
+        assert_eq!(wait_in_words(Duration::from_millis(ms)), words, "{ms}");
+    }
 }
