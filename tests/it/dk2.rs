@@ -87,7 +87,7 @@ pub async fn connect(url: &str, key: &StaticKey) -> Dk2 {
     }
 }
 
-async fn next_binary(socket: &mut Socket) -> Option<Vec<u8>> {
+pub async fn next_binary(socket: &mut Socket) -> Option<Vec<u8>> {
     loop {
         match socket.next().await? {
             Ok(Message::Binary(bytes)) => return Some(bytes.to_vec()),

@@ -1,8 +1,8 @@
 //! dk-device's own client over dk/2 against a real vessel: the code it
 //! computes is the one the person sees, its key file keeps the key and the
 //! vessel's pin privately, it reconnects by key, a vessel with another key
-//! gets nothing from it, and a vessel that does not answer `dk.2` is never
-//! spoken to in v1.
+//! gets nothing from it, a vessel presenting a low-order key is closed
+//! 4012, and a vessel that does not answer `dk.2` is never spoken to in v1.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
@@ -666,4 +666,57 @@ async fn a_pairing_frame_after_pairing_ends_the_connection() {
     );
     // The pairing itself went through: the key file kept the pin.
     assert_eq!(key_file_json(&key_file)["paired"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vessel_presenting_a_low_order_key_is_closed_4012_before_the_device_says_anything() {
+    let key = dk_channel::StaticKey::generate().unwrap();
+    for zero in [
+        dk_channel::LowOrderSlot::Static,
+        dk_channel::LowOrderSlot::Ephemeral,
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/device", listener.local_addr().unwrap());
+        let server = async {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
+                .await
+                .unwrap();
+            let mut responder =
+                dk_channel::Responder::presenting_low_order_for_tests(&key, zero).unwrap();
+            let first = FakeVessel::next_binary(&mut socket).await;
+            responder.read_first(&first).unwrap();
+            let second = responder.second_message().unwrap();
+            socket.send(Message::binary(second)).await.unwrap();
+            // What the device sends next: nothing but its close.
+            let mut spoke = Vec::new();
+            while let Some(Ok(message)) = socket.next().await {
+                if let Message::Close(frame) = message {
+                    return (frame.map(|f| u16::from(f.code)), spoke);
+                }
+                spoke.push(message);
+            }
+            (None, spoke)
+        };
+        let dir = temp_dir();
+        let mut options = options(&url, &dir.path().join("lamp.key"));
+        let device = Lamp::new().device();
+        let client = dk_device::connect_once(&device, &mut options, std::future::pending());
+        let ((closed, spoke), ended) = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures::future::join(server, client),
+        )
+        .await
+        .unwrap();
+        assert_eq!(closed, Some(4012), "{zero}");
+        assert!(spoke.is_empty(), "{zero}: the device sent {spoke:?}");
+        // Not a refusal from the vessel: the device would try again.
+        let Err(ClientError::Connect(why)) = &ended else {
+            panic!("{zero}: {ended:?}")
+        };
+        assert!(
+            why.contains(&format!("{zero} key is a low-order point")),
+            "{why}"
+        );
+    }
 }
