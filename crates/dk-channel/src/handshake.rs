@@ -27,6 +27,10 @@ use crate::noise::{builder, is_low_order};
 use crate::protocol::{HANDSHAKE_LENGTHS, PROLOGUE, TAG_LEN};
 use crate::record::{Opener, RecordLimits, Sealer};
 
+#[cfg(feature = "vectors")]
+#[path = "tests/hostile_peer.rs"]
+mod hostile_peer;
+
 /// A handshake state for one side, with the ephemeral key fixed when one
 /// is given (test vectors only).
 fn start(
@@ -411,7 +415,7 @@ impl Initiator {
         key: &StaticKey,
         zero: LowOrderSlot,
     ) -> Result<Initiator, ChannelError> {
-        let builder = crate::noise::hostile_builder(zero)?;
+        let builder = hostile_peer::hostile_builder(zero)?;
         Ok(Initiator {
             state: start_with(builder, key, None, true)?,
             turn: Turn::First,
@@ -429,7 +433,7 @@ impl Responder {
         key: &StaticKey,
         zero: LowOrderSlot,
     ) -> Result<Responder, ChannelError> {
-        let builder = crate::noise::hostile_builder(zero)?;
+        let builder = hostile_peer::hostile_builder(zero)?;
         Ok(Responder {
             state: start_with(builder, key, None, false)?,
             turn: Turn::First,

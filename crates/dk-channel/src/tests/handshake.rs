@@ -135,9 +135,14 @@ fn steps_out_of_turn_are_refused() {
 #[test]
 fn garbage_fails_the_handshake_without_a_panic() {
     let key = StaticKey::generate().unwrap();
-    // Any 32 bytes are an ephemeral key (all zeros a low-order one): the
+    // Any 32 bytes but a low-order point are an ephemeral key: the
     // responder goes on, and the garbage third message fails to decrypt.
-    for first in [[0u8; 32], [0xff; 32], [7; 32]] {
+    // All zeros is one of the low-order points, refused at once.
+    assert!(matches!(
+        Responder::new(&key).unwrap().read_first(&[0u8; 32]),
+        Err(ChannelError::LowOrderKey(LowOrderSlot::Ephemeral))
+    ));
+    for first in [[0xff; 32], [7; 32]] {
         let mut responder = Responder::new(&key).unwrap();
         responder.read_first(&first).unwrap();
         assert_eq!(responder.second_message().unwrap().len(), 96);
