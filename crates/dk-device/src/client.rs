@@ -17,6 +17,7 @@ mod connection;
 mod error;
 mod key_file;
 mod options;
+mod private_file;
 mod secure;
 mod tls;
 mod token_file;

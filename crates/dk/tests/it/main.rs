@@ -11,6 +11,7 @@ mod agents;
 mod approvals;
 mod console;
 mod crash;
+mod device_files;
 mod durable;
 mod files;
 mod mcp_bridge;
