@@ -7,7 +7,8 @@
 //! The first run pairs and prints the code to compare with the vessel's
 //! prompt; the device key (dk/2) or token (v1) is kept in a file (in dk's
 //! home, `devices/<id>.key`, unless `--key-file` names one) so later runs
-//! reconnect on their own. Each call received is printed. Ctrl-C closes
+//! reconnect on their own. Each call received is printed, and each
+//! disconnect (with why) and reconnect. Ctrl-C closes
 //! the connection and exits.
 
 use std::future::Future;
@@ -18,8 +19,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use dk_device::samples::{Desktop, Lamp, Lock, Thermostat, VOICE_FRAME_MS, Voice};
 use dk_device::{
-    ClientOptions, DEFAULT_STREAM_QUEUE, Device, Notice, ServeOptions, StreamSendError,
-    StreamSender, run_client, stream_channel,
+    ClientOptions, ConnectionEvent, DEFAULT_STREAM_QUEUE, Device, Notice, ServeOptions,
+    StreamSendError, StreamSender, run_client, stream_channel,
 };
 use serde_json::Value;
 
@@ -224,7 +225,25 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         },
         None => options,
     };
+    // Whether the device was connected before: a connection after a
+    // disconnect is a reconnect.
+    let was_connected = std::sync::atomic::AtomicBool::new(false);
     options
+        .on_connection(move |event| match event {
+            ConnectionEvent::Connected => {
+                if was_connected.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    println!("reconnected to the vessel");
+                } else {
+                    println!("connected to the vessel");
+                }
+            }
+            ConnectionEvent::Disconnected { why, retry_in } => println!(
+                "disconnected: {}; trying again in {:.1} s",
+                printable(why),
+                retry_in.as_secs_f64()
+            ),
+            _ => {}
+        })
         .on_code(|code| {
             println!();
             println!("    Pairing code: {code} — check it matches the vessel's prompt");

@@ -100,3 +100,74 @@ async fn two_terminals_pair_over_dk2_beyond_loopback_by_comparing_codes() {
     let pending = admin.get("/v1/pending").await.unwrap().body;
     assert_eq!(pending, json!([]));
 }
+
+/// A TCP proxy to `target` whose first connection is cut once `cut`
+/// resolves; every later one is forwarded for good.
+async fn cutting_proxy(
+    target: std::net::SocketAddr,
+    cut: tokio::sync::oneshot::Receiver<()>,
+) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut cut = Some(cut);
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+            let cut = cut.take();
+            tokio::spawn(async move {
+                let forward = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                match cut {
+                    Some(cut) => {
+                        tokio::select! {
+                            _ = forward => {}
+                            _ = cut => {}
+                        }
+                    }
+                    None => {
+                        let _ = forward.await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulator_says_when_it_disconnects_and_when_it_reconnects() {
+    let scratch = Scratch::new("reconnect");
+    // Beyond loopback, so that the proxy's Host is taken.
+    let vessel = Running::start_with(
+        &scratch,
+        &["--listen", "0.0.0.0:0", "--mcp-listen", "127.0.0.1:0"],
+    );
+    let admin = vessel.admin(&scratch);
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], vessel.devices.port()));
+    let (cut, when) = tokio::sync::oneshot::channel();
+    let port = cutting_proxy(target, when).await;
+    let url = format!("ws://127.0.0.1:{port}/device");
+    let out = scratch.root().join("lamp.out");
+    let _lamp = lamp(&url, &scratch.root().join("lamp.key"), &out);
+    crate::process::approve_when_asked(&admin, "desk-lamp", &["read_light"]).await;
+    let printed = || std::fs::read_to_string(&out).unwrap_or_default();
+    eventually("the lamp says it connected", || async {
+        printed().contains("connected to the vessel").then_some(())
+    })
+    .await;
+    cut.send(()).unwrap();
+    let said = eventually("the lamp says it reconnected", || async {
+        let said = printed();
+        said.contains("reconnected to the vessel").then_some(said)
+    })
+    .await;
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("disconnected: "))
+        .unwrap_or_else(|| panic!("no disconnect line: {said}"));
+    assert!(line.contains("trying again in"), "{line}");
+    let at = |what: &str| said.find(what).unwrap();
+    assert!(
+        at("disconnected: ") < at("reconnected to the vessel"),
+        "{said}"
+    );
+}
