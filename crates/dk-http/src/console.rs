@@ -712,11 +712,13 @@ async fn answer_pairing(
             approved: true,
             grant: form.all("grant"),
             confirmed_without_code: form.get("without_code") == Some("yes"),
+            confirmed_credential_change: form.get("credential_change") == Some("yes"),
         },
         Some("refuse") => ConsentDecision {
             approved: false,
             grant: Vec::new(),
             confirmed_without_code: false,
+            confirmed_credential_change: false,
         },
         _ => return refusal_page(StatusCode::BAD_REQUEST, "answer `pair` or `refuse`"),
     };

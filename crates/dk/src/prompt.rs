@@ -25,11 +25,15 @@ use dk_vessel::{
     Vessel,
     allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember},
     person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt},
-    registry::{ChangeKind, ConsentDecision},
+    registry::{ChangeKind, ConsentDecision, CredentialChange},
 };
 use tokio::sync::mpsc;
 
 use crate::input::{channel_words, printable};
+
+/// What the person types before the grant to pair a device whose key
+/// changed or that drops encryption, knowingly.
+const CONFIRM_CHANGE: &str = "pair anyway:";
 
 /// Reads lines from standard input on a thread of its own (a blocking read
 /// cannot be cancelled; the thread ends with the process).
@@ -149,6 +153,13 @@ fn show(prompt: &PendingPrompt) {
                     println!("  {label:<8} {}", printable(&change.summary));
                 }
             }
+            let credential = request.replaces.as_ref().and_then(|old| old.credential);
+            if let Some(change) = credential {
+                println!("  WARNING  {}", change.words());
+                println!(
+                    "           the code proves which device is asking now, not that it is the one paired before"
+                );
+            }
             if request.no_screen {
                 println!(
                     "  WARNING  this device says it has no screen: it cannot show a code, so NOTHING proves"
@@ -182,7 +193,20 @@ fn show(prompt: &PendingPrompt) {
                 );
             }
             let id = prompt.id;
-            if request.no_screen {
+            if let Some(change) = credential {
+                let first = if request.no_screen {
+                    "pair without code: "
+                } else {
+                    ""
+                };
+                let what = match change {
+                    CredentialChange::KeyChanged => "its key changed",
+                    CredentialChange::EncryptionDropped => "it drops encryption",
+                };
+                println!(
+                    "To pair it although {what}, type `{id} {first}{CONFIRM_CHANGE} ` then what to grant (e.g. `{id} {first}{CONFIRM_CHANGE} 1,3`); `{id} no` refuses"
+                );
+            } else if request.no_screen {
                 println!(
                     "To pair it anyway, type `{id} pair without code: ` then what to grant (e.g. `{id} pair without code: 1,3`); `{id} no` refuses"
                 );
@@ -361,8 +385,21 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
                 Some(rest) => (rest.trim().to_owned(), true),
                 None => (line, false),
             };
+            let (line, change_confirmed) = match line.strip_prefix(CONFIRM_CHANGE) {
+                Some(rest) => (rest.trim().to_owned(), true),
+                None => (line, false),
+            };
             if request.no_screen && !without_code && !matches!(line.as_str(), "no" | "n") {
                 return Err("this device cannot show a code: type `pair without code: ` and what to grant, or `no`".to_owned());
+            }
+            if let Some(change) = request.replaces.as_ref().and_then(|old| old.credential)
+                && !change_confirmed
+                && !matches!(line.as_str(), "no" | "n")
+            {
+                return Err(format!(
+                    "{}: type `{CONFIRM_CHANGE} ` and what to grant if you mean it, or `no`",
+                    change.words()
+                ));
             }
             let grant: Vec<String> =
                 match line.as_str() {
@@ -422,6 +459,9 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             let mut decision = ConsentDecision::approve(grant);
             if without_code {
                 decision = decision.without_code_confirmed();
+            }
+            if change_confirmed {
+                decision = decision.credential_change_confirmed();
             }
             vessel
                 .person()
