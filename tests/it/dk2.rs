@@ -782,7 +782,9 @@ async fn a_repairing_with_another_key_or_over_v1_says_so_and_needs_its_own_confi
                 json!({"type": "device:paired"})
             );
         } else {
-            let closed = device.closed().await;
+            let closed = tokio::time::timeout(Duration::from_secs(10), device.closed())
+                .await
+                .expect("a plain yes paired the changed key");
             assert_eq!(closed.code, 4001, "{closed:?}");
             assert!(closed.reason.contains("key changed"), "{closed:?}");
             // Still paired with the first key, which reconnects by key.

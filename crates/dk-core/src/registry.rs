@@ -129,7 +129,9 @@ pub struct Replaced {
     pub changes: Vec<CapabilityChange>,
     /// How the credential differs: the dk/2 key changed, or the device asks
     /// over v1 where it was paired over dk/2. A yes must confirm it
-    /// ([`ConsentDecision::confirmed_credential_change`]).
+    /// ([`ConsentDecision::confirmed_credential_change`]). Absent from
+    /// the JSON when the credential is the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub credential: Option<CredentialChange>,
 }
 

@@ -605,6 +605,66 @@ mod tests {
         assert!(vessel.registry().is_granted("desk-lamp", "read_light"));
     }
 
+    /// Starts a dk/2 pairing of the lamp with `key` that waits for the
+    /// person; returns its prompt and whether it paired.
+    async fn asks_with_key(
+        vessel: &Arc<Vessel>,
+        key: [u8; 32],
+    ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
+        let manifest = dk_proto::validate_manifest(&lamp()).unwrap();
+        let asking = Arc::clone(vessel);
+        let pairing = tokio::spawn(async move {
+            let person = Arc::clone(asking.person());
+            asking
+                .registry()
+                .pair_with_key(manifest, "123456".to_owned(), key, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .await
+                .is_ok()
+        });
+        loop {
+            if let Some(p) = vessel
+                .person()
+                .pending()
+                .into_iter()
+                .find(|p| matches!(&p.prompt, Prompt::Consent(_)))
+            {
+                return (p, pairing);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_changed_key_or_dropped_encryption_needs_the_words() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        // Paired over dk/2 with one key.
+        let (prompt, pairing) = asks_with_key(&vessel, [1; 32]).await;
+        answer(&vessel, &prompt, "1").unwrap();
+        assert!(pairing.await.unwrap());
+        // Another key, then v1, for the same id: a plain yes is refused
+        // with what changed, and the words pair it.
+        for key in [Some([2; 32]), None] {
+            let (prompt, pairing) = match key {
+                Some(key) => asks_with_key(&vessel, key).await,
+                None => consent_prompt(&vessel).await,
+            };
+            let Prompt::Consent(request) = &prompt.prompt else {
+                panic!("{prompt:?}")
+            };
+            let expected = match key {
+                Some(_) => CredentialChange::KeyChanged,
+                None => CredentialChange::EncryptionDropped,
+            };
+            let said = request.replaces.as_ref().and_then(|old| old.credential);
+            assert_eq!(said, Some(expected));
+            let refused = answer(&vessel, &prompt, "all").unwrap_err();
+            assert!(refused.contains(expected.words()), "{refused}");
+            assert!(refused.contains("pair anyway:"), "{refused}");
+            answer(&vessel, &prompt, "pair anyway: 1").unwrap();
+            assert!(pairing.await.unwrap());
+        }
+    }
+
     /// Starts a pairing of a lamp with its own id; returns its prompt.
     async fn lamp_asks(
         vessel: &Arc<Vessel>,

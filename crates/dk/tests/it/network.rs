@@ -171,3 +171,66 @@ async fn the_simulator_says_when_it_disconnects_and_when_it_reconnects() {
         "{said}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dk_pairings_says_a_key_changed_and_approves_only_with_confirm_change() {
+    let scratch = Scratch::new("key-changed");
+    let vessel = Running::start(&scratch);
+    let admin = vessel.admin(&scratch);
+    let url = vessel.url();
+    let first = lamp(
+        &url,
+        &scratch.root().join("first.key"),
+        &scratch.root().join("first.out"),
+    );
+    crate::process::approve_when_asked(&admin, "desk-lamp", &["read_light"]).await;
+    eventually("the lamp connected", || async {
+        (devices(&admin).await.first()?["connected"] == true).then_some(())
+    })
+    .await;
+    drop(first);
+
+    // The same id with a key of its own.
+    let _second = lamp(
+        &url,
+        &scratch.root().join("second.key"),
+        &scratch.root().join("second.out"),
+    );
+    let id = eventually("the second lamp's request", || {
+        crate::process::consent_id(&admin, "desk-lamp")
+    })
+    .await;
+    let listed = scratch.run(&["pairings"]);
+    let said = String::from_utf8(listed.stdout).unwrap();
+    assert!(said.contains("its key changed"), "{said}");
+    assert!(said.contains("--confirm-change"), "{said}");
+    let plain = scratch.run(&[
+        "pairings",
+        "approve",
+        &id.to_string(),
+        "--grant",
+        "read_light",
+    ]);
+    assert_eq!(plain.status.code(), Some(1), "{plain:?}");
+    let refused = String::from_utf8(plain.stderr).unwrap();
+    assert!(refused.contains("its key changed"), "{refused}");
+    assert!(refused.contains("--confirm-change"), "{refused}");
+    // Nothing was answered: the request still waits.
+    assert_eq!(
+        crate::process::consent_id(&admin, "desk-lamp").await,
+        Some(id)
+    );
+    let confirmed = scratch.run(&[
+        "pairings",
+        "approve",
+        &id.to_string(),
+        "--grant",
+        "read_light",
+        "--confirm-change",
+    ]);
+    assert_eq!(confirmed.status.code(), Some(0), "{confirmed:?}");
+    eventually("the second lamp connected", || async {
+        (devices(&admin).await.first()?["connected"] == true).then_some(())
+    })
+    .await;
+}
