@@ -87,7 +87,7 @@ pub async fn connect(url: &str, key: &StaticKey) -> Dk2 {
     }
 }
 
-async fn next_binary(socket: &mut Socket) -> Option<Vec<u8>> {
+pub async fn next_binary(socket: &mut Socket) -> Option<Vec<u8>> {
     loop {
         match socket.next().await? {
             Ok(Message::Binary(bytes)) => return Some(bytes.to_vec()),
@@ -737,5 +737,92 @@ async fn off_loopback_v1_is_refused_before_the_upgrade_and_dk2_works() {
         .headers_mut()
         .insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
     assert!(tokio_tungstenite::connect_async(request).await.is_err());
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repairing_with_another_key_or_over_v1_says_so_and_needs_its_own_confirmation() {
+    // On loopback, where v1 is allowed.
+    let running = start(Limits::default()).await;
+    let first = StaticKey::generate().unwrap();
+    let paired = pair(&running, &first, manifest("lamp"), &["read_light"]).await;
+    drop(paired);
+    running.wait_disconnected("lamp").await;
+
+    // Another key asks to pair the same id: the prompt says the key
+    // changed, and a plain yes pairs nothing.
+    let other = StaticKey::generate().unwrap();
+    for confirm in [false, true] {
+        let mut device = connect(&running.device_url, &other).await;
+        device
+            .send(json!({"type": "device:hello", "manifest": manifest("lamp")}))
+            .await;
+        exchange(&mut device, dk_channel::random_nonce().unwrap())
+            .await
+            .unwrap();
+        let prompt = running.next_consent().await;
+        assert_eq!(
+            prompt["request"]["replaces"]["credential"], "keyChanged",
+            "{prompt}"
+        );
+        let id = prompt["id"].as_u64().unwrap();
+        let answer = running
+            .admin
+            .post(
+                &format!("/v1/pending/{id}/consent"),
+                &json!({"approved": true, "grant": ["read_light"],
+                        "confirmCredentialChange": confirm}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 204);
+        if confirm {
+            assert_eq!(
+                device.next().await.unwrap(),
+                json!({"type": "device:paired"})
+            );
+        } else {
+            let closed = tokio::time::timeout(Duration::from_secs(10), device.closed())
+                .await
+                .expect("a plain yes paired the changed key");
+            assert_eq!(closed.code, 4001, "{closed:?}");
+            assert!(closed.reason.contains("key changed"), "{closed:?}");
+            // Still paired with the first key, which reconnects by key.
+            let mut again = connect(&running.device_url, &first).await;
+            again
+                .send(json!({"type": "device:auth", "deviceId": "lamp", "manifest": manifest("lamp")}))
+                .await;
+            running.wait_connected("lamp").await;
+            drop(again);
+            running.wait_disconnected("lamp").await;
+        }
+    }
+
+    // Over v1, for an id paired over dk/2: the prompt says encryption
+    // would be dropped.
+    let mut socket = crate::net::raw(&running.device_url).await.unwrap();
+    crate::net::send(
+        &mut socket,
+        json!({"type": "device:hello", "manifest": manifest("lamp")}),
+    )
+    .await;
+    let prompt = running.next_consent().await;
+    assert_eq!(prompt["request"]["channel"], "v1", "{prompt}");
+    assert_eq!(
+        prompt["request"]["replaces"]["credential"], "encryptionDropped",
+        "{prompt}"
+    );
+    let id = prompt["id"].as_u64().unwrap();
+    let answer = running
+        .admin
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true, "grant": ["read_light"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 204);
+    let closed = crate::net::closed(&mut socket).await.unwrap();
+    assert_eq!(closed.0, 4001, "{closed:?}");
     running.stop().await;
 }

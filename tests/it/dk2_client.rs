@@ -1,15 +1,15 @@
 //! dk-device's own client over dk/2 against a real vessel: the code it
 //! computes is the one the person sees, its key file keeps the key and the
 //! vessel's pin privately, it reconnects by key, a vessel with another key
-//! gets nothing from it, and a vessel that does not answer `dk.2` is never
-//! spoken to in v1.
+//! gets nothing from it, a vessel presenting a low-order key is closed
+//! 4012, and a vessel that does not answer `dk.2` is never spoken to in v1.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dk_device::samples::Lamp;
-use dk_device::{ClientError, ClientOptions};
+use dk_device::{ClientError, ClientOptions, ConnectionEvent};
 use dk_vessel::Limits;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -666,4 +666,166 @@ async fn a_pairing_frame_after_pairing_ends_the_connection() {
     );
     // The pairing itself went through: the key file kept the pin.
     assert_eq!(key_file_json(&key_file)["paired"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vessel_presenting_a_low_order_key_is_closed_4012_before_the_device_says_anything() {
+    let key = dk_channel::StaticKey::generate().unwrap();
+    for zero in [
+        dk_channel::LowOrderSlot::Static,
+        dk_channel::LowOrderSlot::Ephemeral,
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/device", listener.local_addr().unwrap());
+        let server = async {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
+                .await
+                .unwrap();
+            let mut responder =
+                dk_channel::Responder::presenting_low_order_for_tests(&key, zero).unwrap();
+            let first = FakeVessel::next_binary(&mut socket).await;
+            responder.read_first(&first).unwrap();
+            let second = responder.second_message().unwrap();
+            socket.send(Message::binary(second)).await.unwrap();
+            // What the device sends next: nothing but its close.
+            let mut spoke = Vec::new();
+            while let Some(Ok(message)) = socket.next().await {
+                if let Message::Close(frame) = message {
+                    return (frame.map(|f| u16::from(f.code)), spoke);
+                }
+                spoke.push(message);
+            }
+            (None, spoke)
+        };
+        let dir = temp_dir();
+        let mut options = options(&url, &dir.path().join("lamp.key"));
+        let device = Lamp::new().device();
+        let client = dk_device::connect_once(&device, &mut options, std::future::pending());
+        let ((closed, spoke), ended) = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures::future::join(server, client),
+        )
+        .await
+        .unwrap();
+        assert_eq!(closed, Some(4012), "{zero}");
+        assert!(spoke.is_empty(), "{zero}: the device sent {spoke:?}");
+        // Not a refusal from the vessel: the device would try again.
+        let Err(ClientError::Connect(why)) = &ended else {
+            panic!("{zero}: {ended:?}")
+        };
+        assert!(
+            why.contains(&format!("{zero} key is a low-order point")),
+            "{why}"
+        );
+    }
+}
+
+/// A front before the vessel at `target` that answers its first two
+/// connections with a forged HTTP 403 and the next two with an upgrade that
+/// names no subprotocol (both outside the channel, as anyone on the path
+/// could), then forwards every later connection to the vessel.
+async fn forging_front(target: String) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut accepted = 0;
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            accepted += 1;
+            match accepted {
+                1 | 2 => {
+                    // Read the upgrade request, answer 403.
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match inbound.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = r#"{"error":"forged on the path"}"#;
+                    let answer = format!(
+                        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = inbound.write_all(answer.as_bytes()).await;
+                }
+                3 | 4 => {
+                    if let Ok(mut socket) = tokio_tungstenite::accept_async(inbound).await {
+                        let _ = socket.close(None).await;
+                    }
+                }
+                _ => {
+                    let target = target.clone();
+                    tokio::spawn(async move {
+                        let mut outbound = tokio::net::TcpStream::connect(&target).await.unwrap();
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    });
+                }
+            }
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paired_device_outlasts_forged_refusals_at_the_upgrade_and_stops_on_one_inside_the_channel()
+ {
+    // Beyond loopback, so that the front's Host is taken.
+    let running = start_at("0.0.0.0:0", Limits::default()).await;
+    let dir = temp_dir();
+    let key_file = dir.path().join("lamp.key");
+    let lamp = Lamp::new();
+    let run = DeviceRun::spawn(lamp.device(), options(&running.device_url, &key_file));
+    running.approve_next(&["read_light"]).await;
+    running.wait_connected("desk-lamp").await;
+    wait_paired(&key_file).await;
+    run.stop().await.unwrap();
+    running.wait_disconnected("desk-lamp").await;
+
+    // The paired lamp again, through a path that forges two 403s and two
+    // upgrades without `dk.2`: it keeps trying, says why, and gets through.
+    let front = forging_front(running.device_addr()).await;
+    let heard = Arc::new(Mutex::new(Vec::<ConnectionEvent>::new()));
+    let hear = Arc::clone(&heard);
+    let run = DeviceRun::spawn(
+        lamp.device(),
+        options(&front, &key_file).on_connection(move |event| {
+            hear.lock().unwrap().push(event.clone());
+        }),
+    );
+    running.wait_connected("desk-lamp").await;
+    let outcome = running
+        .call("device__desk_lamp__read_light", json!({}), 5000)
+        .await;
+    assert_eq!(outcome["ok"], true, "{outcome}");
+    let heard = heard.lock().unwrap().clone();
+    let whys: Vec<&str> = heard
+        .iter()
+        .filter_map(|event| match event {
+            ConnectionEvent::Disconnected { why, .. } => Some(why.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(whys.len(), 4, "{heard:?}");
+    for why in &whys[..2] {
+        assert!(why.contains("HTTP 403"), "{why}");
+        assert!(why.contains("outside the channel"), "{why}");
+    }
+    for why in &whys[2..] {
+        assert!(why.contains("dk.2"), "{why}");
+        assert!(why.contains("outside the channel"), "{why}");
+    }
+    assert_eq!(heard.last(), Some(&ConnectionEvent::Connected), "{heard:?}");
+
+    // A refusal inside the channel still stops it: the person unpairs.
+    let answer = running.admin.delete("/v1/devices/desk-lamp").await.unwrap();
+    assert!(answer.status < 300, "{answer:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+    running.stop().await;
 }

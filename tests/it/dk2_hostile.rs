@@ -2,19 +2,20 @@
 //! finish, are cut, replayed or garbled; records replayed, altered, without
 //! a header or with one of another kind; Noise messages over their size; a
 //! frame over the limit in pieces; text after the handshake; floods of
-//! records and of handshakes. Each is refused promptly with one close code
+//! records and of handshakes; a static or ephemeral key that is a
+//! low-order point. Each is refused promptly with one close code
 //! (4012 for whatever fails in the channel), and the good lamp keeps
 //! answering.
 
 use std::time::{Duration, Instant};
 
-use dk_channel::{FrameKind, Initiator, StaticKey};
+use dk_channel::{FrameKind, Initiator, LowOrderSlot, RecordLimits, StaticKey};
 use dk_vessel::Limits;
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::dk2::{Dk2, answer_calls, connect, connect_offering, pair};
+use crate::dk2::{Dk2, answer_calls, connect, connect_offering, next_binary, pair};
 use crate::net::{Running, Socket, manifest, start};
 
 /// A refusal comes before the handshake deadline (1.5 s below) could have
@@ -293,4 +294,48 @@ async fn a_hostile_dk2_device_never_disturbs_a_good_one() {
     );
     running.stop().await;
     let _ = answering.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_presenting_a_low_order_key_is_closed_4012_and_never_paired() {
+    let running = start(Limits::default()).await;
+    let key = StaticKey::generate().unwrap();
+    for zero in [LowOrderSlot::Static, LowOrderSlot::Ephemeral] {
+        let mut socket = dk2_socket(&running).await;
+        let mut initiator = Initiator::presenting_low_order_for_tests(&key, zero).unwrap();
+        socket
+            .send(Message::binary(initiator.first_message().unwrap()))
+            .await
+            .unwrap();
+        if zero == LowOrderSlot::Static {
+            // The point 0 as the device's static key: the key agreements
+            // with it are zeros the device need not hold a key for, and it
+            // finishes the handshake and asks to pair as any device does.
+            let second = next_binary(&mut socket).await.expect("message 2");
+            initiator.read_second(&second).unwrap();
+            let (third, established) = initiator.third_message().unwrap();
+            let _ = socket.send(Message::binary(third)).await;
+            let (mut sealer, _) = established.split(RecordLimits {
+                max_text: 1 << 20,
+                max_binary: 1 << 20,
+            });
+            let hello = json!({"type": "device:hello", "manifest": manifest("zero-lamp")});
+            for record in sealer
+                .seal(FrameKind::Text, hello.to_string().as_bytes())
+                .unwrap()
+            {
+                let _ = socket.send(Message::binary(record)).await;
+            }
+        }
+        let (code, _) = tokio::time::timeout(Duration::from_secs(10), close_code(&mut socket))
+            .await
+            .unwrap_or_else(|_| panic!("{zero}: the vessel kept the connection open"));
+        assert_eq!(code, 4012, "{zero}");
+    }
+    // Nobody was asked to pair it.
+    assert_eq!(
+        running.admin.get("/v1/pending").await.unwrap().body,
+        json!([])
+    );
+    running.stop().await;
 }

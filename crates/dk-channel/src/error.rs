@@ -23,6 +23,14 @@ pub enum ChannelError {
     /// A handshake step taken out of turn, or after a failure.
     #[error("handshake step out of order")]
     HandshakeOrder,
+    /// The peer's static or ephemeral key is a low-order X25519 point (0,
+    /// 1 or another of the few the key agreement maps to all zeros):
+    /// nothing secret would come of it, and anyone can present such a
+    /// static key as their own.
+    #[error(
+        "the peer's {0} key is a low-order point, which contributes nothing to the key agreement"
+    )]
+    LowOrderKey(LowOrderSlot),
     /// A message that did not decrypt: altered, replayed, reordered, cut,
     /// or from another session.
     #[error("a message failed to decrypt")]
@@ -62,6 +70,24 @@ pub enum ChannelError {
     /// that dk-channel's own checks should have made impossible).
     #[error("noise: {0}")]
     Noise(#[source] NoiseError),
+}
+
+/// Which of a peer's keys [`ChannelError::LowOrderKey`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LowOrderSlot {
+    /// Its long-term static key.
+    Static,
+    /// The ephemeral key of this handshake.
+    Ephemeral,
+}
+
+impl std::fmt::Display for LowOrderSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LowOrderSlot::Static => "static",
+            LowOrderSlot::Ephemeral => "ephemeral",
+        })
+    }
 }
 
 /// An error from the Noise library, kept as the source of

@@ -12,16 +12,24 @@
 //!
 //! Each side's steps must come in this order; a step out of turn, a message
 //! of another length or one that does not decrypt fails the handshake, and
-//! a failed side refuses every step after.
+//! a failed side refuses every step after. A peer's ephemeral key (the clear
+//! first 32 bytes of messages 1 and 2) and its static key (known once
+//! message 2 or 3 is read) must not be low-order points: with one, a key
+//! agreement gives zeros that anyone can compute, and a static key of the
+//! point 0 would be a credential anyone can present.
 
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::{ChannelError, from_noise, unsupported};
+use crate::error::{ChannelError, LowOrderSlot, from_noise, unsupported};
 use crate::keys::{PublicKey, StaticKey};
-use crate::noise::builder;
+use crate::noise::{builder, is_low_order};
 use crate::protocol::{HANDSHAKE_LENGTHS, PROLOGUE, TAG_LEN};
 use crate::record::{Opener, RecordLimits, Sealer};
+
+#[cfg(feature = "vectors")]
+#[path = "tests/hostile_peer.rs"]
+mod hostile_peer;
 
 /// A handshake state for one side, with the ephemeral key fixed when one
 /// is given (test vectors only).
@@ -30,7 +38,17 @@ fn start(
     ephemeral: Option<&[u8; 32]>,
     initiator: bool,
 ) -> Result<snow::HandshakeState, ChannelError> {
-    let mut builder = builder()?
+    start_with(builder()?, key, ephemeral, initiator)
+}
+
+/// [`start`] on a given builder.
+fn start_with(
+    builder: snow::Builder<'static>,
+    key: &StaticKey,
+    ephemeral: Option<&[u8; 32]>,
+    initiator: bool,
+) -> Result<snow::HandshakeState, ChannelError> {
+    let mut builder = builder
         .prologue(PROLOGUE)
         .map_err(from_noise)?
         .local_private_key(key.secret())
@@ -84,6 +102,13 @@ fn read(state: &mut snow::HandshakeState, step: u8, message: &[u8]) -> Result<()
             expected,
         });
     }
+    // Messages 1 and 2 open with the sender's ephemeral key, in clear.
+    if step != 3
+        && let Some(ephemeral) = message.first_chunk::<32>()
+        && is_low_order(ephemeral)?
+    {
+        return Err(ChannelError::LowOrderKey(LowOrderSlot::Ephemeral));
+    }
     let mut payload = [0u8; 0];
     state
         .read_message(message, &mut payload)
@@ -97,6 +122,9 @@ fn remote_of(state: &snow::HandshakeState) -> Result<PublicKey, ChannelError> {
         .get_remote_static()
         .ok_or(ChannelError::HandshakeOrder)?;
     let bytes = <[u8; 32]>::try_from(remote).map_err(|_| unsupported())?;
+    if is_low_order(&bytes)? {
+        return Err(ChannelError::LowOrderKey(LowOrderSlot::Static));
+    }
     Ok(PublicKey::from_bytes(bytes))
 }
 
@@ -374,4 +402,41 @@ fn fixed_handshake() -> Result<(Established, Established), ChannelError> {
     initiator.read_second(&responder.second_message()?)?;
     let (third, device_side) = initiator.third_message()?;
     Ok((device_side, responder.read_third(&third)?))
+}
+
+#[cfg(feature = "vectors")]
+impl Initiator {
+    /// A hostile device for tests (the `vectors` feature): it presents the
+    /// point 0 as its `zero` key (static or ephemeral), computing the
+    /// all-zero key agreements its peer computes with it; `key` is its
+    /// other, real static key when `zero` is the ephemeral one.
+    #[doc(hidden)]
+    pub fn presenting_low_order_for_tests(
+        key: &StaticKey,
+        zero: LowOrderSlot,
+    ) -> Result<Initiator, ChannelError> {
+        let builder = hostile_peer::hostile_builder(zero)?;
+        Ok(Initiator {
+            state: start_with(builder, key, None, true)?,
+            turn: Turn::First,
+        })
+    }
+}
+
+#[cfg(feature = "vectors")]
+impl Responder {
+    /// A hostile vessel for tests (the `vectors` feature): it presents the
+    /// point 0 as its `zero` key (static or ephemeral), as
+    /// [`Initiator::presenting_low_order_for_tests`] does.
+    #[doc(hidden)]
+    pub fn presenting_low_order_for_tests(
+        key: &StaticKey,
+        zero: LowOrderSlot,
+    ) -> Result<Responder, ChannelError> {
+        let builder = hostile_peer::hostile_builder(zero)?;
+        Ok(Responder {
+            state: start_with(builder, key, None, false)?,
+            turn: Turn::First,
+        })
+    }
 }

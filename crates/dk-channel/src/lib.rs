@@ -11,8 +11,10 @@
 //! - [`Initiator`] and [`Responder`]: `Noise_XX_25519_ChaChaPoly_SHA256`
 //!   with the prologue `dk/2` and empty payloads, so the three messages are
 //!   exactly 32, 96 and 64 bytes; the device sees the vessel's static key
-//!   after message 2 and can refuse it before it sends message 3. Both end
-//!   in an [`Established`] channel.
+//!   after message 2 and can refuse it before it sends message 3. Both
+//!   refuse a peer's static or ephemeral key that is a low-order point
+//!   ([`ChannelError::LowOrderKey`]). Both end in an [`Established`]
+//!   channel.
 //! - [`Sealer`] and [`Opener`]: one Noise transport message per record, a
 //!   header byte saying text or binary and whether more pieces follow, a
 //!   frame's size limit checked while its pieces arrive. They are owned
@@ -38,7 +40,7 @@ mod pairing;
 mod protocol;
 mod record;
 
-pub use error::{ChannelError, NoiseError};
+pub use error::{ChannelError, LowOrderSlot, NoiseError};
 pub use handshake::{Established, Initiator, Responder};
 pub use hex::{from_hex32, to_hex32};
 pub use keys::{PublicKey, StaticKey};

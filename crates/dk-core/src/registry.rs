@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use dk_proto::admin::CredentialChange;
 use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
 use rand::Rng;
 use serde::Serialize;
@@ -127,6 +128,12 @@ pub struct Replaced {
     /// Every capability added, removed or changed, in the new manifest's
     /// order (removed ones last); empty when the capabilities are the same.
     pub changes: Vec<CapabilityChange>,
+    /// How the credential differs: the dk/2 key changed, or the device asks
+    /// over v1 where it was paired over dk/2. A yes must confirm it
+    /// ([`ConsentDecision::confirmed_credential_change`]). Absent from
+    /// the JSON when the credential is the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<CredentialChange>,
 }
 
 /// How one capability of a re-pairing differs from the approved manifest.
@@ -280,6 +287,10 @@ pub struct ConsentDecision {
     /// Who answered (the pairing's audit entry names it), when a front
     /// end says.
     pub by: Option<By>,
+    /// For a re-pairing whose credential changed (another dk/2 key, or v1
+    /// where it was paired over dk/2): the person confirms it knowingly.
+    /// A yes without it pairs nothing.
+    pub confirmed_credential_change: bool,
 }
 
 impl ConsentDecision {
@@ -290,12 +301,20 @@ impl ConsentDecision {
             grant: grant.into_iter().map(Into::into).collect(),
             confirmed_without_code: false,
             by: None,
+            confirmed_credential_change: false,
         }
     }
 
     /// The same answer, given through `by`.
     pub fn by(mut self, by: By) -> ConsentDecision {
         self.by = Some(by);
+        self
+    }
+
+    /// The same answer, also confirming that the device's credential
+    /// changed ([`Replaced::credential`]).
+    pub fn credential_change_confirmed(mut self) -> ConsentDecision {
+        self.confirmed_credential_change = true;
         self
     }
 
@@ -325,6 +344,10 @@ pub enum PairError {
     /// without it.
     #[error("the person did not confirm pairing a device that cannot show a code")]
     NoScreenNotConfirmed,
+    /// The device's key changed, or it dropped encryption, since the
+    /// pairing it replaces, and the person did not confirm that.
+    #[error("the person did not confirm that the device's key changed or that it drops encryption")]
+    CredentialChangeNotConfirmed,
     /// The store could not commit the pairing; nothing was paired.
     #[error("the pairing could not be saved: {0}")]
     NotStored(#[source] StoreError),
@@ -697,10 +720,11 @@ impl DeviceRegistry {
                     confirm: c.confirm(),
                 })
                 .collect(),
-            replaces: self.replaced(&manifest).map(Box::new),
+            replaces: self.replaced(&manifest, key.as_ref()).map(Box::new),
             no_screen: manifest.no_screen(),
             channel,
         };
+        let credential = request.replaces.as_ref().and_then(|old| old.credential);
         // What the person is shown as replaced must be what is replaced.
         let seen = self.get(manifest.id()).map(|d| d.generation);
         let decision = match tokio::time::timeout(timeout, consent(request)).await {
@@ -709,6 +733,9 @@ impl DeviceRegistry {
         };
         if manifest.no_screen() && !decision.confirmed_without_code {
             return Err(PairError::NoScreenNotConfirmed);
+        }
+        if credential.is_some() && !decision.confirmed_credential_change {
+            return Err(PairError::CredentialChangeNotConfirmed);
         }
         let unknown: Vec<String> = decision
             .grant
@@ -869,10 +896,18 @@ impl DeviceRegistry {
     }
 
     /// What pairing `device_id` again would replace.
-    fn replaced(&self, new: &Manifest) -> Option<Replaced> {
+    fn replaced(&self, new: &Manifest, key: Option<&[u8; 32]>) -> Option<Replaced> {
         self.read().get(new.id()).map(|e| {
             let old = &e.device.manifest;
+            let credential = match (&e.device.key, key) {
+                (Some(pinned), Some(key)) if !bool::from(pinned.ct_eq(key)) => {
+                    Some(CredentialChange::KeyChanged)
+                }
+                (Some(_), None) => Some(CredentialChange::EncryptionDropped),
+                _ => None,
+            };
             Replaced {
+                credential,
                 paired_at_ms: epoch_ms(e.device.paired_at),
                 grants: e.grants.iter().cloned().collect(),
                 was_name: (old.name() != new.name()).then(|| old.name().to_owned()),

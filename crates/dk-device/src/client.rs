@@ -17,6 +17,7 @@ mod connection;
 mod error;
 mod key_file;
 mod options;
+mod private_file;
 mod secure;
 mod tls;
 mod token_file;
@@ -31,7 +32,7 @@ pub use backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, STABLE_SESSION};
 use connection::printable;
 pub use connection::{CONNECT_TIMEOUT, SessionEnd, connect_once};
 pub use error::ClientError;
-pub use options::ClientOptions;
+pub use options::{ClientOptions, ConnectionEvent};
 
 use crate::Device;
 
@@ -39,6 +40,12 @@ use crate::Device;
 /// pairs or authenticates, serves calls, and reconnects after every
 /// connection that ends for a reason the device can outlast (a close with
 /// another code, a dropped connection, a connection that cannot be opened).
+///
+/// A paired dk/2 device also retries what reaches it outside the channel and
+/// would otherwise stop it: an HTTP 403 at the upgrade, an upgrade without
+/// `dk.2` (both forgeable by anyone on the path); it stops only on refusals
+/// announced inside the channel. A device that is not paired yet stops on
+/// them, for the person beside it to see.
 ///
 /// Reconnects wait a random time up to a ceiling that starts at the
 /// initial backoff and doubles each time, capped at the maximum; a
@@ -70,6 +77,16 @@ pub async fn run_client(
             }
             Ok(SessionEnd::Lost) => "connection lost".to_owned(),
             Err(ClientError::Connect(why)) => why,
+            // A paired dk/2 device's refusals come inside the channel; a
+            // 403 or an upgrade without `dk.2` comes before it, where anyone
+            // on the path can forge one to stop the device for good.
+            Err(e @ (ClientError::Refused(_) | ClientError::NotDk2)) if options.is_paired_dk2() => {
+                tracing::warn!(
+                    error = %e,
+                    "an answer from outside the channel, which anyone on the path can forge: trying again"
+                );
+                format!("{e} (outside the channel: trying again)")
+            }
             Err(e) => return Err(e),
         };
         if started.elapsed() >= STABLE_SESSION {
@@ -84,6 +101,10 @@ pub async fn run_client(
             attempts.saturating_sub(1),
         );
         tracing::info!(url = %printable(&options.url), %last, ?delay, "reconnecting");
+        options.tell(&ConnectionEvent::Disconnected {
+            why: last,
+            retry_in: delay,
+        });
         tokio::select! {
             () = &mut shutdown => return Ok(()),
             () = tokio::time::sleep(delay) => {}

@@ -51,8 +51,8 @@ mod serve;
 mod stream;
 
 pub use client::{
-    CONNECT_TIMEOUT, ClientError, ClientOptions, DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF,
-    STABLE_SESSION, SessionEnd, connect_once, run_client,
+    CONNECT_TIMEOUT, ClientError, ClientOptions, ConnectionEvent, DEFAULT_INITIAL_BACKOFF,
+    DEFAULT_MAX_BACKOFF, STABLE_SESSION, SessionEnd, connect_once, run_client,
 };
 pub use device::{DefineError, Device, DeviceBuilder, HandlerError};
 pub use event::{EmitError, EventReceiver, EventSender};

@@ -337,6 +337,7 @@ async fn answer_consent(
         grant: answer.grant,
         confirmed_without_code: answer.confirm_without_code,
         by: Some(By::admin_api()),
+        confirmed_credential_change: answer.confirm_credential_change,
     };
     match admin.vessel.person().answer_consent(id, decision) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),

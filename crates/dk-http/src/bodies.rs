@@ -97,6 +97,7 @@ fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
             was_name: old.was_name,
             was_kind: old.was_kind,
             changes: old.changes.into_iter().map(change_body).collect(),
+            credential: old.credential,
         }),
         no_screen: request.no_screen,
         channel: request.channel,

@@ -830,6 +830,7 @@ async fn answer_pairing(
             grant: form.all("grant"),
             confirmed_without_code: form.get("without_code") == Some("yes"),
             by: Some(signed.by()),
+            confirmed_credential_change: form.get("credential_change") == Some("yes"),
         },
         Some("refuse") => ConsentDecision::refuse().by(signed.by()),
         _ => return refusal_page(StatusCode::BAD_REQUEST, "answer `pair` or `refuse`"),

@@ -78,6 +78,11 @@ pub struct ConsentAnswer {
     /// Needed, as `true`, to pair a device that cannot show a code.
     #[serde(default, skip_serializing_if = "is_false")]
     pub confirm_without_code: bool,
+    /// Needed, as `true`, to pair an id whose pairing this one replaces
+    /// with another key or without encryption
+    /// ([`Replaced::credential`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub confirm_credential_change: bool,
 }
 
 /// `POST /v1/pending/{id}/approval`: the person's answer to an agent's call.
@@ -167,6 +172,41 @@ pub struct Replaced {
     pub was_kind: Option<String>,
     /// Every capability added, removed or changed.
     pub changes: Vec<CapabilityChange>,
+    /// How the device's credential differs from the paired one's: its dk/2
+    /// key changed, or it asks over v1 where it was paired over dk/2. The
+    /// person must confirm it knowingly (`confirmCredentialChange`).
+    /// Absent when it is the same (and from an older vessel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<CredentialChange>,
+}
+
+/// How the device asking to pair differs in its credential from the device
+/// paired under its id: a change the code cannot vouch for, since the code
+/// proves only which device is asking now, not that it is the one paired
+/// before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CredentialChange {
+    /// Paired over dk/2 with one key, it asks with another: another device
+    /// (or the same one reset) claims the id.
+    KeyChanged,
+    /// Paired over dk/2, it asks over v1: pairing it drops the encryption
+    /// and makes its credential a token anyone on the path can copy.
+    EncryptionDropped,
+}
+
+impl CredentialChange {
+    /// The change in plain words, as every front end says it.
+    pub fn words(self) -> &'static str {
+        match self {
+            CredentialChange::KeyChanged => {
+                "its key changed: the device paired under this id had another key, so this may be another device"
+            }
+            CredentialChange::EncryptionDropped => {
+                "encryption would be dropped: the device paired under this id was paired over dk/2 (encrypted) and now asks over v1 (not encrypted)"
+            }
+        }
+    }
 }
 
 /// How one capability of a re-pairing differs from the approved manifest.

@@ -48,6 +48,10 @@ pub enum PairingsCommand {
         /// is the device in front of you.
         #[arg(long)]
         without_code: bool,
+        /// Pair a device whose key changed, or that asks over v1 where it
+        /// was paired over dk/2, knowing it may be another device.
+        #[arg(long)]
+        confirm_change: bool,
     },
     /// Refuse a pairing request.
     Refuse {
@@ -309,6 +313,12 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                             }
                         );
                         println!("      channel  {}", channel_words(r.channel));
+                        if let Some(change) = r.replaces.as_ref().and_then(|old| old.credential) {
+                            println!("      WARNING  {}", change.words());
+                            println!(
+                                "               the code proves which device is asking now, not that it is the one paired before; approve with --confirm-change only if you mean it"
+                            );
+                        }
                         if let Some(old) = &r.replaces {
                             println!(
                                 "      replaces: {}, granted {}",
@@ -336,13 +346,34 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                 id,
                 grant,
                 without_code,
+                confirm_change,
             } => {
+                if !confirm_change {
+                    let listed: Vec<api::Pending> =
+                        ok_as(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?;
+                    let change = listed
+                        .iter()
+                        .find(|p| p.id == id)
+                        .and_then(|p| match &p.prompt {
+                            api::Prompt::Consent(r) => {
+                                r.replaces.as_ref().and_then(|old| old.credential)
+                            }
+                            api::Prompt::Approval(_) => None,
+                        });
+                    if let Some(change) = change {
+                        return Err(format!(
+                            "{}: pass --confirm-change to pair it knowingly, or refuse it",
+                            change.words()
+                        ));
+                    }
+                }
                 ok(c.post(
                     &format!("/v1/pending/{id}/consent"),
                     &api::ConsentAnswer {
                         approved: true,
                         grant,
                         confirm_without_code: without_code,
+                        confirm_credential_change: confirm_change,
                     },
                 )
                 .await

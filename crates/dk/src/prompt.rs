@@ -26,11 +26,15 @@ use dk_vessel::{
     allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember},
     by::By,
     person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt},
-    registry::{ChangeKind, ConsentDecision},
+    registry::{ChangeKind, ConsentDecision, CredentialChange},
 };
 use tokio::sync::mpsc;
 
 use crate::input::{channel_words, printable};
+
+/// What the person types before the grant to pair a device whose key
+/// changed or that drops encryption, knowingly.
+const CONFIRM_CHANGE: &str = "pair anyway:";
 
 /// Reads lines from standard input on a thread of its own (a blocking read
 /// cannot be cancelled; the thread ends with the process).
@@ -150,6 +154,13 @@ fn show(prompt: &PendingPrompt) {
                     println!("  {label:<8} {}", printable(&change.summary));
                 }
             }
+            let credential = request.replaces.as_ref().and_then(|old| old.credential);
+            if let Some(change) = credential {
+                println!("  WARNING  {}", change.words());
+                println!(
+                    "           the code proves which device is asking now, not that it is the one paired before"
+                );
+            }
             if request.no_screen {
                 println!(
                     "  WARNING  this device says it has no screen: it cannot show a code, so NOTHING proves"
@@ -183,7 +194,20 @@ fn show(prompt: &PendingPrompt) {
                 );
             }
             let id = prompt.id;
-            if request.no_screen {
+            if let Some(change) = credential {
+                let first = if request.no_screen {
+                    "pair without code: "
+                } else {
+                    ""
+                };
+                let what = match change {
+                    CredentialChange::KeyChanged => "its key changed",
+                    CredentialChange::EncryptionDropped => "it drops encryption",
+                };
+                println!(
+                    "To pair it although {what}, type `{id} {first}{CONFIRM_CHANGE} ` then what to grant (e.g. `{id} {first}{CONFIRM_CHANGE} 1,3`); `{id} no` refuses"
+                );
+            } else if request.no_screen {
                 println!(
                     "To pair it anyway, type `{id} pair without code: ` then what to grant (e.g. `{id} pair without code: 1,3`); `{id} no` refuses"
                 );
@@ -362,8 +386,21 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
                 Some(rest) => (rest.trim().to_owned(), true),
                 None => (line, false),
             };
+            let (line, change_confirmed) = match line.strip_prefix(CONFIRM_CHANGE) {
+                Some(rest) => (rest.trim().to_owned(), true),
+                None => (line, false),
+            };
             if request.no_screen && !without_code && !matches!(line.as_str(), "no" | "n") {
                 return Err("this device cannot show a code: type `pair without code: ` and what to grant, or `no`".to_owned());
+            }
+            if let Some(change) = request.replaces.as_ref().and_then(|old| old.credential)
+                && !change_confirmed
+                && !matches!(line.as_str(), "no" | "n")
+            {
+                return Err(format!(
+                    "{}: type `{CONFIRM_CHANGE} ` and what to grant if you mean it, or `no`",
+                    change.words()
+                ));
             }
             let grant: Vec<String> =
                 match line.as_str() {
@@ -423,6 +460,9 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             let mut decision = ConsentDecision::approve(grant).by(By::terminal());
             if without_code {
                 decision = decision.without_code_confirmed();
+            }
+            if change_confirmed {
+                decision = decision.credential_change_confirmed();
             }
             vessel
                 .person()
@@ -564,6 +604,66 @@ mod tests {
         answer(&vessel, &prompt, "pair without code: 1").unwrap();
         assert!(pairing.await.unwrap());
         assert!(vessel.registry().is_granted("desk-lamp", "read_light"));
+    }
+
+    /// Starts a dk/2 pairing of the lamp with `key` that waits for the
+    /// person; returns its prompt and whether it paired.
+    async fn asks_with_key(
+        vessel: &Arc<Vessel>,
+        key: [u8; 32],
+    ) -> (PendingPrompt, tokio::task::JoinHandle<bool>) {
+        let manifest = dk_proto::validate_manifest(&lamp()).unwrap();
+        let asking = Arc::clone(vessel);
+        let pairing = tokio::spawn(async move {
+            let person = Arc::clone(asking.person());
+            asking
+                .registry()
+                .pair_with_key(manifest, "123456".to_owned(), key, |r| async move { Ok::<_, ()>(person.ask_consent(r, Duration::from_secs(60)).await) }, Duration::from_secs(60))
+                .await
+                .is_ok()
+        });
+        loop {
+            if let Some(p) = vessel
+                .person()
+                .pending()
+                .into_iter()
+                .find(|p| matches!(&p.prompt, Prompt::Consent(_)))
+            {
+                return (p, pairing);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_changed_key_or_dropped_encryption_needs_the_words() {
+        let vessel = Vessel::new(PolicySet::empty(), Limits::default());
+        // Paired over dk/2 with one key.
+        let (prompt, pairing) = asks_with_key(&vessel, [1; 32]).await;
+        answer(&vessel, &prompt, "1").unwrap();
+        assert!(pairing.await.unwrap());
+        // Another key, then v1, for the same id: a plain yes is refused
+        // with what changed, and the words pair it.
+        for key in [Some([2; 32]), None] {
+            let (prompt, pairing) = match key {
+                Some(key) => asks_with_key(&vessel, key).await,
+                None => consent_prompt(&vessel).await,
+            };
+            let Prompt::Consent(request) = &prompt.prompt else {
+                panic!("{prompt:?}")
+            };
+            let expected = match key {
+                Some(_) => CredentialChange::KeyChanged,
+                None => CredentialChange::EncryptionDropped,
+            };
+            let said = request.replaces.as_ref().and_then(|old| old.credential);
+            assert_eq!(said, Some(expected));
+            let refused = answer(&vessel, &prompt, "all").unwrap_err();
+            assert!(refused.contains(expected.words()), "{refused}");
+            assert!(refused.contains("pair anyway:"), "{refused}");
+            answer(&vessel, &prompt, "pair anyway: 1").unwrap();
+            assert!(pairing.await.unwrap());
+        }
     }
 
     /// Starts a pairing of a lamp with its own id; returns its prompt.

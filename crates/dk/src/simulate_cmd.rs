@@ -5,8 +5,10 @@
 //! admits them (`dk vessel --config`, see docs/CONFIG.md). The devices speak
 //! dk/2 (encrypted, the code computed on both sides) unless `--v1` is given.
 //! The first run pairs and prints the code to compare with the vessel's
-//! prompt; the device key (dk/2) or token (v1) is kept in a file so later
-//! runs reconnect on their own. Each call received is printed. Ctrl-C closes
+//! prompt; the device key (dk/2) or token (v1) is kept in a file (in dk's
+//! home, `devices/<id>.key`, unless `--key-file` names one) so later runs
+//! reconnect on their own. Each call received is printed, and each
+//! disconnect (with why) and reconnect. Ctrl-C closes
 //! the connection and exits.
 
 use std::future::Future;
@@ -17,8 +19,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use dk_device::samples::{Desktop, Lamp, Lock, Thermostat, VOICE_FRAME_MS, Voice};
 use dk_device::{
-    ClientOptions, DEFAULT_STREAM_QUEUE, Device, Notice, ServeOptions, StreamSendError,
-    StreamSender, run_client, stream_channel,
+    ClientOptions, ConnectionEvent, DEFAULT_STREAM_QUEUE, Device, Notice, ServeOptions,
+    StreamSendError, StreamSender, run_client, stream_channel,
 };
 use serde_json::Value;
 
@@ -68,7 +70,9 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub v1: bool,
     /// Where to keep the dk/2 device key and the vessel key it pins (by
-    /// default `./.dk/<device-id>.key`).
+    /// default `devices/<device-id>.key` in dk's home: `DK_HOME`, else
+    /// `$XDG_DATA_HOME/dk`, else `~/.local/share/dk`). It must be a regular
+    /// file of this user with mode 0600, never a link.
     #[arg(long, conflicts_with = "v1")]
     pub key_file: Option<PathBuf>,
     /// Forget the pinned vessel key (and the pairing) first: only when the
@@ -81,7 +85,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub tls_root: Option<PathBuf>,
     /// Where to keep the v1 device token (by default
-    /// `./.dk/<device-id>.token`); with `--v1` only.
+    /// `devices/<device-id>.token` in dk's home); with `--v1` only.
     #[arg(long, requires = "v1")]
     pub token_file: Option<PathBuf>,
 }
@@ -171,7 +175,7 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         let token_file = args
             .token_file
             .clone()
-            .unwrap_or_else(|| PathBuf::from(".dk").join(format!("{id}.token")));
+            .unwrap_or_else(|| default_file(id, "token"));
         println!(
             "token file: {}",
             printable(&token_file.display().to_string())
@@ -181,7 +185,7 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         let key_file = args
             .key_file
             .clone()
-            .unwrap_or_else(|| PathBuf::from(".dk").join(format!("{id}.key")));
+            .unwrap_or_else(|| default_file(id, "key"));
         println!("key file: {}", printable(&key_file.display().to_string()));
         let options = options.key_file(key_file).on_vessel_pinned(|fingerprint| {
             println!("paired over dk/2; the vessel's key is pinned: {fingerprint}");
@@ -221,13 +225,63 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         },
         None => options,
     };
+    // Whether the device was connected before: a connection after a
+    // disconnect is a reconnect.
+    let was_connected = std::sync::atomic::AtomicBool::new(false);
     options
+        .on_connection(move |event| match event {
+            ConnectionEvent::Connected => {
+                if was_connected.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    println!("reconnected to the vessel");
+                } else {
+                    println!("connected to the vessel");
+                }
+            }
+            ConnectionEvent::Disconnected { why, retry_in } => println!(
+                "disconnected: {}; trying again in {:.1} s",
+                printable(why),
+                retry_in.as_secs_f64()
+            ),
+            _ => {}
+        })
         .on_code(|code| {
             println!();
             println!("    Pairing code: {code} — check it matches the vessel's prompt");
             println!();
         })
         .serve(serve)
+}
+
+/// The default key (`ext` "key") or token ("token") file of device `id`:
+/// `devices/<id>.<ext>` in dk's home (`DK_HOME`, else the XDG data
+/// directory), the same from any directory. A file an older dk left in
+/// `./.dk/` is not used silently: the command stops and says what to do.
+/// Exits when no home can be named, or an old file stands in the way.
+fn default_file(id: &str, ext: &str) -> PathBuf {
+    let name = format!("{id}.{ext}");
+    let home = match crate::home::Home::locate() {
+        Ok(home) => home,
+        Err(e) => {
+            eprintln!("error: {e}; or name the {ext} file with --{ext}-file");
+            std::process::exit(1);
+        }
+    };
+    let path = home.root().join("devices").join(&name);
+    let old = PathBuf::from(".dk").join(&name);
+    if std::fs::symlink_metadata(&path).is_err() && std::fs::symlink_metadata(&old).is_ok() {
+        let (old, path) = (
+            printable(&old.display().to_string()),
+            printable(&path.display().to_string()),
+        );
+        eprintln!(
+            "error: `{old}` is where an older dk kept this device's {ext} file, in the current directory; dk now keeps it in `{path}`"
+        );
+        eprintln!(
+            "if `{old}` is yours and nobody else could have written it, move it there (mv {old} {path}) or name it with --{ext}-file {old}; else remove it and pair again"
+        );
+        std::process::exit(1);
+    }
+    path
 }
 
 /// Makes a chunk every `period` and queues it on `stream`, printing now and

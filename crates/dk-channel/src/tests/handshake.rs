@@ -4,7 +4,8 @@
 
 use super::{handshake, handshake_between};
 use crate::{
-    ChannelError, HANDSHAKE_LENGTHS, Initiator, PublicKey, Responder, StaticKey, to_hex32,
+    ChannelError, HANDSHAKE_LENGTHS, Initiator, LowOrderSlot, PublicKey, Responder, StaticKey,
+    to_hex32,
 };
 
 #[test]
@@ -134,9 +135,14 @@ fn steps_out_of_turn_are_refused() {
 #[test]
 fn garbage_fails_the_handshake_without_a_panic() {
     let key = StaticKey::generate().unwrap();
-    // Any 32 bytes are an ephemeral key (all zeros a low-order one): the
+    // Any 32 bytes but a low-order point are an ephemeral key: the
     // responder goes on, and the garbage third message fails to decrypt.
-    for first in [[0u8; 32], [0xff; 32], [7; 32]] {
+    // All zeros is one of the low-order points, refused at once.
+    assert!(matches!(
+        Responder::new(&key).unwrap().read_first(&[0u8; 32]),
+        Err(ChannelError::LowOrderKey(LowOrderSlot::Ephemeral))
+    ));
+    for first in [[0xff; 32], [7; 32]] {
         let mut responder = Responder::new(&key).unwrap();
         responder.read_first(&first).unwrap();
         assert_eq!(responder.second_message().unwrap().len(), 96);
@@ -270,4 +276,88 @@ fn fingerprints_are_grouped_base32() {
             .all(|c| c == '-' || c.is_ascii_uppercase() || ('2'..='7').contains(&c)),
         "{fingerprint}"
     );
+}
+
+/// The X25519 public keys of small order: 0, 1, the two points of order 8,
+/// p - 1 (order 2), and the non-canonical p and p + 1; each also with the
+/// top bit set, which X25519 ignores.
+fn low_order_points() -> Vec<[u8; 32]> {
+    let canonical = [
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "0100000000000000000000000000000000000000000000000000000000000000",
+        "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
+        "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
+        "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+        "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+        "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    ];
+    let mut points = Vec::new();
+    for hex in canonical {
+        let point = crate::from_hex32(hex).unwrap();
+        let mut high = point;
+        high[31] |= 0x80;
+        points.extend([point, high]);
+    }
+    points
+}
+
+#[test]
+fn a_low_order_ephemeral_key_fails_the_handshake_on_both_sides() {
+    let key = StaticKey::generate().unwrap();
+    for point in low_order_points() {
+        // The vessel reads the device's ephemeral key in message 1.
+        let mut responder = Responder::new(&key).unwrap();
+        let error = responder.read_first(&point).unwrap_err();
+        assert!(
+            matches!(error, ChannelError::LowOrderKey(LowOrderSlot::Ephemeral)),
+            "{}: {error:?}",
+            to_hex32(&point)
+        );
+        assert!(responder.second_message().is_err());
+        // The device reads the vessel's in message 2.
+        let mut initiator = Initiator::new(&key).unwrap();
+        initiator.first_message().unwrap();
+        let mut second = point.to_vec();
+        second.resize(96, 7);
+        let error = initiator.read_second(&second).unwrap_err();
+        assert!(
+            matches!(error, ChannelError::LowOrderKey(LowOrderSlot::Ephemeral)),
+            "{error:?}"
+        );
+        assert!(initiator.third_message().is_err());
+    }
+}
+
+#[test]
+fn a_peer_presenting_the_point_0_is_refused_by_each_side() {
+    let device = StaticKey::generate().unwrap();
+    let vessel = StaticKey::generate().unwrap();
+    for zero in [LowOrderSlot::Static, LowOrderSlot::Ephemeral] {
+        // A hostile device against the vessel.
+        let mut initiator = Initiator::presenting_low_order_for_tests(&device, zero).unwrap();
+        let mut responder = Responder::new(&vessel).unwrap();
+        let first = initiator.first_message().unwrap();
+        let refused = responder.read_first(&first).and_then(|()| {
+            let second = responder.second_message()?;
+            initiator.read_second(&second)?;
+            let (third, _) = initiator.third_message()?;
+            responder.read_third(&third)
+        });
+        assert!(
+            matches!(refused, Err(ChannelError::LowOrderKey(slot)) if slot == zero),
+            "{zero}: {refused:?}"
+        );
+        // A hostile vessel against the device: refused at message 2, before
+        // the device says anything of itself.
+        let mut initiator = Initiator::new(&device).unwrap();
+        let mut responder = Responder::presenting_low_order_for_tests(&vessel, zero).unwrap();
+        responder
+            .read_first(&initiator.first_message().unwrap())
+            .unwrap();
+        let refused = initiator.read_second(&responder.second_message().unwrap());
+        assert!(
+            matches!(refused, Err(ChannelError::LowOrderKey(slot)) if slot == zero),
+            "{zero}: {refused:?}"
+        );
+    }
 }

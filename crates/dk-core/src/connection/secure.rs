@@ -144,18 +144,24 @@ where
     K: Sink<WireMessage> + Unpin,
 {
     let key = vessel.identity().ok_or(Unfinished::Failed)?;
-    let mut responder = dk_channel::Responder::new(&key).map_err(|_| Unfinished::Failed)?;
+    let mut responder = dk_channel::Responder::new(&key).map_err(failed_handshake)?;
     let first = next_binary(incoming).await?;
-    responder
-        .read_first(&first)
-        .map_err(|_| Unfinished::Failed)?;
-    let second = responder.second_message().map_err(|_| Unfinished::Failed)?;
+    responder.read_first(&first).map_err(failed_handshake)?;
+    let second = responder.second_message().map_err(failed_handshake)?;
     outgoing
         .send(WireMessage::Binary(second))
         .await
         .map_err(|_| Unfinished::Left)?;
     let third = next_binary(incoming).await?;
-    responder.read_third(&third).map_err(|_| Unfinished::Failed)
+    responder.read_third(&third).map_err(failed_handshake)
+}
+
+/// A handshake step that failed: logged with what failed (a low-order key,
+/// a message of the wrong length, one that does not decrypt), while the
+/// device is told only 4012.
+fn failed_handshake(error: dk_channel::ChannelError) -> Unfinished {
+    tracing::info!(%error, "a dk/2 handshake failed: closing 4012");
+    Unfinished::Failed
 }
 
 /// The next handshake message: a binary message (pings and pongs are

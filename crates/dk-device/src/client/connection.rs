@@ -30,7 +30,7 @@ const READ_BUFFER_BYTES: usize = 8 * 1024;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::error::ClientError;
-use super::options::ClientOptions;
+use super::options::{ClientOptions, ConnectionEvent};
 use super::secure::{
     Handshaken, MAX_SECURE_MESSAGE, Opening, Sealing, handshake, is_channel_failure,
 };
@@ -157,6 +157,7 @@ pub async fn connect_once(
     // itself (see `connect_error`): this socket speaks the channel asked for.
     let (mut sink, mut stream) = socket.split();
     if channel == Channel::V1 {
+        options.tell(&ConnectionEvent::Connected);
         return Connection::new(device, options, sink, stream, token, None)
             .run(shutdown.as_mut())
             .await;
@@ -191,6 +192,7 @@ pub async fn connect_once(
         handshake_hash,
         vessel,
     } = shaken;
+    options.tell(&ConnectionEvent::Connected);
     let secure = Secure {
         handshake_hash,
         vessel,

@@ -23,7 +23,9 @@ pub enum ClientError {
     /// The vessel refused the upgrade with HTTP 403: it does not take this
     /// device here (plain v1 beyond loopback, where it accepts only dk/2; a
     /// Host or Origin its listener does not take). Its answer, made
-    /// printable. Not retried.
+    /// printable. Not retried, except by a paired dk/2 device: the answer
+    /// comes outside the channel, where anyone on the path can forge it,
+    /// so [`run_client`](crate::run_client) tries again.
     #[error("the vessel refused the connection (HTTP 403): {0}")]
     Refused(String),
     /// Close 4001: the person said no, did not answer in time, or the vessel
@@ -90,6 +92,8 @@ pub enum ClientError {
     /// The vessel did not answer the `dk.2` subprotocol: it speaks only v1
     /// (8DK, or a dk vessel too old). The client never falls back to v1 on
     /// its own; [`ClientOptions::v1`](crate::ClientOptions::v1) asks for it.
+    /// A paired dk/2 device's [`run_client`](crate::run_client) tries again
+    /// instead: such an answer can be forged on the path.
     #[error(
         "the vessel does not speak dk/2 (it answered no `dk.2` subprotocol); v1 is used only when asked"
     )]

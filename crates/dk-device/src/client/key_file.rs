@@ -1,20 +1,21 @@
 //! The key file: a dk/2 device's static key, the vessel key it pinned and
 //! whether the vessel paired it, kept as one JSON object, written whole or
-//! not at all with mode 0600 (the token file's care).
+//! not at all with mode 0600 (the token file's care), and read only when it
+//! is a regular 0600 file of this user, never through a link.
 //!
 //! ```json
 //! {"format": "dk-device-key/1", "secret": "<64 hex>", "vessel": "<64 hex>" | null, "paired": false}
 //! ```
 
-use std::fs::File;
-use std::io::{self, Read as _};
+use std::io;
 use std::path::Path;
 
 use dk_channel::{PublicKey, StaticKey, from_hex32, to_hex32};
 use serde::{Deserialize, Serialize};
 use zeroize::{Zeroize as _, Zeroizing};
 
-use super::token_file::{warn_if_readable_by_others, write_private};
+use super::private_file::read_private;
+use super::token_file::write_private;
 
 /// The `format` a key file names.
 const FORMAT: &str = "dk-device-key/1";
@@ -53,22 +54,14 @@ struct OnDisk {
     paired: bool,
 }
 
-/// The key state in `path`; `None` when the file is missing.
+/// The key state in `path`; `None` when the file is missing. The file is
+/// read as a private file (`private_file.rs`): not through a link, owned by
+/// this user, mode 0600; any other is refused, never used.
 pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(bytes) = read_private(path, MAX_KEY_FILE_BYTES)? else {
+        return Ok(None);
     };
-    warn_if_readable_by_others(&file, path);
-    // The file holds the secret: every copy read is wiped when dropped (the
-    // buffer is made large enough up front, so it never moves).
-    let mut bytes = Zeroizing::new(Vec::with_capacity(4097));
-    file.take(MAX_KEY_FILE_BYTES + 1).read_to_end(&mut bytes)?;
     let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
-    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
-        return Err(invalid("is larger than a key file"));
-    }
     let mut disk: OnDisk = serde_json::from_slice(&bytes)
         .map_err(|_| invalid("does not hold a dk device key (dk-device-key/1 JSON)"))?;
     let secret_hex = Zeroizing::new(std::mem::take(&mut disk.secret));

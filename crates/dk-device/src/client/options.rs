@@ -17,6 +17,27 @@ use crate::stream::StreamReceiver;
 /// Shows the pairing code (or the vessel's fingerprint) to the person.
 type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Hears of the connection coming and going.
+type ConnectionHook = Arc<dyn Fn(&ConnectionEvent) + Send + Sync>;
+
+/// The connection to the vessel came or went, as
+/// [`ClientOptions::on_connection`] hears of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionEvent {
+    /// The connection is open: upgraded, and on dk/2 the handshake done.
+    Connected,
+    /// The connection ended, or could not be opened, and the client will
+    /// try again after `retry_in`.
+    Disconnected {
+        /// Why, in words (the close code and reason, the connection lost,
+        /// the error opening it), made printable.
+        why: String,
+        /// How long the client waits before it tries again.
+        retry_in: Duration,
+    },
+}
+
 /// Where and how [`run_client`](crate::run_client) and [`connect_once`](crate::connect_once) connect.
 ///
 /// ```
@@ -42,6 +63,7 @@ pub struct ClientOptions {
     pub(super) key: Option<KeyState>,
     pub(super) on_code: Option<CodeHook>,
     pub(super) on_vessel_pinned: Option<CodeHook>,
+    pub(super) on_connection: Option<ConnectionHook>,
     /// The certificates (PEM) trusted for `wss://`, instead of the
     /// platform's roots.
     pub(super) tls_root: Option<Vec<u8>>,
@@ -66,6 +88,7 @@ impl fmt::Debug for ClientOptions {
             .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .field("on_code", &self.on_code.is_some())
             .field("on_vessel_pinned", &self.on_vessel_pinned.is_some())
+            .field("on_connection", &self.on_connection.is_some())
             .field("tls_root", &self.tls_root.is_some())
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
@@ -101,6 +124,7 @@ impl ClientOptions {
             key: None,
             on_code: None,
             on_vessel_pinned: None,
+            on_connection: None,
             tls_root: None,
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
@@ -161,6 +185,19 @@ impl ClientOptions {
     /// prints. Without it the fingerprint is only logged.
     pub fn on_vessel_pinned(mut self, show: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.on_vessel_pinned = Some(Arc::new(show));
+        self
+    }
+
+    /// Tells `hear` each time the connection opens
+    /// ([`ConnectionEvent::Connected`]) and each time it ends or cannot be
+    /// opened and the client will try again, with why and when
+    /// ([`ConnectionEvent::Disconnected`]): for a device to show that it
+    /// lost the vessel and found it again. Without it these are only logged.
+    pub fn on_connection(
+        mut self,
+        hear: impl Fn(&ConnectionEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_connection = Some(Arc::new(hear));
         self
     }
 
@@ -228,6 +265,19 @@ impl ClientOptions {
 }
 
 impl ClientOptions {
+    /// Tells the connection hook, if there is one.
+    pub(super) fn tell(&self, event: &ConnectionEvent) {
+        if let Some(hear) = &self.on_connection {
+            hear(event);
+        }
+    }
+
+    /// Whether this is a dk/2 device its vessel paired: its refusals come
+    /// inside the channel, so one from outside it is not believed.
+    pub(super) fn is_paired_dk2(&self) -> bool {
+        !self.v1 && self.key.as_ref().is_some_and(|state| state.paired)
+    }
+
     /// The token to authenticate with: the token file's, or the one kept in
     /// memory when there is no file.
     pub(super) fn stored_token(&self) -> Result<Option<String>, ClientError> {

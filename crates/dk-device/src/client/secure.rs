@@ -16,6 +16,8 @@ use dk_channel::{
 };
 use dk_proto::MAX_FRAME_BYTES;
 use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::error::ClientError;
@@ -62,7 +64,23 @@ where
             None => return Err(broken(&"the vessel hung up")),
         }
     };
-    let vessel = initiator.read_second(&second).map_err(|e| broken(&e))?;
+    let vessel = match initiator.read_second(&second) {
+        Ok(vessel) => vessel,
+        Err(error) => {
+            // A message 2 that does not hold (a low-order key among them):
+            // the device closes 4012 as the vessel would, and says why.
+            tracing::warn!(%error, "the vessel's dk/2 handshake failed: closing 4012");
+            let frame = CloseFrame {
+                code: CloseCode::from(dk_proto::CloseCode::SecureChannel.code()),
+                reason: dk_proto::CloseCode::SecureChannel
+                    .reason()
+                    .unwrap_or_default()
+                    .into(),
+            };
+            let _ = sink.send(Message::Close(Some(frame))).await;
+            return Err(broken(&error));
+        }
+    };
     if let Some(pinned) = pinned
         && !pinned.ct_eq(&vessel)
     {

@@ -1176,6 +1176,7 @@ fn pending_bodies_are_the_prompts_json() {
             grants: vec!["unlock".to_owned()],
             was_name: None,
             was_kind: Some("latch".to_owned()),
+            credential: None,
             changes: vec![
                 change(
                     "unlock",

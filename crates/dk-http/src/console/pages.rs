@@ -354,6 +354,15 @@ fn consent_card(
         "<p class=\"channel warn\">Channel: not encrypted (v1)</p>"
     };
     out.push_str(channel);
+    let credential = consent.replaces.as_ref().and_then(|old| old.credential);
+    if let Some(change) = credential {
+        let _ = write!(
+            out,
+            "<p class=\"warning\" role=\"alert\">Warning: {}. The code proves which device is asking now, \
+             not that it is the one paired before.</p>",
+            text(change.words())
+        );
+    }
     if let Some(old) = &consent.replaces {
         let _ = write!(
             out,
@@ -407,6 +416,17 @@ fn consent_card(
             out,
             "<div class=\"check\"><input type=\"checkbox\" name=\"without_code\" value=\"yes\" id=\"p{id}-nocode\">\
              <label for=\"p{id}-nocode\">I started this device myself and pair it without a code</label></div>"
+        );
+    }
+    if let Some(change) = credential {
+        let what = match change {
+            api::CredentialChange::KeyChanged => "its key changed",
+            api::CredentialChange::EncryptionDropped => "it drops encryption",
+        };
+        let _ = write!(
+            out,
+            "<div class=\"check\"><input type=\"checkbox\" name=\"credential_change\" value=\"yes\" id=\"p{id}-change\">\
+             <label for=\"p{id}-change\">I know {what} and pair it anyway</label></div>"
         );
     }
     out.push_str(

@@ -792,3 +792,90 @@ async fn changes_made_in_the_console_name_the_console_and_its_session() {
             .is_intact()
     );
 }
+
+/// Starts a dk/2 pairing of the lamp with `key` through the person
+/// channel; the consent's id.
+async fn pairing_with_key(vessel: &Arc<Vessel>, key: [u8; 32]) -> u64 {
+    let v = Arc::clone(vessel);
+    let seen: Vec<u64> = vessel.person().pending().iter().map(|p| p.id).collect();
+    tokio::spawn(async move {
+        let person = Arc::clone(v.person());
+        let manifest = dk_proto::validate_manifest(&lamp()).unwrap();
+        v.registry()
+            .pair_with_key(
+                manifest,
+                "123456".to_owned(),
+                key,
+                |request| async move {
+                    Ok::<_, ()>(person.ask_consent(request, DEFAULT_CONSENT_TIMEOUT).await)
+                },
+                DEFAULT_CONSENT_TIMEOUT,
+            )
+            .await
+    });
+    loop {
+        if let Some(new) = vessel
+            .person()
+            .pending()
+            .iter()
+            .find(|p| !seen.contains(&p.id))
+        {
+            return new.id;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The key the lamp is paired with, once a pairing settled.
+async fn paired_key(vessel: &Arc<Vessel>, expected: [u8; 32]) -> Option<[u8; 32]> {
+    for _ in 0..200 {
+        if vessel.person().pending().is_empty()
+            && let Some(device) = vessel.registry().get("desk-lamp")
+            && device.key() == Some(&expected)
+        {
+            return Some(expected);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    vessel
+        .registry()
+        .get("desk-lamp")
+        .and_then(|d| d.key().copied())
+}
+
+#[tokio::test]
+async fn a_changed_key_is_said_on_the_card_and_needs_its_own_tick() {
+    let running = start().await;
+    let browser = sign_in(&running).await;
+    let first = pairing_with_key(&running.vessel, [1; 32]).await;
+    let answered = browser
+        .post(
+            &format!("/pairings/{first}"),
+            "answer=pair&grant=read_light",
+        )
+        .await;
+    assert_eq!(answered.status, 303, "{}", answered.body);
+    assert_eq!(paired_key(&running.vessel, [1; 32]).await, Some([1; 32]));
+
+    // Another key for the same id: the card says so and has its own box.
+    let id = pairing_with_key(&running.vessel, [2; 32]).await;
+    let page = browser.get("/").await;
+    assert!(page.body.contains("its key changed"), "{}", page.body);
+    assert!(page.body.contains("name=\"credential_change\""));
+    // A yes without the tick pairs nothing: the first key stays.
+    let answered = browser
+        .post(&format!("/pairings/{id}"), "answer=pair&grant=read_light")
+        .await;
+    assert_eq!(answered.status, 303);
+    assert_eq!(paired_key(&running.vessel, [2; 32]).await, Some([1; 32]));
+    // With it, the new key is paired.
+    let id = pairing_with_key(&running.vessel, [2; 32]).await;
+    let answered = browser
+        .post(
+            &format!("/pairings/{id}"),
+            "answer=pair&grant=read_light&credential_change=yes",
+        )
+        .await;
+    assert_eq!(answered.status, 303);
+    assert_eq!(paired_key(&running.vessel, [2; 32]).await, Some([2; 32]));
+}

@@ -33,6 +33,15 @@ fn requests_round_trip_and_refuse_unknown_fields() {
             approved: true,
             grant: vec!["set_light".to_owned()],
             confirm_without_code: true,
+            confirm_credential_change: false,
+        },
+    );
+    check(
+        r#"{"approved":true,"confirmCredentialChange":true}"#,
+        &ConsentAnswer {
+            approved: true,
+            confirm_credential_change: true,
+            ..ConsentAnswer::default()
         },
     );
     refused::<ConsentAnswer>(r#"{"approved":true,"grants":["set_light"]}"#);

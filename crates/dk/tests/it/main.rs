@@ -12,6 +12,7 @@ mod approvals;
 mod bridge_mqtt;
 mod console;
 mod crash;
+mod device_files;
 mod durable;
 mod files;
 mod mcp_bridge;

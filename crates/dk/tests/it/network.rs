@@ -100,3 +100,137 @@ async fn two_terminals_pair_over_dk2_beyond_loopback_by_comparing_codes() {
     let pending = admin.get("/v1/pending").await.unwrap().body;
     assert_eq!(pending, json!([]));
 }
+
+/// A TCP proxy to `target` whose first connection is cut once `cut`
+/// resolves; every later one is forwarded for good.
+async fn cutting_proxy(
+    target: std::net::SocketAddr,
+    cut: tokio::sync::oneshot::Receiver<()>,
+) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut cut = Some(cut);
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+            let cut = cut.take();
+            tokio::spawn(async move {
+                let forward = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                match cut {
+                    Some(cut) => {
+                        tokio::select! {
+                            _ = forward => {}
+                            _ = cut => {}
+                        }
+                    }
+                    None => {
+                        let _ = forward.await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulator_says_when_it_disconnects_and_when_it_reconnects() {
+    let scratch = Scratch::new("reconnect");
+    // Beyond loopback, so that the proxy's Host is taken.
+    let vessel = Running::start_with(
+        &scratch,
+        &["--listen", "0.0.0.0:0", "--mcp-listen", "127.0.0.1:0"],
+    );
+    let admin = vessel.admin(&scratch);
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], vessel.devices.port()));
+    let (cut, when) = tokio::sync::oneshot::channel();
+    let port = cutting_proxy(target, when).await;
+    let url = format!("ws://127.0.0.1:{port}/device");
+    let out = scratch.root().join("lamp.out");
+    let _lamp = lamp(&url, &scratch.root().join("lamp.key"), &out);
+    crate::process::approve_when_asked(&admin, "desk-lamp", &["read_light"]).await;
+    let printed = || std::fs::read_to_string(&out).unwrap_or_default();
+    eventually("the lamp says it connected", || async {
+        printed().contains("connected to the vessel").then_some(())
+    })
+    .await;
+    cut.send(()).unwrap();
+    let said = eventually("the lamp says it reconnected", || async {
+        let said = printed();
+        said.contains("reconnected to the vessel").then_some(said)
+    })
+    .await;
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("disconnected: "))
+        .unwrap_or_else(|| panic!("no disconnect line: {said}"));
+    assert!(line.contains("trying again in"), "{line}");
+    let at = |what: &str| said.find(what).unwrap();
+    assert!(
+        at("disconnected: ") < at("reconnected to the vessel"),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dk_pairings_says_a_key_changed_and_approves_only_with_confirm_change() {
+    let scratch = Scratch::new("key-changed");
+    let vessel = Running::start(&scratch);
+    let admin = vessel.admin(&scratch);
+    let url = vessel.url();
+    let first = lamp(
+        &url,
+        &scratch.root().join("first.key"),
+        &scratch.root().join("first.out"),
+    );
+    crate::process::approve_when_asked(&admin, "desk-lamp", &["read_light"]).await;
+    eventually("the lamp connected", || async {
+        (devices(&admin).await.first()?["connected"] == true).then_some(())
+    })
+    .await;
+    drop(first);
+
+    // The same id with a key of its own.
+    let _second = lamp(
+        &url,
+        &scratch.root().join("second.key"),
+        &scratch.root().join("second.out"),
+    );
+    let id = eventually("the second lamp's request", || {
+        crate::process::consent_id(&admin, "desk-lamp")
+    })
+    .await;
+    let listed = scratch.run(&["pairings"]);
+    let said = String::from_utf8(listed.stdout).unwrap();
+    assert!(said.contains("its key changed"), "{said}");
+    assert!(said.contains("--confirm-change"), "{said}");
+    let plain = scratch.run(&[
+        "pairings",
+        "approve",
+        &id.to_string(),
+        "--grant",
+        "read_light",
+    ]);
+    assert_eq!(plain.status.code(), Some(1), "{plain:?}");
+    let refused = String::from_utf8(plain.stderr).unwrap();
+    assert!(refused.contains("its key changed"), "{refused}");
+    assert!(refused.contains("--confirm-change"), "{refused}");
+    // Nothing was answered: the request still waits.
+    assert_eq!(
+        crate::process::consent_id(&admin, "desk-lamp").await,
+        Some(id)
+    );
+    let confirmed = scratch.run(&[
+        "pairings",
+        "approve",
+        &id.to_string(),
+        "--grant",
+        "read_light",
+        "--confirm-change",
+    ]);
+    assert_eq!(confirmed.status.code(), Some(0), "{confirmed:?}");
+    eventually("the second lamp connected", || async {
+        (devices(&admin).await.first()?["connected"] == true).then_some(())
+    })
+    .await;
+}
