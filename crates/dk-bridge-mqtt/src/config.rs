@@ -77,7 +77,8 @@ pub struct DeviceMap {
     pub kind: String,
     /// Where the device publishes its state (JSON).
     pub state_topic: String,
-    /// The device's dk/2 key file (default: `.dk/<id>.key`).
+    /// The device's dk/2 key file (default: `.dk/<id>.key`; `dk bridge
+    /// mqtt` fills in `devices/<id>.key` in dk's home instead).
     pub key_file: Option<PathBuf>,
     /// Sensors: read from the last state.
     #[serde(default)]

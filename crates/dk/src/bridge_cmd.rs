@@ -164,12 +164,13 @@ fn mqtt(args: &MqttArgs) -> Result<(), String> {
                 .to_owned(),
         );
     };
-    let config = BridgeConfig::load(path).map_err(|e| {
+    let mut config = BridgeConfig::load(path).map_err(|e| {
         format!(
             "the bridge configuration `{}` is refused: {e}",
             path.display()
         )
     })?;
+    keys_in_home(&mut config)?;
     println!("dk bridge mqtt");
     println!("  broker               {}", args.broker);
     println!("  vessel               {}", args.vessel);
@@ -205,4 +206,25 @@ fn mqtt(args: &MqttArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())
     })
+}
+
+/// Gives every device without a `keyFile` its key file in dk's home
+/// (`devices/<id>.key`, as the simulators keep theirs), never one in the
+/// directory the bridge happens to run from; two devices never share one.
+fn keys_in_home(config: &mut BridgeConfig) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for device in &mut config.device {
+        if device.key_file.is_none() {
+            let path = crate::simulate_cmd::device_file(&device.id, "key")
+                .map_err(|e| format!("device `{}`: {e}", device.id))?;
+            device.key_file = Some(path);
+        }
+        if !seen.insert(device.key_file()) {
+            return Err(format!(
+                "device `{}`: its key file is another device's",
+                device.id
+            ));
+        }
+    }
+    Ok(())
 }

@@ -252,20 +252,29 @@ fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientO
         .serve(serve)
 }
 
+/// The default key (`ext` "key") or token ("token") file of device `id`
+/// ([`device_file`]); exits when there is none to name.
+fn default_file(id: &str, ext: &str) -> PathBuf {
+    match device_file(id, ext) {
+        Ok(path) => path,
+        Err(why) => {
+            for line in why.lines() {
+                eprintln!("error: {line}");
+            }
+            std::process::exit(1);
+        }
+    }
+}
+
 /// The default key (`ext` "key") or token ("token") file of device `id`:
 /// `devices/<id>.<ext>` in dk's home (`DK_HOME`, else the XDG data
 /// directory), the same from any directory. A file an older dk left in
-/// `./.dk/` is not used silently: the command stops and says what to do.
-/// Exits when no home can be named, or an old file stands in the way.
-fn default_file(id: &str, ext: &str) -> PathBuf {
+/// `./.dk/` is not used silently: the error says what to do with it. Also
+/// the default of every device `dk bridge mqtt` serves.
+pub(crate) fn device_file(id: &str, ext: &str) -> Result<PathBuf, String> {
     let name = format!("{id}.{ext}");
-    let home = match crate::home::Home::locate() {
-        Ok(home) => home,
-        Err(e) => {
-            eprintln!("error: {e}; or name the {ext} file with --{ext}-file");
-            std::process::exit(1);
-        }
-    };
+    let home = crate::home::Home::locate()
+        .map_err(|e| format!("{e}; or name the {ext} file with --{ext}-file"))?;
     let path = home.root().join("devices").join(&name);
     let old = PathBuf::from(".dk").join(&name);
     if std::fs::symlink_metadata(&path).is_err() && std::fs::symlink_metadata(&old).is_ok() {
@@ -273,15 +282,11 @@ fn default_file(id: &str, ext: &str) -> PathBuf {
             printable(&old.display().to_string()),
             printable(&path.display().to_string()),
         );
-        eprintln!(
-            "error: `{old}` is where an older dk kept this device's {ext} file, in the current directory; dk now keeps it in `{path}`"
-        );
-        eprintln!(
-            "if `{old}` is yours and nobody else could have written it, move it there (mv {old} {path}) or name it with --{ext}-file {old}; else remove it and pair again"
-        );
-        std::process::exit(1);
+        return Err(format!(
+            "`{old}` is where an older dk kept this device's {ext} file, in the current directory; dk now keeps it in `{path}`\nif `{old}` is yours and nobody else could have written it, move it there (mv {old} {path}) or name it with --{ext}-file {old} (for the bridge, `keyFile` in its configuration); else remove it and pair again"
+        ));
     }
-    path
+    Ok(path)
 }
 
 /// Makes a chunk every `period` and queues it on `stream`, printing now and

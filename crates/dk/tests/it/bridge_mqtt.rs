@@ -236,3 +236,57 @@ fn credentials_go_in_clear_off_loopback_only_when_the_person_says_so() {
         assert!(text(&out.stdout).contains("hall-temperature"));
     }
 }
+
+#[test]
+fn bridged_devices_keep_their_keys_in_dk_s_home_not_where_the_bridge_runs() {
+    let scratch = Scratch::new("bridge-keys");
+    let (_broker, port) = mosquitto(scratch.root());
+    let vessel = crate::process::Running::start(&scratch);
+    let config = scratch.root().join("bridge.toml");
+    std::fs::write(
+        &config,
+        "[[device]]\nid = \"hall\"\nname = \"Hall\"\nkind = \"sensor\"\nstateTopic = \"sensors/hall\"\n\n[[device.sensor]]\nname = \"read_hall\"\ndescription = \"Read it.\"\n",
+    )
+    .unwrap();
+    let broker = format!("mqtt://127.0.0.1:{port}");
+    let url = format!("ws://{}/device", vessel.devices);
+    let args = [
+        "bridge",
+        "mqtt",
+        "--broker",
+        &broker,
+        "--config",
+        config.to_str().unwrap(),
+        "--vessel",
+        &url,
+    ];
+
+    // Run from the scratch directory: the key is made in the home.
+    let running = Killed(
+        scratch
+            .dk(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let key = scratch.home().join("devices").join("hall.key");
+    let deadline = Instant::now() + PATIENCE;
+    while !key.is_file() {
+        assert!(Instant::now() < deadline, "no key file in the home");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(running);
+    assert!(!scratch.root().join(".dk").exists(), "a key where it ran");
+
+    // A key an older dk left in ./.dk/ is not taken silently.
+    std::fs::remove_file(&key).unwrap();
+    std::fs::create_dir(scratch.root().join(".dk")).unwrap();
+    std::fs::write(scratch.root().join(".dk").join("hall.key"), "planted").unwrap();
+    let out = scratch.dk(&args).stdin(Stdio::null()).output().unwrap();
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("hall") && said.contains("mv "), "{said}");
+    assert!(!key.exists(), "nothing made while refused");
+}
