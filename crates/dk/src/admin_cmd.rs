@@ -348,23 +348,34 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                 without_code,
                 confirm_change,
             } => {
-                if !confirm_change {
+                // A yes the vessel would take as no pairing at all (a
+                // confirmation it needs is missing) is refused here, saying
+                // which, instead of being sent to fail quietly.
+                if !confirm_change || !without_code {
                     let listed: Vec<api::Pending> =
                         ok_as(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?;
-                    let change = listed
-                        .iter()
-                        .find(|p| p.id == id)
-                        .and_then(|p| match &p.prompt {
-                            api::Prompt::Consent(r) => {
-                                r.replaces.as_ref().and_then(|old| old.credential)
-                            }
-                            api::Prompt::Approval(_) => None,
-                        });
-                    if let Some(change) = change {
-                        return Err(format!(
-                            "{}: pass --confirm-change to pair it knowingly, or refuse it",
-                            change.words()
-                        ));
+                    let request =
+                        listed
+                            .iter()
+                            .find(|p| p.id == id)
+                            .and_then(|p| match &p.prompt {
+                                api::Prompt::Consent(r) => Some(r),
+                                api::Prompt::Approval(_) => None,
+                            });
+                    if let Some(request) = request {
+                        let change = request.replaces.as_ref().and_then(|old| old.credential);
+                        if let (Some(change), false) = (change, confirm_change) {
+                            return Err(format!(
+                                "{}: pass --confirm-change to pair it knowingly, or refuse it",
+                                change.words()
+                            ));
+                        }
+                        if request.no_screen && !without_code {
+                            return Err(
+                                "this device cannot show a code, so nothing proves it is the one in front of you: pass --without-code to pair it knowingly, or refuse it"
+                                    .to_owned(),
+                            );
+                        }
                     }
                 }
                 ok(c.post(

@@ -234,3 +234,58 @@ async fn dk_pairings_says_a_key_changed_and_approves_only_with_confirm_change() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dk_pairings_approves_a_device_without_a_screen_only_with_without_code() {
+    let scratch = Scratch::new("no-screen");
+    let vessel = Running::start(&scratch);
+    let admin = vessel.admin(&scratch);
+    let manifest = json!({
+        "id": "hall-sensor",
+        "name": "Hall sensor",
+        "kind": "sensor",
+        "version": "1.0.0",
+        "noScreen": true,
+        "capabilities": [
+            {"name": "read_motion", "kind": "sensor", "description": "Whether something moves."}
+        ]
+    });
+    // A raw v1 hello (dk-device's client leaves `noScreen` out of it).
+    let mut socket = crate::process::hello(&vessel.url(), &manifest)
+        .await
+        .unwrap();
+
+    let id = eventually("the sensor's request", || {
+        crate::process::consent_id(&admin, "hall-sensor")
+    })
+    .await;
+    // Without --without-code the command refuses and says why, answering
+    // nothing (before, the vessel took the yes as no pairing, quietly).
+    let plain = scratch.run(&[
+        "pairings",
+        "approve",
+        &id.to_string(),
+        "--grant",
+        "read_motion",
+    ]);
+    assert_eq!(plain.status.code(), Some(1), "{plain:?}");
+    let refused = String::from_utf8(plain.stderr).unwrap();
+    assert!(refused.contains("cannot show a code"), "{refused}");
+    assert!(refused.contains("--without-code"), "{refused}");
+    assert_eq!(
+        crate::process::consent_id(&admin, "hall-sensor").await,
+        Some(id)
+    );
+    let knowingly = scratch.run(&[
+        "pairings",
+        "approve",
+        &id.to_string(),
+        "--grant",
+        "read_motion",
+        "--without-code",
+    ]);
+    assert_eq!(knowingly.status.code(), Some(0), "{knowingly:?}");
+    crate::process::read_until(&mut socket, "device:paired")
+        .await
+        .unwrap();
+}
