@@ -268,6 +268,26 @@ pub fn read_private_file(path: &Path) -> Result<Vec<u8>, PrivateFileError> {
     Ok(bytes)
 }
 
+/// Whether `file` would lie inside `dir` (its parent is `dir` or below it),
+/// each path made absolute and, where it exists, resolved through links: a
+/// secret kept there goes wherever a copy or a backup of `dir` goes. An
+/// error names the path that could not be made absolute.
+pub fn is_inside(dir: &Path, file: &Path) -> Result<bool, String> {
+    let absolute = |path: &Path| {
+        std::path::absolute(path)
+            .map(|path| path.components().collect::<std::path::PathBuf>())
+            .map_err(|e| format!("`{}`: {e}", path.display()))
+    };
+    let dir = absolute(dir)?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let file = absolute(file)?;
+    let parent = file
+        .parent()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
+        .unwrap_or_default();
+    Ok(parent.starts_with(&dir))
+}
+
 /// Refuses what another user owns.
 pub fn owned(path: &Path, meta: &std::fs::Metadata) -> Result<(), PrivateFileError> {
     let uid = current_uid();

@@ -22,7 +22,7 @@ use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
 use dk_policy::PolicySet;
 use dk_store::private::{
-    PrivateFileError, ensure_private_dir, read_private_file, write_private_file,
+    PrivateFileError, ensure_private_dir, is_inside, read_private_file, write_private_file,
 };
 use dk_store::{AuditOptions, SqliteStore, Store, StoreError, audit_head_file};
 use serde_json::json;
@@ -834,19 +834,7 @@ fn move_old_key(data_dir: &Path, key_file: &Path) -> Result<Option<PathBuf>, Ser
 /// Refuses a key file inside the data directory, which a copy or a backup
 /// of it would carry.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), ServerError> {
-    let absolute = |path: &Path| {
-        std::path::absolute(path)
-            .map(|path| path.components().collect::<PathBuf>())
-            .map_err(|e| ServerError::VesselKeyPlace(format!("`{}`: {e}", path.display())))
-    };
-    let dir = absolute(data_dir)?;
-    let dir = dir.canonicalize().unwrap_or(dir);
-    let file = absolute(key_file)?;
-    let parent = file
-        .parent()
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
-        .unwrap_or_default();
-    if parent.starts_with(&dir) {
+    if is_inside(data_dir, key_file).map_err(ServerError::VesselKeyPlace)? {
         return Err(ServerError::VesselKeyPlace(format!(
             "the vessel key file `{}` is inside the data directory `{}`: keep it outside, where a copy of the data directory does not take it",
             key_file.display(),

@@ -138,19 +138,7 @@ pub fn open_vessel_store(
 /// Refuses a key file inside the data directory, where whoever can rewrite
 /// the log could read it.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
-    let absolute = |path: &Path| {
-        std::path::absolute(path)
-            .map(|path| path.components().collect::<PathBuf>())
-            .map_err(|e| format!("`{}`: {e}", path.display()))
-    };
-    let dir = absolute(data_dir)?;
-    let dir = dir.canonicalize().unwrap_or(dir);
-    let file = absolute(key_file)?;
-    let parent = file
-        .parent()
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
-        .unwrap_or_default();
-    if parent.starts_with(&dir) {
+    if dk_vessel::store::private::is_inside(data_dir, key_file)? {
         return Err(format!(
             "the audit key file `{}` is inside the data directory `{}`: keep it outside, where rewriting the log does not reach it",
             key_file.display(),
