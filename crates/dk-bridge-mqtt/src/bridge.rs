@@ -261,25 +261,6 @@ fn is_word(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-/// Whether `value` nests arrays and objects deeper than `max` levels
-/// (walked without recursion).
-fn nests_deeper(value: &Value, max: usize) -> bool {
-    let mut pending = vec![(value, 0usize)];
-    while let Some((value, depth)) = pending.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(fields) => Box::new(fields.values()),
-            _ => continue,
-        };
-        let depth = depth + 1;
-        if depth > max {
-            return true;
-        }
-        pending.extend(children.map(|child| (child, depth)));
-    }
-    false
-}
-
 /// The value at a dot-separated `path` in `state`.
 fn at_path<'v>(state: &'v Value, path: Option<&str>) -> Option<&'v Value> {
     let Some(path) = path else {
@@ -398,9 +379,8 @@ pub async fn run_bridge(
                         let parsed = (publish.payload.len() <= MAX_STATE_BYTES)
                             .then(|| serde_json::from_slice::<Value>(&publish.payload).ok())
                             .flatten();
-                        let deep = parsed
-                            .as_ref()
-                            .is_some_and(|v| nests_deeper(v, MAX_STATE_DEPTH));
+                        let deep = parsed.is_some()
+                            && dk_proto::nests_deeper_than(&publish.payload, MAX_STATE_DEPTH);
                         if deep {
                             state.too_deep.fetch_add(1, Ordering::Relaxed);
                         }
@@ -665,7 +645,12 @@ async fn forward_events(
 mod tests {
     use serde_json::json;
 
-    use super::{Credentials, at_path, broker_address, nests_deeper, shows};
+    use super::{Credentials, at_path, broker_address, shows};
+
+    /// The bridge's depth check (dk-proto's, on the state's text).
+    fn nests_deeper(value: &serde_json::Value, max: usize) -> bool {
+        dk_proto::nests_deeper_than(value.to_string().as_bytes(), max)
+    }
 
     #[test]
     fn urls_paths_and_confirmations() {

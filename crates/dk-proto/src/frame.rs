@@ -526,10 +526,12 @@ fn is_object(raw: &RawValue) -> bool {
     raw.get().starts_with('{')
 }
 
-/// True when arrays and objects in `bytes` nest deeper than `max`. One pass,
-/// skipping string contents; it runs before serde so a hostile frame cannot
-/// drive the parser's recursion.
-fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
+/// True when arrays and objects in the JSON text `bytes` nest deeper than
+/// `max` (an outermost object is depth 1). One pass, skipping string
+/// contents; it runs before serde so a hostile frame cannot drive the
+/// parser's recursion, and serves anyone who must know, before sending,
+/// whether a value fits [`MAX_FRAME_DEPTH`].
+pub fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
     // Depth cannot exceed the number of opening brackets: when there are few
     // (the usual frame), this vectorised count saves the exact pass.
     // `[` is 0x5B and `{` is 0x7B: one masked compare finds both, and the

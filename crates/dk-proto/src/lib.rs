@@ -29,7 +29,7 @@ pub use frame::{
     Channel, DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH,
     MAX_STREAM_NAME_BYTES, MAX_STREAM_OVERHEAD, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME,
     STREAM_HEADER_BYTES, STREAM_MAGIC, STREAMING_FRAME, StreamChunk, StreamDroppedFrame,
-    StreamFrameError, StreamingFrame, VesselFrame, is_hex32,
+    StreamFrameError, StreamingFrame, VesselFrame, is_hex32, nests_deeper_than,
 };
 pub use input::{InputError, check_input};
 pub use invoke::{InvokeError, LinkClosed, SendError};
