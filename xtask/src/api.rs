@@ -11,6 +11,12 @@
 //! signatures are not in that list and not in the snapshot; items hidden
 //! with `#[doc(hidden)]` are left out, as rustdoc leaves them out.
 //!
+//! `all.html` does not list a re-export rustdoc shows as one rather than
+//! inlining it (`pub use vessel::Vessel` at a crate's root when `vessel` is
+//! public, `pub use dk_http as http`), so the module pages reachable from the
+//! crate's root are read for their "Re-exports" sections too, each line
+//! `reexport crate::path::Name = what it names`.
+//!
 //! Without `--bless` the task fails, printing the lines that differ, when a
 //! snapshot is missing, stale or different; with it the snapshots are
 //! rewritten (and those of crates that are gone removed).
@@ -72,7 +78,9 @@ pub fn check(bless: bool) -> TaskResult {
             .join("all.html");
         let html = std::fs::read_to_string(&all)
             .map_err(|e| TaskError(format!("cannot read `{}`: {e}", all.display())))?;
-        let items = surface(&library.target, &html);
+        let mut items = surface(&library.target, &html);
+        items.extend(reexports(&target_dir.join("doc"), &library.target)?);
+        items.sort();
         if items.is_empty() {
             return Err(TaskError(format!(
                 "no public item found in `{}`: has rustdoc's page changed?",
@@ -232,6 +240,96 @@ fn surface(crate_name: &str, html: &str) -> Vec<String> {
     items
 }
 
+/// The re-exports the module pages of `crate_name` show, from its root
+/// page down through the links to its own modules (a page left over from an
+/// older build is never reached), as `reexport crate::module::Name = target`.
+fn reexports(doc_dir: &Path, crate_name: &str) -> Result<Vec<String>, TaskError> {
+    let mut lines = Vec::new();
+    let mut pending = vec![Vec::<String>::new()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(modules) = pending.pop() {
+        if !seen.insert(modules.clone()) {
+            continue;
+        }
+        let mut page = doc_dir.join(crate_name);
+        page.extend(&modules);
+        page.push("index.html");
+        let html = std::fs::read_to_string(&page)
+            .map_err(|e| TaskError(format!("cannot read `{}`: {e}", page.display())))?;
+        let mut path = vec![crate_name.to_owned()];
+        path.extend(modules.iter().cloned());
+        lines.extend(reexports_on_page(&path.join("::"), &html));
+        for child in child_modules(&html) {
+            let mut next = modules.clone();
+            next.push(child);
+            pending.push(next);
+        }
+    }
+    Ok(lines)
+}
+
+/// The modules a module page links to that live under it: `href="name/index.html"`.
+fn child_modules(html: &str) -> Vec<String> {
+    html.split("<a class=\"mod\" href=\"")
+        .skip(1)
+        .filter_map(|link| link.split('"').next())
+        .filter_map(|href| href.strip_suffix("/index.html"))
+        .filter(|name| !name.is_empty() && !name.contains('/') && !name.starts_with('.'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The entries of a module page's "Re-exports" list, named under `module`.
+/// An entry names what it re-exports by its link's title (`struct
+/// dk_core::vessel::Vessel`) or, without a link, by its path as written.
+fn reexports_on_page(module: &str, html: &str) -> Vec<String> {
+    let Some(start) = html.find("<dl class=\"item-table reexports\">") else {
+        return Vec::new();
+    };
+    let list = html.get(start..).unwrap_or("");
+    let list = list
+        .get(..list.find("</dl>").unwrap_or(list.len()))
+        .unwrap_or("");
+    let mut lines = Vec::new();
+    for entry in list.split("<dt").skip(1) {
+        let entry = entry.split_once('>').map_or("", |(_, rest)| rest);
+        let code = entry.split("</dt>").next().unwrap_or("");
+        let text = without_tags(code);
+        let used = text
+            .trim()
+            .trim_start_matches("pub use ")
+            .trim_end_matches(';')
+            .trim();
+        let (path, name) = match used.split_once(" as ") {
+            Some((path, name)) => (path, name),
+            None => (used, used.rsplit("::").next().unwrap_or(used)),
+        };
+        let target = code
+            .split("title=\"")
+            .nth(1)
+            .and_then(|title| title.split('"').next())
+            .filter(|title| !title.is_empty())
+            .unwrap_or(path);
+        lines.push(format!("reexport {module}::{name} = {target}"));
+    }
+    lines
+}
+
+/// `html` with its tags taken out.
+fn without_tags(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text
+}
+
 /// `limits/constant.MAX.html` -> `constant dk_proto::limits::MAX`.
 fn item_of(crate_name: &str, href: &str) -> Option<String> {
     let page = href.strip_suffix(".html")?;
@@ -298,6 +396,30 @@ mod tests {
             surface("k", html),
             ["fn k::m::f", "struct k::A", "struct k::B"]
         );
+    }
+
+    #[test]
+    fn reexports_are_read_from_a_module_page() {
+        let html = concat!(
+            "<h2 id=\"reexports\">Re-exports</h2><dl class=\"item-table reexports\">",
+            "<dt id=\"reexport.Vessel\"><code>pub use vessel::<a class=\"struct\" ",
+            "href=\"vessel/struct.Vessel.html\" title=\"struct k::vessel::Vessel\">Vessel</a>;</code></dt>",
+            "<dt id=\"reexport.mcp\"><code>pub use dk_mcp as mcp;</code></dt>",
+            "<dt id=\"reexport.http\"><code>pub use <a class=\"mod\" href=\"../dk_http/index.html\" ",
+            "title=\"mod dk_http\">dk_http</a> as http;</code></dt></dl>",
+            "<h2 id=\"modules\">Modules</h2><dl class=\"item-table\"><dt>",
+            "<a class=\"mod\" href=\"vessel/index.html\" title=\"mod k::vessel\">vessel</a></dt></dl>",
+        );
+        assert_eq!(
+            reexports_on_page("k", html),
+            [
+                "reexport k::Vessel = struct k::vessel::Vessel",
+                "reexport k::mcp = dk_mcp",
+                "reexport k::http = mod dk_http",
+            ]
+        );
+        assert_eq!(child_modules(html), ["vessel"]);
+        assert!(reexports_on_page("k", "<p>no list</p>").is_empty());
     }
 
     #[test]
