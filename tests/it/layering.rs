@@ -464,7 +464,7 @@ fn module_name(path: &[String]) -> String {
 }
 
 /// The crates under `crates/`: name, folder, and each root file.
-fn crate_dirs() -> Vec<(String, std::path::PathBuf)> {
+pub(super) fn crate_dirs() -> Vec<(String, std::path::PathBuf)> {
     let mut dirs: Vec<_> = std::fs::read_dir(repo_root().join("crates"))
         .unwrap()
         .map(|entry| entry.unwrap().path())
@@ -584,7 +584,7 @@ fn admission_shares_nothing_with_the_rules() {
 }
 
 /// The names in a manifest's `[dependencies]` and `[build-dependencies]`.
-fn dependencies(manifest: &str) -> BTreeSet<String> {
+pub(super) fn dependencies(manifest: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut in_section = false;
     for line in manifest.lines() {

@@ -15,6 +15,7 @@ mod harness;
 mod hostile;
 mod in_process;
 mod layering;
+mod map;
 mod net;
 mod replay;
 mod socket;

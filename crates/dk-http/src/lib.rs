@@ -1,9 +1,9 @@
 //! The vessel's HTTP layer: the `/device` WebSocket route, the admin API
 //! and its typed client, the accept loop every listener runs (caps and
 //! deadlines from `accept` on), the Host/Origin rule of loopback listeners
-//! and Unix sockets, and Unix sockets in a private directory. It owns axum
-//! and hyper; their types stay inside `listen.rs`, `server.rs` and
-//! `admin.rs`.
+//! and Unix sockets, and Unix sockets in a private directory. It owns the
+//! HTTP server (axum and hyper); their types stay inside `listen.rs`,
+//! `server.rs`, `admin.rs`, `admin_client.rs`, the console and `notify.rs`.
 
 #![forbid(unsafe_code)]
 
