@@ -318,14 +318,39 @@ impl Checker {
         rules
     }
 
+    /// One entry of `policies` as a checked rule, or `None` after pushing
+    /// every error found in it: its mapping, then its keys one by one, the
+    /// required keys, its name's uniqueness, its `limit` and its condition.
     fn rule(
         &mut self,
         index: usize,
         entry: RawEntry,
         names: &mut HashMap<String, usize>,
     ) -> Option<Rule> {
-        let raw_fields = match entry {
-            RawEntry::Rule(fields) => fields,
+        let raw_fields = self.rule_mapping(index, entry)?;
+        // The name first, so every error of the rule can carry it.
+        let name_hint = name_hint(&raw_fields);
+        let name_hint = name_hint.as_deref();
+        let errors_before = self.errors.len();
+        let fields = self.rule_fields(index, name_hint, raw_fields);
+        self.check_required(index, name_hint, &fields);
+        self.check_unique_name(index, name_hint, &fields, names);
+        self.check_limit(index, name_hint, &fields);
+        let condition = fields
+            .condition
+            .as_deref()
+            .and_then(|text| self.condition(index, name_hint, text, fields.action.as_deref()));
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        fields.into_rule(index, condition?)
+    }
+
+    /// The key-value pairs of a rule entry, or an error when it is not a
+    /// mapping.
+    fn rule_mapping(&mut self, index: usize, entry: RawEntry) -> Option<Vec<(RawKey, Raw)>> {
+        match entry {
+            RawEntry::Rule(fields) => Some(fields),
             RawEntry::Other(raw) => {
                 let found = raw.kind();
                 self.push(
@@ -336,21 +361,20 @@ impl Checker {
                     ),
                     Some(Target::Rule(index)),
                 );
-                return None;
+                None
             }
-        };
-        // The name first, so every error of the rule can carry it.
-        let name_hint = raw_fields
-            .iter()
-            .find(|(k, _)| matches!(k, RawKey::Str(k) if k == "name"))
-            .and_then(|(_, v)| match v {
-                Raw::Str(Some(v)) if !v.is_empty() && !v.chars().any(char::is_control) => {
-                    Some(v.clone())
-                }
-                _ => None,
-            });
-        let name_hint = name_hint.as_deref();
-        let errors_before = self.errors.len();
+        }
+    }
+
+    /// Reads each key of a rule in the file's order, with an error for a
+    /// key that is not a string, a duplicate, an unknown key or a wrong
+    /// value.
+    fn rule_fields(
+        &mut self,
+        index: usize,
+        name_hint: Option<&str>,
+        raw_fields: Vec<(RawKey, Raw)>,
+    ) -> Fields {
         let mut fields = Fields::default();
         let mut key_counts: HashMap<Option<String>, usize> = HashMap::new();
         for (key, value) in raw_fields {
@@ -404,6 +428,12 @@ impl Checker {
                 );
             }
         }
+        fields
+    }
+
+    /// An error for each required key a rule lacks (not for one present
+    /// with a wrong value: that one is reported already).
+    fn check_required(&mut self, index: usize, name_hint: Option<&str>, fields: &Fields) {
         for required in ["name", "action", "condition", "decision", "message"] {
             let present = match required {
                 "name" => fields.name.is_some(),
@@ -419,6 +449,17 @@ impl Checker {
                 );
             }
         }
+    }
+
+    /// An error when an earlier rule has the same name; else the name is
+    /// recorded in `names`.
+    fn check_unique_name(
+        &mut self,
+        index: usize,
+        name_hint: Option<&str>,
+        fields: &Fields,
+        names: &mut HashMap<String, usize>,
+    ) {
         if let Some(name) = &fields.name {
             if let Some(first) = names.get(name) {
                 self.push(
@@ -433,6 +474,11 @@ impl Checker {
                 names.insert(name.clone(), index);
             }
         }
+    }
+
+    /// An error when a rule's `limit` could never count: on an allow rule,
+    /// or on an action other than `device_use` (or `*`).
+    fn check_limit(&mut self, index: usize, name_hint: Option<&str>, fields: &Fields) {
         if fields.limit.is_some() {
             let why = match (fields.decision, fields.action.as_deref()) {
                 (Some(RuleDecision::Allow), _) => Some(
@@ -450,48 +496,6 @@ impl Checker {
                 );
             }
         }
-        let condition = fields
-            .condition
-            .as_deref()
-            .and_then(|text| self.condition(index, name_hint, text, fields.action.as_deref()));
-        if self.errors.len() > errors_before {
-            return None;
-        }
-        let (
-            Some(name),
-            Some(action),
-            Some(condition_text),
-            Some(decision),
-            Some(message),
-            Some(condition),
-        ) = (
-            fields.name,
-            fields.action,
-            fields.condition,
-            fields.decision,
-            fields.message,
-            condition,
-        )
-        else {
-            return None;
-        };
-        let reason = format!("[{name}] {message}");
-        Some(Rule {
-            index,
-            name,
-            action,
-            decision,
-            message,
-            enabled: fields.enabled.unwrap_or(true),
-            agent_scope: fields.agent_scope.filter(|s| !s.is_empty()),
-            condition,
-            condition_text,
-            environments: fields.environments,
-            immutable: fields.immutable.unwrap_or(false),
-            limit: fields.limit,
-            location: None,
-            reason,
-        })
     }
 
     fn condition(
@@ -554,7 +558,52 @@ impl Checker {
     }
 }
 
+/// A rule's `name`, when it is a usable one, read before its other keys so
+/// that every error of the rule can carry it.
+fn name_hint(raw_fields: &[(RawKey, Raw)]) -> Option<String> {
+    raw_fields
+        .iter()
+        .find(|(k, _)| matches!(k, RawKey::Str(k) if k == "name"))
+        .and_then(|(_, v)| match v {
+            Raw::Str(Some(v)) if !v.is_empty() && !v.chars().any(char::is_control) => {
+                Some(v.clone())
+            }
+            _ => None,
+        })
+}
+
 impl Fields {
+    /// The checked rule, when every required field and the `condition`
+    /// were read.
+    fn into_rule(self, index: usize, condition: Condition) -> Option<Rule> {
+        let (Some(name), Some(action), Some(condition_text), Some(decision), Some(message)) = (
+            self.name,
+            self.action,
+            self.condition,
+            self.decision,
+            self.message,
+        ) else {
+            return None;
+        };
+        let reason = format!("[{name}] {message}");
+        Some(Rule {
+            index,
+            name,
+            action,
+            decision,
+            message,
+            enabled: self.enabled.unwrap_or(true),
+            agent_scope: self.agent_scope.filter(|s| !s.is_empty()),
+            condition,
+            condition_text,
+            environments: self.environments,
+            immutable: self.immutable.unwrap_or(false),
+            limit: self.limit,
+            location: None,
+            reason,
+        })
+    }
+
     /// Records a known key's value, or says what is wrong with it.
     fn set(&mut self, key: &'static str, value: Raw) -> Result<(), String> {
         let found = value.kind();
