@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dk_device::{ClientOptions, Device, EventSender, HandlerError, ServeOptions, run_client};
-use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS, SubscribeFilter};
+use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, Publish, QoS, SubscribeFilter};
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
@@ -299,12 +299,48 @@ pub async fn run_bridge(
     if let Some(credentials) = &credentials {
         credentials.check(&address)?;
     }
+    let options = mqtt_options(address, config.broker.ca_file.as_deref(), credentials)?;
+    let (client, eventloop) = broker_client(options);
+    // Changes are shared, never copied per receiver: one state of 256 KiB
+    // is one value however many devices and calls listen.
+    let (changes, _) = broadcast::channel::<Change>(CHANGES);
+    let topics: Vec<String> = config
+        .device
+        .iter()
+        .map(|d| d.state_topic.clone())
+        .collect();
+    let devices = define_all(&config, &client, &state, &changes)?;
+    let connection = keep_connected(
+        eventloop,
+        client.clone(),
+        topics,
+        Arc::clone(&state),
+        changes.clone(),
+    );
+    let all = serve_all(devices, &vessel_url, &on_code, &changes);
+    tokio::select! {
+        () = shutdown => {}
+        () = connection => {}
+        () = all => {}
+    }
+    let _ = client.disconnect().await;
+    Ok(())
+}
+
+/// The MQTT options of a bridge connecting to `address`: a random client
+/// id, TLS when the address says (trusting `ca_file`, else the
+/// platform's roots), and `credentials` if any.
+fn mqtt_options(
+    address: BrokerAddress,
+    ca_file: Option<&std::path::Path>,
+    credentials: Option<Credentials>,
+) -> Result<MqttOptions, BridgeError> {
     let mut suffix = [0u8; 6];
     rand::Rng::fill(&mut rand::rng(), &mut suffix);
     let id: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
     let mut options = MqttOptions::new(format!("dk-bridge-{id}"), address.host, address.port);
     if address.tls {
-        let tls = tls_config(config.broker.ca_file.as_deref())?;
+        let tls = tls_config(ca_file)?;
         options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(
             Arc::new(tls),
         )));
@@ -318,118 +354,156 @@ pub async fn run_bridge(
     if let Some(credentials) = credentials {
         credentials.apply(&mut options);
     }
+    Ok(options)
+}
+
+/// The broker client and the event loop that drives its connection.
+fn broker_client(options: MqttOptions) -> (AsyncClient, EventLoop) {
     let (client, mut eventloop) = AsyncClient::new(options, 256);
     // A command is one small packet: sent at once, not held for more
     // (Nagle's wait added some 40 ms to every call).
     let mut network = rumqttc::NetworkOptions::new();
     network.set_tcp_nodelay(true);
     eventloop.set_network_options(network);
-    // Changes are shared, never copied per receiver: one state of 256 KiB
-    // is one value however many devices and calls listen.
-    let (changes, _) = broadcast::channel::<Change>(CHANGES);
-    let topics: Vec<String> = config
-        .device
-        .iter()
-        .map(|d| d.state_topic.clone())
-        .collect();
+    (client, eventloop)
+}
 
+/// A device of `config` mapped on `map`, with its events.
+type Defined = (DeviceMap, Device, Events);
+
+/// The dk device of every map of `config`, in order; the first that
+/// cannot be defined stops the bridge.
+fn define_all(
+    config: &BridgeConfig,
+    client: &AsyncClient,
+    state: &Arc<BrokerState>,
+    changes: &broadcast::Sender<Change>,
+) -> Result<Vec<Defined>, BridgeError> {
     let mut devices = Vec::new();
     for map in &config.device {
-        let (device, events) = define(map, &client, &state, &changes, config.confirm_timeout())?;
+        let (device, events) = define(map, client, state, changes, config.confirm_timeout())?;
         devices.push((map.clone(), device, events));
     }
+    Ok(devices)
+}
 
+/// Drives the broker connection for as long as the bridge runs:
+/// subscribes to `topics` at each connect, keeps each state heard, and
+/// connects again after a pause that grows while connections do not last.
+async fn keep_connected(
+    mut eventloop: EventLoop,
+    client: AsyncClient,
+    topics: Vec<String>,
+    state: Arc<BrokerState>,
+    changes: broadcast::Sender<Change>,
+) {
     let known: HashMap<String, Arc<str>> = topics
         .iter()
         .map(|t| (t.clone(), Arc::from(t.as_str())))
         .collect();
-    let connection = {
-        let state = Arc::clone(&state);
-        let changes = changes.clone();
-        let client = client.clone();
-        async move {
-            let mut pause = Duration::from_millis(100);
-            let mut connected_at: Option<tokio::time::Instant> = None;
-            let mut told = false;
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                        state.connected.store(true, Ordering::Release);
-                        connected_at = Some(tokio::time::Instant::now());
-                        // Subscribing from another task: requests wait in
-                        // the client's queue, which only this loop drains.
-                        let (client, topics) = (client.clone(), topics.clone());
-                        tokio::spawn(async move {
-                            for chunk in topics.chunks(SUBSCRIBE_CHUNK) {
-                                let filters = chunk
-                                    .iter()
-                                    .map(|t| SubscribeFilter::new(t.clone(), QoS::AtLeastOnce));
-                                let _ = client.subscribe_many(filters).await;
-                            }
-                        });
-                        tracing::info!("bridge: connected to the broker");
-                    }
-                    Ok(Event::Incoming(Packet::Publish(publish))) => {
-                        // Only the mapped state topics are kept, whatever
-                        // a broker sends.
-                        let Some(topic) = known.get(publish.topic.as_str()).cloned() else {
-                            state.dropped.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        };
-                        let parsed = (publish.payload.len() <= MAX_STATE_BYTES)
-                            .then(|| serde_json::from_slice::<Value>(&publish.payload).ok())
-                            .flatten();
-                        let deep = parsed.is_some()
-                            && dk_proto::nests_deeper_than(&publish.payload, MAX_STATE_DEPTH);
-                        if deep {
-                            state.too_deep.fetch_add(1, Ordering::Relaxed);
-                        }
-                        match parsed.filter(|_| !deep) {
-                            Some(value) => {
-                                state.received.fetch_add(1, Ordering::Relaxed);
-                                let value = Arc::new(value);
-                                state
-                                    .states
-                                    .lock()
-                                    .unwrap_or_else(PoisonError::into_inner)
-                                    .insert(topic.to_string(), Arc::clone(&value));
-                                let _ = changes.send((topic, value));
-                            }
-                            None => {
-                                state.dropped.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        let was = state.connected.swap(false, Ordering::AcqRel);
-                        *state
-                            .last_error
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
-                        if was || !told {
-                            tracing::warn!("bridge: the broker connection ended: {error}");
-                            told = true;
-                        }
-                        // The pause starts over only after a connection
-                        // that lasted: one dropped at once (a retained
-                        // packet over the limit, a refused subscription)
-                        // keeps doubling it.
-                        if connected_at.take().is_some_and(|at| at.elapsed() >= STABLE) {
-                            pause = Duration::from_millis(100);
-                        }
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(5));
-                    }
+    let mut pause = Duration::from_millis(100);
+    let mut connected_at: Option<tokio::time::Instant> = None;
+    let mut told = false;
+    loop {
+        match eventloop.poll().await {
+            Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                state.connected.store(true, Ordering::Release);
+                connected_at = Some(tokio::time::Instant::now());
+                subscribe(&client, &topics);
+                tracing::info!("bridge: connected to the broker");
+            }
+            Ok(Event::Incoming(Packet::Publish(publish))) => {
+                keep_state(&publish, &known, &state, &changes);
+            }
+            Ok(_) => {}
+            Err(error) => {
+                let was = state.connected.swap(false, Ordering::AcqRel);
+                *state
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+                if was || !told {
+                    tracing::warn!("bridge: the broker connection ended: {error}");
+                    told = true;
                 }
+                // The pause starts over only after a connection that
+                // lasted: one dropped at once (a retained packet over the
+                // limit, a refused subscription) keeps doubling it.
+                if connected_at.take().is_some_and(|at| at.elapsed() >= STABLE) {
+                    pause = Duration::from_millis(100);
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
-    };
+    }
+}
 
+/// Subscribes to every state topic, [`SUBSCRIBE_CHUNK`] per SUBSCRIBE.
+fn subscribe(client: &AsyncClient, topics: &[String]) {
+    // Subscribing from another task: requests wait in the client's queue,
+    // which only the connection's loop drains.
+    let (client, topics) = (client.clone(), topics.to_vec());
+    tokio::spawn(async move {
+        for chunk in topics.chunks(SUBSCRIBE_CHUNK) {
+            let filters = chunk
+                .iter()
+                .map(|t| SubscribeFilter::new(t.clone(), QoS::AtLeastOnce));
+            let _ = client.subscribe_many(filters).await;
+        }
+    });
+}
+
+/// Keeps the state `publish` carries and tells every listener, when it is
+/// on a mapped state topic, JSON, within [`MAX_STATE_BYTES`] and
+/// [`MAX_STATE_DEPTH`]; else counts it dropped (or too deep).
+fn keep_state(
+    publish: &Publish,
+    known: &HashMap<String, Arc<str>>,
+    state: &BrokerState,
+    changes: &broadcast::Sender<Change>,
+) {
+    // Only the mapped state topics are kept, whatever a broker sends.
+    let Some(topic) = known.get(publish.topic.as_str()).cloned() else {
+        state.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let parsed = (publish.payload.len() <= MAX_STATE_BYTES)
+        .then(|| serde_json::from_slice::<Value>(&publish.payload).ok())
+        .flatten();
+    let deep = parsed.is_some() && dk_proto::nests_deeper_than(&publish.payload, MAX_STATE_DEPTH);
+    if deep {
+        state.too_deep.fetch_add(1, Ordering::Relaxed);
+    }
+    match parsed.filter(|_| !deep) {
+        Some(value) => {
+            state.received.fetch_add(1, Ordering::Relaxed);
+            let value = Arc::new(value);
+            state
+                .states
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(topic.to_string(), Arc::clone(&value));
+            let _ = changes.send((topic, value));
+        }
+        None => {
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Serves every device to the vessel at `vessel_url`, each with its own
+/// client and its events forwarded from the states heard, until all stop.
+async fn serve_all(
+    devices: Vec<Defined>,
+    vessel_url: &str,
+    on_code: &CodeHook,
+    changes: &broadcast::Sender<Change>,
+) {
     let serving = devices.into_iter().map(|(map, device, events)| {
-        let on_code = Arc::clone(&on_code);
+        let on_code = Arc::clone(on_code);
         let id = map.id.clone();
-        let options = ClientOptions::new(&vessel_url)
+        let options = ClientOptions::new(vessel_url)
             .key_file(map.key_file())
             .serve(ServeOptions::new().events(events.1))
             .on_code(move |code| on_code(&id, code));
@@ -445,16 +519,7 @@ pub async fn run_bridge(
             }
         }
     });
-    let all = async {
-        futures::future::join_all(serving).await;
-    };
-    tokio::select! {
-        () = shutdown => {}
-        () = connection => {}
-        () = all => {}
-    }
-    let _ = client.disconnect().await;
-    Ok(())
+    futures::future::join_all(serving).await;
 }
 
 type Events = (EventSender, dk_device::EventReceiver);
