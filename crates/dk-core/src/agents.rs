@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
+pub use dk_proto::admin::AgentRole;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -38,44 +39,9 @@ pub const MAX_AGENT_NAME: usize = 32;
 /// agent can be called `__shadow__`.
 pub type AgentId = String;
 
-/// What an agent may do, on top of its scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentRole {
-    /// Sees and calls sensors only (capabilities that read); no actuator is
-    /// offered, and a call to one is refused as out of scope.
-    Guest,
-    /// Sees and calls every granted capability within its scope.
-    User,
-    /// As `user` for device tools. Reserved for the vessel's own management
-    /// tools later; an admin agent never answers the person's prompts.
-    Admin,
-}
-
-impl AgentRole {
-    /// The role's name, as the command line spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentRole::Guest => "guest",
-            AgentRole::User => "user",
-            AgentRole::Admin => "admin",
-        }
-    }
-
-    /// The role named `text` (`guest`, `user` or `admin`).
-    pub fn parse(text: &str) -> Option<AgentRole> {
-        match text {
-            "guest" => Some(AgentRole::Guest),
-            "user" => Some(AgentRole::User),
-            "admin" => Some(AgentRole::Admin),
-            _ => None,
-        }
-    }
-
-    /// Whether this role may use a capability that acts (not a sensor).
-    pub(crate) fn may_act(self) -> bool {
-        !matches!(self, AgentRole::Guest)
-    }
+/// Whether `role` may use a capability that acts (not a sensor).
+fn may_act(role: AgentRole) -> bool {
+    !matches!(role, AgentRole::Guest)
 }
 
 /// Which capabilities of one device a scope covers.
@@ -189,7 +155,7 @@ impl Agent {
     /// Whether this agent may see and call `capability` of `device_id`,
     /// given whether that capability only reads.
     pub fn may_use(&self, device_id: &str, capability: &str, read_only: bool) -> bool {
-        (read_only || self.role.may_act()) && self.scope.covers(device_id, capability)
+        (read_only || may_act(self.role)) && self.scope.covers(device_id, capability)
     }
 }
 

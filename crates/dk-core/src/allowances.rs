@@ -28,7 +28,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+pub use dk_proto::admin::{Allowance, AllowanceScope};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -55,36 +55,6 @@ const SHOWN_ARGUMENTS: usize = 512;
 /// change of (for answers given while one changed); past it every answer
 /// asked before the last change is refused as changed.
 const TRACKED_CHANGES: usize = 1024;
-
-/// What a remembered allowance covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum AllowanceScope {
-    /// The agent calling this tool with exactly these arguments.
-    Arguments,
-    /// The agent calling this capability with any arguments.
-    Capability,
-}
-
-impl AllowanceScope {
-    /// `arguments` or `capability`, as the admin API spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AllowanceScope::Arguments => "arguments",
-            AllowanceScope::Capability => "capability",
-        }
-    }
-
-    /// The scope named `text`: `arguments` (or `args`) or `capability` (or
-    /// `cap`).
-    pub fn parse(text: &str) -> Result<AllowanceScope, AllowanceError> {
-        match text {
-            "arguments" | "args" => Ok(AllowanceScope::Arguments),
-            "capability" | "cap" => Ok(AllowanceScope::Capability),
-            other => Err(AllowanceError::BadScope(other.to_owned())),
-        }
-    }
-}
 
 /// How long an allowance lasts: [`MIN_ALLOWANCE_MINUTES`] to
 /// [`MAX_ALLOWANCE_MINUTES`] minutes.
@@ -129,11 +99,6 @@ pub enum AllowanceError {
     /// The minutes are out of bounds.
     #[error("an allowance lasts 1 to 1440 minutes, not {0}")]
     BadMinutes(u64),
-    /// Not a scope.
-    #[error(
-        "`{0}` is not what an allowance covers: say `arguments` (`args`, these exact arguments) or `capability` (`cap`, any arguments)"
-    )]
-    BadScope(String),
     /// [`MAX_ALLOWANCES`] are live.
     #[error(
         "{0} allowances are remembered already: revoke one (`dk approvals remembered revoke ID`) or allow this call once"
@@ -150,41 +115,15 @@ pub enum AllowanceError {
     NotFound(u64),
 }
 
-/// A remembered allowance, as front ends list it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Allowance {
-    /// Identifies it (never reused while the vessel runs).
-    pub id: u64,
-    /// The agent it lets call.
-    pub agent_id: String,
-    /// The tool.
-    pub tool: String,
-    /// The device.
-    pub device_id: String,
-    /// The capability.
-    pub capability: String,
-    /// What it covers.
-    pub scope: AllowanceScope,
-    /// For [`AllowanceScope::Arguments`]: the SHA-256 (hex) of the
-    /// arguments' canonical JSON.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub arguments_sha256: Option<String>,
-    /// For [`AllowanceScope::Arguments`]: the arguments' canonical JSON, cut
-    /// at 512 bytes (to show; the hash binds them whole).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub arguments: Option<String>,
-    /// When it was made, milliseconds since the Unix epoch.
-    pub created_at_ms: u64,
-    /// When it ends, milliseconds since the Unix epoch.
-    pub expires_at_ms: u64,
-    /// Calls it let through so far.
-    pub uses: u64,
+/// A live allowance: what front ends list, and what binds it that they
+/// do not show.
+#[derive(Debug, Clone)]
+struct Live {
+    /// As front ends list it.
+    shown: Allowance,
     /// The device's pairing generation it is bound to.
-    #[serde(skip)]
     generation: u64,
     /// Whether the capability only reads (for a re-scoped agent).
-    #[serde(skip)]
     read_only: bool,
 }
 
@@ -235,7 +174,7 @@ enum Changed {
 }
 
 struct Inner {
-    live: BTreeMap<u64, Allowance>,
+    live: BTreeMap<u64, Live>,
     next_id: u64,
     /// Counts changes; an offer keeps the count it was made at.
     stamp: u64,
@@ -260,7 +199,7 @@ impl Inner {
     }
 
     fn prune(&mut self, now: u64) {
-        self.live.retain(|_, a| a.expires_at_ms > now);
+        self.live.retain(|_, a| a.shown.expires_at_ms > now);
     }
 }
 
@@ -371,7 +310,7 @@ impl Allowances {
         let now = self.now();
         let mut inner = self.lock();
         inner.prune(now);
-        inner.live.values().cloned().collect()
+        inner.live.values().map(|a| a.shown.clone()).collect()
     }
 
     /// The live allowance `id`, if any.
@@ -380,8 +319,8 @@ impl Allowances {
         self.lock()
             .live
             .get(&id)
-            .filter(|a| a.expires_at_ms > now)
-            .cloned()
+            .filter(|a| a.shown.expires_at_ms > now)
+            .map(|a| a.shown.clone())
     }
 
     /// Revokes allowance `id` (the person's own revocation).
@@ -390,7 +329,11 @@ impl Allowances {
         let gone = {
             let mut inner = self.lock();
             inner.prune(now);
-            inner.live.remove(&id).ok_or(AllowanceError::NotFound(id))?
+            inner
+                .live
+                .remove(&id)
+                .ok_or(AllowanceError::NotFound(id))?
+                .shown
         };
         self.announce_revoked(std::slice::from_ref(&gone), RevokeCause::ByPerson);
         Ok(gone)
@@ -408,15 +351,18 @@ impl Allowances {
     ) -> Option<u64> {
         let now = self.now();
         let mut inner = self.lock();
-        let applies = |a: &Allowance| {
-            a.agent_id == agent_id
-                && a.tool == tool
+        let applies = |a: &Live| {
+            a.shown.agent_id == agent_id
+                && a.shown.tool == tool
                 && a.generation == generation
-                && a.expires_at_ms > now
+                && a.shown.expires_at_ms > now
         };
         let mut by_capability = None;
         let mut by_arguments = Vec::new();
-        for allowance in inner.live.values().filter(|a| applies(a)) {
+        for Live {
+            shown: allowance, ..
+        } in inner.live.values().filter(|a| applies(a))
+        {
             match allowance.scope {
                 AllowanceScope::Capability => by_capability = by_capability.or(Some(allowance.id)),
                 AllowanceScope::Arguments => by_arguments.push(allowance.id),
@@ -430,13 +376,13 @@ impl Allowances {
                 inner
                     .live
                     .get(id)
-                    .and_then(|a| a.arguments_sha256.as_deref())
+                    .and_then(|a| a.shown.arguments_sha256.as_deref())
                     == Some(digest.as_str())
             })
         };
         let id = exact.or(by_capability)?;
         if let Some(allowance) = inner.live.get_mut(&id) {
-            allowance.uses += 1;
+            allowance.shown.uses += 1;
         }
         Some(id)
     }
@@ -469,7 +415,7 @@ impl Allowances {
         &self,
         what: Changed,
         cause: RevokeCause,
-        matches: impl Fn(&Allowance) -> bool,
+        matches: impl Fn(&Live) -> bool,
     ) -> usize {
         let gone: Vec<Allowance> = {
             let mut inner = self.lock();
@@ -478,9 +424,12 @@ impl Allowances {
                 .live
                 .values()
                 .filter(|a| matches(a))
-                .map(|a| a.id)
+                .map(|a| a.shown.id)
                 .collect();
-            ids.iter().filter_map(|id| inner.live.remove(id)).collect()
+            ids.iter()
+                .filter_map(|id| inner.live.remove(id))
+                .map(|a| a.shown)
+                .collect()
         };
         self.announce_revoked(&gone, cause);
         gone.len()
@@ -492,14 +441,14 @@ impl Allowances {
         self.drop_where(
             Changed::Capability(device_id.to_owned(), capability.to_owned()),
             RevokeCause::CapabilityRevoked,
-            |a| a.device_id == device_id && a.capability == capability,
+            |a| a.shown.device_id == device_id && a.shown.capability == capability,
         )
     }
 
     /// Revokes every allowance for `device_id` (unpaired, or paired again).
     pub(crate) fn drop_device(&self, device_id: &str, cause: RevokeCause) -> usize {
         self.drop_where(Changed::Device(device_id.to_owned()), cause, |a| {
-            a.device_id == device_id
+            a.shown.device_id == device_id
         })
     }
 
@@ -508,7 +457,7 @@ impl Allowances {
         self.drop_where(
             Changed::Agent(agent_id.to_owned()),
             RevokeCause::AgentRemoved,
-            |a| a.agent_id == agent_id,
+            |a| a.shown.agent_id == agent_id,
         )
     }
 
@@ -523,7 +472,10 @@ impl Allowances {
         self.drop_where(
             Changed::Agent(agent_id.to_owned()),
             RevokeCause::AgentRescoped,
-            |a| a.agent_id == agent_id && !still_covered(&a.device_id, &a.capability, a.read_only),
+            |a| {
+                a.shown.agent_id == agent_id
+                    && !still_covered(&a.shown.device_id, &a.shown.capability, a.read_only)
+            },
         )
     }
 
@@ -615,10 +567,13 @@ impl AllowanceOffer {
             created_at_ms: now,
             expires_at_ms: now.saturating_add(u64::from(remember.minutes.get()) * 60_000),
             uses: 0,
+        };
+        let live = Live {
+            shown: allowance.clone(),
             generation: self.generation,
             read_only: self.read_only,
         };
-        inner.live.insert(id, allowance.clone());
+        inner.live.insert(id, live);
         Ok(allowance)
     }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use dk_proto::admin::CredentialChange;
+pub use dk_proto::admin::{CapabilityChange, ChangeKind, CredentialChange, Difference, Replaced};
 use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
 use rand::Rng;
 use serde::Serialize;
@@ -112,114 +112,35 @@ pub struct ConsentRequest {
     pub channel: Channel,
 }
 
-/// What a new pairing of an already paired id replaces, and how the new
-/// manifest differs from the one the person approved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Replaced {
-    /// When the current pairing was made, in milliseconds since the Unix epoch.
-    pub paired_at_ms: u64,
-    /// What it grants now; the new pairing's grants replace these.
-    pub grants: Vec<String>,
-    /// The approved manifest's name, when the new one says another.
-    pub was_name: Option<String>,
-    /// The approved manifest's kind, when the new one says another.
-    pub was_kind: Option<String>,
-    /// Every capability added, removed or changed, in the new manifest's
-    /// order (removed ones last); empty when the capabilities are the same.
-    pub changes: Vec<CapabilityChange>,
-    /// How the credential differs: the dk/2 key changed, or the device asks
-    /// over v1 where it was paired over dk/2. A yes must confirm it
-    /// ([`ConsentDecision::confirmed_credential_change`]). Absent from
-    /// the JSON when the credential is the same.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub credential: Option<CredentialChange>,
-}
-
-/// How one capability of a re-pairing differs from the approved manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CapabilityChange {
-    /// The capability.
-    pub capability: String,
-    /// Added, removed or changed.
-    pub change: ChangeKind,
-    /// What changed in a capability both manifests have.
-    pub differences: Vec<Difference>,
-    /// The same in words, for a person: `unlock: NO LONGER asks every
-    /// time`, `siren: added`.
-    pub summary: String,
-}
-
-/// Whether a capability is new, gone, or different.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ChangeKind {
-    /// Only the new manifest has it.
-    Added,
-    /// Only the approved manifest has it.
-    Removed,
-    /// Both have it, differently.
-    Changed,
-}
-
-/// One difference in a capability both manifests declare.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "what")]
-pub enum Difference {
-    /// Sensor became actuator or the other way round.
-    Kind {
-        /// The approved kind.
-        was: &'static str,
-        /// The new kind.
-        now: &'static str,
-    },
-    /// Whether the person is asked on every call.
-    Confirm {
-        /// The approved manifest asked every time.
-        was: bool,
-        /// The new manifest asks every time.
-        now: bool,
-    },
-    /// Its params (names, types, whether required, lengths) differ.
-    Params,
-    /// Its description differs.
-    Description,
-}
-
-impl CapabilityChange {
-    fn new(capability: &str, change: ChangeKind, differences: Vec<Difference>) -> CapabilityChange {
-        let mut made = CapabilityChange {
-            capability: capability.to_owned(),
-            change,
-            differences,
-            summary: String::new(),
-        };
-        made.summary = made.describe();
-        made
-    }
-
-    fn describe(&self) -> String {
-        match self.change {
-            ChangeKind::Added => format!("{}: added", self.capability),
-            ChangeKind::Removed => format!("{}: removed", self.capability),
-            ChangeKind::Changed => {
-                let parts: Vec<String> = self
-                    .differences
-                    .iter()
-                    .map(|d| match d {
-                        Difference::Kind { was, now } => format!("was {was}, now {now}"),
-                        Difference::Confirm { was: true, .. } => {
-                            "NO LONGER asks every time".to_owned()
-                        }
-                        Difference::Confirm { .. } => "now asks every time".to_owned(),
-                        Difference::Params => "its params changed".to_owned(),
-                        Difference::Description => "its description changed".to_owned(),
-                    })
-                    .collect();
-                format!("{}: {}", self.capability, parts.join(", "))
-            }
+/// How one capability of a re-pairing differs, its summary in words for
+/// a person: `unlock: NO LONGER asks every time`, `siren: added`.
+fn capability_change(
+    capability: &str,
+    change: ChangeKind,
+    differences: Vec<Difference>,
+) -> CapabilityChange {
+    let summary = match change {
+        ChangeKind::Added => format!("{capability}: added"),
+        ChangeKind::Removed => format!("{capability}: removed"),
+        ChangeKind::Changed => {
+            let parts: Vec<String> = differences
+                .iter()
+                .map(|d| match d {
+                    Difference::Kind { was, now } => format!("was {was}, now {now}"),
+                    Difference::Confirm { was: true, .. } => "NO LONGER asks every time".to_owned(),
+                    Difference::Confirm { .. } => "now asks every time".to_owned(),
+                    Difference::Params => "its params changed".to_owned(),
+                    Difference::Description => "its description changed".to_owned(),
+                })
+                .collect();
+            format!("{capability}: {}", parts.join(", "))
         }
+    };
+    CapabilityChange {
+        capability: capability.to_owned(),
+        change,
+        differences,
+        summary,
     }
 }
 
@@ -228,18 +149,14 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
     let mut changes = Vec::new();
     for cap in new.capabilities() {
         let Some(was) = old.capability(cap.name()) else {
-            changes.push(CapabilityChange::new(
-                cap.name(),
-                ChangeKind::Added,
-                Vec::new(),
-            ));
+            changes.push(capability_change(cap.name(), ChangeKind::Added, Vec::new()));
             continue;
         };
         let mut differences = Vec::new();
         if was.kind() != cap.kind() {
             differences.push(Difference::Kind {
-                was: was.kind().as_str(),
-                now: cap.kind().as_str(),
+                was: was.kind().as_str().to_owned(),
+                now: cap.kind().as_str().to_owned(),
             });
         }
         if was.confirm() != cap.confirm() {
@@ -255,7 +172,7 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
             differences.push(Difference::Description);
         }
         if !differences.is_empty() {
-            changes.push(CapabilityChange::new(
+            changes.push(capability_change(
                 cap.name(),
                 ChangeKind::Changed,
                 differences,
@@ -264,7 +181,7 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
     }
     for was in old.capabilities() {
         if new.capability(was.name()).is_none() {
-            changes.push(CapabilityChange::new(
+            changes.push(capability_change(
                 was.name(),
                 ChangeKind::Removed,
                 Vec::new(),

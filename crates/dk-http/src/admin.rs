@@ -32,7 +32,7 @@ use subtle::ConstantTimeEq;
 
 use crate::adapter::CallContext;
 use crate::agents::{AgentError, AgentRole, AgentScope};
-use crate::allowances::{Allowance, AllowanceError, AllowanceMinutes, AllowanceScope, Remember};
+use crate::allowances::{AllowanceError, AllowanceMinutes, Remember};
 use crate::bodies::{agent_body, device_list, pending_body, status_body};
 use crate::by::By;
 use crate::console::Console;
@@ -354,7 +354,7 @@ fn approval_answer(body: api::ApprovalAnswer) -> Result<ApprovalAnswer, String> 
         (false, None) => Ok(ApprovalAnswer::Refuse),
         (true, None) => Ok(ApprovalAnswer::Once),
         (true, Some(remember)) => {
-            let scope = AllowanceScope::parse(&remember.scope).map_err(|e| e.to_string())?;
+            let scope = remember.scope.known().map_err(|e| e.to_string())?;
             let minutes = match remember.minutes {
                 Some(minutes) => AllowanceMinutes::new(minutes).map_err(|e| e.to_string())?,
                 None => AllowanceMinutes::default(),
@@ -381,9 +381,7 @@ async fn answer_approval(
         .answer_approval_by(id, answer, Some(By::admin_api()))
     {
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Some(allowance)) => {
-            (StatusCode::CREATED, Json(allowance_body(&allowance))).into_response()
-        }
+        Ok(Some(allowance)) => (StatusCode::CREATED, Json(allowance)).into_response(),
         Err(e @ (AnswerError::NotFound(_) | AnswerError::WrongKind(..))) => {
             refuse(StatusCode::NOT_FOUND, e.to_string())
         }
@@ -394,31 +392,14 @@ async fn answer_approval(
     }
 }
 
-/// An allowance as the admin API shows it.
-fn allowance_body(allowance: &Allowance) -> api::Allowance {
-    api::Allowance {
-        id: allowance.id,
-        agent_id: allowance.agent_id.clone(),
-        tool: allowance.tool.clone(),
-        device_id: allowance.device_id.clone(),
-        capability: allowance.capability.clone(),
-        scope: allowance.scope.as_str().to_owned(),
-        arguments_sha256: allowance.arguments_sha256.clone(),
-        arguments: allowance.arguments.clone(),
-        created_at_ms: allowance.created_at_ms,
-        expires_at_ms: allowance.expires_at_ms,
-        uses: allowance.uses,
-    }
-}
-
 async fn remembered(State(admin): State<Admin>) -> Json<Vec<api::Allowance>> {
     let list = admin.vessel.registry().allowances().list();
-    Json(list.iter().map(allowance_body).collect())
+    Json(list)
 }
 
 async fn remembered_one(State(admin): State<Admin>, UrlPath(id): UrlPath<u64>) -> Response {
     match admin.vessel.registry().allowances().get(id) {
-        Some(allowance) => Json(allowance_body(&allowance)).into_response(),
+        Some(allowance) => Json(allowance).into_response(),
         None => refuse(
             StatusCode::NOT_FOUND,
             AllowanceError::NotFound(id).to_string(),
@@ -549,17 +530,10 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
         Ok(scope) => scope,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
     };
-    let role = match new.role.as_deref() {
+    let role = match new.role.map(api::Named::known) {
         None => AgentRole::User,
-        Some(text) => match AgentRole::parse(text) {
-            Some(role) => role,
-            None => {
-                return refuse(
-                    StatusCode::BAD_REQUEST,
-                    format!("role `{text}` must be `guest`, `user` or `admin`"),
-                );
-            }
-        },
+        Some(Ok(role)) => role,
+        Some(Err(unknown)) => return refuse(StatusCode::BAD_REQUEST, unknown.to_string()),
     };
     match admin
         .vessel

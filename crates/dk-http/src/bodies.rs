@@ -10,7 +10,7 @@ use dk_proto::admin as api;
 use crate::agents::Agent;
 use crate::listen::ListenerStats;
 use crate::person::{PendingPrompt, Prompt};
-use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, DeviceSnapshot, Difference};
+use crate::registry::{ConsentRequest, DeviceSnapshot};
 use crate::vessel::Vessel;
 
 /// A listener's counters as the admin API shows them.
@@ -91,39 +91,9 @@ fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
                 params: Vec::new(),
             })
             .collect(),
-        replaces: request.replaces.map(|old| api::Replaced {
-            paired_at_ms: old.paired_at_ms,
-            grants: old.grants,
-            was_name: old.was_name,
-            was_kind: old.was_kind,
-            changes: old.changes.into_iter().map(change_body).collect(),
-            credential: old.credential,
-        }),
+        replaces: request.replaces.map(|old| *old),
         no_screen: request.no_screen,
         channel: request.channel,
-    }
-}
-
-fn change_body(change: CapabilityChange) -> api::CapabilityChange {
-    let kind = match change.change {
-        ChangeKind::Added => "added",
-        ChangeKind::Removed => "removed",
-        ChangeKind::Changed => "changed",
-    };
-    let differences = change.differences.into_iter().map(|d| match d {
-        Difference::Kind { was, now } => api::Difference::Kind {
-            was: was.to_owned(),
-            now: now.to_owned(),
-        },
-        Difference::Confirm { was, now } => api::Difference::Confirm { was, now },
-        Difference::Params => api::Difference::Params,
-        Difference::Description => api::Difference::Description,
-    });
-    api::CapabilityChange {
-        capability: change.capability,
-        change: kind.to_owned(),
-        differences: differences.collect(),
-        summary: change.summary,
     }
 }
 
@@ -185,7 +155,7 @@ pub(crate) fn agent_body(agent: &Agent) -> api::Agent {
     api::Agent {
         name: agent.id.clone(),
         scope: agent.scope.to_items(),
-        role: agent.role.as_str().to_owned(),
+        role: agent.role,
         added_at_ms: agent.added_at_ms,
     }
 }

@@ -5,7 +5,9 @@
 //! Requests refuse unknown fields; responses are read leniently (a newer
 //! vessel may say more).
 
-use serde::{Deserialize, Serialize};
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// `GET /v1/status`: what the vessel holds now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,9 +102,9 @@ pub struct ApprovalAnswer {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Remember {
-    /// `arguments` (this tool with exactly these arguments) or
-    /// `capability` (any call of the capability); the vessel checks it.
-    pub scope: String,
+    /// What the allowance covers (`arguments`, or `args`; `capability`,
+    /// or `cap`); the vessel refuses a name it does not know.
+    pub scope: Named<AllowanceScope>,
     /// Minutes (1 to 1440); 15 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minutes: Option<u64>,
@@ -214,12 +216,24 @@ impl CredentialChange {
 pub struct CapabilityChange {
     /// The capability.
     pub capability: String,
-    /// `added`, `removed` or `changed`.
-    pub change: String,
+    /// Added, removed or changed.
+    pub change: ChangeKind,
     /// What changed in a capability both manifests have.
     pub differences: Vec<Difference>,
     /// The same in words, for a person.
     pub summary: String,
+}
+
+/// Whether a capability of a re-pairing is new, gone, or different.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChangeKind {
+    /// Only the new manifest has it.
+    Added,
+    /// Only the approved manifest has it.
+    Removed,
+    /// Both have it, differently.
+    Changed,
 }
 
 /// One difference in a capability both manifests declare.
@@ -287,8 +301,8 @@ pub struct Allowance {
     pub device_id: String,
     /// The capability.
     pub capability: String,
-    /// What it covers: `arguments` or `capability`.
-    pub scope: String,
+    /// What it covers.
+    pub scope: AllowanceScope,
     /// For scope `arguments`: the SHA-256 (hex) of the arguments' canonical JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_sha256: Option<String>,
@@ -371,8 +385,8 @@ pub struct Agent {
     pub name: String,
     /// What it may see: `*`, `DEVICE` or `DEVICE:CAPABILITY` items.
     pub scope: Vec<String>,
-    /// `guest`, `user` or `admin`.
-    pub role: String,
+    /// What it may do on top of its scope.
+    pub role: AgentRole,
     /// When it was added, milliseconds since the Unix epoch.
     pub added_at_ms: u64,
 }
@@ -386,9 +400,10 @@ pub struct NewAgent {
     /// What it may see (nothing when empty).
     #[serde(default)]
     pub scope: Vec<String>,
-    /// `guest`, `user` (when absent) or `admin`.
+    /// `guest`, `user` (when absent) or `admin`; the vessel refuses a name
+    /// it does not know.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<Named<AgentRole>>,
 }
 
 /// The answer to `POST /v1/agents` (201): the new agent's credential,
@@ -414,6 +429,151 @@ pub struct NewScope {
 pub struct ErrorBody {
     /// Why, in one line.
     pub error: String,
+}
+
+/// What a remembered allowance covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AllowanceScope {
+    /// The agent calling this tool with exactly these arguments.
+    Arguments,
+    /// The agent calling this capability with any arguments.
+    Capability,
+}
+
+impl AllowanceScope {
+    /// `arguments` or `capability`, as the admin API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllowanceScope::Arguments => "arguments",
+            AllowanceScope::Capability => "capability",
+        }
+    }
+
+    /// The scope named `text`: `arguments` (or `args`) or `capability` (or
+    /// `cap`).
+    pub fn parse(text: &str) -> Result<AllowanceScope, UnknownScope> {
+        match text {
+            "arguments" | "args" => Ok(AllowanceScope::Arguments),
+            "capability" | "cap" => Ok(AllowanceScope::Capability),
+            other => Err(UnknownScope(other.to_owned())),
+        }
+    }
+}
+
+impl FromStr for AllowanceScope {
+    type Err = UnknownScope;
+
+    fn from_str(text: &str) -> Result<AllowanceScope, UnknownScope> {
+        AllowanceScope::parse(text)
+    }
+}
+
+/// A name that is no [`AllowanceScope`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not what an allowance covers: say `arguments` (`args`, these exact arguments) or `capability` (`cap`, any arguments)"
+)]
+pub struct UnknownScope(pub String);
+
+/// What an agent may do, on top of its scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentRole {
+    /// Sees and calls sensors only (capabilities that read); no actuator is
+    /// offered, and a call to one is refused as out of scope.
+    Guest,
+    /// Sees and calls every granted capability within its scope.
+    User,
+    /// As `user` for device tools. Reserved for the vessel's own management
+    /// tools later; an admin agent never answers the person's prompts.
+    Admin,
+}
+
+impl AgentRole {
+    /// The role's name, as the admin API and the command line spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentRole::Guest => "guest",
+            AgentRole::User => "user",
+            AgentRole::Admin => "admin",
+        }
+    }
+
+    /// The role named `text` (`guest`, `user` or `admin`).
+    pub fn parse(text: &str) -> Option<AgentRole> {
+        match text {
+            "guest" => Some(AgentRole::Guest),
+            "user" => Some(AgentRole::User),
+            "admin" => Some(AgentRole::Admin),
+            _ => None,
+        }
+    }
+}
+
+impl FromStr for AgentRole {
+    type Err = UnknownRole;
+
+    fn from_str(text: &str) -> Result<AgentRole, UnknownRole> {
+        AgentRole::parse(text).ok_or_else(|| UnknownRole(text.to_owned()))
+    }
+}
+
+/// A name that is no [`AgentRole`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("role `{0}` must be `guest`, `user` or `admin`")]
+pub struct UnknownRole(pub String);
+
+/// A value of `T` as a request names it. A name `T` does not know still
+/// reads, as [`Named::Unknown`], so that the vessel refuses it (400) with
+/// what `T` accepts, in the order it checks the rest of the request;
+/// a wrong JSON type (not a string) is refused as any malformed body.
+/// Written, it is the name alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named<T> {
+    /// The value named.
+    Known(T),
+    /// A name no value of `T` has, as given.
+    Unknown(String),
+}
+
+impl<T: FromStr> Named<T> {
+    /// The value `text` names, or `text` as an unknown name.
+    pub fn from_name(text: String) -> Named<T> {
+        match text.parse() {
+            Ok(value) => Named::Known(value),
+            Err(_) => Named::Unknown(text),
+        }
+    }
+
+    /// The value named, or why the name names none.
+    pub fn known(self) -> Result<T, T::Err> {
+        match self {
+            Named::Known(value) => Ok(value),
+            Named::Unknown(text) => text.parse(),
+        }
+    }
+}
+
+impl<T> From<T> for Named<T> {
+    fn from(value: T) -> Named<T> {
+        Named::Known(value)
+    }
+}
+
+impl<T: Serialize> Serialize for Named<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Named::Known(value) => value.serialize(serializer),
+            Named::Unknown(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+impl<'de, T: FromStr> Deserialize<'de> for Named<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Named<T>, D::Error> {
+        String::deserialize(deserializer).map(Named::from_name)
+    }
 }
 
 fn is_false(value: &bool) -> bool {

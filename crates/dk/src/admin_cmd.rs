@@ -461,11 +461,11 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
             } => {
                 let remember = remember.map(|what| {
                     let scope = match what {
-                        RememberWhat::Args => "arguments",
-                        RememberWhat::Cap => "capability",
+                        RememberWhat::Args => api::AllowanceScope::Arguments,
+                        RememberWhat::Cap => api::AllowanceScope::Capability,
                     };
                     api::Remember {
-                        scope: scope.to_owned(),
+                        scope: scope.into(),
                         minutes: Some(minutes.unwrap_or(u64::from(
                             dk_vessel::allowances::DEFAULT_ALLOWANCE_MINUTES,
                         ))),
@@ -509,21 +509,20 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
 
 /// What an allowance lets its agent do, and for how long, in words.
 fn covers(allowance: &api::Allowance) -> String {
-    let what = if allowance.scope == "arguments" {
-        format!(
+    let what = match allowance.scope {
+        api::AllowanceScope::Arguments => format!(
             "{} with exactly {}",
             printable(&allowance.tool),
             allowance
                 .arguments
                 .as_deref()
                 .map_or_else(|| "null".to_owned(), printable)
-        )
-    } else {
-        format!(
+        ),
+        api::AllowanceScope::Capability => format!(
             "any call of {} on {}",
             printable(&allowance.capability),
             printable(&allowance.device_id)
-        )
+        ),
     };
     format!(
         "agent {} may call {what} until {}",
@@ -561,11 +560,7 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
                         a.id,
                         printable(&a.agent_id),
                         printable(&a.tool),
-                        if a.scope == "arguments" {
-                            "arguments"
-                        } else {
-                            "capability"
-                        },
+                        a.scope.as_str(),
                         until(a.expires_at_ms),
                         a.uses,
                     );

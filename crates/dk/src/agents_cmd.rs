@@ -56,7 +56,7 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                     println!(
                         "{} ({}); scope: {}",
                         printable(&a.name),
-                        printable(&a.role),
+                        a.role.as_str(),
                         joined(&a.scope)
                     );
                 })?;
@@ -65,7 +65,7 @@ pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
                 let new = api::NewAgent {
                     name,
                     scope,
-                    role: Some(role),
+                    role: Some(api::Named::from_name(role)),
                 };
                 let added: api::AddedAgent = ok_as(c.post("/v1/agents", &new).await.map_err(e)?)?;
                 if json {

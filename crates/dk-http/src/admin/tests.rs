@@ -1183,8 +1183,8 @@ fn pending_bodies_are_the_prompts_json() {
                     ChangeKind::Changed,
                     vec![
                         Difference::Kind {
-                            was: "sensor",
-                            now: "actuator",
+                            was: "sensor".to_owned(),
+                            now: "actuator".to_owned(),
                         },
                         Difference::Confirm {
                             was: false,

@@ -689,7 +689,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
                  <form method=\"post\" action=\"{base}/agents/{href}/remove\" data-confirm=\"Remove agent {confirm}?\">{csrf}\
                  <button type=\"submit\" class=\"no\">Remove {name}</button></form></li>",
                 name = text(&agent.name),
-                role = text(&agent.role),
+                role = text(agent.role.as_str()),
                 added = utc(agent.added_at_ms),
                 scope_text = if scope.is_empty() {
                     "nothing".to_owned()

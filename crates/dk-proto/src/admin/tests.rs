@@ -59,7 +59,7 @@ fn requests_round_trip_and_refuse_unknown_fields() {
         &ApprovalAnswer {
             approved: true,
             remember: Some(Remember {
-                scope: "arguments".to_owned(),
+                scope: Named::Known(AllowanceScope::Arguments),
                 minutes: Some(15),
             }),
         },
@@ -69,7 +69,7 @@ fn requests_round_trip_and_refuse_unknown_fields() {
         &ApprovalAnswer {
             approved: true,
             remember: Some(Remember {
-                scope: "capability".to_owned(),
+                scope: Named::Known(AllowanceScope::Capability),
                 minutes: None,
             }),
         },
@@ -82,7 +82,7 @@ fn requests_round_trip_and_refuse_unknown_fields() {
         &NewAgent {
             name: "helper".to_owned(),
             scope: vec!["*".to_owned()],
-            role: Some("guest".to_owned()),
+            role: Some(Named::Known(AgentRole::Guest)),
         },
     );
     let bare: NewAgent = serde_json::from_str(r#"{"name":"helper"}"#).unwrap();
@@ -96,6 +96,66 @@ fn requests_round_trip_and_refuse_unknown_fields() {
         },
     );
     refused::<NewScope>(r#"{}"#);
+}
+
+#[test]
+fn a_request_names_values_by_their_wire_names_and_keeps_an_unknown_one() {
+    // The short names the vessel has always taken for a scope.
+    for (json, scope) in [
+        (r#"{"scope":"args"}"#, AllowanceScope::Arguments),
+        (r#"{"scope":"cap"}"#, AllowanceScope::Capability),
+    ] {
+        let read: Remember = serde_json::from_str(json).unwrap();
+        assert_eq!(read.scope, Named::Known(scope), "{json}");
+    }
+    // An unknown name reads, and says why it names nothing.
+    let read: Remember = serde_json::from_str(r#"{"scope":"all"}"#).unwrap();
+    assert_eq!(read.scope, Named::Unknown("all".to_owned()));
+    assert_eq!(
+        read.scope.known().unwrap_err().to_string(),
+        "`all` is not what an allowance covers: say `arguments` (`args`, these exact arguments) or `capability` (`cap`, any arguments)"
+    );
+    check(
+        r#"{"name":"x","scope":[],"role":"root"}"#,
+        &NewAgent {
+            name: "x".to_owned(),
+            scope: Vec::new(),
+            role: Some(Named::Unknown("root".to_owned())),
+        },
+    );
+    let role = Named::<AgentRole>::from_name("root".to_owned());
+    assert_eq!(
+        role.known().unwrap_err().to_string(),
+        "role `root` must be `guest`, `user` or `admin`"
+    );
+    // A name is a string: anything else is a malformed body.
+    refused::<Remember>(r#"{"scope":1}"#);
+    refused::<NewAgent>(r#"{"name":"x","role":[]}"#);
+    // Every value reads from, and writes, the name it has on the wire.
+    for role in [AgentRole::Guest, AgentRole::User, AgentRole::Admin] {
+        let json = format!("\"{}\"", role.as_str());
+        assert_eq!(serde_json::to_string(&role).unwrap(), json);
+        assert_eq!(serde_json::from_str::<AgentRole>(&json).unwrap(), role);
+        assert_eq!(role.as_str().parse::<AgentRole>(), Ok(role));
+    }
+    for scope in [AllowanceScope::Arguments, AllowanceScope::Capability] {
+        let json = format!("\"{}\"", scope.as_str());
+        assert_eq!(serde_json::to_string(&scope).unwrap(), json);
+        assert_eq!(
+            serde_json::from_str::<AllowanceScope>(&json).unwrap(),
+            scope
+        );
+    }
+    for (change, json) in [
+        (ChangeKind::Added, r#""added""#),
+        (ChangeKind::Removed, r#""removed""#),
+        (ChangeKind::Changed, r#""changed""#),
+    ] {
+        assert_eq!(serde_json::to_string(&change).unwrap(), json);
+        assert_eq!(serde_json::from_str::<ChangeKind>(json).unwrap(), change);
+    }
+    // An answer names a value only: a name no value has is refused.
+    refused::<Agent>(r#"{"name":"x","scope":[],"role":"root","addedAtMs":0}"#);
 }
 
 #[test]
@@ -130,7 +190,7 @@ fn answers_round_trip_in_the_routes_key_order() {
         &Agent {
             name: "helper".to_owned(),
             scope: vec!["*".to_owned()],
-            role: "user".to_owned(),
+            role: AgentRole::User,
             added_at_ms: 5,
         },
     );
@@ -147,7 +207,7 @@ fn answers_round_trip_in_the_routes_key_order() {
         tool: "device__desk_lamp__set_light".to_owned(),
         device_id: "desk-lamp".to_owned(),
         capability: "set_light".to_owned(),
-        scope: "arguments".to_owned(),
+        scope: AllowanceScope::Arguments,
         arguments_sha256: Some("99".to_owned()),
         arguments: Some(r#"{"on":true}"#.to_owned()),
         created_at_ms: 1,
@@ -163,7 +223,7 @@ fn answers_round_trip_in_the_routes_key_order() {
         &once,
     );
     let any = Allowance {
-        scope: "capability".to_owned(),
+        scope: AllowanceScope::Capability,
         arguments_sha256: None,
         arguments: None,
         ..once
