@@ -286,16 +286,18 @@ impl AuditQuery {
     /// Whether an entry of `kind` with `entry` is one this selects, its
     /// position aside.
     pub fn selects(&self, kind: &str, entry: &Value) -> bool {
+        use crate::entry::{fields, kinds};
         let text = |field: &str| entry.get(field).and_then(Value::as_str);
         self.device_id
             .as_deref()
-            .is_none_or(|id| text("deviceId") == Some(id))
+            .is_none_or(|id| text(fields::DEVICE_ID) == Some(id))
             && self
                 .agent_id
                 .as_deref()
-                .is_none_or(|id| text("agentId") == Some(id))
+                .is_none_or(|id| text(fields::AGENT_ID) == Some(id))
             && self.allowed.is_none_or(|allowed| {
-                kind == "decision" && entry.get("allowed").and_then(Value::as_bool) == Some(allowed)
+                kind == kinds::DECISION
+                    && entry.get(fields::ALLOWED).and_then(Value::as_bool) == Some(allowed)
             })
     }
 }
