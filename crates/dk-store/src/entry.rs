@@ -75,6 +75,10 @@ pub mod fields {
     pub const BY: &str = "by";
     /// A decision's input.
     pub const INPUT: &str = "input";
+    /// The tool a decision or an allowance is about.
+    pub const TOOL: &str = "tool";
+    /// Why a decision went as it did.
+    pub const REASON: &str = "reason";
 }
 
 /// One audit entry, by kind.
@@ -374,6 +378,7 @@ pub struct AllowanceRef {
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
     /// The tool called.
+    #[serde(default)]
     pub tool: String,
     /// The device, when the tool named a paired one.
     #[serde(default)]
@@ -414,6 +419,16 @@ pub struct Decision {
     /// The call's input, redacted and cut (or a marker saying its size).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+}
+
+impl Decision {
+    /// What stands for an input whose cut form, `size` bytes, would still
+    /// make its entry too large to store.
+    pub fn input_cut(size: usize) -> Value {
+        Value::String(format!(
+            "[cut: the input takes {size} bytes once cut, too many for one entry]"
+        ))
+    }
 }
 
 /// A `paired` entry: the person approved a device's pairing.
@@ -672,8 +687,8 @@ pub enum AdmissionOutcome {
     Admitted {
         /// The largest chunk the device may send.
         max_chunk_bytes: u64,
-        /// The run budget's tool calls, when it has one.
-        max_tool_calls: Option<u64>,
+        /// The tool calls its run budget allows.
+        max_tool_calls: u64,
     },
     /// Refused.
     Refused {

@@ -366,12 +366,12 @@ fn stream_admissions_are_the_texts_they_were() {
             admitted: true,
             outcome: AdmissionOutcome::Admitted {
                 max_chunk_bytes: 4096,
-                max_tool_calls: None,
+                max_tool_calls: 200,
             },
         },
         "stream_admission",
         json!({"deviceId": "kitchen-voice", "kind": "voice", "stage": "pair",
-               "admitted": true, "maxChunkBytes": 4096, "maxToolCalls": null}),
+               "admitted": true, "maxChunkBytes": 4096, "maxToolCalls": 200}),
     );
     check(
         StreamAdmission {
@@ -405,6 +405,8 @@ fn the_fields_readers_select_by_are_the_schemas() {
         fields::ALLOWED,
         fields::BY,
         fields::INPUT,
+        fields::TOOL,
+        fields::REASON,
     ] {
         assert!(value.get(field).is_some(), "a decision has no `{field}`");
     }
