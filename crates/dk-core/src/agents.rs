@@ -26,7 +26,7 @@ use crate::allowances::Allowances;
 use crate::by::By;
 pub use crate::store::StoredAgent;
 use crate::store::entry as schema;
-use crate::store::{Store, StoreError};
+use crate::store::{AuditEvent, Store, StoreError};
 
 /// Every agent credential starts with this, so a leaked one is recognisable.
 pub const AGENT_CREDENTIAL_PREFIX: &str = "dka_";
@@ -459,7 +459,7 @@ impl AgentDirectory {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let audit = entry.to_event(now_ms());
+        let audit = AuditEvent::of(entry, now_ms());
         match stored {
             Some(stored) => store.put_agent(stored, &audit),
             None => store.delete_agent(id, &audit),

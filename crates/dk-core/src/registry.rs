@@ -1099,7 +1099,7 @@ fn check_manifest(device: &PairedDevice, manifest: &Value) -> Result<(), AuthErr
 
 /// The audit event of `entry`, happening now.
 pub(crate) fn audit_event(entry: &schema::Entry) -> AuditEvent {
-    entry.to_event(epoch_ms(SystemTime::now()))
+    AuditEvent::of(entry, epoch_ms(SystemTime::now()))
 }
 
 #[cfg(test)]

@@ -35,16 +35,14 @@ mod handlers;
 mod html;
 mod live;
 mod pages;
+mod respond;
 mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::from_fn_with_state;
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::broadcast;
 
@@ -54,25 +52,12 @@ use crate::vessel::Vessel;
 use guard::guard;
 use handlers::{
     add_agent, agents_page, answer_approval, answer_pairing, audit_page, device_page, devices_page,
-    landing, not_found, prompts_page, remove_agent, script, set_grant, set_scope, status_page,
-    style, to_home, to_landing, unpair, verify_audit,
+    landing, login, logout, not_found, prompts_page, remove_agent, script, set_grant, set_scope,
+    status_page, style, to_home, to_landing, unpair, verify_audit,
 };
 use live::live;
-pub use session::Console;
-use session::{login, logout};
-
-/// How long a login link works, unused (15 minutes).
-pub const LOGIN_LINK_LIFETIME: Duration = Duration::from_secs(15 * 60);
-/// How long a console session lasts from sign-in (12 hours).
-pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
-
-/// What the console's handlers share.
-#[derive(Clone)]
-struct Shared {
-    vessel: Arc<Vessel>,
-    console: Arc<Console>,
-    local: Arc<LocalOrigins>,
-}
+use respond::Shared;
+pub use session::{Console, LOGIN_LINK_LIFETIME, SESSION_LIFETIME};
 
 /// The console's routes for a listener bound to `local`, with their own
 /// guard (session cookie, Origin, CSRF) in place of the bearer token.
@@ -133,58 +118,6 @@ pub(crate) fn console_router(
         .fallback(not_found)
         .layer(from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
-}
-
-/// The headers every console answer carries.
-fn harden(headers: &mut HeaderMap) {
-    let fixed = [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        // Same-origin requests keep their Origin (a POST's is checked);
-        // nothing leaves for another site.
-        (header::REFERRER_POLICY, "same-origin"),
-        (header::CACHE_CONTROL, "no-store"),
-        (
-            header::HeaderName::from_static("cross-origin-opener-policy"),
-            "same-origin",
-        ),
-        (
-            header::HeaderName::from_static("cross-origin-resource-policy"),
-            "same-origin",
-        ),
-    ];
-    for (name, value) in fixed {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-}
-
-/// A full HTML page with a status.
-fn html(status: StatusCode, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    response
-}
-
-/// A page saying why a request was refused, with no session's details.
-fn refusal_page(status: StatusCode, message: &str) -> Response {
-    html(status, pages::message_page("Refused", message))
-}
-
-/// `303 See Other` to `location` (a path on this listener).
-fn see_other(location: &str) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let Ok(value) = HeaderValue::from_str(location) {
-        response.headers_mut().insert(header::LOCATION, value);
-    }
-    response
 }
 
 #[cfg(test)]

@@ -21,8 +21,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::AuditEvent;
-
 /// The kinds of entry, as the log's `kind` column names them.
 pub mod kinds {
     /// A tool call's decision ([`Decision`](super::Decision)).
@@ -189,17 +187,6 @@ impl Entry {
         // Every field is a string, number, bool, map with string keys or
         // JSON: serializing cannot fail.
         value.unwrap_or(Value::Null)
-    }
-
-    /// The event to append at `at_ms`, its details as [`Entry::to_value`]
-    /// gives them (not redacted: a writer that may hold secrets redacts
-    /// the event's `entry` first).
-    pub fn to_event(&self, at_ms: u64) -> AuditEvent {
-        AuditEvent {
-            at_ms,
-            kind: self.kind().to_owned(),
-            entry: self.to_value(),
-        }
     }
 
     /// Reads an entry of `kind` back from its details; fails for a kind

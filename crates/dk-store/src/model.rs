@@ -238,6 +238,19 @@ pub struct AuditEvent {
     pub entry: Value,
 }
 
+impl AuditEvent {
+    /// The event that appends `entry` at `at_ms`, its details as
+    /// [`Entry::to_value`](crate::entry::Entry::to_value) gives them (not
+    /// redacted: a writer that may hold secrets redacts `entry` first).
+    pub fn of(entry: &crate::entry::Entry, at_ms: u64) -> AuditEvent {
+        AuditEvent {
+            at_ms,
+            kind: entry.kind().to_owned(),
+            entry: entry.to_value(),
+        }
+    }
+}
+
 /// An entry of the audit log as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {

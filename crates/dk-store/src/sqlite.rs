@@ -379,10 +379,12 @@ fn key_the_chain(conn: &mut Connection, key: &AuditKey) -> Result<(i64, AuditHea
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db)?;
-    let event = crate::entry::Entry::AuditKeyed(crate::entry::AuditKeyed {
-        key_id: key.id().to_owned(),
-    })
-    .to_event(crate::epoch_ms(std::time::SystemTime::now()));
+    let event = AuditEvent::of(
+        &crate::entry::Entry::AuditKeyed(crate::entry::AuditKeyed {
+            key_id: key.id().to_owned(),
+        }),
+        crate::epoch_ms(std::time::SystemTime::now()),
+    );
     let head = append(&tx, std::slice::from_ref(&event), Hashing::Keyed(key))?
         .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
     let seq = to_i64(head.seq, "audit seq")?;

@@ -549,6 +549,8 @@ fn unstorable(event: &AuditEvent, error: &StoreError) -> AuditEvent {
         .take(64)
         .collect();
     let why: String = error.to_string().chars().take(256).collect();
-    crate::entry::Entry::Unstorable(crate::entry::Unstorable { kind, error: why })
-        .to_event(event.at_ms.min(i64::MAX.unsigned_abs()))
+    AuditEvent::of(
+        &crate::entry::Entry::Unstorable(crate::entry::Unstorable { kind, error: why }),
+        event.at_ms.min(i64::MAX.unsigned_abs()),
+    )
 }

@@ -12,8 +12,9 @@ use subtle::ConstantTimeEq;
 
 use crate::origins::single;
 
+use super::pages;
+use super::respond::{Shared, harden, html, refusal_page};
 use super::session::{cookies_of, hash_of};
-use super::{Shared, harden, html, pages, refusal_page};
 
 /// Largest form body the console reads (64 KiB).
 const MAX_FORM_BYTES: usize = 64 * 1024;

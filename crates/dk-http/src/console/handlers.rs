@@ -7,6 +7,7 @@ use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use dk_proto::admin as api;
+use serde::Deserialize;
 
 use crate::agents::{AgentRole, AgentScope};
 use crate::allowances::{AllowanceMinutes, AllowanceScope, Remember};
@@ -16,8 +17,9 @@ use crate::store::{AuditEntry, AuditQuery};
 
 use super::guard::Form;
 use super::pages::{AuditFilter, Page};
-use super::session::Signed;
-use super::{Shared, html, pages, refusal_page, see_other};
+use super::respond::{Shared, html, refusal_page, see_other};
+use super::session::{COOKIE, SESSION_LIFETIME, Signed};
+use super::{html, pages};
 
 pub(super) async fn to_landing() -> Response {
     see_other("/console/")
@@ -56,6 +58,54 @@ fn asset(kind: &'static str, text: &'static str) -> Response {
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    response
+}
+
+#[derive(Deserialize)]
+pub(super) struct LoginQuery {
+    key: Option<String>,
+}
+
+/// Exchanges a login link's secret for a session cookie, once.
+pub(super) async fn login(
+    State(shared): State<Shared>,
+    Query(query): Query<LoginQuery>,
+) -> Response {
+    let Some(cookie) = query.key.and_then(|key| shared.console.redeem(&key)) else {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::message_page(
+                "This link does not work",
+                "A login link works once, for 15 minutes. Run `dk console` for a fresh one.",
+            ),
+        );
+    };
+    let prefix = shared.console.prefix();
+    let mut response = see_other(&format!("{prefix}/"));
+    let value = format!(
+        "{COOKIE}={cookie}; Path={prefix}; HttpOnly; SameSite=Strict; Max-Age={}",
+        SESSION_LIFETIME.as_secs()
+    );
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+pub(super) async fn logout(
+    State(shared): State<Shared>,
+    axum::Extension(signed): axum::Extension<Signed>,
+) -> Response {
+    shared.console.end(&signed.key);
+    let mut response = html(
+        StatusCode::OK,
+        pages::message_page("Signed out", "Run `dk console` for a new login link."),
+    );
+    let prefix = shared.console.prefix();
+    let value = format!("{COOKIE}=; Path={prefix}; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
     response
 }
 

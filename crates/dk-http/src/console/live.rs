@@ -11,8 +11,9 @@ use tokio::sync::broadcast;
 
 use crate::person::PersonEvent;
 
+use super::pages;
+use super::respond::Shared;
 use super::session::Signed;
-use super::{Shared, pages};
 
 /// The live feed: a server-sent event for every prompt asked (with its
 /// card's HTML) and closed, each with the count still waiting; at the

@@ -4,26 +4,27 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, header};
 use rand::Rng;
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::by::By;
 
-use super::{LOGIN_LINK_LIFETIME, SESSION_LIFETIME, Shared, html, pages, see_other};
+use super::pages;
 
+/// How long a login link works, unused (15 minutes).
+pub const LOGIN_LINK_LIFETIME: Duration = Duration::from_secs(15 * 60);
+/// How long a console session lasts from sign-in (12 hours).
+pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
 /// Most unused login links kept; a new one beyond it replaces the oldest.
 const MAX_LINKS: usize = 16;
 /// Most sessions kept; a new one beyond it ends the oldest.
 const MAX_SESSIONS: usize = 32;
 /// The session cookie's name.
-const COOKIE: &str = "dk_console";
+pub(super) const COOKIE: &str = "dk_console";
 /// Random bytes in the console's secret path (shown as twice as many hex
 /// characters).
 const PATH_SECRET_BYTES: usize = 16;
@@ -331,52 +332,4 @@ pub(super) fn cookies_of(headers: &HeaderMap) -> Vec<&str> {
         }
     }
     found
-}
-
-#[derive(Deserialize)]
-pub(super) struct LoginQuery {
-    key: Option<String>,
-}
-
-/// Exchanges a login link's secret for a session cookie, once.
-pub(super) async fn login(
-    State(shared): State<Shared>,
-    Query(query): Query<LoginQuery>,
-) -> Response {
-    let Some(cookie) = query.key.and_then(|key| shared.console.redeem(&key)) else {
-        return html(
-            StatusCode::FORBIDDEN,
-            pages::message_page(
-                "This link does not work",
-                "A login link works once, for 15 minutes. Run `dk console` for a fresh one.",
-            ),
-        );
-    };
-    let prefix = shared.console.prefix();
-    let mut response = see_other(&format!("{prefix}/"));
-    let value = format!(
-        "{COOKIE}={cookie}; Path={prefix}; HttpOnly; SameSite=Strict; Max-Age={}",
-        SESSION_LIFETIME.as_secs()
-    );
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
-}
-
-pub(super) async fn logout(
-    State(shared): State<Shared>,
-    axum::Extension(signed): axum::Extension<Signed>,
-) -> Response {
-    shared.console.end(&signed.key);
-    let mut response = html(
-        StatusCode::OK,
-        pages::message_page("Signed out", "Run `dk console` for a new login link."),
-    );
-    let prefix = shared.console.prefix();
-    let value = format!("{COOKIE}=; Path={prefix}; HttpOnly; SameSite=Strict; Max-Age=0");
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
 }
