@@ -18,7 +18,7 @@ use std::time::SystemTime;
 pub use dk_proto::admin::AgentRole;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
@@ -26,6 +26,7 @@ use tokio::sync::broadcast;
 use crate::allowances::Allowances;
 use crate::by::By;
 pub use crate::store::StoredAgent;
+use crate::store::entry as schema;
 use crate::store::{AuditEvent, Store, StoreError};
 
 /// Every agent credential starts with this, so a leaked one is recognisable.
@@ -419,16 +420,12 @@ impl AgentDirectory {
         &self,
         id: &str,
         stored: Option<&StoredAgent>,
-        entry: &Value,
+        entry: &schema::Entry,
     ) -> Result<(), AgentError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let audit = AuditEvent {
-            at_ms: now_ms(),
-            kind: "agent".to_owned(),
-            entry: entry.clone(),
-        };
+        let audit = AuditEvent::of(entry, now_ms());
         match stored {
             Some(stored) => store.put_agent(stored, &audit),
             None => store.delete_agent(id, &audit),
@@ -444,9 +441,9 @@ impl AgentDirectory {
         self.agents.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn changed(&self, event: AgentEvent, entry: Value) {
+    fn changed(&self, event: AgentEvent, entry: &schema::Entry) {
         if let (Some(hook), None) = (&self.audit, &self.store) {
-            hook("agent", entry);
+            hook(entry.kind(), entry.to_value());
         }
         // No subscriber is fine: nobody is connected.
         let _ = self.events.send(event);
@@ -482,8 +479,15 @@ impl AgentDirectory {
             role,
             added_at_ms: now_ms(),
         };
-        let mut entry = json!({"change": "added", "agent": agent});
-        crate::by::mark(&mut entry, by);
+        let entry = schema::Entry::Agent(schema::AgentChange::Added {
+            agent: schema::AgentRecord {
+                id: agent.id.clone(),
+                scope: serde_json::to_value(&agent.scope).unwrap_or(Value::Null),
+                role: Value::from(agent.role.as_str()),
+                added_at_ms: agent.added_at_ms,
+            },
+            by: by.cloned(),
+        });
         {
             let mut agents = self.write();
             if agents.contains_key(name) {
@@ -498,7 +502,7 @@ impl AgentDirectory {
             AgentEvent::Added {
                 id: name.to_owned(),
             },
-            entry,
+            &entry,
         );
         Ok((name.to_owned(), credential))
     }
@@ -544,8 +548,10 @@ impl AgentDirectory {
     /// Removes an agent as [`AgentDirectory::remove`] does; the audit entry
     /// names `by`.
     pub fn remove_by(&self, id: &str, by: Option<&By>) -> Result<(), AgentError> {
-        let mut entry = json!({"change": "removed", "agentId": id});
-        crate::by::mark(&mut entry, by);
+        let entry = schema::Entry::Agent(schema::AgentChange::Removed {
+            agent_id: id.to_owned(),
+            by: by.cloned(),
+        });
         {
             let mut agents = self.write();
             if !agents.contains_key(id) {
@@ -560,7 +566,7 @@ impl AgentDirectory {
         if let Some(withdraw) = self.withdraw.get() {
             withdraw(id, None);
         }
-        self.changed(AgentEvent::Removed { id: id.to_owned() }, entry);
+        self.changed(AgentEvent::Removed { id: id.to_owned() }, &entry);
         Ok(())
     }
 
@@ -578,8 +584,11 @@ impl AgentDirectory {
         scope: AgentScope,
         by: Option<&By>,
     ) -> Result<(), AgentError> {
-        let mut entry = json!({"change": "scope", "agentId": id, "scope": scope});
-        crate::by::mark(&mut entry, by);
+        let entry = schema::Entry::Agent(schema::AgentChange::Scope {
+            agent_id: id.to_owned(),
+            scope: serde_json::to_value(&scope).unwrap_or(Value::Null),
+            by: by.cloned(),
+        });
         let rescoped = {
             let mut agents = self.write();
             let agent = agents
@@ -599,7 +608,7 @@ impl AgentDirectory {
         if let Some(withdraw) = self.withdraw.get() {
             withdraw(id, Some(&rescoped));
         }
-        self.changed(AgentEvent::ScopeChanged { id: id.to_owned() }, entry);
+        self.changed(AgentEvent::ScopeChanged { id: id.to_owned() }, &entry);
         Ok(())
     }
 

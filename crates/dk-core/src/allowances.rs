@@ -29,10 +29,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use dk_proto::admin::{Allowance, AllowanceScope};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::store::canonical_json;
+use crate::store::entry as schema;
 
 /// Most allowances live at once; past it a new one is refused (the call may
 /// still be allowed once).
@@ -294,14 +295,14 @@ impl Allowances {
         *self.audit.write().unwrap_or_else(PoisonError::into_inner) = Some(hook);
     }
 
-    fn audit(&self, kind: &str, entry: Value) {
+    fn audit(&self, entry: &schema::Entry) {
         let hook = self
             .audit
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         if let Some(hook) = hook {
-            hook(kind, entry);
+            hook(entry.kind(), entry.to_value());
         }
     }
 
@@ -481,15 +482,16 @@ impl Allowances {
 
     fn announce_revoked(&self, gone: &[Allowance], cause: RevokeCause) {
         for allowance in gone {
-            self.audit(
-                "allowance-revoked",
-                json!({
-                    "id": allowance.id, "agentId": allowance.agent_id, "tool": allowance.tool,
-                    "deviceId": allowance.device_id, "capability": allowance.capability,
-                    "scope": allowance.scope.as_str(), "uses": allowance.uses,
-                    "why": cause.as_str(),
-                }),
-            );
+            self.audit(&schema::Entry::AllowanceRevoked(schema::AllowanceRevoked {
+                id: allowance.id,
+                agent_id: allowance.agent_id.clone(),
+                tool: allowance.tool.clone(),
+                device_id: allowance.device_id.clone(),
+                capability: allowance.capability.clone(),
+                scope: allowance.scope.as_str().to_owned(),
+                uses: allowance.uses,
+                why: cause.as_str().to_owned(),
+            }));
         }
     }
 }
@@ -584,16 +586,18 @@ impl AllowanceOffer {
             .expires_at_ms
             .saturating_sub(allowance.created_at_ms)
             / 60_000;
-        let mut entry = json!({
-            "id": allowance.id, "agentId": allowance.agent_id, "tool": allowance.tool,
-            "deviceId": allowance.device_id, "capability": allowance.capability,
-            "scope": allowance.scope.as_str(), "minutes": minutes,
-            "expiresAtMs": allowance.expires_at_ms,
-        });
-        if let (Some(digest), Value::Object(map)) = (&allowance.arguments_sha256, &mut entry) {
-            map.insert("argumentsSha256".to_owned(), Value::from(digest.as_str()));
-        }
-        self.allowances.audit("allowance-created", entry);
+        self.allowances
+            .audit(&schema::Entry::AllowanceCreated(schema::AllowanceCreated {
+                id: allowance.id,
+                agent_id: allowance.agent_id.clone(),
+                tool: allowance.tool.clone(),
+                device_id: allowance.device_id.clone(),
+                capability: allowance.capability.clone(),
+                scope: allowance.scope.as_str().to_owned(),
+                minutes,
+                expires_at_ms: allowance.expires_at_ms,
+                arguments_sha256: allowance.arguments_sha256.clone(),
+            }));
     }
 }
 

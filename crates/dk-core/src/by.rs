@@ -5,83 +5,34 @@
 //! removed) name it as `"by"`: `{"frontEnd": "console", "session": "…"}`.
 //! An entry without it was written before front ends were named, or by the
 //! vessel's own code (a demo, a test).
+//!
+//! The types are the audit schema's (`dk_store::entry`), where every entry
+//! that names someone has its `by` field.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-/// The front end a change came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum FrontEnd {
-    /// The terminal prompt of `dk vessel`.
-    Terminal,
-    /// The admin API (`dk` commands, other tools), by its bearer token.
-    AdminApi,
-    /// The person's console in a browser.
-    Console,
-}
-
-/// Who made a change, as its audit entry's `by` names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct By {
-    /// The front end.
-    pub front_end: FrontEnd,
-    /// The console's session: an id of its own, made when the session
-    /// opened, never the cookie nor anything the cookie can be found from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-}
-
-impl By {
-    /// The terminal prompt.
-    pub fn terminal() -> By {
-        By {
-            front_end: FrontEnd::Terminal,
-            session: None,
-        }
-    }
-
-    /// The admin API.
-    pub fn admin_api() -> By {
-        By {
-            front_end: FrontEnd::AdminApi,
-            session: None,
-        }
-    }
-
-    /// The console session `session` (its id, not its cookie).
-    pub fn console(session: impl Into<String>) -> By {
-        By {
-            front_end: FrontEnd::Console,
-            session: Some(session.into()),
-        }
-    }
-}
-
-/// Adds `"by"` to an audit entry (an object) when `by` names someone: the
-/// one place every kind of entry gets it.
-pub(crate) fn mark(entry: &mut Value, by: Option<&By>) {
-    if let (Some(by), Value::Object(map)) = (by, entry)
-        && let Ok(value) = serde_json::to_value(by)
-    {
-        map.insert("by".to_owned(), value);
-    }
-}
+pub use crate::store::entry::{By, FrontEnd};
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
-    use super::{By, mark};
+    use super::By;
+    use crate::store::entry::{Entry, Unpaired};
+
+    fn entry(by: Option<By>) -> serde_json::Value {
+        Entry::Unpaired(Unpaired {
+            device_id: "lamp".to_owned(),
+            channel: "v1".to_owned(),
+            by,
+        })
+        .to_value()
+    }
 
     #[test]
     fn by_reads_as_the_front_end_and_the_consoles_session() {
-        let mut entry = json!({"deviceId": "lamp"});
-        mark(&mut entry, Some(&By::console("s-1")));
         assert_eq!(
-            entry,
-            json!({"deviceId": "lamp", "by": {"frontEnd": "console", "session": "s-1"}})
+            entry(Some(By::console("s-1"))),
+            json!({"deviceId": "lamp", "channel": "v1",
+                   "by": {"frontEnd": "console", "session": "s-1"}})
         );
         for (by, shown) in [
             (By::terminal(), json!({"frontEnd": "terminal"})),
@@ -90,8 +41,6 @@ mod tests {
             assert_eq!(serde_json::to_value(&by).unwrap(), shown);
             assert_eq!(serde_json::from_value::<By>(shown).unwrap(), by);
         }
-        let mut unnamed = json!({"deviceId": "lamp"});
-        mark(&mut unnamed, None);
-        assert_eq!(unnamed, json!({"deviceId": "lamp"}));
+        assert_eq!(entry(None), json!({"deviceId": "lamp", "channel": "v1"}));
     }
 }

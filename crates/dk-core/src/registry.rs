@@ -17,13 +17,14 @@ pub use dk_proto::admin::{CapabilityChange, ChangeKind, CredentialChange, Differ
 use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
 use rand::Rng;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::broadcast;
 
 use crate::allowances::{Allowances, RevokeCause};
 use crate::by::By;
+use crate::store::entry as schema;
 use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
 pub(crate) use dk_store::epoch_ms;
 
@@ -689,14 +690,18 @@ impl DeviceRegistry {
             generation,
             paired_at_ms: epoch_ms(device.paired_at),
         };
-        let mut entry = json!({"deviceId": device_id, "name": device.manifest.name(), "digest": device.digest,
-                   "grants": decision.grant, "replaced": replaced, "noScreen": device.manifest.no_screen(),
-                   "channel": channel, "generation": generation});
-        if let (Some(key), Value::Object(map)) = (&key, &mut entry) {
-            map.insert("deviceKey".to_owned(), Value::from(hex(key)));
-        }
-        crate::by::mark(&mut entry, decision.by.as_ref());
-        let audit = audit_event("paired", entry);
+        let audit = audit_event(&schema::Entry::Paired(schema::Paired {
+            device_id: device_id.clone(),
+            name: device.manifest.name().to_owned(),
+            digest: device.digest.clone(),
+            grants: decision.grant.clone(),
+            replaced,
+            no_screen: device.manifest.no_screen(),
+            channel: channel.as_str().to_owned(),
+            generation,
+            device_key: key.as_ref().map(|key| hex(key)),
+            by: decision.by.clone(),
+        }));
         // Committed before the device or the person hears of it.
         self.store
             .put_pairing(&stored, &audit)
@@ -897,10 +902,15 @@ impl DeviceRegistry {
             }
             entry.device.channel()
         };
-        let mut entry =
-            json!({"deviceId": device_id, "capability": capability, "channel": channel});
-        crate::by::mark(&mut entry, by);
-        let audit = audit_event("granted", entry);
+        let audit = audit_event(
+            &schema::GrantChange {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+                channel: channel.as_str().to_owned(),
+                by: by.cloned(),
+            }
+            .granted(),
+        );
         self.store
             .set_grant(device_id, capability, true, &audit)
             .map_err(GrantError::NotStored)?;
@@ -935,10 +945,15 @@ impl DeviceRegistry {
             Some((device, true)) => device.channel(),
             _ => return Ok(()),
         };
-        let mut entry =
-            json!({"deviceId": device_id, "capability": capability, "channel": channel});
-        crate::by::mark(&mut entry, by);
-        let audit = audit_event("revoked", entry);
+        let audit = audit_event(
+            &schema::GrantChange {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+                channel: channel.as_str().to_owned(),
+                by: by.cloned(),
+            }
+            .revoked(),
+        );
         self.store
             .set_grant(device_id, capability, false, &audit)
             .map_err(GrantError::NotStored)?;
@@ -968,9 +983,11 @@ impl DeviceRegistry {
         let Some(device) = self.get(device_id) else {
             return Ok(());
         };
-        let mut entry = json!({"deviceId": device_id, "channel": device.channel()});
-        crate::by::mark(&mut entry, by);
-        let audit = audit_event("unpaired", entry);
+        let audit = audit_event(&schema::Entry::Unpaired(schema::Unpaired {
+            device_id: device_id.to_owned(),
+            channel: device.channel().as_str().to_owned(),
+            by: by.cloned(),
+        }));
         self.store
             .delete_pairing(device_id, &audit)
             .map_err(GrantError::NotStored)?;
@@ -997,13 +1014,9 @@ fn check_manifest(device: &PairedDevice, manifest: &Value) -> Result<(), AuthErr
     }
 }
 
-/// An audit event of `kind` happening now.
-pub(crate) fn audit_event(kind: &str, entry: Value) -> AuditEvent {
-    AuditEvent {
-        at_ms: epoch_ms(SystemTime::now()),
-        kind: kind.to_owned(),
-        entry,
-    }
+/// The audit event of `entry`, happening now.
+pub(crate) fn audit_event(entry: &schema::Entry) -> AuditEvent {
+    AuditEvent::of(entry, epoch_ms(SystemTime::now()))
 }
 
 #[cfg(test)]

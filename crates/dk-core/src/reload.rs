@@ -12,10 +12,9 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use dk_policy::{PolicyFileError, PolicySet};
-use serde::Serialize;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::store::entry as schema;
 use crate::vessel::{RuleSource, Vessel};
 
 /// A rule file read and parsed, with the SHA-256 of the bytes read.
@@ -75,30 +74,7 @@ fn digest(text: &str) -> String {
         .collect()
 }
 
-/// The rules in force, as the audit log and the admin API name them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RulesInForce {
-    /// The rule file they were read from; `None` for rules a host gave
-    /// without a file (none, by default).
-    pub file: Option<String>,
-    /// The SHA-256 of the file's bytes when they were read.
-    pub sha256: Option<String>,
-    /// How many rules.
-    pub rules: usize,
-}
-
-/// What asked for a reload, as the audit entry says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReloadCause {
-    /// The file's modification time or length changed.
-    FileChanged,
-    /// The host was asked (SIGHUP in `dk vessel`).
-    Asked,
-    /// The person, through the admin API (`dk policy reload`).
-    AdminApi,
-}
+pub use crate::store::entry::{ReloadCause, RulesInForce};
 
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,10 +161,12 @@ impl Vessel {
                     file: Some(path.to_owned()),
                     sha256: Some(sha256.clone()),
                 };
-                self.audit(
-                    "rules-reloaded",
-                    json!({"file": file, "sha256": sha256, "rules": rules, "cause": cause}),
-                );
+                self.record(schema::RulesReloaded {
+                    file,
+                    sha256: sha256.clone(),
+                    rules,
+                    cause,
+                });
                 Reloaded::Applied { rules, sha256 }
             }
             (Ok(_), None) => Reloaded::Refused {
@@ -196,11 +174,13 @@ impl Vessel {
             },
             (Err(e), sha256) => {
                 let errors = e.to_string();
-                self.audit(
-                    "rules-refused",
-                    json!({"file": file, "sha256": sha256, "errors": errors, "cause": cause,
-                           "inForce": self.in_force(&source)}),
-                );
+                self.record(schema::RulesRefused {
+                    file,
+                    sha256,
+                    errors: errors.clone(),
+                    cause,
+                    in_force: self.in_force(&source),
+                });
                 Reloaded::Refused { errors }
             }
         }

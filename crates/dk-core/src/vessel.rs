@@ -34,7 +34,7 @@ use crate::listener::ListenerStats;
 use crate::person::PersonChannel;
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::DeviceRegistry;
-use crate::registry::audit_event;
+use crate::store::entry as schema;
 use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, fits_in_entry};
 
 /// Pairing requests for one device id that may wait for the person at once,
@@ -261,20 +261,10 @@ struct DecisionAudit {
 #[derive(Debug)]
 struct Decision {
     at_ms: u64,
-    tool: String,
-    device_id: Option<String>,
-    capability: Option<String>,
-    allowed: bool,
-    reason: String,
-    agent_id: Option<String>,
-    session_id: Option<String>,
-    rule: Option<String>,
+    /// The record as the audit schema has it, without its input.
+    record: schema::Decision,
+    /// The call's input, as given.
     input: Option<Value>,
-    person_answer: Option<bool>,
-    by_person: bool,
-    allowance: Option<AllowanceUse>,
-    channel: Option<dk_proto::Channel>,
-    answered_by: Option<By>,
 }
 
 impl Decision {
@@ -282,38 +272,7 @@ impl Decision {
     /// `person` (`approved` or `refused`) when the person was asked, and
     /// `caller: "person"` for the person's own call.
     fn to_json(&self) -> Value {
-        let mut record = serde_json::json!({
-            "tool": self.tool, "deviceId": self.device_id, "capability": self.capability,
-            "allowed": self.allowed, "reason": self.reason, "agentId": self.agent_id,
-            "sessionId": self.session_id, "rule": self.rule,
-        });
-        if let Value::Object(map) = &mut record {
-            if let Some(yes) = self.person_answer {
-                let answer = if yes { "approved" } else { "refused" };
-                map.insert("person".to_owned(), Value::from(answer));
-            }
-            match self.allowance {
-                Some(AllowanceUse::Created(id)) => {
-                    map.insert(
-                        "allowance".to_owned(),
-                        serde_json::json!({"id": id, "created": true}),
-                    );
-                }
-                Some(AllowanceUse::Used(id)) => {
-                    map.insert("person".to_owned(), Value::from("remembered"));
-                    map.insert("allowance".to_owned(), serde_json::json!({"id": id}));
-                }
-                None => {}
-            }
-            if self.by_person {
-                map.insert("caller".to_owned(), Value::from("person"));
-            }
-            if let Some(channel) = self.channel {
-                map.insert("channel".to_owned(), Value::from(channel.as_str()));
-            }
-        }
-        crate::by::mark(&mut record, self.answered_by.as_ref());
-        record
+        serde_json::to_value(&self.record).unwrap_or(Value::Null)
     }
 
     /// The decision's audit event: the record and its input, each redacted
@@ -324,22 +283,71 @@ impl Decision {
     fn audit_event(&self, redactor: &SecretRedactor) -> AuditEvent {
         let mut entry = redactor.redact_for_audit(&self.to_json());
         if let (Some(input), Value::Object(map)) = (&self.input, &mut entry) {
-            map.insert("input".to_owned(), redactor.redact_for_audit(input));
+            map.insert(
+                schema::fields::INPUT.to_owned(),
+                redactor.redact_for_audit(input),
+            );
         }
         if !fits_in_entry(&entry)
             && let Value::Object(map) = &mut entry
-            && let Some(input) = map.get_mut("input")
+            && let Some(input) = map.get_mut(schema::fields::INPUT)
         {
-            let size = input.to_string().len();
-            *input = Value::String(format!(
-                "[cut: the input takes {size} bytes once cut, too many for one entry]"
-            ));
+            *input = schema::Decision::input_cut(input.to_string().len());
         }
         AuditEvent {
             at_ms: self.at_ms,
-            kind: "decision".to_owned(),
+            kind: schema::kinds::DECISION.to_owned(),
             entry,
         }
+    }
+}
+
+/// The audit event of an entry of `kind` with these details, happening
+/// now, every known secret in it redacted.
+fn redacted_event(kind: &str, entry: &Value, redactor: &SecretRedactor) -> AuditEvent {
+    AuditEvent {
+        at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+        kind: kind.to_owned(),
+        entry: redactor.redact_json(entry),
+    }
+}
+
+/// The decision record as the audit log has it (its input aside).
+fn decision_entry(record: &DecisionRecord<'_>) -> schema::Decision {
+    let (person, allowance) = match record.allowance {
+        Some(AllowanceUse::Used(id)) => (
+            Some(schema::PersonAnswer::Remembered),
+            Some(schema::AllowanceRef { id, created: false }),
+        ),
+        made => (
+            record.person_answer.map(|yes| {
+                if yes {
+                    schema::PersonAnswer::Approved
+                } else {
+                    schema::PersonAnswer::Refused
+                }
+            }),
+            match made {
+                Some(AllowanceUse::Created(id)) => Some(schema::AllowanceRef { id, created: true }),
+                _ => None,
+            },
+        ),
+    };
+    schema::Decision {
+        tool: record.tool.to_owned(),
+        device_id: record.device_id.map(str::to_owned),
+        capability: record.capability.map(str::to_owned),
+        allowed: record.allowed,
+        reason: record.reason.to_owned(),
+        agent_id: record.agent_id.map(str::to_owned),
+        session_id: record.session_id.map(str::to_owned),
+        rule: record.rule.map(str::to_owned),
+        person,
+        allowance,
+        caller: record.by_person.then_some(schema::Caller::Person),
+        channel: record.channel.map(|channel| channel.as_str().to_owned()),
+        by: record.answered_by.cloned(),
+        input: None,
     }
 }
 
@@ -347,20 +355,8 @@ impl DecisionAudit {
     fn record(&self, record: &DecisionRecord<'_>) {
         let decision = Arc::new(Decision {
             at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
-            tool: record.tool.to_owned(),
-            device_id: record.device_id.map(str::to_owned),
-            capability: record.capability.map(str::to_owned),
-            allowed: record.allowed,
-            reason: record.reason.to_owned(),
-            agent_id: record.agent_id.map(str::to_owned),
-            session_id: record.session_id.map(str::to_owned),
-            rule: record.rule.map(str::to_owned),
+            record: decision_entry(record),
             input: record.input.cloned(),
-            person_answer: record.person_answer,
-            by_person: record.by_person,
-            allowance: record.allowance,
-            channel: record.channel,
-            answered_by: record.answered_by.cloned(),
         });
         {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
@@ -453,7 +449,7 @@ impl Vessel {
         registry
             .allowances()
             .set_audit_hook(Arc::new(move |kind: &str, entry: Value| {
-                to_log.record(audit_event(kind, redacting.redact_json(&entry)));
+                to_log.record(redacted_event(kind, &entry, &redacting));
             }));
         redact_logs_with(&redactor);
         let hook = DecisionAudit {
@@ -617,14 +613,28 @@ impl Vessel {
         self.redactor.redact_json(telemetry)
     }
 
-    /// Appends an event to the audit log (write-behind, like decisions),
+    /// Appends an entry of dk's own (one of the audit schema's kinds) to the
+    /// audit log (write-behind, like decisions),
     /// known secrets redacted. When the audit queue is full this waits for
     /// room on the caller's thread (a batch commit, about a millisecond), at
     /// most [`RECORD_PATIENCE`](crate::store::RECORD_PATIENCE), then queues
     /// the event past the queue's bound: it is never dropped.
+    pub fn record(&self, entry: impl Into<schema::Entry>) {
+        let entry = entry.into();
+        self.writer.record(redacted_event(
+            entry.kind(),
+            &entry.to_value(),
+            &self.redactor,
+        ));
+    }
+
+    /// Appends an event of the host's own, of `kind` with `entry` as its
+    /// details, as [`Vessel::record`] does. dk's own entries go through
+    /// [`Vessel::record`], typed by the audit schema (`dk_store::entry`);
+    /// this is for a host's kinds, which readers show as raw JSON.
     pub fn audit(&self, kind: &str, entry: Value) {
         self.writer
-            .record(audit_event(kind, self.redactor.redact_json(&entry)));
+            .record(redacted_event(kind, &entry, &self.redactor));
     }
 
     /// Waits until every audit entry recorded so far is committed.

@@ -241,7 +241,7 @@ fn entry_parts<'a>(
 
 /// The kind of the entry that starts a keyed chain: its own hash and every
 /// later one are HMACs under the key whose id it holds (`{"keyId": ...}`).
-pub(crate) const KEYED_KIND: &str = "audit-keyed";
+pub(crate) const KEYED_KIND: &str = crate::entry::kinds::AUDIT_KEYED;
 
 /// How an entry's hash is made: SHA-256, or HMAC-SHA256 under the key.
 #[derive(Clone, Copy)]

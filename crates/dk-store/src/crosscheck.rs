@@ -13,11 +13,18 @@ use serde_json::Value;
 use super::audit::RawRow;
 use super::{AuditProblem, ProblemKind, StoredPairing};
 use crate::StoredAgent;
+use crate::entry::{AgentChange, Entry, kinds};
 
 /// The kinds of the entries the store writes only in the transaction of
 /// their change; [`Store::append_audit`](super::Store::append_audit)
 /// refuses them, so nothing else can write one.
-pub(crate) const STATE_KINDS: [&str; 5] = ["paired", "granted", "revoked", "unpaired", "agent"];
+pub(crate) const STATE_KINDS: [&str; 5] = [
+    kinds::PAIRED,
+    kinds::GRANTED,
+    kinds::REVOKED,
+    kinds::UNPAIRED,
+    kinds::AGENT,
+];
 
 /// Refuses events of a kind the store writes only with its change, or
 /// itself (`audit-keyed`, which starts a keyed chain).
@@ -37,7 +44,7 @@ pub(crate) fn refuse_reserved_kinds(events: &[super::AuditEvent]) -> Result<(), 
 struct LoggedPairing {
     /// The entry that paired it.
     seq: i64,
-    digest: Option<String>,
+    digest: String,
     /// The pinned dk/2 key, as lower-case hex (`deviceKey`).
     key: Option<String>,
     /// Each grant with the entry that gave it.
@@ -60,10 +67,6 @@ pub(crate) struct Replay {
     agents: BTreeMap<String, LoggedAgent>,
 }
 
-fn text<'a>(entry: &'a Value, key: &str) -> Option<&'a str> {
-    entry.get(key).and_then(Value::as_str)
-}
-
 impl Replay {
     /// Takes the next entry; only state entries change anything. An entry
     /// that does not have the shape the store writes is left out, so what it
@@ -75,88 +78,67 @@ impl Replay {
         let Ok(entry) = serde_json::from_str::<Value>(&row.entry) else {
             return;
         };
+        let Ok(entry) = Entry::read(&row.kind, &entry) else {
+            return;
+        };
         let seq = row.seq;
-        match row.kind.as_str() {
-            "paired" => {
-                let Some(id) = text(&entry, "deviceId") else {
-                    return;
-                };
-                let grants = entry
-                    .get("grants")
-                    .and_then(Value::as_array)
-                    .map(|grants| {
-                        grants
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(|grant| (grant.to_owned(), seq))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+        match entry {
+            Entry::Paired(paired) => {
                 self.pairings.insert(
-                    id.to_owned(),
+                    paired.device_id,
                     LoggedPairing {
                         seq,
-                        digest: text(&entry, "digest").map(str::to_owned),
-                        key: text(&entry, "deviceKey").map(str::to_owned),
-                        grants,
+                        digest: paired.digest,
+                        key: paired.device_key,
+                        grants: paired
+                            .grants
+                            .into_iter()
+                            .map(|grant| (grant, seq))
+                            .collect(),
                     },
                 );
             }
-            "granted" | "revoked" => {
-                let (Some(id), Some(capability)) =
-                    (text(&entry, "deviceId"), text(&entry, "capability"))
-                else {
-                    return;
-                };
-                if let Some(pairing) = self.pairings.get_mut(id) {
-                    if row.kind == "granted" {
-                        pairing.grants.insert(capability.to_owned(), seq);
-                    } else {
-                        pairing.grants.remove(capability);
-                    }
+            Entry::Granted(change) => {
+                if let Some(pairing) = self.pairings.get_mut(&change.device_id) {
+                    pairing.grants.insert(change.capability, seq);
                 }
             }
-            "unpaired" => {
-                if let Some(id) = text(&entry, "deviceId") {
-                    self.pairings.remove(id);
+            Entry::Revoked(change) => {
+                if let Some(pairing) = self.pairings.get_mut(&change.device_id) {
+                    pairing.grants.remove(&change.capability);
                 }
             }
-            _ => self.push_agent(seq, &entry),
+            Entry::Unpaired(unpaired) => {
+                self.pairings.remove(&unpaired.device_id);
+            }
+            Entry::Agent(change) => self.push_agent(seq, change),
+            _ => {}
         }
     }
 
-    fn push_agent(&mut self, seq: i64, entry: &Value) {
-        match text(entry, "change") {
-            Some("added") => {
-                let Some(agent) = entry.get("agent") else {
-                    return;
-                };
-                let Some(id) = text(agent, "id") else {
-                    return;
-                };
+    fn push_agent(&mut self, seq: i64, change: AgentChange) {
+        match change {
+            AgentChange::Added { agent, .. } => {
                 self.agents.insert(
-                    id.to_owned(),
+                    agent.id,
                     LoggedAgent {
                         seq,
-                        scope: agent.get("scope").cloned().unwrap_or(Value::Null),
-                        role: agent.get("role").cloned().unwrap_or(Value::Null),
+                        scope: agent.scope,
+                        role: agent.role,
                     },
                 );
             }
-            Some("removed") => {
-                if let Some(id) = text(entry, "agentId") {
-                    self.agents.remove(id);
-                }
+            AgentChange::Removed { agent_id, .. } => {
+                self.agents.remove(&agent_id);
             }
-            Some("scope") => {
-                if let (Some(id), Some(scope)) = (text(entry, "agentId"), entry.get("scope"))
-                    && let Some(agent) = self.agents.get_mut(id)
-                {
+            AgentChange::Scope {
+                agent_id, scope, ..
+            } => {
+                if let Some(agent) = self.agents.get_mut(&agent_id) {
                     agent.seq = seq;
-                    agent.scope = scope.clone();
+                    agent.scope = scope;
                 }
             }
-            _ => {}
         }
     }
 
@@ -185,7 +167,7 @@ impl Replay {
                 continue;
             };
             let key = pairing.device_key.map(|key| crate::hex::hex(&key));
-            if logged.digest.as_deref() != Some(pairing.digest.as_str()) || logged.key != key {
+            if logged.digest != pairing.digest || logged.key != key {
                 problem(
                     logged.seq,
                     format!(

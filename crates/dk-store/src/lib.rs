@@ -50,6 +50,7 @@ mod anchor;
 mod audit;
 mod cause;
 mod crosscheck;
+pub mod entry;
 mod hex;
 #[cfg(feature = "sqlite")]
 mod keeper;

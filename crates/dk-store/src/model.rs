@@ -238,6 +238,19 @@ pub struct AuditEvent {
     pub entry: Value,
 }
 
+impl AuditEvent {
+    /// The event that appends `entry` at `at_ms`, its details as
+    /// [`Entry::to_value`](crate::entry::Entry::to_value) gives them (not
+    /// redacted: a writer that may hold secrets redacts `entry` first).
+    pub fn of(entry: &crate::entry::Entry, at_ms: u64) -> AuditEvent {
+        AuditEvent {
+            at_ms,
+            kind: entry.kind().to_owned(),
+            entry: entry.to_value(),
+        }
+    }
+}
+
 /// An entry of the audit log as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {
@@ -286,16 +299,18 @@ impl AuditQuery {
     /// Whether an entry of `kind` with `entry` is one this selects, its
     /// position aside.
     pub fn selects(&self, kind: &str, entry: &Value) -> bool {
+        use crate::entry::{fields, kinds};
         let text = |field: &str| entry.get(field).and_then(Value::as_str);
         self.device_id
             .as_deref()
-            .is_none_or(|id| text("deviceId") == Some(id))
+            .is_none_or(|id| text(fields::DEVICE_ID) == Some(id))
             && self
                 .agent_id
                 .as_deref()
-                .is_none_or(|id| text("agentId") == Some(id))
+                .is_none_or(|id| text(fields::AGENT_ID) == Some(id))
             && self.allowed.is_none_or(|allowed| {
-                kind == "decision" && entry.get("allowed").and_then(Value::as_bool) == Some(allowed)
+                kind == kinds::DECISION
+                    && entry.get(fields::ALLOWED).and_then(Value::as_bool) == Some(allowed)
             })
     }
 }

@@ -27,7 +27,7 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::audit::{GENESIS_HASH, Hashing, KEYED_KIND, RawRow, Verifier, chain, to_i64};
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
@@ -48,7 +48,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The migration steps, in order: step `i` takes the schema from version
 /// `i` to `i + 1`. Steps are only ever added, never changed.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 1: pairings, grants, secret hashes, counters, the audit log.
     "CREATE TABLE pairing (
          device_id     TEXT    NOT NULL PRIMARY KEY,
@@ -379,11 +379,12 @@ fn key_the_chain(conn: &mut Connection, key: &AuditKey) -> Result<(i64, AuditHea
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db)?;
-    let event = AuditEvent {
-        at_ms: crate::epoch_ms(std::time::SystemTime::now()),
-        kind: KEYED_KIND.to_owned(),
-        entry: serde_json::json!({"keyId": key.id()}),
-    };
+    let event = AuditEvent::of(
+        &crate::entry::Entry::AuditKeyed(crate::entry::AuditKeyed {
+            key_id: key.id().to_owned(),
+        }),
+        crate::epoch_ms(std::time::SystemTime::now()),
+    );
     let head = append(&tx, std::slice::from_ref(&event), Hashing::Keyed(key))?
         .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
     let seq = to_i64(head.seq, "audit seq")?;
@@ -548,13 +549,18 @@ fn migrate(conn: &mut Connection, shown: &str) -> Result<(), StoreError> {
     tx.commit().map_err(db)
 }
 
+/// The expression migration 6 indexes an entry's field `name` by (a test
+/// checks the migration's text against it for each of the schema's
+/// [`fields`](crate::entry::fields) it indexes).
+pub(crate) fn indexed_field(name: &str) -> String {
+    format!("(CASE WHEN json_valid(entry) THEN json_extract(entry, '$.{name}') END)")
+}
+
 /// The SQL of `query` and its values, written with the same expressions
 /// as migration 6's indexes so that SQLite uses them.
 pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use crate::entry::{fields, kinds};
     use rusqlite::types::Value as Sql;
-    let field = |name: &str| {
-        format!("(CASE WHEN json_valid(entry) THEN json_extract(entry, '$.{name}') END)")
-    };
     let mut sql =
         String::from("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit WHERE seq < ?1");
     let before = query
@@ -563,17 +569,26 @@ pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::type
     let mut values = vec![Sql::Integer(before)];
     if let Some(device) = &query.device_id {
         values.push(Sql::Text(device.clone()));
-        sql.push_str(&format!(" AND {} = ?{}", field("deviceId"), values.len()));
+        sql.push_str(&format!(
+            " AND {} = ?{}",
+            indexed_field(fields::DEVICE_ID),
+            values.len()
+        ));
     }
     if let Some(agent) = &query.agent_id {
         values.push(Sql::Text(agent.clone()));
-        sql.push_str(&format!(" AND {} = ?{}", field("agentId"), values.len()));
+        sql.push_str(&format!(
+            " AND {} = ?{}",
+            indexed_field(fields::AGENT_ID),
+            values.len()
+        ));
     }
     if let Some(allowed) = query.allowed {
         values.push(Sql::Integer(i64::from(allowed)));
         sql.push_str(&format!(
-            " AND kind = 'decision' AND {} = ?{}",
-            field("allowed"),
+            " AND kind = '{}' AND {} = ?{}",
+            kinds::DECISION,
+            indexed_field(fields::ALLOWED),
             values.len()
         ));
     }

@@ -33,7 +33,6 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
 use super::audit::check_event;
@@ -550,9 +549,8 @@ fn unstorable(event: &AuditEvent, error: &StoreError) -> AuditEvent {
         .take(64)
         .collect();
     let why: String = error.to_string().chars().take(256).collect();
-    AuditEvent {
-        at_ms: event.at_ms.min(i64::MAX.unsigned_abs()),
-        kind: "unstorable".to_owned(),
-        entry: json!({"kind": kind, "error": why}),
-    }
+    AuditEvent::of(
+        &crate::entry::Entry::Unstorable(crate::entry::Unstorable { kind, error: why }),
+        event.at_ms.min(i64::MAX.unsigned_abs()),
+    )
 }

@@ -21,6 +21,7 @@ use dk_core::{Limits, Vessel};
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
 use dk_policy::PolicySet;
+use dk_store::entry as schema;
 use dk_store::private::{
     PrivateFileError, ensure_private_dir, is_inside, read_private_file, write_private_file,
 };
@@ -451,32 +452,26 @@ impl VesselServer {
         let fingerprint = identity.public().fingerprint();
         vessel.set_identity(identity);
         match (made_key, &moved_key) {
-            (Made::New, _) => vessel.audit(
-                "vessel-key",
-                json!({"made": true, "fingerprint": fingerprint}),
-            ),
-            (Made::Replacing, _) => vessel.audit(
-                "vessel-key",
-                json!({"made": true, "replaced": true, "fingerprint": fingerprint}),
-            ),
-            (Made::Kept, Some(old)) => vessel.audit(
-                "vessel-key",
-                json!({"moved": true, "from": old.display().to_string(),
-                       "to": key_file.display().to_string(), "fingerprint": fingerprint}),
-            ),
+            (Made::New, _) => vessel.record(schema::VesselKey::made(fingerprint.clone())),
+            (Made::Replacing, _) => vessel.record(schema::VesselKey::replaced(fingerprint.clone())),
+            (Made::Kept, Some(old)) => vessel.record(schema::VesselKey::moved(
+                old.display().to_string(),
+                key_file.display().to_string(),
+                fingerprint.clone(),
+            )),
             (Made::Kept, None) => {}
         }
         vessel.set_streaming(self.config.streaming.clone());
         vessel.add_secret(token.expose());
         if replaced {
-            vessel.audit("admin-token", json!({"replaced": true}));
+            vessel.record(schema::AdminToken { replaced: true });
         }
         // Which rules are in force, from now until a reload or the stop.
-        vessel.audit(
-            "vessel-started",
-            json!({"version": env!("CARGO_PKG_VERSION"), "fingerprint": fingerprint,
-                   "rules": vessel.rules_in_force()}),
-        );
+        vessel.record(schema::VesselStarted {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            fingerprint: fingerprint.clone(),
+            rules: vessel.rules_in_force(),
+        });
         // The address file says the vessel is up: written once its first
         // entries are committed, so nothing a client does comes before them.
         let flushing = Arc::clone(&vessel);
@@ -689,10 +684,9 @@ impl RunningVessel {
             first.get_or_insert(outcome);
         }
         drop(std::mem::take(&mut self.leftovers));
-        self.vessel.audit(
-            "vessel-stopped",
-            json!({"rules": self.vessel.rules_in_force()}),
-        );
+        self.vessel.record(schema::VesselStopped {
+            rules: self.vessel.rules_in_force(),
+        });
         self.vessel.flush_audit().map_err(ServerError::Audit)?;
         first.map_or(Ok(()), Err)
     }

@@ -2,6 +2,8 @@
 
 use std::sync::Mutex;
 
+use serde_json::json;
+
 use super::*;
 
 #[track_caller]

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::link::{CallCorrelator, DeviceEvent, DeviceLink, Handled};
 use crate::registry::{AuthError, PairError, PairedDevice, RegistryEvent};
+use crate::store::entry::{AdmissionOutcome, StreamAdmission};
 use crate::stream::{ChunkOutcome, StreamSession, message_limit, streaming_class};
 use crate::vessel::{ConnectionPermit, Vessel};
 
@@ -865,15 +866,19 @@ where
                     .stream_stats()
                     .admitted
                     .fetch_add(1, Ordering::Relaxed);
-                self.vessel.audit(
-                    "stream_admission",
-                    json!({
-                        "deviceId": id, "kind": class.as_str(), "stage": stage,
-                        "admitted": true, "maxChunkBytes": policy.max_chunk_bytes(),
-                        "maxToolCalls": admitted.admitted().run_limits()
+                self.vessel.record(StreamAdmission {
+                    device_id: id.clone(),
+                    kind: class.as_str().to_owned(),
+                    stage: stage.to_owned(),
+                    admitted: true,
+                    outcome: AdmissionOutcome::Admitted {
+                        max_chunk_bytes: policy.max_chunk_bytes(),
+                        max_tool_calls: admitted
+                            .admitted()
+                            .run_limits()
                             .get(dk_policy::RunLimit::MaxToolCalls),
-                    }),
-                );
+                    },
+                });
                 session.stream = Some(admitted);
                 Ok(())
             }
@@ -928,13 +933,16 @@ where
             .refused
             .fetch_add(1, Ordering::Relaxed);
         let code = error.code();
-        self.vessel.audit(
-            "stream_admission",
-            json!({
-                "deviceId": device_id, "kind": class.as_str(), "stage": stage,
-                "admitted": false, "code": code.as_str(), "message": error.to_string(),
-            }),
-        );
+        self.vessel.record(StreamAdmission {
+            device_id: device_id.to_owned(),
+            kind: class.as_str().to_owned(),
+            stage: stage.to_owned(),
+            admitted: false,
+            outcome: AdmissionOutcome::Refused {
+                code: code.as_str().to_owned(),
+                message: error.to_string(),
+            },
+        });
         CloseFrame::admission_refused(code, &error.to_string())
     }
 

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::html::{attr, own, push_text, segment, text};
 use crate::link::DeviceEvent;
+use crate::store::entry::{By, Caller, Entry, FrontEnd, PersonAnswer, fields, kinds};
 use crate::store::{AuditEntry, AuditHead, AuditQuery};
 
 /// Audit entries on one page.
@@ -725,47 +726,38 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
 /// the person (and through which front end), a remembered yes, or the
 /// grants and checks alone; for a change, the front end that made it.
 fn decided_by(entry: &AuditEntry) -> String {
-    let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
     let front_end = entry
         .entry
-        .get("by")
-        .and_then(|by| by.get("frontEnd"))
-        .and_then(Value::as_str)
-        .map(|front_end| match front_end {
-            "console" => "in the console",
-            "terminal" => "on the terminal",
-            "adminApi" => "through the admin API",
-            _ => "",
+        .get(fields::BY)
+        .and_then(|by| By::deserialize(by).ok())
+        .map(|by| match by.front_end {
+            FrontEnd::Console => "in the console",
+            FrontEnd::Terminal => "on the terminal",
+            FrontEnd::AdminApi => "through the admin API",
         });
     let person = |front_end: Option<&str>| match front_end {
-        Some(place) if !place.is_empty() => format!("the person, {place}"),
-        _ => "the person".to_owned(),
+        Some(place) => format!("the person, {place}"),
+        None => "the person".to_owned(),
     };
-    if entry.kind != "decision" {
+    if entry.kind != kinds::DECISION {
         return match front_end {
             Some(_) => person(front_end),
             None => String::new(),
         };
     }
-    match field("person") {
-        Some("remembered") => {
-            let id = entry
-                .entry
-                .get("allowance")
-                .and_then(|a| a.get("id"))
-                .and_then(Value::as_u64);
-            match id {
-                Some(id) => format!("a remembered yes (allowance {id})"),
-                None => "a remembered yes".to_owned(),
-            }
-        }
+    let Ok(Entry::Decision(decision)) = Entry::read(&entry.kind, &entry.entry) else {
+        return "the checks".to_owned();
+    };
+    match decision.person {
+        Some(PersonAnswer::Remembered) => match decision.allowance {
+            Some(allowance) => format!("a remembered yes (allowance {})", allowance.id),
+            None => "a remembered yes".to_owned(),
+        },
         Some(_) => person(front_end),
-        None => match field("rule") {
-            Some(rule) => format!("rule <code>{}</code>", text(&cut(rule, 80))),
-            None if field("caller") == Some("person") => "the person's own call".to_owned(),
-            None if entry.entry.get("allowed").and_then(Value::as_bool) == Some(true) => {
-                "the grants".to_owned()
-            }
+        None => match decision.rule {
+            Some(rule) => format!("rule <code>{}</code>", text(&cut(&rule, 80))),
+            None if decision.caller == Some(Caller::Person) => "the person's own call".to_owned(),
+            None if decision.allowed => "the grants".to_owned(),
             None => "the checks".to_owned(),
         },
     }
@@ -787,8 +779,8 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
     for entry in entries {
         let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
         let mut what = text(&entry.kind);
-        if entry.kind == "decision" {
-            let allowed = entry.entry.get("allowed").and_then(Value::as_bool) == Some(true);
+        if entry.kind == kinds::DECISION {
+            let allowed = entry.entry.get(fields::ALLOWED).and_then(Value::as_bool) == Some(true);
             what = if allowed {
                 "<span class=\"state on\">allowed</span>".to_owned()
             } else {
@@ -811,13 +803,16 @@ fn audit_table(out: &mut String, entries: &[AuditEntry]) {
         // What it names, in lines a phone shows one each: the device and
         // agent, the tool, and why (an allowed call's reason says nothing
         // more than its outcome).
-        let reason = field("reason").filter(|r| *r != "allowed");
+        let reason = field(fields::REASON).filter(|r| *r != "allowed");
         let lines: [(&str, &[Named<'_>]); 3] = [
             (
                 "names",
-                &[("device", field("deviceId")), ("agent", field("agentId"))],
+                &[
+                    ("device", field(fields::DEVICE_ID)),
+                    ("agent", field(fields::AGENT_ID)),
+                ],
             ),
-            ("tool", &[("tool", field("tool"))]),
+            ("tool", &[("tool", field(fields::TOOL))]),
             ("reason", &[("", reason)]),
         ];
         for (class, parts) in lines {

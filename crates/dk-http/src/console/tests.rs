@@ -270,7 +270,7 @@ async fn a_login_link_signs_in_once_and_a_session_is_needed_for_every_page() {
         axum::http::HeaderValue::from_bytes("x=\u{e9}".as_bytes()).unwrap(),
     );
     headers.append("cookie", browser.cookie.parse().unwrap());
-    assert_eq!(super::cookies_of(&headers).len(), 3);
+    assert_eq!(super::session::cookies_of(&headers).len(), 3);
     let answer = raw(
         running.addr,
         "GET",

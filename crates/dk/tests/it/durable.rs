@@ -1043,3 +1043,37 @@ fn audit_tail_prints_readable_times_and_json_keeps_the_raw_value() {
     assert!(first("UTC").contains(" +00:00 "), "{}", first("UTC"));
     assert!(first("Asia/Kolkata").contains(" +05:30 "));
 }
+
+/// A log `dk vessel` wrote before the audit log had a schema of types
+/// (`fixtures/audit/schema-1`, keyed with the test key beside it): `dk
+/// audit verify` still finds it intact, chain, key, kept head and the
+/// state cross-check alike, and `dk audit tail` prints every entry.
+#[test]
+fn a_log_written_before_the_audit_schema_still_verifies() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audit/schema-1");
+    let scratch = Scratch::new("old-log");
+    let dir = scratch.root().join("vessel");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A checkout keeps no file's mode: the copies get the vessel's back.
+    let copy = |name: &str, to: &Path| {
+        std::fs::copy(fixture.join(name), to).unwrap();
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    copy("vessel.db", &dir.join("vessel.db"));
+    copy("vessel.audit-head", &dir.with_extension("audit-head"));
+    let key = scratch.root().join("audit.key");
+    copy("audit.key", &key);
+
+    let verify = audit(&dir, &["verify", "--audit-key-file", key.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(0), "{said}");
+    assert!(said.contains("intact: 29 entries"), "{said}");
+
+    let entries = audit_entries(&dir, 100);
+    assert_eq!(entries.len(), 29);
+    assert_eq!(entries[0]["kind"], "audit-keyed");
+    assert_eq!(entries[28]["kind"], "vessel-stopped");
+}

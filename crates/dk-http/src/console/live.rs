@@ -1,0 +1,94 @@
+//! The console's live feed: server-sent events from the person channel.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use tokio::sync::broadcast;
+
+use crate::person::PersonEvent;
+
+use super::pages;
+use super::respond::Shared;
+use super::session::Signed;
+
+/// The live feed: a server-sent event for every prompt asked (with its
+/// card's HTML) and closed, each with the count still waiting; at the
+/// start, every prompt open now and the list of their ids. Ends with the
+/// session.
+pub(super) async fn live(
+    State(shared): State<Shared>,
+    axum::Extension(signed): axum::Extension<Signed>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = shared.vessel.person().subscribe();
+    let open = shared.vessel.person().pending();
+    let mut first: VecDeque<Event> = VecDeque::new();
+    let ids: Vec<u64> = open.iter().map(|p| p.id).collect();
+    first.push_back(
+        Event::default()
+            .event("sync")
+            .data(serde_json::json!({"pending": ids.len(), "ids": ids}).to_string()),
+    );
+    for prompt in open {
+        first.push_back(asked_event(&shared, &signed, prompt, ids.len()));
+    }
+    struct Feed {
+        shared: Shared,
+        signed: Signed,
+        receiver: broadcast::Receiver<PersonEvent>,
+        first: VecDeque<Event>,
+    }
+    let feed = Feed {
+        shared,
+        signed,
+        receiver,
+        first,
+    };
+    let stream = futures::stream::unfold(feed, |mut feed| async move {
+        if let Some(event) = feed.first.pop_front() {
+            return Some((Ok(event), feed));
+        }
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(30), feed.receiver.recv()).await;
+            if !feed.shared.console.alive(&feed.signed.key) {
+                return None;
+            }
+            let pending = feed.shared.vessel.person().pending().len();
+            let event = match next {
+                Err(_) => continue,
+                Ok(Ok(PersonEvent::Asked(prompt))) => {
+                    asked_event(&feed.shared, &feed.signed, prompt, pending)
+                }
+                Ok(Ok(PersonEvent::Closed { id })) => Event::default()
+                    .event("closed")
+                    .data(serde_json::json!({"id": id, "pending": pending}).to_string()),
+                // Missed some: the page reloads to catch up.
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                    Event::default().event("reload").data("{}")
+                }
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+            };
+            return Some((Ok(event), feed));
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+fn asked_event(
+    shared: &Shared,
+    signed: &Signed,
+    prompt: crate::person::PendingPrompt,
+    pending: usize,
+) -> Event {
+    let body = crate::bodies::pending_body(prompt);
+    let data = serde_json::json!({
+        "id": body.id,
+        "pending": pending,
+        "summary": pages::summary(&body),
+        "html": pages::prompt_card(&body, &shared.console.prefix(), &signed.csrf),
+    });
+    Event::default().event("asked").data(data.to_string())
+}
