@@ -258,7 +258,7 @@ fn reexports(doc_dir: &Path, crate_name: &str) -> Result<Vec<String>, TaskError>
             .map_err(|e| TaskError(format!("cannot read `{}`: {e}", page.display())))?;
         let mut path = vec![crate_name.to_owned()];
         path.extend(modules.iter().cloned());
-        lines.extend(reexports_on_page(&path.join("::"), &html));
+        lines.extend(reexports_on_page(&path.join("::"), modules.len(), &html));
         for child in child_modules(&html) {
             let mut next = modules.clone();
             next.push(child);
@@ -281,8 +281,10 @@ fn child_modules(html: &str) -> Vec<String> {
 
 /// The entries of a module page's "Re-exports" list, named under `module`.
 /// An entry names what it re-exports by its link's title (`struct
-/// dk_core::vessel::Vessel`) or, without a link, by its path as written.
-fn reexports_on_page(module: &str, html: &str) -> Vec<String> {
+/// dk_core::vessel::Vessel`) when the link stays within the crate, else by
+/// its path as written (a link to another crate comes and goes with the
+/// order rustdoc documents them in).
+fn reexports_on_page(module: &str, depth: usize, html: &str) -> Vec<String> {
     let Some(start) = html.find("<dl class=\"item-table reexports\">") else {
         return Vec::new();
     };
@@ -304,11 +306,18 @@ fn reexports_on_page(module: &str, html: &str) -> Vec<String> {
             Some((path, name)) => (path, name),
             None => (used, used.rsplit("::").next().unwrap_or(used)),
         };
+        // A link into another crate's pages exists only when rustdoc wrote
+        // that crate's pages first, so only a link within the crate is read:
+        // one climbing no higher than the page's depth below the crate.
+        let within_crate = code
+            .split("href=\"")
+            .nth(1)
+            .is_some_and(|href| !href.starts_with("http") && href.matches("../").count() <= depth);
         let target = code
             .split("title=\"")
             .nth(1)
             .and_then(|title| title.split('"').next())
-            .filter(|title| !title.is_empty())
+            .filter(|title| within_crate && !title.is_empty())
             .unwrap_or(path);
         lines.push(format!("reexport {module}::{name} = {target}"));
     }
@@ -411,15 +420,24 @@ mod tests {
             "<a class=\"mod\" href=\"vessel/index.html\" title=\"mod k::vessel\">vessel</a></dt></dl>",
         );
         assert_eq!(
-            reexports_on_page("k", html),
+            reexports_on_page("k", 0, html),
             [
                 "reexport k::Vessel = struct k::vessel::Vessel",
                 "reexport k::mcp = dk_mcp",
-                "reexport k::http = mod dk_http",
+                "reexport k::http = dk_http",
             ]
         );
         assert_eq!(child_modules(html), ["vessel"]);
-        assert!(reexports_on_page("k", "<p>no list</p>").is_empty());
+        assert!(reexports_on_page("k", 0, "<p>no list</p>").is_empty());
+        let nested = concat!(
+            "<dl class=\"item-table reexports\"><dt id=\"reexport.L\"><code>pub use crate::limits::",
+            "<a class=\"struct\" href=\"../limits/struct.L.html\" title=\"struct k::limits::L\">L</a>;",
+            "</code></dt></dl>",
+        );
+        assert_eq!(
+            reexports_on_page("k::vessel", 1, nested),
+            ["reexport k::vessel::L = struct k::limits::L"]
+        );
     }
 
     #[test]
