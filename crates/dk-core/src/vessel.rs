@@ -6,6 +6,8 @@
 #[cfg(test)]
 mod agent_tests;
 #[cfg(test)]
+mod decision_tests;
+#[cfg(test)]
 mod store_tests;
 mod streaming;
 
