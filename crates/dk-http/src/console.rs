@@ -49,7 +49,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use dk_proto::admin as api;
 use futures::Stream;
-use rand::Rng;
+use rand::RngExt;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
