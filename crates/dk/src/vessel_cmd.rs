@@ -211,7 +211,7 @@ async fn serve(
     };
     let config = match &args.config {
         None => VesselConfig::default(),
-        Some(path) => VesselConfig::load(path).map_err(|e| {
+        Some(path) => dk_vessel::config::load(path).map_err(|e| {
             format!(
                 "the configuration `{}` is refused: {}",
                 path.display(),
