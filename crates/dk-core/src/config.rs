@@ -1150,6 +1150,35 @@ mod tests {
         );
     }
 
+    /// Every key the serde structs take is a row of docs/CONFIG.md's
+    /// tables, and the unknown-key message lists them all, in order.
+    #[test]
+    fn every_key_is_documented_and_listed() {
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/CONFIG.md"),
+        )
+        .unwrap();
+        let limits = field_names::<LimitsSection>();
+        let rates = field_names::<RateLimitsSection>();
+        assert_eq!((limits.len(), rates.len()), (19, 4));
+        for key in limits.iter().chain(rates) {
+            assert!(
+                docs.contains(&format!("| `{key}` |")),
+                "{key} is not in docs/CONFIG.md"
+            );
+        }
+        for (section, keys) in [("limits", limits), ("rateLimits", rates)] {
+            refused(
+                &format!("[{section}]\nnone = 1"),
+                &format!(
+                    "unknown key `{section}.none` (known: {}; see docs/CONFIG.md`",
+                    keys.join(", ")
+                ),
+            );
+        }
+        assert!(field_names::<ConfigFile>().contains(&"rateLimits"));
+    }
+
     #[test]
     fn device_origins_are_origins() {
         let config = VesselConfig::parse(
