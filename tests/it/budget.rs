@@ -4,7 +4,7 @@
 //! device sees it, says when calls are allowed again, and records the
 //! refusal in the audit log; calls that name no run are charged to no run.
 
-use dk_vessel::{Limits, adapter::CallContext, config::VesselConfig};
+use dk_vessel::{Limits, adapter::CallContext, config};
 use serde_json::{Value, json};
 
 use crate::net::{DeviceRun, Running, start};
@@ -14,7 +14,7 @@ async fn start_configured(text: &str) -> Running {
     let dir = tempfile::TempDir::new().unwrap();
     let path = dir.path().join("vessel.toml");
     std::fs::write(&path, text).unwrap();
-    let config = VesselConfig::load(&path).unwrap();
+    let config = config::load(&path).unwrap();
     let mut limits = Limits::default();
     config.apply_to(&mut limits);
     start(limits).await
@@ -110,7 +110,7 @@ async fn a_configuration_with_a_limit_the_vessel_does_not_enforce_is_refused() {
     let path = dir.path().join("vessel.toml");
     std::fs::write(&path, "[runLimits]\nmaxToolCalls = 32\nmaxTurns = 16\n").unwrap();
     assert_eq!(
-        VesselConfig::load(&path).unwrap_err().to_string(),
+        config::load(&path).unwrap_err().to_string(),
         "`runLimits.maxTurns` is not enforced by the vessel: the host that runs the model \
          counts turns, provider calls and tokens, so set it there; here only `maxToolCalls` \
          and `maxWallTimeMs` are allowed"

@@ -731,7 +731,15 @@ const PURE_CRATES: [(&str, &[&str]); 5] = [
     ("dk-store", &["rusqlite", "sha2", "rustix", "rand"]),
     (
         "dk-core",
-        &["sha2", "subtle", "rand", "uuid", "toml", "rustix"],
+        &[
+            "sha2",
+            "subtle",
+            "rand",
+            "uuid",
+            "toml",
+            "rustix",
+            "serde_path_to_error",
+        ],
     ),
 ];
 

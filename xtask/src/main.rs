@@ -10,6 +10,7 @@
 mod api;
 mod bench;
 mod ci;
+mod features;
 mod fuzz;
 mod peers;
 mod python;
@@ -22,8 +23,8 @@ const HELP: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  ci                       what CI runs: fmt check, clippy, the peers, tests, python
-                           client tests,
+  ci                       what CI runs: fmt check, clippy, dk-core's tokio features,
+                           the peers, tests, python client tests,
                            docs, the public API snapshots (fails fast)
   api [--bless]            compare every library crate's public items (from rustdoc)
                            with api/<crate>.txt, failing with the difference;
@@ -33,6 +34,8 @@ tasks:
                            dk-store, dk-core, dk-vessel, the console (dk-tests) and the
                            MQTT bridge (dk), then print their medians (and write them
                            to FILE as JSON)
+  features                 check that dk-core builds tokio with sync, time and macros
+                           only (no socket, no file, no task of its own)
   peers                    install Debian's chromium, chromium-driver and mosquitto (the
                            console's browser tests and the MQTT bridge's tests drive
                            them) when they are missing
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
         "api" => api::run(rest),
         "bench" => bench::run(rest),
+        "features" => no_arguments("features", rest).and_then(|()| features::check_core()),
         "peers" => no_arguments("peers", rest).and_then(|()| peers::ensure()),
         "fuzz" => fuzz::run(rest),
         "python" => python::run(rest),

@@ -336,7 +336,7 @@ fn mqtt_options(
     credentials: Option<Credentials>,
 ) -> Result<MqttOptions, BridgeError> {
     let mut suffix = [0u8; 6];
-    rand::Rng::fill(&mut rand::rng(), &mut suffix);
+    rand::RngExt::fill(&mut rand::rng(), &mut suffix);
     let id: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
     let mut options = MqttOptions::new(format!("dk-bridge-{id}"), address.host, address.port);
     if address.tls {

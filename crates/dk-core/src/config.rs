@@ -11,7 +11,6 @@
 //! kind the file does not configure is not admitted (deny by default).
 
 use std::num::NonZeroU32;
-use std::path::Path;
 use std::time::Duration;
 
 use dk_policy::{
@@ -21,9 +20,6 @@ use dk_policy::{
 
 use crate::adapter::{DEFAULT_AGENT_RATE, DEFAULT_DEVICE_RATE, ENFORCED_RUN_LIMITS, RateLimit};
 use crate::limits::Limits;
-
-/// Largest configuration file read, in bytes.
-pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 
 /// Why a configuration file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -38,11 +34,13 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is larger than [`MAX_CONFIG_BYTES`].
-    #[error("`{path}` is larger than {MAX_CONFIG_BYTES} bytes")]
+    /// The file is larger than the reader takes.
+    #[error("`{path}` is larger than {limit} bytes")]
     TooLarge {
         /// The file.
         path: String,
+        /// The largest file read, in bytes.
+        limit: u64,
     },
     /// Not TOML.
     #[error("not valid TOML: {0}")]
@@ -58,15 +56,16 @@ pub enum ConfigError {
         /// What it must be.
         expected: &'static str,
     },
-    /// A `[limits]` value outside its range.
-    #[error("`limits.{key}` must be {range}, not {value}")]
-    Range {
-        /// The key under `[limits]`.
-        key: &'static str,
-        /// The range allowed, in words.
-        range: String,
-        /// The value given.
-        value: String,
+    /// A value of the wrong type or outside its range, or a section that
+    /// is not a table: `problem` says what it must be and, for a value,
+    /// what it is (`` `limits.callTimeoutMs` must be a whole number of
+    /// milliseconds from 100 to 3600000, not 0 ``).
+    #[error("`{key}` {problem}")]
+    Invalid {
+        /// The key, dotted (`limits.callTimeoutMs`).
+        key: String,
+        /// What it must be, and what it is.
+        problem: String,
     },
     /// `[runLimits]` is refused by the run-limit rules.
     #[error("`runLimits`: {0}")]
@@ -83,16 +82,6 @@ pub enum ConfigError {
     NotEnforced {
         /// The limit.
         limit: RunLimit,
-    },
-    /// A `[rateLimits]` value outside its range.
-    #[error("`rateLimits.{key}` must be {range}, not {value}")]
-    RateRange {
-        /// The key under `[rateLimits]`.
-        key: &'static str,
-        /// The range allowed, in words.
-        range: String,
-        /// The value given.
-        value: String,
     },
     /// A `[rateLimits]` burst given for a rate the file turns off.
     #[error("`rateLimits.{burst}` is set but `rateLimits.{rate}` is 0, which turns that limit off")]
@@ -242,107 +231,342 @@ pub struct RateLimitSettings {
     /// [`AgentRateLimits::per_device`](crate::adapter::AgentRateLimits::per_device).
     pub per_device_burst: Option<u32>,
 }
-
 /// The largest `callsPerMinute` and `perDeviceCallsPerMinute` (1,000 a second).
-const MAX_CALLS_PER_MINUTE: u32 = 60_000;
+const MAX_CALLS_PER_MINUTE: u64 = 60_000;
 
 /// The largest `burst` and `perDeviceBurst`.
-const MAX_BURST: u32 = 10_000;
+const MAX_BURST: u64 = 10_000;
 
-/// The keys `[rateLimits]` takes, for the unknown-key message.
-const RATE_KEYS: [&str; 4] = [
-    "callsPerMinute",
-    "burst",
-    "perDeviceCallsPerMinute",
-    "perDeviceBurst",
-];
+/// The largest number of `deviceOrigins`.
+const MAX_DEVICE_ORIGINS: usize = 64;
 
-/// An integer under `[rateLimits]` in `min..=max`.
-fn rate_value(
-    key: &'static str,
-    value: &toml::Value,
-    min: u32,
-    max: u32,
-) -> Result<u32, ConfigError> {
-    let refused = || ConfigError::RateRange {
-        key,
-        range: if min == 0 {
-            format!("an integer from 0 (no limit) to {max}")
-        } else {
-            format!("an integer from {min} to {max}")
-        },
-        value: shown(value),
-    };
-    let toml::Value::Integer(n) = value else {
-        return Err(refused());
-    };
-    u32::try_from(*n)
-        .ok()
-        .filter(|n| (min..=max).contains(n))
-        .ok_or_else(refused)
+/// The file as serde reads it: each key is spelt once, as a field (camelCase),
+/// with the type that checks its value. `streaming` and `runLimits` are
+/// handed on whole to dk-policy's admission contract, which has its own
+/// reader and messages.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+struct ConfigFile {
+    limits: Option<LimitsSection>,
+    rate_limits: Option<RateLimitsSection>,
+    run_limits: Option<toml::Value>,
+    streaming: Option<toml::Value>,
 }
 
-fn rate_settings(value: &toml::Value) -> Result<RateLimitSettings, ConfigError> {
-    let toml::Value::Table(table) = value else {
-        return Err(ConfigError::Shape {
-            key: "rateLimits".to_owned(),
-            expected: "a table",
-        });
+/// `[limits]`. The order of the fields is the order the unknown-key message
+/// lists them in. The ranges: at least a second for `headerReadTimeoutMs`
+/// (hyper needs time to read any request); `idleTimeoutMs` above the 15 s
+/// keep-alive of MCP's event streams, so a quiet stream an agent listens on
+/// is never taken for an idle connection.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(
+    default,
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a table"
+)]
+struct LimitsSection {
+    max_frame_bytes: Option<Count<1024, { 16 * 1024 * 1024 }>>,
+    handshake_timeout_ms: Option<Millis<1000, 300_000>>,
+    max_pending_calls: Option<Count<1, 4096>>,
+    max_connections: Option<Count<1, 1_000_000>>,
+    max_connections_per_address: Option<Count<1, 1_000_000>>,
+    max_unauthenticated_per_address: Option<Count<1, 65_536>>,
+    admin_connections: Option<Count<1, 65_536>>,
+    admin_connections_per_address: Option<Count<1, 65_536>>,
+    mcp_connections: Option<Count<1, 65_536>>,
+    mcp_connections_per_address: Option<Count<1, 65_536>>,
+    header_read_timeout_ms: Option<Millis<1000, 300_000>>,
+    idle_timeout_ms: Option<Millis<20_000, 86_400_000>>,
+    max_frames_per_second: Option<Count<1, 1_000_000>>,
+    max_malformed_frames: Option<Count<0, 1000>>,
+    ping_interval_ms: Option<Millis<1000, 600_000>>,
+    consent_timeout_ms: Option<Millis<5_000, 86_400_000>>,
+    approval_timeout_ms: Option<Millis<5_000, 86_400_000>>,
+    call_timeout_ms: Option<Millis<100, 3_600_000>>,
+    device_origins: Option<Origins>,
+}
+
+/// `[rateLimits]`, in the order the unknown-key message lists the keys.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(
+    default,
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a table"
+)]
+struct RateLimitsSection {
+    calls_per_minute: Option<Rate>,
+    burst: Option<Count<1, MAX_BURST>>,
+    per_device_calls_per_minute: Option<Rate>,
+    per_device_burst: Option<Count<1, MAX_BURST>>,
+}
+
+/// What a value must be, for the message that refuses it: the words after
+/// "must be" and the value as written.
+fn must_be<E: serde::de::Error>(expected: &str, value: &str) -> E {
+    E::custom(format_args!("must be {expected}, not {value}"))
+}
+
+/// An integer in `MIN..=MAX` (a count, a rate or a burst). A minimum of 0
+/// reads as "no limit" for the rates that take it.
+#[derive(Debug, Clone, Copy)]
+struct Count<const MIN: u64, const MAX: u64>(u64);
+
+impl<const MIN: u64, const MAX: u64> Count<MIN, MAX> {
+    /// What the value must be, in words.
+    fn range() -> String {
+        format!("an integer from {MIN} to {MAX}")
+    }
+
+    /// The value, as the type a setting holds (every range fits in a u32).
+    fn get<T: TryFrom<u64> + Default>(self) -> T {
+        T::try_from(self.0).unwrap_or_default()
+    }
+}
+
+impl<'de, const MIN: u64, const MAX: u64> serde::Deserialize<'de> for Count<MIN, MAX> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        let range = Self::range();
+        in_range(&value, MIN, MAX)
+            .filter(|n| u32::try_from(*n).is_ok())
+            .map(Count)
+            .ok_or_else(|| must_be(&range, &shown(&value)))
+    }
+}
+
+/// The integer `value` holds when it is in `min..=max`.
+fn in_range(value: &toml::Value, min: u64, max: u64) -> Option<u64> {
+    let toml::Value::Integer(n) = value else {
+        return None;
     };
-    let mut settings = RateLimitSettings::default();
-    for (key, value) in table {
-        match key.as_str() {
-            "callsPerMinute" => {
-                settings.calls_per_minute = Some(rate_value(
-                    "callsPerMinute",
-                    value,
-                    0,
-                    MAX_CALLS_PER_MINUTE,
-                )?);
-            }
-            "burst" => settings.burst = Some(rate_value("burst", value, 1, MAX_BURST)?),
-            "perDeviceCallsPerMinute" => {
-                settings.per_device_calls_per_minute = Some(rate_value(
-                    "perDeviceCallsPerMinute",
-                    value,
-                    0,
-                    MAX_CALLS_PER_MINUTE,
-                )?);
-            }
-            "perDeviceBurst" => {
-                settings.per_device_burst =
-                    Some(rate_value("perDeviceBurst", value, 1, MAX_BURST)?);
-            }
-            other => {
-                return Err(ConfigError::UnknownKey(format!(
-                    "rateLimits.{other}` (known: {}; see docs/CONFIG.md",
-                    RATE_KEYS.join(", ")
-                )));
-            }
+    u64::try_from(*n).ok().filter(|n| (min..=max).contains(n))
+}
+
+/// A rate of calls a minute, from 0 (no limit) to [`MAX_CALLS_PER_MINUTE`].
+#[derive(Debug, Clone, Copy)]
+struct Rate(u32);
+
+impl<'de> serde::Deserialize<'de> for Rate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        in_range(&value, 0, MAX_CALLS_PER_MINUTE)
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Rate)
+            .ok_or_else(|| {
+                must_be(
+                    &format!("an integer from 0 (no limit) to {MAX_CALLS_PER_MINUTE}"),
+                    &shown(&value),
+                )
+            })
+    }
+}
+
+/// A whole number of milliseconds in `MIN..=MAX`.
+#[derive(Debug, Clone, Copy)]
+struct Millis<const MIN: u64, const MAX: u64>(Duration);
+
+impl<'de, const MIN: u64, const MAX: u64> serde::Deserialize<'de> for Millis<MIN, MAX> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        in_range(&value, MIN, MAX)
+            .map(|ms| Millis(Duration::from_millis(ms)))
+            .ok_or_else(|| {
+                must_be(
+                    &format!("a whole number of milliseconds from {MIN} to {MAX}"),
+                    &shown(&value),
+                )
+            })
+    }
+}
+
+/// `deviceOrigins`: a list of origins such as `https://bridge.example` or
+/// `http://127.0.0.1:8080` (scheme, host, optional port; no path).
+#[derive(Debug, Clone)]
+struct Origins(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Origins {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        let expected = format!(
+            "a list of at most {MAX_DEVICE_ORIGINS} origins like `https://host` or `http://host:port`"
+        );
+        let toml::Value::Array(items) = &value else {
+            return Err(must_be(&expected, &shown(&value)));
+        };
+        if items.len() > MAX_DEVICE_ORIGINS {
+            return Err(must_be(&expected, &format!("{} origins", items.len())));
+        }
+        items
+            .iter()
+            .map(|item| match item {
+                toml::Value::String(origin) if is_origin(origin) => Ok(origin.clone()),
+                other => Err(must_be(&expected, &shown(other))),
+            })
+            .collect::<Result<_, _>>()
+            .map(Origins)
+    }
+}
+
+impl LimitsSection {
+    fn settings(self) -> LimitSettings {
+        LimitSettings {
+            max_frame_bytes: self.max_frame_bytes.map(Count::get),
+            handshake_timeout: self.handshake_timeout_ms.map(|m| m.0),
+            max_pending_calls: self.max_pending_calls.map(Count::get),
+            max_connections: self.max_connections.map(Count::get),
+            max_connections_per_address: self.max_connections_per_address.map(Count::get),
+            max_unauthenticated_per_address: self.max_unauthenticated_per_address.map(Count::get),
+            admin_connections: self.admin_connections.map(Count::get),
+            admin_connections_per_address: self.admin_connections_per_address.map(Count::get),
+            mcp_connections: self.mcp_connections.map(Count::get),
+            mcp_connections_per_address: self.mcp_connections_per_address.map(Count::get),
+            header_read_timeout: self.header_read_timeout_ms.map(|m| m.0),
+            idle_timeout: self.idle_timeout_ms.map(|m| m.0),
+            max_frames_per_second: self.max_frames_per_second.map(Count::get),
+            max_malformed_frames: self.max_malformed_frames.map(Count::get),
+            ping_interval: self.ping_interval_ms.map(|m| m.0),
+            consent_timeout: self.consent_timeout_ms.map(|m| m.0),
+            approval_timeout: self.approval_timeout_ms.map(|m| m.0),
+            call_timeout: self.call_timeout_ms.map(|m| m.0),
+            device_origins: self.device_origins.map(|o| o.0),
         }
     }
-    for (rate, rate_key, burst, burst_key) in [
-        (
-            settings.calls_per_minute,
-            "callsPerMinute",
-            settings.burst,
-            "burst",
-        ),
-        (
-            settings.per_device_calls_per_minute,
-            "perDeviceCallsPerMinute",
-            settings.per_device_burst,
-            "perDeviceBurst",
-        ),
-    ] {
-        if rate == Some(0) && burst.is_some() {
-            return Err(ConfigError::BurstWithoutRate {
-                burst: burst_key,
-                rate: rate_key,
-            });
+}
+
+impl RateLimitsSection {
+    /// The settings, refused when a burst is given for a rate set to 0.
+    fn settings(self) -> Result<RateLimitSettings, ConfigError> {
+        let settings = RateLimitSettings {
+            calls_per_minute: self.calls_per_minute.map(|r| r.0),
+            burst: self.burst.map(Count::get),
+            per_device_calls_per_minute: self.per_device_calls_per_minute.map(|r| r.0),
+            per_device_burst: self.per_device_burst.map(Count::get),
+        };
+        for (rate, rate_key, burst, burst_key) in [
+            (
+                settings.calls_per_minute,
+                "callsPerMinute",
+                settings.burst,
+                "burst",
+            ),
+            (
+                settings.per_device_calls_per_minute,
+                "perDeviceCallsPerMinute",
+                settings.per_device_burst,
+                "perDeviceBurst",
+            ),
+        ] {
+            if rate == Some(0) && burst.is_some() {
+                return Err(ConfigError::BurstWithoutRate {
+                    burst: burst_key,
+                    rate: rate_key,
+                });
+            }
+        }
+        Ok(settings)
+    }
+}
+
+/// The message for what serde refused, at `path` (dotted keys; `.` for the
+/// file itself).
+fn refusal(error: &serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+    let path = error.path().to_string();
+    let message = error.inner().message();
+    if let Some(key) = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        // The path ends at the unknown key; the section is before it.
+        let section = path
+            .strip_suffix(key)
+            .and_then(|section| section.strip_suffix('.'))
+            .unwrap_or_default();
+        let known = match section {
+            "" => return ConfigError::UnknownKey(key.to_owned()),
+            "limits" => field_names::<LimitsSection>(),
+            "rateLimits" => field_names::<RateLimitsSection>(),
+            _ => &[],
+        };
+        return ConfigError::UnknownKey(format!(
+            "{section}.{key}` (known: {}; see docs/CONFIG.md",
+            known.join(", ")
+        ));
+    }
+    let problem = match message.rsplit_once(", expected ") {
+        // A section that is not a table (the sections say `expecting`).
+        Some((_, expected)) if message.starts_with("invalid type: ") => {
+            format!("must be {expected}")
+        }
+        _ => message.to_owned(),
+    };
+    ConfigError::Invalid { key: path, problem }
+}
+
+/// The keys a section's serde struct takes, in their order: what its derived
+/// `Deserialize` hands to `deserialize_struct`.
+fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    /// A deserializer that only notes the fields it is asked for.
+    struct Names<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> serde::Deserializer<'de> for Names<'_> {
+        type Error = serde::de::value::Error;
+
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("only the field names are read"))
+        }
+
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(serde::de::Error::custom("only the field names are read"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map enum identifier ignored_any
         }
     }
-    Ok(settings)
+
+    let mut fields: &'static [&'static str] = &[];
+    // The error is the point: the deserializer stops once it has the names.
+    let _ = T::deserialize(Names(&mut fields));
+    fields
+}
+
+impl VesselConfig {
+    /// Reads and checks a configuration from TOML text (the binary reads the
+    /// file: `dk_vessel::config::load`).
+    pub fn parse(text: &str) -> Result<VesselConfig, ConfigError> {
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(one_line(&e.to_string())))?;
+        let file: ConfigFile = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|error| refusal(&error))?;
+        let mut config = VesselConfig {
+            limits: file.limits.map(LimitsSection::settings).unwrap_or_default(),
+            rate_limits: file
+                .rate_limits
+                .map(RateLimitsSection::settings)
+                .transpose()?,
+            ..VesselConfig::default()
+        };
+        if let Some(value) = &file.run_limits {
+            config.run_limits = Some(run_limits(value)?);
+        }
+        if let Some(value) = &file.streaming {
+            config.streaming = streaming(value)?;
+        }
+        Ok(config)
+    }
 }
 
 /// One bucket's rate from the file over `current` (the limits' own, else
@@ -390,223 +614,6 @@ impl RateLimitSettings {
     }
 }
 
-/// A count under `[limits]`: its key, its range.
-struct Count {
-    key: &'static str,
-    min: u64,
-    max: u64,
-}
-
-/// A time under `[limits]`, in milliseconds: its key, its range.
-struct Millis {
-    key: &'static str,
-    min: u64,
-    max: u64,
-}
-
-const MAX_FRAME_BYTES: Count = Count {
-    key: "maxFrameBytes",
-    min: 1024,
-    max: 16 * 1024 * 1024,
-};
-const MAX_PENDING_CALLS: Count = Count {
-    key: "maxPendingCalls",
-    min: 1,
-    max: 4096,
-};
-const MAX_CONNECTIONS: Count = Count {
-    key: "maxConnections",
-    min: 1,
-    max: 1_000_000,
-};
-const MAX_CONNECTIONS_PER_ADDRESS: Count = Count {
-    key: "maxConnectionsPerAddress",
-    min: 1,
-    max: 1_000_000,
-};
-const MAX_UNAUTHENTICATED_PER_ADDRESS: Count = Count {
-    key: "maxUnauthenticatedPerAddress",
-    min: 1,
-    max: 65_536,
-};
-const ADMIN_CONNECTIONS: Count = Count {
-    key: "adminConnections",
-    min: 1,
-    max: 65_536,
-};
-const ADMIN_CONNECTIONS_PER_ADDRESS: Count = Count {
-    key: "adminConnectionsPerAddress",
-    min: 1,
-    max: 65_536,
-};
-const MCP_CONNECTIONS: Count = Count {
-    key: "mcpConnections",
-    min: 1,
-    max: 65_536,
-};
-const MCP_CONNECTIONS_PER_ADDRESS: Count = Count {
-    key: "mcpConnectionsPerAddress",
-    min: 1,
-    max: 65_536,
-};
-const MAX_FRAMES_PER_SECOND: Count = Count {
-    key: "maxFramesPerSecond",
-    min: 1,
-    max: 1_000_000,
-};
-const MAX_MALFORMED_FRAMES: Count = Count {
-    key: "maxMalformedFrames",
-    min: 0,
-    max: 1000,
-};
-const HANDSHAKE_TIMEOUT: Millis = Millis {
-    key: "handshakeTimeoutMs",
-    min: 1000,
-    max: 300_000,
-};
-// At least a second: hyper needs time to read any request.
-const HEADER_READ_TIMEOUT: Millis = Millis {
-    key: "headerReadTimeoutMs",
-    min: 1000,
-    max: 300_000,
-};
-// Above the 15 s keep-alive of MCP's event streams, so a quiet stream an
-// agent listens on is never taken for an idle connection.
-const IDLE_TIMEOUT: Millis = Millis {
-    key: "idleTimeoutMs",
-    min: 20_000,
-    max: 86_400_000,
-};
-const PING_INTERVAL: Millis = Millis {
-    key: "pingIntervalMs",
-    min: 1000,
-    max: 600_000,
-};
-const CONSENT_TIMEOUT: Millis = Millis {
-    key: "consentTimeoutMs",
-    min: 5_000,
-    max: 86_400_000,
-};
-const APPROVAL_TIMEOUT: Millis = Millis {
-    key: "approvalTimeoutMs",
-    min: 5_000,
-    max: 86_400_000,
-};
-const CALL_TIMEOUT: Millis = Millis {
-    key: "callTimeoutMs",
-    min: 100,
-    max: 3_600_000,
-};
-
-/// The keys `[limits]` takes, for the unknown-key message.
-const LIMIT_KEYS: [&str; 19] = [
-    MAX_FRAME_BYTES.key,
-    HANDSHAKE_TIMEOUT.key,
-    MAX_PENDING_CALLS.key,
-    MAX_CONNECTIONS.key,
-    MAX_CONNECTIONS_PER_ADDRESS.key,
-    MAX_UNAUTHENTICATED_PER_ADDRESS.key,
-    ADMIN_CONNECTIONS.key,
-    ADMIN_CONNECTIONS_PER_ADDRESS.key,
-    MCP_CONNECTIONS.key,
-    MCP_CONNECTIONS_PER_ADDRESS.key,
-    HEADER_READ_TIMEOUT.key,
-    IDLE_TIMEOUT.key,
-    MAX_FRAMES_PER_SECOND.key,
-    MAX_MALFORMED_FRAMES.key,
-    PING_INTERVAL.key,
-    CONSENT_TIMEOUT.key,
-    APPROVAL_TIMEOUT.key,
-    CALL_TIMEOUT.key,
-    "deviceOrigins",
-];
-
-/// The largest number of `deviceOrigins`.
-const MAX_DEVICE_ORIGINS: usize = 64;
-
-impl Count {
-    fn read(&self, value: &toml::Value) -> Result<u64, ConfigError> {
-        let refused = || ConfigError::Range {
-            key: self.key,
-            range: format!("an integer from {} to {}", self.min, self.max),
-            value: shown(value),
-        };
-        let toml::Value::Integer(n) = value else {
-            return Err(refused());
-        };
-        u64::try_from(*n)
-            .ok()
-            .filter(|n| (self.min..=self.max).contains(n))
-            .ok_or_else(refused)
-    }
-
-    fn read_usize(&self, value: &toml::Value) -> Result<usize, ConfigError> {
-        let n = self.read(value)?;
-        usize::try_from(n).map_err(|_| ConfigError::Range {
-            key: self.key,
-            range: "a count this machine can hold".to_owned(),
-            value: n.to_string(),
-        })
-    }
-
-    fn read_u32(&self, value: &toml::Value) -> Result<u32, ConfigError> {
-        let n = self.read(value)?;
-        u32::try_from(n).map_err(|_| ConfigError::Range {
-            key: self.key,
-            range: format!("at most {}", u32::MAX),
-            value: n.to_string(),
-        })
-    }
-}
-
-impl Millis {
-    fn read(&self, value: &toml::Value) -> Result<Duration, ConfigError> {
-        Count {
-            key: self.key,
-            min: self.min,
-            max: self.max,
-        }
-        .read(value)
-        .map(Duration::from_millis)
-        .map_err(|error| match error {
-            ConfigError::Range { key, value, .. } => ConfigError::Range {
-                key,
-                range: format!(
-                    "a whole number of milliseconds from {} to {}",
-                    self.min, self.max
-                ),
-                value,
-            },
-            other => other,
-        })
-    }
-}
-
-/// `deviceOrigins`: a list of origins such as `https://bridge.example` or
-/// `http://127.0.0.1:8080` (scheme, host, optional port; no path).
-fn device_origins(value: &toml::Value) -> Result<Vec<String>, ConfigError> {
-    let refused = |value: String| ConfigError::Range {
-        key: "deviceOrigins",
-        range: format!(
-            "a list of at most {MAX_DEVICE_ORIGINS} origins like `https://host` or `http://host:port`"
-        ),
-        value,
-    };
-    let toml::Value::Array(items) = value else {
-        return Err(refused(shown(value)));
-    };
-    if items.len() > MAX_DEVICE_ORIGINS {
-        return Err(refused(format!("{} origins", items.len())));
-    }
-    items
-        .iter()
-        .map(|item| match item {
-            toml::Value::String(origin) if is_origin(origin) => Ok(origin.clone()),
-            other => Err(refused(shown(other))),
-        })
-        .collect()
-}
-
 /// Whether `text` is an origin as a browser sends it: `http` or `https`,
 /// `://`, a host of letters, digits, `-`, `.`, `[`, `]`, `:` (for IPv6),
 /// an optional port, nothing else.
@@ -622,70 +629,6 @@ fn is_origin(text: &str) -> bool {
         && rest
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'[' | b']' | b':'))
-}
-
-fn limit_settings(value: &toml::Value) -> Result<LimitSettings, ConfigError> {
-    let toml::Value::Table(table) = value else {
-        return Err(ConfigError::Shape {
-            key: "limits".to_owned(),
-            expected: "a table",
-        });
-    };
-    let mut settings = LimitSettings::default();
-    for (key, value) in table {
-        match key.as_str() {
-            "maxFrameBytes" => settings.max_frame_bytes = Some(MAX_FRAME_BYTES.read_usize(value)?),
-            "handshakeTimeoutMs" => {
-                settings.handshake_timeout = Some(HANDSHAKE_TIMEOUT.read(value)?)
-            }
-            "maxPendingCalls" => {
-                settings.max_pending_calls = Some(MAX_PENDING_CALLS.read_usize(value)?);
-            }
-            "maxConnections" => settings.max_connections = Some(MAX_CONNECTIONS.read_usize(value)?),
-            "maxConnectionsPerAddress" => {
-                settings.max_connections_per_address =
-                    Some(MAX_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
-            }
-            "maxUnauthenticatedPerAddress" => {
-                settings.max_unauthenticated_per_address =
-                    Some(MAX_UNAUTHENTICATED_PER_ADDRESS.read_usize(value)?);
-            }
-            "adminConnections" => {
-                settings.admin_connections = Some(ADMIN_CONNECTIONS.read_usize(value)?);
-            }
-            "adminConnectionsPerAddress" => {
-                settings.admin_connections_per_address =
-                    Some(ADMIN_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
-            }
-            "mcpConnections" => settings.mcp_connections = Some(MCP_CONNECTIONS.read_usize(value)?),
-            "mcpConnectionsPerAddress" => {
-                settings.mcp_connections_per_address =
-                    Some(MCP_CONNECTIONS_PER_ADDRESS.read_usize(value)?);
-            }
-            "headerReadTimeoutMs" => {
-                settings.header_read_timeout = Some(HEADER_READ_TIMEOUT.read(value)?);
-            }
-            "idleTimeoutMs" => settings.idle_timeout = Some(IDLE_TIMEOUT.read(value)?),
-            "maxFramesPerSecond" => {
-                settings.max_frames_per_second = Some(MAX_FRAMES_PER_SECOND.read_u32(value)?);
-            }
-            "maxMalformedFrames" => {
-                settings.max_malformed_frames = Some(MAX_MALFORMED_FRAMES.read_u32(value)?);
-            }
-            "pingIntervalMs" => settings.ping_interval = Some(PING_INTERVAL.read(value)?),
-            "consentTimeoutMs" => settings.consent_timeout = Some(CONSENT_TIMEOUT.read(value)?),
-            "approvalTimeoutMs" => settings.approval_timeout = Some(APPROVAL_TIMEOUT.read(value)?),
-            "callTimeoutMs" => settings.call_timeout = Some(CALL_TIMEOUT.read(value)?),
-            "deviceOrigins" => settings.device_origins = Some(device_origins(value)?),
-            other => {
-                return Err(ConfigError::UnknownKey(format!(
-                    "limits.{other}` (known: {}; see docs/CONFIG.md",
-                    LIMIT_KEYS.join(", ")
-                )));
-            }
-        }
-    }
-    Ok(settings)
 }
 
 impl LimitSettings {
@@ -734,46 +677,6 @@ impl LimitSettings {
 }
 
 impl VesselConfig {
-    /// Reads and checks a configuration file (at most [`MAX_CONFIG_BYTES`]).
-    pub fn load(path: &Path) -> Result<VesselConfig, ConfigError> {
-        use std::io::Read as _;
-        let shown = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| ConfigError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut text = String::new();
-        file.take(MAX_CONFIG_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|source| ConfigError::Read {
-                path: shown.clone(),
-                source,
-            })?;
-        if text.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooLarge { path: shown });
-        }
-        VesselConfig::parse(&text)
-    }
-
-    /// Reads and checks a configuration from TOML text.
-    pub fn parse(text: &str) -> Result<VesselConfig, ConfigError> {
-        let table: toml::Table =
-            toml::from_str(text).map_err(|e| ConfigError::Syntax(one_line(&e.to_string())))?;
-        let mut config = VesselConfig::default();
-        for (key, value) in &table {
-            match key.as_str() {
-                "streaming" => config.streaming = streaming(value)?,
-                "runLimits" => config.run_limits = Some(run_limits(value)?),
-                "rateLimits" => config.rate_limits = Some(rate_settings(value)?),
-                "limits" => config.limits = limit_settings(value)?,
-                other => return Err(ConfigError::UnknownKey(other.to_owned())),
-            }
-        }
-        Ok(config)
-    }
-}
-
-impl VesselConfig {
     /// Sets what the file configures in `limits`: every value of
     /// `[limits]`, `[rateLimits]` in [`Limits::rate_limits`] (charging rates
     /// if the limits did not, unless both rates are 0), and `[runLimits]` as
@@ -792,7 +695,6 @@ impl VesselConfig {
         }
     }
 }
-
 fn run_limits(value: &toml::Value) -> Result<RunLimitsLayer, ConfigError> {
     let json = serde_json::to_value(value).map_err(|e| ConfigError::Shape {
         key: format!("runLimits: {e}"),
@@ -870,8 +772,9 @@ mod tests {
 
     #[test]
     fn the_documented_example_loads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/config/vessel.toml");
-        let config = VesselConfig::load(&path).unwrap();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/config/vessel.toml");
+        let config = VesselConfig::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
         let voice = config.streaming.configured(DeviceClass::Voice).unwrap();
         assert!(voice.enabled());
         assert!(!voice.requires_approval());
@@ -1245,6 +1148,35 @@ mod tests {
                 ..Limits::default()
             }
         );
+    }
+
+    /// Every key the serde structs take is a row of docs/CONFIG.md's
+    /// tables, and the unknown-key message lists them all, in order.
+    #[test]
+    fn every_key_is_documented_and_listed() {
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/CONFIG.md"),
+        )
+        .unwrap();
+        let limits = field_names::<LimitsSection>();
+        let rates = field_names::<RateLimitsSection>();
+        assert_eq!((limits.len(), rates.len()), (19, 4));
+        for key in limits.iter().chain(rates) {
+            assert!(
+                docs.contains(&format!("| `{key}` |")),
+                "{key} is not in docs/CONFIG.md"
+            );
+        }
+        for (section, keys) in [("limits", limits), ("rateLimits", rates)] {
+            refused(
+                &format!("[{section}]\nnone = 1"),
+                &format!(
+                    "unknown key `{section}.none` (known: {}; see docs/CONFIG.md`",
+                    keys.join(", ")
+                ),
+            );
+        }
+        assert!(field_names::<ConfigFile>().contains(&"rateLimits"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use dk_proto::admin::{CapabilityChange, ChangeKind, CredentialChange, Difference, Replaced};
 use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
-use rand::Rng;
+use rand::RngExt;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

@@ -1,15 +1,14 @@
 //! Reloading the `device_use` rule file while the vessel runs: on a change
-//! of the file, when asked (SIGHUP in `dk vessel`), or through the admin
-//! API (`dk policy reload`). A new file that does not load is refused
+//! of the file (the host watches it: `dk_vessel::reload::watch_policy_file`),
+//! when asked (SIGHUP in `dk vessel`), or through the admin API (`dk policy
+//! reload`). A new file that does not load is refused
 //! whole; the rules in force stay. Every reload, applied or refused, is an
 //! audit entry naming the file and the SHA-256 of what was read, so the log
 //! answers "which rules were in force" (with the vessel's `vessel-started`
 //! and `vessel-stopped` entries, which carry [`RulesInForce`] too).
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, SystemTime};
 
 use dk_policy::{PolicyFileError, PolicySet};
 use sha2::{Digest, Sha256};
@@ -184,73 +183,6 @@ impl Vessel {
                 Reloaded::Refused { errors }
             }
         }
-    }
-}
-
-/// A rule file's identity for change detection: modification time and
-/// length. Take it before loading the file, and pass it to
-/// [`watch_policy_file`], so a change between the load and the watch's start
-/// is not missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStamp(Option<(SystemTime, u64)>);
-
-impl FileStamp {
-    /// The stamp of `path` now.
-    pub fn of(path: &Path) -> FileStamp {
-        FileStamp(stamp(path))
-    }
-}
-
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
-/// Watches `path` every `every` and whenever `asked` yields, reloading the
-/// rules ([`Vessel::reload_rules_from`], recorded in the audit log); calls
-/// `report` with each outcome. `loaded` is the file's stamp when the rules
-/// in force were loaded. Ends when `stop` resolves.
-pub async fn watch_policy_file<A, R>(
-    vessel: Arc<Vessel>,
-    path: PathBuf,
-    loaded: FileStamp,
-    every: Duration,
-    mut asked: A,
-    mut report: R,
-    stop: impl Future<Output = ()>,
-) where
-    A: futures::Stream<Item = ()> + Unpin,
-    R: FnMut(&Reloaded),
-{
-    use futures::StreamExt;
-
-    let mut last = loaded.0;
-    let mut asking = true;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(stop);
-    loop {
-        let cause = tokio::select! {
-            () = &mut stop => return,
-            _ = tick.tick() => {
-                let now = stamp(&path);
-                if now == last {
-                    continue;
-                }
-                last = now;
-                ReloadCause::FileChanged
-            }
-            request = asked.next(), if asking => {
-                if request.is_none() {
-                    // Nobody can ask any more: keep watching the file alone.
-                    asking = false;
-                    continue;
-                }
-                last = stamp(&path);
-                ReloadCause::Asked
-            }
-        };
-        report(&vessel.reload_rules_from(&path, cause));
     }
 }
 

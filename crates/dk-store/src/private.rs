@@ -9,7 +9,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rand::Rng;
+use rand::RngExt;
 use rustix::fs::{Mode, OFlags};
 
 /// Largest private file read (64 KiB): a token or an address file is far

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::RngExt;
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 

@@ -7,9 +7,11 @@
 //! crates under one roof, each as a namespace:
 //!
 //! - the core (`dk-core`): [`Vessel`] and [`Limits`] at the root, and the
-//!   modules [`adapter`], [`agents`], [`allowances`], [`config`],
+//!   modules [`adapter`], [`agents`], [`allowances`], [`config`] (with
+//!   [`config::load`], which reads the file),
 //!   [`connection`], [`link`], [`listener`], [`person`], [`redact`],
-//!   [`registry`], [`reload`], [`stream`] and [`vessel`];
+//!   [`registry`], [`reload`] (with [`reload::watch_policy_file`], which
+//!   watches the rule file), [`stream`] and [`vessel`];
 //! - [`store`] (`dk-store`): the `Store` trait, the SQLite and in-memory
 //!   stores, the audit log and its writer, private files;
 //! - [`http`] (`dk-http`): the `/device` route, the admin API and its
@@ -25,6 +27,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod config;
+pub mod reload;
 mod server;
 
 /// The README's examples, compiled and run as doc tests.
@@ -33,8 +37,8 @@ mod server;
 pub struct ReadmeExamples;
 
 pub use dk_core::{
-    Limits, Vessel, adapter, agents, allowances, by, config, connection, link, listener, person,
-    redact, registry, reload, stream, vessel,
+    Limits, Vessel, adapter, agents, allowances, by, connection, link, listener, person, redact,
+    registry, stream, vessel,
 };
 pub use dk_http as http;
 pub use dk_mcp as mcp;

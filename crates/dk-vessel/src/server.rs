@@ -27,7 +27,7 @@ use dk_store::private::{
 };
 use dk_store::{AuditOptions, SqliteStore, Store, StoreError, audit_head_file};
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -384,47 +384,146 @@ impl VesselServer {
         ensure_private_dir(&self.data_dir)?;
         // The sockets first: they tell whether another vessel runs here.
         let mut leftovers = Leftovers::default();
-        let sockets = if self.unix_sockets {
-            let admin_path = self.data_dir.join(ADMIN_SOCKET);
-            let admin = bind_private_socket(&admin_path).await?;
-            leftovers.0.push(admin_path);
-            let mcp_path = self.data_dir.join(MCP_SOCKET);
-            let mcp = bind_private_socket(&mcp_path).await?;
-            leftovers.0.push(mcp_path);
-            Some((admin, mcp))
-        } else {
-            None
-        };
-        let store = match self.store {
-            Some(open) => open(&self.data_dir)?,
-            None => {
-                let audit = AuditOptions {
-                    head_file: audit_head_file(&self.data_dir),
-                    key: None,
-                };
-                let store = SqliteStore::open_with(&self.data_dir.join(DATABASE_FILE), audit)?;
-                Arc::new(store) as Arc<dyn Store>
-            }
-        };
+        let sockets = bind_unix_sockets(&self.data_dir, self.unix_sockets, &mut leftovers).await?;
+        let store = open_store(self.store, &self.data_dir)?;
         let (token, replaced) = admin_token(store.as_ref(), self.admin_token_file.as_deref())?;
-        let key_file = match self.vessel_key_file.clone() {
-            Some(file) => file,
-            None => vessel_key_file(&self.data_dir).ok_or_else(|| {
-                ServerError::VesselKeyPlace(format!(
-                    "the data directory `{}` has no name to put the vessel key file beside: name one",
-                    self.data_dir.display()
-                ))
-            })?,
-        };
+        let key_file = key_file_of(&self.data_dir, self.vessel_key_file.clone())?;
         refuse_inside(&self.data_dir, &key_file)?;
         let moved_key = move_old_key(&self.data_dir, &key_file)?;
         let (identity, made_key) = vessel_key(store.as_ref(), &key_file, self.new_vessel_key)?;
-        let devices = bind(self.listen).await?;
-        let admin = match self.admin_listen {
+        let listeners = Listeners::bind(self.listen, self.admin_listen, &self.mcp_listen).await?;
+        let mut limits = self.limits;
+        self.config.apply_to(&mut limits);
+        let vessel = Vessel::open(store, self.policies, limits)?;
+        if let Some(file) = self.rule_file {
+            vessel.use_rule_file(file);
+        }
+        let fingerprint = identity.public().fingerprint();
+        vessel.set_identity(identity);
+        record_key(
+            &vessel,
+            made_key,
+            moved_key.as_deref(),
+            &key_file,
+            &fingerprint,
+        );
+        vessel.set_streaming(self.config.streaming.clone());
+        vessel.add_secret(token.expose());
+        record_start(&vessel, replaced, &fingerprint);
+        // The address file says the vessel is up: written once its first
+        // entries are committed, so nothing a client does comes before them.
+        let flushing = Arc::clone(&vessel);
+        if let Ok(flushed) = tokio::task::spawn_blocking(move || flushing.flush_audit()).await {
+            flushed?;
+        }
+        if self.address_file {
+            let file = self.data_dir.join(ADDRESS_FILE);
+            write_address(
+                &file,
+                &self.data_dir,
+                self.unix_sockets,
+                listeners.device_addr,
+                listeners.admin_addr,
+                listeners.mcp_addr,
+            )?;
+            leftovers.0.insert(0, file);
+        }
+        let (device_addr, admin_addr, mcp_addr) = (
+            listeners.device_addr,
+            listeners.admin_addr,
+            listeners.mcp_addr,
+        );
+        let mcp_unavailable = listeners.mcp_unavailable.clone();
+        let served = serve_all(&vessel, &token, listeners, sockets, self.mcp);
+        Ok(RunningVessel {
+            vessel,
+            console: served.console,
+            token,
+            token_replaced: replaced,
+            key_file,
+            moved_key,
+            device_addr,
+            admin_addr,
+            mcp_addr,
+            mcp_unavailable,
+            data_dir: self.data_dir,
+            stop: served.stop,
+            tasks: served.tasks,
+            leftovers,
+        })
+    }
+}
+
+/// The admin and MCP Unix sockets in `data_dir`, when the vessel has them;
+/// each noted in `leftovers` once bound.
+async fn bind_unix_sockets(
+    data_dir: &Path,
+    unix_sockets: bool,
+    leftovers: &mut Leftovers,
+) -> Result<Option<(UnixListener, UnixListener)>, ServerError> {
+    if !unix_sockets {
+        return Ok(None);
+    }
+    let admin_path = data_dir.join(ADMIN_SOCKET);
+    let admin = bind_private_socket(&admin_path).await?;
+    leftovers.0.push(admin_path);
+    let mcp_path = data_dir.join(MCP_SOCKET);
+    let mcp = bind_private_socket(&mcp_path).await?;
+    leftovers.0.push(mcp_path);
+    Ok(Some((admin, mcp)))
+}
+
+/// The store `open` gives, or by default the SQLite store in `data_dir`
+/// with its audit head kept beside the data directory.
+fn open_store(open: Option<StoreOpener>, data_dir: &Path) -> Result<Arc<dyn Store>, ServerError> {
+    if let Some(open) = open {
+        return open(data_dir);
+    }
+    let audit = AuditOptions {
+        head_file: audit_head_file(data_dir),
+        key: None,
+    };
+    let store = SqliteStore::open_with(&data_dir.join(DATABASE_FILE), audit)?;
+    Ok(Arc::new(store) as Arc<dyn Store>)
+}
+
+/// The vessel key's file: the one named, else the one beside `data_dir`.
+fn key_file_of(data_dir: &Path, named: Option<PathBuf>) -> Result<PathBuf, ServerError> {
+    match named {
+        Some(file) => Ok(file),
+        None => vessel_key_file(data_dir).ok_or_else(|| {
+            ServerError::VesselKeyPlace(format!(
+                "the data directory `{}` has no name to put the vessel key file beside: name one",
+                data_dir.display()
+            ))
+        }),
+    }
+}
+
+/// The TCP listeners, bound, and their addresses.
+struct Listeners {
+    devices: TcpListener,
+    admin: Option<TcpListener>,
+    mcp: Option<TcpListener>,
+    /// Why MCP has no listener, when it was to take a busy address.
+    mcp_unavailable: Option<String>,
+    device_addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    mcp_addr: Option<SocketAddr>,
+}
+
+impl Listeners {
+    async fn bind(
+        listen: SocketAddr,
+        admin_listen: Option<SocketAddr>,
+        mcp_listen: &McpListen,
+    ) -> Result<Listeners, ServerError> {
+        let devices = bind(listen).await?;
+        let admin = match admin_listen {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
-        let (mcp, mcp_unavailable) = match self.mcp_listen {
+        let (mcp, mcp_unavailable) = match *mcp_listen {
             McpListen::Off => (None, None),
             McpListen::At(addr) => (Some(bind(addr).await?), None),
             McpListen::IfFree(addr) => match bind(addr).await {
@@ -443,127 +542,135 @@ impl VesselServer {
             .map(TcpListener::local_addr)
             .transpose()
             .map_err(ServerError::LocalAddress)?;
-        let mut limits = self.limits;
-        self.config.apply_to(&mut limits);
-        let vessel = Vessel::open(store, self.policies, limits)?;
-        if let Some(file) = self.rule_file {
-            vessel.use_rule_file(file);
-        }
-        let fingerprint = identity.public().fingerprint();
-        vessel.set_identity(identity);
-        match (made_key, &moved_key) {
-            (Made::New, _) => vessel.record(schema::VesselKey::made(fingerprint.clone())),
-            (Made::Replacing, _) => vessel.record(schema::VesselKey::replaced(fingerprint.clone())),
-            (Made::Kept, Some(old)) => vessel.record(schema::VesselKey::moved(
-                old.display().to_string(),
-                key_file.display().to_string(),
-                fingerprint.clone(),
-            )),
-            (Made::Kept, None) => {}
-        }
-        vessel.set_streaming(self.config.streaming.clone());
-        vessel.add_secret(token.expose());
-        if replaced {
-            vessel.record(schema::AdminToken { replaced: true });
-        }
-        // Which rules are in force, from now until a reload or the stop.
-        vessel.record(schema::VesselStarted {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            fingerprint: fingerprint.clone(),
-            rules: vessel.rules_in_force(),
-        });
-        // The address file says the vessel is up: written once its first
-        // entries are committed, so nothing a client does comes before them.
-        let flushing = Arc::clone(&vessel);
-        if let Ok(flushed) = tokio::task::spawn_blocking(move || flushing.flush_audit()).await {
-            flushed?;
-        }
-        if self.address_file {
-            let file = self.data_dir.join(ADDRESS_FILE);
-            write_address(
-                &file,
-                &self.data_dir,
-                self.unix_sockets,
-                device_addr,
-                admin_addr,
-                mcp_addr,
-            )?;
-            leftovers.0.insert(0, file);
-        }
-
-        let (stop, stopped) = watch::channel(false);
-        let until = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let mut tasks: Vec<(&'static str, JoinHandle<io::Result<()>>)> = Vec::new();
-        let console = dk_http::Console::new();
-        if let Some(mcp) = mcp_addr {
-            let host = if mcp.ip().is_unspecified() {
-                SocketAddr::from(([127, 0, 0, 1], mcp.port()))
-            } else {
-                mcp
-            };
-            console.set_mcp_url(format!("http://{host}/mcp"));
-        }
-        if let Some(addr) = admin_addr {
-            console.set_address(addr);
-        }
-        if let Some(admin) = admin {
-            let serve = dk_http::serve_admin(
-                admin,
-                Arc::clone(&vessel),
-                token.clone(),
-                Arc::clone(&console),
-                until(stopped.clone()),
-            );
-            tasks.push(("admin API", tokio::spawn(serve)));
-        }
-        if let Some((admin_socket, mcp_socket)) = sockets {
-            let serve = dk_http::serve_admin_unix(
-                admin_socket,
-                Arc::clone(&vessel),
-                token.clone(),
-                Arc::clone(&console),
-                until(stopped.clone()),
-            );
-            tasks.push(("admin socket", tokio::spawn(serve)));
-            let serve = dk_mcp::serve_mcp_unix(
-                mcp_socket,
-                Arc::clone(&vessel),
-                Arc::clone(vessel.agents()),
-                self.mcp,
-                until(stopped.clone()),
-            );
-            tasks.push(("MCP socket", tokio::spawn(serve)));
-        }
-        let serve = dk_http::serve_devices(devices, Arc::clone(&vessel), until(stopped.clone()));
-        tasks.push(("device route", tokio::spawn(serve)));
-        if let Some(mcp) = mcp {
-            let serve = dk_mcp::serve_mcp_with(
-                mcp,
-                Arc::clone(&vessel),
-                Arc::clone(vessel.agents()),
-                self.mcp,
-                until(stopped.clone()),
-            );
-            tasks.push(("MCP route", tokio::spawn(serve)));
-        }
-        Ok(RunningVessel {
-            vessel,
-            console,
-            token,
-            token_replaced: replaced,
-            key_file,
-            moved_key,
+        Ok(Listeners {
+            devices,
+            admin,
+            mcp,
+            mcp_unavailable,
             device_addr,
             admin_addr,
             mcp_addr,
-            mcp_unavailable,
-            data_dir: self.data_dir,
-            stop,
-            tasks,
-            leftovers,
         })
+    }
+}
+
+/// The audit entry of the vessel's key when this start made or moved it.
+fn record_key(
+    vessel: &Vessel,
+    made_key: Made,
+    moved_key: Option<&Path>,
+    key_file: &Path,
+    fingerprint: &str,
+) {
+    let fingerprint = fingerprint.to_owned();
+    match (made_key, moved_key) {
+        (Made::New, _) => vessel.record(schema::VesselKey::made(fingerprint)),
+        (Made::Replacing, _) => vessel.record(schema::VesselKey::replaced(fingerprint)),
+        (Made::Kept, Some(old)) => vessel.record(schema::VesselKey::moved(
+            old.display().to_string(),
+            key_file.display().to_string(),
+            fingerprint,
+        )),
+        (Made::Kept, None) => {}
+    }
+}
+
+/// The audit entries of the start: a replaced admin token, then
+/// `vessel-started`.
+fn record_start(vessel: &Vessel, token_replaced: bool, fingerprint: &str) {
+    if token_replaced {
+        vessel.record(schema::AdminToken { replaced: true });
+    }
+    // Which rules are in force, from now until a reload or the stop.
+    vessel.record(schema::VesselStarted {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        fingerprint: fingerprint.to_owned(),
+        rules: vessel.rules_in_force(),
+    });
+}
+
+/// What serving every route started: the console, the stop signal and the
+/// tasks that serve.
+struct Served {
+    console: Arc<dk_http::Console>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<(&'static str, JoinHandle<io::Result<()>>)>,
+}
+
+/// Starts a task for every listener (admin API, the Unix sockets, devices,
+/// MCP), each ending when the stop signal is sent.
+fn serve_all(
+    vessel: &Arc<Vessel>,
+    token: &AdminToken,
+    listeners: Listeners,
+    sockets: Option<(UnixListener, UnixListener)>,
+    mcp_options: McpOptions,
+) -> Served {
+    let (stop, stopped) = watch::channel(false);
+    let until = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut tasks: Vec<(&'static str, JoinHandle<io::Result<()>>)> = Vec::new();
+    let console = dk_http::Console::new();
+    if let Some(mcp) = listeners.mcp_addr {
+        let host = if mcp.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], mcp.port()))
+        } else {
+            mcp
+        };
+        console.set_mcp_url(format!("http://{host}/mcp"));
+    }
+    if let Some(addr) = listeners.admin_addr {
+        console.set_address(addr);
+    }
+    if let Some(admin) = listeners.admin {
+        let serve = dk_http::serve_admin(
+            admin,
+            Arc::clone(vessel),
+            token.clone(),
+            Arc::clone(&console),
+            until(stopped.clone()),
+        );
+        tasks.push(("admin API", tokio::spawn(serve)));
+    }
+    if let Some((admin_socket, mcp_socket)) = sockets {
+        let serve = dk_http::serve_admin_unix(
+            admin_socket,
+            Arc::clone(vessel),
+            token.clone(),
+            Arc::clone(&console),
+            until(stopped.clone()),
+        );
+        tasks.push(("admin socket", tokio::spawn(serve)));
+        let serve = dk_mcp::serve_mcp_unix(
+            mcp_socket,
+            Arc::clone(vessel),
+            Arc::clone(vessel.agents()),
+            mcp_options,
+            until(stopped.clone()),
+        );
+        tasks.push(("MCP socket", tokio::spawn(serve)));
+    }
+    let serve = dk_http::serve_devices(
+        listeners.devices,
+        Arc::clone(vessel),
+        until(stopped.clone()),
+    );
+    tasks.push(("device route", tokio::spawn(serve)));
+    if let Some(mcp) = listeners.mcp {
+        let serve = dk_mcp::serve_mcp_with(
+            mcp,
+            Arc::clone(vessel),
+            Arc::clone(vessel.agents()),
+            mcp_options,
+            until(stopped.clone()),
+        );
+        tasks.push(("MCP route", tokio::spawn(serve)));
+    }
+    Served {
+        console,
+        stop,
+        tasks,
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
 use dk_vessel::{
-    Limits, McpListen, ServerError, VesselServer,
+    Limits, McpListen, RunningVessel, ServerError, VesselServer,
     config::VesselConfig,
     mcp::McpOptions,
     reload::{FileStamp, Reloaded, RuleFile, watch_policy_file},
@@ -195,40 +195,93 @@ async fn serve(
 ) -> Result<(), String> {
     // Watched from the start, so a stop asked for at any moment is a clean
     // one that removes the vessel's files.
-    let mut interrupts =
-        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
-    let mut terminations =
-        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    let notify = match &args.notify_url {
-        None => None,
-        Some(url) => {
-            let format = match args.notify_format {
-                NotifyShape::Ntfy => NotifyFormat::Ntfy,
-                NotifyShape::Json => NotifyFormat::Json,
-            };
-            Some(NotifyTarget::parse(url, format).map_err(|e| format!("--notify-url: {e}"))?)
-        }
-    };
-    let config = match &args.config {
-        None => VesselConfig::default(),
-        Some(path) => VesselConfig::load(path).map_err(|e| {
-            format!(
-                "the configuration `{}` is refused: {}",
-                path.display(),
-                printable(&e.to_string())
-            )
-        })?,
-    };
+    let signals = StopSignals::watch()?;
+    let notify = notify_target(args)?;
+    let config = read_config(args)?;
     if let Some(home) = &paths.home {
         private_dir(home.root())?;
     }
     private_dir(&paths.data_dir)?;
-
     let rules = policies
         .as_ref()
         .map_or(0, |file| file.policies().rules().len());
     let started = std::time::Instant::now();
-    let limits = Limits {
+    let (running, audit_kept) = start_vessel(args, paths, policies, &config).await?;
+    warn_about_start(&running);
+    let interactive = !args.no_prompt && std::io::stdin().is_terminal();
+    print_start_text(
+        args,
+        paths,
+        &running,
+        &StartFacts {
+            rules,
+            audit_kept,
+            config: &config,
+            notify: notify.as_ref(),
+            started,
+            interactive,
+        },
+    );
+    run_until_stopped(args, running, loaded, notify, interactive, signals).await
+}
+
+/// SIGINT and SIGTERM, either of which stops the vessel.
+struct StopSignals {
+    interrupts: tokio::signal::unix::Signal,
+    terminations: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn watch() -> Result<StopSignals, String> {
+        Ok(StopSignals {
+            interrupts: signal(SignalKind::interrupt())
+                .map_err(|e| format!("cannot watch SIGINT: {e}"))?,
+            terminations: signal(SignalKind::terminate())
+                .map_err(|e| format!("cannot watch SIGTERM: {e}"))?,
+        })
+    }
+
+    /// Waits for the first of them.
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupts.recv() => {}
+            _ = self.terminations.recv() => {}
+        }
+    }
+}
+
+/// Where new prompts are posted (`--notify-url`), if anywhere.
+fn notify_target(args: &VesselArgs) -> Result<Option<NotifyTarget>, String> {
+    let Some(url) = &args.notify_url else {
+        return Ok(None);
+    };
+    let format = match args.notify_format {
+        NotifyShape::Ntfy => NotifyFormat::Ntfy,
+        NotifyShape::Json => NotifyFormat::Json,
+    };
+    NotifyTarget::parse(url, format)
+        .map(Some)
+        .map_err(|e| format!("--notify-url: {e}"))
+}
+
+/// The configuration file (`--config`), read and checked whole; none is
+/// the default configuration.
+fn read_config(args: &VesselArgs) -> Result<VesselConfig, String> {
+    let Some(path) = &args.config else {
+        return Ok(VesselConfig::default());
+    };
+    dk_vessel::config::load(path).map_err(|e| {
+        format!(
+            "the configuration `{}` is refused: {}",
+            path.display(),
+            printable(&e.to_string())
+        )
+    })
+}
+
+/// The limits the flags set over the defaults.
+fn limits_of(args: &VesselArgs) -> Limits {
+    Limits {
         pairings_per_minute_per_address: args.pairings_per_minute,
         max_pending_pairings_per_address: args.pending_pairings_per_address,
         max_pending_pairings: Limits::default()
@@ -243,12 +296,21 @@ async fn serve(
         },
         no_screen_off_loopback: args.allow_no_screen_off_loopback,
         ..Limits::default()
-    };
+    }
+}
+
+/// Starts the networked vessel with its SQLite store; returns it and what
+/// the store says of its audit log (for the start text).
+async fn start_vessel(
+    args: &VesselArgs,
+    paths: &Paths,
+    policies: Option<RuleFile>,
+    config: &VesselConfig,
+) -> Result<(RunningVessel, String), String> {
     let audit_kept = Arc::new(Mutex::new(String::new()));
     let said = Arc::clone(&audit_kept);
     let head_file = args.audit_head_file.clone();
     let key_file = args.audit_key_file.clone();
-    let token_path = paths.admin_token_file.clone();
     let mut server = VesselServer::new(&paths.data_dir);
     if let Some(file) = &args.vessel_key_file {
         server = server.vessel_key_file(file);
@@ -266,9 +328,9 @@ async fn serve(
             Some(addr) => McpListen::At(addr),
             None => McpListen::IfFree(DEFAULT_MCP_LISTEN),
         })
-        .admin_token_file(&token_path)
+        .admin_token_file(&paths.admin_token_file)
         .config(config.clone())
-        .limits(limits)
+        .limits(limits_of(args))
         .mcp_options(McpOptions {
             read_more_threshold: usize::try_from(args.mcp_read_more_threshold)
                 .unwrap_or(usize::MAX),
@@ -298,6 +360,16 @@ async fn serve(
             }
             other => other.to_string(),
         })?;
+    let audit_kept = audit_kept
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    Ok((running, audit_kept))
+}
+
+/// Notes on stderr about how the vessel started: its key moved out of the
+/// data directory, MCP left without a loopback listener.
+fn warn_about_start(running: &RunningVessel) {
     if let Some(old) = running.vessel_key_moved_from() {
         eprintln!(
             "note: moved the vessel's secret key from `{}` to `{}` (0600): the data directory now holds no secret, so a copy of it cannot pass for this vessel; back the key up apart from it (docs/STORAGE.md)",
@@ -310,11 +382,30 @@ async fn serve(
             "warning: agents cannot connect over MCP: {reason} (choose an address with --mcp-listen)"
         );
     }
-    let vessel = Arc::clone(running.vessel());
-    let audit_kept = audit_kept
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+}
+
+/// What the start text says beyond the running vessel itself.
+struct StartFacts<'a> {
+    /// How many rules the rule file holds.
+    rules: usize,
+    /// What the store says of its audit log.
+    audit_kept: String,
+    config: &'a VesselConfig,
+    notify: Option<&'a NotifyTarget>,
+    /// When the start began, for "loaded in".
+    started: std::time::Instant,
+    /// Whether the person is asked at this terminal.
+    interactive: bool,
+}
+
+/// The start text on stdout: where everything is and how to reach it.
+fn print_start_text(
+    args: &VesselArgs,
+    paths: &Paths,
+    running: &RunningVessel,
+    facts: &StartFacts<'_>,
+) {
+    let vessel = running.vessel();
     let paired = vessel.registry().list().len();
     println!("dk vessel");
     if let Some(home) = &paths.home {
@@ -349,7 +440,7 @@ async fn serve(
     println!(
         "  admin API on         {}{admin_addr} (token in {})",
         running.admin_socket().display(),
-        token_path.display()
+        paths.admin_token_file.display()
     );
     // A login link signs in as the person: printed only to a terminal,
     // never into a log or a journal.
@@ -363,7 +454,7 @@ async fn serve(
         }
         _ => println!("  console              none (the admin API has no TCP listener)"),
     }
-    if let Some(target) = &notify {
+    if let Some(target) = facts.notify {
         println!(
             "  notifications        {} on every new prompt",
             target.shown()
@@ -378,7 +469,8 @@ async fn serve(
         running.mcp_socket().display(),
         vessel.agents().list().len()
     );
-    println!("  audit log            {audit_kept}");
+    println!("  audit log            {}", facts.audit_kept);
+    let rules = facts.rules;
     match &args.policies {
         Some(path) => println!(
             "  device_use rules     {rules} from {} (reloaded when it changes, on SIGHUP and by `dk policy reload`)",
@@ -386,19 +478,30 @@ async fn serve(
         ),
         None => println!("  device_use rules     {rules}"),
     }
-    println!("  streaming kinds      {}", streaming_summary(&config));
+    println!("  streaming kinds      {}", streaming_summary(facts.config));
     println!(
         "  paired devices       {paired} (loaded in {} ms)",
-        started.elapsed().as_millis()
+        facts.started.elapsed().as_millis()
     );
-    let interactive = !args.no_prompt && std::io::stdin().is_terminal();
-    if interactive {
+    if facts.interactive {
         println!("  pairing requests and approvals will be asked here; Ctrl-C stops the vessel");
     } else {
         println!("  answer pairing requests with `dk pairings`, approvals with `dk approvals`");
     }
     println!("  {}", how_others_find_it(args, paths));
+}
 
+/// Serves until SIGINT or SIGTERM: the terminal prompt, the rule file's
+/// watch and the notifications run beside the vessel and end with it.
+async fn run_until_stopped(
+    args: &VesselArgs,
+    running: RunningVessel,
+    loaded: Option<FileStamp>,
+    notify: Option<NotifyTarget>,
+    interactive: bool,
+    mut signals: StopSignals,
+) -> Result<(), String> {
+    let vessel = Arc::clone(running.vessel());
     let (reload_stops, prompt_stops) = (running.stopping(), running.stopping());
     let reload_task = async {
         let (Some(path), Some(loaded)) = (args.policies.clone(), loaded) else {
@@ -410,20 +513,7 @@ async fn serve(
             loaded,
             std::time::Duration::from_secs(1),
             hangups(),
-            |outcome| match outcome {
-                Reloaded::Applied { rules, sha256 } => {
-                    println!("[rules] reloaded: {rules} rules in force (sha256 {sha256})");
-                }
-                Reloaded::Unchanged => {}
-                Reloaded::Refused { errors } => {
-                    eprintln!(
-                        "[rules] REFUSED the changed rule file; the previous rules stay in force:"
-                    );
-                    for line in errors.lines() {
-                        eprintln!("[rules]   {}", printable(line));
-                    }
-                }
-            },
+            report_reload,
             reload_stops,
         )
         .await;
@@ -442,10 +532,7 @@ async fn serve(
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async {
-        tokio::select! {
-            _ = interrupts.recv() => {}
-            _ = terminations.recv() => {}
-        }
+        signals.recv().await;
         println!("\nstopping: closing device connections");
         let _ = stop_tx.send(());
     };
@@ -458,6 +545,22 @@ async fn serve(
     let ((), (), (), (), stopped) =
         tokio::join!(prompt_task, reload_task, notify_task, signal, stop);
     stopped.map_err(|e| e.to_string())
+}
+
+/// Tells the terminal what a reload of the rule file did.
+fn report_reload(outcome: &Reloaded) {
+    match outcome {
+        Reloaded::Applied { rules, sha256 } => {
+            println!("[rules] reloaded: {rules} rules in force (sha256 {sha256})");
+        }
+        Reloaded::Unchanged => {}
+        Reloaded::Refused { errors } => {
+            eprintln!("[rules] REFUSED the changed rule file; the previous rules stay in force:");
+            for line in errors.lines() {
+                eprintln!("[rules]   {}", printable(line));
+            }
+        }
+    }
 }
 
 /// Makes `dir` private (0700), or checks it is: another user's is refused,

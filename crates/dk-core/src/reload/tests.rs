@@ -1,9 +1,6 @@
 //! Tests of rule reloading: a good file applies, a broken one changes nothing.
 
-use std::sync::Mutex;
-
 use dk_policy::{Decision, DeviceUseContext};
-use futures::channel::mpsc;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -84,56 +81,6 @@ fn a_good_file_applies_and_a_broken_one_changes_nothing() {
         Reloaded::Refused { .. }
     ));
     assert_eq!(decision_kind(&vessel), "ask");
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_watcher_follows_the_file_and_requests() {
-    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-    let (_dir, path) = file();
-    std::fs::write(&path, ASK).unwrap();
-    let (ask_tx, ask_rx) = mpsc::unbounded::<()>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&seen);
-    let watcher = tokio::spawn(watch_policy_file(
-        Arc::clone(&vessel),
-        path.clone(),
-        FileStamp::of(&path),
-        Duration::from_secs(1),
-        ask_rx,
-        move |r: &Reloaded| sink.lock().unwrap().push(r.clone()),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
-    // Asked: reload even though the file did not change.
-    ask_tx.unbounded_send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(
-        seen.lock().unwrap().as_slice(),
-        [Reloaded::Applied {
-            rules: 1,
-            sha256: sha256(ASK)
-        }]
-    );
-    // A changed file is picked up at the next look.
-    std::fs::write(&path, format!("{BLOCK}\n# changed\n")).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(decision_kind(&vessel), "block");
-    std::fs::write(&path, BROKEN).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(matches!(
-        seen.lock().unwrap().last(),
-        Some(Reloaded::Refused { .. })
-    ));
-    assert_eq!(decision_kind(&vessel), "block");
-    // The request side closing leaves the file watch running.
-    drop(ask_tx);
-    std::fs::write(&path, ASK).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(decision_kind(&vessel), "ask");
-    stop_tx.send(()).unwrap();
-    watcher.await.unwrap();
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rand::Rng as _;
+use rand::RngExt as _;
 
 /// The first reconnect waits up to this long, by default.
 pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
