@@ -1,0 +1,91 @@
+//! Waiting for something another task does: poll a check until it holds,
+//! failing the test past one generous ceiling. Never a fixed sleep
+//! followed by an assertion.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// How long a wait lasts before it fails the test: long enough for
+/// anything on loopback on a loaded machine; only something broken waits
+/// it out.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The pause between two looks, short enough that a wait ends soon after
+/// its check holds.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Waits until `check` holds, looking every few milliseconds; fails the
+/// test, naming `what`, once [`PATIENCE`] is over.
+///
+/// The ceiling is measured on the system clock, so a test running on
+/// tokio's paused clock still fails instead of hanging.
+pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    eventually_within(what, PATIENCE, check).await;
+}
+
+/// [`eventually`] with its own ceiling.
+async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until `check` gives a value, which it returns; fails the test,
+/// naming `what`, once [`PATIENCE`] is over. For checks that await
+/// (an HTTP request, a query).
+pub async fn eventually_some<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wait_ends_when_another_task_makes_the_check_hold() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&count);
+        let task = tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        eventually("three counts", || count.load(Ordering::SeqCst) == 3).await;
+        let got = eventually_some("the count", || async {
+            let n = count.load(Ordering::SeqCst);
+            (n == 3).then_some(n)
+        })
+        .await;
+        assert_eq!(got, 3);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_check_that_never_holds_fails_the_wait_naming_it() {
+        let waiting = tokio::spawn(async {
+            eventually_within("the impossible", Duration::from_millis(20), || false).await;
+        });
+        let failed = waiting.await.unwrap_err().into_panic();
+        assert_eq!(
+            failed.downcast_ref::<String>().map(String::as_str),
+            Some("timed out waiting for the impossible")
+        );
+    }
+}
