@@ -10,6 +10,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct LogBuffer(Arc<Mutex<Vec<u8>>>);
 
 impl LogBuffer {
+    /// Everything written so far, as bytes.
+    #[must_use]
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Everything written so far, as text.
     ///
     /// # Panics
@@ -56,5 +65,6 @@ mod tests {
         write!(writer, "two").unwrap();
         writer.flush().unwrap();
         assert_eq!(log.text(), "one two");
+        assert_eq!(log.bytes(), b"one two");
     }
 }
