@@ -1,6 +1,6 @@
 //! What dk's tests share, in one place: the reference lamp's manifest
 //! ([`lamp`]), a wait for something that happens on another task
-//! ([`eventually`], [`eventually_some`]) with one generous ceiling
+//! ([`eventually`], [`eventually_some`], [`eventually_async`]) with one generous ceiling
 //! ([`PATIENCE`]), and a buffer a log writer can write into ([`LogBuffer`]).
 //!
 //! A dev-dependency only: no crate names it under `[dependencies]` (the
@@ -20,4 +20,4 @@ mod wait;
 
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};
-pub use wait::{PATIENCE, eventually, eventually_some};
+pub use wait::{PATIENCE, eventually, eventually_async, eventually_some};

@@ -33,9 +33,23 @@ async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut
 }
 
 /// Waits until `check` gives a value, which it returns; fails the test,
-/// naming `what`, once [`PATIENCE`] is over. For checks that await
-/// (an HTTP request, a query).
-pub async fn eventually_some<T, F, Fut>(what: &str, mut check: F) -> T
+/// naming `what`, once [`PATIENCE`] is over.
+pub async fn eventually_some<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let mut found = None;
+    eventually(what, || {
+        found = check();
+        found.is_some()
+    })
+    .await;
+    #[expect(
+        clippy::expect_used,
+        reason = "the wait above ends only once a value was found"
+    )]
+    found.expect("a value was found")
+}
+
+/// [`eventually_some`] for a check that awaits (an HTTP request, a query).
+pub async fn eventually_async<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -68,7 +82,13 @@ mod tests {
             }
         });
         eventually("three counts", || count.load(Ordering::SeqCst) == 3).await;
-        let got = eventually_some("the count", || async {
+        let got = eventually_some("the count", || {
+            let n = count.load(Ordering::SeqCst);
+            (n == 3).then_some(n)
+        })
+        .await;
+        assert_eq!(got, 3);
+        let got = eventually_async("the count", || async {
             let n = count.load(Ordering::SeqCst);
             (n == 3).then_some(n)
         })
