@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use dk_policy::PolicySet;
+use dk_testkit::lamp;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -15,13 +16,6 @@ use crate::person::{PendingPrompt, Prompt};
 use crate::registry::DEFAULT_CONSENT_TIMEOUT;
 use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, Difference};
 use crate::vessel::Limits;
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
 
 struct Running {
     vessel: Arc<Vessel>,
