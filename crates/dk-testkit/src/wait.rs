@@ -1,6 +1,7 @@
 //! Waiting for something another task does: poll a check until it holds,
-//! failing the test past one generous ceiling. Never a fixed sleep
-//! followed by an assertion.
+//! looking often at first and less often as the wait goes on, failing the
+//! test past one generous ceiling. Never a fixed sleep followed by an
+//! assertion.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -10,9 +11,18 @@ use std::time::{Duration, Instant};
 /// it out.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// The pause between two looks, short enough that a wait ends soon after
-/// its check holds.
-const POLL: Duration = Duration::from_millis(5);
+/// The first pause between two looks, short so that a wait for something
+/// about to happen ends soon after it does.
+const FIRST_POLL: Duration = Duration::from_millis(1);
+
+/// The longest pause between two looks: a long wait (a process starting, a
+/// check that runs a command) does not keep the machine busy looking.
+const LAST_POLL: Duration = Duration::from_millis(50);
+
+/// The pause after `pause`: twice as long, up to [`LAST_POLL`].
+fn next_poll(pause: Duration) -> Duration {
+    (pause * 2).min(LAST_POLL)
+}
 
 /// Waits until `check` holds, looking every few milliseconds; fails the
 /// test, naming `what`, once [`PATIENCE`] is over.
@@ -26,9 +36,11 @@ pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
 /// [`eventually`] with its own ceiling.
 async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + patience;
+    let mut pause = FIRST_POLL;
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = next_poll(pause);
     }
 }
 
@@ -55,12 +67,14 @@ where
     Fut: Future<Output = Option<T>>,
 {
     let deadline = Instant::now() + PATIENCE;
+    let mut pause = FIRST_POLL;
     loop {
         if let Some(value) = check().await {
             return value;
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = next_poll(pause);
     }
 }
 
@@ -95,6 +109,16 @@ mod tests {
         .await;
         assert_eq!(got, 3);
         task.await.unwrap();
+    }
+
+    #[test]
+    fn the_pause_doubles_up_to_its_longest() {
+        let mut pauses = vec![FIRST_POLL];
+        for _ in 0..7 {
+            pauses.push(next_poll(*pauses.last().unwrap()));
+        }
+        let ms: Vec<u128> = pauses.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [1, 2, 4, 8, 16, 32, 50, 50]);
     }
 
     #[tokio::test]
