@@ -419,7 +419,7 @@ async fn a_resume_is_admitted_afresh_under_the_config_of_the_moment() {
 #[tokio::test]
 async fn a_v1_device_is_unaffected_and_its_binary_is_malformed() {
     let running = start(StreamingConfig::deny_all()).await;
-    let lamp = manifest("desk-lamp.json");
+    let lamp = dk_testkit::lamp();
     let token = pair(&running.vessel, &lamp, &["read_light"]).await;
     let mut ws = auth(&running.url, "desk-lamp", &token, &lamp).await;
     ws.send(chunk("read_light", 0, b"x")).await.unwrap();
