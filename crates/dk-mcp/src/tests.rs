@@ -864,13 +864,10 @@ async fn a_call_without_a_session_is_answered_with_plain_json() {
 
 /// Waits until `agents` has `count` subscribers.
 async fn subscribers(agents: &AgentDirectory, count: usize) {
-    tokio::time::timeout(PATIENCE, async {
-        while agents.subscribers() != count {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    dk_testkit::eventually(&format!("{count} subscribers"), || {
+        agents.subscribers() == count
     })
-    .await
-    .unwrap();
+    .await;
 }
 
 #[tokio::test]
