@@ -66,9 +66,7 @@ fn main() -> Result<(), BoxError> {
 }
 
 fn lamp(n: usize) -> Result<serde_json::Value, BoxError> {
-    let mut manifest: serde_json::Value = serde_json::from_str(include_str!(
-        "../../fixtures/manifests/valid/desk-lamp.json"
-    ))?;
+    let mut manifest = dk_testkit::lamp();
     let fields = manifest.as_object_mut().ok_or("the lamp is an object")?;
     fields.insert("id".to_owned(), json!(format!("lamp-{n:04}")));
     fields.insert("name".to_owned(), json!(format!("Lamp {n}")));

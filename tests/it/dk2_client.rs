@@ -33,13 +33,10 @@ fn key_file_json(path: &std::path::Path) -> Value {
 /// Waits until the device marked itself paired in its key file: the vessel
 /// counts it connected a moment before the device handled `device:paired`.
 async fn wait_paired(path: &std::path::Path) {
-    for _ in 0..1000 {
-        if path.exists() && key_file_json(path)["paired"] == true {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{} never said paired", path.display());
+    dk_testkit::eventually(&format!("{} to say paired", path.display()), || {
+        path.exists() && key_file_json(path)["paired"] == true
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -268,18 +268,16 @@ async fn a_flood_of_pairing_requests_does_not_lock_the_person_out() {
             .v1()
             .token_file(dir.path().join("lamp.token")),
     );
-    let prompt = loop {
+    let prompt = dk_testkit::eventually_async("the lamp's pairing request", || async {
         let pending = running.admin.get("/v1/pending").await.unwrap().body;
-        if let Some(p) = pending
+        pending
             .as_array()
             .unwrap()
             .iter()
             .find(|p| p["request"]["deviceId"] == "desk-lamp")
-        {
-            break p.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+            .cloned()
+    })
+    .await;
     let id = prompt["id"].as_u64().unwrap();
     running
         .admin

@@ -426,12 +426,10 @@ async fn a_lost_connection_fails_calls_and_later_calls_see_no_device() {
     );
     connection.drop_line();
     // Once the pump sees the line go, the link is removed.
-    for _ in 0..100 {
-        if !vessel.adapter.links().is_connected("desk-lamp") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    dk_testkit::eventually("the lamp's link removed", || {
+        !vessel.adapter.links().is_connected("desk-lamp")
+    })
+    .await;
     refused(
         &vessel
             .adapter

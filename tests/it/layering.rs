@@ -9,9 +9,11 @@
 //!   crate, dk-policy on none but dk-proto, dk-device on none but dk-proto,
 //!   dk-policy and dk-channel, dk-channel on none, no library crate on `dk`
 //!   (the command line), a dk-core, when there is one, on none of axum,
-//!   hyper, hyper-util, rusqlite, rmcp and tokio-tungstenite, and no crate
+//!   hyper, hyper-util, rusqlite, rmcp and tokio-tungstenite, no crate
 //!   (nor the workspace's list) turning on dk-channel's `vectors` feature
-//!   (fixed ephemeral keys) outside its dev-dependencies;
+//!   (fixed ephemeral keys) or dk-core's `testing` feature (test support)
+//!   outside its dev-dependencies, dk-testkit (test support) a
+//!   dev-dependency only and depending on no dk crate;
 //! - dk-policy's admission contract and rule language share no module;
 //! - no foreign type in a public signature of dk-proto, dk-policy, dk-store,
 //!   dk-core and dk-channel: the
@@ -615,6 +617,7 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
         "dk-device" => &["dk-proto", "dk-policy", "dk-channel"],
         "dk-channel" => &[],
         "dk-bridge-mqtt" => &["dk-proto", "dk-device"],
+        "dk-testkit" => &[],
         _ => &["*"],
     };
     // MQTT stays in the bridge: vessel authors and device makers never get it.
@@ -650,6 +653,11 @@ fn direction_violations_of(
         if dep == "dk" && name != "dk-tests" {
             found.push(format!("{name} depends on the command line (dk)"));
         }
+        if dep == "dk-testkit" {
+            found.push(format!(
+                "{name} depends on dk-testkit outside its dev-dependencies"
+            ));
+        }
     }
     if name == "dk-core" {
         for transport in [
@@ -668,9 +676,13 @@ fn direction_violations_of(
     found
 }
 
+/// Features that exist for tests only: dk-channel's fixed ephemeral keys,
+/// dk-core's test support.
+const TEST_ONLY_FEATURES: [(&str, &str); 2] = [("dk-channel", "vectors"), ("dk-core", "testing")];
+
 /// The lines of a manifest's `[dependencies]`, `[build-dependencies]`
-/// and `[workspace.dependencies]` that name dk-channel with its `vectors`
-/// feature (fixed ephemeral keys, for tests and fuzzing only).
+/// and `[workspace.dependencies]` that turn on a feature of
+/// [`TEST_ONLY_FEATURES`] (for tests and fuzzing only).
 fn vectors_outside_dev(manifest: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut in_section = false;
@@ -683,7 +695,12 @@ fn vectors_outside_dev(manifest: &str) -> Vec<String> {
             );
             continue;
         }
-        if in_section && line.starts_with("dk-channel") && line.contains("vectors") {
+        let test_only = TEST_ONLY_FEATURES.iter().any(|(krate, feature)| {
+            line.strip_prefix(krate)
+                .is_some_and(|rest| rest.starts_with([' ', '=', '.']))
+                && line.contains(&format!("\"{feature}\""))
+        });
+        if in_section && test_only {
             found.push(line.to_owned());
         }
     }
@@ -704,7 +721,7 @@ fn crate_dependencies_flow_one_way() {
         found.extend(
             vectors_outside_dev(&manifest)
                 .into_iter()
-                .map(|line| format!("{name} turns on dk-channel's vectors: `{line}`")),
+                .map(|line| format!("{name} turns on a test-only feature: `{line}`")),
         );
     }
     for (name, dir) in crates {
@@ -961,6 +978,21 @@ fn layering_scanners() {
     assert_eq!(
         direction_violations("dk-channel", &BTreeSet::from(["dk-proto".into()])),
         vec!["dk-channel depends on dk-proto".to_owned()]
+    );
+    let testing = "dk-core = { workspace = true, features = [\"testing\"] }";
+    assert_eq!(
+        vectors_outside_dev(&format!(
+            "[dependencies]\n{testing}\n[dev-dependencies]\n{testing}\n"
+        )),
+        vec![testing.to_owned()]
+    );
+    assert_eq!(
+        direction_violations("dk-http", &BTreeSet::from(["dk-testkit".into()])),
+        vec!["dk-http depends on dk-testkit outside its dev-dependencies".to_owned()]
+    );
+    assert_eq!(
+        direction_violations("dk-testkit", &BTreeSet::from(["dk-proto".into()])),
+        vec!["dk-testkit depends on dk-proto".to_owned()]
     );
 
     let sigs = public_signatures(

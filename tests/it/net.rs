@@ -4,10 +4,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use dk_device::{ClientError, ClientOptions, Device, run_client};
 use dk_policy::PolicySet;
+use dk_testkit::{eventually, eventually_async, eventually_some};
 use dk_vessel::{
     Limits, Vessel,
     http::{AdminClient, AdminToken, Console, serve_admin, serve_devices},
@@ -100,32 +100,24 @@ impl Running {
 
     /// Waits for the next pending consent, through the admin API.
     pub async fn next_consent(&self) -> Value {
-        for _ in 0..1000 {
-            let pending = self.admin.get("/v1/pending").await.unwrap().body;
-            if let Some(p) = pending
-                .as_array()
-                .and_then(|a| a.iter().find(|p| p["kind"] == "consent"))
-            {
-                return p.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        panic!("no consent came")
+        self.next_pending("consent").await
     }
 
     /// Waits for the next pending approval, through the admin API.
     pub async fn next_approval(&self) -> Value {
-        for _ in 0..1000 {
+        self.next_pending("approval").await
+    }
+
+    /// Waits for the next pending prompt of `kind`, through the admin API.
+    async fn next_pending(&self, kind: &str) -> Value {
+        eventually_async(&format!("a pending {kind}"), || async {
             let pending = self.admin.get("/v1/pending").await.unwrap().body;
-            if let Some(p) = pending
+            pending
                 .as_array()
-                .and_then(|a| a.iter().find(|p| p["kind"] == "approval"))
-            {
-                return p.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        panic!("no approval came")
+                .and_then(|a| a.iter().find(|p| p["kind"] == kind))
+                .cloned()
+        })
+        .await
     }
 
     /// Approves the next consent through the admin API.
@@ -146,39 +138,30 @@ impl Running {
 
     /// Answers the next consent directly on the person channel.
     pub async fn answer_next_directly(&self, decision: ConsentDecision) {
-        loop {
-            let found = self
-                .vessel
+        let id = eventually_some("a consent prompt", || {
+            self.vessel
                 .person()
                 .pending()
                 .into_iter()
-                .find(|p| matches!(p.prompt, Prompt::Consent(_)));
-            if let Some(p) = found {
-                self.vessel.person().answer_consent(p.id, decision).unwrap();
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+                .find(|p| matches!(p.prompt, Prompt::Consent(_)))
+                .map(|p| p.id)
+        })
+        .await;
+        self.vessel.person().answer_consent(id, decision).unwrap();
     }
 
     pub async fn wait_connected(&self, id: &str) {
-        for _ in 0..2000 {
-            if self.vessel.links().is_connected(id) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        panic!("{id} never connected")
+        eventually(&format!("{id} connected"), || {
+            self.vessel.links().is_connected(id)
+        })
+        .await;
     }
 
     pub async fn wait_disconnected(&self, id: &str) {
-        for _ in 0..2000 {
-            if !self.vessel.links().is_connected(id) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        panic!("{id} never disconnected")
+        eventually(&format!("{id} disconnected"), || {
+            !self.vessel.links().is_connected(id)
+        })
+        .await;
     }
 
     /// Calls a tool through the admin API.

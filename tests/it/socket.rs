@@ -139,11 +139,7 @@ async fn a_wrong_token_and_a_changed_manifest_are_refused() {
 /// A device whose `set_light` fails, whose `read_light` never answers, and
 /// whose `strobe` asks every time.
 fn awkward_lamp() -> Device {
-    let manifest: Value = serde_json::from_str(include_str!(
-        "../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap();
-    Device::define(&manifest)
+    Device::define(&dk_testkit::lamp())
         .handler("set_light", |_| async {
             Err::<Value, _>(HandlerError::from("bulb is broken"))
         })

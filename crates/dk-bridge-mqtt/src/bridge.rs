@@ -94,6 +94,15 @@ impl BrokerState {
         self.connected.load(Ordering::Acquire)
     }
 
+    /// Why the last connection attempt failed or the last connection
+    /// ended; `None` while none has.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The last state seen on `topic`.
     pub fn state(&self, topic: &str) -> Option<Value> {
         self.last(topic).map(|state| Value::clone(&state))

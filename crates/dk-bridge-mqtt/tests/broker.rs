@@ -9,11 +9,13 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dk_bridge_mqtt::{BridgeConfig, BrokerState, run_bridge};
 use dk_policy::PolicySet;
+use dk_testkit::{PATIENCE, eventually};
 use dk_vessel::adapter::CallContext;
 use dk_vessel::http::serve_devices;
 use dk_vessel::person::Prompt;
@@ -21,8 +23,6 @@ use dk_vessel::registry::ConsentDecision;
 use dk_vessel::{Limits, Vessel};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
-
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A mosquitto on `port`, killed on drop.
 struct Mosquitto {
@@ -148,14 +148,6 @@ async fn publish_once(port: u16, topic: &str, payload: Vec<u8>) {
 
 /// The light's mapping, shared with the crate's unit tests.
 const CONFIG: &str = include_str!("../../../fixtures/bridge/zigbee2mqtt-light.toml");
-
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !check() {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 async fn call(vessel: &Vessel, tool: &str, input: Value) -> Value {
     let ctx = CallContext {
@@ -622,7 +614,12 @@ async fn over_mqtts_the_broker_is_checked_against_the_ca_file() {
     // Without the broker's CA the platform's roots do not know it: never
     // connected, and its device pairs but cannot act.
     let (state, task) = run(None, "unknown.key");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The first attempt's end is what would follow a connection: once it
+    // failed, the bridge was refused, not merely slow.
+    eventually("the first attempt over TLS ended", || {
+        state.last_error().is_some()
+    })
+    .await;
     assert!(!state.is_connected(), "an unknown certificate is refused");
     task.abort();
     // With it: connected over TLS, and the light works.
@@ -821,9 +818,15 @@ params = { state = { type = "string", required = true } }
 
 /// A Tasmota plug: takes `ON`/`OFF` as text on `cmnd/plug/POWER` and
 /// answers `{"POWER": ...}` on `stat/plug/RESULT`; it records what came.
-fn fake_tasmota(port: u16) -> Arc<Mutex<Vec<Vec<u8>>>> {
+/// The payloads the plug received.
+type Received = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// The second value holds once the broker acknowledged its subscription.
+fn fake_tasmota(port: u16) -> (Received, Arc<AtomicBool>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let keep = Arc::clone(&seen);
+    let subscribed = Arc::new(AtomicBool::new(false));
+    let acked = Arc::clone(&subscribed);
     let (client, mut eventloop) =
         AsyncClient::new(MqttOptions::new("fake-tasmota", "127.0.0.1", port), 64);
     tokio::spawn(async move {
@@ -832,6 +835,7 @@ fn fake_tasmota(port: u16) -> Arc<Mutex<Vec<Vec<u8>>>> {
                 Ok(Event::Incoming(Packet::ConnAck(_))) => {
                     let _ = client.subscribe("cmnd/plug/POWER", QoS::AtLeastOnce).await;
                 }
+                Ok(Event::Incoming(Packet::SubAck(_))) => acked.store(true, Ordering::SeqCst),
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
                     keep.lock().unwrap().push(publish.payload.to_vec());
                     let power = String::from_utf8_lossy(&publish.payload).to_string();
@@ -849,7 +853,48 @@ fn fake_tasmota(port: u16) -> Arc<Mutex<Vec<Vec<u8>>>> {
             }
         }
     });
-    seen
+    (seen, subscribed)
+}
+
+/// A client of the broker at `port` subscribed to `topic`: it counts the
+/// messages that come on it, and can publish.
+struct Watcher {
+    client: AsyncClient,
+    subscribed: Arc<AtomicBool>,
+    seen: Arc<AtomicUsize>,
+}
+
+fn watch(port: u16, topic: &str) -> Watcher {
+    let (client, mut eventloop) =
+        AsyncClient::new(MqttOptions::new("watcher", "127.0.0.1", port), 64);
+    let subscribed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (acked, count, subscriber, topic) = (
+        Arc::clone(&subscribed),
+        Arc::clone(&seen),
+        client.clone(),
+        topic.to_owned(),
+    );
+    tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    let _ = subscriber.subscribe(topic.as_str(), QoS::AtLeastOnce).await;
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => acked.store(true, Ordering::SeqCst),
+                Ok(Event::Incoming(Packet::Publish(_))) => {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    });
+    Watcher {
+        client,
+        subscribed,
+        seen,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -857,7 +902,8 @@ async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let broker = Mosquitto::start(dir.path(), port);
-    let seen = fake_tasmota(port);
+    let (seen, tasmota_subscribed) = fake_tasmota(port);
+    let watcher = watch(port, "silent/set");
     let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
     let mut config = BridgeConfig::parse(PLUG_AND_SILENT).unwrap();
     for device in &mut config.device {
@@ -876,7 +922,32 @@ async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so
     pair_all(&vessel).await;
     pair_all(&vessel).await;
     eventually("connected to the broker", || state.is_connected()).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The plug and the bridge listen before the first call: the plug's
+    // subscription acknowledged, and a probe on the plug's state topic
+    // seen by the bridge (it shows no `POWER`, so it confirms nothing).
+    eventually("the plug subscribed", || {
+        tasmota_subscribed.load(Ordering::SeqCst)
+    })
+    .await;
+    let deadline = Instant::now() + PATIENCE;
+    while state.state("stat/plug/RESULT").is_none() {
+        assert!(Instant::now() < deadline, "the bridge never saw the probe");
+        watcher
+            .client
+            .publish(
+                "stat/plug/RESULT",
+                QoS::AtMostOnce,
+                false,
+                r#"{"probe":true}"#,
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eventually("the watcher subscribed", || {
+        watcher.subscribed.load(Ordering::SeqCst)
+    })
+    .await;
 
     // The payload is one string: sent as its text, confirmed by the JSON
     // result.
@@ -899,7 +970,11 @@ async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so
             async move { call(&vessel, "device__silent__set", json!({"state": "ON"})).await },
         )
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The broker goes once the call's command went through it.
+    eventually("the silent switch's command at the broker", || {
+        watcher.seen.load(Ordering::SeqCst) == 1
+    })
+    .await;
     drop(broker);
     let failed = waiting.await.unwrap();
     assert_eq!(failed["ok"], json!(false));

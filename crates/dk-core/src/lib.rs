@@ -26,6 +26,8 @@ pub mod redact;
 pub mod registry;
 pub mod reload;
 pub mod stream;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod vessel;
 
 pub use dk_store as store;

@@ -268,9 +268,11 @@ mod tests {
     use std::time::Duration;
 
     use dk_policy::PolicySet;
+    use dk_testkit::{LogBuffer, eventually, eventually_some};
     use serde_json::{Value, json};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+    use tracing::Instrument as _;
 
     use super::{NotifyFormat, NotifyTarget, NotifyUrlError, notify_prompts};
     use crate::adapter::{ApprovalRequest, Approver};
@@ -337,13 +339,11 @@ mod tests {
     }
 
     async fn wait_for(got: &Arc<Mutex<Vec<String>>>, n: usize) -> Vec<String> {
-        for _ in 0..1000 {
-            if got.lock().unwrap().len() >= n {
-                return got.lock().unwrap().clone();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        panic!("{n} notifications did not arrive");
+        eventually_some(&format!("{n} notifications"), || {
+            let got = got.lock().unwrap();
+            (got.len() >= n).then(|| got.clone())
+        })
+        .await
     }
 
     #[tokio::test]
@@ -414,29 +414,52 @@ mod tests {
             format!("http://{}/", listener.local_addr().unwrap())
         };
         let (hanging, got) = endpoint(false).await;
-        for url in [closed, hanging] {
+        // What the notifiers log, the hanging endpoint's inside a span of
+        // that name: every prompt it let go by is a line.
+        let logs = LogBuffer::default();
+        let sink = logs.clone();
+        let _logging = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || sink.clone())
+                .finish(),
+        );
+        for (name, url) in [("closed", closed), ("hanging", hanging)] {
             let target = NotifyTarget::parse(&url, NotifyFormat::Json).unwrap();
-            tokio::spawn(notify_prompts(
-                Arc::clone(&vessel),
-                target,
-                None,
-                std::future::pending(),
-            ));
+            tokio::spawn(
+                notify_prompts(Arc::clone(&vessel), target, None, std::future::pending())
+                    .instrument(tracing::warn_span!("notifier", name)),
+            );
         }
         tokio::task::yield_now().await;
         for n in 0..10 {
             let person = Arc::clone(vessel.person());
             tokio::spawn(async move { person.approve(secret_call(n)).await });
         }
-        for _ in 0..1000 {
-            if vessel.person().pending().len() == 10 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        eventually("ten prompts asked", || {
+            vessel.person().pending().len() == 10
+        })
+        .await;
         assert_eq!(vessel.person().pending().len(), 10, "every prompt is asked");
-        // The hanging endpoint holds at most its share of notifications.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The hanging endpoint holds at most its share of notifications:
+        // once its notifier has logged every prompt past its share as not
+        // notified, it has looked at all ten, and what reached the endpoint
+        // is all that ever will (the rest hold their places until their
+        // time is over).
+        let dropped = 10 - super::NOTIFY_IN_FLIGHT;
+        eventually("the hanging endpoint's notifier past every prompt", || {
+            logs.text()
+                .lines()
+                .filter(|line| {
+                    line.contains("name=\"hanging\"") && line.contains("is not notified")
+                })
+                .count()
+                == dropped
+        })
+        .await;
+        eventually("the hanging endpoint's share", || {
+            got.lock().unwrap().len() >= super::NOTIFY_IN_FLIGHT
+        })
+        .await;
         assert_eq!(got.lock().unwrap().len(), super::NOTIFY_IN_FLIGHT);
         for prompt in vessel.person().pending() {
             vessel.person().answer_approval(prompt.id, true).unwrap();

@@ -246,18 +246,13 @@ async fn event_resources_are_listed_and_read_only_within_the_scope() {
 /// The `seq` of each event in a resource, once its newest is the last one
 /// published in the test (its data `{"n": 2}`).
 async fn final_seqs(client: &rmcp::Peer<RoleClient>, uri: &str) -> Vec<u64> {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let contents = read(client, uri).await;
-            let events = contents["events"].as_array().unwrap();
-            if events.last().map(|e| &e["data"]) == Some(&json!({"n": 2})) {
-                return events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    dk_testkit::eventually_async("the last event in the resource", || async {
+        let contents = read(client, uri).await;
+        let events = contents["events"].as_array().unwrap();
+        (events.last().map(|e| &e["data"]) == Some(&json!({"n": 2})))
+            .then(|| events.iter().map(|e| e["seq"].as_u64().unwrap()).collect())
     })
     .await
-    .unwrap()
 }
 
 #[tokio::test]

@@ -31,15 +31,7 @@ use crate::person::{PersonEvent, Prompt};
 use crate::registry::ConsentDecision;
 use crate::vessel::Limits;
 
-/// Long enough for anything on loopback; only a broken server waits it out.
-pub(super) const PATIENCE: Duration = Duration::from_secs(20);
-
-pub(super) fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
+pub(super) use dk_testkit::{PATIENCE, lamp};
 
 /// The lamp's device side: answers `set_light` with what it was told and
 /// `read_light` with a fixed state.
@@ -872,13 +864,10 @@ async fn a_call_without_a_session_is_answered_with_plain_json() {
 
 /// Waits until `agents` has `count` subscribers.
 async fn subscribers(agents: &AgentDirectory, count: usize) {
-    tokio::time::timeout(PATIENCE, async {
-        while agents.subscribers() != count {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    dk_testkit::eventually(&format!("{count} subscribers"), || {
+        agents.subscribers() == count
     })
-    .await
-    .unwrap();
+    .await;
 }
 
 #[tokio::test]

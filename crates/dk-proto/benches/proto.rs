@@ -14,7 +14,7 @@ fn main() {
 /// A `device:result` of about 200 bytes, as a lamp answers `set_light`.
 const RESULT_200: &str = r#"{"type":"device:result","callId":"5b0c7c2e-4f1d-4a63-9d55-8f0d2e1e9c11","ok":true,"result":{"on":true,"brightness":40,"colour":"warm white","note":"set by the agent at the person's request, 21:04"}}"#;
 
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
+use dk_testkit::LAMP_JSON as LAMP;
 
 #[divan::bench(sample_count = 200, sample_size = 200)]
 fn parse_result_frame_200b(bencher: divan::Bencher) {

@@ -484,12 +484,7 @@ mod tests {
 
     use super::*;
 
-    fn lamp() -> Value {
-        serde_json::from_str(include_str!(
-            "../../../fixtures/manifests/valid/desk-lamp.json"
-        ))
-        .unwrap()
-    }
+    use dk_testkit::lamp;
 
     /// Starts a pairing of `manifest` that waits for the person; returns
     /// its prompt and whether it paired.

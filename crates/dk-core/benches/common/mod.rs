@@ -28,7 +28,7 @@ use tokio::sync::watch;
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
 /// The reference desk lamp's manifest.
-pub const LAMP: &str = include_str!("../../../../fixtures/manifests/valid/desk-lamp.json");
+pub use dk_testkit::LAMP_JSON as LAMP;
 
 /// Whether `cargo bench` was given a filter (it passes `--bench`, and a
 /// filter when given one) that none of `names` contains.

@@ -3,19 +3,13 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use dk_testkit::lamp;
 use futures::FutureExt;
 use serde_json::json;
 
 use super::*;
 use crate::link::{DeviceLink, InvokeResult};
 use crate::registry::ConsentDecision;
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
 
 /// A link that records what reached the device and answers with a fixed reply.
 struct Recorder {

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use dk_policy::PolicySet;
+use dk_testkit::lamp;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -20,13 +21,6 @@ use crate::adapter::{CallContext, ToolOutcome};
 use crate::registry::ConsentDecision;
 use crate::vessel::Limits;
 use crate::vessel::Vessel;
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
 
 /// The device's end of a connection served by the vessel.
 struct Peer {

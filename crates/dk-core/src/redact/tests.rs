@@ -2,18 +2,14 @@
 //! event data, log lines, and a vessel's outputs (audit, events, admin API,
 //! logs) with secrets planted in a device token, an event and a log line.
 
-use std::sync::Mutex;
-
 use dk_policy::PolicySet;
-use futures::StreamExt;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use dk_testkit::{LogBuffer, lamp};
 use serde_json::json;
 
 use super::*;
 use crate::adapter::CallContext;
 use crate::agents::{AgentRole, AgentScope};
-use crate::connection::{WireMessage, serve_connection};
-use crate::registry::ConsentDecision;
+use crate::testing::Peer;
 use crate::vessel::{Limits, Vessel};
 
 #[track_caller]
@@ -115,107 +111,21 @@ fn the_writer_redacts_whole_lines_even_when_a_secret_is_split_across_writes() {
         "one [REDACTED]\ntwo [REDACTED] and a half"
     );
     // What is held is written when the writer is dropped.
-    let sink = Arc::new(Mutex::new(Vec::new()));
+    let sink = LogBuffer::default();
     {
-        let mut writer = r.writer(Shared(Arc::clone(&sink)));
+        let mut writer = r.writer(sink.clone());
         writer.write_all(b"last s3cret").unwrap();
     }
-    assert_eq!(*sink.lock().unwrap(), b"last [REDACTED]");
-}
-
-/// A writer into a buffer the test keeps.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    assert_eq!(sink.bytes(), b"last [REDACTED]");
 }
 
 // --------------------------------------------------------- a whole vessel
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
-
-/// The device's end of a connection served by the vessel.
-struct Peer {
-    to_vessel: UnboundedSender<WireMessage>,
-    from_vessel: UnboundedReceiver<WireMessage>,
-    _task: tokio::task::JoinHandle<crate::connection::ConnectionOutcome>,
-}
-
-impl Peer {
-    fn connect(vessel: &Arc<Vessel>) -> Peer {
-        let (to_vessel, incoming) = unbounded();
-        let (outgoing, from_vessel) = unbounded();
-        let permit = vessel.admit(None).unwrap();
-        let vessel = Arc::clone(vessel);
-        let task =
-            tokio::spawn(
-                async move { serve_connection(&vessel, permit, incoming, outgoing).await },
-            );
-        Peer {
-            to_vessel,
-            from_vessel,
-            _task: task,
-        }
-    }
-
-    fn send(&self, frame: Value) {
-        self.to_vessel
-            .unbounded_send(WireMessage::Text(frame.to_string()))
-            .unwrap();
-    }
-
-    async fn frame(&mut self) -> Value {
-        loop {
-            match self.from_vessel.next().await.unwrap() {
-                WireMessage::Text(text) => return serde_json::from_str(&text).unwrap(),
-                WireMessage::Close(frame) => panic!("closed: {frame:?}"),
-                _ => {}
-            }
-        }
-    }
-}
-
-/// Pairs the lamp over a new connection; the peer and its token.
-async fn paired_lamp(vessel: &Arc<Vessel>) -> (Peer, String) {
-    let mut peer = Peer::connect(vessel);
-    peer.send(json!({"type": "device:hello", "manifest": lamp()}));
-    assert_eq!(peer.frame().await["type"], "device:pairing");
-    let prompt = loop {
-        if let Some(p) = vessel.person().pending().into_iter().next() {
-            break p;
-        }
-        tokio::task::yield_now().await;
-    };
-    vessel
-        .person()
-        .answer_consent(prompt.id, ConsentDecision::approve(["set_light"]))
-        .unwrap();
-    let paired = peer.frame().await;
-    assert_eq!(paired["type"], "device:paired");
-    let token = paired["deviceToken"].as_str().unwrap().to_owned();
-    while !vessel.links().is_connected("desk-lamp") {
-        tokio::task::yield_now().await;
-    }
-    (peer, token)
-}
 
 #[tokio::test]
 async fn tokens_known_only_by_hash_are_found_after_a_restart() {
     let store: Arc<dyn crate::store::Store> = Arc::new(crate::store::MemoryStore::new());
     let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
-    let (_peer, device_token) = paired_lamp(&first).await;
+    let (_peer, device_token) = Peer::pair(&first, lamp(), &["set_light"]).await;
     let (_, agent) = first
         .add_agent("main", AgentScope::AllDevices, AgentRole::User)
         .unwrap();
@@ -241,7 +151,7 @@ async fn tokens_known_only_by_hash_are_found_after_a_restart() {
 async fn vessel_knowing_tokens_by_hash() -> (Arc<Vessel>, String, String) {
     let store: Arc<dyn crate::store::Store> = Arc::new(crate::store::MemoryStore::new());
     let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
-    let (_peer, device_token) = paired_lamp(&first).await;
+    let (_peer, device_token) = Peer::pair(&first, lamp(), &["set_light"]).await;
     let (_, agent) = first
         .add_agent("main", AgentScope::AllDevices, AgentRole::User)
         .unwrap();

@@ -2,16 +2,10 @@
 
 use std::sync::Mutex;
 
+use dk_testkit::lamp;
 use serde_json::json;
 
 use super::*;
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
 
 async fn pair_with(
     registry: &DeviceRegistry,

@@ -113,10 +113,7 @@ async fn vessel_with_lamp(
         options,
     )
     .unwrap();
-    let manifest: Value = serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap();
+    let manifest = dk_testkit::lamp();
     vessel
         .registry()
         .pair(

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use dk_policy::PolicySet;
+use dk_testkit::lamp;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -15,13 +16,6 @@ use crate::person::{PendingPrompt, Prompt};
 use crate::registry::DEFAULT_CONSENT_TIMEOUT;
 use crate::registry::{CapabilityChange, ChangeKind, ConsentRequest, Difference};
 use crate::vessel::Limits;
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
 
 struct Running {
     vessel: Arc<Vessel>,
@@ -151,13 +145,7 @@ async fn consent_devices_grants_tools_and_calls_through_the_api() {
                 .await
         })
     };
-    let prompt = loop {
-        let pending = c.get("/v1/pending").await.unwrap().body;
-        if let Some(first) = pending.as_array().and_then(|a| a.first()).cloned() {
-            break first;
-        }
-        tokio::task::yield_now().await;
-    };
+    let prompt = first_prompt(c).await;
     assert_eq!(prompt["kind"], json!("consent"));
     assert_eq!(prompt["request"]["deviceId"], json!("desk-lamp"));
     let id = prompt["id"].as_u64().unwrap();
@@ -312,13 +300,7 @@ async fn approvals_are_answered_through_the_api() {
                 .await
         })
     };
-    let prompt = loop {
-        let pending = c.get("/v1/pending").await.unwrap().body;
-        if let Some(first) = pending.as_array().and_then(|a| a.first()).cloned() {
-            break first;
-        }
-        tokio::task::yield_now().await;
-    };
+    let prompt = first_prompt(c).await;
     assert_eq!(prompt["kind"], json!("approval"));
     assert_eq!(
         prompt["request"]["reason"],
@@ -860,13 +842,11 @@ fn strobe_by(vessel: &Arc<Vessel>, agent: &'static str) -> JoinHandle<crate::ada
 
 /// The first open prompt, once there is one.
 async fn first_prompt(c: &AdminClient) -> Value {
-    loop {
+    dk_testkit::eventually_async("an open prompt", || async {
         let pending = c.get("/v1/pending").await.unwrap().body;
-        if let Some(first) = pending.as_array().and_then(|a| a.first()).cloned() {
-            return first;
-        }
-        tokio::task::yield_now().await;
-    }
+        pending.as_array().and_then(|a| a.first()).cloned()
+    })
+    .await
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dk_policy::PolicySet;
+use dk_testkit::{eventually, eventually_async, eventually_some, lamp};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -168,13 +169,6 @@ async fn sign_in(running: &Running) -> Browser {
     browser
 }
 
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
-
 /// Starts pairing `manifest` through the person channel; the consent's id.
 async fn pairing(vessel: &Arc<Vessel>, manifest: Value) -> u64 {
     let v = Arc::clone(vessel);
@@ -191,12 +185,10 @@ async fn pairing(vessel: &Arc<Vessel>, manifest: Value) -> u64 {
             )
             .await
     });
-    loop {
-        if let Some(first) = vessel.person().pending().first() {
-            return first.id;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually_some("a consent prompt", || {
+        vessel.person().pending().first().map(|first| first.id)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -521,14 +513,15 @@ async fn a_pairing_is_answered_from_its_card_with_the_ticked_grants() {
         )
         .await;
     assert_eq!(answered.status, 303, "{}", answered.body);
-    let mut grants = Vec::new();
-    for _ in 0..200 {
-        if let Some(device) = running.vessel.registry().list().first() {
-            grants.clone_from(&device.grants);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let grants = eventually_some("the lamp paired", || {
+        running
+            .vessel
+            .registry()
+            .list()
+            .first()
+            .map(|device| device.grants.clone())
+    })
+    .await;
     assert_eq!(grants, ["read_light", "set_light"]);
     let device = browser.get("/devices/desk-lamp").await;
     assert!(device.body.contains("aria-checked=\"true\""));
@@ -575,13 +568,11 @@ async fn what_a_device_or_agent_wrote_is_escaped_and_hidden_characters_shown() {
     };
     let person = Arc::clone(running.vessel.person());
     tokio::spawn(async move { person.approve(approval).await });
-    let page = loop {
+    let page = eventually_async("the approval on the page", || async {
         let page = browser.get("/").await;
-        if page.body.contains("approval") {
-            break page;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+        page.body.contains("approval").then_some(page)
+    })
+    .await;
     assert!(!page.body.contains("<img"));
     assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
     assert!(page.body.contains("\\u{001B}"));
@@ -709,9 +700,10 @@ async fn changes_made_in_the_console_name_the_console_and_its_session() {
         .post(&format!("/pairings/{id}"), "answer=pair&grant=read_light")
         .await;
     assert_eq!(paired.status, 303, "{}", paired.body);
-    while running.vessel.registry().list().is_empty() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the lamp paired", || {
+        !running.vessel.registry().list().is_empty()
+    })
+    .await;
     for (path, form) in [
         ("/devices/desk-lamp/grants/strobe", "allow=yes"),
         ("/devices/desk-lamp/grants/set_light", "allow=yes"),
@@ -738,12 +730,15 @@ async fn changes_made_in_the_console_name_the_console_and_its_session() {
             .execute("device__desk_lamp__strobe", json!({}), ctx)
             .await
     });
-    let asked = loop {
-        if let Some(prompt) = running.vessel.person().pending().first() {
-            break prompt.id;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let asked = eventually_some("the approval prompt", || {
+        running
+            .vessel
+            .person()
+            .pending()
+            .first()
+            .map(|prompt| prompt.id)
+    })
+    .await;
     let answered = other
         .post(&format!("/approvals/{asked}"), "answer=deny")
         .await;
@@ -813,17 +808,15 @@ async fn pairing_with_key(vessel: &Arc<Vessel>, key: [u8; 32]) -> u64 {
             )
             .await
     });
-    loop {
-        if let Some(new) = vessel
+    eventually_some("a new consent prompt", || {
+        vessel
             .person()
             .pending()
             .iter()
             .find(|p| !seen.contains(&p.id))
-        {
-            return new.id;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+            .map(|new| new.id)
+    })
+    .await
 }
 
 /// The key the lamp is paired with, once a pairing settled.

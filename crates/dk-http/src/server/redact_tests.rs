@@ -2,115 +2,19 @@
 //! metadata) with secrets planted in a device token, an event and a log
 //! line: none of them holds one.
 
-use std::io::{self, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use dk_core::testing::Peer;
 use dk_policy::PolicySet;
-use futures::StreamExt;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use serde_json::{Value, json};
+use dk_testkit::{LogBuffer, lamp};
+use serde_json::json;
 
 use crate::adapter::CallContext;
 use crate::admin::{AdminToken, admin_router};
 use crate::admin_client::AdminClient;
 use crate::agents::{AGENT_CREDENTIAL_PREFIX, AgentRole, AgentScope};
-use crate::connection::{WireMessage, serve_connection};
 use crate::redact::redacting_log_writer;
-use crate::registry::ConsentDecision;
 use crate::vessel::{Limits, Vessel};
-
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Shared {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
-// --------------------------------------------------------- a whole vessel
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
-
-/// The device's end of a connection served by the vessel.
-struct Peer {
-    to_vessel: UnboundedSender<WireMessage>,
-    from_vessel: UnboundedReceiver<WireMessage>,
-    _task: tokio::task::JoinHandle<crate::connection::ConnectionOutcome>,
-}
-
-impl Peer {
-    fn connect(vessel: &Arc<Vessel>) -> Peer {
-        let (to_vessel, incoming) = unbounded();
-        let (outgoing, from_vessel) = unbounded();
-        let permit = vessel.admit(None).unwrap();
-        let vessel = Arc::clone(vessel);
-        let task =
-            tokio::spawn(
-                async move { serve_connection(&vessel, permit, incoming, outgoing).await },
-            );
-        Peer {
-            to_vessel,
-            from_vessel,
-            _task: task,
-        }
-    }
-
-    fn send(&self, frame: Value) {
-        self.to_vessel
-            .unbounded_send(WireMessage::Text(frame.to_string()))
-            .unwrap();
-    }
-
-    async fn frame(&mut self) -> Value {
-        loop {
-            match self.from_vessel.next().await.unwrap() {
-                WireMessage::Text(text) => return serde_json::from_str(&text).unwrap(),
-                WireMessage::Close(frame) => panic!("closed: {frame:?}"),
-                _ => {}
-            }
-        }
-    }
-}
-
-/// Pairs the lamp over a new connection; the peer and its token.
-async fn paired_lamp(vessel: &Arc<Vessel>) -> (Peer, String) {
-    let mut peer = Peer::connect(vessel);
-    peer.send(json!({"type": "device:hello", "manifest": lamp()}));
-    assert_eq!(peer.frame().await["type"], "device:pairing");
-    let prompt = loop {
-        if let Some(p) = vessel.person().pending().into_iter().next() {
-            break p;
-        }
-        tokio::task::yield_now().await;
-    };
-    vessel
-        .person()
-        .answer_consent(prompt.id, ConsentDecision::approve(["set_light"]))
-        .unwrap();
-    let paired = peer.frame().await;
-    assert_eq!(paired["type"], "device:paired");
-    let token = paired["deviceToken"].as_str().unwrap().to_owned();
-    while !vessel.links().is_connected("desk-lamp") {
-        tokio::task::yield_now().await;
-    }
-    (peer, token)
-}
 
 #[tokio::test]
 async fn planted_secrets_appear_in_no_output_of_the_vessel() {
@@ -123,7 +27,7 @@ async fn planted_secrets_appear_in_no_output_of_the_vessel() {
         .unwrap();
     let agent = agent.expose().to_owned();
     let mut events = vessel.subscribe_events();
-    let (peer, device_token) = paired_lamp(&vessel).await;
+    let (peer, device_token) = Peer::pair(&vessel, lamp(), &["set_light"]).await;
     let planted = [
         device_token.as_str(),
         admin_token.expose(),
@@ -194,7 +98,7 @@ async fn planted_secrets_appear_in_no_output_of_the_vessel() {
     server.abort();
 
     // A log line, through a real formatter and the process-wide log writer.
-    let logs = Shared::default();
+    let logs = LogBuffer::default();
     let sink = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || redacting_log_writer(sink.clone()))

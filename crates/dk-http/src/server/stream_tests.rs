@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use dk_policy::PolicySet;
 use dk_proto::{STREAM_HEADER_BYTES, StreamChunk};
+use dk_testkit::{eventually, eventually_some};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
@@ -168,23 +169,21 @@ async fn audit_kinds(vessel: &Vessel, kind: &str) -> Vec<Value> {
         .collect()
 }
 
-async fn until(mut condition: impl FnMut() -> bool) {
-    while !condition() {
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-}
-
 /// Answers the next approval prompt.
 async fn answer_approval(vessel: &Vessel, yes: bool) -> crate::adapter::ApprovalRequest {
-    loop {
-        for prompt in vessel.person().pending() {
-            if let crate::person::Prompt::Approval(request) = prompt.prompt {
-                vessel.person().answer_approval(prompt.id, yes).unwrap();
-                return request;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+    let (id, request) = eventually_some("an approval prompt", || {
+        vessel
+            .person()
+            .pending()
+            .into_iter()
+            .find_map(|prompt| match prompt.prompt {
+                crate::person::Prompt::Approval(request) => Some((prompt.id, request)),
+                _ => None,
+            })
+    })
+    .await;
+    vessel.person().answer_approval(id, yes).unwrap();
+    request
 }
 
 #[track_caller]
@@ -303,7 +302,10 @@ async fn approval_is_asked_on_every_resume_and_a_no_refuses() {
     assert_eq!(frame["maxChunkBytes"], json!(1_048_576));
     assert_eq!(frame["maxConcurrentSessions"], json!(1));
     ws.close(None).await.unwrap();
-    until(|| vessel.stream_sessions(VOICE) == 0).await;
+    eventually("the voice session closed", || {
+        vessel.stream_sessions(VOICE) == 0
+    })
+    .await;
 
     // The next resume asks again.
     let mut ws = auth(&running.url, VOICE, &token, &voice()).await;
@@ -340,12 +342,10 @@ async fn pairing_is_admitted_after_the_persons_yes_and_refused_before_asking() {
     ws.send(Message::text(hello.to_string())).await.unwrap();
     let pairing = next(&mut ws).await.unwrap();
     assert_eq!(pairing["type"], json!("device:pairing"));
-    let prompt = loop {
-        if let Some(prompt) = running.vessel.person().pending().into_iter().next() {
-            break prompt;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    };
+    let prompt = eventually_some("the consent prompt", || {
+        running.vessel.person().pending().into_iter().next()
+    })
+    .await;
     running
         .vessel
         .person()
@@ -384,7 +384,10 @@ async fn sessions_at_the_cap_are_admitted_and_over_it_refused() {
     );
     // A place freed is a place taken again.
     second.close(None).await.unwrap();
-    until(|| vessel.stream_sessions(VOICE) == 1).await;
+    eventually("one voice session left", || {
+        vessel.stream_sessions(VOICE) == 1
+    })
+    .await;
     let mut fourth = auth(&running.url, VOICE, &token, &voice()).await;
     admitted(&mut fourth).await;
     assert_eq!(vessel.stream_sessions(VOICE), 2);
@@ -399,7 +402,10 @@ async fn a_resume_is_admitted_afresh_under_the_config_of_the_moment() {
     let mut ws = auth(&running.url, VOICE, &token, &voice()).await;
     admitted(&mut ws).await;
     ws.close(None).await.unwrap();
-    until(|| vessel.stream_sessions(VOICE) == 0).await;
+    eventually("the voice session closed", || {
+        vessel.stream_sessions(VOICE) == 0
+    })
+    .await;
     vessel.set_streaming(voice_config("enabled = false"));
     let mut ws = auth(&running.url, VOICE, &token, &voice()).await;
     refused_with(
@@ -413,7 +419,7 @@ async fn a_resume_is_admitted_afresh_under_the_config_of_the_moment() {
 #[tokio::test]
 async fn a_v1_device_is_unaffected_and_its_binary_is_malformed() {
     let running = start(StreamingConfig::deny_all()).await;
-    let lamp = manifest("desk-lamp.json");
+    let lamp = dk_testkit::lamp();
     let token = pair(&running.vessel, &lamp, &["read_light"]).await;
     let mut ws = auth(&running.url, "desk-lamp", &token, &lamp).await;
     ws.send(chunk("read_light", 0, b"x")).await.unwrap();
@@ -600,7 +606,7 @@ async fn a_slow_subscriber_loses_chunks_and_is_told_how_many() {
     for seq in 0..total as u64 {
         ws.send(chunk("microphone", seq, &[1; 640])).await.unwrap();
     }
-    until(|| {
+    eventually("every chunk forwarded", || {
         vessel
             .stream_stats()
             .chunks_forwarded
@@ -664,6 +670,9 @@ async fn nothing_is_kept_for_a_device_nobody_streams_or_watches() {
     drop(watching);
     assert_eq!(vessel.stream_devices_tracked(), 1);
     ws.close(None).await.unwrap();
-    until(|| vessel.stream_devices_tracked() == 0).await;
+    eventually("no stream device tracked", || {
+        vessel.stream_devices_tracked() == 0
+    })
+    .await;
     running.stop().await;
 }

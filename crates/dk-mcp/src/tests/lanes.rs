@@ -308,13 +308,10 @@ async fn one_agent_cannot_keep_more_than_its_cap_of_approvals_waiting() {
     let pending = |count: usize| {
         let vessel = Arc::clone(&vessel);
         async move {
-            tokio::time::timeout(PATIENCE, async {
-                while vessel.person().pending().len() != count {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
+            dk_testkit::eventually(&format!("{count} prompts"), || {
+                vessel.person().pending().len() == count
             })
-            .await
-            .unwrap();
+            .await;
         }
     };
     pending(crate::person::APPROVALS_PER_AGENT).await;

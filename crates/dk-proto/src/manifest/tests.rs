@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dk_testkit::lamp;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -67,10 +68,6 @@ fn invalid_fixtures_give_8dk_messages() {
             path.display()
         );
     }
-}
-
-fn lamp() -> Value {
-    serde_json::from_str(&read(&fixtures("valid").join("desk-lamp.json"))).unwrap()
 }
 
 #[track_caller]

@@ -301,7 +301,7 @@ async fn a_vessel_process_and_the_persons_commands() {
         );
 
     // The person lists the request and checks the code the device shows.
-    let request = loop {
+    let request = process::eventually("the lamp's pairing request", || async {
         let out = person(&dir, &["pairings", "--json"]);
         assert_eq!(
             out.status.code(),
@@ -310,11 +310,9 @@ async fn a_vessel_process_and_the_persons_commands() {
             String::from_utf8_lossy(&out.stderr)
         );
         let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        if let Some(first) = list.as_array().and_then(|l| l.first()).cloned() {
-            break first;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+        list.as_array().and_then(|l| l.first()).cloned()
+    })
+    .await;
     assert_eq!(request["request"]["deviceId"], "desk-lamp");
     assert_eq!(
         request["request"]["code"].as_str(),
@@ -344,14 +342,12 @@ async fn a_vessel_process_and_the_persons_commands() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let devices = loop {
+    let devices = process::eventually("the lamp connected", || async {
         let out = person(&dir, &["devices", "--json"]);
         let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        if list[0]["connected"] == true {
-            break list;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+        (list[0]["connected"] == true).then_some(list)
+    })
+    .await;
     assert_eq!(devices[0]["grants"], json!(["read_light", "set_light"]));
     // Each capability with its params: what a rule's `input.` may name.
     let listed = String::from_utf8(person(&dir, &["devices"]).stdout).unwrap();

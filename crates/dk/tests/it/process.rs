@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 /// How long any one wait may take before the test fails.
-pub const PATIENCE: Duration = Duration::from_secs(20);
+pub use dk_testkit::PATIENCE;
 
 pub type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -243,20 +243,7 @@ pub fn succeeded(out: &Output) -> String {
 }
 
 /// Polls `check` until it gives a value, failing after [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use dk_testkit::eventually_async as eventually;
 
 /// `GET /v1/devices`.
 pub async fn devices(admin: &AdminClient) -> Vec<Value> {

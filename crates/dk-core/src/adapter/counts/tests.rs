@@ -42,10 +42,7 @@ impl DeviceLink for Lamp {
 async fn adapter(store: Arc<dyn Store>, pair: bool) -> DeviceToolAdapter {
     let registry = Arc::new(DeviceRegistry::open(store).unwrap());
     if pair {
-        let manifest: Value = serde_json::from_str(include_str!(
-            "../../../../../fixtures/manifests/valid/desk-lamp.json"
-        ))
-        .unwrap();
+        let manifest = dk_testkit::lamp();
         let decision = ConsentDecision::approve(["set_light", "read_light"]);
         registry
             .pair(

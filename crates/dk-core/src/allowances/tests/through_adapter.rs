@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dk_policy::PolicySet;
+use dk_testkit::lamp;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
@@ -48,13 +49,6 @@ struct Setup {
 }
 
 const ASK_ACTUATORS: &str = "version: 1\npolicies:\n  - name: ask-actuators\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: Lamp actions need a yes\n";
-
-fn lamp() -> Value {
-    serde_json::from_str(include_str!(
-        "../../../../../fixtures/manifests/valid/desk-lamp.json"
-    ))
-    .unwrap()
-}
 
 async fn pair_lamp(registry: &DeviceRegistry) {
     registry

@@ -1,0 +1,23 @@
+//! What dk's tests share, in one place: the reference lamp's manifest
+//! ([`lamp`]), a wait for something that happens on another task
+//! ([`eventually`], [`eventually_some`], [`eventually_async`]) with one generous ceiling
+//! ([`PATIENCE`]), and a buffer a log writer can write into ([`LogBuffer`]).
+//!
+//! A dev-dependency only: no crate names it under `[dependencies]` (the
+//! layering test checks). It depends on no dk crate, so dk-proto or
+//! dk-core can take it for their own unit tests without a second copy of
+//! themselves; helpers that need a vessel live beside it, in dk-core's
+//! `testing` module.
+//!
+//! Everything here is for tests: a wait that runs out or a lock that is
+//! poisoned fails the test that called it, by a panic with a message.
+
+#![forbid(unsafe_code)]
+
+mod log;
+mod manifest;
+mod wait;
+
+pub use log::LogBuffer;
+pub use manifest::{LAMP_JSON, lamp};
+pub use wait::{PATIENCE, eventually, eventually_async, eventually_some};
