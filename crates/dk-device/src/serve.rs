@@ -479,6 +479,11 @@ impl Calls {
             | VesselFrame::PairReveal { .. }
             | VesselFrame::KeyPaired
             | VesselFrame::Closing { .. } => None,
+            VesselFrame::Error { error } => {
+                let message = error.escape_debug().to_string();
+                tracing::warn!(%message, "the vessel reported an error");
+                None
+            }
             VesselFrame::Revoked { capability } => {
                 let capability = capability.map(Cow::into_owned);
                 match &capability {
