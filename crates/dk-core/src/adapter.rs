@@ -637,10 +637,12 @@ impl DeviceToolAdapter {
     /// of its own (an MCP agent's scope): one decision record through the
     /// same hook as every other call, in its own place in the audit queue,
     /// without the input (it never came near a device).
-    pub async fn report_refusal(&self, tool: &str, reason: &str, ctx: &CallContext<'_>) {
+    pub async fn report_refusal(&self, tool: &str, refusal: &Refusal, ctx: &CallContext<'_>) {
         if self.on_decision.is_none() {
             return;
         }
+        let reason = refusal.to_string();
+        let reason = reason.as_str();
         let parsed = parse_tool_name(tool);
         let mut decision = PendingDecision {
             adapter: self,
@@ -894,7 +896,7 @@ impl DeviceToolAdapter {
         // before the person is asked (nobody is asked about a call over
         // either).
         if let Err(refusal) = self.meter.charge(ctx.agent_id, device_id, ctx.run) {
-            return Checked::Refused(Refusal::Metered(refusal.to_string()));
+            return Checked::Refused(refusal.into());
         }
         // 5. The person's yes, or an allowance the person gave for it.
         let waited = ask_reason.is_some();
