@@ -269,11 +269,30 @@ pub struct Answered {
     pub by: Option<By>,
 }
 
+/// Why the person was not asked. `Display` is the why of the refusal's
+/// reason (`[policy] the person was not asked (<why>): ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    /// The calling agent already has this many approvals waiting for the
+    /// person (the person channel's cap).
+    #[error("agent \"{agent}\" already has {limit} approvals waiting for the person")]
+    TooManyWaiting {
+        /// The agent.
+        agent: String,
+        /// Its cap.
+        limit: usize,
+    },
+    /// An approver of the host's own could not reach the person; its words,
+    /// one line.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
 /// Asks the person. An error counts as a no, and says why the person was
 /// not asked (it is the refusal's reason).
 pub trait Approver: Send + Sync {
     /// Returns `Ok(true)` for a yes.
-    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>>;
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, ApprovalError>>;
 
     /// Asks as [`Approver::approve`] does, letting the person remember a
     /// yes as `offer` allows (none: the call cannot be remembered). An
@@ -282,7 +301,7 @@ pub trait Approver: Send + Sync {
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
-    ) -> BoxFuture<'_, Result<Approval, String>> {
+    ) -> BoxFuture<'_, Result<Approval, ApprovalError>> {
         drop(offer);
         let asking = self.approve(request);
         Box::pin(async move {
@@ -302,7 +321,7 @@ pub trait Approver: Send + Sync {
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
-    ) -> BoxFuture<'_, Result<Answered, String>> {
+    ) -> BoxFuture<'_, Result<Answered, ApprovalError>> {
         let asking = self.approve_remembering(request, offer);
         Box::pin(async move { asking.await.map(|approval| Answered { approval, by: None }) })
     }
@@ -314,9 +333,9 @@ pub struct ApproverFn<F>(pub F);
 impl<F, Fut> Approver for ApproverFn<F>
 where
     F: Fn(ApprovalRequest) -> Fut + Send + Sync,
-    Fut: Future<Output = Result<bool, String>> + Send + 'static,
+    Fut: Future<Output = Result<bool, ApprovalError>> + Send + 'static,
 {
-    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, ApprovalError>> {
         Box::pin((self.0)(request))
     }
 }

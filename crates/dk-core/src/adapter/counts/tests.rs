@@ -9,7 +9,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use crate::adapter::{ApproverFn, CallContext, DeviceToolAdapter, ToolOutcome};
+use crate::adapter::{ApprovalError, ApproverFn, CallContext, DeviceToolAdapter, ToolOutcome};
 use crate::link::{DeviceLink, InvokeResult, Links};
 use crate::registry::{ConsentDecision, DeviceRegistry};
 use crate::store::{SqliteStore, Store};
@@ -218,7 +218,10 @@ async fn calls_waiting_for_the_person_hold_their_count() {
         let answer = Arc::clone(&answer);
         async move {
             let _ = asked_tx.send(());
-            let permit = answer.acquire().await.map_err(|e| e.to_string())?;
+            let permit = answer
+                .acquire()
+                .await
+                .map_err(|e| ApprovalError::Unreachable(e.to_string()))?;
             permit.forget();
             Ok(true)
         }
