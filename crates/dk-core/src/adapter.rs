@@ -915,14 +915,11 @@ impl DeviceToolAdapter {
                         let agent = ctx.agent_id.unwrap_or("");
                         self.counts.next_allowed(limited, agent, call.at)
                     });
-                let reason = match wait {
-                    Some(wait) => format!(
-                        "{reason}; calls are allowed again in {}",
-                        counts::wait_in_words(wait)
-                    ),
-                    None => reason.to_owned(),
-                };
-                return Err(Refusal::Blocked { reason });
+                let reason = reason.to_owned();
+                return Err(match wait {
+                    Some(wait) => Refusal::RuleLimited { reason, wait },
+                    None => Refusal::Blocked { reason },
+                });
             }
             Decision::RequireApproval { rule: by, reason } => {
                 *rule = Some(by.to_owned());

@@ -5,6 +5,8 @@
 //! `[8dk-deny]` text dk writes is one of these, the refusals a caller makes
 //! before the checks (an MCP agent's scope, a `_meta` naming a run) included.
 
+use std::time::Duration;
+
 use crate::InputError;
 
 /// The `_meta` key of an MCP `tools/call` that names the run a call belongs to.
@@ -53,6 +55,16 @@ pub enum Refusal {
     Blocked {
         /// The rule's reason.
         reason: String,
+    },
+    /// Check 3: a rule with a limit blocked the call, its limit reached; its
+    /// reason, and how long until its next call is allowed (said in words,
+    /// rounded up).
+    #[error("[policy] {reason}; calls are allowed again in {}", wait_in_words(*wait))]
+    RuleLimited {
+        /// The rule's reason.
+        reason: String,
+        /// How long until the rule allows a call again.
+        wait: Duration,
     },
     /// Check 3: a rule with a limit could not count the call.
     #[error("[policy] a rule with a limit cannot count this call ({why})")]
@@ -215,6 +227,33 @@ pub enum Refusal {
         /// What is wrong with them.
         why: String,
     },
+}
+
+/// A wait in words, rounded up so that waiting that long is enough: `850
+/// ms`, `12 s`, `41 min`, `2 h 5 min`, `3 d 4 h`.
+fn wait_in_words(wait: Duration) -> String {
+    const MINUTE: u128 = 60_000;
+    const HOUR: u128 = 60 * MINUTE;
+    const DAY: u128 = 24 * HOUR;
+    let ms = wait.as_millis().max(1);
+    let up = |unit: u128| ms.div_ceil(unit);
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < MINUTE {
+        format!("{} s", up(1_000))
+    } else if ms < HOUR {
+        format!("{} min", up(MINUTE))
+    } else if ms < DAY {
+        match up(MINUTE) {
+            minutes if minutes % 60 == 0 => format!("{} h", minutes / 60),
+            minutes => format!("{} h {} min", minutes / 60, minutes % 60),
+        }
+    } else {
+        match up(HOUR) {
+            hours if hours % 24 == 0 => format!("{} d", hours / 24),
+            hours => format!("{} d {} h", hours / 24, hours % 24),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -178,3 +178,42 @@ fn refusals_before_the_checks_read_as_they_always_have() {
         r#"[8dk-deny] _meta "dk/runLimits": runLimits must be an object"#,
     );
 }
+
+#[test]
+fn a_wait_is_said_in_words_and_rounded_up() {
+    let cases = [
+        (0, "1 ms"),
+        (850, "850 ms"),
+        (1_000, "1 s"),
+        (1_001, "2 s"),
+        (59_000, "59 s"),
+        (60_000, "1 min"),
+        (2_460_000, "41 min"),
+        (2_459_001, "41 min"),
+        (3_599_999, "60 min"),
+        (3_600_000, "1 h"),
+        (7_500_000, "2 h 5 min"),
+        (86_399_000, "24 h"),
+        (86_400_000, "1 d"),
+        (97_200_000, "1 d 3 h"),
+        (604_800_000, "7 d"),
+    ];
+    for (ms, words) in cases {
+        assert_eq!(
+            wait_in_words(std::time::Duration::from_millis(ms)),
+            words,
+            "{ms}"
+        );
+    }
+}
+
+#[test]
+fn a_limited_rule_says_its_wait_in_words() {
+    check(
+        Refusal::RuleLimited {
+            reason: s("three a night"),
+            wait: std::time::Duration::from_millis(7_500_000),
+        },
+        "[policy] three a night; calls are allowed again in 2 h 5 min",
+    );
+}

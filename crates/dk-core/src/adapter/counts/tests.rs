@@ -278,28 +278,3 @@ async fn a_call_the_person_refuses_gives_its_count_back() {
     assert!(switch(&adapter, "main", allow).await.is_ok());
     assert_eq!(store.load_rate_hits(0).unwrap().len(), 1);
 }
-
-#[test]
-fn a_wait_is_said_in_words_and_rounded_up() {
-    use super::wait_in_words;
-    let cases = [
-        (0, "1 ms"),
-        (850, "850 ms"),
-        (1_000, "1 s"),
-        (1_001, "2 s"),
-        (59_000, "59 s"),
-        (60_000, "1 min"),
-        (2_460_000, "41 min"),
-        (2_459_001, "41 min"),
-        (3_599_999, "60 min"),
-        (3_600_000, "1 h"),
-        (7_500_000, "2 h 5 min"),
-        (86_399_000, "24 h"),
-        (86_400_000, "1 d"),
-        (97_200_000, "1 d 3 h"),
-        (604_800_000, "7 d"),
-    ];
-    for (ms, words) in cases {
-        assert_eq!(wait_in_words(Duration::from_millis(ms)), words, "{ms}");
-    }
-}
