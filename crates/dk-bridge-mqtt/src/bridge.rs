@@ -545,7 +545,7 @@ fn define(
         device: map.id.clone(),
         why,
     };
-    let manifest = map.manifest().map_err(refuse)?;
+    let manifest = map.manifest().map_err(|e| refuse(e.to_string()))?;
     let mut builder = Device::define_validated(manifest);
     for sensor in &map.sensor {
         let (state, topic, path) = (

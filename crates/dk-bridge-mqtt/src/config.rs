@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dk_proto::{Manifest, is_unsafe_char};
+use dk_proto::{Manifest, ManifestError, is_unsafe_char};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -203,7 +203,7 @@ impl BridgeConfig {
             if !keys.insert(device.key_file()) {
                 return Err(refuse("its key file is another device's".to_owned()));
             }
-            device.manifest().map_err(refuse)?;
+            device.manifest().map_err(|e| refuse(e.to_string()))?;
             let topics = std::iter::once(&device.state_topic)
                 .chain(device.actuator.iter().map(|a| &a.command_topic));
             for topic in topics {
@@ -315,7 +315,7 @@ pub(crate) fn plain_topic(topic: &str) -> Result<(), String> {
 
 impl DeviceMap {
     /// The device's manifest, checked by dk-proto's rules.
-    pub fn manifest(&self) -> Result<Manifest, String> {
+    pub fn manifest(&self) -> Result<Manifest, ManifestError> {
         let mut capabilities = Vec::new();
         for sensor in &self.sensor {
             capabilities.push(json!({
@@ -339,7 +339,7 @@ impl DeviceMap {
             "id": self.id, "name": self.name, "kind": self.kind, "version": "1.0.0",
             "capabilities": capabilities,
         });
-        dk_proto::validate_manifest(&manifest).map_err(|e| e.to_string())
+        dk_proto::validate_manifest(&manifest)
     }
 
     /// The mapping as a `[[device]]` of the configuration file.

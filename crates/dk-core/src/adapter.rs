@@ -32,7 +32,9 @@ use std::time::{Duration, SystemTime};
 use dk_policy::{
     Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
 };
-use dk_proto::{Channel, InvokeError, Refusal, check_input, parse_tool_name, tool_name};
+use dk_proto::{
+    Capability, Channel, InvokeError, Refusal, check_input, parse_tool_name, tool_name,
+};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -269,11 +271,30 @@ pub struct Answered {
     pub by: Option<By>,
 }
 
+/// Why the person was not asked. `Display` is the why of the refusal's
+/// reason (`[policy] the person was not asked (<why>): ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    /// The calling agent already has this many approvals waiting for the
+    /// person (the person channel's cap).
+    #[error("agent \"{agent}\" already has {limit} approvals waiting for the person")]
+    TooManyWaiting {
+        /// The agent.
+        agent: String,
+        /// Its cap.
+        limit: usize,
+    },
+    /// An approver of the host's own could not reach the person; its words,
+    /// one line.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
 /// Asks the person. An error counts as a no, and says why the person was
 /// not asked (it is the refusal's reason).
 pub trait Approver: Send + Sync {
     /// Returns `Ok(true)` for a yes.
-    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>>;
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, ApprovalError>>;
 
     /// Asks as [`Approver::approve`] does, letting the person remember a
     /// yes as `offer` allows (none: the call cannot be remembered). An
@@ -282,7 +303,7 @@ pub trait Approver: Send + Sync {
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
-    ) -> BoxFuture<'_, Result<Approval, String>> {
+    ) -> BoxFuture<'_, Result<Approval, ApprovalError>> {
         drop(offer);
         let asking = self.approve(request);
         Box::pin(async move {
@@ -302,7 +323,7 @@ pub trait Approver: Send + Sync {
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
-    ) -> BoxFuture<'_, Result<Answered, String>> {
+    ) -> BoxFuture<'_, Result<Answered, ApprovalError>> {
         let asking = self.approve_remembering(request, offer);
         Box::pin(async move { asking.await.map(|approval| Answered { approval, by: None }) })
     }
@@ -314,9 +335,9 @@ pub struct ApproverFn<F>(pub F);
 impl<F, Fut> Approver for ApproverFn<F>
 where
     F: Fn(ApprovalRequest) -> Fut + Send + Sync,
-    Fut: Future<Output = Result<bool, String>> + Send + 'static,
+    Fut: Future<Output = Result<bool, ApprovalError>> + Send + 'static,
 {
-    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, ApprovalError>> {
         Box::pin((self.0)(request))
     }
 }
@@ -637,10 +658,12 @@ impl DeviceToolAdapter {
     /// of its own (an MCP agent's scope): one decision record through the
     /// same hook as every other call, in its own place in the audit queue,
     /// without the input (it never came near a device).
-    pub async fn report_refusal(&self, tool: &str, reason: &str, ctx: &CallContext<'_>) {
+    pub async fn report_refusal(&self, tool: &str, refusal: &Refusal, ctx: &CallContext<'_>) {
         if self.on_decision.is_none() {
             return;
         }
+        let reason = refusal.to_string();
+        let reason = reason.as_str();
         let parsed = parse_tool_name(tool);
         let mut decision = PendingDecision {
             adapter: self,
@@ -674,28 +697,26 @@ impl DeviceToolAdapter {
         device_id: &str,
         capability: &str,
         read_only: bool,
-    ) -> Option<Checked> {
+    ) -> Option<Refusal> {
         let (Some(gate), Some(agent)) = (ctx.agent_gate, ctx.agent_id) else {
             return None;
         };
         (before.is_some() && gate.may_call(agent, device_id, capability, read_only) != Some(true))
-            .then(|| {
-                Checked::Refused(Refusal::AgentGone {
-                    agent: agent.to_owned(),
-                    tool: tool.to_owned(),
-                })
+            .then(|| Refusal::AgentGone {
+                agent: agent.to_owned(),
+                tool: tool.to_owned(),
             })
     }
 
     /// Check 5: a live allowance for the call answers for the person;
     /// else the person is asked, and may remember a yes when the call
-    /// names an agent that may still make it. Returns the refusal, if any.
+    /// names an agent that may still make it.
     async fn ask_person(
         &self,
         ctx: &CallContext<'_>,
         asking: Asking<'_>,
         said: &mut PersonSaid,
-    ) -> Option<Checked> {
+    ) -> Result<(), Refusal> {
         let Asking {
             tool,
             device_id,
@@ -714,12 +735,12 @@ impl DeviceToolAdapter {
             && let Some(id) = allowances.covering(agent, tool, device.generation(), input)
         {
             said.allowance = Some(AllowanceUse::Used(id));
-            return None;
+            return Ok(());
         }
         let Some(approver) = ctx.approver else {
-            return Some(Checked::Refused(Refusal::NoApprover {
+            return Err(Refusal::NoApprover {
                 reason: reason.into_owned(),
-            }));
+            });
         };
         // Offered only while the agent may make the call and the pairing and
         // grant read before are still those in force.
@@ -772,28 +793,25 @@ impl DeviceToolAdapter {
                 said.answer = Some(false);
                 // A prompt withdrawn because its agent was removed or
                 // re-scoped reads as a no: say why.
-                return Some(
-                    self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
-                        .unwrap_or_else(|| {
-                            Checked::Refused(Refusal::PersonSaidNo {
-                                reason: reason.into_owned(),
-                            })
-                        }),
-                );
+                return Err(self
+                    .agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
+                    .unwrap_or_else(|| Refusal::PersonSaidNo {
+                        reason: reason.into_owned(),
+                    }));
             }
             Err(why) => {
-                return Some(Checked::Refused(Refusal::NotAsked {
+                return Err(Refusal::NotAsked {
                     why: why.to_string(),
                     reason: reason.into_owned(),
-                }));
+                });
             }
         }
-        None
+        Ok(())
     }
 
-    /// Checks 1 to 7. `rule` is set to the name of the rule that blocked the
-    /// call or asked the person, `reached` just before the device is sent
-    /// the call.
+    /// Checks 1 to 7, in ARCHITECTURE.md's order, each a function below.
+    /// `rule` is set to the name of the rule that blocked the call or asked
+    /// the person, `reached` just before the device is sent the call.
     async fn run_checks(
         &self,
         tool: &str,
@@ -803,33 +821,70 @@ impl DeviceToolAdapter {
         (rule, person): (&mut Option<String>, &mut PersonSaid),
         reached: &AtomicBool,
     ) -> Checked {
-        // 1. A real device and capability.
-        let Some((device_id, capability)) = parsed else {
-            return Checked::Refused(Refusal::NotADeviceTool {
+        let checked = async {
+            // 1. A real device and capability.
+            let (device_id, capability) = parsed.ok_or_else(|| Refusal::NotADeviceTool {
                 tool: tool.to_owned(),
-            });
+            })?;
+            let (device, granted) = self.paired(device_id, capability)?;
+            person.channel = Some(device.channel());
+            let cap = declared(&device, device_id, capability)?;
+            // 2. Granted by the person.
+            check_granted(granted, device_id, capability)?;
+            // 3. Rules.
+            let Ruled { counted, ask } =
+                self.check_rules(ctx, (device_id, &device), cap, input, rule)?;
+            // 4. Well-formed input; then the agent's rate and the call's run.
+            let input = check_well_formed(cap, input)?;
+            self.charge(ctx, device_id)?;
+            // 5. The person's yes, or an allowance the person gave for it.
+            let target = Target {
+                tool,
+                device_id,
+                capability,
+                device: &device,
+                read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,
+            };
+            let gate_before = self.ask_if_asked(ctx, &target, input, ask, person).await?;
+            // 6. Still the same pairing, still granted, the agent still there.
+            if let Some(gate_before) = gate_before {
+                self.check_unchanged(ctx, &target, gate_before)?;
+            }
+            // 7. Connected and answering.
+            self.call_device(ctx, device_id, capability, input, counted, reached)
+                .await
         };
-        let Some((device, granted)) = self.registry.get_with_grant(device_id, capability) else {
-            return Checked::Refused(Refusal::NotPaired {
+        checked.await.unwrap_or_else(Checked::Refused)
+    }
+
+    /// Check 1: the device the tool names, paired, and whether the person
+    /// granted the capability (read together, once).
+    fn paired(
+        &self,
+        device_id: &str,
+        capability: &str,
+    ) -> Result<(Arc<PairedDevice>, bool), Refusal> {
+        self.registry
+            .get_with_grant(device_id, capability)
+            .ok_or_else(|| Refusal::NotPaired {
                 device_id: device_id.to_owned(),
-            });
-        };
-        person.channel = Some(device.channel());
-        let Some(cap) = device.manifest().capability(capability) else {
-            return Checked::Refused(Refusal::NoCapability {
-                device_id: device_id.to_owned(),
-                capability: capability.to_owned(),
-            });
-        };
-        // 2. Granted by the person.
-        if !granted {
-            return Checked::Refused(Refusal::NotGranted {
-                device_id: device_id.to_owned(),
-                capability: capability.to_owned(),
-            });
-        }
-        // 3. Rules.
+            })
+    }
+
+    /// Check 3: the rules. A block refuses the call (saying when a limited
+    /// rule allows the next one); an ask, or a capability that asks every
+    /// time, gives the reason the person will be asked. The calls counted
+    /// by rules with a limit are given back unless kept at check 7.
+    fn check_rules(
+        &self,
+        ctx: &CallContext<'_>,
+        (device_id, device): (&str, &PairedDevice),
+        cap: &Capability,
+        input: &Value,
+        rule: &mut Option<String>,
+    ) -> Result<Ruled<'_>, Refusal> {
         let policies = self.policies();
+        let capability = cap.name();
         let call = Call {
             device: DeviceUseContext {
                 agent_id: ctx.agent_id,
@@ -843,16 +898,13 @@ impl DeviceToolAdapter {
             input: input.as_object(),
             at: SystemTime::now(),
         };
-        let (evaluation, counted) = match self.counts.evaluate(&policies, &call) {
-            Ok(evaluated) => evaluated,
-            Err(full) => {
-                return Checked::Refused(Refusal::Uncountable {
+        let (evaluation, counted) =
+            self.counts
+                .evaluate(&policies, &call)
+                .map_err(|full| Refusal::Uncountable {
                     why: full.to_string(),
-                });
-            }
-        };
-        let decision = evaluation.decision;
-        let ask_reason: Option<Cow<'_, str>> = match decision {
+                })?;
+        let ask = match evaluation.decision {
             Decision::Block { rule: by, reason } => {
                 *rule = by.map(str::to_owned);
                 // A rule with a limit says when its next call is allowed,
@@ -863,117 +915,198 @@ impl DeviceToolAdapter {
                         let agent = ctx.agent_id.unwrap_or("");
                         self.counts.next_allowed(limited, agent, call.at)
                     });
-                let reason = match wait {
-                    Some(wait) => format!(
-                        "{reason}; calls are allowed again in {}",
-                        counts::wait_in_words(wait)
-                    ),
-                    None => reason.to_owned(),
-                };
-                return Checked::Refused(Refusal::Blocked { reason });
+                let reason = reason.to_owned();
+                return Err(match wait {
+                    Some(wait) => Refusal::RuleLimited { reason, wait },
+                    None => Refusal::Blocked { reason },
+                });
             }
             Decision::RequireApproval { rule: by, reason } => {
                 *rule = Some(by.to_owned());
-                Some(Cow::Borrowed(reason))
+                Some(reason.to_owned())
             }
-            Decision::Allow { .. } if cap.confirm() => Some(Cow::Owned(format!(
+            Decision::Allow { .. } if cap.confirm() => Some(format!(
                 "\"{capability}\" on {} asks every time",
                 device.manifest().name()
-            ))),
+            )),
             Decision::Allow { .. } => None,
         };
-        // 4. Well-formed input.
-        if let Err(e) = check_input(cap, input) {
-            return Checked::Refused(Refusal::Input(e));
-        }
-        let Value::Object(input) = input else {
-            return Checked::Refused(Refusal::Input(dk_proto::InputError::NotAnObject));
+        Ok(Ruled { counted, ask })
+    }
+
+    /// Between checks 4 and 5: the agent's rate and the call's run, charged
+    /// after the checks that need nobody (a call refused by them costs
+    /// nothing) and before the person is asked (nobody is asked about a
+    /// call over either).
+    fn charge(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
+        self.meter
+            .charge(ctx.agent_id, device_id, ctx.run)
+            .map_err(Refusal::from)
+    }
+
+    /// Check 5, when a rule or the capability's `confirm` asks (`ask` is
+    /// why): an allowance, or the person's yes. Returns `None` when nobody
+    /// was asked, else the gate's word on the calling agent before the wait
+    /// (read before it, so that its removal meanwhile is noticed at check 6).
+    async fn ask_if_asked(
+        &self,
+        ctx: &CallContext<'_>,
+        target: &Target<'_>,
+        input: &Map<String, Value>,
+        ask: Option<String>,
+        person: &mut PersonSaid,
+    ) -> Result<Option<Option<bool>>, Refusal> {
+        let Some(reason) = ask else {
+            return Ok(None);
         };
-        // The agent's rate and the call's run: charged here, after the
-        // checks that need nobody (a call refused by them costs nothing) and
-        // before the person is asked (nobody is asked about a call over
-        // either).
-        if let Err(refusal) = self.meter.charge(ctx.agent_id, device_id, ctx.run) {
-            return Checked::Refused(Refusal::Metered(refusal.to_string()));
-        }
-        // 5. The person's yes, or an allowance the person gave for it.
-        let waited = ask_reason.is_some();
         // Taken before the gate and the grant are read again: a change from
         // then on refuses to remember the person's answer.
         let stamp = self.registry.allowances().stamp();
-        // Whether the caller is one of the gate's agents, read before the
-        // wait so that its removal meanwhile is noticed after it.
-        let read_only = cap.kind() == dk_proto::CapabilityKind::Sensor;
         let gate_before = match (ctx.agent_gate, ctx.agent_id) {
-            (Some(gate), Some(agent)) if waited => {
-                gate.may_call(agent, device_id, capability, read_only)
+            (Some(gate), Some(agent)) => {
+                gate.may_call(agent, target.device_id, target.capability, target.read_only)
             }
             _ => None,
         };
-        if let Some(reason) = ask_reason {
-            let asking = Asking {
-                tool,
-                device_id,
-                capability,
-                device: &device,
-                read_only,
-                input,
-                reason,
-                stamp,
-                gate_before,
-            };
-            if let Some(refusal) = self.ask_person(ctx, asking, person).await {
-                return refusal;
-            }
-        }
-        // 6. Still the same pairing, still granted. Without a wait there is
-        // nothing to re-read: the reads of checks 1 and 2 are this call's.
-        let now = if waited {
-            self.registry.get_with_grant(device_id, capability)
-        } else {
-            Some((Arc::clone(&device), true))
+        let asking = Asking {
+            tool: target.tool,
+            device_id: target.device_id,
+            capability: target.capability,
+            device: target.device,
+            read_only: target.read_only,
+            input,
+            reason: Cow::Owned(reason),
+            stamp,
+            gate_before,
         };
-        match now {
+        self.ask_person(ctx, asking, person).await?;
+        Ok(Some(gate_before))
+    }
+
+    /// Check 6, after the person was asked: still the same pairing, still
+    /// granted, and the calling agent still exists and may still call it.
+    /// Without a wait there is nothing to re-read: the reads of checks 1
+    /// and 2 are the call's.
+    fn check_unchanged(
+        &self,
+        ctx: &CallContext<'_>,
+        target: &Target<'_>,
+        gate_before: Option<bool>,
+    ) -> Result<(), Refusal> {
+        let Target {
+            tool,
+            device_id,
+            capability,
+            device,
+            read_only,
+        } = *target;
+        match self.registry.get_with_grant(device_id, capability) {
             Some((now, granted)) if now.generation() == device.generation() => {
                 if !granted {
-                    return Checked::Refused(Refusal::RevokedMeanwhile {
+                    return Err(Refusal::RevokedMeanwhile {
                         device_id: device_id.to_owned(),
                         capability: capability.to_owned(),
                     });
                 }
             }
             _ => {
-                return Checked::Refused(Refusal::PairingChanged {
+                return Err(Refusal::PairingChanged {
                     device_id: device_id.to_owned(),
                 });
             }
         }
-        // ... and the calling agent still exists and may still call it.
-        if waited
-            && let Some(refusal) =
-                self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only)
-        {
-            return refusal;
-        }
-        // 7. Connected and answering.
-        let Some(link) = self.links.get(device_id) else {
-            return Checked::Refused(Refusal::NotConnected {
-                device_id: device_id.to_owned(),
-            });
-        };
-        // The call is made: it counts against the limited rules it matched.
-        if let Err(error) = counted.keep(self.registry.store().as_ref()) {
-            return Checked::Refused(Refusal::CountsNotKept {
-                why: error.to_string(),
-            });
-        }
-        let timeout = ctx.timeout.unwrap_or(self.call_timeout);
-        reached.store(true, Ordering::Relaxed);
-        match link.invoke(capability, input, timeout).await {
-            Ok(result) => Checked::Answered(result),
-            Err(error) => Checked::DeviceFailed(error),
+        match self.agent_gone(ctx, gate_before, tool, device_id, capability, read_only) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
         }
     }
+
+    /// Check 7: the device is connected; the counts of the rules the call
+    /// matched are kept (the call is made), then the device is called and
+    /// its answer, or failure, is the outcome.
+    async fn call_device(
+        &self,
+        ctx: &CallContext<'_>,
+        device_id: &str,
+        capability: &str,
+        input: &Map<String, Value>,
+        counted: counts::Counted<'_>,
+        reached: &AtomicBool,
+    ) -> Result<Checked, Refusal> {
+        let link = self
+            .links
+            .get(device_id)
+            .ok_or_else(|| Refusal::NotConnected {
+                device_id: device_id.to_owned(),
+            })?;
+        // The call is made: it counts against the limited rules it matched.
+        counted
+            .keep(self.registry.store().as_ref())
+            .map_err(|error| Refusal::CountsNotKept {
+                why: error.to_string(),
+            })?;
+        let timeout = ctx.timeout.unwrap_or(self.call_timeout);
+        reached.store(true, Ordering::Relaxed);
+        Ok(match link.invoke(capability, input, timeout).await {
+            Ok(result) => Checked::Answered(result),
+            Err(error) => Checked::DeviceFailed(error),
+        })
+    }
+}
+
+/// Check 1: the capability the tool names, declared by the device.
+fn declared<'d>(
+    device: &'d PairedDevice,
+    device_id: &str,
+    capability: &str,
+) -> Result<&'d Capability, Refusal> {
+    device
+        .manifest()
+        .capability(capability)
+        .ok_or_else(|| Refusal::NoCapability {
+            device_id: device_id.to_owned(),
+            capability: capability.to_owned(),
+        })
+}
+
+/// Check 2: the person granted the capability (no rule lifts this).
+fn check_granted(granted: bool, device_id: &str, capability: &str) -> Result<(), Refusal> {
+    if granted {
+        return Ok(());
+    }
+    Err(Refusal::NotGranted {
+        device_id: device_id.to_owned(),
+        capability: capability.to_owned(),
+    })
+}
+
+/// Check 4: the input matches the capability's params, and is an object.
+fn check_well_formed<'v>(
+    cap: &Capability,
+    input: &'v Value,
+) -> Result<&'v Map<String, Value>, Refusal> {
+    check_input(cap, input)?;
+    match input {
+        Value::Object(input) => Ok(input),
+        _ => Err(Refusal::Input(dk_proto::InputError::NotAnObject)),
+    }
+}
+
+/// What check 3 found: the calls counted by rules with a limit, and the
+/// reason a rule asks the person, if one does.
+struct Ruled<'c> {
+    counted: counts::Counted<'c>,
+    ask: Option<String>,
+}
+
+/// The call's device and capability, as checks 5 and 6 see them.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    tool: &'a str,
+    device_id: &'a str,
+    capability: &'a str,
+    device: &'a PairedDevice,
+    read_only: bool,
 }
 
 /// One call's decision until it is reported: it holds the call's place in

@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::adapter::{Answered, Approval, ApprovalRequest, Approver};
+use crate::adapter::{Answered, Approval, ApprovalError, ApprovalRequest, Approver};
 use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
 use crate::by::By;
 use crate::registry::{ConsentDecision, ConsentRequest};
@@ -111,19 +111,6 @@ pub enum AnswerError {
     NotRemembered(u64, #[source] AllowanceError),
 }
 
-/// Why the person was not asked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum AskError {
-    /// The calling agent already has this many approvals waiting.
-    #[error("agent \"{agent}\" already has {limit} approvals waiting for the person")]
-    TooManyWaiting {
-        /// The agent.
-        agent: String,
-        /// Its cap.
-        limit: usize,
-    },
-}
-
 enum Responder {
     Consent(oneshot::Sender<ConsentDecision>),
     Approval(oneshot::Sender<Answered>),
@@ -194,7 +181,7 @@ impl PersonChannel {
         timeout: Duration,
         responder: Responder,
         offer: Option<AllowanceOffer>,
-    ) -> Result<u64, AskError> {
+    ) -> Result<u64, ApprovalError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let view = PendingPrompt {
             id,
@@ -210,7 +197,7 @@ impl PersonChannel {
                     .filter(|e| asking_agent(&e.view.prompt) == Some(agent))
                     .count();
                 if waiting >= APPROVALS_PER_AGENT {
-                    return Err(AskError::TooManyWaiting {
+                    return Err(ApprovalError::TooManyWaiting {
                         agent: agent.to_owned(),
                         limit: APPROVALS_PER_AGENT,
                     });
@@ -270,7 +257,7 @@ impl PersonChannel {
         &self,
         request: ApprovalRequest,
         timeout: Duration,
-    ) -> Result<bool, AskError> {
+    ) -> Result<bool, ApprovalError> {
         Ok(matches!(
             self.try_ask_remembering(request, None, timeout)
                 .await?
@@ -288,7 +275,7 @@ impl PersonChannel {
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
         timeout: Duration,
-    ) -> Result<Answered, AskError> {
+    ) -> Result<Answered, ApprovalError> {
         let (tx, rx) = oneshot::channel();
         let id = self.open(
             Prompt::Approval(request),
@@ -459,19 +446,15 @@ fn asking_agent(prompt: &Prompt) -> Option<&str> {
 }
 
 impl Approver for PersonChannel {
-    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, String>> {
-        Box::pin(async move {
-            self.try_ask_approval(request, self.approval_timeout)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'_, Result<bool, ApprovalError>> {
+        Box::pin(self.try_ask_approval(request, self.approval_timeout))
     }
 
     fn approve_remembering(
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
-    ) -> BoxFuture<'_, Result<Approval, String>> {
+    ) -> BoxFuture<'_, Result<Approval, ApprovalError>> {
         let asking = self.approve_answered(request, offer);
         Box::pin(async move { asking.await.map(|answered| answered.approval) })
     }
@@ -480,12 +463,8 @@ impl Approver for PersonChannel {
         &self,
         request: ApprovalRequest,
         offer: Option<AllowanceOffer>,
-    ) -> BoxFuture<'_, Result<Answered, String>> {
-        Box::pin(async move {
-            self.try_ask_remembering(request, offer, self.approval_timeout)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    ) -> BoxFuture<'_, Result<Answered, ApprovalError>> {
+        Box::pin(self.try_ask_remembering(request, offer, self.approval_timeout))
     }
 }
 

@@ -49,6 +49,21 @@ impl From<String> for HandlerError {
     }
 }
 
+/// Why a call to a device gave no result. `Display` is the error text the
+/// vessel is sent (`{ok:false, error:<text>}`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The device declares no such capability (8DK's text).
+    #[error("unknown capability \"{0}\"")]
+    UnknownCapability(String),
+    /// The capability's handler failed; its message.
+    #[error(transparent)]
+    Failed(#[from] HandlerError),
+    /// The capability's handler panicked.
+    #[error("handler for \"{0}\" panicked")]
+    Panicked(String),
+}
+
 /// Why a device could not be defined. `Display` gives 8DK's `defineDevice`
 /// messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -123,15 +138,15 @@ impl Device {
         &self.inner.manifest
     }
 
-    /// Runs the handler of `capability` with `input` and returns its result or
-    /// its error message. An unknown capability answers
-    /// `unknown capability "<name>"` (8DK's text); a handler that panics
-    /// answers `handler for "<name>" panicked`.
+    /// Runs the handler of `capability` with `input` and returns its result,
+    /// or why there is none: the handler's error, an unknown capability
+    /// (`unknown capability "<name>"`, 8DK's text), or a handler that
+    /// panicked (`handler for "<name>" panicked`).
     pub async fn invoke(
         &self,
         capability: &str,
         input: Map<String, Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, CallError> {
         self.call(capability, input).await
     }
 
@@ -141,12 +156,12 @@ impl Device {
         &self,
         capability: &str,
         input: Map<String, Value>,
-    ) -> impl Future<Output = Result<Value, String>> + Send + 'static {
+    ) -> impl Future<Output = Result<Value, CallError>> + Send + 'static {
         let handler = self.inner.handlers.get(capability).cloned();
         let capability = capability.to_owned();
         async move {
             let Some(handler) = handler else {
-                return Err(unknown_capability(&capability));
+                return Err(CallError::UnknownCapability(capability));
             };
             // The handler is called inside the guarded future, so a panic
             // before its first await is caught too.
@@ -155,8 +170,8 @@ impl Device {
                 .await
             {
                 Ok(Ok(value)) => Ok(value),
-                Ok(Err(error)) => Err(error.0),
-                Err(_) => Err(panicked(&capability)),
+                Ok(Err(error)) => Err(CallError::Failed(error)),
+                Err(_) => Err(CallError::Panicked(capability)),
             }
         }
     }
@@ -165,16 +180,6 @@ impl Device {
     pub(crate) fn has_capability(&self, capability: &str) -> bool {
         self.inner.handlers.contains_key(capability)
     }
-}
-
-/// 8DK's answer to an invoke for a capability the device lacks.
-pub(crate) fn unknown_capability(capability: &str) -> String {
-    format!("unknown capability \"{capability}\"")
-}
-
-/// The answer to a call whose handler panicked.
-pub(crate) fn panicked(capability: &str) -> String {
-    format!("handler for \"{capability}\" panicked")
 }
 
 /// Defines a [`Device`]: give one handler per capability, then

@@ -54,7 +54,7 @@ pub use client::{
     CONNECT_TIMEOUT, ClientError, ClientOptions, ConnectionEvent, DEFAULT_INITIAL_BACKOFF,
     DEFAULT_MAX_BACKOFF, STABLE_SESSION, SessionEnd, connect_once, run_client,
 };
-pub use device::{DefineError, Device, DeviceBuilder, HandlerError};
+pub use device::{CallError, DefineError, Device, DeviceBuilder, HandlerError};
 pub use event::{EmitError, EventReceiver, EventSender};
 pub use serve::{
     DEFAULT_GRACE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REMEMBERED_CALLS, Notice, ServeError,

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 
-use crate::device::{panicked, unknown_capability};
+use crate::device::CallError;
 use crate::{Device, EventReceiver};
 
 /// How long in-flight handlers may run once the incoming frames end, by default.
@@ -379,7 +379,7 @@ struct Call {
 struct Calls {
     device: Device,
     max: usize,
-    tasks: JoinSet<Result<Value, String>>,
+    tasks: JoinSet<Result<Value, CallError>>,
     by_task: HashMap<Id, Call>,
     call_ids: HashSet<String>,
 }
@@ -436,7 +436,7 @@ impl Calls {
                     return Some(reply);
                 }
                 if !self.device.has_capability(&capability) {
-                    let error = unknown_capability(&capability);
+                    let error = CallError::UnknownCapability(capability.to_string()).to_string();
                     return Some(result_frame(&call_id, &capability, Err(error)));
                 }
                 if self.tasks.len() >= self.max {
@@ -479,6 +479,11 @@ impl Calls {
             | VesselFrame::PairReveal { .. }
             | VesselFrame::KeyPaired
             | VesselFrame::Closing { .. } => None,
+            VesselFrame::Error { error } => {
+                let message = error.escape_debug().to_string();
+                tracing::warn!(%message, "the vessel reported an error");
+                None
+            }
             VesselFrame::Revoked { capability } => {
                 let capability = capability.map(Cow::into_owned);
                 match &capability {
@@ -494,7 +499,10 @@ impl Calls {
     }
 
     /// The result frame of a finished task.
-    fn answer(&mut self, done: Result<(Id, Result<Value, String>), JoinError>) -> Option<String> {
+    fn answer(
+        &mut self,
+        done: Result<(Id, Result<Value, CallError>), JoinError>,
+    ) -> Option<String> {
         let (id, outcome) = match done {
             Ok((id, outcome)) => (id, Ok(outcome)),
             Err(error) => (error.id(), Err(error)),
@@ -502,8 +510,10 @@ impl Calls {
         let call = self.by_task.remove(&id)?;
         self.call_ids.remove(&call.call_id);
         let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(error) if error.is_panic() => Err(panicked(&call.capability)),
+            Ok(outcome) => outcome.map_err(|error| error.to_string()),
+            Err(error) if error.is_panic() => {
+                Err(CallError::Panicked(call.capability.clone()).to_string())
+            }
             Err(_) => Err(format!("handler for \"{}\" was stopped", call.capability)),
         };
         Some(result_frame(&call.call_id, &call.capability, outcome))

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use axum::http::request::Parts;
 use dk_policy::{RunLimit, RunLimitsLayer};
-use dk_proto::parse_tool_name;
+use dk_proto::{MAX_RUN_ID, RUN_LIMITS_META_KEY, RUN_META_KEY, Refusal, parse_tool_name};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
     Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListResourcesResult,
@@ -58,20 +58,13 @@ pub(crate) fn mcp_tool(definition: ToolDefinition) -> Tool {
     Tool::new(definition.name, description, Arc::new(schema)).with_annotations(annotations)
 }
 
-/// The reason given for a tool outside the agent's scope or role.
-pub(crate) fn out_of_scope_reason(tool: &str, agent: &AgentId) -> String {
-    format!("[8dk-deny] \"{tool}\" is not in the scope of agent \"{agent}\"")
+/// The refusal of a tool outside the agent's scope or role.
+pub(crate) fn out_of_scope(tool: &str, agent: &AgentId) -> Refusal {
+    Refusal::OutOfScope {
+        tool: tool.to_owned(),
+        agent: agent.to_string(),
+    }
 }
-
-/// The `_meta` key of `tools/call` that names the run a call belongs to.
-pub(crate) const RUN_META_KEY: &str = "dk/run";
-
-/// The `_meta` key of `tools/call` with run-level limits for the run named by
-/// [`RUN_META_KEY`]: they only narrow its budget.
-pub(crate) const RUN_LIMITS_META_KEY: &str = "dk/runLimits";
-
-/// The longest run id, in bytes.
-pub(crate) const MAX_RUN_ID: usize = 128;
 
 /// Whether `id` is a run id: 1 to 128 letters, digits, `.`, `_`, `:`, `-`.
 fn valid_run_id(id: &str) -> bool {
@@ -84,27 +77,17 @@ fn valid_run_id(id: &str) -> bool {
 
 /// The run a `tools/call` names in its `_meta`: its id and run-level layer,
 /// `None` when it names none, or the reason the call is refused.
-fn run_of_meta(meta: &JsonObject) -> Result<Option<(String, RunLimitsLayer)>, String> {
+fn run_of_meta(meta: &JsonObject) -> Result<Option<(String, RunLimitsLayer)>, Refusal> {
     let limits = meta.get(RUN_LIMITS_META_KEY).filter(|v| !v.is_null());
     let id = match meta.get(RUN_META_KEY).filter(|v| !v.is_null()) {
-        None if limits.is_some() => {
-            return Err(format!(
-                "[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\" is given without \"{RUN_META_KEY}\""
-            ));
-        }
+        None if limits.is_some() => return Err(Refusal::RunLimitsWithoutRun),
         None => return Ok(None),
         Some(Value::String(id)) if valid_run_id(id) => id.clone(),
-        Some(_) => {
-            return Err(format!(
-                "[8dk-deny] _meta \"{RUN_META_KEY}\" must be a run id: 1 to {MAX_RUN_ID} \
-                 letters, digits, '.', '_', ':' or '-'"
-            ));
-        }
+        Some(_) => return Err(Refusal::BadRunId),
     };
     let Some(limits) = limits else {
         return Ok(Some((id, RunLimitsLayer::new())));
     };
-    let refused = |why: String| format!("[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\": {why}");
     if let Some(limit) = limits
         .as_object()
         .into_iter()
@@ -112,11 +95,12 @@ fn run_of_meta(meta: &JsonObject) -> Result<Option<(String, RunLimitsLayer)>, St
         .filter_map(|name| RunLimit::from_name(name))
         .find(|limit| !ENFORCED_RUN_LIMITS.contains(limit))
     {
-        return Err(refused(format!(
-            "the vessel does not enforce {limit}; only maxToolCalls and maxWallTimeMs"
-        )));
+        return Err(Refusal::RunLimitNotEnforced {
+            limit: limit.name(),
+        });
     }
-    let layer = RunLimitsLayer::from_json(limits).map_err(|e| refused(e.to_string()))?;
+    let layer = RunLimitsLayer::from_json(limits)
+        .map_err(|e| Refusal::BadRunLimits { why: e.to_string() })?;
     Ok(Some((id, layer)))
 }
 
@@ -279,12 +263,14 @@ impl DeviceTools {
             session_id: session,
             ..CallContext::default()
         };
-        let reason = out_of_scope_reason(tool, &agent.id);
+        let refusal = out_of_scope(tool, &agent.id);
         self.vessel
             .adapter()
-            .report_refusal(tool, &reason, &ctx)
+            .report_refusal(tool, &refusal, &ctx)
             .await;
-        Some(CallToolResult::error(vec![ContentBlock::text(reason)]))
+        Some(CallToolResult::error(vec![ContentBlock::text(
+            refusal.to_string(),
+        )]))
     }
 }
 
@@ -423,7 +409,7 @@ impl ServerHandler for DeviceTools {
             .unwrap_or(&context.meta);
         let run = match run_of_meta(meta) {
             Ok(run) => run,
-            Err(reason) => {
+            Err(refusal) => {
                 let ctx = CallContext {
                     agent_id: Some(&agent.id),
                     session_id: session.as_deref(),
@@ -431,8 +417,9 @@ impl ServerHandler for DeviceTools {
                 };
                 self.vessel
                     .adapter()
-                    .report_refusal(&request.name, &reason, &ctx)
+                    .report_refusal(&request.name, &refusal, &ctx)
                     .await;
+                let reason = refusal.to_string();
                 return Ok(CallToolResult::error(vec![ContentBlock::text(reason)]).into());
             }
         };

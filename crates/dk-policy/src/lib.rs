@@ -89,10 +89,10 @@ pub use lint::{
 };
 pub use rate::{
     DEFAULT_RATE_LOG_KEYS, MAX_LIMIT_CALLS, MAX_LIMIT_WINDOW, NoCounts, RateCounts, RateLimit,
-    RateLog, RateLogFull,
+    RateLimitError, RateLog, RateLogFull,
 };
 pub use rule::{DEVICE_USE, Rule, RuleDecision};
-pub use time::{WEEKDAYS, ZoneError};
+pub use time::{InstantError, WEEKDAYS, ZoneError};
 
 /// Fuzzing hook: parses arbitrary bytes as a condition, prints and parses
 /// again. Never panics.

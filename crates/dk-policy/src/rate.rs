@@ -23,6 +23,30 @@ pub const MAX_LIMIT_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How many (rule, agent) pairs a [`RateLog`] keeps by default.
 pub const DEFAULT_RATE_LOG_KEYS: usize = 16_384;
 
+/// Why a `limit` does not read. `Display` says how to write it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RateLimitError {
+    /// Not `N per <window>`; the text as given.
+    #[error(
+        "`limit` `{}`: write `limit: N per <window>`, such as `limit: 3 per 1h` (the window in s, m, h or d)",
+        .0.escape_debug()
+    )]
+    Shape(String),
+    /// `N` is not a whole number from 1 to [`MAX_LIMIT_CALLS`]; `N` as given.
+    #[error(
+        "`limit` calls `{}` must be a whole number from 1 to {MAX_LIMIT_CALLS}",
+        .0.escape_debug()
+    )]
+    Calls(String),
+    /// The window is not a whole number of s, m, h or d from 1 s to
+    /// [`MAX_LIMIT_WINDOW`]; the window as given.
+    #[error(
+        "`limit` window `{}` must be a whole number of s, m, h or d, from 1s to 7d (`1h`, `30m`)",
+        .0.escape_debug()
+    )]
+    Window(String),
+}
+
 /// A rule's `limit`: at most `calls` allowed matching calls per agent in
 /// any `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,32 +72,20 @@ impl RateLimit {
 
     /// Reads `N per <window>`, where the window is a whole number followed
     /// by `s`, `m`, `h` or `d` (`3 per 1h`, `10 per 30m`, `100 per 1d`).
-    /// The message of an error says how to write it.
-    pub fn parse(text: &str) -> Result<RateLimit, String> {
-        let shape =
-            "write `limit: N per <window>`, such as `limit: 3 per 1h` (the window in s, m, h or d)";
+    /// The error says how to write it.
+    pub fn parse(text: &str) -> Result<RateLimit, RateLimitError> {
         let words: Vec<&str> = text.split_whitespace().collect();
         let [calls, per, window] = words.as_slice() else {
-            return Err(format!("`limit` `{}`: {shape}", text.escape_debug()));
+            return Err(RateLimitError::Shape(text.to_owned()));
         };
         if !per.eq_ignore_ascii_case("per") {
-            return Err(format!("`limit` `{}`: {shape}", text.escape_debug()));
+            return Err(RateLimitError::Shape(text.to_owned()));
         }
         let calls: u32 = match calls.parse() {
             Ok(n) if (1..=MAX_LIMIT_CALLS).contains(&n) => n,
-            _ => {
-                return Err(format!(
-                    "`limit` calls `{}` must be a whole number from 1 to {MAX_LIMIT_CALLS}",
-                    calls.escape_debug()
-                ));
-            }
+            _ => return Err(RateLimitError::Calls((*calls).to_owned())),
         };
-        let bad_window = || {
-            format!(
-                "`limit` window `{}` must be a whole number of s, m, h or d, from 1s to 7d (`1h`, `30m`)",
-                window.escape_debug()
-            )
-        };
+        let bad_window = || RateLimitError::Window((*window).to_owned());
         let digits = window.trim_end_matches(|c: char| c.is_ascii_alphabetic());
         let unit = window.get(digits.len()..).unwrap_or("");
         let Some(&(_, seconds_per_unit)) = UNITS.iter().find(|(name, _)| *name == unit) else {

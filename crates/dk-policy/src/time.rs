@@ -191,29 +191,53 @@ impl Zone {
 /// (`2026-12-01T23:30`, `2026-12-01T23:30:00`), read in `zone`. A local
 /// time a DST change skips reads as the time after the gap; one it repeats
 /// reads as its first occurrence.
-pub(crate) fn parse_instant(text: &str, zone: &TimeZone) -> Result<SystemTime, String> {
-    let how = "write `2026-12-01T23:30:00` (in the rules' zone) or `2026-12-01T23:30:00Z` (with an offset)";
+pub(crate) fn parse_instant(text: &str, zone: &TimeZone) -> Result<SystemTime, InstantError> {
+    let out_of_range = |why: &dyn fmt::Display| InstantError::OutOfRange {
+        text: text.to_owned(),
+        why: why.to_string(),
+    };
     let instant = match text.parse::<Timestamp>() {
         Ok(timestamp) => timestamp,
         Err(_) => {
             let civil: jiff::civil::DateTime = text
                 .parse()
-                .map_err(|_| format!("`{}` is not a date and time: {how}", text.escape_debug()))?;
+                .map_err(|_| InstantError::NotADateTime(text.to_owned()))?;
             zone.to_ambiguous_timestamp(civil)
                 .compatible()
-                .map_err(|e| format!("`{}`: {e}", text.escape_debug()))?
+                .map_err(|e| out_of_range(&e))?
         }
     };
     let since = instant.duration_since(Timestamp::UNIX_EPOCH);
-    let magnitude = std::time::Duration::try_from(since.abs())
-        .map_err(|e| format!("`{}`: {e}", text.escape_debug()))?;
+    let magnitude = std::time::Duration::try_from(since.abs()).map_err(|e| out_of_range(&e))?;
     let epoch = SystemTime::UNIX_EPOCH;
     let at = if since.is_negative() {
         epoch.checked_sub(magnitude)
     } else {
         epoch.checked_add(magnitude)
     };
-    at.ok_or_else(|| format!("`{}` is too far from 1970", text.escape_debug()))
+    at.ok_or_else(|| InstantError::TooFar(text.to_owned()))
+}
+
+/// Why a text is not an instant. `Display` says how to write one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InstantError {
+    /// Neither RFC 3339 nor a local date and time; the text as given.
+    #[error(
+        "`{}` is not a date and time: write `2026-12-01T23:30:00` (in the rules' zone) or `2026-12-01T23:30:00Z` (with an offset)",
+        .0.escape_debug()
+    )]
+    NotADateTime(String),
+    /// A date and time the zone or the clock cannot place.
+    #[error("`{}`: {why}", text.escape_debug())]
+    OutOfRange {
+        /// The text as given.
+        text: String,
+        /// Why it cannot be placed.
+        why: String,
+    },
+    /// An instant the system clock cannot hold; the text as given.
+    #[error("`{}` is too far from 1970", .0.escape_debug())]
+    TooFar(String),
 }
 
 /// A time zone name that could not be used.
@@ -366,7 +390,7 @@ mod tests {
             "2026-12-01 23:30:00 CET",
             "",
         ] {
-            let error = parse_instant(bad, &berlin).unwrap_err();
+            let error = parse_instant(bad, &berlin).unwrap_err().to_string();
             assert!(
                 error.contains("is not a date and time: write `2026-12-01T23:30:00`"),
                 "{bad}: {error}"

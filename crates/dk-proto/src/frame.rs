@@ -118,6 +118,7 @@ const PAIR_COMMIT: &str = "device:pair-commit";
 const PAIR_NONCE: &str = "device:pair-nonce";
 const PAIR_REVEAL: &str = "device:pair-reveal";
 const CLOSING: &str = "device:closing";
+const ERROR: &str = "device:error";
 
 /// Which channel a device connection speaks: the frames a side accepts
 /// depend on it.
@@ -287,6 +288,14 @@ pub enum VesselFrame<'a> {
         code: u16,
         /// Its reason.
         reason: Cow<'a, str>,
+    },
+    /// `device:error {error}`: dk's answer to a frame it refused (not
+    /// JSON, too large, out of order), on either channel. 8DK v1 has no such
+    /// frame; a v1 device ignores it as an unknown type. A missing `error`
+    /// reads as empty.
+    Error {
+        /// What was wrong with the frame.
+        error: Cow<'a, str>,
     },
 }
 
@@ -602,13 +611,29 @@ fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameErro
     serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| not_json(&e, max_depth))
 }
 
+/// Which side parses a frame: the one it is sent to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    Vessel,
+    Device,
+}
+
 /// The frame type, checked against those of the channel: v1 knows 8DK's
 /// eight; dk/2 adds the pairing exchange and `device:closing`, and has no
-/// `device:pairing` (its code is never sent).
-fn frame_type(raw: Option<Scalar<'_>>, channel: Channel) -> Result<&'static str, FrameError> {
+/// `device:pairing` (its code is never sent). A device also knows dk's
+/// `device:error` on both (a vessel reading one sent to it finds an unknown
+/// type, as 8DK's does).
+fn frame_type(
+    raw: Option<Scalar<'_>>,
+    channel: Channel,
+    reader: Reader,
+) -> Result<&'static str, FrameError> {
     let name = raw
         .and_then(Scalar::into_str)
         .ok_or(FrameError::MissingType)?;
+    if reader == Reader::Device && name == ERROR {
+        return Ok(ERROR);
+    }
     let known: &[&'static str] = match channel {
         Channel::V1 => &[HELLO, AUTH, RESULT, EVENT, PAIRING, PAIRED, INVOKE, REVOKED],
         Channel::Dk2 => &[
@@ -664,7 +689,7 @@ impl<'a> DeviceFrame<'a> {
         channel: Channel,
     ) -> Result<DeviceFrame<'a>, FrameError> {
         let raw = read_raw(bytes, limits)?;
-        match frame_type(raw.kind, channel)? {
+        match frame_type(raw.kind, channel, Reader::Vessel)? {
             AUTH if channel == Channel::Dk2 => Ok(DeviceFrame::KeyAuth {
                 device_id: required_str(raw.device_id, AUTH, "deviceId")?,
                 manifest: Cow::Borrowed(raw.manifest.ok_or(FrameError::MissingField {
@@ -865,7 +890,7 @@ impl<'a> VesselFrame<'a> {
         channel: Channel,
     ) -> Result<VesselFrame<'a>, FrameError> {
         let raw = read_raw(bytes, limits)?;
-        match frame_type(raw.kind, channel)? {
+        match frame_type(raw.kind, channel, Reader::Device)? {
             PAIRED if channel == Channel::Dk2 => Ok(VesselFrame::KeyPaired),
             PAIR_COMMIT => Ok(VesselFrame::PairCommit {
                 commitment: required_hex(raw.commitment, PAIR_COMMIT, "commitment")?,
@@ -893,6 +918,16 @@ impl<'a> VesselFrame<'a> {
                 };
                 Ok(VesselFrame::Closing { code, reason })
             }
+            ERROR => Ok(VesselFrame::Error {
+                error: match raw.error {
+                    None => Cow::Borrowed(""),
+                    Some(value) => value.into_str().ok_or(FrameError::WrongType {
+                        frame: ERROR,
+                        field: "error",
+                        expected: "a string",
+                    })?,
+                },
+            }),
             INVOKE => {
                 let call_id = required_str(raw.call_id, INVOKE, "callId")?;
                 let capability = required_str(raw.capability, INVOKE, "capability")?;
@@ -934,6 +969,23 @@ impl<'a> VesselFrame<'a> {
         }
     }
 
+    /// The pairing-exchange frame type a JSON text names in its `type`
+    /// (`device:pair-commit`, `device:pair-reveal`, `device:pair-nonce`, or
+    /// v1's `device:pairing`), whether or not the rest of the frame parses:
+    /// a dk/2 device ends the pairing on such a frame that is malformed, or
+    /// that comes once it is paired. `None` for any other text.
+    pub fn pairing_type(text: &str) -> Option<&'static str> {
+        #[derive(serde::Deserialize)]
+        struct Typed<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Cow<'a, str>,
+        }
+        let typed = serde_json::from_str::<Typed<'_>>(text).ok()?;
+        [PAIR_COMMIT, PAIR_REVEAL, PAIR_NONCE, PAIRING]
+            .into_iter()
+            .find(|kind| *kind == typed.kind)
+    }
+
     /// The frame's `type`.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -945,6 +997,7 @@ impl<'a> VesselFrame<'a> {
             VesselFrame::PairReveal { .. } => PAIR_REVEAL,
             VesselFrame::KeyPaired => PAIRED,
             VesselFrame::Closing { .. } => CLOSING,
+            VesselFrame::Error { .. } => ERROR,
         }
     }
 
@@ -987,6 +1040,7 @@ impl Serialize for VesselFrame<'_> {
                 map.serialize_entry("code", code)?;
                 map.serialize_entry("reason", reason)?;
             }
+            VesselFrame::Error { error } => map.serialize_entry("error", error)?,
         }
         map.end()
     }

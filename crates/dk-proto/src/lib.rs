@@ -37,7 +37,7 @@ pub use manifest::{
     Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
     validate_manifest, validate_manifest_json,
 };
-pub use refusal::Refusal;
+pub use refusal::{MAX_RUN_ID, RUN_LIMITS_META_KEY, RUN_META_KEY, Refusal};
 pub use text::{is_js_whitespace, is_unsafe_char, utf16_len};
 pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
 

@@ -1,9 +1,23 @@
 //! Why a vessel refused an agent's call to a device: one variant per
 //! refusal the seven checks make. `Display` is the reason the agent reads,
 //! 8DK's text byte for byte: `[8dk-deny] ...` for the vessel's own checks,
-//! `[policy] ...` for the rules and the person's answer.
+//! `[policy] ...` for the rules and the person's answer. Every
+//! `[8dk-deny]` text dk writes is one of these, the refusals a caller makes
+//! before the checks (an MCP agent's scope, a `_meta` naming a run) included.
+
+use std::time::Duration;
 
 use crate::InputError;
+
+/// The `_meta` key of an MCP `tools/call` that names the run a call belongs to.
+pub const RUN_META_KEY: &str = "dk/run";
+
+/// The `_meta` key of an MCP `tools/call` with run-level limits for the run
+/// named by [`RUN_META_KEY`]: they only narrow its budget.
+pub const RUN_LIMITS_META_KEY: &str = "dk/runLimits";
+
+/// The longest run id, in bytes.
+pub const MAX_RUN_ID: usize = 128;
 
 /// A refused call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +56,16 @@ pub enum Refusal {
         /// The rule's reason.
         reason: String,
     },
+    /// Check 3: a rule with a limit blocked the call, its limit reached; its
+    /// reason, and how long until its next call is allowed (said in words,
+    /// rounded up).
+    #[error("[policy] {reason}; calls are allowed again in {}", wait_in_words(*wait))]
+    RuleLimited {
+        /// The rule's reason.
+        reason: String,
+        /// How long until the rule allows a call again.
+        wait: Duration,
+    },
     /// Check 3: a rule with a limit could not count the call.
     #[error("[policy] a rule with a limit cannot count this call ({why})")]
     Uncountable {
@@ -51,10 +75,57 @@ pub enum Refusal {
     /// Check 4: the input does not match the capability's params.
     #[error("[8dk-deny] {0}")]
     Input(#[from] InputError),
-    /// Between checks 4 and 5: the agent's rate or the run's budget refused
-    /// the call; the meter's own text, prefix included.
-    #[error("{0}")]
-    Metered(String),
+    /// Between checks 4 and 5: the calling agent's rate over all devices
+    /// is spent.
+    #[error(
+        "[8dk-deny] rate limit: this agent's device calls are limited to {calls_per_minute} \
+         a minute, in bursts of {burst}; calls are allowed again in {wait_ms} ms"
+    )]
+    AgentRate {
+        /// The rate's calls a minute.
+        calls_per_minute: u32,
+        /// The rate's burst.
+        burst: u32,
+        /// Milliseconds until a call is allowed again.
+        wait_ms: u64,
+    },
+    /// Between checks 4 and 5: the calling agent's rate for this device is
+    /// spent.
+    #[error(
+        "[8dk-deny] rate limit: this agent's calls to device \"{device_id}\" are limited \
+         to {calls_per_minute} a minute, in bursts of {burst}; calls to it are allowed again \
+         in {wait_ms} ms"
+    )]
+    DeviceRate {
+        /// The device.
+        device_id: String,
+        /// The rate's calls a minute.
+        calls_per_minute: u32,
+        /// The rate's burst.
+        burst: u32,
+        /// Milliseconds until a call to it is allowed again.
+        wait_ms: u64,
+    },
+    /// Between checks 4 and 5: a limit of the call's run went past (this
+    /// call, or an earlier one: a spent run stays spent).
+    #[error(
+        "[8dk-deny] run limit {limit} of {maximum} exceeded: the budget of run \"{run}\" is spent"
+    )]
+    RunBudgetSpent {
+        /// The limit's name, e.g. `maxToolCalls`.
+        limit: &'static str,
+        /// Its value in the run's budget.
+        maximum: u64,
+        /// The run's id.
+        run: String,
+    },
+    /// Between checks 4 and 5: the run budget's configured layers are out
+    /// of range.
+    #[error("[8dk-deny] the run budget is misconfigured: {why}")]
+    RunBudgetMisconfigured {
+        /// Which value is out of range, and its range.
+        why: String,
+    },
     /// Check 5: the person would be asked, but nobody can ask them.
     #[error("[policy] {reason} (no approver wired)")]
     NoApprover {
@@ -121,6 +192,68 @@ pub enum Refusal {
     /// that could not be recorded.
     #[error("[8dk-deny] the audit log has stopped: no call can be recorded")]
     AuditStopped,
+    /// Before the checks: the tool is outside the calling agent's scope or
+    /// role (an MCP agent's rule).
+    #[error("[8dk-deny] \"{tool}\" is not in the scope of agent \"{agent}\"")]
+    OutOfScope {
+        /// The tool name as called.
+        tool: String,
+        /// The agent.
+        agent: String,
+    },
+    /// Before the checks: a `_meta` gives run-level limits without naming
+    /// the run.
+    #[error("[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\" is given without \"{RUN_META_KEY}\"")]
+    RunLimitsWithoutRun,
+    /// Before the checks: the run a `_meta` names is not a run id.
+    #[error(
+        "[8dk-deny] _meta \"{RUN_META_KEY}\" must be a run id: 1 to {MAX_RUN_ID} letters, \
+         digits, '.', '_', ':' or '-'"
+    )]
+    BadRunId,
+    /// Before the checks: a `_meta` narrows a run limit the vessel does not
+    /// count.
+    #[error(
+        "[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\": the vessel does not enforce {limit}; \
+         only maxToolCalls and maxWallTimeMs"
+    )]
+    RunLimitNotEnforced {
+        /// The limit's name, e.g. `maxTurns`.
+        limit: &'static str,
+    },
+    /// Before the checks: a `_meta`'s run-level limits do not read.
+    #[error("[8dk-deny] _meta \"{RUN_LIMITS_META_KEY}\": {why}")]
+    BadRunLimits {
+        /// What is wrong with them.
+        why: String,
+    },
+}
+
+/// A wait in words, rounded up so that waiting that long is enough: `850
+/// ms`, `12 s`, `41 min`, `2 h 5 min`, `3 d 4 h`.
+fn wait_in_words(wait: Duration) -> String {
+    const MINUTE: u128 = 60_000;
+    const HOUR: u128 = 60 * MINUTE;
+    const DAY: u128 = 24 * HOUR;
+    let ms = wait.as_millis().max(1);
+    let up = |unit: u128| ms.div_ceil(unit);
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < MINUTE {
+        format!("{} s", up(1_000))
+    } else if ms < HOUR {
+        format!("{} min", up(MINUTE))
+    } else if ms < DAY {
+        match up(MINUTE) {
+            minutes if minutes % 60 == 0 => format!("{} h", minutes / 60),
+            minutes => format!("{} h {} min", minutes / 60, minutes % 60),
+        }
+    } else {
+        match up(HOUR) {
+            hours if hours % 24 == 0 => format!("{} d", hours / 24),
+            hours => format!("{} d {} h", hours / 24, hours % 24),
+        }
+    }
 }
 
 #[cfg(test)]

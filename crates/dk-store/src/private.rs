@@ -272,11 +272,11 @@ pub fn read_private_file(path: &Path) -> Result<Vec<u8>, PrivateFileError> {
 /// each path made absolute and, where it exists, resolved through links: a
 /// secret kept there goes wherever a copy or a backup of `dir` goes. An
 /// error names the path that could not be made absolute.
-pub fn is_inside(dir: &Path, file: &Path) -> Result<bool, String> {
+pub fn is_inside(dir: &Path, file: &Path) -> Result<bool, PrivateFileError> {
     let absolute = |path: &Path| {
         std::path::absolute(path)
             .map(|path| path.components().collect::<std::path::PathBuf>())
-            .map_err(|e| format!("`{}`: {e}", path.display()))
+            .map_err(|e| PrivateFileError::io(path, e))
     };
     let dir = absolute(dir)?;
     let dir = dir.canonicalize().unwrap_or(dir);

@@ -935,7 +935,7 @@ fn move_old_key(data_dir: &Path, key_file: &Path) -> Result<Option<PathBuf>, Ser
 /// Refuses a key file inside the data directory, which a copy or a backup
 /// of it would carry.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), ServerError> {
-    if is_inside(data_dir, key_file).map_err(ServerError::VesselKeyPlace)? {
+    if is_inside(data_dir, key_file).map_err(|e| ServerError::VesselKeyPlace(e.to_string()))? {
         return Err(ServerError::VesselKeyPlace(format!(
             "the vessel key file `{}` is inside the data directory `{}`: keep it outside, where a copy of the data directory does not take it",
             key_file.display(),

@@ -138,7 +138,7 @@ pub fn open_vessel_store(
 /// Refuses a key file inside the data directory, where whoever can rewrite
 /// the log could read it.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
-    if dk_vessel::store::private::is_inside(data_dir, key_file)? {
+    if dk_vessel::store::private::is_inside(data_dir, key_file).map_err(|e| e.to_string())? {
         return Err(format!(
             "the audit key file `{}` is inside the data directory `{}`: keep it outside, where rewriting the log does not reach it",
             key_file.display(),

@@ -460,7 +460,7 @@ fn explain(file: &Path, asked: &Asked<'_>, json: bool) -> ExitCode {
             .at
             .map(|at| {
                 set.instant(at)
-                    .map_err(|e| format!("--at {}", printable(&e)))
+                    .map_err(|e| format!("--at {}", printable(&e.to_string())))
             })
             .transpose()?;
         if asked.action != DEVICE_USE && (input.is_some() || at.is_some()) {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use dk_policy::{
     InputError, RunLimit, RunLimitBreach, RunLimits, RunLimitsLayer, RunTracker, narrow,
 };
+use dk_proto::Refusal;
 
 use super::rate::{AgentRateLimits, RateLimiter, RateRefusal};
 
@@ -150,18 +151,17 @@ pub(crate) enum BudgetRefusal {
     Misconfigured(InputError),
 }
 
-impl fmt::Display for BudgetRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BudgetRefusal::Breach { breach, run } => {
-                write!(
-                    f,
-                    "[8dk-deny] {breach}: the budget of run \"{run}\" is spent"
-                )
-            }
-            BudgetRefusal::Misconfigured(error) => {
-                write!(f, "[8dk-deny] the run budget is misconfigured: {error}")
-            }
+impl From<BudgetRefusal> for Refusal {
+    fn from(refusal: BudgetRefusal) -> Refusal {
+        match refusal {
+            BudgetRefusal::Breach { breach, run } => Refusal::RunBudgetSpent {
+                limit: breach.limit.name(),
+                maximum: breach.maximum,
+                run,
+            },
+            BudgetRefusal::Misconfigured(error) => Refusal::RunBudgetMisconfigured {
+                why: error.to_string(),
+            },
         }
     }
 }
@@ -353,11 +353,11 @@ pub(crate) enum MeterRefusal {
     Budget(BudgetRefusal),
 }
 
-impl fmt::Display for MeterRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MeterRefusal::Rate(refusal) => refusal.fmt(f),
-            MeterRefusal::Budget(refusal) => refusal.fmt(f),
+impl From<MeterRefusal> for Refusal {
+    fn from(refusal: MeterRefusal) -> Refusal {
+        match refusal {
+            MeterRefusal::Rate(refusal) => refusal.into(),
+            MeterRefusal::Budget(refusal) => refusal.into(),
         }
     }
 }

@@ -120,33 +120,6 @@ impl RuleCounts {
     }
 }
 
-/// A wait in words, rounded up so that waiting that long is enough: `850
-/// ms`, `12 s`, `41 min`, `2 h 5 min`, `3 d 4 h`.
-pub(crate) fn wait_in_words(wait: std::time::Duration) -> String {
-    const MINUTE: u128 = 60_000;
-    const HOUR: u128 = 60 * MINUTE;
-    const DAY: u128 = 24 * HOUR;
-    let ms = wait.as_millis().max(1);
-    let up = |unit: u128| ms.div_ceil(unit);
-    if ms < 1_000 {
-        format!("{ms} ms")
-    } else if ms < MINUTE {
-        format!("{} s", up(1_000))
-    } else if ms < HOUR {
-        format!("{} min", up(MINUTE))
-    } else if ms < DAY {
-        match up(MINUTE) {
-            minutes if minutes % 60 == 0 => format!("{} h", minutes / 60),
-            minutes => format!("{} h {} min", minutes / 60, minutes % 60),
-        }
-    } else {
-        match up(HOUR) {
-            hours if hours % 24 == 0 => format!("{} d", hours / 24),
-            hours => format!("{} d {} h", hours / 24, hours % 24),
-        }
-    }
-}
-
 /// The calls one call counted against limited rules, given back unless kept.
 #[must_use = "dropping it gives the counts back"]
 pub(crate) struct Counted<'c> {

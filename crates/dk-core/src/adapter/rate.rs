@@ -16,6 +16,8 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use dk_proto::Refusal;
+
 /// A nonzero count for the constants below (`n` is at least 1 in each).
 const fn count(n: u32) -> NonZeroU32 {
     NonZeroU32::MIN.saturating_add(n.saturating_sub(1))
@@ -111,22 +113,25 @@ pub(crate) struct RateRefusal {
     wait_ms: u64,
 }
 
-impl fmt::Display for RateRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (per_minute, burst, wait) =
-            (self.limit.calls_per_minute, self.limit.burst, self.wait_ms);
-        match &self.scope {
-            Scope::Overall => write!(
-                f,
-                "[8dk-deny] rate limit: this agent's device calls are limited to {per_minute} \
-                 a minute, in bursts of {burst}; calls are allowed again in {wait} ms"
-            ),
-            Scope::Device(device) => write!(
-                f,
-                "[8dk-deny] rate limit: this agent's calls to device \"{device}\" are limited \
-                 to {per_minute} a minute, in bursts of {burst}; calls to it are allowed again \
-                 in {wait} ms"
-            ),
+impl From<RateRefusal> for Refusal {
+    fn from(refusal: RateRefusal) -> Refusal {
+        let (calls_per_minute, burst, wait_ms) = (
+            refusal.limit.calls_per_minute.get(),
+            refusal.limit.burst.get(),
+            refusal.wait_ms,
+        );
+        match refusal.scope {
+            Scope::Overall => Refusal::AgentRate {
+                calls_per_minute,
+                burst,
+                wait_ms,
+            },
+            Scope::Device(device_id) => Refusal::DeviceRate {
+                device_id,
+                calls_per_minute,
+                burst,
+                wait_ms,
+            },
         }
     }
 }

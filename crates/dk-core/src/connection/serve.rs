@@ -94,9 +94,9 @@ impl Out {
     }
 
     fn error(&self, message: &str) {
-        let _ = self
-            .frames
-            .try_send(json!({"type": "device:error", "error": message}).to_string());
+        self.frame(&VesselFrame::Error {
+            error: Cow::Borrowed(message),
+        });
     }
 
     fn close(&mut self, frame: CloseFrame) -> CloseFrame {

@@ -172,7 +172,10 @@ async fn one_agent_keeps_at_most_its_cap_of_approvals_waiting() {
     until_pending(&channel, APPROVALS_PER_AGENT).await;
     // One more of the same agent is refused at once, with why, and the
     // person is not asked.
-    let refused = channel.approve(approval_of("flood")).await;
+    let refused = channel
+        .approve(approval_of("flood"))
+        .await
+        .map_err(|e| e.to_string());
     assert_eq!(
         refused,
         Err(format!(

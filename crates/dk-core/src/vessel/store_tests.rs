@@ -199,7 +199,7 @@ fn last_decision(vessel: &crate::Vessel) -> Value {
 
 #[tokio::test]
 async fn a_call_abandoned_half_way_is_still_recorded() {
-    use crate::adapter::{ApprovalRequest, ApproverFn, CallContext};
+    use crate::adapter::{ApprovalError, ApprovalRequest, ApproverFn, CallContext};
     // Abandoned while the person is asked: the device was not reached.
     let (called, asked) = tokio::sync::oneshot::channel::<()>();
     let called = Mutex::new(Some(called));
@@ -207,7 +207,7 @@ async fn a_call_abandoned_half_way_is_still_recorded() {
         if let Some(called) = called.lock().unwrap().take() {
             let _ = called.send(());
         }
-        futures::future::pending::<Result<bool, String>>()
+        futures::future::pending::<Result<bool, ApprovalError>>()
     });
     let link = Link {
         answers: false,

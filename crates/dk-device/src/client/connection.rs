@@ -20,7 +20,6 @@ use dk_proto::{
 };
 use futures::future::Fuse;
 use futures::{FutureExt as _, Sink, SinkExt as _, Stream, StreamExt as _};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
@@ -408,16 +407,17 @@ where
                     self.keep_token(&device_token).await?;
                     return Ok(None);
                 }
+                Ok(VesselFrame::Error { error }) => {
+                    let message = printable(&error);
+                    tracing::warn!(%message, "the vessel reported an error");
+                }
                 Ok(other) => {
                     tracing::warn!(
                         frame = other.type_name(),
                         "ignored a frame sent before pairing ended"
                     );
                 }
-                Err(error) => match vessel_error(&text) {
-                    Some(message) => tracing::warn!(%message, "the vessel reported an error"),
-                    None => tracing::debug!(%error, "ignored a frame from the vessel"),
-                },
+                Err(error) => tracing::debug!(%error, "ignored a frame from the vessel"),
             }
         }
     }
@@ -433,17 +433,12 @@ where
                 Err(error) => {
                     // A pairing frame that does not parse (a nonce that is
                     // not 64 hex digits, v1's code on dk/2) ends the pairing.
-                    if let Some(kind) = frame_type(text)
-                        && PAIRING_FRAMES.contains(&kind.as_str())
-                    {
+                    if let Some(kind) = VesselFrame::pairing_type(text) {
                         return Err(ClientError::PairingBroken(format!(
                             "a malformed or unexpected {kind} frame"
                         )));
                     }
-                    match vessel_error(text) {
-                        Some(message) => tracing::warn!(%message, "the vessel reported an error"),
-                        None => tracing::debug!(%error, "ignored a frame from the vessel"),
-                    }
+                    tracing::debug!(%error, "ignored a frame from the vessel");
                     return Ok(false);
                 }
             };
@@ -502,6 +497,11 @@ where
             }
             VesselFrame::Closing { code, reason } => {
                 secure.closing = Some((code, printable(&reason)));
+                Ok(false)
+            }
+            VesselFrame::Error { error } => {
+                let message = printable(&error);
+                tracing::warn!(%message, "the vessel reported an error");
                 Ok(false)
             }
             other => {
@@ -819,22 +819,35 @@ where
                 Some(Err(error)) => *this.ended = Some(read_failed(&error)),
                 Some(Ok(Message::Close(frame))) => *this.ended = Some(closed(frame)),
                 Some(Ok(Message::Text(text))) => {
-                    if let Some(message) = vessel_error(&text) {
-                        tracing::warn!(%message, "the vessel reported an error");
-                        continue;
-                    }
-                    if let Some(closing) = this.closing.as_mut()
-                        && let Some(announced) = announced_close(&text)
-                    {
-                        **closing = Some(announced);
-                        continue;
-                    }
+                    let channel = match this.closing {
+                        Some(_) => Channel::Dk2,
+                        None => Channel::V1,
+                    };
+                    let frame =
+                        VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), channel);
+                    let pairing = match &frame {
+                        Ok(VesselFrame::Error { error }) => {
+                            let message = printable(error);
+                            tracing::warn!(%message, "the vessel reported an error");
+                            continue;
+                        }
+                        Ok(VesselFrame::Closing { code, reason }) => {
+                            if let Some(closing) = this.closing.as_mut() {
+                                **closing = Some((*code, printable(reason)));
+                            }
+                            continue;
+                        }
+                        Ok(
+                            frame @ (VesselFrame::PairCommit { .. }
+                            | VesselFrame::PairReveal { .. }),
+                        ) => Some(frame.type_name()),
+                        Ok(_) => None,
+                        Err(_) => VesselFrame::pairing_type(&text),
+                    };
                     // dk/2: a pairing frame once paired or authenticated
                     // ends the connection (the order rule).
                     if this.closing.is_some()
-                        && text.contains("device:pair")
-                        && let Some(kind) = frame_type(&text)
-                        && PAIRING_FRAMES.contains(&kind.as_str())
+                        && let Some(kind) = pairing
                     {
                         *this.ended = Some(Ended::PairingBroken(format!(
                             "an unexpected {kind} frame after pairing"
@@ -939,48 +952,10 @@ fn closed(frame: Option<CloseFrame>) -> Ended {
 /// The close a dk/2 vessel announced inside the channel
 /// (`device:closing`), its reason made printable.
 fn announced_close(text: &str) -> Option<(u16, String)> {
-    if !text.contains("device:closing") {
-        return None;
-    }
     match VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), Channel::Dk2) {
         Ok(VesselFrame::Closing { code, reason }) => Some((code, printable(&reason))),
         _ => None,
     }
-}
-
-/// The frames of the pairing exchange (and v1's code, which dk/2 has not):
-/// one of them that does not parse ends a dk/2 pairing.
-const PAIRING_FRAMES: [&str; 4] = [
-    "device:pair-commit",
-    "device:pair-reveal",
-    "device:pair-nonce",
-    "device:pairing",
-];
-
-/// The `type` of a JSON frame, when it has a string one.
-fn frame_type(text: &str) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Typed {
-        #[serde(rename = "type")]
-        kind: String,
-    }
-    serde_json::from_str::<Typed>(text).ok().map(|t| t.kind)
-}
-
-/// The message of a `device:error` frame (a dk vessel's answer to a frame it
-/// refused), already made printable.
-pub(super) fn vessel_error(text: &str) -> Option<String> {
-    #[derive(Deserialize)]
-    struct ErrorFrame {
-        #[serde(rename = "type")]
-        kind: String,
-        error: Option<String>,
-    }
-    if !text.contains("device:error") {
-        return None;
-    }
-    let frame = serde_json::from_str::<ErrorFrame>(text).ok()?;
-    (frame.kind == "device:error").then(|| printable(frame.error.as_deref().unwrap_or("")))
 }
 
 fn hello_frame(device: &Device) -> Result<String, ClientError> {

@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::backoff::full_jitter;
-use super::connection::{printable, vessel_error};
+use super::connection::printable;
 use super::token_file::{read_token, write_token};
 use super::*;
 use crate::samples::{Lamp, LampState, Thermostat};
@@ -1014,6 +1014,15 @@ fn printable_escapes_and_cuts() {
     let long = printable(&"x".repeat(500));
     assert_eq!(long.chars().count(), 201);
     assert!(long.ends_with('…'));
+}
+
+/// The message of a `device:error` frame, made printable, as the client
+/// logs it.
+fn vessel_error(text: &str) -> Option<String> {
+    match dk_proto::VesselFrame::parse(text.as_bytes()) {
+        Ok(dk_proto::VesselFrame::Error { error }) => Some(printable(&error)),
+        _ => None,
+    }
 }
 
 #[test]

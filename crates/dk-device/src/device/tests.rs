@@ -160,7 +160,9 @@ fn check_invoke(device: &Device, capability: &str, given: Value, expected: Resul
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let answer = runtime.block_on(device.invoke(capability, input(given)));
+    let answer = runtime
+        .block_on(device.invoke(capability, input(given)))
+        .map_err(|e| e.to_string());
     assert_eq!(answer, expected.map_err(str::to_owned), "{capability}");
 }
 

@@ -18,7 +18,9 @@ fn check(device: &Device, capability: &str, given: Value, expected: Result<Value
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let answer = runtime.block_on(device.invoke(capability, input(given.clone())));
+    let answer = runtime
+        .block_on(device.invoke(capability, input(given.clone())))
+        .map_err(|e| e.to_string());
     assert_eq!(
         answer,
         expected.map_err(str::to_owned),

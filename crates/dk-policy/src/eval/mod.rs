@@ -20,6 +20,7 @@ use crate::error::PolicyFileError;
 use crate::lower;
 use crate::rate::RateCounts;
 use crate::rule::{DEVICE_USE, Rule, RuleDecision};
+use crate::time::InstantError;
 use crate::time::{LocalTime, Zone, ZoneError};
 
 /// The agent id of a shadow (hedge) candidate: it may never use a device.
@@ -309,9 +310,8 @@ impl PolicySet {
     /// local date and time (`2026-12-01T23:30:00`) read in the zone the
     /// rules read time in (the file's `timezone:`, else the local zone). A
     /// local time a DST change skips reads as the time after the gap; one it
-    /// repeats, as its first occurrence. The message of an error says how
-    /// to write it.
-    pub fn instant(&self, text: &str) -> Result<SystemTime, String> {
+    /// repeats, as its first occurrence. The error says how to write it.
+    pub fn instant(&self, text: &str) -> Result<SystemTime, InstantError> {
         match self.zone() {
             Some(zone) => crate::time::parse_instant(text, &zone.zone),
             None => crate::time::parse_instant(text, &Zone::system().zone),

@@ -642,7 +642,9 @@ impl Fields {
             ("enabled", Raw::Bool(b)) => self.enabled = Some(b),
             ("immutable", Raw::Bool(b)) => self.immutable = Some(b),
             ("agentScope", Raw::Str(Some(text))) => self.agent_scope = Some(text),
-            ("limit", Raw::Str(Some(text))) => self.limit = Some(RateLimit::parse(&text)?),
+            ("limit", Raw::Str(Some(text))) => {
+                self.limit = Some(RateLimit::parse(&text).map_err(|e| e.to_string())?)
+            }
             (
                 "environments",
                 Raw::Seq {

@@ -57,7 +57,10 @@ fn bad_limits_say_how_to_write_them() {
     for (text, expected) in cases {
         match RateLimit::parse(text) {
             Ok(limit) => panic!("{text:?} read as {limit}"),
-            Err(message) => assert!(message.contains(expected), "{text:?}: {message}"),
+            Err(error) => {
+                let message = error.to_string();
+                assert!(message.contains(expected), "{text:?}: {message}");
+            }
         }
     }
 }

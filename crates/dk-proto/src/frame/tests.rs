@@ -404,6 +404,70 @@ fn dk2_closing_carries_a_close_code_and_its_reason() {
 }
 
 #[test]
+fn error_frames_are_read_by_a_device_on_either_channel() {
+    let limits = FrameLimits::default();
+    let frame = VesselFrame::Error {
+        error: "frames are JSON text".into(),
+    };
+    let text = frame.to_json();
+    assert_eq!(
+        text,
+        r#"{"type":"device:error","error":"frames are JSON text"}"#
+    );
+    for channel in [Channel::V1, Channel::Dk2] {
+        assert_eq!(
+            VesselFrame::parse_on(text.as_bytes(), limits, channel),
+            Ok(frame.clone())
+        );
+        assert_eq!(
+            VesselFrame::parse_on(br#"{"type":"device:error"}"#, limits, channel),
+            Ok(VesselFrame::Error { error: "".into() })
+        );
+        assert!(matches!(
+            VesselFrame::parse_on(br#"{"type":"device:error","error":7}"#, limits, channel),
+            Err(FrameError::WrongType { field: "error", .. })
+        ));
+        // A vessel reads a device:error sent to it as 8DK's does: an unknown type.
+        assert_eq!(
+            DeviceFrame::parse_on(text.as_bytes(), limits, channel).map(|f| f.to_json()),
+            Err(FrameError::UnknownType("device:error".to_owned()))
+        );
+    }
+}
+
+#[test]
+fn pairing_types_are_told_whether_or_not_the_frame_parses() {
+    for (text, kind) in [
+        (
+            r#"{"type":"device:pair-commit","commitment":"12"}"#,
+            Some("device:pair-commit"),
+        ),
+        (
+            r#"{"type":"device:pair-reveal"}"#,
+            Some("device:pair-reveal"),
+        ),
+        (
+            r#"{"type":"device:pair-nonce","nonce":"x"}"#,
+            Some("device:pair-nonce"),
+        ),
+        (
+            r#"{"type":"device:pairing","code":"123456"}"#,
+            Some("device:pairing"),
+        ),
+        (
+            r#"{"type":"device:pair\u002dcommit"}"#,
+            Some("device:pair-commit"),
+        ),
+        (r#"{"type":"device:paired"}"#, None),
+        (r#"{"type":"device:invoke","note":"device:pairing"}"#, None),
+        (r#"{"type":7}"#, None),
+        ("device:pairing", None),
+    ] {
+        assert_eq!(VesselFrame::pairing_type(text), kind, "{text}");
+    }
+}
+
+#[test]
 fn channel_names_read_back() {
     for channel in [Channel::V1, Channel::Dk2] {
         assert_eq!(Channel::from_name(channel.as_str()), Some(channel));
