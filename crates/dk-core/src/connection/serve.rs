@@ -13,7 +13,7 @@ use dk_proto::{
     StreamChunk, StreamingFrame, VesselFrame,
 };
 use futures::{Sink, SinkExt, Stream, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
