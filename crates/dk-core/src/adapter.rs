@@ -33,7 +33,8 @@ use dk_policy::{
     Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
 };
 use dk_proto::{
-    Capability, Channel, InvokeError, Refusal, check_input, parse_tool_name, tool_name,
+    AskReason, Capability, Channel, DeviceFailure, InvokeError, Refusal, ToolDescription,
+    check_input, parse_tool_name, tool_name,
 };
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -563,13 +564,13 @@ impl DeviceToolAdapter {
                 }
                 tools.push(ToolDefinition {
                     name: tool_name(manifest.id(), cap.name()),
-                    description: format!(
-                        "[DEVICE {} ({}) {}] {}",
-                        manifest.name(),
-                        manifest.kind(),
-                        cap.kind(),
-                        cap.description()
-                    ),
+                    description: ToolDescription {
+                        device_name: manifest.name(),
+                        device_kind: manifest.kind(),
+                        capability_kind: cap.kind().as_str(),
+                        description: cap.description(),
+                    }
+                    .to_string(),
                     parameters: json!({
                         "type": "object",
                         "properties": properties,
@@ -648,7 +649,7 @@ impl DeviceToolAdapter {
                 return ToolOutcome::Ok { result };
             }
             Checked::Refused(refusal) => (false, refusal.to_string()),
-            Checked::DeviceFailed(error) => (true, format!("device error: {error}")),
+            Checked::DeviceFailed(error) => (true, DeviceFailure(&error).to_string()),
         };
         decision.report(allowed, &reason, rule.as_deref());
         ToolOutcome::Refused { reason }
@@ -925,10 +926,13 @@ impl DeviceToolAdapter {
                 *rule = Some(by.to_owned());
                 Some(reason.to_owned())
             }
-            Decision::Allow { .. } if cap.confirm() => Some(format!(
-                "\"{capability}\" on {} asks every time",
-                device.manifest().name()
-            )),
+            Decision::Allow { .. } if cap.confirm() => Some(
+                AskReason::Confirm {
+                    capability,
+                    device_name: device.manifest().name(),
+                }
+                .to_string(),
+            ),
             Decision::Allow { .. } => None,
         };
         Ok(Ruled { counted, ask })

@@ -113,44 +113,16 @@ pub struct ConsentRequest {
     pub channel: Channel,
 }
 
-/// How one capability of a re-pairing differs, its summary in words for
-/// a person: `unlock: NO LONGER asks every time`, `siren: added`.
-fn capability_change(
-    capability: &str,
-    change: ChangeKind,
-    differences: Vec<Difference>,
-) -> CapabilityChange {
-    let summary = match change {
-        ChangeKind::Added => format!("{capability}: added"),
-        ChangeKind::Removed => format!("{capability}: removed"),
-        ChangeKind::Changed => {
-            let parts: Vec<String> = differences
-                .iter()
-                .map(|d| match d {
-                    Difference::Kind { was, now } => format!("was {was}, now {now}"),
-                    Difference::Confirm { was: true, .. } => "NO LONGER asks every time".to_owned(),
-                    Difference::Confirm { .. } => "now asks every time".to_owned(),
-                    Difference::Params => "its params changed".to_owned(),
-                    Difference::Description => "its description changed".to_owned(),
-                })
-                .collect();
-            format!("{capability}: {}", parts.join(", "))
-        }
-    };
-    CapabilityChange {
-        capability: capability.to_owned(),
-        change,
-        differences,
-        summary,
-    }
-}
-
 /// How `new` differs from the approved `old`, capability by capability.
 fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
     let mut changes = Vec::new();
     for cap in new.capabilities() {
         let Some(was) = old.capability(cap.name()) else {
-            changes.push(capability_change(cap.name(), ChangeKind::Added, Vec::new()));
+            changes.push(CapabilityChange::new(
+                cap.name(),
+                ChangeKind::Added,
+                Vec::new(),
+            ));
             continue;
         };
         let mut differences = Vec::new();
@@ -173,7 +145,7 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
             differences.push(Difference::Description);
         }
         if !differences.is_empty() {
-            changes.push(capability_change(
+            changes.push(CapabilityChange::new(
                 cap.name(),
                 ChangeKind::Changed,
                 differences,
@@ -182,7 +154,7 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
     }
     for was in old.capabilities() {
         if new.capability(was.name()).is_none() {
-            changes.push(capability_change(
+            changes.push(CapabilityChange::new(
                 was.name(),
                 ChangeKind::Removed,
                 Vec::new(),

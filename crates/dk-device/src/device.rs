@@ -62,6 +62,34 @@ pub enum CallError {
     /// The capability's handler panicked.
     #[error("handler for \"{0}\" panicked")]
     Panicked(String),
+    /// The capability's handler was stopped before it answered.
+    #[error("handler for \"{0}\" was stopped")]
+    Stopped(String),
+    /// A call id the device already received (a replay): not run again.
+    #[error("call \"{0}\" was already received: not run again")]
+    AlreadyReceived(String),
+    /// The device already runs its most calls at once.
+    #[error("device is busy: {0} calls in flight")]
+    Busy(usize),
+    /// The handler's result cannot be written as JSON.
+    #[error("result of \"{capability}\" is not JSON: {why}")]
+    NotJson {
+        /// The capability called.
+        capability: String,
+        /// What the JSON writer said.
+        why: String,
+    },
+    /// The result or error frame would be refused by the vessel (too
+    /// large, nested too deep), so this is sent in its place.
+    #[error("the {what} of \"{capability}\" cannot be sent: {why}")]
+    CannotBeSent {
+        /// `result` or `error`.
+        what: &'static str,
+        /// The capability called.
+        capability: String,
+        /// Why the vessel would refuse the frame.
+        why: String,
+    },
 }
 
 /// Why a device could not be defined. `Display` gives 8DK's `defineDevice`

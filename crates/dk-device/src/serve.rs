@@ -429,7 +429,7 @@ impl Calls {
                 // Never run twice, even after a reconnect: the vessel never
                 // re-sends a call, so a repeat is a replay.
                 if !seen.insert(&call_id) {
-                    let error = format!("call \"{call_id}\" was already received: not run again");
+                    let error = CallError::AlreadyReceived(call_id.to_string()).to_string();
                     let reply = result_frame(&call_id, &capability, Err(error));
                     let call_id = call_id.into_owned();
                     notify(hook, Notice::DuplicateCall { call_id });
@@ -440,7 +440,7 @@ impl Calls {
                     return Some(result_frame(&call_id, &capability, Err(error)));
                 }
                 if self.tasks.len() >= self.max {
-                    let error = format!("device is busy: {} calls in flight", self.max);
+                    let error = CallError::Busy(self.max).to_string();
                     return Some(result_frame(&call_id, &capability, Err(error)));
                 }
                 let input = input.into_owned();
@@ -514,7 +514,7 @@ impl Calls {
             Err(error) if error.is_panic() => {
                 Err(CallError::Panicked(call.capability.clone()).to_string())
             }
-            Err(_) => Err(format!("handler for \"{}\" was stopped", call.capability)),
+            Err(_) => Err(CallError::Stopped(call.capability.clone()).to_string()),
         };
         Some(result_frame(&call.call_id, &call.capability, outcome))
     }
@@ -534,9 +534,12 @@ fn result_frame(call_id: &str, capability: &str, outcome: Result<Value, String>)
     unchecked_result_frame(
         call_id,
         capability,
-        Err(format!(
-            "the {what} of \"{capability}\" cannot be sent: {why}"
-        )),
+        Err(CallError::CannotBeSent {
+            what,
+            capability: capability.to_owned(),
+            why: why.to_string(),
+        }
+        .to_string()),
     )
 }
 
@@ -546,8 +549,13 @@ fn unchecked_result_frame(
     outcome: Result<Value, String>,
 ) -> String {
     let outcome = outcome.and_then(|value| {
-        serde_json::value::to_raw_value(&value)
-            .map_err(|e| format!("result of \"{capability}\" is not JSON: {e}"))
+        serde_json::value::to_raw_value(&value).map_err(|e| {
+            CallError::NotJson {
+                capability: capability.to_owned(),
+                why: e.to_string(),
+            }
+            .to_string()
+        })
     });
     let frame = match outcome {
         Ok(result) => DeviceFrame::Result {

@@ -314,7 +314,7 @@ async fn reload_rules(State(admin): State<Admin>) -> Response {
 /// when the admin API does not listen on TCP (no console is served).
 async fn console_link(State(admin): State<Admin>) -> Response {
     match admin.console.login_link() {
-        Some(url) => Json(json!({"url": url})).into_response(),
+        Some(url) => Json(api::LoginLink { url }).into_response(),
         None => refuse(
             StatusCode::CONFLICT,
             "the console is served on the admin API's TCP listener, and this vessel has none",
@@ -436,7 +436,7 @@ async fn watch_stream(
     State(admin): State<Admin>,
     UrlPath(id): UrlPath<String>,
     axum::extract::Query(query): axum::extract::Query<WatchQuery>,
-) -> Json<Value> {
+) -> Json<api::StreamChunks> {
     let max = query.max.unwrap_or(10).clamp(1, MAX_WATCHED_CHUNKS);
     let wait = Duration::from_millis(query.wait_ms.unwrap_or(5_000).min(MAX_WATCH_MS));
     let mut subscription = admin.vessel.subscribe_stream(&id);
@@ -448,7 +448,11 @@ async fn watch_stream(
             Ok(None) | Err(_) => break,
         }
     }
-    Json(json!({"deviceId": id, "chunks": chunks, "lost": subscription.lost()}))
+    Json(api::StreamChunks {
+        device_id: id,
+        chunks,
+        lost: subscription.lost(),
+    })
 }
 
 async fn devices(State(admin): State<Admin>) -> Json<Vec<api::Device>> {
@@ -576,12 +580,12 @@ async fn set_agent_scope(
     }
 }
 
-async fn decisions(State(admin): State<Admin>) -> Json<Value> {
-    Json(json!(admin.vessel.recent_decisions()))
+async fn decisions(State(admin): State<Admin>) -> Json<Vec<Value>> {
+    Json(admin.vessel.recent_decisions())
 }
 
-async fn tools(State(admin): State<Admin>) -> Json<Value> {
-    Json(json!(admin.vessel.adapter().tool_definitions()))
+async fn tools(State(admin): State<Admin>) -> Json<Vec<dk_core::adapter::ToolDefinition>> {
+    Json(admin.vessel.adapter().tool_definitions())
 }
 
 #[derive(Deserialize)]
@@ -616,7 +620,7 @@ async fn call_tool(State(admin): State<Admin>, Json(call): Json<ToolCall>) -> Re
         ..CallContext::default()
     };
     let outcome = vessel.adapter().execute(&call.tool, call.input, ctx).await;
-    Json(json!(outcome)).into_response()
+    Json(outcome).into_response()
 }
 
 #[cfg(test)]

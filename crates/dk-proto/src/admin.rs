@@ -224,6 +224,62 @@ pub struct CapabilityChange {
     pub summary: String,
 }
 
+impl CapabilityChange {
+    /// The change of `capability`, its summary in words for a person:
+    /// `unlock: NO LONGER asks every time`, `siren: added`.
+    pub fn new(
+        capability: &str,
+        change: ChangeKind,
+        differences: Vec<Difference>,
+    ) -> CapabilityChange {
+        let summary = match change {
+            ChangeKind::Added => format!("{capability}: added"),
+            ChangeKind::Removed => format!("{capability}: removed"),
+            ChangeKind::Changed => {
+                let parts: Vec<String> = differences
+                    .iter()
+                    .map(|d| match d {
+                        Difference::Kind { was, now } => format!("was {was}, now {now}"),
+                        Difference::Confirm { was: true, .. } => {
+                            "NO LONGER asks every time".to_owned()
+                        }
+                        Difference::Confirm { .. } => "now asks every time".to_owned(),
+                        Difference::Params => "its params changed".to_owned(),
+                        Difference::Description => "its description changed".to_owned(),
+                    })
+                    .collect();
+                format!("{capability}: {}", parts.join(", "))
+            }
+        };
+        CapabilityChange {
+            capability: capability.to_owned(),
+            change,
+            differences,
+            summary,
+        }
+    }
+}
+
+/// A one-time login link to the console (`POST /v1/console/link`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoginLink {
+    /// The link; it works once.
+    pub url: String,
+}
+
+/// The stream chunks a watch saw (`GET /v1/devices/{id}/stream`): each
+/// chunk's metadata, redacted, and how many the watch lost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamChunks {
+    /// The device watched.
+    pub device_id: String,
+    /// Each chunk's metadata, in the order they came.
+    pub chunks: Vec<serde_json::Value>,
+    /// Chunks the watch's queue dropped.
+    pub lost: u64,
+}
+
 /// Whether a capability of a re-pairing is new, gone, or different.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

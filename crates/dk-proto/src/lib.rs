@@ -20,6 +20,7 @@ mod manifest;
 mod refusal;
 mod text;
 mod tool_name;
+mod why;
 
 pub use close::{
     AdmissionCode, CloseCode, CloseFrame, MAX_CLOSE_REASON_BYTES, PairingLimit,
@@ -40,6 +41,7 @@ pub use manifest::{
 pub use refusal::{MAX_RUN_ID, RUN_LIMITS_META_KEY, RUN_META_KEY, Refusal};
 pub use text::{is_js_whitespace, is_unsafe_char, utf16_len};
 pub use tool_name::{TOOL_PREFIX, ToolName, parse_tool_name, tool_name};
+pub use why::{AskReason, CloseWhy, DeviceFailure, Malformed, ToolDescription};
 
 /// Fuzzing entry points: each takes arbitrary bytes and must never panic.
 #[doc(hidden)]

@@ -270,11 +270,9 @@ pub fn console(target: &Target) -> ExitCode {
             println!("{body}");
             return Ok(());
         }
-        let url = body
-            .get("url")
-            .and_then(Value::as_str)
-            .ok_or("the vessel gave no link")?;
-        println!("{url}");
+        let link: dk_proto::admin::LoginLink =
+            serde_json::from_value(body).map_err(|_| "the vessel gave no link")?;
+        println!("{}", link.url);
         eprintln!("(works once, for 15 minutes; keep it to yourself: it signs in as you)");
         Ok(())
     })

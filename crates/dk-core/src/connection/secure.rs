@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 
 use dk_channel::{Established, FrameKind, OpenError, OpenedFrame, Opener, RecordLimits, Sealer};
-use dk_proto::{CloseCode, CloseFrame, VesselFrame};
+use dk_proto::{CloseCode, CloseFrame, CloseWhy, VesselFrame};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use tokio::time::Instant;
 
@@ -254,10 +254,7 @@ where
                     let rate = records.rate;
                     note(
                         &failure,
-                        close(
-                            CloseCode::Rate,
-                            format!("more than {rate} records per second"),
-                        ),
+                        close(CloseCode::Rate, CloseWhy::OverRecordRate(rate).to_string()),
                     );
                     return None;
                 }
@@ -269,12 +266,12 @@ where
                         kind: FrameKind::Text,
                         max,
                     }) => {
-                        let reason = format!("frames are at most {max} bytes");
+                        let reason = CloseWhy::FrameTooLarge(max).to_string();
                         note(&failure, close(CloseCode::TooLarge, reason));
                         return None;
                     }
                     Err(OpenError::TooLarge { max, .. }) => {
-                        let reason = format!("stream messages are at most {max} bytes");
+                        let reason = CloseWhy::StreamMessageTooLarge(max).to_string();
                         note(&failure, close(CloseCode::TooLarge, reason));
                         return None;
                     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use dk_policy::{AdmissionError, DeviceClass};
 use dk_proto::{
-    Channel, CloseCode, CloseFrame, DeviceFrame, FrameError, FrameLimits, LinkClosed, PairingLimit,
-    StreamChunk, StreamingFrame, VesselFrame,
+    AskReason, Channel, CloseCode, CloseFrame, CloseWhy, DeviceFrame, FrameError, FrameLimits,
+    LinkClosed, Malformed, PairingLimit, StreamChunk, StreamingFrame, VesselFrame,
 };
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::Value;
@@ -59,7 +59,7 @@ pub(super) fn close(code: CloseCode, reason: impl Into<String>) -> CloseFrame {
 fn not_paired(why: &str) -> CloseFrame {
     close(
         CloseCode::PairingRefused,
-        format!("pairing did not happen: {why}"),
+        CloseWhy::PairingDidNotHappen(why.to_owned()).to_string(),
     )
 }
 
@@ -368,7 +368,7 @@ where
                 Err(FrameError::TooLarge { max, .. }) => {
                     return Err(Ending::Close(close(
                         CloseCode::TooLarge,
-                        format!("frames are at most {max} bytes"),
+                        CloseWhy::FrameTooLarge(max).to_string(),
                     )));
                 }
                 Err(e) => {
@@ -733,7 +733,7 @@ where
                 Err(FrameError::TooLarge { max, .. }) => {
                     return ControlFlow::Break(Ending::Close(close(
                         CloseCode::TooLarge,
-                        format!("frames are at most {max} bytes"),
+                        CloseWhy::FrameTooLarge(max).to_string(),
                     )));
                 }
                 Err(e) => {
@@ -764,8 +764,9 @@ where
                         .get(&session.device_id)
                         .is_some_and(|d| d.manifest().capability(&capability).is_some());
                     if !declared {
-                        return self
-                            .malformed(&format!("event for undeclared capability {capability:?}"));
+                        return self.malformed(
+                            &Malformed::UndeclaredEvent(capability.into_owned()).to_string(),
+                        );
                     }
                     self.vessel.publish_event(DeviceEvent {
                         device_id: session.device_id.clone(),
@@ -793,7 +794,7 @@ where
         if message.len() > limit {
             return ControlFlow::Break(Ending::Close(close(
                 CloseCode::TooLarge,
-                format!("stream messages are at most {limit} bytes"),
+                CloseWhy::StreamMessageTooLarge(limit).to_string(),
             )));
         }
         let (name, seq) = match StreamChunk::parse(&message) {
@@ -815,9 +816,7 @@ where
             None => (false, false),
         };
         if !sensor {
-            return self.malformed(&format!(
-                "stream {name:?} is not a sensor capability of the device"
-            ));
+            return self.malformed(&Malformed::NotASensorStream(name).to_string());
         }
         match self.vessel.take_chunk(stream, message, &name, seq, granted) {
             ChunkOutcome::Forwarded | ChunkOutcome::NotGranted => {}
@@ -895,14 +894,15 @@ where
     ) -> Result<bool, Ending> {
         let manifest = device.manifest();
         let request = crate::adapter::ApprovalRequest {
-            tool: format!("stream:{class}"),
+            tool: AskReason::stream_tool(class.as_str()),
             device_id: manifest.id().to_owned(),
             capability: String::new(),
             input: serde_json::Map::new(),
-            reason: format!(
-                "{class} device side effect requires approval: {:?} reconnects to stream",
-                manifest.name()
-            ),
+            reason: AskReason::StreamReconnect {
+                class: class.as_str(),
+                device_name: manifest.name(),
+            }
+            .to_string(),
             agent_id: None,
             session_id: None,
             channel: device.channel(),
@@ -949,10 +949,7 @@ where
     fn over_rate(&self) -> CloseFrame {
         close(
             CloseCode::Rate,
-            format!(
-                "more than {} frames per second",
-                self.vessel.limits().max_frames_per_second
-            ),
+            CloseWhy::OverRate(self.vessel.limits().max_frames_per_second).to_string(),
         )
     }
 

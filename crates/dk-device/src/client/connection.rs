@@ -629,7 +629,7 @@ where
             }
             Ended::Lost => Ok(SessionEnd::Lost),
             Ended::PairingBroken(why) => {
-                let reason = format!("pairing did not happen: {why}");
+                let reason = dk_proto::CloseWhy::PairingDidNotHappen(why.clone()).to_string();
                 self.close(CloseCode::Library(4001), &reason).await;
                 Err(ClientError::PairingBroken(why))
             }
