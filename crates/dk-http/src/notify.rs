@@ -60,6 +60,17 @@ pub enum NotifyUrlError {
     Credentials,
 }
 
+/// The JSON a `json` notifier posts: `{"event", "waiting", "console"}`.
+#[derive(serde::Serialize)]
+struct Notification<'a> {
+    /// `pairing` or `approval`.
+    event: &'a str,
+    /// Prompts waiting, this one included.
+    waiting: usize,
+    /// The console's address, when it has one.
+    console: Option<&'a str>,
+}
+
 impl NotifyTarget {
     /// An `http://` or `https://` URL with a host and no credentials.
     pub fn parse(url: &str, format: NotifyFormat) -> Result<NotifyTarget, NotifyUrlError> {
@@ -132,14 +143,14 @@ impl NotifyTarget {
                 (builder, body)
             }
             NotifyFormat::Json => {
-                let body = serde_json::json!({
-                    "event": kind,
-                    "waiting": waiting,
-                    "console": console,
-                });
+                let body = Notification {
+                    event: kind,
+                    waiting,
+                    console,
+                };
                 (
                     builder.header("content-type", "application/json"),
-                    body.to_string(),
+                    serde_json::to_string(&body).unwrap_or_default(),
                 )
             }
         };

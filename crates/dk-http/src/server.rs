@@ -139,10 +139,11 @@ async fn device_route(
             .stats()
             .plain_v1_refused
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let body = serde_json::json!({
-            "error": "this vessel accepts devices here only over dk/2, the encrypted channel: \
-                      the device must ask for the WebSocket subprotocol `dk.2`",
-        });
+        let body = dk_proto::admin::ErrorBody {
+            error: "this vessel accepts devices here only over dk/2, the encrypted channel: \
+                    the device must ask for the WebSocket subprotocol `dk.2`"
+                .to_owned(),
+        };
         return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
     }
     let mut permit = match vessel.admit(Some(remote.ip())) {

@@ -14,7 +14,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use super::session::{OPENER, Sessions};
 use crate::agents::{Agent, AgentDirectory};
@@ -44,7 +43,10 @@ pub(crate) struct Gate {
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({"error": message}))).into_response()
+    let body = dk_proto::admin::ErrorBody {
+        error: message.to_owned(),
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Host, Origin and the agent's credential, before anything else. A request

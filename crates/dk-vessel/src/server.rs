@@ -26,7 +26,6 @@ use dk_store::private::{
     PrivateFileError, ensure_private_dir, is_inside, read_private_file, write_private_file,
 };
 use dk_store::{AuditOptions, SqliteStore, Store, StoreError, audit_head_file};
-use serde_json::json;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -975,6 +974,25 @@ fn admin_token(store: &dyn Store, path: Option<&Path>) -> Result<(AdminToken, bo
     Ok((token, kept.is_some()))
 }
 
+/// What `vessel.json` says: the process, its listeners' addresses and, when
+/// it has them, its Unix sockets.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AddressFile {
+    /// The vessel's process id.
+    pid: u32,
+    /// The device listener.
+    devices: SocketAddr,
+    /// The admin API's TCP listener.
+    admin: Option<SocketAddr>,
+    /// The MCP listener.
+    mcp: Option<SocketAddr>,
+    /// The admin API's Unix socket.
+    admin_socket: Option<PathBuf>,
+    /// The MCP Unix socket.
+    mcp_socket: Option<PathBuf>,
+}
+
 /// Writes `vessel.json` (0600, atomically): where this vessel listens, for
 /// the person and their tools. dk's own commands do not trust it: they
 /// reach the vessel through its sockets.
@@ -988,14 +1006,14 @@ fn write_address(
 ) -> Result<(), ServerError> {
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
     let socket = |name: &str| sockets.then(|| absolute(data_dir.join(name)));
-    let text = json!({
-        "pid": std::process::id(),
-        "devices": devices.to_string(),
-        "admin": admin.map(|addr| addr.to_string()),
-        "mcp": mcp.map(|addr| addr.to_string()),
-        "adminSocket": socket(ADMIN_SOCKET),
-        "mcpSocket": socket(MCP_SOCKET),
-    })
-    .to_string();
+    let address = AddressFile {
+        pid: std::process::id(),
+        devices,
+        admin,
+        mcp,
+        admin_socket: socket(ADMIN_SOCKET),
+        mcp_socket: socket(MCP_SOCKET),
+    };
+    let text = serde_json::to_string(&address).unwrap_or_default();
     write_private_file(file, text.as_bytes()).map_err(ServerError::AddressFile)
 }
