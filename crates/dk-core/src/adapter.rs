@@ -40,7 +40,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::allowances::{Allowance, AllowanceOffer, OfferedCall};
 use crate::by::By;
@@ -91,10 +91,22 @@ impl Serialize for ToolDefinition {
         map.serialize_entry("type", "function")?;
         map.serialize_entry(
             "function",
-            &json!({"name": self.name, "description": self.description, "parameters": self.parameters}),
+            &Function {
+                name: &self.name,
+                description: &self.description,
+                parameters: &self.parameters,
+            },
         )?;
         map.end()
     }
+}
+
+/// The `function` of a tool definition: `{name, description, parameters}`.
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
 }
 
 /// The outcome of a call, as 8DK returns it: `{ok:true, result}` or `{ok:false, reason}`.
@@ -549,19 +561,6 @@ impl DeviceToolAdapter {
                 if !snapshot.grants.iter().any(|g| g == cap.name()) {
                     continue;
                 }
-                let mut properties = Map::new();
-                let mut required = Vec::new();
-                for param in cap.params() {
-                    let mut schema = Map::new();
-                    schema.insert("type".into(), Value::from(param.ty().as_str()));
-                    if let Some(description) = param.description() {
-                        schema.insert("description".into(), Value::from(description));
-                    }
-                    properties.insert(param.name().to_owned(), Value::Object(schema));
-                    if param.required() {
-                        required.push(Value::from(param.name()));
-                    }
-                }
                 tools.push(ToolDefinition {
                     name: tool_name(manifest.id(), cap.name()),
                     description: ToolDescription {
@@ -571,12 +570,7 @@ impl DeviceToolAdapter {
                         description: cap.description(),
                     }
                     .to_string(),
-                    parameters: json!({
-                        "type": "object",
-                        "properties": properties,
-                        "required": required,
-                        "additionalProperties": false,
-                    }),
+                    parameters: cap.input_schema(),
                     device_id: manifest.id().to_owned(),
                     capability: cap.name().to_owned(),
                     read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,

@@ -231,6 +231,13 @@ impl Capability {
     pub fn params(&self) -> &[Param] {
         &self.params
     }
+    /// The JSON Schema of a call's input, as 8DK gives it to a model: an
+    /// object of the declared params (each its type and, when declared, its
+    /// description, in declared order), the required ones listed, nothing
+    /// else allowed.
+    pub fn input_schema(&self) -> Value {
+        serde_json::to_value(InputSchema(&self.params)).unwrap_or(Value::Null)
+    }
     /// The declared param named `name`.
     pub fn param(&self, name: &str) -> Option<&Param> {
         self.params.iter().find(|p| p.name == name)
@@ -730,3 +737,51 @@ pub(crate) fn js_key_order(map: &Map<String, Value>) -> Vec<(&str, &Value)> {
 
 #[cfg(test)]
 mod tests;
+
+/// [`Capability::input_schema`]'s shape.
+struct InputSchema<'a>(&'a [Param]);
+
+impl Serialize for InputSchema<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("type", "object")?;
+        map.serialize_entry("properties", &ParamSchemas(self.0))?;
+        let required: Vec<&str> = self
+            .0
+            .iter()
+            .filter(|p| p.required())
+            .map(|p| p.name.as_str())
+            .collect();
+        map.serialize_entry("required", &required)?;
+        map.serialize_entry("additionalProperties", &false)?;
+        map.end()
+    }
+}
+
+/// The params as a JSON Schema's `properties`, in declared order.
+struct ParamSchemas<'a>(&'a [Param]);
+
+impl Serialize for ParamSchemas<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for param in self.0 {
+            map.serialize_entry(&param.name, &ParamSchema(param))?;
+        }
+        map.end()
+    }
+}
+
+/// One param's schema: `{"type", "description"?}`.
+struct ParamSchema<'a>(&'a Param);
+
+impl Serialize for ParamSchema<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let description = self.0.description();
+        let mut map = serializer.serialize_map(Some(1 + usize::from(description.is_some())))?;
+        map.serialize_entry("type", self.0.ty().as_str())?;
+        if let Some(description) = description {
+            map.serialize_entry("description", description)?;
+        }
+        map.end()
+    }
+}
