@@ -742,7 +742,15 @@ const PURE_CRATES: [(&str, &[&str]); 5] = [
     ("dk-proto", &["sha2", "unicode_general_category"]),
     (
         "dk-channel",
-        &["snow", "sha2", "subtle", "data_encoding", "zeroize"],
+        &[
+            "snow",
+            "sha2",
+            "ring",
+            "curve25519_dalek",
+            "subtle",
+            "data_encoding",
+            "zeroize",
+        ],
     ),
     ("dk-policy", &["nom", "yaml_serde", "jiff"]),
     ("dk-store", &["rusqlite", "sha2", "rustix", "rand"]),
