@@ -141,6 +141,12 @@ impl Dh for X25519 {
 #[derive(Default)]
 struct Sha256(sha2::Sha256);
 
+/// The build fails if `sha2` stops zeroing its state on drop.
+const _: fn() = || {
+    fn zeroed_on_drop<T: zeroize::ZeroizeOnDrop>() {}
+    zeroed_on_drop::<sha2::Sha256>();
+};
+
 impl Hash for Sha256 {
     fn name(&self) -> &'static str {
         "SHA256"
