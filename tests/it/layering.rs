@@ -18,8 +18,9 @@
 //! - no foreign type in a public signature of dk-proto, dk-policy, dk-store,
 //!   dk-core and dk-channel: the
 //!   text of every `pub fn` signature, `pub` field, `pub type`, `pub const`
-//!   and `pub static`, `pub enum` body and `impl` header (outside tests)
-//!   names neither a path into one of the crate's private dependencies
+//!   and `pub static`, `pub enum` body and `impl` header (outside tests;
+//!   but a trait's impl for a type the file declares without `pub`, which
+//!   nothing outside the crate reaches, like a `pub(crate)` item) names neither a path into one of the crate's private dependencies
 //!   (`PURE_CRATES`: `nom::`, `yaml_serde::`, `jiff::`, `rusqlite::`,
 //!   `sha2::`, `toml::`, `snow::`, ...) nor a name the file imports from one; a
 //!   struct with named fields counts by its head and its `pub` fields.
@@ -742,7 +743,15 @@ const PURE_CRATES: [(&str, &[&str]); 5] = [
     ("dk-proto", &["sha2", "unicode_general_category"]),
     (
         "dk-channel",
-        &["snow", "sha2", "subtle", "data_encoding", "zeroize"],
+        &[
+            "snow",
+            "sha2",
+            "ring",
+            "curve25519_dalek",
+            "subtle",
+            "data_encoding",
+            "zeroize",
+        ],
     ),
     ("dk-policy", &["nom", "yaml_serde", "jiff"]),
     ("dk-store", &["rusqlite", "sha2", "rustix", "rand"]),
@@ -775,7 +784,7 @@ fn public_signatures(code: &str) -> Vec<(usize, String)> {
         let sig = if trimmed.starts_with("pub fn ")
             || trimmed.starts_with("pub async fn ")
             || trimmed.starts_with("pub const fn ")
-            || trimmed.starts_with("impl")
+            || (trimmed.starts_with("impl") && !implements_for_private_type(code, item))
         {
             Some(up_to_body(item))
         } else if trimmed.starts_with("pub struct ")
@@ -808,6 +817,29 @@ fn public_signatures(code: &str) -> Vec<(usize, String)> {
         offset += line.len();
     }
     found
+}
+
+/// Whether an `impl` header implements a trait for a type the same file
+/// declares without `pub` (private or `pub(crate)`): nothing outside the
+/// crate reaches that impl, as nothing reaches a `pub(crate)` item.
+fn implements_for_private_type(code: &str, item: &str) -> bool {
+    let Some((_, self_type)) = up_to_body(item).split_once(" for ") else {
+        return false;
+    };
+    let name: String = self_type
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    !name.is_empty()
+        && code.lines().any(|line| {
+            let line = line.trim_start();
+            let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+            ["struct ", "enum "].iter().any(|kind| {
+                line.strip_prefix(kind)
+                    .is_some_and(|rest| find_word(rest, &name) == Some(0))
+            })
+        })
 }
 
 /// `pub name: Type` (a named field).

@@ -22,9 +22,10 @@
 //! - [`commitment`], [`pairing_code`] and their kin: the commit, nonce,
 //!   reveal exchange's hashes.
 //!
-//! Everything here is pure: no IO, no async runtime, no clock. The
-//! cryptography is the `snow` crate's (no primitive is written here), and no
-//! type of it appears in this crate's API. No input from a peer can make
+//! Everything here is pure: no IO, no async runtime, no clock. The Noise
+//! protocol is the `snow` crate's, its primitives ring's, curve25519-dalek's
+//! and sha2's (no primitive is written here), and no type of theirs appears
+//! in this crate's API. No input from a peer can make
 //! this crate panic: every failure is a [`ChannelError`], and none of them is
 //! told to the peer (the vessel closes with one code whatever failed).
 //! Secrets never appear in `Debug` output.

@@ -83,9 +83,9 @@ fn each_message_must_have_exactly_its_length() {
 /// (valid Noise, but not dk/2) is refused by its length.
 #[test]
 fn a_message_with_a_payload_is_refused() {
-    let params: snow::params::NoiseParams = crate::NOISE_PATTERN.parse().unwrap();
     let device = StaticKey::generate().unwrap();
-    let mut noise = snow::Builder::new(params)
+    let mut noise = crate::noise::builder()
+        .unwrap()
         .prologue(crate::PROLOGUE)
         .unwrap()
         .local_private_key(device.secret())

@@ -27,12 +27,13 @@ mod hostile {
     use std::sync::atomic::{AtomicU8, Ordering};
 
     use snow::params::{CipherChoice, DHChoice, HashChoice};
-    use snow::resolvers::{CryptoResolver, DefaultResolver};
+    use snow::resolvers::CryptoResolver;
     use snow::types::{Cipher, Dh, Hash, Random};
 
     use crate::error::LowOrderSlot;
+    use crate::noise::DkResolver;
 
-    /// The default resolver, but one of the two key pairs it makes (the
+    /// dk-channel's resolver, but one of the two key pairs it makes (the
     /// builder makes the static one first, then the ephemeral one) is
     /// [`ZeroDh`].
     pub(super) struct Resolver {
@@ -42,7 +43,7 @@ mod hostile {
 
     impl CryptoResolver for Resolver {
         fn resolve_rng(&self) -> Option<Box<dyn Random>> {
-            DefaultResolver.resolve_rng()
+            DkResolver.resolve_rng()
         }
 
         fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
@@ -54,16 +55,16 @@ mod hostile {
             if slot == self.zero {
                 Some(Box::new(ZeroDh))
             } else {
-                DefaultResolver.resolve_dh(choice)
+                DkResolver.resolve_dh(choice)
             }
         }
 
         fn resolve_hash(&self, choice: &HashChoice) -> Option<Box<dyn Hash>> {
-            DefaultResolver.resolve_hash(choice)
+            DkResolver.resolve_hash(choice)
         }
 
         fn resolve_cipher(&self, choice: &CipherChoice) -> Option<Box<dyn Cipher>> {
-            DefaultResolver.resolve_cipher(choice)
+            DkResolver.resolve_cipher(choice)
         }
     }
 
