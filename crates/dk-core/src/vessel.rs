@@ -241,12 +241,23 @@ pub struct Vessel {
 }
 
 /// Where the rules in force came from (`reload.rs` keeps it).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct RuleSource {
     /// The rule file, when they came from one.
     pub(crate) file: Option<std::path::PathBuf>,
     /// The SHA-256 of the file's bytes when they were read.
     pub(crate) sha256: Option<String>,
+    /// How the host reads the rule file again, when they came from one.
+    pub(crate) reader: Option<Arc<dyn crate::reload::ReadRuleFile>>,
+}
+
+impl std::fmt::Debug for RuleSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSource")
+            .field("file", &self.file)
+            .field("sha256", &self.sha256)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the
