@@ -11,7 +11,7 @@ mod decision_tests;
 mod store_tests;
 mod streaming;
 
-pub use crate::limits::{ConnectionCaps, Limits, PlainV1};
+pub use crate::limits::{Limits, PlainV1};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
