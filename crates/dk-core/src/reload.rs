@@ -7,7 +7,7 @@
 //! answers "which rules were in force" (with the vessel's `vessel-started`
 //! and `vessel-stopped` entries, which carry [`RulesInForce`] too).
 //!
-//! The core opens no file: the host reads it ([`ReadRuleFile`], given with
+//! The core opens no file: the host reads it ([`RuleReader`], given with
 //! the [`RuleFile`] and with each [`Vessel::reload_rules_from`]), the core
 //! parses what was read, digests it, applies it and records it.
 
@@ -21,23 +21,11 @@ use sha2::{Digest, Sha256};
 use crate::store::entry as schema;
 use crate::vessel::{RuleSource, Vessel};
 
-/// How the host reads a rule file's text (`dk_vessel` reads it from disk
-/// with `dk_policy::read_rule_file`): the core keeps it to read the file
-/// again on a reload, and opens no file itself. Any
-/// `Fn(&Path) -> Result<String, PolicyFileError>` is one.
-pub trait ReadRuleFile: Send + Sync {
-    /// The text of the rule file at `path`, or why it cannot be read.
-    fn read_rule_file(&self, path: &Path) -> Result<String, PolicyFileError>;
-}
-
-impl<F> ReadRuleFile for F
-where
-    F: Fn(&Path) -> Result<String, PolicyFileError> + Send + Sync,
-{
-    fn read_rule_file(&self, path: &Path) -> Result<String, PolicyFileError> {
-        self(path)
-    }
-}
+/// How the host reads a rule file's text: the text of the file at a path,
+/// or why it cannot be read (`dk_vessel` reads it from disk with
+/// `dk_policy::read_rule_file`). The core keeps it to read the file again
+/// on a reload, and opens no file itself.
+pub type RuleReader = Arc<dyn Fn(&Path) -> Result<String, PolicyFileError> + Send + Sync>;
 
 /// A rule file read and parsed, with the SHA-256 of the bytes read and the
 /// reader that reads it again on a reload.
@@ -45,7 +33,7 @@ pub struct RuleFile {
     path: PathBuf,
     sha256: String,
     set: PolicySet,
-    reader: Arc<dyn ReadRuleFile>,
+    reader: RuleReader,
 }
 
 impl fmt::Debug for RuleFile {
@@ -61,8 +49,8 @@ impl fmt::Debug for RuleFile {
 impl RuleFile {
     /// Reads the rule file at `path` with `reader` and parses it. Any
     /// error refuses the whole file, with every error reported.
-    pub fn read(path: &Path, reader: Arc<dyn ReadRuleFile>) -> Result<RuleFile, PolicyFileError> {
-        let text = reader.read_rule_file(path)?;
+    pub fn read(path: &Path, reader: RuleReader) -> Result<RuleFile, PolicyFileError> {
+        let text = reader(path)?;
         Ok(RuleFile {
             path: path.to_owned(),
             sha256: digest(&text),
@@ -93,11 +81,8 @@ impl RuleFile {
 }
 
 /// The digest of the file's text when `reader` could read it, and its rules.
-fn read(
-    path: &Path,
-    reader: &dyn ReadRuleFile,
-) -> (Option<String>, Result<PolicySet, PolicyFileError>) {
-    match reader.read_rule_file(path) {
+fn read(path: &Path, reader: &RuleReader) -> (Option<String>, Result<PolicySet, PolicyFileError>) {
+    match reader(path) {
         Ok(text) => (Some(digest(&text)), PolicySet::from_yaml_str(&text)),
         Err(e) => (None, Err(e)),
     }
@@ -188,11 +173,11 @@ impl Vessel {
     pub fn reload_rules_from(
         &self,
         path: &Path,
-        reader: Arc<dyn ReadRuleFile>,
+        reader: RuleReader,
         cause: ReloadCause,
     ) -> Reloaded {
         let mut source = self.source();
-        let (sha256, loaded) = read(path, reader.as_ref());
+        let (sha256, loaded) = read(path, &reader);
         let file = path.display().to_string();
         match (loaded, sha256) {
             (Ok(_), Some(sha256))

@@ -248,7 +248,13 @@ pub(crate) struct RuleSource {
     /// The SHA-256 of the file's bytes when they were read.
     pub(crate) sha256: Option<String>,
     /// How the host reads the rule file again, when they came from one.
-    pub(crate) reader: Option<Arc<dyn crate::reload::ReadRuleFile>>,
+    #[expect(
+        clippy::type_complexity,
+        reason = "the reader's type, spelt out: naming it here would make the modules use each other"
+    )]
+    pub(crate) reader: Option<
+        Arc<dyn Fn(&std::path::Path) -> Result<String, dk_policy::PolicyFileError> + Send + Sync>,
+    >,
 }
 
 impl std::fmt::Debug for RuleSource {

@@ -15,7 +15,7 @@ use crate::Vessel;
 
 /// The rule file reader of a vessel that reads its rules from disk
 /// ([`dk_policy::read_rule_file`]: at most its size limit, UTF-8).
-pub fn from_disk() -> Arc<dyn ReadRuleFile> {
+pub fn from_disk() -> RuleReader {
     Arc::new(dk_policy::read_rule_file)
 }
 

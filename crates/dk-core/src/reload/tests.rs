@@ -49,7 +49,7 @@ fn entries(vessel: &Vessel) -> Vec<(String, serde_json::Value)> {
 }
 
 /// The host's reader: the file on disk, as dk-vessel reads it.
-fn disk() -> Arc<dyn ReadRuleFile> {
+fn disk() -> RuleReader {
     Arc::new(dk_policy::read_rule_file)
 }
 
