@@ -183,18 +183,24 @@ pub struct LimitSettings {
     /// `maxUnauthenticatedPerAddress`:
     /// [`Limits::max_unauthenticated_per_address`].
     pub max_unauthenticated_per_address: Option<usize>,
-    /// `adminConnections`: [`Limits::admin_connections`]' total.
+    /// `adminConnections`: the admin API listener's cap in total (dk-http's
+    /// `HttpLimits::admin_connections`; not in [`Limits`]).
     pub admin_connections: Option<usize>,
-    /// `adminConnectionsPerAddress`: [`Limits::admin_connections`]' per
-    /// address.
+    /// `adminConnectionsPerAddress`: the admin API listener's cap per
+    /// address (dk-http's `HttpLimits::admin_connections`).
     pub admin_connections_per_address: Option<usize>,
-    /// `mcpConnections`: [`Limits::mcp_connections`]' total.
+    /// `mcpConnections`: the MCP listener's cap in total (dk-mcp's
+    /// `McpOptions::listener`).
     pub mcp_connections: Option<usize>,
-    /// `mcpConnectionsPerAddress`: [`Limits::mcp_connections`]' per address.
+    /// `mcpConnectionsPerAddress`: the MCP listener's cap per address
+    /// (dk-mcp's `McpOptions::listener`).
     pub mcp_connections_per_address: Option<usize>,
-    /// `headerReadTimeoutMs`: [`Limits::header_read_timeout`].
+    /// `headerReadTimeoutMs`: every listener's header-read deadline
+    /// (dk-http's `HttpLimits::header_read_timeout`, dk-mcp's
+    /// `McpOptions::listener`).
     pub header_read_timeout: Option<Duration>,
-    /// `idleTimeoutMs`: [`Limits::idle_timeout`].
+    /// `idleTimeoutMs`: every listener's idle timeout (dk-http's
+    /// `HttpLimits::idle_timeout`, dk-mcp's `McpOptions::listener`).
     pub idle_timeout: Option<Duration>,
     /// `maxFramesPerSecond`: [`Limits::max_frames_per_second`].
     pub max_frames_per_second: Option<u32>,
@@ -208,7 +214,8 @@ pub struct LimitSettings {
     pub approval_timeout: Option<Duration>,
     /// `callTimeoutMs`: [`Limits::call_timeout`].
     pub call_timeout: Option<Duration>,
-    /// `deviceOrigins`: [`Limits::device_origins`].
+    /// `deviceOrigins`: the `Origin` values the `/device` route allows
+    /// (dk-http's `HttpLimits::device_origins`).
     pub device_origins: Option<Vec<String>>,
 }
 
@@ -632,7 +639,9 @@ fn is_origin(text: &str) -> bool {
 }
 
 impl LimitSettings {
-    /// Sets in `limits` every value this section sets.
+    /// Sets in `limits` every value this section sets that the core keeps;
+    /// the listeners' caps, deadlines and device origins are left to the
+    /// host, which hands them to the HTTP layer.
     fn apply_to(&self, limits: &mut Limits) {
         fn set<T: Clone>(target: &mut T, value: &Option<T>) {
             if let Some(value) = value {
@@ -651,18 +660,6 @@ impl LimitSettings {
             &mut limits.max_unauthenticated_per_address,
             &self.max_unauthenticated_per_address,
         );
-        set(&mut limits.admin_connections.total, &self.admin_connections);
-        set(
-            &mut limits.admin_connections.per_address,
-            &self.admin_connections_per_address,
-        );
-        set(&mut limits.mcp_connections.total, &self.mcp_connections);
-        set(
-            &mut limits.mcp_connections.per_address,
-            &self.mcp_connections_per_address,
-        );
-        set(&mut limits.header_read_timeout, &self.header_read_timeout);
-        set(&mut limits.idle_timeout, &self.idle_timeout);
         set(
             &mut limits.max_frames_per_second,
             &self.max_frames_per_second,
@@ -672,13 +669,14 @@ impl LimitSettings {
         set(&mut limits.consent_timeout, &self.consent_timeout);
         set(&mut limits.approval_timeout, &self.approval_timeout);
         set(&mut limits.call_timeout, &self.call_timeout);
-        set(&mut limits.device_origins, &self.device_origins);
     }
 }
 
 impl VesselConfig {
     /// Sets what the file configures in `limits`: every value of
-    /// `[limits]`, `[rateLimits]` in [`Limits::rate_limits`] (charging rates
+    /// `[limits]` the core keeps (the listeners' caps, deadlines and device
+    /// origins stay in [`VesselConfig::limits`], for the host to hand to the
+    /// HTTP layer), `[rateLimits]` in [`Limits::rate_limits`] (charging rates
     /// if the limits did not, unless both rates are 0), and `[runLimits]` as
     /// the agent-level layer of [`Limits::run_limits`] (charging runs if the
     /// limits did not). Streaming is set on the vessel itself
@@ -1056,62 +1054,71 @@ mod tests {
     /// whole file with the key's range.
     #[test]
     fn every_limit_is_set_within_its_range_and_refused_outside_it() {
-        type Read = fn(&Limits) -> u64;
+        type Read = fn(&Limits, &LimitSettings) -> u64;
         fn ms(d: Duration) -> u64 {
             u64::try_from(d.as_millis()).unwrap()
         }
+        // The listeners' keys land in the settings the host hands to the
+        // HTTP layer, not in `Limits`.
+        fn count(n: Option<usize>) -> u64 {
+            n.unwrap() as u64
+        }
         let cases: [(&str, u64, u64, Read); 18] = [
-            ("maxFrameBytes", 1024, 16 << 20, |l| {
+            ("maxFrameBytes", 1024, 16 << 20, |l, _| {
                 l.max_frame_bytes as u64
             }),
-            ("handshakeTimeoutMs", 1000, 300_000, |l| {
+            ("handshakeTimeoutMs", 1000, 300_000, |l, _| {
                 ms(l.handshake_timeout)
             }),
-            ("maxPendingCalls", 1, 4096, |l| l.max_pending_calls as u64),
-            ("maxConnections", 1, 1_000_000, |l| l.max_connections as u64),
-            ("maxConnectionsPerAddress", 1, 1_000_000, |l| {
+            ("maxPendingCalls", 1, 4096, |l, _| {
+                l.max_pending_calls as u64
+            }),
+            ("maxConnections", 1, 1_000_000, |l, _| {
+                l.max_connections as u64
+            }),
+            ("maxConnectionsPerAddress", 1, 1_000_000, |l, _| {
                 l.max_connections_per_address as u64
             }),
-            ("maxUnauthenticatedPerAddress", 1, 65_536, |l| {
+            ("maxUnauthenticatedPerAddress", 1, 65_536, |l, _| {
                 l.max_unauthenticated_per_address as u64
             }),
-            ("adminConnections", 1, 65_536, |l| {
-                l.admin_connections.total as u64
+            ("adminConnections", 1, 65_536, |_, s| {
+                count(s.admin_connections)
             }),
-            ("adminConnectionsPerAddress", 1, 65_536, |l| {
-                l.admin_connections.per_address as u64
+            ("adminConnectionsPerAddress", 1, 65_536, |_, s| {
+                count(s.admin_connections_per_address)
             }),
-            ("mcpConnections", 1, 65_536, |l| {
-                l.mcp_connections.total as u64
+            ("mcpConnections", 1, 65_536, |_, s| count(s.mcp_connections)),
+            ("mcpConnectionsPerAddress", 1, 65_536, |_, s| {
+                count(s.mcp_connections_per_address)
             }),
-            ("mcpConnectionsPerAddress", 1, 65_536, |l| {
-                l.mcp_connections.per_address as u64
+            ("headerReadTimeoutMs", 1000, 300_000, |_, s| {
+                ms(s.header_read_timeout.unwrap())
             }),
-            ("headerReadTimeoutMs", 1000, 300_000, |l| {
-                ms(l.header_read_timeout)
+            ("idleTimeoutMs", 20_000, 86_400_000, |_, s| {
+                ms(s.idle_timeout.unwrap())
             }),
-            ("idleTimeoutMs", 20_000, 86_400_000, |l| ms(l.idle_timeout)),
-            ("maxFramesPerSecond", 1, 1_000_000, |l| {
+            ("maxFramesPerSecond", 1, 1_000_000, |l, _| {
                 u64::from(l.max_frames_per_second)
             }),
-            ("maxMalformedFrames", 0, 1000, |l| {
+            ("maxMalformedFrames", 0, 1000, |l, _| {
                 u64::from(l.max_malformed_frames)
             }),
-            ("pingIntervalMs", 1000, 600_000, |l| ms(l.ping_interval)),
-            ("consentTimeoutMs", 5000, 86_400_000, |l| {
+            ("pingIntervalMs", 1000, 600_000, |l, _| ms(l.ping_interval)),
+            ("consentTimeoutMs", 5000, 86_400_000, |l, _| {
                 ms(l.consent_timeout)
             }),
-            ("approvalTimeoutMs", 5000, 86_400_000, |l| {
+            ("approvalTimeoutMs", 5000, 86_400_000, |l, _| {
                 ms(l.approval_timeout)
             }),
-            ("callTimeoutMs", 100, 3_600_000, |l| ms(l.call_timeout)),
+            ("callTimeoutMs", 100, 3_600_000, |l, _| ms(l.call_timeout)),
         ];
         for (key, min, max, read) in cases {
             for good in [min, max] {
                 let config = VesselConfig::parse(&format!("[limits]\n{key} = {good}")).unwrap();
                 let mut limits = Limits::default();
                 config.apply_to(&mut limits);
-                assert_eq!(read(&limits), good, "{key}");
+                assert_eq!(read(&limits, &config.limits), good, "{key}");
             }
             let range = format!("`limits.{key}` must be ");
             for bad in [
@@ -1185,10 +1192,8 @@ mod tests {
             "[limits]\ndeviceOrigins = [\"https://bridge.example\", \"http://[::1]:8080\"]",
         )
         .unwrap();
-        let mut limits = Limits::default();
-        config.apply_to(&mut limits);
         assert_eq!(
-            limits.device_origins,
+            config.limits.device_origins.unwrap(),
             ["https://bridge.example", "http://[::1]:8080"]
         );
         for bad in [

@@ -1,13 +1,13 @@
-//! The vessel's limits: on device connections, pairing, calls, rates, run
-//! budgets and each listener's caps and deadlines. `dk vessel`'s flags and
-//! its configuration file set them; their defaults are documented in
-//! `docs/PROTOCOL.md` and `docs/CONFIG.md`.
+//! The vessel's limits: on device connections, pairing, calls, rates and
+//! run budgets. `dk vessel`'s flags and its configuration file set them;
+//! their defaults are documented in `docs/PROTOCOL.md` and
+//! `docs/CONFIG.md`. The caps and deadlines of the listeners are the HTTP
+//! layer's (dk-http's `HttpLimits`, dk-mcp's `McpOptions`).
 
 use std::time::Duration;
 
 use crate::adapter::{AgentRateLimits, AgentRunLimits, DEFAULT_CALL_TIMEOUT};
 use crate::link::DEFAULT_MAX_PENDING;
-use crate::listener::ListenerLimits;
 use crate::person::DEFAULT_APPROVAL_TIMEOUT;
 use crate::registry::DEFAULT_CONSENT_TIMEOUT;
 
@@ -64,23 +64,6 @@ pub struct Limits {
     /// none. Default: on, with Prism's limits (32 tool calls, 120 s from a
     /// run's start).
     pub run_limits: Option<AgentRunLimits>,
-    /// How long a request's headers may take to arrive in full, on every
-    /// listener (devices, admin API, MCP): from `accept` for a connection's
-    /// first request, from its first byte for the next ones.
-    pub header_read_timeout: Duration,
-    /// How long a connection on any listener may move no byte while no
-    /// request on it is being answered.
-    pub idle_timeout: Duration,
-    /// Connections the admin API's TCP listener holds at once, in total and
-    /// from one address, counted from `accept`.
-    pub admin_connections: ConnectionCaps,
-    /// Connections the MCP listener holds at once, in total and from one
-    /// address, counted from `accept`.
-    pub mcp_connections: ConnectionCaps,
-    /// `Origin` values allowed on a `/device` upgrade. Native devices send
-    /// none; a request that carries one not listed here (a web page acting
-    /// as a device) is refused. Empty by default.
-    pub device_origins: Vec<String>,
     /// Where devices may speak plain 8DK v1 (in clear, with a bearer
     /// token). dk/2 is always offered.
     pub plain_v1: PlainV1,
@@ -104,15 +87,6 @@ pub enum PlainV1 {
     Everywhere,
 }
 
-/// Caps on the connections one listener holds at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionCaps {
-    /// In total.
-    pub total: usize,
-    /// From one remote address.
-    pub per_address: usize,
-}
-
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -134,49 +108,8 @@ impl Default for Limits {
             pairings_per_minute_per_address: 10,
             rate_limits: Some(AgentRateLimits::default()),
             run_limits: Some(AgentRunLimits::default()),
-            header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            admin_connections: ConnectionCaps {
-                total: 512,
-                per_address: 128,
-            },
-            mcp_connections: ConnectionCaps {
-                total: 2048,
-                per_address: 1024,
-            },
-            device_origins: Vec::new(),
             plain_v1: PlainV1::Loopback,
             no_screen_off_loopback: false,
-        }
-    }
-}
-
-impl Limits {
-    /// What the `/device` listener applies from `accept` on: the
-    /// connection caps, the header-read deadline and the idle timeout.
-    pub fn device_listener(&self) -> ListenerLimits {
-        self.listener(ConnectionCaps {
-            total: self.max_connections,
-            per_address: self.max_connections_per_address,
-        })
-    }
-
-    /// What the admin API's listener applies from `accept` on.
-    pub fn admin_listener(&self) -> ListenerLimits {
-        self.listener(self.admin_connections)
-    }
-
-    /// What the MCP listener applies from `accept` on.
-    pub fn mcp_listener(&self) -> ListenerLimits {
-        self.listener(self.mcp_connections)
-    }
-
-    fn listener(&self, caps: ConnectionCaps) -> ListenerLimits {
-        ListenerLimits {
-            max_connections: caps.total,
-            max_connections_per_address: caps.per_address,
-            header_read_timeout: self.header_read_timeout,
-            idle_timeout: self.idle_timeout,
         }
     }
 }

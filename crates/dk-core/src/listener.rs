@@ -1,26 +1,8 @@
-//! What the core knows of a listener: the caps and deadlines it applies
-//! ([`ListenerLimits`], from [`Limits`](crate::Limits)) and the counters it
-//! keeps ([`ListenerStats`], reported by the admin API). The listeners
-//! themselves are the HTTP layer's.
+//! What the core knows of a listener: the counters it keeps
+//! ([`ListenerStats`], reported by the admin API). The listeners, their
+//! caps and their deadlines are the HTTP layer's.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
-
-/// Caps and deadlines one listener applies to its connections, from
-/// `accept` on. The defaults of each listener are in
-/// [`Limits`](crate::Limits) and `docs/CONFIG.md`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListenerLimits {
-    /// Connections held at once, counted from `accept`.
-    pub max_connections: usize,
-    /// Connections held at once from one remote address.
-    pub max_connections_per_address: usize,
-    /// How long a request's headers may take to arrive in full.
-    pub header_read_timeout: Duration,
-    /// How long a connection may move no byte while nothing is being
-    /// answered.
-    pub idle_timeout: Duration,
-}
 
 /// Counters of one listener: what it holds, held at most, and closed.
 #[derive(Debug, Default)]

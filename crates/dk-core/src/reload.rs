@@ -6,7 +6,12 @@
 //! audit entry naming the file and the SHA-256 of what was read, so the log
 //! answers "which rules were in force" (with the vessel's `vessel-started`
 //! and `vessel-stopped` entries, which carry [`RulesInForce`] too).
+//!
+//! The core opens no file: the host reads it ([`RuleReader`], given with
+//! the [`RuleFile`] and with each [`Vessel::reload_rules_from`]), the core
+//! parses what was read, digests it, applies it and records it.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError};
 
@@ -16,23 +21,41 @@ use sha2::{Digest, Sha256};
 use crate::store::entry as schema;
 use crate::vessel::{RuleSource, Vessel};
 
-/// A rule file read and parsed, with the SHA-256 of the bytes read.
-#[derive(Debug)]
+/// How the host reads a rule file's text: the text of the file at a path,
+/// or why it cannot be read (`dk_vessel` reads it from disk with
+/// `dk_policy::read_rule_file`). The core keeps it to read the file again
+/// on a reload, and opens no file itself.
+pub type RuleReader = Arc<dyn Fn(&Path) -> Result<String, PolicyFileError> + Send + Sync>;
+
+/// A rule file read and parsed, with the SHA-256 of the bytes read and the
+/// reader that reads it again on a reload.
 pub struct RuleFile {
     path: PathBuf,
     sha256: String,
     set: PolicySet,
+    reader: RuleReader,
+}
+
+impl fmt::Debug for RuleFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuleFile")
+            .field("path", &self.path)
+            .field("sha256", &self.sha256)
+            .field("set", &self.set)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RuleFile {
-    /// Reads and parses the rule file at `path`. Any error refuses the
-    /// whole file, with every error reported.
-    pub fn load(path: &Path) -> Result<RuleFile, PolicyFileError> {
-        let text = dk_policy::read_rule_file(path)?;
+    /// Reads the rule file at `path` with `reader` and parses it. Any
+    /// error refuses the whole file, with every error reported.
+    pub fn read(path: &Path, reader: RuleReader) -> Result<RuleFile, PolicyFileError> {
+        let text = reader(path)?;
         Ok(RuleFile {
             path: path.to_owned(),
             sha256: digest(&text),
             set: PolicySet::from_yaml_str(&text)?,
+            reader,
         })
     }
 
@@ -57,9 +80,9 @@ impl RuleFile {
     }
 }
 
-/// The digest of the file's text when it could be read, and its rules.
-fn read(path: &Path) -> (Option<String>, Result<PolicySet, PolicyFileError>) {
-    match dk_policy::read_rule_file(path) {
+/// The digest of the file's text when `reader` could read it, and its rules.
+fn read(path: &Path, reader: &RuleReader) -> (Option<String>, Result<PolicySet, PolicyFileError>) {
+    match reader(path) {
         Ok(text) => (Some(digest(&text)), PolicySet::from_yaml_str(&text)),
         Err(e) => (None, Err(e)),
     }
@@ -104,6 +127,7 @@ impl Vessel {
         *source = RuleSource {
             file: Some(file.path),
             sha256: Some(file.sha256),
+            reader: Some(file.reader),
         };
     }
 
@@ -128,22 +152,32 @@ impl Vessel {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reads the rule file in force again and, if it is good, puts its
-    /// rules in force for the calls that reach check 3 from now on; a
-    /// broken file changes nothing. Recorded either way (`rules-reloaded`
-    /// or `rules-refused`). `None` when the rules came from no file.
+    /// Reads the rule file in force again (with the reader it was read
+    /// with) and, if it is good, puts its rules in force for the calls that
+    /// reach check 3 from now on; a broken file changes nothing. Recorded
+    /// either way (`rules-reloaded` or `rules-refused`). `None` when the
+    /// rules came from no file.
     pub fn reload_rules(&self, cause: ReloadCause) -> Option<Reloaded> {
-        let file = self.source().file.clone()?;
-        Some(self.reload_rules_from(&file, cause))
+        let (file, reader) = {
+            let source = self.source();
+            (source.file.clone()?, Arc::clone(source.reader.as_ref()?))
+        };
+        Some(self.reload_rules_from(&file, reader, cause))
     }
 
-    /// Reads `path` and, if it is good, puts its rules in force, `path`
-    /// becoming the rule file; a broken file changes nothing. Recorded
-    /// either way; a file changed only in its time, holding the rules in
-    /// force byte for byte, is [`Reloaded::Unchanged`] and not recorded.
-    pub fn reload_rules_from(&self, path: &Path, cause: ReloadCause) -> Reloaded {
+    /// Reads `path` with `reader` and, if it is good, puts its rules in
+    /// force, `path` becoming the rule file (read with `reader` from now
+    /// on); a broken file changes nothing. Recorded either way; a file
+    /// changed only in its time, holding the rules in force byte for byte,
+    /// is [`Reloaded::Unchanged`] and not recorded.
+    pub fn reload_rules_from(
+        &self,
+        path: &Path,
+        reader: RuleReader,
+        cause: ReloadCause,
+    ) -> Reloaded {
         let mut source = self.source();
-        let (sha256, loaded) = read(path);
+        let (sha256, loaded) = read(path, &reader);
         let file = path.display().to_string();
         match (loaded, sha256) {
             (Ok(_), Some(sha256))
@@ -159,6 +193,7 @@ impl Vessel {
                 *source = RuleSource {
                     file: Some(path.to_owned()),
                     sha256: Some(sha256.clone()),
+                    reader: Some(reader),
                 };
                 self.record(schema::RulesReloaded {
                     file,

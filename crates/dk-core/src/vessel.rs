@@ -11,7 +11,7 @@ mod decision_tests;
 mod store_tests;
 mod streaming;
 
-pub use crate::limits::{ConnectionCaps, Limits, PlainV1};
+pub use crate::limits::{Limits, PlainV1};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -241,12 +241,29 @@ pub struct Vessel {
 }
 
 /// Where the rules in force came from (`reload.rs` keeps it).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct RuleSource {
     /// The rule file, when they came from one.
     pub(crate) file: Option<std::path::PathBuf>,
     /// The SHA-256 of the file's bytes when they were read.
     pub(crate) sha256: Option<String>,
+    /// How the host reads the rule file again, when they came from one.
+    #[expect(
+        clippy::type_complexity,
+        reason = "the reader's type, spelt out: naming it here would make the modules use each other"
+    )]
+    pub(crate) reader: Option<
+        Arc<dyn Fn(&std::path::Path) -> Result<String, dk_policy::PolicyFileError> + Send + Sync>,
+    >,
+}
+
+impl std::fmt::Debug for RuleSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSource")
+            .field("file", &self.file)
+            .field("sha256", &self.sha256)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Keeps each decision: in the recent list, and in the audit log with the

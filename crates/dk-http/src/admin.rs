@@ -36,6 +36,7 @@ use crate::allowances::{AllowanceError, AllowanceMinutes, Remember};
 use crate::bodies::{agent_body, device_list, pending_body, status_body};
 use crate::by::By;
 use crate::console::Console;
+use crate::listen::HttpLimits;
 use crate::origins::LocalOrigins;
 use crate::person::{AnswerError, ApprovalAnswer};
 use crate::registry::{ConsentDecision, GrantError};
@@ -207,10 +208,8 @@ fn router(
 }
 
 /// Serves the admin API and the person's console (`/console/`) on
-/// `listener` until `shutdown` resolves. Connections are counted and
-/// capped from `accept`, and a request's headers have a deadline (see
-/// [`Limits`](dk_core::Limits)). From here on `console` makes login links
-/// to this listener.
+/// `listener` with [`HttpLimits::default`] until `shutdown` resolves. From
+/// here on `console` makes login links to this listener.
 pub async fn serve_admin(
     listener: tokio::net::TcpListener,
     vessel: Arc<Vessel>,
@@ -218,17 +217,39 @@ pub async fn serve_admin(
     console: Arc<Console>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_admin_with(
+        listener,
+        vessel,
+        token,
+        console,
+        HttpLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_admin`] with `limits`: connections are counted and capped from
+/// `accept` ([`HttpLimits::admin_connections`]), a request's headers have a
+/// deadline and an idle connection is closed.
+pub async fn serve_admin_with(
+    listener: tokio::net::TcpListener,
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    console: Arc<Console>,
+    limits: HttpLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    let limits = vessel.limits().admin_listener();
+    let limits = limits.admin_listener();
     let stats = Arc::clone(&vessel.stats().admin_listener);
     let app = admin_router(vessel, token, console, local);
     crate::listen::serve_http(listener, app, limits, stats, shutdown).await
 }
 
-/// Serves the admin API on a Unix socket until `shutdown` resolves: the
-/// same routes and token check as [`serve_admin`], with `Host: localhost`,
-/// and no console pages (`POST /v1/console/link` makes a link to the
-/// console the TCP listener serves).
+/// Serves the admin API on a Unix socket with [`HttpLimits::default`]
+/// until `shutdown` resolves: the same routes and token check as
+/// [`serve_admin`], with `Host: localhost`, and no console pages (`POST
+/// /v1/console/link` makes a link to the console the TCP listener serves).
 /// Bind it with [`crate::bind_private_socket`] in the vessel's 0700 data
 /// directory: only the vessel's own user can then make or reach it, so a
 /// client that checked the socket is its own knows whom it gives the token.
@@ -239,7 +260,28 @@ pub async fn serve_admin_unix(
     console: Arc<Console>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limits = vessel.limits().admin_listener();
+    serve_admin_unix_with(
+        listener,
+        vessel,
+        token,
+        console,
+        HttpLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_admin_unix`] with `limits` (the admin API's caps and the
+/// deadlines, as on TCP).
+pub async fn serve_admin_unix_with(
+    listener: tokio::net::UnixListener,
+    vessel: Arc<Vessel>,
+    token: AdminToken,
+    console: Arc<Console>,
+    limits: HttpLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = limits.admin_listener();
     let stats = Arc::clone(&vessel.stats().admin_socket);
     let app = router(vessel, token, console, LocalOrigins::for_unix_socket());
     crate::listen::serve_http(listener, app, limits, stats, shutdown).await

@@ -22,8 +22,12 @@ use dk_core::{adapter, agents, allowances, by, connection, listener, person, reg
 use dk_core::{config, redact, stream};
 use dk_core::{link, reload, store};
 
-pub use admin::{AdminToken, AdminTokenError, serve_admin, serve_admin_unix};
+pub use admin::{
+    AdminToken, AdminTokenError, serve_admin, serve_admin_unix, serve_admin_unix_with,
+    serve_admin_with,
+};
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use console::Console;
-pub use server::serve_devices;
+pub use listen::HttpLimits;
+pub use server::{serve_devices, serve_devices_with};
 pub use unix::{bind_private_socket, connect_private_socket};

@@ -39,7 +39,108 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub use crate::listener::{ListenerLimits, ListenerStats};
+pub use crate::listener::ListenerStats;
+use crate::vessel::Limits;
+
+/// Caps and deadlines one listener applies to its connections, from
+/// `accept` on. [`HttpLimits`] holds those of the `/device` route and the
+/// admin API; dk-mcp's `McpOptions` those of `/mcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Connections held at once, counted from `accept`.
+    pub max_connections: usize,
+    /// Connections held at once from one remote address.
+    pub max_connections_per_address: usize,
+    /// How long a request's headers may take to arrive in full.
+    pub header_read_timeout: Duration,
+    /// How long a connection may move no byte while nothing is being
+    /// answered.
+    pub idle_timeout: Duration,
+}
+
+/// Caps on the connections one listener holds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionCaps {
+    /// In total.
+    pub total: usize,
+    /// From one remote address.
+    pub per_address: usize,
+}
+
+/// How long a request's headers may take to arrive in full, on every
+/// listener, by default (`limits.headerReadTimeoutMs`).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection on any listener may move no byte while nothing is
+/// being answered, by default (`limits.idleTimeoutMs`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the HTTP layer's listeners apply besides the core's admission: the
+/// deadlines of every listener, the admin API's connection caps and the
+/// `Origin` values the `/device` route allows. The `/device` listener's
+/// caps are the core's connection counts ([`Limits::max_connections`],
+/// [`Limits::max_connections_per_address`]). `dk vessel`'s configuration
+/// file sets them (`[limits]`, `docs/CONFIG.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// How long a request's headers may take to arrive in full, on every
+    /// listener (devices, admin API, MCP): from `accept` for a connection's
+    /// first request, from its first byte for the next ones (default 10 s).
+    pub header_read_timeout: Duration,
+    /// How long a connection on any listener may move no byte while no
+    /// request on it is being answered (default 60 s).
+    pub idle_timeout: Duration,
+    /// Connections the admin API's TCP listener (and its Unix socket) holds
+    /// at once, in total and from one address, counted from `accept`
+    /// (default 512, 128 per address).
+    pub admin_connections: ConnectionCaps,
+    /// `Origin` values allowed on a `/device` upgrade. Native devices send
+    /// none; a request that carries one not listed here (a web page acting
+    /// as a device) is refused. Empty by default.
+    pub device_origins: Vec<String>,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            admin_connections: ConnectionCaps {
+                total: 512,
+                per_address: 128,
+            },
+            device_origins: Vec::new(),
+        }
+    }
+}
+
+impl HttpLimits {
+    /// What the `/device` listener applies from `accept` on: the core's
+    /// connection caps (`limits`), the header-read deadline and the idle
+    /// timeout.
+    pub fn device_listener(&self, limits: &Limits) -> ListenerLimits {
+        self.listener(ConnectionCaps {
+            total: limits.max_connections,
+            per_address: limits.max_connections_per_address,
+        })
+    }
+
+    /// What the admin API's listener applies from `accept` on.
+    pub fn admin_listener(&self) -> ListenerLimits {
+        self.listener(self.admin_connections)
+    }
+
+    /// What a listener capped at `caps` applies from `accept` on, with
+    /// these deadlines.
+    pub fn listener(&self, caps: ConnectionCaps) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: caps.total,
+            max_connections_per_address: caps.per_address,
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
 
 /// The instant a request's connection was accepted: a request extension
 /// every listener of the vessel sets, so a deadline can count from the

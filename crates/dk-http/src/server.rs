@@ -24,7 +24,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 
 use crate::connection::{WireMessage, serve_connection, serve_secure_connection};
-use crate::listen::{Accepted, serve_http};
+use crate::listen::{Accepted, HttpLimits, serve_http};
 use crate::origins::{LocalOrigins, single};
 use crate::vessel::Vessel;
 use dk_core::limits::PlainV1;
@@ -43,37 +43,56 @@ struct Devices {
     /// when it listens on another address, where devices name it as they
     /// please.
     hosts: Option<Arc<LocalOrigins>>,
+    /// The `Origin` values allowed ([`HttpLimits::device_origins`]).
+    origins: Arc<[String]>,
 }
 
 /// The router with the `/device` route for a listener bound to `local`, for
 /// embedding in a larger app. The app must provide `ConnectInfo<SocketAddr>`
-/// (axum's `into_make_service_with_connect_info`).
-pub(crate) fn device_router(vessel: Arc<Vessel>, local: SocketAddr) -> Router {
+/// (axum's `into_make_service_with_connect_info`). An upgrade may carry
+/// one of `origins`.
+pub(crate) fn device_router(vessel: Arc<Vessel>, local: SocketAddr, origins: &[String]) -> Router {
     let hosts = local
         .ip()
         .is_loopback()
         .then(|| Arc::new(LocalOrigins::for_listener(local)));
     Router::new()
         .route("/device", get(device_route))
-        .with_state(Devices { vessel, hosts })
+        .with_state(Devices {
+            vessel,
+            hosts,
+            origins: origins.into(),
+        })
 }
 
-/// Serves the `/device` route on `listener` until `shutdown` resolves; then
-/// every device connection is closed (code 1001) and awaited. Connections
-/// are counted and capped from `accept`, and a request's headers have a
-/// deadline (see [`Limits`](dk_core::Limits)).
+/// Serves the `/device` route on `listener` with [`HttpLimits::default`]
+/// until `shutdown` resolves; then every device connection is closed (code
+/// 1001) and awaited.
 pub async fn serve_devices(
     listener: TcpListener,
     vessel: Arc<Vessel>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_devices_with(listener, vessel, HttpLimits::default(), shutdown).await
+}
+
+/// [`serve_devices`] with `limits`: connections are counted and capped from
+/// `accept` (the vessel's [`Limits`](dk_core::Limits)), a request's headers
+/// have a deadline and an idle connection is closed ([`HttpLimits`]), and
+/// an upgrade may carry only an allowed `Origin`.
+pub async fn serve_devices_with(
+    listener: TcpListener,
+    vessel: Arc<Vessel>,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    let app = device_router(Arc::clone(&vessel), local);
+    let app = device_router(Arc::clone(&vessel), local, &limits.device_origins);
     let closing = Arc::clone(&vessel);
     let result = serve_http(
         listener,
         app,
-        vessel.limits().device_listener(),
+        limits.device_listener(vessel.limits()),
         Arc::clone(&vessel.stats().device_listener),
         async move {
             shutdown.await;
@@ -99,9 +118,7 @@ fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
     };
     if let Some(origin) = origin {
         let allowed = devices
-            .vessel
-            .limits()
-            .device_origins
+            .origins
             .iter()
             .any(|a| a.eq_ignore_ascii_case(origin));
         if !allowed {

@@ -189,7 +189,7 @@ pub async fn serve_mcp_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    let limits = vessel.limits().mcp_listener();
+    let limits = options.listener;
     let stats = Arc::clone(&vessel.stats().mcp_listener);
     let (router, end_sessions) = build(vessel, agents, LocalOrigins::for_listener(local), options);
     // Every accepted connection gets TCP_NODELAY: an answer goes out as
@@ -213,7 +213,7 @@ pub async fn serve_mcp_unix(
     options: McpOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limits = vessel.limits().mcp_listener();
+    let limits = options.listener;
     let stats = Arc::clone(&vessel.stats().mcp_socket);
     let (router, end_sessions) = build(vessel, agents, LocalOrigins::for_unix_socket(), options);
     crate::listen::serve_http(listener, router, limits, stats, async move {

@@ -1,14 +1,25 @@
-//! What an MCP server may hold and how much it sends at once.
+//! What an MCP server may hold, how much it sends at once, and what its
+//! listener applies to connections.
 
 use std::time::Duration;
 
-/// The bounds of an MCP server: how many sessions an agent and all agents
-/// hold, when a result is paged through `read_more`, how long and how much
-/// of those results are kept (in all and per agent), and how many device
-/// events each event resource keeps. [`McpOptions::default`] is what
+use dk_http::listen::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ListenerLimits};
+
+/// The bounds of an MCP server: how many connections its listener holds
+/// and its deadlines, how many sessions an agent and all agents hold, when
+/// a result is paged through `read_more`, how long and how much of those
+/// results are kept (in all and per agent), and how many device events each
+/// event resource keeps. [`McpOptions::default`] is what
 /// [`serve_mcp`](crate::serve_mcp) uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct McpOptions {
+    /// What the MCP listener (on TCP and on its Unix socket) applies from
+    /// `accept` on: at most 2,048 connections at once, 1,024 from one
+    /// address, and dk-http's default header-read deadline (10 s) and idle
+    /// timeout (60 s). `limits.mcpConnections`,
+    /// `limits.mcpConnectionsPerAddress`, `limits.headerReadTimeoutMs` and
+    /// `limits.idleTimeoutMs` in `dk vessel`'s configuration file.
+    pub listener: ListenerLimits,
     /// The most sessions one agent holds at once (default 64; values below
     /// 1 count as 1). A new one past it ends that agent's own longest
     /// unused session, never another agent's.
@@ -50,6 +61,12 @@ pub struct McpOptions {
 impl Default for McpOptions {
     fn default() -> McpOptions {
         McpOptions {
+            listener: ListenerLimits {
+                max_connections: 2048,
+                max_connections_per_address: 1024,
+                header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+                idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            },
             sessions_per_agent: 64,
             max_sessions: 1024,
             read_more_threshold: 16 * 1024,

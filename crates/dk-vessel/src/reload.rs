@@ -1,7 +1,8 @@
 //! Reloading the rule file, at the edge: dk-core's `reload` (re-exported
-//! here) applies a rule file and records it; this module watches the file
-//! for changes (its modification time and length, polled) and for requests,
-//! and hands each reload to [`Vessel::reload_rules_from`].
+//! here) applies a rule file and records it, and opens no file; this module
+//! reads it from disk ([`load_rule_file`], [`from_disk`]), watches it for
+//! changes (its modification time and length, polled) and for requests, and
+//! hands each reload to [`Vessel::reload_rules_from`].
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,19 @@ use std::time::{Duration, SystemTime};
 pub use dk_core::reload::*;
 
 use crate::Vessel;
+
+/// The rule file reader of a vessel that reads its rules from disk
+/// ([`dk_policy::read_rule_file`]: at most its size limit, UTF-8).
+pub fn from_disk() -> RuleReader {
+    Arc::new(dk_policy::read_rule_file)
+}
+
+/// Reads the rule file at `path` from disk and parses it; the vessel
+/// reads it from disk again on each reload. Any error refuses the whole
+/// file, with every error reported.
+pub fn load_rule_file(path: &Path) -> Result<RuleFile, dk_policy::PolicyFileError> {
+    RuleFile::read(path, from_disk())
+}
 
 /// A rule file's identity for change detection: modification time and
 /// length. Take it before loading the file, and pass it to
@@ -75,7 +89,7 @@ pub async fn watch_policy_file<A, R>(
                 ReloadCause::Asked
             }
         };
-        report(&vessel.reload_rules_from(&path, cause));
+        report(&vessel.reload_rules_from(&path, from_disk(), cause));
     }
 }
 

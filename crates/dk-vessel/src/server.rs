@@ -18,6 +18,7 @@ use std::sync::Arc;
 use dk_core::config::VesselConfig;
 use dk_core::reload::RuleFile;
 use dk_core::{Limits, Vessel};
+use dk_http::HttpLimits;
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
 use dk_policy::PolicySet;
@@ -234,6 +235,7 @@ pub struct VesselServer {
     rule_file: Option<RuleFile>,
     config: VesselConfig,
     limits: Limits,
+    http: HttpLimits,
     mcp: McpOptions,
     store: Option<StoreOpener>,
 }
@@ -272,6 +274,7 @@ impl VesselServer {
             rule_file: None,
             config: VesselConfig::default(),
             limits: Limits::default(),
+            http: HttpLimits::default(),
             mcp: McpOptions::default(),
             store: None,
         }
@@ -349,7 +352,8 @@ impl VesselServer {
     }
 
     /// The vessel configuration (streaming kinds, rate limits, run
-    /// budgets), applied over the limits.
+    /// budgets, `[limits]`), applied over the limits, the HTTP limits and
+    /// the MCP route's options.
     pub fn config(mut self, config: VesselConfig) -> VesselServer {
         self.config = config;
         self
@@ -361,7 +365,15 @@ impl VesselServer {
         self
     }
 
-    /// The MCP route's options.
+    /// The device route's and admin API's listener limits (and every
+    /// listener's deadlines), before the configuration is applied.
+    pub fn http_limits(mut self, limits: HttpLimits) -> VesselServer {
+        self.http = limits;
+        self
+    }
+
+    /// The MCP route's options (its listener's caps and deadlines among
+    /// them), before the configuration is applied.
     pub fn mcp_options(mut self, options: McpOptions) -> VesselServer {
         self.mcp = options;
         self
@@ -393,6 +405,8 @@ impl VesselServer {
         let listeners = Listeners::bind(self.listen, self.admin_listen, &self.mcp_listen).await?;
         let mut limits = self.limits;
         self.config.apply_to(&mut limits);
+        let (mut http, mut mcp) = (self.http, self.mcp);
+        crate::config::apply_listener_limits(&self.config, &mut http, &mut mcp);
         let vessel = Vessel::open(store, self.policies, limits)?;
         if let Some(file) = self.rule_file {
             vessel.use_rule_file(file);
@@ -433,7 +447,7 @@ impl VesselServer {
             listeners.mcp_addr,
         );
         let mcp_unavailable = listeners.mcp_unavailable.clone();
-        let served = serve_all(&vessel, &token, listeners, sockets, self.mcp);
+        let served = serve_all(&vessel, &token, listeners, sockets, &http, mcp);
         Ok(RunningVessel {
             vessel,
             console: served.console,
@@ -603,6 +617,7 @@ fn serve_all(
     token: &AdminToken,
     listeners: Listeners,
     sockets: Option<(UnixListener, UnixListener)>,
+    http: &HttpLimits,
     mcp_options: McpOptions,
 ) -> Served {
     let (stop, stopped) = watch::channel(false);
@@ -623,21 +638,23 @@ fn serve_all(
         console.set_address(addr);
     }
     if let Some(admin) = listeners.admin {
-        let serve = dk_http::serve_admin(
+        let serve = dk_http::serve_admin_with(
             admin,
             Arc::clone(vessel),
             token.clone(),
             Arc::clone(&console),
+            http.clone(),
             until(stopped.clone()),
         );
         tasks.push(("admin API", tokio::spawn(serve)));
     }
     if let Some((admin_socket, mcp_socket)) = sockets {
-        let serve = dk_http::serve_admin_unix(
+        let serve = dk_http::serve_admin_unix_with(
             admin_socket,
             Arc::clone(vessel),
             token.clone(),
             Arc::clone(&console),
+            http.clone(),
             until(stopped.clone()),
         );
         tasks.push(("admin socket", tokio::spawn(serve)));
@@ -650,9 +667,10 @@ fn serve_all(
         );
         tasks.push(("MCP socket", tokio::spawn(serve)));
     }
-    let serve = dk_http::serve_devices(
+    let serve = dk_http::serve_devices_with(
         listeners.devices,
         Arc::clone(vessel),
+        http.clone(),
         until(stopped.clone()),
     );
     tasks.push(("device route", tokio::spawn(serve)));

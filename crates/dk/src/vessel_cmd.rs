@@ -16,7 +16,7 @@ use dk_vessel::{
     Limits, McpListen, RunningVessel, ServerError, VesselServer,
     config::VesselConfig,
     mcp::McpOptions,
-    reload::{FileStamp, Reloaded, RuleFile, watch_policy_file},
+    reload::{FileStamp, Reloaded, RuleFile, load_rule_file, watch_policy_file},
     store::Store,
     store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
     vessel::PlainV1,
@@ -160,7 +160,7 @@ pub fn run(args: &VesselArgs) -> ExitCode {
     let loaded = args.policies.as_deref().map(FileStamp::of);
     let policies = match &args.policies {
         None => None,
-        Some(path) => match RuleFile::load(path) {
+        Some(path) => match load_rule_file(path) {
             Ok(file) => Some(file),
             Err(errors) => {
                 eprintln!("error: the rule file `{}` is refused:", path.display());

@@ -48,6 +48,16 @@ fn entries(vessel: &Vessel) -> Vec<(String, serde_json::Value)> {
         .collect()
 }
 
+/// The host's reader: the file on disk, as dk-vessel reads it.
+fn disk() -> RuleReader {
+    Arc::new(dk_policy::read_rule_file)
+}
+
+/// The rule file at `path`, read from disk.
+fn load(path: &Path) -> Result<RuleFile, PolicyFileError> {
+    RuleFile::read(path, disk())
+}
+
 /// A rule file's path in a directory of its own, removed when the
 /// directory is dropped.
 fn file() -> (tempfile::TempDir, PathBuf) {
@@ -62,7 +72,7 @@ fn a_good_file_applies_and_a_broken_one_changes_nothing() {
     let (_dir, path) = file();
     std::fs::write(&path, ASK).unwrap();
     assert_eq!(
-        vessel.reload_rules_from(&path, ReloadCause::Asked),
+        vessel.reload_rules_from(&path, disk(), ReloadCause::Asked),
         Reloaded::Applied {
             rules: 1,
             sha256: sha256(ASK)
@@ -70,14 +80,15 @@ fn a_good_file_applies_and_a_broken_one_changes_nothing() {
     );
     assert_eq!(decision_kind(&vessel), "ask");
     std::fs::write(&path, BROKEN).unwrap();
-    let Reloaded::Refused { errors } = vessel.reload_rules_from(&path, ReloadCause::Asked) else {
+    let Reloaded::Refused { errors } = vessel.reload_rules_from(&path, disk(), ReloadCause::Asked)
+    else {
         panic!("accepted a broken file")
     };
     assert!(errors.contains("capabilityKnd"), "{errors}");
     assert_eq!(decision_kind(&vessel), "ask", "the old rules stay in force");
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(
-        vessel.reload_rules_from(&path, ReloadCause::Asked),
+        vessel.reload_rules_from(&path, disk(), ReloadCause::Asked),
         Reloaded::Refused { .. }
     ));
     assert_eq!(decision_kind(&vessel), "ask");
@@ -99,7 +110,7 @@ fn every_reload_is_recorded_with_the_file_and_its_digest() {
         }
     );
     std::fs::write(&path, ASK).unwrap();
-    vessel.use_rule_file(RuleFile::load(&path).unwrap());
+    vessel.use_rule_file(load(&path).unwrap());
     let ask = RulesInForce {
         file: Some(shown.clone()),
         sha256: Some(sha256(ASK)),
@@ -110,7 +121,7 @@ fn every_reload_is_recorded_with_the_file_and_its_digest() {
 
     // The same bytes, the file touched: nothing done, nothing recorded.
     assert_eq!(
-        vessel.reload_rules_from(&path, ReloadCause::FileChanged),
+        vessel.reload_rules_from(&path, disk(), ReloadCause::FileChanged),
         Reloaded::Unchanged
     );
     std::fs::write(&path, BROKEN).unwrap();
@@ -162,5 +173,5 @@ fn every_reload_is_recorded_with_the_file_and_its_digest() {
 
 /// What refusing a file that is gone says.
 fn recorded_errors(path: &Path) -> String {
-    RuleFile::load(path).unwrap_err().to_string()
+    load(path).unwrap_err().to_string()
 }

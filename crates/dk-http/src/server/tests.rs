@@ -12,8 +12,9 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use super::serve_devices;
+use super::serve_devices_with;
 use crate::connection::{WireMessage, serve_connection};
+use crate::listen::HttpLimits;
 use crate::vessel::{Limits, Vessel};
 use dk_proto::CloseCode;
 
@@ -26,13 +27,21 @@ struct Served {
 
 impl Served {
     async fn start(limits: Limits) -> Served {
+        Served::start_with(limits, HttpLimits::default()).await
+    }
+
+    async fn start_with(limits: Limits, http: HttpLimits) -> Served {
         let vessel = Vessel::new(PolicySet::empty(), limits);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_devices(listener, Arc::clone(&vessel), async move {
-            let _ = stopped.await;
-        }));
+        let serve = Arc::clone(&vessel);
+        let task = tokio::spawn(async move {
+            serve_devices_with(listener, serve, http, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
         Served {
             vessel,
             addr,
@@ -109,10 +118,13 @@ async fn a_web_page_cannot_open_the_device_route() {
 
 #[tokio::test]
 async fn an_origin_the_person_allowed_may_open_it() {
-    let served = Served::start(Limits {
-        device_origins: vec!["https://bridge.example".to_owned()],
-        ..Limits::default()
-    })
+    let served = Served::start_with(
+        Limits::default(),
+        HttpLimits {
+            device_origins: vec!["https://bridge.example".to_owned()],
+            ..HttpLimits::default()
+        },
+    )
     .await;
     let allowed = [("Origin", "https://bridge.example")];
     check(served.upgrade_status(&allowed).await, 101, &allowed);

@@ -232,6 +232,8 @@ fn slow_and_half_sent_requests_are_cut_and_capped_on_every_listener() {
         let baseline = rss_kib(pid);
 
         let limits = dk_vessel::Limits::default();
+        let http = dk_vessel::http::HttpLimits::default();
+        let mcp_listener = dk_vessel::mcp::McpOptions::default().listener;
         let listeners = [
             (
                 "devices",
@@ -242,14 +244,14 @@ fn slow_and_half_sent_requests_are_cut_and_capped_on_every_listener() {
             (
                 "admin",
                 vessel.admin,
-                limits.admin_connections.per_address,
-                limits.admin_connections.total,
+                http.admin_connections.per_address,
+                http.admin_connections.total,
             ),
             (
                 "mcp",
                 mcp,
-                limits.mcp_connections.per_address,
-                limits.mcp_connections.total,
+                mcp_listener.max_connections_per_address,
+                mcp_listener.max_connections,
             ),
         ];
         let rounds = std::env::var("DK_SLOW_HTTP_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1);
