@@ -11,7 +11,7 @@
 //!   (the command line), a dk-core, when there is one, on none of axum,
 //!   hyper, hyper-util, rusqlite, rmcp and tokio-tungstenite, no crate
 //!   (nor the workspace's list) turning on dk-channel's `vectors` feature
-//!   (fixed ephemeral keys) or dk-core's `testing` feature (test support)
+//!   (fixed ephemeral keys) or dk-core's or dk-store's `testing` feature (test support)
 //!   outside its dev-dependencies, dk-testkit (test support) a
 //!   dev-dependency only and depending on no dk crate;
 //! - dk-policy's admission contract and rule language share no module;
@@ -678,8 +678,12 @@ fn direction_violations_of(
 }
 
 /// Features that exist for tests only: dk-channel's fixed ephemeral keys,
-/// dk-core's test support.
-const TEST_ONLY_FEATURES: [(&str, &str); 2] = [("dk-channel", "vectors"), ("dk-core", "testing")];
+/// dk-core's test support, dk-store's store double.
+const TEST_ONLY_FEATURES: [(&str, &str); 3] = [
+    ("dk-channel", "vectors"),
+    ("dk-core", "testing"),
+    ("dk-store", "testing"),
+];
 
 /// The lines of a manifest's `[dependencies]`, `[build-dependencies]`
 /// and `[workspace.dependencies]` that turn on a feature of

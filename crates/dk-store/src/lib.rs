@@ -60,6 +60,8 @@ mod model;
 pub mod private;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod writer;
 
 #[cfg(test)]

@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
@@ -17,6 +16,7 @@ use serde_json::{Value, json};
 use super::audit::{canonical_json, entry_hash};
 use super::*;
 use crate::StoredAgent;
+use crate::testing::{AuditGate, FaultyStore, Writes};
 
 // ---------------------------------------------------------------- helpers
 
@@ -903,96 +903,6 @@ fn ten_thousand_pairings_load_in_one_pass() {
 
 // ------------------------------------------------------------ the writer
 
-/// A store whose `append_audit` can be held at a gate, made to fail, or
-/// slowed down.
-struct Gated {
-    inner: Box<dyn Store>,
-    entered: Mutex<Option<mpsc::Sender<()>>>,
-    gate: Mutex<Option<mpsc::Receiver<()>>>,
-    fail: AtomicBool,
-    pause: Duration,
-}
-
-impl Gated {
-    fn new() -> Gated {
-        Gated::over(Box::new(MemoryStore::new()))
-    }
-
-    fn over(inner: Box<dyn Store>) -> Gated {
-        Gated {
-            inner,
-            entered: Mutex::new(None),
-            gate: Mutex::new(None),
-            fail: AtomicBool::new(false),
-            pause: Duration::ZERO,
-        }
-    }
-}
-
-impl Store for Gated {
-    fn load(&self) -> Result<Snapshot, StoreError> {
-        self.inner.load()
-    }
-    fn put_pairing(&self, p: &StoredPairing, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.put_pairing(p, a)
-    }
-    fn set_grant(&self, d: &str, c: &str, g: bool, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.set_grant(d, c, g, a)
-    }
-    fn delete_pairing(&self, d: &str, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.delete_pairing(d, a)
-    }
-    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
-        self.inner.load_agents()
-    }
-    fn put_agent(&self, agent: &StoredAgent, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.put_agent(agent, a)
-    }
-    fn delete_agent(&self, name: &str, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.delete_agent(name, a)
-    }
-    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        if let Some(entered) = self.entered.lock().unwrap().as_ref() {
-            let _ = entered.send(());
-        }
-        if let Some(gate) = self.gate.lock().unwrap().as_ref() {
-            let _ = gate.recv();
-        }
-        std::thread::sleep(self.pause);
-        if self.fail.load(Ordering::Relaxed) {
-            return Err(StoreError::Database(Cause::msg("disk full")));
-        }
-        self.inner.append_audit(events)
-    }
-    fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
-        self.inner.read_audit(after, limit)
-    }
-    fn query_audit(
-        &self,
-        query: &crate::AuditQuery,
-    ) -> Result<Vec<crate::AuditEntry>, crate::StoreError> {
-        self.inner.query_audit(query)
-    }
-    fn audit_head(&self) -> Result<crate::AuditHead, crate::StoreError> {
-        self.inner.audit_head()
-    }
-    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
-        self.inner.verify_audit()
-    }
-    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
-        self.inner.put_secret_hash(name, hash)
-    }
-    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
-        self.inner.secret_hash(name)
-    }
-    fn put_rate_hit(&self, hit: &crate::RateHit) -> Result<(), StoreError> {
-        self.inner.put_rate_hit(hit)
-    }
-    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<crate::RateHit>, StoreError> {
-        self.inner.load_rate_hits(now_ms)
-    }
-}
-
 /// Options that commit only full batches or on flush.
 fn patient(max_batch: usize, queue: usize) -> WriterOptions {
     WriterOptions {
@@ -1074,11 +984,11 @@ fn dropping_the_writer_commits_what_was_recorded() {
 #[test]
 fn a_full_queue_makes_callers_wait_and_drops_nothing() {
     use futures::FutureExt;
-    let store = Arc::new(Gated::new());
-    let (entered, entered_rx) = mpsc::channel();
-    let (open, gate) = mpsc::channel();
-    *store.entered.lock().unwrap() = Some(entered);
-    *store.gate.lock().unwrap() = Some(gate);
+    let store = Arc::new(FaultyStore::default());
+    let AuditGate {
+        entered: entered_rx,
+        open,
+    } = store.hold_audit();
     // Two places, one event a batch.
     let writer = AuditWriter::start(store.clone(), patient(1, 2));
     let room = writer.room();
@@ -1099,7 +1009,7 @@ fn a_full_queue_makes_callers_wait_and_drops_nothing() {
     // An event recorded outside a call, with every place still taken,
     // waits its patience and is queued past the bound, not dropped.
     writer.record(event("decision", 4));
-    *store.entered.lock().unwrap() = None;
+    store.stop_telling();
     drop(open);
     writer.flush().unwrap();
     assert_eq!(numbers(&*store), [1, 2, 3, 4]);
@@ -1114,8 +1024,8 @@ fn a_full_queue_makes_callers_wait_and_drops_nothing() {
 
 #[test]
 fn a_failing_store_is_retried_and_nothing_is_lost() {
-    let store = Arc::new(Gated::new());
-    store.fail.store(true, Ordering::Relaxed);
+    let store = Arc::new(FaultyStore::default());
+    store.fail(Writes::Audit, true);
     let writer = AuditWriter::start(store.clone(), patient(2, 100));
     for n in 1..=3 {
         writer.record(event("decision", n));
@@ -1127,7 +1037,7 @@ fn a_failing_store_is_retried_and_nothing_is_lost() {
     }
     assert_eq!((writer.committed(), writer.dropped()), (0, 0));
     writer.record(event("decision", 4));
-    store.fail.store(false, Ordering::Relaxed);
+    store.fail(Writes::Audit, false);
     writer.flush().unwrap();
     assert_eq!(numbers(&*store), [1, 2, 3, 4]);
     assert_eq!((writer.committed(), writer.dropped()), (4, 0));
@@ -1136,8 +1046,8 @@ fn a_failing_store_is_retried_and_nothing_is_lost() {
 
 #[test]
 fn a_writer_stopped_while_its_store_fails_still_stops() {
-    let store = Arc::new(Gated::new());
-    store.fail.store(true, Ordering::Relaxed);
+    let store = Arc::new(FaultyStore::default());
+    store.fail(Writes::Audit, true);
     let writer = AuditWriter::start(store.clone(), patient(100, 100));
     for n in 1..=3 {
         writer.record(event("decision", n));

@@ -6,6 +6,7 @@ use dk_testkit::lamp;
 use serde_json::json;
 
 use super::*;
+use crate::store::testing::{FaultyStore, Writes};
 
 async fn pair_with(
     registry: &DeviceRegistry,
@@ -527,86 +528,6 @@ async fn a_pairing_made_while_the_person_was_asked_is_never_replaced_unseen() {
 
 /// A [`MemoryStore`] whose writes of pairings and grants fail once `full`
 /// is set, with the system's error underneath.
-#[derive(Default)]
-struct FullDisk {
-    inner: MemoryStore,
-    full: std::sync::atomic::AtomicBool,
-}
-
-impl FullDisk {
-    fn refuse(&self) -> Result<(), StoreError> {
-        if self.full.load(Ordering::SeqCst) {
-            let disk = std::io::Error::from(std::io::ErrorKind::StorageFull);
-            return Err(StoreError::Database(crate::store::Cause::new(disk)));
-        }
-        Ok(())
-    }
-}
-
-impl Store for FullDisk {
-    fn load(&self) -> Result<crate::store::Snapshot, StoreError> {
-        self.inner.load()
-    }
-    fn put_pairing(&self, p: &StoredPairing, a: &AuditEvent) -> Result<(), StoreError> {
-        self.refuse()?;
-        self.inner.put_pairing(p, a)
-    }
-    fn set_grant(&self, d: &str, c: &str, g: bool, a: &AuditEvent) -> Result<(), StoreError> {
-        self.refuse()?;
-        self.inner.set_grant(d, c, g, a)
-    }
-    fn delete_pairing(&self, d: &str, a: &AuditEvent) -> Result<(), StoreError> {
-        self.refuse()?;
-        self.inner.delete_pairing(d, a)
-    }
-    fn load_agents(&self) -> Result<Vec<crate::store::StoredAgent>, StoreError> {
-        self.inner.load_agents()
-    }
-    fn put_agent(
-        &self,
-        agent: &crate::store::StoredAgent,
-        a: &AuditEvent,
-    ) -> Result<(), StoreError> {
-        self.inner.put_agent(agent, a)
-    }
-    fn delete_agent(&self, name: &str, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.delete_agent(name, a)
-    }
-    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        self.inner.append_audit(events)
-    }
-    fn read_audit(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
-        self.inner.read_audit(after, limit)
-    }
-    fn query_audit(
-        &self,
-        query: &crate::store::AuditQuery,
-    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
-        self.inner.query_audit(query)
-    }
-    fn audit_head(&self) -> Result<crate::store::AuditHead, crate::store::StoreError> {
-        self.inner.audit_head()
-    }
-    fn verify_audit(&self) -> Result<crate::store::VerifyReport, StoreError> {
-        self.inner.verify_audit()
-    }
-    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
-        self.inner.put_secret_hash(name, hash)
-    }
-    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
-        self.inner.secret_hash(name)
-    }
-    fn put_rate_hit(&self, hit: &crate::store::RateHit) -> Result<(), StoreError> {
-        self.inner.put_rate_hit(hit)
-    }
-    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<crate::store::RateHit>, StoreError> {
-        self.inner.load_rate_hits(now_ms)
-    }
-}
 
 /// The store's error under `error`, and the system's error under that.
 fn store_and_io<'a>(
@@ -623,12 +544,12 @@ fn store_and_io<'a>(
 
 #[tokio::test]
 async fn a_change_the_store_refuses_keeps_the_store_error_as_its_source() {
-    let store = Arc::new(FullDisk::default());
+    let store = Arc::new(FaultyStore::default());
     let registry = DeviceRegistry::open(Arc::clone(&store) as Arc<dyn Store>).unwrap();
     pair_with(&registry, &lamp(), ConsentDecision::approve(["read_light"]))
         .await
         .unwrap();
-    store.full.store(true, Ordering::SeqCst);
+    store.fail(Writes::Pairings, true);
 
     let refused = registry.grant("desk-lamp", "set_light").unwrap_err();
     let (under, io) = store_and_io(&refused);

@@ -7,71 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::store::{
-    AuditEntry, AuditEvent, MemoryStore, RateHit, Snapshot, SqliteStore, Store, StoreError,
-    StoredAgent, StoredPairing, VerifyReport, WriterOptions,
-};
-
-/// A store whose `append_audit` takes `pause` longer: a slow disk.
-struct Slow {
-    inner: SqliteStore,
-    pause: Duration,
-}
-
-impl Store for Slow {
-    fn load(&self) -> Result<Snapshot, StoreError> {
-        self.inner.load()
-    }
-    fn put_pairing(&self, p: &StoredPairing, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.put_pairing(p, a)
-    }
-    fn set_grant(&self, d: &str, c: &str, g: bool, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.set_grant(d, c, g, a)
-    }
-    fn delete_pairing(&self, d: &str, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.delete_pairing(d, a)
-    }
-    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
-        self.inner.load_agents()
-    }
-    fn put_agent(&self, agent: &StoredAgent, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.put_agent(agent, a)
-    }
-    fn delete_agent(&self, name: &str, a: &AuditEvent) -> Result<(), StoreError> {
-        self.inner.delete_agent(name, a)
-    }
-    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        std::thread::sleep(self.pause);
-        self.inner.append_audit(events)
-    }
-    fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
-        self.inner.read_audit(after, limit)
-    }
-    fn query_audit(
-        &self,
-        query: &crate::store::AuditQuery,
-    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
-        self.inner.query_audit(query)
-    }
-    fn audit_head(&self) -> Result<crate::store::AuditHead, crate::store::StoreError> {
-        self.inner.audit_head()
-    }
-    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
-        self.inner.verify_audit()
-    }
-    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
-        self.inner.put_secret_hash(name, hash)
-    }
-    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
-        self.inner.secret_hash(name)
-    }
-    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
-        self.inner.put_rate_hit(hit)
-    }
-    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {
-        self.inner.load_rate_hits(now_ms)
-    }
-}
+use crate::store::testing::FaultyStore;
+use crate::store::{MemoryStore, SqliteStore, Store, WriterOptions};
 
 /// Answers every call at once, or never.
 struct Link {
@@ -136,10 +73,9 @@ async fn vessel_with_lamp(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_faster_than_a_slow_disk_wait_for_room_and_every_decision_is_logged() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = Slow {
-        inner: SqliteStore::open(&dir.path().join("dk.db")).unwrap(),
-        pause: Duration::from_millis(2),
-    };
+    // A slow disk: every audit append takes 2 ms longer.
+    let slow = FaultyStore::over(SqliteStore::open(&dir.path().join("dk.db")).unwrap());
+    slow.pause_audit(Duration::from_millis(2));
     let store: Arc<dyn Store> = Arc::new(slow);
     // Four places for 400 calls at once: most of them wait for room.
     let options = WriterOptions {

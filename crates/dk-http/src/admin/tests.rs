@@ -687,103 +687,11 @@ async fn agent_credentials_stay_out_of_the_audit_log_after_a_restart() {
     assert!(text.contains("dka_[REDACTED]"), "{text}");
 }
 
-/// A memory store whose agent writes fail, as a full disk would.
-struct NoAgentWrites(crate::store::MemoryStore);
-
-impl crate::store::Store for NoAgentWrites {
-    fn load(&self) -> Result<crate::store::Snapshot, crate::store::StoreError> {
-        self.0.load()
-    }
-    fn put_pairing(
-        &self,
-        p: &crate::store::StoredPairing,
-        a: &crate::store::AuditEvent,
-    ) -> Result<(), crate::store::StoreError> {
-        self.0.put_pairing(p, a)
-    }
-    fn set_grant(
-        &self,
-        d: &str,
-        c: &str,
-        g: bool,
-        a: &crate::store::AuditEvent,
-    ) -> Result<(), crate::store::StoreError> {
-        self.0.set_grant(d, c, g, a)
-    }
-    fn delete_pairing(
-        &self,
-        d: &str,
-        a: &crate::store::AuditEvent,
-    ) -> Result<(), crate::store::StoreError> {
-        self.0.delete_pairing(d, a)
-    }
-    fn load_agents(&self) -> Result<Vec<crate::agents::StoredAgent>, crate::store::StoreError> {
-        self.0.load_agents()
-    }
-    fn put_agent(
-        &self,
-        _: &crate::agents::StoredAgent,
-        _: &crate::store::AuditEvent,
-    ) -> Result<(), crate::store::StoreError> {
-        Err(crate::store::StoreError::Database(
-            crate::store::Cause::msg("disk full"),
-        ))
-    }
-    fn delete_agent(
-        &self,
-        _: &str,
-        _: &crate::store::AuditEvent,
-    ) -> Result<(), crate::store::StoreError> {
-        Err(crate::store::StoreError::Database(
-            crate::store::Cause::msg("disk full"),
-        ))
-    }
-    fn append_audit(
-        &self,
-        events: &[crate::store::AuditEvent],
-    ) -> Result<(), crate::store::StoreError> {
-        self.0.append_audit(events)
-    }
-    fn read_audit(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
-        self.0.read_audit(after, limit)
-    }
-    fn query_audit(
-        &self,
-        query: &crate::store::AuditQuery,
-    ) -> Result<Vec<crate::store::AuditEntry>, crate::store::StoreError> {
-        self.0.query_audit(query)
-    }
-    fn audit_head(&self) -> Result<crate::store::AuditHead, crate::store::StoreError> {
-        self.0.audit_head()
-    }
-    fn verify_audit(&self) -> Result<crate::store::VerifyReport, crate::store::StoreError> {
-        self.0.verify_audit()
-    }
-    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), crate::store::StoreError> {
-        self.0.put_secret_hash(name, hash)
-    }
-    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, crate::store::StoreError> {
-        self.0.secret_hash(name)
-    }
-    fn put_rate_hit(&self, hit: &crate::store::RateHit) -> Result<(), crate::store::StoreError> {
-        self.0.put_rate_hit(hit)
-    }
-    fn load_rate_hits(
-        &self,
-        now_ms: u64,
-    ) -> Result<Vec<crate::store::RateHit>, crate::store::StoreError> {
-        self.0.load_rate_hits(now_ms)
-    }
-}
-
 #[tokio::test]
 async fn an_agent_change_the_store_refuses_does_not_happen() {
-    let store: Arc<dyn crate::store::Store> =
-        Arc::new(NoAgentWrites(crate::store::MemoryStore::new()));
+    let faulty = crate::store::testing::FaultyStore::default();
+    faulty.fail(crate::store::testing::Writes::Agents, true);
+    let store: Arc<dyn crate::store::Store> = Arc::new(faulty);
     let vessel = Vessel::open(store, PolicySet::empty(), Limits::default()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
