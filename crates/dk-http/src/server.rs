@@ -127,6 +127,9 @@ fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
     None
 }
 
+/// The `/device` handler. Its `Upgrade` is extracted before it runs: a
+/// request that is no WebSocket upgrade is answered (400, 405, 426) before
+/// any check of its Origin or Host, as it always was.
 async fn device_route(
     State(devices): State<Devices>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
