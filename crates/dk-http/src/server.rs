@@ -5,8 +5,10 @@
 //! when the device asks for dk/2 (the subprotocol `dk.2`), else to
 //! [`serve_connection`](crate::serve_connection) for 8DK v1, which is
 //! refused (403, before the upgrade) where the vessel does not allow it:
-//! by default anywhere but loopback. axum and tungstenite types stay inside
-//! this module.
+//! by default anywhere but loopback. The upgrade itself (RFC 6455's
+//! handshake on hyper, the connection then handed to tokio-tungstenite) is
+//! done here too. axum, hyper and tungstenite types stay inside this
+//! module.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,14 +16,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ws::{CloseFrame as WsClose, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use dk_proto::CloseFrame;
 use futures::{SinkExt, StreamExt};
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame as WsClose, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::connection::{WireMessage, serve_connection, serve_secure_connection};
 use crate::listen::{Accepted, HttpLimits, serve_http};
@@ -135,12 +144,15 @@ fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
     None
 }
 
+/// The `/device` handler. Its `Upgrade` is extracted before it runs: a
+/// request that is no WebSocket upgrade is answered (400, 405, 426) before
+/// any check of its Origin or Host, as it always was.
 async fn device_route(
     State(devices): State<Devices>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
     accepted: Option<axum::Extension<Accepted>>,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    upgrade: Upgrade,
 ) -> Response {
     if let Some(why) = refusal(&devices, &headers) {
         return (StatusCode::FORBIDDEN, why).into_response();
@@ -189,22 +201,169 @@ async fn device_route(
             .max(vessel.largest_stream_message().unwrap_or(0))
             .saturating_add(1)
     };
-    let upgrade = upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max))
         // The socket layer's default read buffer (128 KiB, zero-filled) would
         // dominate an idle connection's memory; it grows when a frame needs it.
         .read_buffer_size(READ_BUFFER_BYTES);
-    if secure {
-        upgrade
-            .protocols([dk_channel::SUBPROTOCOL])
-            .on_upgrade(move |socket| async move {
-                serve_socket(&vessel, permit, socket, true).await;
-            })
-    } else {
-        upgrade.on_upgrade(move |socket| async move {
-            serve_socket(&vessel, permit, socket, false).await;
-        })
+    let protocol = secure.then_some(dk_channel::SUBPROTOCOL);
+    upgrade.accept(protocol, config, move |socket| async move {
+        serve_socket(&vessel, permit, socket, secure).await;
+    })
+}
+
+/// Why a request to `/device` is no WebSocket upgrade, answered as axum's
+/// upgrade extractor answered it (status and text), so clients see what
+/// they always saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotAnUpgrade {
+    /// A method other than `GET` (a `HEAD` is routed as a `GET`).
+    MethodNotGet,
+    /// No `upgrade` in the `Connection` header.
+    Connection,
+    /// An `Upgrade` header other than `websocket`.
+    UpgradeHeader,
+    /// No `Sec-WebSocket-Key` header.
+    MissingKey,
+    /// A `Sec-WebSocket-Version` other than 13.
+    Version,
+    /// hyper cannot hand the connection over (an HTTP/1.0 request).
+    NotUpgradable,
+}
+
+impl NotAnUpgrade {
+    fn status(self) -> StatusCode {
+        match self {
+            NotAnUpgrade::MethodNotGet => StatusCode::METHOD_NOT_ALLOWED,
+            NotAnUpgrade::NotUpgradable => StatusCode::UPGRADE_REQUIRED,
+            NotAnUpgrade::Connection
+            | NotAnUpgrade::UpgradeHeader
+            | NotAnUpgrade::MissingKey
+            | NotAnUpgrade::Version => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            NotAnUpgrade::MethodNotGet => "Request method must be `GET`",
+            NotAnUpgrade::Connection => "Connection header did not include 'upgrade'",
+            NotAnUpgrade::UpgradeHeader => "`Upgrade` header did not include 'websocket'",
+            NotAnUpgrade::MissingKey => "`Sec-WebSocket-Key` header missing",
+            NotAnUpgrade::Version => "`Sec-WebSocket-Version` header did not include '13'",
+            NotAnUpgrade::NotUpgradable => {
+                "WebSocket request couldn't be upgraded since no upgrade state was present"
+            }
+        }
+    }
+}
+
+impl IntoResponse for NotAnUpgrade {
+    fn into_response(self) -> Response {
+        (self.status(), self.text()).into_response()
+    }
+}
+
+/// A request that asks for a WebSocket as RFC 6455 (section 4.2.1) says,
+/// with what answering it takes: its key and hyper's handle on the
+/// connection once the answer is out.
+struct Upgrade {
+    key: HeaderValue,
+    on_upgrade: OnUpgrade,
+}
+
+/// The first `name` header, if any.
+fn first<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a [u8]> {
+    headers.get(name).map(HeaderValue::as_bytes)
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
+    type Rejection = NotAnUpgrade;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Upgrade, NotAnUpgrade> {
+        if parts.method != Method::GET {
+            return Err(NotAnUpgrade::MethodNotGet);
+        }
+        let headers = &parts.headers;
+        // `upgrade` anywhere in the first `Connection` header, in any case.
+        let connection_upgrade = first(headers, &header::CONNECTION)
+            .and_then(|value| std::str::from_utf8(value).ok())
+            .is_some_and(|value| value.to_ascii_lowercase().contains("upgrade"));
+        if !connection_upgrade {
+            return Err(NotAnUpgrade::Connection);
+        }
+        if !first(headers, &header::UPGRADE).is_some_and(|v| v.eq_ignore_ascii_case(b"websocket")) {
+            return Err(NotAnUpgrade::UpgradeHeader);
+        }
+        let key = headers
+            .get(header::SEC_WEBSOCKET_KEY)
+            .cloned()
+            .ok_or(NotAnUpgrade::MissingKey)?;
+        if !first(headers, &header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"13"))
+        {
+            return Err(NotAnUpgrade::Version);
+        }
+        let on_upgrade = parts
+            .extensions
+            .remove::<OnUpgrade>()
+            .ok_or(NotAnUpgrade::NotUpgradable)?;
+        Ok(Upgrade { key, on_upgrade })
+    }
+}
+
+/// The socket of an upgraded device connection.
+type Socket = WebSocketStream<TokioIo<Upgraded>>;
+
+impl Upgrade {
+    /// Answers 101 with the accept key and `protocol` chosen, and once hyper
+    /// hands the connection over runs `serve` on it as a WebSocket with
+    /// `config`. The task holds whatever `serve` holds (the connection's
+    /// permit): the vessel's drain awaits it; a connection that goes away
+    /// before the handover ends it.
+    fn accept<F, Fut>(
+        self,
+        protocol: Option<&'static str>,
+        config: WebSocketConfig,
+        serve: F,
+    ) -> Response
+    where
+        F: FnOnce(Socket) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(accept) = HeaderValue::try_from(derive_accept_key(self.key.as_bytes())) else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let on_upgrade = self.on_upgrade;
+        tokio::spawn(async move {
+            let upgraded = match on_upgrade.await {
+                Ok(upgraded) => upgraded,
+                Err(error) => {
+                    tracing::debug!(%error, "a device connection went away during the upgrade");
+                    return;
+                }
+            };
+            let socket = WebSocketStream::from_raw_socket(
+                TokioIo::new(upgraded),
+                Role::Server,
+                Some(config),
+            )
+            .await;
+            serve(socket).await;
+        });
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let headers = response.headers_mut();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        if let Some(protocol) = protocol {
+            headers.insert(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_static(protocol),
+            );
+        }
+        response
     }
 }
 
@@ -232,12 +391,20 @@ fn plain_v1_allowed(policy: PlainV1, off_loopback: bool) -> bool {
 async fn serve_socket(
     vessel: &Arc<Vessel>,
     permit: crate::vessel::ConnectionPermit,
-    socket: WebSocket,
+    socket: Socket,
     secure: bool,
 ) {
     let (sink, stream) = socket.split();
-    let outgoing =
-        sink.with(|message: WireMessage| std::future::ready(Ok::<_, axum::Error>(to_ws(message))));
+    let outgoing = sink.with(|message: WireMessage| {
+        std::future::ready(Ok::<_, tungstenite::Error>(to_ws(message)))
+    });
+    // A raw frame is never read; were one, it is passed over.
+    let stream = stream.filter_map(|message| {
+        std::future::ready(match message {
+            Ok(message) => from_ws(message).map(Ok),
+            Err(error) => Some(Err(error)),
+        })
+    });
     let outcome = if secure {
         // A message the socket layer refused (over the size limit) fails the
         // channel: it is passed on as the one thing dk/2 never accepts, a
@@ -249,7 +416,7 @@ async fn serve_socket(
                 }
                 *failed = message.is_err();
                 std::future::ready(Some(
-                    message.map_or_else(|_| WireMessage::Text(String::new()), from_ws),
+                    message.unwrap_or_else(|_| WireMessage::Text(String::new())),
                 ))
             })
             .boxed();
@@ -258,23 +425,26 @@ async fn serve_socket(
         // A socket error ends the stream: the connection is gone.
         let incoming = stream
             .take_while(|message| std::future::ready(message.is_ok()))
-            .filter_map(|message| std::future::ready(message.ok().map(from_ws)));
+            .filter_map(|message| std::future::ready(message.ok()));
         serve_connection(vessel, permit, Box::pin(incoming), outgoing).await
     };
     tracing::debug!(device = ?outcome.device_id, closed = ?outcome.closed_with, "device connection ended");
 }
 
-fn from_ws(message: Message) -> WireMessage {
-    match message {
+/// The message as the vessel's connection reads it; `None` for a raw frame,
+/// which reading never yields.
+fn from_ws(message: Message) -> Option<WireMessage> {
+    Some(match message {
         Message::Text(text) => WireMessage::Text(text.as_str().to_owned()),
         Message::Binary(bytes) => WireMessage::Binary(bytes.to_vec()),
         Message::Ping(bytes) => WireMessage::Ping(bytes.to_vec()),
         Message::Pong(bytes) => WireMessage::Pong(bytes.to_vec()),
         Message::Close(frame) => WireMessage::Close(frame.map(|f| CloseFrame {
-            code: f.code,
+            code: f.code.into(),
             reason: f.reason.as_str().to_owned(),
         })),
-    }
+        Message::Frame(_) => return None,
+    })
 }
 
 fn to_ws(message: WireMessage) -> Message {
@@ -284,7 +454,7 @@ fn to_ws(message: WireMessage) -> Message {
         WireMessage::Ping(bytes) => Message::Ping(bytes.into()),
         WireMessage::Pong(bytes) => Message::Pong(bytes.into()),
         WireMessage::Close(frame) => Message::Close(frame.map(|f| WsClose {
-            code: f.code,
+            code: f.code.into(),
             reason: f.reason.into(),
         })),
     }

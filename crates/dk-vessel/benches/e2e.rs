@@ -7,6 +7,8 @@
 //! the median and p99 of each and their ratios are printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
 //! e2e`). Times are reported, never asserted on.
 
+#[path = "bare_socket/mod.rs"]
+mod bare_socket;
 #[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 #[path = "dk2_device/mod.rs"]
@@ -18,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::ws::{Message as AxumMessage, WebSocketUpgrade};
+use axum::extract::Request;
 use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
@@ -127,11 +129,11 @@ async fn run() -> Result<(), BoxError> {
 }
 
 /// The bare route: each text message comes back as it is.
-async fn echo_route(upgrade: WebSocketUpgrade) -> Response {
-    upgrade.on_upgrade(|mut socket| async move {
-        while let Some(Ok(message)) = socket.recv().await {
-            if let AxumMessage::Text(text) = message
-                && socket.send(AxumMessage::Text(text)).await.is_err()
+async fn echo_route(request: Request) -> Response {
+    bare_socket::upgrade(request, |mut socket| async move {
+        while let Some(Ok(message)) = socket.next().await {
+            if let Message::Text(text) = message
+                && socket.send(Message::Text(text)).await.is_err()
             {
                 break;
             }

@@ -2,12 +2,15 @@
 //! WebSocket on loopback (`serve_devices`, a tokio-tungstenite device),
 //! through the vessel's admission, cap and grant checks to one
 //! `Vessel::subscribe_stream` subscriber; next to the same messages sent to
-//! a bare axum WebSocket route that hands each one to a bounded channel,
-//! measured in the same run. Blocks of each alternate so both see the same
-//! machine; the median MiB/s of each, the median time per chunk and their
-//! ratio are printed. Run with `cargo xtask bench` (or `cargo bench -p
-//! dk-vessel --bench stream`). Times are reported, never asserted on.
+//! a bare WebSocket route (axum, hyper and tokio-tungstenite) that hands
+//! each one to a bounded channel, measured in the same run. Blocks of each
+//! alternate so both see the same machine; the median MiB/s of each, the
+//! median time per chunk and their ratio are printed. Run with `cargo
+//! xtask bench` (or `cargo bench -p dk-vessel --bench stream`). Times are
+//! reported, never asserted on.
 
+#[path = "bare_socket/mod.rs"]
+mod bare_socket;
 #[path = "../../dk-core/benches/common/mod.rs"]
 mod common;
 
@@ -15,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::ws::{Message as AxumMessage, WebSocketUpgrade};
+use axum::extract::Request;
 use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
@@ -88,9 +91,9 @@ async fn run() -> Result<(), BoxError> {
     let bare_url = format!("ws://{}/bare", bare.local_addr()?);
     let app = Router::new().route(
         "/bare",
-        get(move |upgrade: WebSocketUpgrade| {
+        get(move |request: Request| {
             let tx = bare_tx.clone();
-            async move { bare_route(upgrade, tx) }
+            async move { bare_route(request, tx) }
         }),
     );
     let bare_stop = stopped(stop_rx.clone());
@@ -188,10 +191,10 @@ async fn run() -> Result<(), BoxError> {
     Ok(())
 }
 
-fn bare_route(upgrade: WebSocketUpgrade, tx: mpsc::Sender<Vec<u8>>) -> Response {
-    upgrade.on_upgrade(move |mut socket| async move {
+fn bare_route(request: Request, tx: mpsc::Sender<Vec<u8>>) -> Response {
+    bare_socket::upgrade(request, move |mut socket| async move {
         while let Some(Ok(message)) = socket.next().await {
-            if let AxumMessage::Binary(bytes) = message
+            if let Message::Binary(bytes) = message
                 && tx.send(bytes.to_vec()).await.is_err()
             {
                 return;

@@ -526,9 +526,6 @@ async fn a_pairing_made_while_the_person_was_asked_is_never_replaced_unseen() {
     assert!(!registry.is_granted("desk-lamp", "set_light"));
 }
 
-/// A [`MemoryStore`] whose writes of pairings and grants fail once `full`
-/// is set, with the system's error underneath.
-
 /// The store's error under `error`, and the system's error under that.
 fn store_and_io<'a>(
     error: &'a (dyn std::error::Error + 'static),

@@ -190,3 +190,148 @@ async fn a_second_or_unreadable_origin_or_host_is_refused() {
     }
     served.stop().await;
 }
+
+/// Sends `request` as it is on a fresh connection; the answer's status, its
+/// header block (lower-cased) and its body (none to a `HEAD`).
+async fn raw_answer(addr: SocketAddr, request: &[u8]) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut read = Vec::new();
+    let head_end = loop {
+        if let Some(at) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let mut chunk = [0u8; 1024];
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the answer's head");
+        read.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(read[..head_end].to_vec())
+        .unwrap()
+        .to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let length: usize = head
+        .lines()
+        .filter(|_| !request.starts_with(b"HEAD "))
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    let mut body = read[head_end..].to_vec();
+    while body.len() < length {
+        let mut chunk = [0u8; 1024];
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the answer's body");
+        body.extend_from_slice(&chunk[..n]);
+    }
+    (status, head, String::from_utf8(body).unwrap())
+}
+
+#[tokio::test]
+async fn a_request_that_is_no_websocket_upgrade_is_answered_as_http() {
+    let served = Served::start(Limits::default()).await;
+    let addr = served.addr;
+    // An upgrade request with `drop` header lines left out and `extra` ones
+    // added, on `method` and `version`.
+    let request = |method: &str, version: &str, drop: &[&str], extra: &str| {
+        let lines = [
+            format!("Host: {addr}"),
+            "Connection: Upgrade".to_owned(),
+            "Upgrade: websocket".to_owned(),
+            "Sec-WebSocket-Version: 13".to_owned(),
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==".to_owned(),
+        ];
+        let kept: String = lines
+            .iter()
+            .filter(|line| !drop.iter().any(|d| line.starts_with(d)))
+            .map(|line| format!("{line}\r\n"))
+            .collect();
+        format!("{method} /device {version}\r\n{kept}{extra}\r\n").into_bytes()
+    };
+    let connection = "Connection: keep-alive\r\n";
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (
+            request("GET", "HTTP/1.1", &["Connection"], ""),
+            400,
+            "Connection header did not include 'upgrade'",
+        ),
+        (
+            request("GET", "HTTP/1.1", &["Connection"], connection),
+            400,
+            "Connection header did not include 'upgrade'",
+        ),
+        (
+            request("GET", "HTTP/1.1", &["Upgrade"], ""),
+            400,
+            "`Upgrade` header did not include 'websocket'",
+        ),
+        (
+            request("GET", "HTTP/1.1", &["Upgrade"], "Upgrade: h2c\r\n"),
+            400,
+            "`Upgrade` header did not include 'websocket'",
+        ),
+        (
+            request("GET", "HTTP/1.1", &["Sec-WebSocket-Version"], ""),
+            400,
+            "`Sec-WebSocket-Version` header did not include '13'",
+        ),
+        (
+            request(
+                "GET",
+                "HTTP/1.1",
+                &["Sec-WebSocket-Version"],
+                "Sec-WebSocket-Version: 8\r\n",
+            ),
+            400,
+            "`Sec-WebSocket-Version` header did not include '13'",
+        ),
+        (
+            request("GET", "HTTP/1.1", &["Sec-WebSocket-Key"], ""),
+            400,
+            "`Sec-WebSocket-Key` header missing",
+        ),
+        // The upgrade is checked before the Origin.
+        (
+            request(
+                "GET",
+                "HTTP/1.1",
+                &["Sec-WebSocket-Key"],
+                "Origin: https://evil.example\r\n",
+            ),
+            400,
+            "`Sec-WebSocket-Key` header missing",
+        ),
+        // HTTP/1.0 has no upgrade.
+        (
+            request("GET", "HTTP/1.0", &[], ""),
+            426,
+            "WebSocket request couldn't be upgraded since no upgrade state was present",
+        ),
+        (request("POST", "HTTP/1.1", &[], ""), 405, ""),
+    ];
+    for (sent, status, body) in &cases {
+        let (got, head, got_body) = raw_answer(addr, sent).await;
+        let sent = String::from_utf8_lossy(sent);
+        assert_eq!((got, got_body.as_str()), (*status, *body), "{sent}");
+        if !body.is_empty() {
+            assert!(
+                head.contains("content-type: text/plain; charset=utf-8\r\n"),
+                "{sent}{head}"
+            );
+        }
+    }
+    // A HEAD is routed as a GET, and refused as no upgrade.
+    let (got, _, _) = raw_answer(addr, &request("HEAD", "HTTP/1.1", &[], "")).await;
+    assert_eq!(got, 405);
+    // A good upgrade: the accept key of RFC 6455's example, no subprotocol.
+    let (got, head, _) = raw_answer(addr, &request("GET", "HTTP/1.1", &[], "")).await;
+    assert_eq!(got, 101, "{head}");
+    for line in [
+        "connection: upgrade\r\n",
+        "upgrade: websocket\r\n",
+        "sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n",
+    ] {
+        assert!(head.contains(line), "{line} in {head}");
+    }
+    assert!(!head.contains("sec-websocket-protocol"), "{head}");
+    served.stop().await;
+}
