@@ -2,7 +2,7 @@
 //! ([`ListenerStats`], reported by the admin API). The listeners, their
 //! caps and their deadlines are the HTTP layer's.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 /// Counters of one listener: what it holds, held at most, and closed.
 #[derive(Debug, Default)]
@@ -15,16 +15,4 @@ pub struct ListenerStats {
     pub refused_at_accept: AtomicU64,
     /// Connections closed for moving no byte for the idle timeout.
     pub idle_closed: AtomicU64,
-}
-
-impl ListenerStats {
-    /// The counters as JSON, for the admin API's status.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "open": self.open.load(Ordering::Relaxed),
-            "peak": self.peak.load(Ordering::Relaxed),
-            "refusedAtAccept": self.refused_at_accept.load(Ordering::Relaxed),
-            "idleClosed": self.idle_closed.load(Ordering::Relaxed),
-        })
-    }
 }

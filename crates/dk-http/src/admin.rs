@@ -26,7 +26,7 @@ use axum::{Json, Router};
 use dk_proto::admin as api;
 use rand::RngExt;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -336,19 +336,35 @@ async fn reload_rules(State(admin): State<Admin>) -> Response {
     .await;
     match reloaded {
         Ok((Some(Reloaded::Applied { .. } | Reloaded::Unchanged), now)) => {
-            Json(json!({"reloaded": true, "file": now.file, "sha256": now.sha256, "rules": now.rules}))
-                .into_response()
+            Json(api::RulesReloaded {
+                reloaded: true,
+                file: now.file,
+                sha256: now.sha256,
+                rules: now.rules,
+            })
+            .into_response()
         }
         Ok((Some(Reloaded::Refused { errors }), now)) => (
             StatusCode::UNPROCESSABLE_ENTITY,
-            Json(json!({"reloaded": false, "errors": errors.lines().collect::<Vec<_>>(), "inForce": now})),
+            Json(api::RulesRefused {
+                reloaded: false,
+                errors: errors.lines().map(str::to_owned).collect(),
+                in_force: api::RulesInForce {
+                    file: now.file,
+                    sha256: now.sha256,
+                    rules: now.rules,
+                },
+            }),
         )
             .into_response(),
         Ok((None, _)) => refuse(
             StatusCode::CONFLICT,
             "the vessel's rules come from no file (start it with --policies FILE)",
         ),
-        Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the reload did not finish"),
+        Err(_) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the reload did not finish",
+        ),
     }
 }
 

@@ -260,6 +260,45 @@ impl CapabilityChange {
     }
 }
 
+/// The rules in force: the file they were read from, its SHA-256 when
+/// read, and how many rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RulesInForce {
+    /// The rule file; `None` for rules a host gave without one.
+    pub file: Option<String>,
+    /// The SHA-256 of the file's bytes when they were read.
+    pub sha256: Option<String>,
+    /// How many rules.
+    pub rules: usize,
+}
+
+/// A reload whose rules are in force (`POST /v1/policy/reload`, 200):
+/// `{"reloaded": true, "file", "sha256", "rules"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RulesReloaded {
+    /// Always `true`.
+    pub reloaded: bool,
+    /// The rule file read.
+    pub file: Option<String>,
+    /// The SHA-256 of what was read.
+    pub sha256: Option<String>,
+    /// How many rules are in force.
+    pub rules: usize,
+}
+
+/// A reload refused (422): the file's errors, and the rules that stay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RulesRefused {
+    /// Always `false`.
+    pub reloaded: bool,
+    /// Every error of the file, one a line.
+    pub errors: Vec<String>,
+    /// The rules still in force.
+    pub in_force: RulesInForce,
+}
+
 /// A one-time login link to the console (`POST /v1/console/link`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoginLink {

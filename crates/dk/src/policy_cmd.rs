@@ -164,35 +164,37 @@ fn reload(target: &crate::admin_cmd::Target) -> ExitCode {
             .await
             .map_err(|e| e.to_string())?;
         let body = &answer.body;
-        let text = |key: &str| printable(body.get(key).and_then(Value::as_str).unwrap_or(""));
+        let shown = |text: &Option<String>| printable(text.as_deref().unwrap_or(""));
         match answer.status {
             200 if json => print_json(body),
-            200 => println!(
-                "reloaded `{}`: {} rules in force (sha256 {})",
-                text("file"),
-                body.get("rules").and_then(Value::as_u64).unwrap_or(0),
-                text("sha256")
-            ),
+            200 => {
+                let done: dk_proto::admin::RulesReloaded = serde_json::from_value(body.clone())
+                    .map_err(|e| format!("the vessel's answer is not a reload: {e}"))?;
+                println!(
+                    "reloaded `{}`: {} rules in force (sha256 {})",
+                    shown(&done.file),
+                    done.rules,
+                    shown(&done.sha256)
+                );
+            }
             422 => {
                 if json {
                     print_json(body);
                 }
-                let in_force = body.get("inForce").unwrap_or(&Value::Null);
-                let of =
-                    |key: &str| printable(in_force.get(key).and_then(Value::as_str).unwrap_or(""));
-                eprintln!("the rule file `{}` is refused:", of("file"));
-                for error in body
-                    .get("errors")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    eprintln!("  {}", printable(error.as_str().unwrap_or("")));
+                let refused: dk_proto::admin::RulesRefused =
+                    serde_json::from_value(body.clone())
+                        .map_err(|e| format!("the vessel's answer is not a refused reload: {e}"))?;
+                eprintln!(
+                    "the rule file `{}` is refused:",
+                    shown(&refused.in_force.file)
+                );
+                for error in &refused.errors {
+                    eprintln!("  {}", printable(error));
                 }
                 return Err(format!(
                     "the rules in force stay: `{}` as it was (sha256 {})",
-                    of("file"),
-                    of("sha256")
+                    shown(&refused.in_force.file),
+                    shown(&refused.in_force.sha256)
                 ));
             }
             _ => return crate::admin_cmd::ok(answer).map(|_| ()),

@@ -30,7 +30,10 @@ pub(super) async fn live(
     first.push_back(
         Event::default()
             .event("sync")
-            .data(serde_json::json!({"pending": ids.len(), "ids": ids}).to_string()),
+            .data(data(&Sync {
+                pending: ids.len(),
+                ids: &ids,
+            })),
     );
     for prompt in open {
         first.push_back(asked_event(&shared, &signed, prompt, ids.len()));
@@ -64,7 +67,7 @@ pub(super) async fn live(
                 }
                 Ok(Ok(PersonEvent::Closed { id })) => Event::default()
                     .event("closed")
-                    .data(serde_json::json!({"id": id, "pending": pending}).to_string()),
+                    .data(data(&Closed { id, pending })),
                 // Missed some: the page reloads to catch up.
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
                     Event::default().event("reload").data("{}")
@@ -84,11 +87,39 @@ fn asked_event(
     pending: usize,
 ) -> Event {
     let body = crate::bodies::pending_body(prompt);
-    let data = serde_json::json!({
-        "id": body.id,
-        "pending": pending,
-        "summary": pages::summary(&body),
-        "html": pages::prompt_card(&body, &shared.console.prefix(), &signed.csrf),
-    });
-    Event::default().event("asked").data(data.to_string())
+    let asked = Asked {
+        id: body.id,
+        pending,
+        summary: pages::summary(&body),
+        html: pages::prompt_card(&body, &shared.console.prefix(), &signed.csrf),
+    };
+    Event::default().event("asked").data(data(&asked))
+}
+
+/// The `sync` event's data: the open prompts, by id.
+#[derive(serde::Serialize)]
+struct Sync<'a> {
+    pending: usize,
+    ids: &'a [u64],
+}
+
+/// The `closed` event's data: a prompt answered or gone.
+#[derive(serde::Serialize)]
+struct Closed {
+    id: u64,
+    pending: usize,
+}
+
+/// The `asked` event's data: a new prompt, its card ready to show.
+#[derive(serde::Serialize)]
+struct Asked {
+    id: u64,
+    pending: usize,
+    summary: String,
+    html: String,
+}
+
+/// An event's data as JSON text.
+fn data(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
