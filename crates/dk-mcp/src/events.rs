@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::model::Resource;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -56,6 +56,29 @@ pub(crate) struct Update {
 }
 
 /// One kept event.
+/// One event as the device's resource shows it: `{seq, capability,
+/// receivedAtMs}` and its `data`, or `omittedBytes` when it was too large
+/// to keep.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventView<'a> {
+    seq: u64,
+    capability: &'a str,
+    received_at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    omitted_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Value>,
+}
+
+/// A device's events resource: `{deviceId, events}`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceEvents<'a> {
+    device_id: &'a str,
+    events: Vec<EventView<'a>>,
+}
+
 struct Kept {
     capability: String,
     data: Option<Box<RawValue>>,
@@ -70,25 +93,22 @@ impl Kept {
     }
 
     /// The event as a resource shows it, numbered `seq`.
-    fn to_json(&self, seq: u64) -> Value {
-        let mut event = json!({
-            "seq": seq,
-            "capability": self.capability,
-            "receivedAtMs": self.received_at_ms,
-        });
-        if let Some(map) = event.as_object_mut() {
-            match (&self.data, self.omitted) {
-                (_, Some(bytes)) => {
-                    map.insert("omittedBytes".into(), json!(bytes));
-                }
-                (Some(data), None) => {
-                    let value = serde_json::from_str::<Value>(data.get()).unwrap_or(Value::Null);
-                    map.insert("data".into(), value);
-                }
-                (None, None) => {}
-            }
+    fn view(&self, seq: u64) -> EventView<'_> {
+        let (omitted_bytes, data) = match (&self.data, self.omitted) {
+            (_, Some(bytes)) => (Some(bytes), None),
+            (Some(data), None) => (
+                None,
+                Some(serde_json::from_str::<Value>(data.get()).unwrap_or(Value::Null)),
+            ),
+            (None, None) => (None, None),
+        };
+        EventView {
+            seq,
+            capability: &self.capability,
+            received_at_ms: self.received_at_ms,
+            omitted_bytes,
+            data,
         }
-        event
     }
 }
 
@@ -177,7 +197,7 @@ impl EventLog {
     /// agent sees.
     pub(crate) fn contents(&self, vessel: &Vessel, agent: &Agent, device_id: &str) -> Value {
         let rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut events: Vec<Value> = Vec::new();
+        let mut events: Vec<EventView<'_>> = Vec::new();
         if let Some(ring) = rings.get(device_id) {
             let visible: HashSet<&str> = ring
                 .recorded
@@ -195,13 +215,14 @@ impl EventLog {
                 .fold(0, u64::saturating_add);
             for e in ring.events.iter().rev() {
                 if visible.contains(e.capability.as_str()) {
-                    events.push(e.to_json(seq));
+                    events.push(e.view(seq));
                     seq = seq.saturating_sub(1);
                 }
             }
             events.reverse();
         }
-        json!({ "deviceId": device_id, "events": events })
+        let view = DeviceEvents { device_id, events };
+        serde_json::to_value(&view).unwrap_or(Value::Null)
     }
 
     /// How many events are kept for `device_id` and their bytes.

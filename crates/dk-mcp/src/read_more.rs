@@ -255,6 +255,21 @@ pub(crate) struct ResultPages {
     inner: Mutex<Inner>,
 }
 
+/// A page as the agent reads it: `{truncated, handle, totalBytes,
+/// offset, nextOffset, chunk, expiresInSeconds, note}`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Shown<'a> {
+    truncated: bool,
+    handle: Option<&'a str>,
+    total_bytes: usize,
+    offset: usize,
+    next_offset: Option<usize>,
+    chunk: &'a str,
+    expires_in_seconds: u64,
+    note: String,
+}
+
 /// A page told to the agent.
 struct Page<'a> {
     handle: Option<&'a str>,
@@ -290,16 +305,17 @@ impl Page<'_> {
                     .to_owned()
             }
         };
-        CallToolResult::structured(json!({
-            "truncated": self.next.is_some(),
-            "handle": self.handle,
-            "totalBytes": self.total,
-            "offset": self.offset,
-            "nextOffset": self.next,
-            "chunk": self.chunk,
-            "expiresInSeconds": self.expires_in.as_secs(),
-            "note": note,
-        }))
+        let shown = Shown {
+            truncated: self.next.is_some(),
+            handle: self.handle,
+            total_bytes: self.total,
+            offset: self.offset,
+            next_offset: self.next,
+            chunk: self.chunk,
+            expires_in_seconds: self.expires_in.as_secs(),
+            note,
+        };
+        CallToolResult::structured(serde_json::to_value(&shown).unwrap_or(Value::Null))
     }
 }
 

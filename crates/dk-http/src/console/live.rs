@@ -27,14 +27,10 @@ pub(super) async fn live(
     let open = shared.vessel.person().pending();
     let mut first: VecDeque<Event> = VecDeque::new();
     let ids: Vec<u64> = open.iter().map(|p| p.id).collect();
-    first.push_back(
-        Event::default()
-            .event("sync")
-            .data(data(&Sync {
-                pending: ids.len(),
-                ids: &ids,
-            })),
-    );
+    first.push_back(Event::default().event("sync").data(data(&Sync {
+        pending: ids.len(),
+        ids: &ids,
+    })));
     for prompt in open {
         first.push_back(asked_event(&shared, &signed, prompt, ids.len()));
     }
