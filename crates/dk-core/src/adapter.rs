@@ -631,7 +631,8 @@ impl DeviceToolAdapter {
                 (&mut rule, &mut person),
                 &decision.reached,
             )
-            .await;
+            .await
+            .unwrap_or_else(Checked::Refused);
         decision.person_answer = person.answer;
         decision.answered_by = person.by.take();
         decision.allowance = person.allowance;
@@ -815,45 +816,43 @@ impl DeviceToolAdapter {
         ctx: &CallContext<'_>,
         (rule, person): (&mut Option<String>, &mut PersonSaid),
         reached: &AtomicBool,
-    ) -> Checked {
-        let checked = async {
-            // 1. A real device and capability.
-            let (device_id, capability) = parsed.ok_or_else(|| Refusal::NotADeviceTool {
-                tool: tool.to_owned(),
-            })?;
-            let (device, granted) = self.paired(device_id, capability)?;
-            person.channel = Some(device.channel());
-            let cap = declared(&device, device_id, capability)?;
-            // 2. Granted by the person.
-            check_granted(granted, device_id, capability)?;
-            // 3. Rules.
-            let Ruled { counted, ask } =
-                self.check_rules(ctx, (device_id, &device), cap, input, rule)?;
-            // 4. Well-formed input; then the agent's rate and the call's run.
-            let input = check_well_formed(cap, input)?;
-            self.charge(ctx, device_id)?;
-            // 5. The person's yes, or an allowance the person gave for it.
-            let target = Target {
-                tool,
-                device_id,
-                capability,
-                device: &device,
-                read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,
-            };
-            let gate_before = self.ask_if_asked(ctx, &target, input, ask, person).await?;
-            // 6. Still the same pairing, still granted, the agent still there.
-            if let Some(gate_before) = gate_before {
-                self.check_unchanged(ctx, &target, gate_before)?;
-            }
-            // 7. Connected and answering.
-            self.call_device(ctx, device_id, capability, input, counted, reached)
-                .await
+    ) -> Result<Checked, Refusal> {
+        // 1. A real device and capability.
+        let (device_id, capability) = parsed.ok_or_else(|| Refusal::NotADeviceTool {
+            tool: tool.to_owned(),
+        })?;
+        let (device, granted) = self.paired(device_id, capability)?;
+        person.channel = Some(device.channel());
+        let cap = declared(&device, device_id, capability)?;
+        // 2. Granted by the person.
+        check_granted(granted, device_id, capability)?;
+        // 3. Rules.
+        let Ruled { counted, ask } =
+            self.check_rules(ctx, (device_id, &device), cap, input, rule)?;
+        // 4. Well-formed input; then the agent's rate and the call's run.
+        let input = check_well_formed(cap, input)?;
+        self.charge(ctx, device_id)?;
+        // 5. The person's yes, or an allowance the person gave for it.
+        let target = Target {
+            tool,
+            device_id,
+            capability,
+            device: &device,
+            read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,
         };
-        checked.await.unwrap_or_else(Checked::Refused)
+        let gate_before = self.ask_if_asked(ctx, &target, input, ask, person).await?;
+        // 6. Still the same pairing, still granted, the agent still there.
+        if let Some(gate_before) = gate_before {
+            self.check_unchanged(ctx, &target, gate_before)?;
+        }
+        // 7. Connected and answering.
+        self.call_device(ctx, device_id, capability, input, counted, reached)
+            .await
     }
 
     /// Check 1: the device the tool names, paired, and whether the person
     /// granted the capability (read together, once).
+    #[inline]
     fn paired(
         &self,
         device_id: &str,
@@ -870,6 +869,7 @@ impl DeviceToolAdapter {
     /// rule allows the next one); an ask, or a capability that asks every
     /// time, gives the reason the person will be asked. The calls counted
     /// by rules with a limit are given back unless kept at check 7.
+    #[inline]
     fn check_rules(
         &self,
         ctx: &CallContext<'_>,
@@ -936,6 +936,7 @@ impl DeviceToolAdapter {
     /// after the checks that need nobody (a call refused by them costs
     /// nothing) and before the person is asked (nobody is asked about a
     /// call over either).
+    #[inline]
     fn charge(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
         self.meter
             .charge(ctx.agent_id, device_id, ctx.run)
@@ -985,6 +986,7 @@ impl DeviceToolAdapter {
     /// granted, and the calling agent still exists and may still call it.
     /// Without a wait there is nothing to re-read: the reads of checks 1
     /// and 2 are the call's.
+    #[inline]
     fn check_unchanged(
         &self,
         ctx: &CallContext<'_>,
@@ -1053,6 +1055,7 @@ impl DeviceToolAdapter {
 }
 
 /// Check 1: the capability the tool names, declared by the device.
+#[inline]
 fn declared<'d>(
     device: &'d PairedDevice,
     device_id: &str,
@@ -1068,6 +1071,7 @@ fn declared<'d>(
 }
 
 /// Check 2: the person granted the capability (no rule lifts this).
+#[inline]
 fn check_granted(granted: bool, device_id: &str, capability: &str) -> Result<(), Refusal> {
     if granted {
         return Ok(());
@@ -1079,6 +1083,7 @@ fn check_granted(granted: bool, device_id: &str, capability: &str) -> Result<(),
 }
 
 /// Check 4: the input matches the capability's params, and is an object.
+#[inline]
 fn check_well_formed<'v>(
     cap: &Capability,
     input: &'v Value,
