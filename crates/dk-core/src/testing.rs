@@ -104,3 +104,45 @@ impl Peer {
         (peer, token)
     }
 }
+
+/// Rule files and readings the rule-reloading tests share (dk-core's
+/// reload, dk-vessel's watch).
+pub mod rules {
+    use dk_policy::{Decision, DeviceUseContext};
+    use sha2::{Digest, Sha256};
+
+    use crate::vessel::Vessel;
+
+    /// One rule that asks before any actuator.
+    pub const ASK: &str = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
+    /// One rule that blocks any actuator.
+    pub const BLOCK: &str = "version: 1\npolicies:\n  - name: block\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: block\n    message: no\n";
+    /// A file the loader refuses (a misspelt field in its condition).
+    pub const BROKEN: &str = "version: 1\npolicies:\n  - name: block\n    action: device_use\n    condition: \"capabilityKnd equals actuator\"\n    decision: block\n    message: no\n";
+
+    /// What the vessel's rules decide for an actuator: `allow`, `ask` or
+    /// `block`.
+    pub fn decision_kind(vessel: &Vessel) -> &'static str {
+        let policies = vessel.adapter().policies();
+        let ctx = DeviceUseContext {
+            agent_id: None,
+            session_id: None,
+            device_id: "lamp",
+            capability: "set",
+            capability_kind: "actuator",
+        };
+        match policies.evaluate_device_use(&ctx) {
+            Decision::Allow { .. } => "allow",
+            Decision::RequireApproval { .. } => "ask",
+            Decision::Block { .. } => "block",
+        }
+    }
+
+    /// The SHA-256 of `text`, in lower-case hex.
+    pub fn sha256(text: &str) -> String {
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}

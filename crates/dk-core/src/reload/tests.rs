@@ -1,39 +1,10 @@
 //! Tests of rule reloading: a good file applies, a broken one changes nothing.
 
-use dk_policy::{Decision, DeviceUseContext};
-
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::testing::rules::{ASK, BLOCK, BROKEN, decision_kind, sha256};
 use crate::vessel::Limits;
-
-const ASK: &str = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
-const BLOCK: &str = "version: 1\npolicies:\n  - name: block\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: block\n    message: no\n";
-const BROKEN: &str = "version: 1\npolicies:\n  - name: block\n    action: device_use\n    condition: \"capabilityKnd equals actuator\"\n    decision: block\n    message: no\n";
-
-fn decision_kind(vessel: &Vessel) -> &'static str {
-    let policies = vessel.adapter().policies();
-    let ctx = DeviceUseContext {
-        agent_id: None,
-        session_id: None,
-        device_id: "lamp",
-        capability: "set",
-        capability_kind: "actuator",
-    };
-    match policies.evaluate_device_use(&ctx) {
-        Decision::Allow { .. } => "allow",
-        Decision::RequireApproval { .. } => "ask",
-        Decision::Block { .. } => "block",
-    }
-}
-
-fn sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// The audit entries of `vessel` (committed first), as (kind, entry).
 fn entries(vessel: &Vessel) -> Vec<(String, serde_json::Value)> {

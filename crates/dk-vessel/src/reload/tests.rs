@@ -3,39 +3,12 @@
 
 use std::sync::Mutex;
 
-use dk_policy::{Decision, DeviceUseContext, PolicySet};
+use dk_policy::PolicySet;
 use futures::channel::mpsc;
-use sha2::{Digest, Sha256};
 
 use super::*;
 use crate::Limits;
-
-const ASK: &str = "version: 1\npolicies:\n  - name: ask\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: require_approval\n    message: ask first\n";
-const BLOCK: &str = "version: 1\npolicies:\n  - name: block\n    action: device_use\n    condition: \"capabilityKind equals actuator\"\n    decision: block\n    message: no\n";
-const BROKEN: &str = "version: 1\npolicies:\n  - name: block\n    action: device_use\n    condition: \"capabilityKnd equals actuator\"\n    decision: block\n    message: no\n";
-
-fn decision_kind(vessel: &Vessel) -> &'static str {
-    let policies = vessel.adapter().policies();
-    let ctx = DeviceUseContext {
-        agent_id: None,
-        session_id: None,
-        device_id: "lamp",
-        capability: "set",
-        capability_kind: "actuator",
-    };
-    match policies.evaluate_device_use(&ctx) {
-        Decision::Allow { .. } => "allow",
-        Decision::RequireApproval { .. } => "ask",
-        Decision::Block { .. } => "block",
-    }
-}
-
-fn sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+use dk_core::testing::rules::{ASK, BLOCK, BROKEN, decision_kind, sha256};
 
 /// A rule file's path in a directory of its own, removed when the
 /// directory is dropped.
