@@ -1,0 +1,404 @@
+//! Calls: `device:invoke` in, a handler to run, `device:result` out. The
+//! rules of which call runs are here, whatever runs the handlers (a task
+//! per call in dk-device, a C function on a microcontroller).
+
+use alloc::borrow::Cow;
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::string::{String, ToString as _};
+use core::fmt;
+
+use dk_proto::{DeviceFrame, FrameError, Manifest, VesselFrame};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+
+/// How many calls may run at once by default; a call beyond it is answered
+/// with an error at once.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
+/// How many call ids are remembered by default, so that a repeated one is
+/// never run again (across reconnects, too).
+pub const DEFAULT_REMEMBERED_CALLS: usize = 1024;
+
+/// A call the vessel made that is to run: the platform runs the
+/// capability's handler with the input and gives the outcome back with
+/// [`Calls::answer`] (or the core's `answer`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    /// The call's id, to answer with.
+    pub call_id: String,
+    /// The capability called (one the manifest declares).
+    pub capability: String,
+    /// The call's input, as the vessel checked it against the params.
+    pub input: Map<String, Value>,
+}
+
+/// Why a call was answered with an error instead of its handler's outcome.
+/// `Display` is the error text the vessel is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallRefusal {
+    /// The device declares no such capability (8DK's text).
+    UnknownCapability(String),
+    /// A call id the device already received (a replay): not run again.
+    AlreadyReceived(String),
+    /// The device already runs its most calls at once.
+    Busy(usize),
+    /// The handler's answer is not JSON.
+    NotJson {
+        /// The capability called.
+        capability: String,
+        /// What the JSON reader said.
+        why: String,
+    },
+    /// The result or error frame would be refused by the vessel (too
+    /// large, nested too deep), so this is sent in its place.
+    CannotBeSent {
+        /// `result` or `error`.
+        what: &'static str,
+        /// The capability called.
+        capability: String,
+        /// Why the vessel would refuse the frame.
+        why: String,
+    },
+}
+
+impl fmt::Display for CallRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallRefusal::UnknownCapability(name) => write!(f, "unknown capability \"{name}\""),
+            CallRefusal::AlreadyReceived(id) => {
+                write!(f, "call \"{id}\" was already received: not run again")
+            }
+            CallRefusal::Busy(max) => write!(f, "device is busy: {max} calls in flight"),
+            CallRefusal::NotJson { capability, why } => {
+                write!(f, "result of \"{capability}\" is not JSON: {why}")
+            }
+            CallRefusal::CannotBeSent {
+                what,
+                capability,
+                why,
+            } => write!(f, "the {what} of \"{capability}\" cannot be sent: {why}"),
+        }
+    }
+}
+
+impl core::error::Error for CallRefusal {}
+
+/// What [`Calls::accept`] made of a vessel frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Accepted {
+    /// Run this call's handler.
+    Run(Invocation),
+    /// Send this `device:result` at once (the call is refused).
+    Reply(String),
+    /// Nothing to send or run: the frame was set aside, and why.
+    SetAside(SetAside),
+}
+
+/// A vessel frame the calls' rules set aside: nothing to answer, something
+/// to log.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SetAside {
+    /// The frame did not parse.
+    Refused(FrameError),
+    /// An invoke reusing the id of a call still running: ignored.
+    DuplicateCall(String),
+    /// v1's `device:pairing {code}` outside the pairing.
+    Pairing(String),
+    /// v1's `device:paired {deviceToken}` outside the pairing (a secret).
+    Paired(String),
+    /// `device:revoked`: a grant was revoked, or the pairing ended (no
+    /// capability).
+    Revoked(Option<String>),
+    /// `device:error`: the vessel refused a frame; its words.
+    VesselError(String),
+    /// A frame of the pairing or closing exchange, which the connection
+    /// reads, not the calls.
+    NotACall(&'static str),
+}
+
+/// The call ids received lately, oldest first out, kept as keyed hashes so
+/// that a long id costs no more memory than a short one.
+struct SeenCalls {
+    key: [u8; 16],
+    order: VecDeque<u64>,
+    ids: BTreeSet<u64>,
+    max: usize,
+}
+
+impl SeenCalls {
+    fn hash(&self, call_id: &str) -> u64 {
+        let digest = Sha256::new()
+            .chain_update(self.key)
+            .chain_update(call_id.as_bytes())
+            .finalize();
+        digest
+            .first_chunk::<8>()
+            .map_or(0, |head| u64::from_le_bytes(*head))
+    }
+
+    /// Remembers `call_id`; `false` when it was already remembered.
+    fn insert(&mut self, call_id: &str) -> bool {
+        let hash = self.hash(call_id);
+        if !self.ids.insert(hash) {
+            return false;
+        }
+        self.order.push_back(hash);
+        while self.order.len() > self.max {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+        true
+    }
+}
+
+/// The calls' rules for one device, across its connections: each call id
+/// runs at most once, at most `max_in_flight` run at once, only declared
+/// capabilities run, and every answer goes out as a `device:result` the
+/// vessel will take.
+pub struct Calls {
+    capabilities: BTreeSet<String>,
+    max_in_flight: usize,
+    /// The calls running, by id, with their capability.
+    running: BTreeMap<String, String>,
+    seen: SeenCalls,
+}
+
+impl fmt::Debug for Calls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Calls")
+            .field("capabilities", &self.capabilities)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("running", &self.running.len())
+            .field("remembered", &self.seen.order.len())
+            .finish()
+    }
+}
+
+impl Calls {
+    /// The rules for `manifest`'s capabilities, with at most
+    /// `max_in_flight` calls at once and the last `remember` call ids
+    /// remembered (each at least one), their hashes keyed with `key`
+    /// (random bytes, so that the vessel cannot choose ids that collide).
+    pub fn new(manifest: &Manifest, max_in_flight: usize, remember: usize, key: [u8; 16]) -> Calls {
+        Calls {
+            capabilities: manifest
+                .capabilities()
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
+            max_in_flight: max_in_flight.max(1),
+            running: BTreeMap::new(),
+            seen: SeenCalls {
+                key,
+                order: VecDeque::new(),
+                ids: BTreeSet::new(),
+                max: remember.max(1),
+            },
+        }
+    }
+
+    /// How many calls run now.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether the manifest declares `capability`.
+    pub fn declares(&self, capability: &str) -> bool {
+        self.capabilities.contains(capability)
+    }
+
+    /// Reads one vessel frame (v1's reading: an invoke, a revocation, an
+    /// error) and says what to do.
+    pub fn accept_text(&mut self, text: &str) -> Accepted {
+        match VesselFrame::parse(text.as_bytes()) {
+            Ok(frame) => self.accept(frame),
+            Err(error) => Accepted::SetAside(SetAside::Refused(error)),
+        }
+    }
+
+    /// Says what to do with a vessel frame already read.
+    pub fn accept(&mut self, frame: VesselFrame<'_>) -> Accepted {
+        let (call_id, capability, input) = match frame {
+            VesselFrame::Invoke {
+                call_id,
+                capability,
+                input,
+            } => (call_id, capability, input),
+            VesselFrame::Pairing { code } => {
+                return Accepted::SetAside(SetAside::Pairing(code.into_owned()));
+            }
+            VesselFrame::Paired { device_token } => {
+                return Accepted::SetAside(SetAside::Paired(device_token.into_owned()));
+            }
+            VesselFrame::Revoked { capability } => {
+                return Accepted::SetAside(SetAside::Revoked(capability.map(Cow::into_owned)));
+            }
+            VesselFrame::Error { error } => {
+                return Accepted::SetAside(SetAside::VesselError(error.into_owned()));
+            }
+            other @ (VesselFrame::PairCommit { .. }
+            | VesselFrame::PairReveal { .. }
+            | VesselFrame::KeyPaired
+            | VesselFrame::Closing { .. }) => {
+                return Accepted::SetAside(SetAside::NotACall(other.type_name()));
+            }
+        };
+        if self.running.contains_key(call_id.as_ref()) {
+            return Accepted::SetAside(SetAside::DuplicateCall(call_id.into_owned()));
+        }
+        // Never run twice, even after a reconnect: the vessel never
+        // re-sends a call, so a repeat is a replay.
+        if !self.seen.insert(&call_id) {
+            let refusal = CallRefusal::AlreadyReceived(call_id.to_string());
+            return Accepted::Reply(refused_frame(&call_id, &capability, &refusal));
+        }
+        if !self.declares(&capability) {
+            let refusal = CallRefusal::UnknownCapability(capability.to_string());
+            return Accepted::Reply(refused_frame(&call_id, &capability, &refusal));
+        }
+        if self.running.len() >= self.max_in_flight {
+            let refusal = CallRefusal::Busy(self.max_in_flight);
+            return Accepted::Reply(refused_frame(&call_id, &capability, &refusal));
+        }
+        let call_id = call_id.into_owned();
+        let capability = capability.into_owned();
+        self.running.insert(call_id.clone(), capability.clone());
+        Accepted::Run(Invocation {
+            call_id,
+            capability,
+            input: input.into_owned(),
+        })
+    }
+
+    /// The `device:result` answering a running call with its handler's
+    /// outcome (a result as JSON text, or an error's text); `None` when no
+    /// call with that id runs (answered already, or never invoked). The
+    /// call no longer runs after it.
+    pub fn answer(&mut self, call_id: &str, outcome: Result<&str, &str>) -> Option<String> {
+        let capability = self.running.remove(call_id)?;
+        Some(result_frame(call_id, &capability, outcome))
+    }
+
+    /// The capability of the running call `call_id`.
+    pub fn capability_of(&self, call_id: &str) -> Option<&str> {
+        self.running.get(call_id).map(String::as_str)
+    }
+
+    /// Forgets the running calls (their connection ended: the vessel fails
+    /// them itself); their ids stay remembered. Returns how many there were.
+    pub fn abandon(&mut self) -> usize {
+        let running = self.running.len();
+        self.running.clear();
+        running
+    }
+}
+
+fn refused_frame(call_id: &str, capability: &str, refusal: &CallRefusal) -> String {
+    let text = refusal.to_string();
+    result_frame(call_id, capability, Err(&text))
+}
+
+/// `device:result` for a call; a result that is not JSON, or whose frame
+/// the vessel would refuse (too large, nested too deep), answers an error
+/// saying so instead.
+pub fn result_frame(call_id: &str, capability: &str, outcome: Result<&str, &str>) -> String {
+    let failed = outcome.is_err();
+    let frame = match unchecked_result_frame(call_id, capability, outcome) {
+        Ok(frame) => frame,
+        Err(refusal) => return refused_frame(call_id, capability, &refusal),
+    };
+    let Some(why) = refused_by_vessel(&frame) else {
+        return frame;
+    };
+    let refusal = CallRefusal::CannotBeSent {
+        what: if failed { "error" } else { "result" },
+        capability: capability.to_string(),
+        why: why.to_string(),
+    };
+    let text = refusal.to_string();
+    unchecked_result_frame(call_id, capability, Err(&text)).unwrap_or_default()
+}
+
+fn unchecked_result_frame(
+    call_id: &str,
+    capability: &str,
+    outcome: Result<&str, &str>,
+) -> Result<String, CallRefusal> {
+    let frame = match outcome {
+        Ok(result) => {
+            let raw: &RawValue =
+                serde_json::from_str(result).map_err(|e| CallRefusal::NotJson {
+                    capability: capability.to_string(),
+                    why: e.to_string(),
+                })?;
+            DeviceFrame::Result {
+                call_id: Cow::Borrowed(call_id),
+                ok: true,
+                result: Some(Cow::Borrowed(raw)),
+                error: None,
+            }
+        }
+        Err(error) => DeviceFrame::Result {
+            call_id: Cow::Borrowed(call_id),
+            ok: false,
+            result: None,
+            error: Some(Cow::Borrowed(error)),
+        },
+    };
+    Ok(frame.to_json())
+}
+
+/// Why the vessel would refuse `frame`, read by dk-proto's own parser with
+/// the vessel's default limits (size, nesting depth): a frame the vessel
+/// refuses counts as malformed there and, repeated, closes the connection,
+/// so none is ever sent.
+pub fn refused_by_vessel(frame: &str) -> Option<FrameError> {
+    DeviceFrame::parse(frame.as_bytes()).err()
+}
+
+/// `device:event {capability, data}` for a declared capability, checked as
+/// every outgoing frame is; `data` is JSON text.
+pub fn event_frame(capability: &str, data: &str) -> Result<String, EventRefusal> {
+    let raw: &RawValue =
+        serde_json::from_str(data).map_err(|e| EventRefusal::NotJson(e.to_string()))?;
+    let frame = DeviceFrame::Event {
+        capability: Cow::Borrowed(capability),
+        data: Some(Cow::Borrowed(raw)),
+    }
+    .to_json();
+    match refused_by_vessel(&frame) {
+        Some(why) => Err(EventRefusal::Refused(why.to_string())),
+        None => Ok(frame),
+    }
+}
+
+/// Why an event was not sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventRefusal {
+    /// The manifest declares no such capability.
+    UnknownCapability(String),
+    /// The event's data is not JSON.
+    NotJson(String),
+    /// The vessel would refuse the frame (too large, nested too deep).
+    Refused(String),
+    /// No connection is serving: nothing can be sent now.
+    NotConnected,
+}
+
+impl fmt::Display for EventRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventRefusal::UnknownCapability(name) => write!(f, "unknown capability \"{name}\""),
+            EventRefusal::NotJson(why) => write!(f, "event data is not JSON: {why}"),
+            EventRefusal::Refused(why) => write!(f, "the vessel would refuse the event: {why}"),
+            EventRefusal::NotConnected => f.write_str("no connection to the vessel"),
+        }
+    }
+}
+
+impl core::error::Error for EventRefusal {}
