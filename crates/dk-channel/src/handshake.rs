@@ -197,8 +197,9 @@ impl Initiator {
     /// A handshake with this static key and the ephemeral key whose secret
     /// is `ephemeral`: 32 fresh bytes from the platform's CSPRNG, used for
     /// this handshake only (the same bytes twice would make its secrets
-    /// predictable). They are the only random bytes the handshake uses,
-    /// and they are zeroed once the key is made.
+    /// predictable). They are the only random bytes the handshake uses
+    /// (it fails if it wants more), and the copy it keeps is zeroed once
+    /// the key is made or the handshake is dropped.
     pub fn with_random(key: &StaticKey, ephemeral: [u8; 32]) -> Result<Initiator, ChannelError> {
         Ok(Initiator {
             state: start(key, Randomness::once(ephemeral), true)?,
