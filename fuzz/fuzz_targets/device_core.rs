@@ -496,7 +496,7 @@ impl Run {
                 script.u16(),
                 json_string(&script.text())
             ),
-            7 | 8 | 9 => {
+            7..=9 => {
                 let call_id = match script.u8() % 6 {
                     0 => script.text(),
                     1 => script.long_text(limit),
@@ -615,7 +615,7 @@ impl Run {
             }
             2 => {
                 let mut bytes = script.bytes();
-                if script.u8() % 4 == 0 {
+                if script.u8().is_multiple_of(4) {
                     // Over a Noise message.
                     bytes.resize(dk_channel::MAX_MESSAGE + 1, 0x5a);
                 }
@@ -625,18 +625,18 @@ impl Run {
                 let text = script.text();
                 self.receive(Received::Text(&text));
             }
-            4 | 5 | 6 => {
+            4..=6 => {
                 let frame = self.vessel_frame(script);
                 self.deliver_frame(FrameKind::Text, frame.as_bytes(), script);
             }
             7 => {
-                let kind = if script.u8() % 2 == 0 {
+                let kind = if script.u8().is_multiple_of(2) {
                     FrameKind::Text
                 } else {
                     FrameKind::Binary
                 };
                 let mut bytes = script.bytes();
-                if script.u8() % 4 == 0 {
+                if script.u8().is_multiple_of(4) {
                     // A frame around the limit, in pieces.
                     let size = script.size(self.config.max_frame_bytes);
                     bytes.resize(size, b' ');
@@ -794,7 +794,7 @@ fn run(data: &[u8]) {
     let head = script.u8();
     let sizes = script.u8();
     let config = Config {
-        channel: if head % 4 == 0 {
+        channel: if head.is_multiple_of(4) {
             Channel::V1
         } else {
             Channel::Dk2
