@@ -28,6 +28,8 @@ fn seeds_of(target: &str) -> Option<Seeds> {
         "policy_file" => Some(Seeds::Files("policies", ".yaml")),
         "condition" => Some(Seeds::ConditionLines),
         "admission" => Some(Seeds::Files("admission", ".json")),
+        // Scripts that pair over dk/2 and v1, call, stream and close.
+        "device_core" => Some(Seeds::Files("device-core", ".bin")),
         _ => None,
     }
 }

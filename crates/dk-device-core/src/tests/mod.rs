@@ -1,6 +1,7 @@
 //! The core against a vessel written here on dk-channel's responder: the
 //! handshake, the pairing with both sides' codes, a call, a reconnect by
-//! key, an impostor, and the hostile turns the rules name.
+//! key, an impostor, and the hostile turns the rules name; `hostile.rs`
+//! has the rest of the hostile vessels.
 
 extern crate std;
 
@@ -14,7 +15,7 @@ use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, Manifest, validate_manifest};
 
 use super::*;
 
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
+const LAMP: &str = include_str!("../../../../fixtures/manifests/valid/desk-lamp.json");
 
 fn lamp() -> Manifest {
     let value: serde_json::Value = serde_json::from_str(LAMP).unwrap();
@@ -34,7 +35,11 @@ fn counter() -> Box<dyn Entropy + Send> {
 }
 
 fn device(credentials: Option<Credentials>) -> DeviceCore {
-    DeviceCore::new(&lamp(), Config::default(), counter(), credentials, None).unwrap()
+    device_with(Config::default(), credentials)
+}
+
+fn device_with(config: Config, credentials: Option<Credentials>) -> DeviceCore {
+    DeviceCore::new(&lamp(), config, counter(), credentials, None).unwrap()
 }
 
 /// A vessel's side of one connection.
@@ -160,7 +165,12 @@ fn tell(core: &mut DeviceCore, vessel: &mut Vessel, frame: &str) -> (Vec<Output>
 
 /// Pairs a new device; the vessel and the credentials kept.
 fn paired() -> (DeviceCore, Vessel, Credentials) {
-    let mut core = device(None);
+    paired_with(Config::default())
+}
+
+/// Pairs a new device running as `config`.
+fn paired_with(config: Config) -> (DeviceCore, Vessel, Credentials) {
+    let mut core = device_with(config, None);
     let mut vessel = Vessel::new(42);
     let (out, frames) = shake(&mut core, &mut vessel);
     assert!(out.contains(&Output::Connected));
@@ -410,3 +420,5 @@ fn stored_credentials_that_do_not_read_are_refused() {
         Err(CredentialsError::Flags(2))
     );
 }
+
+mod hostile;
