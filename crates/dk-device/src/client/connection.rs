@@ -163,15 +163,6 @@ pub async fn connect_once(
     ended
 }
 
-/// A device core kept from one connection to the next (the call ids it
-/// saw), and the origin of its clock.
-pub(super) struct KeptCore {
-    pub(super) core: DeviceCore,
-    pub(super) origin: tokio::time::Instant,
-    pub(super) channel: Channel,
-    pub(super) device_id: String,
-}
-
 /// Refuses, before any connection, a URL that is not `ws://host...` or
 /// `wss://host...`.
 fn check_url(url: &str) -> Result<(), ClientError> {

@@ -10,13 +10,21 @@ use std::time::Duration;
 use dk_device_core::{Channel, Credentials, DeviceCore};
 
 use super::backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF};
-use super::connection::KeptCore;
 use super::entropy::OsEntropy;
 use super::error::ClientError;
 use super::key_file::{generate, read_key, write_key};
 use super::token_file::{read_token, token_file_error};
 use crate::stream::StreamReceiver;
 use crate::{Device, ServeOptions};
+
+/// A device core kept from one connection to the next (the call ids it
+/// saw), and the origin of its clock.
+pub(super) struct KeptCore {
+    pub(super) core: DeviceCore,
+    pub(super) origin: tokio::time::Instant,
+    pub(super) channel: Channel,
+    pub(super) device_id: String,
+}
 
 /// Shows the pairing code (or the vessel's fingerprint) to the person.
 type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
