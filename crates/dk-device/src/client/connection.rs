@@ -294,13 +294,12 @@ impl Driver<'_> {
                             core.receive(now, Received::Binary(&bytes));
                         }
                         Some(Ok(Message::Close(frame))) => {
-                            let frame = frame.map(|f| (u16::from(f.code), printable(&f.reason)));
-                            if let Some((code, reason)) = &frame {
+                            if let Some(frame) = &frame {
+                                let (code, reason) = (u16::from(frame.code), printable(&frame.reason));
                                 tracing::info!(code, %reason, "the vessel closed the connection");
                             }
-                            core.receive(now, Received::Close(
-                                frame.as_ref().map(|(code, reason)| (*code, reason.as_str())),
-                            ));
+                            let frame = frame.as_ref().map(|f| (u16::from(f.code), f.reason.as_str()));
+                            core.receive(now, Received::Close(frame));
                         }
                         // The library answers pings as it reads.
                         Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
