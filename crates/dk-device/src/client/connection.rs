@@ -153,6 +153,7 @@ pub async fn connect_once(
         options: &mut *options,
         socket,
         open: true,
+        closing: false,
         handlers: Handlers::new(device.clone()),
         origin: core.origin,
         failed: None,
@@ -219,6 +220,9 @@ struct Driver<'a> {
     >,
     /// Whether the socket may still be read: no end or error came yet.
     open: bool,
+    /// Whether a close was sent or received: the socket is then read to
+    /// its end before it is dropped.
+    closing: bool,
     handlers: Handlers,
     origin: tokio::time::Instant,
     /// Why the device's key or token could not be kept: the client ends
@@ -233,9 +237,13 @@ impl Driver<'_> {
         dk_device_core::Instant::from_millis(millis)
     }
 
-    /// The tokio instant of the core's `at`.
+    /// The tokio instant of the core's `at` (a year away when past the
+    /// clock's end).
     fn deadline(&self, at: dk_device_core::Instant) -> tokio::time::Instant {
-        self.origin + Duration::from_millis(at.as_millis())
+        let year = Duration::from_secs(365 * 24 * 3600);
+        self.origin
+            .checked_add(Duration::from_millis(at.as_millis()))
+            .unwrap_or_else(|| tokio::time::Instant::now() + year)
     }
 
     async fn run<F>(
@@ -298,6 +306,7 @@ impl Driver<'_> {
                                 let (code, reason) = (u16::from(frame.code), printable(&frame.reason));
                                 tracing::info!(code, %reason, "the vessel closed the connection");
                             }
+                            self.closing = true;
                             let frame = frame.as_ref().map(|f| (u16::from(f.code), f.reason.as_str()));
                             core.receive(now, Received::Close(frame));
                         }
@@ -347,6 +356,7 @@ impl Driver<'_> {
                 if !self.open {
                     return None;
                 }
+                self.closing |= matches!(message, Out::Close(_));
                 let message = match message {
                     Out::Text(text) => Message::text(text),
                     Out::Binary(bytes) => Message::binary(bytes),
@@ -488,9 +498,10 @@ impl Driver<'_> {
     }
 
     /// What the connection's end means for the client, once the socket is
-    /// done (reading on sends the reply to the vessel's close).
+    /// done (reading on sends the reply to the vessel's close, or reads the
+    /// vessel's reply to the device's).
     async fn ended(&mut self, end: End) -> Result<SessionEnd, ClientError> {
-        if self.open {
+        if self.open && self.closing {
             let socket = &mut self.socket;
             let drain = async { while let Some(Ok(_)) = socket.next().await {} };
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, drain).await;
