@@ -24,7 +24,7 @@ usage: cargo xtask <task> [args]
 
 tasks:
   ci                       what CI runs: fmt check, clippy, dk-core's tokio features,
-                           the peers, tests, python client tests,
+                           dk-channel's tests without ring, the peers, tests, python client tests,
                            docs, the public API snapshots (fails fast)
   api [--bless]            compare every library crate's public items (from rustdoc)
                            with api/<crate>.txt, failing with the difference;
@@ -35,7 +35,8 @@ tasks:
                            MQTT bridge (dk), then print their medians (and write them
                            to FILE as JSON)
   features                 check that dk-core builds tokio with sync, time and macros
-                           only (no socket, no file, no task of its own)
+                           only (no socket, no file, no task of its own), and run
+                           dk-channel's tests without its default features (no ring)
   peers                    install Debian's chromium, chromium-driver and mosquitto (the
                            console's browser tests and the MQTT bridge's tests drive
                            them) when they are missing
@@ -68,7 +69,10 @@ fn main() -> ExitCode {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
         "api" => api::run(rest),
         "bench" => bench::run(rest),
-        "features" => no_arguments("features", rest).and_then(|()| features::check_core()),
+        "features" => no_arguments("features", rest).and_then(|()| {
+            features::check_core()?;
+            features::check_channel_without_ring()
+        }),
         "peers" => no_arguments("peers", rest).and_then(|()| peers::ensure()),
         "fuzz" => fuzz::run(rest),
         "python" => python::run(rest),
