@@ -277,12 +277,10 @@ impl Driver<'_> {
             let options = &mut *self.options;
             tokio::select! {
                 () = &mut shutdown, if stopping.is_none() => {
-                    let grace = options.serve.grace_period();
+                    // Running calls get the grace period; nothing runs
+                    // before the device serves.
+                    let grace = if serving { options.serve.grace_period() } else { Duration::ZERO };
                     stopping = Some(tokio::time::Instant::now() + grace);
-                    if !serving {
-                        // Nothing runs before the device serves.
-                        stopping = Some(tokio::time::Instant::now());
-                    }
                 }
                 () = sleep_until(stopping), if stopping.is_some() => {}
                 message = self.socket.next(), if self.open => {
