@@ -615,7 +615,8 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
     let allowed_dk: &[&str] = match name {
         "dk-proto" => &[],
         "dk-policy" => &["dk-proto"],
-        "dk-device" => &["dk-proto", "dk-policy", "dk-channel"],
+        "dk-device" => &["dk-proto", "dk-policy", "dk-channel", "dk-device-core"],
+        "dk-device-core" => &["dk-proto", "dk-channel"],
         "dk-channel" => &[],
         "dk-bridge-mqtt" => &["dk-proto", "dk-device"],
         "dk-testkit" => &[],

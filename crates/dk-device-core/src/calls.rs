@@ -90,8 +90,13 @@ impl core::error::Error for CallRefusal {}
 pub enum Accepted {
     /// Run this call's handler.
     Run(Invocation),
-    /// Send this `device:result` at once (the call is refused).
-    Reply(String),
+    /// Send this `device:result` at once: the call is refused, and why.
+    Reply {
+        /// The `device:result` to send.
+        frame: String,
+        /// Why the call does not run.
+        refusal: CallRefusal,
+    },
     /// Nothing to send or run: the frame was set aside, and why.
     SetAside(SetAside),
 }
@@ -254,15 +259,18 @@ impl Calls {
         // re-sends a call, so a repeat is a replay.
         if !self.seen.insert(&call_id) {
             let refusal = CallRefusal::AlreadyReceived(call_id.to_string());
-            return Accepted::Reply(refused_frame(&call_id, &capability, &refusal));
+            let frame = refused_frame(&call_id, &capability, &refusal);
+            return Accepted::Reply { frame, refusal };
         }
         if !self.declares(&capability) {
             let refusal = CallRefusal::UnknownCapability(capability.to_string());
-            return Accepted::Reply(refused_frame(&call_id, &capability, &refusal));
+            let frame = refused_frame(&call_id, &capability, &refusal);
+            return Accepted::Reply { frame, refusal };
         }
         if self.running.len() >= self.max_in_flight {
             let refusal = CallRefusal::Busy(self.max_in_flight);
-            return Accepted::Reply(refused_frame(&call_id, &capability, &refusal));
+            let frame = refused_frame(&call_id, &capability, &refusal);
+            return Accepted::Reply { frame, refusal };
         }
         let call_id = call_id.into_owned();
         let capability = capability.into_owned();

@@ -439,6 +439,16 @@ impl DeviceCore {
         })
     }
 
+    /// Replaces the credentials (dk/2) and the token (v1) with what the
+    /// platform keeps, read again before a connection (another program may
+    /// have changed them). Ignored while a connection is open.
+    pub fn reload(&mut self, credentials: Option<Credentials>, token: Option<String>) {
+        if matches!(self.phase, Phase::Idle | Phase::Ended) {
+            self.credentials = credentials;
+            self.token = token;
+        }
+    }
+
     /// Where the connection stands.
     pub fn state(&self) -> State {
         match self.phase {
@@ -1095,7 +1105,7 @@ impl DeviceCore {
         }
         match self.calls.accept_text(text) {
             Accepted::Run(invocation) => self.outputs.push_back(Output::Invoke(invocation)),
-            Accepted::Reply(frame) => self.send_frame(frame),
+            Accepted::Reply { frame, .. } => self.send_frame(frame),
             Accepted::SetAside(SetAside::VesselError(error)) => {
                 self.notice(Notice::SetAside(SetAside::VesselError(printable(&error))));
             }

@@ -14,11 +14,11 @@
 
 mod backoff;
 mod connection;
+mod entropy;
 mod error;
 mod key_file;
 mod options;
 mod private_file;
-mod secure;
 mod tls;
 mod token_file;
 

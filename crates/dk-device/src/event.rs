@@ -1,9 +1,8 @@
 //! Events a device sends on its own initiative: `device:event {capability, data}`.
 
-use std::borrow::Cow;
 use std::fmt;
 
-use dk_proto::DeviceFrame;
+use dk_device_core::{EventRefusal, event_frame};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -104,17 +103,15 @@ impl EventSender {
         if !self.device.has_capability(capability) {
             return Err(EmitError::UnknownCapability(capability.to_owned()));
         }
-        let data =
-            serde_json::value::to_raw_value(data).map_err(|e| EmitError::NotJson(e.to_string()))?;
-        let frame = DeviceFrame::Event {
-            capability: Cow::Borrowed(capability),
-            data: Some(Cow::Owned(data)),
-        }
-        .to_json();
-        match crate::outgoing::refused_by_vessel(&frame) {
-            Some(why) => Err(EmitError::Refused(why.to_string())),
-            None => Ok(frame),
-        }
+        let data = serde_json::to_string(data).map_err(|e| EmitError::NotJson(e.to_string()))?;
+        event_frame(capability, &data).map_err(|refusal| match refusal {
+            EventRefusal::NotJson(why) => EmitError::NotJson(why),
+            EventRefusal::UnknownCapability(name) => EmitError::UnknownCapability(name),
+            other => EmitError::Refused(match other {
+                EventRefusal::Refused(why) => why,
+                other => other.to_string(),
+            }),
+        })
     }
 }
 

@@ -45,7 +45,6 @@
 mod client;
 mod device;
 mod event;
-mod outgoing;
 pub mod samples;
 mod serve;
 mod stream;

@@ -5,14 +5,12 @@
 //! [`Sink`] of outgoing ones, so a WebSocket, a pair of channels in a test or
 //! a pipe can carry it.
 
-use std::borrow::Cow;
-use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::time::Duration;
 
-use dk_proto::{DeviceFrame, FrameError, VesselFrame};
+use dk_device_core::{Accepted, CallRefusal, Calls, Channel, Config, Invocation, SetAside};
+use dk_proto::FrameError;
 use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
 use serde_json::{Map, Value};
 use tokio::task::{Id, JoinError, JoinSet};
@@ -26,11 +24,11 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// How many calls may run at once by default; a call beyond it is answered
 /// with an error at once.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+pub const DEFAULT_MAX_IN_FLIGHT: usize = dk_device_core::DEFAULT_MAX_IN_FLIGHT;
 
 /// How many call ids are remembered by default, so that a repeated one is
 /// never run again (across reconnects of one client, too).
-pub const DEFAULT_REMEMBERED_CALLS: usize = 1024;
+pub const DEFAULT_REMEMBERED_CALLS: usize = dk_device_core::DEFAULT_REMEMBERED_CALLS;
 
 /// Why [`serve_device`] stopped before its incoming frames ended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,9 +125,12 @@ type NoticeHook = Box<dyn FnMut(Notice) + Send>;
 pub struct ServeOptions {
     grace: Duration,
     max_in_flight: usize,
+    remember_calls: usize,
     events: Option<EventReceiver>,
     on_notice: Option<NoticeHook>,
-    seen: SeenCalls,
+    /// The calls' rules, made at the first session and kept for the next
+    /// ones (the call ids seen, across a client's reconnects).
+    calls: Option<Calls>,
 }
 
 impl Default for ServeOptions {
@@ -137,45 +138,11 @@ impl Default for ServeOptions {
         ServeOptions {
             grace: DEFAULT_GRACE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            remember_calls: DEFAULT_REMEMBERED_CALLS,
             events: None,
             on_notice: None,
-            seen: SeenCalls::new(DEFAULT_REMEMBERED_CALLS),
+            calls: None,
         }
-    }
-}
-
-/// The call ids received lately, oldest first out, kept as keyed hashes so a
-/// long id costs no more memory than a short one.
-struct SeenCalls {
-    hasher: RandomState,
-    order: VecDeque<u64>,
-    ids: HashSet<u64>,
-    max: usize,
-}
-
-impl SeenCalls {
-    fn new(max: usize) -> SeenCalls {
-        SeenCalls {
-            hasher: RandomState::new(),
-            order: VecDeque::new(),
-            ids: HashSet::new(),
-            max: max.max(1),
-        }
-    }
-
-    /// Remembers `call_id`; `false` when it was already remembered.
-    fn insert(&mut self, call_id: &str) -> bool {
-        let hash = self.hasher.hash_one(call_id);
-        if !self.ids.insert(hash) {
-            return false;
-        }
-        self.order.push_back(hash);
-        while self.order.len() > self.max {
-            if let Some(oldest) = self.order.pop_front() {
-                self.ids.remove(&oldest);
-            }
-        }
-        true
     }
 }
 
@@ -186,7 +153,7 @@ impl fmt::Debug for ServeOptions {
             .field("max_in_flight", &self.max_in_flight)
             .field("events", &self.events.is_some())
             .field("on_notice", &self.on_notice.is_some())
-            .field("remembered_calls", &self.seen.max)
+            .field("remembered_calls", &self.remember_calls)
             .finish()
     }
 }
@@ -210,6 +177,7 @@ impl ServeOptions {
     /// answered `device is busy: <n> calls in flight`.
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = max.max(1);
+        self.calls = None;
         self
     }
 
@@ -219,7 +187,8 @@ impl ServeOptions {
     /// `call "<id>" was already received: not run again` after. The client
     /// keeps one set of options, so this holds across its reconnects.
     pub fn remember_calls(mut self, max: usize) -> Self {
-        self.seen = SeenCalls::new(max);
+        self.remember_calls = max.max(1);
+        self.calls = None;
         self
     }
 
@@ -236,6 +205,49 @@ impl ServeOptions {
     pub fn on_notice(mut self, hook: impl FnMut(Notice) + Send + 'static) -> Self {
         self.on_notice = Some(Box::new(hook));
         self
+    }
+}
+
+impl ServeOptions {
+    /// The device core's settings for these options: calls at once and
+    /// call ids remembered.
+    pub(crate) fn core_config(&self, channel: Channel) -> Config {
+        Config {
+            channel,
+            max_in_flight: self.max_in_flight,
+            remember_calls: self.remember_calls,
+            ..Config::default()
+        }
+    }
+
+    /// How long running handlers may finish once the session ends.
+    pub(crate) fn grace_period(&self) -> Duration {
+        self.grace
+    }
+
+    /// The queue of events, while it is open.
+    pub(crate) fn events_mut(&mut self) -> &mut Option<EventReceiver> {
+        &mut self.events
+    }
+
+    /// Tells the notice hook, if there is one.
+    pub(crate) fn notify(&mut self, notice: Notice) {
+        if let Some(hook) = &mut self.on_notice {
+            hook(notice);
+        }
+    }
+
+    /// The calls' rules for `device`, kept from one session to the next.
+    fn calls_for(&mut self, device: &Device) -> &mut Calls {
+        let (max_in_flight, remember) = (self.max_in_flight, self.remember_calls);
+        self.calls.get_or_insert_with(|| {
+            Calls::new(
+                device.manifest(),
+                max_in_flight,
+                remember,
+                rand::random::<[u8; 16]>(),
+            )
+        })
     }
 }
 
@@ -283,8 +295,8 @@ where
     serve_session(device, &mut incoming, &mut outgoing, &mut options).await
 }
 
-/// [`serve_device_with`] keeping the options, so one queue of events and one
-/// hook serve connection after connection.
+/// [`serve_device_with`] keeping the options, so one queue of events, one
+/// hook and one set of call ids serve connection after connection.
 pub(crate) async fn serve_session<S, K>(
     device: &Device,
     incoming: &mut S,
@@ -299,14 +311,17 @@ where
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ServeError::NoRuntime);
     }
-    let mut calls = Calls::new(device.clone(), options.max_in_flight);
-    let result = run(&mut calls, incoming, outgoing, options).await;
-    calls.tasks.shutdown().await;
+    let mut handlers = Handlers::new(device.clone());
+    let result = run(device, &mut handlers, incoming, outgoing, options).await;
+    handlers.stop().await;
+    // The session's calls are the vessel's to fail; their ids stay seen.
+    options.calls_for(device).abandon();
     result
 }
 
 async fn run<S, K>(
-    calls: &mut Calls,
+    device: &Device,
+    handlers: &mut Handlers,
     incoming: &mut S,
     outgoing: &mut K,
     options: &mut ServeOptions,
@@ -318,20 +333,23 @@ where
 {
     let mut deadline: Option<Instant> = None;
     loop {
-        if deadline.is_some() && calls.tasks.is_empty() {
+        if deadline.is_some() && handlers.is_empty() {
             return Ok(());
         }
         tokio::select! {
             text = incoming.next(), if deadline.is_none() => match text {
                 Some(text) => {
-                    if let Some(reply) = calls.accept(&text, &mut options.seen, &mut options.on_notice) {
+                    let accepted = options.calls_for(device).accept_text(&text);
+                    if let Some(reply) = take_call(handlers, options, accepted) {
                         send(outgoing, reply).await?;
                     }
                 }
                 None => deadline = Some(Instant::now() + options.grace),
             },
-            Some(done) = calls.tasks.join_next_with_id(), if !calls.tasks.is_empty() => {
-                if let Some(reply) = calls.answer(done) {
+            Some(done) = handlers.next(), if !handlers.is_empty() => {
+                let (call_id, outcome) = done;
+                let outcome = outcome.as_deref().map_err(String::as_str);
+                if let Some(reply) = options.calls_for(device).answer(&call_id, outcome) {
                     send(outgoing, reply).await?;
                 }
             }
@@ -341,6 +359,61 @@ where
             },
             () = sleep_until(deadline), if deadline.is_some() => return Ok(()),
         }
+    }
+}
+
+/// Does what the calls' rules made of a vessel frame: starts the call's
+/// handler, or gives the refusal to send, or reports the frame set aside.
+pub(crate) fn take_call(
+    handlers: &mut Handlers,
+    options: &mut ServeOptions,
+    accepted: Accepted,
+) -> Option<String> {
+    match accepted {
+        Accepted::Run(invocation) => {
+            options.notify(Notice::Invoked {
+                call_id: invocation.call_id.clone(),
+                capability: invocation.capability.clone(),
+                input: invocation.input.clone(),
+            });
+            handlers.spawn(invocation);
+            None
+        }
+        Accepted::Reply { frame, refusal } => {
+            if let CallRefusal::AlreadyReceived(call_id) = refusal {
+                options.notify(Notice::DuplicateCall { call_id });
+            }
+            Some(frame)
+        }
+        Accepted::SetAside(aside) => {
+            set_aside(options, aside);
+            None
+        }
+    }
+}
+
+/// Reports a frame the calls' rules set aside.
+pub(crate) fn set_aside(options: &mut ServeOptions, aside: SetAside) {
+    match aside {
+        SetAside::Refused(error) => options.notify(Notice::Refused { error }),
+        SetAside::DuplicateCall(call_id) => options.notify(Notice::DuplicateCall { call_id }),
+        SetAside::Pairing(code) => options.notify(Notice::Pairing { code }),
+        SetAside::Paired(device_token) => options.notify(Notice::Paired { device_token }),
+        SetAside::Revoked(capability) => {
+            match &capability {
+                Some(capability) => {
+                    tracing::info!(capability = %capability.escape_debug(), "grant revoked");
+                }
+                None => tracing::warn!("pairing ended by the vessel"),
+            }
+            options.notify(Notice::Revoked { capability });
+        }
+        SetAside::VesselError(error) => {
+            let message = error.escape_debug().to_string();
+            tracing::warn!(%message, "the vessel reported an error");
+        }
+        // dk/2's pairing and closing frames, which the connection reads.
+        _ => {}
     }
 }
 
@@ -375,203 +448,87 @@ struct Call {
     capability: String,
 }
 
-/// The calls in flight: one task each in a set the loop owns.
-struct Calls {
+/// The handlers running: one task each in a set their owner holds.
+pub(crate) struct Handlers {
     device: Device,
-    max: usize,
     tasks: JoinSet<Result<Value, CallError>>,
     by_task: HashMap<Id, Call>,
-    call_ids: HashSet<String>,
 }
 
-impl Calls {
-    fn new(device: Device, max: usize) -> Self {
-        Calls {
+impl Handlers {
+    pub(crate) fn new(device: Device) -> Self {
+        Handlers {
             device,
-            max,
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
-            call_ids: HashSet::new(),
         }
     }
 
-    /// Handles one incoming frame: starts a call, or answers at once, or
-    /// reports it.
-    fn accept(
-        &mut self,
-        text: &str,
-        seen: &mut SeenCalls,
-        hook: &mut Option<NoticeHook>,
-    ) -> Option<String> {
-        let notify = |hook: &mut Option<NoticeHook>, notice| {
-            if let Some(hook) = hook {
-                hook(notice);
-            }
-        };
-        let frame = match VesselFrame::parse(text.as_bytes()) {
-            Ok(frame) => frame,
-            Err(error) => {
-                notify(hook, Notice::Refused { error });
-                return None;
-            }
-        };
-        match frame {
-            VesselFrame::Invoke {
+    /// Whether no handler runs.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Runs the call's handler in a task of its own.
+    pub(crate) fn spawn(&mut self, invocation: Invocation) {
+        let Invocation {
+            call_id,
+            capability,
+            input,
+        } = invocation;
+        let task = self.tasks.spawn(self.device.call(&capability, input));
+        self.by_task.insert(
+            task.id(),
+            Call {
                 call_id,
                 capability,
-                input,
-            } => {
-                if self.call_ids.contains(call_id.as_ref()) {
-                    let call_id = call_id.into_owned();
-                    notify(hook, Notice::DuplicateCall { call_id });
-                    return None;
-                }
-                // Never run twice, even after a reconnect: the vessel never
-                // re-sends a call, so a repeat is a replay.
-                if !seen.insert(&call_id) {
-                    let error = CallError::AlreadyReceived(call_id.to_string()).to_string();
-                    let reply = result_frame(&call_id, &capability, Err(error));
-                    let call_id = call_id.into_owned();
-                    notify(hook, Notice::DuplicateCall { call_id });
-                    return Some(reply);
-                }
-                if !self.device.has_capability(&capability) {
-                    let error = CallError::UnknownCapability(capability.to_string()).to_string();
-                    return Some(result_frame(&call_id, &capability, Err(error)));
-                }
-                if self.tasks.len() >= self.max {
-                    let error = CallError::Busy(self.max).to_string();
-                    return Some(result_frame(&call_id, &capability, Err(error)));
-                }
-                let input = input.into_owned();
-                if let Some(hook) = hook {
-                    hook(Notice::Invoked {
-                        call_id: call_id.clone().into_owned(),
-                        capability: capability.clone().into_owned(),
-                        input: input.clone(),
-                    });
-                }
-                let task = self.tasks.spawn(self.device.call(&capability, input));
-                let call_id = call_id.into_owned();
-                self.call_ids.insert(call_id.clone());
-                self.by_task.insert(
-                    task.id(),
-                    Call {
-                        call_id,
-                        capability: capability.into_owned(),
-                    },
-                );
-                None
-            }
-            VesselFrame::Pairing { code } => {
-                let code = code.into_owned();
-                notify(hook, Notice::Pairing { code });
-                None
-            }
-            VesselFrame::Paired { device_token } => {
-                let device_token = device_token.into_owned();
-                notify(hook, Notice::Paired { device_token });
-                None
-            }
-            // dk/2's pairing and closing frames: `VesselFrame::parse` reads
-            // v1, which has none of them.
-            VesselFrame::PairCommit { .. }
-            | VesselFrame::PairReveal { .. }
-            | VesselFrame::KeyPaired
-            | VesselFrame::Closing { .. } => None,
-            VesselFrame::Error { error } => {
-                let message = error.escape_debug().to_string();
-                tracing::warn!(%message, "the vessel reported an error");
-                None
-            }
-            VesselFrame::Revoked { capability } => {
-                let capability = capability.map(Cow::into_owned);
-                match &capability {
-                    Some(capability) => {
-                        tracing::info!(capability = %capability.escape_debug(), "grant revoked");
-                    }
-                    None => tracing::warn!("pairing ended by the vessel"),
-                }
-                notify(hook, Notice::Revoked { capability });
-                None
+            },
+        );
+    }
+
+    /// The next call whose handler finished, with its outcome: the result
+    /// as JSON text, or the error's text. Waits forever when none runs.
+    pub(crate) async fn next(&mut self) -> Option<(String, Result<String, String>)> {
+        loop {
+            let done = self.tasks.join_next_with_id().await?;
+            if let Some(answer) = self.finished(done) {
+                return Some(answer);
             }
         }
     }
 
-    /// The result frame of a finished task.
-    fn answer(
+    /// The call and outcome of a finished task.
+    fn finished(
         &mut self,
         done: Result<(Id, Result<Value, CallError>), JoinError>,
-    ) -> Option<String> {
+    ) -> Option<(String, Result<String, String>)> {
         let (id, outcome) = match done {
             Ok((id, outcome)) => (id, Ok(outcome)),
             Err(error) => (error.id(), Err(error)),
         };
         let call = self.by_task.remove(&id)?;
-        self.call_ids.remove(&call.call_id);
         let outcome = match outcome {
-            Ok(outcome) => outcome.map_err(|error| error.to_string()),
+            Ok(Ok(value)) => serde_json::to_string(&value).map_err(|e| {
+                CallError::NotJson {
+                    capability: call.capability.clone(),
+                    why: e.to_string(),
+                }
+                .to_string()
+            }),
+            Ok(Err(error)) => Err(error.to_string()),
             Err(error) if error.is_panic() => {
                 Err(CallError::Panicked(call.capability.clone()).to_string())
             }
             Err(_) => Err(CallError::Stopped(call.capability.clone()).to_string()),
         };
-        Some(result_frame(&call.call_id, &call.capability, outcome))
+        Some((call.call_id, outcome))
     }
-}
 
-/// `device:result` for a call; a result that cannot be written as JSON,
-/// or whose frame the vessel would refuse (too large, nested too deep),
-/// answers an error saying so instead.
-fn result_frame(call_id: &str, capability: &str, outcome: Result<Value, String>) -> String {
-    let failed = outcome.is_err();
-    let frame = unchecked_result_frame(call_id, capability, outcome);
-    let Some(why) = crate::outgoing::refused_by_vessel(&frame) else {
-        return frame;
-    };
-    let what = if failed { "error" } else { "result" };
-    tracing::warn!(capability = %capability.escape_debug(), "{what} not sent: {why}");
-    unchecked_result_frame(
-        call_id,
-        capability,
-        Err(CallError::CannotBeSent {
-            what,
-            capability: capability.to_owned(),
-            why: why.to_string(),
-        }
-        .to_string()),
-    )
-}
-
-fn unchecked_result_frame(
-    call_id: &str,
-    capability: &str,
-    outcome: Result<Value, String>,
-) -> String {
-    let outcome = outcome.and_then(|value| {
-        serde_json::value::to_raw_value(&value).map_err(|e| {
-            CallError::NotJson {
-                capability: capability.to_owned(),
-                why: e.to_string(),
-            }
-            .to_string()
-        })
-    });
-    let frame = match outcome {
-        Ok(result) => DeviceFrame::Result {
-            call_id: Cow::Borrowed(call_id),
-            ok: true,
-            result: Some(Cow::Owned(result)),
-            error: None,
-        },
-        Err(error) => DeviceFrame::Result {
-            call_id: Cow::Borrowed(call_id),
-            ok: false,
-            result: None,
-            error: Some(Cow::Owned(error)),
-        },
-    };
-    frame.to_json()
+    /// Stops every handler still running.
+    pub(crate) async fn stop(&mut self) {
+        self.tasks.shutdown().await;
+        self.by_task.clear();
+    }
 }
 
 #[cfg(test)]

@@ -51,18 +51,6 @@ pub(crate) struct OutChunk {
     pub(crate) payload: Vec<u8>,
 }
 
-impl OutChunk {
-    /// The chunk as one binary message (the name was checked when queued).
-    pub(crate) fn encode(&self) -> Option<Vec<u8>> {
-        StreamChunk {
-            stream: &self.stream,
-            seq: self.seq,
-            payload: &self.payload,
-        }
-        .encode()
-    }
-}
-
 /// Queues stream chunks for the client to send. Cheap to clone; every clone
 /// numbers its chunks from the same counter.
 #[derive(Clone)]

@@ -10,10 +10,12 @@
 use std::io;
 use std::path::Path;
 
-use dk_channel::{PublicKey, StaticKey, from_hex32, to_hex32};
+use dk_channel::{PublicKey, from_hex32, to_hex32};
+use dk_device_core::Credentials;
 use serde::{Deserialize, Serialize};
 use zeroize::{Zeroize as _, Zeroizing};
 
+use super::entropy::OsEntropy;
 use super::private_file::read_private;
 use super::token_file::write_private;
 
@@ -23,26 +25,9 @@ const FORMAT: &str = "dk-device-key/1";
 /// Largest key file read: the object is about 200 bytes.
 const MAX_KEY_FILE_BYTES: u64 = 4096;
 
-/// A device's dk/2 identity and what it knows of its vessel.
-pub(super) struct KeyState {
-    /// The device's static key: its credential once paired.
-    pub(super) key: StaticKey,
-    /// The vessel's static key, pinned when the vessel paired the device.
-    pub(super) vessel: Option<PublicKey>,
-    /// Whether the vessel paired this key (reconnects send `device:auth`).
-    pub(super) paired: bool,
-}
-
-impl KeyState {
-    /// A fresh key, no vessel pinned, not paired.
-    pub(super) fn generate() -> io::Result<KeyState> {
-        let key = StaticKey::generate().map_err(io::Error::other)?;
-        Ok(KeyState {
-            key,
-            vessel: None,
-            paired: false,
-        })
-    }
+/// A fresh key, no vessel pinned, not paired.
+pub(super) fn generate() -> io::Result<Credentials> {
+    Credentials::generate(&mut OsEntropy).map_err(io::Error::other)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -54,10 +39,10 @@ struct OnDisk {
     paired: bool,
 }
 
-/// The key state in `path`; `None` when the file is missing. The file is
+/// The credentials in `path`; `None` when the file is missing. The file is
 /// read as a private file (`private_file.rs`): not through a link, owned by
 /// this user, mode 0600; any other is refused, never used.
-pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
+pub(super) fn read_key(path: &Path) -> io::Result<Option<Credentials>> {
     let Some(bytes) = read_private(path, MAX_KEY_FILE_BYTES)? else {
         return Ok(None);
     };
@@ -70,9 +55,6 @@ pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
     }
     let mut secret = from_hex32(&secret_hex)
         .ok_or_else(|| invalid("holds a secret that is not 64 lower-case hex digits"))?;
-    let key = StaticKey::from_secret(secret);
-    secret.zeroize();
-    let key = key.map_err(io::Error::other)?;
     let vessel =
         match disk.vessel.as_deref() {
             None => None,
@@ -82,21 +64,21 @@ pub(super) fn read_key(path: &Path) -> io::Result<Option<KeyState>> {
         };
     // Paired without a pin cannot be: a hand-edited file. Pairing again
     // is safe; sending the id to an unpinned vessel is not.
-    let paired = disk.paired && vessel.is_some();
-    Ok(Some(KeyState {
-        key,
-        vessel,
-        paired,
-    }))
+    let credentials = Credentials::from_parts(secret, vessel, disk.paired);
+    secret.zeroize();
+    if credentials.key().is_none() {
+        return Err(invalid("holds a secret that makes no key"));
+    }
+    Ok(Some(credentials))
 }
 
-/// Writes `state` to `path`, whole or not at all, mode 0600.
-pub(super) fn write_key(path: &Path, state: &KeyState) -> io::Result<()> {
+/// Writes `credentials` to `path`, whole or not at all, mode 0600.
+pub(super) fn write_key(path: &Path, credentials: &Credentials) -> io::Result<()> {
     let mut disk = OnDisk {
         format: FORMAT.to_owned(),
-        secret: to_hex32(state.key.secret()),
-        vessel: state.vessel.as_ref().map(PublicKey::to_hex),
-        paired: state.paired,
+        secret: to_hex32(credentials.secret()),
+        vessel: credentials.pinned().map(PublicKey::to_hex),
+        paired: credentials.is_paired(),
     };
     // Room for the whole object, so no growing copy is left unwiped.
     let mut text = Zeroizing::new(Vec::with_capacity(4096));

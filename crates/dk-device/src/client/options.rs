@@ -7,12 +7,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dk_device_core::{Channel, Credentials, DeviceCore};
+
 use super::backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF};
+use super::entropy::OsEntropy;
 use super::error::ClientError;
-use super::key_file::{KeyState, read_key, write_key};
+use super::key_file::{generate, read_key, write_key};
 use super::token_file::{read_token, token_file_error};
-use crate::ServeOptions;
 use crate::stream::StreamReceiver;
+use crate::{Device, ServeOptions};
+
+/// A device core kept from one connection to the next (the call ids it
+/// saw), and the origin of its clock.
+pub(super) struct KeptCore {
+    pub(super) core: DeviceCore,
+    pub(super) origin: tokio::time::Instant,
+    pub(super) channel: Channel,
+    pub(super) device_id: String,
+}
 
 /// Shows the pairing code (or the vessel's fingerprint) to the person.
 type CodeHook = Arc<dyn Fn(&str) + Send + Sync>;
@@ -59,8 +71,9 @@ pub struct ClientOptions {
     pub(super) key_file: Option<PathBuf>,
     /// Drop the pinned vessel key (and the pairing) at the next connection.
     pub(super) forget_vessel: bool,
-    /// The dk/2 key state, when there is no key file to keep it in.
-    pub(super) key: Option<KeyState>,
+    /// The dk/2 credentials, as last read from the key file or kept in
+    /// memory when there is none.
+    pub(super) key: Option<Credentials>,
     pub(super) on_code: Option<CodeHook>,
     pub(super) on_vessel_pinned: Option<CodeHook>,
     pub(super) on_connection: Option<ConnectionHook>,
@@ -75,6 +88,8 @@ pub struct ClientOptions {
     pub(super) streams: Option<StreamReceiver>,
     /// The token, when there is no token file to keep it in.
     pub(super) remembered: Option<String>,
+    /// The device core, kept from one connection to the next.
+    pub(super) core: Option<KeptCore>,
 }
 
 impl fmt::Debug for ClientOptions {
@@ -132,6 +147,7 @@ impl ClientOptions {
             serve: ServeOptions::default(),
             streams: None,
             remembered: None,
+            core: None,
         }
     }
 
@@ -275,7 +291,7 @@ impl ClientOptions {
     /// Whether this is a dk/2 device its vessel paired: its refusals come
     /// inside the channel, so one from outside it is not believed.
     pub(super) fn is_paired_dk2(&self) -> bool {
-        !self.v1 && self.key.as_ref().is_some_and(|state| state.paired)
+        !self.v1 && self.key.as_ref().is_some_and(Credentials::is_paired)
     }
 
     /// The token to authenticate with: the token file's, or the one kept in
@@ -287,10 +303,10 @@ impl ClientOptions {
         }
     }
 
-    /// The dk/2 key state: the key file's (made when missing), or the one
-    /// kept in memory when there is no file. Applies
+    /// The dk/2 credentials: the key file's (made when missing), or the
+    /// ones kept in memory when there is no file. Applies
     /// [`ClientOptions::forget_vessel`] once.
-    pub(super) fn key_state(&mut self) -> Result<&mut KeyState, ClientError> {
+    pub(super) fn key_state(&mut self) -> Result<&mut Credentials, ClientError> {
         let error = |path: &PathBuf, source| ClientError::KeyFile {
             path: path.clone(),
             source,
@@ -311,7 +327,7 @@ impl ClientOptions {
                     ));
                 }
                 None => {
-                    let state = KeyState::generate().map_err(|e| error(path, e))?;
+                    let state = generate().map_err(|e| error(path, e))?;
                     write_key(path, &state).map_err(|e| error(path, e))?;
                     tracing::info!(path = %path.display(), "made a device key");
                     state
@@ -319,12 +335,11 @@ impl ClientOptions {
             },
             None => match self.key.take() {
                 Some(state) => state,
-                None => KeyState::generate().map_err(|e| ClientError::Protocol(e.to_string()))?,
+                None => generate().map_err(|e| ClientError::Protocol(e.to_string()))?,
             },
         };
         if std::mem::take(&mut self.forget_vessel) {
-            state.vessel = None;
-            state.paired = false;
+            state = Credentials::from_parts(*state.secret(), None, false);
             if let Some(path) = &self.key_file {
                 write_key(path, &state).map_err(|e| error(path, e))?;
             }
@@ -333,7 +348,42 @@ impl ClientOptions {
         Ok(self.key.insert(state))
     }
 
-    /// Keeps `state`'s change: in the key file when there is one.
+    /// The device core for `device` on `channel`: the one kept from the
+    /// previous connection (with the call ids it saw), or a new one.
+    pub(super) fn take_core(
+        &mut self,
+        device: &Device,
+        channel: Channel,
+    ) -> Result<KeptCore, ClientError> {
+        let id = device.manifest().id();
+        if let Some(kept) = self.core.take()
+            && kept.channel == channel
+            && kept.device_id == id
+        {
+            return Ok(kept);
+        }
+        let core = DeviceCore::new(
+            device.manifest(),
+            self.serve.core_config(channel),
+            Box::new(OsEntropy),
+            None,
+            None,
+        )
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok(KeptCore {
+            core,
+            origin: tokio::time::Instant::now(),
+            channel,
+            device_id: id.to_owned(),
+        })
+    }
+
+    /// Keeps the device core for the next connection.
+    pub(super) fn put_core(&mut self, core: KeptCore) {
+        self.core = Some(core);
+    }
+
+    /// Keeps the credentials: in the key file when there is one.
     pub(super) fn save_key(&self) -> Result<(), ClientError> {
         if let (Some(path), Some(state)) = (&self.key_file, &self.key) {
             write_key(path, state).map_err(|source| ClientError::KeyFile {

@@ -5,25 +5,15 @@ use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use super::error::ClientError;
+use dk_device_core::{MAX_TOKEN_BYTES, is_token};
 
-/// Longest device token accepted, from the vessel or from a token file (a v1
-/// token is 64 characters).
-const MAX_TOKEN_BYTES: usize = 1024;
+use super::error::ClientError;
 
 pub(super) fn token_file_error(path: &Option<PathBuf>, source: io::Error) -> ClientError {
     ClientError::TokenFile {
         path: path.clone().unwrap_or_default(),
         source,
     }
-}
-
-/// A device token as kept: printable ASCII, no spaces, at most
-/// [`MAX_TOKEN_BYTES`].
-pub(super) fn is_token(token: &str) -> bool {
-    !token.is_empty()
-        && token.len() <= MAX_TOKEN_BYTES
-        && token.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// The token in `path`; `None` when the file is missing or blank.

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::samples::{Lamp, LampState};
 use crate::{
-    Device, EmitError, HandlerError, Notice, ServeError, ServeOptions, serve_device,
+    CallError, Device, EmitError, HandlerError, Notice, ServeError, ServeOptions, serve_device,
     serve_device_with,
 };
 
@@ -576,33 +576,92 @@ fn options_show_their_settings() {
 
 #[tokio::test]
 async fn a_task_that_fails_outside_its_handler_is_answered() {
-    let mut calls = super::Calls::new(probe().device, 4);
-    let task = calls.tasks.spawn(async { panic!("outside the handler") });
-    calls.by_task.insert(
+    let mut handlers = super::Handlers::new(probe().device);
+    let task = handlers
+        .tasks
+        .spawn(async { panic!("outside the handler") });
+    handlers.by_task.insert(
         task.id(),
         super::Call {
             call_id: "c1".into(),
             capability: "fast".into(),
         },
     );
-    calls.call_ids.insert("c1".into());
-    let done = calls.tasks.join_next_with_id().await.unwrap();
-    let answer: Value = serde_json::from_str(&calls.answer(done).unwrap()).unwrap();
-    assert_eq!(answer, err("c1", "handler for \"fast\" panicked"));
-    assert!(calls.call_ids.is_empty() && calls.by_task.is_empty());
+    let done = handlers.next().await.unwrap();
+    assert_eq!(
+        done,
+        (
+            "c1".to_owned(),
+            Err("handler for \"fast\" panicked".to_owned())
+        )
+    );
+    assert!(handlers.by_task.is_empty());
 
-    let task = calls.tasks.spawn(std::future::pending());
+    let task = handlers.tasks.spawn(std::future::pending());
     task.abort();
-    calls.by_task.insert(
+    handlers.by_task.insert(
         task.id(),
         super::Call {
             call_id: "c2".into(),
             capability: "hang".into(),
         },
     );
-    let done = calls.tasks.join_next_with_id().await.unwrap();
-    let answer: Value = serde_json::from_str(&calls.answer(done).unwrap()).unwrap();
-    assert_eq!(answer, err("c2", "handler for \"hang\" was stopped"));
+    let done = handlers.next().await.unwrap();
+    assert_eq!(
+        done,
+        (
+            "c2".to_owned(),
+            Err("handler for \"hang\" was stopped".to_owned())
+        )
+    );
+}
+
+#[test]
+fn call_errors_say_what_the_core_says() {
+    use dk_device_core::CallRefusal;
+    let pairs = [
+        (
+            CallError::UnknownCapability("set_light".into()).to_string(),
+            CallRefusal::UnknownCapability("set_light".into()).to_string(),
+        ),
+        (
+            CallError::AlreadyReceived("c1".into()).to_string(),
+            CallRefusal::AlreadyReceived("c1".into()).to_string(),
+        ),
+        (
+            CallError::Busy(64).to_string(),
+            CallRefusal::Busy(64).to_string(),
+        ),
+        (
+            CallError::NotJson {
+                capability: "read".into(),
+                why: "EOF".into(),
+            }
+            .to_string(),
+            CallRefusal::NotJson {
+                capability: "read".into(),
+                why: "EOF".into(),
+            }
+            .to_string(),
+        ),
+        (
+            CallError::CannotBeSent {
+                what: "result",
+                capability: "read".into(),
+                why: "too large".into(),
+            }
+            .to_string(),
+            CallRefusal::CannotBeSent {
+                what: "result",
+                capability: "read".into(),
+                why: "too large".into(),
+            }
+            .to_string(),
+        ),
+    ];
+    for (ours, core) in pairs {
+        assert_eq!(ours.as_bytes(), core.as_bytes());
+    }
 }
 
 #[tokio::test]
