@@ -481,8 +481,10 @@ const char *dk_status_text(int32_t status);
 
 // Registers the platform's allocation callbacks for the whole library,
 // once, before anything else (the first `dk_device_new`
-// does it too). Until then every allocation fails. Registering the same
-// callbacks and context again is `DK_OK`; others are refused with
+// does it too). Until then every allocation fails. The callbacks are
+// given the `ctx` of that first registration, always. Registering the
+// same callbacks again is `DK_OK` (whatever the `ctx`); others are
+// refused with
 // `DK_ERR_PLATFORM` (memory already given out must go back where it came
 // from), as is a platform without both callbacks.
 //

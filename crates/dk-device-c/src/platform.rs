@@ -70,8 +70,10 @@ static CTX: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 
 /// Registers the platform's allocation callbacks for the whole library,
 /// once, before anything else (the first `dk_device_new`
-/// does it too). Until then every allocation fails. Registering the same
-/// callbacks and context again is `DK_OK`; others are refused with
+/// does it too). Until then every allocation fails. The callbacks are
+/// given the `ctx` of that first registration, always. Registering the
+/// same callbacks again is `DK_OK` (whatever the `ctx`); others are
+/// refused with
 /// `DK_ERR_PLATFORM` (memory already given out must go back where it came
 /// from), as is a platform without both callbacks.
 ///
@@ -102,9 +104,7 @@ pub(crate) fn register(platform: &dk_platform) -> dk_status {
             dk_status::DK_OK
         }
         Err(REGISTERED)
-            if ALLOC.load(Ordering::Relaxed) == alloc
-                && FREE.load(Ordering::Relaxed) == free
-                && CTX.load(Ordering::Relaxed) == platform.ctx =>
+            if ALLOC.load(Ordering::Relaxed) == alloc && FREE.load(Ordering::Relaxed) == free =>
         {
             dk_status::DK_OK
         }
