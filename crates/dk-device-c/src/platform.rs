@@ -175,6 +175,12 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     unsafe { abort() }
 }
 
+/// The personality routine unwinding tables name: core is built to
+/// unwind, this library aborts instead, so nothing ever calls it.
+#[cfg(all(not(test), panic = "abort"))]
+#[unsafe(no_mangle)]
+extern "C" fn rust_eh_personality() {}
+
 /// The platform's random bytes, for the core.
 pub(crate) struct PlatformRandom {
     pub(crate) random: unsafe extern "C" fn(*mut c_void, *mut u8, usize) -> bool,
