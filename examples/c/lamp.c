@@ -399,7 +399,7 @@ static const struct lws_protocols protocols[] = {
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
-static char address[256], path[512];
+static char address[256], path[512], host[300];
 static int port;
 
 static int open_connection(void) {
@@ -409,8 +409,8 @@ static int open_connection(void) {
     info.address = address;
     info.port = port;
     info.path = path;
-    info.host = address;
-    info.origin = address;
+    info.host = host; /* with the port: a loopback vessel checks it */
+    /* No Origin: a device is not a browser page. */
     info.protocol = "dk.2";
     info.local_protocol_name = "dk.2";
     lamp.ended = false;
@@ -445,6 +445,7 @@ int main(int argc, char **argv) {
     lamp.backoff_ms = 500;
     if (sscanf(argv[1], "ws://%255[^:/]:%d%511s", address, &port, path) < 2) return usage();
     if (!path[0]) strcpy(path, "/");
+    snprintf(host, sizeof host, "%s:%d", address, port);
 
     dk_platform platform = {
         .ctx = NULL,
@@ -506,7 +507,6 @@ int main(int argc, char **argv) {
         code = 4;
     }
     uint64_t shutdown_at = 0;
-    uint64_t idle_since = 0;
     while (code == 0) {
         lws_service(lamp.context, 20);
         uint64_t now = now_ms();
@@ -515,13 +515,9 @@ int main(int argc, char **argv) {
             dk_device_handle_timeout(lamp.device, now);
             pump();
         }
-        if (lamp.serving_seen && dk_device_state(lamp.device) == DK_STATE_SERVING &&
-            !lamp.queue) {
-            if (!idle_since) idle_since = now;
-            if (now - idle_since >= 200) lamp.idle_heap = heap_now;
-        } else {
-            idle_since = 0;
-        }
+        /* Connected, nothing to send, no call running: idle. */
+        if (dk_device_state(lamp.device) == DK_STATE_SERVING && !lamp.queue)
+            lamp.idle_heap = heap_now;
         if (signalled && !shutdown_at) {
             shutdown_at = now;
             if (lamp.wsi && !lamp.ended) {
@@ -541,11 +537,11 @@ int main(int argc, char **argv) {
             if (open_connection() != 0) code = 4;
         }
     }
-    write_stats();
     lws_context_destroy(lamp.context);
     drop_queue();
     free(lamp.rx);
     dk_device_free(lamp.device);
+    write_stats();
     if (heap_now != 0) fprintf(stderr, "lamp: %zu bytes of the library's memory not freed\n", heap_now);
     return code;
 }
