@@ -1,7 +1,7 @@
 /*
  * lamp.c: a desk lamp written in C on libdk_device.a and libwebsockets.
  *
- *   lamp ws://HOST:PORT/device CREDENTIALS_FILE [--stats FILE]
+ *   lamp ws://HOST:PORT/device CREDENTIALS_FILE [--stats FILE] [--handshakes N]
  *
  * It pairs with the vessel (printing `pairing code: NNNNNN` for the person
  * to compare), keeps its credentials in CREDENTIALS_FILE, reconnects by key
@@ -9,8 +9,10 @@
  * come from getrandom(2); the library's memory from malloc, counted, and
  * with --stats the counts are written to FILE at exit: the heap's peak
  * while pairing, the heap while connected and idle, and what each received
- * frame allocated. SIGTERM or SIGINT closes the connection and frees
- * everything.
+ * frame allocated. With --handshakes N it connects N times one after
+ * the other, closing each once its handshake is done, and adds the median
+ * time from opening the socket to the handshake's end to the stats.
+ * SIGTERM or SIGINT closes the connection and frees everything.
  *
  * Exit codes: 0 after a signal, 2 for bad arguments or setup, 3 when the
  * device must stop until the person acts (pairing refused, another
@@ -99,6 +101,12 @@ static void log_line(void *ctx, const char *text, size_t len) {
     fprintf(stderr, "lamp: %.*s\n", (int)len, text);
 }
 
+static uint64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static uint64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -184,6 +192,9 @@ static struct {
     int exit_code;
     uint64_t reconnect_at;
     unsigned backoff_ms;
+    /* --handshakes: how many are left, when this one started, the times */
+    unsigned handshakes, handshakes_done;
+    uint64_t handshake_started, *handshake_us;
     /* the stats */
     size_t pairing_peak, idle_heap, frames, frame_alloc_max, frame_alloc_total, frame_count_max;
 } lamp;
@@ -247,7 +258,13 @@ static void pump(void) {
             enqueue(&out);
             break;
         case DK_OUTPUT_CONNECTED:
-            fprintf(stderr, "lamp: connected\n");
+            if (lamp.handshakes) {
+                lamp.handshake_us[lamp.handshakes_done++] = now_us() - lamp.handshake_started;
+                if (lamp.handshakes_done < lamp.handshakes) lamp.reconnect_at = 1;
+                dk_device_shutdown(lamp.device, now_ms());
+            } else {
+                fprintf(stderr, "lamp: connected\n");
+            }
             lamp.backoff_ms = 500;
             break;
         case DK_OUTPUT_SHOW_CODE:
@@ -275,6 +292,8 @@ static void pump(void) {
             if (out.end == DK_END_STOP) {
                 lamp.stop = true;
                 lamp.exit_code = 3;
+            } else if (out.end == DK_END_SHUTDOWN && lamp.reconnect_at) {
+                lamp.reconnect_at = now_ms();
             } else if (out.end == DK_END_RETRY && !signalled) {
                 lamp.reconnect_at = now_ms() + lamp.backoff_ms;
                 if (lamp.backoff_ms < 8000) lamp.backoff_ms *= 2;
@@ -415,7 +434,13 @@ static int open_connection(void) {
     info.local_protocol_name = "dk.2";
     lamp.ended = false;
     lamp.closing = false;
+    lamp.handshake_started = now_us();
     return lws_client_connect_via_info(&info) ? 0 : -1;
+}
+
+static int by_value(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 static void write_stats(void) {
@@ -430,18 +455,39 @@ static void write_stats(void) {
             lamp.frames ? lamp.frame_alloc_total / lamp.frames : 0);
     fprintf(f, "frame_allocations_max %zu\n", lamp.frame_count_max);
     fprintf(f, "heap_at_exit_bytes %zu\n", heap_now);
+    if (lamp.handshakes_done) {
+        qsort(lamp.handshake_us, lamp.handshakes_done, sizeof *lamp.handshake_us, by_value);
+        fprintf(f, "handshakes %u\n", lamp.handshakes_done);
+        fprintf(f, "handshake_median_us %llu\n",
+                (unsigned long long)lamp.handshake_us[lamp.handshakes_done / 2]);
+    }
     fclose(f);
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: lamp ws://HOST:PORT/PATH CREDENTIALS_FILE [--stats FILE]\n");
+    fprintf(stderr,
+            "usage: lamp ws://HOST:PORT/PATH CREDENTIALS_FILE [--stats FILE] [--handshakes N]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && !(argc == 5 && strcmp(argv[3], "--stats") == 0)) return usage();
+    if (argc < 3) return usage();
     lamp.credentials_path = argv[2];
-    lamp.stats_path = argc == 5 ? argv[4] : NULL;
+    for (int i = 3; i < argc; i += 2) {
+        if (i + 1 >= argc) return usage();
+        if (strcmp(argv[i], "--stats") == 0) {
+            lamp.stats_path = argv[i + 1];
+        } else if (strcmp(argv[i], "--handshakes") == 0) {
+            lamp.handshakes = (unsigned)atoi(argv[i + 1]);
+            if (lamp.handshakes < 1 || lamp.handshakes > 10000) return usage();
+        } else {
+            return usage();
+        }
+    }
+    if (lamp.handshakes) {
+        lamp.handshake_us = calloc(lamp.handshakes, sizeof *lamp.handshake_us);
+        if (!lamp.handshake_us) return 2;
+    }
     lamp.backoff_ms = 500;
     if (sscanf(argv[1], "ws://%255[^:/]:%d%511s", address, &port, path) < 2) return usage();
     if (!path[0]) strcpy(path, "/");
@@ -532,6 +578,7 @@ int main(int argc, char **argv) {
             code = lamp.exit_code;
             break;
         }
+        if (lamp.handshakes && lamp.handshakes_done == lamp.handshakes && lamp.ended) break;
         if (lamp.ended && !lamp.wsi && lamp.reconnect_at && now >= lamp.reconnect_at) {
             lamp.reconnect_at = 0;
             if (open_connection() != 0) code = 4;
@@ -542,6 +589,7 @@ int main(int argc, char **argv) {
     free(lamp.rx);
     dk_device_free(lamp.device);
     write_stats();
+    free(lamp.handshake_us);
     if (heap_now != 0) fprintf(stderr, "lamp: %zu bytes of the library's memory not freed\n", heap_now);
     return code;
 }

@@ -34,7 +34,8 @@ tasks:
                            run the benchmarks of dk-proto, dk-policy, dk-channel,
                            dk-store, dk-core, dk-vessel, the console (dk-tests) and the
                            MQTT bridge (dk), then print their medians (and write them
-                           to FILE as JSON)
+                           to FILE as JSON); `bench firmware` alone measures the C
+                           lamp's heap, code size and handshake against their budgets
   features                 check that dk-core builds tokio with sync, time and macros
                            only (no socket, no file, no task of its own)
   firmware                 build dk-device-c as target/firmware/c/libdk_device.a (no_std,
