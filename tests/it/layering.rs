@@ -751,6 +751,7 @@ const PURE_CRATES: [(&str, &[&str]); 5] = [
             "snow",
             "sha2",
             "ring",
+            "chacha20poly1305",
             "curve25519_dalek",
             "subtle",
             "data_encoding",

@@ -11,8 +11,8 @@ use std::process::Command;
 use crate::run::{Stream, cargo, describe, status, tee};
 use crate::{TaskError, TaskResult};
 
-/// Runs the CI steps: format check, clippy, dk-core's tokio features
-/// (`features.rs`), the real peers the tests
+/// Runs the CI steps: format check, clippy, dk-core's tokio features and
+/// dk-channel's tests without ring (`features.rs`), the real peers the tests
 /// drive (`peers.rs`: a browser, an MQTT broker), tests (with doc tests), the Python client
 /// tests, docs, the public API snapshots (`api.rs`).
 pub fn run() -> TaskResult {
@@ -30,6 +30,7 @@ pub fn run() -> TaskResult {
         ]),
     )?;
     crate::features::check_core()?;
+    crate::features::check_channel_without_ring()?;
     crate::peers::ensure()?;
     let temp = TestTemp::new()?;
     let totals = test(

@@ -4,8 +4,13 @@
 //! and spawns no task of its own. `cargo tree` resolves dk-core alone (with
 //! dk-store without its `sqlite` feature, as dk-core takes it) and this step
 //! fails when any other tokio feature is turned on.
+//!
+//! And dk-channel as a device's firmware builds it: without its default
+//! features (no ring, no std), its tests (the contract's vectors included)
+//! run on RustCrypto's ChaCha20-Poly1305 and on handshakes given their
+//! random bytes.
 
-use crate::run::{announce, cargo, describe};
+use crate::run::{announce, cargo, describe, status};
 use crate::{TaskError, TaskResult};
 
 /// The tokio features dk-core may build with (`tokio-macros` is what
@@ -60,6 +65,23 @@ pub fn check_core() -> TaskResult {
             CORE_TOKIO_FEATURES.join(", ")
         )))
     }
+}
+
+/// Runs dk-channel's tests without its default features, with `vectors`:
+/// the portable cipher must give the contract's vectors byte for byte.
+pub fn check_channel_without_ring() -> TaskResult {
+    status(
+        "dk-channel without ring",
+        cargo().args([
+            "test",
+            "--package",
+            "dk-channel",
+            "--no-default-features",
+            "--features",
+            "vectors",
+            "--locked",
+        ]),
+    )
 }
 
 /// The tokio features named in `cargo tree --prefix none` output, sorted,

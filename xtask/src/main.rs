@@ -25,7 +25,7 @@ usage: cargo xtask <task> [args]
 
 tasks:
   ci                       what CI runs: fmt check, clippy, dk-core's tokio features,
-                           the peers, tests, python client tests,
+                           dk-channel's tests without ring, the peers, tests, python client tests,
                            docs, the public API snapshots (fails fast)
   api [--bless]            compare every library crate's public items (from rustdoc)
                            with api/<crate>.txt, failing with the difference;
@@ -37,7 +37,8 @@ tasks:
                            to FILE as JSON); `bench firmware` alone measures the C
                            lamp's heap, code size and handshake against their budgets
   features                 check that dk-core builds tokio with sync, time and macros
-                           only (no socket, no file, no task of its own)
+                           only (no socket, no file, no task of its own), and run
+                           dk-channel's tests without its default features (no ring)
   firmware                 build dk-device-c as target/firmware/c/libdk_device.a (no_std,
                            opt-level z, panic=abort, LTO) and the C lamp of examples/c
                            on it; print their paths and the header's
@@ -75,7 +76,10 @@ fn main() -> ExitCode {
         "api" => api::run(rest),
         "bench" => bench::run(rest),
         "firmware" => no_arguments("firmware", rest).and_then(|()| firmware::run()),
-        "features" => no_arguments("features", rest).and_then(|()| features::check_core()),
+        "features" => no_arguments("features", rest).and_then(|()| {
+            features::check_core()?;
+            features::check_channel_without_ring()
+        }),
         "peers" => no_arguments("peers", rest).and_then(|()| peers::ensure()),
         "fuzz" => fuzz::run(rest),
         "python" => python::run(rest),

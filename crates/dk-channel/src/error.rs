@@ -81,8 +81,8 @@ pub enum LowOrderSlot {
     Ephemeral,
 }
 
-impl std::fmt::Display for LowOrderSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for LowOrderSlot {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
             LowOrderSlot::Static => "static",
             LowOrderSlot::Ephemeral => "ephemeral",
@@ -98,13 +98,13 @@ pub struct NoiseError {
     inner: snow::Error,
 }
 
-impl std::fmt::Display for NoiseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for NoiseError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         self.inner.fmt(f)
     }
 }
 
-impl std::error::Error for NoiseError {}
+impl core::error::Error for NoiseError {}
 
 /// The channel error for one of snow's: decryption, the nonce and the RNG
 /// have kinds of their own, the rest is kept as it is.

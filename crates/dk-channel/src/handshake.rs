@@ -18,44 +18,41 @@
 //! agreement gives zeros that anyone can compute, and a static key of the
 //! point 0 would be a credential anyone can present.
 
-use std::fmt;
-use std::sync::Arc;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
 
 use crate::error::{ChannelError, LowOrderSlot, from_noise, unsupported};
 use crate::keys::{PublicKey, StaticKey};
-use crate::noise::{builder, is_low_order};
+use crate::noise::{Randomness, builder, is_low_order};
 use crate::protocol::{HANDSHAKE_LENGTHS, PROLOGUE, TAG_LEN};
 use crate::record::{Opener, RecordLimits, Sealer};
 
-#[cfg(feature = "vectors")]
+#[cfg(all(feature = "vectors", feature = "ring"))]
 #[path = "tests/hostile_peer.rs"]
 mod hostile_peer;
 
-/// A handshake state for one side, with the ephemeral key fixed when one
-/// is given (test vectors only).
+/// A handshake state for one side, its ephemeral key made from `random`.
 fn start(
     key: &StaticKey,
-    ephemeral: Option<&[u8; 32]>,
+    random: Randomness,
     initiator: bool,
 ) -> Result<snow::HandshakeState, ChannelError> {
-    start_with(builder()?, key, ephemeral, initiator)
+    start_with(builder(random)?, key, initiator)
 }
 
 /// [`start`] on a given builder.
 fn start_with(
     builder: snow::Builder<'static>,
     key: &StaticKey,
-    ephemeral: Option<&[u8; 32]>,
     initiator: bool,
 ) -> Result<snow::HandshakeState, ChannelError> {
-    let mut builder = builder
+    let builder = builder
         .prologue(PROLOGUE)
         .map_err(from_noise)?
         .local_private_key(key.secret())
         .map_err(from_noise)?;
-    if let Some(ephemeral) = ephemeral {
-        builder = builder.fixed_ephemeral_key_for_testing_only(ephemeral);
-    }
     let state = if initiator {
         builder.build_initiator()
     } else {
@@ -187,10 +184,25 @@ pub struct Initiator {
 }
 
 impl Initiator {
-    /// A handshake with this static key and a fresh ephemeral key.
+    /// A handshake with this static key and a fresh ephemeral key from the
+    /// system's CSPRNG (the `ring` feature).
+    #[cfg(feature = "ring")]
     pub fn new(key: &StaticKey) -> Result<Initiator, ChannelError> {
         Ok(Initiator {
-            state: start(key, None, true)?,
+            state: start(key, Randomness::System, true)?,
+            turn: Turn::First,
+        })
+    }
+
+    /// A handshake with this static key and the ephemeral key whose secret
+    /// is `ephemeral`: 32 fresh bytes from the platform's CSPRNG, used for
+    /// this handshake only (the same bytes twice would make its secrets
+    /// predictable). They are the only random bytes the handshake uses
+    /// (it fails if it wants more), and the copy it keeps is zeroed once
+    /// the key is made or the handshake is dropped.
+    pub fn with_random(key: &StaticKey, ephemeral: [u8; 32]) -> Result<Initiator, ChannelError> {
+        Ok(Initiator {
+            state: start(key, Randomness::once(ephemeral), true)?,
             turn: Turn::First,
         })
     }
@@ -241,10 +253,21 @@ pub struct Responder {
 }
 
 impl Responder {
-    /// A handshake with this static key and a fresh ephemeral key.
+    /// A handshake with this static key and a fresh ephemeral key from the
+    /// system's CSPRNG (the `ring` feature).
+    #[cfg(feature = "ring")]
     pub fn new(key: &StaticKey) -> Result<Responder, ChannelError> {
         Ok(Responder {
-            state: start(key, None, false)?,
+            state: start(key, Randomness::System, false)?,
+            turn: Turn::First,
+        })
+    }
+
+    /// A handshake with this static key and the ephemeral key whose secret
+    /// is `ephemeral`, as [`Initiator::with_random`].
+    pub fn with_random(key: &StaticKey, ephemeral: [u8; 32]) -> Result<Responder, ChannelError> {
+        Ok(Responder {
+            state: start(key, Randomness::once(ephemeral), false)?,
             turn: Turn::First,
         })
     }
@@ -342,10 +365,7 @@ impl Initiator {
         key: &StaticKey,
         ephemeral: &[u8; 32],
     ) -> Result<Initiator, ChannelError> {
-        Ok(Initiator {
-            state: start(key, Some(ephemeral), true)?,
-            turn: Turn::First,
-        })
+        Initiator::with_random(key, *ephemeral)
     }
 }
 
@@ -359,10 +379,7 @@ impl Responder {
         key: &StaticKey,
         ephemeral: &[u8; 32],
     ) -> Result<Responder, ChannelError> {
-        Ok(Responder {
-            state: start(key, Some(ephemeral), false)?,
-            turn: Turn::First,
-        })
+        Responder::with_random(key, *ephemeral)
     }
 }
 
@@ -370,7 +387,7 @@ impl Responder {
 /// first test vector's keys, made once and shared by every call (each pair
 /// starts at nonce 0 again, which only a fuzz target may do): every run of
 /// the fuzz target starts the same, and costs no handshake.
-#[cfg(feature = "vectors")]
+#[cfg(all(feature = "vectors", feature = "std"))]
 pub(crate) fn fixed_pair() -> Option<(Sealer, Opener)> {
     type Shared = Arc<snow::StatelessTransportState>;
     static SHARED: std::sync::OnceLock<Option<(Shared, Shared)>> = std::sync::OnceLock::new();
@@ -380,6 +397,22 @@ pub(crate) fn fixed_pair() -> Option<(Sealer, Opener)> {
             Some((device.into_transport(), vessel.into_transport()))
         })
         .as_ref()?;
+    fixed_pair_of(device, vessel)
+}
+
+/// [`fixed_pair`] without the standard library: a handshake each call.
+#[cfg(all(feature = "vectors", not(feature = "std")))]
+pub(crate) fn fixed_pair() -> Option<(Sealer, Opener)> {
+    let (device, vessel) = fixed_handshake().ok()?;
+    fixed_pair_of(&device.into_transport(), &vessel.into_transport())
+}
+
+/// A fresh device sealer and vessel opener of these cipher states.
+#[cfg(feature = "vectors")]
+fn fixed_pair_of(
+    device: &Arc<snow::StatelessTransportState>,
+    vessel: &Arc<snow::StatelessTransportState>,
+) -> Option<(Sealer, Opener)> {
     let limits = RecordLimits {
         max_text: 100_000,
         max_binary: 4_096,
@@ -393,7 +426,7 @@ pub(crate) fn fixed_pair() -> Option<(Sealer, Opener)> {
 /// The two ends of the handshake between the first test vector's keys.
 #[cfg(feature = "vectors")]
 fn fixed_handshake() -> Result<(Established, Established), ChannelError> {
-    let secret = |first: u8| std::array::from_fn(|i| first.wrapping_add(i as u8));
+    let secret = |first: u8| core::array::from_fn(|i| first.wrapping_add(i as u8));
     let device = StaticKey::from_secret(secret(0x01))?;
     let vessel = StaticKey::from_secret(secret(0x41))?;
     let mut initiator = Initiator::with_fixed_ephemeral_for_vectors(&device, &secret(0x21))?;
@@ -404,7 +437,7 @@ fn fixed_handshake() -> Result<(Established, Established), ChannelError> {
     Ok((device_side, responder.read_third(&third)?))
 }
 
-#[cfg(feature = "vectors")]
+#[cfg(all(feature = "vectors", feature = "ring"))]
 impl Initiator {
     /// A hostile device for tests (the `vectors` feature): it presents the
     /// point 0 as its `zero` key (static or ephemeral), computing the
@@ -417,13 +450,13 @@ impl Initiator {
     ) -> Result<Initiator, ChannelError> {
         let builder = hostile_peer::hostile_builder(zero)?;
         Ok(Initiator {
-            state: start_with(builder, key, None, true)?,
+            state: start_with(builder, key, true)?,
             turn: Turn::First,
         })
     }
 }
 
-#[cfg(feature = "vectors")]
+#[cfg(all(feature = "vectors", feature = "ring"))]
 impl Responder {
     /// A hostile vessel for tests (the `vectors` feature): it presents the
     /// point 0 as its `zero` key (static or ephemeral), as
@@ -435,7 +468,7 @@ impl Responder {
     ) -> Result<Responder, ChannelError> {
         let builder = hostile_peer::hostile_builder(zero)?;
         Ok(Responder {
-            state: start_with(builder, key, None, false)?,
+            state: start_with(builder, key, false)?,
             turn: Turn::First,
         })
     }

@@ -1,6 +1,8 @@
 //! Lower-case hex of 32-byte values, as keys, commitments and nonces are
 //! written on the wire and in files.
 
+use alloc::string::String;
+
 use data_encoding::HEXLOWER;
 
 /// The 64 lower-case hex digits of 32 bytes.

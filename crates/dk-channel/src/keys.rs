@@ -2,14 +2,19 @@
 //! and the [`PublicKey`] that is a device's credential and a vessel's
 //! identity.
 
-use std::fmt;
+use alloc::string::String;
+use core::fmt;
 
 use data_encoding::BASE32_NOPAD;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use zeroize::{Zeroize, Zeroizing};
+#[cfg(feature = "ring")]
+use zeroize::Zeroize;
+use zeroize::Zeroizing;
 
-use crate::error::{ChannelError, from_noise};
+use crate::error::ChannelError;
+#[cfg(feature = "ring")]
+use crate::error::from_noise;
 use crate::hex::{from_hex32, to_hex32};
 
 /// A long-term X25519 key pair. `Debug` never shows the secret, and the
@@ -22,10 +27,13 @@ pub struct StaticKey {
 }
 
 impl StaticKey {
-    /// A fresh key pair from the system's CSPRNG; fails only when that
-    /// generator does.
+    /// A fresh key pair from the system's CSPRNG (the `ring` feature);
+    /// fails only when that generator does. Without it, a key is made
+    /// [`from_secret`](StaticKey::from_secret) with 32 bytes from the
+    /// platform's CSPRNG.
+    #[cfg(feature = "ring")]
     pub fn generate() -> Result<StaticKey, ChannelError> {
-        let mut keypair = crate::noise::builder()?
+        let mut keypair = crate::noise::builder(crate::noise::Randomness::System)?
             .generate_keypair()
             .map_err(from_noise)?;
         let secret = <[u8; 32]>::try_from(keypair.private.as_slice());

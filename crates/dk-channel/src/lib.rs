@@ -23,14 +23,29 @@
 //!   reveal exchange's hashes.
 //!
 //! Everything here is pure: no IO, no async runtime, no clock. The Noise
-//! protocol is the `snow` crate's, its primitives ring's, curve25519-dalek's
-//! and sha2's (no primitive is written here), and no type of theirs appears
-//! in this crate's API. No input from a peer can make
+//! protocol is the `snow` crate's, its primitives curve25519-dalek's,
+//! sha2's and ring's, or RustCrypto's `chacha20poly1305` without the `ring`
+//! feature (no primitive is written here), and no type of theirs appears
+//! in this crate's API.
+//!
+//! The crate is `no_std` with `alloc`, so that a device's firmware builds
+//! it. Its default features are `std` and `ring`: ring's ChaCha20-Poly1305
+//! and the system's random bytes ([`StaticKey::generate`],
+//! [`random_nonce`], [`Initiator::new`], [`Responder::new`]). Without
+//! `ring` the platform brings the random bytes:
+//! [`StaticKey::from_secret`], [`Initiator::with_random`] and
+//! [`Responder::with_random`] take them, and nothing here reads the
+//! system's. No input from a peer can make
 //! this crate panic: every failure is a [`ChannelError`], and none of them is
 //! told to the peer (the vessel closes with one code whatever failed).
 //! Secrets never appear in `Debug` output.
 
+#![no_std]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
+#[cfg(any(test, feature = "std"))]
+extern crate std;
 
 mod error;
 mod handshake;
@@ -45,7 +60,9 @@ pub use error::{ChannelError, LowOrderSlot, NoiseError};
 pub use handshake::{Established, Initiator, Responder};
 pub use hex::{from_hex32, to_hex32};
 pub use keys::{PublicKey, StaticKey};
-pub use pairing::{code_number, commitment, commitment_holds, pairing_code, random_nonce};
+#[cfg(feature = "ring")]
+pub use pairing::random_nonce;
+pub use pairing::{code_number, commitment, commitment_holds, pairing_code};
 pub use protocol::{
     HANDSHAKE_LENGTHS, MAX_MESSAGE, MAX_PIECE, NOISE_PATTERN, PROLOGUE, SUBPROTOCOL,
 };
@@ -59,7 +76,7 @@ mod tests;
 pub mod fuzz {
     /// Reads arbitrary text as a 32-byte hex value, and a valid one back.
     pub fn pairing_hex(data: &[u8]) {
-        let Ok(text) = std::str::from_utf8(data) else {
+        let Ok(text) = core::str::from_utf8(data) else {
             return;
         };
         if let Some(bytes) = crate::from_hex32(text) {

@@ -1,17 +1,22 @@
 //! The one place dk-channel sets up the Noise library: the protocol's
 //! builder and the primitives it resolves, X25519 public keys, the
-//! low-order check on a peer's keys and the system's random bytes.
+//! low-order check on a peer's keys and the random bytes.
 //!
 //! snow is built without its own primitives (its default resolver would
 //! compile in sha2 0.10 and a second, portable ChaCha20-Poly1305):
 //! [`DkResolver`] hands it curve25519-dalek's X25519, the `sha2` crate's
-//! SHA-256 (the one the rest of dk hashes with), ring's
-//! ChaCha20-Poly1305 (six times faster than the portable one on a 200-byte
-//! record, which is what keeps a call over dk/2 within 1.15x of v1) and
-//! ring's system random bytes. Every primitive is a library's: what is
-//! written here is the glue snow's traits ask for, the Noise
-//! specification's nonce layout included. snow builds HMAC and HKDF on the
-//! hash.
+//! SHA-256 (the one the rest of dk hashes with) and ChaCha20-Poly1305:
+//! ring's with the `ring` feature (six times faster than the portable one
+//! on a 200-byte record, which is what keeps a call over dk/2 within 1.15x
+//! of v1), RustCrypto's `chacha20poly1305` without it. The random bytes
+//! are ring's system ones ([`Randomness::System`], `ring` only) or the 32
+//! a caller gave for one handshake's ephemeral key ([`Randomness::Once`]).
+//! Every primitive is a library's: what is written here is the glue snow's
+//! traits ask for, the Noise specification's nonce layout included. snow
+//! builds HMAC and HKDF on the hash.
+
+use alloc::boxed::Box;
+use core::cell::Cell;
 
 use snow::params::{CipherChoice, DHChoice, HashChoice};
 use snow::resolvers::CryptoResolver;
@@ -21,19 +26,60 @@ use zeroize::Zeroizing;
 use crate::error::{ChannelError, from_noise, unsupported};
 use crate::protocol::{NOISE_PATTERN, TAG_LEN};
 
-/// A builder for dk/2's Noise protocol, on [`DkResolver`].
-pub(crate) fn builder() -> Result<snow::Builder<'static>, ChannelError> {
+/// A builder for dk/2's Noise protocol, on [`DkResolver`] with these
+/// random bytes.
+pub(crate) fn builder(random: Randomness) -> Result<snow::Builder<'static>, ChannelError> {
     let params: snow::params::NoiseParams = NOISE_PATTERN.parse().map_err(from_noise)?;
-    Ok(snow::Builder::with_resolver(params, Box::new(DkResolver)))
+    Ok(snow::Builder::with_resolver(
+        params,
+        Box::new(DkResolver { random }),
+    ))
+}
+
+/// Where the random bytes a handshake asks for (its ephemeral key's, the
+/// only ones dk/2's handshake uses) come from.
+pub(crate) enum Randomness {
+    /// None: asking fails (for the public key of a secret and the
+    /// low-order check, which ask for none).
+    Never,
+    /// The system's CSPRNG, through ring.
+    #[cfg(feature = "ring")]
+    System,
+    /// These 32 bytes, once; asking again, or for another length, fails.
+    Once(Cell<Option<Zeroizing<[u8; 32]>>>),
+}
+
+impl Randomness {
+    /// The 32 bytes `seed`, given once.
+    pub(crate) fn once(seed: [u8; 32]) -> Randomness {
+        Randomness::Once(Cell::new(Some(Zeroizing::new(seed))))
+    }
 }
 
 /// The primitives of `Noise_XX_25519_ChaChaPoly_SHA256` and the random
-/// bytes, each from a library; any other choice resolves to nothing.
-pub(crate) struct DkResolver;
+/// bytes; any other choice resolves to nothing.
+pub(crate) struct DkResolver {
+    /// What `resolve_rng` hands out.
+    pub(crate) random: Randomness,
+}
+
+impl DkResolver {
+    /// The primitives alone, with no random bytes.
+    pub(crate) fn primitives() -> DkResolver {
+        DkResolver {
+            random: Randomness::Never,
+        }
+    }
+}
 
 impl CryptoResolver for DkResolver {
     fn resolve_rng(&self) -> Option<Box<dyn Random>> {
-        Some(Box::new(SystemRandom(ring::rand::SystemRandom::new())))
+        match &self.random {
+            Randomness::Never => Some(Box::new(OneShot(None))),
+            #[cfg(feature = "ring")]
+            Randomness::System => Some(Box::new(SystemRandom(ring::rand::SystemRandom::new()))),
+            Randomness::Once(seed) => Some(Box::new(OneShot(seed.take()))),
+        }
     }
 
     fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
@@ -59,11 +105,27 @@ impl CryptoResolver for DkResolver {
 }
 
 /// ring's system random bytes, as snow's [`Random`].
+#[cfg(feature = "ring")]
 struct SystemRandom(ring::rand::SystemRandom);
 
+#[cfg(feature = "ring")]
 impl Random for SystemRandom {
     fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), snow::Error> {
         ring::rand::SecureRandom::fill(&self.0, dest).map_err(|_| snow::Error::Rng)
+    }
+}
+
+/// 32 given bytes as snow's [`Random`]: handed out once, for exactly 32
+/// bytes (an X25519 secret); any other request fails. They are zeroed
+/// when handed out or dropped.
+struct OneShot(Option<Zeroizing<[u8; 32]>>);
+
+impl Random for OneShot {
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), snow::Error> {
+        let dest = <&mut [u8; 32]>::try_from(dest).map_err(|_| snow::Error::Rng)?;
+        let seed = self.0.take().ok_or(snow::Error::Rng)?;
+        dest.copy_from_slice(seed.as_slice());
+        Ok(())
     }
 }
 
@@ -176,9 +238,11 @@ impl Hash for Sha256 {
 
 /// ring's ChaCha20-Poly1305, as snow's [`Cipher`]; no key until snow sets
 /// one, which it does before it encrypts or decrypts.
+#[cfg(feature = "ring")]
 #[derive(Default)]
 struct ChaChaPoly(Option<ring::aead::LessSafeKey>);
 
+#[cfg(feature = "ring")]
 impl ChaChaPoly {
     /// The Noise specification's ChaChaPoly nonce: 32 zero bits, then the
     /// 64-bit counter little-endian.
@@ -190,6 +254,7 @@ impl ChaChaPoly {
     }
 }
 
+#[cfg(feature = "ring")]
 impl Cipher for ChaChaPoly {
     fn name(&self) -> &'static str {
         "ChaChaPoly"
@@ -257,6 +322,99 @@ impl Cipher for ChaChaPoly {
     }
 }
 
+/// RustCrypto's ChaCha20-Poly1305 (the `chacha20poly1305` crate, its key
+/// zeroed on drop), as snow's [`Cipher`], without the `ring` feature; no
+/// key until snow sets one, which it does before it encrypts or decrypts.
+#[cfg(not(feature = "ring"))]
+#[derive(Default)]
+struct ChaChaPoly(Option<chacha20poly1305::ChaCha20Poly1305>);
+
+#[cfg(not(feature = "ring"))]
+impl ChaChaPoly {
+    /// The Noise specification's ChaChaPoly nonce: 32 zero bits, then the
+    /// 64-bit counter little-endian.
+    fn nonce(n: u64) -> chacha20poly1305::Nonce {
+        let mut bytes = [0u8; 12];
+        let [_, _, _, _, counter @ ..] = &mut bytes;
+        *counter = n.to_le_bytes();
+        chacha20poly1305::Nonce::from(bytes)
+    }
+}
+
+#[cfg(not(feature = "ring"))]
+impl Cipher for ChaChaPoly {
+    fn name(&self) -> &'static str {
+        "ChaChaPoly"
+    }
+
+    fn set(&mut self, key: &[u8; 32]) {
+        use chacha20poly1305::KeyInit;
+        self.0 = Some(chacha20poly1305::ChaCha20Poly1305::new(
+            &chacha20poly1305::Key::from(*key),
+        ));
+    }
+
+    /// Writes the ciphertext and its tag to `out`. snow checks that `out`
+    /// holds both before it asks; were it not so, or were there no key,
+    /// nothing is written and the length is 0, which no peer opens.
+    fn encrypt(&self, nonce: u64, authtext: &[u8], plaintext: &[u8], out: &mut [u8]) -> usize {
+        use chacha20poly1305::AeadInPlace;
+        let Some(key) = &self.0 else {
+            return 0;
+        };
+        let Some((body, rest)) = out.split_at_mut_checked(plaintext.len()) else {
+            return 0;
+        };
+        let Some(tag_out) = rest.get_mut(..TAG_LEN) else {
+            return 0;
+        };
+        body.copy_from_slice(plaintext);
+        match key.encrypt_in_place_detached(&Self::nonce(nonce), authtext, body) {
+            Ok(tag) => {
+                tag_out.copy_from_slice(tag.as_slice());
+                plaintext.len() + TAG_LEN
+            }
+            Err(_) => {
+                body.fill(0);
+                0
+            }
+        }
+    }
+
+    /// Opens `ciphertext` (its tag last) into `out`; nothing of it stays
+    /// in `out` when it does not open.
+    fn decrypt(
+        &self,
+        nonce: u64,
+        authtext: &[u8],
+        ciphertext: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, snow::Error> {
+        use chacha20poly1305::AeadInPlace;
+        let key = self.0.as_ref().ok_or(snow::Error::Decrypt)?;
+        let body_len = ciphertext
+            .len()
+            .checked_sub(TAG_LEN)
+            .ok_or(snow::Error::Decrypt)?;
+        let (body, tag) = ciphertext.split_at(body_len);
+        let tag = <[u8; TAG_LEN]>::try_from(tag).map_err(|_| snow::Error::Decrypt)?;
+        let plain = out.get_mut(..body_len).ok_or(snow::Error::Decrypt)?;
+        plain.copy_from_slice(body);
+        match key.decrypt_in_place_detached(
+            &Self::nonce(nonce),
+            authtext,
+            plain,
+            &chacha20poly1305::Tag::from(tag),
+        ) {
+            Ok(()) => Ok(body_len),
+            Err(_) => {
+                plain.fill(0);
+                Err(snow::Error::Decrypt)
+            }
+        }
+    }
+}
+
 /// Copies as much of `from` as `to` holds to the start of `to`.
 fn copy_into(from: &[u8], to: &mut [u8]) {
     for (to, from) in to.iter_mut().zip(from) {
@@ -266,18 +424,19 @@ fn copy_into(from: &[u8], to: &mut [u8]) {
 
 /// The X25519 public key of a secret.
 pub(crate) fn public_of(secret: &[u8; 32]) -> Result<[u8; 32], ChannelError> {
-    let mut dh = DkResolver
+    let mut dh = DkResolver::primitives()
         .resolve_dh(&DHChoice::Curve25519)
         .ok_or_else(unsupported)?;
     dh.set(secret);
     <[u8; 32]>::try_from(dh.pubkey()).map_err(|_| unsupported())
 }
 
-/// 32 bytes from the system's CSPRNG.
+/// 32 bytes from the system's CSPRNG, through ring.
+#[cfg(feature = "ring")]
 pub(crate) fn random_bytes() -> Result<[u8; 32], ChannelError> {
-    let mut rng = DkResolver.resolve_rng().ok_or_else(unsupported)?;
     let mut bytes = [0u8; 32];
-    rng.try_fill_bytes(&mut bytes).map_err(from_noise)?;
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| ChannelError::Random)?;
     Ok(bytes)
 }
 
@@ -292,7 +451,7 @@ const PROBE_SCALAR: [u8; 32] = [0x5a; 32];
 /// the "private key" of such a static key. Checked the robust way, on the
 /// key agreement's output, with the same X25519 the handshake uses.
 pub(crate) fn is_low_order(point: &[u8; 32]) -> Result<bool, ChannelError> {
-    let mut dh = DkResolver
+    let mut dh = DkResolver::primitives()
         .resolve_dh(&DHChoice::Curve25519)
         .ok_or_else(unsupported)?;
     dh.set(&PROBE_SCALAR);

@@ -7,9 +7,13 @@
 //! The labels are their ASCII bytes, no terminator, no length prefix; the
 //! nonces and `h` enter the hashes as their raw 32 bytes.
 
+use alloc::format;
+use alloc::string::String;
+
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+#[cfg(feature = "ring")]
 use crate::error::ChannelError;
 
 /// The label of the vessel's commitment.
@@ -21,8 +25,10 @@ const CODE_LABEL: &[u8] = b"dk/2 code";
 /// How many codes there are: six decimal digits.
 const CODES: u32 = 1_000_000;
 
-/// 32 fresh bytes from the system's CSPRNG, for `Nv` or `Nd`; fails only
-/// when that generator does.
+/// 32 fresh bytes from the system's CSPRNG, for `Nv` or `Nd` (the `ring`
+/// feature); fails only when that generator does. Without it, the
+/// platform's CSPRNG gives them.
+#[cfg(feature = "ring")]
 pub fn random_nonce() -> Result<[u8; 32], ChannelError> {
     crate::noise::random_bytes()
 }

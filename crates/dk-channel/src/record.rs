@@ -15,8 +15,11 @@
 //! records from 0 (the Noise nonce), so a replayed, reordered, dropped or
 //! altered record fails to decrypt.
 
-use std::fmt;
-use std::sync::Arc;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
 
 use crate::error::{ChannelError, from_noise};
 use crate::protocol::{MAX_MESSAGE, MAX_PIECE, TAG_LEN};

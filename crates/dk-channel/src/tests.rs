@@ -3,6 +3,8 @@
 //! failures, the pairing math, and property tests against a model of the
 //! record layer.
 
+use std::{string::String, string::ToString, vec::Vec};
+
 mod handshake;
 mod pairing;
 mod props;
@@ -22,18 +24,77 @@ const ROOMY: RecordLimits = RecordLimits {
     max_binary: 4 << 20,
 };
 
+/// 32 fresh random bytes: the system's (through ring) with the `ring`
+/// feature; without it, distinct bytes for each call (the hash of a
+/// counter), as a platform's CSPRNG would give.
+fn fresh_bytes() -> [u8; 32] {
+    #[cfg(feature = "ring")]
+    {
+        crate::random_nonce().unwrap()
+    }
+    #[cfg(not(feature = "ring"))]
+    {
+        use sha2::Digest;
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        sha2::Sha256::new()
+            .chain_update(b"dk-channel tests")
+            .chain_update(n.to_le_bytes())
+            .finalize()
+            .into()
+    }
+}
+
+/// A fresh static key: [`StaticKey::generate`] with the `ring` feature,
+/// else one of [`fresh_bytes`].
+fn fresh_key() -> StaticKey {
+    #[cfg(feature = "ring")]
+    {
+        StaticKey::generate().unwrap()
+    }
+    #[cfg(not(feature = "ring"))]
+    {
+        StaticKey::from_secret(fresh_bytes()).unwrap()
+    }
+}
+
+/// A device's handshake: [`Initiator::new`] with the `ring` feature, else
+/// [`Initiator::with_random`] on [`fresh_bytes`].
+fn new_initiator(key: &StaticKey) -> Initiator {
+    #[cfg(feature = "ring")]
+    {
+        Initiator::new(key).unwrap()
+    }
+    #[cfg(not(feature = "ring"))]
+    {
+        Initiator::with_random(key, fresh_bytes()).unwrap()
+    }
+}
+
+/// A vessel's handshake, as [`new_initiator`].
+fn new_responder(key: &StaticKey) -> Responder {
+    #[cfg(feature = "ring")]
+    {
+        Responder::new(key).unwrap()
+    }
+    #[cfg(not(feature = "ring"))]
+    {
+        Responder::with_random(key, fresh_bytes()).unwrap()
+    }
+}
+
 /// Both ends of one finished handshake between fresh keys: the device's,
 /// then the vessel's.
 fn handshake() -> (Established, Established) {
-    let device = StaticKey::generate().unwrap();
-    let vessel = StaticKey::generate().unwrap();
+    let device = fresh_key();
+    let vessel = fresh_key();
     handshake_between(&device, &vessel)
 }
 
 /// Both ends of one finished handshake between these keys.
 fn handshake_between(device: &StaticKey, vessel: &StaticKey) -> (Established, Established) {
-    let mut initiator = Initiator::new(device).unwrap();
-    let mut responder = Responder::new(vessel).unwrap();
+    let mut initiator = new_initiator(device);
+    let mut responder = new_responder(vessel);
     responder
         .read_first(&initiator.first_message().unwrap())
         .unwrap();

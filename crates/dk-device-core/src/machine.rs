@@ -543,8 +543,7 @@ impl DeviceCore {
                 let Ok(ephemeral) = random32(self.entropy.as_mut()) else {
                     return self.end(End::Stop(Stop::Entropy));
                 };
-                let _ = ephemeral;
-                let started = Initiator::new(&key)
+                let started = Initiator::with_random(&key, ephemeral)
                     .and_then(|mut initiator| Ok((initiator.first_message()?, initiator)));
                 match started {
                     Ok((first, initiator)) => {

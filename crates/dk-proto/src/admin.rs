@@ -5,7 +5,11 @@
 //! Requests refuse unknown fields; responses are read leniently (a newer
 //! vessel may say more).
 
-use std::str::FromStr;
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 

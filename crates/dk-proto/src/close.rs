@@ -6,8 +6,11 @@
 //! 4011's reason starts with its [`AdmissionCode`], which decides whether a
 //! device should try again.
 
-use std::fmt;
-use std::str::FromStr;
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::fmt;
+use core::str::FromStr;
 
 /// The close codes of a device connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

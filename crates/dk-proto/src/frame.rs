@@ -5,8 +5,11 @@
 //! a single pass over the bytes, then reads the object with payloads borrowed
 //! as raw JSON: the vessel forwards results, it never builds a tree of them.
 
-use std::borrow::Cow;
-use std::fmt;
+use alloc::borrow::Cow;
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -334,7 +337,7 @@ enum Scalar<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ScalarVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        struct ScalarVisitor<'a>(core::marker::PhantomData<&'a ()>);
         impl<'de: 'a, 'a> Visitor<'de> for ScalarVisitor<'a> {
             type Value = Scalar<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -376,7 +379,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
                 Ok(Scalar::Other)
             }
         }
-        deserializer.deserialize_any(ScalarVisitor(std::marker::PhantomData))
+        deserializer.deserialize_any(ScalarVisitor(core::marker::PhantomData))
     }
 }
 
@@ -445,7 +448,7 @@ impl<'de> Deserialize<'de> for Key {
 
 impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FrameVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        struct FrameVisitor<'a>(core::marker::PhantomData<&'a ()>);
         impl<'de: 'a, 'a> Visitor<'de> for FrameVisitor<'a> {
             type Value = RawFrame<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -493,7 +496,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
                 Ok(frame)
             }
         }
-        deserializer.deserialize_map(FrameVisitor(std::marker::PhantomData))
+        deserializer.deserialize_map(FrameVisitor(core::marker::PhantomData))
     }
 }
 
@@ -596,7 +599,7 @@ fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameErro
             max: limits.max_bytes,
         });
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| FrameError::NotUtf8)?;
+    let text = core::str::from_utf8(bytes).map_err(|_| FrameError::NotUtf8)?;
     // The parser refuses nesting past 128 in the values it walks itself.
     let max_depth = limits.max_depth.min(PARSER_DEPTH_LIMIT);
     if nests_deeper_than(bytes, max_depth) {

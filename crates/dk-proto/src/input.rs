@@ -1,6 +1,9 @@
 //! Input checks (check 4 of a tool call): a call's input against the
 //! capability's declared params, with 8DK v1's messages and order.
 
+use alloc::borrow::ToOwned;
+use alloc::string::String;
+
 use serde_json::Value;
 
 use crate::manifest::{Capability, ParamType, array_index};

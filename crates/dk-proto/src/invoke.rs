@@ -2,7 +2,8 @@
 //! one of the vessel's failures to reach it. `Display` is the text an agent
 //! reads after `device error: `, as 8DK words it.
 
-use std::time::Duration;
+use alloc::string::String;
+use core::time::Duration;
 
 /// A call to a device that failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -8,8 +8,15 @@
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
 //! no input can make this crate panic (the fuzz targets and property tests in
 //! the repository hold it to that).
+//!
+//! The default feature `std` links the standard library; without it the
+//! crate is `no_std` with `alloc`, for a device's firmware, and offers the
+//! same types and functions.
 
+#![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
 
 pub mod admin;
 mod close;

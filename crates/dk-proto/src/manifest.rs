@@ -1,7 +1,11 @@
 //! Device manifests: validation of untrusted manifests with 8DK v1's rules,
 //! order and messages, and the manifest digest.
 
-use std::fmt;
+use alloc::borrow::ToOwned;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};

@@ -5,7 +5,9 @@
 //! `[8dk-deny]` text dk writes is one of these, the refusals a caller makes
 //! before the checks (an MCP agent's scope, a `_meta` naming a run) included.
 
-use std::time::Duration;
+use alloc::format;
+use alloc::string::String;
+use core::time::Duration;
 
 use crate::InputError;
 

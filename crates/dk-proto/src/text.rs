@@ -47,11 +47,11 @@ fn is_default_ignorable(c: char) -> bool {
     DEFAULT_IGNORABLE
         .binary_search_by(|&(first, last)| {
             if last < c {
-                std::cmp::Ordering::Less
+                core::cmp::Ordering::Less
             } else if first > c {
-                std::cmp::Ordering::Greater
+                core::cmp::Ordering::Greater
             } else {
-                std::cmp::Ordering::Equal
+                core::cmp::Ordering::Equal
             }
         })
         .is_ok()

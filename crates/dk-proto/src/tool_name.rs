@@ -1,5 +1,7 @@
 //! Tool names: `device__<device id with - as _>__<capability>`.
 
+use alloc::string::String;
+
 /// Every device tool name starts with this.
 pub const TOOL_PREFIX: &str = "device__";
 

@@ -6,7 +6,8 @@
 //! ([`ToolDescription`]). Each `Display` is the text, so no crate spells
 //! one by hand.
 
-use std::fmt;
+use alloc::string::String;
+use core::fmt;
 
 use crate::invoke::InvokeError;
 

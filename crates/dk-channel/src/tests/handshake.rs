@@ -2,18 +2,51 @@
 //! every way it fails (a wrong length, a step out of turn, garbage, a
 //! tampered or replayed message); keys, fingerprints and `Debug` output.
 
-use super::{handshake, handshake_between};
+use std::{borrow::ToOwned, format, string::String, vec, vec::Vec};
+
+use super::{fresh_key, handshake, handshake_between, new_initiator, new_responder};
 use crate::{
     ChannelError, HANDSHAKE_LENGTHS, Initiator, LowOrderSlot, PublicKey, Responder, StaticKey,
     to_hex32,
 };
 
+/// The bytes given to `with_random` are the ephemeral secret, and the only
+/// random bytes a handshake takes: the same ones give the same messages,
+/// and message 1 is their public key.
+#[test]
+fn given_random_bytes_make_the_ephemeral_key() {
+    let device = fresh_key();
+    let vessel = fresh_key();
+    let ephemeral = [0x21; 32];
+    let public = *StaticKey::from_secret(ephemeral)
+        .unwrap()
+        .public()
+        .as_bytes();
+    let first = Initiator::with_random(&device, ephemeral)
+        .unwrap()
+        .first_message()
+        .unwrap();
+    assert_eq!(first, public);
+    let run = || {
+        let mut initiator = Initiator::with_random(&device, ephemeral).unwrap();
+        let mut responder = Responder::with_random(&vessel, [0x61; 32]).unwrap();
+        responder.read_first(&initiator.first_message()?)?;
+        let second = responder.second_message()?;
+        initiator.read_second(&second)?;
+        let (third, established) = initiator.third_message()?;
+        let vessel_side = responder.read_third(&third)?;
+        assert_eq!(established.handshake_hash, vessel_side.handshake_hash);
+        Ok::<_, ChannelError>((second, third, established.handshake_hash))
+    };
+    assert_eq!(run().unwrap(), run().unwrap());
+}
+
 #[test]
 fn a_handshake_finishes_with_each_side_knowing_the_other() {
-    let device = StaticKey::generate().unwrap();
-    let vessel = StaticKey::generate().unwrap();
-    let mut initiator = Initiator::new(&device).unwrap();
-    let mut responder = Responder::new(&vessel).unwrap();
+    let device = fresh_key();
+    let vessel = fresh_key();
+    let mut initiator = new_initiator(&device);
+    let mut responder = new_responder(&vessel);
     let first = initiator.first_message().unwrap();
     responder.read_first(&first).unwrap();
     let second = responder.second_message().unwrap();
@@ -48,9 +81,9 @@ fn check_length(error: ChannelError, step: u8, got: usize) {
 
 #[test]
 fn each_message_must_have_exactly_its_length() {
-    let key = StaticKey::generate().unwrap();
+    let key = fresh_key();
     for len in [0, 1, 31, 33, 64, 96, 65_535] {
-        let mut responder = Responder::new(&key).unwrap();
+        let mut responder = new_responder(&key);
         check_length(responder.read_first(&vec![9; len]).unwrap_err(), 1, len);
         // A failed side refuses the steps after.
         assert!(matches!(
@@ -59,7 +92,7 @@ fn each_message_must_have_exactly_its_length() {
         ));
     }
     for len in [0, 32, 95, 97, 112] {
-        let mut initiator = Initiator::new(&key).unwrap();
+        let mut initiator = new_initiator(&key);
         initiator.first_message().unwrap();
         check_length(initiator.read_second(&vec![9; len]).unwrap_err(), 2, len);
         assert!(matches!(
@@ -68,9 +101,9 @@ fn each_message_must_have_exactly_its_length() {
         ));
     }
     for len in [0, 32, 63, 65, 96] {
-        let vessel = StaticKey::generate().unwrap();
-        let mut initiator = Initiator::new(&key).unwrap();
-        let mut responder = Responder::new(&vessel).unwrap();
+        let vessel = fresh_key();
+        let mut initiator = new_initiator(&key);
+        let mut responder = new_responder(&vessel);
         responder
             .read_first(&initiator.first_message().unwrap())
             .unwrap();
@@ -83,8 +116,8 @@ fn each_message_must_have_exactly_its_length() {
 /// (valid Noise, but not dk/2) is refused by its length.
 #[test]
 fn a_message_with_a_payload_is_refused() {
-    let device = StaticKey::generate().unwrap();
-    let mut noise = crate::noise::builder()
+    let device = fresh_key();
+    let mut noise = crate::noise::builder(crate::noise::Randomness::once(super::fresh_bytes()))
         .unwrap()
         .prologue(crate::PROLOGUE)
         .unwrap()
@@ -95,13 +128,13 @@ fn a_message_with_a_payload_is_refused() {
     let mut message = [0u8; 100];
     let len = noise.write_message(b"hello", &mut message).unwrap();
     assert_eq!(len, 37);
-    let mut responder = Responder::new(&StaticKey::generate().unwrap()).unwrap();
+    let mut responder = new_responder(&fresh_key());
     check_length(responder.read_first(&message[..len]).unwrap_err(), 1, 37);
 }
 
 #[test]
 fn steps_out_of_turn_are_refused() {
-    let key = StaticKey::generate().unwrap();
+    let key = fresh_key();
     let order = |result: Result<(), ChannelError>| {
         assert!(
             matches!(result, Err(ChannelError::HandshakeOrder)),
@@ -109,41 +142,41 @@ fn steps_out_of_turn_are_refused() {
         );
     };
 
-    let mut initiator = Initiator::new(&key).unwrap();
+    let mut initiator = new_initiator(&key);
     order(initiator.read_second(&[0; 96]).map(drop));
     order(initiator.first_message().map(drop));
 
-    let mut initiator = Initiator::new(&key).unwrap();
+    let mut initiator = new_initiator(&key);
     initiator.first_message().unwrap();
     order(initiator.first_message().map(drop));
 
-    let initiator = Initiator::new(&key).unwrap();
+    let initiator = new_initiator(&key);
     order(initiator.third_message().map(drop));
 
-    let mut responder = Responder::new(&key).unwrap();
+    let mut responder = new_responder(&key);
     order(responder.second_message().map(drop));
 
-    let mut responder = Responder::new(&key).unwrap();
+    let mut responder = new_responder(&key);
     responder.read_first(&[7; 32]).unwrap();
     order(responder.read_first(&[7; 32]));
 
-    let mut responder = Responder::new(&key).unwrap();
+    let mut responder = new_responder(&key);
     responder.read_first(&[7; 32]).unwrap();
     order(responder.read_third(&[0; 64]).map(drop));
 }
 
 #[test]
 fn garbage_fails_the_handshake_without_a_panic() {
-    let key = StaticKey::generate().unwrap();
+    let key = fresh_key();
     // Any 32 bytes but a low-order point are an ephemeral key: the
     // responder goes on, and the garbage third message fails to decrypt.
     // All zeros is one of the low-order points, refused at once.
     assert!(matches!(
-        Responder::new(&key).unwrap().read_first(&[0u8; 32]),
+        new_responder(&key).read_first(&[0u8; 32]),
         Err(ChannelError::LowOrderKey(LowOrderSlot::Ephemeral))
     ));
     for first in [[0xff; 32], [7; 32]] {
-        let mut responder = Responder::new(&key).unwrap();
+        let mut responder = new_responder(&key);
         responder.read_first(&first).unwrap();
         assert_eq!(responder.second_message().unwrap().len(), 96);
         assert!(matches!(
@@ -151,7 +184,7 @@ fn garbage_fails_the_handshake_without_a_panic() {
             Err(ChannelError::Decrypt)
         ));
     }
-    let mut initiator = Initiator::new(&key).unwrap();
+    let mut initiator = new_initiator(&key);
     initiator.first_message().unwrap();
     assert!(matches!(
         initiator.read_second(&[0x5a; 96]),
@@ -161,12 +194,12 @@ fn garbage_fails_the_handshake_without_a_panic() {
 
 #[test]
 fn a_tampered_message_fails_to_decrypt() {
-    let device = StaticKey::generate().unwrap();
-    let vessel = StaticKey::generate().unwrap();
+    let device = fresh_key();
+    let vessel = fresh_key();
     // Message 2: a flipped bit in the vessel's key or its tag.
     for at in [32, 60, 95] {
-        let mut initiator = Initiator::new(&device).unwrap();
-        let mut responder = Responder::new(&vessel).unwrap();
+        let mut initiator = new_initiator(&device);
+        let mut responder = new_responder(&vessel);
         responder
             .read_first(&initiator.first_message().unwrap())
             .unwrap();
@@ -179,8 +212,8 @@ fn a_tampered_message_fails_to_decrypt() {
     }
     // Message 3: a flipped bit anywhere.
     for at in [0, 40, 63] {
-        let mut initiator = Initiator::new(&device).unwrap();
-        let mut responder = Responder::new(&vessel).unwrap();
+        let mut initiator = new_initiator(&device);
+        let mut responder = new_responder(&vessel);
         responder
             .read_first(&initiator.first_message().unwrap())
             .unwrap();
@@ -200,10 +233,10 @@ fn a_tampered_message_fails_to_decrypt() {
 /// ephemeral key makes the old message 3 fail.
 #[test]
 fn a_replayed_handshake_is_refused() {
-    let device = StaticKey::generate().unwrap();
-    let vessel = StaticKey::generate().unwrap();
-    let mut initiator = Initiator::new(&device).unwrap();
-    let mut responder = Responder::new(&vessel).unwrap();
+    let device = fresh_key();
+    let vessel = fresh_key();
+    let mut initiator = new_initiator(&device);
+    let mut responder = new_responder(&vessel);
     let first = initiator.first_message().unwrap();
     responder.read_first(&first).unwrap();
     initiator
@@ -212,7 +245,7 @@ fn a_replayed_handshake_is_refused() {
     let (third, _) = initiator.third_message().unwrap();
     responder.read_third(&third).unwrap();
 
-    let mut replayed = Responder::new(&vessel).unwrap();
+    let mut replayed = new_responder(&vessel);
     replayed.read_first(&first).unwrap();
     replayed.second_message().unwrap();
     assert!(matches!(
@@ -223,10 +256,10 @@ fn a_replayed_handshake_is_refused() {
 
 #[test]
 fn keys_derive_and_print_safely() {
-    let key = StaticKey::generate().unwrap();
+    let key = fresh_key();
     let again = StaticKey::from_secret(*key.secret()).unwrap();
     assert_eq!(again.public(), key.public());
-    assert_ne!(StaticKey::generate().unwrap().public(), key.public());
+    assert_ne!(fresh_key().public(), key.public());
 
     let secret = to_hex32(key.secret());
     let debug = format!("{key:?}");
@@ -244,7 +277,7 @@ fn keys_derive_and_print_safely() {
 
 #[test]
 fn public_keys_read_only_lower_case_hex() {
-    let key = StaticKey::generate().unwrap().public();
+    let key = fresh_key().public();
     assert_eq!(PublicKey::from_hex(&key.to_hex()), Some(key));
     assert_eq!(PublicKey::from_bytes(*key.as_bytes()), key);
     for bad in [
@@ -303,10 +336,10 @@ fn low_order_points() -> Vec<[u8; 32]> {
 
 #[test]
 fn a_low_order_ephemeral_key_fails_the_handshake_on_both_sides() {
-    let key = StaticKey::generate().unwrap();
+    let key = fresh_key();
     for point in low_order_points() {
         // The vessel reads the device's ephemeral key in message 1.
-        let mut responder = Responder::new(&key).unwrap();
+        let mut responder = new_responder(&key);
         let error = responder.read_first(&point).unwrap_err();
         assert!(
             matches!(error, ChannelError::LowOrderKey(LowOrderSlot::Ephemeral)),
@@ -315,7 +348,7 @@ fn a_low_order_ephemeral_key_fails_the_handshake_on_both_sides() {
         );
         assert!(responder.second_message().is_err());
         // The device reads the vessel's in message 2.
-        let mut initiator = Initiator::new(&key).unwrap();
+        let mut initiator = new_initiator(&key);
         initiator.first_message().unwrap();
         let mut second = point.to_vec();
         second.resize(96, 7);
@@ -328,14 +361,15 @@ fn a_low_order_ephemeral_key_fails_the_handshake_on_both_sides() {
     }
 }
 
+#[cfg(feature = "ring")]
 #[test]
 fn a_peer_presenting_the_point_0_is_refused_by_each_side() {
-    let device = StaticKey::generate().unwrap();
-    let vessel = StaticKey::generate().unwrap();
+    let device = fresh_key();
+    let vessel = fresh_key();
     for zero in [LowOrderSlot::Static, LowOrderSlot::Ephemeral] {
         // A hostile device against the vessel.
         let mut initiator = Initiator::presenting_low_order_for_tests(&device, zero).unwrap();
-        let mut responder = Responder::new(&vessel).unwrap();
+        let mut responder = new_responder(&vessel);
         let first = initiator.first_message().unwrap();
         let refused = responder.read_first(&first).and_then(|()| {
             let second = responder.second_message()?;
@@ -349,7 +383,7 @@ fn a_peer_presenting_the_point_0_is_refused_by_each_side() {
         );
         // A hostile vessel against the device: refused at message 2, before
         // the device says anything of itself.
-        let mut initiator = Initiator::new(&device).unwrap();
+        let mut initiator = new_initiator(&device);
         let mut responder = Responder::presenting_low_order_for_tests(&vessel, zero).unwrap();
         responder
             .read_first(&initiator.first_message().unwrap())

@@ -4,6 +4,8 @@
 //! it. Kept with the tests: it implements the Noise library's traits,
 //! which nothing public of dk-channel may name.
 
+use alloc::boxed::Box;
+
 use crate::error::{ChannelError, from_noise};
 use crate::protocol::NOISE_PATTERN;
 
@@ -18,13 +20,17 @@ pub(crate) fn hostile_builder(
         params,
         Box::new(hostile::Resolver {
             zero,
-            made: std::sync::atomic::AtomicU8::new(0),
+            made: core::sync::atomic::AtomicU8::new(0),
+            real: crate::noise::DkResolver {
+                random: crate::noise::Randomness::System,
+            },
         }),
     ))
 }
 
 mod hostile {
-    use std::sync::atomic::{AtomicU8, Ordering};
+    use alloc::boxed::Box;
+    use core::sync::atomic::{AtomicU8, Ordering};
 
     use snow::params::{CipherChoice, DHChoice, HashChoice};
     use snow::resolvers::CryptoResolver;
@@ -39,11 +45,13 @@ mod hostile {
     pub(super) struct Resolver {
         pub(super) zero: LowOrderSlot,
         pub(super) made: AtomicU8,
+        /// dk-channel's resolver, for everything else.
+        pub(super) real: DkResolver,
     }
 
     impl CryptoResolver for Resolver {
         fn resolve_rng(&self) -> Option<Box<dyn Random>> {
-            DkResolver.resolve_rng()
+            self.real.resolve_rng()
         }
 
         fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
@@ -55,16 +63,16 @@ mod hostile {
             if slot == self.zero {
                 Some(Box::new(ZeroDh))
             } else {
-                DkResolver.resolve_dh(choice)
+                self.real.resolve_dh(choice)
             }
         }
 
         fn resolve_hash(&self, choice: &HashChoice) -> Option<Box<dyn Hash>> {
-            DkResolver.resolve_hash(choice)
+            self.real.resolve_hash(choice)
         }
 
         fn resolve_cipher(&self, choice: &CipherChoice) -> Option<Box<dyn Cipher>> {
-            DkResolver.resolve_cipher(choice)
+            self.real.resolve_cipher(choice)
         }
     }
 

@@ -1,9 +1,10 @@
 //! The pairing math beyond the vectors: hex as the wire writes it, fresh
 //! nonces, a commitment that binds every bit, codes always six digits.
 
-use crate::{
-    code_number, commitment, commitment_holds, from_hex32, pairing_code, random_nonce, to_hex32,
-};
+use std::format;
+
+use super::fresh_bytes;
+use crate::{code_number, commitment, commitment_holds, from_hex32, pairing_code, to_hex32};
 
 #[track_caller]
 fn check_hex(text: &str, expected: Option<[u8; 32]>) {
@@ -33,15 +34,15 @@ fn hex_is_exactly_64_lower_case_digits() {
 
 #[test]
 fn nonces_are_fresh() {
-    let a = random_nonce().unwrap();
-    let b = random_nonce().unwrap();
+    let a = fresh_bytes();
+    let b = fresh_bytes();
     assert_ne!(a, b);
 }
 
 #[test]
 fn the_commitment_binds_every_bit() {
-    let nv = random_nonce().unwrap();
-    let h = random_nonce().unwrap();
+    let nv = fresh_bytes();
+    let h = fresh_bytes();
     let committed = commitment(&nv, &h);
     assert!(commitment_holds(&committed, &nv, &h));
     for bit in 0..256 {

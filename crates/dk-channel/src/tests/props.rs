@@ -2,6 +2,8 @@
 //! plain model of the record layer says; random bytes never make the
 //! opener panic nor recover; hex and codes keep their shape.
 
+use std::{string::String, vec::Vec};
+
 use proptest::prelude::*;
 
 use super::{ROOMY, open_all, opened, reused_device_to_vessel};

@@ -4,6 +4,8 @@
 //! invalid UTF-8, a replayed, reordered, altered, truncated or reflected
 //! record), after which the opener refuses everything.
 
+use std::{borrow::ToOwned, format, string::String, vec, vec::Vec};
+
 use super::{ROOMY, assert_channel_failure, device_to_vessel, handshake, open_all, opened};
 use crate::{
     FrameKind, MAX_MESSAGE, MAX_PIECE, OpenError, OpenedFrame, Opener, RecordLimits, Sealer,

@@ -3,6 +3,8 @@
 //! handshake messages, the handshake hash, the commitment and its check,
 //! the code, and every record's plaintext and ciphertext, byte for byte.
 
+use std::{borrow::ToOwned, vec::Vec};
+
 use data_encoding::HEXLOWER;
 use serde_json::Value;
 

@@ -27,6 +27,10 @@
 //! device ignores the unknown type), and dk's device client sends chunks only
 //! after that announcement, so a vessel that never sent it never receives one.
 
+use alloc::borrow::ToOwned;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
 use serde::Serialize;
 
 /// First byte of every stream message.
@@ -173,7 +177,7 @@ impl<'a> StreamChunk<'a> {
             return Err(StreamFrameError::BadName);
         }
         // Checked above to be ASCII.
-        let stream = std::str::from_utf8(name).map_err(|_| StreamFrameError::BadName)?;
+        let stream = core::str::from_utf8(name).map_err(|_| StreamFrameError::BadName)?;
         Ok(StreamChunk {
             stream,
             seq,
