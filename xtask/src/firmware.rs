@@ -5,6 +5,12 @@
 //! (with a linker map, for the code size budget). Prints the paths of the
 //! library, the header and the lamp, one `name: path` a line.
 //!
+//! The build takes the cryptography's portable backends
+//! ([`PORTABLE_BACKENDS`]): a microcontroller has no AVX2, SSE2 or SHA
+//! extensions, and the x86_64 build measured for the firmware's code size
+//! carries what a device would carry, not three backends chosen at run
+//! time.
+//!
 //! The lamp is rebuilt only when the library, the header or `lamp.c` is
 //! newer than it, so tests can run the task every time.
 
@@ -14,6 +20,10 @@ use std::time::SystemTime;
 
 use crate::run::{cargo, repo_root};
 use crate::{TaskError, TaskResult};
+
+/// The rustflags of the firmware build: X25519 on curve25519-dalek's
+/// serial backend, ChaCha20, Poly1305 and SHA-256 on their portable code.
+pub const PORTABLE_BACKENDS: &str = r#"build.rustflags=["--cfg","curve25519_dalek_backend=\"serial\"","--cfg","chacha20_force_soft","--cfg","poly1305_force_soft","--cfg","sha2_backend=\"soft\""]"#;
 
 /// What the task built.
 #[derive(Debug, Clone)]
@@ -55,6 +65,8 @@ pub fn build() -> Result<Built, TaskError> {
     let root = repo_root();
     let mut command = cargo();
     command.args([
+        "--config",
+        PORTABLE_BACKENDS,
         "rustc",
         "--quiet",
         "-p",
