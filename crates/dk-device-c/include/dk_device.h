@@ -494,8 +494,6 @@ const char *dk_status_text(int32_t status);
 // behave as their types say for as long as the library is used.
 dk_status dk_platform_init(const dk_platform *platform);
 
-extern void abort(void);
-
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
