@@ -33,8 +33,14 @@
 //! ([`dk_platform_init`]).
 
 #![cfg_attr(not(test), no_std)]
-#![allow(unsafe_code)]
-#![allow(non_camel_case_types)]
+#![allow(
+    unsafe_code,
+    reason = "the C ABI: raw pointers from C, each use in a block with its SAFETY comment"
+)]
+#![allow(
+    non_camel_case_types,
+    reason = "the types keep the names C code knows them by (dk_device, dk_output)"
+)]
 
 extern crate alloc;
 
