@@ -111,18 +111,22 @@ async fn approve(admin: &AdminClient) -> Result<String, BoxError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let pending = admin.get("/v1/pending").await?.body;
-        if let Some(prompt) = pending
-            .as_array()
-            .and_then(|a| a.iter().find(|p| p["kind"] == "consent"))
-        {
-            let id = prompt["id"].as_u64().ok_or("no id")?;
+        if let Some(prompt) = pending.as_array().and_then(|a| {
+            a.iter()
+                .find(|p| p.get("kind").and_then(Value::as_str) == Some("consent"))
+        }) {
+            let id = prompt.get("id").and_then(Value::as_u64).ok_or("no id")?;
             admin
                 .post(
                     &format!("/v1/pending/{id}/consent"),
                     &json!({"approved": true, "grant": ["set_light", "read_light"]}),
                 )
                 .await?;
-            return Ok(prompt["request"]["code"].as_str().unwrap_or("").to_owned());
+            let code = prompt
+                .get("request")
+                .and_then(|r| r.get("code"))
+                .and_then(Value::as_str);
+            return Ok(code.unwrap_or("").to_owned());
         }
         if Instant::now() > deadline {
             return Err("no pairing request".into());
@@ -211,7 +215,7 @@ async fn run(lamp: &Path, map: &Path) -> Result<(), BoxError> {
         let call = json!({"tool": "device__desk_lamp__set_light",
                           "input": {"on": n % 2 == 0, "brightness": n}, "timeoutMs": 5000});
         let answer: Value = admin.post("/v1/tools/call", &call).await?.body;
-        if answer["ok"] != true {
+        if answer.get("ok") != Some(&Value::Bool(true)) {
             return Err(format!("a call failed: {answer}").into());
         }
     }
@@ -316,7 +320,7 @@ async fn tokio_handshakes(
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or(Value::Null);
-        if kept["paired"] == true {
+        if kept.get("paired") == Some(&Value::Bool(true)) {
             break;
         }
         if Instant::now() > deadline {

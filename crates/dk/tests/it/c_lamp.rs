@@ -357,6 +357,7 @@ async fn the_c_lamp_under_valgrind_has_no_memory_error_and_no_leak() {
     scenario(&[
         "valgrind",
         "--quiet",
+        "--vgdb=no",
         "--error-exitcode=99",
         "--leak-check=full",
         "--errors-for-leak-kinds=definite,indirect",
