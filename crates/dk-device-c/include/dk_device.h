@@ -252,7 +252,8 @@ typedef struct {
 // answers through `reply` (`dk_reply_ok`,
 // `dk_reply_error`) before it returns, or later
 // with `dk_device_answer` and the call's id.
-// It may emit events but must not free the device.
+// It may emit events and answer calls; a device it frees is freed once it
+// returns (the poll then returns false).
 typedef void (*dk_handler_fn)(void *ctx, const dk_call *call, dk_reply *reply);
 
 // One thing for the platform to do, from

@@ -688,8 +688,10 @@ pub unsafe extern "C" fn dk_device_poll(device: *mut dk_device, out: *mut dk_out
             }
             Output::Pinned(key) => {
                 let line = format!("the vessel's key is pinned: {}", key.fingerprint());
-                if !notice(device, &mut next, line) {
-                    continue;
+                match notice(device, &mut next, line) {
+                    Some(true) => {}
+                    Some(false) => continue,
+                    None => return false,
                 }
             }
             // v1's tokens: this library speaks dk/2 only.
@@ -714,11 +716,11 @@ pub unsafe extern "C" fn dk_device_poll(device: *mut dk_device, out: *mut dk_out
                 }
                 continue;
             }
-            Output::Notice(what) => {
-                if !notice(device, &mut next, notice_text(&what)) {
-                    continue;
-                }
-            }
+            Output::Notice(what) => match notice(device, &mut next, notice_text(&what)) {
+                Some(true) => {}
+                Some(false) => continue,
+                None => return false,
+            },
             Output::Ended(end) => {
                 next.kind = dk_output_kind::DK_OUTPUT_ENDED;
                 let (end, why) = end_text(&end);
@@ -769,45 +771,60 @@ unsafe fn run_handler(
     // through it; the device is not borrowed meanwhile.
     unsafe { run(ctx, &abi, &mut reply) };
     // SAFETY: still live: a free inside the handler only asked.
-    let Ok(d) = (unsafe { live(device) }) else {
-        return true;
-    };
-    d.polling = false;
-    if let Some(outcome) = &reply.outcome {
+    if let Ok(d) = unsafe { live(device) }
+        && let Some(outcome) = &reply.outcome
+    {
         let outcome = match outcome {
             Ok(result) => Ok(result.as_str()),
             Err(error) => Err(error.as_str()),
         };
         d.core.answer(call.id(), outcome);
     }
-    if d.free_asked {
-        // SAFETY: made by Box::into_raw in dk_device_new; not borrowed.
-        drop(unsafe { Box::from_raw(device) });
-        return true;
-    }
-    false
+    // SAFETY: live and not borrowed.
+    unsafe { after_callback(device) }
 }
 
-/// A notice: to the log callback (false: nothing to return), or into
-/// `next` as `DK_OUTPUT_NOTICE` (true).
-fn notice(device: *mut dk_device, next: &mut dk_output, line: String) -> bool {
+/// A notice: into `next` as `DK_OUTPUT_NOTICE` (`Some(true)`), or to the
+/// log callback (`Some(false)`: nothing to hand out); `None` when the log
+/// callback freed the device.
+fn notice(device: *mut dk_device, next: &mut dk_output, line: String) -> Option<bool> {
     // SAFETY: live (dk_device_poll's caller's promise), not borrowed.
     let Ok(d) = (unsafe { live(device) }) else {
-        return false;
+        return None;
     };
     let Some((log, ctx)) = d.log else {
         next.kind = dk_output_kind::DK_OUTPUT_NOTICE;
         d.held.data = with_nul(&line);
-        return true;
+        return Some(true);
     };
     d.polling = true;
     let line = with_nul(&line);
     // SAFETY: the platform's log callback, given NUL-terminated text that
     // lives through it; the device is not borrowed meanwhile.
     unsafe { log(ctx, line.as_ptr().cast(), line.len().saturating_sub(1)) };
-    // SAFETY: live, as above.
-    if let Ok(d) = unsafe { live(device) } {
-        d.polling = false;
+    // SAFETY: live and not borrowed: a free inside the callback only asked.
+    if unsafe { after_callback(device) } {
+        return None;
+    }
+    Some(false)
+}
+
+/// Ends a callback's run: the device may be polled again, or is freed
+/// when the callback asked for that (then true).
+///
+/// # Safety
+///
+/// `device` is live and not borrowed.
+unsafe fn after_callback(device: *mut dk_device) -> bool {
+    // SAFETY: live, the caller's promise.
+    let Ok(d) = (unsafe { live(device) }) else {
+        return true;
+    };
+    d.polling = false;
+    if d.free_asked {
+        // SAFETY: made by Box::into_raw in dk_device_new; not borrowed.
+        drop(unsafe { Box::from_raw(device) });
+        return true;
     }
     false
 }

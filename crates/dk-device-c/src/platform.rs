@@ -35,7 +35,8 @@ pub type dk_log_fn =
 /// answers through `reply` (`dk_reply_ok`,
 /// `dk_reply_error`) before it returns, or later
 /// with `dk_device_answer` and the call's id.
-/// It may emit events but must not free the device.
+/// It may emit events and answer calls; a device it frees is freed once it
+/// returns (the poll then returns false).
 pub type dk_handler_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, call: *const dk_call, reply: *mut dk_reply)>;
 

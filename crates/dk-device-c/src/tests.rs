@@ -700,3 +700,52 @@ fn the_platform_allocator_hands_out_the_platforms_memory() {
     }
     assert!(LIVE_BYTES.load(Ordering::Relaxed) < 1 << 30);
 }
+
+/// A handler that frees its device (its ctx) and then replies.
+unsafe extern "C" fn free_then_reply(
+    ctx: *mut c_void,
+    _call: *const dk_call,
+    reply: *mut dk_reply,
+) {
+    unsafe {
+        dk_device_free(ctx.cast());
+        assert_eq!(dk_reply_ok(reply, c"1".as_ptr(), 1), dk_status::DK_OK);
+        // A poll from inside a handler is refused.
+        let mut out = dk_output::NONE;
+        assert!(!dk_device_poll(ctx.cast(), &mut out));
+    }
+}
+
+#[test]
+fn a_device_freed_inside_its_handler_is_freed_once_the_handler_returns() {
+    let mut seed = 3u8;
+    let mut vessel = Vessel::new(42);
+    let (device, _) = pair(&mut seed, &mut vessel);
+    let status = unsafe {
+        dk_device_on(
+            device,
+            c"read_light".as_ptr(),
+            10,
+            Some(free_then_reply),
+            device.cast(),
+        )
+    };
+    assert_eq!(status, dk_status::DK_OK);
+    let records = vessel
+        .sealer
+        .as_mut()
+        .unwrap()
+        .seal(
+            FrameKind::Text,
+            br#"{"type":"device:invoke","callId":"f1","capability":"read_light","input":{}}"#,
+        )
+        .unwrap();
+    for record in &records {
+        unsafe { dk_device_receive_binary(device, 5, record.as_ptr(), record.len()) };
+    }
+    let mut out = dk_output::NONE;
+    // The handler runs, frees the device, and the poll ends: the device is
+    // gone and is not touched again.
+    assert!(!unsafe { dk_device_poll(device, &mut out) });
+    assert_eq!(out.kind, dk_output_kind::DK_OUTPUT_NONE);
+}
