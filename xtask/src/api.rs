@@ -3,7 +3,7 @@
 //! diff in review.
 //!
 //! The crates come from `cargo metadata` (every package under `crates/`
-//! with a library target), so a crate added or renamed is picked up without
+//! with a library target, `lib` or `rlib`), so a crate added or renamed is picked up without
 //! editing this file. Each one's surface is what rustdoc lists in
 //! `target/doc/<crate>/all.html` after `cargo doc --no-deps`: every public
 //! item (structs, enums, traits, functions, constants, macros, type aliases,
@@ -203,7 +203,8 @@ fn libraries_in(metadata: &serde_json::Value, crates_dir: &Path) -> Vec<Library>
                 target
                     .get("kind")
                     .and_then(serde_json::Value::as_array)
-                    .is_some_and(|kinds| kinds.iter().any(|k| k == "lib"))
+                    // `rlib`: a library that names its crate type (dk-device-c).
+                    .is_some_and(|kinds| kinds.iter().any(|k| k == "lib" || k == "rlib"))
             })?;
             Some(Library {
                 package: name.to_owned(),

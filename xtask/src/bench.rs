@@ -27,7 +27,15 @@ const PACKAGES: [&str; 8] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 6] = ["e2e/", "idle/", "store/", "durable/", "console/", "bridge/"];
+const REPORT_PREFIXES: [&str; 7] = [
+    "e2e/",
+    "idle/",
+    "store/",
+    "durable/",
+    "console/",
+    "bridge/",
+    "firmware/",
+];
 
 /// Open files the benches need: the idle-devices bench holds 1,000 device
 /// connections in its own process and in the vessel it starts.
@@ -58,11 +66,17 @@ pub fn run(args: &[String]) -> TaskResult {
 
     let mut command = with_open_files(cargo(), OPEN_FILES);
     command.arg("bench");
-    for package in PACKAGES {
-        command.args(["-p", package]);
+    if filter == Some("firmware") {
+        // The firmware's budgets alone (the C lamp against a vessel), without
+        // building every other bench.
+        command.args(["-p", "dk-tests", "--bench", "firmware"]);
+    } else {
+        for package in PACKAGES {
+            command.args(["-p", package]);
+        }
+        // Only the divan bench targets: libtest's unit-test binaries have no benchmarks.
+        command.args(["--bench", "*"]);
     }
-    // Only the divan bench targets: libtest's unit-test binaries have no benchmarks.
-    command.args(["--bench", "*"]);
     if let Some(filter) = filter {
         command.args(["--", filter]);
     }

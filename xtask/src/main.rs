@@ -11,6 +11,7 @@ mod api;
 mod bench;
 mod ci;
 mod features;
+mod firmware;
 mod fuzz;
 mod peers;
 mod python;
@@ -33,13 +34,18 @@ tasks:
                            run the benchmarks of dk-proto, dk-policy, dk-channel,
                            dk-store, dk-core, dk-vessel, the console (dk-tests) and the
                            MQTT bridge (dk), then print their medians (and write them
-                           to FILE as JSON)
+                           to FILE as JSON); `bench firmware` alone measures the C
+                           lamp's heap, code size and handshake against their budgets
   features                 check that dk-core builds tokio with sync, time and macros
                            only (no socket, no file, no task of its own), and run
                            dk-channel's tests without its default features (no ring)
-  peers                    install Debian's chromium, chromium-driver and mosquitto (the
-                           console's browser tests and the MQTT bridge's tests drive
-                           them) when they are missing
+  firmware                 build dk-device-c as target/firmware/c/libdk_device.a (no_std,
+                           opt-level z, panic=abort, LTO) and the C lamp of examples/c
+                           on it; print their paths and the header's
+  peers                    install Debian's chromium, chromium-driver, mosquitto,
+                           libwebsockets-dev, pkg-config and valgrind (the console's
+                           browser tests, the MQTT bridge's tests and the C lamp's test
+                           use them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
@@ -69,6 +75,7 @@ fn main() -> ExitCode {
         "ci" => no_arguments("ci", rest).and_then(|()| ci::run()),
         "api" => api::run(rest),
         "bench" => bench::run(rest),
+        "firmware" => no_arguments("firmware", rest).and_then(|()| firmware::run()),
         "features" => no_arguments("features", rest).and_then(|()| {
             features::check_core()?;
             features::check_channel_without_ring()

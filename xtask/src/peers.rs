@@ -1,6 +1,8 @@
 //! `cargo xtask peers`: makes sure the tests have the real peers they
 //! drive, from Debian's packages: `chromium` and `chromium-driver` (the
-//! console's browser tests) and `mosquitto` (the MQTT bridge's broker),
+//! console's browser tests), `mosquitto` (the MQTT bridge's broker), and
+//! `libwebsockets-dev`, `pkg-config` and `valgrind` (the C lamp on
+//! `libdk_device.a`, run under valgrind by its test),
 //! installing what is missing with apt (as root, or through `sudo -n`).
 //! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
@@ -11,20 +13,33 @@ use std::process::Command;
 use crate::run::status;
 use crate::{TaskError, TaskResult};
 
-/// Debian's packages: the browser, its WebDriver, the MQTT broker.
-const PACKAGES: [&str; 3] = ["chromium", "chromium-driver", "mosquitto"];
+/// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
+/// lamp's WebSocket library, pkg-config and valgrind.
+const PACKAGES: [&str; 6] = [
+    "chromium",
+    "chromium-driver",
+    "mosquitto",
+    "libwebsockets-dev",
+    "pkg-config",
+    "valgrind",
+];
 
 /// Where the packages put the programs the tests run.
-const PROGRAMS: [&str; 3] = [
+const PROGRAMS: [&str; 6] = [
     "/usr/bin/chromium",
     "/usr/bin/chromedriver",
     "/usr/sbin/mosquitto",
+    "/usr/include/libwebsockets.h",
+    "/usr/bin/pkg-config",
+    "/usr/bin/valgrind",
 ];
 
 /// Installs the peers that are missing.
 pub fn ensure() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) {
-        println!("==> peers: chromium, chromedriver and mosquitto are installed");
+        println!(
+            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config and valgrind are installed"
+        );
         return Ok(());
     }
     let root = Command::new("id")
@@ -46,10 +61,7 @@ pub fn ensure() -> TaskResult {
     status("peers: apt-get update", &mut apt(&["update", "-q"]))?;
     let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
     install.args(PACKAGES);
-    status(
-        "browser: apt-get install chromium chromium-driver",
-        &mut install,
-    )?;
+    status("peers: apt-get install", &mut install)?;
     if let Some(missing) = PROGRAMS.iter().find(|p| !Path::new(p).is_file()) {
         return Err(TaskError(format!(
             "`{missing}` is still missing after installing {}",

@@ -1,7 +1,9 @@
 //! Text rules shared by manifests and inputs: UTF-16 lengths, JavaScript's
 //! notion of blank, and the characters a device may never put in text.
 
-use unicode_general_category::{GeneralCategory, get_general_category};
+mod categories;
+
+use categories::UNSAFE_CATEGORIES;
 
 /// Length of `s` in UTF-16 code units, the unit 8DK's limits are counted in
 /// (an emoji outside the Basic Multilingual Plane counts 2).
@@ -57,6 +59,23 @@ fn is_default_ignorable(c: char) -> bool {
         .is_ok()
 }
 
+/// True for a code point of Unicode 16.0 in general category Cc, Cf, Zl,
+/// Zp or Cn ([`UNSAFE_CATEGORIES`]).
+fn in_unsafe_category(c: char) -> bool {
+    let n = u32::from(c);
+    UNSAFE_CATEGORIES
+        .binary_search_by(|&(first, last)| {
+            if last < n {
+                core::cmp::Ordering::Less
+            } else if first > n {
+                core::cmp::Ordering::Greater
+            } else {
+                core::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
+}
+
 /// True for one of Unicode's 66 noncharacters: U+FDD0 to U+FDEF and the last
 /// two code points of every plane (U+FFFE, U+FFFF, U+1FFFE, ... U+10FFFF).
 /// They are also unassigned (Cn); the rule is spelled out so that it holds
@@ -79,14 +98,8 @@ pub fn is_unsafe_char(c: char) -> bool {
     if (' '..='~').contains(&c) {
         return false;
     }
-    matches!(
-        get_general_category(c),
-        GeneralCategory::Control
-            | GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-            | GeneralCategory::Unassigned
-    ) || is_default_ignorable(c)
+    in_unsafe_category(c)
+        || is_default_ignorable(c)
         || is_noncharacter(c)
         || BLANK_SYMBOLS.contains(&c)
 }
@@ -142,6 +155,26 @@ pub(crate) fn utf16_prefix(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use unicode_general_category::{GeneralCategory, get_general_category};
+
+    #[test]
+    fn the_category_ranges_are_unicode_general_categorys_table() {
+        assert_eq!(unicode_general_category::UNICODE_VERSION, (16, 0, 0));
+        for pair in UNSAFE_CATEGORIES.windows(2) {
+            assert!(pair[0].1 + 1 < pair[1].0, "sorted and apart: {pair:?}");
+        }
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let listed = matches!(
+                get_general_category(c),
+                GeneralCategory::Control
+                    | GeneralCategory::Format
+                    | GeneralCategory::LineSeparator
+                    | GeneralCategory::ParagraphSeparator
+                    | GeneralCategory::Unassigned
+            );
+            assert_eq!(in_unsafe_category(c), listed, "U+{:04X}", u32::from(c));
+        }
+    }
 
     #[track_caller]
     fn check_unsafe(c: char, unsafe_expected: bool) {

@@ -18,7 +18,7 @@ use crate::process::{Killed, PATIENCE, Scratch, devices, eventually};
 
 /// A running `dk mcp`: its standard input, its output lines as they come,
 /// and what it wrote on standard error once it ended.
-struct Bridge {
+pub(crate) struct Bridge {
     child: Killed,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -38,7 +38,7 @@ impl Bridge {
     }
 
     /// `dk mcp` on the MCP socket of the vessel in `scratch`'s home.
-    fn over_socket(scratch: &Scratch, credential: Option<&str>) -> Bridge {
+    pub(crate) fn over_socket(scratch: &Scratch, credential: Option<&str>) -> Bridge {
         Bridge::spawn(scratch.dk(&["mcp"]), credential)
     }
 
@@ -116,14 +116,14 @@ impl Bridge {
         }
     }
 
-    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         self.answer(id).0
     }
 
     /// Closes standard input and waits for the exit code; returns it and
     /// the standard error text.
-    fn finish(mut self) -> (Option<i32>, String) {
+    pub(crate) fn finish(mut self) -> (Option<i32>, String) {
         drop(self.stdin.take());
         let deadline = Instant::now() + PATIENCE;
         let status = loop {
@@ -148,7 +148,7 @@ impl Bridge {
     }
 }
 
-fn initialize(bridge: &mut Bridge) -> Value {
+pub(crate) fn initialize(bridge: &mut Bridge) -> Value {
     let answer = bridge.request(
         1,
         "initialize",
