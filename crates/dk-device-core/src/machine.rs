@@ -182,7 +182,8 @@ pub enum End {
     Retry(Retry),
     /// The device must not connect again on its own: the person must act.
     Stop(Stop),
-    /// [`DeviceCore::shutdown`] asked for it; the close was sent.
+    /// [`DeviceCore::shutdown`] asked for it; the close was sent (none
+    /// during the handshake, which is simply dropped).
     Shutdown,
 }
 
@@ -430,7 +431,9 @@ impl DeviceCore {
             config,
             entropy,
             credentials,
-            token,
+            // A token the vessel could not take is no token: the device
+            // asks to pair instead of sending a `device:auth` refused.
+            token: token.filter(|token| is_token(token)),
             calls,
             phase: Phase::Idle,
             secure: None,
@@ -445,7 +448,7 @@ impl DeviceCore {
     pub fn reload(&mut self, credentials: Option<Credentials>, token: Option<String>) {
         if matches!(self.phase, Phase::Idle | Phase::Ended) {
             self.credentials = credentials;
-            self.token = token;
+            self.token = token.filter(|token| is_token(token));
         }
     }
 
@@ -630,9 +633,14 @@ impl DeviceCore {
     pub fn handle_timeout(&mut self, now: Instant) {
         match &self.phase {
             Phase::Handshake { deadline, .. } if now >= *deadline => {
-                let secs = self.config.handshake_timeout.as_secs();
+                let timeout = self.config.handshake_timeout;
+                let within = if timeout.subsec_millis() == 0 {
+                    format!("{} s", timeout.as_secs())
+                } else {
+                    format!("{} ms", timeout.as_millis())
+                };
                 self.end(End::Retry(Retry::Handshake(format!(
-                    "no dk/2 handshake within {secs} s"
+                    "no dk/2 handshake within {within}"
                 ))));
             }
             Phase::Closing { deadline, .. } if now >= *deadline => self.finish_closing(),

@@ -422,3 +422,19 @@ fn stored_credentials_that_do_not_read_are_refused() {
 }
 
 mod hostile;
+
+#[test]
+fn a_kept_v1_token_the_vessel_could_not_take_asks_to_pair_instead() {
+    let config = Config {
+        channel: Channel::V1,
+        ..Config::default()
+    };
+    let mut core = DeviceCore::new(&lamp(), config, counter(), None, Some(String::new())).unwrap();
+    assert!(!core.is_paired());
+    core.connect(NOW);
+    let out = drain(&mut core);
+    let [Output::Connected, Output::Send(Message::Text(hello))] = out.as_slice() else {
+        panic!("{out:?}");
+    };
+    assert!(hello.contains("device:hello"), "{hello}");
+}
