@@ -96,7 +96,14 @@ pub(crate) fn register(platform: &dk_platform) -> dk_status {
         return dk_status::DK_ERR_PLATFORM;
     };
     let (alloc, free) = (alloc as *mut (), free as *mut ());
-    match STATE.compare_exchange(NONE, REGISTERING, Ordering::AcqRel, Ordering::Acquire) {
+    let mut state = STATE.compare_exchange(NONE, REGISTERING, Ordering::AcqRel, Ordering::Acquire);
+    // A second caller racing the first waits for its callbacks to be in
+    // place before comparing them: the window is three stores long.
+    while state == Err(REGISTERING) {
+        core::hint::spin_loop();
+        state = Err(STATE.load(Ordering::Acquire));
+    }
+    match state {
         Ok(_) => {
             FREE.store(free, Ordering::Relaxed);
             CTX.store(platform.ctx, Ordering::Relaxed);

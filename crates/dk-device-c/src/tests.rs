@@ -701,6 +701,25 @@ fn the_platform_allocator_hands_out_the_platforms_memory() {
     assert!(LIVE_BYTES.load(Ordering::Relaxed) < 1 << 30);
 }
 
+#[test]
+fn devices_made_at_once_on_many_threads_all_get_the_platform() {
+    // The first registration races the others: none may be refused
+    // for seeing it half done.
+    let threads: Vec<_> = (0..8u8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut seed = i;
+                let platform = platform(&mut seed);
+                // SAFETY: a readable platform.
+                unsafe { dk_platform_init(&platform) }
+            })
+        })
+        .collect();
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), dk_status::DK_OK);
+    }
+}
+
 /// A handler that frees its device (its ctx) and then replies.
 unsafe extern "C" fn free_then_reply(
     ctx: *mut c_void,
