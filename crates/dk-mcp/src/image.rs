@@ -36,12 +36,20 @@ pub(crate) struct ImageResult {
     pub(crate) described: Map<String, Value>,
 }
 
-/// The decoded length of `data` when it is standard base64 of an image of
-/// the format `mime_type` names; `None` otherwise.
-fn image_bytes(mime_type: &str, data: &str) -> Option<usize> {
+/// The MIME type and decoded length of `image` when it is exactly
+/// `{"type": "image", "mimeType": M, "data": D}` with D standard base64 of
+/// an image of the format M names; `None` otherwise.
+fn checked(image: &Map<String, Value>) -> Option<(String, usize)> {
+    if image.len() != 3 || image.get("type")?.as_str()? != "image" {
+        return None;
+    }
+    let mime_type = image.get("mimeType")?.as_str()?;
+    let data = image.get("data")?.as_str()?;
     let (_, signature) = FORMATS.iter().find(|(name, _)| *name == mime_type)?;
     let bytes = STANDARD.decode(data).ok()?;
-    bytes.starts_with(signature).then_some(bytes.len())
+    bytes
+        .starts_with(signature)
+        .then(|| (mime_type.to_owned(), bytes.len()))
 }
 
 /// Takes the image out of `result` when its `image` member is one (see the
@@ -49,36 +57,22 @@ fn image_bytes(mime_type: &str, data: &str) -> Option<usize> {
 pub(crate) fn split_image(
     mut result: Map<String, Value>,
 ) -> Result<ImageResult, Map<String, Value>> {
-    let Some(Value::Object(image)) = result.get(IMAGE_MEMBER) else {
+    let Some(Value::Object(image)) = result.get_mut(IMAGE_MEMBER) else {
         return Err(result);
     };
-    let (Some(Value::String(kind)), Some(Value::String(mime_type)), Some(Value::String(data))) =
-        (image.get("type"), image.get("mimeType"), image.get("data"))
-    else {
+    let Some((mime_type, bytes)) = checked(image) else {
         return Err(result);
     };
-    if image.len() != 3 || kind != "image" {
-        return Err(result);
-    }
-    let Some(bytes) = image_bytes(mime_type, data) else {
+    let Some(Value::String(data)) = image.get_mut("data") else {
         return Err(result);
     };
-    let mime_type = mime_type.clone();
-    let mut described = Map::new();
-    described.insert("type".to_owned(), Value::String("image".to_owned()));
-    described.insert("mimeType".to_owned(), Value::String(mime_type.clone()));
-    described.insert("bytes".to_owned(), Value::from(bytes));
-    // Replaced in place, so the member keeps its place in the result.
-    let data = match result.get_mut(IMAGE_MEMBER) {
-        Some(member) => match std::mem::replace(member, Value::Object(described)) {
-            Value::Object(mut image) => match image.remove("data") {
-                Some(Value::String(data)) => data,
-                _ => String::new(),
-            },
-            _ => String::new(),
-        },
-        None => String::new(),
-    };
+    let data = std::mem::take(data);
+    // Rewritten in place, so the member keeps its place in the result.
+    *image = Map::from_iter([
+        ("type".to_owned(), Value::from("image")),
+        ("mimeType".to_owned(), Value::from(mime_type.as_str())),
+        ("bytes".to_owned(), Value::from(bytes)),
+    ]);
     Ok(ImageResult {
         data,
         mime_type,
