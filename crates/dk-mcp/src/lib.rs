@@ -233,6 +233,8 @@ pub async fn serve_mcp_unix(
 #[cfg(test)]
 mod event_tests;
 #[cfg(test)]
+mod image_tests;
+#[cfg(test)]
 mod read_more_tests;
 #[cfg(test)]
 mod tests;

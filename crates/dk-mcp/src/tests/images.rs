@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::model::ContentBlock;
 
 use super::*;
-use crate::image::tests::PNG;
+use crate::image_tests::PNG;
 
 const READ: &str = "device__desk_lamp__read_light";
 
