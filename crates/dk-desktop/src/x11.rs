@@ -96,6 +96,19 @@ impl Blacked {
         self.rects.iter().any(|r| r.contains(x, y))
     }
 
+    /// The ancestor of `window` that is a child of the root (the window
+    /// itself when it is one).
+    fn top_level(&self, window: Window, root: Window) -> Window {
+        let mut top = window;
+        for _ in 0..MAX_WINDOWS {
+            match self.parents.get(&top) {
+                Some(&p) if p != root => top = p,
+                _ => break,
+            }
+        }
+        top
+    }
+
     /// True when `window` is a matched window, inside one, or a window
     /// (other than the root) holding one, as a window manager's frame
     /// holds its client.
@@ -273,6 +286,10 @@ impl Session {
         }
         let mut level = vec![self.root];
         let mut seen = 0usize;
+        // The outer rectangle of every viewable window met, to black out a
+        // matched client's whole top-level window (a window manager's
+        // frame, title bar included).
+        let mut outer: HashMap<Window, Rect> = HashMap::new();
         while !level.is_empty() {
             let trees = level
                 .iter()
@@ -323,8 +340,10 @@ impl Session {
             for (window, probe) in probes {
                 match self.read_probe(probe) {
                     Ok(Some((rect, class, titles))) => {
+                        outer.insert(window, rect);
                         if blackout.matches_window(&class, &titles) {
-                            blacked.rects.push(rect);
+                            let top = blacked.top_level(window, self.root);
+                            blacked.rects.push(outer.get(&top).copied().unwrap_or(rect));
                             blacked.matched.push(window);
                         } else {
                             next.push(window);

@@ -27,6 +27,7 @@ const SCREEN: (u32, u32) = (1920, 1200);
 const RED: u32 = 0xdd2211;
 const GREEN: u32 = 0x22cc44;
 const BLUE: u32 = 0x1133ee;
+const GREY: u32 = 0x808080;
 
 /// The plain window: at (300, 300), 600x300, red, a green button at
 /// (150, 150) of it, 150x60 (screen 450..600, 450..510).
@@ -37,10 +38,12 @@ fn plain() -> Spec<'static> {
         title: "Notes - shopping",
         colour: RED,
         button: (150, 150, 150, 60, GREEN),
+        frame: None,
     }
 }
 
-/// The password manager: at (1200, 600), 400x300, blue.
+/// The password manager: at (1200, 600), 400x300, blue, in a frame whose
+/// grey title bar is 30 pixels high (the frame is at (1200, 570), 400x330).
 fn secret() -> Spec<'static> {
     Spec {
         rect: (1200, 600, 400, 300),
@@ -48,6 +51,7 @@ fn secret() -> Spec<'static> {
         title: "Vault - KeePassXC",
         colour: BLUE,
         button: (10, 10, 50, 50, GREEN),
+        frame: Some((30, GREY)),
     }
 }
 
@@ -172,8 +176,9 @@ fn screenshots_show_the_windows_and_black_out_what_is_listed() {
     // 200..400), its button (shot 300..400 x 300..340), inner pixels only.
     shot.assert_all((420, 210, 150, 80), RED);
     shot.assert_all((302, 302, 96, 36), GREEN);
-    // The password manager (shot 800..1067 x 400..600) is black, all of it.
-    shot.assert_all((800, 400, 266, 200), 0);
+    // The password manager and its frame (shot 800..1067 x 380..600) are
+    // black, all of them.
+    shot.assert_all((800, 380, 266, 220), 0);
     // So is the region (screen 300..450 x 300..390, the plain window's
     // corner: shot 200..300 x 200..260), and the window beside it is not.
     shot.assert_all((200, 200, 100, 60), 0);

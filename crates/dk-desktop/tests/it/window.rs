@@ -59,6 +59,10 @@ pub struct Spec<'a> {
     /// The button: left, top, width, height inside the window, and its
     /// colour.
     pub button: (i16, i16, u16, u16, u32),
+    /// A frame around the window, as a reparenting window manager makes:
+    /// a title bar this high above it, of this colour, with no class or
+    /// title of its own.
+    pub frame: Option<(u16, u32)>,
 }
 
 /// A mapped test window and the thread recording what it receives.
@@ -83,10 +87,32 @@ impl TestWindow {
         let window = conn.generate_id().unwrap();
         let (x, y, w, h) = spec.rect;
         let events = EventMask::BUTTON_PRESS | EventMask::KEY_PRESS | EventMask::STRUCTURE_NOTIFY;
+        let (parent, x, y) = match spec.frame {
+            Some((bar, colour)) => {
+                let frame = conn.generate_id().unwrap();
+                conn.create_window(
+                    depth,
+                    frame,
+                    root,
+                    x,
+                    y - bar as i16,
+                    w,
+                    h + bar,
+                    0,
+                    WindowClass::INPUT_OUTPUT,
+                    visual,
+                    &CreateWindowAux::new().background_pixel(colour),
+                )
+                .unwrap();
+                conn.map_window(frame).unwrap();
+                (frame, 0, bar as i16)
+            }
+            None => (root, x, y),
+        };
         conn.create_window(
             depth,
             window,
-            root,
+            parent,
             x,
             y,
             w,
