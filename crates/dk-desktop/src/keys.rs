@@ -11,7 +11,7 @@ pub type Keysym = u32;
 
 /// Keysyms of the modifiers.
 pub mod sym {
-    use super::Keysym;
+    use crate::keys::Keysym;
     /// Shift_L.
     pub const SHIFT: Keysym = 0xffe1;
     /// Control_L.
