@@ -9,7 +9,10 @@
 //!   PNG's size;
 //! - `desktop/zoom_400x250`: a zoom of a quarter of the screenshot;
 //! - `desktop/left_click`: a click (checked, moved, pressed, released, and
-//!   the server's round trip), the median of 100.
+//!   the server's round trip), the median of 100;
+//! - `desktop/rss_before_screenshots`, `desktop/rss_after_screenshots`:
+//!   this process's resident memory once connected, and a second after
+//!   those calls.
 //!
 //! Times are reported, never asserted on.
 
@@ -66,6 +69,13 @@ fn main() {
                 .block_on(desktop.device().invoke(capability, input))
                 .unwrap()
         };
+        if width == 1920 {
+            std::thread::sleep(Duration::from_millis(300));
+            println!(
+                "desktop/rss_before_screenshots: {} KiB resident",
+                resident_kib()
+            );
+        }
         let shot = call("screenshot", json!({}));
         let png = shot["image"]["data"].as_str().unwrap().len() / 4 * 3;
         let name = if width == 1920 {
@@ -93,8 +103,23 @@ fn main() {
                 call("left_click", json!({"x": 640, "y": 400}));
             });
             println!("desktop/left_click: {:.2} ms median", ms(median));
+            std::thread::sleep(Duration::from_secs(1));
+            println!(
+                "desktop/rss_after_screenshots: {} KiB resident (this process: the device, its runtime and the X thread, system allocator)",
+                resident_kib()
+            );
         }
     }
+}
+
+/// This process's resident memory, from `/proc/self/status`.
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn ms(d: Duration) -> f64 {

@@ -714,6 +714,13 @@ mod tests {
             .map(|c| c.description().to_owned())
             .unwrap_or_default();
         assert!(description.ends_with("Blacked out before any pixel leaves the device: windows of class KeePassXC; windows titled *Password*; screen region 0,0 200x100."), "{description}");
+        let streaming = manifest(&config, Some(Duration::from_millis(500))).unwrap_or(Value::Null);
+        let streaming = dk_proto::validate_manifest(&streaming);
+        assert!(streaming.is_ok_and(|m| {
+            m.capabilities()
+                .last()
+                .is_some_and(|c| c.name() == "screen" && c.description().contains("every 500 ms"))
+        }));
         let plain = manifest_digest(&DesktopConfig::default());
         assert_ne!(plain, manifest_digest(&config));
         for i in 0..40 {

@@ -177,12 +177,32 @@ impl PixelFormat {
     }
 
     /// The RGB image of `width` x `height` pixels in `raw`.
+    #[cfg(test)]
     pub fn decode(&self, raw: &[u8], width: u32, height: u32) -> Result<Rgb, FormatError> {
+        let mut image = Rgb::black(width, height);
+        self.decode_rows(raw, &mut image, 0, height)?;
+        Ok(image)
+    }
+
+    /// Decodes `rows` rows of `image`'s width from `raw` into `image`, from
+    /// row `first` on.
+    pub fn decode_rows(
+        &self,
+        raw: &[u8],
+        image: &mut Rgb,
+        first: u32,
+        rows: u32,
+    ) -> Result<(), FormatError> {
+        let width = image.width;
         let stride = self.stride(width);
-        if raw.len() < stride * height as usize {
+        if raw.len() < stride * rows as usize {
             return Err(FormatError::Short);
         }
-        let mut image = Rgb::black(width, height);
+        let target_stride = width as usize * 3;
+        let target = image
+            .data
+            .get_mut(first as usize * target_stride..(first + rows) as usize * target_stride)
+            .ok_or(FormatError::Short)?;
         let row_bytes = width as usize * self.bytes_per_pixel;
         let common = self.bytes_per_pixel == 4
             && !self.most_significant_first
@@ -192,7 +212,7 @@ impl PixelFormat {
             && [self.red.max, self.green.max, self.blue.max] == [255; 3];
         for (source, target) in raw
             .chunks(stride.max(1))
-            .zip(image.data.chunks_mut(width as usize * 3))
+            .zip(target.chunks_mut(target_stride.max(1)))
         {
             let source = source.get(..row_bytes).unwrap_or(&[]);
             if common {
@@ -220,7 +240,7 @@ impl PixelFormat {
                 }
             }
         }
-        Ok(image)
+        Ok(())
     }
 }
 

@@ -27,6 +27,8 @@ const PROPERTY_LONGS: u32 = 256;
 /// How long a keycode remapped for typing is left alone before it is
 /// changed again: clients re-read the mapping when told it changed.
 pub const REMAP_PAUSE: Duration = Duration::from_millis(40);
+/// About how many bytes of the server's image one GetImage reads.
+const STRIP_BYTES: usize = 1 << 20;
 /// Motions between the press and the release of a drag.
 const DRAG_STEPS: i32 = 8;
 /// The pause between the motions of a drag.
@@ -207,26 +209,41 @@ impl Session {
     }
 
     /// The pixels of the screen rectangle at (`x`, `y`), `width` x `height`
-    /// (inside the screen), as RGB.
+    /// (inside the screen), as RGB. Read in strips of about
+    /// [`STRIP_BYTES`], so the server's image is never held whole.
     pub fn capture(&self, x: u32, y: u32, width: u32, height: u32) -> Result<Rgb, XError> {
         let to16 = |v: u32| i16::try_from(v).map_err(|_| XError::Failed("off the screen".into()));
         let tou16 = |v: u32| u16::try_from(v).map_err(|_| XError::Failed("off the screen".into()));
-        let reply = self
-            .conn
-            .get_image(
-                ImageFormat::Z_PIXMAP,
-                self.root,
-                to16(x)?,
-                to16(y)?,
-                tou16(width)?,
-                tou16(height)?,
-                u32::MAX,
-            )?
-            .reply()?;
-        let format = self.pixel_format(reply.depth, reply.visual)?;
-        format
-            .decode(&reply.data, width, height)
-            .map_err(|e| XError::Failed(e.to_string()))
+        let strip = u32::try_from(STRIP_BYTES / (width.max(1) as usize * 4))
+            .unwrap_or(1)
+            .clamp(1, height.max(1));
+        let mut image = Rgb::black(width, height);
+        let mut format = None;
+        let mut top = 0;
+        while top < height {
+            let rows = strip.min(height - top);
+            let reply = self
+                .conn
+                .get_image(
+                    ImageFormat::Z_PIXMAP,
+                    self.root,
+                    to16(x)?,
+                    to16(y + top)?,
+                    tou16(width)?,
+                    tou16(rows)?,
+                    u32::MAX,
+                )?
+                .reply()?;
+            let format = match format {
+                Some(format) => format,
+                None => *format.insert(self.pixel_format(reply.depth, reply.visual)?),
+            };
+            format
+                .decode_rows(&reply.data, &mut image, top, rows)
+                .map_err(|e| XError::Failed(e.to_string()))?;
+            top += rows;
+        }
+        Ok(image)
     }
 
     fn pixel_format(&self, depth: u8, visual: u32) -> Result<PixelFormat, XError> {
