@@ -39,7 +39,7 @@ pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
 /// Why a setting or the configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// A size that is not `WxH` within [`MIN_SIDE`]..=[`MAX_SIDE`].
+    /// A size that is not `WxH` with each side from 16 to 8192 pixels.
     #[error("size `{0}` is not WxH with each side from 16 to 8192 pixels (e.g. 1280x800)")]
     Size(String),
     /// A region that is not `X,Y,W,H` with a positive width and height.
