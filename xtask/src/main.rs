@@ -43,9 +43,9 @@ tasks:
                            opt-level z, panic=abort, LTO) and the C lamp of examples/c
                            on it; print their paths and the header's
   peers                    install Debian's chromium, chromium-driver, mosquitto,
-                           libwebsockets-dev, pkg-config and valgrind (the console's
-                           browser tests, the MQTT bridge's tests and the C lamp's test
-                           use them) when they are missing
+                           libwebsockets-dev, pkg-config, valgrind and xvfb (the console's
+                           browser tests, the MQTT bridge's tests, the C lamp's test and
+                           the desktop device's tests use them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
