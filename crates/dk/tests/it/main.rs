@@ -13,6 +13,7 @@ mod bridge_mqtt;
 mod c_lamp;
 mod console;
 mod crash;
+mod desktop;
 mod device_files;
 mod durable;
 mod files;
