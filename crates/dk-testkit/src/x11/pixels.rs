@@ -114,7 +114,10 @@ pub(super) fn fail(message: &str) -> ! {
 }
 
 /// The masks of the root visual's red, green and blue.
-fn colour_masks(connection: &RustConnection, screen: usize) -> Result<[u32; 3], X11Error> {
+pub(super) fn colour_masks(
+    connection: &RustConnection,
+    screen: usize,
+) -> Result<[u32; 3], X11Error> {
     let root = connection
         .setup()
         .roots
@@ -135,7 +138,11 @@ pub(super) fn pixel_value(
     screen: usize,
     colour: Rgb,
 ) -> Result<u32, X11Error> {
-    let masks = colour_masks(connection, screen)?;
+    Ok(value_of(colour, colour_masks(connection, screen)?))
+}
+
+/// The pixel value of `colour` under `masks`.
+pub(super) fn value_of(colour: Rgb, masks: [u32; 3]) -> u32 {
     let channel = |mask: u32, value: u8| -> u32 {
         if mask == 0 {
             return 0;
@@ -149,7 +156,7 @@ pub(super) fn pixel_value(
         };
         (scaled << shift) & mask
     };
-    Ok(channel(masks[0], colour.0) | channel(masks[1], colour.1) | channel(masks[2], colour.2))
+    channel(masks[0], colour.0) | channel(masks[1], colour.1) | channel(masks[2], colour.2)
 }
 
 /// The colour of pixel value `pixel` under `masks`.

@@ -174,6 +174,18 @@ fn the_window_paints_its_colours_and_says_where() {
         }
     }
     assert_eq!(screen_pixel(&xvfb.display(), 30, 50).unwrap(), BLUE);
+    // A picture painted over it.
+    let picture: Vec<Rgb> = (0..40 * 30u32)
+        .map(|i| {
+            let i = u8::try_from(i % 256).unwrap();
+            Rgb(i.wrapping_mul(7), i.wrapping_mul(13), 255 - i)
+        })
+        .collect();
+    let area = Rect::new(100, 50, 40, 30);
+    window.paint(area, &picture).unwrap();
+    let read = screen_pixels(&xvfb.display(), Rect::new(120, 80, 40, 30)).unwrap();
+    assert_eq!(read, picture);
+    assert!(window.paint(area, &picture[1..]).is_err());
     assert_eq!(
         window.spec().button_on_screen(),
         Some(Rect::new(30, 50, 60, 30))

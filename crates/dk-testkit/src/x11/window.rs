@@ -15,7 +15,7 @@ use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 
 use super::keys::{Keymap, is_modifier_key, name_of, text_of};
-use super::pixels::{Rect, Rgb, X11Error, fail, pixel_value};
+use super::pixels::{Rect, Rgb, X11Error, colour_masks, fail, pixel_value, value_of};
 use crate::PATIENCE;
 
 /// What a [`TestWindow`] looks like: where it is, its class and title,
@@ -216,6 +216,7 @@ impl Shared {
 #[derive(Debug)]
 pub struct TestWindow {
     connection: Arc<RustConnection>,
+    screen: usize,
     window: u32,
     sync_atom: u32,
     spec: WindowSpec,
@@ -358,6 +359,7 @@ impl TestWindow {
         };
         Ok(TestWindow {
             connection,
+            screen,
             window,
             sync_atom,
             spec,
@@ -403,6 +405,81 @@ impl TestWindow {
             self.window,
             &ConfigureWindowAux::new().stack_mode(StackMode::ABOVE),
         )?;
+        self.connection.get_input_focus()?.reply()?;
+        Ok(())
+    }
+
+    /// Paints `pixels` (row by row, `area.width` to a row) at `area`, in
+    /// the window's coordinates: a picture busier than its flat colours.
+    /// The window keeps no copy: what covers it and goes away erases it.
+    ///
+    /// # Errors
+    ///
+    /// When `pixels` does not fill `area`, the display stores pixels in
+    /// another way than 32 bits in its byte order, or cannot be reached.
+    pub fn paint(&self, area: Rect, pixels: &[Rgb]) -> Result<(), X11Error> {
+        use x11rb::protocol::xproto::{CreateGCAux, ImageFormat, ImageOrder};
+        let width = usize::from(area.width);
+        if width == 0 || pixels.len() != width * usize::from(area.height) {
+            return Err(X11Error(format!(
+                "{} pixels do not fill {}x{}",
+                pixels.len(),
+                area.width,
+                area.height
+            )));
+        }
+        let setup = self.connection.setup();
+        let depth = setup
+            .roots
+            .get(self.screen)
+            .map(|screen| screen.root_depth)
+            .unwrap_or_default();
+        let format = setup
+            .pixmap_formats
+            .iter()
+            .find(|format| format.depth == depth);
+        if format.is_none_or(|format| format.bits_per_pixel != 32) {
+            return Err(X11Error(format!(
+                "a display of depth {depth} is not painted"
+            )));
+        }
+        let little = setup.image_byte_order == ImageOrder::LSB_FIRST;
+        let masks = colour_masks(&self.connection, self.screen)?;
+        let gc = self.connection.generate_id()?;
+        self.connection
+            .create_gc(gc, self.window, &CreateGCAux::new())?;
+        // Pieces well under the core protocol's request size.
+        let rows = (200_000 / (width * 4)).max(1);
+        for (index, chunk) in pixels.chunks(rows * width).enumerate() {
+            let mut data = Vec::with_capacity(chunk.len() * 4);
+            for colour in chunk {
+                let value = value_of(*colour, masks);
+                if little {
+                    data.extend_from_slice(&value.to_le_bytes());
+                } else {
+                    data.extend_from_slice(&value.to_be_bytes());
+                }
+            }
+            let top = i16::try_from(index * rows)
+                .ok()
+                .and_then(|offset| area.y.checked_add(offset))
+                .ok_or_else(|| X11Error("the area is too tall".to_owned()))?;
+            let height = u16::try_from(chunk.len() / width)
+                .map_err(|_| X11Error("the area is too tall".to_owned()))?;
+            self.connection.put_image(
+                ImageFormat::Z_PIXMAP,
+                self.window,
+                gc,
+                area.width,
+                height,
+                area.x,
+                top,
+                0,
+                depth,
+                &data,
+            )?;
+        }
+        self.connection.free_gc(gc)?;
         self.connection.get_input_focus()?.reply()?;
         Ok(())
     }
