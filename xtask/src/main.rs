@@ -35,7 +35,9 @@ tasks:
                            dk-store, dk-core, dk-vessel, the console (dk-tests) and the
                            MQTT bridge (dk), then print their medians (and write them
                            to FILE as JSON); `bench firmware` alone measures the C
-                           lamp's heap, code size and handshake against their budgets
+                           lamp's heap, code size and handshake against their budgets;
+                           `bench desktop` alone the desktop device's screenshot and
+                           click latency and idle memory against the issue's limits
   features                 check that dk-core builds tokio with sync, time and macros
                            only (no socket, no file, no task of its own), and run
                            dk-channel's tests without its default features (no ring)
