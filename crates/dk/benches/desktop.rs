@@ -44,6 +44,10 @@ const SCREENSHOT_LIMIT: Duration = Duration::from_millis(60);
 const CLICK_LIMIT: Duration = Duration::from_millis(5);
 const RSS_LIMIT_KIB: u64 = 32 * 1024;
 
+/// The vessel's configuration: desktop-control admitted, and no rate
+/// limit on the agent, whose calls follow each other as fast as they end.
+const CONFIG: &str = "[rateLimits]\ncallsPerMinute = 0\nperDeviceCallsPerMinute = 0\n\n[streaming.desktop-control]\nenabled = true\nrequireApproval = false\nsandbox = \"bench\"\n\n[streaming.desktop-control.runLimits]\nmaxToolCalls = 64\nmaxTurns = 16\n";
+
 const CAPABILITIES: [&str; 3] = ["screenshot", "left_click", "cursor_position"];
 
 struct Killed(Child);
@@ -210,8 +214,12 @@ async fn run() -> Result<(), BoxError> {
             .stderr(Stdio::null());
         command
     };
+    let config = home.path().join("vessel.toml");
+    std::fs::write(&config, CONFIG)?;
     let vessel = Killed(
         dk(&["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(&config)
             .args([
                 "--admin-listen",
                 "127.0.0.1:0",

@@ -59,6 +59,24 @@ const CAPABILITIES: [&str; 14] = [
 /// The rule the person starts with: never type the launch codes.
 const RULES: &str = "version: 1\npolicies:\n  - name: no-launch-codes\n    action: device_use\n    condition: \"deviceId equals desktop and capability equals type and input.text contains launch-codes\"\n    decision: block\n    message: Never type the launch codes\n";
 
+/// The vessel's configuration: desktop-control admitted (deny by default),
+/// without asking on each reconnect; no rate limit on the agent, which
+/// calls faster than an agent would.
+const CONFIG: &str = r#"
+[rateLimits]
+callsPerMinute = 0
+perDeviceCallsPerMinute = 0
+
+[streaming.desktop-control]
+enabled = true
+requireApproval = false
+sandbox = "desktop-test"
+
+[streaming.desktop-control.runLimits]
+maxToolCalls = 64
+maxTurns = 16
+"#;
+
 fn tool(capability: &str) -> String {
     format!("device__desktop__{capability}")
 }
@@ -148,8 +166,17 @@ impl Desk {
         let scratch = Scratch::new(name);
         let rules = scratch.root().join("rules.yaml");
         std::fs::write(&rules, RULES).unwrap();
-        let (vessel, mcp) =
-            crate::agents::start_with(&scratch, &["--policies", rules.to_str().unwrap()]);
+        let config = scratch.root().join("vessel.toml");
+        std::fs::write(&config, CONFIG).unwrap();
+        let (vessel, mcp) = crate::agents::start_with(
+            &scratch,
+            &[
+                "--policies",
+                rules.to_str().unwrap(),
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
         let admin = vessel.admin(&scratch);
         let mut device = DeviceProcess::start(&scratch, &vessel, &xvfb.display());
 
@@ -648,11 +675,12 @@ async fn the_display_going_away_is_said_and_the_device_comes_back_with_it() {
     let reason = refused(&desk.call("left_click", json!({"x": 10, "y": 10})).await);
     assert!(reason.contains(&expected), "{reason}");
     desk.device.check_running();
+    // It says so in its log, naming the display.
     let said = desk.device.said();
-    assert!(
-        said.contains("not reachable"),
-        "the device did not log it: {said}"
-    );
+    let logged = said
+        .lines()
+        .any(|line| line.contains("X display") && line.contains(&display));
+    assert!(logged, "the device did not log it: {said}");
 
     // Back on the same display: the same process serves again.
     desk.xvfb.restart();
