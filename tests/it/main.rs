@@ -13,6 +13,7 @@ mod dk2_client;
 mod dk2_hostile;
 mod harness;
 mod hostile;
+mod images;
 mod in_process;
 mod layering;
 mod map;

@@ -1,7 +1,8 @@
 """The official Python MCP client (the `mcp` package, pinned in
 requirements.txt) against a real `dk vessel` with a simulated lamp
 (`dk device simulate lamp`), over streamable HTTP and through the `dk mcp`
-stdio bridge.
+stdio bridge; and a camera written here (a v1 device on a raw WebSocket)
+whose screenshots reach the client as image content.
 
 Run by `cargo xtask ci` in the virtualenv it keeps under `target/`:
 
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -612,6 +616,158 @@ class ReadMoreSuite:
             await self.read_all(client)
 
 
+# A 2x1 PNG: a red pixel, then a blue one.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000020000000108020000007b40e8dd"
+    "0000000d4944415478da63f8cf0004ff01070001ff3d7d8c490000000049454e44ae426082")
+CAMERA = "camera"
+SCREENSHOT = "device__camera__screenshot"
+CAMERA_MANIFEST = {
+    "id": CAMERA, "name": "Camera", "kind": "camera", "version": "1",
+    "capabilities": [{"name": "screenshot", "kind": "sensor",
+                      "description": "A picture of the screen."}],
+}
+
+
+def screenshot_result() -> dict[str, Any]:
+    """What the camera answers: the shape `dk device desktop` gives a screenshot."""
+    data = base64.b64encode(PNG).decode()
+    return {"width": 2, "height": 1, "blacked_out": 0,
+            "image": {"type": "image", "mimeType": "image/png", "data": data}}
+
+
+class Camera:
+    """A device speaking plain 8DK v1, which the vessel takes on loopback,
+    on a WebSocket written here (the standard library has none), so that no
+    device program has to return pictures: it says `device:hello`, and
+    answers every `device:invoke` with `screenshot_result()`."""
+
+    def __init__(self, devices: str):
+        host, port = devices.rsplit(":", 1)
+        self.socket = socket.create_connection((host, int(port)), timeout=PATIENCE)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.socket.sendall(
+            f"GET /device HTTP/1.1\r\nHost: {devices}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+        self.buffer = b""
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.read_some()
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        check(head.startswith(b"HTTP/1.1 101"), f"upgrade answered {head!r}")
+        self.send(0x1, json.dumps({"type": "device:hello", "manifest": CAMERA_MANIFEST}).encode())
+        self.calls = 0
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def read_some(self) -> bytes:
+        data = self.socket.recv(65536)
+        if not data:
+            raise ConnectionError("the vessel closed the connection")
+        return data
+
+    def read(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            self.buffer += self.read_some()
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def send(self, opcode: int, payload: bytes) -> None:
+        """One masked frame, as a client sends them."""
+        n = len(payload)
+        if n < 126:
+            header = bytes([0x80 | opcode, 0x80 | n])
+        elif n < 1 << 16:
+            header = bytes([0x80 | opcode, 0x80 | 126]) + n.to_bytes(2, "big")
+        else:
+            header = bytes([0x80 | opcode, 0x80 | 127]) + n.to_bytes(8, "big")
+        mask = os.urandom(4)
+        self.socket.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    def frame(self) -> tuple[int, bytes]:
+        """The next frame from the vessel (never masked nor fragmented here)."""
+        first, second = self.read(2)
+        n = second & 0x7F
+        if n == 126:
+            n = int.from_bytes(self.read(2), "big")
+        elif n == 127:
+            n = int.from_bytes(self.read(8), "big")
+        return first & 0x0F, self.read(n)
+
+    def serve(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while True:
+                opcode, payload = self.frame()
+                if opcode == 0x8:
+                    return
+                if opcode == 0x9:
+                    self.send(0xA, payload)
+                    continue
+                message = json.loads(payload)
+                if message.get("type") == "device:invoke":
+                    self.calls += 1
+                    answer = {"type": "device:result", "callId": message["callId"], "ok": True,
+                              "result": screenshot_result()}
+                    self.send(0x1, json.dumps(answer).encode())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
+        self.socket.close()
+        self.thread.join(PATIENCE)
+
+
+class ImageSuite:
+    """Image results, from the camera above, paired on the lamp's vessel."""
+
+    def __init__(self, dk: Path, vessel: Vessel, camera: Camera):
+        self.dk = dk
+        self.vessel = vessel
+        self.viewer = vessel.add_agent("viewer", [CAMERA])
+
+        def consent() -> int | None:
+            _, pending = vessel.admin("GET", "/v1/pending")
+            for prompt in pending or []:
+                if prompt.get("kind") == "consent" and prompt["request"]["deviceId"] == CAMERA:
+                    return prompt["id"]
+            return None
+
+        prompt = wait_for("the camera's pairing request", consent)
+        status, _ = vessel.admin("POST", f"/v1/pending/{prompt}/consent",
+                                 {"approved": True, "grant": ["screenshot"]})
+        check(status == 204, f"consent answered {status}")
+
+        def connected() -> bool | None:
+            _, devices = vessel.admin("GET", "/v1/devices")
+            return True if any(d["id"] == CAMERA and d["connected"] for d in devices or []) else None
+
+        wait_for("the camera to connect", connected)
+
+    async def check_image(self, client: Client) -> None:
+        result = await client.call_tool(SCREENSHOT, {})
+        check(not result.is_error, f"refused: {text_of(result)}")
+        check(len(result.content) == 2, f"content: {result.content}")
+        image, text = result.content
+        check(isinstance(image, types.ImageContent), f"not an image first: {image!r}")
+        check(image.mime_type == "image/png", f"type {image.mime_type}")
+        check(base64.b64decode(image.data, validate=True) == PNG, "not the camera's bytes")
+        described = {"width": 2, "height": 1, "blacked_out": 0,
+                     "image": {"type": "image", "mimeType": "image/png", "bytes": len(PNG)}}
+        check(isinstance(text, types.TextContent) and json.loads(text.text) == described,
+              f"text: {text!r}")
+        check(result.structured_content == described, f"structured: {result.structured_content}")
+
+    async def test_a_screenshot_is_image_content(self) -> None:
+        async with http_client(self.vessel.url, self.viewer) as client:
+            await self.check_image(client)
+        async with http_client(self.vessel.url, self.viewer, mode="legacy") as client:
+            await self.check_image(client)
+
+    async def test_a_screenshot_through_the_stdio_bridge(self) -> None:
+        async with stdio_client(self.dk, self.vessel.url, self.viewer) as client:
+            await self.check_image(client)
+
+
 async def run_cases(suite: Any, results: list[tuple[str, str, str]], only: str | None) -> None:
     # In the order they are written: each case leaves the grants as it found them.
     for name in [n for n in vars(type(suite)) if n.startswith("test_")]:
@@ -646,6 +802,11 @@ async def main() -> int:
         try:
             vessel.pair_lamp(["read_light", "set_light", "strobe"])
             await run_cases(Suite(dk, vessel), results, options.only)
+            camera = Camera(vessel.devices)
+            try:
+                await run_cases(ImageSuite(dk, vessel, camera), results, options.only)
+            finally:
+                camera.close()
         except Exception:
             print(vessel.read_log(), file=sys.stderr)
             raise

@@ -1,10 +1,12 @@
 //! `cargo xtask bench [FILTER] [--save FILE]`: runs the benchmarks and
 //! prints the median of each, read from divan's tables, followed by the lines
 //! of the benches that measure in their own way (`e2e/...`, `idle/...`,
-//! `store/...`, `durable/...`, `desktop/...`: a tool call over WebSocket against a bare
-//! echo, the memory of a vessel process with idle devices, committed store
-//! writes with their p99, and the durable vessel's start, admin changes and
-//! call path). Times are reported, never asserted on.
+//! `store/...`, `durable/...`, `desktop/...`: a tool call over WebSocket
+//! against a bare echo, the memory of a vessel process with idle devices,
+//! committed store writes with their p99, the durable vessel's start,
+//! admin changes and call path, and the desktop device's screenshot, click
+//! and memory against their limits, end to end and on the device alone).
+//! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -73,8 +75,10 @@ pub fn run(args: &[String]) -> TaskResult {
         // building every other bench.
         command.args(["-p", "dk-tests", "--bench", "firmware"]);
     } else if filter == Some("desktop") {
-        // The desktop device against Xvfb alone.
-        command.args(["-p", "dk-desktop", "--bench", "desktop"]);
+        // The desktop device alone, without building every other bench:
+        // end to end (on an Xvfb, with a real vessel and an MCP agent) and
+        // the device's own calls.
+        command.args(["-p", "dk", "-p", "dk-desktop", "--bench", "desktop"]);
     } else {
         for package in PACKAGES {
             command.args(["-p", package]);

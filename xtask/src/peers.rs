@@ -2,8 +2,8 @@
 //! drive, from Debian's packages: `chromium` and `chromium-driver` (the
 //! console's browser tests), `mosquitto` (the MQTT bridge's broker), and
 //! `libwebsockets-dev`, `pkg-config` and `valgrind` (the C lamp on
-//! `libdk_device.a`, run under valgrind by its test), `xvfb` (the X server
-//! the desktop device's tests start),
+//! `libdk_device.a`, run under valgrind by its test) and `xvfb` (the X
+//! server the desktop device's tests start for themselves),
 //! installing what is missing with apt (as root, or through `sudo -n`).
 //! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
@@ -15,7 +15,7 @@ use crate::run::status;
 use crate::{TaskError, TaskResult};
 
 /// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
-/// lamp's WebSocket library, pkg-config, valgrind and the X server.
+/// lamp's WebSocket library, pkg-config, valgrind and the virtual X server.
 const PACKAGES: [&str; 7] = [
     "chromium",
     "chromium-driver",

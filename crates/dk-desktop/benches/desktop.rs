@@ -1,16 +1,17 @@
-//! The desktop device measured against a real Xvfb (`cargo xtask bench
+//! The desktop device on its own (no vessel, no agent: its calls made in
+//! this process) measured against a real Xvfb (`cargo xtask bench
 //! desktop`, or `cargo bench -p dk-desktop --bench desktop`), the screen
 //! painted with something like a desktop (gradients, window-like blocks and
 //! lines of text-like specks, so the PNG is not trivially small):
 //!
-//! - `desktop/screenshot_1920x1200_to_1280x800` and
-//!   `desktop/screenshot_1280x800`: a `screenshot` call on the device
+//! - `desktop/device_screenshot_1920x1200_to_1280x800` and
+//!   `desktop/device_screenshot_1280x800`: a `screenshot` call on the device
 //!   (capture, blackout walk, scale, PNG, base64), the median of 40, and the
 //!   PNG's size;
-//! - `desktop/zoom_400x250`: a zoom of a quarter of the screenshot;
-//! - `desktop/left_click`: a click (checked, moved, pressed, released, and
+//! - `desktop/device_zoom_400x250`: a zoom of a quarter of the screenshot;
+//! - `desktop/device_left_click`: a click (checked, moved, pressed, released, and
 //!   the server's round trip), the median of 100;
-//! - `desktop/rss_before_screenshots`, `desktop/rss_after_screenshots`:
+//! - `desktop/device_rss_before_screenshots`, `desktop/device_rss_after_screenshots`:
 //!   this process's resident memory once connected, and a second after
 //!   those calls.
 //!
@@ -23,16 +24,14 @@
     reason = "a benchmark: anything that fails stops it, saying what"
 )]
 
-#[path = "../tests/it/xvfb.rs"]
-#[expect(dead_code, reason = "the tests' guard, of which the bench uses part")]
-mod xvfb;
-
 use std::time::{Duration, Instant};
 
 use dk_desktop::{Blackout, Desktop, DesktopConfig};
+use dk_testkit::x11::Xvfb;
 use serde_json::{Map, Value, json};
 use x11rb::connection::Connection as _;
 use x11rb::protocol::xproto::{ConnectionExt as _, CreateGCAux, ImageFormat};
+use x11rb::rust_connection::RustConnection;
 
 fn main() {
     // A filter naming other benches (`cargo xtask bench store`) skips this.
@@ -40,7 +39,8 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    if xvfb::skipped()
+    let skipped = std::env::var("DK_SKIP_X11").is_ok_and(|v| v == "1");
+    if skipped
         || !(filters.is_empty()
             || filters
                 .iter()
@@ -48,9 +48,9 @@ fn main() {
     {
         return;
     }
-    for (width, height) in [(1920, 1200), (1280, 800)] {
-        let xvfb = xvfb::Xvfb::start(width, height);
-        paint(&xvfb, width, height);
+    for (width, height) in [(1920u16, 1200u16), (1280, 800)] {
+        let xvfb = Xvfb::start(width, height);
+        paint(&xvfb, u32::from(width), u32::from(height));
         let config = DesktopConfig {
             display: Some(xvfb.display()),
             blackout: Blackout::new().class("KeePassXC").unwrap(),
@@ -72,7 +72,7 @@ fn main() {
         if width == 1920 {
             std::thread::sleep(Duration::from_millis(300));
             println!(
-                "desktop/rss_before_screenshots: {} KiB resident",
+                "desktop/device_rss_before_screenshots: {} KiB resident",
                 resident_kib()
             );
         }
@@ -87,7 +87,7 @@ fn main() {
             call("screenshot", json!({}));
         });
         println!(
-            "desktop/{name}: {:.1} ms median (PNG about {} KiB)",
+            "desktop/device_{name}: {:.1} ms median (PNG about {} KiB)",
             ms(median),
             png / 1024
         );
@@ -98,14 +98,14 @@ fn main() {
                     json!({"x": 400, "y": 200, "width": 400, "height": 250}),
                 );
             });
-            println!("desktop/zoom_400x250: {:.1} ms median", ms(median));
+            println!("desktop/device_zoom_400x250: {:.1} ms median", ms(median));
             let median = median_of(100, || {
                 call("left_click", json!({"x": 640, "y": 400}));
             });
-            println!("desktop/left_click: {:.2} ms median", ms(median));
+            println!("desktop/device_left_click: {:.2} ms median", ms(median));
             std::thread::sleep(Duration::from_secs(1));
             println!(
-                "desktop/rss_after_screenshots: {} KiB resident (this process: the device, its runtime and the X thread, system allocator)",
+                "desktop/device_rss_after_screenshots: {} KiB resident (this process: the device, its runtime and the X thread, system allocator)",
                 resident_kib()
             );
         }
@@ -143,8 +143,8 @@ fn median_of(runs: usize, mut f: impl FnMut()) -> Duration {
 }
 
 /// Paints the root window with gradients, blocks and text-like specks.
-fn paint(xvfb: &xvfb::Xvfb, width: u32, height: u32) {
-    let conn = xvfb.connect();
+fn paint(xvfb: &Xvfb, width: u32, height: u32) {
+    let (conn, _) = RustConnection::connect(Some(&xvfb.display())).unwrap();
     let screen = &conn.setup().roots[0];
     let (root, depth) = (screen.root, screen.root_depth);
     let gc = conn.generate_id().unwrap();

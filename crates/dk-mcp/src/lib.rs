@@ -32,6 +32,12 @@
 //!   seven checks, with the person's channel as the approver (never the
 //!   calling client). A refusal is a tool error whose text is the reason; a
 //!   result is structured content and the same JSON as text.
+//! - **Images** (`image.rs`). A result whose `image` member is exactly
+//!   `{"type": "image", "mimeType": "image/png" or "image/jpeg", "data":
+//!   base64}`, the data decoding to bytes of that format, comes as MCP image
+//!   content, then the result's JSON with the data replaced by `"bytes":
+//!   <length>` (also the structured content), so no model reads a picture
+//!   as base64 text; only that text is ever paged.
 //! - **Oversized results** (`read_more.rs`). A result whose JSON is longer
 //!   than [`McpOptions::read_more_threshold`] comes back as
 //!   `{truncated, handle, totalBytes, offset, nextOffset, chunk,
@@ -64,6 +70,7 @@
 
 mod events;
 mod guard;
+mod image;
 mod options;
 mod read_more;
 mod server;

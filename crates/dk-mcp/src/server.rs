@@ -20,11 +20,12 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 
 use super::events::{EventLog, device_of_uri, resource, visible_devices};
 use super::guard::{Authenticated, IssuedSession};
+use super::image::split_image;
 use super::options::McpOptions;
 use super::read_more::{Owner, READ_MORE_TOOL, ResultPages, read_more_tool};
 use super::tools::visible_tools;
@@ -192,7 +193,9 @@ fn session_id(parts: Option<&Parts>) -> Option<String> {
 /// text is the reason; a device result is structured content (an object;
 /// anything else is wrapped as `{"result": ...}`) and the same JSON as text,
 /// or, when that JSON is longer than the threshold, its first chunk and a
-/// `read_more` handle (see [`ResultPages`]).
+/// `read_more` handle (see [`ResultPages`]). A result carrying an image (see
+/// [`split_image`]) comes as that image's content first, then the rest as
+/// above, with the image's data replaced by its length.
 pub(crate) fn call_result(
     outcome: ToolOutcome,
     pages: &ResultPages,
@@ -206,10 +209,21 @@ pub(crate) fn call_result(
                 .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
                 .unwrap_or(Value::Null);
             let object = match value {
-                Value::Object(_) => value,
-                other => json!({ "result": other }),
+                Value::Object(object) => object,
+                other => Map::from_iter([("result".to_owned(), other)]),
             };
-            pages.result_for(object, owner, agent)
+            match split_image(object) {
+                Ok(image) => {
+                    let mut answer = pages.result_for(Value::Object(image.described), owner, agent);
+                    if answer.is_error != Some(true) {
+                        answer
+                            .content
+                            .insert(0, ContentBlock::image(image.data, image.mime_type));
+                    }
+                    answer
+                }
+                Err(object) => pages.result_for(Value::Object(object), owner, agent),
+            }
         }
     }
 }

@@ -900,5 +900,6 @@ fn the_longest_tool_names_are_valid_for_mcp_and_openai() {
     assert!(!valid_tool_name("device__desk.lamp__x"));
 }
 
+mod images;
 mod lanes;
 mod runs;

@@ -8,6 +8,11 @@
 //! any streamed answer it stopped reading), which is how such a stream
 //! normally ends. They are written only at `debug` and `trace`
 //! ([`CLIENT_GONE`]); every other ERROR stays an ERROR.
+//!
+//! At `debug` and `trace` rmcp also echoes every MCP answer whole, device
+//! results included: a screenshot would be a megabyte of base64 on one
+//! line, and a picture of the person's screen kept in a log file. Those
+//! echoes ([`ECHOES`]) are never written; the requests rmcp logs stay.
 
 use std::fmt;
 
@@ -38,6 +43,21 @@ const CLIENT_GONE: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// rmcp's events that echo a whole MCP answer, as (target, level, the field
+/// holding it): the `response message` of every request served, the
+/// serve loop's `new event` (an answer on its way out among them), and the
+/// streamable HTTP transport's dump of every message it sends (its only
+/// events at TRACE in rmcp 3.11).
+const ECHOES: &[(&str, Level, &str)] = &[
+    ("rmcp::service", Level::DEBUG, "result"),
+    ("rmcp::service", Level::TRACE, "evt"),
+    (
+        "rmcp::transport::streamable_http_server::tower",
+        Level::TRACE,
+        "message",
+    ),
+];
+
 /// Installs the logger for the whole process (once; a second call changes nothing).
 pub fn init() {
     let level = std::env::var("DK_LOG")
@@ -63,6 +83,27 @@ where
         .with(ClientGone {
             shown: level >= Level::DEBUG,
         })
+        .with(NoEchoes)
+}
+
+/// Leaves out the [`ECHOES`], whatever the level.
+struct NoEchoes;
+
+impl<S: Subscriber> Layer<S> for NoEchoes {
+    fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
+        !is_echo(event)
+    }
+}
+
+/// Whether `event` is one of the [`ECHOES`]: told by its callsite alone, so
+/// the answer is never formatted to decide.
+fn is_echo(event: &Event<'_>) -> bool {
+    let metadata = event.metadata();
+    ECHOES.iter().any(|&(target, level, field)| {
+        metadata.target() == target
+            && *metadata.level() == level
+            && metadata.fields().field(field).is_some()
+    })
 }
 
 /// Leaves out the [`CLIENT_GONE`] events unless `shown`.
@@ -180,6 +221,26 @@ mod tests {
                 assert_eq!(text.matches(" ERROR ").count(), 1, "{level}: {text:?}");
             }
         }
+    }
+
+    #[test]
+    fn answers_are_never_echoed_and_requests_still_are() {
+        let echoes: fn() = || {
+            let screenshot = "iVBORw0KGgo".repeat(1000);
+            tracing::debug!(target: "rmcp::service", id = %1, result = ?screenshot, "response message");
+            tracing::trace!(target: "rmcp::service", evt = ?screenshot, "new event");
+            tracing::trace!(target: "rmcp::transport::streamable_http_server::tower", message = ?screenshot);
+        };
+        let kept: fn() = || {
+            tracing::debug!(target: "rmcp::service", id = %1, request = ?"tools/call", "received request");
+            tracing::debug!(target: "dk_vessel::mcp", result = ?"ok", "a result of our own");
+            tracing::trace!(target: "rmcp::service", "task cancelled");
+        };
+        for level in [Level::ERROR, Level::INFO, Level::DEBUG, Level::TRACE] {
+            assert_eq!(logged(level, echoes), "", "{level}");
+        }
+        let text = logged(Level::TRACE, kept);
+        assert_eq!(text.lines().count(), 3, "{text}");
     }
 
     /// Posts `subscriptions/listen` to the MCP server at `address` as a

@@ -9,50 +9,86 @@
 // Test code throughout: the lint wall's test allowances apply to all of it.
 #![cfg(test)]
 
-mod window;
-mod xvfb;
-
 use std::time::Duration;
 
 use base64::Engine as _;
 use dk_desktop::{Blackout, Desktop, DesktopConfig, Region};
+use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb};
 use serde_json::{Map, Value, json};
-
-use window::{Spec, TestWindow};
-use xvfb::Xvfb;
+use x11rb::connection::Connection as _;
+use x11rb::protocol::xproto::{ConnectionExt as _, CreateWindowAux, WindowClass};
+use x11rb::rust_connection::RustConnection;
 
 /// The screen: 1.5 times the default screenshot size.
-const SCREEN: (u32, u32) = (1920, 1200);
+const SCREEN: (u16, u16) = (1920, 1200);
 
 const RED: u32 = 0xdd2211;
 const GREEN: u32 = 0x22cc44;
 const BLUE: u32 = 0x1133ee;
 const GREY: u32 = 0x808080;
 
-/// The plain window: at (300, 300), 600x300, red, a green button at
-/// (150, 150) of it, 150x60 (screen 450..600, 450..510).
-fn plain() -> Spec<'static> {
-    Spec {
-        rect: (300, 300, 600, 300),
-        class: ("notes", "Notes"),
-        title: "Notes - shopping",
-        colour: RED,
-        button: (150, 150, 150, 60, GREEN),
-        frame: None,
-    }
+fn rgb(colour: u32) -> Rgb {
+    Rgb((colour >> 16) as u8, (colour >> 8) as u8, colour as u8)
 }
 
-/// The password manager: at (1200, 600), 400x300, blue, in a frame whose
-/// grey title bar is 30 pixels high (the frame is at (1200, 570), 400x330).
-fn secret() -> Spec<'static> {
-    Spec {
-        rect: (1200, 600, 400, 300),
-        class: ("keepassxc", "KeePassXC"),
-        title: "Vault - KeePassXC",
-        colour: BLUE,
-        button: (10, 10, 50, 50, GREEN),
-        frame: Some((30, GREY)),
+/// Starts Xvfb, unless the X11 tests are skipped (`DK_SKIP_X11=1`).
+fn xvfb() -> Option<Xvfb> {
+    if std::env::var("DK_SKIP_X11").is_ok_and(|v| v == "1") {
+        return None;
     }
+    Some(Xvfb::start(SCREEN.0, SCREEN.1))
+}
+
+/// The plain window: at (300, 300), 600x300, red, a green button at
+/// (150, 150) of it, 150x60 (screen 450..600, 450..510).
+fn plain(xvfb: &Xvfb) -> TestWindow {
+    TestWindow::open(
+        &xvfb.display(),
+        WindowSpec::new("Notes - shopping", Rect::new(300, 300, 600, 300))
+            .class("notes", "Notes")
+            .background(rgb(RED))
+            .button(Rect::new(150, 150, 150, 60), rgb(GREEN)),
+    )
+    .unwrap()
+}
+
+/// The password manager: at (1200, 600), 400x300, blue, put in a frame as
+/// a reparenting window manager does, whose grey title bar is 30 pixels
+/// high and has no class or title (the frame is at (1200, 570), 400x330).
+fn secret(xvfb: &Xvfb) -> (TestWindow, RustConnection) {
+    let window = TestWindow::open(
+        &xvfb.display(),
+        WindowSpec::new("Vault - KeePassXC", Rect::new(1200, 600, 400, 300))
+            .class("keepassxc", "KeePassXC")
+            .background(rgb(BLUE)),
+    )
+    .unwrap();
+    let (conn, screen) = RustConnection::connect(Some(&xvfb.display())).unwrap();
+    let root = conn.setup().roots[screen].root;
+    let frame = conn.generate_id().unwrap();
+    conn.create_window(
+        x11rb::COPY_DEPTH_FROM_PARENT,
+        frame,
+        root,
+        1200,
+        570,
+        400,
+        330,
+        0,
+        WindowClass::INPUT_OUTPUT,
+        x11rb::COPY_FROM_PARENT,
+        &CreateWindowAux::new().background_pixel(GREY),
+    )
+    .unwrap();
+    conn.map_window(frame).unwrap();
+    conn.reparent_window(window.id(), frame, 0, 30).unwrap();
+    conn.get_input_focus().unwrap().reply().unwrap();
+    eventually("the frame is painted", || {
+        dk_testkit::x11::screen_pixel(&xvfb.display(), 1300, 580).is_ok_and(|p| p == rgb(GREY))
+            && dk_testkit::x11::screen_pixel(&xvfb.display(), 1300, 700)
+                .is_ok_and(|p| p == rgb(BLUE))
+    });
+    (window, conn)
 }
 
 struct Desk {
@@ -150,18 +186,18 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 
 macro_rules! needs_x11 {
     () => {
-        if xvfb::skipped() {
-            return;
+        match xvfb() {
+            Some(xvfb) => xvfb,
+            None => return,
         }
     };
 }
 
 #[test]
 fn screenshots_show_the_windows_and_black_out_what_is_listed() {
-    needs_x11!();
-    let xvfb = Xvfb::start(SCREEN.0, SCREEN.1);
-    let _plain = TestWindow::open(xvfb.connect(), &plain());
-    let _secret = TestWindow::open(xvfb.connect(), &secret());
+    let xvfb = needs_x11!();
+    let _plain = plain(&xvfb);
+    let _secret = secret(&xvfb);
     let blackout = Blackout::new().class("KEEPASSXC").unwrap().region(Region {
         x: 300,
         y: 300,
@@ -221,19 +257,22 @@ fn screenshots_show_the_windows_and_black_out_what_is_listed() {
 
 #[test]
 fn clicks_land_at_the_scaled_back_points_and_never_in_a_blackout() {
-    needs_x11!();
-    let xvfb = Xvfb::start(SCREEN.0, SCREEN.1);
-    let plain = TestWindow::open(xvfb.connect(), &plain());
-    let secret = TestWindow::open(xvfb.connect(), &secret());
+    let xvfb = needs_x11!();
+    let plain = plain(&xvfb);
+    let (secret, _frame) = secret(&xvfb);
     let desk = Desk::new(&xvfb, Blackout::new().title("*keepass*").unwrap());
 
     desk.call("left_click", json!({"x": 310, "y": 310}))
         .unwrap();
-    eventually("the click arrives", || plain.presses().len() == 1);
-    let press = plain.presses()[0];
+    let press = plain.wait_for_clicks(1)[0];
     assert_eq!(
-        (press.button, press.window, press.root, press.at),
-        (1, plain.button, (465, 465), (15, 15))
+        (
+            press.button,
+            press.on_button,
+            (press.root_x, press.root_y),
+            (press.x, press.y)
+        ),
+        (1, true, (465, 465), (165, 165))
     );
     desk.call("right_click", json!({"x": 210, "y": 210}))
         .unwrap();
@@ -242,9 +281,11 @@ fn clicks_land_at_the_scaled_back_points_and_never_in_a_blackout() {
     desk.call("middle_click", json!({})).unwrap();
     desk.call("scroll", json!({"direction": "down", "amount": 3}))
         .unwrap();
-    eventually("every click arrives", || plain.presses().len() == 8);
-    let buttons: Vec<(u8, (i16, i16))> =
-        plain.presses().iter().map(|p| (p.button, p.root)).collect();
+    let buttons: Vec<(u8, (i16, i16))> = plain
+        .wait_for_clicks(8)
+        .iter()
+        .map(|p| (p.button, (p.root_x, p.root_y)))
+        .collect();
     assert_eq!(
         buttons[1..],
         [
@@ -367,62 +408,62 @@ fn clicks_land_at_the_scaled_back_points_and_never_in_a_blackout() {
     )
     .unwrap();
     desk.call("wait", json!({"duration": 0.05})).unwrap();
-    eventually("the drag's press arrives", || plain.presses().len() == 9);
-    assert_eq!(plain.presses()[8].root, (315, 315));
+    let drag = plain.wait_for_clicks(9)[8];
+    assert_eq!((drag.button, drag.root_x, drag.root_y), (1, 315, 315));
+    let release = plain.wait_for_releases(9)[8];
+    assert_eq!((release.root_x, release.root_y), (750, 525));
     // Nothing else arrived anywhere.
-    assert!(secret.presses().is_empty());
-    assert!(plain.keys().is_empty() && secret.keys().is_empty());
+    plain.sync();
+    secret.sync();
+    assert_eq!(plain.clicks().len(), 9);
+    assert!(secret.received_nothing());
+    assert!(plain.keys().is_empty());
 }
 
 #[test]
 fn keys_and_unicode_text_reach_the_focused_window_unless_it_is_blacked_out() {
-    needs_x11!();
-    let xvfb = Xvfb::start(SCREEN.0, SCREEN.1);
-    let plain = TestWindow::open(xvfb.connect(), &plain());
-    let secret = TestWindow::open(xvfb.connect(), &secret());
+    let xvfb = needs_x11!();
+    let plain = plain(&xvfb);
+    let (secret, _frame) = secret(&xvfb);
     let desk = Desk::new(&xvfb, Blackout::new().class("KeePassXC").unwrap());
-    plain.focus();
+    plain.focus().unwrap();
 
     desk.call("key", json!({"text": "ctrl+s"})).unwrap();
-    eventually("the combination arrives", || {
-        plain.keys().iter().any(|k| k.keysym == u32::from(b's'))
-    });
-    let s = plain
-        .keys()
-        .into_iter()
-        .find(|k| k.keysym == u32::from(b's'))
-        .unwrap();
-    assert_ne!(s.state & 4, 0, "control was held: {s:?}");
+    assert_eq!(plain.wait_for_keys(1)[0].combo(), "ctrl+s");
 
     let text = "Héllo, wörld! ✓ 😀 ﷽ Ω\nnext\tline ~`{}";
     desk.call("type", json!({"text": text})).unwrap();
-    eventually("the text arrives", || plain.text() == text);
+    assert_eq!(plain.wait_for_text(text), text);
     desk.call("key", json!({"text": "Return shift+a"})).unwrap();
     let expected = format!("{text}\nA");
-    eventually("the keys arrive", || plain.text() == expected);
+    assert_eq!(plain.wait_for_text(&expected), expected);
 
-    // The focus in the password manager: nothing is typed.
-    secret.focus();
+    // The focus in the password manager (inside its frame): nothing is
+    // typed.
+    secret.focus().unwrap();
     for (capability, text) in [("type", "hunter2"), ("key", "ctrl+a")] {
         assert_eq!(
             desk.call(capability, json!({"text": text})).unwrap_err(),
             "the input focus is in a blacked-out window"
         );
     }
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(secret.keys().is_empty());
+    secret.sync();
+    plain.sync();
+    assert!(secret.received_nothing());
     assert_eq!(plain.text(), expected);
 }
 
 #[test]
 fn the_display_going_away_is_said_and_survived() {
-    needs_x11!();
+    if std::env::var("DK_SKIP_X11").is_ok_and(|v| v == "1") {
+        return;
+    }
     let mut xvfb = Xvfb::start(640, 480);
     let desk = Desk::new(&xvfb, Blackout::new());
     let shot = Shot::read(&desk.call("screenshot", json!({})).unwrap());
     assert_eq!((shot.width, shot.height), (640, 480));
 
-    xvfb.kill();
+    xvfb.stop();
     let gone = format!(
         "the X display {} is not reachable; the device reconnects when it returns",
         xvfb.display()

@@ -14,6 +14,7 @@ mod c_lamp;
 mod console;
 mod crash;
 mod desktop;
+mod desktop_no_display;
 mod device_files;
 mod durable;
 mod files;
