@@ -300,8 +300,18 @@ impl DesktopConfig {
         if text.len() > MAX_CONFIG_BYTES {
             return Err(ConfigError::TooLarge);
         }
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string().trim().to_owned()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim().replace('\n', " ");
+            ConfigError::Toml(match e.span() {
+                Some(span) => {
+                    let before = text.get(..span.start).unwrap_or("");
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+                    format!("line {line}, column {column}: {message}")
+                }
+                None => message,
+            })
+        })?;
         let mut config = DesktopConfig::default();
         if let Some(display) = raw.display {
             config.display = Some(check_display(&display)?);
