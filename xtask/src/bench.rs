@@ -1,10 +1,12 @@
 //! `cargo xtask bench [FILTER] [--save FILE]`: runs the benchmarks and
 //! prints the median of each, read from divan's tables, followed by the lines
 //! of the benches that measure in their own way (`e2e/...`, `idle/...`,
-//! `store/...`, `durable/...`: a tool call over WebSocket against a bare
-//! echo, the memory of a vessel process with idle devices, committed store
-//! writes with their p99, and the durable vessel's start, admin changes and
-//! call path). Times are reported, never asserted on.
+//! `store/...`, `durable/...`, `desktop/...`: a tool call over WebSocket
+//! against a bare echo, the memory of a vessel process with idle devices,
+//! committed store writes with their p99, the durable vessel's start,
+//! admin changes and call path, and the desktop device's screenshot, click
+//! and memory against their limits, end to end and on the device alone).
+//! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -14,7 +16,7 @@ use crate::run::{Stream, cargo, describe, tee};
 use crate::{TaskError, TaskResult};
 
 /// The packages whose benchmarks run.
-const PACKAGES: [&str; 8] = [
+const PACKAGES: [&str; 9] = [
     "dk-proto",
     "dk-policy",
     "dk-channel",
@@ -23,11 +25,12 @@ const PACKAGES: [&str; 8] = [
     "dk-vessel",
     "dk-tests",
     "dk",
+    "dk-desktop",
 ];
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 7] = [
+const REPORT_PREFIXES: [&str; 8] = [
     "e2e/",
     "idle/",
     "store/",
@@ -35,6 +38,7 @@ const REPORT_PREFIXES: [&str; 7] = [
     "console/",
     "bridge/",
     "firmware/",
+    "desktop/",
 ];
 
 /// Open files the benches need: the idle-devices bench holds 1,000 device
@@ -70,6 +74,11 @@ pub fn run(args: &[String]) -> TaskResult {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.
         command.args(["-p", "dk-tests", "--bench", "firmware"]);
+    } else if filter == Some("desktop") {
+        // The desktop device alone, without building every other bench:
+        // end to end (on an Xvfb, with a real vessel and an MCP agent) and
+        // the device's own calls.
+        command.args(["-p", "dk", "-p", "dk-desktop", "--bench", "desktop"]);
     } else {
         for package in PACKAGES {
             command.args(["-p", package]);

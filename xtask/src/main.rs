@@ -35,7 +35,9 @@ tasks:
                            dk-store, dk-core, dk-vessel, the console (dk-tests) and the
                            MQTT bridge (dk), then print their medians (and write them
                            to FILE as JSON); `bench firmware` alone measures the C
-                           lamp's heap, code size and handshake against their budgets
+                           lamp's heap, code size and handshake against their budgets;
+                           `bench desktop` alone the desktop device's screenshot and
+                           click latency and idle memory against the issue's limits
   features                 check that dk-core builds tokio with sync, time and macros
                            only (no socket, no file, no task of its own), and run
                            dk-channel's tests without its default features (no ring)
@@ -43,9 +45,9 @@ tasks:
                            opt-level z, panic=abort, LTO) and the C lamp of examples/c
                            on it; print their paths and the header's
   peers                    install Debian's chromium, chromium-driver, mosquitto,
-                           libwebsockets-dev, pkg-config and valgrind (the console's
-                           browser tests, the MQTT bridge's tests and the C lamp's test
-                           use them) when they are missing
+                           libwebsockets-dev, pkg-config, valgrind and xvfb (the console's
+                           browser tests, the MQTT bridge's tests, the C lamp's test and
+                           the desktop device's tests use them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),

@@ -2,7 +2,8 @@
 //! drive, from Debian's packages: `chromium` and `chromium-driver` (the
 //! console's browser tests), `mosquitto` (the MQTT bridge's broker), and
 //! `libwebsockets-dev`, `pkg-config` and `valgrind` (the C lamp on
-//! `libdk_device.a`, run under valgrind by its test),
+//! `libdk_device.a`, run under valgrind by its test) and `xvfb` (the X
+//! server the desktop device's tests start for themselves),
 //! installing what is missing with apt (as root, or through `sudo -n`).
 //! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
@@ -14,31 +15,33 @@ use crate::run::status;
 use crate::{TaskError, TaskResult};
 
 /// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
-/// lamp's WebSocket library, pkg-config and valgrind.
-const PACKAGES: [&str; 6] = [
+/// lamp's WebSocket library, pkg-config, valgrind and the virtual X server.
+const PACKAGES: [&str; 7] = [
     "chromium",
     "chromium-driver",
     "mosquitto",
     "libwebsockets-dev",
     "pkg-config",
     "valgrind",
+    "xvfb",
 ];
 
 /// Where the packages put the programs the tests run.
-const PROGRAMS: [&str; 6] = [
+const PROGRAMS: [&str; 7] = [
     "/usr/bin/chromium",
     "/usr/bin/chromedriver",
     "/usr/sbin/mosquitto",
     "/usr/include/libwebsockets.h",
     "/usr/bin/pkg-config",
     "/usr/bin/valgrind",
+    "/usr/bin/Xvfb",
 ];
 
 /// Installs the peers that are missing.
 pub fn ensure() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) {
         println!(
-            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config and valgrind are installed"
+            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind and Xvfb are installed"
         );
         return Ok(());
     }

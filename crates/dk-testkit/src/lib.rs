@@ -1,7 +1,9 @@
 //! What dk's tests share, in one place: the reference lamp's manifest
 //! ([`lamp`]), a wait for something that happens on another task
 //! ([`eventually`], [`eventually_some`], [`eventually_async`]) with one generous ceiling
-//! ([`PATIENCE`]), and a buffer a log writer can write into ([`LogBuffer`]).
+//! ([`PATIENCE`]), a buffer a log writer can write into ([`LogBuffer`]),
+//! and for the desktop tests an X server of their own and a window that
+//! records what it receives ([`x11`]).
 //!
 //! A dev-dependency only: no crate names it under `[dependencies]` (the
 //! layering test checks). It depends on no dk crate, so dk-proto or
@@ -17,6 +19,7 @@
 mod log;
 mod manifest;
 mod wait;
+pub mod x11;
 
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};

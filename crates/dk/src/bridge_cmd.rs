@@ -215,7 +215,7 @@ fn keys_in_home(config: &mut BridgeConfig) -> Result<(), String> {
     let mut seen = std::collections::BTreeSet::new();
     for device in &mut config.device {
         if device.key_file.is_none() {
-            let path = crate::simulate_cmd::device_file(&device.id, "key")
+            let path = crate::device_run::device_file(&device.id, "key")
                 .map_err(|e| format!("device `{}`: {e}", device.id))?;
             device.key_file = Some(path);
         }

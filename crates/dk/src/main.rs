@@ -21,6 +21,8 @@ mod agents_cmd;
 mod audit_cmd;
 mod bridge_cmd;
 mod demo_cmd;
+mod desktop_cmd;
+mod device_run;
 mod home;
 mod input;
 mod logging;
@@ -62,7 +64,7 @@ enum Command {
     /// The whole story in one process, narrated: a vessel, the reference lamp
     /// over a real WebSocket, a demo approver standing in for the person.
     Demo,
-    /// Simulated devices.
+    /// Devices run from here: simulated ones, and this machine's desktop.
     #[command(subcommand)]
     Device(DeviceCommand),
     /// Bridges that bring devices speaking other protocols to a vessel.
@@ -127,6 +129,10 @@ enum DeviceCommand {
     /// Run the sample lamp, lock or thermostat against a vessel: it shows its
     /// pairing code, keeps its token, reconnects, and prints each call.
     Simulate(simulate_cmd::SimulateArgs),
+    /// Run this machine's X11 desktop as a device (kind desktop-control):
+    /// screenshots, zoom, the pointer and the keyboard, with windows and
+    /// regions blacked out; `key` and `type` ask the person every time.
+    Desktop(desktop_cmd::DesktopArgs),
 }
 
 fn main() -> ExitCode {
@@ -140,6 +146,7 @@ fn main() -> ExitCode {
         Command::Audit(command) => audit_cmd::run(command),
         Command::Bridge(command) => bridge_cmd::run(command),
         Command::Device(DeviceCommand::Simulate(args)) => simulate_cmd::run(&args),
+        Command::Device(DeviceCommand::Desktop(args)) => desktop_cmd::run(&args),
         Command::Vessel(args) => vessel_cmd::run(&args),
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),

@@ -11,20 +11,15 @@
 //! disconnect (with why) and reconnect. Ctrl-C closes
 //! the connection and exits.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use dk_device::samples::{Desktop, Lamp, Lock, Thermostat, VOICE_FRAME_MS, Voice};
-use dk_device::{
-    ClientOptions, ConnectionEvent, DEFAULT_STREAM_QUEUE, Device, Notice, ServeOptions,
-    StreamSendError, StreamSender, run_client, stream_channel,
-};
-use serde_json::Value;
+use dk_device::{DEFAULT_STREAM_QUEUE, Device, ServeOptions, stream_channel};
 
-use crate::input::printable;
+use crate::device_run::{self, Channel, Connect, WhenFull, serve, stream};
 
 /// How often the simulated thermostat reads its temperature and reports it.
 const THERMOSTAT_PERIOD: Duration = Duration::from_secs(3);
@@ -33,8 +28,6 @@ const SCREENSHOT_PERIOD: Duration = Duration::from_millis(500);
 /// The simulated desktop's screen: 640 x 360 RGBA, 921,600 bytes a
 /// screenshot, within the default 1 MiB chunk cap.
 const SCREEN: (u32, u32) = (640, 360);
-/// How often a streaming simulator prints what it sent.
-const STREAM_REPORT_PERIOD: Duration = Duration::from_secs(10);
 
 /// A sample device to simulate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -94,245 +87,65 @@ pub struct SimulateArgs {
 /// the client stopped with an error (pairing refused, token refused,
 /// manifest changed, unpaired, bad URL, token file trouble).
 pub fn run(args: &SimulateArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start a runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let connect = Connect {
+        vessel: &args.vessel,
+        channel: if args.v1 {
+            Channel::V1 {
+                token_file: args.token_file.clone(),
+            }
+        } else {
+            Channel::Dk2 {
+                key_file: args.key_file.clone(),
+                forget_vessel: args.forget_vessel,
+            }
+        },
+        tls_root: args.tls_root.as_deref(),
     };
-    let result = match args.device {
+    let options =
+        |device: &Device, serve: ServeOptions| device_run::options(&connect, device, serve);
+    match args.device {
         SimulatedDevice::Lamp => {
             let device = Lamp::new().device();
-            let options = options(args, &device, ServeOptions::new());
-            runtime.block_on(serve(&device, options, std::future::pending()))
+            let options = options(&device, ServeOptions::new());
+            device_run::block_on(serve(&device, options, std::future::pending()))
         }
         SimulatedDevice::Lock => {
             let device = Lock::new().device();
-            let options = options(args, &device, ServeOptions::new());
-            runtime.block_on(serve(&device, options, std::future::pending()))
+            let options = options(&device, ServeOptions::new());
+            device_run::block_on(serve(&device, options, std::future::pending()))
         }
         SimulatedDevice::Thermostat => {
             let thermostat = Thermostat::new();
             let device = thermostat.device();
             let (events, receiver) = device.events(16);
-            let options = options(args, &device, ServeOptions::new().events(receiver));
+            let options = options(&device, ServeOptions::new().events(receiver));
             let drift = async move { thermostat.drift(&events, THERMOSTAT_PERIOD).await };
-            runtime.block_on(serve(&device, options, drift))
+            device_run::block_on(serve(&device, options, drift))
         }
         SimulatedDevice::Voice => {
             let voice = Voice::new();
             let device = voice.device();
             let (chunks, outbox) = stream_channel(DEFAULT_STREAM_QUEUE);
-            let options = options(args, &device, ServeOptions::new()).streams(outbox);
+            let options = options(&device, ServeOptions::new()).streams(outbox);
             let period = Duration::from_millis(u64::from(VOICE_FRAME_MS));
-            let microphone = stream("microphone", chunks, period, move |i| voice.frame(i));
-            runtime.block_on(serve(&device, options, microphone))
+            let microphone = stream("microphone", chunks, period, WhenFull::Drop, move |i| {
+                std::future::ready(Some(voice.frame(i)))
+            });
+            device_run::block_on(serve(&device, options, microphone))
         }
         SimulatedDevice::Desktop => {
             let desktop = Desktop::new(SCREEN.0, SCREEN.1);
             let device = desktop.device();
             let (chunks, outbox) = stream_channel(DEFAULT_STREAM_QUEUE);
-            let options = options(args, &device, ServeOptions::new()).streams(outbox);
-            let screen = stream("screen", chunks, SCREENSHOT_PERIOD, move |i| {
-                desktop.screenshot(i)
-            });
-            runtime.block_on(serve(&device, options, screen))
-        }
-    };
-    match result {
-        Ok(()) => {
-            println!("stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {}", printable(&e.to_string()));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Client options for `device`: the channel, the key or token file, the
-/// pairing code and each call printed.
-fn options(args: &SimulateArgs, device: &Device, serve: ServeOptions) -> ClientOptions {
-    let id = device.manifest().id();
-    println!(
-        "{} ({}) connecting to {} over {}",
-        device.manifest().name(),
-        id,
-        printable(&args.vessel),
-        if args.v1 {
-            "v1 (NOT encrypted)"
-        } else {
-            "dk/2 (encrypted)"
-        }
-    );
-    let options = ClientOptions::new(args.vessel.clone());
-    let options = if args.v1 {
-        let token_file = args
-            .token_file
-            .clone()
-            .unwrap_or_else(|| default_file(id, "token"));
-        println!(
-            "token file: {}",
-            printable(&token_file.display().to_string())
-        );
-        options.v1().token_file(token_file)
-    } else {
-        let key_file = args
-            .key_file
-            .clone()
-            .unwrap_or_else(|| default_file(id, "key"));
-        println!("key file: {}", printable(&key_file.display().to_string()));
-        let options = options.key_file(key_file).on_vessel_pinned(|fingerprint| {
-            println!("paired over dk/2; the vessel's key is pinned: {fingerprint}");
-            println!("(compare it with the fingerprint `dk vessel` printed at start)");
-        });
-        if args.forget_vessel {
-            options.forget_vessel()
-        } else {
-            options
-        }
-    };
-    println!("Ctrl-C to stop");
-    let serve = serve.on_notice(|notice| match notice {
-        Notice::Invoked {
-            capability, input, ..
-        } => println!(
-            "call: {} {}",
-            printable(&capability),
-            printable(&Value::Object(input).to_string())
-        ),
-        Notice::Revoked {
-            capability: Some(capability),
-        } => println!("revoked: {}", printable(&capability)),
-        Notice::Revoked { capability: None } => println!("the vessel ended the pairing"),
-        _ => {}
-    });
-    let options = match &args.tls_root {
-        Some(path) => match std::fs::read(path) {
-            Ok(pem) => options.tls_root(pem),
-            Err(e) => {
-                eprintln!(
-                    "error: cannot read the TLS root {}: {e}",
-                    printable(&path.display().to_string())
-                );
-                std::process::exit(1);
-            }
-        },
-        None => options,
-    };
-    // Whether the device was connected before: a connection after a
-    // disconnect is a reconnect.
-    let was_connected = std::sync::atomic::AtomicBool::new(false);
-    options
-        .on_connection(move |event| match event {
-            ConnectionEvent::Connected => {
-                if was_connected.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    println!("reconnected to the vessel");
-                } else {
-                    println!("connected to the vessel");
-                }
-            }
-            ConnectionEvent::Disconnected { why, retry_in } => println!(
-                "disconnected: {}; trying again in {:.1} s",
-                printable(why),
-                retry_in.as_secs_f64()
-            ),
-            _ => {}
-        })
-        .on_code(|code| {
-            println!();
-            println!("    Pairing code: {code} — check it matches the vessel's prompt");
-            println!();
-        })
-        .serve(serve)
-}
-
-/// The default key (`ext` "key") or token ("token") file of device `id`
-/// ([`device_file`]); exits when there is none to name.
-fn default_file(id: &str, ext: &str) -> PathBuf {
-    match device_file(id, ext) {
-        Ok(path) => path,
-        Err(why) => {
-            for line in why.lines() {
-                eprintln!("error: {line}");
-            }
-            std::process::exit(1);
-        }
-    }
-}
-
-/// The default key (`ext` "key") or token ("token") file of device `id`:
-/// `devices/<id>.<ext>` in dk's home (`DK_HOME`, else the XDG data
-/// directory), the same from any directory. A file an older dk left in
-/// `./.dk/` is not used silently: the error says what to do with it. Also
-/// the default of every device `dk bridge mqtt` serves.
-pub(crate) fn device_file(id: &str, ext: &str) -> Result<PathBuf, String> {
-    let name = format!("{id}.{ext}");
-    let home = crate::home::Home::locate()
-        .map_err(|e| format!("{e}; or name the {ext} file with --{ext}-file"))?;
-    let path = home.root().join("devices").join(&name);
-    let old = PathBuf::from(".dk").join(&name);
-    if std::fs::symlink_metadata(&path).is_err() && std::fs::symlink_metadata(&old).is_ok() {
-        let (old, path) = (
-            printable(&old.display().to_string()),
-            printable(&path.display().to_string()),
-        );
-        return Err(format!(
-            "`{old}` is where an older dk kept this device's {ext} file, in the current directory; dk now keeps it in `{path}`\nif `{old}` is yours and nobody else could have written it, move it there (mv {old} {path}) or name it with --{ext}-file {old} (for the bridge, `keyFile` in its configuration); else remove it and pair again"
-        ));
-    }
-    Ok(path)
-}
-
-/// Makes a chunk every `period` and queues it on `stream`, printing now and
-/// then how many went out and how many were dropped (the queue was full: not
-/// connected, not admitted, or the connection too slow). Never ends.
-async fn stream(
-    name: &'static str,
-    chunks: StreamSender,
-    period: Duration,
-    mut make: impl FnMut(u64) -> Vec<u8>,
-) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut report = tokio::time::Instant::now() + STREAM_REPORT_PERIOD;
-    let mut index: u64 = 0;
-    loop {
-        tick.tick().await;
-        if let Err(StreamSendError::Closed) = chunks.try_send(name, make(index)) {
-            return std::future::pending().await;
-        }
-        index += 1;
-        if tokio::time::Instant::now() >= report {
-            report += STREAM_REPORT_PERIOD;
-            println!(
-                "{name}: {index} chunks made, {} dropped before sending",
-                chunks.dropped()
+            let options = options(&device, ServeOptions::new()).streams(outbox);
+            let screen = stream(
+                "screen",
+                chunks,
+                SCREENSHOT_PERIOD,
+                WhenFull::Drop,
+                move |i| std::future::ready(Some(desktop.screenshot(i))),
             );
+            device_run::block_on(serve(&device, options, screen))
         }
-    }
-}
-
-/// Runs the client until Ctrl-C, with `alongside` (which does not end on
-/// its own) next to it.
-async fn serve(
-    device: &Device,
-    options: ClientOptions,
-    alongside: impl Future<Output = ()>,
-) -> Result<(), dk_device::ClientError> {
-    let ctrl_c = async {
-        // Without a signal handler, run until the process is killed.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        result = run_client(device, options, ctrl_c) => result,
-        () = alongside => Ok(()),
     }
 }

@@ -13,6 +13,8 @@ mod bridge_mqtt;
 mod c_lamp;
 mod console;
 mod crash;
+mod desktop;
+mod desktop_no_display;
 mod device_files;
 mod durable;
 mod files;

@@ -1,0 +1,771 @@
+//! The desktop as a dk device: its manifest (the blackout list written into
+//! the screenshot's and zoom's descriptions), and one handler per
+//! capability, each checking its input before anything reaches X.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use dk_device::{DefineError, Device, HandlerError};
+use serde_json::{Map, Value, json};
+
+use crate::config::{DesktopConfig, Size};
+use crate::desk::{Desk, DeskHandle, Refusal, shoot};
+use crate::image::{self, encode_png};
+use crate::keys::{self, Keysym};
+use crate::x11::{Session, XError};
+
+/// The manifest's kind.
+pub const KIND: &str = "desktop-control";
+/// Most characters one `type` call types.
+pub const MAX_TEXT: usize = 4096;
+/// Most wheel clicks one `scroll` call turns.
+pub const MAX_SCROLL: u8 = 30;
+/// Longest `wait`, in seconds.
+pub const MAX_WAIT_SECONDS: f64 = 5.0;
+/// Longest capability description (UTF-16 code units), as manifests allow.
+const MAX_DESCRIPTION: usize = dk_proto::limits::CAPABILITY_DESCRIPTION;
+
+/// Why the device could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The blackout list does not fit in a capability's description.
+    #[error(
+        "the blackout list is too long to show in the pairing prompt ({units} of at most {max} characters in the screenshot's description): shorten it, e.g. one title pattern for several windows"
+    )]
+    BlackoutTooLong {
+        /// The description's length, in UTF-16 code units.
+        units: usize,
+        /// The most a description may hold.
+        max: usize,
+    },
+    /// The manifest was refused (an id or name out of bounds, a hidden
+    /// character in the blackout list).
+    #[error("{0}")]
+    Manifest(#[from] DefineError),
+    /// No display was named and `DISPLAY` is not set.
+    #[error("no X display: give --display :N (or set DISPLAY)")]
+    NoDisplay,
+    /// The thread that talks to X could not start.
+    #[error("cannot start the X thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// The desktop device: its [`Device`] and the connection behind it.
+#[derive(Debug, Clone)]
+pub struct Desktop {
+    device: Device,
+    desk: DeskHandle,
+}
+
+impl Desktop {
+    /// Makes the device of `config`, with a `screen` stream sensor when
+    /// `stream_every` is given, and starts connecting to the display
+    /// (which need not be there yet).
+    pub fn new(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Self, StartError> {
+        let display = match &config.display {
+            Some(display) => display.clone(),
+            None => std::env::var("DISPLAY")
+                .ok()
+                .filter(|d| !d.trim().is_empty())
+                .ok_or(StartError::NoDisplay)?,
+        };
+        let manifest = manifest(config, stream_every)?;
+        let desk = DeskHandle::start(display, config.blackout.clone(), config.size)?;
+        let mut builder = Device::define(&manifest);
+        for (name, action) in ACTIONS {
+            let desk = desk.clone();
+            builder = builder.handler(name, move |input: Map<String, Value>| {
+                let desk = desk.clone();
+                async move { action(desk, input).await }
+            });
+        }
+        if let Some(every) = stream_every {
+            let millis = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+            builder = builder.handler("screen", move |_input| async move {
+                Ok(json!({"format": "png", "every_ms": millis}))
+            });
+        }
+        Ok(Desktop {
+            device: builder.build()?,
+            desk,
+        })
+    }
+
+    /// The dk device, to serve with dk-device's client.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A screenshot as PNG bytes (blacked out and scaled like the
+    /// `screenshot` capability's), for the `screen` stream.
+    pub async fn screenshot_png(&self) -> Result<Vec<u8>, HandlerError> {
+        self.desk
+            .run(|desk| {
+                let png = desk.with(|session, desk| {
+                    let (rgb, _) = whole_screen(session, desk)?;
+                    encode_png(&rgb).map_err(|e| XError::Failed(e.to_string()))
+                })?;
+                Ok(png)
+            })
+            .await
+            .map_err(|Refusal(why)| HandlerError::new(why))
+    }
+}
+
+/// The manifest's JSON.
+fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Value, StartError> {
+    let size = config.size;
+    let blackout = config.blackout.describe();
+    let screenshot = format!(
+        "A screenshot of the whole screen as a PNG, scaled to fit {size}; every coordinate is in its pixels. {blackout}"
+    );
+    let zoom = format!(
+        "A region of the screenshot (x, y, width, height in screenshot pixels) as a PNG at up to the screen's own resolution, fit to {size}. {blackout}"
+    );
+    for description in [&screenshot, &zoom] {
+        let units = description.encode_utf16().count();
+        if units > MAX_DESCRIPTION {
+            return Err(StartError::BlackoutTooLong {
+                units,
+                max: MAX_DESCRIPTION,
+            });
+        }
+    }
+    let number =
+        |description: &str| json!({"type": "number", "required": true, "description": description});
+    let optional = |description: &str| json!({"type": "number", "description": description});
+    let point = json!({
+        "x": optional("screenshot pixels from the left; with y, or neither for where the pointer is"),
+        "y": optional("screenshot pixels from the top; with x"),
+    });
+    let click = |what: &str| {
+        let mut params = point.clone();
+        if let Some(map) = params.as_object_mut() {
+            map.insert(
+                "modifiers".to_owned(),
+                json!({"type": "string", "description": "keys held during the click, e.g. ctrl+shift"}),
+            );
+        }
+        json!({"kind": "actuator", "description": what, "params": params})
+    };
+    let mut capabilities = vec![
+        json!({"name": "screenshot", "kind": "sensor", "description": screenshot}),
+        json!({"name": "zoom", "kind": "sensor", "description": zoom, "params": {
+            "x": number("left edge, screenshot pixels"),
+            "y": number("top edge, screenshot pixels"),
+            "width": number("width, screenshot pixels"),
+            "height": number("height, screenshot pixels"),
+        }}),
+        json!({"name": "cursor_position", "kind": "sensor",
+               "description": "Where the pointer is, in screenshot pixels: {x, y}."}),
+        json!({"name": "mouse_move", "kind": "actuator",
+               "description": "Move the pointer to a point of the screenshot.",
+               "params": {"x": number("screenshot pixels from the left"),
+                          "y": number("screenshot pixels from the top")}}),
+        click("Click the left button at a point (or where the pointer is)."),
+        click("Click the right button at a point (or where the pointer is)."),
+        click("Click the middle button at a point (or where the pointer is)."),
+        click("Double-click the left button at a point (or where the pointer is)."),
+        click("Triple-click the left button at a point (or where the pointer is)."),
+        json!({"name": "left_click_drag", "kind": "actuator",
+               "description": "Press the left button at a start point, move to an end point and release.",
+               "params": {"start_x": number("start, screenshot pixels from the left"),
+                          "start_y": number("start, screenshot pixels from the top"),
+                          "x": number("end, screenshot pixels from the left"),
+                          "y": number("end, screenshot pixels from the top")}}),
+        json!({"name": "scroll", "kind": "actuator",
+               "description": "Turn the mouse wheel at a point (or where the pointer is).",
+               "params": {"direction": {"type": "string", "required": true, "description": "up, down, left or right"},
+                          "amount": number("wheel clicks, 1 to 30"),
+                          "x": optional("screenshot pixels from the left; with y"),
+                          "y": optional("screenshot pixels from the top; with x")}}),
+        json!({"name": "key", "kind": "actuator", "confirm": true,
+               "description": "Press a key combination such as ctrl+s, Return or alt+Tab (up to 16, separated by spaces) in the focused window. Asks the person every time.",
+               "params": {"text": {"type": "string", "required": true, "description": "the combination(s), xdotool style"}}}),
+        json!({"name": "type", "kind": "actuator", "confirm": true,
+               "description": "Type text (any Unicode; a new line presses Return) into the focused window. Asks the person every time.",
+               "params": {"text": {"type": "string", "required": true, "description": "what to type, at most 4096 characters"}}}),
+        json!({"name": "wait", "kind": "actuator",
+               "description": "Wait a while, e.g. for a window to open.",
+               "params": {"duration": number("seconds, more than 0 and at most 5")}}),
+    ];
+    // The clicks' names, in the order above.
+    for (capability, name) in capabilities.iter_mut().skip(4).zip([
+        "left_click",
+        "right_click",
+        "middle_click",
+        "double_click",
+        "triple_click",
+    ]) {
+        if let Some(map) = capability.as_object_mut() {
+            map.insert("name".to_owned(), json!(name));
+        }
+    }
+    if let Some(every) = stream_every {
+        capabilities.push(json!({"name": "screen", "kind": "sensor",
+            "description": format!("Streams the screen: one PNG screenshot (fit to {size}, blacked out as the screenshot is) every {} ms.", every.as_millis())}));
+    }
+    Ok(json!({
+        "id": config.id,
+        "name": config.name,
+        "kind": KIND,
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": capabilities,
+    }))
+}
+
+/// A handler's work, given the X thread's handle and the call's input.
+type Action = fn(
+    DeskHandle,
+    Map<String, Value>,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, HandlerError>> + Send>>;
+
+/// Every capability but the stream, with its handler.
+const ACTIONS: [(&str, Action); 14] = [
+    ("screenshot", |d, i| Box::pin(screenshot(d, i))),
+    ("zoom", |d, i| Box::pin(zoom(d, i))),
+    ("cursor_position", |d, i| Box::pin(cursor_position(d, i))),
+    ("mouse_move", |d, i| Box::pin(mouse_move(d, i))),
+    ("left_click", |d, i| Box::pin(click(d, i, 1, 1))),
+    ("right_click", |d, i| Box::pin(click(d, i, 3, 1))),
+    ("middle_click", |d, i| Box::pin(click(d, i, 2, 1))),
+    ("double_click", |d, i| Box::pin(click(d, i, 1, 2))),
+    ("triple_click", |d, i| Box::pin(click(d, i, 1, 3))),
+    ("left_click_drag", |d, i| Box::pin(drag(d, i))),
+    ("scroll", |d, i| Box::pin(scroll(d, i))),
+    ("key", |d, i| Box::pin(key(d, i))),
+    ("type", |d, i| Box::pin(type_text(d, i))),
+    ("wait", |_, i| Box::pin(wait(i))),
+];
+
+fn refuse(why: impl Into<String>) -> HandlerError {
+    HandlerError::new(why)
+}
+
+/// A number as JavaScript writes it.
+fn show(n: f64) -> String {
+    if n.is_finite() && n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+fn number(input: &Map<String, Value>, name: &str) -> Result<Option<f64>, HandlerError> {
+    match input.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(v) if v.is_finite() => Ok(Some(v)),
+            _ => Err(refuse(format!("{name} is not a finite number"))),
+        },
+        Some(_) => Err(refuse(format!("{name} must be a number"))),
+    }
+}
+
+fn required(input: &Map<String, Value>, name: &str) -> Result<f64, HandlerError> {
+    number(input, name)?.ok_or_else(|| refuse(format!("{name} is required")))
+}
+
+fn text<'a>(input: &'a Map<String, Value>, name: &str) -> Result<&'a str, HandlerError> {
+    match input.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(refuse(format!("{name} is required"))),
+        Some(_) => Err(refuse(format!("{name} must be a string"))),
+    }
+}
+
+/// A point the agent gave, in screenshot pixels, not yet checked against
+/// the screenshot's size.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    x: f64,
+    y: f64,
+    /// The names to use in messages.
+    names: (&'static str, &'static str),
+}
+
+fn point(
+    input: &Map<String, Value>,
+    names: (&'static str, &'static str),
+) -> Result<Option<Point>, HandlerError> {
+    match (number(input, names.0)?, number(input, names.1)?) {
+        (Some(x), Some(y)) => Ok(Some(Point { x, y, names })),
+        (None, None) => Ok(None),
+        _ => Err(refuse(format!(
+            "give both {} and {}, or neither",
+            names.0, names.1
+        ))),
+    }
+}
+
+fn required_point(
+    input: &Map<String, Value>,
+    names: (&'static str, &'static str),
+) -> Result<Point, HandlerError> {
+    required(input, names.0)?;
+    required(input, names.1)?;
+    point(input, names)?.ok_or_else(|| refuse(format!("{} is required", names.0)))
+}
+
+/// The screen and the screenshot's sizes, and the conversions between
+/// their pixels.
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    screen: (u32, u32),
+    shot: (u32, u32),
+}
+
+impl Scale {
+    fn of(session: &Session, size: Size) -> Result<Self, XError> {
+        let screen = session.size()?;
+        Ok(Scale {
+            screen,
+            shot: image::fit(screen.0, screen.1, size),
+        })
+    }
+
+    /// `v` screenshot pixels along an axis of `shot` pixels, in screen
+    /// pixels: `round(v * screen / shot)`, inside the screen.
+    fn to_screen(v: f64, screen: u32, shot: u32) -> i64 {
+        let scaled = (v * f64::from(screen) / f64::from(shot.max(1))).round();
+        (scaled as i64).clamp(0, i64::from(screen.max(1)) - 1)
+    }
+
+    fn to_shot(v: i64, screen: u32, shot: u32) -> i64 {
+        let scaled = (v as f64 * f64::from(shot) / f64::from(screen.max(1))).round();
+        (scaled as i64).clamp(0, i64::from(shot.max(1)) - 1)
+    }
+
+    /// Checks a point is inside the screenshot, and gives it in screen
+    /// pixels.
+    fn place(&self, p: Point) -> Result<(i64, i64), String> {
+        for (v, name, side) in [(p.x, p.names.0, self.shot.0), (p.y, p.names.1, self.shot.1)] {
+            if !(v.is_finite() && v >= 0.0 && v < f64::from(side)) {
+                return Err(format!(
+                    "{name} {} is outside the screenshot (0 to {})",
+                    show(v),
+                    side.saturating_sub(1)
+                ));
+            }
+        }
+        Ok((
+            Self::to_screen(p.x, self.screen.0, self.shot.0),
+            Self::to_screen(p.y, self.screen.1, self.shot.1),
+        ))
+    }
+}
+
+/// What a pointer action is refused for, or the points in screen pixels.
+fn place_all(
+    session: &Session,
+    desk: &Desk,
+    points: &[Point],
+) -> Result<Result<Vec<(i64, i64)>, String>, XError> {
+    let scale = Scale::of(session, desk.size())?;
+    let mut placed = Vec::new();
+    for &p in points {
+        match scale.place(p) {
+            Ok(at) => placed.push(at),
+            Err(why) => return Ok(Err(why)),
+        }
+    }
+    if placed.is_empty() {
+        return Ok(Ok(placed));
+    }
+    let blacked = session.blacked(desk.blackout())?;
+    for (p, &(x, y)) in points.iter().zip(&placed) {
+        if blacked.covers(x, y) {
+            return Ok(Err(format!(
+                "the point ({}, {}) is in a blacked-out area",
+                show(p.x),
+                show(p.y)
+            )));
+        }
+    }
+    Ok(Ok(placed))
+}
+
+/// Runs a pointer action at `points` (checked: inside the screenshot, not
+/// blacked out) on the X thread.
+async fn pointer_action(
+    desk: &DeskHandle,
+    points: Vec<Point>,
+    act: impl FnOnce(&Session, &[(i64, i64)]) -> Result<(), XError> + Send + 'static,
+) -> Result<Result<(), String>, HandlerError> {
+    desk.run(move |desk| {
+        desk.with(|session, desk| match place_all(session, desk, &points)? {
+            Ok(placed) => act(session, &placed).map(Ok),
+            Err(why) => Ok(Err(why)),
+        })
+    })
+    .await
+    .map_err(|Refusal(why)| refuse(why))
+}
+
+fn whole_screen(session: &Session, desk: &Desk) -> Result<(image::Rgb, usize), XError> {
+    let (width, height) = session.size()?;
+    let blacked = session.blacked(desk.blackout())?;
+    shoot(session, &blacked, (0, 0, width, height), desk.size())
+}
+
+fn image_result(rgb: &image::Rgb, blacked_out: usize) -> Result<Value, HandlerError> {
+    let png = encode_png(rgb).map_err(|e| refuse(e.to_string()))?;
+    image::check_fits(&png).map_err(|e| refuse(e.to_string()))?;
+    Ok(json!({
+        "width": rgb.width(),
+        "height": rgb.height(),
+        "image": {
+            "type": "image",
+            "mimeType": "image/png",
+            "data": base64::engine::general_purpose::STANDARD.encode(&png),
+        },
+        "blacked_out": blacked_out,
+    }))
+}
+
+async fn screenshot(desk: DeskHandle, _input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let (rgb, blacked_out) = desk
+        .run(|desk| desk.with(whole_screen))
+        .await
+        .map_err(|Refusal(why)| refuse(why))?;
+    image_result(&rgb, blacked_out)
+}
+
+async fn zoom(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let corner = required_point(&input, ("x", "y"))?;
+    let (width, height) = (required(&input, "width")?, required(&input, "height")?);
+    for (v, name) in [(width, "width"), (height, "height")] {
+        if v <= 0.0 {
+            return Err(refuse(format!(
+                "{name} {} must be more than 0 screenshot pixels",
+                show(v)
+            )));
+        }
+    }
+    let shot = desk
+        .run(move |desk| {
+            desk.with(|session, desk| {
+                let scale = Scale::of(session, desk.size())?;
+                let (x0, y0) = match scale.place(corner) {
+                    Ok(at) => at,
+                    Err(why) => return Ok(Err(why)),
+                };
+                // The far edges, clamped to the screen's.
+                let edge = |v: f64, screen: u32, shot: u32| {
+                    let scaled = (v * f64::from(screen) / f64::from(shot.max(1))).round();
+                    (scaled as i64).clamp(1, i64::from(screen))
+                };
+                let x1 = edge(corner.x + width, scale.screen.0, scale.shot.0).max(x0 + 1);
+                let y1 = edge(corner.y + height, scale.screen.1, scale.shot.1).max(y0 + 1);
+                let blacked = session.blacked(desk.blackout())?;
+                let area = (x0 as u32, y0 as u32, (x1 - x0) as u32, (y1 - y0) as u32);
+                shoot(session, &blacked, area, desk.size()).map(Ok)
+            })
+        })
+        .await
+        .map_err(|Refusal(why)| refuse(why))?;
+    let (rgb, blacked_out) = shot.map_err(refuse)?;
+    image_result(&rgb, blacked_out)
+}
+
+async fn cursor_position(
+    desk: DeskHandle,
+    _input: Map<String, Value>,
+) -> Result<Value, HandlerError> {
+    let (x, y) = desk
+        .run(|desk| {
+            desk.with(|session, desk| {
+                let scale = Scale::of(session, desk.size())?;
+                let (x, y) = session.pointer()?;
+                Ok((
+                    Scale::to_shot(x, scale.screen.0, scale.shot.0),
+                    Scale::to_shot(y, scale.screen.1, scale.shot.1),
+                ))
+            })
+        })
+        .await
+        .map_err(|Refusal(why)| refuse(why))?;
+    Ok(json!({"x": x, "y": y}))
+}
+
+async fn mouse_move(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let p = required_point(&input, ("x", "y"))?;
+    pointer_action(&desk, vec![p], |session, at| match at.first() {
+        Some(&(x, y)) => session.move_to(x, y),
+        None => Ok(()),
+    })
+    .await?
+    .map_err(refuse)?;
+    Ok(json!({"moved": true, "x": p.x, "y": p.y}))
+}
+
+fn modifiers(input: &Map<String, Value>) -> Result<Vec<Keysym>, HandlerError> {
+    let Some(value) = input.get("modifiers") else {
+        return Ok(Vec::new());
+    };
+    let Value::String(names) = value else {
+        return Err(refuse("modifiers must be a string such as ctrl+shift"));
+    };
+    names
+        .split('+')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| keys::modifier(n).ok_or_else(|| refuse(format!("\"{n}\" is not a modifier"))))
+        .collect()
+}
+
+async fn click(
+    desk: DeskHandle,
+    input: Map<String, Value>,
+    button: u8,
+    count: u8,
+) -> Result<Value, HandlerError> {
+    let p = point(&input, ("x", "y"))?;
+    let held = modifiers(&input)?;
+    match p {
+        Some(p) => pointer_action(&desk, vec![p], move |session, at| {
+            session.click(at.first().copied(), button, count, &held)
+        })
+        .await?
+        .map_err(refuse)?,
+        // At the pointer: refused when the pointer is in a blacked-out
+        // area.
+        None => desk
+            .run(move |desk| {
+                desk.with(|session, desk| {
+                    let (x, y) = session.pointer()?;
+                    if session.blacked(desk.blackout())?.covers(x, y) {
+                        return Ok(Err("the pointer is in a blacked-out area".to_owned()));
+                    }
+                    session.click(None, button, count, &held).map(Ok)
+                })
+            })
+            .await
+            .map_err(|Refusal(why)| refuse(why))?
+            .map_err(refuse)?,
+    }
+    Ok(json!({"clicked": true, "count": count}))
+}
+
+async fn drag(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let start = required_point(&input, ("start_x", "start_y"))?;
+    let end = required_point(&input, ("x", "y"))?;
+    pointer_action(&desk, vec![start, end], |session, at| match at {
+        [from, to] => session.drag(*from, *to),
+        _ => Ok(()),
+    })
+    .await?
+    .map_err(refuse)?;
+    Ok(json!({"dragged": true}))
+}
+
+async fn scroll(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let direction = text(&input, "direction")?;
+    let button = match direction {
+        "up" => 4,
+        "down" => 5,
+        "left" => 6,
+        "right" => 7,
+        other => {
+            return Err(refuse(format!(
+                "direction must be up, down, left or right, not \"{}\"",
+                other.chars().take(40).collect::<String>()
+            )));
+        }
+    };
+    let amount = required(&input, "amount")?;
+    if amount.fract() != 0.0 || !(1.0..=f64::from(MAX_SCROLL)).contains(&amount) {
+        return Err(refuse(format!(
+            "amount must be a whole number of wheel clicks from 1 to {MAX_SCROLL}, not {}",
+            show(amount)
+        )));
+    }
+    let clicks = amount as u8;
+    let p = point(&input, ("x", "y"))?;
+    match p {
+        Some(p) => pointer_action(&desk, vec![p], move |session, at| {
+            session.scroll(at.first().copied(), button, clicks)
+        })
+        .await?
+        .map_err(refuse)?,
+        None => desk
+            .run(move |desk| {
+                desk.with(|session, desk| {
+                    let (x, y) = session.pointer()?;
+                    if session.blacked(desk.blackout())?.covers(x, y) {
+                        return Ok(Err("the pointer is in a blacked-out area".to_owned()));
+                    }
+                    session.scroll(None, button, clicks).map(Ok)
+                })
+            })
+            .await
+            .map_err(|Refusal(why)| refuse(why))?
+            .map_err(refuse)?,
+    }
+    Ok(json!({"scrolled": direction, "amount": clicks}))
+}
+
+/// Presses `combos` unless the focus is in a blacked-out window.
+async fn press(desk: &DeskHandle, combos: Vec<keys::Combo>) -> Result<(), HandlerError> {
+    desk.run(move |desk| {
+        desk.with(|session, desk| {
+            let blacked = session.blacked(desk.blackout())?;
+            if session.focus_blacked(&blacked)? {
+                return Ok(Err("the input focus is in a blacked-out window".to_owned()));
+            }
+            session.press_combos(&combos).map(Ok)
+        })
+    })
+    .await
+    .map_err(|Refusal(why)| refuse(why))?
+    .map_err(refuse)
+}
+
+async fn key(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let combos = keys::combos(text(&input, "text")?).map_err(|e| refuse(e.to_string()))?;
+    let count = combos.len();
+    press(&desk, combos).await?;
+    Ok(json!({"pressed": count}))
+}
+
+async fn type_text(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let text = text(&input, "text")?;
+    let characters = text.chars().count();
+    if characters > MAX_TEXT {
+        return Err(refuse(format!(
+            "the text is {characters} characters; at most {MAX_TEXT} are typed at once"
+        )));
+    }
+    let combos = keys::text_keysyms(text)
+        .map_err(|e| refuse(e.to_string()))?
+        .into_iter()
+        .map(|key| keys::Combo {
+            modifiers: Vec::new(),
+            key,
+        })
+        .collect();
+    press(&desk, combos).await?;
+    Ok(json!({"typed": characters}))
+}
+
+async fn wait(input: Map<String, Value>) -> Result<Value, HandlerError> {
+    let duration = required(&input, "duration")?;
+    if !(duration > 0.0 && duration <= MAX_WAIT_SECONDS) {
+        return Err(refuse(format!(
+            "duration must be more than 0 and at most 5 seconds, not {}",
+            show(duration)
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(duration)).await;
+    Ok(json!({"waited": duration}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Blackout, Region};
+
+    #[test]
+    fn the_manifest_holds_the_blackout_list() {
+        let mut config = DesktopConfig {
+            blackout: Blackout::new()
+                .class("KeePassXC")
+                .and_then(|b| b.title("*Password*"))
+                .map(|b| {
+                    b.region(Region {
+                        x: 0,
+                        y: 0,
+                        width: 200,
+                        height: 100,
+                    })
+                })
+                .unwrap_or_default(),
+            ..DesktopConfig::default()
+        };
+        let value = manifest(&config, None).unwrap_or(Value::Null);
+        let checked = dk_proto::validate_manifest(&value);
+        let Ok(checked) = checked else {
+            unreachable!("{checked:?}")
+        };
+        assert_eq!(checked.kind(), KIND);
+        let names: Vec<&str> = checked.capabilities().iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "screenshot",
+                "zoom",
+                "cursor_position",
+                "mouse_move",
+                "left_click",
+                "right_click",
+                "middle_click",
+                "double_click",
+                "triple_click",
+                "left_click_drag",
+                "scroll",
+                "key",
+                "type",
+                "wait"
+            ]
+        );
+        let description = checked
+            .capabilities()
+            .first()
+            .map(|c| c.description().to_owned())
+            .unwrap_or_default();
+        assert!(description.ends_with("Blacked out before any pixel leaves the device: windows of class KeePassXC; windows titled *Password*; screen region 0,0 200x100."), "{description}");
+        let streaming = manifest(&config, Some(Duration::from_millis(500))).unwrap_or(Value::Null);
+        let streaming = dk_proto::validate_manifest(&streaming);
+        assert!(streaming.is_ok_and(|m| {
+            m.capabilities()
+                .last()
+                .is_some_and(|c| c.name() == "screen" && c.description().contains("every 500 ms"))
+        }));
+        let plain = manifest_digest(&DesktopConfig::default());
+        assert_ne!(plain, manifest_digest(&config));
+        for i in 0..40 {
+            config.blackout = config
+                .blackout
+                .clone()
+                .title(&format!("*secret {i}*"))
+                .unwrap_or_default();
+        }
+        assert!(matches!(
+            manifest(&config, None),
+            Err(StartError::BlackoutTooLong { .. })
+        ));
+    }
+
+    fn manifest_digest(config: &DesktopConfig) -> String {
+        let value = manifest(config, None).unwrap_or(Value::Null);
+        dk_proto::validate_manifest(&value)
+            .map(|m| m.digest())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn coordinates_scale_back_and_are_checked() {
+        let scale = Scale {
+            screen: (1920, 1200),
+            shot: (1280, 800),
+        };
+        let p = |x, y| Point {
+            x,
+            y,
+            names: ("x", "y"),
+        };
+        assert_eq!(scale.place(p(100.0, 100.0)), Ok((150, 150)));
+        assert_eq!(scale.place(p(1279.0, 799.0)), Ok((1919, 1199)));
+        assert_eq!(scale.place(p(0.4, 0.0)), Ok((1, 0)));
+        assert_eq!(
+            scale.place(p(1500.0, 0.0)),
+            Err("x 1500 is outside the screenshot (0 to 1279)".to_owned())
+        );
+        assert_eq!(
+            scale.place(p(0.0, -1.0)),
+            Err("y -1 is outside the screenshot (0 to 799)".to_owned())
+        );
+        assert_eq!(Scale::to_shot(1919, 1920, 1280), 1279);
+        assert_eq!(Scale::to_shot(150, 1920, 1280), 100);
+    }
+}

@@ -1,0 +1,384 @@
+//! The desktop device, measured from outside (`cargo xtask bench desktop`,
+//! or `cargo bench -p dk --bench desktop`): a real `dk vessel` and the
+//! real `dk device desktop` process on an Xvfb of 1920x1200, screenshots
+//! fit to 1280x800, and rmcp's client as the agent, in this process with
+//! the test window:
+//!
+//! - `desktop/screenshot_flat` and `desktop/screenshot_busy`: an MCP
+//!   `screenshot` call until its PNG is decoded at the agent, over a
+//!   window of flat colours and over one painted with a busy picture
+//!   (text-like strokes and noise, which PNG compresses far less).
+//! - `desktop/click_to_window`: an MCP `left_click` call until the test
+//!   window's event loop received the press (the `Instant` it recorded),
+//!   the capability granted, nobody asked.
+//! - `desktop/idle_rss`: the resident memory of the device process once
+//!   paired and idle for 2 s (`VmRSS`), and again after the runs.
+//!
+//! Each is printed against the limit (60 ms, 5 ms, 32 MiB). Times
+//! are reported, never asserted on.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb};
+use dk_vessel::http::{AdminClient, AdminToken};
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Calls measured of each kind.
+const RUNS: usize = 50;
+/// Calls made first, unmeasured.
+const WARM_UP: usize = 5;
+const PATIENCE: Duration = Duration::from_secs(60);
+const SCREEN: (u16, u16) = (1920, 1200);
+const WINDOW: Rect = Rect::new(0, 0, 1920, 1200);
+const BUTTON: Rect = Rect::new(450, 390, 240, 120);
+/// The limits.
+const SCREENSHOT_LIMIT: Duration = Duration::from_millis(60);
+const CLICK_LIMIT: Duration = Duration::from_millis(5);
+const RSS_LIMIT_KIB: u64 = 32 * 1024;
+
+/// The vessel's configuration: desktop-control admitted, and no rate
+/// limit on the agent, whose calls follow each other as fast as they end.
+const CONFIG: &str = "[rateLimits]\ncallsPerMinute = 0\nperDeviceCallsPerMinute = 0\n\n[streaming.desktop-control]\nenabled = true\nrequireApproval = false\nsandbox = \"bench\"\n\n[streaming.desktop-control.runLimits]\nmaxToolCalls = 64\nmaxTurns = 16\n";
+
+const CAPABILITIES: [&str; 3] = ["screenshot", "left_click", "cursor_position"];
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() -> Result<(), BoxError> {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !filter.is_empty() && !filter.iter().any(|f| f.starts_with("desktop")) {
+        return Ok(());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn p99(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    let index = (samples.len() * 99 / 100).min(samples.len().saturating_sub(1));
+    samples.get(index).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn verdict(within: bool) -> &'static str {
+    if within { "within" } else { "OVER" }
+}
+
+/// Waits for `check` to give a value, polling.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T, BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> Result<u64, BoxError> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .ok_or_else(|| "no VmRSS in /proc/PID/status".into())
+}
+
+/// A picture like a page of text over a photo: dark strokes on a light
+/// ground in rows, over a noisy band.
+fn busy_picture(width: u16, height: u16) -> Vec<Rgb> {
+    let mut seed: u32 = 0x2545_f491;
+    let mut noise = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    let mut pixels = Vec::with_capacity(usize::from(width) * usize::from(height));
+    for y in 0..height {
+        for x in 0..width {
+            let n = noise();
+            let [a, b, c, _] = n.to_le_bytes();
+            let pixel = if y < height / 3 {
+                Rgb(a, b, c)
+            } else if (y / 4) % 5 < 3 && (x / 3 + u16::from(a % 4)) % 7 < 4 {
+                Rgb(20 + a % 30, 20 + b % 30, 30 + c % 30)
+            } else {
+                Rgb(240, 240, 235)
+            };
+            pixels.push(pixel);
+        }
+    }
+    pixels
+}
+
+async fn call(
+    client: &rmcp::Peer<RoleClient>,
+    tool: &str,
+    input: Value,
+) -> Result<Value, BoxError> {
+    let Value::Object(arguments) = input else {
+        return Err("input must be an object".into());
+    };
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new(format!("device__desktop__{tool}"))
+                .with_arguments(arguments),
+        )
+        .await?;
+    let answer = serde_json::to_value(result)?;
+    if answer.get("isError") == Some(&json!(true)) {
+        return Err(format!("{tool} was refused: {answer}").into());
+    }
+    Ok(answer)
+}
+
+/// The PNG of a screenshot answer, decoded: its width and height.
+fn decode(answer: &Value) -> Result<(u32, u32), BoxError> {
+    let data = answer
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|item| item.get("type") == Some(&json!("image")))
+        })
+        .and_then(|image| image.get("data"))
+        .and_then(Value::as_str)
+        .ok_or("no image content")?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(data)?;
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info()?;
+    let mut buffer = vec![0; reader.output_buffer_size().ok_or("no buffer size")?];
+    let info = reader.next_frame(&mut buffer)?;
+    Ok((info.width, info.height))
+}
+
+async fn run() -> Result<(), BoxError> {
+    let home = tempfile::Builder::new()
+        .prefix("dk-bench-desktop-")
+        .tempdir()?;
+    let xvfb = Xvfb::start(SCREEN.0, SCREEN.1);
+    let window = TestWindow::open(
+        &xvfb.display(),
+        WindowSpec::new("Bench", WINDOW)
+            .background(Rgb(230, 200, 40))
+            .button(BUTTON, Rgb(30, 90, 200)),
+    )?;
+
+    let dk = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+        command
+            .args(args)
+            .env("DK_HOME", home.path())
+            .current_dir(home.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    };
+    let config = home.path().join("vessel.toml");
+    std::fs::write(&config, CONFIG)?;
+    let vessel = Killed(
+        dk(&["vessel", "--no-prompt", "--listen", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--mcp-listen",
+                "127.0.0.1:0",
+            ])
+            .spawn()?,
+    );
+    let data_dir = home.path().join("vessel");
+    let address: Value = wait_for("the vessel's address", || async {
+        let text = std::fs::read_to_string(data_dir.join("vessel.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    })
+    .await?;
+    let field = |key: &str| {
+        address
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("vessel.json has no {key}"))
+    };
+    let (devices, mcp) = (field("devices")?, field("mcp")?);
+    let admin = AdminClient::over_socket(
+        data_dir.join("admin.sock"),
+        AdminToken::read_from(&home.path().join("admin-token"))?,
+    );
+
+    let device = Killed(
+        dk(&[
+            "device",
+            "desktop",
+            "--vessel",
+            &format!("ws://{devices}/device"),
+        ])
+        .arg("--key-file")
+        .arg(home.path().join("desktop.key"))
+        .args(["--display", &xvfb.display(), "--size", "1280x800"])
+        .env_remove("DISPLAY")
+        .spawn()?,
+    );
+    let consent = wait_for("the desktop's pairing request", || async {
+        let pending = admin.get("/v1/pending").await.ok()?.body;
+        pending.as_array()?.iter().find_map(|p| {
+            (p.get("kind") == Some(&json!("consent"))
+                && p.pointer("/request/deviceId") == Some(&json!("desktop")))
+            .then(|| p.get("id").and_then(Value::as_u64))
+            .flatten()
+        })
+    })
+    .await?;
+    let answer = admin
+        .post(
+            &format!("/v1/pending/{consent}/consent"),
+            &json!({"approved": true, "grant": CAPABILITIES}),
+        )
+        .await?;
+    if answer.status != 204 {
+        return Err(format!("the pairing was refused: {answer:?}").into());
+    }
+    wait_for("the desktop connected", || async {
+        let list = admin.get("/v1/devices").await.ok()?.body;
+        list.as_array()?
+            .iter()
+            .any(|d| {
+                d.get("id") == Some(&json!("desktop")) && d.get("connected") == Some(&json!(true))
+            })
+            .then_some(())
+    })
+    .await?;
+    let added = admin
+        .post(
+            "/v1/agents",
+            &json!({"name": "bench", "scope": ["desktop"], "role": "user"}),
+        )
+        .await?;
+    let credential = added
+        .body
+        .get("credential")
+        .and_then(Value::as_str)
+        .ok_or("no credential")?
+        .to_owned();
+
+    // Idle, paired: the device's memory before any call.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = rss_kib(device.0.id())?;
+
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{mcp}/mcp"))
+            .auth_header(credential),
+    );
+    let client = ().serve(transport).await?;
+
+    println!("desktop: {RUNS} runs of each after {WARM_UP} unmeasured, medians");
+    let screenshot = async |label: &str| -> Result<(), BoxError> {
+        let mut samples = Vec::with_capacity(RUNS);
+        let mut size = (0, 0);
+        for i in 0..WARM_UP + RUNS {
+            let start = Instant::now();
+            let answer = call(&client, "screenshot", json!({})).await?;
+            size = decode(&answer)?;
+            if i >= WARM_UP {
+                samples.push(start.elapsed());
+            }
+        }
+        let median = median(samples.clone());
+        println!(
+            "desktop/screenshot_{label:<10} median {:>10}   p99 {:>10}   {}x{} PNG   limit {}: {}",
+            ms(median),
+            ms(p99(samples)),
+            size.0,
+            size.1,
+            ms(SCREENSHOT_LIMIT),
+            verdict(median <= SCREENSHOT_LIMIT)
+        );
+        Ok(())
+    };
+    screenshot("flat").await?;
+    window.paint(
+        Rect::new(0, 0, SCREEN.0, SCREEN.1),
+        &busy_picture(SCREEN.0, SCREEN.1),
+    )?;
+    screenshot("busy").await?;
+
+    // The button, 380,300 in the screenshot (570,450 on the screen).
+    let mut samples = Vec::with_capacity(RUNS);
+    for i in 0..WARM_UP + RUNS {
+        let start = Instant::now();
+        call(&client, "left_click", json!({"x": 380, "y": 300})).await?;
+        let received = window.wait_for_clicks(i + 1);
+        let at = received.get(i).ok_or("no click recorded")?.at;
+        if i >= WARM_UP {
+            samples.push(at.saturating_duration_since(start));
+        }
+    }
+    let click = median(samples.clone());
+    println!(
+        "desktop/click_to_window      median {:>10}   p99 {:>10}   limit {}: {}",
+        ms(click),
+        ms(p99(samples)),
+        ms(CLICK_LIMIT),
+        verdict(click <= CLICK_LIMIT)
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib(device.0.id())?;
+    #[expect(clippy::cast_precision_loss, reason = "KiB shown as MiB")]
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    println!(
+        "desktop/idle_rss             rss {:>10}   after the runs {:>10}   limit {}: {}",
+        mib(idle),
+        mib(after),
+        mib(RSS_LIMIT_KIB),
+        verdict(idle <= RSS_LIMIT_KIB)
+    );
+    drop(client);
+    drop(device);
+    drop(vessel);
+    drop(window);
+    drop(xvfb);
+    drop(home);
+    Ok(())
+}
