@@ -11,6 +11,9 @@
 //! - `desktop/click_to_window`: an MCP `left_click` call until the test
 //!   window's event loop received the press (the `Instant` it recorded),
 //!   the capability granted, nobody asked.
+//! - `desktop/call_without_image` and `desktop/getimage_1920x1200`: what
+//!   a screenshot's time is made of: a call with no image
+//!   (`cursor_position`), and the capture alone from this process.
 //! - `desktop/idle_rss`: the resident memory of the device process once
 //!   paired and idle for 2 s (`VmRSS`), and again after the runs.
 //!
@@ -21,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb};
+use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb, screen_pixels};
 use dk_vessel::http::{AdminClient, AdminToken};
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -122,8 +125,10 @@ fn rss_kib(pid: u32) -> Result<u64, BoxError> {
         .ok_or_else(|| "no VmRSS in /proc/PID/status".into())
 }
 
-/// A picture like a page of text over a photo: dark strokes on a light
-/// ground in rows, over a noisy band.
+/// A picture like a page of text under a gradient: dark glyph-like
+/// strokes on a light ground in lines of 20 pixels, under a band of
+/// colour gradients (a photo's smooth parts). Pure noise would be no
+/// screen's picture: its PNG is larger than a call's result can carry.
 fn busy_picture(width: u16, height: u16) -> Vec<Rgb> {
     let mut seed: u32 = 0x2545_f491;
     let mut noise = move || {
@@ -132,17 +137,25 @@ fn busy_picture(width: u16, height: u16) -> Vec<Rgb> {
         seed ^= seed << 5;
         seed
     };
+    // Which 3-pixel cells of each text line are ink.
+    let cells = usize::from(width / 3 + 1);
+    let lines = usize::from(height / 20 + 1);
+    let ink: Vec<bool> = (0..cells * lines).map(|_| noise() % 5 < 2).collect();
     let mut pixels = Vec::with_capacity(usize::from(width) * usize::from(height));
     for y in 0..height {
         for x in 0..width {
-            let n = noise();
-            let [a, b, c, _] = n.to_le_bytes();
             let pixel = if y < height / 3 {
-                Rgb(a, b, c)
-            } else if (y / 4) % 5 < 3 && (x / 3 + u16::from(a % 4)) % 7 < 4 {
-                Rgb(20 + a % 30, 20 + b % 30, 30 + c % 30)
+                let r = u8::try_from(u32::from(x) * 255 / u32::from(width)).unwrap_or(0);
+                let g = u8::try_from(u32::from(y) * 255 / u32::from(height / 3)).unwrap_or(0);
+                Rgb(r, g, 160)
             } else {
-                Rgb(240, 240, 235)
+                let cell = usize::from(y / 20) * cells + usize::from(x / 3);
+                let in_line = (y % 20) >= 4 && (y % 20) < 16;
+                if in_line && ink.get(cell).copied().unwrap_or(false) {
+                    Rgb(30, 30, 40)
+                } else {
+                    Rgb(245, 245, 240)
+                }
             };
             pixels.push(pixel);
         }
@@ -171,8 +184,9 @@ async fn call(
     Ok(answer)
 }
 
-/// The PNG of a screenshot answer, decoded: its width and height.
-fn decode(answer: &Value) -> Result<(u32, u32), BoxError> {
+/// The PNG of a screenshot answer, decoded: its width, height and size
+/// in bytes.
+fn decode(answer: &Value) -> Result<(u32, u32, usize), BoxError> {
     let data = answer
         .get("content")
         .and_then(Value::as_array)
@@ -185,10 +199,11 @@ fn decode(answer: &Value) -> Result<(u32, u32), BoxError> {
         .and_then(Value::as_str)
         .ok_or("no image content")?;
     let bytes = base64::engine::general_purpose::STANDARD.decode(data)?;
+    let length = bytes.len();
     let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info()?;
     let mut buffer = vec![0; reader.output_buffer_size().ok_or("no buffer size")?];
     let info = reader.next_frame(&mut buffer)?;
-    Ok((info.width, info.height))
+    Ok((info.width, info.height, length))
 }
 
 async fn run() -> Result<(), BoxError> {
@@ -315,10 +330,16 @@ async fn run() -> Result<(), BoxError> {
     println!("desktop: {RUNS} runs of each after {WARM_UP} unmeasured, medians");
     let screenshot = async |label: &str| -> Result<(), BoxError> {
         let mut samples = Vec::with_capacity(RUNS);
-        let mut size = (0, 0);
+        let mut size = (0, 0, 0);
         for i in 0..WARM_UP + RUNS {
             let start = Instant::now();
-            let answer = call(&client, "screenshot", json!({})).await?;
+            let answer = match call(&client, "screenshot", json!({})).await {
+                Ok(answer) => answer,
+                Err(refused) => {
+                    println!("desktop/screenshot_{label:<10} refused: {refused}");
+                    return Ok(());
+                }
+            };
             size = decode(&answer)?;
             if i >= WARM_UP {
                 samples.push(start.elapsed());
@@ -326,11 +347,12 @@ async fn run() -> Result<(), BoxError> {
         }
         let median = median(samples.clone());
         println!(
-            "desktop/screenshot_{label:<10} median {:>10}   p99 {:>10}   {}x{} PNG   limit {}: {}",
+            "desktop/screenshot_{label:<10} median {:>10}   p99 {:>10}   {}x{} PNG of {} KiB   limit {}: {}",
             ms(median),
             ms(p99(samples)),
             size.0,
             size.1,
+            size.2 / 1024,
             ms(SCREENSHOT_LIMIT),
             verdict(median <= SCREENSHOT_LIMIT)
         );
@@ -342,6 +364,37 @@ async fn run() -> Result<(), BoxError> {
         &busy_picture(SCREEN.0, SCREEN.1),
     )?;
     screenshot("busy").await?;
+
+    // What a screenshot's time is made of: the call's path with no image
+    // (`cursor_position`), and the capture alone (GetImage of the whole
+    // screen, from this process).
+    let mut samples = Vec::with_capacity(RUNS);
+    for i in 0..WARM_UP + RUNS {
+        let start = Instant::now();
+        call(&client, "cursor_position", json!({})).await?;
+        if i >= WARM_UP {
+            samples.push(start.elapsed());
+        }
+    }
+    println!(
+        "desktop/call_without_image   median {:>10}   p99 {:>10}   (cursor_position: the path alone)",
+        ms(median(samples.clone())),
+        ms(p99(samples))
+    );
+    let mut samples = Vec::with_capacity(RUNS);
+    let whole = Rect::new(0, 0, SCREEN.0, SCREEN.1);
+    for i in 0..WARM_UP + RUNS {
+        let start = Instant::now();
+        screen_pixels(&xvfb.display(), whole)?;
+        if i >= WARM_UP {
+            samples.push(start.elapsed());
+        }
+    }
+    println!(
+        "desktop/getimage_1920x1200   median {:>10}   p99 {:>10}   (the capture alone, with a connection and this process's decoding)",
+        ms(median(samples.clone())),
+        ms(p99(samples))
+    );
 
     // The button, 380,300 in the screenshot (570,450 on the screen).
     let mut samples = Vec::with_capacity(RUNS);

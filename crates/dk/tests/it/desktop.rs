@@ -481,18 +481,23 @@ async fn an_agent_sees_the_screen_clicks_and_types_as_the_person_allows() {
         shot.pixel(u32::try_from(sx).unwrap(), u32::try_from(sy).unwrap()),
         Rgb::BLACK
     );
-    // The result says so too.
+    // The result's JSON beside the image says so too.
     let json_part: Value = answer["content"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|item| item["text"].as_str())
         .find_map(|text| serde_json::from_str(text).ok())
-        .unwrap_or(Value::Null);
-    if !json_part.is_null() {
-        assert_eq!(json_part["width"], 1280, "{json_part}");
-        assert_eq!(json_part["blacked_out"], 1, "{json_part}");
-    }
+        .unwrap_or_else(|| panic!("no JSON beside the image: {}", short(&answer)));
+    assert_eq!(
+        (
+            &json_part["width"],
+            &json_part["height"],
+            &json_part["blacked_out"]
+        ),
+        (&json!(1280), &json!(800), &json!(1)),
+        "{json_part}"
+    );
 
     // A click on the button lands where it is on the screen.
     let answer = desk.call("left_click", json!({"x": bx, "y": by})).await;
