@@ -16,8 +16,11 @@ use crate::x11::{Session, XError};
 
 /// The manifest's kind.
 pub const KIND: &str = "desktop-control";
-/// Most characters one `type` call types.
-pub const MAX_TEXT: usize = 4096;
+/// Most text one `type` call types, in UTF-16 code units as the vessel
+/// counts a string input: the longest string a call may pass
+/// ([`dk_proto::limits::INPUT_STRING`]), so the device and the vessel
+/// refuse the same texts.
+pub const MAX_TEXT: usize = dk_proto::limits::INPUT_STRING;
 /// Most wheel clicks one `scroll` call turns.
 pub const MAX_SCROLL: u8 = 30;
 /// Longest `wait`, in seconds.
@@ -184,7 +187,7 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
                "params": {"text": {"type": "string", "required": true, "description": "the combination(s), xdotool style"}}}),
         json!({"name": "type", "kind": "actuator", "confirm": true,
                "description": "Type text (any Unicode; a new line presses Return) into the focused window. Asks the person every time.",
-               "params": {"text": {"type": "string", "required": true, "description": "what to type, at most 4096 characters"}}}),
+               "params": {"text": {"type": "string", "required": true, "description": "what to type, at most 1000 characters"}}}),
         json!({"name": "wait", "kind": "actuator",
                "description": "Wait a while, e.g. for a window to open.",
                "params": {"duration": number("seconds, more than 0 and at most 5")}}),
@@ -630,7 +633,7 @@ async fn key(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, Handl
 
 async fn type_text(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
     let text = text(&input, "text")?;
-    let characters = text.chars().count();
+    let characters = dk_proto::utf16_len(text);
     if characters > MAX_TEXT {
         return Err(refuse(format!(
             "the text is {characters} characters; at most {MAX_TEXT} are typed at once"

@@ -382,7 +382,7 @@ fn clicks_land_at_the_scaled_back_points_and_never_in_a_blackout() {
         (
             "type",
             json!({"text": "a".repeat(1 << 20)}),
-            "the text is 1048576 characters; at most 4096 are typed at once",
+            "the text is 1048576 characters; at most 1000 are typed at once",
         ),
         (
             "wait",
