@@ -8,6 +8,7 @@
 mod browser;
 mod budget;
 mod console_browser;
+mod desktop_console;
 mod dk2;
 mod dk2_client;
 mod dk2_hostile;
