@@ -218,6 +218,7 @@ async fn a_desktop_type_waits_on_the_console_while_the_agent_sees_no_vault() {
         beside(&card_png, &agent_view),
     )
     .unwrap();
+    browser.quit().await;
     run.stop().await.unwrap();
     running.stop().await;
     drop(xvfb);

@@ -245,16 +245,18 @@ pub fn answer_calls(mut device: Dk2) -> tokio::task::JoinHandle<Closed> {
     })
 }
 
-fn short() -> Limits {
-    Limits {
-        handshake_timeout: Duration::from_millis(800),
-        ..Limits::default()
-    }
+/// The vessel's limits for these tests: the default handshake deadline
+/// (10 s), not a short one. No test here waits for the deadline, and on a
+/// loaded machine a short one closed a reconnecting device before its
+/// auth arrived, which left the test waiting for a replacement that never
+/// came.
+fn vessel_limits() -> Limits {
+    Limits::default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_pairs_by_comparing_computed_codes_and_reconnects_by_its_key() {
-    let running = start(short()).await;
+    let running = start(vessel_limits()).await;
     let key = StaticKey::generate().unwrap();
     let device = pair(&running, &key, manifest("lamp-2"), &["read_light"]).await;
     assert_eq!(
@@ -277,7 +279,10 @@ async fn a_device_pairs_by_comparing_computed_codes_and_reconnects_by_its_key() 
     again
         .send(json!({"type": "device:auth", "deviceId": "lamp-2", "manifest": manifest("lamp-2")}))
         .await;
-    let replaced = answering.await.unwrap();
+    let replaced = tokio::time::timeout(Duration::from_secs(30), answering)
+        .await
+        .expect("the first connection was never replaced")
+        .unwrap();
     assert_eq!(replaced.code, 4008, "{replaced:?}");
     assert_eq!(replaced.inside, Some((4008, replaced.reason.clone())));
     let answering = answer_calls(again);
@@ -304,7 +309,7 @@ async fn a_device_pairs_by_comparing_computed_codes_and_reconnects_by_its_key() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_key_a_v1_token_or_a_changed_manifest_cannot_reconnect_as_the_device() {
-    let running = start(short()).await;
+    let running = start(vessel_limits()).await;
     let key = StaticKey::generate().unwrap();
     let device = pair(&running, &key, manifest("lamp-3"), &["read_light"]).await;
     drop(device);
@@ -346,7 +351,7 @@ async fn another_key_a_v1_token_or_a_changed_manifest_cannot_reconnect_as_the_de
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_frames_out_of_order_end_the_pairing() {
-    let running = start(short()).await;
+    let running = start(vessel_limits()).await;
     // A nonce before the hello.
     let mut early = connect(&running.device_url, &StaticKey::generate().unwrap()).await;
     early
@@ -403,7 +408,7 @@ async fn a_relay_that_speaks_dk2_on_both_sides_shows_two_different_codes() {
     // own limit on pairing attempts per address is lifted to try many.
     let running = start(Limits {
         pairings_per_minute_per_address: 1000,
-        ..short()
+        ..vessel_limits()
     })
     .await;
     let attempts = 40;
@@ -623,7 +628,7 @@ pub(crate) fn contains(haystack: &[u8], needle: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_proxy_sees_no_manifest_capability_or_input() {
     // Not on loopback: the proxy's Host is not the listener's.
-    let running = start_at("0.0.0.0:0", short()).await;
+    let running = start_at("0.0.0.0:0", vessel_limits()).await;
     let target = running.device_addr();
     let (proxy_url, seen) = recording_proxy(target).await;
     let key = StaticKey::generate().unwrap();
@@ -690,7 +695,7 @@ async fn a_recording_proxy_sees_no_manifest_capability_or_input() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_loopback_v1_is_refused_before_the_upgrade_and_dk2_works() {
-    let running = start_at("0.0.0.0:0", short()).await;
+    let running = start_at("0.0.0.0:0", vessel_limits()).await;
     // A downgrade: the same device, the subprotocol stripped.
     let refused = connect_offering(&running.device_url, None)
         .await
@@ -736,7 +741,7 @@ async fn off_loopback_v1_is_refused_before_the_upgrade_and_dk2_works() {
     running.stop().await;
 
     // On loopback, v1 works as before; behind a proxy header it does not.
-    let running = start(short()).await;
+    let running = start(vessel_limits()).await;
     let (_socket, chosen) = connect_offering(&running.device_url, None).await.unwrap();
     assert_eq!(chosen, None);
     let mut request = running.device_url.as_str().into_client_request().unwrap();
