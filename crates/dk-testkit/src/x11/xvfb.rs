@@ -20,6 +20,20 @@ const PROGRAM: &str = "/usr/bin/Xvfb";
 /// The folder of the X servers' Unix sockets, the same on every system.
 const SOCKETS: &str = "/tmp/.X11-unix";
 
+/// Held while a display number changes hands in this process: a server
+/// starting (its number picked by `-displayfd`, the lowest free one), and
+/// a stopped one's number going from the server to its [`Hold`] and back.
+/// Without it, a test's new server could take the number another test's
+/// server was stopped and restarted on, in the moment it was free.
+static NUMBERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`NUMBERS`], even from a test that panicked holding it.
+fn numbers() -> std::sync::MutexGuard<'static, ()> {
+    NUMBERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// How long a stopped server has to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -51,7 +65,10 @@ impl Xvfb {
     /// `cargo xtask peers`), or the server does not start in time.
     #[must_use]
     pub fn start(width: u16, height: u16) -> Xvfb {
-        let (child, number) = spawn(None, width, height);
+        let (child, number) = {
+            let _numbers = numbers();
+            spawn(None, width, height)
+        };
         Xvfb {
             child: Some(child),
             number,
@@ -97,6 +114,7 @@ impl Xvfb {
     /// servers: a client connecting meanwhile is hung up on at once, as
     /// by a server that is not there.
     pub fn stop(&mut self) {
+        let _numbers = numbers();
         if let Some(child) = self.child.take() {
             kill(child, self.number, Signal::Kill);
         }
@@ -115,6 +133,7 @@ impl Xvfb {
         if self.child.is_some() {
             return;
         }
+        let _numbers = numbers();
         drop(self.held.take());
         let (child, _) = spawn(Some(self.number), self.width, self.height);
         self.child = Some(child);
