@@ -250,6 +250,12 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    /// Memory always takes a write: this only takes the state's lock.
+    fn probe_write(&self, _at_ms: u64) -> Result<(), StoreError> {
+        drop(self.state());
+        Ok(())
+    }
+
     fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {
         let state = self.state();
         Ok(state

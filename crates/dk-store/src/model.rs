@@ -101,6 +101,11 @@ pub trait Store: Send + Sync + 'static {
     /// Every recorded call whose window has not passed at `now_ms`, oldest
     /// first.
     fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError>;
+
+    /// Makes one small durable write that changes nothing the vessel reads
+    /// (a counter of its own, set to `at_ms`), to tell whether the store
+    /// takes writes now: a readiness check. Never writes an audit entry.
+    fn probe_write(&self, at_ms: u64) -> Result<(), StoreError>;
 }
 
 /// One device call a rule with a `limit` counted (see

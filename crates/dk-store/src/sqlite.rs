@@ -995,6 +995,20 @@ impl Store for SqliteStore {
             .transpose()
     }
 
+    fn probe_write(&self, at_ms: u64) -> Result<(), StoreError> {
+        let at = to_i64(at_ms, "probe time")?;
+        self.write(|tx| {
+            tx.prepare_cached(
+                "INSERT INTO counter (name, value) VALUES ('write_probe', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            )
+            .map_err(db)?
+            .execute([at])
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
     fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
         let at = to_i64(hit.at_ms, "rate hit time")?;
         let until = to_i64(hit.until_ms(), "rate hit time")?;

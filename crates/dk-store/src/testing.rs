@@ -1,7 +1,8 @@
 //! A store double for tests (the `testing` feature, which only
 //! dev-dependencies turn on, and dk-store's own tests): [`FaultyStore`],
 //! another store with the faults a test switches on: writes of one kind
-//! that fail as a full disk does, and audit appends slowed, held at a gate
+//! that fail as a full disk does (the write probe fails with pairings' and
+//! agents' writes), and audit appends slowed, held at a gate
 //! or failing. Every other call goes to the store underneath.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,9 +17,9 @@ use crate::{
 /// The kinds of write a [`FaultyStore`] can refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writes {
-    /// `put_pairing`, `set_grant` and `delete_pairing`.
+    /// `put_pairing`, `set_grant` and `delete_pairing` (and `probe_write`).
     Pairings,
-    /// `put_agent` and `delete_agent`.
+    /// `put_agent` and `delete_agent` (and `probe_write`).
     Agents,
     /// `append_audit`.
     Audit,
@@ -165,6 +166,11 @@ impl Store for FaultyStore {
         }
         self.refuse(Writes::Audit)?;
         self.inner.append_audit(events)
+    }
+    fn probe_write(&self, at_ms: u64) -> Result<(), StoreError> {
+        self.refuse(Writes::Pairings)?;
+        self.refuse(Writes::Agents)?;
+        self.inner.probe_write(at_ms)
     }
     fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         self.inner.read_audit(after, limit)

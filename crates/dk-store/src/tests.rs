@@ -1045,6 +1045,50 @@ fn a_failing_store_is_retried_and_nothing_is_lost() {
 }
 
 #[test]
+fn a_writer_keeps_up_until_its_commits_fail_or_its_queue_fills() {
+    let store = Arc::new(FaultyStore::default());
+    let writer = AuditWriter::start(store.clone(), patient(1, 4));
+    assert!(writer.keeping_up());
+    // Commits that fail: not keeping up until one succeeds again.
+    store.fail(Writes::Audit, true);
+    writer.record(event("decision", 1));
+    assert!(writer.flush().is_err());
+    assert!(!writer.keeping_up());
+    store.fail(Writes::Audit, false);
+    writer.flush().unwrap();
+    assert!(writer.keeping_up());
+    // A disk that holds every commit: four places taken of four is more
+    // than three quarters.
+    let AuditGate { entered, open } = store.hold_audit();
+    for n in 2..=5 {
+        writer.record(event("decision", n));
+    }
+    entered.recv().unwrap();
+    assert_eq!(writer.queued(), 4);
+    assert!(!writer.keeping_up());
+    store.stop_telling();
+    drop(open);
+    writer.flush().unwrap();
+    assert_eq!(writer.queued(), 0);
+    assert!(writer.keeping_up());
+}
+
+#[test]
+fn a_write_probe_writes_no_audit_entry_and_keeps_the_chain_whole() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store.append_audit(&[event("decision", 1)]).unwrap();
+    store.probe_write(1_700_000_000_000).unwrap();
+    store.probe_write(1_700_000_000_001).unwrap();
+    assert_eq!(store.load().unwrap().audit_entries, 1);
+    assert!(store.verify_audit().unwrap().is_intact());
+    let faulty = FaultyStore::default();
+    faulty.probe_write(1).unwrap();
+    faulty.fail(Writes::Pairings, true);
+    assert!(faulty.probe_write(2).is_err());
+}
+
+#[test]
 fn a_writer_stopped_while_its_store_fails_still_stops() {
     let store = Arc::new(FaultyStore::default());
     store.fail(Writes::Audit, true);

@@ -27,7 +27,7 @@
 //! store still fails [`STOP_ATTEMPTS`] times in a row, or recorded after it
 //! stopped: [`AuditWriter::dropped`] counts them, and each loss is logged.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -96,6 +96,8 @@ enum Message {
 #[derive(Debug)]
 struct Places {
     semaphore: Semaphore,
+    /// How many places there are.
+    count: usize,
     /// Threads waiting in [`AuditWriter::record`] for a place.
     waiting: Mutex<usize>,
     /// Told when places come back and a thread waits.
@@ -104,8 +106,10 @@ struct Places {
 
 impl Places {
     fn new(count: usize) -> Places {
+        let count = count.clamp(1, Semaphore::MAX_PERMITS);
         Places {
-            semaphore: Semaphore::new(count.clamp(1, Semaphore::MAX_PERMITS)),
+            semaphore: Semaphore::new(count),
+            count,
             waiting: Mutex::new(0),
             freed: Condvar::new(),
         }
@@ -202,6 +206,8 @@ struct Counters {
     committed: AtomicU64,
     batches: AtomicU64,
     over: AtomicU64,
+    /// The last commit failed and is being retried.
+    failing: AtomicBool,
 }
 
 /// Commits audit events in batches on its own thread. Recording costs the
@@ -340,6 +346,24 @@ impl AuditWriter {
     /// How many transactions committed them.
     pub fn batches(&self) -> u64 {
         self.counters.batches.load(Ordering::Relaxed)
+    }
+
+    /// How many events wait in the queue for a commit now (those queued
+    /// past the bound not counted).
+    pub fn queued(&self) -> usize {
+        self.places
+            .count
+            .saturating_sub(self.places.semaphore.available_permits())
+    }
+
+    /// Whether the writer keeps up with what is recorded: its thread runs,
+    /// its last commit did not fail, and at most three quarters of the
+    /// queue's places are taken (with every place taken, calls wait for
+    /// the disk). A readiness check reads it.
+    pub fn keeping_up(&self) -> bool {
+        let running = self.thread.as_ref().is_some_and(|t| !t.is_finished());
+        let failing = self.counters.failing.load(Ordering::Relaxed);
+        running && !failing && self.queued() <= self.places.count / 4 * 3
     }
 }
 
@@ -494,10 +518,12 @@ impl<'a> Batch<'a> {
                     tracing::error!(%error, events = self.events.len(), "audit batch not committed yet; retrying");
                 }
                 self.error = Some(error);
+                self.counters.failing.store(true, Ordering::Relaxed);
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(LAST_RETRY);
                 return;
             }
+            self.counters.failing.store(false, Ordering::Relaxed);
             if self.error.take().is_some() {
                 tracing::info!(
                     events = self.events.len(),
