@@ -2,7 +2,7 @@
 //! ([`ListenerStats`], reported by the admin API). The listeners, their
 //! caps and their deadlines are the HTTP layer's.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 /// Counters of one listener: what it holds, held at most, and closed.
 #[derive(Debug, Default)]
@@ -15,4 +15,7 @@ pub struct ListenerStats {
     pub refused_at_accept: AtomicU64,
     /// Connections closed for moving no byte for the idle timeout.
     pub idle_closed: AtomicU64,
+    /// The listener's accept loop runs: set when it starts, cleared when
+    /// it ends for any reason (a readiness check reads it).
+    pub serving: AtomicBool,
 }

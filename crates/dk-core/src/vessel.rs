@@ -668,6 +668,20 @@ impl Vessel {
         self.writer.dropped()
     }
 
+    /// Whether the store takes a write now: one small durable write that no
+    /// reader sees and that is not an audit entry ([`Store::probe_write`]).
+    /// It waits for the disk: call it off the async threads.
+    pub fn probe_store(&self) -> Result<(), StoreError> {
+        let now = crate::registry::epoch_ms(std::time::SystemTime::now());
+        self.registry().store().probe_write(now)
+    }
+
+    /// Whether the audit writer keeps up ([`AuditWriter::keeping_up`]): its
+    /// thread runs, its last commit held, and its queue is not nearly full.
+    pub fn audit_keeping_up(&self) -> bool {
+        self.writer.keeping_up()
+    }
+
     /// Asks every connection to close (code 1001) and refuses new ones.
     pub fn shut_down(&self) {
         self.shutdown.send_replace(true);

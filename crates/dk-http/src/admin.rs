@@ -44,6 +44,8 @@ use crate::reload::{ReloadCause, Reloaded};
 use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
+mod health;
+
 /// Largest request body the admin API reads (64 KiB).
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -171,7 +173,7 @@ fn router(
     local: LocalOrigins,
 ) -> Router {
     let admin = Admin {
-        vessel,
+        vessel: Arc::clone(&vessel),
         token,
         local: Arc::new(local),
         console,
@@ -205,6 +207,7 @@ fn router(
         .layer(from_fn_with_state(admin.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(admin)
+        .merge(health::routes(vessel))
 }
 
 /// Serves the admin API and the person's console (`/console/`) on

@@ -397,6 +397,23 @@ impl hyper::service::Service<hyper::Request<Incoming>> for ConnectionService {
     }
 }
 
+/// Marks a listener serving ([`ListenerStats::serving`]) while it lives:
+/// cleared when the accept loop ends, returns or is dropped.
+struct Serving(Arc<ListenerStats>);
+
+impl Serving {
+    fn start(stats: Arc<ListenerStats>) -> Serving {
+        stats.serving.store(true, Ordering::Relaxed);
+        Serving(stats)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Serves `router` on `listener` under `limits` until `shutdown` resolves:
 /// then nothing new is accepted, open connections are asked to finish and
 /// are dropped after a patience of a few seconds. Connections upgraded to
@@ -408,6 +425,7 @@ pub async fn serve_http(
     stats: Arc<ListenerStats>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let _serving = Serving::start(Arc::clone(&stats));
     let slots = Arc::new(Slots {
         limits,
         gate: Mutex::new(Gate::default()),

@@ -1,0 +1,125 @@
+//! Health for load balancers and service managers, on the admin listener
+//! beside the API: `GET /healthz` (the process answers) and `GET /readyz`
+//! (the vessel can do its work). Neither asks for the admin token nor
+//! checks `Host` or `Origin`: a prober has no credentials, and the answer
+//! is a status word and, when not ready, the names of the checks that
+//! fail, nothing else (no path, count, error text or token).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+
+use crate::vessel::Vessel;
+
+/// How long `/readyz` waits for the store's write probe before it counts
+/// the store as failing (a busy store waits up to 5 s for its lock).
+const STORE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// One readiness check, by the name `/readyz` gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Check {
+    /// The store takes a write.
+    Store,
+    /// The audit writer keeps up.
+    Audit,
+    /// The device listener accepts connections.
+    Listeners,
+}
+
+/// The body of both answers.
+#[derive(Debug, Serialize)]
+struct Health {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failing: Vec<Check>,
+}
+
+/// The two routes, without the admin API's guard.
+pub(super) fn routes(vessel: Arc<Vessel>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(vessel)
+}
+
+/// 200 `{"status":"alive"}` whenever the process answers at all.
+async fn healthz() -> Response {
+    answer(
+        StatusCode::OK,
+        Health {
+            status: "alive",
+            failing: Vec::new(),
+        },
+    )
+}
+
+/// 200 `{"status":"ready"}` when every check passes, else 503
+/// `{"status":"not ready","failing":[...]}` naming the checks that failed.
+async fn readyz(State(vessel): State<Arc<Vessel>>) -> Response {
+    let mut failing = Vec::new();
+    if !store_takes_a_write(&vessel).await {
+        failing.push(Check::Store);
+    }
+    if !vessel.audit_keeping_up() {
+        failing.push(Check::Audit);
+    }
+    if !vessel
+        .stats()
+        .device_listener
+        .serving
+        .load(Ordering::Relaxed)
+    {
+        failing.push(Check::Listeners);
+    }
+    if failing.is_empty() {
+        answer(
+            StatusCode::OK,
+            Health {
+                status: "ready",
+                failing,
+            },
+        )
+    } else {
+        tracing::warn!(?failing, "not ready");
+        answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Health {
+                status: "not ready",
+                failing,
+            },
+        )
+    }
+}
+
+/// The store's write probe, on a blocking thread, within
+/// [`STORE_PATIENCE`]; its error is logged, never answered.
+async fn store_takes_a_write(vessel: &Arc<Vessel>) -> bool {
+    let probing = Arc::clone(vessel);
+    let probe = tokio::task::spawn_blocking(move || probing.probe_store());
+    match tokio::time::timeout(STORE_PATIENCE, probe).await {
+        Ok(Ok(Ok(()))) => true,
+        Ok(Ok(Err(error))) => {
+            tracing::warn!(%error, "readiness: the store refused a write");
+            false
+        }
+        Ok(Err(_)) | Err(_) => {
+            tracing::warn!("readiness: the store's write probe did not finish");
+            false
+        }
+    }
+}
+
+fn answer(status: StatusCode, body: Health) -> Response {
+    (status, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests;
