@@ -106,6 +106,16 @@ async fn a_healthy_vessel_is_alive_and_ready_to_anyone() {
             (200, json!({"status": "ready"}))
         );
     }
+    // HEAD answers too, with the status alone.
+    let mut stream = TcpStream::connect(running.admin).await.unwrap();
+    stream
+        .write_all(b"HEAD /readyz HTTP/1.1\r\nHost: lb.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(answer.ends_with("\r\n\r\n"), "{answer}");
     // The rest of the API still has its guard.
     assert_eq!(get(running.admin, "/v1/status", Some(&bearer)).await.0, 403);
 }
