@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rand::RngExt;
-use rusqlite::backup::Backup;
+use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
 
 use super::{Cause, SqliteStore, StoreError};
@@ -34,6 +34,9 @@ pub enum RestoreError {
 /// Pause between tries while another connection holds a lock the copy waits
 /// for.
 const PAUSE: Duration = Duration::from_millis(20);
+
+/// How many times a copy is tried while locks keep it waiting.
+const TRIES: u32 = 250;
 
 impl SqliteStore {
     /// Writes a consistent copy of the database to `dest`, as of one commit,
@@ -128,10 +131,22 @@ impl SqliteStore {
     }
 }
 
-/// Copies `from` into `to` in one step: one read transaction on `from`.
+/// Copies `from` into `to` in one step (all pages: one read transaction on
+/// `from`), trying again while a lock is held, for at most [`TRIES`] tries.
 fn copy(from: &Connection, to: &mut Connection) -> Result<(), StoreError> {
     let backup = Backup::new(from, to).map_err(cause)?;
-    backup.run_to_completion(-1, PAUSE, None).map_err(cause)
+    for _ in 0..TRIES {
+        match backup.step(-1).map_err(cause)? {
+            StepResult::Done => return Ok(()),
+            _ => {
+                std::thread::sleep(PAUSE);
+            }
+        }
+    }
+    Err(StoreError::Database(Cause::msg(format!(
+        "the database stayed locked for {:?}",
+        PAUSE * TRIES
+    ))))
 }
 
 /// A connection on a new, empty file, without the store's settings.
