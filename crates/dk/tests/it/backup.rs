@@ -86,6 +86,22 @@ async fn backup_while_running_and_restore() {
         "{kinds:?}"
     );
 
+    // No secret is in the copy: not the admin token, the device tokens or
+    // the vessel's key file.
+    let bytes = std::fs::read(&copy).unwrap();
+    let held = |secret: &[u8]| bytes.windows(secret.len()).any(|w| w == secret);
+    for file in [
+        scratch.admin_token_file(),
+        lamp_token.clone(),
+        lock_token.clone(),
+        scratch.home().join("vessel.key"),
+    ] {
+        let secret = std::fs::read(&file).unwrap();
+        let secret = secret.trim_ascii();
+        assert!(secret.len() >= 32, "{}", file.display());
+        assert!(!held(secret), "{} is in the backup", file.display());
+    }
+
     // An existing file is refused without --force, replaced with it.
     let existing = refused(&scratch.run(&["backup", path(&copy)]));
     assert!(
