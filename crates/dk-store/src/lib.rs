@@ -48,6 +48,8 @@
 
 mod anchor;
 mod audit;
+#[cfg(feature = "sqlite")]
+mod backup;
 mod cause;
 mod crosscheck;
 pub mod entry;
@@ -73,6 +75,8 @@ pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
 };
 pub use audit::{canonical_json, cut_for_audit, cut_for_audit_with, fits_in_entry};
+#[cfg(feature = "sqlite")]
+pub use backup::RestoreError;
 pub use cause::Cause;
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;

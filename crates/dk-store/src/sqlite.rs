@@ -41,7 +41,7 @@ use crate::StoredAgent;
 pub const SCHEMA_VERSION: u32 = 6;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
-const APPLICATION_ID: i32 = 0x646b_7374;
+pub(crate) const APPLICATION_ID: i32 = 0x646b_7374;
 
 /// How long a write waits for another connection's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -322,7 +322,7 @@ impl SqliteStore {
         &self.path
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock drops the open transaction, which
         // rolls it back: the connection is still sound.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)

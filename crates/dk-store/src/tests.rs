@@ -2418,3 +2418,74 @@ fn filtered_audit_pages_read_through_their_indexes() {
         );
     }
 }
+
+#[test]
+fn backup_copies_while_another_connection_writes_and_restore_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live").join("vessel.db");
+    let writer = SqliteStore::open(&live).unwrap();
+    let lamp = pairing("lamp", &["read"], 1);
+    writer.put_pairing(&lamp, &paired(&lamp, 1)).unwrap();
+    let reader = SqliteStore::open(&live).unwrap();
+    // Another connection keeps appending while the copy is taken.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appending = std::thread::spawn({
+        let stop = Arc::clone(&stop);
+        move || {
+            let mut n = 2;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                writer.append_audit(&[event("call", n)]).unwrap();
+                n += 1;
+            }
+            writer
+        }
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let copy = dir.path().join("copy.db");
+    reader.backup_to(&copy, false).unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writer = appending.join().unwrap();
+    let refused = reader.backup_to(&copy, false).unwrap_err();
+    assert!(matches!(refused, StoreError::InvalidInput(_)), "{refused}");
+
+    let copied = SqliteStore::open(&copy).unwrap();
+    assert!(copied.verify_audit().unwrap().is_intact());
+    let at_backup = copied.audit_head().unwrap();
+    assert!(at_backup.seq >= 2, "{at_backup:?}");
+    drop(copied);
+
+    // Restored over the live database (its writers gone): the copy's state
+    // and log, none of the entries appended since.
+    writer.append_audit(&[event("late", 10_000)]).unwrap();
+    drop((writer, reader));
+    SqliteStore::restore_from(&copy, &live, |store| {
+        store
+            .verify_audit()
+            .map_err(|e| e.to_string())?
+            .is_intact()
+            .then_some(())
+            .ok_or_else(|| "broken".to_owned())
+    })
+    .unwrap();
+    let restored = SqliteStore::open(&live).unwrap();
+    assert_eq!(restored.audit_head().unwrap(), at_backup);
+    assert_eq!(restored.load().unwrap().pairings.len(), 1);
+
+    // A refused check, and a database of something else, change nothing.
+    let refused = SqliteStore::restore_from(&copy, &live, |_| Err("no".to_owned()));
+    assert!(matches!(refused, Err(RestoreError::Refused(_))));
+    let other = dir.path().join("other.db");
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let refused = SqliteStore::restore_from(&other, &live, |_| Ok(())).unwrap_err();
+    assert!(refused.to_string().contains("not a dk store"), "{refused}");
+    assert_eq!(restored.audit_head().unwrap(), at_backup);
+    let leftovers: Vec<_> = std::fs::read_dir(live.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -69,16 +69,20 @@ pub enum AuditCommand {
 
 /// Opens the vessel database of `data_dir`, which must exist.
 pub(crate) fn open(data_dir: &Path) -> Result<SqliteStore, String> {
-    let path = data_dir.join(DATABASE_FILE);
+    open_file(&data_dir.join(DATABASE_FILE))
+}
+
+/// Opens the vessel database at `path`, which must exist.
+pub(crate) fn open_file(path: &Path) -> Result<SqliteStore, String> {
     if !path.exists() {
         return Err(format!("no vessel database at `{}`", path.display()));
     }
-    SqliteStore::open(&path).map_err(|e| e.to_string())
+    SqliteStore::open(path).map_err(|e| e.to_string())
 }
 
 /// Where the head of `data_dir`'s audit log is kept: `given`, else beside
 /// the data directory.
-fn head_file(data_dir: &Path, given: Option<&Path>) -> Result<PathBuf, String> {
+pub(crate) fn head_file(data_dir: &Path, given: Option<&Path>) -> Result<PathBuf, String> {
     match given {
         Some(file) => Ok(file.to_owned()),
         None => audit_head_file(data_dir).ok_or_else(|| {
@@ -203,7 +207,7 @@ pub fn run(command: AuditCommand) -> ExitCode {
                     }
                 }
             };
-            return verify(&data_dir, &kept, key.as_ref(), json);
+            return verify(&data_dir.join(DATABASE_FILE), &kept, key.as_ref(), json);
         }
     };
     match result {
@@ -271,7 +275,7 @@ fn tail(data_dir: &Path, lines: u64, follow: bool, json: bool) -> Result<(), Str
 }
 
 /// The head `dk audit verify` checks the log against.
-enum Kept {
+pub(crate) enum Kept {
     /// `--no-kept-head`.
     NotAsked,
     /// `--expect-head`.
@@ -285,7 +289,7 @@ enum Kept {
 impl Kept {
     /// The head kept in `file`. Read before the log, so entries a running
     /// vessel commits meanwhile are never taken for a cut.
-    fn read(file: PathBuf) -> Result<Kept, dk_vessel::store::StoreError> {
+    pub(crate) fn read(file: PathBuf) -> Result<Kept, dk_vessel::store::StoreError> {
         Ok(match AuditHead::read_from(&file)? {
             Some(head) => Kept::File(file, head),
             None => Kept::Missing(file),
@@ -314,8 +318,15 @@ impl Kept {
     }
 }
 
-fn verify(data_dir: &Path, kept: &Kept, key: Option<&(PathBuf, AuditKey)>, json: bool) -> ExitCode {
-    let report = open(data_dir).and_then(|store| {
+/// Verifies the log of the database at `db` and prints what was found (as
+/// `dk audit verify` does); success when it is intact.
+pub(crate) fn verify(
+    db: &Path,
+    kept: &Kept,
+    key: Option<&(PathBuf, AuditKey)>,
+    json: bool,
+) -> ExitCode {
+    let report = open_file(db).and_then(|store| {
         store
             .verify_audit_with(key.map(|(_, key)| key), kept.head())
             .map_err(|e| e.to_string())

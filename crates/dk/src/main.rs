@@ -19,6 +19,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod admin_cmd;
 mod agents_cmd;
 mod audit_cmd;
+mod backup_cmd;
 mod bridge_cmd;
 mod demo_cmd;
 mod desktop_cmd;
@@ -73,6 +74,12 @@ enum Command {
     /// The audit log of a vessel: tail it, verify its hash chain.
     #[command(subcommand)]
     Audit(audit_cmd::AuditCommand),
+    /// Write a consistent copy of a vessel's database, running or not, and
+    /// verify the copy's audit chain.
+    Backup(backup_cmd::BackupArgs),
+    /// Put a backup in place as a stopped vessel's database, once its audit
+    /// chain verifies.
+    Restore(backup_cmd::RestoreArgs),
     /// Run a vessel: devices connect to it, the person pairs and approves.
     Vessel(vessel_cmd::VesselArgs),
     /// Pending pairing requests of a running vessel: list, approve, refuse.
@@ -144,6 +151,8 @@ fn main() -> ExitCode {
         Command::Tools(args) => tools_cmd::run(&args),
         Command::Demo => demo_cmd::run(),
         Command::Audit(command) => audit_cmd::run(command),
+        Command::Backup(args) => backup_cmd::backup(&args),
+        Command::Restore(args) => backup_cmd::restore(&args),
         Command::Bridge(command) => bridge_cmd::run(command),
         Command::Device(DeviceCommand::Simulate(args)) => simulate_cmd::run(&args),
         Command::Device(DeviceCommand::Desktop(args)) => desktop_cmd::run(&args),

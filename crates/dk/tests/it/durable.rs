@@ -75,7 +75,7 @@ impl DeviceRun {
 }
 
 /// Approves the pending pairing of `device` with `dk pairings approve`.
-async fn approve(dir: &Path, device: &str, grant: &str) {
+pub(crate) async fn approve(dir: &Path, device: &str, grant: &str) {
     let id = eventually(&format!("the pairing request of {device}"), || async {
         let out = person(dir, &["pairings", "--json"]);
         let list: Value = serde_json::from_str(&succeeded(&out)).unwrap();
@@ -92,7 +92,7 @@ async fn approve(dir: &Path, device: &str, grant: &str) {
 }
 
 /// `dk devices --json` once every device in `ids` is connected.
-async fn connected(dir: &Path, ids: &[&str]) -> Value {
+pub(crate) async fn connected(dir: &Path, ids: &[&str]) -> Value {
     eventually(&format!("{ids:?} connected"), || async {
         let list: Value =
             serde_json::from_str(&succeeded(&person(dir, &["devices", "--json"]))).unwrap();
@@ -116,7 +116,7 @@ fn grants_of(list: &Value) -> Vec<(String, Value)> {
         .collect()
 }
 
-async fn call(admin: &AdminClient, tool: &str, input: Value) -> Value {
+pub(crate) async fn call(admin: &AdminClient, tool: &str, input: Value) -> Value {
     let answer = admin
         .post("/v1/tools/call", &json!({"tool": tool, "input": input}))
         .await
@@ -236,7 +236,7 @@ fn notepad() -> Device {
 }
 
 /// The device token a client keeps in `path`, once it has written it.
-async fn token_in(path: &Path) -> String {
+pub(crate) async fn token_in(path: &Path) -> String {
     eventually("the token file", || async {
         let text = std::fs::read_to_string(path).ok()?;
         let token = text.trim().to_owned();
