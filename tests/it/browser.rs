@@ -181,12 +181,7 @@ impl Browser {
     /// Saves a screenshot as `target/console-screenshots/NAME.png`; its path.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.client.screenshot().await.unwrap();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("target")
-            .join("console-screenshots");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{name}.png"));
+        let path = screenshots().join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap();
         path
     }
@@ -204,4 +199,15 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// `target/console-screenshots/`, made if missing: where the browser tests
+/// keep their screenshots.
+pub fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

@@ -13,7 +13,6 @@ use std::time::Duration;
 use dk_device::ClientOptions;
 use dk_device::samples::Lamp;
 use dk_vessel::Limits;
-use dk_vessel::adapter::CallContext;
 use fantoccini::Locator;
 use fantoccini::key::Key;
 use serde_json::{Value, json};
@@ -21,26 +20,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::browser::Browser;
 use crate::net::{DeviceRun, start, temp_dir};
-
-/// An agent's call, made as MCP makes it, in its own task: its outcome.
-fn agent_call(
-    running: &crate::net::Running,
-    tool: &'static str,
-    input: Value,
-) -> tokio::task::JoinHandle<Value> {
-    let vessel = Arc::clone(&running.vessel);
-    tokio::spawn(async move {
-        let ctx = CallContext {
-            agent_id: Some("kitchen"),
-            session_id: Some("session-7"),
-            approver: Some(vessel.person().as_ref()),
-            timeout: Some(Duration::from_secs(10)),
-            ..CallContext::default()
-        };
-        let outcome = vessel.adapter().execute(tool, input, ctx).await;
-        serde_json::to_value(outcome).unwrap()
-    })
-}
 
 /// Presses `key` in the focused element.
 async fn press(browser: &Browser, key: Key) {
@@ -185,7 +164,11 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     // naming the agent; the person allows it once; the call succeeds.
     c.goto(&home).await.unwrap();
     browser.wait_text("#none", "Nothing is waiting").await;
-    let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
+    let call = running.agent_call(
+        "device__desk_lamp__strobe",
+        json!({}),
+        Duration::from_secs(10),
+    );
     let card = browser.wait_text(".prompt.approval", "kitchen").await;
     let text = card.text().await.unwrap();
     assert!(
@@ -234,7 +217,11 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     browser.viewport(390, 844).await;
     c.goto(&home).await.unwrap();
     browser.wait_text("#none", "Nothing is waiting").await;
-    let call = agent_call(&running, "device__desk_lamp__read_light", json!({}));
+    let call = running.agent_call(
+        "device__desk_lamp__read_light",
+        json!({}),
+        Duration::from_secs(10),
+    );
     // read_light needs no yes: it is allowed at once.
     assert_eq!(call.await.unwrap()["ok"], json!(true));
     running
@@ -242,7 +229,11 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
         .registry()
         .grant("desk-lamp", "strobe")
         .unwrap();
-    let call = agent_call(&running, "device__desk_lamp__strobe", json!({}));
+    let call = running.agent_call(
+        "device__desk_lamp__strobe",
+        json!({}),
+        Duration::from_secs(10),
+    );
     browser.wait_text(".prompt.approval", "kitchen").await;
     let width = browser
         .run("return document.documentElement.scrollWidth;")

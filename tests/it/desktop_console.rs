@@ -7,26 +7,26 @@
 //! `x11-agent-view.png` (what the agent got) and
 //! `x11-type-approval-beside-agent-view.png` (the two side by side).
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use dk_desktop::{Blackout, Desktop, DesktopConfig};
 use dk_device::ClientOptions;
 use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb};
-use dk_vessel::adapter::CallContext;
 use dk_vessel::{Limits, config::VesselConfig};
 use fantoccini::Locator;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::browser::Browser;
+use crate::browser::{Browser, screenshots};
 use crate::net::{DeviceRun, start, temp_dir};
 
 /// The vessel admits desktop-control devices (a streaming kind).
 const CONFIG: &str = "[streaming.desktop-control]\nenabled = true\nrequireApproval = false\n\
                       sandbox = \"vm\"\n[streaming.desktop-control.limits]\n\
                       maxChunkBytes = 1048576\n";
+
+/// How long an agent's call waits for the device.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 /// What the agent types.
 const TEXT: &str = "Meeting notes: ship on Friday ✓";
@@ -37,26 +37,6 @@ const NOTES: Rect = Rect::new(60, 80, 560, 400);
 const VAULT: Rect = Rect::new(700, 160, 460, 360);
 const VAULT_RED: Rgb = Rgb(200, 30, 40);
 const GREY: Rgb = Rgb(120, 128, 136);
-
-/// An agent's call as MCP makes it, in its own task: its outcome.
-fn agent_call(
-    running: &crate::net::Running,
-    tool: &'static str,
-    input: Value,
-) -> tokio::task::JoinHandle<Value> {
-    let vessel = Arc::clone(&running.vessel);
-    tokio::spawn(async move {
-        let ctx = CallContext {
-            agent_id: Some("kitchen"),
-            session_id: Some("session-7"),
-            approver: Some(vessel.person().as_ref()),
-            timeout: Some(Duration::from_secs(20)),
-            ..CallContext::default()
-        };
-        let outcome = vessel.adapter().execute(tool, input, ctx).await;
-        serde_json::to_value(outcome).unwrap()
-    })
-}
 
 /// Decodes a PNG to its size and RGBA pixels.
 fn rgba(png: &[u8]) -> (u32, u32, Vec<u8>) {
@@ -94,15 +74,6 @@ fn beside(left: &[u8], right: &[u8]) -> Vec<u8> {
     writer.write_image_data(&out).unwrap();
     writer.finish().unwrap();
     png
-}
-
-fn screenshots() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("target")
-        .join("console-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +127,8 @@ async fn a_desktop_type_waits_on_the_console_while_the_agent_sees_no_vault() {
 
     // The agent's view: the notes as painted, the vault black, no red
     // anywhere.
-    let shot = agent_call(&running, "device__desktop__screenshot", json!({}))
+    let shot = running
+        .agent_call("device__desktop__screenshot", json!({}), PATIENCE)
         .await
         .unwrap();
     assert_eq!(shot["ok"], json!(true), "{shot}");
@@ -192,7 +164,7 @@ async fn a_desktop_type_waits_on_the_console_while_the_agent_sees_no_vault() {
         .await
         .unwrap();
     browser.wait_text("#none", "Nothing is waiting").await;
-    let call = agent_call(&running, "device__desktop__type", json!({"text": TEXT}));
+    let call = running.agent_call("device__desktop__type", json!({"text": TEXT}), PATIENCE);
     let card = browser.wait_text(".prompt.approval", "kitchen").await;
     let text = card.text().await.unwrap();
     assert!(

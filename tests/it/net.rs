@@ -164,6 +164,29 @@ impl Running {
         .await;
     }
 
+    /// An agent's call (agent `kitchen`, session `session-7`), made as MCP
+    /// makes it, with the person's console as its approver, in its own
+    /// task: its outcome as JSON. The call waits `timeout` for the device.
+    pub fn agent_call(
+        &self,
+        tool: &'static str,
+        input: Value,
+        timeout: std::time::Duration,
+    ) -> JoinHandle<Value> {
+        let vessel = Arc::clone(&self.vessel);
+        tokio::spawn(async move {
+            let ctx = dk_vessel::adapter::CallContext {
+                agent_id: Some("kitchen"),
+                session_id: Some("session-7"),
+                approver: Some(vessel.person().as_ref()),
+                timeout: Some(timeout),
+                ..dk_vessel::adapter::CallContext::default()
+            };
+            let outcome = vessel.adapter().execute(tool, input, ctx).await;
+            serde_json::to_value(outcome).unwrap()
+        })
+    }
+
     /// Calls a tool through the admin API.
     pub async fn call(&self, tool: &str, input: Value, timeout_ms: u64) -> Value {
         self.admin
