@@ -389,16 +389,28 @@ fn place_all(
 }
 
 /// Runs a pointer action at `points` (checked: inside the screenshot, not
-/// blacked out) on the X thread.
+/// blacked out) on the X thread; with no points, at the pointer (checked:
+/// not blacked out), `act` then given none.
 async fn pointer_action(
     desk: &DeskHandle,
     points: Vec<Point>,
     act: impl FnOnce(&Session, &[(i64, i64)]) -> Result<(), XError> + Send + 'static,
 ) -> Result<Result<(), String>, HandlerError> {
     desk.run(move |desk| {
-        desk.with(|session, desk| match place_all(session, desk, &points)? {
-            Ok(placed) => act(session, &placed).map(Ok),
-            Err(why) => Ok(Err(why)),
+        desk.with(|session, desk| {
+            if points.is_empty() {
+                // At the pointer: refused when the pointer is in a
+                // blacked-out area.
+                let (x, y) = session.pointer()?;
+                if session.blacked(desk.blackout())?.covers(x, y) {
+                    return Ok(Err("the pointer is in a blacked-out area".to_owned()));
+                }
+                return act(session, &[]).map(Ok);
+            }
+            match place_all(session, desk, &points)? {
+                Ok(placed) => act(session, &placed).map(Ok),
+                Err(why) => Ok(Err(why)),
+            }
         })
     })
     .await
@@ -525,28 +537,11 @@ async fn click(
 ) -> Result<Value, HandlerError> {
     let p = point(&input, ("x", "y"))?;
     let held = modifiers(&input)?;
-    match p {
-        Some(p) => pointer_action(&desk, vec![p], move |session, at| {
-            session.click(at.first().copied(), button, count, &held)
-        })
-        .await?
-        .map_err(refuse)?,
-        // At the pointer: refused when the pointer is in a blacked-out
-        // area.
-        None => desk
-            .run(move |desk| {
-                desk.with(|session, desk| {
-                    let (x, y) = session.pointer()?;
-                    if session.blacked(desk.blackout())?.covers(x, y) {
-                        return Ok(Err("the pointer is in a blacked-out area".to_owned()));
-                    }
-                    session.click(None, button, count, &held).map(Ok)
-                })
-            })
-            .await
-            .map_err(|Refusal(why)| refuse(why))?
-            .map_err(refuse)?,
-    }
+    pointer_action(&desk, p.into_iter().collect(), move |session, at| {
+        session.click(at.first().copied(), button, count, &held)
+    })
+    .await?
+    .map_err(refuse)?;
     Ok(json!({"clicked": true, "count": count}))
 }
 
@@ -585,26 +580,11 @@ async fn scroll(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, Ha
     }
     let clicks = amount as u8;
     let p = point(&input, ("x", "y"))?;
-    match p {
-        Some(p) => pointer_action(&desk, vec![p], move |session, at| {
-            session.scroll(at.first().copied(), button, clicks)
-        })
-        .await?
-        .map_err(refuse)?,
-        None => desk
-            .run(move |desk| {
-                desk.with(|session, desk| {
-                    let (x, y) = session.pointer()?;
-                    if session.blacked(desk.blackout())?.covers(x, y) {
-                        return Ok(Err("the pointer is in a blacked-out area".to_owned()));
-                    }
-                    session.scroll(None, button, clicks).map(Ok)
-                })
-            })
-            .await
-            .map_err(|Refusal(why)| refuse(why))?
-            .map_err(refuse)?,
-    }
+    pointer_action(&desk, p.into_iter().collect(), move |session, at| {
+        session.scroll(at.first().copied(), button, clicks)
+    })
+    .await?
+    .map_err(refuse)?;
     Ok(json!({"scrolled": direction, "amount": clicks}))
 }
 
