@@ -18,10 +18,14 @@
 //!
 //! Times are reported, never asserted on.
 
+mod common;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use common::{BoxError, Killed, median};
 
 use dk_policy::PolicySet;
 use dk_vessel::adapter::CallContext;
@@ -34,8 +38,6 @@ use hyper::body::Bytes;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 const ENTITIES: usize = 500;
 const BLOCKS: usize = 20;
 const BLOCK: usize = 25;
@@ -43,37 +45,12 @@ const PATIENCE: Duration = Duration::from_secs(180);
 /// MCP calls measured, each beside a bare round trip.
 const MCP_CALLS: usize = 50;
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn main() -> Result<(), BoxError> {
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filter.is_empty() && !filter.iter().any(|f| f.starts_with("bridge")) {
-        return Ok(());
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(run())
+    common::main("bridge", run)
 }
 
 fn free_port() -> Result<u16, BoxError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
 fn us(d: Duration) -> String {

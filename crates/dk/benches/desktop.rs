@@ -20,8 +20,12 @@
 //! Each is printed against the issue's limit (60 ms, 5 ms, 32 MiB). Times
 //! are reported, never asserted on.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{BoxError, Killed, median};
 
 use base64::Engine as _;
 use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb, screen_pixels};
@@ -31,8 +35,6 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Calls measured of each kind.
 const RUNS: usize = 50;
@@ -53,33 +55,8 @@ const CONFIG: &str = "[rateLimits]\ncallsPerMinute = 0\nperDeviceCallsPerMinute 
 
 const CAPABILITIES: [&str; 3] = ["screenshot", "left_click", "cursor_position"];
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn main() -> Result<(), BoxError> {
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filter.is_empty() && !filter.iter().any(|f| f.starts_with("desktop")) {
-        return Ok(());
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(run())
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
+    common::main("desktop", run)
 }
 
 fn p99(mut samples: Vec<Duration>) -> Duration {
