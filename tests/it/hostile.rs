@@ -194,7 +194,20 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
     // the rest closed at the deadline; the lamp answers all along.
     let started = std::time::Instant::now();
     let attempts = futures::future::join_all((0..500).map(|_| raw(&running.device_url))).await;
-    let admitted: Vec<_> = attempts.into_iter().filter_map(Result::ok).collect();
+    let mut admitted = Vec::new();
+    for attempt in attempts {
+        match attempt {
+            Ok(socket) => admitted.push(socket),
+            // Refused at the cap: busy, come back within a second (not an
+            // error to back off from as from a vessel that is down).
+            Err(tokio_tungstenite::tungstenite::Error::Http(answer)) => {
+                assert_eq!(answer.status().as_u16(), 503);
+                let retry_after = answer.headers().get("retry-after");
+                assert_eq!(retry_after.and_then(|v| v.to_str().ok()), Some("1"));
+            }
+            Err(other) => panic!("refused otherwise than with a 503: {other}"),
+        }
+    }
     // At most 32 wait at any moment; admitted ones are closed at the 500 ms
     // deadline, freeing their places, so a slow machine admits 32 per window.
     let windows = 1 + usize::try_from(started.elapsed().as_millis() / 500).unwrap();

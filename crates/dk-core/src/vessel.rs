@@ -4,6 +4,8 @@
 //! admin API, the terminal prompt) all work on a shared [`Vessel`].
 
 #[cfg(test)]
+mod admission_tests;
+#[cfg(test)]
 mod agent_tests;
 #[cfg(test)]
 mod decision_tests;
@@ -24,7 +26,7 @@ use dk_channel::StaticKey;
 use dk_policy::PolicySet;
 use dk_proto::PairingLimit;
 use serde_json::Value;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Notify, broadcast, watch};
 
 use crate::adapter::{AllowanceUse, DecisionRecord, DeviceToolAdapter};
 use crate::agents::{
@@ -224,6 +226,10 @@ pub struct Vessel {
     connections: AtomicUsize,
     /// Per remote address: (all connections, unauthenticated ones).
     per_address: Mutex<HashMap<Option<IpAddr>, (usize, usize)>>,
+    /// Per remote address, the upgrades waiting for one of its places for
+    /// unauthenticated connections ([`Vessel::admit_waiting`]), woken one
+    /// at a time as places free.
+    waiting: Mutex<HashMap<Option<IpAddr>, Arc<Notify>>>,
     pairings: Mutex<PairingGate>,
     decisions: Arc<Mutex<VecDeque<Arc<Decision>>>>,
     shutdown: watch::Sender<bool>,
@@ -502,6 +508,7 @@ impl Vessel {
             stats: Stats::default(),
             connections: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
             pairings: Mutex::new(PairingGate::default()),
             decisions,
             shutdown: watch::channel(false).0,
@@ -808,15 +815,79 @@ impl Vessel {
         self: &Arc<Self>,
         address: Option<IpAddr>,
     ) -> Result<ConnectionPermit, ConnectionRefused> {
+        let admitted = self.try_admit(address);
+        if admitted.is_err() {
+            self.stats
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// [`Vessel::admit`], except that a connection refused only because
+    /// its address holds its most unauthenticated connections waits, in
+    /// turn with the others from that address, for one of them to
+    /// authenticate or end, for up to `patience`. A fleet reconnecting at
+    /// once from one address (behind a NAT, or after the vessel restarted)
+    /// then comes in as fast as handshakes finish, instead of being
+    /// refused and coming back at random.
+    pub async fn admit_waiting(
+        self: &Arc<Self>,
+        address: Option<IpAddr>,
+        patience: Duration,
+    ) -> Result<ConnectionPermit, ConnectionRefused> {
+        /// A waiter looks again at least this often, whether or not it
+        /// was woken.
+        const LOOK_AGAIN: Duration = Duration::from_millis(250);
+        let deadline = tokio::time::Instant::now() + patience;
+        let notify = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(waiting.entry(address).or_default())
+        };
+        let admitted = loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a place freed meanwhile wakes it.
+            notified.as_mut().enable();
+            match self.try_admit(address) {
+                Err(ConnectionRefused::TooManyUnauthenticated)
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    let slice = deadline
+                        .saturating_duration_since(tokio::time::Instant::now())
+                        .min(LOOK_AGAIN);
+                    let _ = tokio::time::timeout(slice, notified).await;
+                }
+                other => break other,
+            }
+        };
+        {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            // The map's and this one: nobody else waits on it.
+            if Arc::strong_count(&notify) <= 2 {
+                waiting.remove(&address);
+            }
+        }
+        if admitted.is_err() {
+            self.stats
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// Takes a place for a connection, or says why there is none (counted
+    /// by the caller).
+    fn try_admit(
+        self: &Arc<Self>,
+        address: Option<IpAddr>,
+    ) -> Result<ConnectionPermit, ConnectionRefused> {
         if self.is_shutting_down() {
             return Err(ConnectionRefused::ShuttingDown);
         }
         let total = self.connections.fetch_add(1, Ordering::AcqRel);
         if total >= self.limits.max_connections {
             self.connections.fetch_sub(1, Ordering::AcqRel);
-            self.stats
-                .refused_connections
-                .fetch_add(1, Ordering::Relaxed);
             return Err(ConnectionRefused::TooMany);
         }
         {
@@ -835,9 +906,6 @@ impl Vessel {
             if let Some(why) = refusal {
                 drop(counts);
                 self.connections.fetch_sub(1, Ordering::AcqRel);
-                self.stats
-                    .refused_connections
-                    .fetch_add(1, Ordering::Relaxed);
                 return Err(why);
             }
             *all += 1;
@@ -930,6 +998,11 @@ impl Vessel {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some((_, unauthenticated)) = counts.get_mut(&address) {
             *unauthenticated = unauthenticated.saturating_sub(1);
+        }
+        drop(counts);
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(next) = waiting.get(&address) {
+            next.notify_one();
         }
     }
 

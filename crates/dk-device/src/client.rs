@@ -67,9 +67,12 @@ pub async fn run_client(
     let shutdown = shutdown.fuse();
     tokio::pin!(shutdown);
     let mut attempts: u32 = 0;
+    // Failures that grow the backoff: not a busy vessel's 503.
+    let mut doublings: u32 = 0;
     loop {
         attempts = attempts.saturating_add(1);
         let started = Instant::now();
+        let mut busy = None;
         let last = match connect_once(device, &mut options, shutdown.as_mut()).await {
             Ok(SessionEnd::Shutdown) => return Ok(()),
             Ok(SessionEnd::Closed { code, reason }) => {
@@ -77,6 +80,10 @@ pub async fn run_client(
             }
             Ok(SessionEnd::Lost) => "connection lost".to_owned(),
             Err(ClientError::Connect(why)) => why,
+            Err(e @ ClientError::Busy { retry_after }) => {
+                busy = Some(retry_after);
+                e.to_string()
+            }
             // A paired dk/2 device's refusals come inside the channel; a
             // 403 or an upgrade without `dk.2` comes before it, where anyone
             // on the path can forge one to stop the device for good.
@@ -91,15 +98,22 @@ pub async fn run_client(
         };
         if started.elapsed() >= STABLE_SESSION {
             attempts = 0;
+            doublings = 0;
         }
         if options.max_attempts.is_some_and(|max| attempts >= max) {
             return Err(ClientError::GaveUp { attempts, last });
         }
-        let delay = full_jitter(
-            options.initial_backoff,
-            options.max_backoff,
-            attempts.saturating_sub(1),
-        );
+        let delay = match busy {
+            // The vessel is up and asked for a wait: spread over it, so a
+            // fleet refused at once does not come back at once, and no
+            // longer, so a storm of reconnects ends soon.
+            Some(retry_after) => full_jitter(retry_after, retry_after, 0),
+            None => {
+                let delay = full_jitter(options.initial_backoff, options.max_backoff, doublings);
+                doublings = doublings.saturating_add(1);
+                delay
+            }
+        };
         tracing::info!(url = %printable(&options.url), %last, ?delay, "reconnecting");
         options.tell(&ConnectionEvent::Disconnected {
             why: last,

@@ -144,6 +144,10 @@ fn refusal(devices: &Devices, headers: &HeaderMap) -> Option<&'static str> {
     None
 }
 
+/// The `Retry-After` of a `/device` upgrade refused at a connection cap, in
+/// seconds.
+const BUSY_RETRY_AFTER_SECS: &str = "1";
+
 /// The `/device` handler. Its `Upgrade` is extracted before it runs: a
 /// request that is no WebSocket upgrade is answered (400, 405, 426) before
 /// any check of its Origin or Host, as it always was.
@@ -175,9 +179,23 @@ async fn device_route(
         };
         return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
     }
-    let mut permit = match vessel.admit(Some(remote.ip())) {
+    // An upgrade over the address's cap on unauthenticated connections
+    // waits its turn for up to half the handshake deadline, which counts
+    // from the connect.
+    let patience = vessel.limits().handshake_timeout / 2;
+    let mut permit = match vessel.admit_waiting(Some(remote.ip()), patience).await {
         Ok(permit) => permit,
-        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
+        // The vessel is up and at a connection cap: `Retry-After` tells the
+        // device to come back soon rather than back off as from a vessel
+        // that is down (docs/PROTOCOL.md, "Connection caps").
+        Err(why) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, BUSY_RETRY_AFTER_SECS)],
+                why.to_string(),
+            )
+                .into_response();
+        }
     };
     if let Some(axum::Extension(Accepted(at))) = accepted {
         permit.accepted_at(at);

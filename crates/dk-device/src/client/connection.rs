@@ -204,12 +204,29 @@ fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
                 .unwrap_or_default();
             ClientError::Refused(printable(body.trim()))
         }
+        tungstenite::Error::Http(response) if response.status().as_u16() == 503 => {
+            ClientError::Busy {
+                retry_after: retry_after(response.headers()),
+            }
+        }
         tungstenite::Error::Http(response) => ClientError::Connect(format!(
             "the vessel answered HTTP {} instead of a WebSocket",
             response.status()
         )),
         other => ClientError::Connect(other.to_string()),
     }
+}
+
+/// A 503's `Retry-After` in whole seconds, from 1 s to 60 s; 1 s when it
+/// is missing or is not a number of seconds (an HTTP date is not taken:
+/// the device's clock need not agree with the vessel's).
+pub(super) fn retry_after(headers: &tungstenite::http::HeaderMap) -> Duration {
+    let seconds = headers
+        .get(tungstenite::http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    Duration::from_secs(seconds.clamp(1, 60))
 }
 
 /// One open connection, driving the core.

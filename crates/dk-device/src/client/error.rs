@@ -20,6 +20,16 @@ pub enum ClientError {
     /// answered HTTP instead of upgrading). [`run_client`](crate::run_client) retries it.
     #[error("cannot connect to the vessel: {0}")]
     Connect(String),
+    /// The vessel answered the upgrade with HTTP 503: it is up and at a
+    /// connection cap (connections at once, or connections from this
+    /// address not yet authenticated). [`run_client`](crate::run_client)
+    /// tries again within `retry_after` (the vessel's `Retry-After`, 1 s
+    /// when it gives none, at most 60 s) without growing its backoff.
+    #[error("the vessel is busy (HTTP 503): try again within {retry_after:?}")]
+    Busy {
+        /// How long the vessel asked the device to wait.
+        retry_after: std::time::Duration,
+    },
     /// The vessel refused the upgrade with HTTP 403: it does not take this
     /// device here (plain v1 beyond loopback, where it accepts only dk/2; a
     /// Host or Origin its listener does not take). Its answer, made

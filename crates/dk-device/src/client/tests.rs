@@ -480,6 +480,82 @@ async fn a_vessel_that_is_not_there_is_retried_then_given_up() {
     }
 }
 
+/// A vessel at its connection cap: every upgrade answered 503 with
+/// `Retry-After: 1`.
+async fn busy_vessel(listener: TcpListener) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_busy_vessel_is_tried_again_within_its_retry_after_without_growing_the_backoff() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let vessel = tokio::spawn(busy_vessel(listener));
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&waits);
+    // A backoff of an hour: a 503 taken as a vessel that is down would wait
+    // up to that long, and the safety net would fail the test.
+    let options = ClientOptions::new(url)
+        .backoff(Duration::from_secs(3600), Duration::from_secs(3600))
+        .max_attempts(4)
+        .on_connection(move |event| {
+            if let ConnectionEvent::Disconnected { why, retry_in } = event {
+                heard.lock().unwrap().push((why.clone(), *retry_in));
+            }
+        });
+    let device = Lamp::new().device();
+    match within(
+        "the client",
+        run_client(&device, options, future::pending()),
+    )
+    .await
+    {
+        Err(ClientError::GaveUp { attempts, last }) => {
+            assert_eq!(attempts, 4);
+            assert!(last.contains("busy (HTTP 503)"), "{last}");
+        }
+        other => panic!("expected GaveUp, got {other:?}"),
+    }
+    vessel.abort();
+    let waits = waits.lock().unwrap().clone();
+    assert_eq!(waits.len(), 3, "{waits:?}");
+    for (why, retry_in) in waits {
+        assert!(why.contains("busy"), "{why}");
+        assert!(retry_in <= Duration::from_secs(1), "{retry_in:?}");
+    }
+}
+
+#[test]
+fn retry_after_is_whole_seconds_from_one_to_sixty() {
+    use tokio_tungstenite::tungstenite::http::{HeaderMap, HeaderValue, header::RETRY_AFTER};
+    let of = |value: Option<&'static str>| {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = value {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static(value));
+        }
+        super::connection::retry_after(&headers)
+    };
+    assert_eq!(of(None), Duration::from_secs(1));
+    assert_eq!(of(Some("3")), Duration::from_secs(3));
+    assert_eq!(of(Some("0")), Duration::from_secs(1));
+    assert_eq!(of(Some("86400")), Duration::from_secs(60));
+    assert_eq!(
+        of(Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+        Duration::from_secs(1)
+    );
+    assert_eq!(of(Some("-5")), Duration::from_secs(1));
+}
+
 #[tokio::test]
 async fn shutdown_during_the_backoff_returns_ok() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -2,6 +2,11 @@
 //! child process killed with the bench, the filter and runtime of `main`,
 //! and the median.
 
+#![allow(
+    dead_code,
+    reason = "every bench compiles this module as its own and uses only part of it"
+)]
+
 use std::future::Future;
 use std::process::Child;
 use std::time::Duration;

@@ -1,0 +1,426 @@
+//! `fleet/calls`: throughput with the audit on disk. Two servers run in turn,
+//! each a process of its own (this bench run again with `DK_FLEET_ROLE`),
+//! under the same generator, this process:
+//!
+//! - `echo`: a bare WebSocket echo server (tokio-tungstenite); the generator
+//!   holds 1,000 connections and sends 200-byte messages, `IN_FLIGHT` at a
+//!   time, each answered by its echo;
+//! - `vessel`: a vessel (`VesselServer`, SQLite store on disk, 1,000 rules
+//!   none of which names a fleet lamp) whose own agent, in its process as a
+//!   vessel author's program hosts one, calls `set_light` on 1,000 dk/2
+//!   lamps in turn, `IN_FLIGHT` at a time; the lamps are dk-device clients
+//!   in the generator.
+//!
+//! The CPU time of each server over its run is read from
+//! `/proc/<pid>/stat` (user plus system, all threads: its rusage), divided
+//! by the messages or calls. The vessel then flushes its audit writer and
+//! counts the `decision` entries its run added: every call must have one.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dk_policy::PolicySet;
+use dk_vessel::adapter::CallContext;
+use dk_vessel::http::HttpLimits;
+use dk_vessel::{Limits, McpListen, VesselServer};
+use futures::{SinkExt as _, StreamExt as _};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::common::BoxError;
+use super::fleet::{Fleet, Home};
+
+/// Lamps, and echo connections.
+const DEVICES: usize = 1_000;
+/// Rules the vessel's calls pass.
+const RULES: usize = 1_000;
+/// Calls (and echoed messages) in flight at once.
+const IN_FLIGHT: usize = 64;
+/// Calls, and messages, per run.
+const CALLS: usize = 200_000;
+/// The ratio the vessel's CPU per call may reach against the echo's per
+/// message, and the CPU per call.
+const RATIO_BUDGET: f64 = 2.0;
+const CPU_BUDGET_US: f64 = 10.0;
+/// The message the generator echoes: the size of a `set_light` result.
+const MESSAGE: &str = r#"{"type":"device:result","callId":"5b0c7c2e-4f1d-4a63-9d55-8f0d2e1e9c11","ok":true,"result":{"on":true,"brightness":40,"colour":"warm white","note":"set by the agent at the person's request, 21:04"}}"#;
+
+/// The role this process plays when the bench started it as a server.
+pub fn child_role() -> Option<String> {
+    std::env::var("DK_FLEET_ROLE").ok()
+}
+
+/// Runs this process as the server `role` names.
+pub fn run_child(role: &str) -> Result<(), BoxError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match role {
+        "echo" => runtime.block_on(echo_server()),
+        "vessel" => runtime.block_on(vessel_server()),
+        other => Err(format!("unknown DK_FLEET_ROLE `{other}`").into()),
+    }
+}
+
+/// Both runs, and their comparison.
+pub async fn throughput() -> Result<(), BoxError> {
+    let home = Home::seed(DEVICES)?;
+    let echo = echo_run().await?;
+    let vessel = vessel_run(&home).await?;
+    let per_message = echo.cpu.as_secs_f64() * 1e6 / echo.count as f64;
+    let per_call = vessel.cpu.as_secs_f64() * 1e6 / vessel.count as f64;
+    let ratio = per_call / per_message;
+    println!(
+        "\nfleet/calls: {CALLS} calls over {DEVICES} dk/2 lamps, {IN_FLIGHT} in flight, past {RULES} rules, audited in SQLite; beside a bare WebSocket echo of {CALLS} messages over {DEVICES} connections"
+    );
+    println!(
+        "{:<28}cpu {per_message:>6.2} µs per message   {:.0} messages/s",
+        "fleet/calls_echo",
+        echo.count as f64 / echo.wall.as_secs_f64()
+    );
+    println!(
+        "{:<28}cpu {per_call:>6.2} µs per call      {:.0} calls/s   {:.2}x the echo (budgets {CPU_BUDGET_US:.0} µs: {}, {RATIO_BUDGET:.0}x: {})",
+        "fleet/calls_vessel",
+        vessel.count as f64 / vessel.wall.as_secs_f64(),
+        ratio,
+        verdict(per_call <= CPU_BUDGET_US),
+        verdict(ratio <= RATIO_BUDGET)
+    );
+    println!(
+        "{:<28}{} decisions missing from the audit log of {} calls once flushed",
+        "fleet/calls_audit",
+        vessel.count.saturating_sub(vessel.audited),
+        vessel.count
+    );
+    if vessel.audited < vessel.count {
+        return Err("decisions are missing from the audit log".into());
+    }
+    Ok(())
+}
+
+fn verdict(within: bool) -> &'static str {
+    if within { "within" } else { "OVER" }
+}
+
+/// What one server's run cost.
+struct Run {
+    count: usize,
+    cpu: Duration,
+    wall: Duration,
+    audited: usize,
+}
+
+/// A server process started from this bench, killed when dropped.
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Server {
+    fn spawn(role: &str, envs: &[(&str, &Path)]) -> Result<Server, BoxError> {
+        let mut command = Command::new(std::env::current_exe()?);
+        command
+            .env("DK_FLEET_ROLE", role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let mut child = command.spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        Ok(Server {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// The server's next line on its stdout (blocking: the generator waits
+    /// for nothing else meanwhile).
+    fn line(&mut self) -> Result<String, BoxError> {
+        Ok(self.lines.next().ok_or("the server ended early")??)
+    }
+
+    fn say(&mut self, line: &str) -> Result<(), BoxError> {
+        writeln!(self.stdin, "{line}")?;
+        Ok(self.stdin.flush()?)
+    }
+
+    /// User plus system CPU time of the server, all its threads.
+    fn cpu(&self) -> Result<Duration, BoxError> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // The fields after the command name, which is in parentheses.
+        let rest = stat.rsplit_once(')').ok_or("bad /proc stat")?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line (11 and 12 here),
+        // in USER_HZ, which Linux fixes at 100 for /proc.
+        let ticks: u64 = fields.get(11).ok_or("no utime")?.parse::<u64>()?
+            + fields.get(12).ok_or("no stime")?.parse::<u64>()?;
+        Ok(Duration::from_millis(ticks * 10))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The echo server's run, driven from here.
+async fn echo_run() -> Result<Run, BoxError> {
+    let mut server = Server::spawn("echo", &[])?;
+    let address: SocketAddr = tokio::task::block_in_place(|| server.line())?.parse()?;
+    let url = format!("ws://{address}/");
+    let mut sockets = Vec::with_capacity(DEVICES);
+    for _ in 0..DEVICES {
+        let (socket, _) = tokio_tungstenite::connect_async(url.as_str()).await?;
+        sockets.push(socket);
+    }
+    // Each sender owns every IN_FLIGHT-th connection and sends on them in
+    // turn, one message at a time.
+    let mut owned: Vec<Vec<_>> = (0..IN_FLIGHT).map(|_| Vec::new()).collect();
+    for (i, socket) in sockets.into_iter().enumerate() {
+        if let Some(slot) = owned.get_mut(i % IN_FLIGHT) {
+            slot.push(socket);
+        }
+    }
+    // Warm up, then measure.
+    let before = server.cpu()?;
+    let started = Instant::now();
+    let mut senders = JoinSet::new();
+    for mut mine in owned {
+        senders.spawn(async move {
+            for k in 0..CALLS / IN_FLIGHT {
+                let index = k % mine.len().max(1);
+                let Some(socket) = mine.get_mut(index) else {
+                    return Err::<usize, BoxError>("no connection".into());
+                };
+                socket.send(Message::text(MESSAGE)).await?;
+                match socket.next().await {
+                    Some(Ok(Message::Text(_))) => {}
+                    other => return Err(format!("no echo: {other:?}").into()),
+                }
+            }
+            Ok(CALLS / IN_FLIGHT)
+        });
+    }
+    let mut count = 0;
+    while let Some(sent) = senders.join_next().await {
+        count += sent??;
+    }
+    let wall = started.elapsed();
+    let cpu = server.cpu()?.saturating_sub(before);
+    Ok(Run {
+        count,
+        cpu,
+        wall,
+        audited: count,
+    })
+}
+
+/// A bare WebSocket echo server: prints its address, then echoes every
+/// message on every connection.
+async fn echo_server() -> Result<(), BoxError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    println!("{}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(async move {
+            let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+                return;
+            };
+            while let Some(Ok(message)) = socket.next().await {
+                if (message.is_text() || message.is_binary()) && socket.send(message).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The vessel's run: the lamps connect from here, the vessel calls them.
+async fn vessel_run(home: &Home) -> Result<Run, BoxError> {
+    let rules = home.data_dir().with_file_name("rules.yaml");
+    std::fs::write(&rules, rules_text(RULES))?;
+    let data_dir = home.data_dir();
+    let key_file = data_dir.with_file_name("vessel.key");
+    let token_file = data_dir.with_file_name("admin-token");
+    let mut server = Server::spawn(
+        "vessel",
+        &[
+            ("DK_FLEET_DATA", &data_dir),
+            ("DK_FLEET_RULES", &rules),
+            ("DK_FLEET_KEY", &key_file),
+            ("DK_FLEET_TOKEN", &token_file),
+        ],
+    )?;
+    let port: u16 = tokio::task::block_in_place(|| server.line())?.parse()?;
+    let lamps = Fleet::start(home, port)?;
+    // The vessel says when it counts every lamp connected.
+    let ready = tokio::task::block_in_place(|| server.line())?;
+    if ready != "connected" {
+        return Err(format!("the vessel said `{ready}`").into());
+    }
+    let before = server.cpu()?;
+    server.say("go")?;
+    let done = tokio::task::block_in_place(|| server.line())?;
+    let cpu = server.cpu()?.saturating_sub(before);
+    // "done CALLS WALL_NS"
+    let mut words = done.split_whitespace().skip(1);
+    let count: usize = words.next().ok_or("no count")?.parse()?;
+    let wall = Duration::from_nanos(words.next().ok_or("no time")?.parse()?);
+    let audited_line = tokio::task::block_in_place(|| server.line())?;
+    let audited: usize = audited_line
+        .strip_prefix("audited ")
+        .ok_or_else(|| format!("the vessel said `{audited_line}`"))?
+        .parse()?;
+    lamps.stop().await?;
+    Ok(Run {
+        count,
+        cpu,
+        wall,
+        audited,
+    })
+}
+
+/// `count` rules, block, require_approval and allow in turn, none naming a
+/// fleet lamp: every call is checked against all of them.
+fn rules_text(count: usize) -> String {
+    let mut text = String::from("version: 1\npolicies:\n");
+    let decisions = ["block", "require_approval", "allow"];
+    for i in 0..count {
+        let decision = decisions.get(i % 3).copied().unwrap_or("block");
+        text.push_str(&format!(
+            "  - name: rule-{i}\n    action: device_use\n    condition: \"deviceId equals other-{i} and capabilityKind equals actuator\"\n    decision: {decision}\n    message: rule {i}\n"
+        ));
+    }
+    text
+}
+
+fn env_path(key: &str) -> Result<PathBuf, BoxError> {
+    std::env::var_os(key)
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("{key} is not set").into())
+}
+
+/// The vessel: its own agent calls the lamps once they are all connected
+/// and it is told to go.
+async fn vessel_server() -> Result<(), BoxError> {
+    let data_dir = env_path("DK_FLEET_DATA")?;
+    let policies =
+        PolicySet::from_yaml_str(&std::fs::read_to_string(env_path("DK_FLEET_RULES")?)?)?;
+    let limits = Limits {
+        max_connections: 40_000,
+        max_connections_per_address: 40_000,
+        max_frames_per_second: 1_000_000,
+        // The host's own agent, at the full speed of the run.
+        rate_limits: None,
+        run_limits: None,
+        ..Limits::default()
+    };
+    let running = VesselServer::new(&data_dir)
+        .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .admin_listen(None)
+        .mcp_listen(McpListen::Off)
+        .unix_sockets(false)
+        .address_file(false)
+        .admin_token_file(env_path("DK_FLEET_TOKEN")?)
+        .vessel_key_file(env_path("DK_FLEET_KEY")?)
+        .policies(policies)
+        .limits(limits)
+        .http_limits(HttpLimits::default())
+        .start()
+        .await?;
+    println!("{}", running.device_addr().port());
+    std::io::stdout().flush()?;
+    let vessel = Arc::clone(running.vessel());
+    let deadline = Instant::now() + super::fleet::PATIENCE;
+    let connected = |vessel: &dk_vessel::Vessel| {
+        vessel
+            .registry()
+            .list()
+            .iter()
+            .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
+            .count()
+    };
+    while connected(&vessel) < DEVICES {
+        if Instant::now() > deadline {
+            return Err("the lamps did not all connect".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("connected");
+    std::io::stdout().flush()?;
+    let mut go = String::new();
+    tokio::task::block_in_place(|| std::io::stdin().read_line(&mut go))?;
+
+    vessel.flush_audit()?;
+    let head = vessel.registry().store().audit_head()?.seq;
+    let tools: Arc<Vec<String>> = Arc::new(
+        (0..DEVICES)
+            .map(|i| format!("device__{}__set_light", super::fleet::device_id(i)))
+            .collect(),
+    );
+    let started = Instant::now();
+    let mut callers = JoinSet::new();
+    for w in 0..IN_FLIGHT {
+        let vessel = Arc::clone(&vessel);
+        let tools = Arc::clone(&tools);
+        callers.spawn(async move {
+            let mut made = 0usize;
+            for k in 0..CALLS / IN_FLIGHT {
+                let tool = tools.get((k * IN_FLIGHT + w) % DEVICES).ok_or("no tool")?;
+                let outcome = vessel
+                    .adapter()
+                    .execute(
+                        tool,
+                        json!({"on": true, "brightness": 40}),
+                        CallContext::default(),
+                    )
+                    .await;
+                if !outcome.is_ok() {
+                    return Err::<usize, BoxError>(
+                        format!("a call failed: {:?}", outcome.reason()).into(),
+                    );
+                }
+                made += 1;
+            }
+            Ok(made)
+        });
+    }
+    let mut count = 0;
+    while let Some(made) = callers.join_next().await {
+        count += made??;
+    }
+    let wall = started.elapsed();
+    println!("done {count} {}", wall.as_nanos());
+    std::io::stdout().flush()?;
+
+    vessel.flush_audit()?;
+    let store = vessel.registry().store();
+    let mut audited = 0;
+    let mut after = head;
+    loop {
+        let page = store.read_audit(after, 10_000)?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        audited += page.iter().filter(|e| e.kind == "decision").count();
+    }
+    println!("audited {audited}");
+    std::io::stdout().flush()?;
+    running.stop().await?;
+    Ok(())
+}
