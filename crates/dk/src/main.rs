@@ -32,6 +32,7 @@ mod mcp_cmd;
 mod policy_cmd;
 mod prompt;
 mod simulate_cmd;
+mod systemd;
 mod tools_cmd;
 mod vessel_cmd;
 
