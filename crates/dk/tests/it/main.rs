@@ -23,6 +23,7 @@ mod mcp_bridge;
 mod network;
 mod process;
 mod prompt_pty;
+mod service;
 mod slow_http;
 
 fn fixtures() -> PathBuf {
