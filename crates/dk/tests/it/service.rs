@@ -159,3 +159,62 @@ fn an_abstract_socket_and_a_watchdog_for_another_process() {
     assert_eq!(next_message(&socket, Duration::from_millis(600)), None);
     stops(&socket, vessel);
 }
+
+/// The unit file in `dist/systemd/`, with `ExecStart` naming this build's
+/// `dk`, passes `systemd-analyze verify` without a word, keeps its
+/// hardening, and `systemd-analyze security` rates its exposure at most
+/// 2.0 of 10. Skipped, saying so, where `systemd-analyze` is missing.
+#[test]
+fn the_unit_file_verifies_and_stays_hardened() {
+    let unit = std::fs::read_to_string(crate::fixtures().join("../dist/systemd/dk-vessel.service"))
+        .unwrap();
+    for directive in [
+        "Type=notify",
+        "ExecStart=/usr/local/bin/dk vessel --no-prompt",
+        "WatchdogSec=30s",
+        "Restart=on-failure",
+        "DynamicUser=yes",
+        "StateDirectory=dk",
+        "Environment=DK_HOME=/var/lib/dk",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "UMask=0077",
+    ] {
+        assert!(
+            unit.lines().any(|line| line == directive),
+            "the unit lost `{directive}`"
+        );
+    }
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no systemd-analyze on this machine");
+        return;
+    }
+    let dir = tempfile::TempDir::new().unwrap();
+    let file = dir.path().join("dk-vessel.service");
+    let built = unit.replace("/usr/local/bin/dk", env!("CARGO_BIN_EXE_dk"));
+    std::fs::write(&file, built).unwrap();
+    let verified = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verified.stderr);
+    assert!(verified.status.success() && said.is_empty(), "{said}");
+    let rated = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--threshold=20"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        rated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rated.stdout)
+    );
+}
