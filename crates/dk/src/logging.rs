@@ -15,7 +15,11 @@
 //! At `debug` and `trace` rmcp also echoes every MCP answer whole, device
 //! results included: a screenshot would be a megabyte of base64 on one
 //! line, and a picture of the person's screen kept in a log file. Those
-//! echoes ([`ECHOES`]) are never written; the requests rmcp logs stay.
+//! echoes ([`ECHOES`]) are never written. The requests rmcp logs stay, but
+//! for a tool call's ([`is_tool_call_echo`]): its arguments are the agent's
+//! input, which may hold anything the person would not want in a log (a
+//! lock's code, a message's text); the call is logged as its audit entry,
+//! without the input, instead.
 
 use std::fmt;
 
@@ -117,12 +121,46 @@ where
     }
 }
 
-/// Leaves out the [`ECHOES`], whatever the level.
+/// Leaves out the [`ECHOES`] and rmcp's echo of a tool call's request,
+/// whatever the level.
 struct NoEchoes;
 
 impl<S: Subscriber> Layer<S> for NoEchoes {
     fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
-        !is_echo(event)
+        !is_echo(event) && !is_tool_call_echo(event)
+    }
+}
+
+/// rmcp's event that echoes a request it received, as (target, level, the
+/// field holding it).
+const REQUEST_ECHO: (&str, Level, &str) = ("rmcp::service", Level::DEBUG, "request");
+
+/// Whether `event` is rmcp's echo of a `tools/call` request, arguments and
+/// all. Told by its callsite first; only that event's request is formatted
+/// to decide (and only when rmcp's DEBUG events are written at all).
+fn is_tool_call_echo(event: &Event<'_>) -> bool {
+    let metadata = event.metadata();
+    let (target, level, field) = REQUEST_ECHO;
+    if metadata.target() != target
+        || *metadata.level() != level
+        || metadata.fields().field(field).is_none()
+    {
+        return false;
+    }
+    let mut request = Request::default();
+    event.record(&mut request);
+    request.0.starts_with("CallToolRequest(")
+}
+
+/// The `request` field of an event, as its `Debug` text.
+#[derive(Default)]
+struct Request(String);
+
+impl Visit for Request {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == REQUEST_ECHO.2 {
+            self.0 = format!("{value:?}");
+        }
     }
 }
 
@@ -306,6 +344,7 @@ mod tests {
         };
         let kept: fn() = || {
             tracing::debug!(target: "rmcp::service", id = %1, request = ?"tools/call", "received request");
+            tracing::debug!(target: "rmcp::service", id = %1, request = %"ListToolsRequest(Request { .. })", "received request");
             tracing::debug!(target: "dk_vessel::mcp", result = ?"ok", "a result of our own");
             tracing::trace!(target: "rmcp::service", "task cancelled");
         };
@@ -313,7 +352,15 @@ mod tests {
             assert_eq!(logged(level, echoes), "", "{level}");
         }
         let text = logged(Level::TRACE, kept);
-        assert_eq!(text.lines().count(), 3, "{text}");
+        assert_eq!(text.lines().count(), 4, "{text}");
+        // A tool call's request carries the agent's input.
+        let call: fn() = || {
+            let request = "CallToolRequest(Request { params: { arguments: Some({\"code\": String(\"4711\")}) } })";
+            tracing::debug!(target: "rmcp::service", id = %2, request = %request, "received request");
+        };
+        for format in [LogFormat::Text, LogFormat::Json] {
+            assert_eq!(logged_as(Level::TRACE, format, call), "", "{format:?}");
+        }
     }
 
     /// Posts `subscriptions/listen` to the MCP server at `address` as a
