@@ -19,6 +19,7 @@ mod desktop_no_display;
 mod device_files;
 mod durable;
 mod files;
+mod logs;
 mod mcp_bridge;
 mod network;
 mod process;
