@@ -85,10 +85,7 @@ impl Notifier {
             .and_then(|usec| usec.trim().parse::<u64>().ok())
             .filter(|usec| *usec > 0 && ours)
             .map(|usec| Duration::from_micros(usec / 2));
-        Ok(Some(Notifier {
-            socket,
-            ping_every,
-        }))
+        Ok(Some(Notifier { socket, ping_every }))
     }
 
     /// How often to ping the watchdog (half its period), if it watches us.
@@ -174,7 +171,12 @@ mod tests {
         check(Some("/run/notify"), None, None, Some(None));
         check(Some("/run/notify"), Some("30000000"), None, half);
         check(Some("@notify"), Some("30000000"), Some("42"), half);
-        check(Some("/run/notify"), Some("30000000"), Some("41"), Some(None));
+        check(
+            Some("/run/notify"),
+            Some("30000000"),
+            Some("41"),
+            Some(None),
+        );
         check(Some("/run/notify"), Some("0"), None, Some(None));
         check(Some("/run/notify"), Some("soon"), None, Some(None));
         let long = format!("/{}", "x".repeat(200));
@@ -189,8 +191,7 @@ mod tests {
         let receivers = [
             (UnixDatagram::bind(&path).unwrap(), path.to_str().unwrap()),
             (
-                UnixDatagram::bind_addr(&abstract_address(&name.as_bytes()[1..]).unwrap())
-                    .unwrap(),
+                UnixDatagram::bind_addr(&abstract_address(&name.as_bytes()[1..]).unwrap()).unwrap(),
                 name.as_str(),
             ),
         ];
