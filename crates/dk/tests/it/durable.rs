@@ -288,7 +288,7 @@ pub(crate) fn forms(secret: &str) -> Vec<(String, Vec<u8>)> {
         ("hex of its bytes".into(), hex(bytes).into_bytes()),
         ("base64".into(), base64(bytes).into_bytes()),
     ];
-    if secret.len() % 2 == 0 && secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if secret.len().is_multiple_of(2) && secret.bytes().all(|b| b.is_ascii_hexdigit()) {
         forms.push(("its bytes as binary".into(), unhex(secret)));
     }
     forms
