@@ -46,6 +46,8 @@ use crate::vessel::Vessel;
 
 mod health;
 
+pub use health::{ReadinessCheck, readiness_failures};
+
 /// Largest request body the admin API reads (64 KiB).
 const MAX_BODY_BYTES: usize = 64 * 1024;
 

@@ -23,8 +23,8 @@ use dk_core::{config, redact, stream};
 use dk_core::{link, reload, store};
 
 pub use admin::{
-    AdminToken, AdminTokenError, serve_admin, serve_admin_unix, serve_admin_unix_with,
-    serve_admin_with,
+    AdminToken, AdminTokenError, ReadinessCheck, readiness_failures, serve_admin, serve_admin_unix,
+    serve_admin_unix_with, serve_admin_with,
 };
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use console::Console;

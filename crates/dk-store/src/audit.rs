@@ -1,6 +1,7 @@
 //! The audit chain: canonical entry text, entry hashes, chaining a batch of
-//! events onto a head, verification of a stored log, and the redaction
-//! helper that keeps secrets and long values out of entries.
+//! events onto a head, verification of a stored log, the redaction
+//! helper that keeps secrets and long values out of entries, and the log
+//! event each stored entry makes ([`log_appended`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,6 +30,40 @@ pub const MAX_AUDIT_DEPTH: usize = 8;
 
 /// The longest audit kind, in bytes.
 const MAX_KIND: usize = 32;
+
+/// One INFO event (target `dk_store::audit`, message `audit entry`) per
+/// entry of `events`, now stored, the first under `first_seq`: its `seq`
+/// and `kind`, and, named as in the entry, those of its fields that say who
+/// and what a call, a pairing or a grant change is about and what was
+/// decided (`deviceId`, `agentId`, `capability`, `tool`, `allowed`,
+/// `reason`, `rule`, `channel`, `sessionId`), when the entry has them.
+/// Entries hold no secret (their makers redact them); an entry's input and
+/// other nested values are left out.
+pub(crate) fn log_appended(first_seq: u64, events: &[AuditEvent]) {
+    if !tracing::enabled!(target: "dk_store::audit", tracing::Level::INFO) {
+        return;
+    }
+    for (seq, event) in (first_seq..).zip(events) {
+        let entry = &event.entry;
+        let text = |name: &str| entry.get(name).and_then(Value::as_str);
+        let allowed = entry.get("allowed").and_then(Value::as_bool);
+        tracing::info!(
+            target: "dk_store::audit",
+            seq,
+            kind = event.kind.as_str(),
+            "deviceId" = text("deviceId"),
+            "agentId" = text("agentId"),
+            capability = text("capability"),
+            tool = text("tool"),
+            allowed,
+            reason = text("reason"),
+            rule = text("rule"),
+            channel = text("channel"),
+            "sessionId" = text("sessionId"),
+            "audit entry"
+        );
+    }
+}
 
 /// How far from its stored `seq` an entry's content is looked for when its
 /// hash does not match: this tells a renumbered entry from an edited one.

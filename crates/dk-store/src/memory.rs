@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{
     AuditEntry, AuditEvent, AuditHead, AuditQuery, RateHit, Snapshot, Store, StoreError,
@@ -37,6 +37,14 @@ impl State {
             .last()
             .map_or((0, GENESIS_HASH), |row| (row.seq, row.hash.as_str()));
         chain(seq, hash, events, Hashing::Plain)
+    }
+
+    /// Keeps the `rows` chained from `events`, and logs them.
+    fn keep(&mut self, rows: Vec<RawRow>, events: &[AuditEvent]) {
+        if let Some(first) = rows.first() {
+            log_appended(u64::try_from(first.seq).unwrap_or(0), events);
+        }
+        self.audit.extend(rows);
     }
 }
 
@@ -87,7 +95,7 @@ impl Store for MemoryStore {
         state
             .pairings
             .insert(pairing.device_id.clone(), normalised(pairing));
-        state.audit.extend(rows);
+        state.keep(rows, std::slice::from_ref(audit));
         Ok(())
     }
 
@@ -114,7 +122,7 @@ impl Store for MemoryStore {
             }
             _ => {}
         }
-        state.audit.extend(rows);
+        state.keep(rows, std::slice::from_ref(audit));
         Ok(())
     }
 
@@ -124,7 +132,7 @@ impl Store for MemoryStore {
         if state.pairings.remove(device_id).is_none() {
             return Err(StoreError::UnknownDevice(device_id.to_owned()));
         }
-        state.audit.extend(rows);
+        state.keep(rows, std::slice::from_ref(audit));
         Ok(())
     }
 
@@ -137,7 +145,7 @@ impl Store for MemoryStore {
         let mut state = self.state();
         let rows = state.chained(std::slice::from_ref(audit))?;
         state.agents.insert(agent.id.clone(), agent.clone());
-        state.audit.extend(rows);
+        state.keep(rows, std::slice::from_ref(audit));
         Ok(())
     }
 
@@ -147,7 +155,7 @@ impl Store for MemoryStore {
         if state.agents.remove(name).is_none() {
             return Err(StoreError::UnknownAgent(name.to_owned()));
         }
-        state.audit.extend(rows);
+        state.keep(rows, std::slice::from_ref(audit));
         Ok(())
     }
 
@@ -155,7 +163,7 @@ impl Store for MemoryStore {
         refuse_reserved_kinds(events)?;
         let mut state = self.state();
         let rows = state.chained(events)?;
-        state.audit.extend(rows);
+        state.keep(rows, events);
         Ok(())
     }
 

@@ -27,7 +27,7 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, to_i64};
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, to_i64};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
@@ -342,11 +342,13 @@ impl SqliteStore {
         Ok(value)
     }
 
-    /// Like [`SqliteStore::write`] for a change that appends to the audit
-    /// log: once it is committed, the new head is handed to the head keeper,
-    /// still under the connection's lock so heads go in commit order.
+    /// Like [`SqliteStore::write`] for a change that appends `events` to
+    /// the audit log: once it is committed, the new head is handed to the
+    /// head keeper, still under the connection's lock so heads go in commit
+    /// order, and each entry is logged.
     fn write_audited(
         &self,
+        events: &[AuditEvent],
         change: impl FnOnce(&Transaction<'_>) -> Result<Option<AuditHead>, StoreError>,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
@@ -355,10 +357,16 @@ impl SqliteStore {
             .map_err(db)?;
         let head = change(&tx)?;
         tx.commit().map_err(db)?;
-        if let (Some(head), Some(keeper)) = (head, &self.head) {
+        let Some(head) = head else {
+            return Ok(());
+        };
+        let count = u64::try_from(events.len()).unwrap_or(u64::MAX);
+        let first = head.seq.saturating_sub(count).saturating_add(1);
+        if let Some(keeper) = &self.head {
             keeper.keep(head);
         }
         drop(conn);
+        log_appended(first, events);
         Ok(())
     }
 }
@@ -781,7 +789,7 @@ impl Store for SqliteStore {
         let generation = to_i64(pairing.generation, "generation")?;
         let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
         let hashing = self.hashing()?;
-        self.write_audited(|tx| {
+        self.write_audited(std::slice::from_ref(audit), |tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
                 .execute([&pairing.device_id])
@@ -835,7 +843,7 @@ impl Store for SqliteStore {
         audit: &AuditEvent,
     ) -> Result<(), StoreError> {
         let hashing = self.hashing()?;
-        self.write_audited(|tx| {
+        self.write_audited(std::slice::from_ref(audit), |tx| {
             let paired = tx
                 .prepare_cached("SELECT 1 FROM pairing WHERE device_id = ?1")
                 .map_err(db)?
@@ -859,7 +867,7 @@ impl Store for SqliteStore {
 
     fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
         let hashing = self.hashing()?;
-        self.write_audited(|tx| {
+        self.write_audited(std::slice::from_ref(audit), |tx| {
             tx.prepare_cached("DELETE FROM device_grant WHERE device_id = ?1")
                 .map_err(db)?
                 .execute([device_id])
@@ -885,7 +893,7 @@ impl Store for SqliteStore {
         let record = serde_json::to_string(agent)
             .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
         let hashing = self.hashing()?;
-        self.write_audited(|tx| {
+        self.write_audited(std::slice::from_ref(audit), |tx| {
             tx.prepare_cached(
                 "INSERT INTO agent (name, record) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET record = excluded.record",
@@ -899,7 +907,7 @@ impl Store for SqliteStore {
 
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
         let hashing = self.hashing()?;
-        self.write_audited(|tx| {
+        self.write_audited(std::slice::from_ref(audit), |tx| {
             let removed = tx
                 .prepare_cached("DELETE FROM agent WHERE name = ?1")
                 .map_err(db)?
@@ -918,7 +926,7 @@ impl Store for SqliteStore {
         }
         refuse_reserved_kinds(events)?;
         let hashing = self.hashing()?;
-        self.write_audited(|tx| append(tx, events, hashing))
+        self.write_audited(events, |tx| append(tx, events, hashing))
     }
 
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {

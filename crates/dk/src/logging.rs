@@ -1,7 +1,10 @@
 //! Log output: lines go to standard error with every secret the running
 //! vessel knows replaced by `[REDACTED]` first
 //! ([`dk_vessel::redact::redacting_log_writer`]). `DK_LOG` sets the level: `error`,
-//! `warn` (the default), `info`, `debug` or `trace`.
+//! `warn` (the default), `info`, `debug` or `trace`. `--log-format` (or
+//! `DK_LOG_FORMAT`) sets the shape: `text` (the default), or `json`, one
+//! object a line per event: `timestamp`, `level`, `target`, `message` and
+//! the event's own fields beside them ([`LogFormat`]).
 //!
 //! A few events rmcp logs at ERROR are not errors: they say that an MCP
 //! client hung up (an agent closing its `subscriptions/listen` stream, or
@@ -12,7 +15,11 @@
 //! At `debug` and `trace` rmcp also echoes every MCP answer whole, device
 //! results included: a screenshot would be a megabyte of base64 on one
 //! line, and a picture of the person's screen kept in a log file. Those
-//! echoes ([`ECHOES`]) are never written; the requests rmcp logs stay.
+//! echoes ([`ECHOES`]) are never written. The requests rmcp logs stay, but
+//! for a tool call's ([`is_tool_call_echo`]): its arguments are the agent's
+//! input, which may hold anything the person would not want in a log (a
+//! lock's code, a message's text); the call is logged as its audit entry,
+//! without the input, instead.
 
 use std::fmt;
 
@@ -58,40 +65,102 @@ const ECHOES: &[(&str, Level, &str)] = &[
     ),
 ];
 
+/// How log lines are written (`--log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// A line of text per event, for a person at a terminal.
+    #[default]
+    Text,
+    /// A JSON object per line per event, for a log collector: `timestamp`
+    /// (RFC 3339, UTC), `level`, `target`, `message`, and the event's
+    /// fields at the same level (an audit entry's are named as in the
+    /// entry: `deviceId`, `agentId`, `capability`, ...).
+    Json,
+}
+
 /// Installs the logger for the whole process (once; a second call changes nothing).
-pub fn init() {
+pub fn init(format: LogFormat) {
     let level = std::env::var("DK_LOG")
         .ok()
         .and_then(|level| level.parse::<Level>().ok())
         .unwrap_or(Level::WARN);
-    let _ = subscriber(level, || {
+    let _ = subscriber(level, format, || {
         dk_vessel::redact::redacting_log_writer(std::io::stderr())
     })
     .try_init();
 }
 
-/// Events at `level` and above, formatted to `writer`, with the
-/// [`CLIENT_GONE`] events left out unless `level` is `debug` or `trace`.
-fn subscriber<W>(level: Level, writer: W) -> impl Subscriber + Send + Sync + 'static
+/// Events at `level` and above, formatted to `writer` as `format` says,
+/// with the [`CLIENT_GONE`] events left out unless `level` is `debug` or
+/// `trace`, and the [`ECHOES`] always.
+fn subscriber<W>(
+    level: Level,
+    format: LogFormat,
+    writer: W,
+) -> Box<dyn Subscriber + Send + Sync + 'static>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
+    let client_gone = ClientGone {
+        shown: level >= Level::DEBUG,
+    };
+    let fmt = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(writer)
-        .finish()
-        .with(ClientGone {
-            shown: level >= Level::DEBUG,
-        })
-        .with(NoEchoes)
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(fmt.finish().with(client_gone).with(NoEchoes)),
+        LogFormat::Json => Box::new(
+            fmt.json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .finish()
+                .with(client_gone)
+                .with(NoEchoes),
+        ),
+    }
 }
 
-/// Leaves out the [`ECHOES`], whatever the level.
+/// Leaves out the [`ECHOES`] and rmcp's echo of a tool call's request,
+/// whatever the level.
 struct NoEchoes;
 
 impl<S: Subscriber> Layer<S> for NoEchoes {
     fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
-        !is_echo(event)
+        !is_echo(event) && !is_tool_call_echo(event)
+    }
+}
+
+/// rmcp's event that echoes a request it received, as (target, level, the
+/// field holding it).
+const REQUEST_ECHO: (&str, Level, &str) = ("rmcp::service", Level::DEBUG, "request");
+
+/// Whether `event` is rmcp's echo of a `tools/call` request, arguments and
+/// all. Told by its callsite first; only that event's request is formatted
+/// to decide (and only when rmcp's DEBUG events are written at all).
+fn is_tool_call_echo(event: &Event<'_>) -> bool {
+    let metadata = event.metadata();
+    let (target, level, field) = REQUEST_ECHO;
+    if metadata.target() != target
+        || *metadata.level() != level
+        || metadata.fields().field(field).is_none()
+    {
+        return false;
+    }
+    let mut request = Request::default();
+    event.record(&mut request);
+    request.0.starts_with("CallToolRequest(")
+}
+
+/// The `request` field of an event, as its `Debug` text.
+#[derive(Default)]
+struct Request(String);
+
+impl Visit for Request {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == REQUEST_ECHO.2 {
+            self.0 = format!("{value:?}");
+        }
     }
 }
 
@@ -193,10 +262,52 @@ mod tests {
 
     /// What `emit` writes under the dk logger at `level`.
     fn logged(level: Level, emit: fn()) -> String {
+        logged_as(level, LogFormat::Text, emit)
+    }
+
+    /// What `emit` writes under the dk logger at `level` in `format`.
+    fn logged_as(level: Level, format: LogFormat, emit: fn()) -> String {
         let lines = Lines::default();
         let sink = lines.clone();
-        tracing::subscriber::with_default(subscriber(level, move || sink.clone()), emit);
+        tracing::subscriber::with_default(subscriber(level, format, move || sink.clone()), emit);
         lines.text()
+    }
+
+    #[test]
+    fn json_is_an_object_a_line_with_the_fields_beside_the_message() {
+        let text = logged_as(Level::INFO, LogFormat::Json, || {
+            tracing::info!(target: "dk_store::audit", seq = 7_u64, kind = "decision",
+                "deviceId" = Some("desk-lamp"), allowed = Some(false), rule = None::<&str>,
+                "audit entry");
+            tracing::warn!(error = %"a \"quoted\"\nline", "two\nlines");
+            tracing::debug!("not at info");
+        });
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let first = &lines[0];
+        assert!(
+            first["timestamp"].as_str().unwrap().ends_with('Z'),
+            "{first}"
+        );
+        let mut first = first.clone();
+        first.as_object_mut().unwrap().remove("timestamp");
+        assert_eq!(
+            first,
+            json!({"level": "INFO", "target": "dk_store::audit", "message": "audit entry",
+                   "seq": 7, "kind": "decision", "deviceId": "desk-lamp", "allowed": false})
+        );
+        assert_eq!(lines[1]["message"], "two\nlines");
+        assert_eq!(lines[1]["error"], "a \"quoted\"\nline");
+        // The filters apply to JSON too.
+        assert_eq!(
+            logged_as(Level::TRACE, LogFormat::Json, || {
+                tracing::trace!(target: "rmcp::service", evt = ?"screenshot", "new event");
+            }),
+            ""
+        );
     }
 
     #[test]
@@ -233,6 +344,7 @@ mod tests {
         };
         let kept: fn() = || {
             tracing::debug!(target: "rmcp::service", id = %1, request = ?"tools/call", "received request");
+            tracing::debug!(target: "rmcp::service", id = %1, request = %"ListToolsRequest(Request { .. })", "received request");
             tracing::debug!(target: "dk_vessel::mcp", result = ?"ok", "a result of our own");
             tracing::trace!(target: "rmcp::service", "task cancelled");
         };
@@ -240,7 +352,15 @@ mod tests {
             assert_eq!(logged(level, echoes), "", "{level}");
         }
         let text = logged(Level::TRACE, kept);
-        assert_eq!(text.lines().count(), 3, "{text}");
+        assert_eq!(text.lines().count(), 4, "{text}");
+        // A tool call's request carries the agent's input.
+        let call: fn() = || {
+            let request = "CallToolRequest(Request { params: { arguments: Some({\"code\": String(\"4711\")}) } })";
+            tracing::debug!(target: "rmcp::service", id = %2, request = %request, "received request");
+        };
+        for format in [LogFormat::Text, LogFormat::Json] {
+            assert_eq!(logged_as(Level::TRACE, format, call), "", "{format:?}");
+        }
     }
 
     /// Posts `subscriptions/listen` to the MCP server at `address` as a
@@ -286,7 +406,9 @@ mod tests {
         let lines = Lines::default();
         let sink = lines.clone();
         let _default =
-            tracing::subscriber::set_default(subscriber(Level::INFO, move || sink.clone()));
+            tracing::subscriber::set_default(subscriber(Level::INFO, LogFormat::Text, move || {
+                sink.clone()
+            }));
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
         let agents = Arc::new(AgentDirectory::new());
         let (_, credential) = agents

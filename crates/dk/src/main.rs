@@ -32,6 +32,7 @@ mod mcp_cmd;
 mod policy_cmd;
 mod prompt;
 mod simulate_cmd;
+mod systemd;
 mod tools_cmd;
 mod vessel_cmd;
 
@@ -48,6 +49,17 @@ mod vessel_cmd;
                   from any directory."
 )]
 struct Cli {
+    /// How log lines on standard error are written: `text`, or `json` (one
+    /// object a line: timestamp, level, target, message and the event's
+    /// fields). `DK_LOG` sets the level.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "DK_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -143,8 +155,8 @@ enum DeviceCommand {
 }
 
 fn main() -> ExitCode {
-    logging::init();
     let cli = Cli::parse();
+    logging::init(cli.log_format);
     match cli.command {
         Command::Manifest(command) => manifest_cmd::run(command),
         Command::Policy(command) => policy_cmd::run(command),

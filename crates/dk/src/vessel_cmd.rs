@@ -24,10 +24,12 @@ use dk_vessel::{
 use tokio::signal::unix::{SignalKind, signal};
 
 use dk_vessel::http::notify::{NotifyFormat, NotifyTarget, notify_prompts};
+use dk_vessel::http::readiness_failures;
 
 use crate::home::Paths;
 use crate::input::printable;
 use crate::prompt;
+use crate::systemd::Notifier;
 
 /// Arguments of `dk vessel`.
 #[derive(Args)]
@@ -196,6 +198,7 @@ async fn serve(
     // Watched from the start, so a stop asked for at any moment is a clean
     // one that removes the vessel's files.
     let signals = StopSignals::watch()?;
+    let manager = Notifier::from_env().map_err(|e| e.to_string())?;
     let notify = notify_target(args)?;
     let config = read_config(args)?;
     if let Some(home) = &paths.home {
@@ -222,7 +225,25 @@ async fn serve(
             interactive,
         },
     );
-    run_until_stopped(args, running, loaded, notify, interactive, signals).await
+    let beside = Beside {
+        loaded,
+        notify,
+        manager,
+        interactive,
+    };
+    run_until_stopped(args, running, beside, signals).await
+}
+
+/// What runs beside the vessel until it stops.
+struct Beside {
+    /// The rule file's stamp when it was read, to watch it from.
+    loaded: Option<FileStamp>,
+    /// Where new prompts are posted.
+    notify: Option<NotifyTarget>,
+    /// The service manager, when one started the vessel.
+    manager: Option<Notifier>,
+    /// Whether the person is asked at this terminal.
+    interactive: bool,
 }
 
 /// SIGINT and SIGTERM, either of which stops the vessel.
@@ -492,15 +513,20 @@ fn print_start_text(
 }
 
 /// Serves until SIGINT or SIGTERM: the terminal prompt, the rule file's
-/// watch and the notifications run beside the vessel and end with it.
+/// watch, the notifications and the service manager's messages run beside
+/// the vessel and end with it.
 async fn run_until_stopped(
     args: &VesselArgs,
     running: RunningVessel,
-    loaded: Option<FileStamp>,
-    notify: Option<NotifyTarget>,
-    interactive: bool,
+    beside: Beside,
     mut signals: StopSignals,
 ) -> Result<(), String> {
+    let Beside {
+        loaded,
+        notify,
+        manager,
+        interactive,
+    } = beside;
     let vessel = Arc::clone(running.vessel());
     let (reload_stops, prompt_stops) = (running.stopping(), running.stopping());
     let reload_task = async {
@@ -530,9 +556,19 @@ async fn run_until_stopped(
             notify_prompts(Arc::clone(&vessel), target, console_url, notify_stops).await;
         }
     };
+    let manager_stops = running.stopping();
+    let devices = running.device_addr();
+    let manager_task = async {
+        if let Some(manager) = &manager {
+            tell_the_manager(&vessel, manager, devices, manager_stops).await;
+        }
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async {
         signals.recv().await;
+        if let Some(manager) = &manager {
+            manager.stopping();
+        }
         println!("\nstopping: closing device connections");
         let _ = stop_tx.send(());
     };
@@ -542,9 +578,62 @@ async fn run_until_stopped(
         let _ = stop_rx.await;
         running.stop().await
     };
-    let ((), (), (), (), stopped) =
-        tokio::join!(prompt_task, reload_task, notify_task, signal, stop);
+    let ((), (), (), (), (), stopped) = tokio::join!(
+        prompt_task,
+        reload_task,
+        notify_task,
+        manager_task,
+        signal,
+        stop
+    );
     stopped.map_err(|e| e.to_string())
+}
+
+/// How often the readiness checks run before the vessel first passes them.
+const READY_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Tells the service manager `READY=1` once the vessel passes the checks
+/// `/readyz` makes (the store takes a write, the audit writer keeps up, the
+/// device listener accepts), then, when it has a watchdog, pings it at half
+/// its period while those checks pass (saying which fail otherwise, so a
+/// vessel stuck that way is restarted), until `stops`.
+async fn tell_the_manager(
+    vessel: &Arc<dk_vessel::Vessel>,
+    manager: &Notifier,
+    devices: SocketAddr,
+    stops: impl Future<Output = ()>,
+) {
+    let serving = format!("ready: devices connect to ws://{devices}/device");
+    let tell = async {
+        while !readiness_failures(vessel).await.is_empty() {
+            tokio::time::sleep(READY_POLL).await;
+        }
+        manager.ready(&serving);
+        let Some(every) = manager.ping_every() else {
+            return std::future::pending().await;
+        };
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut was_ready = true;
+        loop {
+            ticks.tick().await;
+            let failing = readiness_failures(vessel).await;
+            if failing.is_empty() {
+                if !was_ready {
+                    manager.status(&serving);
+                }
+                manager.ping();
+            } else {
+                let names: Vec<String> = failing.iter().map(ToString::to_string).collect();
+                manager.status(&format!("not ready: {}", names.join(", ")));
+            }
+            was_ready = failing.is_empty();
+        }
+    };
+    tokio::select! {
+        () = tell => {}
+        () = stops => {}
+    }
 }
 
 /// Tells the terminal what a reload of the rule file did.

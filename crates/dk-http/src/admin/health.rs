@@ -22,10 +22,11 @@ use crate::vessel::Vessel;
 /// the store as failing (a busy store waits up to 5 s for its lock).
 const STORE_PATIENCE: Duration = Duration::from_secs(2);
 
-/// One readiness check, by the name `/readyz` gives it.
+/// One readiness check, by the name `/readyz` gives it (its `Display` is
+/// that name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Check {
+pub enum ReadinessCheck {
     /// The store takes a write.
     Store,
     /// The audit writer keeps up.
@@ -34,12 +35,22 @@ enum Check {
     Listeners,
 }
 
+impl std::fmt::Display for ReadinessCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadinessCheck::Store => "store",
+            ReadinessCheck::Audit => "audit",
+            ReadinessCheck::Listeners => "listeners",
+        })
+    }
+}
+
 /// The body of both answers.
 #[derive(Debug, Serialize)]
 struct Health {
     status: &'static str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    failing: Vec<Check>,
+    failing: Vec<ReadinessCheck>,
 }
 
 /// The two routes, without the admin API's guard.
@@ -64,21 +75,7 @@ async fn healthz() -> Response {
 /// 200 `{"status":"ready"}` when every check passes, else 503
 /// `{"status":"not ready","failing":[...]}` naming the checks that failed.
 async fn readyz(State(vessel): State<Arc<Vessel>>) -> Response {
-    let mut failing = Vec::new();
-    if !store_takes_a_write(&vessel).await {
-        failing.push(Check::Store);
-    }
-    if !vessel.audit_keeping_up() {
-        failing.push(Check::Audit);
-    }
-    if !vessel
-        .stats()
-        .device_listener
-        .serving
-        .load(Ordering::Relaxed)
-    {
-        failing.push(Check::Listeners);
-    }
+    let failing = readiness_failures(&vessel).await;
     if failing.is_empty() {
         answer(
             StatusCode::OK,
@@ -97,6 +94,28 @@ async fn readyz(State(vessel): State<Arc<Vessel>>) -> Response {
             },
         )
     }
+}
+
+/// The readiness checks `vessel` fails now, in the order `/readyz` names
+/// them; none when it is ready. The same checks answer `/readyz` and decide
+/// a service manager's watchdog ping.
+pub async fn readiness_failures(vessel: &Arc<Vessel>) -> Vec<ReadinessCheck> {
+    let mut failing = Vec::new();
+    if !store_takes_a_write(vessel).await {
+        failing.push(ReadinessCheck::Store);
+    }
+    if !vessel.audit_keeping_up() {
+        failing.push(ReadinessCheck::Audit);
+    }
+    if !vessel
+        .stats()
+        .device_listener
+        .serving
+        .load(Ordering::Relaxed)
+    {
+        failing.push(ReadinessCheck::Listeners);
+    }
+    failing
 }
 
 /// The store's write probe, on a blocking thread, within

@@ -72,6 +72,11 @@ impl DeviceRun {
     fn codes_shown(&self) -> usize {
         self.codes.lock().unwrap().len()
     }
+
+    /// The pairing codes the client showed.
+    pub(crate) fn codes(&self) -> Vec<String> {
+        self.codes.lock().unwrap().clone()
+    }
 }
 
 /// Approves the pending pairing of `device` with `dk pairings approve`.
@@ -214,7 +219,7 @@ async fn a_vessel_stopped_and_restarted_serves_its_devices_with_their_grants() {
 }
 
 /// A notepad: one actuator taking a string.
-fn notepad() -> Device {
+pub(crate) fn notepad() -> Device {
     let manifest = json!({
         "id": "notepad",
         "name": "Notepad",
@@ -275,15 +280,18 @@ fn unhex(text: &str) -> Vec<u8> {
 
 /// Every form of each secret that must not be on disk: the text, the hex of
 /// its bytes, its base64, and (for a hex token) the bytes it stands for.
-fn forms(secret: &str) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn forms(secret: &str) -> Vec<(String, Vec<u8>)> {
     let bytes = secret.as_bytes();
-    vec![
+    let mut forms = vec![
         ("clear".into(), bytes.to_vec()),
         ("upper case".into(), secret.to_uppercase().into_bytes()),
         ("hex of its bytes".into(), hex(bytes).into_bytes()),
         ("base64".into(), base64(bytes).into_bytes()),
-        ("its bytes as binary".into(), unhex(secret)),
-    ]
+    ];
+    if secret.len().is_multiple_of(2) && secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+        forms.push(("its bytes as binary".into(), unhex(secret)));
+    }
+    forms
 }
 
 /// Reads every file under `dir` and fails naming the file and the form of

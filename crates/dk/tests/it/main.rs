@@ -20,10 +20,12 @@ mod device_files;
 mod durable;
 mod files;
 mod fleet;
+mod logs;
 mod mcp_bridge;
 mod network;
 mod process;
 mod prompt_pty;
+mod service;
 mod slow_http;
 
 fn fixtures() -> PathBuf {

@@ -98,6 +98,11 @@ impl Running {
 
     /// [`Running::start`] with more arguments.
     pub fn start_with(scratch: &Scratch, extra: &[&str]) -> Running {
+        Running::start_env(scratch, extra, &[])
+    }
+
+    /// [`Running::start_with`] with variables set in its environment.
+    pub fn start_env(scratch: &Scratch, extra: &[&str], env: &[(&str, &str)]) -> Running {
         let data_dir = scratch.data_dir();
         let _ = std::fs::remove_file(data_dir.join("vessel.json"));
         let stdout = scratch.root().join(format!(
@@ -116,6 +121,7 @@ impl Running {
             })
             .args(["--admin-listen", "127.0.0.1:0"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).unwrap())
             .stderr(std::fs::File::create(stdout.with_extension("err")).unwrap())
