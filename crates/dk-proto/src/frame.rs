@@ -446,57 +446,66 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FrameVisitor<'a>(core::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for FrameVisitor<'a> {
-            type Value = RawFrame<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a frame object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFrame<'a>, A::Error> {
-                let mut frame = RawFrame::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    let scalar = match key {
-                        Key::Manifest => {
-                            frame.manifest = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Result => {
-                            frame.result = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Data => {
-                            frame.data = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Input => {
-                            frame.input = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                        Key::Type => &mut frame.kind,
-                        Key::DeviceId => &mut frame.device_id,
-                        Key::Token => &mut frame.token,
-                        Key::CallId => &mut frame.call_id,
-                        Key::Ok => &mut frame.ok,
-                        Key::Error => &mut frame.error,
-                        Key::Capability => &mut frame.capability,
-                        Key::Code => &mut frame.code,
-                        Key::DeviceToken => &mut frame.device_token,
-                        Key::Commitment => &mut frame.commitment,
-                        Key::Nonce => &mut frame.nonce,
-                        Key::Reason => &mut frame.reason,
-                    };
-                    *scalar = Some(map.next_value::<Scalar<'de>>()?);
+/// Reads a frame object into the [`RawFrame`] it borrows, in place: the
+/// frame is some hundreds of bytes, and returning it by value through the
+/// parser's layers copied it several times per frame.
+struct FrameSeed<'f, 'a>(&'f mut RawFrame<'a>);
+
+impl<'de: 'a, 'a> de::DeserializeSeed<'de> for FrameSeed<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for FrameSeed<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a frame object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let frame = self.0;
+        while let Some(key) = map.next_key::<Key>()? {
+            let scalar = match key {
+                Key::Manifest => {
+                    frame.manifest = Some(map.next_value()?);
+                    continue;
                 }
-                Ok(frame)
-            }
+                Key::Result => {
+                    frame.result = Some(map.next_value()?);
+                    continue;
+                }
+                Key::Data => {
+                    frame.data = Some(map.next_value()?);
+                    continue;
+                }
+                Key::Input => {
+                    frame.input = Some(map.next_value()?);
+                    continue;
+                }
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                Key::Type => &mut frame.kind,
+                Key::DeviceId => &mut frame.device_id,
+                Key::Token => &mut frame.token,
+                Key::CallId => &mut frame.call_id,
+                Key::Ok => &mut frame.ok,
+                Key::Error => &mut frame.error,
+                Key::Capability => &mut frame.capability,
+                Key::Code => &mut frame.code,
+                Key::DeviceToken => &mut frame.device_token,
+                Key::Commitment => &mut frame.commitment,
+                Key::Nonce => &mut frame.nonce,
+                Key::Reason => &mut frame.reason,
+            };
+            *scalar = Some(map.next_value::<Scalar<'de>>()?);
         }
-        deserializer.deserialize_map(FrameVisitor(core::marker::PhantomData))
+        Ok(())
     }
 }
 
@@ -546,9 +555,18 @@ fn is_object(raw: &RawValue) -> bool {
 pub fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
     // Depth cannot exceed the number of opening brackets: when there are few
     // (the usual frame), this vectorised count saves the exact pass.
-    // `[` is 0x5B and `{` is 0x7B: one masked compare finds both, and the
-    // loop vectorises.
-    let opening: usize = bytes.iter().map(|&b| usize::from(b | 0x20 == b'{')).sum();
+    // `[` is 0x5B and `{` is 0x7B: one masked compare finds both. Each chunk
+    // of at most 255 bytes is counted in a byte, so the loop runs sixteen
+    // bytes to a vector instead of widening every byte to a word.
+    let opening: usize = bytes
+        .chunks(255)
+        .map(|chunk| {
+            let count = chunk
+                .iter()
+                .fold(0u8, |n, &b| n.wrapping_add(u8::from(b | 0x20 == b'{')));
+            usize::from(count)
+        })
+        .sum();
     if opening <= max {
         return false;
     }
@@ -591,8 +609,13 @@ fn not_json(error: &serde_json::Error, max_depth: usize) -> FrameError {
     FrameError::NotJson(message)
 }
 
-/// Size, UTF-8, depth and object checks shared by both directions.
-fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameError> {
+/// Size, UTF-8, depth and object checks shared by both directions; the
+/// frame's known keys land in `frame`.
+fn read_raw<'a>(
+    bytes: &'a [u8],
+    limits: FrameLimits,
+    frame: &mut RawFrame<'a>,
+) -> Result<(), FrameError> {
     if bytes.len() > limits.max_bytes {
         return Err(FrameError::TooLarge {
             len: bytes.len(),
@@ -611,7 +634,10 @@ fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameErro
             Err(e) => not_json(&e, max_depth),
         });
     }
-    serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| not_json(&e, max_depth))
+    let mut parser = serde_json::Deserializer::from_str(text);
+    de::DeserializeSeed::deserialize(FrameSeed(frame), &mut parser)
+        .and_then(|()| parser.end())
+        .map_err(|e| not_json(&e, max_depth))
 }
 
 /// Which side parses a frame: the one it is sent to.
@@ -691,7 +717,8 @@ impl<'a> DeviceFrame<'a> {
         limits: FrameLimits,
         channel: Channel,
     ) -> Result<DeviceFrame<'a>, FrameError> {
-        let raw = read_raw(bytes, limits)?;
+        let mut raw = RawFrame::default();
+        read_raw(bytes, limits, &mut raw)?;
         match frame_type(raw.kind, channel, Reader::Vessel)? {
             AUTH if channel == Channel::Dk2 => Ok(DeviceFrame::KeyAuth {
                 device_id: required_str(raw.device_id, AUTH, "deviceId")?,
@@ -892,7 +919,8 @@ impl<'a> VesselFrame<'a> {
         limits: FrameLimits,
         channel: Channel,
     ) -> Result<VesselFrame<'a>, FrameError> {
-        let raw = read_raw(bytes, limits)?;
+        let mut raw = RawFrame::default();
+        read_raw(bytes, limits, &mut raw)?;
         match frame_type(raw.kind, channel, Reader::Device)? {
             PAIRED if channel == Channel::Dk2 => Ok(VesselFrame::KeyPaired),
             PAIR_COMMIT => Ok(VesselFrame::PairCommit {

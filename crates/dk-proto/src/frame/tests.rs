@@ -119,6 +119,36 @@ fn size_is_checked_before_anything_else() {
 }
 
 #[test]
+fn brackets_are_counted_across_long_frames() {
+    // Many brackets, side by side and in strings, over several hundred
+    // bytes: the count that spares the exact pass must not miss any.
+    for levels in [MAX_FRAME_DEPTH, MAX_FRAME_DEPTH + 1] {
+        for padding in [0, 200, 254, 255, 256, 1000] {
+            let nested = format!(
+                r#"{{"type":"device:result","callId":"c","ok":true,"pad":"{}","result":{}{}}}"#,
+                "{[".repeat(padding),
+                "[".repeat(levels - 1),
+                "]".repeat(levels - 1)
+            );
+            assert_eq!(
+                nests_deeper_than(nested.as_bytes(), MAX_FRAME_DEPTH),
+                levels > MAX_FRAME_DEPTH,
+                "{levels} levels after {padding} brackets in a string"
+            );
+            let side_by_side = format!(
+                "[{}]",
+                "[],".repeat(padding) + &"[".repeat(levels - 1) + &"]".repeat(levels - 1)
+            );
+            assert_eq!(
+                nests_deeper_than(side_by_side.as_bytes(), MAX_FRAME_DEPTH),
+                levels > MAX_FRAME_DEPTH,
+                "{levels} levels after {padding} empty arrays"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_depth_limit_past_the_parser_acts_as_the_parser() {
     let deep = format!(
         r#"{{"type":"device:result","callId":"c","ok":true,"result":{}{}}}"#,
