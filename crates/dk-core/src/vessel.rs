@@ -383,18 +383,24 @@ impl DecisionAudit {
             record: decision_entry(record),
             input: record.input.cloned(),
         });
-        {
+        let evicted = {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-            if recent.len() >= RECENT_DECISIONS {
-                recent.pop_front();
-            }
+            let evicted = if recent.len() >= RECENT_DECISIONS {
+                recent.pop_front()
+            } else {
+                None
+            };
             recent.push_back(Arc::clone(&decision));
-        }
+            evicted
+        };
         let redactor = self.redactor.clone();
         // The adapter took this decision's place in the queue before the
-        // call's checks.
-        self.writer
-            .record_placed(move || Some(decision.audit_event(&redactor)));
+        // call's checks. The decision that made room goes with it: freeing
+        // its strings and input is the writer thread's work, not the call's.
+        self.writer.record_placed(move || {
+            drop(evicted);
+            Some(decision.audit_event(&redactor))
+        });
     }
 }
 

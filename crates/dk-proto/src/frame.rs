@@ -412,6 +412,64 @@ enum Key {
     Other,
 }
 
+impl Key {
+    fn from_name(name: &str) -> Key {
+        match name {
+            "type" => Key::Type,
+            "manifest" => Key::Manifest,
+            "deviceId" => Key::DeviceId,
+            "token" => Key::Token,
+            "callId" => Key::CallId,
+            "ok" => Key::Ok,
+            "result" => Key::Result,
+            "error" => Key::Error,
+            "capability" => Key::Capability,
+            "data" => Key::Data,
+            "code" => Key::Code,
+            "deviceToken" => Key::DeviceToken,
+            "input" => Key::Input,
+            "commitment" => Key::Commitment,
+            "nonce" => Key::Nonce,
+            "reason" => Key::Reason,
+            _ => Key::Other,
+        }
+    }
+}
+
+impl<'a> RawFrame<'a> {
+    /// Where the value of `key` goes: a payload kept as raw JSON, a scalar
+    /// read directly, or nowhere (an unknown key).
+    fn slot(&mut self, key: Key) -> Slot<'_, 'a> {
+        let scalar = match key {
+            Key::Manifest => return Slot::Raw(&mut self.manifest),
+            Key::Result => return Slot::Raw(&mut self.result),
+            Key::Data => return Slot::Raw(&mut self.data),
+            Key::Input => return Slot::Raw(&mut self.input),
+            Key::Other => return Slot::Skipped,
+            Key::Type => &mut self.kind,
+            Key::DeviceId => &mut self.device_id,
+            Key::Token => &mut self.token,
+            Key::CallId => &mut self.call_id,
+            Key::Ok => &mut self.ok,
+            Key::Error => &mut self.error,
+            Key::Capability => &mut self.capability,
+            Key::Code => &mut self.code,
+            Key::DeviceToken => &mut self.device_token,
+            Key::Commitment => &mut self.commitment,
+            Key::Nonce => &mut self.nonce,
+            Key::Reason => &mut self.reason,
+        };
+        Slot::Scalar(scalar)
+    }
+}
+
+/// A field of [`RawFrame`] a key's value is read into.
+enum Slot<'f, 'a> {
+    Raw(&'f mut Option<&'a RawValue>),
+    Scalar(&'f mut Option<Scalar<'a>>),
+    Skipped,
+}
+
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct KeyVisitor;
@@ -421,82 +479,45 @@ impl<'de> Deserialize<'de> for Key {
                 f.write_str("a key")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                Ok(match v {
-                    "type" => Key::Type,
-                    "manifest" => Key::Manifest,
-                    "deviceId" => Key::DeviceId,
-                    "token" => Key::Token,
-                    "callId" => Key::CallId,
-                    "ok" => Key::Ok,
-                    "result" => Key::Result,
-                    "error" => Key::Error,
-                    "capability" => Key::Capability,
-                    "data" => Key::Data,
-                    "code" => Key::Code,
-                    "deviceToken" => Key::DeviceToken,
-                    "input" => Key::Input,
-                    "commitment" => Key::Commitment,
-                    "nonce" => Key::Nonce,
-                    "reason" => Key::Reason,
-                    _ => Key::Other,
-                })
+                Ok(Key::from_name(v))
             }
         }
         deserializer.deserialize_identifier(KeyVisitor)
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for RawFrame<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FrameVisitor<'a>(core::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for FrameVisitor<'a> {
-            type Value = RawFrame<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a frame object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFrame<'a>, A::Error> {
-                let mut frame = RawFrame::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    let scalar = match key {
-                        Key::Manifest => {
-                            frame.manifest = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Result => {
-                            frame.result = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Data => {
-                            frame.data = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Input => {
-                            frame.input = Some(map.next_value()?);
-                            continue;
-                        }
-                        Key::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                        Key::Type => &mut frame.kind,
-                        Key::DeviceId => &mut frame.device_id,
-                        Key::Token => &mut frame.token,
-                        Key::CallId => &mut frame.call_id,
-                        Key::Ok => &mut frame.ok,
-                        Key::Error => &mut frame.error,
-                        Key::Capability => &mut frame.capability,
-                        Key::Code => &mut frame.code,
-                        Key::DeviceToken => &mut frame.device_token,
-                        Key::Commitment => &mut frame.commitment,
-                        Key::Nonce => &mut frame.nonce,
-                        Key::Reason => &mut frame.reason,
-                    };
-                    *scalar = Some(map.next_value::<Scalar<'de>>()?);
+/// Reads a frame object into the [`RawFrame`] it borrows, in place: the
+/// frame is some hundreds of bytes, and returning it by value through the
+/// parser's layers copied it several times per frame.
+struct FrameSeed<'f, 'a>(&'f mut RawFrame<'a>);
+
+impl<'de: 'a, 'a> de::DeserializeSeed<'de> for FrameSeed<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de: 'a, 'a> Visitor<'de> for FrameSeed<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a frame object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let frame = self.0;
+        while let Some(key) = map.next_key::<Key>()? {
+            match frame.slot(key) {
+                Slot::Raw(raw) => *raw = Some(map.next_value()?),
+                Slot::Scalar(scalar) => *scalar = Some(map.next_value::<Scalar<'de>>()?),
+                Slot::Skipped => {
+                    map.next_value::<IgnoredAny>()?;
                 }
-                Ok(frame)
             }
         }
-        deserializer.deserialize_map(FrameVisitor(core::marker::PhantomData))
+        Ok(())
     }
 }
 
@@ -546,9 +567,18 @@ fn is_object(raw: &RawValue) -> bool {
 pub fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
     // Depth cannot exceed the number of opening brackets: when there are few
     // (the usual frame), this vectorised count saves the exact pass.
-    // `[` is 0x5B and `{` is 0x7B: one masked compare finds both, and the
-    // loop vectorises.
-    let opening: usize = bytes.iter().map(|&b| usize::from(b | 0x20 == b'{')).sum();
+    // `[` is 0x5B and `{` is 0x7B: one masked compare finds both. Each chunk
+    // of at most 255 bytes is counted in a byte, so the loop runs sixteen
+    // bytes to a vector instead of widening every byte to a word.
+    let opening: usize = bytes
+        .chunks(255)
+        .map(|chunk| {
+            let count = chunk
+                .iter()
+                .fold(0u8, |n, &b| n.wrapping_add(u8::from(b | 0x20 == b'{')));
+            usize::from(count)
+        })
+        .sum();
     if opening <= max {
         return false;
     }
@@ -591,8 +621,144 @@ fn not_json(error: &serde_json::Error, max_depth: usize) -> FrameError {
     FrameError::NotJson(message)
 }
 
-/// Size, UTF-8, depth and object checks shared by both directions.
-fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameError> {
+/// JSON's white space, the only white space allowed between tokens.
+fn is_json_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Reads the frame object `text` into `frame` when it is of the plainest
+/// form, the form devices send: keys and string values without escapes,
+/// string or boolean scalars, payloads of any JSON. `None` as soon as
+/// anything else appears (an escape, a number or `null` where a scalar goes,
+/// a syntax error...): the caller then reads the frame with the full parser,
+/// which decides and words the error. Whatever this reads, the full parser
+/// reads the same (a key repeated keeps its last value), so it only spares
+/// the parser's generic machinery on the keys and scalars; payloads and
+/// skipped values are still read, and checked, by serde_json.
+fn read_plain<'a>(text: &'a str, frame: &mut RawFrame<'a>) -> Option<()> {
+    let bytes = text.as_bytes();
+    let mut at = skip_space(bytes, 0);
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_space(bytes, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return (skip_space(bytes, at + 1) == bytes.len()).then_some(());
+    }
+    loop {
+        let (key, after) = plain_string(text, at)?;
+        at = skip_space(bytes, after);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_space(bytes, at + 1);
+        match frame.slot(Key::from_name(key)) {
+            Slot::Scalar(scalar) => {
+                let (value, after) = plain_scalar(text, at)?;
+                *scalar = Some(value);
+                at = after;
+            }
+            Slot::Raw(raw) => {
+                let (value, after) = raw_value(text, at)?;
+                *raw = Some(value);
+                at = after;
+            }
+            Slot::Skipped => at = raw_value(text, at)?.1,
+        }
+        at = skip_space(bytes, at);
+        match bytes.get(at) {
+            Some(b',') => at = skip_space(bytes, at + 1),
+            Some(b'}') => return (skip_space(bytes, at + 1) == bytes.len()).then_some(()),
+            _ => return None,
+        }
+    }
+}
+
+/// The position of the first byte at or after `at` that is not JSON white
+/// space.
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).copied().is_some_and(is_json_space) {
+        at += 1;
+    }
+    at
+}
+
+/// The string starting with the quote at `at`, when it has no escape and no
+/// control character, and the position after its closing quote.
+fn plain_string(text: &str, at: usize) -> Option<(&str, usize)> {
+    let bytes = text.as_bytes();
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let start = at + 1;
+    let end = start + string_stop(bytes.get(start..)?)?;
+    if bytes.get(end) != Some(&b'"') {
+        return None;
+    }
+    // Both ends are ASCII quotes, so the slice falls on characters.
+    Some((text.get(start..end)?, end + 1))
+}
+
+/// The position of the first quote, backslash or control character in
+/// `bytes`, eight bytes at a time (the bit trick serde_json's own string
+/// scan uses: in each word, the lowest byte flagged is exact).
+fn string_stop(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGHS: u64 = ONES << 7;
+    let mut words = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for word in &mut words {
+        let word = u64::from_le_bytes(word.try_into().ok()?);
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let backslash = word ^ (ONES * u64::from(b'\\'));
+        let stops = (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (word.wrapping_sub(ONES * 0x20) & !word);
+        let stops = stops & HIGHS;
+        if stops != 0 {
+            return Some(offset + usize::try_from(stops.trailing_zeros() / 8).ok()?);
+        }
+        offset += 8;
+    }
+    let rest = words.remainder();
+    Some(
+        offset
+            + rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?,
+    )
+}
+
+/// A string without escapes, `true` or `false` at `at`, and the position
+/// after it.
+fn plain_scalar(text: &str, at: usize) -> Option<(Scalar<'_>, usize)> {
+    let rest = text.as_bytes().get(at..)?;
+    if rest.starts_with(b"true") {
+        Some((Scalar::Bool(true), at + 4))
+    } else if rest.starts_with(b"false") {
+        Some((Scalar::Bool(false), at + 5))
+    } else {
+        let (value, after) = plain_string(text, at)?;
+        Some((Scalar::Str(Cow::Borrowed(value)), after))
+    }
+}
+
+/// One JSON value at `at`, read and checked by serde_json as the full parser
+/// reads a payload, and the position after it.
+fn raw_value(text: &str, at: usize) -> Option<(&RawValue, usize)> {
+    let rest = text.get(at..)?;
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<&RawValue>();
+    let value = values.next()?.ok()?;
+    Some((value, at + values.byte_offset()))
+}
+
+/// Size, UTF-8, depth and object checks shared by both directions; the
+/// frame's known keys land in `frame`.
+fn read_raw<'a>(
+    bytes: &'a [u8],
+    limits: FrameLimits,
+    frame: &mut RawFrame<'a>,
+) -> Result<(), FrameError> {
     if bytes.len() > limits.max_bytes {
         return Err(FrameError::TooLarge {
             len: bytes.len(),
@@ -605,13 +771,21 @@ fn read_raw(bytes: &[u8], limits: FrameLimits) -> Result<RawFrame<'_>, FrameErro
     if nests_deeper_than(bytes, max_depth) {
         return Err(FrameError::TooDeep { max: max_depth });
     }
+    if read_plain(text, frame).is_some() {
+        return Ok(());
+    }
+    // Whatever the plain reading took is read again from the start.
+    *frame = RawFrame::default();
     if !text.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<IgnoredAny>(text) {
             Ok(_) => FrameError::NotAnObject,
             Err(e) => not_json(&e, max_depth),
         });
     }
-    serde_json::from_str::<RawFrame<'_>>(text).map_err(|e| not_json(&e, max_depth))
+    let mut parser = serde_json::Deserializer::from_str(text);
+    de::DeserializeSeed::deserialize(FrameSeed(frame), &mut parser)
+        .and_then(|()| parser.end())
+        .map_err(|e| not_json(&e, max_depth))
 }
 
 /// Which side parses a frame: the one it is sent to.
@@ -691,7 +865,8 @@ impl<'a> DeviceFrame<'a> {
         limits: FrameLimits,
         channel: Channel,
     ) -> Result<DeviceFrame<'a>, FrameError> {
-        let raw = read_raw(bytes, limits)?;
+        let mut raw = RawFrame::default();
+        read_raw(bytes, limits, &mut raw)?;
         match frame_type(raw.kind, channel, Reader::Vessel)? {
             AUTH if channel == Channel::Dk2 => Ok(DeviceFrame::KeyAuth {
                 device_id: required_str(raw.device_id, AUTH, "deviceId")?,
@@ -892,7 +1067,8 @@ impl<'a> VesselFrame<'a> {
         limits: FrameLimits,
         channel: Channel,
     ) -> Result<VesselFrame<'a>, FrameError> {
-        let raw = read_raw(bytes, limits)?;
+        let mut raw = RawFrame::default();
+        read_raw(bytes, limits, &mut raw)?;
         match frame_type(raw.kind, channel, Reader::Device)? {
             PAIRED if channel == Channel::Dk2 => Ok(VesselFrame::KeyPaired),
             PAIR_COMMIT => Ok(VesselFrame::PairCommit {

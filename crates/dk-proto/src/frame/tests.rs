@@ -119,6 +119,36 @@ fn size_is_checked_before_anything_else() {
 }
 
 #[test]
+fn brackets_are_counted_across_long_frames() {
+    // Many brackets, side by side and in strings, over several hundred
+    // bytes: the count that spares the exact pass must not miss any.
+    for levels in [MAX_FRAME_DEPTH, MAX_FRAME_DEPTH + 1] {
+        for padding in [0, 200, 254, 255, 256, 1000] {
+            let nested = format!(
+                r#"{{"type":"device:result","callId":"c","ok":true,"pad":"{}","result":{}{}}}"#,
+                "{[".repeat(padding),
+                "[".repeat(levels - 1),
+                "]".repeat(levels - 1)
+            );
+            assert_eq!(
+                nests_deeper_than(nested.as_bytes(), MAX_FRAME_DEPTH),
+                levels > MAX_FRAME_DEPTH,
+                "{levels} levels after {padding} brackets in a string"
+            );
+            let side_by_side = format!(
+                "[{}]",
+                "[],".repeat(padding) + &"[".repeat(levels - 1) + &"]".repeat(levels - 1)
+            );
+            assert_eq!(
+                nests_deeper_than(side_by_side.as_bytes(), MAX_FRAME_DEPTH),
+                levels > MAX_FRAME_DEPTH,
+                "{levels} levels after {padding} empty arrays"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_depth_limit_past_the_parser_acts_as_the_parser() {
     let deep = format!(
         r#"{{"type":"device:result","callId":"c","ok":true,"result":{}{}}}"#,
@@ -476,4 +506,174 @@ fn channel_names_read_back() {
     }
     assert_eq!(serde_json::to_string(&Channel::Dk2).unwrap(), r#""dk/2""#);
     assert!(serde_json::from_str::<Channel>(r#""dk/3""#).is_err());
+}
+
+/// The fields `frame` holds, as text, to compare two readings.
+fn fields(frame: &RawFrame<'_>) -> String {
+    format!(
+        "{:?}",
+        (
+            (&frame.kind, frame.manifest, &frame.device_id, &frame.token),
+            (&frame.call_id, &frame.ok, frame.result, &frame.error),
+            (
+                &frame.capability,
+                frame.data,
+                &frame.code,
+                &frame.device_token
+            ),
+            (frame.input, &frame.commitment, &frame.nonce, &frame.reason),
+        )
+    )
+}
+
+/// What the full parser makes of `text`: its fields, or that it refused it.
+fn read_in_full(text: &str) -> Option<String> {
+    let mut frame = RawFrame::default();
+    let mut parser = serde_json::Deserializer::from_str(text);
+    de::DeserializeSeed::deserialize(FrameSeed(&mut frame), &mut parser)
+        .and_then(|()| parser.end())
+        .ok()
+        .map(|()| fields(&frame))
+}
+
+/// Checks that the plain reading of `text`, when it reads it, finds what
+/// the full parser finds.
+#[track_caller]
+fn check_plain(text: &str) -> bool {
+    let mut frame = RawFrame::default();
+    if read_plain(text, &mut frame).is_none() {
+        return false;
+    }
+    assert_eq!(Some(fields(&frame)), read_in_full(text), "{text}");
+    true
+}
+
+#[test]
+fn the_plain_reading_takes_what_devices_send() {
+    for text in [
+        r#"{"type":"device:result","callId":"5b0c7c2e-4f1d-4a63-9d55-8f0d2e1e9c11","ok":true,"result":{"on":true,"brightness":40,"colour":"warm white","note":"set by the agent at the person's request, 21:04"}}"#,
+        r#"{"type":"device:result","callId":"c","ok":false,"error":"bulb gone"}"#,
+        r#" { "type" : "device:event" , "capability" : "motion" , "data" : [1, 2.5e3, null] } "#,
+        r#"{"type":"device:hello","manifest":{"id":"lamp","capabilities":[]},"extra":{"a":[{}]}}"#,
+        r#"{"type":"device:auth","deviceId":"lamp","token":"t","type":"device:result"}"#,
+        "{}",
+    ] {
+        assert!(check_plain(text), "{text}");
+    }
+    // What it leaves to the full parser: escapes, numbers and null where a
+    // scalar goes, white space JSON does not have, syntax errors.
+    for text in [
+        r#"{"type":"device:\u0072esult","callId":"c","ok":true}"#,
+        r#"{"ty\npe":"device:result"}"#,
+        r#"{"type":"device:result","callId":"c","ok":1}"#,
+        r#"{"type":null}"#,
+        "\u{a0}{}",
+        r#"{"type":"device:result",}"#,
+        r#"{"type":"device:result"} x"#,
+        r#"{"type":"device:result","result":01}"#,
+        r#"{"type":"device:result","result":tru}"#,
+        r#"{"ok":truex}"#,
+        "{\"type\":\"a\tb\"}",
+        r#"{"type":"device:result""#,
+        "",
+        "[]",
+    ] {
+        assert!(!check_plain(text), "{text}");
+    }
+}
+
+/// Pieces of frames, plain and not, to put together.
+fn arb_piece() -> impl Strategy<Value = String> {
+    let key = prop::sample::select(vec![
+        "\"type\"",
+        "\"callId\"",
+        "\"ok\"",
+        "\"result\"",
+        "\"error\"",
+        "\"manifest\"",
+        "\"deviceId\"",
+        "\"token\"",
+        "\"data\"",
+        "\"code\"",
+        "\"nonce\"",
+        "\"input\"",
+        "\"other\"",
+        "\"\"",
+        "\"ty\\u0070e\"",
+        "\"résumé\"",
+        "\"a\\\"b\"",
+        "type",
+    ]);
+    let value = prop::sample::select(vec![
+        "\"device:result\"",
+        "\"device:event\"",
+        "\"\"",
+        "\"x\\ny\"",
+        "\"é\"",
+        "\"\\ud800\"",
+        "true",
+        "false",
+        "null",
+        "0",
+        "-1.5e3",
+        "1e999",
+        "01",
+        "18446744073709551616",
+        "{}",
+        "[]",
+        "{\"a\":[1,{\"b\":null}]}",
+        "[1,2",
+        "{\"a\" 1}",
+        "tru",
+        "truex",
+        "\"unterminated",
+    ]);
+    let space = prop::sample::select(vec!["", "", "", "", " ", "\n\t", "\r", "\u{a0}"]);
+    let separator = prop::sample::select(vec![",", ",", ",", ",", ",", ",", ":", "", ",,"]);
+    (key, space.clone(), value, space, separator)
+        .prop_map(|(k, s1, v, s2, sep)| format!("{s1}{k}{s2}:{s1}{v}{s2}{sep}"))
+}
+
+proptest! {
+    #[test]
+    fn the_plain_reading_finds_what_the_parser_finds(
+        pieces in prop::collection::vec(arb_piece(), 0..5),
+        tail in prop::sample::select(vec!["}", "}", "}", " } ", "", "}}", "} x", ",}"]),
+        head in prop::sample::select(vec!["{", "{", "{", " {", "[", "{{"]),
+    ) {
+        let mut text = String::from(head);
+        for piece in &pieces {
+            text.push_str(piece);
+        }
+        // Most frames end without a separator before the brace.
+        if text.ends_with(',') && pieces.len() % 3 != 0 {
+            text.pop();
+        }
+        text.push_str(tail);
+        check_plain(&text);
+    }
+
+    #[test]
+    fn the_plain_reading_finds_what_the_parser_finds_in_frames(text in arb_frame()) {
+        check_plain(&text);
+    }
+}
+
+#[test]
+fn a_string_stops_where_the_first_stop_byte_is() {
+    // Every stop byte at every place of strings up to three words long,
+    // after plain bytes of every kind (a multi-byte character, DEL, space).
+    for len in 0..24 {
+        for stop in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+            for filler in ["a", "é", "\u{7f}", " ", "\u{10348}"] {
+                let plain: String = filler.repeat(len);
+                let mut bytes = plain.into_bytes();
+                let at = bytes.len();
+                bytes.push(stop);
+                bytes.extend_from_slice(b"\"\\x");
+                assert_eq!(string_stop(&bytes), Some(at), "{bytes:?}");
+            }
+        }
+        assert_eq!(string_stop("a".repeat(len).as_bytes()), None);
+    }
 }
