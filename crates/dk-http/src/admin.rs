@@ -45,6 +45,7 @@ use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
 mod health;
+mod metrics;
 
 /// Largest request body the admin API reads (64 KiB).
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -204,6 +205,7 @@ fn router(
         .route("/v1/tools", get(tools))
         .route("/v1/tools/call", post(call_tool))
         .route("/v1/console/link", post(console_link))
+        .route("/metrics", get(metrics::metrics))
         .layer(from_fn_with_state(admin.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(admin)

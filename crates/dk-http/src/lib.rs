@@ -20,7 +20,7 @@ mod unix;
 use dk_core::{adapter, agents, allowances, by, connection, listener, person, registry, vessel};
 #[cfg(test)]
 use dk_core::{config, redact, stream};
-use dk_core::{link, reload, store};
+use dk_core::{link, metrics, reload, store};
 
 pub use admin::{
     AdminToken, AdminTokenError, serve_admin, serve_admin_unix, serve_admin_unix_with,
