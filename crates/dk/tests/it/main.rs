@@ -22,6 +22,7 @@ mod files;
 mod mcp_bridge;
 mod network;
 mod process;
+mod prometheus;
 mod prompt_pty;
 mod slow_http;
 
