@@ -75,6 +75,8 @@ pub struct Stats {
     pub admin_socket: Arc<ListenerStats>,
     /// The MCP Unix socket's connections.
     pub mcp_socket: Arc<ListenerStats>,
+    /// The metrics listener's connections, when it has one of its own.
+    pub metrics_listener: Arc<ListenerStats>,
 }
 
 /// Pairing attempts per address: waiting requests and a refilling budget.

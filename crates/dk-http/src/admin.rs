@@ -47,6 +47,8 @@ use crate::vessel::Vessel;
 mod health;
 mod metrics;
 
+pub use metrics::serve_metrics;
+
 /// Largest request body the admin API reads (64 KiB).
 const MAX_BODY_BYTES: usize = 64 * 1024;
 

@@ -24,7 +24,7 @@ use dk_core::{link, metrics, reload, store};
 
 pub use admin::{
     AdminToken, AdminTokenError, serve_admin, serve_admin_unix, serve_admin_unix_with,
-    serve_admin_with,
+    serve_admin_with, serve_metrics,
 };
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use console::Console;

@@ -6,14 +6,20 @@
 //! connected, prompts waiting, the audit queue, the listeners' counters).
 //! Every label value is one of a bounded set: never a device, tool or
 //! agent. `docs/ADMIN-API.md` lists the metrics.
+//!
+//! [`serve_metrics`] serves the same text alone on a listener of its own,
+//! without the token, for a scraper that should not hold it: that
+//! listener answers `/metrics` and nothing else.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -22,6 +28,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use super::Admin;
+use crate::listen::HttpLimits;
 use crate::listener::ListenerStats;
 use crate::metrics::{
     CallDecision, CallKind, HandshakeFailure, HistogramSnapshot, LimitReached, PromptKind,
@@ -31,9 +38,36 @@ use crate::vessel::Vessel;
 /// The content type of Prometheus' text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The exposition, written fresh for each scrape.
+/// The exposition, written fresh for each scrape (the admin API's route).
 pub(super) async fn metrics(State(admin): State<Admin>) -> Response {
-    match exposition(&admin.vessel) {
+    answer(&admin.vessel)
+}
+
+/// The exposition, on the metrics listener.
+async fn open_metrics(State(vessel): State<Arc<Vessel>>) -> Response {
+    answer(&vessel)
+}
+
+/// Serves `/metrics` alone on `listener`, without the admin token, until
+/// `shutdown` resolves: for a scraper that should not hold the token. The
+/// listener has the admin API's caps and deadlines from `limits`; any
+/// other path is 404. The metrics name no device, tool or agent, but they
+/// do tell how busy the vessel is: bind it where only the scraper reaches.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    vessel: Arc<Vessel>,
+    limits: HttpLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stats = Arc::clone(&vessel.stats().metrics_listener);
+    let app = Router::new()
+        .route("/metrics", get(open_metrics))
+        .with_state(vessel);
+    crate::listen::serve_http(listener, app, limits.admin_listener(), stats, shutdown).await
+}
+
+fn answer(vessel: &Arc<Vessel>) -> Response {
+    match exposition(vessel) {
         Ok(text) => (
             StatusCode::OK,
             [
@@ -64,7 +98,7 @@ pub(crate) fn exposition(vessel: &Arc<Vessel>) -> Result<String, fmt::Error> {
 struct VesselCollector(Arc<Vessel>);
 
 /// The listeners by the name their label gives them.
-fn listeners(vessel: &Vessel) -> [(&'static str, &ListenerStats); 5] {
+fn listeners(vessel: &Vessel) -> [(&'static str, &ListenerStats); 6] {
     let stats = vessel.stats();
     [
         ("device", &stats.device_listener),
@@ -72,6 +106,7 @@ fn listeners(vessel: &Vessel) -> [(&'static str, &ListenerStats); 5] {
         ("mcp", &stats.mcp_listener),
         ("admin_socket", &stats.admin_socket),
         ("mcp_socket", &stats.mcp_socket),
+        ("metrics", &stats.metrics_listener),
     ]
 }
 

@@ -1,8 +1,8 @@
 //! `dk vessel`'s `/metrics` scraped by Debian's Prometheus, as an operator
 //! would: a scrape job with the admin token as its bearer credentials file,
-//! the target up, and what Prometheus' query API answers matching what the
-//! vessel did; `promtool check metrics` finds nothing to say about the
-//! exposition's names.
+//! another on `--metrics-listen` without it, both targets up, and what
+//! Prometheus' query API answers matching what the vessel did; `promtool
+//! check metrics` finds nothing to say about the exposition's names.
 //!
 //! Without Prometheus the test says so and passes, unless
 //! `DK_REQUIRE_PEERS` is set (`cargo xtask ci` sets it, after `cargo xtask
@@ -48,10 +48,15 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A Prometheus scraping `target`'s `/metrics` every second with the token
-/// in `token_file`, its configuration and data under `dir`, killed on drop;
-/// and the address of its HTTP API.
-fn prometheus(dir: &Path, target: SocketAddr, token_file: &Path) -> (Killed, SocketAddr) {
+/// A Prometheus scraping `/metrics` every second: job `dk` on `target`
+/// with the token in `token_file`, job `dk_open` on `open` without it; its
+/// configuration and data under `dir`, killed on drop; and the address of
+/// its HTTP API.
+fn prometheus(
+    dir: &Path,
+    (target, token_file): (SocketAddr, &Path),
+    open: SocketAddr,
+) -> (Killed, SocketAddr) {
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
@@ -59,7 +64,8 @@ fn prometheus(dir: &Path, target: SocketAddr, token_file: &Path) -> (Killed, Soc
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
              scrape_configs:\n  - job_name: dk\n    metrics_path: /metrics\n\
              \x20   authorization:\n      type: Bearer\n      credentials_file: {}\n\
-             \x20   static_configs:\n      - targets: ['{target}']\n",
+             \x20   static_configs:\n      - targets: ['{target}']\n\
+             \x20 - job_name: dk_open\n    static_configs:\n      - targets: ['{open}']\n",
             token_file.display()
         ),
     )
@@ -135,7 +141,18 @@ async fn prometheus_scrapes_the_vessel_with_the_admin_token() {
         return;
     }
     let scratch = Scratch::new("prometheus");
-    let vessel = Running::start(&scratch);
+    let vessel = Running::start_with(&scratch, &["--metrics-listen", "127.0.0.1:0"]);
+    let open: SocketAddr = vessel
+        .said("/metrics (no token")
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("metrics on")?
+                .trim()
+                .strip_prefix("http://")
+        })
+        .and_then(|l| l.split('/').next()?.parse().ok())
+        .unwrap();
     let admin = vessel.admin(&scratch);
     // A device paired, and calls the vessel refuses: tools of no device.
     let manifest = crate::process::lamp_manifest("lamp-1");
@@ -157,11 +174,19 @@ async fn prometheus_scrapes_the_vessel_with_the_admin_token() {
 
     let dir = scratch.root().join("prometheus");
     std::fs::create_dir(&dir).unwrap();
-    let (_prometheus, api) = prometheus(&dir, vessel.admin, &scratch.admin_token_file());
+    let token_file = scratch.admin_token_file();
+    let (_prometheus, api) = prometheus(&dir, (vessel.admin, &token_file), open);
     wait_for(api, "up{job=\"dk\"}", "1", &dir);
+    wait_for(api, "up{job=\"dk_open\"}", "1", &dir);
     wait_for(
         api,
-        "dk_calls_total{kind=\"unknown\",decision=\"denied\"}",
+        "dk_calls_total{job=\"dk_open\",kind=\"unknown\",decision=\"denied\"}",
+        &CALLS.to_string(),
+        &dir,
+    );
+    wait_for(
+        api,
+        "dk_calls_total{job=\"dk\",kind=\"unknown\",decision=\"denied\"}",
         &CALLS.to_string(),
         &dir,
     );
@@ -176,8 +201,11 @@ async fn prometheus_scrapes_the_vessel_with_the_admin_token() {
     // Without the token the vessel answers no scraper.
     let (status, _) = get(vessel.admin, "/metrics", None).unwrap();
     assert_eq!(status, 401);
-    // The exposition follows Prometheus' naming conventions.
+    // The metrics listener answers nothing but /metrics.
     let token = scratch.admin_token();
+    let (status, _) = get(open, "/v1/status", Some(token.expose())).unwrap();
+    assert_eq!(status, 404);
+    // The exposition follows Prometheus' naming conventions.
     let (status, text) = get(vessel.admin, "/metrics", Some(token.expose())).unwrap();
     assert_eq!(status, 200, "{text}");
     let mut promtool = Command::new(PROMTOOL)

@@ -353,3 +353,42 @@ async fn the_persons_answer_time_is_measured_from_the_prompt() {
         1.0,
     );
 }
+
+#[tokio::test]
+async fn the_metrics_listener_serves_metrics_alone_without_the_token() {
+    let running = start().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(crate::serve_metrics(
+        listener,
+        Arc::clone(&running.vessel),
+        crate::HttpLimits::default(),
+        std::future::pending(),
+    ));
+    let open = Running {
+        vessel: Arc::clone(&running.vessel),
+        admin: addr,
+        devices: running.devices,
+        token: running.token.clone(),
+    };
+    let (status, content_type, text) = request(&open, "GET", "/metrics", None, None).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    check(&text, "dk_devices_paired", 0.0);
+    check(
+        &text,
+        "dk_listener_connections_opened_total{listener=\"metrics\"}",
+        1.0,
+    );
+    // Nothing else is there, with the token or without it.
+    let bearer = format!("Bearer {}", running.token.expose());
+    for path in ["/v1/status", "/v1/pending", "/healthz", "/"] {
+        for auth in [None, Some(bearer.as_str())] {
+            assert_eq!(
+                request(&open, "GET", path, None, auth).await.0,
+                404,
+                "{path}"
+            );
+        }
+    }
+}
