@@ -207,7 +207,7 @@ fn router(
         .route("/v1/tools", get(tools))
         .route("/v1/tools/call", post(call_tool))
         .route("/v1/console/link", post(console_link))
-        .route("/metrics", get(metrics::metrics))
+        .route("/metrics", get(metrics))
         .layer(from_fn_with_state(admin.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(admin)
@@ -643,6 +643,11 @@ async fn set_agent_scope(
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => agent_refusal(&e),
     }
+}
+
+/// The vessel's metrics in Prometheus' text format (`admin/metrics.rs`).
+async fn metrics(State(admin): State<Admin>) -> Response {
+    metrics::answer(&admin.vessel)
 }
 
 async fn decisions(State(admin): State<Admin>) -> Json<Vec<Value>> {

@@ -27,7 +27,6 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use super::Admin;
 use crate::listen::HttpLimits;
 use crate::listener::ListenerStats;
 use crate::metrics::{
@@ -37,11 +36,6 @@ use crate::vessel::Vessel;
 
 /// The content type of Prometheus' text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// The exposition, written fresh for each scrape (the admin API's route).
-pub(super) async fn metrics(State(admin): State<Admin>) -> Response {
-    answer(&admin.vessel)
-}
 
 /// The exposition, on the metrics listener.
 async fn open_metrics(State(vessel): State<Arc<Vessel>>) -> Response {
@@ -66,7 +60,8 @@ pub async fn serve_metrics(
     crate::listen::serve_http(listener, app, limits.admin_listener(), stats, shutdown).await
 }
 
-fn answer(vessel: &Arc<Vessel>) -> Response {
+/// The exposition, written fresh for each scrape, as an answer.
+pub(super) fn answer(vessel: &Arc<Vessel>) -> Response {
     match exposition(vessel) {
         Ok(text) => (
             StatusCode::OK,
