@@ -36,7 +36,9 @@ pub fn run() -> TaskResult {
     let totals = test(
         cargo()
             .args(["test", "--workspace", "--locked"])
-            .env("TMPDIR", temp.path()),
+            .env("TMPDIR", temp.path())
+            // The peers are installed: a test that misses one fails.
+            .env("DK_REQUIRE_PEERS", "1"),
     )?;
     temp.check_empty("the Rust tests")?;
     let python = crate::python::test(None, Some(temp.path()))?;

@@ -2,8 +2,10 @@
 //! drive, from Debian's packages: `chromium` and `chromium-driver` (the
 //! console's browser tests), `mosquitto` (the MQTT bridge's broker), and
 //! `libwebsockets-dev`, `pkg-config` and `valgrind` (the C lamp on
-//! `libdk_device.a`, run under valgrind by its test) and `xvfb` (the X
-//! server the desktop device's tests start for themselves),
+//! `libdk_device.a`, run under valgrind by its test), `xvfb` (the X
+//! server the desktop device's tests start for themselves) and
+//! `prometheus` (the server and `promtool` that scrape and check a
+//! vessel's `/metrics`),
 //! installing what is missing with apt (as root, or through `sudo -n`).
 //! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
@@ -15,8 +17,9 @@ use crate::run::status;
 use crate::{TaskError, TaskResult};
 
 /// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
-/// lamp's WebSocket library, pkg-config, valgrind and the virtual X server.
-const PACKAGES: [&str; 7] = [
+/// lamp's WebSocket library, pkg-config, valgrind, the virtual X server and
+/// Prometheus.
+const PACKAGES: [&str; 8] = [
     "chromium",
     "chromium-driver",
     "mosquitto",
@@ -24,10 +27,11 @@ const PACKAGES: [&str; 7] = [
     "pkg-config",
     "valgrind",
     "xvfb",
+    "prometheus",
 ];
 
 /// Where the packages put the programs the tests run.
-const PROGRAMS: [&str; 7] = [
+const PROGRAMS: [&str; 9] = [
     "/usr/bin/chromium",
     "/usr/bin/chromedriver",
     "/usr/sbin/mosquitto",
@@ -35,13 +39,15 @@ const PROGRAMS: [&str; 7] = [
     "/usr/bin/pkg-config",
     "/usr/bin/valgrind",
     "/usr/bin/Xvfb",
+    "/usr/bin/prometheus",
+    "/usr/bin/promtool",
 ];
 
 /// Installs the peers that are missing.
 pub fn ensure() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) {
         println!(
-            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind and Xvfb are installed"
+            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb and prometheus are installed"
         );
         return Ok(());
     }

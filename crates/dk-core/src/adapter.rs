@@ -27,14 +27,14 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use dk_policy::{
     Call, Decision, DeviceUseContext, InputError, PolicySet, RunLimits, RunLimitsLayer,
 };
 use dk_proto::{
-    AskReason, Capability, Channel, DeviceFailure, InvokeError, Refusal, ToolDescription,
-    check_input, parse_tool_name, tool_name,
+    AskReason, Capability, CapabilityKind, Channel, DeviceFailure, InvokeError, Refusal,
+    ToolDescription, check_input, parse_tool_name, tool_name,
 };
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -45,6 +45,7 @@ use serde_json::{Map, Value};
 use crate::allowances::{Allowance, AllowanceOffer, OfferedCall};
 use crate::by::By;
 use crate::link::Links;
+use crate::metrics::{CallDecision, CallKind, LimitReached, Metrics};
 use crate::registry::{DeviceRegistry, PairedDevice};
 use crate::store::{AuditPlace, AuditRoom};
 
@@ -409,6 +410,8 @@ pub struct DeviceToolAdapter {
     /// The counts of rules with a `limit`.
     counts: RuleCounts,
     call_timeout: Duration,
+    /// What every decision counts into.
+    metrics: Arc<Metrics>,
 }
 
 impl fmt::Debug for DeviceToolAdapter {
@@ -434,7 +437,20 @@ impl DeviceToolAdapter {
             room: None,
             meter: Meter::new(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            metrics: Arc::new(Metrics::default()),
         }
+    }
+
+    /// Counts every decision into `metrics` (by default, counters of its
+    /// own).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> DeviceToolAdapter {
+        self.metrics = metrics;
+        self
+    }
+
+    /// What every decision counts into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Waits `timeout` for a device's answer when a call's context sets no
@@ -593,6 +609,7 @@ impl DeviceToolAdapter {
     /// call; one abandoned while it waits for its place has done nothing and
     /// leaves no record.
     pub async fn execute(&self, tool: &str, input: Value, ctx: CallContext<'_>) -> ToolOutcome {
+        let started = Instant::now();
         let parsed = parse_tool_name(tool);
         let (device_id, capability) = match &parsed {
             Some(p) => (Some(p.device_id.as_str()), Some(p.capability)),
@@ -614,10 +631,12 @@ impl DeviceToolAdapter {
             allowance: None,
             channel: None,
             answered_by: None,
+            started,
+            kind: CallKind::Unknown,
         };
         if !decision.take_place().await {
             let reason = Refusal::AuditStopped.to_string();
-            decision.report(false, &reason, None);
+            decision.report(false, &reason, None, CallDecision::Denied);
             return ToolOutcome::Refused { reason };
         }
         let mut rule = None;
@@ -637,16 +656,26 @@ impl DeviceToolAdapter {
         decision.answered_by = person.by.take();
         decision.allowance = person.allowance;
         decision.channel = person.channel;
+        decision.kind = person.kind.map_or(CallKind::Unknown, CallKind::from);
         // A device's failure is recorded as allowed: every check passed.
-        let (allowed, reason) = match outcome {
+        let (allowed, reason, decided) = match outcome {
             Checked::Answered(result) => {
-                decision.report(true, "allowed", rule.as_deref());
+                decision.report(true, "allowed", rule.as_deref(), CallDecision::Allowed);
                 return ToolOutcome::Ok { result };
             }
-            Checked::Refused(refusal) => (false, refusal.to_string()),
-            Checked::DeviceFailed(error) => (true, DeviceFailure(&error).to_string()),
+            Checked::Refused(refusal) => {
+                if let Some(limit) = LimitReached::of(&refusal) {
+                    self.metrics.rate_limited(limit);
+                }
+                (false, refusal.to_string(), CallDecision::of(&refusal))
+            }
+            Checked::DeviceFailed(error) => (
+                true,
+                DeviceFailure(&error).to_string(),
+                CallDecision::DeviceError,
+            ),
         };
-        decision.report(allowed, &reason, rule.as_deref());
+        decision.report(allowed, &reason, rule.as_deref(), decided);
         ToolOutcome::Refused { reason }
     }
 
@@ -677,9 +706,11 @@ impl DeviceToolAdapter {
             allowance: None,
             channel: None,
             answered_by: None,
+            started: Instant::now(),
+            kind: CallKind::Unknown,
         };
         decision.take_place().await;
-        decision.report(false, reason, None);
+        decision.report(false, reason, None, CallDecision::of(refusal));
     }
 
     /// The refusal of a call whose agent (one of `ctx`'s gate's, as
@@ -824,6 +855,7 @@ impl DeviceToolAdapter {
         let (device, granted) = self.paired(device_id, capability)?;
         person.channel = Some(device.channel());
         let cap = declared(&device, device_id, capability)?;
+        person.kind = Some(cap.kind());
         // 2. Granted by the person.
         check_granted(granted, device_id, capability)?;
         // 3. Rules.
@@ -1138,6 +1170,10 @@ struct PendingDecision<'a> {
     channel: Option<Channel>,
     /// Who answered for the person, when they were asked.
     answered_by: Option<By>,
+    /// When the call started.
+    started: Instant,
+    /// The kind of capability the call named, once check 1 found it.
+    kind: CallKind,
 }
 
 /// Where a pending decision stands with its place in the audit queue.
@@ -1176,9 +1212,16 @@ impl PendingDecision<'_> {
         }
     }
 
-    /// Sends the decision to the hook, in the call's place; once.
-    fn report(&mut self, allowed: bool, reason: &str, rule: Option<&str>) {
-        match std::mem::replace(&mut self.place, Placement::Reported) {
+    /// Counts the decision as `decided` and sends it to the hook, in the
+    /// call's place; once.
+    fn report(&mut self, allowed: bool, reason: &str, rule: Option<&str>, decided: CallDecision) {
+        let place = std::mem::replace(&mut self.place, Placement::Reported);
+        if !matches!(place, Placement::Reported) {
+            self.adapter
+                .metrics
+                .call_decided(self.kind, decided, self.started.elapsed());
+        }
+        match place {
             Placement::Waiting | Placement::Reported => return,
             Placement::Held(place) => place.spend(),
             Placement::Unplaced => {}
@@ -1212,7 +1255,7 @@ impl Drop for PendingDecision<'_> {
             None if reached => "abandoned by the caller while the device was called",
             None => "abandoned by the caller before the device was reached",
         };
-        self.report(reached, reason, None);
+        self.report(reached, reason, None, CallDecision::Abandoned);
     }
 }
 
@@ -1226,6 +1269,8 @@ struct PersonSaid {
     allowance: Option<AllowanceUse>,
     /// The device's channel, once check 1 found the device.
     channel: Option<Channel>,
+    /// The kind of the capability called, once check 1 found it.
+    kind: Option<CapabilityKind>,
     /// Who answered, when the approver says.
     by: Option<By>,
 }

@@ -21,6 +21,7 @@ pub mod connection;
 pub mod limits;
 pub mod link;
 pub mod listener;
+pub mod metrics;
 pub mod person;
 pub mod redact;
 pub mod registry;

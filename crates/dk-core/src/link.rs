@@ -111,6 +111,14 @@ impl Links {
             .cloned()
     }
 
+    /// How many devices are connected.
+    pub fn count(&self) -> usize {
+        self.links
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// Whether `device_id` is connected.
     pub fn is_connected(&self, device_id: &str) -> bool {
         self.links

@@ -11,6 +11,8 @@ pub struct ListenerStats {
     pub open: AtomicUsize,
     /// The most connections held at once since the listener started.
     pub peak: AtomicUsize,
+    /// Connections accepted and served (not refused at `accept`).
+    pub accepted: AtomicU64,
     /// Connections closed at `accept` for a cap (in all or per address).
     pub refused_at_accept: AtomicU64,
     /// Connections closed for moving no byte for the idle timeout.

@@ -19,8 +19,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -29,6 +29,7 @@ use tokio::sync::{broadcast, oneshot};
 use crate::adapter::{Answered, Approval, ApprovalError, ApprovalRequest, Approver};
 use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
 use crate::by::By;
+use crate::metrics::{Metrics, PromptKind};
 use crate::registry::{ConsentDecision, ConsentRequest};
 use dk_store::epoch_ms;
 
@@ -121,6 +122,8 @@ struct Entry {
     responder: Responder,
     /// What a yes may be remembered as, for an agent's call.
     offer: Option<AllowanceOffer>,
+    /// When the person was asked.
+    asked: Instant,
 }
 
 /// The queue of prompts for the person.
@@ -129,6 +132,8 @@ pub struct PersonChannel {
     next_id: AtomicU64,
     events: broadcast::Sender<PersonEvent>,
     approval_timeout: Duration,
+    /// Where the person's answer times are counted.
+    metrics: Arc<Metrics>,
 }
 
 impl fmt::Debug for PersonChannel {
@@ -166,7 +171,25 @@ impl PersonChannel {
             next_id: AtomicU64::new(1),
             events: broadcast::channel(256).0,
             approval_timeout,
+            metrics: Arc::new(Metrics::default()),
         }
+    }
+
+    /// Counts the time the person takes to answer into `metrics` (by
+    /// default, counters of its own).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> PersonChannel {
+        self.metrics = metrics;
+        self
+    }
+
+    /// How many prompts wait now: pairings, then approvals.
+    pub fn waiting(&self) -> (usize, usize) {
+        let pending = self.lock();
+        let pairings = pending
+            .values()
+            .filter(|e| matches!(e.responder, Responder::Consent(_)))
+            .count();
+        (pairings, pending.len() - pairings)
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
@@ -209,6 +232,7 @@ impl PersonChannel {
                     view: view.clone(),
                     responder,
                     offer,
+                    asked: Instant::now(),
                 },
             );
         }
@@ -305,7 +329,7 @@ impl PersonChannel {
             .collect();
         let mut withdrawn = 0;
         for id in ids {
-            if let Ok(Responder::Approval(tx)) = self.take(id, "an approval") {
+            if let Ok((Responder::Approval(tx), _)) = self.take(id, "an approval") {
                 let _ = tx.send(Answered {
                     approval: Approval::Refused,
                     by: None,
@@ -326,7 +350,9 @@ impl PersonChannel {
         self.events.subscribe()
     }
 
-    fn take(&self, id: u64, want: &'static str) -> Result<Responder, AnswerError> {
+    /// Takes prompt `id` out of the queue: its responder, and when it was
+    /// asked.
+    fn take(&self, id: u64, want: &'static str) -> Result<(Responder, Instant), AnswerError> {
         let mut pending = self.lock();
         let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
         let kind = match entry.responder {
@@ -339,15 +365,19 @@ impl PersonChannel {
         let entry = pending.remove(&id).ok_or(AnswerError::NotFound(id))?;
         drop(pending);
         let _ = self.events.send(PersonEvent::Closed { id });
-        Ok(entry.responder)
+        Ok((entry.responder, entry.asked))
     }
 
     /// Answers a consent prompt (the decision says who answered, when a
     /// front end set [`ConsentDecision::by`]).
     pub fn answer_consent(&self, id: u64, decision: ConsentDecision) -> Result<(), AnswerError> {
         match self.take(id, "a consent")? {
-            Responder::Consent(tx) => tx.send(decision).map_err(|_| AnswerError::NotFound(id)),
-            Responder::Approval(_) => Err(AnswerError::WrongKind(id, "a consent")),
+            (Responder::Consent(tx), asked) => {
+                self.metrics
+                    .person_answered(PromptKind::Pairing, asked.elapsed());
+                tx.send(decision).map_err(|_| AnswerError::NotFound(id))
+            }
+            (Responder::Approval(_), _) => Err(AnswerError::WrongKind(id, "a consent")),
         }
     }
 
@@ -390,10 +420,15 @@ impl PersonChannel {
             }
         };
         match self.take(id, "an approval")? {
-            Responder::Approval(tx) => tx
-                .send(Answered { approval, by })
-                .map_err(|_| AnswerError::NotFound(id))?,
-            Responder::Consent(_) => return Err(AnswerError::WrongKind(id, "an approval")),
+            (Responder::Approval(tx), asked) => {
+                self.metrics
+                    .person_answered(PromptKind::Approval, asked.elapsed());
+                tx.send(Answered { approval, by })
+                    .map_err(|_| AnswerError::NotFound(id))?
+            }
+            (Responder::Consent(_), _) => {
+                return Err(AnswerError::WrongKind(id, "an approval"));
+            }
         }
         Ok(made)
     }
@@ -423,6 +458,8 @@ impl PersonChannel {
             (entry, allowance)
         };
         let _ = self.events.send(PersonEvent::Closed { id });
+        self.metrics
+            .person_answered(PromptKind::Approval, entry.asked.elapsed());
         if let Some(offer) = &entry.offer {
             offer.announce(&allowance);
         }

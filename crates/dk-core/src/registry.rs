@@ -831,6 +831,11 @@ impl DeviceRegistry {
         })
     }
 
+    /// How many devices are paired.
+    pub fn count(&self) -> usize {
+        self.read().len()
+    }
+
     /// Every paired device with its grants, sorted by id.
     pub fn list(&self) -> Vec<DeviceSnapshot> {
         let mut all: Vec<DeviceSnapshot> = self

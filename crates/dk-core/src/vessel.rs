@@ -35,6 +35,7 @@ use crate::agents::{
 use crate::by::By;
 use crate::link::{DeviceEvent, Links};
 use crate::listener::ListenerStats;
+use crate::metrics::Metrics;
 use crate::person::PersonChannel;
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::DeviceRegistry;
@@ -76,6 +77,8 @@ pub struct Stats {
     pub admin_socket: Arc<ListenerStats>,
     /// The MCP Unix socket's connections.
     pub mcp_socket: Arc<ListenerStats>,
+    /// The metrics listener's connections, when it has one of its own.
+    pub metrics_listener: Arc<ListenerStats>,
 }
 
 /// Pairing attempts per address: waiting requests and a refilling budget.
@@ -244,6 +247,8 @@ pub struct Vessel {
     /// Where the rules in force came from (their file and its digest),
     /// held while a reload loads, applies and records them.
     pub(crate) rule_source: Mutex<RuleSource>,
+    /// What the vessel counts for its operator.
+    metrics: Arc<Metrics>,
 }
 
 /// Where the rules in force came from (`reload.rs` keeps it).
@@ -471,7 +476,10 @@ impl Vessel {
                 .with_store(Arc::clone(registry.store()))
                 .with_allowances(Arc::clone(registry.allowances())),
         );
+        let metrics = Arc::new(Metrics::default());
         let writer = Arc::new(AuditWriter::start(Arc::clone(registry.store()), writer));
+        let committing = Arc::clone(&metrics);
+        writer.observe_commits(Box::new(move |took| committing.audit_committed(took)));
         let decisions: Arc<Mutex<VecDeque<Arc<Decision>>>> = Arc::new(Mutex::new(VecDeque::new()));
         let registry = Arc::new(registry);
         let redactor = SecretRedactor::new();
@@ -494,14 +502,17 @@ impl Vessel {
             .with_decision_hook(Arc::new(move |record: &DecisionRecord<'_>| {
                 hook.record(record)
             }))
-            .with_decision_room(writer.room());
+            .with_decision_room(writer.room())
+            .with_metrics(Arc::clone(&metrics));
         if let Some(run_limits) = &limits.run_limits {
             adapter = adapter.with_run_limits(run_limits.clone());
         }
         if let Some(rate_limits) = &limits.rate_limits {
             adapter = adapter.with_rate_limits(rate_limits.clone());
         }
-        let person = Arc::new(PersonChannel::new(limits.approval_timeout));
+        let person = Arc::new(
+            PersonChannel::new(limits.approval_timeout).with_metrics(Arc::clone(&metrics)),
+        );
         agents.set_withdraw(withdraw_waiting(
             Arc::clone(&person),
             Arc::clone(adapter.registry()),
@@ -525,6 +536,7 @@ impl Vessel {
             // Without randomness there is no key, and no dk/2.
             identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
             rule_source: Mutex::new(RuleSource::default()),
+            metrics,
         })
     }
 
@@ -752,6 +764,23 @@ impl Vessel {
     /// Connection counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// What the vessel counts for its operator: calls, answers, audit
+    /// commits, handshakes (`metrics.rs`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Places taken in the audit writer's queue now: events waiting for a
+    /// commit, and calls holding the place their decision will take.
+    pub fn audit_queue_depth(&self) -> usize {
+        self.writer.queued()
+    }
+
+    /// Audit entries committed since the vessel started.
+    pub fn audit_committed(&self) -> u64 {
+        self.writer.committed()
     }
 
     /// Streaming devices' admission state and subscribers (see `stream.rs`).

@@ -45,6 +45,9 @@ use crate::unix::{PrivateFileError, read_private_file, write_private_file};
 use crate::vessel::Vessel;
 
 mod health;
+mod metrics;
+
+pub use metrics::serve_metrics;
 
 pub use health::{ReadinessCheck, readiness_failures};
 
@@ -206,6 +209,7 @@ fn router(
         .route("/v1/tools", get(tools))
         .route("/v1/tools/call", post(call_tool))
         .route("/v1/console/link", post(console_link))
+        .route("/metrics", get(metrics))
         .layer(from_fn_with_state(admin.clone(), guard))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(admin)
@@ -641,6 +645,11 @@ async fn set_agent_scope(
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => agent_refusal(&e),
     }
+}
+
+/// The vessel's metrics in Prometheus' text format (`admin/metrics.rs`).
+async fn metrics(State(admin): State<Admin>) -> Response {
+    metrics::answer(&admin.vessel)
 }
 
 async fn decisions(State(admin): State<Admin>) -> Json<Vec<Value>> {

@@ -20,11 +20,11 @@ mod unix;
 use dk_core::{adapter, agents, allowances, by, connection, listener, person, registry, vessel};
 #[cfg(test)]
 use dk_core::{config, redact, stream};
-use dk_core::{link, reload, store};
+use dk_core::{link, metrics, reload, store};
 
 pub use admin::{
     AdminToken, AdminTokenError, ReadinessCheck, readiness_failures, serve_admin, serve_admin_unix,
-    serve_admin_unix_with, serve_admin_with,
+    serve_admin_unix_with, serve_admin_with, serve_metrics,
 };
 pub use admin_client::{AdminAnswer, AdminClient, AdminClientError};
 pub use console::Console;

@@ -456,6 +456,7 @@ pub async fn serve_http(
             drop(stream);
             continue;
         };
+        stats.accepted.fetch_add(1, Ordering::Relaxed);
         let activity = Arc::new(Activity::new(Instant::now()));
         let io = Watched {
             inner: stream,

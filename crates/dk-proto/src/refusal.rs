@@ -231,6 +231,41 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// Whether a rule or the person refused (the text begins `[policy]`),
+    /// rather than one of the vessel's own checks (`[8dk-deny]`).
+    pub fn by_policy(&self) -> bool {
+        match self {
+            Refusal::Blocked { .. }
+            | Refusal::RuleLimited { .. }
+            | Refusal::Uncountable { .. }
+            | Refusal::NoApprover { .. }
+            | Refusal::PersonSaidNo { .. }
+            | Refusal::NotAsked { .. } => true,
+            Refusal::NotADeviceTool { .. }
+            | Refusal::NotPaired { .. }
+            | Refusal::NoCapability { .. }
+            | Refusal::NotGranted { .. }
+            | Refusal::Input(_)
+            | Refusal::AgentRate { .. }
+            | Refusal::DeviceRate { .. }
+            | Refusal::RunBudgetSpent { .. }
+            | Refusal::RunBudgetMisconfigured { .. }
+            | Refusal::RevokedMeanwhile { .. }
+            | Refusal::PairingChanged { .. }
+            | Refusal::AgentGone { .. }
+            | Refusal::NotConnected { .. }
+            | Refusal::CountsNotKept { .. }
+            | Refusal::AuditStopped
+            | Refusal::OutOfScope { .. }
+            | Refusal::RunLimitsWithoutRun
+            | Refusal::BadRunId
+            | Refusal::RunLimitNotEnforced { .. }
+            | Refusal::BadRunLimits { .. } => false,
+        }
+    }
+}
+
 /// A wait in words, rounded up so that waiting that long is enough: `850
 /// ms`, `12 s`, `41 min`, `2 h 5 min`, `3 d 4 h`.
 fn wait_in_words(wait: Duration) -> String {

@@ -29,7 +29,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -208,6 +208,17 @@ struct Counters {
     over: AtomicU64,
     /// The last commit failed and is being retried.
     failing: AtomicBool,
+    /// Told how long each commit that held took.
+    observer: OnceLock<CommitObserver>,
+}
+
+/// What [`AuditWriter::observe_commits`] was given.
+struct CommitObserver(Box<dyn Fn(Duration) + Send + Sync>);
+
+impl std::fmt::Debug for CommitObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommitObserver(..)")
+    }
 }
 
 /// Commits audit events in batches on its own thread. Recording costs the
@@ -346,6 +357,13 @@ impl AuditWriter {
     /// How many transactions committed them.
     pub fn batches(&self) -> u64 {
         self.counters.batches.load(Ordering::Relaxed)
+    }
+
+    /// Tells `observe` how long each commit that holds takes, on the
+    /// writer's thread (it must be quick: an atomic add, not IO). Only the
+    /// first observer given is kept; a later one is refused (`false`).
+    pub fn observe_commits(&self, observe: Box<dyn Fn(Duration) + Send + Sync>) -> bool {
+        self.counters.observer.set(CommitObserver(observe)).is_ok()
     }
 
     /// How many events wait in the queue for a commit now (those queued
@@ -502,6 +520,7 @@ impl<'a> Batch<'a> {
 
     fn try_commit(&mut self) {
         if !self.events.is_empty() {
+            let started = Instant::now();
             let mut result = self.store.append_audit(&self.events);
             if let Err(StoreError::InvalidInput(_)) = result {
                 // One event the store will never take must not hold back the
@@ -529,6 +548,9 @@ impl<'a> Batch<'a> {
                     events = self.events.len(),
                     "audit batch committed after a retry"
                 );
+            }
+            if let Some(CommitObserver(observe)) = self.counters.observer.get() {
+                observe(started.elapsed());
             }
             let count = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
             self.counters.committed.fetch_add(count, Ordering::Relaxed);

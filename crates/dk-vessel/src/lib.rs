@@ -9,7 +9,7 @@
 //! - the core (`dk-core`): [`Vessel`] and [`Limits`] at the root, and the
 //!   modules [`adapter`], [`agents`], [`allowances`], [`config`] (with
 //!   [`config::load`], which reads the file),
-//!   [`connection`], [`link`], [`listener`], [`person`], [`redact`],
+//!   [`connection`], [`link`], [`listener`], [`metrics`], [`person`], [`redact`],
 //!   [`registry`], [`reload`] (with [`reload::watch_policy_file`], which
 //!   watches the rule file), [`stream`] and [`vessel`];
 //! - [`store`] (`dk-store`): the `Store` trait, the SQLite and in-memory
@@ -37,8 +37,8 @@ mod server;
 pub struct ReadmeExamples;
 
 pub use dk_core::{
-    Limits, Vessel, adapter, agents, allowances, by, connection, link, listener, person, redact,
-    registry, stream, vessel,
+    Limits, Vessel, adapter, agents, allowances, by, connection, link, listener, metrics, person,
+    redact, registry, stream, vessel,
 };
 pub use dk_http as http;
 pub use dk_mcp as mcp;

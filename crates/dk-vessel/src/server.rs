@@ -226,6 +226,7 @@ pub struct VesselServer {
     listen: SocketAddr,
     admin_listen: Option<SocketAddr>,
     mcp_listen: McpListen,
+    metrics_listen: Option<SocketAddr>,
     unix_sockets: bool,
     address_file: bool,
     admin_token_file: Option<PathBuf>,
@@ -265,6 +266,7 @@ impl VesselServer {
             listen: SocketAddr::from(([127, 0, 0, 1], 7777)),
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 7778))),
             mcp_listen: McpListen::IfFree(SocketAddr::from(([127, 0, 0, 1], 7779))),
+            metrics_listen: None,
             unix_sockets: true,
             address_file: true,
             admin_token_file: None,
@@ -295,6 +297,14 @@ impl VesselServer {
     /// Where the MCP route listens on TCP.
     pub fn mcp_listen(mut self, listen: McpListen) -> VesselServer {
         self.mcp_listen = listen;
+        self
+    }
+
+    /// Where `/metrics` is also served alone, without the admin token, for
+    /// a scraper that should not hold it; `None` (the default) for the
+    /// admin API's `/metrics` only.
+    pub fn metrics_listen(mut self, addr: Option<SocketAddr>) -> VesselServer {
+        self.metrics_listen = addr;
         self
     }
 
@@ -402,7 +412,18 @@ impl VesselServer {
         refuse_inside(&self.data_dir, &key_file)?;
         let moved_key = move_old_key(&self.data_dir, &key_file)?;
         let (identity, made_key) = vessel_key(store.as_ref(), &key_file, self.new_vessel_key)?;
-        let listeners = Listeners::bind(self.listen, self.admin_listen, &self.mcp_listen).await?;
+        let mut listeners =
+            Listeners::bind(self.listen, self.admin_listen, &self.mcp_listen).await?;
+        let metrics = match self.metrics_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let metrics_addr = metrics
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()
+            .map_err(ServerError::LocalAddress)?;
+        listeners.metrics = metrics;
         let mut limits = self.limits;
         self.config.apply_to(&mut limits);
         let (mut http, mut mcp) = (self.http, self.mcp);
@@ -458,6 +479,7 @@ impl VesselServer {
             device_addr,
             admin_addr,
             mcp_addr,
+            metrics_addr,
             mcp_unavailable,
             data_dir: self.data_dir,
             stop: served.stop,
@@ -518,6 +540,8 @@ struct Listeners {
     devices: TcpListener,
     admin: Option<TcpListener>,
     mcp: Option<TcpListener>,
+    /// `/metrics` alone, when it has a listener of its own.
+    metrics: Option<TcpListener>,
     /// Why MCP has no listener, when it was to take a busy address.
     mcp_unavailable: Option<String>,
     device_addr: SocketAddr,
@@ -559,6 +583,7 @@ impl Listeners {
             devices,
             admin,
             mcp,
+            metrics: None,
             mcp_unavailable,
             device_addr,
             admin_addr,
@@ -684,6 +709,15 @@ fn serve_all(
         );
         tasks.push(("MCP route", tokio::spawn(serve)));
     }
+    if let Some(metrics) = listeners.metrics {
+        let serve = dk_http::serve_metrics(
+            metrics,
+            Arc::clone(vessel),
+            http.clone(),
+            until(stopped.clone()),
+        );
+        tasks.push(("metrics", tokio::spawn(serve)));
+    }
     Served {
         console,
         stop,
@@ -704,6 +738,7 @@ pub struct RunningVessel {
     device_addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     mcp_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
     mcp_unavailable: Option<String>,
     data_dir: PathBuf,
     stop: watch::Sender<bool>,
@@ -765,6 +800,12 @@ impl RunningVessel {
     /// Where the MCP route listens on TCP, if it does.
     pub fn mcp_addr(&self) -> Option<SocketAddr> {
         self.mcp_addr
+    }
+
+    /// Where `/metrics` is served alone, without the token, if it is
+    /// ([`VesselServer::metrics_listen`]).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Why MCP has no TCP listener when [`McpListen::IfFree`] found its

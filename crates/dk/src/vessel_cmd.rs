@@ -45,6 +45,11 @@ pub struct VesselArgs {
     /// vessel runs without MCP and says so]
     #[arg(long)]
     pub mcp_listen: Option<SocketAddr>,
+    /// Also serve `/metrics` (Prometheus' text format) alone on this
+    /// address, without the admin token, for a scraper that should not
+    /// hold it. [default: only on the admin API, behind the token]
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
     /// A device result whose JSON is longer than this many bytes reaches an
     /// agent in chunks, the rest through the `read_more` tool.
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024,
@@ -345,6 +350,7 @@ async fn start_vessel(
     let running = server
         .listen(args.listen)
         .admin_listen(Some(args.admin_listen))
+        .metrics_listen(args.metrics_listen)
         .mcp_listen(match args.mcp_listen {
             Some(addr) => McpListen::At(addr),
             None => McpListen::IfFree(DEFAULT_MCP_LISTEN),
@@ -463,6 +469,9 @@ fn print_start_text(
         running.admin_socket().display(),
         paths.admin_token_file.display()
     );
+    if let Some(addr) = running.metrics_addr() {
+        println!("  metrics on           http://{addr}/metrics (no token: /metrics only)");
+    }
     // A login link signs in as the person: printed only to a terminal,
     // never into a log or a journal.
     let to_terminal = std::io::stdout().is_terminal();

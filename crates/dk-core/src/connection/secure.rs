@@ -28,6 +28,7 @@ use futures::{Sink, SinkExt, Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::serve::{ConnectionOutcome, Secured, WireMessage, close, going_away, serve_on};
+use crate::metrics::HandshakeFailure;
 use crate::vessel::{ConnectionPermit, Vessel};
 
 /// Records a device may send per frame the frame rate allows: a frame in
@@ -60,12 +61,19 @@ where
         result = tokio::time::timeout_at(deadline, handshake(vessel, &mut incoming, &mut outgoing)) => {
             match result {
                 Ok(Ok(established)) => Ok(established),
-                Ok(Err(Unfinished::Left)) => return ConnectionOutcome::default(),
-                Ok(Err(Unfinished::Failed)) => {
+                Ok(Err(Unfinished::Left)) => {
+                    vessel.metrics().handshake_failed(HandshakeFailure::Closed);
+                    return ConnectionOutcome::default();
+                }
+                Ok(Err(Unfinished::Failed(why))) => {
+                    vessel.metrics().handshake_failed(why);
                     count_failure(vessel);
                     Err(channel_failed())
                 }
-                Err(_) => Err(CloseFrame::canonical(CloseCode::HandshakeTimeout)),
+                Err(_) => {
+                    vessel.metrics().handshake_failed(HandshakeFailure::Timeout);
+                    Err(CloseFrame::canonical(CloseCode::HandshakeTimeout))
+                }
             }
         }
         () = vessel.shutting_down() => Err(going_away()),
@@ -128,8 +136,9 @@ fn count_failure(vessel: &Vessel) {
 enum Unfinished {
     /// The device left.
     Left,
-    /// A message that does not hold: the channel failed.
-    Failed,
+    /// A message that does not hold, or none the vessel can answer: the
+    /// channel failed.
+    Failed(HandshakeFailure),
 }
 
 /// The responder's side of the handshake: message 1 in, message 2 out,
@@ -143,7 +152,9 @@ where
     S: Stream<Item = WireMessage> + Unpin,
     K: Sink<WireMessage> + Unpin,
 {
-    let key = vessel.identity().ok_or(Unfinished::Failed)?;
+    let key = vessel
+        .identity()
+        .ok_or(Unfinished::Failed(HandshakeFailure::NoKey))?;
     let mut responder = dk_channel::Responder::new(&key).map_err(failed_handshake)?;
     let first = next_binary(incoming).await?;
     responder.read_first(&first).map_err(failed_handshake)?;
@@ -161,7 +172,7 @@ where
 /// device is told only 4012.
 fn failed_handshake(error: dk_channel::ChannelError) -> Unfinished {
     tracing::info!(%error, "a dk/2 handshake failed: closing 4012");
-    Unfinished::Failed
+    Unfinished::Failed(HandshakeFailure::BadMessage)
 }
 
 /// The next handshake message: a binary message (pings and pongs are
@@ -175,7 +186,9 @@ where
             None | Some(WireMessage::Close(_)) => return Err(Unfinished::Left),
             Some(WireMessage::Ping(_) | WireMessage::Pong(_)) => {}
             Some(WireMessage::Binary(message)) => return Ok(message),
-            Some(WireMessage::Text(_)) => return Err(Unfinished::Failed),
+            Some(WireMessage::Text(_)) => {
+                return Err(Unfinished::Failed(HandshakeFailure::NotBinary));
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::ParamType;
 #[track_caller]
 fn check(refusal: Refusal, text: &str) {
     assert_eq!(refusal.to_string(), text);
+    assert_eq!(refusal.by_policy(), text.starts_with("[policy] "), "{text}");
 }
 
 fn s(text: &str) -> String {

@@ -24,6 +24,7 @@ mod logs;
 mod mcp_bridge;
 mod network;
 mod process;
+mod prometheus;
 mod prompt_pty;
 mod service;
 mod slow_http;
