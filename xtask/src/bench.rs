@@ -6,6 +6,8 @@
 //! committed store writes with their p99, the durable vessel's start,
 //! admin changes and call path, and the desktop device's screenshot, click
 //! and memory against their limits, end to end and on the device alone).
+//! `cargo xtask bench fleet` runs only the fleet bench (`fleet/...`: one
+//! vessel with 10,000 dk/2 devices), which the other runs skip.
 //! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
@@ -30,7 +32,8 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 8] = [
+const REPORT_PREFIXES: [&str; 9] = [
+    "fleet/",
     "e2e/",
     "idle/",
     "store/",
@@ -44,6 +47,10 @@ const REPORT_PREFIXES: [&str; 8] = [
 /// Open files the benches need: the idle-devices bench holds 1,000 device
 /// connections in its own process and in the vessel it starts.
 const OPEN_FILES: u64 = 4096;
+
+/// Open files the fleet bench needs: 10,000 lamps in its own process and
+/// as many connections in the vessel, with a margin.
+const FLEET_OPEN_FILES: u64 = 20_000;
 
 /// Runs the benchmarks, then prints (and optionally saves) their medians.
 pub fn run(args: &[String]) -> TaskResult {
@@ -68,9 +75,14 @@ pub fn run(args: &[String]) -> TaskResult {
         }
     }
 
-    let mut command = with_open_files(cargo(), OPEN_FILES);
+    let fleet = filter.is_some_and(|f| f.starts_with("fleet"));
+    let mut command = with_open_files(cargo(), if fleet { FLEET_OPEN_FILES } else { OPEN_FILES });
     command.arg("bench");
-    if filter == Some("firmware") {
+    if fleet {
+        // One vessel at fleet scale alone (`fleet`, or one part of it:
+        // `fleet/scale`, `fleet/calls`): minutes, on demand.
+        command.args(["-p", "dk", "--bench", "fleet"]);
+    } else if filter == Some("firmware") {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.
         command.args(["-p", "dk-tests", "--bench", "firmware"]);
@@ -83,8 +95,10 @@ pub fn run(args: &[String]) -> TaskResult {
         for package in PACKAGES {
             command.args(["-p", package]);
         }
-        // Only the divan bench targets: libtest's unit-test binaries have no benchmarks.
+        // Only the divan bench targets: libtest's unit-test binaries have
+        // no benchmarks. The fleet bench runs only when named.
         command.args(["--bench", "*"]);
+        command.env("DK_FLEET_SKIP", "1");
     }
     if let Some(filter) = filter {
         command.args(["--", filter]);

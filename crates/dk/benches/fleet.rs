@@ -59,7 +59,8 @@ fn main() -> Result<(), BoxError> {
                 .any(|f| part.starts_with(f.as_str()) || f.starts_with(part))
     };
     let (scale_too, calls_too) = (wants("fleet/scale"), wants("fleet/calls"));
-    if !scale_too && !calls_too {
+    // `cargo xtask bench` without a filter skips it: it takes minutes.
+    if (!scale_too && !calls_too) || std::env::var_os("DK_FLEET_SKIP").is_some() {
         return Ok(());
     }
     let devices = match std::env::var("DK_FLEET_DEVICES") {
