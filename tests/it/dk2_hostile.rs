@@ -254,8 +254,10 @@ async fn a_hostile_dk2_device_never_disturbs_a_good_one() {
     round += 1;
     good_lamp_answers(&running, round).await;
 
-    // A flood of handshakes: 300 at once from one address. Those over the
-    // unauthenticated cap are refused before the upgrade; the rest time out.
+    // A flood of handshakes: 300 from one address. Those over the
+    // unauthenticated cap wait their turn and are refused before the upgrade
+    // (503) when it does not come within half the handshake deadline; the
+    // rest are upgraded and time out.
     let mut opened = Vec::new();
     let mut refused = 0;
     for _ in 0..300 {
@@ -267,7 +269,7 @@ async fn a_hostile_dk2_device_never_disturbs_a_good_one() {
             }
         }
     }
-    assert!(refused >= 250, "{refused} refused");
+    assert_eq!(refused + opened.len(), 300);
     round += 1;
     good_lamp_answers(&running, round).await;
     drop(opened);
