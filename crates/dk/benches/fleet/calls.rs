@@ -194,7 +194,6 @@ async fn echo_run() -> Result<Run, BoxError> {
             slot.push(socket);
         }
     }
-    // Warm up, then measure.
     let before = server.cpu()?;
     let started = Instant::now();
     let mut senders = JoinSet::new();

@@ -351,9 +351,9 @@ pub fn status_kib(pid: u32, field: &str) -> Result<u64, BoxError> {
 struct Record {
     /// When the storm began; `None` before.
     storm: Mutex<Option<Instant>>,
-    /// Per lamp, milliseconds from the storm's start to its first
-    /// connection after it, plus one (0: not yet).
-    back_ms: Vec<AtomicU64>,
+    /// Per lamp, whether it connected since the storm began (its call is
+    /// then queued once; the call's answer is what the storm times).
+    back_since_storm: Vec<AtomicBool>,
     /// Lamps connected at least once since the fleet started.
     ever: Vec<AtomicBool>,
     ever_count: AtomicUsize,
@@ -398,7 +398,7 @@ impl Fleet {
         let (back, back_rx) = mpsc::unbounded_channel();
         let record = Arc::new(Record {
             storm: Mutex::new(None),
-            back_ms: (0..home.devices).map(|_| AtomicU64::new(0)).collect(),
+            back_since_storm: (0..home.devices).map(|_| AtomicBool::new(false)).collect(),
             ever: (0..home.devices).map(|_| AtomicBool::new(false)).collect(),
             ever_count: AtomicUsize::new(0),
             failures: Mutex::new(BTreeMap::new()),
@@ -573,11 +573,10 @@ impl Record {
                 {
                     self.ever_count.fetch_add(1, Ordering::Relaxed);
                 }
-                if let Some(storm) = storm
-                    && let Some(slot) = self.back_ms.get(i)
-                    && slot.load(Ordering::Relaxed) == 0
+                if storm.is_some()
+                    && let Some(back) = self.back_since_storm.get(i)
+                    && !back.swap(true, Ordering::Relaxed)
                 {
-                    slot.store(millis(storm.elapsed()).saturating_add(1), Ordering::Relaxed);
                     let _ = self.back.send(i);
                 }
             }
