@@ -68,6 +68,9 @@ mod writer;
 
 #[cfg(test)]
 #[cfg(feature = "sqlite")]
+mod pages_tests;
+#[cfg(test)]
+#[cfg(feature = "sqlite")]
 mod tests;
 
 pub use anchor::{HeadSyntaxError, audit_head_file};

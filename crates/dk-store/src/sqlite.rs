@@ -38,7 +38,7 @@ use super::{
 use crate::StoredAgent;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 pub(crate) const APPLICATION_ID: i32 = 0x646b_7374;
@@ -124,7 +124,35 @@ pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      CREATE INDEX audit_allowed ON audit
          ((CASE WHEN json_valid(entry) THEN json_extract(entry, '$.allowed') END), seq)
          WHERE kind = 'decision';",
+    // 7: the device index in buckets of 1,024 entries (`seq >> 10` first),
+    // so that an append touches the few pages of the newest bucket instead
+    // of one page per device named, and the spans of 65,536 entries (`seq
+    // >> 16`) each device appears in, so that a device's page skips the
+    // spans it is absent from. The trigger keeps the spans with every
+    // append, whoever writes it.
+    "DROP INDEX audit_device;
+     CREATE INDEX audit_device_bucket ON audit
+         ((seq >> 10), (CASE WHEN json_valid(entry) THEN json_extract(entry, '$.deviceId') END), seq);
+     CREATE TABLE audit_device_span (
+         device_id TEXT    NOT NULL,
+         span      INTEGER NOT NULL,
+         PRIMARY KEY (device_id, span)
+     ) STRICT, WITHOUT ROWID;
+     INSERT OR IGNORE INTO audit_device_span (device_id, span)
+         SELECT json_extract(entry, '$.deviceId'), seq >> 16 FROM audit
+         WHERE json_valid(entry) AND json_type(entry, '$.deviceId') = 'text';
+     CREATE TRIGGER audit_device_span_add AFTER INSERT ON audit
+         WHEN json_valid(NEW.entry) AND json_type(NEW.entry, '$.deviceId') = 'text'
+         BEGIN
+             INSERT OR IGNORE INTO audit_device_span (device_id, span)
+                 VALUES (json_extract(NEW.entry, '$.deviceId'), NEW.seq >> 16);
+         END;",
 ];
+
+/// Entries per bucket of the device index: `seq >> DEVICE_BUCKET_BITS`.
+const DEVICE_BUCKET_BITS: u32 = 10;
+/// Entries per span of `audit_device_span`: `seq >> DEVICE_SPAN_BITS`.
+const DEVICE_SPAN_BITS: u32 = 16;
 
 /// A [`Store`] in an SQLite database file. One connection, used by one
 /// caller at a time: [`Store::verify_audit`] holds it while it reads the
@@ -565,23 +593,29 @@ pub(crate) fn indexed_field(name: &str) -> String {
 }
 
 /// The SQL of `query` and its values, written with the same expressions
-/// as migration 6's indexes so that SQLite uses them.
+/// as the indexes (migrations 6 and 7) so that SQLite uses them. A query
+/// that names a device reads one bucket of the device index: its first
+/// value is the bucket (`seq >> 10`), set for each bucket read (see
+/// [`SqliteStore::query_audit`]); its last value is always the limit.
 pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::types::Value>) {
     use crate::entry::{fields, kinds};
     use rusqlite::types::Value as Sql;
-    let mut sql =
-        String::from("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit WHERE seq < ?1");
     let before = query
         .before_seq
         .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
-    let mut values = vec![Sql::Integer(before)];
+    let mut values = Vec::new();
+    let mut sql = String::from("SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit");
     if let Some(device) = &query.device_id {
+        values.push(Sql::Integer(0));
+        values.push(Sql::Integer(before));
         values.push(Sql::Text(device.clone()));
         sql.push_str(&format!(
-            " AND {} = ?{}",
+            " INDEXED BY audit_device_bucket WHERE (seq >> {DEVICE_BUCKET_BITS}) = ?1 AND seq < ?2 AND {} = ?3",
             indexed_field(fields::DEVICE_ID),
-            values.len()
         ));
+    } else {
+        values.push(Sql::Integer(before));
+        sql.push_str(" WHERE seq < ?1");
     }
     if let Some(agent) = &query.agent_id {
         values.push(Sql::Text(agent.clone()));
@@ -603,6 +637,38 @@ pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::type
     values.push(Sql::Integer(i64::try_from(query.limit).unwrap_or(i64::MAX)));
     sql.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", values.len()));
     (sql, values)
+}
+
+/// The buckets of the device index that may hold `device`'s entries
+/// before `before`, newest first: every bucket of each span the device
+/// appears in (`audit_device_span`), none of the others.
+fn device_buckets(
+    conn: &Connection,
+    device: &str,
+    before: i64,
+) -> Result<impl Iterator<Item = i64> + use<>, StoreError> {
+    let (head, _) = audit_head(conn)?;
+    let last = before.saturating_sub(1).min(head);
+    let spans: Vec<i64> = if last < 1 {
+        Vec::new()
+    } else {
+        let mut select = conn
+            .prepare_cached(
+                "SELECT span FROM audit_device_span
+                 WHERE device_id = ?1 AND span <= ?2 ORDER BY span DESC",
+            )
+            .map_err(db)?;
+        let rows = select
+            .query_map(params![device, last >> DEVICE_SPAN_BITS], |row| row.get(0))
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)?
+    };
+    let per_span = DEVICE_SPAN_BITS - DEVICE_BUCKET_BITS;
+    Ok(spans.into_iter().flat_map(move |span| {
+        let first = span << per_span;
+        let end = (((span + 1) << per_span) - 1).min(last >> DEVICE_BUCKET_BITS);
+        (first..=end).rev()
+    }))
 }
 
 /// The last entry of the log, read inside the writing transaction so that
@@ -948,15 +1014,42 @@ impl Store for SqliteStore {
     }
 
     fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
-        let (sql, values) = audit_query_sql(query);
+        use rusqlite::types::Value as Sql;
+        let (sql, mut values) = audit_query_sql(query);
         let conn = self.conn();
         let mut select = conn.prepare_cached(&sql).map_err(db)?;
-        let rows = select
-            .query_map(rusqlite::params_from_iter(values), raw_row)
-            .map_err(db)?;
         let mut entries = Vec::new();
-        for row in rows {
-            entries.push(row.map_err(db)?.to_entry()?);
+        let Some(device) = &query.device_id else {
+            let rows = select
+                .query_map(rusqlite::params_from_iter(values), raw_row)
+                .map_err(db)?;
+            for row in rows {
+                entries.push(row.map_err(db)?.to_entry()?);
+            }
+            return Ok(entries);
+        };
+        // A device's entries, bucket by bucket from the newest, until the
+        // page is full: each bucket is one seek in the device index.
+        let before = query
+            .before_seq
+            .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
+        for bucket in device_buckets(&conn, device, before)? {
+            let wanted = query.limit.saturating_sub(entries.len());
+            if wanted == 0 {
+                break;
+            }
+            if let Some(first) = values.first_mut() {
+                *first = Sql::Integer(bucket);
+            }
+            if let Some(limit) = values.last_mut() {
+                *limit = Sql::Integer(i64::try_from(wanted).unwrap_or(i64::MAX));
+            }
+            let rows = select
+                .query_map(rusqlite::params_from_iter(values.iter()), raw_row)
+                .map_err(db)?;
+            for row in rows {
+                entries.push(row.map_err(db)?.to_entry()?);
+            }
         }
         Ok(entries)
     }

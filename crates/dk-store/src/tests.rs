@@ -1532,7 +1532,8 @@ fn a_version_1_store_upgrades_keeping_its_pairings() {
         conn.execute_batch(
             "DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;
              ALTER TABLE pairing DROP COLUMN device_key;
-             DROP INDEX audit_device; DROP INDEX audit_agent; DROP INDEX audit_allowed;",
+             DROP INDEX audit_device_bucket; DROP INDEX audit_agent; DROP INDEX audit_allowed;
+             DROP TRIGGER audit_device_span_add; DROP TABLE audit_device_span;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
@@ -2180,7 +2181,8 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
         let conn = Connection::open(dir.db()).unwrap();
         conn.execute_batch(
             "DROP TABLE audit_key; DROP TABLE rate_hit; ALTER TABLE pairing DROP COLUMN device_key;
-             DROP INDEX audit_device; DROP INDEX audit_agent; DROP INDEX audit_allowed;",
+             DROP INDEX audit_device_bucket; DROP INDEX audit_agent; DROP INDEX audit_allowed;
+             DROP TRIGGER audit_device_span_add; DROP TABLE audit_device_span;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
@@ -2392,7 +2394,7 @@ fn filtered_audit_pages_read_through_their_indexes() {
     drop(store);
     let conn = Connection::open(dir.db()).unwrap();
     for (filter, index) in [
-        ("deviceId", "audit_device"),
+        ("deviceId", "audit_device_bucket"),
         ("agentId", "audit_agent"),
         ("allowed", "audit_allowed"),
     ] {
