@@ -34,7 +34,14 @@ fn entry(row: &Row) -> String {
     entry.to_string()
 }
 
+/// Puts `rows` in the log by hand, and their spans as `append` records them.
 fn insert(conn: &Connection, rows: &[Row]) {
+    insert_rows(conn, rows);
+    conn.execute_batch(SPANS_FROM_ENTRIES).unwrap();
+}
+
+/// Puts `rows` in the log by hand, and nothing else.
+fn insert_rows(conn: &Connection, rows: &[Row]) {
     let mut insert = conn
         .prepare(
             "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
@@ -47,6 +54,58 @@ fn insert(conn: &Connection, rows: &[Row]) {
             .execute(params![row.seq, row.seq, kind, entry(row)])
             .unwrap();
     }
+}
+
+/// The spans the log's entries name each device in, read from the entries
+/// themselves.
+const SPANS_FROM_ENTRIES: &str = "INSERT OR IGNORE INTO audit_device_span (device_id, span)
+     SELECT json_extract(entry, '$.deviceId'), seq >> 16 FROM audit
+     WHERE json_valid(entry) AND json_type(entry, '$.deviceId') = 'text'";
+
+fn spans(path: &std::path::Path) -> Vec<(String, i64)> {
+    Connection::open(path)
+        .unwrap()
+        .prepare("SELECT device_id, span FROM audit_device_span ORDER BY device_id, span")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Appending records the spans of the entries appended: exactly those the
+/// entries name a device in (a `deviceId` that is not a string names
+/// none), whatever the batch.
+#[test]
+fn appends_record_the_spans_their_entries_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dk.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let event = |n: u64, entry: serde_json::Value| crate::AuditEvent {
+        at_ms: n,
+        kind: "decision".to_owned(),
+        entry,
+    };
+    store
+        .append_audit(&[
+            event(1, json!({"deviceId": "lamp"})),
+            event(2, json!({"deviceId": "lamp"})),
+            event(3, json!({"deviceId": 7})),
+            event(4, json!({"deviceId": null, "agentId": "kitchen"})),
+        ])
+        .unwrap();
+    store
+        .append_audit(&[event(5, json!({"deviceId": "it's \"odd\""}))])
+        .unwrap();
+    let recorded = spans(&path);
+    assert_eq!(
+        recorded,
+        [("it's \"odd\"".to_owned(), 0), ("lamp".to_owned(), 0)]
+    );
+    let conn = Connection::open(&path).unwrap();
+    conn.execute("DELETE FROM audit_device_span", []).unwrap();
+    conn.execute_batch(SPANS_FROM_ENTRIES).unwrap();
+    assert_eq!(spans(&path), recorded);
 }
 
 /// What a page must hold: the full log scanned newest first.
@@ -171,7 +230,7 @@ fn a_schema_6_log_gets_its_spans_when_migrated() {
             decision: false,
         }])
         .collect();
-    insert(&Connection::open(&path).unwrap(), &rows);
+    insert_rows(&Connection::open(&path).unwrap(), &rows);
     // Damaged JSON migrates as naming nothing.
     Connection::open(&path)
         .unwrap()
@@ -182,16 +241,8 @@ fn a_schema_6_log_gets_its_spans_when_migrated() {
         )
         .unwrap();
     let store = SqliteStore::open(&path).unwrap();
-    let spans: Vec<(String, i64)> = Connection::open(&path)
-        .unwrap()
-        .prepare("SELECT device_id, span FROM audit_device_span ORDER BY device_id, span")
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
     assert_eq!(
-        spans,
+        spans(&path),
         [
             ("lamp".to_owned(), 0),
             ("lamp".to_owned(), 1),

@@ -128,8 +128,7 @@ pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // so that an append touches the few pages of the newest bucket instead
     // of one page per device named, and the spans of 65,536 entries (`seq
     // >> 16`) each device appears in, so that a device's page skips the
-    // spans it is absent from. The trigger keeps the spans with every
-    // append, whoever writes it.
+    // spans it is absent from. `append` adds the spans of what it appends.
     "DROP INDEX audit_device;
      CREATE INDEX audit_device_bucket ON audit
          ((seq >> 10), (CASE WHEN json_valid(entry) THEN json_extract(entry, '$.deviceId') END), seq);
@@ -140,13 +139,7 @@ pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      ) STRICT, WITHOUT ROWID;
      INSERT OR IGNORE INTO audit_device_span (device_id, span)
          SELECT json_extract(entry, '$.deviceId'), seq >> 16 FROM audit
-         WHERE json_valid(entry) AND json_type(entry, '$.deviceId') = 'text';
-     CREATE TRIGGER audit_device_span_add AFTER INSERT ON audit
-         WHEN json_valid(NEW.entry) AND json_type(NEW.entry, '$.deviceId') = 'text'
-         BEGIN
-             INSERT OR IGNORE INTO audit_device_span (device_id, span)
-                 VALUES (json_extract(NEW.entry, '$.deviceId'), NEW.seq >> 16);
-         END;",
+         WHERE json_valid(entry) AND json_type(entry, '$.deviceId') = 'text';",
 ];
 
 /// Entries per bucket of the device index: `seq >> DEVICE_BUCKET_BITS`.
@@ -712,6 +705,24 @@ fn append(
                 row.hash
             ])
             .map_err(db)?;
+    }
+    // The spans the appended entries name a device in (as the index reads
+    // `deviceId`: only a string names one), each once.
+    let mut spans: Vec<(&str, i64)> = rows
+        .iter()
+        .zip(events)
+        .filter_map(|(row, event)| {
+            let device = event.entry.get(crate::entry::fields::DEVICE_ID)?.as_str()?;
+            Some((device, row.seq >> DEVICE_SPAN_BITS))
+        })
+        .collect();
+    spans.sort_unstable();
+    spans.dedup();
+    let mut add_span = tx
+        .prepare_cached("INSERT OR IGNORE INTO audit_device_span (device_id, span) VALUES (?1, ?2)")
+        .map_err(db)?;
+    for (device, span) in spans {
+        add_span.execute(params![device, span]).map_err(db)?;
     }
     Ok(rows.last().map(|row| AuditHead {
         seq: u64::try_from(row.seq).unwrap_or(0),

@@ -1533,7 +1533,7 @@ fn a_version_1_store_upgrades_keeping_its_pairings() {
             "DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;
              ALTER TABLE pairing DROP COLUMN device_key;
              DROP INDEX audit_device_bucket; DROP INDEX audit_agent; DROP INDEX audit_allowed;
-             DROP TRIGGER audit_device_span_add; DROP TABLE audit_device_span;",
+             DROP TABLE audit_device_span;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
@@ -2182,7 +2182,7 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
         conn.execute_batch(
             "DROP TABLE audit_key; DROP TABLE rate_hit; ALTER TABLE pairing DROP COLUMN device_key;
              DROP INDEX audit_device_bucket; DROP INDEX audit_agent; DROP INDEX audit_allowed;
-             DROP TRIGGER audit_device_span_add; DROP TABLE audit_device_span;",
+             DROP TABLE audit_device_span;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
