@@ -125,7 +125,7 @@ fn cut(
             Value::Array(out)
         }
         Value::Object(fields) => {
-            let mut out = Map::new();
+            let mut out = Map::with_capacity(fields.len().min(MAX_AUDIT_ITEMS + 1));
             for (key, item) in fields.iter().take(MAX_AUDIT_ITEMS) {
                 out.insert(
                     cut_text(key, lookahead, redact),
@@ -209,7 +209,8 @@ fn size_bound(value: &Value, total: &mut usize) -> bool {
 /// The canonical JSON text of a value: object keys sorted by their UTF-8
 /// bytes, no insignificant whitespace, serde_json's escaping and numbers.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = Vec::new();
+    // Most entries (a decision, a grant) fit without growing the buffer.
+    let mut out = Vec::with_capacity(512);
     write_canonical(value, &mut out);
     // serde_json writes UTF-8 only.
     String::from_utf8(out).unwrap_or_default()
