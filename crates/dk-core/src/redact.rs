@@ -166,6 +166,22 @@ impl SecretRedactor {
         })
     }
 
+    /// [`SecretRedactor::redact_for_audit`] of a value the caller gives
+    /// up: the same result, with what needs no change kept instead of
+    /// copied (a decision's record, built only to be logged).
+    pub(crate) fn redact_owned_for_audit(&self, mut value: Value) -> Value {
+        let known = self.known();
+        let lookahead = self.longest_secret().saturating_sub(1);
+        let mut windows = window_budget();
+        crate::store::cut_for_audit_in_place(&mut value, lookahead, &mut |text: &str| match self
+            .redact_str_with(&known, text, &mut windows)
+        {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(changed) => Some(changed),
+        });
+        value
+    }
+
     /// `text` with every known secret replaced by [`REDACTED`]; borrowed when
     /// nothing was.
     pub fn redact_str<'a>(&self, text: &'a str) -> Cow<'a, str> {

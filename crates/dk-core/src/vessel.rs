@@ -311,7 +311,7 @@ impl Decision {
     /// escapes) is replaced by a marker giving its size: the decision itself
     /// is always recorded.
     fn audit_event(&self, redactor: &SecretRedactor) -> AuditEvent {
-        let mut entry = redactor.redact_for_audit(&self.to_json());
+        let mut entry = redactor.redact_owned_for_audit(self.to_json());
         if let (Some(input), Value::Object(map)) = (&self.input, &mut entry) {
             map.insert(
                 schema::fields::INPUT.to_owned(),

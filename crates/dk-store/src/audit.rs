@@ -144,6 +144,98 @@ fn cut(
     }
 }
 
+/// Cuts `value` for the audit log where it stands: the same value
+/// [`cut_for_audit_with`] makes as a copy, with `redact` called on the
+/// same texts in the same order, but what needs no change is kept instead
+/// of copied. `redact` gives `None` for a text with nothing to redact.
+pub fn cut_for_audit_in_place(
+    value: &mut Value,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> Option<String>,
+) {
+    cut_in_place(value, 0, lookahead, redact);
+}
+
+fn cut_in_place(
+    value: &mut Value,
+    depth: usize,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> Option<String>,
+) {
+    match value {
+        Value::String(text) => {
+            if let Some(changed) = cut_text_in_place(text, lookahead, redact) {
+                *text = changed;
+            }
+        }
+        Value::Array(_) | Value::Object(_) if depth >= MAX_AUDIT_DEPTH => {
+            *value = Value::String("[cut: nested too deep]".to_owned());
+        }
+        Value::Array(items) => {
+            let more = items.len().saturating_sub(MAX_AUDIT_ITEMS);
+            items.truncate(MAX_AUDIT_ITEMS);
+            for item in items.iter_mut() {
+                cut_in_place(item, depth + 1, lookahead, redact);
+            }
+            if more > 0 {
+                items.push(Value::String(format!("[cut: {more} more items]")));
+            }
+        }
+        Value::Object(fields) => {
+            let more = fields.len().saturating_sub(MAX_AUDIT_ITEMS);
+            // Each key, then its value, as the copy does.
+            let mut renamed = Vec::new();
+            for (i, (key, item)) in fields.iter_mut().take(MAX_AUDIT_ITEMS).enumerate() {
+                if let Some(changed) = cut_text_in_place(key, lookahead, redact) {
+                    renamed.push((i, changed));
+                }
+                cut_in_place(item, depth + 1, lookahead, redact);
+            }
+            if more == 0 && renamed.is_empty() {
+                return;
+            }
+            // A key changed or fields are left out: the object is rebuilt
+            // as the copy builds it (a key redacted into another one's
+            // name takes that one's place).
+            let mut renamed = renamed.into_iter().peekable();
+            let mut out = Map::with_capacity(fields.len().min(MAX_AUDIT_ITEMS + 1));
+            for (i, (key, item)) in std::mem::take(fields)
+                .into_iter()
+                .take(MAX_AUDIT_ITEMS)
+                .enumerate()
+            {
+                let key = match renamed.next_if(|(at, _)| *at == i) {
+                    Some((_, changed)) => changed,
+                    None => key,
+                };
+                out.insert(key, item);
+            }
+            if more > 0 {
+                out.insert(
+                    "[cut]".to_owned(),
+                    Value::String(format!("{more} more fields")),
+                );
+            }
+            *fields = out;
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// `text` cut and redacted, `None` when that leaves it as it is.
+fn cut_text_in_place(
+    text: &str,
+    lookahead: usize,
+    redact: &mut dyn FnMut(&str) -> Option<String>,
+) -> Option<String> {
+    if text.len() <= MAX_AUDIT_STRING || text.chars().count() <= MAX_AUDIT_STRING {
+        return redact(text);
+    }
+    Some(cut_text(text, lookahead, &mut |part: &str| {
+        redact(part).unwrap_or_else(|| part.to_owned())
+    }))
+}
+
 fn cut_text(text: &str, lookahead: usize, redact: &mut dyn FnMut(&str) -> String) -> String {
     let count = text.chars().count();
     if count <= MAX_AUDIT_STRING {
@@ -728,6 +820,67 @@ impl<'k> Verifier<'k> {
             entries,
             head,
             problems,
+        }
+    }
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::{MAX_AUDIT_DEPTH, cut_for_audit_in_place, cut_for_audit_with};
+
+    /// JSON with short and long strings, some holding `SECRET`, keys
+    /// among them, wide and deep enough to reach every cut.
+    fn json() -> impl Strategy<Value = Value> {
+        let text = prop_oneof![
+            "[a-zé ]{0,12}",
+            "[a-z]{0,5}SECRET[a-z]{0,5}",
+            "[a-zé]{250,300}",
+            "[a-z]{240,260}SECRET[a-z]{0,9}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            text.clone().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(MAX_AUDIT_DEPTH as u32 + 2, 400, 70, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..70).prop_map(Value::Array),
+                proptest::collection::vec((text.clone(), inner), 0..70)
+                    .prop_map(|fields| Value::Object(fields.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// In place or as a copy, the same value, with the same texts given
+        /// to `redact` in the same order (a redactor with a budget, as the
+        /// vessel's is, would otherwise differ).
+        #[test]
+        fn in_place_is_the_copy(value in json(), budget in 0usize..40) {
+            let redact = |seen: &mut Vec<String>, text: &str| {
+                seen.push(text.to_owned());
+                (seen.len() <= budget && text.contains("SECRET"))
+                    .then(|| text.replace("SECRET", "[REDACTED]"))
+            };
+            let mut copied_seen = Vec::new();
+            let copied = cut_for_audit_with(&value, 5, &mut |text: &str| {
+                redact(&mut copied_seen, text).unwrap_or_else(|| text.to_owned())
+            });
+            let mut in_place = value.clone();
+            let mut in_place_seen = Vec::new();
+            cut_for_audit_in_place(&mut in_place, 5, &mut |text: &str| {
+                redact(&mut in_place_seen, text)
+            });
+            prop_assert_eq!(&in_place, &copied);
+            prop_assert_eq!(in_place_seen, copied_seen);
+            // Key order too (objects keep insertion order).
+            prop_assert_eq!(in_place.to_string(), copied.to_string());
         }
     }
 }

@@ -77,7 +77,9 @@ pub use anchor::{HeadSyntaxError, audit_head_file};
 pub use audit::{
     GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
 };
-pub use audit::{canonical_json, cut_for_audit, cut_for_audit_with, fits_in_entry};
+pub use audit::{
+    canonical_json, cut_for_audit, cut_for_audit_in_place, cut_for_audit_with, fits_in_entry,
+};
 #[cfg(feature = "sqlite")]
 pub use backup::RestoreError;
 pub use cause::Cause;

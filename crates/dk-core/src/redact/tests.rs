@@ -314,3 +314,28 @@ fn redaction_hides_secrets_and_cuts_long_values() {
     assert!(!out["deep"].to_string().contains("bottom"));
     assert_eq!(out["ok"], 3.5);
 }
+
+/// A decision's record redacted where it stands is what the copy gives,
+/// tokens known by hash, secrets in keys, long and over-budget values
+/// included.
+#[tokio::test]
+async fn redacting_in_place_gives_what_the_copy_gives() {
+    let (vessel, token, agent) = vessel_knowing_tokens_by_hash().await;
+    let long = format!("{}{token}{}", "x".repeat(250), random_hex(40));
+    let over = random_hex(MAX_HASHED_WINDOWS + 64);
+    let record = json!({
+        "tool": "device__desk_lamp__set_light",
+        "reason": format!("agent {agent} asked"),
+        token.clone(): "a key that is a token",
+        "long": long,
+        "over": over,
+        "items": (0..70).map(|i| format!("{i}{token}")).collect::<Vec<_>>(),
+        "deep": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": token.clone()}}}}}}}}},
+        "plain": 7,
+    });
+    let copied = vessel.redactor().redact_for_audit(&record);
+    let in_place = vessel.redactor().redact_owned_for_audit(record.clone());
+    assert_eq!(in_place.to_string(), copied.to_string());
+    assert!(!in_place.to_string().contains(&token));
+    assert_ne!(in_place, record);
+}
