@@ -29,8 +29,8 @@ use tokio::time::Instant;
 
 use backoff::full_jitter;
 pub use backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, STABLE_SESSION};
-use connection::printable;
 pub use connection::{CONNECT_TIMEOUT, SessionEnd, connect_once};
+use connection::{check_url, printable};
 pub use error::ClientError;
 pub use options::{ClientOptions, ConnectionEvent};
 
@@ -64,21 +64,36 @@ pub async fn run_client(
     mut options: ClientOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ClientError> {
+    // Every address is checked before the first connection: one that can
+    // never be used is not found only when the others fail.
+    for url in &options.others {
+        check_url(url)?;
+    }
     let shutdown = shutdown.fuse();
     tokio::pin!(shutdown);
     let mut attempts: u32 = 0;
     // Failures that grow the backoff: not a busy vessel's 503.
     let mut doublings: u32 = 0;
+    // Addresses that failed in a row since the last wait: the next one is
+    // tried at once until every one has.
+    let mut failed_in_round: usize = 0;
     loop {
         attempts = attempts.saturating_add(1);
         let started = Instant::now();
         let mut busy = None;
+        // A session that opened proves its address: the failures in a row
+        // count from there.
+        let mut opened = false;
         let last = match connect_once(device, &mut options, shutdown.as_mut()).await {
             Ok(SessionEnd::Shutdown) => return Ok(()),
             Ok(SessionEnd::Closed { code, reason }) => {
+                opened = true;
                 format!("closed by the vessel: {code} {reason}")
             }
-            Ok(SessionEnd::Lost) => "connection lost".to_owned(),
+            Ok(SessionEnd::Lost) => {
+                opened = true;
+                "connection lost".to_owned()
+            }
             Err(ClientError::Connect(why)) => why,
             Err(e @ ClientError::Busy { retry_after }) => {
                 busy = Some(retry_after);
@@ -99,9 +114,27 @@ pub async fn run_client(
         if started.elapsed() >= STABLE_SESSION {
             attempts = 0;
             doublings = 0;
+            failed_in_round = 0;
         }
         if options.max_attempts.is_some_and(|max| attempts >= max) {
             return Err(ClientError::GaveUp { attempts, last });
+        }
+        if opened {
+            failed_in_round = 0;
+        }
+        if busy.is_none() {
+            failed_in_round = failed_in_round.saturating_add(1);
+            options.move_on();
+            if failed_in_round < options.addresses() {
+                // Another address has not failed yet: try it now.
+                tracing::info!(url = %printable(&options.url), %last, "moving on to the next address");
+                options.tell(&ConnectionEvent::Disconnected {
+                    why: last,
+                    retry_in: std::time::Duration::ZERO,
+                });
+                continue;
+            }
+            failed_in_round = 0;
         }
         let delay = match busy {
             // The vessel is up and asked for a wait: spread over it, so a

@@ -166,7 +166,7 @@ pub async fn connect_once(
 
 /// Refuses, before any connection, a URL that is not `ws://host...` or
 /// `wss://host...`.
-fn check_url(url: &str) -> Result<(), ClientError> {
+pub(super) fn check_url(url: &str) -> Result<(), ClientError> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let request = url
         .into_client_request()

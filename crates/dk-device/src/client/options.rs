@@ -64,7 +64,10 @@ pub enum ConnectionEvent {
 /// # drop(options);
 /// ```
 pub struct ClientOptions {
+    /// The address tried next.
     pub(super) url: String,
+    /// The other addresses, in the order they are tried after `url`.
+    pub(super) others: std::collections::VecDeque<String>,
     /// Speak 8DK v1 (in clear, a bearer token) instead of dk/2.
     pub(super) v1: bool,
     pub(super) token_file: Option<PathBuf>,
@@ -96,6 +99,7 @@ impl fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientOptions")
             .field("url", &self.url)
+            .field("others", &self.others)
             .field("v1", &self.v1)
             .field("token_file", &self.token_file)
             .field("key_file", &self.key_file)
@@ -132,6 +136,7 @@ impl ClientOptions {
     pub fn new(url: impl Into<String>) -> Self {
         ClientOptions {
             url: url.into(),
+            others: std::collections::VecDeque::new(),
             v1: false,
             token_file: None,
             key_file: None,
@@ -274,13 +279,41 @@ impl ClientOptions {
         self
     }
 
-    /// The vessel URL.
+    /// Another address to reach the vessel at: the same vessel behind
+    /// another name, or another member of its fleet (the members hold one
+    /// dk/2 key, so the pin holds). A connection that cannot be opened or
+    /// is lost moves the client on to the next address at once, in the
+    /// order given and round again; it waits its backoff only once every
+    /// address has failed in a row. A busy vessel's 503 is waited out at
+    /// the same address (it is up). Each address is checked as the first
+    /// one is.
+    pub fn also_at(mut self, url: impl Into<String>) -> Self {
+        self.others.push_back(url.into());
+        self
+    }
+
+    /// The vessel URL the client tries next.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// How many addresses the client tries in turn: its URL and those
+    /// given with [`ClientOptions::also_at`].
+    pub fn addresses(&self) -> usize {
+        1 + self.others.len()
     }
 }
 
 impl ClientOptions {
+    /// Makes the next address the one tried next (the current one goes
+    /// last); nothing changes with a single address.
+    pub(super) fn move_on(&mut self) {
+        if let Some(next) = self.others.pop_front() {
+            let current = std::mem::replace(&mut self.url, next);
+            self.others.push_back(current);
+        }
+    }
+
     /// Tells the connection hook, if there is one.
     pub(super) fn tell(&self, event: &ConnectionEvent) {
         if let Some(hear) = &self.on_connection {

@@ -1251,3 +1251,113 @@ async fn an_admission_refusal_stops_the_client_unless_it_is_the_session_cap() {
         other => panic!("expected AdmissionRefused, got {other:?}"),
     }
 }
+
+// ---------------------------------------------------------- several addresses
+
+/// A first address where nothing listens: the client moves on to the next
+/// at once (a backoff of an hour would otherwise hold it), and when that
+/// connection is lost, on again to the first, which is up by then.
+#[tokio::test]
+async fn a_failed_address_moves_the_client_on_to_the_next_at_once() {
+    let gone = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone_addr = gone.local_addr().unwrap();
+    drop(gone);
+    let mut second = TestVessel::bind().await;
+    let moves = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&moves);
+    let options = ClientOptions::new(format!("ws://{gone_addr}/device"))
+        .v1()
+        .also_at(second.url.clone())
+        .backoff(Duration::from_secs(3600), Duration::from_secs(3600))
+        .max_attempts(3)
+        .on_connection(move |event| {
+            if let ConnectionEvent::Disconnected { retry_in, .. } = event {
+                heard.lock().unwrap().push(*retry_in);
+            }
+        });
+    assert_eq!(options.addresses(), 2);
+    let device = Lamp::new().device();
+    let script = async {
+        let mut peer = second.accept().await;
+        assert_eq!(peer.recv().await["type"], "device:hello");
+        drop(peer);
+        // The first address comes back: the client, moved on from the
+        // second, finds it there.
+        let mut first = TestVessel {
+            listener: TcpListener::bind(gone_addr).await.unwrap(),
+            url: String::new(),
+            accepted: 0,
+        };
+        let mut peer = first.accept().await;
+        assert_eq!(peer.recv().await["type"], "device:hello");
+        drop(peer);
+    };
+    let (result, ()) = both(run_client(&device, options, future::pending()), script).await;
+    // Three attempts, none waiting its hour-long backoff: each lost
+    // connection moved the client on at once.
+    match result {
+        Err(ClientError::GaveUp { attempts, .. }) => assert_eq!(attempts, 3),
+        other => panic!("expected GaveUp, got {other:?}"),
+    }
+    let moves = moves.lock().unwrap().clone();
+    assert!(
+        moves.iter().all(|wait| *wait == Duration::ZERO),
+        "{moves:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_address_that_cannot_be_used_is_refused_before_any_connection() {
+    let vessel = TestVessel::bind().await;
+    let options = options(&vessel.url, &no_codes()).also_at("ftp://example.invalid/device");
+    let device = Lamp::new().device();
+    let result = within(
+        "the client",
+        run_client(&device, options, future::pending()),
+    )
+    .await;
+    assert!(result.is_err(), "{result:?}");
+    assert_eq!(vessel.accepted, 0);
+}
+
+/// Every address failing in a row: the client waits its backoff before
+/// the next round (here an hour: it stops on shutdown with no further
+/// attempt).
+#[tokio::test]
+async fn when_every_address_failed_in_a_row_the_client_waits_its_backoff() {
+    let mut dead = Vec::new();
+    for _ in 0..3 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        dead.push(format!("ws://{}/device", listener.local_addr().unwrap()));
+    }
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&waits);
+    let [first, second, third] = <[String; 3]>::try_from(dead).unwrap();
+    let options = ClientOptions::new(first)
+        .v1()
+        .also_at(second)
+        .also_at(third)
+        .backoff(Duration::from_secs(3600), Duration::from_secs(3600))
+        .on_connection(move |event| {
+            if let ConnectionEvent::Disconnected { retry_in, .. } = event {
+                heard.lock().unwrap().push(*retry_in);
+            }
+        });
+    let device = Lamp::new().device();
+    let (stop, stopped) = shutdown();
+    let client = tokio::spawn(async move { run_client(&device, options, stopped).await });
+    // The listeners are closed already: each address refuses at once.
+    within("three refusals", async {
+        while waits.lock().unwrap().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = stop.send(());
+    assert!(within("the client", client).await.unwrap().is_ok());
+    let waits = waits.lock().unwrap().clone();
+    assert_eq!(waits.len(), 3, "{waits:?}");
+    assert_eq!(&waits[..2], [Duration::ZERO, Duration::ZERO]);
+    assert!(waits[2] > Duration::ZERO, "{waits:?}");
+}
