@@ -30,6 +30,11 @@ pub struct DesktopArgs {
     /// The vessel's device route, e.g. ws://127.0.0.1:7777/device.
     #[arg(long)]
     pub vessel: String,
+    /// Another address of the vessel (or of another member of its fleet),
+    /// tried in turn when one cannot be reached; may be given more than
+    /// once.
+    #[arg(long, value_name = "URL")]
+    pub also_at: Vec<String>,
     /// Where to keep the dk/2 device key and the vessel key it pins (by
     /// default `devices/<device-id>.key` in dk's home). It must be a
     /// regular file of this user with mode 0600, never a link.
@@ -155,6 +160,7 @@ pub fn run(args: &DesktopArgs) -> ExitCode {
     println!("{}", printable(&config.blackout.describe()));
     let connect = Connect {
         vessel: &args.vessel,
+        also_at: &args.also_at,
         channel: Channel::Dk2 {
             key_file: args.key_file.clone(),
             forget_vessel: args.forget_vessel,

@@ -43,6 +43,8 @@ pub(crate) enum Channel {
 pub(crate) struct Connect<'a> {
     /// The vessel's device route.
     pub vessel: &'a str,
+    /// Other addresses to try in turn.
+    pub also_at: &'a [String],
     /// The channel and its credential file.
     pub channel: Channel,
     /// A PEM file of the roots to trust for `wss://`.
@@ -96,7 +98,13 @@ pub(crate) fn options(
             Channel::Dk2 { .. } => "dk/2 (encrypted)",
         }
     );
-    let options = ClientOptions::new(connect.vessel.to_owned());
+    let options = connect
+        .also_at
+        .iter()
+        .fold(ClientOptions::new(connect.vessel.to_owned()), |options, url| {
+            println!("also at {}", printable(url));
+            options.also_at(url.clone())
+        });
     let options = match &connect.channel {
         Channel::V1 { token_file } => {
             let token_file = token_file

@@ -58,6 +58,11 @@ pub struct SimulateArgs {
     /// The vessel's device route, e.g. ws://127.0.0.1:7777/device.
     #[arg(long)]
     pub vessel: String,
+    /// Another address of the vessel (or of another member of its fleet),
+    /// tried in turn when one cannot be reached; may be given more than
+    /// once.
+    #[arg(long, value_name = "URL")]
+    pub also_at: Vec<String>,
     /// Speak 8DK v1 (in clear, a bearer token) instead of dk/2: for vessels
     /// that speak nothing else, on loopback.
     #[arg(long)]
@@ -89,6 +94,7 @@ pub struct SimulateArgs {
 pub fn run(args: &SimulateArgs) -> ExitCode {
     let connect = Connect {
         vessel: &args.vessel,
+        also_at: &args.also_at,
         channel: if args.v1 {
             Channel::V1 {
                 token_file: args.token_file.clone(),
