@@ -59,6 +59,8 @@ mod keeper;
 mod key;
 mod memory;
 mod model;
+#[cfg(feature = "postgres")]
+mod pg;
 pub mod private;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -66,6 +68,11 @@ mod sqlite;
 pub mod testing;
 mod writer;
 
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+#[cfg(feature = "postgres")]
+mod pg_tests;
 #[cfg(test)]
 #[cfg(feature = "sqlite")]
 mod tests;
@@ -80,12 +87,14 @@ pub use backup::RestoreError;
 pub use cause::Cause;
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use model::check_head;
 pub use model::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, ProblemKind, RateHit, Snapshot,
     Store, StoreError, StoredAgent, StoredPairing, VerifyReport, epoch_ms,
 };
+#[cfg(feature = "postgres")]
+pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub use writer::{
