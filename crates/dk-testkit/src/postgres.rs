@@ -195,7 +195,7 @@ impl PgServer {
     fn watch(&self) -> Child {
         let stop = self.stop_line();
         let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop} >/dev/null 2>&1; rm -rf '{dir}'",
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.1; done; {stop} >/dev/null 2>&1; rm -rf '{dir}'",
             pid = std::process::id(),
             dir = self.dir.display(),
         );
