@@ -422,9 +422,10 @@ impl PgStore {
         let (first, events) = self.run(move |pool| async move {
             let mut client = pool.get().await.map_err(unreachable)?;
             let tx = client.transaction().await.map_err(db)?;
-            let hashing = hold_chain(&tx, key.as_ref()).await?;
+            let (recorded, head) = take_chain(&tx).await?;
+            let hashing = hashing(recorded.as_ref(), key.as_ref())?;
             change(&tx).await?;
-            let first = append(&tx, &events, hashing).await?;
+            let first = append(&tx, &events, hashing, head).await?;
             tx.commit().await.map_err(db)?;
             Ok((first, events))
         })?;
@@ -658,22 +659,49 @@ fn hashing<'k>(
     }
 }
 
+/// The chain as an appending transaction holds it: where it turned keyed
+/// and the key's id, if it did, and its head (`seq`, `hash`).
+type HeldChain = (Option<(i64, String)>, (i64, String));
+
 /// Takes the chain for this transaction (the lock every appending
-/// transaction takes first) and says how its new entries are hashed.
-async fn hold_chain<'k>(
-    tx: &deadpool_postgres::Transaction<'_>,
-    key: Option<&'k AuditKey>,
-) -> Result<Hashing<'k>, StoreError> {
+/// transaction takes first), then reads whether it is keyed and its head
+/// in one statement, which sees every append committed before the lock was
+/// had.
+async fn take_chain(tx: &deadpool_postgres::Transaction<'_>) -> Result<HeldChain, StoreError> {
     let lock = tx
         .prepare_cached("SELECT one FROM audit_writer FOR UPDATE")
         .await
         .map_err(db)?;
     tx.query(&lock, &[]).await.map_err(db)?;
-    let recorded = recorded_key(tx.client()).await?;
-    hashing(recorded.as_ref(), key)
+    let read = tx
+        .prepare_cached(
+            "SELECT h.seq, h.hash, k.seq, k.key_id FROM (SELECT 1) AS one
+             LEFT JOIN LATERAL (SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1) AS h
+                 ON TRUE
+             LEFT JOIN LATERAL (SELECT seq, key_id FROM audit_key ORDER BY seq LIMIT 1) AS k
+                 ON TRUE",
+        )
+        .await
+        .map_err(db)?;
+    let row = tx.query_one(&read, &[]).await.map_err(db)?;
+    let head = match (
+        get::<Option<i64>>(&row, 0)?,
+        get::<Option<String>>(&row, 1)?,
+    ) {
+        (Some(seq), Some(hash)) => (seq, hash),
+        _ => (0, GENESIS_HASH.to_owned()),
+    };
+    let recorded = match (
+        get::<Option<i64>>(&row, 2)?,
+        get::<Option<String>>(&row, 3)?,
+    ) {
+        (Some(seq), Some(key_id)) => Some((seq, key_id)),
+        _ => None,
+    };
+    Ok((recorded, head))
 }
 
-/// The last entry of the log; read after [`hold_chain`].
+/// The last entry of the log.
 async fn audit_head(client: &tokio_postgres::Client) -> Result<(i64, String), StoreError> {
     let row = client
         .query_opt("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])
@@ -685,17 +713,17 @@ async fn audit_head(client: &tokio_postgres::Client) -> Result<(i64, String), St
     }
 }
 
-/// Appends `events` to the log, in one statement; the seq of the first,
-/// `None` when there were none.
+/// Appends `events` to the log after `head` (as [`take_chain`] read it),
+/// in one statement; the seq of the first, `None` when there were none.
 async fn append(
     tx: &deadpool_postgres::Transaction<'_>,
     events: &[AuditEvent],
     hashing: Hashing<'_>,
+    (seq, hash): (i64, String),
 ) -> Result<Option<u64>, StoreError> {
     if events.is_empty() {
         return Ok(None);
     }
-    let (seq, hash) = audit_head(tx.client()).await?;
     let rows = chain(seq, &hash, events, hashing)?;
     let mut columns = (
         Vec::with_capacity(rows.len()),
@@ -738,12 +766,8 @@ async fn append(
 async fn key_the_chain(pool: Pool, key: AuditKey) -> Result<Option<(u64, AuditEvent)>, StoreError> {
     let mut client = pool.get().await.map_err(unreachable)?;
     let tx = client.transaction().await.map_err(db)?;
-    let lock = tx
-        .prepare_cached("SELECT one FROM audit_writer FOR UPDATE")
-        .await
-        .map_err(db)?;
-    tx.query(&lock, &[]).await.map_err(db)?;
-    match recorded_key(tx.client()).await? {
+    let (recorded, head) = take_chain(&tx).await?;
+    match recorded {
         Some((_, chain)) if chain == key.id() => return Ok(None),
         Some((_, chain)) => {
             return Err(StoreError::WrongKey {
@@ -759,9 +783,14 @@ async fn key_the_chain(pool: Pool, key: AuditKey) -> Result<Option<(u64, AuditEv
         }),
         crate::epoch_ms(std::time::SystemTime::now()),
     );
-    let first = append(&tx, std::slice::from_ref(&event), Hashing::Keyed(&key))
-        .await?
-        .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
+    let first = append(
+        &tx,
+        std::slice::from_ref(&event),
+        Hashing::Keyed(&key),
+        head,
+    )
+    .await?
+    .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
     let seq = to_i64(first, "audit seq")?;
     tx.execute(
         "INSERT INTO audit_key (seq, key_id) VALUES ($1, $2)",
