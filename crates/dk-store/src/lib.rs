@@ -1,6 +1,14 @@
 //! Durable state: the [`Store`] trait with an embedded SQLite implementation
-//! ([`SqliteStore`]) and an in-memory one ([`MemoryStore`]), the hash-chained
-//! audit log with its verification, and the write-behind [`AuditWriter`].
+//! (`SqliteStore`), a PostgreSQL one several vessels can share (`PgStore`,
+//! the `postgres` feature), and an in-memory one ([`MemoryStore`]), the
+//! hash-chained audit log with its verification, and the write-behind
+//! [`AuditWriter`].
+//!
+//! The PostgreSQL store is built on tokio-postgres and deadpool-postgres
+//! because they are the rust-postgres project's own maintained async driver
+//! and a small, maintained pool that reconnects by itself, and it runs them
+//! on a thread of its own so the synchronous [`Store`] trait stays safe to
+//! call from inside an async runtime.
 //!
 //! What the store holds: pairings (manifest, digest, token hash, grants,
 //! generation, paired-at), agents (name, scope, role, added-at and the

@@ -152,8 +152,8 @@ pub struct PgOptions {
     pub timeout: Duration,
     /// The most connections the store holds to the server.
     pub connections: usize,
-    /// The key of a keyed chain, as [`AuditOptions::key`](crate::AuditOptions)
-    /// for SQLite: an unkeyed log is keyed from its next entry on, a log
+    /// The key of a keyed chain, as `AuditOptions::key` is for SQLite: an
+    /// unkeyed log is keyed from its next entry on, a log
     /// keyed with another key is refused with [`StoreError::WrongKey`].
     pub key: Option<AuditKey>,
 }

@@ -101,8 +101,8 @@ pub struct VesselArgs {
     /// Where the audit log's head (`SEQ:HASH`) is kept, brought up to date
     /// as commits are made and checked at start and by `dk audit verify`;
     /// keep it outside the data directory. [default: beside the data
-    /// directory, `DIR.audit-head`]
-    #[arg(long, value_name = "FILE")]
+    /// directory, `DIR.audit-head`; not kept with `--store`]
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
     pub audit_head_file: Option<PathBuf>,
     /// Key the audit chain with the key in this file (64 hex characters,
     /// mode 0600, made on first use): nobody without it can then write an
