@@ -5,7 +5,9 @@
 //! `libdk_device.a`, run under valgrind by its test), `xvfb` (the X
 //! server the desktop device's tests start for themselves) and
 //! `prometheus` (the server and `promtool` that scrape and check a
-//! vessel's `/metrics`),
+//! vessel's `/metrics`), `postgresql` (the `initdb` and `pg_ctl` the
+//! PostgreSQL store's tests start a server of their own with) and
+//! `nats-server` (the fleet's message bus),
 //! installing what is missing with apt (as root, or through `sudo -n`).
 //! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
@@ -17,9 +19,9 @@ use crate::run::status;
 use crate::{TaskError, TaskResult};
 
 /// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
-/// lamp's WebSocket library, pkg-config, valgrind, the virtual X server and
-/// Prometheus.
-const PACKAGES: [&str; 8] = [
+/// lamp's WebSocket library, pkg-config, valgrind, the virtual X server,
+/// Prometheus, PostgreSQL and NATS.
+const PACKAGES: [&str; 10] = [
     "chromium",
     "chromium-driver",
     "mosquitto",
@@ -28,10 +30,12 @@ const PACKAGES: [&str; 8] = [
     "valgrind",
     "xvfb",
     "prometheus",
+    "postgresql",
+    "nats-server",
 ];
 
 /// Where the packages put the programs the tests run.
-const PROGRAMS: [&str; 9] = [
+const PROGRAMS: [&str; 10] = [
     "/usr/bin/chromium",
     "/usr/bin/chromedriver",
     "/usr/sbin/mosquitto",
@@ -41,13 +45,33 @@ const PROGRAMS: [&str; 9] = [
     "/usr/bin/Xvfb",
     "/usr/bin/prometheus",
     "/usr/bin/promtool",
+    "/usr/sbin/nats-server",
 ];
+
+/// Where Debian puts each PostgreSQL major version's programs
+/// (`<version>/bin`), and the ones the tests run from there.
+const POSTGRESQL: &str = "/usr/lib/postgresql";
+const POSTGRESQL_PROGRAMS: [&str; 3] = ["initdb", "pg_ctl", "createdb"];
+
+/// Whether some PostgreSQL version's `initdb`, `pg_ctl` and `createdb` are
+/// installed.
+fn postgresql_installed() -> bool {
+    let Ok(versions) = std::fs::read_dir(POSTGRESQL) else {
+        return false;
+    };
+    versions.filter_map(Result::ok).any(|version| {
+        let bin = version.path().join("bin");
+        POSTGRESQL_PROGRAMS
+            .iter()
+            .all(|program| bin.join(program).is_file())
+    })
+}
 
 /// Installs the peers that are missing.
 pub fn ensure() -> TaskResult {
-    if PROGRAMS.iter().all(|p| Path::new(p).is_file()) {
+    if PROGRAMS.iter().all(|p| Path::new(p).is_file()) && postgresql_installed() {
         println!(
-            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb and prometheus are installed"
+            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb, prometheus, postgresql and nats-server are installed"
         );
         return Ok(());
     }
@@ -74,6 +98,13 @@ pub fn ensure() -> TaskResult {
     if let Some(missing) = PROGRAMS.iter().find(|p| !Path::new(p).is_file()) {
         return Err(TaskError(format!(
             "`{missing}` is still missing after installing {}",
+            PACKAGES.join(" ")
+        )));
+    }
+    if !postgresql_installed() {
+        return Err(TaskError(format!(
+            "PostgreSQL's {} are still missing under `{POSTGRESQL}` after installing {}",
+            POSTGRESQL_PROGRAMS.join(", "),
             PACKAGES.join(" ")
         )));
     }

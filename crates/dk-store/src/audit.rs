@@ -545,7 +545,7 @@ impl<'k> Verifier<'k> {
     /// What the store records of the chain's key (the entry that keyed it
     /// and the key's id), to be checked against the chain. Only the SQLite
     /// store records it.
-    #[cfg(feature = "sqlite")]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn recorded_key(&mut self, recorded: Option<(i64, String)>) {
         self.recorded = Some(recorded);
     }

@@ -1,6 +1,14 @@
 //! Durable state: the [`Store`] trait with an embedded SQLite implementation
-//! ([`SqliteStore`]) and an in-memory one ([`MemoryStore`]), the hash-chained
-//! audit log with its verification, and the write-behind [`AuditWriter`].
+//! (`SqliteStore`), a PostgreSQL one several vessels can share (`PgStore`,
+//! the `postgres` feature), and an in-memory one ([`MemoryStore`]), the
+//! hash-chained audit log with its verification, and the write-behind
+//! [`AuditWriter`].
+//!
+//! The PostgreSQL store is built on tokio-postgres and deadpool-postgres
+//! because they are the rust-postgres project's own maintained async driver
+//! and a small, maintained pool that reconnects by itself, and it runs them
+//! on a thread of its own so the synchronous [`Store`] trait stays safe to
+//! call from inside an async runtime.
 //!
 //! What the store holds: pairings (manifest, digest, token hash, grants,
 //! generation, paired-at), agents (name, scope, role, added-at and the
@@ -59,6 +67,8 @@ mod keeper;
 mod key;
 mod memory;
 mod model;
+#[cfg(feature = "postgres")]
+mod pg;
 pub mod private;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -66,6 +76,11 @@ mod sqlite;
 pub mod testing;
 mod writer;
 
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+#[cfg(feature = "postgres")]
+mod pg_tests;
 #[cfg(test)]
 #[cfg(feature = "sqlite")]
 mod pages_tests;
@@ -85,12 +100,14 @@ pub use backup::RestoreError;
 pub use cause::Cause;
 pub use key::{AuditKey, AuditKeyError};
 pub use memory::MemoryStore;
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use model::check_head;
 pub use model::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, ProblemKind, RateHit, Snapshot,
     Store, StoreError, StoredAgent, StoredPairing, VerifyReport, epoch_ms,
 };
+#[cfg(feature = "postgres")]
+pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub use writer::{

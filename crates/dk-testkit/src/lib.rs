@@ -2,8 +2,9 @@
 //! ([`lamp`]), a wait for something that happens on another task
 //! ([`eventually`], [`eventually_some`], [`eventually_async`]) with one generous ceiling
 //! ([`PATIENCE`]), a buffer a log writer can write into ([`LogBuffer`]),
-//! and for the desktop tests an X server of their own and a window that
-//! records what it receives ([`x11`]).
+//! for the desktop tests an X server of their own and a window that
+//! records what it receives ([`x11`]), and for the stores' tests a
+//! PostgreSQL server of their own ([`postgres`]).
 //!
 //! A dev-dependency only: no crate names it under `[dependencies]` (the
 //! layering test checks). It depends on no dk crate, so dk-proto or
@@ -18,6 +19,7 @@
 
 mod log;
 mod manifest;
+pub mod postgres;
 mod wait;
 pub mod x11;
 

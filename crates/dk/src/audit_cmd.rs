@@ -1,7 +1,8 @@
 //! `dk audit tail` and `dk audit verify`: read a vessel's audit log straight
 //! from its database (a running vessel keeps writing; reading is safe), and
 //! how `dk vessel` opens its store to keep the log's head outside it and,
-//! given a key file, to key the chain.
+//! given a key file, to key the chain. With `--store postgres://...` each
+//! reads the PostgreSQL store a fleet of vessels shares instead.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use dk_vessel::store::{
-    AuditEntry, AuditHead, AuditKey, AuditOptions, SqliteStore, Store, StoreError, audit_head_file,
+    AuditEntry, AuditHead, AuditKey, AuditOptions, PgOptions, PgStore, SqliteStore, Store,
+    StoreError, VerifyReport, audit_head_file,
 };
 use serde_json::json;
 
@@ -22,8 +24,13 @@ pub enum AuditCommand {
     /// Print the last entries, oldest first; `--follow` keeps printing new ones.
     Tail {
         /// The vessel's data directory. [default: `vessel` in dk's home]
-        #[arg(long)]
+        #[arg(long, conflicts_with = "store")]
         data_dir: Option<PathBuf>,
+        /// Read the PostgreSQL store at this URL
+        /// (`postgres://user:password@host:port/database`) instead of a
+        /// data directory's database.
+        #[arg(long, value_name = "URL", env = "DK_STORE", hide_env_values = true)]
+        store: Option<String>,
         /// How many of the last entries to print first.
         #[arg(long, short = 'n', default_value_t = 20)]
         lines: u64,
@@ -42,8 +49,14 @@ pub enum AuditCommand {
     /// when intact, 1 saying what is wrong.
     Verify {
         /// The vessel's data directory. [default: `vessel` in dk's home]
-        #[arg(long)]
+        #[arg(long, conflicts_with = "store")]
         data_dir: Option<PathBuf>,
+        /// Verify the PostgreSQL store at this URL
+        /// (`postgres://user:password@host:port/database`) instead of a
+        /// data directory's database. No head is kept beside it: give
+        /// `--expect-head` or `--audit-head-file` to check against one.
+        #[arg(long, value_name = "URL", env = "DK_STORE", hide_env_values = true)]
+        store: Option<String>,
         /// Where the vessel keeps the log's head. [default: beside the data
         /// directory, `DIR.audit-head`]
         #[arg(long, value_name = "FILE")]
@@ -65,6 +78,18 @@ pub enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Connects to the PostgreSQL store at `url`, keyed with `key` when given.
+pub(crate) fn connect(url: &str, key: Option<AuditKey>) -> Result<PgStore, String> {
+    PgStore::connect_with(
+        url,
+        PgOptions {
+            key,
+            ..PgOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// Opens the vessel database of `data_dir`, which must exist.
@@ -139,6 +164,34 @@ pub fn open_vessel_store(
     Ok((store, said))
 }
 
+/// The PostgreSQL store at `url` for `dk vessel --store`, its chain keyed
+/// with the key in `key_file` when given (made on first use; refused
+/// inside the data directory), and a line for the start text.
+pub fn open_vessel_pg(
+    url: &str,
+    data_dir: &Path,
+    key_file: Option<&Path>,
+) -> Result<(PgStore, String), String> {
+    let key = match key_file {
+        None => None,
+        Some(file) => {
+            refuse_inside(data_dir, file)?;
+            Some(AuditKey::load_or_create(file).map_err(|e| e.to_string())?)
+        }
+    };
+    let said = match (&key, key_file) {
+        (Some(key), Some(file)) => format!(
+            "kept in PostgreSQL; chain keyed with the key in {} (key {})",
+            file.display(),
+            key.id()
+        ),
+        _ => "kept in PostgreSQL; chain not keyed".to_owned(),
+    };
+    let store = connect(url, key)?;
+    let said = format!("{said}; store {}", store.server());
+    Ok((store, said))
+}
+
 /// Refuses a key file inside the data directory, where whoever can rewrite
 /// the log could read it.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
@@ -157,14 +210,20 @@ pub fn run(command: AuditCommand) -> ExitCode {
     let result = match command {
         AuditCommand::Tail {
             data_dir,
+            store,
             lines,
             follow,
             json,
-        } => data_dir_or_home(data_dir.as_deref())
-            .map_err(|e| e.to_string())
-            .and_then(|(data_dir, _)| tail(&data_dir, lines, follow, json)),
+        } => match store {
+            Some(url) => connect(&url, None).and_then(|store| tail(&store, lines, follow, json)),
+            None => data_dir_or_home(data_dir.as_deref())
+                .map_err(|e| e.to_string())
+                .and_then(|(data_dir, _)| open(&data_dir))
+                .and_then(|store| tail(&store, lines, follow, json)),
+        },
         AuditCommand::Verify {
             data_dir,
+            store,
             audit_head_file,
             expect_head,
             no_kept_head,
@@ -186,6 +245,31 @@ pub fn run(command: AuditCommand) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            if let Some(url) = store {
+                let kept = match (expect_head, audit_head_file) {
+                    (Some(text), _) => match text.parse() {
+                        Ok(head) => Kept::Given(head),
+                        Err(e) => {
+                            eprintln!("error: --expect-head: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    },
+                    (None, Some(file)) if !no_kept_head => match Kept::read(file) {
+                        Ok(kept) => kept,
+                        Err(e) => {
+                            eprintln!("error: {}", printable(&e.to_string()));
+                            return ExitCode::FAILURE;
+                        }
+                    },
+                    _ => Kept::NotAsked,
+                };
+                let report = connect(&url, None).and_then(|store| {
+                    store
+                        .verify_audit_with(key.as_ref().map(|(_, key)| key), kept.head())
+                        .map_err(|e| e.to_string())
+                });
+                return print_verified(report, &kept, key.as_ref(), json);
+            }
             let kept = if no_kept_head {
                 Kept::NotAsked
             } else if let Some(text) = expect_head {
@@ -254,8 +338,7 @@ fn local_time(at_ms: u64) -> String {
         )
 }
 
-fn tail(data_dir: &Path, lines: u64, follow: bool, json: bool) -> Result<(), String> {
-    let store = open(data_dir)?;
+fn tail(store: &dyn Store, lines: u64, follow: bool, json: bool) -> Result<(), String> {
     let total = store.audit_head().map_err(|e| e.to_string())?.seq;
     let mut after = total.saturating_sub(lines);
     loop {
@@ -331,6 +414,17 @@ pub(crate) fn verify(
             .verify_audit_with(key.map(|(_, key)| key), kept.head())
             .map_err(|e| e.to_string())
     });
+    print_verified(report, kept, key, json)
+}
+
+/// Prints what a verification found (as `dk audit verify` does); success
+/// when the log is intact.
+fn print_verified(
+    report: Result<VerifyReport, String>,
+    kept: &Kept,
+    key: Option<&(PathBuf, AuditKey)>,
+    json: bool,
+) -> ExitCode {
     let report = match report {
         Ok(report) => report,
         Err(e) => {

@@ -101,8 +101,8 @@ pub struct VesselArgs {
     /// Where the audit log's head (`SEQ:HASH`) is kept, brought up to date
     /// as commits are made and checked at start and by `dk audit verify`;
     /// keep it outside the data directory. [default: beside the data
-    /// directory, `DIR.audit-head`]
-    #[arg(long, value_name = "FILE")]
+    /// directory, `DIR.audit-head`; not kept with `--store`]
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
     pub audit_head_file: Option<PathBuf>,
     /// Key the audit chain with the key in this file (64 hex characters,
     /// mode 0600, made on first use): nobody without it can then write an
@@ -110,6 +110,14 @@ pub struct VesselArgs {
     /// verify` needs it too.
     #[arg(long, value_name = "FILE")]
     pub audit_key_file: Option<PathBuf>,
+    /// Keep pairings, agents and the audit log in the PostgreSQL database
+    /// at this URL (`postgres://user:password@host:port/database`) instead
+    /// of the data directory's SQLite file: vessels given the same URL
+    /// share one store and one audit chain (docs/POSTGRES.md). Give it in
+    /// the environment (`DK_STORE`) to keep a password off the command
+    /// line; it is never printed.
+    #[arg(long, value_name = "URL", env = "DK_STORE", hide_env_values = true)]
+    pub store: Option<String>,
     /// Accept devices speaking plain 8DK v1 (in clear, with a bearer token)
     /// on any address, not only on loopback. Anyone who sees the traffic
     /// can then copy a device's token, and a relay can pair.
@@ -337,6 +345,7 @@ async fn start_vessel(
     let said = Arc::clone(&audit_kept);
     let head_file = args.audit_head_file.clone();
     let key_file = args.audit_key_file.clone();
+    let store_url = args.store.clone();
     let mut server = VesselServer::new(&paths.data_dir);
     if let Some(file) = &args.vessel_key_file {
         server = server.vessel_key_file(file);
@@ -364,6 +373,13 @@ async fn start_vessel(
             ..McpOptions::default()
         })
         .store_with(move |data_dir| {
+            if let Some(url) = &store_url {
+                let (store, kept) =
+                    crate::audit_cmd::open_vessel_pg(url, data_dir, key_file.as_deref())
+                        .map_err(ServerError::StoreRefused)?;
+                *said.lock().unwrap_or_else(PoisonError::into_inner) = kept;
+                return Ok(Arc::new(store) as Arc<dyn Store>);
+            }
             let (store, kept) = crate::audit_cmd::open_vessel_store(
                 data_dir,
                 head_file.as_deref(),

@@ -23,6 +23,7 @@ mod fleet;
 mod logs;
 mod mcp_bridge;
 mod network;
+mod postgres;
 mod process;
 mod prometheus;
 mod prompt_pty;

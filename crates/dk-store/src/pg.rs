@@ -1,0 +1,1320 @@
+//! The PostgreSQL store: the same tables, audit chain and answers as the
+//! SQLite store, in a database several vessels share.
+//!
+//! The driver is tokio-postgres with a deadpool-postgres pool: the
+//! rust-postgres project's own maintained async driver, and a small,
+//! maintained pool that reconnects by itself when the server comes back.
+//!
+//! The [`Store`] trait is synchronous and is called from plain threads and
+//! from inside tokio tasks alike, so the store never blocks on a runtime
+//! from the caller's thread: a thread of its own owns a current-thread
+//! tokio runtime and the pool, each operation is sent to it as a task, and
+//! the caller waits for the answer on a std channel, at most the store's
+//! timeout (and the task gives up at that timeout too). A server that is
+//! down is an error within the timeout, never a panic or a hang.
+//!
+//! The schema is brought up to date by ordered migration steps, each in a
+//! transaction of its own that records the new version in `dk_schema`;
+//! the steps run under a transaction-level advisory lock, so two vessels
+//! starting at once against an empty database do not both migrate. A
+//! database with a newer version is refused with
+//! [`StoreError::NewerSchema`].
+//!
+//! Every transaction that appends to the audit log first locks the one row
+//! of `audit_writer` (`SELECT ... FOR UPDATE`), then reads the chain's head
+//! and whether it is keyed: appends from every store on the database are
+//! serialized there, so the chain stays one, whatever the number of
+//! vessels. The URL's password is never shown: errors name the server as
+//! `postgres://user@host:port/database`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::{IsolationLevel, NoTls, Row};
+
+use super::audit::to_i64;
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, check_event, log_appended};
+use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::key::AuditKey;
+use super::{
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateHit, Snapshot, Store, StoreError,
+    StoredAgent, StoredPairing, VerifyReport,
+};
+
+/// The schema version this build writes: the number of migration steps.
+pub const PG_SCHEMA_VERSION: u32 = 2;
+
+/// The advisory lock migrations run under ("dkst").
+const MIGRATION_LOCK: i64 = 0x646b_7374;
+
+/// How many entries a verification reads at a time.
+const VERIFY_PAGE: i64 = 10_000;
+
+/// The migration steps, in order: step `i` takes the schema from version
+/// `i` to `i + 1`. Steps are only ever added, never changed.
+const MIGRATIONS: [&str; PG_SCHEMA_VERSION as usize] = [
+    // 1: everything SQLite's first five steps made.
+    "CREATE TABLE pairing (
+         device_id     TEXT   NOT NULL PRIMARY KEY,
+         manifest_json TEXT   NOT NULL,
+         digest        TEXT   NOT NULL,
+         token_hash    BYTEA  NOT NULL,
+         generation    BIGINT NOT NULL,
+         paired_at_ms  BIGINT NOT NULL,
+         device_key    BYTEA
+     );
+     CREATE TABLE device_grant (
+         device_id  TEXT NOT NULL REFERENCES pairing (device_id) ON DELETE CASCADE,
+         capability TEXT NOT NULL,
+         PRIMARY KEY (device_id, capability)
+     );
+     CREATE TABLE secret (
+         name TEXT  NOT NULL PRIMARY KEY,
+         hash BYTEA NOT NULL
+     );
+     CREATE TABLE counter (
+         name  TEXT   NOT NULL PRIMARY KEY,
+         value BIGINT NOT NULL
+     );
+     CREATE TABLE audit (
+         seq       BIGINT NOT NULL PRIMARY KEY,
+         at_ms     BIGINT NOT NULL,
+         kind      TEXT   NOT NULL,
+         entry     TEXT   NOT NULL,
+         prev_hash TEXT   NOT NULL,
+         hash      TEXT   NOT NULL
+     );
+     CREATE TABLE audit_writer (
+         one BOOLEAN NOT NULL PRIMARY KEY DEFAULT TRUE CHECK (one)
+     );
+     INSERT INTO audit_writer (one) VALUES (TRUE);
+     CREATE TABLE audit_key (
+         seq    BIGINT NOT NULL PRIMARY KEY,
+         key_id TEXT   NOT NULL
+     );
+     CREATE FUNCTION dk_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$;
+     CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit
+         FOR EACH ROW EXECUTE FUNCTION dk_append_only();
+     CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+         FOR EACH STATEMENT EXECUTE FUNCTION dk_append_only();
+     CREATE TRIGGER audit_key_no_change BEFORE UPDATE OR DELETE ON audit_key
+         FOR EACH ROW EXECUTE FUNCTION dk_append_only();
+     CREATE TRIGGER audit_key_no_truncate BEFORE TRUNCATE ON audit_key
+         FOR EACH STATEMENT EXECUTE FUNCTION dk_append_only();
+     CREATE TABLE agent (
+         name   TEXT NOT NULL PRIMARY KEY,
+         record TEXT NOT NULL
+     );
+     CREATE TABLE rate_hit (
+         id        BIGSERIAL NOT NULL PRIMARY KEY,
+         rule      TEXT      NOT NULL,
+         agent     TEXT      NOT NULL,
+         at_ms     BIGINT    NOT NULL,
+         calls     BIGINT    NOT NULL,
+         window_ms BIGINT    NOT NULL,
+         until_ms  BIGINT    NOT NULL
+     );
+     CREATE INDEX rate_hit_pair ON rate_hit (rule, agent, at_ms);
+     CREATE INDEX rate_hit_until ON rate_hit (until_ms);",
+    // 2: the audit log read by what its entries name, newest first (SQLite's
+    // step 6).
+    "CREATE INDEX audit_device ON audit (
+         (CASE WHEN jsonb_typeof(entry::jsonb -> 'deviceId') = 'string'
+               THEN entry::jsonb ->> 'deviceId' END), seq);
+     CREATE INDEX audit_agent ON audit (
+         (CASE WHEN jsonb_typeof(entry::jsonb -> 'agentId') = 'string'
+               THEN entry::jsonb ->> 'agentId' END), seq);
+     CREATE INDEX audit_allowed ON audit (
+         (CASE WHEN jsonb_typeof(entry::jsonb -> 'allowed') = 'boolean'
+               THEN (entry::jsonb ->> 'allowed')::boolean END), seq)
+         WHERE kind = 'decision';",
+];
+
+/// The expression migration 2 indexes a text field `name` by.
+fn indexed_text(name: &str) -> String {
+    format!(
+        "(CASE WHEN jsonb_typeof(entry::jsonb -> '{name}') = 'string' \
+         THEN entry::jsonb ->> '{name}' END)"
+    )
+}
+
+/// How a [`PgStore`] connects and keeps its chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgOptions {
+    /// How long connecting, and each operation, may take before it fails.
+    pub timeout: Duration,
+    /// The most connections the store holds to the server.
+    pub connections: usize,
+    /// The key of a keyed chain, as `AuditOptions::key` is for SQLite: an
+    /// unkeyed log is keyed from its next entry on, a log
+    /// keyed with another key is refused with [`StoreError::WrongKey`].
+    pub key: Option<AuditKey>,
+}
+
+impl Default for PgOptions {
+    fn default() -> PgOptions {
+        PgOptions {
+            timeout: Duration::from_secs(10),
+            connections: 8,
+            key: None,
+        }
+    }
+}
+
+/// An operation for the store's thread: given the pool, the task to run.
+type Job = Box<dyn FnOnce(Pool) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A [`Store`] in a PostgreSQL database, which several stores (several
+/// vessels) may share: see the module's documentation.
+pub struct PgStore {
+    /// The server and database, without the password.
+    shown: String,
+    jobs: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    timeout: Duration,
+    key: Option<AuditKey>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("server", &self.shown)
+            .field("timeout", &self.timeout)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An error of the driver, its text with the texts of its sources (the
+/// driver's own text is often only "db error"), and itself kept as the
+/// source.
+#[derive(Debug)]
+struct PgError {
+    text: String,
+    error: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl PgError {
+    fn new(context: &str, error: impl std::error::Error + Send + Sync + 'static) -> PgError {
+        let mut text = context.to_owned();
+        let mut next: Option<&dyn std::error::Error> = Some(&error);
+        while let Some(error) = next {
+            let said = error.to_string();
+            if !text.ends_with(&said) {
+                if !text.is_empty() {
+                    text.push_str(": ");
+                }
+                text.push_str(&said);
+            }
+            next = error.source();
+        }
+        PgError {
+            text,
+            error: Box::new(error),
+        }
+    }
+}
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for PgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}
+
+/// The database's error as a [`StoreError::Database`].
+fn db(error: tokio_postgres::Error) -> StoreError {
+    StoreError::Database(Cause::new(PgError::new("", error)))
+}
+
+/// The pool's error: the server could not be reached in time.
+fn unreachable(error: PoolError) -> StoreError {
+    StoreError::Database(Cause::new(PgError::new(
+        "cannot reach the PostgreSQL server",
+        error,
+    )))
+}
+
+/// The error of an operation that did not finish within `timeout`.
+fn unanswered(timeout: Duration) -> StoreError {
+    StoreError::Database(Cause::msg(format!(
+        "the PostgreSQL server did not answer within {} ms",
+        timeout.as_millis()
+    )))
+}
+
+/// The error of an operation sent to a store whose thread is gone.
+fn stopped() -> StoreError {
+    StoreError::Database(Cause::msg("the PostgreSQL store's thread has stopped"))
+}
+
+/// Column `at` of `row`, a wrong type being a corrupt store.
+fn get<'a, T: FromSql<'a>>(row: &'a Row, at: usize) -> Result<T, StoreError> {
+    row.try_get(at)
+        .map_err(|error| StoreError::Corrupt(PgError::new("", error).to_string()))
+}
+
+fn unsigned(value: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} is {value}")))
+}
+
+fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<[u8; 32], StoreError> {
+    let len = bytes.len();
+    <[u8; 32]>::try_from(bytes)
+        .map_err(|_| StoreError::Corrupt(format!("{} is {len} bytes, not 32", what())))
+}
+
+/// `postgres://user@host:port/database`: the server named without the
+/// password.
+fn shown(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config
+        .get_user()
+        .map(|user| format!("{user}@"))
+        .unwrap_or_default();
+    let database = config.get_dbname().unwrap_or_default();
+    format!("postgres://{user}{host}:{port}/{database}")
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
+    /// or the `key=value` form) with [`PgOptions::default`], and migrates
+    /// its schema: see [`PgStore::connect_with`].
+    pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::connect_with(url, PgOptions::default())
+    }
+
+    /// Connects to the database at `url` and migrates its schema. A server
+    /// that cannot be reached within `options.timeout` is
+    /// [`StoreError::Open`] naming it without its password; a database of
+    /// something else is [`StoreError::Corrupt`], one from a newer dk
+    /// [`StoreError::NewerSchema`], one keyed with another key
+    /// [`StoreError::WrongKey`].
+    pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|_| StoreError::Open {
+            path: "the PostgreSQL URL".to_owned(),
+            reason: Cause::msg("it is not a PostgreSQL connection URL"),
+        })?;
+        let shown = shown(&config);
+        config.connect_timeout(options.timeout);
+        config.application_name("dk");
+        let open_error = |reason: Cause| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.connections.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.timeout))
+            .create_timeout(Some(options.timeout))
+            .recycle_timeout(Some(options.timeout))
+            .build()
+            .map_err(|error| open_error(Cause::new(PgError::new("the pool", error))))?;
+        let (jobs, thread) = drive(pool).map_err(|error| open_error(Cause::new(error)))?;
+        let store = PgStore {
+            shown: shown.clone(),
+            jobs: Some(jobs),
+            thread: Some(thread),
+            timeout: options.timeout,
+            key: options.key,
+        };
+        store.run(migrate).map_err(|error| match error {
+            StoreError::Database(reason) => open_error(reason),
+            other => other,
+        })?;
+        let recorded = store.run(|pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            recorded_key(&client).await
+        })?;
+        match (recorded, &store.key) {
+            (Some((_, chain)), Some(key)) if chain != key.id() => Err(StoreError::WrongKey {
+                chain,
+                given: key.id(),
+            }),
+            (None, Some(key)) => {
+                let key = key.clone();
+                let first = store.run(move |pool| async move { key_the_chain(pool, key).await })?;
+                if let Some((first, event)) = first {
+                    log_appended(first, std::slice::from_ref(&event));
+                }
+                Ok(store)
+            }
+            _ => Ok(store),
+        }
+    }
+
+    /// The server and database, as errors name them (no password).
+    pub fn server(&self) -> &str {
+        &self.shown
+    }
+
+    /// Runs `op` on the store's thread and waits for its answer, at most
+    /// the store's timeout.
+    fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (answer, answered) = std_mpsc::sync_channel(1);
+        let timeout = self.timeout;
+        let job: Job = Box::new(move |pool| {
+            Box::pin(async move {
+                let result = match tokio::time::timeout(timeout, op(pool)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(unanswered(timeout)),
+                };
+                // The caller may have given up waiting: nothing to tell.
+                let _ = answer.send(result);
+            })
+        });
+        let jobs = self.jobs.as_ref().ok_or_else(stopped)?;
+        jobs.send(job).map_err(|_| stopped())?;
+        // A little longer than the task's own timeout, which answers first.
+        match answered.recv_timeout(timeout.saturating_add(Duration::from_secs(1))) {
+            Ok(result) => result,
+            Err(std_mpsc::RecvTimeoutError::Timeout) => Err(unanswered(timeout)),
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
+        }
+    }
+
+    /// Runs `change` in a transaction that holds the chain (see the module's
+    /// documentation), then appends `events` to the log hashed as the chain
+    /// asks, and commits. Logs the entries once committed.
+    fn write_audited<F>(&self, events: Vec<AuditEvent>, change: F) -> Result<(), StoreError>
+    where
+        F: for<'t> FnOnce(
+                &'t deadpool_postgres::Transaction<'t>,
+            )
+                -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 't>>
+            + Send
+            + 'static,
+    {
+        for event in &events {
+            check_event(event)?;
+        }
+        let key = self.key.clone();
+        let (first, events) = self.run(move |pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client.transaction().await.map_err(db)?;
+            let (recorded, head) = take_chain(&tx).await?;
+            let hashing = hashing(recorded.as_ref(), key.as_ref())?;
+            change(&tx).await?;
+            let first = append(&tx, &events, hashing, head).await?;
+            tx.commit().await.map_err(db)?;
+            Ok((first, events))
+        })?;
+        if let Some(first) = first {
+            log_appended(first, &events);
+        }
+        Ok(())
+    }
+
+    /// Runs `change` in a transaction and commits it.
+    fn write<F>(&self, change: F) -> Result<(), StoreError>
+    where
+        F: for<'t> FnOnce(
+                &'t deadpool_postgres::Transaction<'t>,
+            )
+                -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 't>>
+            + Send
+            + 'static,
+    {
+        self.run(move |pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client.transaction().await.map_err(db)?;
+            change(&tx).await?;
+            tx.commit().await.map_err(db)
+        })
+    }
+
+    /// Recomputes the chain, checking keyed entries under `key` (when it is
+    /// the chain's), replays the log against the state, and with `head`
+    /// checks that its entry is still there unchanged: what `dk audit
+    /// verify` runs with the key file it is given. One read of the log and
+    /// the state as of one moment.
+    pub fn verify_audit_with(
+        &self,
+        key: Option<&AuditKey>,
+        head: Option<&AuditHead>,
+    ) -> Result<VerifyReport, StoreError> {
+        let (rows, recorded, pairings, agents) = self.run(|pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(db)?;
+            let select = tx
+                .prepare_cached(
+                    "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit
+                     WHERE seq > $1 ORDER BY seq LIMIT $2",
+                )
+                .await
+                .map_err(db)?;
+            let mut rows = Vec::new();
+            let mut after = i64::MIN;
+            loop {
+                let page = tx
+                    .query(&select, &[&after, &VERIFY_PAGE])
+                    .await
+                    .map_err(db)?;
+                let Some(last) = page.last() else { break };
+                after = get(last, 0)?;
+                for row in &page {
+                    rows.push(raw_row(row)?);
+                }
+            }
+            let recorded = recorded_key(tx.client()).await?;
+            let pairings = read_pairings(tx.client()).await?;
+            let agents = read_agents(tx.client()).await?;
+            tx.commit().await.map_err(db)?;
+            Ok((rows, recorded, pairings, agents))
+        })?;
+        let mut verifier = Verifier::new(key);
+        let mut replay = Replay::default();
+        for row in rows {
+            replay.push(&row);
+            verifier.push(row);
+        }
+        verifier.recorded_key(recorded);
+        let mut report = verifier.finish();
+        report.problems.extend(replay.compare(&pairings, &agents));
+        if let Some(head) = head {
+            super::check_head(self, &mut report, head)?;
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+impl PgStore {
+    /// Runs `sql` as it is, outside any check: a test's hand on the
+    /// database (tampering, a newer schema).
+    pub(crate) fn execute_raw(&self, sql: &str) -> Result<(), StoreError> {
+        let sql = sql.to_owned();
+        self.run(move |pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            client.batch_execute(&sql).await.map_err(db)
+        })
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread once its tasks are done.
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the store's thread: a current-thread runtime that runs each job
+/// sent to it as a task of its own, with the pool, until the queue closes.
+fn drive(pool: Pool) -> std::io::Result<(tokio::sync::mpsc::UnboundedSender<Job>, JoinHandle<()>)> {
+    let (jobs, mut queue) = tokio::sync::mpsc::unbounded_channel::<Job>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let thread = std::thread::Builder::new()
+        .name("dk-store-pg".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut tasks = tokio::task::JoinSet::new();
+                while let Some(job) = queue.recv().await {
+                    while tasks.try_join_next().is_some() {}
+                    tasks.spawn(job(pool.clone()));
+                }
+                while tasks.join_next().await.is_some() {}
+                pool.close();
+            });
+        })?;
+    Ok((jobs, thread))
+}
+
+/// Brings the schema up to date, one step per transaction, under the
+/// migration lock.
+async fn migrate(pool: Pool) -> Result<(), StoreError> {
+    let mut client = pool.get().await.map_err(unreachable)?;
+    loop {
+        let tx = client.transaction().await.map_err(db)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(db)?;
+        let known: bool = get(
+            &tx.query_one("SELECT to_regclass('dk_schema') IS NOT NULL", &[])
+                .await
+                .map_err(db)?,
+            0,
+        )?;
+        let version: i32 = if known {
+            get(
+                &tx.query_one("SELECT version FROM dk_schema", &[])
+                    .await
+                    .map_err(db)?,
+                0,
+            )?
+        } else {
+            let tables: i64 = get(
+                &tx.query_one(
+                    "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
+                    &[],
+                )
+                .await
+                .map_err(db)?,
+                0,
+            )?;
+            if tables > 0 {
+                return Err(StoreError::Corrupt(
+                    "the database holds tables of something else, not a dk store".to_owned(),
+                ));
+            }
+            tx.batch_execute(
+                "CREATE TABLE dk_schema (version INTEGER NOT NULL);
+                 INSERT INTO dk_schema (version) VALUES (0);",
+            )
+            .await
+            .map_err(db)?;
+            0
+        };
+        let found = u32::try_from(version)
+            .map_err(|_| StoreError::Corrupt(format!("the schema version is {version}")))?;
+        if found > PG_SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                found,
+                supported: PG_SCHEMA_VERSION,
+            });
+        }
+        let Some(step) = MIGRATIONS.get(found as usize) else {
+            return tx.commit().await.map_err(db);
+        };
+        tx.batch_execute(step).await.map_err(db)?;
+        tx.execute("UPDATE dk_schema SET version = $1", &[&(version + 1)])
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+    }
+}
+
+/// The entry that keyed the chain and the key's id, if it is keyed.
+async fn recorded_key(
+    client: &tokio_postgres::Client,
+) -> Result<Option<(i64, String)>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT seq, key_id FROM audit_key ORDER BY seq LIMIT 1",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    row.map(|row| Ok((get(&row, 0)?, get(&row, 1)?)))
+        .transpose()
+}
+
+/// How new entries are hashed given the chain's recorded key and the
+/// store's.
+fn hashing<'k>(
+    recorded: Option<&(i64, String)>,
+    key: Option<&'k AuditKey>,
+) -> Result<Hashing<'k>, StoreError> {
+    match (recorded, key) {
+        (None, _) => Ok(Hashing::Plain),
+        (Some((_, chain)), Some(key)) if *chain == key.id() => Ok(Hashing::Keyed(key)),
+        (Some((_, chain)), Some(key)) => Err(StoreError::WrongKey {
+            chain: chain.clone(),
+            given: key.id(),
+        }),
+        (Some((from, _)), None) => Err(StoreError::KeyRequired {
+            from: u64::try_from(*from).unwrap_or(0),
+        }),
+    }
+}
+
+/// The chain as an appending transaction holds it: where it turned keyed
+/// and the key's id, if it did, and its head (`seq`, `hash`).
+type HeldChain = (Option<(i64, String)>, (i64, String));
+
+/// Takes the chain for this transaction (the lock every appending
+/// transaction takes first), then reads whether it is keyed and its head
+/// in one statement, which sees every append committed before the lock was
+/// had.
+async fn take_chain(tx: &deadpool_postgres::Transaction<'_>) -> Result<HeldChain, StoreError> {
+    let lock = tx
+        .prepare_cached("SELECT one FROM audit_writer FOR UPDATE")
+        .await
+        .map_err(db)?;
+    tx.query(&lock, &[]).await.map_err(db)?;
+    let read = tx
+        .prepare_cached(
+            "SELECT h.seq, h.hash, k.seq, k.key_id FROM (SELECT 1) AS one
+             LEFT JOIN LATERAL (SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1) AS h
+                 ON TRUE
+             LEFT JOIN LATERAL (SELECT seq, key_id FROM audit_key ORDER BY seq LIMIT 1) AS k
+                 ON TRUE",
+        )
+        .await
+        .map_err(db)?;
+    let row = tx.query_one(&read, &[]).await.map_err(db)?;
+    let head = match (
+        get::<Option<i64>>(&row, 0)?,
+        get::<Option<String>>(&row, 1)?,
+    ) {
+        (Some(seq), Some(hash)) => (seq, hash),
+        _ => (0, GENESIS_HASH.to_owned()),
+    };
+    let recorded = match (
+        get::<Option<i64>>(&row, 2)?,
+        get::<Option<String>>(&row, 3)?,
+    ) {
+        (Some(seq), Some(key_id)) => Some((seq, key_id)),
+        _ => None,
+    };
+    Ok((recorded, head))
+}
+
+/// The last entry of the log.
+async fn audit_head(client: &tokio_postgres::Client) -> Result<(i64, String), StoreError> {
+    let row = client
+        .query_opt("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])
+        .await
+        .map_err(db)?;
+    match row {
+        Some(row) => Ok((get(&row, 0)?, get(&row, 1)?)),
+        None => Ok((0, GENESIS_HASH.to_owned())),
+    }
+}
+
+/// Appends `events` to the log after `head` (as [`take_chain`] read it),
+/// in one statement; the seq of the first, `None` when there were none.
+async fn append(
+    tx: &deadpool_postgres::Transaction<'_>,
+    events: &[AuditEvent],
+    hashing: Hashing<'_>,
+    (seq, hash): (i64, String),
+) -> Result<Option<u64>, StoreError> {
+    if events.is_empty() {
+        return Ok(None);
+    }
+    let rows = chain(seq, &hash, events, hashing)?;
+    let mut columns = (
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+    );
+    for row in &rows {
+        columns.0.push(row.seq);
+        columns.1.push(row.at_ms);
+        columns.2.push(row.kind.as_str());
+        columns.3.push(row.entry.as_str());
+        columns.4.push(row.prev_hash.as_str());
+        columns.5.push(row.hash.as_str());
+    }
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[],
+                                  $5::text[], $6::text[])",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(
+        &insert,
+        &[
+            &columns.0, &columns.1, &columns.2, &columns.3, &columns.4, &columns.5,
+        ],
+    )
+    .await
+    .map_err(db)?;
+    Ok(rows.first().map(|row| u64::try_from(row.seq).unwrap_or(0)))
+}
+
+/// Keys the chain from its next entry on, unless another store keyed it
+/// meanwhile: the `audit-keyed` entry under the key, and its record. The
+/// entry's seq and event, when this store appended it.
+async fn key_the_chain(pool: Pool, key: AuditKey) -> Result<Option<(u64, AuditEvent)>, StoreError> {
+    let mut client = pool.get().await.map_err(unreachable)?;
+    let tx = client.transaction().await.map_err(db)?;
+    let (recorded, head) = take_chain(&tx).await?;
+    match recorded {
+        Some((_, chain)) if chain == key.id() => return Ok(None),
+        Some((_, chain)) => {
+            return Err(StoreError::WrongKey {
+                chain,
+                given: key.id(),
+            });
+        }
+        None => {}
+    }
+    let event = AuditEvent::of(
+        &crate::entry::Entry::AuditKeyed(crate::entry::AuditKeyed {
+            key_id: key.id().to_owned(),
+        }),
+        crate::epoch_ms(std::time::SystemTime::now()),
+    );
+    let first = append(
+        &tx,
+        std::slice::from_ref(&event),
+        Hashing::Keyed(&key),
+        head,
+    )
+    .await?
+    .ok_or_else(|| StoreError::Corrupt("the keyed entry was not appended".to_owned()))?;
+    let seq = to_i64(first, "audit seq")?;
+    tx.execute(
+        "INSERT INTO audit_key (seq, key_id) VALUES ($1, $2)",
+        &[&seq, &key.id()],
+    )
+    .await
+    .map_err(db)?;
+    tx.commit().await.map_err(db)?;
+    Ok(Some((first, event)))
+}
+
+fn raw_row(row: &Row) -> Result<RawRow, StoreError> {
+    Ok(RawRow {
+        seq: get(row, 0)?,
+        at_ms: get(row, 1)?,
+        kind: get(row, 2)?,
+        entry: get(row, 3)?,
+        prev_hash: get(row, 4)?,
+        hash: get(row, 5)?,
+    })
+}
+
+/// Every pairing with its grants, ordered by device id, grants sorted.
+async fn read_pairings(client: &tokio_postgres::Client) -> Result<Vec<StoredPairing>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms,
+                    device_key
+             FROM pairing ORDER BY device_id COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    let mut pairings = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let device_id: String = get(row, 0)?;
+        let token_hash = hash32(get(row, 3)?, || format!("the token hash of `{device_id}`"))?;
+        let device_key = match get::<Option<Vec<u8>>>(row, 6)? {
+            None => None,
+            Some(key) => Some(hash32(key, || format!("the key of `{device_id}`"))?),
+        };
+        pairings.push(StoredPairing {
+            manifest_json: get(row, 1)?,
+            digest: get(row, 2)?,
+            token_hash,
+            device_key,
+            grants: Vec::new(),
+            generation: unsigned(get(row, 4)?, &format!("the generation of `{device_id}`"))?,
+            paired_at_ms: unsigned(get(row, 5)?, &format!("the pairing time of `{device_id}`"))?,
+            device_id,
+        });
+    }
+    let grants = client
+        .query(
+            "SELECT device_id, capability FROM device_grant
+             ORDER BY device_id COLLATE \"C\", capability COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    for row in &grants {
+        let device_id: String = get(row, 0)?;
+        let capability: String = get(row, 1)?;
+        let at = pairings
+            .binary_search_by(|p| p.device_id.as_str().cmp(&device_id))
+            .map_err(|_| {
+                StoreError::Corrupt(format!("a grant for `{device_id}`, which is not paired"))
+            })?;
+        if let Some(pairing) = pairings.get_mut(at) {
+            pairing.grants.push(capability);
+        }
+    }
+    Ok(pairings)
+}
+
+/// Every agent, sorted by name.
+async fn read_agents(client: &tokio_postgres::Client) -> Result<Vec<StoredAgent>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT name, record FROM agent ORDER BY name COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    let mut agents = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let name: String = get(row, 0)?;
+        let record: String = get(row, 1)?;
+        let agent: StoredAgent = serde_json::from_str(&record).map_err(|error| {
+            StoreError::Corrupt(format!("the record of agent `{name}`: {error}"))
+        })?;
+        if agent.id != name {
+            return Err(StoreError::Corrupt(format!(
+                "the record of agent `{name}` names `{}`",
+                agent.id
+            )));
+        }
+        agents.push(agent);
+    }
+    Ok(agents)
+}
+
+/// A transaction's work, boxed for [`PgStore::write`] and
+/// [`PgStore::write_audited`].
+macro_rules! work {
+    (|$tx:ident| $body:expr) => {
+        move |$tx: &deadpool_postgres::Transaction<'_>| {
+            Box::pin(async move { $body })
+                as Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>
+        }
+    };
+}
+
+/// Executes `sql` with `params` in `tx`, its statement prepared once per
+/// connection; the number of rows it changed.
+async fn exec(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, StoreError> {
+    let statement = tx.prepare_cached(sql).await.map_err(db)?;
+    tx.execute(&statement, params).await.map_err(db)
+}
+
+impl Store for PgStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let key = self.key.clone();
+        let (pairings, counted, (seq, audit_head)) = self.run(|pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .start()
+                .await
+                .map_err(db)?;
+            // A vessel starts from this: not on a keyed log it could not
+            // append to.
+            hashing(recorded_key(tx.client()).await?.as_ref(), key.as_ref())?;
+            let pairings = read_pairings(tx.client()).await?;
+            let counted = tx
+                .query_opt(
+                    "SELECT value FROM counter WHERE name = 'max_generation'",
+                    &[],
+                )
+                .await
+                .map_err(db)?
+                .map(|row| get::<i64>(&row, 0))
+                .transpose()?;
+            let head = audit_head(tx.client()).await?;
+            tx.commit().await.map_err(db)?;
+            Ok((pairings, counted, head))
+        })?;
+        let counted = unsigned(counted.unwrap_or(0), "the largest generation")?;
+        let max_generation = pairings
+            .iter()
+            .map(|p| p.generation)
+            .fold(counted, u64::max);
+        Ok(Snapshot {
+            pairings,
+            max_generation,
+            audit_entries: unsigned(seq, "the last audit seq")?,
+            audit_head,
+        })
+    }
+
+    fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
+        let generation = to_i64(pairing.generation, "generation")?;
+        let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
+        let pairing = pairing.clone();
+        self.write_audited(
+            vec![audit.clone()],
+            work!(|tx| {
+                exec(
+                    tx,
+                    "DELETE FROM device_grant WHERE device_id = $1",
+                    &[&pairing.device_id],
+                )
+                .await?;
+                exec(
+                    tx,
+                    "INSERT INTO pairing (device_id, manifest_json, digest, token_hash,
+                                          generation, paired_at_ms, device_key)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (device_id) DO UPDATE SET
+                         manifest_json = excluded.manifest_json, digest = excluded.digest,
+                         token_hash = excluded.token_hash, generation = excluded.generation,
+                         paired_at_ms = excluded.paired_at_ms, device_key = excluded.device_key",
+                    &[
+                        &pairing.device_id,
+                        &pairing.manifest_json,
+                        &pairing.digest,
+                        &&pairing.token_hash[..],
+                        &generation,
+                        &paired_at,
+                        &pairing.device_key.as_ref().map(|key| &key[..]),
+                    ],
+                )
+                .await?;
+                exec(
+                    tx,
+                    "INSERT INTO device_grant (device_id, capability)
+                     SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+                    &[&pairing.device_id, &pairing.grants],
+                )
+                .await?;
+                exec(
+                    tx,
+                    "INSERT INTO counter (name, value) VALUES ('max_generation', $1)
+                     ON CONFLICT (name) DO UPDATE
+                     SET value = GREATEST(counter.value, excluded.value)",
+                    &[&generation],
+                )
+                .await?;
+                Ok(())
+            }),
+        )
+    }
+
+    fn set_grant(
+        &self,
+        device_id: &str,
+        capability: &str,
+        granted: bool,
+        audit: &AuditEvent,
+    ) -> Result<(), StoreError> {
+        let device_id = device_id.to_owned();
+        let capability = capability.to_owned();
+        self.write_audited(
+            vec![audit.clone()],
+            work!(|tx| {
+                let paired = tx
+                    .query_opt("SELECT 1 FROM pairing WHERE device_id = $1", &[&device_id])
+                    .await
+                    .map_err(db)?;
+                if paired.is_none() {
+                    return Err(StoreError::UnknownDevice(device_id));
+                }
+                let sql = if granted {
+                    "INSERT INTO device_grant (device_id, capability) VALUES ($1, $2)
+                     ON CONFLICT DO NOTHING"
+                } else {
+                    "DELETE FROM device_grant WHERE device_id = $1 AND capability = $2"
+                };
+                exec(tx, sql, &[&device_id, &capability]).await?;
+                Ok(())
+            }),
+        )
+    }
+
+    fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let device_id = device_id.to_owned();
+        self.write_audited(
+            vec![audit.clone()],
+            work!(|tx| {
+                exec(
+                    tx,
+                    "DELETE FROM device_grant WHERE device_id = $1",
+                    &[&device_id],
+                )
+                .await?;
+                let removed = exec(
+                    tx,
+                    "DELETE FROM pairing WHERE device_id = $1",
+                    &[&device_id],
+                )
+                .await?;
+                if removed == 0 {
+                    return Err(StoreError::UnknownDevice(device_id));
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    fn load_agents(&self) -> Result<Vec<StoredAgent>, StoreError> {
+        self.run(|pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            read_agents(&client).await
+        })
+    }
+
+    fn put_agent(&self, agent: &StoredAgent, audit: &AuditEvent) -> Result<(), StoreError> {
+        to_i64(agent.added_at_ms, "agent added time")?;
+        let record = serde_json::to_string(agent)
+            .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
+        let name = agent.id.clone();
+        self.write_audited(
+            vec![audit.clone()],
+            work!(|tx| {
+                exec(
+                    tx,
+                    "INSERT INTO agent (name, record) VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET record = excluded.record",
+                    &[&name, &record],
+                )
+                .await?;
+                Ok(())
+            }),
+        )
+    }
+
+    fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.write_audited(
+            vec![audit.clone()],
+            work!(|tx| {
+                let removed = exec(tx, "DELETE FROM agent WHERE name = $1", &[&name]).await?;
+                if removed == 0 {
+                    return Err(StoreError::UnknownAgent(name));
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        refuse_reserved_kinds(events)?;
+        self.write_audited(events.to_vec(), work!(|_tx| Ok(())))
+    }
+
+    fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.run(move |pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            let select = client
+                .prepare_cached(
+                    "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit
+                     WHERE seq > $1 ORDER BY seq LIMIT $2",
+                )
+                .await
+                .map_err(db)?;
+            let rows = client.query(&select, &[&after, &limit]).await.map_err(db)?;
+            rows.iter().map(raw_row).collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.iter().map(RawRow::to_entry).collect()
+    }
+
+    fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        use crate::entry::{fields, kinds};
+        let before = query
+            .before_seq
+            .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let mut sql = String::from(
+            "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit WHERE seq < $1",
+        );
+        let mut texts: Vec<String> = Vec::new();
+        let mut at = 1;
+        if let Some(device) = &query.device_id {
+            texts.push(device.clone());
+            at += 1;
+            sql.push_str(&format!(" AND {} = ${at}", indexed_text(fields::DEVICE_ID)));
+        }
+        if let Some(agent) = &query.agent_id {
+            texts.push(agent.clone());
+            at += 1;
+            sql.push_str(&format!(" AND {} = ${at}", indexed_text(fields::AGENT_ID)));
+        }
+        let allowed = query.allowed;
+        if allowed.is_some() {
+            at += 1;
+            sql.push_str(&format!(
+                " AND kind = '{}' AND (CASE WHEN jsonb_typeof(entry::jsonb -> '{name}') = 'boolean' \
+                 THEN (entry::jsonb ->> '{name}')::boolean END) = ${at}",
+                kinds::DECISION,
+                name = fields::ALLOWED,
+            ));
+        }
+        at += 1;
+        sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${at}"));
+        let rows = self.run(move |pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            let select = client.prepare_cached(&sql).await.map_err(db)?;
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&before];
+            for text in &texts {
+                params.push(text);
+            }
+            if let Some(allowed) = &allowed {
+                params.push(allowed);
+            }
+            params.push(&limit);
+            let rows = client.query(&select, &params).await.map_err(db)?;
+            rows.iter().map(raw_row).collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.iter().map(RawRow::to_entry).collect()
+    }
+
+    fn audit_head(&self) -> Result<AuditHead, StoreError> {
+        let (seq, hash) = self.run(|pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            audit_head(&client).await
+        })?;
+        Ok(AuditHead {
+            seq: unsigned(seq, "the last audit seq")?,
+            hash,
+        })
+    }
+
+    fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
+        self.verify_audit_with(self.key.as_ref(), None)
+    }
+
+    fn verify_audit_against(&self, expected: &AuditHead) -> Result<VerifyReport, StoreError> {
+        self.verify_audit_with(self.key.as_ref(), Some(expected))
+    }
+
+    fn put_secret_hash(&self, name: &str, hash: [u8; 32]) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.write(work!(|tx| {
+            exec(
+                tx,
+                "INSERT INTO secret (name, hash) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET hash = excluded.hash",
+                &[&name, &&hash[..]],
+            )
+            .await?;
+            Ok(())
+        }))
+    }
+
+    fn secret_hash(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        let name = name.to_owned();
+        let shown = name.clone();
+        let bytes = self.run(move |pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            let row = client
+                .query_opt("SELECT hash FROM secret WHERE name = $1", &[&name])
+                .await
+                .map_err(db)?;
+            row.map(|row| get::<Vec<u8>>(&row, 0)).transpose()
+        })?;
+        bytes
+            .map(|bytes| hash32(bytes, || format!("the hash of secret `{shown}`")))
+            .transpose()
+    }
+
+    fn probe_write(&self, at_ms: u64) -> Result<(), StoreError> {
+        let at = to_i64(at_ms, "probe time")?;
+        self.write(work!(|tx| {
+            exec(
+                tx,
+                "INSERT INTO counter (name, value) VALUES ('write_probe', $1)
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                &[&at],
+            )
+            .await?;
+            Ok(())
+        }))
+    }
+
+    fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
+        let at = to_i64(hit.at_ms, "rate hit time")?;
+        let until = to_i64(hit.until_ms(), "rate hit time")?;
+        let window = to_i64(hit.window_ms, "rate hit window")?;
+        let calls = i64::from(hit.calls);
+        let (rule, agent) = (hit.rule.clone(), hit.agent.clone());
+        self.write(work!(|tx| {
+            exec(tx, "DELETE FROM rate_hit WHERE until_ms <= $1", &[&at]).await?;
+            exec(
+                tx,
+                "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&rule, &agent, &at, &calls, &window, &until],
+            )
+            .await?;
+            exec(
+                tx,
+                "DELETE FROM rate_hit WHERE rule = $1 AND agent = $2 AND id NOT IN (
+                     SELECT id FROM rate_hit WHERE rule = $1 AND agent = $2
+                     ORDER BY at_ms DESC, id DESC LIMIT $3)",
+                &[&rule, &agent, &calls],
+            )
+            .await?;
+            Ok(())
+        }))
+    }
+
+    fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {
+        let now = to_i64(now_ms, "the time")?;
+        let rows = self.run(move |pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            let rows = client
+                .query(
+                    "SELECT rule, agent, at_ms, calls, window_ms FROM rate_hit
+                     WHERE until_ms > $1 ORDER BY at_ms, id",
+                    &[&now],
+                )
+                .await
+                .map_err(db)?;
+            rows.iter()
+                .map(|row| {
+                    Ok((
+                        get::<String>(row, 0)?,
+                        get::<String>(row, 1)?,
+                        get::<i64>(row, 2)?,
+                        get::<i64>(row, 3)?,
+                        get::<i64>(row, 4)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        })?;
+        let mut hits = Vec::with_capacity(rows.len());
+        for (rule, agent, at_ms, calls, window_ms) in rows {
+            let (Ok(at_ms), Ok(window_ms), Ok(calls)) = (
+                u64::try_from(at_ms),
+                u64::try_from(window_ms),
+                u32::try_from(calls),
+            ) else {
+                return Err(StoreError::Corrupt(format!(
+                    "rate hit of rule `{rule}` has a negative time, window or count"
+                )));
+            };
+            hits.push(RateHit {
+                rule,
+                agent,
+                at_ms,
+                calls,
+                window_ms,
+            });
+        }
+        Ok(hits)
+    }
+}
