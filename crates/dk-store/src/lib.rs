@@ -79,11 +79,11 @@ mod writer;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
-#[cfg(feature = "postgres")]
-mod pg_tests;
-#[cfg(test)]
 #[cfg(feature = "sqlite")]
 mod pages_tests;
+#[cfg(test)]
+#[cfg(feature = "postgres")]
+mod pg_tests;
 #[cfg(test)]
 #[cfg(feature = "sqlite")]
 mod tests;

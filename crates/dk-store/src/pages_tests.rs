@@ -285,20 +285,25 @@ fn device_pages_read_through_the_bucket_index() {
             limit: 5,
         },
     ] {
-        let (sql, values) = crate::sqlite::audit_query_sql(&query);
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(rusqlite::params_from_iter(values), |row| {
-                row.get::<_, String>(3)
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let plan = query_plan(&conn, &query);
         assert!(
             plan.iter()
                 .any(|step| step.contains("audit_device_bucket") && !step.contains("SCAN")),
             "{plan:?}"
         );
     }
+}
+
+/// The steps SQLite plans for the SQL of `query`, as `EXPLAIN QUERY PLAN`
+/// details them.
+pub(crate) fn query_plan(conn: &Connection, query: &AuditQuery) -> Vec<String> {
+    let (sql, values) = crate::sqlite::audit_query_sql(query);
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(rusqlite::params_from_iter(values), |row| {
+            row.get::<_, String>(3)
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
 }

@@ -1841,16 +1841,7 @@ fn filtered_audit_pages_read_through_their_indexes() {
             "agentId" => query.agent_id = Some("kitchen".to_owned()),
             _ => query.allowed = Some(false),
         }
-        let (sql, values) = super::sqlite::audit_query_sql(&query);
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(rusqlite::params_from_iter(values), |row| {
-                row.get::<_, String>(3)
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let plan = crate::pages_tests::query_plan(&conn, &query);
         assert!(
             plan.iter().any(|step| step.contains(index)),
             "{filter}: {plan:?}"
