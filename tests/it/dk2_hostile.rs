@@ -270,6 +270,16 @@ async fn a_hostile_dk2_device_never_disturbs_a_good_one() {
         }
     }
     assert_eq!(refused + opened.len(), 300);
+    // However many got in over the flood, never more than the cap at once.
+    let peak = running
+        .vessel
+        .stats()
+        .peak_unauthenticated
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        peak as usize <= Limits::default().max_unauthenticated_per_address,
+        "{peak}"
+    );
     round += 1;
     good_lamp_answers(&running, round).await;
     drop(opened);

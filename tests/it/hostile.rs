@@ -192,7 +192,6 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
 
     // 500 unauthenticated connections at once: most are refused at the door,
     // the rest closed at the deadline; the lamp answers all along.
-    let started = std::time::Instant::now();
     let attempts = futures::future::join_all((0..500).map(|_| raw(&running.device_url))).await;
     let mut admitted = Vec::new();
     for attempt in attempts {
@@ -208,23 +207,24 @@ async fn a_hostile_device_never_disturbs_a_good_one() {
             Err(other) => panic!("refused otherwise than with a 503: {other}"),
         }
     }
-    // At most 32 wait at any moment; admitted ones are closed at the 500 ms
-    // deadline, freeing their places, so a slow machine admits 32 per window.
-    let windows = 1 + usize::try_from(started.elapsed().as_millis() / 500).unwrap();
-    let bound = Limits::default().max_unauthenticated_per_address * windows;
+    // At most 32 hold a place at any moment (the vessel's own count, read
+    // where it admits: an upgrade may wait for a place, and the deadline
+    // counts from its connect, so how many get in over the run depends on
+    // the machine's speed); every other attempt was refused and counted.
+    let cap = Limits::default().max_unauthenticated_per_address;
+    let stats = running.vessel.stats();
+    let peak = stats.peak_unauthenticated.load(Ordering::Relaxed);
+    assert!(peak as usize <= cap, "{peak} at once, cap {cap}");
     assert!(
-        admitted.len() <= bound,
-        "{} admitted, bound {bound}",
+        !admitted.is_empty() && admitted.len() < 500,
+        "{}",
         admitted.len()
     );
-    let refused = running
-        .vessel
-        .stats()
-        .refused_connections
-        .load(Ordering::Relaxed);
+    let refused = stats.refused_connections.load(Ordering::Relaxed);
     assert!(
-        refused as usize >= 500 - bound.min(500),
-        "{refused} refused, bound {bound}"
+        refused as usize >= 500 - admitted.len(),
+        "{refused} refused, {} admitted",
+        admitted.len()
     );
     round += 1;
     lamp_answers(&running, round).await;

@@ -54,6 +54,9 @@ const RECENT_DECISIONS: usize = 1000;
 pub struct Stats {
     /// Connections refused for the total or per-address limit.
     pub refused_connections: AtomicU64,
+    /// The most unauthenticated connections one address has held at once:
+    /// never more than `max_unauthenticated_per_address`.
+    pub peak_unauthenticated: AtomicU64,
     /// Frames that did not parse or were not allowed at that point.
     pub malformed_frames: AtomicU64,
     /// Results for calls that were not pending.
@@ -945,6 +948,10 @@ impl Vessel {
             }
             *all += 1;
             *unauthenticated += 1;
+            self.stats.peak_unauthenticated.fetch_max(
+                u64::try_from(*unauthenticated).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
         }
         Ok(ConnectionPermit {
             vessel: Arc::clone(self),

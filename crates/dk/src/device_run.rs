@@ -98,13 +98,13 @@ pub(crate) fn options(
             Channel::Dk2 { .. } => "dk/2 (encrypted)",
         }
     );
-    let options = connect
-        .also_at
-        .iter()
-        .fold(ClientOptions::new(connect.vessel.to_owned()), |options, url| {
+    let options = connect.also_at.iter().fold(
+        ClientOptions::new(connect.vessel.to_owned()),
+        |options, url| {
             println!("also at {}", printable(url));
             options.also_at(url.clone())
-        });
+        },
+    );
     let options = match &connect.channel {
         Channel::V1 { token_file } => {
             let token_file = token_file
