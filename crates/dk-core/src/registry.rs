@@ -400,6 +400,91 @@ struct Entry {
     grants: BTreeSet<String>,
 }
 
+/// Stored pairings at least this many to a thread when a registry opens
+/// on several: fewer are checked faster on one than a thread is started.
+const PAIRINGS_PER_THREAD: usize = 512;
+
+/// Every stored pairing, checked and made a device, keyed by id. Each
+/// manifest is validated again and digested again, and must match its id
+/// and stored digest; the first pairing that does not (in the store's
+/// order) is the error. With thousands of pairings this is most of a
+/// vessel's start, so the pairings are split among the machine's cores in
+/// runs of the store's order, each run checked as one thread would check
+/// them all, and the first run's error wins as it would.
+fn load_devices(pairings: Vec<StoredPairing>) -> Result<HashMap<String, Entry>, StoreError> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = cores.min(pairings.len() / PAIRINGS_PER_THREAD).max(1);
+    if threads == 1 {
+        let mut devices = HashMap::with_capacity(pairings.len());
+        load_run(pairings, &mut devices)?;
+        return Ok(devices);
+    }
+    let total = pairings.len();
+    let per_run = total.div_ceil(threads);
+    let mut runs = Vec::with_capacity(threads);
+    let mut rest = pairings;
+    while rest.len() > per_run {
+        let tail = rest.split_off(per_run);
+        runs.push(std::mem::replace(&mut rest, tail));
+    }
+    runs.push(rest);
+    std::thread::scope(|scope| {
+        let checking: Vec<_> = runs
+            .into_iter()
+            .map(|run| {
+                scope.spawn(move || {
+                    let mut devices = HashMap::with_capacity(run.len());
+                    load_run(run, &mut devices).map(|()| devices)
+                })
+            })
+            .collect();
+        let mut devices = HashMap::with_capacity(total);
+        for run in checking {
+            let loaded = run.join().map_err(|_| {
+                StoreError::Corrupt("checking the stored pairings failed".to_owned())
+            })??;
+            devices.extend(loaded);
+        }
+        Ok(devices)
+    })
+}
+
+/// Checks `pairings` in order and adds each to `devices`: the first whose
+/// manifest no longer validates, or whose id or digest does not match, is
+/// the error.
+fn load_run(
+    pairings: Vec<StoredPairing>,
+    devices: &mut HashMap<String, Entry>,
+) -> Result<(), StoreError> {
+    for stored in pairings {
+        let damaged =
+            |why: String| StoreError::Corrupt(format!("pairing `{}`: {why}", stored.device_id));
+        let manifest =
+            validate_manifest_json(&stored.manifest_json).map_err(|e| damaged(e.to_string()))?;
+        if manifest.id() != stored.device_id || manifest.digest() != stored.digest {
+            return Err(damaged(
+                "the manifest does not match its id or digest".to_owned(),
+            ));
+        }
+        let device = PairedDevice {
+            digest: stored.digest,
+            manifest,
+            token_hash: stored.token_hash,
+            key: stored.device_key,
+            paired_at: UNIX_EPOCH + Duration::from_millis(stored.paired_at_ms),
+            generation: stored.generation,
+        };
+        devices.insert(
+            stored.device_id,
+            Entry {
+                device: Arc::new(device),
+                grants: stored.grants.into_iter().collect(),
+            },
+        );
+    }
+    Ok(())
+}
+
 /// A copy of one device's state, for listings.
 #[derive(Debug, Clone)]
 pub struct DeviceSnapshot {
@@ -460,33 +545,7 @@ impl DeviceRegistry {
     /// an error: the vessel does not start on damaged state.
     pub fn open(store: Arc<dyn Store>) -> Result<DeviceRegistry, StoreError> {
         let snapshot = store.load()?;
-        let mut devices = HashMap::with_capacity(snapshot.pairings.len());
-        for stored in snapshot.pairings {
-            let damaged =
-                |why: String| StoreError::Corrupt(format!("pairing `{}`: {why}", stored.device_id));
-            let manifest = validate_manifest_json(&stored.manifest_json)
-                .map_err(|e| damaged(e.to_string()))?;
-            if manifest.id() != stored.device_id || manifest.digest() != stored.digest {
-                return Err(damaged(
-                    "the manifest does not match its id or digest".to_owned(),
-                ));
-            }
-            let device = PairedDevice {
-                digest: stored.digest,
-                manifest,
-                token_hash: stored.token_hash,
-                key: stored.device_key,
-                paired_at: UNIX_EPOCH + Duration::from_millis(stored.paired_at_ms),
-                generation: stored.generation,
-            };
-            devices.insert(
-                stored.device_id,
-                Entry {
-                    device: Arc::new(device),
-                    grants: stored.grants.into_iter().collect(),
-                },
-            );
-        }
+        let devices = load_devices(snapshot.pairings)?;
         let token_hashes = devices.values().map(|e| e.device.token_hash).collect();
         Ok(DeviceRegistry {
             devices: RwLock::new(devices),
@@ -834,6 +893,13 @@ impl DeviceRegistry {
     /// How many devices are paired.
     pub fn count(&self) -> usize {
         self.read().len()
+    }
+
+    /// How many paired devices `matches` accepts, given each one's id, without
+    /// a copy of any of them (a status read at every poll with thousands
+    /// paired).
+    pub fn count_matching(&self, mut matches: impl FnMut(&str) -> bool) -> usize {
+        self.read().keys().filter(|id| matches(id)).count()
     }
 
     /// Every paired device with its grants, sorted by id.

@@ -26,15 +26,12 @@ pub(crate) fn listener_counts(stats: &ListenerStats) -> api::ListenerCounts {
 
 /// The vessel's status as the admin API and the console show it.
 pub(crate) fn status_body(vessel: &Vessel) -> api::Status {
-    let devices = vessel.registry().list();
-    let connected = devices
-        .iter()
-        .filter(|d| vessel.links().is_connected(d.device.manifest().id()))
-        .count();
+    let registry = vessel.registry();
+    let connected = registry.count_matching(|id| vessel.links().is_connected(id));
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let stats = vessel.stats();
     api::Status {
-        paired: count(devices.len()),
+        paired: count(registry.count()),
         connected: count(connected),
         connections: count(vessel.connection_count()),
         pending: count(vessel.person().pending().len()),

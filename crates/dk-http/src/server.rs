@@ -38,8 +38,12 @@ use crate::origins::{LocalOrigins, single};
 use crate::vessel::Vessel;
 use dk_core::limits::PlainV1;
 
-/// Initial read buffer per device connection.
-const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// Initial read buffer per device connection, and the most read from the
+/// socket at once. Every idle connection keeps it, so it is sized for the
+/// frames a connection mostly carries (calls, results, events: a few
+/// hundred bytes), not the largest: a frame longer than it has its whole
+/// length reserved once its header is read.
+const READ_BUFFER_BYTES: usize = 2 * 1024;
 
 /// How long a shutting-down vessel waits for its connections to close.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(5);

@@ -449,7 +449,7 @@ fn print_start_text(
     facts: &StartFacts<'_>,
 ) {
     let vessel = running.vessel();
-    let paired = vessel.registry().list().len();
+    let paired = vessel.registry().count();
     println!("dk vessel");
     if let Some(home) = &paths.home {
         println!(

@@ -235,13 +235,17 @@ where
     S: Stream<Item = WireMessage> + Unpin,
 {
     async fn run(mut self) -> ConnectionOutcome {
-        let mut session = match self.handshake().await {
+        // The handshake and the admission run once per connection, while the
+        // session loop runs for as long as the device stays: boxed, their
+        // state (a pairing's is the largest) is freed once they finish
+        // instead of sizing every idle connection's task.
+        let mut session = match Box::pin(self.handshake()).await {
             Ok(session) => session,
             Err(ending) => return self.end(ending),
         };
         self.outcome.device_id = Some(session.device_id.clone());
         self.permit.authenticated();
-        if let Err(ending) = self.admit_streaming(&mut session).await {
+        if let Err(ending) = Box::pin(self.admit_streaming(&mut session)).await {
             return self.end(ending);
         }
         let ending = self.session(&session).await;
@@ -652,10 +656,15 @@ where
 
     /// Serves an authenticated device until it leaves or must be closed.
     async fn session(&mut self, session: &Session) -> Ending {
-        let limits = self.vessel.limits().clone();
+        // The two limits the loop needs, not a copy of them all: what is held
+        // across the loop's awaits is kept by every idle connection.
+        let (max_pending_calls, ping_interval) = {
+            let limits = self.vessel.limits();
+            (limits.max_pending_calls, limits.ping_interval)
+        };
         let correlator = Arc::new(CallCorrelator::with_max_pending(
             self.out.frames.clone(),
-            limits.max_pending_calls,
+            max_pending_calls,
         ));
         let link: Arc<dyn DeviceLink> = correlator.clone();
         let mut changes = self.vessel.registry().subscribe();
@@ -670,7 +679,7 @@ where
         {
             old.close(LinkClosed::Replaced);
         }
-        let silence = limits.ping_interval * 2;
+        let silence = ping_interval * 2;
         let mut last_seen = Instant::now();
         // The futures that do not change per message are made once: the loop
         // runs for every frame and should not rebuild timers or subscriptions.

@@ -571,3 +571,98 @@ async fn a_change_the_store_refuses_keeps_the_store_error_as_its_source() {
         format!("the pairing could not be saved: {under}")
     );
 }
+
+/// A store holding `count` lamps paired (ids `lamp-0000`...), as a vessel
+/// stores them; `damage` may change the stored row of lamp `i` first.
+fn store_of_lamps(count: usize, damage: impl Fn(usize, &mut StoredPairing)) -> Arc<dyn Store> {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    for i in 0..count {
+        let mut manifest = lamp();
+        manifest["id"] = json!(format!("lamp-{i:04}"));
+        manifest["name"] = json!(format!("Lamp {i}"));
+        let manifest = validate_manifest(&manifest).unwrap();
+        let mut pairing = StoredPairing {
+            device_id: manifest.id().to_owned(),
+            manifest_json: manifest.to_stored_json(),
+            digest: manifest.digest(),
+            token_hash: [7; 32],
+            device_key: None,
+            grants: vec!["read_light".to_owned()],
+            generation: u64::try_from(i).unwrap() + 1,
+            paired_at_ms: 1,
+        };
+        damage(i, &mut pairing);
+        let entry = schema::Entry::Paired(schema::Paired {
+            device_id: pairing.device_id.clone(),
+            name: manifest.name().to_owned(),
+            digest: pairing.digest.clone(),
+            grants: pairing.grants.clone(),
+            replaced: false,
+            no_screen: false,
+            channel: "v1".to_owned(),
+            generation: pairing.generation,
+            device_key: None,
+            by: None,
+        });
+        store
+            .put_pairing(&pairing, &AuditEvent::of(&entry, 1))
+            .unwrap();
+    }
+    store
+}
+
+#[track_caller]
+fn check_refused(store: Arc<dyn Store>, device_id: &str) {
+    match DeviceRegistry::open(store) {
+        Err(StoreError::Corrupt(why)) => assert!(
+            why.contains(&format!("pairing `{device_id}`")),
+            "refused for another reason: {why}"
+        ),
+        Err(other) => panic!("refused with {other}"),
+        Ok(_) => panic!("opened on a damaged pairing of `{device_id}`"),
+    }
+}
+
+#[test]
+fn thousands_of_pairings_are_checked_at_open_and_one_tampered_manifest_refuses_them_all() {
+    // Enough pairings that they are checked on several threads where the
+    // machine has several cores; the damage is late in the store's order.
+    const LAMPS: usize = 3 * PAIRINGS_PER_THREAD;
+    let registry = DeviceRegistry::open(store_of_lamps(LAMPS, |_, _| {})).unwrap();
+    assert_eq!(registry.count(), LAMPS);
+    assert!(registry.is_granted("lamp-1234", "read_light"));
+    assert_eq!(registry.get("lamp-1500").unwrap().generation, 1501);
+
+    // The manifest's text changed, its digest not.
+    let renamed = |i: usize, p: &mut StoredPairing| {
+        if i == LAMPS - 2 {
+            p.manifest_json = p.manifest_json.replace("\"Lamp ", "\"Lamb ");
+        }
+    };
+    check_refused(store_of_lamps(LAMPS, renamed), "lamp-1534");
+    // A capability added: still a valid manifest, but not the one approved.
+    let widened = |i: usize, p: &mut StoredPairing| {
+        if i == 1000 {
+            p.manifest_json = p.manifest_json.replacen(
+                "\"capabilities\":[",
+                "\"capabilities\":[{\"name\":\"unlock\",\"kind\":\"actuator\",\"description\":\"Opens\"},",
+                1,
+            );
+        }
+    };
+    check_refused(store_of_lamps(LAMPS, widened), "lamp-1000");
+    // The digest changed, the text not.
+    let redigested = |i: usize, p: &mut StoredPairing| {
+        if i == 700 {
+            p.digest = "0".repeat(64);
+        }
+    };
+    check_refused(store_of_lamps(LAMPS, redigested), "lamp-0700");
+    // A manifest stored under another device's id.
+    let moved = |i: usize, p: &mut StoredPairing| {
+        if i == 5 {
+            p.manifest_json = p.manifest_json.replace("lamp-0005", "lamp-9999");
+        }
+    };
+    check_refused(store_of_lamps(LAMPS, moved), "lamp-0005");
+}
