@@ -63,6 +63,8 @@ pub fn check(bless: bool) -> TaskResult {
     }
     let mut doc = cargo();
     doc.args(["doc", "--no-deps", "--locked"]);
+    // Surfaces behind a feature are public too: the PostgreSQL store.
+    doc.args(["--features", "dk-store/postgres"]);
     for library in &libraries {
         doc.args(["-p", &library.package]);
     }
