@@ -29,6 +29,10 @@ pub const EVENT_SUBJECT: &str = "dk.fleet.event";
 /// The prefix of each member's request subject (`dk.fleet.request.<member>`).
 pub const REQUEST_PREFIX: &str = "dk.fleet.request.";
 
+/// How long a round trip to the server may take before the connection is
+/// taken for down.
+const SETTLE: Duration = Duration::from_secs(5);
+
 /// Most devices one member announces.
 pub const MAX_DEVICES: usize = 4096;
 
@@ -115,6 +119,26 @@ impl Shared {
 
     fn connected(&self) -> bool {
         self.client.connection_state() == State::Connected
+    }
+
+    /// Returns once the server has taken every subscription made before:
+    /// it answers a connection's messages in order, so a message to a
+    /// fresh inbox of ours coming back proves it.
+    async fn settle(&self) -> Result<(), FleetError> {
+        let inbox = self.client.new_inbox();
+        let mut back = self
+            .client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|_| FleetError::NatsDown)?;
+        self.client
+            .publish(inbox, bytes::Bytes::new())
+            .await
+            .map_err(|_| FleetError::NatsDown)?;
+        match tokio::time::timeout(SETTLE, back.next()).await {
+            Ok(Some(_)) => Ok(()),
+            _ => Err(FleetError::NatsDown),
+        }
     }
 
     async fn beat(&self, goodbye: bool) -> Result<(), FleetError> {
@@ -213,6 +237,10 @@ impl Fleet {
         let presence = shared
             .client
             .subscribe(PRESENCE_SUBJECT)
+            .await
+            .map_err(|e| ConnectError::Nats(e.to_string()))?;
+        shared
+            .settle()
             .await
             .map_err(|e| ConnectError::Nats(e.to_string()))?;
         let mut tasks = JoinSet::new();
@@ -351,6 +379,8 @@ impl Fleet {
             .subscribe(subject.clone())
             .await
             .map_err(|_| FleetError::NatsDown)?;
+        // The subscription is in place at the server once this returns.
+        self.shared.settle().await?;
         Ok(Requests {
             shared: Arc::clone(&self.shared),
             subject,
@@ -382,6 +412,7 @@ impl Fleet {
             .subscribe(EVENT_SUBJECT)
             .await
             .map_err(|_| FleetError::NatsDown)?;
+        self.shared.settle().await?;
         Ok(Events {
             shared: Arc::clone(&self.shared),
             subscriber,
