@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use dk_fleet::{Auth, ConnectError, Fleet, KeyError};
+use dk_fleet::{Auth, ConnectError, Fleet, FleetOptions, KeyError, MemberId};
 
 use crate::harness::{Nats, nats_or_skip};
 
@@ -75,9 +75,9 @@ async fn no_fleet_key_no_fleet() {
     let nats = Nats::start(binary, "");
     let key = nats.key_file();
 
-    let missing = dk_fleet::FleetOptions::new(
+    let missing = FleetOptions::new(
         [nats.url()],
-        dk_fleet::MemberId::new("a").unwrap(),
+        MemberId::new("a").unwrap(),
         nats.dir.path().join("none.key"),
     );
     let error = Fleet::connect(missing).await.unwrap_err();
@@ -87,11 +87,7 @@ async fn no_fleet_key_no_fleet() {
     );
 
     let not_a_key = nats.private_file("garbage.key", "not hex\n");
-    let options = dk_fleet::FleetOptions::new(
-        [nats.url()],
-        dk_fleet::MemberId::new("a").unwrap(),
-        not_a_key,
-    );
+    let options = FleetOptions::new([nats.url()], MemberId::new("a").unwrap(), not_a_key);
     let error = Fleet::connect(options).await.unwrap_err();
     assert!(
         matches!(error, ConnectError::Key(KeyError::NotAKey(_))),
@@ -108,9 +104,9 @@ async fn no_fleet_key_no_fleet() {
 
     // Credentials in an address are refused: they would be shown.
     fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
-    let options = dk_fleet::FleetOptions::new(
+    let options = FleetOptions::new(
         [format!("nats://fleet:secret@127.0.0.1:{}", nats.port)],
-        dk_fleet::MemberId::new("a").unwrap(),
+        MemberId::new("a").unwrap(),
         key,
     );
     let error = Fleet::connect(options).await.unwrap_err();
@@ -118,4 +114,54 @@ async fn no_fleet_key_no_fleet() {
         matches!(error, ConnectError::CredentialsInAddress),
         "{error:?}"
     );
+}
+
+#[tokio::test]
+async fn tls_checked_against_the_ca_file() {
+    let Some(binary) = nats_or_skip("tls_checked_against_the_ca_file") else {
+        return;
+    };
+    let nats = Nats::start_with(binary, |dir| {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        fs::write(dir.join("server.pem"), cert.cert.pem()).unwrap();
+        fs::write(dir.join("server.key"), cert.signing_key.serialize_pem()).unwrap();
+        let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        fs::write(dir.join("other.pem"), other.cert.pem()).unwrap();
+        format!(
+            "tls {{ cert_file: \"{0}/server.pem\", key_file: \"{0}/server.key\" }}",
+            dir.display()
+        )
+    });
+    let url = format!("tls://localhost:{}", nats.port);
+    let options = |member: &str, ca: &str| {
+        FleetOptions::new(
+            [url.clone()],
+            MemberId::new(member).unwrap(),
+            nats.key_file(),
+        )
+        .tls_ca_file(nats.dir.path().join(ca))
+    };
+    let a = Fleet::connect(options("a", "server.pem")).await.unwrap();
+    let b = Fleet::connect(options("b", "server.pem")).await.unwrap();
+    let mut events = b.events().await.unwrap();
+    a.publish(b"over tls").await.unwrap();
+    let event = tokio::time::timeout(std::time::Duration::from_secs(2), events.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.payload, b"over tls");
+
+    // A server whose certificate the CA file does not vouch for is refused,
+    // and so is a member that does not speak TLS.
+    let error = Fleet::connect(options("c", "other.pem")).await.unwrap_err();
+    assert!(matches!(error, ConnectError::Nats(_)), "{error:?}");
+    let plain = FleetOptions::new(
+        [format!("nats://localhost:{}", nats.port)],
+        MemberId::new("d").unwrap(),
+        nats.key_file(),
+    );
+    let error = Fleet::connect(plain).await.unwrap_err();
+    assert!(matches!(error, ConnectError::Nats(_)), "{error:?}");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }

@@ -52,8 +52,15 @@ pub struct Nats {
 impl Nats {
     /// A server with `extra` added to its config (authorization, TLS).
     pub fn start(binary: PathBuf, extra: &str) -> Nats {
+        Nats::start_with(binary, |_| extra.to_owned())
+    }
+
+    /// A server with what `extra` writes in its directory (certificates)
+    /// and returns added to its config.
+    pub fn start_with(binary: PathBuf, extra: impl FnOnce(&Path) -> String) -> Nats {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
+        let extra = extra(dir.path());
         let config = format!("listen: 127.0.0.1:{port}\nmax_payload: 1MB\n{extra}\n");
         fs::write(dir.path().join("nats.conf"), config).unwrap();
         let mut nats = Nats {

@@ -116,7 +116,12 @@ async fn an_outsider_reads_nothing_and_injects_nothing() {
         .publish("dk.fleet.event", vec![1u8; 70 * 1024].into())
         .await
         .unwrap();
-    outsider.flush().await.unwrap();
+    // A round trip: the server has taken all of the outsider's messages
+    // before a's next one (it keeps one connection's order, not two's).
+    let inbox = outsider.new_inbox();
+    let mut back = outsider.subscribe(inbox.clone()).await.unwrap();
+    outsider.publish(inbox, Vec::new().into()).await.unwrap();
+    back.next().await.unwrap();
 
     // Nothing of it is delivered: the next event b sees is a's, and no
     // request comes. (Reading on is what drops and counts them.)
