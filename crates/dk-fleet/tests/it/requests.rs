@@ -38,6 +38,18 @@ async fn requests_reach_the_member_and_fail_clearly() {
 
     let reply = a.request(b.member(), b"hello", soon()).await.unwrap();
     assert_eq!(reply, b"echo hello from a");
+    // What a routed request costs on loopback (said, not asserted).
+    let mut took = Vec::new();
+    for _ in 0..200 {
+        let started = Instant::now();
+        a.request(b.member(), b"hello", soon()).await.unwrap();
+        took.push(started.elapsed());
+    }
+    took.sort();
+    eprintln!(
+        "routed request round trip: median {:?}",
+        took[took.len() / 2]
+    );
 
     let started = Instant::now();
     let nobody = MemberId::new("nobody").unwrap();
@@ -71,7 +83,8 @@ async fn requests_reach_the_member_and_fail_clearly() {
         a.request(b.member(), b"hello", soon()).await,
         Err(RequestError::NatsDown)
     );
-    assert!(started.elapsed() < Duration::from_millis(100));
+    // At once: well before the 5 s deadline.
+    assert!(started.elapsed() < Duration::from_secs(1));
 
     // Back on the same port: the clients reconnect and requests work again.
     nats.resume();
