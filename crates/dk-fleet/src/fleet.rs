@@ -75,7 +75,10 @@ struct Shared {
     client: async_nats::Client,
     member: MemberId,
     sealer: Sealer,
-    replays: Mutex<Replays>,
+    /// How old a message may be; each listener keeps the ids it saw
+    /// within it (a message reaches every subscription, and each takes it
+    /// once).
+    window: Duration,
     counters: Counters,
     held: Mutex<BTreeSet<String>>,
     changed: Notify,
@@ -97,9 +100,9 @@ impl Shared {
 
     /// The message received on `subject`, verified, fresh and seen once;
     /// anything else is counted and dropped.
-    fn open(&self, subject: &str, bytes: &[u8]) -> Option<Opened> {
+    fn open(&self, subject: &str, bytes: &[u8], replays: &mut Replays) -> Option<Opened> {
         let opened = self.sealer.open(subject, bytes).and_then(|opened| {
-            lock(&self.replays).accept(opened.id, opened.sent_ms, now_ms())?;
+            replays.accept(opened.id, opened.sent_ms, now_ms())?;
             Ok(opened)
         });
         match opened {
@@ -227,7 +230,7 @@ impl Fleet {
             client,
             member: options.member.clone(),
             sealer: Sealer::new(key.seal_key()),
-            replays: Mutex::new(Replays::new(options.window)),
+            window: options.window,
             counters: Counters::default(),
             held: Mutex::new(BTreeSet::new()),
             changed: Notify::new(),
@@ -348,6 +351,7 @@ impl Fleet {
             .await
             .map_err(|_| RequestError::NatsDown)?;
         let wait = async {
+            let mut replays = Replays::new(shared.window);
             let mut refused = None;
             while let Some(message) = replies.next().await {
                 if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
@@ -355,7 +359,7 @@ impl Fleet {
                         refused.unwrap_or_else(|| RequestError::NoSuchMember(member.clone()))
                     );
                 }
-                match shared.open(&inbox, &message.payload) {
+                match shared.open(&inbox, &message.payload, &mut replays) {
                     Some(opened) if opened.from == *member => return Ok(opened.body),
                     // A reply another member sealed, or none: wait on for
                     // the one asked, remembering why.
@@ -382,6 +386,7 @@ impl Fleet {
         // The subscription is in place at the server once this returns.
         self.shared.settle().await?;
         Ok(Requests {
+            replays: Replays::new(self.shared.window),
             shared: Arc::clone(&self.shared),
             subject,
             subscriber,
@@ -414,6 +419,7 @@ impl Fleet {
             .map_err(|_| FleetError::NatsDown)?;
         self.shared.settle().await?;
         Ok(Events {
+            replays: Replays::new(self.shared.window),
             shared: Arc::clone(&self.shared),
             subscriber,
         })
@@ -439,6 +445,7 @@ impl Fleet {
 /// Requests sent to this member, from [`Fleet::serve`].
 pub struct Requests {
     shared: Arc<Shared>,
+    replays: Replays,
     subject: String,
     subscriber: async_nats::Subscriber,
 }
@@ -457,7 +464,10 @@ impl Requests {
     /// when it was not sealed).
     pub async fn next(&mut self) -> Option<Request> {
         while let Some(message) = self.subscriber.next().await {
-            let Some(opened) = self.shared.open(&self.subject, &message.payload) else {
+            let Some(opened) = self
+                .shared
+                .open(&self.subject, &message.payload, &mut self.replays)
+            else {
                 continue;
             };
             let Some(reply) = message.reply else {
@@ -544,6 +554,7 @@ pub struct Event {
 /// Events other members publish, from [`Fleet::events`].
 pub struct Events {
     shared: Arc<Shared>,
+    replays: Replays,
     subscriber: async_nats::Subscriber,
 }
 
@@ -558,7 +569,10 @@ impl Events {
     /// subscription ends. This member's own events are skipped.
     pub async fn next(&mut self) -> Option<Event> {
         while let Some(message) = self.subscriber.next().await {
-            let Some(opened) = self.shared.open(EVENT_SUBJECT, &message.payload) else {
+            let Some(opened) = self
+                .shared
+                .open(EVENT_SUBJECT, &message.payload, &mut self.replays)
+            else {
                 continue;
             };
             if opened.from == self.shared.member {
@@ -575,8 +589,9 @@ impl Events {
 
 /// Keeps the view of who holds what from the beats heard.
 async fn listen_presence(shared: Arc<Shared>, mut subscriber: async_nats::Subscriber) {
+    let mut replays = Replays::new(shared.window);
     while let Some(message) = subscriber.next().await {
-        let Some(opened) = shared.open(PRESENCE_SUBJECT, &message.payload) else {
+        let Some(opened) = shared.open(PRESENCE_SUBJECT, &message.payload, &mut replays) else {
             continue;
         };
         if opened.from == shared.member {

@@ -41,3 +41,24 @@ async fn events_reach_the_others_only() {
     );
     assert_eq!(a.dropped(), dk_fleet::Dropped::default());
 }
+
+#[tokio::test]
+async fn every_subscription_gets_each_event() {
+    let Some(binary) = nats_or_skip("every_subscription_gets_each_event") else {
+        return;
+    };
+    let nats = Nats::start(binary, "");
+    let a = nats.member("a").await;
+    let b = nats.member("b").await;
+    let mut first = b.events().await.unwrap();
+    let mut second = b.events().await.unwrap();
+    a.publish(b"tools changed").await.unwrap();
+    for events in [&mut first, &mut second] {
+        let event = tokio::time::timeout(Duration::from_secs(2), events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(event.payload, b"tools changed");
+    }
+    assert_eq!(b.dropped(), dk_fleet::Dropped::default());
+}
