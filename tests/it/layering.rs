@@ -13,10 +13,11 @@
 //!   (nor the workspace's list) turning on dk-channel's `vectors` feature
 //!   (fixed ephemeral keys) or dk-core's or dk-store's `testing` feature (test support)
 //!   outside its dev-dependencies, dk-testkit (test support) a
-//!   dev-dependency only and depending on no dk crate;
+//!   dev-dependency only and depending on no dk crate; dk-fleet on none
+//!   but dk-channel and dk-store, and no crate but dk-fleet on async-nats;
 //! - dk-policy's admission contract and rule language share no module;
 //! - no foreign type in a public signature of dk-proto, dk-policy, dk-store,
-//!   dk-core and dk-channel: the
+//!   dk-core, dk-channel and dk-fleet: the
 //!   text of every `pub fn` signature, `pub` field, `pub type`, `pub const`
 //!   and `pub static`, `pub enum` body and `impl` header (outside tests;
 //!   but a trait's impl for a type the file declares without `pub`, which
@@ -619,6 +620,7 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
         "dk-device-core" => &["dk-proto", "dk-channel"],
         "dk-channel" => &[],
         "dk-bridge-mqtt" => &["dk-proto", "dk-device"],
+        "dk-fleet" => &["dk-channel", "dk-store"],
         "dk-testkit" => &[],
         _ => &["*"],
     };
@@ -629,6 +631,11 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
         Vec::new()
     }
     .into_iter()
+    // NATS stays in the fleet transport: the rest of dk sees its messages only.
+    .chain(
+        (deps.contains("async-nats") && name != "dk-fleet")
+            .then(|| format!("{name} depends on async-nats (NATS belongs to dk-fleet)")),
+    )
     .chain(direction_violations_of(name, deps, allowed_dk))
     .collect()
 }
@@ -744,7 +751,7 @@ fn crate_dependencies_flow_one_way() {
 /// The crates whose public signatures may name only their own types, std's,
 /// serde's and the dk crates' (and, for the vessel's core, tokio's channels
 /// and futures'), with the dependencies that must stay private.
-const PURE_CRATES: [(&str, &[&str]); 5] = [
+const PURE_CRATES: [(&str, &[&str]); 6] = [
     ("dk-proto", &["sha2", "unicode_general_category"]),
     (
         "dk-channel",
@@ -761,6 +768,10 @@ const PURE_CRATES: [(&str, &[&str]); 5] = [
     ),
     ("dk-policy", &["nom", "yaml_serde", "jiff"]),
     ("dk-store", &["rusqlite", "sha2", "rustix", "rand"]),
+    (
+        "dk-fleet",
+        &["async_nats", "chacha20poly1305", "ring", "rand", "bytes"],
+    ),
     (
         "dk-core",
         &[
@@ -1031,6 +1042,14 @@ fn layering_scanners() {
     assert_eq!(
         direction_violations("dk-testkit", &BTreeSet::from(["dk-proto".into()])),
         vec!["dk-testkit depends on dk-proto".to_owned()]
+    );
+    assert_eq!(
+        direction_violations("dk-core", &BTreeSet::from(["async-nats".into()])),
+        vec!["dk-core depends on async-nats (NATS belongs to dk-fleet)".to_owned()]
+    );
+    assert_eq!(
+        direction_violations("dk-fleet", &BTreeSet::from(["dk-core".into()])),
+        vec!["dk-fleet depends on dk-core".to_owned()]
     );
 
     let sigs = public_signatures(
