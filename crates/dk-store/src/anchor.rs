@@ -4,8 +4,8 @@
 //! exclusively with mode 0600, synced, then renamed over the old one).
 //! A `HeadKeeper` thread (`keeper.rs`) does the writing, so a commit does not wait for
 //! a second disk sync: the file may lag the log by the commits of the last
-//! few milliseconds (several coalesced into one write), never run ahead of
-//! it, and is up to date once the keeper is dropped.
+//! tenth of a second (coalesced into one write), never run ahead of it,
+//! and is up to date once the keeper is dropped.
 //!
 //! By default it lies beside the data directory, not in it:
 //! `<parent>/<name>.audit-head` for a data directory `<parent>/<name>`
