@@ -3,8 +3,10 @@
 //! ([`eventually`], [`eventually_some`], [`eventually_async`]) with one generous ceiling
 //! ([`PATIENCE`]), a buffer a log writer can write into ([`LogBuffer`]),
 //! for the desktop tests an X server of their own and a window that
-//! records what it receives ([`x11`]), and for the stores' tests a
-//! PostgreSQL server of their own ([`postgres`]).
+//! records what it receives ([`x11`]), for the stores' tests a
+//! PostgreSQL server of their own ([`postgres`]), and for every test of a
+//! real server the rule for a missing one ([`peer_or_skip`]) and a free
+//! loopback port ([`free_port`]).
 //!
 //! A dev-dependency only: no crate names it under `[dependencies]` (the
 //! layering test checks). It depends on no dk crate, so dk-proto or
@@ -19,10 +21,12 @@
 
 mod log;
 mod manifest;
+mod peers;
 pub mod postgres;
 mod wait;
 pub mod x11;
 
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};
+pub use peers::{free_port, peer_or_skip};
 pub use wait::{PATIENCE, eventually, eventually_async, eventually_some};

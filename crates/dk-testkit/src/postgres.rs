@@ -15,7 +15,6 @@
 //! ended.
 
 use std::io::ErrorKind;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -56,23 +55,10 @@ pub fn programs() -> Option<PathBuf> {
     found.pop().map(|(_, bin)| bin)
 }
 
-/// Whether the tests must have their peers (`DK_REQUIRE_PEERS` set, as
-/// `cargo xtask ci` does after `cargo xtask peers`).
-fn peers_required() -> bool {
-    std::env::var_os("DK_REQUIRE_PEERS").is_some()
-}
-
 /// The programs, or `None` after printing that `test` is skipped; a test
 /// fails instead when peers are required.
 fn programs_or_skip(test: &str) -> Option<PathBuf> {
-    if let Some(bin) = programs() {
-        return Some(bin);
-    }
-    if peers_required() {
-        fail("postgresql is missing and DK_REQUIRE_PEERS is set (cargo xtask peers)");
-    }
-    eprintln!("{test}: skipped: postgresql is not installed (cargo xtask peers)");
-    None
+    crate::peer_or_skip(test, "postgresql", programs())
 }
 
 /// A running PostgreSQL of one test, or of one test binary's tests.
@@ -132,7 +118,7 @@ impl PgServer {
         let mut server = PgServer {
             bin,
             dir,
-            port: free_port(),
+            port: crate::free_port(),
             as_postgres,
             databases: AtomicU32::new(0),
             watcher: None,
@@ -294,14 +280,6 @@ impl Drop for PgServer {
             let _ = watcher.kill();
             let _ = watcher.wait();
         }
-    }
-}
-
-/// A free port on loopback.
-fn free_port() -> u16 {
-    match TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr()) {
-        Ok(address) => address.port(),
-        Err(error) => fail(&format!("no free port on loopback: {error}")),
     }
 }
 

@@ -131,13 +131,7 @@ pub fn open_vessel_store(
     key_file: Option<&Path>,
 ) -> Result<(SqliteStore, String), String> {
     let head_file = head_file(data_dir, head_file_given)?;
-    let key = match key_file {
-        None => None,
-        Some(file) => {
-            refuse_inside(data_dir, file)?;
-            Some(AuditKey::load_or_create(file).map_err(|e| e.to_string())?)
-        }
-    };
+    let key = chain_key(data_dir, key_file)?;
     let said = match (&key, key_file) {
         (Some(key), Some(file)) => format!(
             "head kept in {}; chain keyed with the key in {} (key {})",
@@ -164,6 +158,18 @@ pub fn open_vessel_store(
     Ok((store, said))
 }
 
+/// The chain's key from `key_file` when given (made on first use; refused
+/// inside the data directory).
+fn chain_key(data_dir: &Path, key_file: Option<&Path>) -> Result<Option<AuditKey>, String> {
+    let Some(file) = key_file else {
+        return Ok(None);
+    };
+    refuse_inside(data_dir, file)?;
+    AuditKey::load_or_create(file)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// The PostgreSQL store at `url` for `dk vessel --store`, its chain keyed
 /// with the key in `key_file` when given (made on first use; refused
 /// inside the data directory), and a line for the start text.
@@ -172,13 +178,7 @@ pub fn open_vessel_pg(
     data_dir: &Path,
     key_file: Option<&Path>,
 ) -> Result<(PgStore, String), String> {
-    let key = match key_file {
-        None => None,
-        Some(file) => {
-            refuse_inside(data_dir, file)?;
-            Some(AuditKey::load_or_create(file).map_err(|e| e.to_string())?)
-        }
-    };
+    let key = chain_key(data_dir, key_file)?;
     let said = match (&key, key_file) {
         (Some(key), Some(file)) => format!(
             "kept in PostgreSQL; chain keyed with the key in {} (key {})",

@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,24 +20,8 @@ const NATS_SERVERS: [&str; 2] = ["/usr/bin/nats-server", "/usr/sbin/nats-server"
 /// The server's path, or `None` (said on stderr) when it is missing and
 /// not required.
 pub fn nats_or_skip(test: &str) -> Option<PathBuf> {
-    if let Some(found) = NATS_SERVERS.iter().map(Path::new).find(|p| p.is_file()) {
-        return Some(found.to_owned());
-    }
-    assert!(
-        std::env::var_os("DK_REQUIRE_PEERS").is_none(),
-        "nats-server is missing and DK_REQUIRE_PEERS is set (cargo xtask peers)"
-    );
-    eprintln!("{test}: skipped: nats-server is not installed (cargo xtask peers)");
-    None
-}
-
-/// A free port on loopback.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let found = NATS_SERVERS.iter().map(Path::new).find(|p| p.is_file());
+    dk_testkit::peer_or_skip(test, "nats-server", found.map(Path::to_owned))
 }
 
 /// A running `nats-server` and the directory holding its config and the
@@ -59,7 +43,7 @@ impl Nats {
     /// and returns added to its config.
     pub fn start_with(binary: PathBuf, extra: impl FnOnce(&Path) -> String) -> Nats {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = dk_testkit::free_port();
         let extra = extra(dir.path());
         let config = format!("listen: 127.0.0.1:{port}\nmax_payload: 1MB\n{extra}\n");
         fs::write(dir.path().join("nats.conf"), config).unwrap();

@@ -9,7 +9,7 @@
 //! peers` installed it).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,24 +28,8 @@ const CALLS: u64 = 3;
 /// Whether Prometheus is here; a missing one fails the test when peers are
 /// required.
 fn prometheus_or_skip(test: &str) -> bool {
-    if Path::new(PROMETHEUS).is_file() && Path::new(PROMTOOL).is_file() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("DK_REQUIRE_PEERS").is_none(),
-        "prometheus is missing and DK_REQUIRE_PEERS is set (cargo xtask peers)"
-    );
-    eprintln!("{test}: skipped: prometheus is not installed (cargo xtask peers)");
-    false
-}
-
-/// A free port on loopback.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let found = (Path::new(PROMETHEUS).is_file() && Path::new(PROMTOOL).is_file()).then_some(());
+    dk_testkit::peer_or_skip(test, "prometheus", found).is_some()
 }
 
 /// A Prometheus scraping `/metrics` every second: job `dk` on `target`
@@ -70,7 +54,7 @@ fn prometheus(
         ),
     )
     .unwrap();
-    let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let api = SocketAddr::from(([127, 0, 0, 1], dk_testkit::free_port()));
     let child = Command::new(PROMETHEUS)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
