@@ -1067,7 +1067,7 @@ impl DeviceToolAdapter {
     ) -> Result<Checked, Refusal> {
         let link = self
             .links
-            .get(device_id)
+            .reach(device_id)
             .ok_or_else(|| Refusal::NotConnected {
                 device_id: device_id.to_owned(),
             })?;

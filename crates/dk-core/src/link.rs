@@ -57,11 +57,24 @@ impl FrameSink for mpsc::Sender<String> {
     }
 }
 
+/// Devices connected to other vessels of a fleet, reached through the
+/// vessel that holds each: the adapter's last check calls one when the
+/// device is not connected here.
+pub trait RemoteLinks: Send + Sync {
+    /// A link to `device_id` through the member holding it, when one does.
+    fn reach(&self, device_id: &str) -> Option<Arc<dyn DeviceLink>>;
+}
+
 /// The connected devices, by id. At most one link per device: connecting
 /// again replaces the old link.
 #[derive(Default)]
 pub struct Links {
     links: RwLock<HashMap<String, Arc<dyn DeviceLink>>>,
+    /// Where a device not connected here is reached, in a fleet.
+    remote: RwLock<Option<Arc<dyn RemoteLinks>>>,
+    /// Counts every connect and disconnect, so a watcher can tell cheaply
+    /// whether the set changed.
+    changes: AtomicU64,
 }
 
 impl fmt::Debug for Links {
@@ -87,10 +100,13 @@ impl Links {
         device_id: &str,
         link: Arc<dyn DeviceLink>,
     ) -> Option<Arc<dyn DeviceLink>> {
-        self.links
+        let replaced = self
+            .links
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(device_id.to_owned(), link)
+            .insert(device_id.to_owned(), link);
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        replaced
     }
 
     /// Forgets the link of `device_id`, but only if it is still `link`
@@ -99,7 +115,44 @@ impl Links {
         let mut links = self.links.write().unwrap_or_else(PoisonError::into_inner);
         if links.get(device_id).is_some_and(|l| Arc::ptr_eq(l, link)) {
             links.remove(device_id);
+            self.changes.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Reaches devices not connected here through `remote` (a fleet's
+    /// other members) from now on.
+    pub fn set_remote(&self, remote: Arc<dyn RemoteLinks>) {
+        *self.remote.write().unwrap_or_else(PoisonError::into_inner) = Some(remote);
+    }
+
+    /// The way to call `device_id`: its link here when it is connected
+    /// here, else through the fleet member holding it, if any.
+    pub fn reach(&self, device_id: &str) -> Option<Arc<dyn DeviceLink>> {
+        if let Some(link) = self.get(device_id) {
+            return Some(link);
+        }
+        let remote = self
+            .remote
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        remote.and_then(|remote| remote.reach(device_id))
+    }
+
+    /// The ids of the devices connected here, in no order.
+    pub fn ids(&self) -> Vec<String> {
+        self.links
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// How many times a device connected or disconnected so far: equal
+    /// counts mean [`Links::ids`] did not change between them.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     /// The link of `device_id`, when it is connected.

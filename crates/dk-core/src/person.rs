@@ -64,7 +64,29 @@ pub struct PendingPrompt {
     /// of an agent's call): answered with [`ApprovalAnswer::Remember`].
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub can_remember: bool,
+    /// Whether another vessel of the fleet raised it ([`PersonChannel::mirror`]):
+    /// its answer goes there, and that vessel tells the others.
+    #[serde(skip)]
+    pub mirrored: bool,
 }
+
+/// The person's answer to a prompt another vessel of the fleet raised,
+/// for that vessel to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MirroredAnswer {
+    /// The answer to a pairing.
+    Consent(ConsentDecision),
+    /// The answer to an approval, and who gave it.
+    Approval {
+        /// Yes once, yes remembered, or no.
+        answer: ApprovalAnswer,
+        /// The front end it came through.
+        by: Option<By>,
+    },
+}
+
+/// Carries a mirrored prompt's answer to the vessel that raised it.
+pub type AnswerSink = Box<dyn FnOnce(MirroredAnswer) + Send>;
 
 /// The person's answer to an approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +137,15 @@ pub enum AnswerError {
 enum Responder {
     Consent(oneshot::Sender<ConsentDecision>),
     Approval(oneshot::Sender<Answered>),
+    /// A prompt another vessel raised: whether it is a consent, and where
+    /// its answer goes.
+    Mirror(bool, AnswerSink),
+}
+
+impl Responder {
+    fn is_consent(&self) -> bool {
+        matches!(self, Responder::Consent(_) | Responder::Mirror(true, _))
+    }
 }
 
 struct Entry {
@@ -187,7 +218,7 @@ impl PersonChannel {
         let pending = self.lock();
         let pairings = pending
             .values()
-            .filter(|e| matches!(e.responder, Responder::Consent(_)))
+            .filter(|e| e.responder.is_consent())
             .count();
         (pairings, pending.len() - pairings)
     }
@@ -211,6 +242,7 @@ impl PersonChannel {
             expires_at_ms: epoch_ms(SystemTime::now() + timeout),
             prompt,
             can_remember: offer.is_some(),
+            mirrored: false,
         };
         {
             let mut pending = self.lock();
@@ -244,6 +276,57 @@ impl PersonChannel {
         if self.lock().remove(&id).is_some() {
             let _ = self.events.send(PersonEvent::Closed { id });
         }
+    }
+
+    /// Shows the person `prompt`, which another vessel of the fleet raised
+    /// and waits on, under an id of this queue (returned). Answering it
+    /// here takes it out of the queue and hands the answer to `send`, for
+    /// that vessel (the first answer it gets wins); it is not timed out or
+    /// counted against its agent here, and leaves when
+    /// [`PersonChannel::close_mirror`] says the other vessel closed it.
+    pub fn mirror(
+        &self,
+        prompt: Prompt,
+        expires_at_ms: u64,
+        can_remember: bool,
+        send: AnswerSink,
+    ) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let consent = matches!(prompt, Prompt::Consent(_));
+        let view = PendingPrompt {
+            id,
+            expires_at_ms,
+            prompt,
+            can_remember,
+            mirrored: true,
+        };
+        self.lock().insert(
+            id,
+            Entry {
+                view: view.clone(),
+                responder: Responder::Mirror(consent, send),
+                offer: None,
+                asked: Instant::now(),
+            },
+        );
+        let _ = self.events.send(PersonEvent::Asked(view));
+        id
+    }
+
+    /// Takes the mirrored prompt `id` out of the queue without an answer
+    /// (the vessel that raised it closed it). Does nothing to a prompt
+    /// raised here.
+    pub fn close_mirror(&self, id: u64) {
+        let mut pending = self.lock();
+        if !pending
+            .get(&id)
+            .is_some_and(|e| matches!(e.responder, Responder::Mirror(..)))
+        {
+            return;
+        }
+        pending.remove(&id);
+        drop(pending);
+        let _ = self.events.send(PersonEvent::Closed { id });
     }
 
     /// Asks the person to pair a device; no answer within `timeout` is a no.
@@ -324,6 +407,7 @@ impl PersonChannel {
         let ids: Vec<u64> = self
             .lock()
             .iter()
+            .filter(|(_, e)| !e.view.mirrored)
             .filter(|(_, e)| matches!(&e.view.prompt, Prompt::Approval(r) if withdraw(r)))
             .map(|(id, _)| *id)
             .collect();
@@ -355,9 +439,10 @@ impl PersonChannel {
     fn take(&self, id: u64, want: &'static str) -> Result<(Responder, Instant), AnswerError> {
         let mut pending = self.lock();
         let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
-        let kind = match entry.responder {
-            Responder::Consent(_) => "a consent",
-            Responder::Approval(_) => "an approval",
+        let kind = if entry.responder.is_consent() {
+            "a consent"
+        } else {
+            "an approval"
         };
         if kind != want {
             return Err(AnswerError::WrongKind(id, want));
@@ -377,7 +462,13 @@ impl PersonChannel {
                     .person_answered(PromptKind::Pairing, asked.elapsed());
                 tx.send(decision).map_err(|_| AnswerError::NotFound(id))
             }
-            (Responder::Approval(_), _) => Err(AnswerError::WrongKind(id, "a consent")),
+            (Responder::Mirror(true, send), _) => {
+                send(MirroredAnswer::Consent(decision));
+                Ok(())
+            }
+            (Responder::Approval(_) | Responder::Mirror(false, _), _) => {
+                Err(AnswerError::WrongKind(id, "a consent"))
+            }
         }
     }
 
@@ -415,22 +506,39 @@ impl PersonChannel {
         let (approval, made) = match answer {
             ApprovalAnswer::Refuse => (Approval::Refused, None),
             ApprovalAnswer::Once => (Approval::Once, None),
+            ApprovalAnswer::Remember(_) if self.is_mirror(id) => {
+                if !self.lock().get(&id).is_some_and(|e| e.view.can_remember) {
+                    return Err(AnswerError::NotRememberable(id));
+                }
+                (Approval::Refused, None)
+            }
             ApprovalAnswer::Remember(remember) => {
                 return self.remember(id, remember, by).map(Some);
             }
         };
         match self.take(id, "an approval")? {
+            (Responder::Mirror(false, send), _) => {
+                // The vessel that raised it makes the allowance, if any.
+                send(MirroredAnswer::Approval { answer, by });
+            }
             (Responder::Approval(tx), asked) => {
                 self.metrics
                     .person_answered(PromptKind::Approval, asked.elapsed());
                 tx.send(Answered { approval, by })
                     .map_err(|_| AnswerError::NotFound(id))?
             }
-            (Responder::Consent(_), _) => {
+            (Responder::Consent(_) | Responder::Mirror(true, _), _) => {
                 return Err(AnswerError::WrongKind(id, "an approval"));
             }
         }
         Ok(made)
+    }
+
+    /// Whether prompt `id` is another vessel's, shown here.
+    fn is_mirror(&self, id: u64) -> bool {
+        self.lock()
+            .get(&id)
+            .is_some_and(|e| matches!(e.responder, Responder::Mirror(..)))
     }
 
     /// Makes the allowance approval `id` offers, then answers it with a yes:
@@ -444,7 +552,7 @@ impl PersonChannel {
         let (entry, allowance) = {
             let mut pending = self.lock();
             let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
-            if matches!(entry.responder, Responder::Consent(_)) {
+            if entry.responder.is_consent() {
                 return Err(AnswerError::WrongKind(id, "an approval"));
             }
             let offer = entry

@@ -510,7 +510,17 @@ pub struct DeviceRegistry {
     changing: Mutex<()>,
     /// The person's remembered yeses: revoked with the grant they rest on.
     allowances: Arc<Allowances>,
+    /// Told the id of every device this registry changed itself (not one
+    /// read again after another vessel changed it): a fleet tells the others.
+    on_change: RwLock<Option<ChangeHook>>,
+    /// Whether other vessels share the store (a fleet): a device not held
+    /// in memory is read from the store before it is refused.
+    shared: std::sync::atomic::AtomicBool,
 }
+
+/// Told the id of each device whose pairing or grants this registry
+/// changed (see [`DeviceRegistry::on_change`]).
+pub type ChangeHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Default for DeviceRegistry {
     fn default() -> Self {
@@ -537,6 +547,8 @@ impl DeviceRegistry {
             store: Arc::new(MemoryStore::new()),
             changing: Mutex::new(()),
             allowances: Arc::new(Allowances::new()),
+            on_change: RwLock::new(None),
+            shared: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -555,6 +567,8 @@ impl DeviceRegistry {
             store,
             changing: Mutex::new(()),
             allowances: Arc::new(Allowances::new()),
+            on_change: RwLock::new(None),
+            shared: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -584,6 +598,167 @@ impl DeviceRegistry {
     fn notify(&self, event: RegistryEvent) {
         // No subscriber is fine.
         let _ = self.events.send(event);
+    }
+
+    /// Tells the change hook this registry changed `device_id` itself.
+    fn changed_here(&self, device_id: &str) {
+        let hook = self
+            .on_change
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(hook) = hook {
+            hook(device_id);
+        }
+    }
+
+    /// Calls `hook` with the device id after every change this registry
+    /// commits itself (a pairing, grant, revocation or unpairing), never
+    /// for what [`DeviceRegistry::refresh`] reads again: the vessels of a
+    /// fleet tell each other what to read again this way. Replaces any
+    /// earlier hook.
+    pub fn on_change(&self, hook: ChangeHook) {
+        *self
+            .on_change
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    /// Says other vessels share the store (a fleet): a device that connects
+    /// unknown here is read from the store before it is refused, so a
+    /// device paired through another member is known even when that
+    /// member's word did not come.
+    pub fn set_shared(&self) {
+        self.shared.store(true, Ordering::Relaxed);
+    }
+
+    /// The pairing of a device that authenticates: from memory, or, when
+    /// the store is shared and memory does not hold it, read from the store.
+    fn connecting(&self, device_id: &str) -> Result<Arc<PairedDevice>, AuthError> {
+        if let Some(device) = self.get(device_id) {
+            return Ok(device);
+        }
+        if self.shared.load(Ordering::Relaxed) && self.refresh(device_id).is_ok() {
+            return self.get(device_id).ok_or(AuthError::NotPaired);
+        }
+        Err(AuthError::NotPaired)
+    }
+
+    /// Reads `device_id`'s pairing and grants again from the store, which
+    /// another vessel sharing it may have changed, and makes memory match:
+    /// the same events as a change made here (a pairing, each grant and
+    /// revocation, an unpairing), and the same allowances dropped. A
+    /// stored pairing that no longer checks (its manifest, id or digest) is
+    /// an error and changes nothing.
+    pub fn refresh(&self, device_id: &str) -> Result<(), StoreError> {
+        let changing = self.changing();
+        let stored = self.store.load_pairing(device_id)?;
+        let events = match stored {
+            Some(stored) => {
+                let mut loaded = HashMap::with_capacity(1);
+                load_run(vec![stored], &mut loaded)?;
+                match loaded.remove(device_id) {
+                    Some(entry) => self.take_entry(device_id, entry),
+                    None => self.forget(device_id),
+                }
+            }
+            None => self.forget(device_id),
+        };
+        drop(changing);
+        for event in events {
+            self.notify(event);
+        }
+        Ok(())
+    }
+
+    /// Reads every pairing again from the store and makes memory match, as
+    /// [`DeviceRegistry::refresh`] does for one: what a vessel of a fleet
+    /// does when it may have missed another member's word (its connection
+    /// to the others came back), and now and then.
+    pub fn refresh_all(&self) -> Result<(), StoreError> {
+        let changing = self.changing();
+        let snapshot = self.store.load()?;
+        let loaded = load_devices(snapshot.pairings)?;
+        self.generations
+            .fetch_max(snapshot.max_generation, Ordering::Relaxed);
+        let gone: Vec<String> = self
+            .read()
+            .keys()
+            .filter(|id| !loaded.contains_key(*id))
+            .cloned()
+            .collect();
+        let mut events = Vec::new();
+        for id in gone {
+            events.extend(self.forget(&id));
+        }
+        for (id, entry) in loaded {
+            events.extend(self.take_entry(&id, entry));
+        }
+        drop(changing);
+        for event in events {
+            self.notify(event);
+        }
+        Ok(())
+    }
+
+    /// Puts `entry`, read from the store, in memory as `device_id`'s
+    /// (under `changing`): the events that tell what changed.
+    fn take_entry(&self, device_id: &str, entry: Entry) -> Vec<RegistryEvent> {
+        self.generations
+            .fetch_max(entry.device.generation, Ordering::Relaxed);
+        let mut events = Vec::new();
+        let mut devices = self.write();
+        match devices.get_mut(device_id) {
+            Some(held) if held.device.generation == entry.device.generation => {
+                for capability in entry.grants.difference(&held.grants) {
+                    events.push(RegistryEvent::Granted {
+                        device_id: device_id.to_owned(),
+                        capability: capability.clone(),
+                    });
+                }
+                for capability in held.grants.difference(&entry.grants) {
+                    self.allowances.drop_capability(device_id, capability);
+                    events.push(RegistryEvent::Revoked {
+                        device_id: device_id.to_owned(),
+                        capability: capability.clone(),
+                    });
+                }
+                held.grants = entry.grants;
+            }
+            _ => {
+                let token_hash = entry.device.token_hash;
+                let replaced = devices.insert(device_id.to_owned(), entry);
+                drop(devices);
+                let mut hashes = self.token_hashes_mut();
+                if let Some(old) = &replaced {
+                    hashes.remove(&old.device.token_hash);
+                }
+                hashes.insert(token_hash);
+                drop(hashes);
+                if replaced.is_some() {
+                    self.allowances
+                        .drop_device(device_id, RevokeCause::PairedAgain);
+                }
+                events.push(RegistryEvent::Paired {
+                    device_id: device_id.to_owned(),
+                });
+            }
+        }
+        events
+    }
+
+    /// Forgets `device_id` (under `changing`), which the store no longer
+    /// holds: the event, when it was held.
+    fn forget(&self, device_id: &str) -> Vec<RegistryEvent> {
+        let Some(old) = self.write().remove(device_id) else {
+            return Vec::new();
+        };
+        self.token_hashes_mut().remove(&old.device.token_hash);
+        self.allowances
+            .drop_device(device_id, RevokeCause::Unpaired);
+        vec![RegistryEvent::Unpaired {
+            device_id: device_id.to_owned(),
+        }]
     }
 
     /// Changes from now on. A slow subscriber misses events (it sees a lag
@@ -760,6 +935,7 @@ impl DeviceRegistry {
         self.notify(RegistryEvent::Paired {
             device_id: device_id.clone(),
         });
+        self.changed_here(&device_id);
         Ok(Paired {
             device_id,
             token,
@@ -776,7 +952,7 @@ impl DeviceRegistry {
         token: &str,
         manifest: Option<&Value>,
     ) -> Result<AuthenticatedDevice, AuthError> {
-        let device = self.get(device_id).ok_or(AuthError::NotPaired)?;
+        let device = self.connecting(device_id)?;
         let presented = sha256(token);
         // A device paired over dk/2 has no token: its key is its credential.
         if !bool::from(presented.ct_eq(&device.token_hash)) || device.key.is_some() {
@@ -801,7 +977,7 @@ impl DeviceRegistry {
         key: &[u8; 32],
         manifest: &Value,
     ) -> Result<AuthenticatedDevice, AuthError> {
-        let device = self.get(device_id).ok_or(AuthError::NotPaired)?;
+        let device = self.connecting(device_id)?;
         let pinned = device.key.ok_or(AuthError::WrongKey)?;
         if !bool::from(pinned.ct_eq(key)) {
             return Err(AuthError::WrongKey);
@@ -965,6 +1141,7 @@ impl DeviceRegistry {
             device_id: device_id.to_owned(),
             capability: capability.to_owned(),
         });
+        self.changed_here(device_id);
         Ok(())
     }
 
@@ -1009,6 +1186,7 @@ impl DeviceRegistry {
             device_id: device_id.to_owned(),
             capability: capability.to_owned(),
         });
+        self.changed_here(device_id);
         Ok(())
     }
 
@@ -1043,6 +1221,7 @@ impl DeviceRegistry {
         self.notify(RegistryEvent::Unpaired {
             device_id: device_id.to_owned(),
         });
+        self.changed_here(device_id);
         Ok(())
     }
 }

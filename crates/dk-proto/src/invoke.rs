@@ -28,6 +28,11 @@ pub enum InvokeError {
     /// The connection is gone, or was closed, before an answer came.
     #[error("{0}")]
     Closed(LinkClosed),
+    /// The call went through another vessel of the fleet, which holds the
+    /// device: that vessel's failure to reach it, in the same words a call
+    /// made there gets, or the fleet's failure to carry it (`fleet: ...`).
+    #[error("{0}")]
+    Routed(String),
 }
 
 /// Why the vessel's link to a device ended.

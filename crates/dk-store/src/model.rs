@@ -18,6 +18,18 @@ pub trait Store: Send + Sync + 'static {
     /// Everything the vessel needs at start, read in a few queries.
     fn load(&self) -> Result<Snapshot, StoreError>;
 
+    /// One device's pairing with its grants, or `None` when it is not
+    /// paired: what a vessel of a fleet reads again when another member
+    /// changed it. By default read out of [`Store::load`]; a store shared by
+    /// a fleet reads just the one.
+    fn load_pairing(&self, device_id: &str) -> Result<Option<StoredPairing>, StoreError> {
+        Ok(self
+            .load()?
+            .pairings
+            .into_iter()
+            .find(|p| p.device_id == device_id))
+    }
+
     /// Inserts or replaces a pairing together with its grants (a re-pairing
     /// replaces the old grants), and appends `audit` in the same transaction.
     fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError>;

@@ -493,7 +493,7 @@ impl PgStore {
                 }
             }
             let recorded = recorded_key(tx.client()).await?;
-            let pairings = read_pairings(tx.client()).await?;
+            let pairings = read_pairings(tx.client(), None).await?;
             let agents = read_agents(tx.client()).await?;
             tx.commit().await.map_err(db)?;
             Ok((rows, recorded, pairings, agents))
@@ -814,13 +814,17 @@ fn raw_row(row: &Row) -> Result<RawRow, StoreError> {
 }
 
 /// Every pairing with its grants, ordered by device id, grants sorted.
-async fn read_pairings(client: &tokio_postgres::Client) -> Result<Vec<StoredPairing>, StoreError> {
+async fn read_pairings(
+    client: &tokio_postgres::Client,
+    only: Option<&str>,
+) -> Result<Vec<StoredPairing>, StoreError> {
     let rows = client
         .query(
             "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms,
                     device_key
-             FROM pairing ORDER BY device_id COLLATE \"C\"",
-            &[],
+             FROM pairing WHERE $1::text IS NULL OR device_id = $1
+             ORDER BY device_id COLLATE \"C\"",
+            &[&only],
         )
         .await
         .map_err(db)?;
@@ -846,8 +850,9 @@ async fn read_pairings(client: &tokio_postgres::Client) -> Result<Vec<StoredPair
     let grants = client
         .query(
             "SELECT device_id, capability FROM device_grant
+             WHERE $1::text IS NULL OR device_id = $1
              ORDER BY device_id COLLATE \"C\", capability COLLATE \"C\"",
-            &[],
+            &[&only],
         )
         .await
         .map_err(db)?;
@@ -929,7 +934,7 @@ impl Store for PgStore {
             // A vessel starts from this: not on a keyed log it could not
             // append to.
             hashing(recorded_key(tx.client()).await?.as_ref(), key.as_ref())?;
-            let pairings = read_pairings(tx.client()).await?;
+            let pairings = read_pairings(tx.client(), None).await?;
             let counted = tx
                 .query_opt(
                     "SELECT value FROM counter WHERE name = 'max_generation'",
@@ -954,6 +959,24 @@ impl Store for PgStore {
             audit_entries: unsigned(seq, "the last audit seq")?,
             audit_head,
         })
+    }
+
+    fn load_pairing(&self, device_id: &str) -> Result<Option<StoredPairing>, StoreError> {
+        let device_id = device_id.to_owned();
+        let mut found = self.run(|pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(db)?;
+            let found = read_pairings(tx.client(), Some(&device_id)).await?;
+            tx.commit().await.map_err(db)?;
+            Ok(found)
+        })?;
+        Ok(found.pop())
     }
 
     fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {

@@ -28,6 +28,8 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+#[cfg(feature = "fleet")]
+mod member;
 pub mod reload;
 mod server;
 
@@ -40,6 +42,8 @@ pub use dk_core::{
     Limits, Vessel, adapter, agents, allowances, by, connection, link, listener, metrics, person,
     redact, registry, stream, vessel,
 };
+#[cfg(feature = "fleet")]
+pub use dk_fleet as fleet;
 pub use dk_http as http;
 pub use dk_mcp as mcp;
 pub use dk_store as store;

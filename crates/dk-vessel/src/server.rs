@@ -90,6 +90,9 @@ pub enum ServerError {
     /// The store opener refused, saying why.
     #[error("{0}")]
     StoreRefused(String),
+    /// The vessel could not join its fleet (the fleet key, NATS), saying why.
+    #[error("fleet: {0}")]
+    Fleet(String),
     /// The admin token file is not a private file of this user.
     #[error("the admin token file is refused: {0}")]
     AdminTokenFile(PrivateFileError),
@@ -239,6 +242,8 @@ pub struct VesselServer {
     http: HttpLimits,
     mcp: McpOptions,
     store: Option<StoreOpener>,
+    #[cfg(feature = "fleet")]
+    fleet: Option<dk_fleet::FleetOptions>,
 }
 
 impl std::fmt::Debug for VesselServer {
@@ -279,7 +284,22 @@ impl VesselServer {
             http: HttpLimits::default(),
             mcp: McpOptions::default(),
             store: None,
+            #[cfg(feature = "fleet")]
+            fleet: None,
         }
+    }
+
+    /// Runs as a member of a fleet: joins it through NATS as `options`
+    /// say at the start (no fleet key file, no NATS, no start), reaches
+    /// devices connected to other members through them, follows the state
+    /// they change in the shared store, and shows the prompts they raise.
+    /// The vessel's dk/2 key should be the fleet key file
+    /// ([`VesselServer::vessel_key_file`]), so devices pin one key for
+    /// every member, and its store the fleet's PostgreSQL one.
+    #[cfg(feature = "fleet")]
+    pub fn fleet(mut self, options: dk_fleet::FleetOptions) -> VesselServer {
+        self.fleet = Some(options);
+        self
     }
 
     /// Where devices connect (the `/device` route).
@@ -407,6 +427,17 @@ impl VesselServer {
         let mut leftovers = Leftovers::default();
         let sockets = bind_unix_sockets(&self.data_dir, self.unix_sockets, &mut leftovers).await?;
         let store = open_store(self.store, &self.data_dir)?;
+        // A member joins with the fleet's key or not at all: read before a
+        // missing vessel key could be made.
+        #[cfg(feature = "fleet")]
+        let fleet = match self.fleet {
+            Some(options) => Some(
+                dk_fleet::Fleet::connect(options)
+                    .await
+                    .map_err(|e| ServerError::Fleet(e.to_string()))?,
+            ),
+            None => None,
+        };
         let (token, replaced) = admin_token(store.as_ref(), self.admin_token_file.as_deref())?;
         let key_file = key_file_of(&self.data_dir, self.vessel_key_file.clone())?;
         refuse_inside(&self.data_dir, &key_file)?;
@@ -469,7 +500,25 @@ impl VesselServer {
         );
         let mcp_unavailable = listeners.mcp_unavailable.clone();
         let served = serve_all(&vessel, &token, listeners, sockets, &http, mcp);
+        #[cfg(feature = "fleet")]
+        let membership = match fleet {
+            Some(fleet) => {
+                vessel.registry().set_shared();
+                let joined =
+                    crate::member::Membership::start(&vessel, fleet, served.stop.subscribe()).await;
+                match joined {
+                    Ok(membership) => Some(membership),
+                    Err(error) => {
+                        served.stop.send_replace(true);
+                        return Err(ServerError::Fleet(error.to_string()));
+                    }
+                }
+            }
+            None => None,
+        };
         Ok(RunningVessel {
+            #[cfg(feature = "fleet")]
+            membership,
             vessel,
             console: served.console,
             token,
@@ -729,6 +778,8 @@ fn serve_all(
 /// and the way to stop it.
 #[derive(Debug)]
 pub struct RunningVessel {
+    #[cfg(feature = "fleet")]
+    membership: Option<crate::member::Membership>,
     console: Arc<dk_http::Console>,
     vessel: Arc<Vessel>,
     token: AdminToken,
@@ -747,6 +798,15 @@ pub struct RunningVessel {
 }
 
 impl RunningVessel {
+    /// The vessel's place in its fleet, when it runs as a member
+    /// ([`VesselServer::fleet`]).
+    #[cfg(feature = "fleet")]
+    pub fn fleet(&self) -> Option<&Arc<dk_fleet::Fleet>> {
+        self.membership
+            .as_ref()
+            .map(crate::member::Membership::fleet)
+    }
+
     /// The vessel's state.
     pub fn vessel(&self) -> &Arc<Vessel> {
         &self.vessel
@@ -838,6 +898,10 @@ impl RunningVessel {
     /// and the sockets, and flushes the audit log. The first failure of a
     /// route is returned, after everything is stopped.
     pub async fn stop(mut self) -> Result<(), ServerError> {
+        #[cfg(feature = "fleet")]
+        if let Some(membership) = self.membership.take() {
+            membership.leave().await;
+        }
         self.stop.send_replace(true);
         let mut first = None;
         for (route, task) in std::mem::take(&mut self.tasks) {

@@ -93,7 +93,7 @@ enum Command {
     /// chain verifies.
     Restore(backup_cmd::RestoreArgs),
     /// Run a vessel: devices connect to it, the person pairs and approves.
-    Vessel(vessel_cmd::VesselArgs),
+    Vessel(Box<vessel_cmd::VesselArgs>),
     /// Pending pairing requests of a running vessel: list, approve, refuse.
     Pairings {
         #[command(flatten)]

@@ -15,6 +15,7 @@ use clap::Args;
 use dk_vessel::{
     Limits, McpListen, RunningVessel, ServerError, VesselServer,
     config::VesselConfig,
+    fleet::{Auth, FleetOptions, MemberId},
     mcp::McpOptions,
     reload::{FileStamp, Reloaded, RuleFile, load_rule_file, watch_policy_file},
     store::Store,
@@ -118,6 +119,48 @@ pub struct VesselArgs {
     /// line; it is never printed.
     #[arg(long, value_name = "URL", env = "DK_STORE", hide_env_values = true)]
     pub store: Option<String>,
+    /// Run as a member of a fleet of vessels that behave as one, joined
+    /// through the NATS servers at these addresses (`nats://host:port` or
+    /// `tls://host:port`, comma-separated): devices connected to any member
+    /// are reached from every member, and prompts are shown and answered on
+    /// all (docs/FLEET.md). Needs `--store postgres://...` and
+    /// `--fleet-key`.
+    #[arg(long, value_name = "ADDRS", value_delimiter = ',', requires_all = ["store", "fleet_key"])]
+    pub fleet: Vec<String>,
+    /// The fleet key: a vessel key file (mode 0600) every member holds.
+    /// It is this vessel's dk/2 key, so devices pin one key for the whole
+    /// fleet, and it seals every message between members: a member without
+    /// it cannot join. Replaces `--vessel-key-file`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "fleet",
+        conflicts_with = "vessel_key_file"
+    )]
+    pub fleet_key: Option<PathBuf>,
+    /// This member's name in the fleet (1 to 64 letters, digits, `-` or
+    /// `_`), unique among the members. [default: `vessel-` and the device
+    /// route's port]
+    #[arg(long, value_name = "NAME", requires = "fleet")]
+    pub fleet_member: Option<String>,
+    /// Authenticate to NATS as this user, with `--fleet-password-file`.
+    #[arg(long, value_name = "USER", requires_all = ["fleet", "fleet_password_file"])]
+    pub fleet_user: Option<String>,
+    /// The NATS user's password, in a file of mode 0600.
+    #[arg(long, value_name = "FILE", requires = "fleet_user")]
+    pub fleet_password_file: Option<PathBuf>,
+    /// Authenticate to NATS with the token in this file (mode 0600).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "fleet",
+        conflicts_with = "fleet_user"
+    )]
+    pub fleet_token_file: Option<PathBuf>,
+    /// Require TLS to NATS, trusting the certificate authorities in this
+    /// PEM file.
+    #[arg(long, value_name = "FILE", requires = "fleet")]
+    pub fleet_ca_file: Option<PathBuf>,
     /// Accept devices speaking plain 8DK v1 (in clear, with a bearer token)
     /// on any address, not only on loopback. Anyone who sees the traffic
     /// can then copy a device's token, and a relay can pair.
@@ -350,6 +393,9 @@ async fn start_vessel(
     if let Some(file) = &args.vessel_key_file {
         server = server.vessel_key_file(file);
     }
+    if let Some(options) = fleet_options(args)? {
+        server = server.fleet(options);
+    }
     if args.new_vessel_key {
         server = server.new_vessel_key();
     }
@@ -408,6 +454,33 @@ async fn start_vessel(
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
     Ok((running, audit_kept))
+}
+
+/// The fleet `args` name, if any: its NATS servers, this member's name,
+/// the fleet key (which is also the vessel's key) and NATS credentials.
+fn fleet_options(args: &VesselArgs) -> Result<Option<FleetOptions>, String> {
+    let Some(key) = &args.fleet_key else {
+        return Ok(None);
+    };
+    let member = args
+        .fleet_member
+        .clone()
+        .unwrap_or_else(|| format!("vessel-{}", args.listen.port()));
+    let member = MemberId::new(&member).map_err(|e| format!("--fleet-member: {e}"))?;
+    let mut options = FleetOptions::new(args.fleet.iter().cloned(), member, key);
+    if let (Some(user), Some(password_file)) = (&args.fleet_user, &args.fleet_password_file) {
+        options = options.auth(Auth::UserPassword {
+            user: user.clone(),
+            password_file: password_file.clone(),
+        });
+    }
+    if let Some(token_file) = &args.fleet_token_file {
+        options = options.auth(Auth::TokenFile(token_file.clone()));
+    }
+    if let Some(ca) = &args.fleet_ca_file {
+        options = options.tls_ca_file(ca);
+    }
+    Ok(Some(options))
 }
 
 /// Notes on stderr about how the vessel started: its key moved out of the
