@@ -321,6 +321,9 @@ pub struct AgentDirectory {
     allowances: Option<Arc<Allowances>>,
     /// The vessel's withdrawal of waiting approvals, once it is built.
     withdraw: OnceLock<WithdrawHook>,
+    /// Told after every change made here (not one read again with
+    /// [`AgentDirectory::reload`]): a fleet tells its other members.
+    on_change: OnceLock<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl fmt::Debug for AgentDirectory {
@@ -362,6 +365,7 @@ impl AgentDirectory {
             store: None,
             allowances: None,
             withdraw: OnceLock::new(),
+            on_change: OnceLock::new(),
         }
     }
 
@@ -447,6 +451,78 @@ impl AgentDirectory {
         }
         // No subscriber is fine: nobody is connected.
         let _ = self.events.send(event);
+        if let Some(hook) = self.on_change.get() {
+            hook();
+        }
+    }
+
+    /// Calls `hook` after every add, removal and scope change made through
+    /// this directory, never for what [`AgentDirectory::reload`] reads
+    /// (the first hook set stays): the vessels of a fleet tell each other
+    /// to read their agents again this way.
+    pub fn on_change(&self, hook: Arc<dyn Fn() + Send + Sync>) {
+        let _ = self.on_change.set(hook);
+    }
+
+    /// Makes the directory hold exactly `stored` (as a store shared with
+    /// other vessels gives them back now): an agent gone is removed (its
+    /// allowances dropped, its waiting approvals withdrawn), one re-scoped
+    /// takes its new scope the same way, a new one is added; each with the
+    /// event a change made here sends. A record this vessel cannot read
+    /// refuses the whole reload, changing nothing.
+    pub fn reload(&self, stored: impl IntoIterator<Item = StoredAgent>) -> Result<(), AgentError> {
+        let mut next = BTreeMap::new();
+        for s in stored {
+            let (agent, hash) = agent_of(s)?;
+            next.insert(agent.id.clone(), Entry { agent, hash });
+        }
+        let mut events = Vec::new();
+        let mut removed = Vec::new();
+        let mut rescoped = Vec::new();
+        {
+            let mut agents = self.write();
+            for (id, old) in agents.iter() {
+                match next.get(id) {
+                    None => removed.push(id.clone()),
+                    Some(new) if new.agent != old.agent || new.hash != old.hash => {
+                        rescoped.push(new.agent.clone());
+                    }
+                    Some(_) => {}
+                }
+            }
+            for id in next.keys() {
+                if !agents.contains_key(id) {
+                    events.push(AgentEvent::Added { id: id.clone() });
+                }
+            }
+            *agents = next;
+        }
+        for id in removed {
+            if let Some(allowances) = &self.allowances {
+                allowances.drop_agent(&id);
+            }
+            if let Some(withdraw) = self.withdraw.get() {
+                withdraw(&id, None);
+            }
+            events.push(AgentEvent::Removed { id });
+        }
+        for agent in rescoped {
+            if let Some(allowances) = &self.allowances {
+                allowances.drop_agent_outside(&agent.id, |device, capability, read_only| {
+                    agent.may_use(device, capability, read_only)
+                });
+            }
+            if let Some(withdraw) = self.withdraw.get() {
+                withdraw(&agent.id, Some(&agent));
+            }
+            events.push(AgentEvent::ScopeChanged {
+                id: agent.id.clone(),
+            });
+        }
+        for event in events {
+            let _ = self.events.send(event);
+        }
+        Ok(())
     }
 
     /// Adds an agent; returns its id and its credential, which is not kept

@@ -4,7 +4,8 @@
 //! ([`PATIENCE`]), a buffer a log writer can write into ([`LogBuffer`]),
 //! for the desktop tests an X server of their own and a window that
 //! records what it receives ([`x11`]), for the stores' tests a
-//! PostgreSQL server of their own ([`postgres`]), and for every test of a
+//! PostgreSQL server of their own ([`postgres`]), for the fleet's tests
+//! a `nats-server` of their own ([`nats`]), and for every test of a
 //! real server the rule for a missing one ([`peer_or_skip`]) and a free
 //! loopback port ([`free_port`]).
 //!
@@ -21,6 +22,7 @@
 
 mod log;
 mod manifest;
+pub mod nats;
 mod peers;
 pub mod postgres;
 mod wait;

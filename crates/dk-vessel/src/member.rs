@@ -13,7 +13,8 @@
 //!   the shared store and then named to the others, which read that
 //!   device again ([`DeviceRegistry::refresh`]); each member also reads
 //!   everything again when its NATS connection comes back and every
-//!   [`RECONCILE_EVERY`], so a word missed is caught up.
+//!   [`RECONCILE_EVERY`], so a word missed is caught up. Agents are
+//!   read again the same way.
 //! - **Prompts.** A prompt raised on one member is shown on every member
 //!   ([`PersonChannel::mirror`]); an answer given anywhere goes to the
 //!   member that raised it, which takes the first one and closes the
@@ -129,8 +130,10 @@ impl Reply {
 enum Said {
     /// Read this device's pairing and grants again.
     Changed { device: String },
+    /// Read the agents again.
+    Agents,
     /// A prompt raised here, as `GET /v1/pending` lists it.
-    Asked { prompt: Box<RawValue> },
+    Asked { prompt: Value },
     /// A prompt raised here left the queue.
     Closed { id: u64 },
 }
@@ -165,6 +168,12 @@ impl Membership {
                 let _ = say.send(Said::Changed {
                     device: device.to_owned(),
                 });
+            }));
+        }
+        {
+            let say = say.clone();
+            vessel.agents().on_change(Arc::new(move || {
+                let _ = say.send(Said::Agents);
             }));
         }
         let person = vessel.person().subscribe();
@@ -357,8 +366,9 @@ async fn listen(
                     tracing::warn!(%error, "a pairing another member changed was not read again");
                 }
             }
+            Said::Agents => reload_agents(&vessel).await,
             Said::Asked { prompt } => {
-                show(&vessel, &fleet, &mirrors, event.from, prompt.get());
+                show(&vessel, &fleet, &mirrors, event.from, prompt);
             }
             Said::Closed { id } => {
                 if let Some(local) = mirrors.lock().remove(&(event.from, id)) {
@@ -369,6 +379,20 @@ async fn listen(
     }
 }
 
+/// Reads the agents again from the shared store.
+async fn reload_agents(vessel: &Arc<Vessel>) {
+    let store = Arc::clone(vessel.registry().store());
+    match tokio::task::spawn_blocking(move || store.load_agents()).await {
+        Ok(Ok(stored)) => {
+            if let Err(error) = vessel.agents().reload(stored) {
+                tracing::warn!(%error, "the shared agents were not read again");
+            }
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "the shared agents were not read again"),
+        Err(_) => {}
+    }
+}
+
 /// Shows here the prompt `from` raised (its listing's JSON), its answer
 /// going back to `from`.
 fn show(
@@ -376,9 +400,9 @@ fn show(
     fleet: &Arc<Fleet>,
     mirrors: &Arc<Mirrors>,
     from: MemberId,
-    json: &str,
+    json: Value,
 ) {
-    let Ok(pending) = serde_json::from_str::<api::Pending>(json) else {
+    let Ok(pending) = serde_json::from_value::<api::Pending>(json) else {
         tracing::warn!(%from, "a prompt from the fleet not understood");
         return;
     };
@@ -534,8 +558,8 @@ async fn show_prompts(
 }
 
 /// A prompt's listing, as JSON.
-fn listed(view: &PendingPrompt) -> Option<Box<RawValue>> {
-    serde_json::value::to_raw_value(view).ok()
+fn listed(view: &PendingPrompt) -> Option<Value> {
+    serde_json::to_value(view).ok()
 }
 
 /// Reads every pairing again now and then, and as soon as the NATS
@@ -556,6 +580,7 @@ async fn reconcile(vessel: Arc<Vessel>, fleet: Arc<Fleet>) {
         if let Ok(Err(error)) = tokio::task::spawn_blocking(move || registry.refresh_all()).await {
             tracing::warn!(%error, "the shared pairings were not read again");
         }
+        reload_agents(&vessel).await;
     }
 }
 

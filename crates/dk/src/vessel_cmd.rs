@@ -390,7 +390,8 @@ async fn start_vessel(
     let key_file = args.audit_key_file.clone();
     let store_url = args.store.clone();
     let mut server = VesselServer::new(&paths.data_dir);
-    if let Some(file) = &args.vessel_key_file {
+    // A member's dk/2 key is the fleet's: devices pin one key for all.
+    if let Some(file) = args.fleet_key.as_ref().or(args.vessel_key_file.as_ref()) {
         server = server.vessel_key_file(file);
     }
     if let Some(options) = fleet_options(args)? {

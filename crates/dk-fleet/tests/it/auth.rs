@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use dk_fleet::{Auth, ConnectError, Fleet, FleetOptions, KeyError, MemberId};
 
-use crate::harness::{Nats, nats_or_skip};
+use crate::harness::{Nats, nats_or_skip, options};
 
 const PASSWORD: &str = "pw-c0rrect-h0rse";
 const TOKEN: &str = "tok-8f1e2d3c";
@@ -26,14 +26,14 @@ async fn user_and_password_from_a_file() {
         user: "fleet".into(),
         password_file: file,
     };
-    let a = Fleet::connect(nats.options("a").auth(user(good.clone())))
+    let a = Fleet::connect(options(&nats, "a").auth(user(good.clone())))
         .await
         .unwrap();
     assert!(a.is_connected());
-    let shown = format!("{:?}", nats.options("a").auth(user(good.clone())));
+    let shown = format!("{:?}", options(&nats, "a").auth(user(good.clone())));
     assert!(!shown.contains(PASSWORD), "{shown}");
 
-    for refused in [nats.options("b").auth(user(bad)), nats.options("b")] {
+    for refused in [options(&nats, "b").auth(user(bad)), options(&nats, "b")] {
         let error = Fleet::connect(refused).await.unwrap_err();
         assert!(matches!(error, ConnectError::Nats(_)), "{error:?}");
         assert!(!error.to_string().contains("pw-"), "{error}");
@@ -41,7 +41,7 @@ async fn user_and_password_from_a_file() {
 
     // A password file others may read is refused before connecting.
     fs::set_permissions(&good, fs::Permissions::from_mode(0o644)).unwrap();
-    let error = Fleet::connect(nats.options("b").auth(user(good)))
+    let error = Fleet::connect(options(&nats, "b").auth(user(good)))
         .await
         .unwrap_err();
     assert!(matches!(error, ConnectError::Credential(_)), "{error:?}");
@@ -55,11 +55,11 @@ async fn a_token_from_a_file() {
     };
     let nats = Nats::start(binary, &format!("authorization {{ token: \"{TOKEN}\" }}"));
     let token = nats.private_file("token", TOKEN);
-    let a = Fleet::connect(nats.options("a").auth(Auth::TokenFile(token)))
+    let a = Fleet::connect(options(&nats, "a").auth(Auth::TokenFile(token)))
         .await
         .unwrap();
     let wrong = nats.private_file("wrong", "tok-wrong");
-    let error = Fleet::connect(nats.options("b").auth(Auth::TokenFile(wrong)))
+    let error = Fleet::connect(options(&nats, "b").auth(Auth::TokenFile(wrong)))
         .await
         .unwrap_err();
     assert!(matches!(error, ConnectError::Nats(_)), "{error:?}");
@@ -95,7 +95,9 @@ async fn no_fleet_key_no_fleet() {
     );
 
     fs::set_permissions(&key, fs::Permissions::from_mode(0o640)).unwrap();
-    let error = Fleet::connect(nats.options("a")).await.unwrap_err();
+    let error = Fleet::connect(crate::harness::options(&nats, "a"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(error, ConnectError::Key(KeyError::File(_))),
         "{error:?}"

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{Nats, nats_or_skip};
+use crate::harness::{Nats, member, nats_or_skip};
 
 #[tokio::test]
 async fn events_reach_the_others_only() {
@@ -11,9 +11,9 @@ async fn events_reach_the_others_only() {
         return;
     };
     let nats = Nats::start(binary, "");
-    let a = nats.member("a").await;
-    let b = nats.member("b").await;
-    let c = nats.member("c").await;
+    let a = member(&nats, "a").await;
+    let b = member(&nats, "b").await;
+    let c = member(&nats, "c").await;
     let mut at_a = a.events().await.unwrap();
     let mut at_b = b.events().await.unwrap();
     let mut at_c = c.events().await.unwrap();
@@ -48,8 +48,8 @@ async fn every_subscription_gets_each_event() {
         return;
     };
     let nats = Nats::start(binary, "");
-    let a = nats.member("a").await;
-    let b = nats.member("b").await;
+    let a = member(&nats, "a").await;
+    let b = member(&nats, "b").await;
     let mut first = b.events().await.unwrap();
     let mut second = b.events().await.unwrap();
     a.publish(b"tools changed").await.unwrap();

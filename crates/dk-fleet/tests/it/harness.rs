@@ -1,132 +1,24 @@
-//! A `nats-server` of a test's own: its config in a temporary directory, a
-//! free loopback port, stopped (and the directory removed) when dropped.
-//! Without the server a test says so and passes, unless `DK_REQUIRE_PEERS`
-//! is set (`cargo xtask peers` installs it).
+//! The fleet tests' server (dk-testkit's `nats-server`) and members on it.
 
-use std::fs;
-use std::io::Write;
-use std::net::TcpStream;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dk_fleet::{Fleet, FleetOptions, MemberId};
+pub use dk_testkit::nats::{Nats, nats_or_skip};
 
-/// Where Debian's package puts the server (its newer packages in
-/// `/usr/bin`, older ones in `/usr/sbin`).
-const NATS_SERVERS: [&str; 2] = ["/usr/bin/nats-server", "/usr/sbin/nats-server"];
-
-/// The server's path, or `None` (said on stderr) when it is missing and
-/// not required.
-pub fn nats_or_skip(test: &str) -> Option<PathBuf> {
-    let found = NATS_SERVERS.iter().map(Path::new).find(|p| p.is_file());
-    dk_testkit::peer_or_skip(test, "nats-server", found.map(Path::to_owned))
+/// Options for `member` on `nats` with the shared key, beating fast so
+/// that expiry tests are short.
+pub fn options(nats: &Nats, member: &str) -> FleetOptions {
+    FleetOptions::new(
+        [nats.url()],
+        MemberId::new(member).unwrap(),
+        nats.key_file(),
+    )
+    .presence(Duration::from_millis(100), Duration::from_millis(600))
 }
 
-/// A running `nats-server` and the directory holding its config and the
-/// fleet's files.
-pub struct Nats {
-    binary: PathBuf,
-    pub dir: tempfile::TempDir,
-    pub port: u16,
-    child: Option<Child>,
-}
-
-impl Nats {
-    /// A server with `extra` added to its config (authorization, TLS).
-    pub fn start(binary: PathBuf, extra: &str) -> Nats {
-        Nats::start_with(binary, |_| extra.to_owned())
-    }
-
-    /// A server with what `extra` writes in its directory (certificates)
-    /// and returns added to its config.
-    pub fn start_with(binary: PathBuf, extra: impl FnOnce(&Path) -> String) -> Nats {
-        let dir = tempfile::tempdir().unwrap();
-        let port = dk_testkit::free_port();
-        let extra = extra(dir.path());
-        let config = format!("listen: 127.0.0.1:{port}\nmax_payload: 1MB\n{extra}\n");
-        fs::write(dir.path().join("nats.conf"), config).unwrap();
-        let mut nats = Nats {
-            binary,
-            dir,
-            port,
-            child: None,
-        };
-        nats.resume();
-        nats
-    }
-
-    /// The plain server's address.
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Starts the server (again) on the same port, and waits for it.
-    pub fn resume(&mut self) {
-        let child = Command::new(&self.binary)
-            .arg("-c")
-            .arg(self.dir.path().join("nats.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < until, "nats-server did not listen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Kills the server.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Writes a private file (0600) in the server's directory.
-    pub fn private_file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        let mut file = fs::File::create(&path).unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
-        path
-    }
-
-    /// The fleet key file every member of a test shares.
-    pub fn key_file(&self) -> PathBuf {
-        let path = self.dir.path().join("fleet.key");
-        if !path.exists() {
-            self.private_file("fleet.key", &format!("{}\n", "4b".repeat(32)));
-        }
-        path
-    }
-
-    /// Options for `member` on this server with the shared key, beating
-    /// fast so that expiry tests are short.
-    pub fn options(&self, member: &str) -> FleetOptions {
-        FleetOptions::new(
-            [self.url()],
-            MemberId::new(member).unwrap(),
-            self.key_file(),
-        )
-        .presence(Duration::from_millis(100), Duration::from_millis(600))
-    }
-
-    /// A member joined with [`Nats::options`].
-    pub async fn member(&self, member: &str) -> Fleet {
-        Fleet::connect(self.options(member)).await.unwrap()
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.stop();
-    }
+/// A member joined with [`options`].
+pub async fn member(nats: &Nats, member: &str) -> Fleet {
+    Fleet::connect(options(nats, member)).await.unwrap()
 }
 
 /// Waits until `check` holds, or fails after `patience`.

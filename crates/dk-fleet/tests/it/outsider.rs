@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 
-use crate::harness::{Nats, eventually, nats_or_skip};
+use crate::harness::{Nats, eventually, member, nats_or_skip};
 
 const MARK: &[u8] = b"marked-input-7f3a";
 
@@ -20,8 +20,8 @@ async fn an_outsider_reads_nothing_and_injects_nothing() {
     let mut everything = outsider.subscribe(">").await.unwrap();
     outsider.flush().await.unwrap();
 
-    let a = nats.member("a").await;
-    let b = nats.member("b").await;
+    let a = member(&nats, "a").await;
+    let b = member(&nats, "b").await;
     let mut served = b.serve().await.unwrap();
     let mut events = b.events().await.unwrap();
     let soon = || Instant::now() + Duration::from_secs(5);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{Nats, eventually, nats_or_skip};
+use crate::harness::{Nats, eventually, member, nats_or_skip, options};
 
 #[tokio::test]
 async fn holders_are_seen_and_forgotten() {
@@ -11,16 +11,15 @@ async fn holders_are_seen_and_forgotten() {
         return;
     };
     let nats = Nats::start(binary, "");
-    let a = nats.member("a").await;
+    let a = member(&nats, "a").await;
     // b forgets a silent member after 2 s, so a goodbye seen well before
     // is told apart from expiry even on a busy machine.
     let b = dk_fleet::Fleet::connect(
-        nats.options("b")
-            .presence(Duration::from_millis(100), Duration::from_secs(2)),
+        options(&nats, "b").presence(Duration::from_millis(100), Duration::from_secs(2)),
     )
     .await
     .unwrap();
-    let c = nats.member("c").await;
+    let c = member(&nats, "c").await;
     a.announce(["lamp", "lock"]).unwrap();
     c.announce(["fan"]).unwrap();
     assert_eq!(a.holder_of("lamp"), Some(a.member().clone()));

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use dk_fleet::{MemberId, RequestError};
 
-use crate::harness::{Nats, eventually, nats_or_skip};
+use crate::harness::{Nats, eventually, member, nats_or_skip};
 
 #[tokio::test]
 async fn requests_reach_the_member_and_fail_clearly() {
@@ -14,9 +14,9 @@ async fn requests_reach_the_member_and_fail_clearly() {
         return;
     };
     let mut nats = Nats::start(binary, "");
-    let a = nats.member("a").await;
-    let b = nats.member("b").await;
-    let silent = nats.member("silent").await;
+    let a = member(&nats, "a").await;
+    let b = member(&nats, "b").await;
+    let silent = member(&nats, "silent").await;
     let mut served = b.serve().await.unwrap();
     let server = tokio::spawn(async move {
         while let Some(request) = served.next().await {

@@ -22,6 +22,7 @@ mod files;
 mod fleet;
 mod logs;
 mod mcp_bridge;
+mod members;
 mod network;
 mod postgres;
 mod process;

@@ -1,0 +1,241 @@
+//! Three `dk vessel` processes run as one fleet, on a real PostgreSQL and a
+//! real `nats-server` (dk-testkit's): a lamp pairs through the first, its
+//! pairing is answered on the second, an agent on the second calls it, the
+//! approval that call needs is answered on the third; then the first is
+//! killed with SIGKILL, the lamp moves to another member by itself, and
+//! the agent's calls succeed again. Every call leaves exactly one decision
+//! in the shared log, and `dk audit verify --store` finds the chain intact.
+//!
+//! Without PostgreSQL or nats-server the test says so and passes, unless
+//! `DK_REQUIRE_PEERS` is set.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dk_testkit::nats::{Nats, nats_or_skip};
+use dk_testkit::postgres::PgServer;
+use dk_vessel::http::AdminClient;
+use serde_json::{Value, json};
+
+use crate::approvals::{Agent, approval_id, lamp_rules};
+use crate::process::{PATIENCE, Running, Scratch, devices, eventually, succeeded};
+
+const SET_LIGHT: &str = "device__desk_lamp__set_light";
+
+/// A simulated lamp process, killed on drop.
+struct Lamp(Child);
+
+impl Drop for Lamp {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A member of the fleet: its scratch home and its running vessel.
+struct Member {
+    scratch: Scratch,
+    vessel: Option<Running>,
+}
+
+impl Member {
+    fn start(name: &str, nats: &Nats, store: &str) -> Member {
+        let scratch = Scratch::new(&format!("fleet-{name}"));
+        let key = nats.key_file();
+        let rules = lamp_rules();
+        let args = [
+            "--mcp-listen",
+            "127.0.0.1:0",
+            "--fleet",
+            &nats.url(),
+            "--fleet-key",
+            key.to_str().unwrap(),
+            "--fleet-member",
+            name,
+            "--policies",
+            &rules,
+        ];
+        let vessel = Running::start_env(&scratch, &args, &[("DK_STORE", store)]);
+        Member {
+            scratch,
+            vessel: Some(vessel),
+        }
+    }
+
+    fn vessel(&self) -> &Running {
+        self.vessel.as_ref().unwrap()
+    }
+
+    fn admin(&self) -> AdminClient {
+        self.vessel().admin(&self.scratch)
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        succeeded(&self.scratch.run(args))
+    }
+}
+
+/// The decisions in the shared log, oldest first.
+fn decisions(owner: &Member, store: &str) -> Vec<Value> {
+    let out = owner.run(&["audit", "tail", "--store", store, "--json", "-n", "100000"]);
+    out.lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|entry| entry["kind"] == "decision")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
+    let test = "three_vessels_run_as_one_and_carry_on_when_one_is_killed";
+    let Some(pg) = PgServer::shared(test) else {
+        return;
+    };
+    let Some(nats) = nats_or_skip(test) else {
+        return;
+    };
+    let nats = Nats::start(nats, "");
+    let store = pg.database();
+    let mut a = Member::start("a", &nats, &store);
+    let b = Member::start("b", &nats, &store);
+    let c = Member::start("c", &nats, &store);
+
+    // The lamp knows every member; it pairs with the first, and the person
+    // answers its pairing on the second.
+    let lamp = Lamp(
+        Command::new(env!("CARGO_BIN_EXE_dk"))
+            .args(["device", "simulate", "lamp", "--vessel", &a.vessel().url()])
+            .args([
+                "--also-at",
+                &b.vessel().url(),
+                "--also-at",
+                &c.vessel().url(),
+            ])
+            .arg("--key-file")
+            .arg(a.scratch.root().join("desk-lamp.key"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    crate::process::approve_when_asked(&b.admin(), "desk-lamp", &["set_light", "strobe"]).await;
+    let (admin_a, admin_b, admin_c) = (a.admin(), b.admin(), c.admin());
+    eventually("the lamp connected to the first member", || async {
+        devices(&admin_a)
+            .await
+            .first()
+            .is_some_and(|d| d["connected"] == true)
+            .then_some(())
+    })
+    .await;
+    // Every member knows the pairing and its grants.
+    for admin in [&admin_b, &admin_c] {
+        eventually("the pairing known to every member", || async {
+            devices(admin)
+                .await
+                .first()
+                .is_some_and(|d| d["grants"] == json!(["set_light", "strobe"]))
+                .then_some(())
+        })
+        .await;
+    }
+
+    // An agent added on the third member calls through the second.
+    let added = admin_c
+        .post(
+            "/v1/agents",
+            &json!({"name": "helper", "scope": ["desk-lamp"], "role": "user"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added.status, 201, "{added:?}");
+    let credential = added.body["credential"].as_str().unwrap().to_owned();
+    eventually("the agent known to the second member", || async {
+        let agents = admin_b.get("/v1/agents").await.unwrap().body;
+        agents
+            .as_array()?
+            .iter()
+            .any(|agent| agent["name"] == "helper")
+            .then_some(())
+    })
+    .await;
+    // The lamp is connected to the first member only: the second reaches
+    // it through the first.
+    assert_eq!(devices(&admin_a).await[0]["connected"], true);
+    assert_eq!(devices(&admin_b).await[0]["connected"], false);
+    let mut agent = Agent::start(&b.scratch, &credential);
+    let mut calls = 0;
+
+    // The call needs a yes: asked on the second member, shown on all
+    // three, answered on the third, remembered for the same arguments.
+    let on = json!({"on": true, "brightness": 40});
+    agent.call(2, SET_LIGHT, on.clone());
+    calls += 1;
+    let id = approval_id(&admin_c).await.to_string();
+    assert!(approval_id(&admin_a).await > 0);
+    let allowed = c.run(&["approvals", "allow", &id, "--remember", "args"]);
+    assert!(allowed.contains("allowed"), "{allowed}");
+    let answer = agent.answer(2);
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+    // The prompt closed on every member.
+    for admin in [&admin_a, &admin_b, &admin_c] {
+        eventually("the prompt closed everywhere", || async {
+            let pending = admin.get("/v1/pending").await.unwrap().body;
+            pending.as_array()?.is_empty().then_some(())
+        })
+        .await;
+    }
+    // Remembered where it was decided: the same call is not asked again.
+    agent.call(3, SET_LIGHT, on.clone());
+    calls += 1;
+    let answer = agent.answer(3);
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+
+    // The first member dies: the lamp moves on by itself, and the agent's
+    // calls succeed again.
+    a.vessel.take().unwrap().kill();
+    let killed = Instant::now();
+    let mut next_id = 10;
+    let back = loop {
+        agent.call(next_id, SET_LIGHT, on.clone());
+        calls += 1;
+        let answer = agent.answer(next_id);
+        next_id += 1;
+        if answer["result"]["isError"] != true {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < PATIENCE,
+            "calls did not succeed again: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "calls succeeded again {} ms after the first member was killed",
+        back.as_millis()
+    );
+
+    // One decision per call, none lost and none twice, and the chain
+    // verifies.
+    let made = eventually("every decision committed", || async {
+        let made = decisions(&b, &store);
+        (made.len() == calls).then_some(made)
+    })
+    .await;
+    let allowed = made
+        .iter()
+        .filter(|d| d["entry"]["allowed"] == true)
+        .count();
+    assert!(allowed >= 3, "{made:?}");
+    let verified = b.run(&["audit", "verify", "--store", &store]);
+    assert!(verified.contains("intact"), "{verified}");
+
+    drop(agent);
+    drop(lamp);
+    for member in [b, c] {
+        if let Some(vessel) = member.vessel {
+            vessel.interrupt();
+        }
+    }
+    drop(nats);
+}
