@@ -1074,8 +1074,11 @@ impl DeviceToolAdapter {
         // The call is made: it counts against the limited rules it matched.
         counted
             .keep(self.registry.store().as_ref())
-            .map_err(|error| Refusal::CountsNotKept {
-                why: error.to_string(),
+            .map_err(|not_kept| match not_kept {
+                counts::NotKept::Store(error) => Refusal::CountsNotKept {
+                    why: error.to_string(),
+                },
+                counts::NotKept::Reached(reason, wait) => Refusal::RuleLimited { reason, wait },
             })?;
         let timeout = ctx.timeout.unwrap_or(self.call_timeout);
         reached.store(true, Ordering::Relaxed);

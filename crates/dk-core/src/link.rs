@@ -63,6 +63,9 @@ impl FrameSink for mpsc::Sender<String> {
 pub trait RemoteLinks: Send + Sync {
     /// A link to `device_id` through the member holding it, when one does.
     fn reach(&self, device_id: &str) -> Option<Arc<dyn DeviceLink>>;
+
+    /// The name of the other member `device_id` is connected to, if any.
+    fn holder(&self, device_id: &str) -> Option<String>;
 }
 
 /// The connected devices, by id. At most one link per device: connecting
@@ -137,6 +140,20 @@ impl Links {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         remote.and_then(|remote| remote.reach(device_id))
+    }
+
+    /// The fleet member `device_id` is connected to, when it is not
+    /// connected here but to another member.
+    pub fn held_elsewhere(&self, device_id: &str) -> Option<String> {
+        if self.is_connected(device_id) {
+            return None;
+        }
+        let remote = self
+            .remote
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        remote.and_then(|remote| remote.holder(device_id))
     }
 
     /// The ids of the devices connected here, in no order.

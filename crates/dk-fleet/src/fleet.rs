@@ -36,6 +36,9 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// Most devices one member announces.
 pub const MAX_DEVICES: usize = 4096;
 
+/// How often a request waiting for its reply looks at the connection.
+const CONNECTION_CHECK: Duration = Duration::from_millis(50);
+
 /// How many messages were dropped, by reason, since the member joined.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dropped {
@@ -368,9 +371,22 @@ impl Fleet {
             }
             Err(RequestError::NatsDown)
         };
-        tokio::time::timeout(left, wait)
-            .await
-            .unwrap_or(Err(RequestError::DeadlinePassed))
+        // A connection lost while waiting fails the request then, not at
+        // its deadline: the reply cannot come through a closed connection.
+        let lost = async {
+            loop {
+                tokio::time::sleep(CONNECTION_CHECK).await;
+                if !shared.connected() {
+                    return RequestError::NatsDown;
+                }
+            }
+        };
+        tokio::select! {
+            answered = tokio::time::timeout(left, wait) => {
+                answered.unwrap_or(Err(RequestError::DeadlinePassed))
+            }
+            lost = lost => Err(lost),
+        }
     }
 
     /// Serves the requests sent to this member: verified, each with its

@@ -122,6 +122,7 @@ fn device_body(vessel: &Vessel, snapshot: DeviceSnapshot) -> api::Device {
         digest: snapshot.device.digest().to_owned(),
         paired_at_ms: u64::try_from(paired_at).unwrap_or(u64::MAX),
         connected: vessel.links().is_connected(m.id()),
+        held_by: vessel.links().held_elsewhere(m.id()),
         channel: snapshot.device.channel(),
         grants: snapshot.grants,
         capabilities: m

@@ -434,6 +434,10 @@ pub struct Device {
     pub paired_at_ms: u64,
     /// Whether it is connected now.
     pub connected: bool,
+    /// In a fleet, the member it is connected to when that is another
+    /// vessel (calls reach it through that member); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
     /// The channel it paired on and reconnects on: `dk/2` or `v1`. Absent
     /// from an older vessel: v1.
     #[serde(default)]

@@ -110,6 +110,17 @@ pub trait Store: Send + Sync + 'static {
     /// Durable on return.
     fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError>;
 
+    /// Records a call a rule with a `limit` counted, as
+    /// [`Store::put_rate_hit`] does, but only while fewer than `hit.calls`
+    /// calls of its rule and agent are within their windows at
+    /// `hit.at_ms` in the store: decided atomically against every vessel
+    /// sharing it, so a fleet's limit holds across its members. By default
+    /// the store is one vessel's, whose own counts already decided: the
+    /// call is recorded and counted.
+    fn claim_rate_hit(&self, hit: &RateHit) -> Result<RateClaim, StoreError> {
+        self.put_rate_hit(hit).map(|()| RateClaim::Counted)
+    }
+
     /// Every recorded call whose window has not passed at `now_ms`, oldest
     /// first.
     fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError>;
@@ -118,6 +129,19 @@ pub trait Store: Send + Sync + 'static {
     /// (a counter of its own, set to `at_ms`), to tell whether the store
     /// takes writes now: a readiness check. Never writes an audit entry.
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError>;
+}
+
+/// What [`Store::claim_rate_hit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateClaim {
+    /// The call was recorded: it counts.
+    Counted,
+    /// The limit is reached in the store: nothing was recorded.
+    Reached {
+        /// How long until the oldest call in the window leaves it, in
+        /// milliseconds.
+        retry_after_ms: u64,
+    },
 }
 
 /// One device call a rule with a `limit` counted (see

@@ -43,8 +43,8 @@ use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, check_event, 
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateHit, Snapshot, Store, StoreError,
-    StoredAgent, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateClaim, RateHit, Snapshot, Store,
+    StoreError, StoredAgent, StoredPairing, VerifyReport,
 };
 
 /// The schema version this build writes: the number of migration steps.
@@ -1293,6 +1293,54 @@ impl Store for PgStore {
             .await?;
             Ok(())
         }))
+    }
+
+    fn claim_rate_hit(&self, hit: &RateHit) -> Result<RateClaim, StoreError> {
+        let at = to_i64(hit.at_ms, "rate hit time")?;
+        let until = to_i64(hit.until_ms(), "rate hit time")?;
+        let window = to_i64(hit.window_ms, "rate hit window")?;
+        let calls = i64::from(hit.calls);
+        let (rule, agent) = (hit.rule.clone(), hit.agent.clone());
+        let wait = self.run(move |pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client.transaction().await.map_err(db)?;
+            // One rule and agent's count at a time, across every vessel.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, 7))",
+                &[&rule, &agent],
+            )
+            .await
+            .map_err(db)?;
+            let row = tx
+                .query_one(
+                    "SELECT count(*), min(until_ms) FROM rate_hit
+                     WHERE rule = $1 AND agent = $2 AND until_ms > $3",
+                    &[&rule, &agent, &at],
+                )
+                .await
+                .map_err(db)?;
+            let (counted, oldest): (i64, Option<i64>) = (get(&row, 0)?, get(&row, 1)?);
+            if counted >= calls {
+                tx.commit().await.map_err(db)?;
+                return Ok(Some(oldest.unwrap_or(until).saturating_sub(at)));
+            }
+            exec(&tx, "DELETE FROM rate_hit WHERE until_ms <= $1", &[&at]).await?;
+            exec(
+                &tx,
+                "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&rule, &agent, &at, &calls, &window, &until],
+            )
+            .await?;
+            tx.commit().await.map_err(db)?;
+            Ok(None)
+        })?;
+        Ok(match wait {
+            None => RateClaim::Counted,
+            Some(wait) => RateClaim::Reached {
+                retry_after_ms: u64::try_from(wait).unwrap_or(0),
+            },
+        })
     }
 
     fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {

@@ -591,6 +591,10 @@ struct FleetLinks {
 
 impl RemoteLinks for FleetLinks {
     fn reach(&self, device_id: &str) -> Option<Arc<dyn DeviceLink>> {
+        if !self.fleet.is_connected() {
+            // Whether another member holds it cannot be known: say why.
+            return Some(Arc::new(Unreachable));
+        }
         let holder = self.fleet.holder_of(device_id)?;
         if holder == *self.fleet.member() {
             // Announced from here but gone meanwhile: not connected.
@@ -601,6 +605,29 @@ impl RemoteLinks for FleetLinks {
             holder,
             device: device_id.to_owned(),
         }))
+    }
+
+    fn holder(&self, device_id: &str) -> Option<String> {
+        let holder = self.fleet.holder_of(device_id)?;
+        (holder != *self.fleet.member()).then(|| holder.as_str().to_owned())
+    }
+}
+
+/// A device not connected here while the fleet's NATS connection is down.
+struct Unreachable;
+
+impl DeviceLink for Unreachable {
+    fn invoke<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a Map<String, Value>,
+        _: Duration,
+    ) -> BoxFuture<'a, InvokeResult> {
+        Box::pin(std::future::ready(Err(InvokeError::Routed(
+            "fleet: the fleet's NATS connection is down: a device not connected to this \
+             vessel cannot be reached"
+                .to_owned(),
+        ))))
     }
 }
 

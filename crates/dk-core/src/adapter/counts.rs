@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use dk_policy::{Call, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull, Rule};
 
-use crate::store::{RateHit, Store, StoreError};
+use crate::store::{RateClaim, RateHit, Store, StoreError};
 use dk_store::epoch_ms;
 
 /// Every limit reads as reached: the counts could not be loaded.
@@ -82,6 +82,7 @@ impl RuleCounts {
         let mut counted = Counted {
             counts: self,
             hits: Vec::new(),
+            reasons: Vec::new(),
             at,
             kept: false,
         };
@@ -90,6 +91,7 @@ impl RuleCounts {
                 continue;
             };
             log.record(rule.name(), agent, limit, at)?;
+            counted.reasons.push(rule.reason().to_owned());
             counted.hits.push(RateHit {
                 rule: rule.name().to_owned(),
                 agent: agent.to_owned(),
@@ -125,15 +127,40 @@ impl RuleCounts {
 pub(crate) struct Counted<'c> {
     counts: &'c RuleCounts,
     hits: Vec<RateHit>,
+    /// The reason of each hit's rule, for a refusal when the store finds
+    /// its limit reached.
+    reasons: Vec<String>,
     at: SystemTime,
     kept: bool,
 }
 
+/// Why a call's counts were not kept.
+#[derive(Debug)]
+pub(crate) enum NotKept {
+    /// The store failed.
+    Store(StoreError),
+    /// A store shared by a fleet found a rule's limit reached by calls
+    /// other vessels made: the rule's reason, and how long until it
+    /// allows a call again.
+    Reached(String, std::time::Duration),
+}
+
 impl Counted<'_> {
-    /// The call is being made: keeps its counts, in the store too.
-    pub(crate) fn keep(mut self, store: &dyn Store) -> Result<(), StoreError> {
-        for hit in &self.hits {
-            store.put_rate_hit(hit)?;
+    /// The call is being made: keeps its counts, in the store too, where a
+    /// store shared by a fleet may find a limit reached by the other
+    /// members' calls (then this call is not made: its counts are given
+    /// back here, and those the store took stay taken).
+    pub(crate) fn keep(mut self, store: &dyn Store) -> Result<(), NotKept> {
+        for (hit, reason) in self.hits.iter().zip(&self.reasons) {
+            match store.claim_rate_hit(hit).map_err(NotKept::Store)? {
+                RateClaim::Counted => {}
+                RateClaim::Reached { retry_after_ms } => {
+                    return Err(NotKept::Reached(
+                        reason.clone(),
+                        std::time::Duration::from_millis(retry_after_ms),
+                    ));
+                }
+            }
         }
         self.kept = true;
         Ok(())

@@ -25,6 +25,33 @@ const SET_LIGHT: &str = "device__desk_lamp__set_light";
 /// A simulated lamp process, killed on drop.
 struct Lamp(Child);
 
+impl Lamp {
+    /// The simulated lamp, connecting to `first` and moving on to `others`.
+    fn start(first: &Member, others: &[&Member]) -> Lamp {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+        command.args([
+            "device",
+            "simulate",
+            "lamp",
+            "--vessel",
+            &first.vessel().url(),
+        ]);
+        for other in others {
+            command.args(["--also-at", &other.vessel().url()]);
+        }
+        Lamp(
+            command
+                .arg("--key-file")
+                .arg(first.scratch.root().join("desk-lamp.key"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
 impl Drop for Lamp {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -34,15 +61,19 @@ impl Drop for Lamp {
 
 /// A member of the fleet: its scratch home and its running vessel.
 struct Member {
+    name: String,
     scratch: Scratch,
     vessel: Option<Running>,
 }
 
 impl Member {
     fn start(name: &str, nats: &Nats, store: &str) -> Member {
+        Member::start_with(name, nats, store, &lamp_rules())
+    }
+
+    fn start_with(name: &str, nats: &Nats, store: &str, rules: &str) -> Member {
         let scratch = Scratch::new(&format!("fleet-{name}"));
         let key = nats.key_file();
-        let rules = lamp_rules();
         let args = [
             "--mcp-listen",
             "127.0.0.1:0",
@@ -53,10 +84,11 @@ impl Member {
             "--fleet-member",
             name,
             "--policies",
-            &rules,
+            rules,
         ];
         let vessel = Running::start_env(&scratch, &args, &[("DK_STORE", store)]);
         Member {
+            name: name.to_owned(),
             scratch,
             vessel: Some(vessel),
         }
@@ -163,6 +195,10 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     // it through the first.
     assert_eq!(devices(&admin_a).await[0]["connected"], true);
     assert_eq!(devices(&admin_b).await[0]["connected"], false);
+    eventually("the second member sees where the lamp is", || async {
+        (devices(&admin_b).await[0]["heldBy"] == "a").then_some(())
+    })
+    .await;
     let mut agent = Agent::start(&b.scratch, &credential);
     let mut calls = 0;
 
@@ -238,4 +274,161 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
         }
     }
     drop(nats);
+}
+
+/// A rule file in `scratch`'s directory.
+fn rules(scratch: &Scratch, yaml: &str) -> String {
+    let path = scratch.root().join("rules.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The admin API's answer to a call of `tool`.
+async fn call(admin: &AdminClient, tool: &str) -> Value {
+    let answer = admin
+        .post("/v1/tools/call", &json!({"tool": tool, "input": {}}))
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.body
+}
+
+/// Pairs the lamp through `first` (answered there) with `grant`, and waits
+/// until every member knows the pairing.
+async fn pair_lamp(first: &Member, others: &[&Member], grant: &[&str]) -> Lamp {
+    let lamp = Lamp::start(first, others);
+    crate::process::approve_when_asked(&first.admin(), "desk-lamp", grant).await;
+    for member in std::iter::once(first).chain(others.iter().copied()) {
+        let admin = member.admin();
+        eventually("the pairing known to every member", || async {
+            devices(&admin)
+                .await
+                .first()
+                .is_some_and(|d| d["grants"] == json!(grant))
+                .then_some(())
+        })
+        .await;
+    }
+    eventually("the lamp connected", || async {
+        devices(&first.admin())
+            .await
+            .first()
+            .is_some_and(|d| d["connected"] == true)
+            .then_some(())
+    })
+    .await;
+    let name = first.name.clone();
+    for other in others {
+        let admin = other.admin();
+        eventually("the lamp's member known to the others", || async {
+            devices(&admin)
+                .await
+                .first()
+                .is_some_and(|d| d["heldBy"] == name.as_str())
+                .then_some(())
+        })
+        .await;
+    }
+    lamp
+}
+
+const READ_LIGHT: &str = "device__desk_lamp__read_light";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_holds_across_the_fleet() {
+    let test = "a_limit_holds_across_the_fleet";
+    let Some(pg) = PgServer::shared(test) else {
+        return;
+    };
+    let Some(nats) = nats_or_skip(test) else {
+        return;
+    };
+    let nats = Nats::start(nats, "");
+    let store = pg.database();
+    let holder = Scratch::new("fleet-rules");
+    let limited = rules(
+        &holder,
+        "version: 1\npolicies:\n  - name: three-reads\n    action: device_use\n    \
+         condition: \"capability equals read_light\"\n    decision: block\n    \
+         message: \"three reads an hour\"\n    limit: 3 per 1h\n",
+    );
+    let members: Vec<Member> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Member::start_with(name, &nats, &store, &limited))
+        .collect();
+    let _lamp = pair_lamp(&members[0], &[&members[1], &members[2]], &["read_light"]).await;
+
+    // Thirty calls at once, ten through each member: exactly three pass.
+    let admins: Vec<AdminClient> = members.iter().map(Member::admin).collect();
+    let calls = (0..30).map(|i| {
+        let admin = &admins[i % 3];
+        async move { call(admin, READ_LIGHT).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let passed = answers.iter().filter(|a| a["ok"] == true).count();
+    assert_eq!(passed, 3, "{answers:?}");
+    for refused in answers.iter().filter(|a| a["ok"] != true) {
+        let reason = refused["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("three reads an hour"), "{refused}");
+    }
+    for member in members {
+        if let Some(vessel) = member.vessel {
+            vessel.interrupt();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_back() {
+    let test = "with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_back";
+    let Some(pg) = PgServer::shared(test) else {
+        return;
+    };
+    let Some(nats) = nats_or_skip(test) else {
+        return;
+    };
+    let mut nats = Nats::start(nats, "");
+    let store = pg.database();
+    let holder = Scratch::new("fleet-open");
+    let open = rules(&holder, "version: 1\npolicies: []\n");
+    let a = Member::start_with("a", &nats, &store, &open);
+    let b = Member::start_with("b", &nats, &store, &open);
+    let _lamp = pair_lamp(&a, &[&b], &["read_light"]).await;
+    let (admin_a, admin_b) = (a.admin(), b.admin());
+    let routed = call(&admin_b, READ_LIGHT).await;
+    assert_eq!(routed["ok"], true, "{routed}");
+
+    nats.stop();
+    let down = Instant::now();
+    let refused = eventually("a routed call refused", || async {
+        let answer = call(&admin_b, READ_LIGHT).await;
+        (answer["ok"] != true).then_some(answer)
+    })
+    .await;
+    let took = down.elapsed();
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(reason.contains("NATS connection is down"), "{refused}");
+    let started = Instant::now();
+    let again = call(&admin_b, READ_LIGHT).await;
+    let answered_in = started.elapsed();
+    let again_reason = again["reason"].as_str().unwrap();
+    assert!(again_reason.contains("NATS connection is down"), "{again}");
+    println!(
+        "NATS down: a routed call refused {} ms after the kill, the next in {} ms",
+        took.as_millis(),
+        answered_in.as_millis()
+    );
+    let local = call(&admin_a, READ_LIGHT).await;
+    assert_eq!(local["ok"], true, "{local}");
+
+    nats.resume();
+    eventually("routed calls again", || async {
+        (call(&admin_b, READ_LIGHT).await["ok"] == true).then_some(())
+    })
+    .await;
+    for member in [a, b] {
+        if let Some(vessel) = member.vessel {
+            vessel.interrupt();
+        }
+    }
 }
