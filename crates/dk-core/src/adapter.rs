@@ -639,6 +639,13 @@ impl DeviceToolAdapter {
             decision.report(false, &reason, None, CallDecision::Denied);
             return ToolOutcome::Refused { reason };
         }
+        if self.room.as_ref().is_some_and(AuditRoom::failing) {
+            // Its record is queued and committed once the store takes
+            // writes again; the call itself is not made.
+            let reason = Refusal::AuditFailing.to_string();
+            decision.report(false, &reason, None, CallDecision::Denied);
+            return ToolOutcome::Refused { reason };
+        }
         let mut rule = None;
         let mut person = PersonSaid::default();
         let outcome = self

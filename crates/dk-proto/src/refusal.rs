@@ -194,6 +194,11 @@ pub enum Refusal {
     /// that could not be recorded.
     #[error("[8dk-deny] the audit log has stopped: no call can be recorded")]
     AuditStopped,
+    /// Before any check: the store does not take the audit log's writes
+    /// now (its last commit failed and is retried), and no call is made
+    /// whose record could not be made durable.
+    #[error("[8dk-deny] the audit log cannot be written now: no call is made until it can")]
+    AuditFailing,
     /// Before the checks: the tool is outside the calling agent's scope or
     /// role (an MCP agent's rule).
     #[error("[8dk-deny] \"{tool}\" is not in the scope of agent \"{agent}\"")]
@@ -257,6 +262,7 @@ impl Refusal {
             | Refusal::NotConnected { .. }
             | Refusal::CountsNotKept { .. }
             | Refusal::AuditStopped
+            | Refusal::AuditFailing
             | Refusal::OutOfScope { .. }
             | Refusal::RunLimitsWithoutRun
             | Refusal::BadRunId

@@ -164,9 +164,16 @@ impl Places {
 /// The places of an [`AuditWriter`]'s queue, for the tool adapter: a call
 /// takes one before its checks and spends it on its decision record.
 #[derive(Debug, Clone)]
-pub struct AuditRoom(Arc<Places>);
+pub struct AuditRoom(Arc<Places>, Arc<Counters>);
 
 impl AuditRoom {
+    /// Whether the writer's last commit failed and is being retried (the
+    /// store does not take writes now): a call is then not made, as its
+    /// record could not be made durable.
+    pub fn failing(&self) -> bool {
+        self.1.failing.load(Ordering::Relaxed)
+    }
+
     /// A place in the queue: at once when there is room (an atomic
     /// compare-and-swap), otherwise once a commit gives places back, waiting
     /// without blocking the thread. An error when the writer has stopped.
@@ -288,7 +295,7 @@ impl AuditWriter {
 
     /// The queue's places, for a caller that takes its place ahead of time.
     pub fn room(&self) -> AuditRoom {
-        AuditRoom(Arc::clone(&self.places))
+        AuditRoom(Arc::clone(&self.places), Arc::clone(&self.counters))
     }
 
     fn take_blocking(&self) -> Place {

@@ -432,3 +432,58 @@ async fn with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_down_the_fleet_fails_closed_and_recovers() {
+    let test = "with_postgres_down_the_fleet_fails_closed_and_recovers";
+    let Some(pg) = PgServer::start(test) else {
+        return;
+    };
+    let Some(nats) = nats_or_skip(test) else {
+        return;
+    };
+    let nats = Nats::start(nats, "");
+    let store = pg.database();
+    let holder = Scratch::new("fleet-pg-down");
+    let open = rules(&holder, "version: 1\npolicies: []\n");
+    let a = Member::start_with("a", &nats, &store, &open);
+    let b = Member::start_with("b", &nats, &store, &open);
+    let _lamp = pair_lamp(&a, &[&b], &["read_light"]).await;
+    let (admin_a, admin_b) = (a.admin(), b.admin());
+    assert_eq!(call(&admin_b, READ_LIGHT).await["ok"], true);
+
+    pg.stop();
+    // No call without its record, through either member.
+    for admin in [&admin_a, &admin_b] {
+        let refused = eventually("a call refused", || async {
+            let answer = call(admin, READ_LIGHT).await;
+            (answer["ok"] != true).then_some(answer)
+        })
+        .await;
+        println!("PostgreSQL down, a call: {refused}");
+    }
+    // No grant either: refused with the store's error, nothing changed.
+    let grant = admin_a
+        .put("/v1/devices/desk-lamp/grants/set_light")
+        .await
+        .unwrap();
+    assert!(grant.status >= 500, "{grant:?}");
+    println!("PostgreSQL down, a grant: {} {}", grant.status, grant.body);
+    assert_eq!(devices(&admin_b).await[0]["grants"], json!(["read_light"]));
+
+    pg.restart();
+    for admin in [&admin_a, &admin_b] {
+        eventually("calls again", || async {
+            (call(admin, READ_LIGHT).await["ok"] == true).then_some(())
+        })
+        .await;
+    }
+    // Every call made has its record, and the chain verifies.
+    let verified = b.run(&["audit", "verify", "--store", &store]);
+    assert!(verified.contains("intact"), "{verified}");
+    for member in [a, b] {
+        if let Some(vessel) = member.vessel {
+            vessel.interrupt();
+        }
+    }
+}
