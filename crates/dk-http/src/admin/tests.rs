@@ -1124,6 +1124,7 @@ fn pending_bodies_are_the_prompts_json() {
             expires_at_ms: 9,
             prompt,
             can_remember,
+            mirrored: false,
         };
         let before = serde_json::to_string(&pending).unwrap();
         let body = serde_json::to_string(&pending_body(pending)).unwrap();

@@ -174,6 +174,7 @@ fn answers_round_trip_in_the_routes_key_order() {
             digest: "ab12".to_owned(),
             paired_at_ms: 1_700_000_000_000,
             connected: true,
+            held_by: None,
             channel: crate::Channel::Dk2,
             grants: vec!["set_light".to_owned()],
             capabilities: vec![DeviceCapability {
