@@ -296,3 +296,51 @@ fn a_server_that_goes_away_fails_calls_and_they_work_again_once_it_is_back() {
     assert!(report.is_intact(), "{:?}", report.problems);
     assert_eq!(report.entries, 2, "the failed append left nothing");
 }
+
+#[test]
+fn a_limit_claimed_by_several_stores_at_once_lets_exactly_its_calls_through() {
+    let Some(server) =
+        server("a_limit_claimed_by_several_stores_at_once_lets_exactly_its_calls_through")
+    else {
+        return;
+    };
+    let url = server.database();
+    let stores: Vec<Arc<PgStore>> = (0..3)
+        .map(|_| Arc::new(PgStore::connect(&url).unwrap()))
+        .collect();
+    let now = epoch_ms(std::time::SystemTime::now());
+    let hit = |agent: &str| RateHit {
+        rule: "three-reads".to_owned(),
+        agent: agent.to_owned(),
+        at_ms: now,
+        calls: 3,
+        window_ms: 3_600_000,
+    };
+    let claims: Vec<RateClaim> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..30)
+            .map(|i| {
+                let store = Arc::clone(&stores[i % 3]);
+                let hit = hit("helper");
+                scope.spawn(move || store.claim_rate_hit(&hit).unwrap())
+            })
+            .collect();
+        running.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let counted = claims.iter().filter(|c| **c == RateClaim::Counted).count();
+    assert_eq!(counted, 3, "{claims:?}");
+    for claim in &claims {
+        if let RateClaim::Reached { retry_after_ms } = claim {
+            assert!(
+                (3_599_000..=3_600_000).contains(retry_after_ms),
+                "{claim:?}"
+            );
+        }
+    }
+    // Another agent's count is its own; every store reads the three back.
+    assert_eq!(
+        stores[1].claim_rate_hit(&hit("other")).unwrap(),
+        RateClaim::Counted
+    );
+    let kept = stores[2].load_rate_hits(now).unwrap();
+    assert_eq!(kept.iter().filter(|h| h.agent == "helper").count(), 3);
+}

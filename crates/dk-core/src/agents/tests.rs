@@ -186,3 +186,45 @@ fn changes_are_broadcast_and_audited_without_credentials() {
     let text = serde_json::to_string(&*seen).unwrap();
     assert!(!text.contains(credential.expose()));
 }
+
+#[test]
+fn a_directory_reloads_what_another_sharing_its_store_changed() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new());
+    let here = AgentDirectory::new().with_store(Arc::clone(&store));
+    let there = AgentDirectory::new().with_store(Arc::clone(&store));
+    let told = Arc::new(Mutex::new(0));
+    for directory in [&here, &there] {
+        let told = Arc::clone(&told);
+        directory.on_change(Arc::new(move || *told.lock().unwrap() += 1));
+    }
+    let mut events = there.subscribe();
+    let (_, credential) = here
+        .add("helper", scope(&["desk-lamp"]), AgentRole::User)
+        .unwrap();
+    there.reload(store.load_agents().unwrap()).unwrap();
+    assert_eq!(
+        there.authenticate(credential.expose()).unwrap().id,
+        "helper"
+    );
+    here.set_scope("helper", AgentScope::AllDevices).unwrap();
+    there.reload(store.load_agents().unwrap()).unwrap();
+    assert_eq!(there.get("helper").unwrap().scope, AgentScope::AllDevices);
+    here.remove("helper").unwrap();
+    there.reload(store.load_agents().unwrap()).unwrap();
+    assert_eq!(there.authenticate(credential.expose()), None);
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    let id = || "helper".to_owned();
+    assert_eq!(
+        seen,
+        vec![
+            AgentEvent::Added { id: id() },
+            AgentEvent::ScopeChanged { id: id() },
+            AgentEvent::Removed { id: id() },
+        ]
+    );
+    // Only the three changes made through a directory are told.
+    assert_eq!(*told.lock().unwrap(), 3);
+}

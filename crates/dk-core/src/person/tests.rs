@@ -359,3 +359,105 @@ async fn an_allowance_that_cannot_be_made_leaves_the_question_open() {
         .unwrap();
     assert!(!pairing.await.unwrap().approved);
 }
+
+/// A sink that keeps the answer a mirrored prompt was given.
+fn kept() -> (Arc<std::sync::Mutex<Vec<MirroredAnswer>>>, AnswerSink) {
+    let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = Arc::clone(&answers);
+    let sink: AnswerSink = Box::new(move |answer| keep.lock().unwrap().push(answer));
+    (answers, sink)
+}
+
+#[tokio::test]
+async fn a_prompt_of_another_vessel_is_shown_and_its_answer_sent_there_once() {
+    let channel = PersonChannel::new(Duration::from_secs(60));
+    let mut events = channel.subscribe();
+    let (consents, sink) = kept();
+    let consent_id = channel.mirror(Prompt::Consent(consent()), 9, false, sink);
+    let (approvals, sink) = kept();
+    let approval_id = channel.mirror(Prompt::Approval(approval_of("helper")), 9, true, sink);
+    let listed = channel.pending();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|p| p.mirrored));
+    assert_eq!(channel.waiting(), (1, 1));
+    assert!(matches!(events.try_recv(), Ok(PersonEvent::Asked(p)) if p.mirrored));
+
+    // The wrong kind is refused and leaves it open.
+    assert_eq!(
+        channel.answer_approval(consent_id, true),
+        Err(AnswerError::WrongKind(consent_id, "an approval"))
+    );
+    channel
+        .answer_consent(consent_id, ConsentDecision::approve(["read_light"]))
+        .unwrap();
+    assert_eq!(
+        channel.answer_consent(consent_id, ConsentDecision::refuse()),
+        Err(AnswerError::NotFound(consent_id))
+    );
+    assert_eq!(
+        *consents.lock().unwrap(),
+        vec![MirroredAnswer::Consent(ConsentDecision::approve([
+            "read_light"
+        ]))]
+    );
+
+    // A yes to remember goes there whole: that vessel makes the allowance.
+    let remember = Remember {
+        scope: crate::allowances::AllowanceScope::Arguments,
+        minutes: crate::allowances::AllowanceMinutes::default(),
+    };
+    let made = channel
+        .answer_approval_by(
+            approval_id,
+            ApprovalAnswer::Remember(remember),
+            Some(By::terminal()),
+        )
+        .unwrap();
+    assert_eq!(made, None);
+    assert_eq!(
+        *approvals.lock().unwrap(),
+        vec![MirroredAnswer::Approval {
+            answer: ApprovalAnswer::Remember(remember),
+            by: Some(By::terminal()),
+        }]
+    );
+    assert!(channel.pending().is_empty());
+}
+
+#[tokio::test]
+async fn a_mirrored_prompt_closes_when_its_vessel_says_and_is_never_withdrawn_here() {
+    let channel = PersonChannel::new(Duration::from_secs(60));
+    let (answers, sink) = kept();
+    let id = channel.mirror(Prompt::Approval(approval_of("helper")), 9, false, sink);
+    // Withdrawing this vessel's approvals leaves another vessel's alone.
+    assert_eq!(channel.withdraw_approvals(|_| true), 0);
+    assert_eq!(channel.pending().len(), 1);
+    // Not rememberable where the other vessel said so.
+    let remember = Remember {
+        scope: crate::allowances::AllowanceScope::Capability,
+        minutes: crate::allowances::AllowanceMinutes::default(),
+    };
+    assert_eq!(
+        channel.answer_approval_with(id, ApprovalAnswer::Remember(remember)),
+        Err(AnswerError::NotRememberable(id))
+    );
+    let mut events = channel.subscribe();
+    channel.close_mirror(id);
+    assert!(matches!(events.try_recv(), Ok(PersonEvent::Closed { id: closed }) if closed == id));
+    assert!(channel.pending().is_empty());
+    assert_eq!(
+        channel.answer_approval(id, true),
+        Err(AnswerError::NotFound(id))
+    );
+    assert!(answers.lock().unwrap().is_empty());
+    // Closing a prompt raised here is not for a mirror's closer.
+    let asking = channel.ask_consent(consent(), Duration::from_secs(60));
+    tokio::pin!(asking);
+    tokio::select! {
+        _ = &mut asking => panic!("answered without an answer"),
+        () = until_pending(&channel, 1) => {}
+    }
+    let own = channel.pending()[0].id;
+    channel.close_mirror(own);
+    assert_eq!(channel.pending().len(), 1);
+}

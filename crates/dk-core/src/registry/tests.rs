@@ -666,3 +666,125 @@ fn thousands_of_pairings_are_checked_at_open_and_one_tampered_manifest_refuses_t
     };
     check_refused(store_of_lamps(LAMPS, moved), "lamp-0005");
 }
+
+/// Two registries over one store, as two vessels of a fleet share one.
+fn two_vessels() -> (DeviceRegistry, DeviceRegistry) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    (
+        DeviceRegistry::open(Arc::clone(&store)).unwrap(),
+        DeviceRegistry::open(store).unwrap(),
+    )
+}
+
+fn drain(events: &mut broadcast::Receiver<RegistryEvent>) -> Vec<RegistryEvent> {
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_registry_reads_again_what_another_sharing_its_store_changed() {
+    let (here, there) = two_vessels();
+    let told = Arc::new(Mutex::new(Vec::<String>::new()));
+    for registry in [&here, &there] {
+        let told = Arc::clone(&told);
+        registry.on_change(Arc::new(move |id: &str| {
+            told.lock().unwrap().push(id.to_owned());
+        }));
+    }
+    let mut events = there.subscribe();
+    pair_with(&here, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    assert!(!there.is_paired("desk-lamp"));
+    there.refresh("desk-lamp").unwrap();
+    assert!(there.is_granted("desk-lamp", "read_light"));
+    assert_eq!(
+        there.get("desk-lamp").unwrap().generation(),
+        here.get("desk-lamp").unwrap().generation()
+    );
+    here.grant("desk-lamp", "set_light").unwrap();
+    here.revoke("desk-lamp", "read_light").unwrap();
+    there.refresh("desk-lamp").unwrap();
+    assert!(there.is_granted("desk-lamp", "set_light"));
+    assert!(!there.is_granted("desk-lamp", "read_light"));
+    // Reading again without a change says nothing.
+    there.refresh("desk-lamp").unwrap();
+    here.unpair("desk-lamp").unwrap();
+    there.refresh_all().unwrap();
+    assert!(!there.is_paired("desk-lamp"));
+    let id = || "desk-lamp".to_owned();
+    assert_eq!(
+        drain(&mut events),
+        vec![
+            RegistryEvent::Paired { device_id: id() },
+            RegistryEvent::Granted {
+                device_id: id(),
+                capability: "set_light".into()
+            },
+            RegistryEvent::Revoked {
+                device_id: id(),
+                capability: "read_light".into()
+            },
+            RegistryEvent::Unpaired { device_id: id() },
+        ]
+    );
+    // Only the changes made by a registry itself are told: four, all here.
+    assert_eq!(told.lock().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_registry_sharing_its_store_knows_a_device_paired_elsewhere_when_it_connects() {
+    let (here, there) = two_vessels();
+    let paired = pair_with(&here, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    let token = paired.token.expose().to_owned();
+    // Not shared: memory alone answers.
+    assert_eq!(
+        there.authenticate("desk-lamp", &token, None).unwrap_err(),
+        AuthError::NotPaired
+    );
+    there.set_shared();
+    there.authenticate("desk-lamp", &token, None).unwrap();
+    assert!(there.is_granted("desk-lamp", "read_light"));
+    // An unknown id is still refused, and a wrong token too.
+    assert_eq!(
+        there.authenticate("nope", &token, None).unwrap_err(),
+        AuthError::NotPaired
+    );
+    assert_eq!(
+        there.authenticate("desk-lamp", "wrong", None).unwrap_err(),
+        AuthError::WrongToken
+    );
+}
+
+#[tokio::test]
+async fn a_damaged_pairing_read_again_changes_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    let here = DeviceRegistry::open(Arc::clone(&store) as Arc<dyn Store>).unwrap();
+    pair_with(&here, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    let there = DeviceRegistry::open(Arc::clone(&store) as Arc<dyn Store>).unwrap();
+    let mut stored = store.load_pairing("desk-lamp").unwrap().unwrap();
+    stored.digest = "0".repeat(64);
+    store
+        .put_pairing(
+            &stored,
+            &AuditEvent::of(
+                &schema::Entry::Unpaired(schema::Unpaired {
+                    device_id: "desk-lamp".into(),
+                    channel: "v1".into(),
+                    by: None,
+                }),
+                1,
+            ),
+        )
+        .unwrap();
+    let held = there.get("desk-lamp").unwrap().digest().to_owned();
+    assert!(there.refresh("desk-lamp").is_err());
+    assert_eq!(there.get("desk-lamp").unwrap().digest(), held);
+}
