@@ -7,7 +7,10 @@
 //! admin changes and call path, and the desktop device's screenshot, click
 //! and memory against their limits, end to end and on the device alone).
 //! `cargo xtask bench fleet` runs only the fleet bench (`fleet/...`: one
-//! vessel with 10,000 dk/2 devices), which the other runs skip.
+//! vessel with 10,000 dk/2 devices), which the other runs skip;
+//! `cargo xtask bench fleet-routed` runs only the bench of three vessels as
+//! one fleet (`fleet-routed/...`: a routed call against a local one, and
+//! the fleet's throughput beside one vessel's), which they skip too.
 //! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
@@ -32,8 +35,9 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 9] = [
+const REPORT_PREFIXES: [&str; 10] = [
     "fleet/",
+    "fleet-routed/",
     "e2e/",
     "idle/",
     "store/",
@@ -78,7 +82,11 @@ pub fn run(args: &[String]) -> TaskResult {
     let fleet = filter.is_some_and(|f| f.starts_with("fleet"));
     let mut command = with_open_files(cargo(), if fleet { FLEET_OPEN_FILES } else { OPEN_FILES });
     command.arg("bench");
-    if fleet {
+    if filter == Some("fleet-routed") {
+        // Three vessels as one fleet on PostgreSQL and NATS, with 9,000
+        // lamps: minutes, on demand.
+        command.args(["-p", "dk", "--bench", "fleet_routed"]);
+    } else if fleet {
         // One vessel at fleet scale alone (`fleet`, or one part of it:
         // `fleet/scale`, `fleet/calls`): minutes, on demand.
         command.args(["-p", "dk", "--bench", "fleet"]);

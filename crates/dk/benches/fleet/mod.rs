@@ -62,6 +62,19 @@ pub struct Home {
     dir: tempfile::TempDir,
     /// How many lamps are paired.
     pub devices: usize,
+    /// The index of its first lamp (lamps `first..first + devices`).
+    pub first: usize,
+}
+
+/// How a vessel of a fleet runs: its PostgreSQL store, its NATS server and
+/// its member name (its home's vessel key is the fleet key).
+pub struct Member {
+    /// The store's URL.
+    pub store: String,
+    /// The NATS server's address.
+    pub nats: String,
+    /// Its name in the fleet.
+    pub name: String,
 }
 
 impl Home {
@@ -69,26 +82,55 @@ impl Home {
     /// `devices` pairings, each with its audit entry, and their key files.
     pub fn seed(devices: usize) -> Result<Home, BoxError> {
         let dir = tempfile::Builder::new().prefix("dk-fleet-").tempdir()?;
-        let home = Home { dir, devices };
         std::fs::DirBuilder::new()
             .mode(0o700)
-            .create(home.data_dir())?;
+            .create(dir.path().join("vessel"))?;
+        let store = SqliteStore::open(&dir.path().join("vessel").join("vessel.db"))?;
+        Home::seed_on(dir, devices, 0, rand::random(), &store)
+    }
+
+    /// Seeds a home of one vessel of a fleet: lamps `first..first +
+    /// devices` paired through `store` (the fleet's), the vessel's key the
+    /// fleet key `vessel_secret`.
+    pub fn seed_member(
+        devices: usize,
+        first: usize,
+        vessel_secret: [u8; 32],
+        store: &dyn Store,
+    ) -> Result<Home, BoxError> {
+        let dir = tempfile::Builder::new().prefix("dk-fleet-").tempdir()?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir.path().join("vessel"))?;
+        Home::seed_on(dir, devices, first, vessel_secret, store)
+    }
+
+    fn seed_on(
+        dir: tempfile::TempDir,
+        devices: usize,
+        first: usize,
+        vessel_secret: [u8; 32],
+        store: &dyn Store,
+    ) -> Result<Home, BoxError> {
+        let home = Home {
+            dir,
+            devices,
+            first,
+        };
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(home.keys_dir())?;
         std::fs::write(home.config_file(), CONFIG)?;
         AdminToken::generate().write_to(&home.token_file())?;
 
-        let vessel_secret: [u8; 32] = rand::random();
         let vessel_public = dk_channel::StaticKey::from_secret(vessel_secret)?.public();
         write_private(
             &home.vessel_key_file(),
             format!("{}\n", dk_channel::to_hex32(&vessel_secret)).as_bytes(),
         )?;
 
-        let store = SqliteStore::open(&home.data_dir().join("vessel.db"))?;
         let now = now_ms();
-        for i in 0..devices {
+        for i in first..first + devices {
             let secret: [u8; 32] = rand::random();
             let public = dk_channel::StaticKey::from_secret(secret)?.public();
             let manifest = dk_proto::validate_manifest(&lamp_manifest(i)?)?;
@@ -138,7 +180,8 @@ impl Home {
         self.dir.path().join("lamps")
     }
 
-    fn key_file(&self, i: usize) -> PathBuf {
+    /// Lamp `i`'s key file (`i` counted from the fleet's first lamp).
+    pub fn key_file(&self, i: usize) -> PathBuf {
         self.keys_dir().join(format!("{i}.key"))
     }
 
@@ -150,7 +193,8 @@ impl Home {
         self.dir.path().join("admin-token")
     }
 
-    fn vessel_key_file(&self) -> PathBuf {
+    /// The vessel's key (in a fleet, the fleet key).
+    pub fn vessel_key_file(&self) -> PathBuf {
         self.dir.path().join("vessel.key")
     }
 
@@ -213,11 +257,39 @@ impl Vessel {
     /// until its admin API answers `GET /v1/status` with every pairing
     /// loaded: how long that took from the spawn.
     pub async fn start(dk: &Path, home: &Home, port: u16) -> Result<(Vessel, Duration), BoxError> {
+        Vessel::start_as(dk, home, port, None).await
+    }
+
+    /// [`Vessel::start`], as a member of a fleet when `member` says so.
+    pub async fn start_as(
+        dk: &Path,
+        home: &Home,
+        port: u16,
+        member: Option<&Member>,
+    ) -> Result<(Vessel, Duration), BoxError> {
         let data_dir = home.data_dir();
         let address_file = data_dir.join("vessel.json");
         let _ = std::fs::remove_file(&address_file);
         let started = Instant::now();
-        let child = Command::new(dk)
+        let mut extra: Vec<std::ffi::OsString> = Vec::new();
+        match member {
+            None => {
+                extra.push("--vessel-key-file".into());
+                extra.push(home.vessel_key_file().into());
+            }
+            Some(member) => {
+                for arg in ["--fleet", &member.nats, "--fleet-member", &member.name] {
+                    extra.push(arg.into());
+                }
+                extra.push("--fleet-key".into());
+                extra.push(home.vessel_key_file().into());
+            }
+        }
+        let mut command = Command::new(dk);
+        if let Some(member) = member {
+            command.env("DK_STORE", &member.store);
+        }
+        let child = command
             .env("DK_HOME", home.dir.path())
             .args(["vessel", "--no-prompt", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
@@ -231,10 +303,9 @@ impl Vessel {
             .arg(&data_dir)
             .arg("--admin-token-file")
             .arg(home.token_file())
-            .arg("--vessel-key-file")
-            .arg(home.vessel_key_file())
             .arg("--config")
             .arg(home.config_file())
+            .args(&extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -271,7 +342,7 @@ impl Vessel {
             {
                 let took = started.elapsed();
                 let paired = answer.body.get("paired").and_then(Value::as_u64);
-                if paired != Some(u64::try_from(home.devices)?) {
+                if member.is_none() && paired != Some(u64::try_from(home.devices)?) {
                     return Err(format!("the vessel says {}", answer.body).into());
                 }
                 return Ok((vessel, took));
@@ -408,10 +479,10 @@ impl Fleet {
         let url = format!("ws://127.0.0.1:{port}/device");
         let mut clients = JoinSet::new();
         for i in 0..home.devices {
-            let device = lamp_device(i)?;
+            let device = lamp_device(home.first + i)?;
             let hook = Arc::clone(&record);
             let options = ClientOptions::new(url.as_str())
-                .key_file(home.key_file(i))
+                .key_file(home.key_file(home.first + i))
                 .on_code(|_| {})
                 .on_connection(move |event| hook.heard(i, event));
             let mut stop = stop_rx.clone();
