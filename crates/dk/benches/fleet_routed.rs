@@ -104,11 +104,14 @@ async fn run(dk: &Path, devices: usize) -> Result<(), BoxError> {
         lamps.push(held);
     }
     let admins: Vec<&AdminClient> = vessels.iter().map(|v| &v.admin).collect();
+    let [holder, other, third] = admins.as_slice() else {
+        return Err("three members expected".into());
+    };
     // Every member reaches lamp 0 (held by m0) before anything is timed.
-    wait_reachable(admins[1], 0).await?;
-    wait_reachable(admins[2], 0).await?;
+    wait_reachable(other, 0).await?;
+    wait_reachable(third, 0).await?;
 
-    let (local, routed) = single_calls(admins[0], admins[1], 0).await?;
+    let (local, routed) = single_calls(holder, other, 0).await?;
     let (local, routed) = (common::median(local), common::median(routed));
     let overhead = routed.saturating_sub(local);
     println!(
@@ -186,7 +189,7 @@ async fn call(admin: &AdminClient, i: usize) -> Result<bool, BoxError> {
             &json!({"tool": read_tool(i), "input": {}}),
         )
         .await?;
-    Ok(answer.status == 200 && answer.body["ok"] == true)
+    Ok(answer.status == 200 && answer.body.get("ok") == Some(&serde_json::Value::Bool(true)))
 }
 
 /// [`SINGLE_CALLS`] timed calls each way, interleaved.
@@ -219,8 +222,11 @@ async fn throughput(admins: &[&AdminClient], lamps: usize) -> Result<f64, BoxErr
         let (done, failed) = (Arc::clone(&done), Arc::clone(&failed));
         async move {
             while Instant::now() < until {
-                let admin = admins[rand::random_range(0..admins.len())];
+                let pick = rand::random_range(0..admins.len());
                 let lamp = rand::random_range(0..lamps);
+                let Some(admin) = admins.get(pick) else {
+                    break;
+                };
                 match call(admin, lamp).await {
                     Ok(true) => done.fetch_add(1, Ordering::Relaxed),
                     _ => failed.fetch_add(1, Ordering::Relaxed),
