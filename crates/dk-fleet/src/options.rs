@@ -84,6 +84,11 @@ impl FleetOptions {
         self
     }
 
+    /// The member these options join as.
+    pub fn member(&self) -> &MemberId {
+        &self.member
+    }
+
     /// Requires TLS, trusting the certificate authorities in `ca_file` (PEM).
     pub fn tls_ca_file(mut self, ca_file: impl Into<PathBuf>) -> FleetOptions {
         self.ca_file = Some(ca_file.into());

@@ -427,6 +427,15 @@ impl VesselServer {
         let mut leftovers = Leftovers::default();
         let sockets = bind_unix_sockets(&self.data_dir, self.unix_sockets, &mut leftovers).await?;
         let store = open_store(self.store, &self.data_dir)?;
+        // Each member of a fleet keeps its own admin token's hash in the
+        // store they share.
+        #[cfg(feature = "fleet")]
+        let token_name = self.fleet.as_ref().map_or_else(
+            || ADMIN_TOKEN.to_owned(),
+            |fleet| format!("{ADMIN_TOKEN}.{}", fleet.member()),
+        );
+        #[cfg(not(feature = "fleet"))]
+        let token_name = ADMIN_TOKEN.to_owned();
         // A member joins with the fleet's key or not at all: read before a
         // missing vessel key could be made.
         #[cfg(feature = "fleet")]
@@ -438,7 +447,11 @@ impl VesselServer {
             ),
             None => None,
         };
-        let (token, replaced) = admin_token(store.as_ref(), self.admin_token_file.as_deref())?;
+        let (token, replaced) = admin_token(
+            store.as_ref(),
+            &token_name,
+            self.admin_token_file.as_deref(),
+        )?;
         let key_file = key_file_of(&self.data_dir, self.vessel_key_file.clone())?;
         refuse_inside(&self.data_dir, &key_file)?;
         let moved_key = move_old_key(&self.data_dir, &key_file)?;
@@ -1071,11 +1084,15 @@ fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), ServerError> {
 /// new one, written to `path` (0600) with only its hash in the store.
 /// Without a file, a new one each time, its hash not kept. Returns whether
 /// an earlier token was replaced.
-fn admin_token(store: &dyn Store, path: Option<&Path>) -> Result<(AdminToken, bool), ServerError> {
+fn admin_token(
+    store: &dyn Store,
+    name: &str,
+    path: Option<&Path>,
+) -> Result<(AdminToken, bool), ServerError> {
     let Some(path) = path else {
         return Ok((AdminToken::generate(), false));
     };
-    let kept = store.secret_hash(ADMIN_TOKEN)?;
+    let kept = store.secret_hash(name)?;
     let on_file = match AdminToken::read_from(path) {
         Ok(token) => Some(token),
         Err(AdminTokenError::NotAToken { .. }) => None,
@@ -1093,7 +1110,7 @@ fn admin_token(store: &dyn Store, path: Option<&Path>) -> Result<(AdminToken, bo
         _ => AdminToken::generate(),
     };
     token.write_to(path).map_err(ServerError::AdminTokenWrite)?;
-    store.put_secret_hash(ADMIN_TOKEN, token.hash())?;
+    store.put_secret_hash(name, token.hash())?;
     Ok((token, kept.is_some()))
 }
 

@@ -73,6 +73,29 @@ impl Member {
 
     fn start_with(name: &str, nats: &Nats, store: &str, rules: &str) -> Member {
         let scratch = Scratch::new(&format!("fleet-{name}"));
+        let vessel = Member::run_vessel(&scratch, name, nats, store, rules);
+        Member {
+            name: name.to_owned(),
+            scratch,
+            vessel: Some(vessel),
+        }
+    }
+
+    /// Stops the member's vessel and starts it again on the same home.
+    fn restart(&mut self, nats: &Nats, store: &str, rules: &str) {
+        if let Some(vessel) = self.vessel.take() {
+            vessel.interrupt();
+        }
+        self.vessel = Some(Member::run_vessel(
+            &self.scratch,
+            &self.name,
+            nats,
+            store,
+            rules,
+        ));
+    }
+
+    fn run_vessel(scratch: &Scratch, name: &str, nats: &Nats, store: &str, rules: &str) -> Running {
         let key = nats.key_file();
         let args = [
             "--mcp-listen",
@@ -86,12 +109,7 @@ impl Member {
             "--policies",
             rules,
         ];
-        let vessel = Running::start_env(&scratch, &args, &[("DK_STORE", store)]);
-        Member {
-            name: name.to_owned(),
-            scratch,
-            vessel: Some(vessel),
-        }
+        Running::start_env(scratch, &args, &[("DK_STORE", store)])
     }
 
     fn vessel(&self) -> &Running {
@@ -426,6 +444,14 @@ async fn with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_
         (call(&admin_b, READ_LIGHT).await["ok"] == true).then_some(())
     })
     .await;
+
+    // Each member keeps its own admin token across restarts, whatever the
+    // others' are.
+    let mut a = a;
+    let before = std::fs::read_to_string(a.scratch.admin_token_file()).unwrap();
+    a.restart(&nats, &store, &open);
+    let after = std::fs::read_to_string(a.scratch.admin_token_file()).unwrap();
+    assert_eq!(before, after, "the member's admin token was replaced");
     for member in [a, b] {
         if let Some(vessel) = member.vessel {
             vessel.interrupt();
