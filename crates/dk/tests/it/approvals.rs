@@ -64,7 +64,7 @@ impl Agent {
         agent
     }
 
-    fn send(&mut self, message: &Value) {
+    pub(crate) fn send(&mut self, message: &Value) {
         writeln!(self.stdin, "{message}").unwrap();
         self.stdin.flush().unwrap();
     }

@@ -245,6 +245,30 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     let answer = agent.answer(3);
     assert_ne!(answer["result"]["isError"], true, "{answer}");
 
+    // A grant revoked on the third member leaves the agent's tools on the
+    // second.
+    let revoked = admin_c
+        .delete("/v1/devices/desk-lamp/grants/strobe")
+        .await
+        .unwrap();
+    assert!(revoked.status < 300, "{revoked:?}");
+    let mut list_id = 100;
+    eventually("the agent's tools without strobe", || {
+        list_id += 1;
+        agent.send(&json!({"jsonrpc": "2.0", "id": list_id, "method": "tools/list"}));
+        let tools = agent.answer(list_id);
+        let names: Vec<String> = tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        let done = names.iter().any(|n| n == SET_LIGHT)
+            && !names.iter().any(|n| n == "device__desk_lamp__strobe");
+        async move { done.then_some(()) }
+    })
+    .await;
+
     // The first member dies: the lamp moves on by itself, and the agent's
     // calls succeed again.
     a.vessel.take().unwrap().kill();
