@@ -126,7 +126,38 @@ struct Live {
     generation: u64,
     /// Whether the capability only reads (for a re-scoped agent).
     read_only: bool,
+    /// For a copy of another fleet member's allowance: that member and the
+    /// allowance's id there. Its making and its end are that member's to
+    /// record.
+    origin: Option<(String, u64)>,
 }
+
+/// An allowance made, or revoked by the person, on this vessel: what a
+/// fleet's other members are told (see [`Allowances::share_with`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowanceChange {
+    /// The person remembered a yes here.
+    Made {
+        /// The allowance, as listed here.
+        allowance: Allowance,
+        /// The device's pairing generation it is bound to.
+        generation: u64,
+        /// Whether the capability only reads.
+        read_only: bool,
+    },
+    /// The person revoked an allowance here: `origin` names the member
+    /// that made it and its id there, when it is a copy; `None` when it
+    /// was made here (then `id` is its id here).
+    Revoked {
+        /// The member that made it and its id there, for a copy.
+        origin: Option<(String, u64)>,
+        /// Its id here.
+        id: u64,
+    },
+}
+
+/// Told of every [`AllowanceChange`].
+pub type AllowanceShare = Arc<dyn Fn(AllowanceChange) + Send + Sync>;
 
 /// Why an allowance ended before its time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +240,8 @@ pub struct Allowances {
     inner: Mutex<Inner>,
     clock: RwLock<AllowanceClock>,
     audit: RwLock<Option<AllowanceAuditHook>>,
+    /// Told of allowances made and revoked here, in a fleet.
+    share: RwLock<Option<AllowanceShare>>,
 }
 
 impl fmt::Debug for Allowances {
@@ -272,7 +305,79 @@ impl Allowances {
             }),
             clock: RwLock::new(system_clock()),
             audit: RwLock::new(None),
+            share: RwLock::new(None),
         }
+    }
+
+    /// Tells `share` of every allowance the person makes here and every
+    /// one they revoke here (a fleet's other members keep copies).
+    pub fn share_with(&self, share: AllowanceShare) {
+        *self.share.write().unwrap_or_else(PoisonError::into_inner) = Some(share);
+    }
+
+    fn shared(&self, change: AllowanceChange) {
+        let share = self
+            .share
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(share) = share {
+            share(change);
+        }
+    }
+
+    /// Keeps a copy of `allowance`, made by the fleet member `member` (its
+    /// id there is `allowance.id`), under an id of this vessel's: it covers
+    /// calls decided here as it does there, until it expires, its grant,
+    /// device or agent changes, or the person revokes it anywhere. Nothing
+    /// is recorded: the member that made it did. Returns its id here, or
+    /// `None` when [`MAX_ALLOWANCES`] are live.
+    pub fn adopt(
+        &self,
+        member: &str,
+        allowance: Allowance,
+        generation: u64,
+        read_only: bool,
+    ) -> Option<u64> {
+        let now = self.now();
+        let mut inner = self.lock();
+        inner.prune(now);
+        if inner.live.len() >= MAX_ALLOWANCES {
+            return None;
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let origin = Some((member.to_owned(), allowance.id));
+        let shown = Allowance { id, ..allowance };
+        inner.live.insert(
+            id,
+            Live {
+                shown,
+                generation,
+                read_only,
+                origin,
+            },
+        );
+        Some(id)
+    }
+
+    /// Ends the allowance `id` that fleet member `member` made (its id
+    /// there), revoked by the person anywhere: the copy here, or, when
+    /// `member` is this vessel (`here`), the allowance itself, recorded as
+    /// revoked by the person.
+    pub fn forget(&self, here: &str, member: &str, id: u64) {
+        if member == here {
+            let gone = self.lock().live.remove(&id).map(|a| a.shown);
+            if let Some(gone) = gone {
+                self.announce_revoked(std::slice::from_ref(&gone), RevokeCause::ByPerson);
+            }
+            return;
+        }
+        self.lock().live.retain(|_, a| {
+            a.origin
+                .as_ref()
+                .is_none_or(|(m, origin_id)| m != member || *origin_id != id)
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -330,14 +435,20 @@ impl Allowances {
         let gone = {
             let mut inner = self.lock();
             inner.prune(now);
-            inner
-                .live
-                .remove(&id)
-                .ok_or(AllowanceError::NotFound(id))?
-                .shown
+            inner.live.remove(&id).ok_or(AllowanceError::NotFound(id))?
         };
-        self.announce_revoked(std::slice::from_ref(&gone), RevokeCause::ByPerson);
-        Ok(gone)
+        match gone.origin {
+            // A copy: the member that made it records its end.
+            Some(origin) => self.shared(AllowanceChange::Revoked {
+                origin: Some(origin),
+                id,
+            }),
+            None => {
+                self.announce_revoked(std::slice::from_ref(&gone.shown), RevokeCause::ByPerson);
+                self.shared(AllowanceChange::Revoked { origin: None, id });
+            }
+        }
+        Ok(gone.shown)
     }
 
     /// The live allowance that covers `agent_id` calling `tool` (on the
@@ -429,6 +540,9 @@ impl Allowances {
                 .collect();
             ids.iter()
                 .filter_map(|id| inner.live.remove(id))
+                // A copy's end is recorded by the member that made it,
+                // which sees the same change.
+                .filter(|a| a.origin.is_none())
                 .map(|a| a.shown)
                 .collect()
         };
@@ -574,6 +688,7 @@ impl AllowanceOffer {
             shown: allowance.clone(),
             generation: self.generation,
             read_only: self.read_only,
+            origin: None,
         };
         inner.live.insert(id, live);
         Ok(allowance)
@@ -582,6 +697,11 @@ impl AllowanceOffer {
     /// Records `allowance`, made by [`AllowanceOffer::accept`], in the audit
     /// log (outside any lock the person channel holds).
     pub(crate) fn announce(&self, allowance: &Allowance) {
+        self.allowances.shared(AllowanceChange::Made {
+            allowance: allowance.clone(),
+            generation: self.generation,
+            read_only: self.read_only,
+        });
         let minutes = allowance
             .expires_at_ms
             .saturating_sub(allowance.created_at_ms)

@@ -20,6 +20,10 @@
 //!   member that raised it, which takes the first one and closes the
 //!   prompt everywhere.
 //!
+//! - **Allowances.** A yes the person remembers on one member is kept as a
+//!   copy by the others (it covers the same agent's calls decided there);
+//!   revoking it on any member ends it everywhere.
+//!
 //! Every message is sealed under the fleet key by dk-fleet: a NATS client
 //! without it can neither inject a call or an answer nor read one.
 
@@ -44,7 +48,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::allowances::{AllowanceMinutes, Remember};
+use crate::allowances::{AllowanceChange, AllowanceMinutes, Remember};
 
 /// How often a member reads every pairing again from the shared store,
 /// besides reading each one another member names as changed.
@@ -132,6 +136,15 @@ enum Said {
     Changed { device: String },
     /// Read the agents again.
     Agents,
+    /// The person remembered a yes here: keep a copy.
+    #[serde(rename_all = "camelCase")]
+    Allowance {
+        allowance: Value,
+        generation: u64,
+        read_only: bool,
+    },
+    /// The person revoked the allowance `id` that `member` made.
+    Revoked { member: String, id: u64 },
     /// A prompt raised here, as `GET /v1/pending` lists it.
     Asked { prompt: Value },
     /// A prompt raised here left the queue.
@@ -175,6 +188,37 @@ impl Membership {
             vessel.agents().on_change(Arc::new(move || {
                 let _ = say.send(Said::Agents);
             }));
+        }
+        {
+            let say = say.clone();
+            let here = fleet.member().as_str().to_owned();
+            vessel
+                .registry()
+                .allowances()
+                .share_with(Arc::new(move |change| {
+                    let said = match change {
+                        AllowanceChange::Made {
+                            allowance,
+                            generation,
+                            read_only,
+                        } => match serde_json::to_value(&allowance) {
+                            Ok(allowance) => Said::Allowance {
+                                allowance,
+                                generation,
+                                read_only,
+                            },
+                            Err(_) => return,
+                        },
+                        AllowanceChange::Revoked { origin, id } => match origin {
+                            Some((member, id)) => Said::Revoked { member, id },
+                            None => Said::Revoked {
+                                member: here.clone(),
+                                id,
+                            },
+                        },
+                    };
+                    let _ = say.send(said);
+                }));
         }
         let person = vessel.person().subscribe();
         let tasks = vec![
@@ -367,6 +411,32 @@ async fn listen(
                 }
             }
             Said::Agents => reload_agents(&vessel).await,
+            Said::Allowance {
+                allowance,
+                generation,
+                read_only,
+            } => match serde_json::from_value::<api::Allowance>(allowance) {
+                Ok(allowance) => {
+                    let kept = vessel.registry().allowances().adopt(
+                        event.from.as_str(),
+                        allowance,
+                        generation,
+                        read_only,
+                    );
+                    if kept.is_none() {
+                        tracing::warn!(from = %event.from, "an allowance of another member not kept: too many live");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(from = %event.from, %error, "an allowance not understood")
+                }
+            },
+            Said::Revoked { member, id } => {
+                vessel
+                    .registry()
+                    .allowances()
+                    .forget(fleet.member().as_str(), &member, id);
+            }
             Said::Asked { prompt } => {
                 show(&vessel, &fleet, &mirrors, event.from, prompt);
             }

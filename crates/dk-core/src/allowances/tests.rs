@@ -485,3 +485,57 @@ fn long_arguments_are_shown_cut_and_bound_whole() {
 }
 
 mod through_adapter;
+
+fn made_elsewhere(id: u64) -> Allowance {
+    Allowance {
+        id,
+        agent_id: "helper".into(),
+        tool: "device__desk_lamp__set_light".into(),
+        device_id: "desk-lamp".into(),
+        capability: "set_light".into(),
+        scope: AllowanceScope::Capability,
+        arguments_sha256: None,
+        arguments: None,
+        created_at_ms: 1,
+        expires_at_ms: u64::MAX,
+        uses: 0,
+    }
+}
+
+#[test]
+fn a_copy_of_another_members_allowance_covers_calls_and_ends_with_it() {
+    let allowances = Allowances::new();
+    let changes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&changes);
+    allowances.share_with(Arc::new(move |change| seen.lock().unwrap().push(change)));
+    let audited = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = Arc::clone(&audited);
+    allowances.set_audit_hook(Arc::new(move |kind, _| {
+        log.lock().unwrap().push(kind.to_owned())
+    }));
+
+    let copy = allowances.adopt("b", made_elsewhere(7), 3, false).unwrap();
+    let other = allowances.adopt("c", made_elsewhere(7), 3, false).unwrap();
+    let input = serde_json::Map::new();
+    let covers = |generation| {
+        allowances.covering("helper", "device__desk_lamp__set_light", generation, &input)
+    };
+    assert!(covers(3).is_some());
+    assert_eq!(covers(4), None, "another pairing is not covered");
+    // Ended where it was made: the copy of that member's goes, not the
+    // other member's of the same id.
+    allowances.forget("a", "b", 7);
+    assert!(allowances.get(copy).is_none());
+    assert!(allowances.get(other).is_some());
+    // Revoked here, a copy is named by its origin, for that member to end.
+    allowances.revoke(other).unwrap();
+    assert_eq!(
+        *changes.lock().unwrap(),
+        vec![AllowanceChange::Revoked {
+            origin: Some(("c".into(), 7)),
+            id: other
+        }]
+    );
+    // Nothing of a copy is recorded here.
+    assert!(audited.lock().unwrap().is_empty());
+}

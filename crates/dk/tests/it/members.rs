@@ -245,6 +245,46 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     let answer = agent.answer(3);
     assert_ne!(answer["result"]["isError"], true, "{answer}");
 
+    // The yes remembered on the second member holds on the first too: the
+    // same agent calling through it is not asked.
+    for admin in [&admin_a, &admin_c] {
+        eventually("the allowance known to every member", || async {
+            let list = admin.get("/v1/approvals/remembered").await.unwrap().body;
+            (list.as_array()?.len() == 1).then_some(())
+        })
+        .await;
+    }
+    let mut agent_on_a = Agent::start(&a.scratch, &credential);
+    agent_on_a.call(2, SET_LIGHT, on.clone());
+    calls += 1;
+    let answer = agent_on_a.answer(2);
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+    // Revoked on the third member, it ends everywhere: the agent on the
+    // second is asked again.
+    let copy = admin_c.get("/v1/approvals/remembered").await.unwrap().body[0]["id"]
+        .as_u64()
+        .unwrap();
+    let revoked = admin_c
+        .delete(&format!("/v1/approvals/remembered/{copy}"))
+        .await
+        .unwrap();
+    assert!(revoked.status < 300, "{revoked:?}");
+    for admin in [&admin_a, &admin_b] {
+        eventually("the allowance gone from every member", || async {
+            let list = admin.get("/v1/approvals/remembered").await.unwrap().body;
+            list.as_array()?.is_empty().then_some(())
+        })
+        .await;
+    }
+    agent.call(4, SET_LIGHT, on.clone());
+    calls += 1;
+    let asked = approval_id(&admin_b).await.to_string();
+    let allowed = b.run(&["approvals", "allow", &asked, "--remember", "args"]);
+    assert!(allowed.contains("allowed"), "{allowed}");
+    let answer = agent.answer(4);
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+    drop(agent_on_a);
+
     // A grant revoked on the third member leaves the agent's tools on the
     // second.
     let revoked = admin_c
@@ -304,7 +344,22 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
         .iter()
         .filter(|d| d["entry"]["allowed"] == true)
         .count();
-    assert!(allowed >= 3, "{made:?}");
+    assert!(allowed >= 5, "{made:?}");
+    // Each allowance was recorded once, by the member that decided the
+    // call, however many members kept it: two made, one revoked.
+    let all = b.run(&["audit", "tail", "--store", &store, "--json", "-n", "100000"]);
+    let kinds: Vec<String> = all
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(count("allowance-created"), 2, "{kinds:?}");
+    assert_eq!(count("allowance-revoked"), 1, "{kinds:?}");
     let verified = b.run(&["audit", "verify", "--store", &store]);
     assert!(verified.contains("intact"), "{verified}");
 
