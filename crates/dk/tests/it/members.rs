@@ -125,6 +125,22 @@ impl Member {
     }
 }
 
+/// The shared PostgreSQL and a `nats-server` of the test's own, or `None`
+/// (said) when either is not installed.
+fn servers(test: &str) -> Option<(&'static PgServer, Nats)> {
+    let pg = PgServer::shared(test)?;
+    Some((pg, Nats::start(nats_or_skip(test)?, "")))
+}
+
+/// Stops every member still running, cleanly.
+fn stop(members: impl IntoIterator<Item = Member>) {
+    for member in members {
+        if let Some(vessel) = member.vessel {
+            vessel.interrupt();
+        }
+    }
+}
+
 /// The decisions in the shared log, oldest first.
 fn decisions(owner: &Member, store: &str) -> Vec<Value> {
     let out = owner.run(&["audit", "tail", "--store", store, "--json", "-n", "100000"]);
@@ -137,13 +153,9 @@ fn decisions(owner: &Member, store: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     let test = "three_vessels_run_as_one_and_carry_on_when_one_is_killed";
-    let Some(pg) = PgServer::shared(test) else {
+    let Some((pg, nats)) = servers(test) else {
         return;
     };
-    let Some(nats) = nats_or_skip(test) else {
-        return;
-    };
-    let nats = Nats::start(nats, "");
     let store = pg.database();
     let mut a = Member::start("a", &nats, &store);
     let b = Member::start("b", &nats, &store);
@@ -365,11 +377,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
 
     drop(agent);
     drop(lamp);
-    for member in [b, c] {
-        if let Some(vessel) = member.vessel {
-            vessel.interrupt();
-        }
-    }
+    stop([b, c]);
     drop(nats);
 }
 
@@ -434,13 +442,9 @@ const READ_LIGHT: &str = "device__desk_lamp__read_light";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_holds_across_the_fleet() {
     let test = "a_limit_holds_across_the_fleet";
-    let Some(pg) = PgServer::shared(test) else {
+    let Some((pg, nats)) = servers(test) else {
         return;
     };
-    let Some(nats) = nats_or_skip(test) else {
-        return;
-    };
-    let nats = Nats::start(nats, "");
     let store = pg.database();
     let holder = Scratch::new("fleet-rules");
     let limited = rules(
@@ -468,23 +472,15 @@ async fn a_limit_holds_across_the_fleet() {
         let reason = refused["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("three reads an hour"), "{refused}");
     }
-    for member in members {
-        if let Some(vessel) = member.vessel {
-            vessel.interrupt();
-        }
-    }
+    stop(members);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_back() {
     let test = "with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_back";
-    let Some(pg) = PgServer::shared(test) else {
+    let Some((pg, mut nats)) = servers(test) else {
         return;
     };
-    let Some(nats) = nats_or_skip(test) else {
-        return;
-    };
-    let mut nats = Nats::start(nats, "");
     let store = pg.database();
     let holder = Scratch::new("fleet-open");
     let open = rules(&holder, "version: 1\npolicies: []\n");
@@ -531,11 +527,7 @@ async fn with_nats_down_local_calls_work_routed_ones_fail_at_once_and_all_comes_
     a.restart(&nats, &store, &open);
     let after = std::fs::read_to_string(a.scratch.admin_token_file()).unwrap();
     assert_eq!(before, after, "the member's admin token was replaced");
-    for member in [a, b] {
-        if let Some(vessel) = member.vessel {
-            vessel.interrupt();
-        }
-    }
+    stop([a, b]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -586,9 +578,5 @@ async fn with_postgres_down_the_fleet_fails_closed_and_recovers() {
     // Every call made has its record, and the chain verifies.
     let verified = b.run(&["audit", "verify", "--store", &store]);
     assert!(verified.contains("intact"), "{verified}");
-    for member in [a, b] {
-        if let Some(vessel) = member.vessel {
-            vessel.interrupt();
-        }
-    }
+    stop([a, b]);
 }
