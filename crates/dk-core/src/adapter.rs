@@ -977,9 +977,66 @@ impl DeviceToolAdapter {
     /// call over either).
     #[inline]
     fn charge(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
+        let shared = self.registry.is_shared();
+        if shared {
+            self.charge_fleet_rate(ctx, device_id)?;
+        }
         self.meter
-            .charge(ctx.agent_id, device_id, ctx.run)
+            .charge(ctx.agent_id, device_id, ctx.run, !shared)
             .map_err(Refusal::from)
+    }
+
+    /// The agent's rate, charged to buckets in a store shared by a fleet's
+    /// vessels rather than in memory: an agent spreading its calls over
+    /// several members has one rate. Their time is the wall clock, which
+    /// the members share. A store that fails refuses the call.
+    fn charge_fleet_rate(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
+        let (Some(limits), Some(agent)) = (self.meter.rate_limits(), ctx.agent_id) else {
+            return Ok(());
+        };
+        let mut takes = Vec::with_capacity(2);
+        let mut which = Vec::with_capacity(2);
+        for (limit, device) in [(limits.overall, None), (limits.per_device, Some(device_id))] {
+            let Some(limit) = limit else { continue };
+            let key = match device {
+                None => agent.to_owned(),
+                Some(device) => format!("{agent}\n{device}"),
+            };
+            takes.push(crate::store::BucketTake {
+                key,
+                calls_per_minute: limit.calls_per_minute.get(),
+                burst: limit.burst.get(),
+            });
+            which.push((limit, device));
+        }
+        let now = dk_store::epoch_ms(SystemTime::now());
+        let refused = self
+            .registry
+            .store()
+            .take_from_buckets(&takes, now)
+            .map_err(|error| Refusal::CountsNotKept {
+                why: error.to_string(),
+            })?;
+        let Some((index, wait_ms)) = refused else {
+            return Ok(());
+        };
+        let Some((limit, device)) = which.get(index) else {
+            return Ok(());
+        };
+        let (calls_per_minute, burst) = (limit.calls_per_minute.get(), limit.burst.get());
+        Err(match device {
+            None => Refusal::AgentRate {
+                calls_per_minute,
+                burst,
+                wait_ms,
+            },
+            Some(device) => Refusal::DeviceRate {
+                device_id: (*device).to_owned(),
+                calls_per_minute,
+                burst,
+                wait_ms,
+            },
+        })
     }
 
     /// Check 5, when a rule or the capability's `confirm` asks (`ask` is

@@ -632,6 +632,11 @@ impl DeviceRegistry {
         self.shared.store(true, Ordering::Relaxed);
     }
 
+    /// Whether other vessels share the store ([`DeviceRegistry::set_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed)
+    }
+
     /// The pairing of a device that authenticates: from memory, or, when
     /// the store is shared and memory does not hold it, read from the store.
     fn connecting(&self, device_id: &str) -> Result<Arc<PairedDevice>, AuthError> {

@@ -103,8 +103,9 @@ pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use model::check_head;
 pub use model::{
-    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, ProblemKind, RateClaim, RateHit,
-    Snapshot, Store, StoreError, StoredAgent, StoredPairing, VerifyReport, epoch_ms,
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, BucketTake, ProblemKind,
+    RateClaim, RateHit, Snapshot, Store, StoreError, StoredAgent, StoredPairing, VerifyReport,
+    epoch_ms, take_from_bucket,
 };
 #[cfg(feature = "postgres")]
 pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};

@@ -121,6 +121,22 @@ pub trait Store: Send + Sync + 'static {
         self.put_rate_hit(hit).map(|()| RateClaim::Counted)
     }
 
+    /// Takes one call from each of `takes` (an agent's call-rate buckets,
+    /// kept in a store shared by a fleet), all or none, in one transaction
+    /// that holds the buckets against every vessel sharing the store:
+    /// `None` when every bucket had room; else the index of the bucket
+    /// that had none and how long until it has, in milliseconds (then
+    /// nothing is taken). By default the store is one vessel's, whose own
+    /// buckets in memory decide: nothing is taken here.
+    fn take_from_buckets(
+        &self,
+        takes: &[BucketTake],
+        now_ms: u64,
+    ) -> Result<Option<(usize, u64)>, StoreError> {
+        let _ = (takes, now_ms);
+        Ok(None)
+    }
+
     /// Every recorded call whose window has not passed at `now_ms`, oldest
     /// first.
     fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError>;
@@ -129,6 +145,44 @@ pub trait Store: Send + Sync + 'static {
     /// (a counter of its own, set to `at_ms`), to tell whether the store
     /// takes writes now: a readiness check. Never writes an audit entry.
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError>;
+}
+
+/// One call-rate bucket a call takes from ([`Store::take_from_buckets`]):
+/// a generic cell rate algorithm, as [`take_from_bucket`] computes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketTake {
+    /// Whose bucket (an agent's, or an agent's for one device).
+    pub key: String,
+    /// Calls a minute it refills at.
+    pub calls_per_minute: u32,
+    /// Calls it holds when full.
+    pub burst: u32,
+}
+
+/// Milliseconds in a minute: one call is this much of a bucket's state.
+const MINUTE_MS: u128 = 60_000;
+
+/// A call's take from a bucket whose state is `full_at` (the time it is
+/// full again, in milliseconds times its calls a minute; `None` for a full
+/// bucket): its new state, or how long until it has room, in milliseconds.
+pub fn take_from_bucket(
+    calls_per_minute: u32,
+    burst: u32,
+    full_at: Option<u128>,
+    now_ms: u64,
+) -> Result<u128, u64> {
+    let rate = u128::from(calls_per_minute.max(1));
+    let now = u128::from(now_ms).saturating_mul(rate);
+    let full_at = full_at.unwrap_or(now).max(now);
+    // A full bucket has `burst` tokens: a call is allowed while the bucket
+    // is fewer than `burst` calls away from full.
+    let room = u128::from(burst.saturating_sub(1)).saturating_mul(MINUTE_MS);
+    let owed = full_at.saturating_sub(now);
+    if owed > room {
+        let wait = owed.saturating_sub(room).div_ceil(rate);
+        return Err(u64::try_from(wait).unwrap_or(u64::MAX));
+    }
+    Ok(full_at.saturating_add(MINUTE_MS))
 }
 
 /// What [`Store::claim_rate_hit`] did.

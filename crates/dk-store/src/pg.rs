@@ -43,12 +43,12 @@ use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, check_event, 
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateClaim, RateHit, Snapshot, Store,
-    StoreError, StoredAgent, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, BucketTake, Cause, RateClaim, RateHit, Snapshot,
+    Store, StoreError, StoredAgent, StoredPairing, VerifyReport,
 };
 
 /// The schema version this build writes: the number of migration steps.
-pub const PG_SCHEMA_VERSION: u32 = 2;
+pub const PG_SCHEMA_VERSION: u32 = 3;
 
 /// The advisory lock migrations run under ("dkst").
 const MIGRATION_LOCK: i64 = 0x646b_7374;
@@ -135,6 +135,12 @@ const MIGRATIONS: [&str; PG_SCHEMA_VERSION as usize] = [
          (CASE WHEN jsonb_typeof(entry::jsonb -> 'allowed') = 'boolean'
                THEN (entry::jsonb ->> 'allowed')::boolean END), seq)
          WHERE kind = 'decision';",
+    // 3: agents' call-rate buckets, shared by a fleet's vessels: the time
+    // each is full again (milliseconds times its calls a minute, as text).
+    "CREATE TABLE agent_bucket (
+         key     TEXT NOT NULL PRIMARY KEY,
+         full_at TEXT NOT NULL
+     );",
 ];
 
 /// The expression migration 2 indexes a text field `name` by.
@@ -1340,6 +1346,57 @@ impl Store for PgStore {
             Some(wait) => RateClaim::Reached {
                 retry_after_ms: u64::try_from(wait).unwrap_or(0),
             },
+        })
+    }
+
+    fn take_from_buckets(
+        &self,
+        takes: &[BucketTake],
+        now_ms: u64,
+    ) -> Result<Option<(usize, u64)>, StoreError> {
+        let takes = takes.to_vec();
+        self.run(move |pool| async move {
+            let mut client = pool.get().await.map_err(unreachable)?;
+            let tx = client.transaction().await.map_err(db)?;
+            let mut taken = Vec::with_capacity(takes.len());
+            // Every call takes its buckets in the same order (the agent's,
+            // then the device's): transactions never wait on each other
+            // in a cycle.
+            for (i, take) in takes.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO agent_bucket (key, full_at) VALUES ($1, '') \
+                     ON CONFLICT (key) DO NOTHING",
+                    &[&take.key],
+                )
+                .await
+                .map_err(db)?;
+                let row = tx
+                    .query_one(
+                        "SELECT full_at FROM agent_bucket WHERE key = $1 FOR UPDATE",
+                        &[&take.key],
+                    )
+                    .await
+                    .map_err(db)?;
+                let held: String = get(&row, 0)?;
+                let full_at = held.parse::<u128>().ok();
+                match crate::take_from_bucket(take.calls_per_minute, take.burst, full_at, now_ms) {
+                    Ok(next) => taken.push((take.key.clone(), next.to_string())),
+                    Err(wait) => {
+                        tx.rollback().await.map_err(db)?;
+                        return Ok(Some((i, wait)));
+                    }
+                }
+            }
+            for (key, next) in &taken {
+                tx.execute(
+                    "UPDATE agent_bucket SET full_at = $2 WHERE key = $1",
+                    &[key, next],
+                )
+                .await
+                .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(None)
         })
     }
 

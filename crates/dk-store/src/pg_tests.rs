@@ -344,3 +344,51 @@ fn a_limit_claimed_by_several_stores_at_once_lets_exactly_its_calls_through() {
     let kept = stores[2].load_rate_hits(now).unwrap();
     assert_eq!(kept.iter().filter(|h| h.agent == "helper").count(), 3);
 }
+
+#[test]
+fn an_agents_rate_taken_by_several_stores_at_once_lets_exactly_its_burst_through() {
+    let Some(server) =
+        server("an_agents_rate_taken_by_several_stores_at_once_lets_exactly_its_burst_through")
+    else {
+        return;
+    };
+    let url = server.database();
+    let stores: Vec<Arc<PgStore>> = (0..3)
+        .map(|_| Arc::new(PgStore::connect(&url).unwrap()))
+        .collect();
+    let now = epoch_ms(std::time::SystemTime::now());
+    let takes = |device: &str| {
+        vec![
+            BucketTake {
+                key: "helper".to_owned(),
+                calls_per_minute: 1,
+                burst: 3,
+            },
+            BucketTake {
+                key: format!("helper\n{device}"),
+                calls_per_minute: 1,
+                burst: 2,
+            },
+        ]
+    };
+    let taken: Vec<Option<(usize, u64)>> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..30)
+            .map(|i| {
+                let store = Arc::clone(&stores[i % 3]);
+                let takes = takes(if i % 2 == 0 { "lamp" } else { "lock" });
+                scope.spawn(move || store.take_from_buckets(&takes, now).unwrap())
+            })
+            .collect();
+        running.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    // Three calls in all (the agent's burst), at most two to one device.
+    assert_eq!(taken.iter().filter(|t| t.is_none()).count(), 3, "{taken:?}");
+    for refused in taken.iter().flatten() {
+        assert!(refused.1 > 0 && refused.1 <= 60_000, "{refused:?}");
+    }
+    // A minute later the agent's bucket has room for one more.
+    let later = stores[0]
+        .take_from_buckets(&takes("fan"), now + 60_000)
+        .unwrap();
+    assert_eq!(later, None);
+}

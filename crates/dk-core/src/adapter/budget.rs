@@ -451,14 +451,15 @@ impl Meter {
         agent_id: Option<&str>,
         device_id: &str,
         run: Option<RunRef<'_>>,
+        rates_here: bool,
     ) -> Result<(), MeterRefusal> {
-        let charges_rate = agent_id.is_some() && self.rates.is_some();
+        let charges_rate = rates_here && agent_id.is_some() && self.rates.is_some();
         let charges_run = run.is_some() && self.budgets.is_some();
         if !charges_rate && !charges_run {
             return Ok(());
         }
         let now = self.now();
-        if let (Some(rates), Some(agent)) = (&self.rates, agent_id) {
+        if let (true, Some(rates), Some(agent)) = (rates_here, &self.rates, agent_id) {
             rates
                 .charge(agent, device_id, now)
                 .map_err(MeterRefusal::Rate)?;

@@ -49,10 +49,6 @@ pub const DEFAULT_MAX_TRACKED_BUCKETS: usize = 10_000;
 /// How often (in the clock's milliseconds) buckets refilled to full are swept.
 const SWEEP_EVERY_MS: u64 = 10_000;
 
-/// Milliseconds in a minute: a bucket refills one call every
-/// `MINUTE_MS / calls_per_minute` milliseconds.
-const MINUTE_MS: u128 = 60_000;
-
 /// One token bucket's rate: calls a minute, refilled evenly, and the burst
 /// it holds when full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +141,8 @@ struct BucketKey {
 
 /// One bucket, as the time at which it would be full again (a generic cell
 /// rate algorithm): `full_at` is in the clock's milliseconds times the
-/// bucket's calls a minute, so one call is exactly [`MINUTE_MS`] of it.
+/// bucket's calls a minute, so one call is exactly a minute of it
+/// (dk-store's `take_from_bucket`, which a fleet's shared buckets use too).
 struct Bucket {
     full_at: u128,
     last_used_ms: u64,
@@ -174,18 +171,12 @@ impl fmt::Debug for RateLimiter {
 /// A call's take from one bucket: the bucket's new `full_at`, or how long
 /// until the bucket has a token again.
 fn take(limit: RateLimit, full_at: Option<u128>, now_ms: u64) -> Result<u128, u64> {
-    let rate = u128::from(limit.calls_per_minute.get());
-    let now = u128::from(now_ms).saturating_mul(rate);
-    let full_at = full_at.unwrap_or(now).max(now);
-    // A full bucket has `burst` tokens: a call is allowed while the bucket
-    // is fewer than `burst` calls away from full.
-    let room = u128::from(limit.burst.get().saturating_sub(1)).saturating_mul(MINUTE_MS);
-    let owed = full_at.saturating_sub(now);
-    if owed > room {
-        let wait = owed.saturating_sub(room).div_ceil(rate);
-        return Err(u64::try_from(wait).unwrap_or(u64::MAX));
-    }
-    Ok(full_at.saturating_add(MINUTE_MS))
+    dk_store::take_from_bucket(
+        limit.calls_per_minute.get(),
+        limit.burst.get(),
+        full_at,
+        now_ms,
+    )
 }
 
 impl RateLimiter {

@@ -72,8 +72,12 @@ impl Member {
     }
 
     fn start_with(name: &str, nats: &Nats, store: &str, rules: &str) -> Member {
+        Member::start_full(name, nats, store, rules, &[])
+    }
+
+    fn start_full(name: &str, nats: &Nats, store: &str, rules: &str, extra: &[&str]) -> Member {
         let scratch = Scratch::new(&format!("fleet-{name}"));
-        let vessel = Member::run_vessel(&scratch, name, nats, store, rules);
+        let vessel = Member::run_vessel(&scratch, name, nats, store, rules, extra);
         Member {
             name: name.to_owned(),
             scratch,
@@ -92,10 +96,18 @@ impl Member {
             nats,
             store,
             rules,
+            &[],
         ));
     }
 
-    fn run_vessel(scratch: &Scratch, name: &str, nats: &Nats, store: &str, rules: &str) -> Running {
+    fn run_vessel(
+        scratch: &Scratch,
+        name: &str,
+        nats: &Nats,
+        store: &str,
+        rules: &str,
+        extra: &[&str],
+    ) -> Running {
         let key = nats.key_file();
         let args = [
             "--mcp-listen",
@@ -109,6 +121,7 @@ impl Member {
             "--policies",
             rules,
         ];
+        let args = [&args[..], extra].concat();
         Running::start_env(scratch, &args, &[("DK_STORE", store)])
     }
 
@@ -579,4 +592,78 @@ async fn with_postgres_down_the_fleet_fails_closed_and_recovers() {
     let verified = b.run(&["audit", "verify", "--store", &store]);
     assert!(verified.contains("intact"), "{verified}");
     stop([a, b]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_rate_holds_across_the_fleet() {
+    let test = "an_agents_rate_holds_across_the_fleet";
+    let Some((pg, nats)) = servers(test) else {
+        return;
+    };
+    let store = pg.database();
+    let holder = Scratch::new("fleet-rate");
+    let open = rules(&holder, "version: 1\npolicies: []\n");
+    let config = holder.root().join("vessel.toml");
+    std::fs::write(
+        &config,
+        "[rateLimits]\ncallsPerMinute = 1\nburst = 3\nperDeviceCallsPerMinute = 0\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let members: Vec<Member> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Member::start_full(name, &nats, &store, &open, &["--config", &config]))
+        .collect();
+    let _lamp = pair_lamp(&members[0], &[&members[1], &members[2]], &["read_light"]).await;
+    let added = members[0]
+        .admin()
+        .post(
+            "/v1/agents",
+            &json!({"name": "helper", "scope": ["desk-lamp"], "role": "user"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added.status, 201, "{added:?}");
+    let credential = added.body["credential"].as_str().unwrap().to_owned();
+    for member in &members {
+        let admin = member.admin();
+        eventually("the agent known to every member", || async {
+            let agents = admin.get("/v1/agents").await.unwrap().body;
+            agents
+                .as_array()?
+                .iter()
+                .any(|agent| agent["name"] == "helper")
+                .then_some(())
+        })
+        .await;
+    }
+    // The same agent through each of the three members, three calls each:
+    // its burst of three is spent once, fleet-wide.
+    let mut agents: Vec<Agent> = members
+        .iter()
+        .map(|member| Agent::start(&member.scratch, &credential))
+        .collect();
+    let mut passed = 0;
+    let mut refused = Vec::new();
+    for round in 0..3 {
+        for agent in &mut agents {
+            let id = 10 + round;
+            agent.call(id, READ_LIGHT, json!({}));
+            let answer = agent.answer(id);
+            if answer["result"]["isError"] == true {
+                refused.push(answer);
+            } else {
+                passed += 1;
+            }
+        }
+    }
+    assert_eq!(passed, 3, "{refused:?}");
+    for answer in &refused {
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("rate limit"), "{answer}");
+    }
+    drop(agents);
+    stop(members);
 }
