@@ -216,24 +216,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     }
 
     // An agent added on the third member calls through the second.
-    let added = admin_c
-        .post(
-            "/v1/agents",
-            &json!({"name": "helper", "scope": ["desk-lamp"], "role": "user"}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(added.status, 201, "{added:?}");
-    let credential = added.body["credential"].as_str().unwrap().to_owned();
-    eventually("the agent known to the second member", || async {
-        let agents = admin_b.get("/v1/agents").await.unwrap().body;
-        agents
-            .as_array()?
-            .iter()
-            .any(|agent| agent["name"] == "helper")
-            .then_some(())
-    })
-    .await;
+    let credential = add_helper(&admin_c, &[&admin_b]).await;
     // The lamp is connected to the first member only: the second reaches
     // it through the first.
     assert_eq!(devices(&admin_a).await[0]["connected"], true);
@@ -392,6 +375,31 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     drop(lamp);
     stop([b, c]);
     drop(nats);
+}
+
+/// Adds the agent `helper` (the lamp in its scope) through `admin` and
+/// waits until each of `others` knows it; its credential.
+async fn add_helper(admin: &AdminClient, others: &[&AdminClient]) -> String {
+    let added = admin
+        .post(
+            "/v1/agents",
+            &json!({"name": "helper", "scope": ["desk-lamp"], "role": "user"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added.status, 201, "{added:?}");
+    for other in others {
+        eventually("the agent known to every member", || async {
+            let agents = other.get("/v1/agents").await.unwrap().body;
+            agents
+                .as_array()?
+                .iter()
+                .any(|agent| agent["name"] == "helper")
+                .then_some(())
+        })
+        .await;
+    }
+    added.body["credential"].as_str().unwrap().to_owned()
 }
 
 /// A rule file in `scratch`'s directory.
@@ -615,28 +623,9 @@ async fn an_agents_rate_holds_across_the_fleet() {
         .map(|name| Member::start_full(name, &nats, &store, &open, &["--config", &config]))
         .collect();
     let _lamp = pair_lamp(&members[0], &[&members[1], &members[2]], &["read_light"]).await;
-    let added = members[0]
-        .admin()
-        .post(
-            "/v1/agents",
-            &json!({"name": "helper", "scope": ["desk-lamp"], "role": "user"}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(added.status, 201, "{added:?}");
-    let credential = added.body["credential"].as_str().unwrap().to_owned();
-    for member in &members {
-        let admin = member.admin();
-        eventually("the agent known to every member", || async {
-            let agents = admin.get("/v1/agents").await.unwrap().body;
-            agents
-                .as_array()?
-                .iter()
-                .any(|agent| agent["name"] == "helper")
-                .then_some(())
-        })
-        .await;
-    }
+    let admins: Vec<AdminClient> = members.iter().map(Member::admin).collect();
+    let others: Vec<&AdminClient> = admins.iter().skip(1).collect();
+    let credential = add_helper(&admins[0], &others).await;
     // The same agent through each of the three members, three calls each:
     // its burst of three is spent once, fleet-wide.
     let mut agents: Vec<Agent> = members
