@@ -134,12 +134,7 @@ impl Links {
         if let Some(link) = self.get(device_id) {
             return Some(link);
         }
-        let remote = self
-            .remote
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        remote.and_then(|remote| remote.reach(device_id))
+        self.remote()?.reach(device_id)
     }
 
     /// The fleet member `device_id` is connected to, when it is not
@@ -148,12 +143,15 @@ impl Links {
         if self.is_connected(device_id) {
             return None;
         }
-        let remote = self
-            .remote
+        self.remote()?.holder(device_id)
+    }
+
+    /// Where devices not connected here are reached, when in a fleet.
+    fn remote(&self) -> Option<Arc<dyn RemoteLinks>> {
+        self.remote
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        remote.and_then(|remote| remote.holder(device_id))
+            .clone()
     }
 
     /// The ids of the devices connected here, in no order.

@@ -915,6 +915,50 @@ macro_rules! work {
     };
 }
 
+/// A counted call as the `rate_hit` table holds it.
+struct HitRow {
+    rule: String,
+    agent: String,
+    at: i64,
+    calls: i64,
+    window: i64,
+    until: i64,
+}
+
+impl HitRow {
+    fn of(hit: &RateHit) -> Result<HitRow, StoreError> {
+        Ok(HitRow {
+            rule: hit.rule.clone(),
+            agent: hit.agent.clone(),
+            at: to_i64(hit.at_ms, "rate hit time")?,
+            calls: i64::from(hit.calls),
+            window: to_i64(hit.window_ms, "rate hit window")?,
+            until: to_i64(hit.until_ms(), "rate hit time")?,
+        })
+    }
+
+    /// Forgets the calls whose window has passed at this one's time, then
+    /// records this one.
+    async fn insert(&self, tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        exec(tx, "DELETE FROM rate_hit WHERE until_ms <= $1", &[&self.at]).await?;
+        exec(
+            tx,
+            "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &self.rule,
+                &self.agent,
+                &self.at,
+                &self.calls,
+                &self.window,
+                &self.until,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 /// Executes `sql` with `params` in `tx`, its statement prepared once per
 /// connection; the number of rows it changed.
 async fn exec(
@@ -1275,20 +1319,10 @@ impl Store for PgStore {
     }
 
     fn put_rate_hit(&self, hit: &RateHit) -> Result<(), StoreError> {
-        let at = to_i64(hit.at_ms, "rate hit time")?;
-        let until = to_i64(hit.until_ms(), "rate hit time")?;
-        let window = to_i64(hit.window_ms, "rate hit window")?;
-        let calls = i64::from(hit.calls);
-        let (rule, agent) = (hit.rule.clone(), hit.agent.clone());
+        let row = HitRow::of(hit)?;
+        let (rule, agent, calls) = (row.rule.clone(), row.agent.clone(), row.calls);
         self.write(work!(|tx| {
-            exec(tx, "DELETE FROM rate_hit WHERE until_ms <= $1", &[&at]).await?;
-            exec(
-                tx,
-                "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[&rule, &agent, &at, &calls, &window, &until],
-            )
-            .await?;
+            row.insert(tx).await?;
             exec(
                 tx,
                 "DELETE FROM rate_hit WHERE rule = $1 AND agent = $2 AND id NOT IN (
@@ -1302,42 +1336,39 @@ impl Store for PgStore {
     }
 
     fn claim_rate_hit(&self, hit: &RateHit) -> Result<RateClaim, StoreError> {
-        let at = to_i64(hit.at_ms, "rate hit time")?;
-        let until = to_i64(hit.until_ms(), "rate hit time")?;
-        let window = to_i64(hit.window_ms, "rate hit window")?;
-        let calls = i64::from(hit.calls);
-        let (rule, agent) = (hit.rule.clone(), hit.agent.clone());
+        let row = HitRow::of(hit)?;
         let wait = self.run(move |pool| async move {
+            let HitRow {
+                rule,
+                agent,
+                at,
+                calls,
+                until,
+                ..
+            } = &row;
             let mut client = pool.get().await.map_err(unreachable)?;
             let tx = client.transaction().await.map_err(db)?;
             // One rule and agent's count at a time, across every vessel.
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, 7))",
-                &[&rule, &agent],
+                &[rule, agent],
             )
             .await
             .map_err(db)?;
-            let row = tx
+            let counts = tx
                 .query_one(
                     "SELECT count(*), min(until_ms) FROM rate_hit
                      WHERE rule = $1 AND agent = $2 AND until_ms > $3",
-                    &[&rule, &agent, &at],
+                    &[rule, agent, at],
                 )
                 .await
                 .map_err(db)?;
-            let (counted, oldest): (i64, Option<i64>) = (get(&row, 0)?, get(&row, 1)?);
-            if counted >= calls {
+            let (counted, oldest): (i64, Option<i64>) = (get(&counts, 0)?, get(&counts, 1)?);
+            if counted >= *calls {
                 tx.commit().await.map_err(db)?;
-                return Ok(Some(oldest.unwrap_or(until).saturating_sub(at)));
+                return Ok(Some(oldest.unwrap_or(*until).saturating_sub(*at)));
             }
-            exec(&tx, "DELETE FROM rate_hit WHERE until_ms <= $1", &[&at]).await?;
-            exec(
-                &tx,
-                "INSERT INTO rate_hit (rule, agent, at_ms, calls, window_ms, until_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[&rule, &agent, &at, &calls, &window, &until],
-            )
-            .await?;
+            row.insert(&tx).await?;
             tx.commit().await.map_err(db)?;
             Ok(None)
         })?;

@@ -29,14 +29,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use dk_core::Vessel;
 use dk_core::by::By;
 use dk_core::link::{DeviceLink, InvokeResult, RemoteLinks};
-use dk_core::person::{
-    ApprovalAnswer, MirroredAnswer, PendingPrompt, PersonEvent, Prompt as CorePrompt,
-};
+use dk_core::person::{ApprovalAnswer, MirroredAnswer, PersonEvent, Prompt as CorePrompt};
 use dk_core::registry::{ConsentCapability, ConsentDecision, ConsentRequest};
 use dk_fleet::{Fleet, MemberId, Request};
 use dk_proto::InvokeError;
@@ -533,7 +531,7 @@ fn show(
     // Past its time the member that raised it took it as a no: gone here too.
     let left = pending
         .expires_at_ms
-        .saturating_sub(now_ms())
+        .saturating_sub(dk_store::epoch_ms(SystemTime::now()))
         .saturating_add(1000);
     let (vessel, mirrors) = (Arc::clone(vessel), Arc::clone(mirrors));
     tokio::spawn(async move {
@@ -611,7 +609,7 @@ async fn show_prompts(
                 if view.mirrored {
                     continue;
                 }
-                if let Some(prompt) = listed(&view) {
+                if let Ok(prompt) = serde_json::to_value(&view) {
                     raised_here.insert(view.id);
                     let _ = say.send(Said::Asked { prompt });
                 }
@@ -625,11 +623,6 @@ async fn show_prompts(
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }
-}
-
-/// A prompt's listing, as JSON.
-fn listed(view: &PendingPrompt) -> Option<Value> {
-    serde_json::to_value(view).ok()
 }
 
 /// Reads every pairing again now and then, and as soon as the NATS
@@ -745,10 +738,4 @@ impl DeviceLink for RoutedLink {
             }
         })
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

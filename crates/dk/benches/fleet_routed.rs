@@ -55,12 +55,9 @@ fn main() -> Result<(), BoxError> {
             .map_err(|e| format!("DK_FLEET_ROUTED_DEVICES `{text}`: {e}"))?,
         Err(_) => DEFAULT_DEVICES,
     };
-    let dk = Path::new(env!("CARGO_BIN_EXE_dk"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(run(dk, devices))
+    common::main("fleet-routed", || {
+        run(Path::new(env!("CARGO_BIN_EXE_dk")), devices)
+    })
 }
 
 async fn run(dk: &Path, devices: usize) -> Result<(), BoxError> {

@@ -95,6 +95,29 @@ impl Agent {
 /// drop.
 pub(crate) struct Lamp(Child);
 
+impl Lamp {
+    /// `dk device simulate lamp` against the vessel at `url`, moving on to
+    /// the vessels at `also_at` when its connection drops, its key in
+    /// `key_file`.
+    pub(crate) fn simulate(url: &str, also_at: &[String], key_file: &std::path::Path) -> Lamp {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
+        command.args(["device", "simulate", "lamp", "--vessel", url]);
+        for other in also_at {
+            command.args(["--also-at", other]);
+        }
+        Lamp(
+            command
+                .arg("--key-file")
+                .arg(key_file)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
 impl Drop for Lamp {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -110,17 +133,7 @@ pub(crate) async fn lamp_and_helper(
     vessel: &Running,
     admin: &AdminClient,
 ) -> (Lamp, String) {
-    let lamp = Lamp(
-        Command::new(env!("CARGO_BIN_EXE_dk"))
-            .args(["device", "simulate", "lamp", "--vessel", &vessel.url()])
-            .arg("--key-file")
-            .arg(scratch.root().join("desk-lamp.key"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let lamp = Lamp::simulate(&vessel.url(), &[], &scratch.root().join("desk-lamp.key"));
     crate::process::approve_when_asked(admin, "desk-lamp", &["set_light", "strobe"]).await;
     eventually("the lamp connected", || async {
         devices(admin)
@@ -130,6 +143,12 @@ pub(crate) async fn lamp_and_helper(
             .then_some(())
     })
     .await;
+    (lamp, add_helper(admin).await)
+}
+
+/// Adds the agent `helper`, the lamp in its scope, through `admin`; its
+/// credential.
+pub(crate) async fn add_helper(admin: &AdminClient) -> String {
     let added = admin
         .post(
             "/v1/agents",
@@ -138,7 +157,7 @@ pub(crate) async fn lamp_and_helper(
         .await
         .unwrap();
     assert_eq!(added.status, 201, "{added:?}");
-    (lamp, added.body["credential"].as_str().unwrap().to_owned())
+    added.body["credential"].as_str().unwrap().to_owned()
 }
 
 /// The id of the approval waiting now, once there is one.

@@ -9,7 +9,6 @@
 //! Without PostgreSQL or nats-server the test says so and passes, unless
 //! `DK_REQUIRE_PEERS` is set.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dk_testkit::nats::{Nats, nats_or_skip};
@@ -17,46 +16,19 @@ use dk_testkit::postgres::PgServer;
 use dk_vessel::http::AdminClient;
 use serde_json::{Value, json};
 
-use crate::approvals::{Agent, approval_id, lamp_rules};
+use crate::approvals::{Agent, Lamp, approval_id, lamp_rules};
 use crate::process::{PATIENCE, Running, Scratch, devices, eventually, succeeded};
 
 const SET_LIGHT: &str = "device__desk_lamp__set_light";
 
-/// A simulated lamp process, killed on drop.
-struct Lamp(Child);
-
-impl Lamp {
-    /// The simulated lamp, connecting to `first` and moving on to `others`.
-    fn start(first: &Member, others: &[&Member]) -> Lamp {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dk"));
-        command.args([
-            "device",
-            "simulate",
-            "lamp",
-            "--vessel",
-            &first.vessel().url(),
-        ]);
-        for other in others {
-            command.args(["--also-at", &other.vessel().url()]);
-        }
-        Lamp(
-            command
-                .arg("--key-file")
-                .arg(first.scratch.root().join("desk-lamp.key"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    }
-}
-
-impl Drop for Lamp {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The simulated lamp, connecting to `first` and moving on to `others`.
+fn lamp(first: &Member, others: &[&Member]) -> Lamp {
+    let also_at: Vec<String> = others.iter().map(|o| o.vessel().url()).collect();
+    Lamp::simulate(
+        &first.vessel().url(),
+        &also_at,
+        &first.scratch.root().join("desk-lamp.key"),
+    )
 }
 
 /// A member of the fleet: its scratch home and its running vessel.
@@ -176,23 +148,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
 
     // The lamp knows every member; it pairs with the first, and the person
     // answers its pairing on the second.
-    let lamp = Lamp(
-        Command::new(env!("CARGO_BIN_EXE_dk"))
-            .args(["device", "simulate", "lamp", "--vessel", &a.vessel().url()])
-            .args([
-                "--also-at",
-                &b.vessel().url(),
-                "--also-at",
-                &c.vessel().url(),
-            ])
-            .arg("--key-file")
-            .arg(a.scratch.root().join("desk-lamp.key"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let lamp = lamp(&a, &[&b, &c]);
     crate::process::approve_when_asked(&b.admin(), "desk-lamp", &["set_light", "strobe"]).await;
     let (admin_a, admin_b, admin_c) = (a.admin(), b.admin(), c.admin());
     eventually("the lamp connected to the first member", || async {
@@ -380,14 +336,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
 /// Adds the agent `helper` (the lamp in its scope) through `admin` and
 /// waits until each of `others` knows it; its credential.
 async fn add_helper(admin: &AdminClient, others: &[&AdminClient]) -> String {
-    let added = admin
-        .post(
-            "/v1/agents",
-            &json!({"name": "helper", "scope": ["desk-lamp"], "role": "user"}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(added.status, 201, "{added:?}");
+    let credential = crate::approvals::add_helper(admin).await;
     for other in others {
         eventually("the agent known to every member", || async {
             let agents = other.get("/v1/agents").await.unwrap().body;
@@ -399,7 +348,7 @@ async fn add_helper(admin: &AdminClient, others: &[&AdminClient]) -> String {
         })
         .await;
     }
-    added.body["credential"].as_str().unwrap().to_owned()
+    credential
 }
 
 /// A rule file in `scratch`'s directory.
@@ -422,7 +371,7 @@ async fn call(admin: &AdminClient, tool: &str) -> Value {
 /// Pairs the lamp through `first` (answered there) with `grant`, and waits
 /// until every member knows the pairing.
 async fn pair_lamp(first: &Member, others: &[&Member], grant: &[&str]) -> Lamp {
-    let lamp = Lamp::start(first, others);
+    let lamp = lamp(first, others);
     crate::process::approve_when_asked(&first.admin(), "desk-lamp", grant).await;
     for member in std::iter::once(first).chain(others.iter().copied()) {
         let admin = member.admin();
