@@ -12,6 +12,7 @@ use dk_proto::{
     AskReason, Channel, CloseCode, CloseFrame, CloseWhy, DeviceFrame, FrameError, FrameLimits,
     LinkClosed, Malformed, PairingLimit, StreamChunk, StreamingFrame, VesselFrame,
 };
+use futures::future::BoxFuture;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -196,6 +197,23 @@ async fn write_loop<K>(
             }
         }
     }
+}
+
+/// The next change of the registry, and the receiver to wait for the one
+/// after with.
+fn next_change(
+    mut receiver: broadcast::Receiver<RegistryEvent>,
+) -> BoxFuture<
+    'static,
+    (
+        Result<RegistryEvent, broadcast::error::RecvError>,
+        broadcast::Receiver<RegistryEvent>,
+    ),
+> {
+    Box::pin(async move {
+        let change = receiver.recv().await;
+        (change, receiver)
+    })
 }
 
 struct Reader<'v, S> {
@@ -667,7 +685,11 @@ where
             max_pending_calls,
         ));
         let link: Arc<dyn DeviceLink> = correlator.clone();
-        let mut changes = self.vessel.registry().subscribe();
+        // The registry's changes, waited for by one future that lives until a
+        // change comes: a `recv()` made afresh for every message would join
+        // and leave the registry's channel, shared by every connection,
+        // under its lock, each time.
+        let mut changes = next_change(self.vessel.registry().subscribe());
         // A newer connection replaces the older one; a streaming device's
         // sessions (as many as its policy admits) all stay open, and calls go
         // to the newest.
@@ -697,7 +719,8 @@ where
                     }
                 }
                 why = &mut replaced => break Ending::Close(close(CloseCode::Replaced, why.to_string())),
-                change = changes.recv() => {
+                (change, receiver) = &mut changes => {
+                    changes = next_change(receiver);
                     if let Some(frame) = self.on_change(change, session) {
                         break Ending::Close(frame);
                     }
