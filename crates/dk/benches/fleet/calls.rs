@@ -1,6 +1,6 @@
-//! `fleet/calls`: throughput with the audit on disk. Two servers run in turn,
-//! each a process of its own (this bench run again with `DK_FLEET_ROLE`),
-//! under the same generator, this process:
+//! `fleet/calls`: throughput with the audit on disk. Two servers run side by
+//! side, each a process of its own (this bench run again with
+//! `DK_FLEET_ROLE`), under the same generator, this process:
 //!
 //! - `echo`: a bare WebSocket echo server (tokio-tungstenite); the generator
 //!   holds 1,000 connections and sends 200-byte messages, `IN_FLIGHT` at a
@@ -11,10 +11,15 @@
 //!   lamps in turn, `IN_FLIGHT` at a time; the lamps are dk-device clients
 //!   in the generator.
 //!
-//! The CPU time of each server over its run is read from
-//! `/proc/<pid>/stat` (user plus system, all threads: its rusage), divided
-//! by the messages or calls. The vessel then flushes its audit writer and
-//! counts the `decision` entries its run added: every call must have one.
+//! The load goes to one server at a time, in `ROUNDS` rounds of a block for
+//! each, so that both see the machine as it is at that moment. The CPU time
+//! of the loaded server over its block is read from `/proc/<pid>/stat`
+//! (user plus system, all threads: its rusage) and divided by the block's
+//! messages or calls; the vessel's block ends once its audit writer has
+//! committed the block's decisions, so their cost is the block's. The
+//! medians over the rounds are reported, and the median of each round's
+//! ratio. The vessel finally counts the `decision` entries its blocks
+//! added: every call must have one.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::SocketAddr;
@@ -44,6 +49,8 @@ const RULES: usize = 1_000;
 const IN_FLIGHT: usize = 64;
 /// Calls, and messages, per run.
 const CALLS: usize = 200_000;
+/// Blocks of each server, in turn.
+const ROUNDS: usize = 5;
 /// The ratio the vessel's CPU per call may reach against the echo's per
 /// message, and the CPU per call.
 const RATIO_BUDGET: f64 = 2.0;
@@ -69,37 +76,52 @@ pub fn run_child(role: &str) -> Result<(), BoxError> {
     }
 }
 
-/// Both runs, and their comparison.
+/// Both servers under the same load in turn, and their comparison.
 pub async fn throughput() -> Result<(), BoxError> {
     let home = Home::seed(DEVICES)?;
-    let echo = echo_run().await?;
-    let vessel = vessel_run(&home).await?;
-    let per_message = echo.cpu.as_secs_f64() * 1e6 / echo.count as f64;
-    let per_call = vessel.cpu.as_secs_f64() * 1e6 / vessel.count as f64;
-    let ratio = per_call / per_message;
+    let mut echo = EchoSide::start().await?;
+    let mut vessel = VesselSide::start(&home).await?;
+    let block = CALLS / ROUNDS;
+    let (mut echoes, mut calls, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let echoed = echo.block(block).await?;
+        let called = vessel.block(block).await?;
+        ratios.push(called.cpu_per_item() / echoed.cpu_per_item());
+        echoes.push(echoed);
+        calls.push(called);
+    }
+    echo.stop();
+    let (count, audited) = vessel.finish().await?;
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let per_message = median(echoes.iter().map(Block::cpu_per_item).collect());
+    let per_call = median(calls.iter().map(Block::cpu_per_item).collect());
+    let ratio = median(ratios.clone());
+    let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
     println!(
-        "\nfleet/calls: {CALLS} calls over {DEVICES} dk/2 lamps, {IN_FLIGHT} in flight, past {RULES} rules, audited in SQLite; beside a bare WebSocket echo of {CALLS} messages over {DEVICES} connections"
+        "\nfleet/calls: {CALLS} calls over {DEVICES} dk/2 lamps, {IN_FLIGHT} in flight, past {RULES} rules, audited in SQLite; beside a bare WebSocket echo of {CALLS} messages over {DEVICES} connections; {ROUNDS} rounds of {block} each in turn, medians"
     );
     println!(
         "{:<28}cpu {per_message:>6.2} µs per message   {:.0} messages/s",
         "fleet/calls_echo",
-        echo.count as f64 / echo.wall.as_secs_f64()
+        median(echoes.iter().map(Block::rate).collect())
     );
     println!(
-        "{:<28}cpu {per_call:>6.2} µs per call      {:.0} calls/s   {:.2}x the echo (budgets {CPU_BUDGET_US:.0} µs: {}, {RATIO_BUDGET:.0}x: {})",
+        "{:<28}cpu {per_call:>6.2} µs per call      {:.0} calls/s   {ratio:.2}x the echo (rounds {}; budgets {CPU_BUDGET_US:.0} µs: {}, {RATIO_BUDGET:.0}x: {})",
         "fleet/calls_vessel",
-        vessel.count as f64 / vessel.wall.as_secs_f64(),
-        ratio,
+        median(calls.iter().map(Block::rate).collect()),
+        shown.join(", "),
         verdict(per_call <= CPU_BUDGET_US),
         verdict(ratio <= RATIO_BUDGET)
     );
     println!(
-        "{:<28}{} decisions missing from the audit log of {} calls once flushed",
+        "{:<28}{} decisions missing from the audit log of {count} calls once flushed",
         "fleet/calls_audit",
-        vessel.count.saturating_sub(vessel.audited),
-        vessel.count
+        count.saturating_sub(audited),
     );
-    if vessel.audited < vessel.count {
+    if audited < count {
         return Err("decisions are missing from the audit log".into());
     }
     Ok(())
@@ -109,12 +131,21 @@ fn verdict(within: bool) -> &'static str {
     if within { "within" } else { "OVER" }
 }
 
-/// What one server's run cost.
-struct Run {
+/// What one block of load cost its server.
+struct Block {
     count: usize,
     cpu: Duration,
     wall: Duration,
-    audited: usize,
+}
+
+impl Block {
+    fn cpu_per_item(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.count.max(1) as f64
+    }
+
+    fn rate(&self) -> f64 {
+        self.count as f64 / self.wall.as_secs_f64()
+    }
 }
 
 /// A server process started from this bench, killed when dropped.
@@ -176,55 +207,71 @@ impl Drop for Server {
     }
 }
 
-/// The echo server's run, driven from here.
-async fn echo_run() -> Result<Run, BoxError> {
-    let mut server = Server::spawn("echo", &[])?;
-    let address: SocketAddr = tokio::task::block_in_place(|| server.line())?.parse()?;
-    let url = format!("ws://{address}/");
-    let mut sockets = Vec::with_capacity(DEVICES);
-    for _ in 0..DEVICES {
-        let (socket, _) = tokio_tungstenite::connect_async(url.as_str()).await?;
-        sockets.push(socket);
-    }
-    // Each sender owns every IN_FLIGHT-th connection and sends on them in
-    // turn, one message at a time.
-    let mut owned: Vec<Vec<_>> = (0..IN_FLIGHT).map(|_| Vec::new()).collect();
-    for (i, socket) in sockets.into_iter().enumerate() {
-        if let Some(slot) = owned.get_mut(i % IN_FLIGHT) {
-            slot.push(socket);
-        }
-    }
-    let before = server.cpu()?;
-    let started = Instant::now();
-    let mut senders = JoinSet::new();
-    for mut mine in owned {
-        senders.spawn(async move {
-            for k in 0..CALLS / IN_FLIGHT {
-                let index = k % mine.len().max(1);
-                let Some(socket) = mine.get_mut(index) else {
-                    return Err::<usize, BoxError>("no connection".into());
-                };
-                socket.send(Message::text(MESSAGE)).await?;
-                match socket.next().await {
-                    Some(Ok(Message::Text(_))) => {}
-                    other => return Err(format!("no echo: {other:?}").into()),
-                }
+/// The generator's side of the echo: the server and its connections.
+struct EchoSide {
+    server: Server,
+    /// The connections, `IN_FLIGHT` groups of them, one sender each.
+    owned: Vec<Vec<Socket>>,
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl EchoSide {
+    async fn start() -> Result<EchoSide, BoxError> {
+        let mut server = Server::spawn("echo", &[])?;
+        let address: SocketAddr = tokio::task::block_in_place(|| server.line())?.parse()?;
+        let url = format!("ws://{address}/");
+        // Each sender owns every IN_FLIGHT-th connection and sends on them
+        // in turn, one message at a time.
+        let mut owned: Vec<Vec<Socket>> = (0..IN_FLIGHT).map(|_| Vec::new()).collect();
+        for i in 0..DEVICES {
+            let (socket, _) = tokio_tungstenite::connect_async(url.as_str()).await?;
+            if let Some(slot) = owned.get_mut(i % IN_FLIGHT) {
+                slot.push(socket);
             }
-            Ok(CALLS / IN_FLIGHT)
-        });
+        }
+        Ok(EchoSide { server, owned })
     }
-    let mut count = 0;
-    while let Some(sent) = senders.join_next().await {
-        count += sent??;
+
+    /// `count` messages echoed, `IN_FLIGHT` at a time.
+    async fn block(&mut self, count: usize) -> Result<Block, BoxError> {
+        let before = self.server.cpu()?;
+        let started = Instant::now();
+        let mut senders = JoinSet::new();
+        for mut mine in std::mem::take(&mut self.owned) {
+            senders.spawn(async move {
+                for k in 0..count / IN_FLIGHT {
+                    let index = k % mine.len().max(1);
+                    let Some(socket) = mine.get_mut(index) else {
+                        return Err::<_, BoxError>("no connection".into());
+                    };
+                    socket.send(Message::text(MESSAGE)).await?;
+                    match socket.next().await {
+                        Some(Ok(Message::Text(_))) => {}
+                        other => return Err(format!("no echo: {other:?}").into()),
+                    }
+                }
+                Ok(mine)
+            });
+        }
+        while let Some(sent) = senders.join_next().await {
+            self.owned.push(sent??);
+        }
+        let wall = started.elapsed();
+        let cpu = self.server.cpu()?.saturating_sub(before);
+        Ok(Block {
+            count: count / IN_FLIGHT * IN_FLIGHT,
+            cpu,
+            wall,
+        })
     }
-    let wall = started.elapsed();
-    let cpu = server.cpu()?.saturating_sub(before);
-    Ok(Run {
-        count,
-        cpu,
-        wall,
-        audited: count,
-    })
+
+    fn stop(self) {
+        // Dropping the server kills it; the connections just close.
+        drop(self.owned);
+        drop(self.server);
+    }
 }
 
 /// A bare WebSocket echo server: prints its address, then echoes every
@@ -250,49 +297,113 @@ async fn echo_server() -> Result<(), BoxError> {
     }
 }
 
-/// The vessel's run: the lamps connect from here, the vessel calls them.
-async fn vessel_run(home: &Home) -> Result<Run, BoxError> {
-    let rules = home.data_dir().with_file_name("rules.yaml");
-    std::fs::write(&rules, rules_text(RULES))?;
-    let data_dir = home.data_dir();
-    let key_file = data_dir.with_file_name("vessel.key");
-    let token_file = data_dir.with_file_name("admin-token");
-    let mut server = Server::spawn(
-        "vessel",
-        &[
-            ("DK_FLEET_DATA", &data_dir),
-            ("DK_FLEET_RULES", &rules),
-            ("DK_FLEET_KEY", &key_file),
-            ("DK_FLEET_TOKEN", &token_file),
-        ],
-    )?;
-    let port: u16 = tokio::task::block_in_place(|| server.line())?.parse()?;
-    let lamps = Fleet::start(home, port)?;
-    // The vessel says when it counts every lamp connected.
-    let ready = tokio::task::block_in_place(|| server.line())?;
-    if ready != "connected" {
-        return Err(format!("the vessel said `{ready}`").into());
+/// The generator's side of the vessel: the vessel and its lamps.
+struct VesselSide {
+    server: Server,
+    lamps: Fleet,
+}
+
+impl VesselSide {
+    /// Starts the vessel and connects every lamp to it.
+    async fn start(home: &Home) -> Result<VesselSide, BoxError> {
+        let rules = home.data_dir().with_file_name("rules.yaml");
+        std::fs::write(&rules, rules_text(RULES))?;
+        let data_dir = home.data_dir();
+        let key_file = data_dir.with_file_name("vessel.key");
+        let token_file = data_dir.with_file_name("admin-token");
+        let mut server = Server::spawn(
+            "vessel",
+            &[
+                ("DK_FLEET_DATA", &data_dir),
+                ("DK_FLEET_RULES", &rules),
+                ("DK_FLEET_KEY", &key_file),
+                ("DK_FLEET_TOKEN", &token_file),
+            ],
+        )?;
+        let port: u16 = tokio::task::block_in_place(|| server.line())?.parse()?;
+        let lamps = Fleet::start(home, port)?;
+        // The vessel says when it counts every lamp connected.
+        let ready = tokio::task::block_in_place(|| server.line())?;
+        if ready != "connected" {
+            return Err(format!("the vessel said `{ready}`").into());
+        }
+        Ok(VesselSide { server, lamps })
     }
-    let before = server.cpu()?;
-    server.say("go")?;
-    let done = tokio::task::block_in_place(|| server.line())?;
-    let cpu = server.cpu()?.saturating_sub(before);
-    // "done CALLS WALL_NS"
-    let mut words = done.split_whitespace().skip(1);
-    let count: usize = words.next().ok_or("no count")?.parse()?;
-    let wall = Duration::from_nanos(words.next().ok_or("no time")?.parse()?);
-    let audited_line = tokio::task::block_in_place(|| server.line())?;
-    let audited: usize = audited_line
-        .strip_prefix("audited ")
-        .ok_or_else(|| format!("the vessel said `{audited_line}`"))?
-        .parse()?;
-    lamps.stop().await?;
-    Ok(Run {
-        count,
-        cpu,
-        wall,
-        audited,
-    })
+
+    /// `count` calls by the vessel's agent, and their decisions committed.
+    async fn block(&mut self, count: usize) -> Result<Block, BoxError> {
+        let before = self.server.cpu()?;
+        self.server.say(&format!("go {count}"))?;
+        let done = tokio::task::block_in_place(|| self.server.line())?;
+        let cpu = self.server.cpu()?.saturating_sub(before);
+        // "done CALLS WALL_NS"
+        let mut words = done.split_whitespace().skip(1);
+        let made: usize = words.next().ok_or("no count")?.parse()?;
+        let wall = Duration::from_nanos(words.next().ok_or("no time")?.parse()?);
+        Ok(Block {
+            count: made,
+            cpu,
+            wall,
+        })
+    }
+
+    /// Ends the run: the calls made and the decisions the log gained.
+    async fn finish(mut self) -> Result<(usize, usize), BoxError> {
+        self.server.say("end")?;
+        let line = tokio::task::block_in_place(|| self.server.line())?;
+        // "audited CALLS DECISIONS"
+        let mut words = line
+            .strip_prefix("audited ")
+            .ok_or_else(|| format!("the vessel said `{line}`"))?
+            .split_whitespace();
+        let count: usize = words.next().ok_or("no count")?.parse()?;
+        let audited: usize = words.next().ok_or("no decisions")?.parse()?;
+        self.lamps.stop().await?;
+        Ok((count, audited))
+    }
+}
+
+/// `calls` calls by the vessel's agent, `IN_FLIGHT` at a time, each to the
+/// next lamp in turn from the `made`-th on.
+async fn call_block(
+    vessel: &Arc<dk_vessel::Vessel>,
+    tools: &Arc<Vec<String>>,
+    calls: usize,
+    made: usize,
+) -> Result<usize, BoxError> {
+    let mut callers = JoinSet::new();
+    for w in 0..IN_FLIGHT {
+        let vessel = Arc::clone(vessel);
+        let tools = Arc::clone(tools);
+        callers.spawn(async move {
+            let mut mine = 0usize;
+            for k in 0..calls / IN_FLIGHT {
+                let tool = tools
+                    .get((made + k * IN_FLIGHT + w) % DEVICES)
+                    .ok_or("no tool")?;
+                let outcome = vessel
+                    .adapter()
+                    .execute(
+                        tool,
+                        json!({"on": true, "brightness": 40}),
+                        CallContext::default(),
+                    )
+                    .await;
+                if !outcome.is_ok() {
+                    return Err::<usize, BoxError>(
+                        format!("a call failed: {:?}", outcome.reason()).into(),
+                    );
+                }
+                mine += 1;
+            }
+            Ok(mine)
+        });
+    }
+    let mut count = 0;
+    while let Some(mine) = callers.join_next().await {
+        count += mine??;
+    }
+    Ok(count)
 }
 
 /// `count` rules, block, require_approval and allow in turn, none naming a
@@ -363,9 +474,6 @@ async fn vessel_server() -> Result<(), BoxError> {
     }
     println!("connected");
     std::io::stdout().flush()?;
-    let mut go = String::new();
-    tokio::task::block_in_place(|| std::io::stdin().read_line(&mut go))?;
-
     vessel.flush_audit()?;
     let head = vessel.registry().store().audit_head()?.seq;
     let tools: Arc<Vec<String>> = Arc::new(
@@ -373,40 +481,24 @@ async fn vessel_server() -> Result<(), BoxError> {
             .map(|i| format!("device__{}__set_light", super::fleet::device_id(i)))
             .collect(),
     );
-    let started = Instant::now();
-    let mut callers = JoinSet::new();
-    for w in 0..IN_FLIGHT {
-        let vessel = Arc::clone(&vessel);
-        let tools = Arc::clone(&tools);
-        callers.spawn(async move {
-            let mut made = 0usize;
-            for k in 0..CALLS / IN_FLIGHT {
-                let tool = tools.get((k * IN_FLIGHT + w) % DEVICES).ok_or("no tool")?;
-                let outcome = vessel
-                    .adapter()
-                    .execute(
-                        tool,
-                        json!({"on": true, "brightness": 40}),
-                        CallContext::default(),
-                    )
-                    .await;
-                if !outcome.is_ok() {
-                    return Err::<usize, BoxError>(
-                        format!("a call failed: {:?}", outcome.reason()).into(),
-                    );
-                }
-                made += 1;
-            }
-            Ok(made)
-        });
-    }
+    // Blocks of calls as the generator asks ("go N"), until "end".
     let mut count = 0;
-    while let Some(made) = callers.join_next().await {
-        count += made??;
+    loop {
+        let mut line = String::new();
+        tokio::task::block_in_place(|| std::io::stdin().read_line(&mut line))?;
+        let Some(calls) = line.trim().strip_prefix("go ") else {
+            break;
+        };
+        let calls: usize = calls.parse()?;
+        let started = Instant::now();
+        let made = call_block(&vessel, &tools, calls, count).await?;
+        // The block's decisions committed are part of its cost.
+        vessel.flush_audit()?;
+        let wall = started.elapsed();
+        count += made;
+        println!("done {made} {}", wall.as_nanos());
+        std::io::stdout().flush()?;
     }
-    let wall = started.elapsed();
-    println!("done {count} {}", wall.as_nanos());
-    std::io::stdout().flush()?;
 
     vessel.flush_audit()?;
     let store = vessel.registry().store();
@@ -418,7 +510,7 @@ async fn vessel_server() -> Result<(), BoxError> {
         after = last.seq;
         audited += page.iter().filter(|e| e.kind == "decision").count();
     }
-    println!("audited {audited}");
+    println!("audited {count} {audited}");
     std::io::stdout().flush()?;
     running.stop().await?;
     Ok(())
