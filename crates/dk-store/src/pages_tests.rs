@@ -40,14 +40,35 @@ fn insert(conn: &Connection, rows: &[Row]) {
     conn.execute_batch(SPANS_FROM_ENTRIES).unwrap();
 }
 
-/// Puts `rows` in the log by hand, and nothing else.
+/// Puts `rows` in the log by hand, and nothing else: with the columns
+/// schema 8 reads them by filled from their text as its migration fills
+/// them, when the log has those columns.
 fn insert_rows(conn: &Connection, rows: &[Row]) {
-    let mut insert = conn
-        .prepare(
-            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
-             VALUES (?1, ?2, ?3, ?4, '', '')",
+    use crate::entry::fields::{AGENT_ID, ALLOWED, DEVICE_ID};
+    use crate::sqlite::{column_from_entry, column_of};
+    let has_columns: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info('audit') WHERE name = 'device_id'",
+            [],
+            |row| row.get(0),
         )
         .unwrap();
+    let sql = if has_columns {
+        let [device, agent, allowed] = [DEVICE_ID, AGENT_ID, ALLOWED]
+            .map(|field| column_from_entry(field).replace("entry", "?4"));
+        format!(
+            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash, {}, {}, {})
+             VALUES (?1, ?2, ?3, ?4, '', '', {device}, {agent}, {allowed})",
+            column_of(DEVICE_ID),
+            column_of(AGENT_ID),
+            column_of(ALLOWED),
+        )
+    } else {
+        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, '', '')"
+            .to_owned()
+    };
+    let mut insert = conn.prepare(&sql).unwrap();
     for row in rows {
         let kind = if row.decision { "decision" } else { "note" };
         insert

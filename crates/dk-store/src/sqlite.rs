@@ -36,9 +36,10 @@ use super::{
     StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
+use serde_json::Value;
 
 /// The schema version this build writes: the number of migration steps.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// `PRAGMA application_id` of a dk store ("dkst").
 pub(crate) const APPLICATION_ID: i32 = 0x646b_7374;
@@ -140,7 +141,56 @@ pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      INSERT OR IGNORE INTO audit_device_span (device_id, span)
          SELECT json_extract(entry, '$.deviceId'), seq >> 16 FROM audit
          WHERE json_valid(entry) AND json_type(entry, '$.deviceId') = 'text';",
+    // 8: the fields the log is read by kept in columns of their own, which
+    // `append` writes from the entry it holds, instead of indexes on
+    // expressions that made SQLite parse every entry appended three times
+    // over. Entries already stored get them from their text: a string
+    // `deviceId` or `agentId`, a boolean `allowed`, else NULL (so damaged
+    // JSON still names nothing). The log stays append-only: the trigger is
+    // set aside for the one backfill, in the migration's transaction.
+    "DROP INDEX audit_device_bucket;
+     DROP INDEX audit_agent;
+     DROP INDEX audit_allowed;
+     ALTER TABLE audit ADD COLUMN device_id TEXT;
+     ALTER TABLE audit ADD COLUMN agent_id TEXT;
+     ALTER TABLE audit ADD COLUMN allowed INTEGER;
+     DROP TRIGGER audit_no_update;
+     UPDATE audit SET
+         device_id = (CASE WHEN json_valid(entry) AND json_type(entry, '$.deviceId') = 'text' THEN json_extract(entry, '$.deviceId') END),
+         agent_id = (CASE WHEN json_valid(entry) AND json_type(entry, '$.agentId') = 'text' THEN json_extract(entry, '$.agentId') END),
+         allowed = (CASE WHEN json_valid(entry) AND json_type(entry, '$.allowed') IN ('true', 'false') THEN json_extract(entry, '$.allowed') END);
+     CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+     CREATE INDEX audit_device_bucket ON audit ((seq >> 10), device_id, seq);
+     CREATE INDEX audit_agent ON audit (agent_id, seq);
+     CREATE INDEX audit_allowed ON audit (allowed, seq) WHERE kind = 'decision';",
 ];
+
+/// What migration 8 fills the column of the field `name` with, for an entry
+/// already stored: the field when it is a string (or, for `allowed`, a
+/// boolean), else NULL. `append` writes the same from the entry it holds;
+/// the tests check the migration's text against it.
+#[cfg(test)]
+pub(crate) fn column_from_entry(name: &str) -> String {
+    let types = if name == crate::entry::fields::ALLOWED {
+        "IN ('true', 'false')"
+    } else {
+        "= 'text'"
+    };
+    format!(
+        "(CASE WHEN json_valid(entry) AND json_type(entry, '$.{name}') {types} THEN json_extract(entry, '$.{name}') END)"
+    )
+}
+
+/// The column migration 8 keeps the entry's field `name` in.
+pub(crate) fn column_of(name: &str) -> &'static str {
+    use crate::entry::fields;
+    match name {
+        fields::DEVICE_ID => "device_id",
+        fields::AGENT_ID => "agent_id",
+        _ => "allowed",
+    }
+}
 
 /// Entries per bucket of the device index: `seq >> DEVICE_BUCKET_BITS`.
 const DEVICE_BUCKET_BITS: u32 = 10;
@@ -578,15 +628,8 @@ fn migrate(conn: &mut Connection, shown: &str) -> Result<(), StoreError> {
     tx.commit().map_err(db)
 }
 
-/// The expression migration 6 indexes an entry's field `name` by (a test
-/// checks the migration's text against it for each of the schema's
-/// [`fields`](crate::entry::fields) it indexes).
-pub(crate) fn indexed_field(name: &str) -> String {
-    format!("(CASE WHEN json_valid(entry) THEN json_extract(entry, '$.{name}') END)")
-}
-
-/// The SQL of `query` and its values, written with the same expressions
-/// as the indexes (migrations 6 and 7) so that SQLite uses them. A query
+/// The SQL of `query` and its values, on the columns the indexes of
+/// migration 8 are on. A query
 /// that names a device reads one bucket of the device index: its first
 /// value is the bucket (`seq >> 10`), set for each bucket read (see
 /// [`SqliteStore::query_audit`]); its last value is always the limit.
@@ -604,7 +647,7 @@ pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::type
         values.push(Sql::Text(device.clone()));
         sql.push_str(&format!(
             " INDEXED BY audit_device_bucket WHERE (seq >> {DEVICE_BUCKET_BITS}) = ?1 AND seq < ?2 AND {} = ?3",
-            indexed_field(fields::DEVICE_ID),
+            column_of(fields::DEVICE_ID),
         ));
     } else {
         values.push(Sql::Integer(before));
@@ -614,7 +657,7 @@ pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::type
         values.push(Sql::Text(agent.clone()));
         sql.push_str(&format!(
             " AND {} = ?{}",
-            indexed_field(fields::AGENT_ID),
+            column_of(fields::AGENT_ID),
             values.len()
         ));
     }
@@ -623,7 +666,7 @@ pub(crate) fn audit_query_sql(query: &AuditQuery) -> (String, Vec<rusqlite::type
         sql.push_str(&format!(
             " AND kind = '{}' AND {} = ?{}",
             kinds::DECISION,
-            indexed_field(fields::ALLOWED),
+            column_of(fields::ALLOWED),
             values.len()
         ));
     }
@@ -690,11 +733,12 @@ fn append(
     let rows = chain(seq, &hash, events, hashing)?;
     let mut insert = tx
         .prepare_cached(
-            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash, device_id, agent_id, allowed)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .map_err(db)?;
-    for row in &rows {
+    for (row, event) in rows.iter().zip(events) {
+        let text = |name: &str| event.entry.get(name).and_then(Value::as_str);
         insert
             .execute(params![
                 row.seq,
@@ -702,7 +746,13 @@ fn append(
                 row.kind,
                 row.entry,
                 row.prev_hash,
-                row.hash
+                row.hash,
+                text(crate::entry::fields::DEVICE_ID),
+                text(crate::entry::fields::AGENT_ID),
+                event
+                    .entry
+                    .get(crate::entry::fields::ALLOWED)
+                    .and_then(Value::as_bool),
             ])
             .map_err(db)?;
     }

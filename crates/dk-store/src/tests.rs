@@ -1140,6 +1140,8 @@ fn a_version_1_store_upgrades_keeping_its_pairings() {
             "DROP TABLE agent; DROP TABLE audit_key; DROP TABLE rate_hit;
              ALTER TABLE pairing DROP COLUMN device_key;
              DROP INDEX audit_device_bucket; DROP INDEX audit_agent; DROP INDEX audit_allowed;
+             ALTER TABLE audit DROP COLUMN device_id; ALTER TABLE audit DROP COLUMN agent_id;
+             ALTER TABLE audit DROP COLUMN allowed;
              DROP TABLE audit_device_span;",
         )
         .unwrap();
@@ -1772,6 +1774,8 @@ fn a_version_2_store_upgrades_and_its_log_still_verifies() {
         conn.execute_batch(
             "DROP TABLE audit_key; DROP TABLE rate_hit; ALTER TABLE pairing DROP COLUMN device_key;
              DROP INDEX audit_device_bucket; DROP INDEX audit_agent; DROP INDEX audit_allowed;
+             ALTER TABLE audit DROP COLUMN device_id; ALTER TABLE audit DROP COLUMN agent_id;
+             ALTER TABLE audit DROP COLUMN allowed;
              DROP TABLE audit_device_span;",
         )
         .unwrap();

@@ -525,19 +525,17 @@ fn a_log_written_before_the_schema_reads_back_and_verifies() {
     assert_eq!(store.load_agents().unwrap().len(), 1);
 }
 
-/// Migration 6 indexes the log by the schema's field names, with the
-/// expressions the store's queries use (or SQLite would not use them).
+/// Migration 8 keeps the schema's fields the log is read by in columns,
+/// filled from the entries' text as `append` fills them, and the store's
+/// queries read those columns.
 #[cfg(feature = "sqlite")]
 #[test]
 fn the_audit_indexes_are_on_the_schemas_fields() {
-    let migration = crate::sqlite::MIGRATIONS[5];
+    let migration = crate::sqlite::MIGRATIONS[7];
     for field in [fields::DEVICE_ID, fields::AGENT_ID, fields::ALLOWED] {
-        let expression = crate::sqlite::indexed_field(field);
-        let expression = expression.trim_start_matches('(').trim_end_matches(')');
-        assert!(
-            migration.contains(expression),
-            "migration 6 indexes no `{expression}`"
-        );
+        let column = crate::sqlite::column_of(field);
+        let filled = format!("{column} = {}", crate::sqlite::column_from_entry(field));
+        assert!(migration.contains(&filled), "migration 8 has no `{filled}`");
     }
     assert!(migration.contains(&format!("WHERE kind = '{}'", kinds::DECISION)));
     let query = crate::AuditQuery {
@@ -548,6 +546,7 @@ fn the_audit_indexes_are_on_the_schemas_fields() {
     };
     let (sql, _) = crate::sqlite::audit_query_sql(&query);
     for field in [fields::DEVICE_ID, fields::AGENT_ID, fields::ALLOWED] {
-        assert!(sql.contains(&crate::sqlite::indexed_field(field)), "{sql}");
+        let column = crate::sqlite::column_of(field);
+        assert!(sql.contains(&format!("{column} = ?")), "{sql}");
     }
 }
