@@ -1,11 +1,13 @@
 //! End to end: a tool call through `DeviceToolAdapter::execute` to the
 //! reference lamp connected over a real WebSocket (`serve_devices` on
-//! loopback, a tokio-tungstenite device), once over v1 and once over dk/2
+//! loopback, a tokio-tungstenite device reading and answering frames
+//! through dk-proto, as dk-device does), once over v1 and once over dk/2
 //! (a second lamp on the same vessel, its frames sealed in records), against
 //! a bare WebSocket echo round trip of the v1 call's frame size over the same
 //! stack. Blocks of each kind alternate so all three see the same machine;
-//! the median and p99 of each and their ratios are printed. Run with `cargo xtask bench` (or `cargo bench -p dk-vessel --bench
-//! e2e`). Times are reported, never asserted on.
+//! the median and p99 of each and their ratios are printed. Run with
+//! `cargo xtask bench` (or `cargo bench -p dk-vessel --bench e2e`). Times
+//! are reported, never asserted on.
 
 #[path = "bare_socket/mod.rs"]
 mod bare_socket;
@@ -14,6 +16,7 @@ mod common;
 #[path = "dk2_device/mod.rs"]
 mod dk2_device;
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,10 +27,12 @@ use axum::extract::Request;
 use axum::response::Response;
 use axum::routing::get;
 use dk_policy::PolicySet;
+use dk_proto::{Channel, DeviceFrame, FrameLimits, VesselFrame};
 use dk_vessel::{
     Vessel, adapter::CallContext, http::serve_devices, person::Prompt, registry::ConsentDecision,
 };
 use futures::{SinkExt, StreamExt};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -142,38 +147,51 @@ async fn echo_route(request: Request) -> Response {
 }
 
 /// The reference lamp: pairs, then answers every invoke at once. Records the
-/// size of the invoke frames so the echo can send the same.
+/// size of the invoke frames so the echo can send the same. It reads and
+/// writes frames through dk-proto, as dk-device does.
 async fn run_device(addr: SocketAddr, invoke_len: Arc<AtomicUsize>) -> Result<(), BoxError> {
     let (mut ws, _) = connect_async(format!("ws://{addr}/device")).await?;
     ws.send(Message::text(format!(
         r#"{{"type":"device:hello","manifest":{LAMP}}}"#
     )))
     .await?;
-    // A read error ends the loop: the vessel closed the connection.
+    // A read error ends the loop: the vessel closed the connection (a frame
+    // the lamp cannot read is an error too: the vessel sends none).
     while let Some(Ok(message)) = ws.next().await {
         // Pings are answered by tungstenite on the next read or write.
         let Message::Text(text) = message else {
             continue;
         };
-        let frame: Value = serde_json::from_str(text.as_str())?;
-        if frame.get("type").and_then(Value::as_str) != Some("device:invoke") {
+        let Some(result) = answer(text.as_str(), Channel::V1)? else {
             continue;
-        }
+        };
         invoke_len.store(text.len(), Ordering::Relaxed);
-        let call_id = frame.get("callId").and_then(Value::as_str).unwrap_or("");
-        let result = json!({
-            "type": "device:result",
-            "callId": call_id,
-            "ok": true,
-            "result": {"on": true, "brightness": 40},
-        });
-        ws.send(Message::text(result.to_string())).await?;
+        ws.send(Message::text(result)).await?;
     }
     Ok(())
 }
 
+/// The lamp's answer to a vessel frame on `channel`: a `device:result` for
+/// an invoke, nothing for anything else.
+fn answer(text: &str, channel: Channel) -> Result<Option<String>, BoxError> {
+    let frame = VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), channel)?;
+    let VesselFrame::Invoke { call_id, .. } = frame else {
+        return Ok(None);
+    };
+    let result = RawValue::from_string(r#"{"on":true,"brightness":40}"#.to_owned())?;
+    Ok(Some(
+        DeviceFrame::Result {
+            call_id,
+            ok: true,
+            result: Some(Cow::Owned(result)),
+            error: None,
+        }
+        .to_json(),
+    ))
+}
+
 /// The same lamp over dk/2: pairs by the exchange, then answers every
-/// invoke at once.
+/// invoke at once, as the v1 lamp does.
 async fn run_dk2_device(addr: SocketAddr) -> Result<(), BoxError> {
     let mut manifest: Value = serde_json::from_str(LAMP)?;
     if let Some(object) = manifest.as_object_mut() {
@@ -183,18 +201,9 @@ async fn run_dk2_device(addr: SocketAddr) -> Result<(), BoxError> {
     device.hello(&manifest).await?;
     // `None` ends the loop: the vessel closed the connection.
     while let Some(text) = device.next_text().await? {
-        let frame: Value = serde_json::from_str(&text)?;
-        if frame.get("type").and_then(Value::as_str) != Some("device:invoke") {
-            continue;
+        if let Some(result) = answer(&text, Channel::Dk2)? {
+            device.send_text(&result).await?;
         }
-        let call_id = frame.get("callId").and_then(Value::as_str).unwrap_or("");
-        let result = json!({
-            "type": "device:result",
-            "callId": call_id,
-            "ok": true,
-            "result": {"on": true, "brightness": 40},
-        });
-        device.send_text(&result.to_string()).await?;
     }
     Ok(())
 }
