@@ -27,8 +27,9 @@
 //! store still fails [`STOP_ATTEMPTS`] times in a row, or recorded after it
 //! stopped: [`AuditWriter::dropped`] counts them, and each loss is logged.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{self, RecvError, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -234,7 +235,7 @@ impl std::fmt::Debug for CommitObserver {
 /// thread.
 #[derive(Debug)]
 pub struct AuditWriter {
-    sender: Option<Sender<Message>>,
+    sender: Option<Sender>,
     thread: Option<JoinHandle<()>>,
     places: Arc<Places>,
     counters: Arc<Counters>,
@@ -243,7 +244,7 @@ pub struct AuditWriter {
 impl AuditWriter {
     /// Starts the writer thread over `store`.
     pub fn start(store: Arc<dyn Store>, options: WriterOptions) -> AuditWriter {
-        let (sender, receiver) = mpsc::channel();
+        let (sender, receiver) = queue();
         let places = Arc::new(Places::new(options.queue));
         let counters = Arc::new(Counters::default());
         let (thread_places, thread_counters) = (Arc::clone(&places), Arc::clone(&counters));
@@ -410,8 +411,142 @@ impl Drop for AuditWriter {
     }
 }
 
+/// The writer's queue: a deque under a lock, which keeps its buffer from
+/// one batch to the next, so queueing an event allocates nothing (a list
+/// channel allocates a block every few messages and the writer thread
+/// frees it, across threads). The thread waits on the condition variable
+/// only for the first message of a batch; a record wakes it only then.
+struct Queue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+struct QueueState {
+    messages: VecDeque<Message>,
+    /// The sending side is gone: once the messages are read, nothing more
+    /// comes.
+    closed: bool,
+    /// The writer thread waits for a message.
+    waiting: bool,
+}
+
+/// The sending side of the queue; dropping it closes the queue.
+struct Sender(Arc<Queue>);
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("queued", &self.0.state().messages.len())
+            .finish()
+    }
+}
+
+/// The writer thread's side of the queue.
+struct Receiver(Arc<Queue>);
+
+fn queue() -> (Sender, Receiver) {
+    let queue = Arc::new(Queue {
+        state: Mutex::new(QueueState {
+            messages: VecDeque::new(),
+            closed: false,
+            waiting: false,
+        }),
+        ready: Condvar::new(),
+    });
+    (Sender(Arc::clone(&queue)), Receiver(queue))
+}
+
+impl Queue {
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Sender {
+    /// Queues `message`; it comes back when the writer thread is gone.
+    fn send(&self, message: Message) -> Result<(), Message> {
+        let mut state = self.0.state();
+        if state.closed {
+            return Err(message);
+        }
+        state.messages.push_back(message);
+        let waiting = state.waiting;
+        drop(state);
+        if waiting {
+            self.0.ready.notify_one();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.0.state().closed = true;
+        self.0.ready.notify_all();
+    }
+}
+
+impl Receiver {
+    /// The next message, waiting for one; an error once the queue is closed
+    /// and empty.
+    fn recv(&self) -> Result<Message, RecvError> {
+        let mut state = self.0.state();
+        loop {
+            if let Some(message) = state.messages.pop_front() {
+                return Ok(message);
+            }
+            if state.closed {
+                return Err(RecvError);
+            }
+            state.waiting = true;
+            state = self
+                .0
+                .ready
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.waiting = false;
+        }
+    }
+
+    /// [`Receiver::recv`], waiting at most `timeout`.
+    fn recv_timeout(&self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.0.state();
+        loop {
+            if let Some(message) = state.messages.pop_front() {
+                return Ok(message);
+            }
+            if state.closed {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            state.waiting = true;
+            state = self
+                .0
+                .ready
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            state.waiting = false;
+        }
+    }
+
+    /// The next message if one is queued.
+    fn try_recv(&self) -> Result<Message, TryRecvError> {
+        let mut state = self.0.state();
+        match state.messages.pop_front() {
+            Some(message) => Ok(message),
+            None if state.closed => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+}
+
 /// Gathers messages into batches until the channel closes.
-fn run(batch: &mut Batch<'_>, receiver: &Receiver<Message>, options: WriterOptions) {
+fn run(batch: &mut Batch<'_>, receiver: &Receiver, options: WriterOptions) {
     let max_batch = options.max_batch.max(1);
     // Wait for the first message of a batch with no deadline (or, after a
     // failed commit, until its retry); then park for the rest of the batch
