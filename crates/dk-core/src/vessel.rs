@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use dk_channel::StaticKey;
 use dk_policy::PolicySet;
-use dk_proto::PairingLimit;
+use dk_proto::{Channel, PairingLimit};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast, watch};
 
@@ -289,23 +289,131 @@ struct DecisionAudit {
     redactor: SecretRedactor,
 }
 
-/// A decision record owned, taken on the call path (moves and a clone of the
-/// input); everything else (JSON, redaction) happens later, off the path.
+/// A decision record owned, taken on the call path: its texts copied into
+/// one string (one allocation, freed as one wherever the decision is
+/// dropped), the rest as it was, and a clone of the input; building the
+/// record, its JSON and redacting happen later, off the path.
 #[derive(Debug)]
 struct Decision {
     at_ms: u64,
-    /// The record as the audit schema has it, without its input.
-    record: schema::Decision,
+    /// The record's texts one after the other; `spans` says where each is.
+    texts: String,
+    /// Where each of [`Text`]'s fields lies in `texts`, when it was given.
+    spans: [Option<(usize, usize)>; Text::COUNT],
+    allowed: bool,
+    person_answer: Option<bool>,
+    allowance: Option<AllowanceUse>,
+    by_person: bool,
+    channel: Option<Channel>,
+    answered_by: Option<By>,
     /// The call's input, as given.
     input: Option<Value>,
 }
 
+/// The text fields of a decision record, by their place in
+/// [`Decision::spans`].
+#[derive(Clone, Copy)]
+enum Text {
+    Tool,
+    DeviceId,
+    Capability,
+    Reason,
+    AgentId,
+    SessionId,
+    Rule,
+}
+
+impl Text {
+    const COUNT: usize = 7;
+}
+
 impl Decision {
+    /// Copies what the record borrows, at `at_ms`.
+    fn of(record: &DecisionRecord<'_>, at_ms: u64) -> Decision {
+        let given: [Option<&str>; Text::COUNT] = [
+            Some(record.tool),
+            record.device_id,
+            record.capability,
+            Some(record.reason),
+            record.agent_id,
+            record.session_id,
+            record.rule,
+        ];
+        let mut texts = String::with_capacity(given.iter().flatten().map(|t| t.len()).sum());
+        let spans = given.map(|text| {
+            text.map(|text| {
+                let start = texts.len();
+                texts.push_str(text);
+                (start, texts.len())
+            })
+        });
+        Decision {
+            at_ms,
+            texts,
+            spans,
+            allowed: record.allowed,
+            person_answer: record.person_answer,
+            allowance: record.allowance,
+            by_person: record.by_person,
+            channel: record.channel,
+            answered_by: record.answered_by.cloned(),
+            input: record.input.cloned(),
+        }
+    }
+
+    /// The text of `field`, when the record had it.
+    fn text(&self, field: Text) -> Option<&str> {
+        let (start, end) = self.spans.get(field as usize).copied().flatten()?;
+        self.texts.get(start..end)
+    }
+
+    /// The record as the audit schema has it (its input aside).
+    fn record(&self) -> schema::Decision {
+        let owned = |field| self.text(field).map(str::to_owned);
+        let (person, allowance) = match self.allowance {
+            Some(AllowanceUse::Used(id)) => (
+                Some(schema::PersonAnswer::Remembered),
+                Some(schema::AllowanceRef { id, created: false }),
+            ),
+            made => (
+                self.person_answer.map(|yes| {
+                    if yes {
+                        schema::PersonAnswer::Approved
+                    } else {
+                        schema::PersonAnswer::Refused
+                    }
+                }),
+                match made {
+                    Some(AllowanceUse::Created(id)) => {
+                        Some(schema::AllowanceRef { id, created: true })
+                    }
+                    _ => None,
+                },
+            ),
+        };
+        schema::Decision {
+            tool: owned(Text::Tool).unwrap_or_default(),
+            device_id: owned(Text::DeviceId),
+            capability: owned(Text::Capability),
+            allowed: self.allowed,
+            reason: owned(Text::Reason).unwrap_or_default(),
+            agent_id: owned(Text::AgentId),
+            session_id: owned(Text::SessionId),
+            rule: owned(Text::Rule),
+            person,
+            allowance,
+            caller: self.by_person.then_some(schema::Caller::Person),
+            channel: self.channel.map(|channel| channel.as_str().to_owned()),
+            by: self.answered_by.clone(),
+            input: None,
+        }
+    }
+
     /// The record as 8DK's shape (plus `rule`), without the input; with
     /// `person` (`approved` or `refused`) when the person was asked, and
     /// `caller: "person"` for the person's own call.
     fn to_json(&self) -> Value {
-        serde_json::to_value(&self.record).unwrap_or(Value::Null)
+        serde_json::to_value(self.record()).unwrap_or(Value::Null)
     }
 
     /// The decision's audit event: the record and its input, each redacted
@@ -345,52 +453,12 @@ fn redacted_event(kind: &str, entry: &Value, redactor: &SecretRedactor) -> Audit
     }
 }
 
-/// The decision record as the audit log has it (its input aside).
-fn decision_entry(record: &DecisionRecord<'_>) -> schema::Decision {
-    let (person, allowance) = match record.allowance {
-        Some(AllowanceUse::Used(id)) => (
-            Some(schema::PersonAnswer::Remembered),
-            Some(schema::AllowanceRef { id, created: false }),
-        ),
-        made => (
-            record.person_answer.map(|yes| {
-                if yes {
-                    schema::PersonAnswer::Approved
-                } else {
-                    schema::PersonAnswer::Refused
-                }
-            }),
-            match made {
-                Some(AllowanceUse::Created(id)) => Some(schema::AllowanceRef { id, created: true }),
-                _ => None,
-            },
-        ),
-    };
-    schema::Decision {
-        tool: record.tool.to_owned(),
-        device_id: record.device_id.map(str::to_owned),
-        capability: record.capability.map(str::to_owned),
-        allowed: record.allowed,
-        reason: record.reason.to_owned(),
-        agent_id: record.agent_id.map(str::to_owned),
-        session_id: record.session_id.map(str::to_owned),
-        rule: record.rule.map(str::to_owned),
-        person,
-        allowance,
-        caller: record.by_person.then_some(schema::Caller::Person),
-        channel: record.channel.map(|channel| channel.as_str().to_owned()),
-        by: record.answered_by.cloned(),
-        input: None,
-    }
-}
-
 impl DecisionAudit {
     fn record(&self, record: &DecisionRecord<'_>) {
-        let decision = Arc::new(Decision {
-            at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
-            record: decision_entry(record),
-            input: record.input.cloned(),
-        });
+        let decision = Arc::new(Decision::of(
+            record,
+            crate::registry::epoch_ms(std::time::SystemTime::now()),
+        ));
         let evicted = {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
             let evicted = if recent.len() >= RECENT_DECISIONS {

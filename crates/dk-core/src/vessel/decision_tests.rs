@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Decision, decision_entry};
+use super::Decision;
 use crate::adapter::{AllowanceUse, DecisionRecord};
 use crate::by::By;
 use crate::redact::SecretRedactor;
@@ -51,11 +51,7 @@ fn by_hand(record: &DecisionRecord<'_>) -> Value {
 
 #[track_caller]
 fn check(record: &DecisionRecord<'_>) {
-    let decision = Decision {
-        at_ms: 7,
-        record: decision_entry(record),
-        input: record.input.cloned(),
-    };
+    let decision = Decision::of(record, 7);
     let event = decision.audit_event(&SecretRedactor::new());
     assert_eq!(event.kind, "decision");
     assert_eq!(event.at_ms, 7);
