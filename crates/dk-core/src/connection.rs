@@ -12,6 +12,7 @@
 //! admitted session is told so (`device:streaming`) and may send stream
 //! chunks as binary messages (see `stream.rs`).
 
+mod frames;
 mod secure;
 mod serve;
 #[cfg(test)]

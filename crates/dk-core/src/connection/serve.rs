@@ -15,9 +15,10 @@ use dk_proto::{
 use futures::future::BoxFuture;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
 
+use super::frames::{Frames, Queued, frames};
 use crate::link::{CallCorrelator, DeviceEvent, DeviceLink, Handled};
 use crate::registry::{AuthError, PairError, PairedDevice, RegistryEvent};
 use crate::store::entry::{AdmissionOutcome, StreamAdmission};
@@ -79,7 +80,7 @@ enum Ending {
 
 /// The outgoing side, as the reader sees it: frames to send, and one close.
 struct Out {
-    frames: mpsc::Sender<String>,
+    frames: Frames,
     close: Option<oneshot::Sender<CloseFrame>>,
 }
 
@@ -87,11 +88,11 @@ impl Out {
     fn frame(&self, frame: &VesselFrame<'_>) {
         // A full queue means the device is not reading; the ping deadline
         // will end the connection.
-        let _ = self.frames.try_send(frame.to_json());
+        let _ = self.frames.send(frame.to_json());
     }
 
     fn text(&self, text: String) {
-        let _ = self.frames.try_send(text);
+        let _ = self.frames.send(text);
     }
 
     fn error(&self, message: &str) {
@@ -137,7 +138,7 @@ where
     K: Sink<WireMessage> + Unpin,
 {
     let limits = vessel.limits();
-    let (frames_tx, frames_rx) = mpsc::channel(limits.max_pending_calls + 16);
+    let (frames_tx, frames_rx) = frames(limits.max_pending_calls + 16);
     let (close_tx, close_rx) = oneshot::channel();
     let out = Out {
         frames: frames_tx,
@@ -162,7 +163,7 @@ where
 /// Sends queued frames, pings, and finally the close.
 async fn write_loop<K>(
     mut sink: K,
-    mut frames: mpsc::Receiver<String>,
+    frames: Queued,
     mut close_rx: oneshot::Receiver<CloseFrame>,
     ping_interval: Duration,
 ) where
@@ -172,14 +173,14 @@ async fn write_loop<K>(
     loop {
         tokio::select! {
             biased;
-            Some(text) = frames.recv() => {
+            text = frames.next() => {
                 if sink.send(WireMessage::Text(text)).await.is_err() {
                     return;
                 }
             }
             closing = &mut close_rx => {
                 // Frames queued before the close go first.
-                while let Ok(text) = frames.try_recv() {
+                while let Some(text) = frames.try_next() {
                     if sink.send(WireMessage::Text(text)).await.is_err() {
                         return;
                     }
@@ -521,7 +522,7 @@ where
                 let frame = VesselFrame::Pairing {
                     code: Cow::Borrowed(code),
                 };
-                let _ = frames.try_send(frame.to_json());
+                let _ = frames.send(frame.to_json());
             },
             |request| async move {
                 Ok::<_, std::convert::Infallible>(
