@@ -32,8 +32,8 @@ use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, Cause, RateHit, Snapshot, Store, StoreError,
-    StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, Cause, ProblemKind, RateHit,
+    Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
 use serde_json::Value;
@@ -169,8 +169,8 @@ pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 /// What migration 8 fills the column of the field `name` with, for an entry
 /// already stored: the field when it is a string (or, for `allowed`, a
 /// boolean), else NULL. `append` writes the same from the entry it holds;
-/// the tests check the migration's text against it.
-#[cfg(test)]
+/// verifying checks every entry's columns against it, and the tests check
+/// the migration's text against it.
 pub(crate) fn column_from_entry(name: &str) -> String {
     let types = if name == crate::entry::fields::ALLOWED {
         "IN ('true', 'false')"
@@ -180,6 +180,35 @@ pub(crate) fn column_from_entry(name: &str) -> String {
     format!(
         "(CASE WHEN json_valid(entry) AND json_type(entry, '$.{name}') {types} THEN json_extract(entry, '$.{name}') END)"
     )
+}
+
+/// The entries whose columns (schema 8) do not say what their text says:
+/// the columns were edited, so the console's filtered pages would hide the
+/// entry or show it where it does not belong, while its text and hash are
+/// untouched.
+fn misindexed(tx: &Connection) -> Result<Vec<AuditProblem>, StoreError> {
+    use crate::entry::fields::{AGENT_ID, ALLOWED, DEVICE_ID};
+    let differs: Vec<String> = [DEVICE_ID, AGENT_ID, ALLOWED]
+        .map(|field| format!("{} IS NOT {}", column_of(field), column_from_entry(field)))
+        .into();
+    let mut select = tx
+        .prepare(&format!(
+            "SELECT seq FROM audit WHERE {} ORDER BY seq",
+            differs.join(" OR ")
+        ))
+        .map_err(db)?;
+    let seqs = select
+        .query_map([], |row| row.get::<_, i64>(0))
+        .map_err(db)?;
+    let mut problems = Vec::new();
+    for seq in seqs {
+        problems.push(AuditProblem {
+            seq: u64::try_from(seq.map_err(db)?).unwrap_or(0),
+            what: ProblemKind::Edited,
+            detail: "its device, agent or decision columns do not match its text: the log's filtered pages would hide or misplace it".to_owned(),
+        });
+    }
+    Ok(problems)
 }
 
 /// The column migration 8 keeps the entry's field `name` in.
@@ -361,10 +390,12 @@ impl SqliteStore {
                 }
             }
             verifier.recorded_key(recorded_key(&tx)?);
+            let misindexed = misindexed(&tx)?;
             let pairings = read_pairings(&tx)?;
             let agents = read_agents(&tx)?;
             tx.commit().map_err(db)?;
             let mut report = verifier.finish();
+            report.problems.extend(misindexed);
             report.problems.extend(replay.compare(&pairings, &agents));
             report
         };

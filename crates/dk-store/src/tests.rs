@@ -1923,3 +1923,46 @@ fn backup_copies_while_another_connection_writes_and_restore_replaces() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// The columns an entry's pages are found by can be edited without
+/// touching its text or hash (once the trigger is dropped): verifying
+/// finds each such entry, and a log whose columns say what the entries say
+/// stays intact.
+#[test]
+fn an_entry_hidden_from_its_pages_by_its_columns_is_found() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    store
+        .append_audit(&[
+            decision(1, "lamp", Some("kitchen"), true),
+            decision(2, "lock", None, false),
+            decision(3, "lamp", None, true),
+        ])
+        .unwrap();
+    assert!(store.verify_audit().unwrap().is_intact());
+    drop(store);
+    Connection::open(dir.db())
+        .unwrap()
+        .execute_batch(
+            "DROP TRIGGER audit_no_update;
+             UPDATE audit SET device_id = 'elsewhere' WHERE seq = 1;
+             UPDATE audit SET allowed = 1 WHERE seq = 2;",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    let mut lamp = AuditQuery::newest(10);
+    lamp.device_id = Some("lamp".to_owned());
+    assert_eq!(
+        store.query_audit(&lamp).unwrap().len(),
+        1,
+        "hidden from its page"
+    );
+    let report = store.verify_audit().unwrap();
+    let found: Vec<(u64, ProblemKind)> = report
+        .problems
+        .iter()
+        .filter(|p| p.detail.contains("columns"))
+        .map(|p| (p.seq, p.what))
+        .collect();
+    assert_eq!(found, [(1, ProblemKind::Edited), (2, ProblemKind::Edited)]);
+}
