@@ -602,9 +602,10 @@ async fn audit_tail_follows_and_verify_finds_every_kind_of_tampering() {
         .unwrap();
         let entry = r#"{"capability":"set_light","deviceId":"desk-lamp"}"#;
         let hash = entry_hash(&prev, 5, at, "granted", entry);
+        // Its columns as its text says, so only the chain can tell.
         db.execute(
-            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
-             VALUES (5, ?1, 'granted', ?2, ?3, ?4)",
+            "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash, device_id)
+             VALUES (5, ?1, 'granted', ?2, ?3, ?4, 'desk-lamp')",
             rusqlite::params![at, entry, prev, hash],
         )
         .unwrap();
@@ -746,9 +747,12 @@ fn append_forged(db: &rusqlite::Connection) {
         .unwrap();
     let entry = r#"{"allowed":false,"reason":"forged","tool":"device__desk_lamp__strobe"}"#;
     let hash = entry_hash(&prev, seq + 1, at, "decision", entry);
+    // A careful forger also fills the columns the log's pages are read by
+    // as the entry says (no device, no agent, refused), or verify would
+    // find the row by them alone.
     db.execute(
-        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash)
-         VALUES (?1, ?2, 'decision', ?3, ?4, ?5)",
+        "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash, allowed)
+         VALUES (?1, ?2, 'decision', ?3, ?4, ?5, 0)",
         rusqlite::params![seq + 1, at, entry, prev, hash],
     )
     .unwrap();
