@@ -297,6 +297,28 @@ fn a_server_that_goes_away_fails_calls_and_they_work_again_once_it_is_back() {
     assert_eq!(report.entries, 2, "the failed append left nothing");
 }
 
+/// Three stores on one fresh database of `server`, as three vessels of a
+/// fleet hold them.
+fn three_stores(server: &'static PgServer) -> Vec<PgStore> {
+    let url = server.database();
+    (0..3).map(|_| PgStore::connect(&url).unwrap()).collect()
+}
+
+/// Thirty threads at once, the `i`-th calling `each(i, store)` on
+/// `stores[i % 3]`: what each got, in order.
+fn at_once<T: Send>(stores: &[PgStore], each: impl Fn(usize, &PgStore) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|scope| {
+        let running: Vec<_> = (0..30)
+            .map(|i| {
+                let each = &each;
+                let store = &stores[i % stores.len()];
+                scope.spawn(move || each(i, store))
+            })
+            .collect();
+        running.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn a_limit_claimed_by_several_stores_at_once_lets_exactly_its_calls_through() {
     let Some(server) =
@@ -304,10 +326,7 @@ fn a_limit_claimed_by_several_stores_at_once_lets_exactly_its_calls_through() {
     else {
         return;
     };
-    let url = server.database();
-    let stores: Vec<Arc<PgStore>> = (0..3)
-        .map(|_| Arc::new(PgStore::connect(&url).unwrap()))
-        .collect();
+    let stores = three_stores(server);
     let now = epoch_ms(std::time::SystemTime::now());
     let hit = |agent: &str| RateHit {
         rule: "three-reads".to_owned(),
@@ -316,15 +335,8 @@ fn a_limit_claimed_by_several_stores_at_once_lets_exactly_its_calls_through() {
         calls: 3,
         window_ms: 3_600_000,
     };
-    let claims: Vec<RateClaim> = std::thread::scope(|scope| {
-        let running: Vec<_> = (0..30)
-            .map(|i| {
-                let store = Arc::clone(&stores[i % 3]);
-                let hit = hit("helper");
-                scope.spawn(move || store.claim_rate_hit(&hit).unwrap())
-            })
-            .collect();
-        running.into_iter().map(|t| t.join().unwrap()).collect()
+    let claims = at_once(&stores, |_, store| {
+        store.claim_rate_hit(&hit("helper")).unwrap()
     });
     let counted = claims.iter().filter(|c| **c == RateClaim::Counted).count();
     assert_eq!(counted, 3, "{claims:?}");
@@ -352,10 +364,7 @@ fn an_agents_rate_taken_by_several_stores_at_once_lets_exactly_its_burst_through
     else {
         return;
     };
-    let url = server.database();
-    let stores: Vec<Arc<PgStore>> = (0..3)
-        .map(|_| Arc::new(PgStore::connect(&url).unwrap()))
-        .collect();
+    let stores = three_stores(server);
     let now = epoch_ms(std::time::SystemTime::now());
     let takes = |device: &str| {
         vec![
@@ -371,15 +380,9 @@ fn an_agents_rate_taken_by_several_stores_at_once_lets_exactly_its_burst_through
             },
         ]
     };
-    let taken: Vec<Option<(usize, u64)>> = std::thread::scope(|scope| {
-        let running: Vec<_> = (0..30)
-            .map(|i| {
-                let store = Arc::clone(&stores[i % 3]);
-                let takes = takes(if i % 2 == 0 { "lamp" } else { "lock" });
-                scope.spawn(move || store.take_from_buckets(&takes, now).unwrap())
-            })
-            .collect();
-        running.into_iter().map(|t| t.join().unwrap()).collect()
+    let taken = at_once(&stores, |i, store| {
+        let device = if i % 2 == 0 { "lamp" } else { "lock" };
+        store.take_from_buckets(&takes(device), now).unwrap()
     });
     // Three calls in all (the agent's burst), at most two to one device.
     assert_eq!(taken.iter().filter(|t| t.is_none()).count(), 3, "{taken:?}");
