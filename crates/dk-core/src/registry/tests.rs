@@ -288,13 +288,9 @@ async fn grants_revokes_unpairing_and_pairing_again() {
     );
     registry.unpair("desk-lamp").unwrap();
 
-    let mut seen = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        seen.push(event);
-    }
     let id = || "desk-lamp".to_owned();
     assert_eq!(
-        seen,
+        drain(&mut events),
         [
             RegistryEvent::Paired { device_id: id() },
             RegistryEvent::Granted {

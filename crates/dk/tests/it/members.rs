@@ -196,13 +196,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
     let answer = agent.answer(2);
     assert_ne!(answer["result"]["isError"], true, "{answer}");
     // The prompt closed on every member.
-    for admin in [&admin_a, &admin_b, &admin_c] {
-        eventually("the prompt closed everywhere", || async {
-            let pending = admin.get("/v1/pending").await.unwrap().body;
-            pending.as_array()?.is_empty().then_some(())
-        })
-        .await;
-    }
+    listing_everywhere(&[&admin_a, &admin_b, &admin_c], "/v1/pending", 0).await;
     // Remembered where it was decided: the same call is not asked again.
     agent.call(3, SET_LIGHT, on.clone());
     calls += 1;
@@ -211,13 +205,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
 
     // The yes remembered on the second member holds on the first too: the
     // same agent calling through it is not asked.
-    for admin in [&admin_a, &admin_c] {
-        eventually("the allowance known to every member", || async {
-            let list = admin.get("/v1/approvals/remembered").await.unwrap().body;
-            (list.as_array()?.len() == 1).then_some(())
-        })
-        .await;
-    }
+    listing_everywhere(&[&admin_a, &admin_c], "/v1/approvals/remembered", 1).await;
     let mut agent_on_a = Agent::start(&a.scratch, &credential);
     agent_on_a.call(2, SET_LIGHT, on.clone());
     calls += 1;
@@ -233,13 +221,7 @@ async fn three_vessels_run_as_one_and_carry_on_when_one_is_killed() {
         .await
         .unwrap();
     assert!(revoked.status < 300, "{revoked:?}");
-    for admin in [&admin_a, &admin_b] {
-        eventually("the allowance gone from every member", || async {
-            let list = admin.get("/v1/approvals/remembered").await.unwrap().body;
-            list.as_array()?.is_empty().then_some(())
-        })
-        .await;
-    }
+    listing_everywhere(&[&admin_a, &admin_b], "/v1/approvals/remembered", 0).await;
     agent.call(4, SET_LIGHT, on.clone());
     calls += 1;
     let asked = approval_id(&admin_b).await.to_string();
@@ -359,6 +341,21 @@ fn rules(scratch: &Scratch, yaml: &str) -> String {
 }
 
 /// The admin API's answer to a call of `tool`.
+/// Waits until the admin API's list at `path` holds `count` items on every
+/// member in `admins`.
+async fn listing_everywhere(admins: &[&AdminClient], path: &str, count: usize) {
+    for admin in admins {
+        eventually(
+            &format!("{count} item(s) at {path} on every member"),
+            || async {
+                let list = admin.get(path).await.unwrap().body;
+                (list.as_array()?.len() == count).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
 async fn call(admin: &AdminClient, tool: &str) -> Value {
     let answer = admin
         .post("/v1/tools/call", &json!({"tool": tool, "input": {}}))
