@@ -32,6 +32,7 @@ pub use dk_proto::admin::{Allowance, AllowanceScope};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::hook::Hook;
 use crate::store::canonical_json;
 use crate::store::entry as schema;
 
@@ -195,7 +196,10 @@ pub type AllowanceClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Receives an audit entry (`kind`, entry) for every allowance made or
 /// revoked.
-pub(crate) type AllowanceAuditHook = Arc<dyn Fn(&str, Value) + Send + Sync>;
+pub(crate) type AllowanceAuditHook = Arc<AuditSink>;
+
+/// What [`AllowanceAuditHook`] calls: the entry's kind and its details.
+type AuditSink = dyn Fn(&str, Value) + Send + Sync;
 
 /// What changed last, so an answer given meanwhile is not remembered.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -239,9 +243,9 @@ impl Inner {
 pub struct Allowances {
     inner: Mutex<Inner>,
     clock: RwLock<AllowanceClock>,
-    audit: RwLock<Option<AllowanceAuditHook>>,
+    audit: Hook<AuditSink>,
     /// Told of allowances made and revoked here, in a fleet.
-    share: RwLock<Option<AllowanceShare>>,
+    share: Hook<dyn Fn(AllowanceChange) + Send + Sync>,
 }
 
 impl fmt::Debug for Allowances {
@@ -304,24 +308,19 @@ impl Allowances {
                 floor: 0,
             }),
             clock: RwLock::new(system_clock()),
-            audit: RwLock::new(None),
-            share: RwLock::new(None),
+            audit: Hook::default(),
+            share: Hook::default(),
         }
     }
 
     /// Tells `share` of every allowance the person makes here and every
     /// one they revoke here (a fleet's other members keep copies).
     pub fn share_with(&self, share: AllowanceShare) {
-        *self.share.write().unwrap_or_else(PoisonError::into_inner) = Some(share);
+        self.share.set(share);
     }
 
     fn shared(&self, change: AllowanceChange) {
-        let share = self
-            .share
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(share) = share {
+        if let Some(share) = self.share.get() {
             share(change);
         }
     }
@@ -397,16 +396,11 @@ impl Allowances {
 
     /// Sends an audit entry for every allowance made or revoked to `hook`.
     pub(crate) fn set_audit_hook(&self, hook: AllowanceAuditHook) {
-        *self.audit.write().unwrap_or_else(PoisonError::into_inner) = Some(hook);
+        self.audit.set(hook);
     }
 
     fn audit(&self, entry: &schema::Entry) {
-        let hook = self
-            .audit
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(hook) = hook {
+        if let Some(hook) = self.audit.get() {
             hook(entry.kind(), entry.to_value());
         }
     }

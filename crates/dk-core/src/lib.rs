@@ -18,6 +18,7 @@ pub mod allowances;
 pub mod by;
 pub mod config;
 pub mod connection;
+mod hook;
 pub mod limits;
 pub mod link;
 pub mod listener;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use crate::hook::Hook;
 use dk_proto::{DeviceFrame, InvokeError, LinkClosed, SendError, VesselFrame};
 use futures::future::BoxFuture;
 use serde_json::value::RawValue;
@@ -74,7 +75,7 @@ pub trait RemoteLinks: Send + Sync {
 pub struct Links {
     links: RwLock<HashMap<String, Arc<dyn DeviceLink>>>,
     /// Where a device not connected here is reached, in a fleet.
-    remote: RwLock<Option<Arc<dyn RemoteLinks>>>,
+    remote: Hook<dyn RemoteLinks>,
     /// Counts every connect and disconnect, so a watcher can tell cheaply
     /// whether the set changed.
     changes: AtomicU64,
@@ -125,7 +126,7 @@ impl Links {
     /// Reaches devices not connected here through `remote` (a fleet's
     /// other members) from now on.
     pub fn set_remote(&self, remote: Arc<dyn RemoteLinks>) {
-        *self.remote.write().unwrap_or_else(PoisonError::into_inner) = Some(remote);
+        self.remote.set(remote);
     }
 
     /// The way to call `device_id`: its link here when it is connected
@@ -148,10 +149,7 @@ impl Links {
 
     /// Where devices not connected here are reached, when in a fleet.
     fn remote(&self) -> Option<Arc<dyn RemoteLinks>> {
-        self.remote
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.remote.get()
     }
 
     /// The ids of the devices connected here, in no order.

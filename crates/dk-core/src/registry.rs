@@ -24,6 +24,7 @@ use tokio::sync::broadcast;
 
 use crate::allowances::{Allowances, RevokeCause};
 use crate::by::By;
+use crate::hook::Hook;
 use crate::store::entry as schema;
 use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
 pub(crate) use dk_store::epoch_ms;
@@ -512,7 +513,7 @@ pub struct DeviceRegistry {
     allowances: Arc<Allowances>,
     /// Told the id of every device this registry changed itself (not one
     /// read again after another vessel changed it): a fleet tells the others.
-    on_change: RwLock<Option<ChangeHook>>,
+    on_change: Hook<dyn Fn(&str) + Send + Sync>,
     /// Whether other vessels share the store (a fleet): a device not held
     /// in memory is read from the store before it is refused.
     shared: std::sync::atomic::AtomicBool,
@@ -547,7 +548,7 @@ impl DeviceRegistry {
             store: Arc::new(MemoryStore::new()),
             changing: Mutex::new(()),
             allowances: Arc::new(Allowances::new()),
-            on_change: RwLock::new(None),
+            on_change: Hook::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -567,7 +568,7 @@ impl DeviceRegistry {
             store,
             changing: Mutex::new(()),
             allowances: Arc::new(Allowances::new()),
-            on_change: RwLock::new(None),
+            on_change: Hook::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -602,12 +603,7 @@ impl DeviceRegistry {
 
     /// Tells the change hook this registry changed `device_id` itself.
     fn changed_here(&self, device_id: &str) {
-        let hook = self
-            .on_change
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(hook) = hook {
+        if let Some(hook) = self.on_change.get() {
             hook(device_id);
         }
     }
@@ -618,10 +614,7 @@ impl DeviceRegistry {
     /// fleet tell each other what to read again this way. Replaces any
     /// earlier hook.
     pub fn on_change(&self, hook: ChangeHook) {
-        *self
-            .on_change
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+        self.on_change.set(hook);
     }
 
     /// Says other vessels share the store (a fleet): a device that connects
