@@ -490,27 +490,16 @@ impl Receiver {
     /// The next message, waiting for one; an error once the queue is closed
     /// and empty.
     fn recv(&self) -> Result<Message, RecvError> {
-        let mut state = self.0.state();
-        loop {
-            if let Some(message) = state.messages.pop_front() {
-                return Ok(message);
-            }
-            if state.closed {
-                return Err(RecvError);
-            }
-            state.waiting = true;
-            state = self
-                .0
-                .ready
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-            state.waiting = false;
-        }
+        self.wait(None).map_err(|_| RecvError)
     }
 
     /// [`Receiver::recv`], waiting at most `timeout`.
     fn recv_timeout(&self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
-        let deadline = Instant::now() + timeout;
+        self.wait(Some(Instant::now() + timeout))
+    }
+
+    /// The next message, waiting for one until `deadline` if there is one.
+    fn wait(&self, deadline: Option<Instant>) -> Result<Message, RecvTimeoutError> {
         let mut state = self.0.state();
         loop {
             if let Some(message) = state.messages.pop_front() {
@@ -519,17 +508,26 @@ impl Receiver {
             if state.closed {
                 return Err(RecvTimeoutError::Disconnected);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(RecvTimeoutError::Timeout);
-            }
             state.waiting = true;
-            state = self
-                .0
-                .ready
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            state = match deadline {
+                None => self
+                    .0
+                    .ready
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        state.waiting = false;
+                        return Err(RecvTimeoutError::Timeout);
+                    }
+                    self.0
+                        .ready
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
             state.waiting = false;
         }
     }
