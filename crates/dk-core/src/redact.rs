@@ -35,6 +35,7 @@ use serde_json::{Map, Value};
 
 use crate::agents::{AGENT_CREDENTIAL_PREFIX, AgentDirectory};
 use crate::registry::DeviceRegistry;
+use crate::store::entry as schema;
 
 /// The length of a device token, and of an agent credential's hex part.
 const TOKEN_LEN: usize = 64;
@@ -180,6 +181,61 @@ impl SecretRedactor {
             Cow::Owned(changed) => Some(changed),
         });
         value
+    }
+
+    /// Redacts a decision's record (its input aside) in place for the audit
+    /// log, as [`SecretRedactor::redact_owned_for_audit`] redacts the record's
+    /// JSON: each key and each text in the order that JSON holds them, under
+    /// one window budget. False, the record then partly redacted and to be
+    /// thrown away, when the record needs what only the JSON path does: a
+    /// text to cut (longer than [`MAX_AUDIT_STRING`](dk_store::MAX_AUDIT_STRING)
+    /// bytes), or a key or a named value (`person`, `caller`, `frontEnd`)
+    /// that redaction would change.
+    pub(crate) fn redact_decision_for_audit(&self, record: &mut schema::Decision) -> bool {
+        let mut pass = Pass {
+            redactor: self,
+            known: self.known(),
+            windows: window_budget(),
+        };
+        let texts = pass.field("tool", Some(&mut record.tool))
+            && pass.field("deviceId", record.device_id.as_mut())
+            && pass.field("capability", record.capability.as_mut())
+            && pass.field("allowed", None)
+            && pass.field("reason", Some(&mut record.reason))
+            && pass.field("agentId", record.agent_id.as_mut())
+            && pass.field("sessionId", record.session_id.as_mut())
+            && pass.field("rule", record.rule.as_mut());
+        texts
+            && record.person.is_none_or(|person| {
+                pass.fixed("person")
+                    && pass.fixed(match person {
+                        schema::PersonAnswer::Approved => "approved",
+                        schema::PersonAnswer::Refused => "refused",
+                        schema::PersonAnswer::Remembered => "remembered",
+                    })
+            })
+            && record.allowance.is_none_or(|allowance| {
+                pass.fixed("allowance")
+                    && pass.fixed("id")
+                    && (!allowance.created || pass.fixed("created"))
+            })
+            && record.caller.is_none_or(|caller| {
+                pass.fixed("caller")
+                    && pass.fixed(match caller {
+                        schema::Caller::Person => "person",
+                    })
+            })
+            && pass.field("channel", record.channel.as_mut())
+            && record.by.as_mut().is_none_or(|by| {
+                pass.fixed("by")
+                    && pass.fixed("frontEnd")
+                    && pass.fixed(match by.front_end {
+                        schema::FrontEnd::Terminal => "terminal",
+                        schema::FrontEnd::AdminApi => "adminApi",
+                        schema::FrontEnd::Console => "console",
+                    })
+                    && pass.field("session", by.session.as_mut())
+            })
     }
 
     /// `text` with every known secret replaced by [`REDACTED`]; borrowed when
@@ -419,6 +475,45 @@ fn budget_cut(count: usize) -> String {
 }
 
 /// A fresh budget of windows for one redaction call.
+/// One pass of [`SecretRedactor::redact_decision_for_audit`]: the
+/// redactor's secrets and what is left of its window budget.
+struct Pass<'r> {
+    redactor: &'r SecretRedactor,
+    known: Arc<Redactor>,
+    windows: usize,
+}
+
+impl Pass<'_> {
+    /// Whether `text`, a key or a named value, is kept as it is.
+    fn fixed(&mut self, text: &str) -> bool {
+        text.len() <= dk_store::MAX_AUDIT_STRING
+            && matches!(
+                self.redactor
+                    .redact_str_with(&self.known, text, &mut self.windows),
+                Cow::Borrowed(_)
+            )
+    }
+
+    /// Redacts the field `key` (kept as it is) and its text, when it has
+    /// one: false when either needs the JSON path.
+    fn field(&mut self, key: &str, text: Option<&mut String>) -> bool {
+        if !self.fixed(key) {
+            return false;
+        }
+        let Some(text) = text else { return true };
+        if text.len() > dk_store::MAX_AUDIT_STRING {
+            return false;
+        }
+        if let Cow::Owned(changed) =
+            self.redactor
+                .redact_str_with(&self.known, text, &mut self.windows)
+        {
+            *text = changed;
+        }
+        true
+    }
+}
+
 fn window_budget() -> usize {
     MAX_HASHED_WINDOWS
 }

@@ -40,7 +40,9 @@ use crate::person::PersonChannel;
 use crate::redact::{SecretRedactor, redact_logs_with};
 use crate::registry::DeviceRegistry;
 use crate::store::entry as schema;
-use crate::store::{AuditEvent, AuditWriter, Store, StoreError, WriterOptions, fits_in_entry};
+use crate::store::{
+    AuditEvent, AuditText, AuditWriter, Made, Store, StoreError, WriterOptions, fits_in_entry,
+};
 
 /// Pairing requests for one device id that may wait for the person at once,
 /// each from another address: the person tells them apart by their codes.
@@ -416,6 +418,25 @@ impl Decision {
         serde_json::to_value(self.record()).unwrap_or(Value::Null)
     }
 
+    /// What the decision's audit entry is made of on the writer thread: its
+    /// text written straight from the record, redacted field by field, when
+    /// the record allows (see [`SecretRedactor::redact_decision_for_audit`])
+    /// and the entry fits; else [`Decision::audit_event`]. Both give the
+    /// same entry.
+    fn audit_made(&self, redactor: &SecretRedactor) -> Made {
+        let mut record = self.record();
+        if redactor.redact_decision_for_audit(&mut record) {
+            record.input = self
+                .input
+                .as_ref()
+                .map(|input| redactor.redact_for_audit(input));
+            if let Ok(text) = AuditText::decision(self.at_ms, &record) {
+                return Made::Text(text);
+            }
+        }
+        Made::Event(self.audit_event(redactor))
+    }
+
     /// The decision's audit event: the record and its input, each redacted
     /// and cut by [`SecretRedactor::redact_for_audit`]. An input whose cut
     /// form would still make the entry too large to store (wide nesting,
@@ -475,7 +496,7 @@ impl DecisionAudit {
         // its strings and input is the writer thread's work, not the call's.
         self.writer.record_placed(move || {
             drop(evicted);
-            Some(decision.audit_event(&redactor))
+            Some(decision.audit_made(&redactor))
         });
     }
 }

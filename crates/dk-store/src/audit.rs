@@ -3,6 +3,7 @@
 //! helper that keeps secrets and long values out of entries, and the log
 //! event each stored entry makes ([`log_appended`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -39,18 +40,18 @@ const MAX_KIND: usize = 32;
 /// `reason`, `rule`, `channel`, `sessionId`), when the entry has them.
 /// Entries hold no secret (their makers redact them); an entry's input and
 /// other nested values are left out.
-pub(crate) fn log_appended(first_seq: u64, events: &[AuditEvent]) {
+pub(crate) fn log_appended<E: Logged>(first_seq: u64, events: &[E]) {
     if !tracing::enabled!(target: "dk_store::audit", tracing::Level::INFO) {
         return;
     }
     for (seq, event) in (first_seq..).zip(events) {
-        let entry = &event.entry;
+        let entry = event.details();
         let text = |name: &str| entry.get(name).and_then(Value::as_str);
         let allowed = entry.get("allowed").and_then(Value::as_bool);
         tracing::info!(
             target: "dk_store::audit",
             seq,
-            kind = event.kind.as_str(),
+            kind = event.kind(),
             "deviceId" = text("deviceId"),
             "agentId" = text("agentId"),
             capability = text("capability"),
@@ -63,6 +64,219 @@ pub(crate) fn log_appended(first_seq: u64, events: &[AuditEvent]) {
             "audit entry"
         );
     }
+}
+
+/// What [`log_appended`] reads of an appended event.
+pub(crate) trait Logged {
+    /// The event's kind.
+    fn kind(&self) -> &str;
+    /// The event's details.
+    fn details(&self) -> Cow<'_, Value>;
+}
+
+impl Logged for AuditEvent {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn details(&self) -> Cow<'_, Value> {
+        Cow::Borrowed(&self.entry)
+    }
+}
+
+impl Logged for AuditText {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// Read back from the text: only when the entries are logged.
+    fn details(&self) -> Cow<'_, Value> {
+        Cow::Owned(serde_json::from_str(&self.text).unwrap_or(Value::Null))
+    }
+}
+
+/// An audit event ready to be chained: its kind and time checked, its
+/// details as their canonical JSON text, and the fields the log is read by
+/// (`deviceId`, `agentId`, `allowed`) taken from them. What a store
+/// appends. The audit writer makes one of each event it is given, on its
+/// own thread; a decision's is written straight from its record
+/// ([`AuditText::decision`]), without a [`Value`] between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditText {
+    at_ms: i64,
+    kind: String,
+    text: String,
+    device_id: Option<String>,
+    agent_id: Option<String>,
+    allowed: Option<bool>,
+}
+
+impl AuditText {
+    /// The text of `event`, or why no store can take it: a kind not
+    /// `[a-z0-9._-]{1,32}`, details over [`MAX_AUDIT_ENTRY_BYTES`], a time
+    /// past `i64`.
+    pub fn of(event: &AuditEvent) -> Result<AuditText, StoreError> {
+        let (at_ms, text) = checked(event)?;
+        let field = |name: &str| {
+            event
+                .entry
+                .get(name)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        Ok(AuditText {
+            at_ms,
+            kind: event.kind.clone(),
+            text,
+            device_id: field(crate::entry::fields::DEVICE_ID),
+            agent_id: field(crate::entry::fields::AGENT_ID),
+            allowed: event
+                .entry
+                .get(crate::entry::fields::ALLOWED)
+                .and_then(Value::as_bool),
+        })
+    }
+
+    /// The text of a `decision` entry at `at_ms`, written from the record
+    /// itself: the same as [`AuditText::of`] the event
+    /// [`AuditEvent::of`] makes of it, without building its [`Value`].
+    /// The record must already be redacted and cut, as every event is.
+    pub fn decision(
+        at_ms: u64,
+        decision: &crate::entry::Decision,
+    ) -> Result<AuditText, StoreError> {
+        let mut out = Vec::with_capacity(512);
+        write_decision(decision, &mut out);
+        // serde_json writes UTF-8 only.
+        let text = String::from_utf8(out).unwrap_or_default();
+        if text.len() > MAX_AUDIT_ENTRY_BYTES {
+            return Err(too_large(text.len()));
+        }
+        Ok(AuditText {
+            at_ms: to_i64(at_ms, "audit time")?,
+            kind: crate::entry::kinds::DECISION.to_owned(),
+            text,
+            device_id: decision.device_id.clone(),
+            agent_id: decision.agent_id.clone(),
+            allowed: Some(decision.allowed),
+        })
+    }
+
+    /// When it happened, in milliseconds since the epoch.
+    pub fn at_ms(&self) -> u64 {
+        self.at_ms.unsigned_abs()
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// Its details: canonical JSON.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The device it names (a string `deviceId`).
+    pub fn device_id(&self) -> Option<&str> {
+        self.device_id.as_deref()
+    }
+
+    /// The agent it names (a string `agentId`).
+    pub fn agent_id(&self) -> Option<&str> {
+        self.agent_id.as_deref()
+    }
+
+    /// What a decision decided (a boolean `allowed`).
+    pub fn allowed(&self) -> Option<bool> {
+        self.allowed
+    }
+
+    /// The event again, its details read back from the text.
+    pub fn to_event(&self) -> AuditEvent {
+        AuditEvent {
+            at_ms: self.at_ms(),
+            kind: self.kind.clone(),
+            entry: serde_json::from_str(&self.text).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Writes a decision's canonical JSON into `out`: its keys in byte order,
+/// each as serde gives it (`null` for the texts it always has, left out
+/// for the parts it may not have), the input canonical.
+fn write_decision(decision: &crate::entry::Decision, out: &mut Vec<u8>) {
+    fn key(out: &mut Vec<u8>, first: &mut bool, name: &str) {
+        if !std::mem::take(first) {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+    }
+    fn json(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+        // Writing into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, value);
+    }
+    let mut first = true;
+    out.push(b'{');
+    key(out, &mut first, "agentId");
+    json(out, &decision.agent_id);
+    if let Some(allowance) = &decision.allowance {
+        key(out, &mut first, "allowance");
+        out.push(b'{');
+        let mut inner = true;
+        if allowance.created {
+            key(out, &mut inner, "created");
+            out.extend_from_slice(b"true");
+        }
+        key(out, &mut inner, "id");
+        json(out, &allowance.id);
+        out.push(b'}');
+    }
+    key(out, &mut first, "allowed");
+    json(out, &decision.allowed);
+    if let Some(by) = &decision.by {
+        key(out, &mut first, "by");
+        out.push(b'{');
+        let mut inner = true;
+        key(out, &mut inner, "frontEnd");
+        json(out, &by.front_end);
+        if let Some(session) = &by.session {
+            key(out, &mut inner, "session");
+            json(out, session);
+        }
+        out.push(b'}');
+    }
+    if let Some(caller) = &decision.caller {
+        key(out, &mut first, "caller");
+        json(out, caller);
+    }
+    key(out, &mut first, "capability");
+    json(out, &decision.capability);
+    if let Some(channel) = &decision.channel {
+        key(out, &mut first, "channel");
+        json(out, channel);
+    }
+    key(out, &mut first, "deviceId");
+    json(out, &decision.device_id);
+    if let Some(input) = &decision.input {
+        key(out, &mut first, "input");
+        write_canonical(input, out);
+    }
+    if let Some(person) = &decision.person {
+        key(out, &mut first, "person");
+        json(out, person);
+    }
+    key(out, &mut first, "reason");
+    json(out, &decision.reason);
+    key(out, &mut first, "rule");
+    json(out, &decision.rule);
+    key(out, &mut first, "sessionId");
+    json(out, &decision.session_id);
+    key(out, &mut first, "tool");
+    json(out, &decision.tool);
+    out.push(b'}');
 }
 
 /// How far from its stored `seq` an entry's content is looked for when its
@@ -441,12 +655,6 @@ pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64, StoreError> {
         .map_err(|_| StoreError::InvalidInput(format!("{what} {value} is too large")))
 }
 
-/// Checks that the store can take `event` as it is: its kind, its size, its
-/// time.
-pub(crate) fn check_event(event: &AuditEvent) -> Result<(), StoreError> {
-    checked(event).map(|_| ())
-}
-
 /// Checks an event and gives its time and canonical entry text.
 fn checked(event: &AuditEvent) -> Result<(i64, String), StoreError> {
     let kind = &event.kind;
@@ -463,41 +671,67 @@ fn checked(event: &AuditEvent) -> Result<(i64, String), StoreError> {
     }
     let entry = canonical_json(&event.entry);
     if entry.len() > MAX_AUDIT_ENTRY_BYTES {
-        return Err(StoreError::InvalidInput(format!(
-            "audit entry of {} bytes, more than {MAX_AUDIT_ENTRY_BYTES}",
-            entry.len()
-        )));
+        return Err(too_large(entry.len()));
     }
     Ok((to_i64(event.at_ms, "audit time")?, entry))
 }
 
-/// Chains `events` onto the head (`seq`, `hash`) of a log, each hashed as
+fn too_large(bytes: usize) -> StoreError {
+    StoreError::InvalidInput(format!(
+        "audit entry of {bytes} bytes, more than {MAX_AUDIT_ENTRY_BYTES}"
+    ))
+}
+
+/// The texts of `events`, each checked; the first refusal if any.
+pub(crate) fn texts_of(events: &[AuditEvent]) -> Result<Vec<AuditText>, StoreError> {
+    events.iter().map(AuditText::of).collect()
+}
+
+/// The `seq` and hash each of `texts` takes, chained onto the head (`seq`,
+/// `hash`) of a log and hashed as `hashing` says, in order: each entry's
+/// `prev_hash` is the hash before it.
+pub(crate) fn links(
+    head_seq: i64,
+    head_hash: &str,
+    texts: &[AuditText],
+    hashing: Hashing<'_>,
+) -> Result<Vec<(i64, String)>, StoreError> {
+    let mut links: Vec<(i64, String)> = Vec::with_capacity(texts.len());
+    for text in texts {
+        let (prev_seq, prev_hash) = links
+            .last()
+            .map_or((head_seq, head_hash), |(seq, hash)| (*seq, hash.as_str()));
+        let seq = prev_seq
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Corrupt("audit seq overflow".to_owned()))?;
+        let hash = hashing.of(prev_hash, seq, text.at_ms, &text.kind, &text.text);
+        links.push((seq, hash));
+    }
+    Ok(links)
+}
+
+/// Chains `texts` onto the head (`seq`, `hash`) of a log, each hashed as
 /// `hashing` says: the rows to append, in order.
 pub(crate) fn chain(
     head_seq: i64,
     head_hash: &str,
-    events: &[AuditEvent],
+    texts: &[AuditText],
     hashing: Hashing<'_>,
 ) -> Result<Vec<RawRow>, StoreError> {
-    let mut rows = Vec::with_capacity(events.len());
-    let mut seq = head_seq;
+    let links = links(head_seq, head_hash, texts, hashing)?;
     let mut prev_hash = head_hash.to_owned();
-    for event in events {
-        let (at_ms, entry) = checked(event)?;
-        seq = seq
-            .checked_add(1)
-            .ok_or_else(|| StoreError::Corrupt("audit seq overflow".to_owned()))?;
-        let hash = hashing.of(&prev_hash, seq, at_ms, &event.kind, &entry);
-        rows.push(RawRow {
+    Ok(texts
+        .iter()
+        .zip(links)
+        .map(|(text, (seq, hash))| RawRow {
             seq,
-            at_ms,
-            kind: event.kind.clone(),
-            entry,
+            at_ms: text.at_ms,
+            kind: text.kind.clone(),
+            entry: text.text.clone(),
             prev_hash: std::mem::replace(&mut prev_hash, hash.clone()),
             hash,
-        });
-    }
-    Ok(rows)
+        })
+        .collect())
 }
 
 /// What the verifier keeps of each entry.
@@ -882,5 +1116,136 @@ mod cut_tests {
             // Key order too (objects keep insertion order).
             prop_assert_eq!(in_place.to_string(), copied.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::AuditText;
+    use crate::AuditEvent;
+    use crate::entry::{AllowanceRef, By, Caller, Decision, Entry, FrontEnd, PersonAnswer};
+
+    /// Texts JSON escapes, and texts it leaves alone.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z0-9_-]{0,16}",
+            "\\PC{0,24}",
+            "[\"\\\\\u{0}-\u{1f}\u{7f}é€😀]{0,8}",
+        ]
+    }
+
+    /// An input: small, or (now and then) too large for any entry.
+    fn input() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text().prop_map(Value::String),
+        ];
+        prop_oneof![
+            8 => leaf.prop_recursive(4, 40, 6, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    proptest::collection::vec((text(), inner), 0..6)
+                        .prop_map(|fields| Value::Object(fields.into_iter().collect::<Map<_, _>>())),
+                ]
+            }),
+            1 => (1usize..80).prop_map(|n| Value::Array(vec![Value::String("x".repeat(1_000)); n])),
+        ]
+    }
+
+    fn decision() -> impl Strategy<Value = Decision> {
+        let person = prop_oneof![
+            Just(None),
+            Just(Some(PersonAnswer::Approved)),
+            Just(Some(PersonAnswer::Refused)),
+            Just(Some(PersonAnswer::Remembered)),
+        ];
+        let allowance = proptest::option::of((any::<u64>(), any::<bool>()))
+            .prop_map(|a| a.map(|(id, created)| AllowanceRef { id, created }));
+        let front_end = prop_oneof![
+            Just(FrontEnd::Terminal),
+            Just(FrontEnd::AdminApi),
+            Just(FrontEnd::Console),
+        ];
+        let by = proptest::option::of((front_end, proptest::option::of(text())))
+            .prop_map(|by| by.map(|(front_end, session)| By { front_end, session }));
+        (
+            (
+                text(),
+                proptest::option::of(text()),
+                proptest::option::of(text()),
+                any::<bool>(),
+                text(),
+                proptest::option::of(text()),
+                proptest::option::of(text()),
+                proptest::option::of(text()),
+            ),
+            (
+                person,
+                allowance,
+                any::<bool>(),
+                proptest::option::of(text()),
+                by,
+                proptest::option::of(input()),
+            ),
+        )
+            .prop_map(
+                |(
+                    (tool, device_id, capability, allowed, reason, agent_id, session_id, rule),
+                    (person, allowance, caller, channel, by, input),
+                )| Decision {
+                    tool,
+                    device_id,
+                    capability,
+                    allowed,
+                    reason,
+                    agent_id,
+                    session_id,
+                    rule,
+                    person,
+                    allowance,
+                    caller: caller.then_some(Caller::Person),
+                    channel,
+                    by,
+                    input,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// A decision's text written straight from its record is the text
+        /// of its event: the same canonical JSON, the same columns, the
+        /// same refusal when too large.
+        #[test]
+        fn a_decision_written_straight_is_its_events_text(
+            decision in decision(),
+            at_ms in prop_oneof![0u64..=u64::from(u32::MAX), Just(u64::MAX)],
+        ) {
+            let straight = AuditText::decision(at_ms, &decision);
+            let event = AuditEvent::of(&Entry::Decision(decision), at_ms);
+            prop_assert_eq!(straight, AuditText::of(&event));
+        }
+    }
+
+    /// The round trip a store without its own text path takes.
+    #[test]
+    fn a_text_reads_back_into_its_event() {
+        let event = AuditEvent {
+            at_ms: 42,
+            kind: "note".to_owned(),
+            entry: serde_json::json!({"deviceId": "lamp", "z": [1, 2.5, "é\"\u{1}"], "a": null}),
+        };
+        let text = AuditText::of(&event).unwrap();
+        assert_eq!(text.device_id(), Some("lamp"));
+        assert_eq!(text.agent_id(), None);
+        assert_eq!(text.allowed(), None);
+        assert_eq!(text.to_event(), event);
     }
 }

@@ -28,12 +28,13 @@ pub(crate) const STATE_KINDS: [&str; 5] = [
 
 /// Refuses events of a kind the store writes only with its change, or
 /// itself (`audit-keyed`, which starts a keyed chain).
-pub(crate) fn refuse_reserved_kinds(events: &[super::AuditEvent]) -> Result<(), super::StoreError> {
-    let reserved = |kind: &str| STATE_KINDS.contains(&kind) || kind == super::audit::KEYED_KIND;
-    match events.iter().find(|event| reserved(&event.kind)) {
-        Some(event) => Err(super::StoreError::InvalidInput(format!(
-            "audit kind `{}` is written only with its change",
-            event.kind
+pub(crate) fn refuse_reserved_kinds<'a>(
+    mut kinds: impl Iterator<Item = &'a str>,
+) -> Result<(), super::StoreError> {
+    let reserved = |kind: &&str| STATE_KINDS.contains(kind) || *kind == super::audit::KEYED_KIND;
+    match kinds.find(reserved) {
+        Some(kind) => Err(super::StoreError::InvalidInput(format!(
+            "audit kind `{kind}` is written only with its change"
         ))),
         None => Ok(()),
     }

@@ -90,10 +90,11 @@ mod tests;
 
 pub use anchor::{HeadSyntaxError, audit_head_file};
 pub use audit::{
-    GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
+    AuditText, canonical_json, cut_for_audit, cut_for_audit_in_place, cut_for_audit_with,
+    fits_in_entry,
 };
 pub use audit::{
-    canonical_json, cut_for_audit, cut_for_audit_in_place, cut_for_audit_with, fits_in_entry,
+    GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
 };
 #[cfg(feature = "sqlite")]
 pub use backup::RestoreError;
@@ -112,5 +113,5 @@ pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub use writer::{
-    AuditPlace, AuditRoom, AuditWriter, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions,
+    AuditPlace, AuditRoom, AuditWriter, Made, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions,
 };

@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, to_i64};
+use super::audit::{
+    AuditText, GENESIS_HASH, Hashing, Logged, RawRow, Verifier, chain, log_appended, texts_of,
+    to_i64,
+};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{
     AuditEntry, AuditEvent, AuditHead, AuditQuery, RateHit, Snapshot, Store, StoreError,
@@ -32,15 +35,20 @@ struct State {
 impl State {
     /// Chains events onto the log's head: checked before anything changes.
     fn chained(&self, events: &[AuditEvent]) -> Result<Vec<RawRow>, StoreError> {
+        self.chained_texts(&texts_of(events)?)
+    }
+
+    /// [`State::chained`] for events already made text.
+    fn chained_texts(&self, texts: &[AuditText]) -> Result<Vec<RawRow>, StoreError> {
         let (seq, hash) = self
             .audit
             .last()
             .map_or((0, GENESIS_HASH), |row| (row.seq, row.hash.as_str()));
-        chain(seq, hash, events, Hashing::Plain)
+        chain(seq, hash, texts, Hashing::Plain)
     }
 
     /// Keeps the `rows` chained from `events`, and logs them.
-    fn keep(&mut self, rows: Vec<RawRow>, events: &[AuditEvent]) {
+    fn keep<E: Logged>(&mut self, rows: Vec<RawRow>, events: &[E]) {
         if let Some(first) = rows.first() {
             log_appended(u64::try_from(first.seq).unwrap_or(0), events);
         }
@@ -160,10 +168,18 @@ impl Store for MemoryStore {
     }
 
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        refuse_reserved_kinds(events)?;
+        refuse_reserved_kinds(events.iter().map(|event| event.kind.as_str()))?;
         let mut state = self.state();
         let rows = state.chained(events)?;
         state.keep(rows, events);
+        Ok(())
+    }
+
+    fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {
+        refuse_reserved_kinds(texts.iter().map(AuditText::kind))?;
+        let mut state = self.state();
+        let rows = state.chained_texts(texts)?;
+        state.keep(rows, texts);
         Ok(())
     }
 

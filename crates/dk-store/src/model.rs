@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::Cause;
+use crate::audit::AuditText;
 
 /// Durable state of a vessel: pairings with their grants, secret hashes and
 /// the audit log. Every method is one transaction; a method that changes
@@ -67,6 +68,15 @@ pub trait Store: Send + Sync + 'static {
     /// the store writes with their change (`paired`, `granted`, `revoked`,
     /// `unpaired`, `agent`) are refused here, with nothing appended.
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError>;
+
+    /// [`Store::append_audit`] of events already made text (what the
+    /// audit writer commits), under the same rules. This default reads
+    /// each text back into its event; a store that chains the text as it
+    /// is does better.
+    fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {
+        let events: Vec<AuditEvent> = texts.iter().map(AuditText::to_event).collect();
+        self.append_audit(&events)
+    }
 
     /// Up to `limit` entries with `seq > after_seq`, in order.
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;

@@ -39,7 +39,9 @@ use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 use super::audit::to_i64;
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, check_event, log_appended};
+use super::audit::{
+    AuditText, GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, texts_of,
+};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
@@ -412,7 +414,7 @@ impl PgStore {
     /// Runs `change` in a transaction that holds the chain (see the module's
     /// documentation), then appends `events` to the log hashed as the chain
     /// asks, and commits. Logs the entries once committed.
-    fn write_audited<F>(&self, events: Vec<AuditEvent>, change: F) -> Result<(), StoreError>
+    fn write_audited<F>(&self, events: Vec<AuditText>, change: F) -> Result<(), StoreError>
     where
         F: for<'t> FnOnce(
                 &'t deadpool_postgres::Transaction<'t>,
@@ -421,9 +423,6 @@ impl PgStore {
             + Send
             + 'static,
     {
-        for event in &events {
-            check_event(event)?;
-        }
         let key = self.key.clone();
         let (first, events) = self.run(move |pool| async move {
             let mut client = pool.get().await.map_err(unreachable)?;
@@ -723,7 +722,7 @@ async fn audit_head(client: &tokio_postgres::Client) -> Result<(i64, String), St
 /// in one statement; the seq of the first, `None` when there were none.
 async fn append(
     tx: &deadpool_postgres::Transaction<'_>,
-    events: &[AuditEvent],
+    events: &[AuditText],
     hashing: Hashing<'_>,
     (seq, hash): (i64, String),
 ) -> Result<Option<u64>, StoreError> {
@@ -791,7 +790,7 @@ async fn key_the_chain(pool: Pool, key: AuditKey) -> Result<Option<(u64, AuditEv
     );
     let first = append(
         &tx,
-        std::slice::from_ref(&event),
+        &texts_of(std::slice::from_ref(&event))?,
         Hashing::Keyed(&key),
         head,
     )
@@ -1034,7 +1033,7 @@ impl Store for PgStore {
         let paired_at = to_i64(pairing.paired_at_ms, "pairing time")?;
         let pairing = pairing.clone();
         self.write_audited(
-            vec![audit.clone()],
+            texts_of(std::slice::from_ref(audit))?,
             work!(|tx| {
                 exec(
                     tx,
@@ -1092,7 +1091,7 @@ impl Store for PgStore {
         let device_id = device_id.to_owned();
         let capability = capability.to_owned();
         self.write_audited(
-            vec![audit.clone()],
+            texts_of(std::slice::from_ref(audit))?,
             work!(|tx| {
                 let paired = tx
                     .query_opt("SELECT 1 FROM pairing WHERE device_id = $1", &[&device_id])
@@ -1116,7 +1115,7 @@ impl Store for PgStore {
     fn delete_pairing(&self, device_id: &str, audit: &AuditEvent) -> Result<(), StoreError> {
         let device_id = device_id.to_owned();
         self.write_audited(
-            vec![audit.clone()],
+            texts_of(std::slice::from_ref(audit))?,
             work!(|tx| {
                 exec(
                     tx,
@@ -1151,7 +1150,7 @@ impl Store for PgStore {
             .map_err(|error| StoreError::InvalidInput(error.to_string()))?;
         let name = agent.id.clone();
         self.write_audited(
-            vec![audit.clone()],
+            texts_of(std::slice::from_ref(audit))?,
             work!(|tx| {
                 exec(
                     tx,
@@ -1168,7 +1167,7 @@ impl Store for PgStore {
     fn delete_agent(&self, name: &str, audit: &AuditEvent) -> Result<(), StoreError> {
         let name = name.to_owned();
         self.write_audited(
-            vec![audit.clone()],
+            texts_of(std::slice::from_ref(audit))?,
             work!(|tx| {
                 let removed = exec(tx, "DELETE FROM agent WHERE name = $1", &[&name]).await?;
                 if removed == 0 {
@@ -1183,8 +1182,15 @@ impl Store for PgStore {
         if events.is_empty() {
             return Ok(());
         }
-        refuse_reserved_kinds(events)?;
-        self.write_audited(events.to_vec(), work!(|_tx| Ok(())))
+        self.append_audit_texts(&texts_of(events)?)
+    }
+
+    fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {
+        if texts.is_empty() {
+            return Ok(());
+        }
+        refuse_reserved_kinds(texts.iter().map(AuditText::kind))?;
+        self.write_audited(texts.to_vec(), work!(|_tx| Ok(())))
     }
 
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {

@@ -27,7 +27,10 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, to_i64};
+use super::audit::{
+    AuditText, GENESIS_HASH, Hashing, Logged, RawRow, Verifier, links, log_appended, texts_of,
+    to_i64,
+};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
@@ -36,7 +39,6 @@ use super::{
     Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
-use serde_json::Value;
 
 /// The schema version this build writes: the number of migration steps.
 pub const SCHEMA_VERSION: u32 = 8;
@@ -448,9 +450,9 @@ impl SqliteStore {
     /// the audit log: once it is committed, the new head is handed to the
     /// head keeper, still under the connection's lock so heads go in commit
     /// order, and each entry is logged.
-    fn write_audited(
+    fn write_audited<E: Logged>(
         &self,
-        events: &[AuditEvent],
+        events: &[E],
         change: impl FnOnce(&Transaction<'_>) -> Result<Option<AuditHead>, StoreError>,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
@@ -757,45 +759,49 @@ fn append(
     events: &[AuditEvent],
     hashing: Hashing<'_>,
 ) -> Result<Option<AuditHead>, StoreError> {
-    if events.is_empty() {
+    append_texts(tx, &texts_of(events)?, hashing)
+}
+
+/// [`append`] of events already made text.
+fn append_texts(
+    tx: &Connection,
+    texts: &[AuditText],
+    hashing: Hashing<'_>,
+) -> Result<Option<AuditHead>, StoreError> {
+    if texts.is_empty() {
         return Ok(None);
     }
     let (seq, hash) = audit_head(tx)?;
-    let rows = chain(seq, &hash, events, hashing)?;
+    let links = links(seq, &hash, texts, hashing)?;
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO audit (seq, at_ms, kind, entry, prev_hash, hash, device_id, agent_id, allowed)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .map_err(db)?;
-    for (row, event) in rows.iter().zip(events) {
-        let text = |name: &str| event.entry.get(name).and_then(Value::as_str);
+    let mut prev_hash = hash.as_str();
+    for (text, (seq, hash)) in texts.iter().zip(&links) {
         insert
             .execute(params![
-                row.seq,
-                row.at_ms,
-                row.kind,
-                row.entry,
-                row.prev_hash,
-                row.hash,
-                text(crate::entry::fields::DEVICE_ID),
-                text(crate::entry::fields::AGENT_ID),
-                event
-                    .entry
-                    .get(crate::entry::fields::ALLOWED)
-                    .and_then(Value::as_bool),
+                seq,
+                i64::try_from(text.at_ms()).unwrap_or(i64::MAX),
+                text.kind(),
+                text.text(),
+                prev_hash,
+                hash,
+                text.device_id(),
+                text.agent_id(),
+                text.allowed(),
             ])
             .map_err(db)?;
+        prev_hash = hash;
     }
     // The spans the appended entries name a device in (as the index reads
     // `deviceId`: only a string names one), each once.
-    let mut spans: Vec<(&str, i64)> = rows
+    let mut spans: Vec<(&str, i64)> = texts
         .iter()
-        .zip(events)
-        .filter_map(|(row, event)| {
-            let device = event.entry.get(crate::entry::fields::DEVICE_ID)?.as_str()?;
-            Some((device, row.seq >> DEVICE_SPAN_BITS))
-        })
+        .zip(&links)
+        .filter_map(|(text, (seq, _))| Some((text.device_id()?, seq >> DEVICE_SPAN_BITS)))
         .collect();
     spans.sort_unstable();
     spans.dedup();
@@ -805,9 +811,9 @@ fn append(
     for (device, span) in spans {
         add_span.execute(params![device, span]).map_err(db)?;
     }
-    Ok(rows.last().map(|row| AuditHead {
-        seq: u64::try_from(row.seq).unwrap_or(0),
-        hash: row.hash.clone(),
+    Ok(links.last().map(|(seq, hash)| AuditHead {
+        seq: u64::try_from(*seq).unwrap_or(0),
+        hash: hash.clone(),
     }))
 }
 
@@ -1086,9 +1092,16 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(());
         }
-        refuse_reserved_kinds(events)?;
+        self.append_audit_texts(&texts_of(events)?)
+    }
+
+    fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {
+        if texts.is_empty() {
+            return Ok(());
+        }
+        refuse_reserved_kinds(texts.iter().map(AuditText::kind))?;
         let hashing = self.hashing()?;
-        self.write_audited(events, |tx| append(tx, events, hashing))
+        self.write_audited(texts, |tx| append_texts(tx, texts, hashing))
     }
 
     fn read_audit(&self, after_seq: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {

@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
-use super::audit::check_event;
+use super::audit::AuditText;
+use super::crosscheck::refuse_reserved_kinds;
 use super::{AuditEvent, Store, StoreError};
 
 /// How long [`AuditWriter::record`] waits for a place in a full queue before
@@ -77,6 +78,29 @@ impl Default for WriterOptions {
     }
 }
 
+/// What a record deferred to the writer thread makes: an event, or its
+/// text already (a decision's, written straight from its record). An event
+/// no store can take is recorded as `unstorable`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Made {
+    /// An event, made text on the writer thread.
+    Event(AuditEvent),
+    /// An event's text.
+    Text(AuditText),
+}
+
+impl From<AuditEvent> for Made {
+    fn from(event: AuditEvent) -> Made {
+        Made::Event(event)
+    }
+}
+
+impl From<AuditText> for Made {
+    fn from(text: AuditText) -> Made {
+        Made::Text(text)
+    }
+}
+
 /// Whether a queued event holds one of the queue's places.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
@@ -89,7 +113,7 @@ enum Place {
 enum Message {
     Event(AuditEvent, Place),
     /// An event built on the writer thread, off the caller's path.
-    Deferred(Box<dyn FnOnce() -> Option<AuditEvent> + Send>, Place),
+    Deferred(Box<dyn FnOnce() -> Option<Made> + Send>, Place),
     /// Commit what came before, then answer.
     Flush(mpsc::Sender<Result<(), StoreError>>),
 }
@@ -287,13 +311,20 @@ impl AuditWriter {
     /// serialising or redacting. `make` returning `None` records nothing.
     pub fn record_with(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
         let place = self.take_blocking();
-        self.send(Message::Deferred(Box::new(make), place));
+        self.send(Message::Deferred(
+            Box::new(move || make().map(Made::Event)),
+            place,
+        ));
     }
 
     /// Like [`AuditWriter::record_with`], in a place already taken from
-    /// [`AuditWriter::room`] and spent: it never waits.
-    pub fn record_placed(&self, make: impl FnOnce() -> Option<AuditEvent> + Send + 'static) {
-        self.send(Message::Deferred(Box::new(make), Place::Taken));
+    /// [`AuditWriter::room`] and spent: it never waits. `make` may give an
+    /// event or its text ([`Made`]).
+    pub fn record_placed<M: Into<Made>>(&self, make: impl FnOnce() -> Option<M> + Send + 'static) {
+        self.send(Message::Deferred(
+            Box::new(move || make().map(Into::into)),
+            Place::Taken,
+        ));
     }
 
     /// The queue's places, for a caller that takes its place ahead of time.
@@ -593,7 +624,7 @@ fn run(batch: &mut Batch<'_>, receiver: &Receiver, options: WriterOptions) {
                 },
             };
             match message {
-                Message::Event(event, place) => batch.push(Some(event), place),
+                Message::Event(event, place) => batch.push(Some(Made::Event(event)), place),
                 Message::Deferred(make, place) => batch.push(make(), place),
                 Message::Flush(answer) => {
                     let _ = answer.send(batch.flush());
@@ -612,7 +643,7 @@ struct Batch<'a> {
     store: &'a dyn Store,
     places: &'a Places,
     counters: &'a Counters,
-    events: Vec<AuditEvent>,
+    events: Vec<AuditText>,
     /// Places held by the events taken since the last commit.
     taken: usize,
     /// While commits fail: the last error, the wait before the next try and
@@ -636,8 +667,19 @@ impl<'a> Batch<'a> {
         }
     }
 
-    fn push(&mut self, event: Option<AuditEvent>, place: Place) {
-        self.events.extend(event);
+    fn push(&mut self, made: Option<Made>, place: Place) {
+        match made {
+            Some(Made::Text(text)) => self.events.push(text),
+            Some(Made::Event(event)) => match AuditText::of(&event) {
+                Ok(text) => self.events.push(text),
+                // One event no store will take must not be left out: it is
+                // recorded as unstorable.
+                Err(error) => self
+                    .events
+                    .extend(unstorable(&event.kind, event.at_ms, &error)),
+            },
+            None => {}
+        }
         if place == Place::Taken {
             self.taken += 1;
         }
@@ -663,16 +705,19 @@ impl<'a> Batch<'a> {
     fn try_commit(&mut self) {
         if !self.events.is_empty() {
             let started = Instant::now();
-            let mut result = self.store.append_audit(&self.events);
+            let mut result = self.store.append_audit_texts(&self.events);
             if let Err(StoreError::InvalidInput(_)) = result {
-                // One event the store will never take must not hold back the
-                // others, nor be left out: it is recorded as unstorable.
-                for event in &mut self.events {
-                    if let Err(error) = check_event(event) {
-                        *event = unstorable(event, &error);
+                // An event of a kind the store writes only with its change
+                // must not hold back the others, nor be left out: it is
+                // recorded as unstorable.
+                for text in &mut self.events {
+                    if let Err(error) = refuse_reserved_kinds(std::iter::once(text.kind()))
+                        && let Some(instead) = unstorable(text.kind(), text.at_ms(), &error)
+                    {
+                        *text = instead;
                     }
                 }
-                result = self.store.append_audit(&self.events);
+                result = self.store.append_audit_texts(&self.events);
             }
             if let Err(error) = result {
                 if self.error.is_none() {
@@ -728,19 +773,19 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// What is recorded in place of an event the store refuses: its kind (cut
-/// and escaped) and why.
-fn unstorable(event: &AuditEvent, error: &StoreError) -> AuditEvent {
-    let kind: String = event
-        .kind
-        .escape_debug()
-        .to_string()
-        .chars()
-        .take(64)
-        .collect();
+/// What is recorded in place of an event of `kind` at `at_ms` the store
+/// refuses: its kind (cut and escaped) and why.
+fn unstorable(kind: &str, at_ms: u64, error: &StoreError) -> Option<AuditText> {
+    let kind: String = kind.escape_debug().to_string().chars().take(64).collect();
     let why: String = error.to_string().chars().take(256).collect();
-    AuditEvent::of(
+    let event = AuditEvent::of(
         &crate::entry::Entry::Unstorable(crate::entry::Unstorable { kind, error: why }),
-        event.at_ms.min(i64::MAX.unsigned_abs()),
-    )
+        at_ms.min(i64::MAX.unsigned_abs()),
+    );
+    // Its kind is known and its entry small: every store takes it.
+    AuditText::of(&event)
+        .inspect_err(
+            |error| tracing::error!(%error, "audit writer: an unstorable entry was refused"),
+        )
+        .ok()
 }

@@ -2,13 +2,14 @@
 //! JSON the vessel spelt by hand before it: the same text for every way a
 //! call can end.
 
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::Decision;
 use crate::adapter::{AllowanceUse, DecisionRecord};
 use crate::by::By;
 use crate::redact::SecretRedactor;
-use crate::store::canonical_json;
+use crate::store::{AuditText, Made, canonical_json};
 
 /// The entry as the vessel wrote it by hand before the schema.
 fn by_hand(record: &DecisionRecord<'_>) -> Value {
@@ -59,6 +60,94 @@ fn check(record: &DecisionRecord<'_>) {
         canonical_json(&event.entry),
         canonical_json(&by_hand(record))
     );
+    // What the writer commits: the text written straight from the record.
+    let Made::Text(text) = decision.audit_made(&SecretRedactor::new()) else {
+        panic!("a plain record goes the straight way");
+    };
+    assert_eq!(text, AuditText::of(&event).unwrap());
+}
+
+/// The writer's text of a decision, whichever way it was made.
+fn text_of(made: Made) -> AuditText {
+    match made {
+        Made::Text(text) => text,
+        Made::Event(event) => AuditText::of(&event).unwrap(),
+    }
+}
+
+/// Texts for a record: plain, escaped, holding a secret, long enough to be
+/// cut, hex runs the token lookup reads.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z_]{1,12}",
+        "[a-z \"\\\\\u{1}é]{0,10}s3cret[a-z]{0,4}",
+        "[a-z]{0,3}approved",
+        "[a-zé]{250,262}",
+        "[0-9a-f]{64,70}",
+        "\\PC{0,16}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The text the writer commits is the text of the decision's event,
+    /// whatever the record holds and whatever secrets are known: the
+    /// straight way when it can, the JSON way when a text must be cut or
+    /// redaction would change a key or a named value.
+    #[test]
+    fn the_straight_text_is_the_events_text(
+        texts in proptest::collection::vec(text(), 9),
+        present in proptest::collection::vec(any::<bool>(), 6),
+        (allowed, by_person) in (any::<bool>(), any::<bool>()),
+        person_answer in proptest::option::of(any::<bool>()),
+        allowance in proptest::option::of((any::<bool>(), 0u64..100)),
+        secrets in prop_oneof![
+            Just(vec![]),
+            Just(vec!["s3cret"]),
+            Just(vec!["s3cret", "evice"]),
+            Just(vec!["approved"]),
+            Just(vec!["onsol"]),
+            Just(vec!["id"]),
+        ],
+        tokens in any::<bool>(),
+    ) {
+        let redactor = SecretRedactor::new();
+        for secret in secrets {
+            redactor.add_secret(secret);
+        }
+        if tokens {
+            redactor.watch_tokens(
+                &std::sync::Arc::new(crate::registry::DeviceRegistry::new()),
+                &std::sync::Arc::new(crate::agents::AgentDirectory::new()),
+            );
+        }
+        let t = |i: usize| texts.get(i).map_or("", String::as_str);
+        let some = |i: usize| present.get(i).copied().unwrap_or(false).then(|| t(i));
+        let input = json!({"on": true, "note": t(8)});
+        let by = By::console(t(7));
+        let record = DecisionRecord {
+            tool: t(0),
+            device_id: some(1),
+            capability: some(2),
+            allowed,
+            reason: t(3),
+            agent_id: some(4),
+            session_id: some(5),
+            rule: Some(t(6)),
+            input: present.first().copied().unwrap_or(false).then_some(&input),
+            person_answer,
+            by_person,
+            allowance: allowance.map(|(made, id)| {
+                if made { AllowanceUse::Created(id) } else { AllowanceUse::Used(id) }
+            }),
+            channel: Some(dk_proto::Channel::Dk2),
+            answered_by: person_answer.is_some().then_some(&by),
+        };
+        let decision = Decision::of(&record, 9);
+        let event = decision.audit_event(&redactor);
+        prop_assert_eq!(text_of(decision.audit_made(&redactor)), AuditText::of(&event).unwrap());
+    }
 }
 
 #[test]
