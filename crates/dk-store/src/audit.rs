@@ -103,7 +103,8 @@ impl Logged for AuditText {
 /// ([`AuditText::decision`]), without a [`Value`] between.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditText {
-    at_ms: i64,
+    /// Checked to fit the stores' signed column.
+    pub(crate) at_ms: i64,
     kind: String,
     text: String,
     device_id: Option<String>,

@@ -784,7 +784,7 @@ fn append_texts(
         insert
             .execute(params![
                 seq,
-                i64::try_from(text.at_ms()).unwrap_or(i64::MAX),
+                text.at_ms,
                 text.kind(),
                 text.text(),
                 prev_hash,
