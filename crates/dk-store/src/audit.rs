@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 
 use super::hex::hex;
 use super::key::AuditKey;
-use super::{AuditEntry, AuditEvent, AuditProblem, ProblemKind, StoreError, VerifyReport};
+use super::{
+    AuditEntry, AuditEvent, AuditProblem, AuditText, ProblemKind, StoreError, VerifyReport,
+};
 
 /// The `prev_hash` of the first entry: 64 zeros.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -95,23 +97,6 @@ impl Logged for AuditText {
     }
 }
 
-/// An audit event ready to be chained: its kind and time checked, its
-/// details as their canonical JSON text, and the fields the log is read by
-/// (`deviceId`, `agentId`, `allowed`) taken from them. What a store
-/// appends. The audit writer makes one of each event it is given, on its
-/// own thread; a decision's is written straight from its record
-/// ([`AuditText::decision`]), without a [`Value`] between.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditText {
-    /// Checked to fit the stores' signed column.
-    pub(crate) at_ms: i64,
-    kind: String,
-    text: String,
-    device_id: Option<String>,
-    agent_id: Option<String>,
-    allowed: Option<bool>,
-}
-
 impl AuditText {
     /// The text of `event`, or why no store can take it: a kind not
     /// `[a-z0-9._-]{1,32}`, details over [`MAX_AUDIT_ENTRY_BYTES`], a time
@@ -161,45 +146,6 @@ impl AuditText {
             agent_id: decision.agent_id.clone(),
             allowed: Some(decision.allowed),
         })
-    }
-
-    /// When it happened, in milliseconds since the epoch.
-    pub fn at_ms(&self) -> u64 {
-        self.at_ms.unsigned_abs()
-    }
-
-    /// Its kind.
-    pub fn kind(&self) -> &str {
-        &self.kind
-    }
-
-    /// Its details: canonical JSON.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
-    /// The device it names (a string `deviceId`).
-    pub fn device_id(&self) -> Option<&str> {
-        self.device_id.as_deref()
-    }
-
-    /// The agent it names (a string `agentId`).
-    pub fn agent_id(&self) -> Option<&str> {
-        self.agent_id.as_deref()
-    }
-
-    /// What a decision decided (a boolean `allowed`).
-    pub fn allowed(&self) -> Option<bool> {
-        self.allowed
-    }
-
-    /// The event again, its details read back from the text.
-    pub fn to_event(&self) -> AuditEvent {
-        AuditEvent {
-            at_ms: self.at_ms(),
-            kind: self.kind.clone(),
-            entry: serde_json::from_str(&self.text).unwrap_or(Value::Null),
-        }
     }
 }
 

@@ -90,11 +90,10 @@ mod tests;
 
 pub use anchor::{HeadSyntaxError, audit_head_file};
 pub use audit::{
-    AuditText, canonical_json, cut_for_audit, cut_for_audit_in_place, cut_for_audit_with,
-    fits_in_entry,
+    GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
 };
 pub use audit::{
-    GENESIS_HASH, MAX_AUDIT_DEPTH, MAX_AUDIT_ENTRY_BYTES, MAX_AUDIT_ITEMS, MAX_AUDIT_STRING,
+    canonical_json, cut_for_audit, cut_for_audit_in_place, cut_for_audit_with, fits_in_entry,
 };
 #[cfg(feature = "sqlite")]
 pub use backup::RestoreError;
@@ -104,9 +103,9 @@ pub use memory::MemoryStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use model::check_head;
 pub use model::{
-    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, BucketTake, ProblemKind,
-    RateClaim, RateHit, Snapshot, Store, StoreError, StoredAgent, StoredPairing, VerifyReport,
-    epoch_ms, take_from_bucket,
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, AuditText, BucketTake,
+    ProblemKind, RateClaim, RateHit, Snapshot, Store, StoreError, StoredAgent, StoredPairing,
+    VerifyReport, epoch_ms, take_from_bucket,
 };
 #[cfg(feature = "postgres")]
 pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};

@@ -5,12 +5,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::audit::{
-    AuditText, GENESIS_HASH, Hashing, Logged, RawRow, Verifier, chain, log_appended, texts_of,
-    to_i64,
+    GENESIS_HASH, Hashing, Logged, RawRow, Verifier, chain, log_appended, texts_of, to_i64,
 };
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, RateHit, Snapshot, Store, StoreError,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, AuditText, RateHit, Snapshot, Store, StoreError,
     StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::Cause;
-use crate::audit::AuditText;
 
 /// Durable state of a vessel: pairings with their grants, secret hashes and
 /// the audit log. Every method is one transaction; a method that changes
@@ -352,6 +351,64 @@ impl AuditEvent {
             at_ms,
             kind: entry.kind().to_owned(),
             entry: entry.to_value(),
+        }
+    }
+}
+
+/// An audit event ready to be chained: its kind and time checked, its
+/// details as their canonical JSON text, and the fields the log is read by
+/// (`deviceId`, `agentId`, `allowed`) taken from them. What a store
+/// appends. The audit writer makes one of each event it is given, on its
+/// own thread; a decision's is written straight from its record
+/// (`AuditText::decision`), without a [`Value`] between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditText {
+    /// Checked to fit the stores' signed column.
+    pub(crate) at_ms: i64,
+    pub(crate) kind: String,
+    pub(crate) text: String,
+    pub(crate) device_id: Option<String>,
+    pub(crate) agent_id: Option<String>,
+    pub(crate) allowed: Option<bool>,
+}
+
+impl AuditText {
+    /// When it happened, in milliseconds since the epoch.
+    pub fn at_ms(&self) -> u64 {
+        self.at_ms.unsigned_abs()
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// Its details: canonical JSON.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The device it names (a string `deviceId`).
+    pub fn device_id(&self) -> Option<&str> {
+        self.device_id.as_deref()
+    }
+
+    /// The agent it names (a string `agentId`).
+    pub fn agent_id(&self) -> Option<&str> {
+        self.agent_id.as_deref()
+    }
+
+    /// What a decision decided (a boolean `allowed`).
+    pub fn allowed(&self) -> Option<bool> {
+        self.allowed
+    }
+
+    /// The event again, its details read back from the text.
+    pub fn to_event(&self) -> AuditEvent {
+        AuditEvent {
+            at_ms: self.at_ms(),
+            kind: self.kind.clone(),
+            entry: serde_json::from_str(&self.text).unwrap_or(Value::Null),
         }
     }
 }

@@ -39,14 +39,12 @@ use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 use super::audit::to_i64;
-use super::audit::{
-    AuditText, GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, texts_of,
-};
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, texts_of};
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditQuery, BucketTake, Cause, RateClaim, RateHit, Snapshot,
-    Store, StoreError, StoredAgent, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditQuery, AuditText, BucketTake, Cause, RateClaim,
+    RateHit, Snapshot, Store, StoreError, StoredAgent, StoredPairing, VerifyReport,
 };
 
 /// The schema version this build writes: the number of migration steps.

@@ -28,15 +28,14 @@ use rusqlite::{
 };
 
 use super::audit::{
-    AuditText, GENESIS_HASH, Hashing, Logged, RawRow, Verifier, links, log_appended, texts_of,
-    to_i64,
+    GENESIS_HASH, Hashing, Logged, RawRow, Verifier, links, log_appended, texts_of, to_i64,
 };
 use super::crosscheck::{Replay, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, Cause, ProblemKind, RateHit,
-    Snapshot, Store, StoreError, StoredPairing, VerifyReport,
+    AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, AuditText, Cause, ProblemKind,
+    RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
 use crate::StoredAgent;
 

@@ -36,9 +36,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
-use super::audit::AuditText;
 use super::crosscheck::refuse_reserved_kinds;
-use super::{AuditEvent, Store, StoreError};
+use super::{AuditEvent, AuditText, Store, StoreError};
 
 /// How long [`AuditWriter::record`] waits for a place in a full queue before
 /// it queues its event past the bound.
