@@ -474,7 +474,6 @@ fn budget_cut(count: usize) -> String {
     format!("[cut: {count} hex characters past the redaction budget]")
 }
 
-/// A fresh budget of windows for one redaction call.
 /// One pass of [`SecretRedactor::redact_decision_for_audit`]: the
 /// redactor's secrets and what is left of its window budget.
 struct Pass<'r> {
@@ -514,6 +513,7 @@ impl Pass<'_> {
     }
 }
 
+/// A fresh budget of windows for one redaction call.
 fn window_budget() -> usize {
     MAX_HASHED_WINDOWS
 }

@@ -1181,6 +1181,21 @@ mod text_tests {
         }
     }
 
+    proptest! {
+        /// A store without a text path of its own appends what the text
+        /// reads back into: the same text, every number exact.
+        #[test]
+        fn numbers_read_back_exactly(x in any::<f64>(), n in any::<i64>(), u in any::<u64>()) {
+            let event = AuditEvent {
+                at_ms: 1,
+                kind: "note".to_owned(),
+                entry: serde_json::json!({"x": x, "n": n, "u": u, "deep": [[x]]}),
+            };
+            let text = AuditText::of(&event).unwrap();
+            prop_assert_eq!(AuditText::of(&text.to_event()).unwrap(), text);
+        }
+    }
+
     /// The round trip a store without its own text path takes.
     #[test]
     fn a_text_reads_back_into_its_event() {

@@ -479,8 +479,49 @@ pub(crate) fn entries_of_changes_are_written_only_with_their_change(make: Factor
                 "{name}"
             );
         }
+        // That refusal comes first, beside an entry too large to store,
+        // and texts are held to it too.
+        let large = AuditEvent {
+            at_ms: 3,
+            kind: "note".to_owned(),
+            entry: json!({"x": "y".repeat(MAX_AUDIT_ENTRY_BYTES)}),
+        };
+        let reserved = "not storable: audit kind `paired` is written only with its change";
+        let error = store
+            .append_audit(&[large, event("paired", 2)])
+            .unwrap_err();
+        assert_eq!(error.to_string(), reserved, "{name}");
+        let texts = [
+            AuditText::of(&event("decision", 1)).unwrap(),
+            AuditText::of(&event("paired", 2)).unwrap(),
+        ];
+        let error = store.append_audit_texts(&texts).unwrap_err();
+        assert_eq!(error.to_string(), reserved, "{name}");
         assert_eq!(store.load().unwrap().audit_entries, 0, "{name}");
     }
+}
+
+/// The audit writer records an event of a kind written only with its
+/// change as `unstorable`, naming the kind, and the events around it as
+/// they are: nothing is held back or left out.
+pub(crate) fn the_writer_records_a_reserved_kind_as_unstorable(make: Factory<'_>) {
+    let Subject {
+        name,
+        store,
+        reopen: _,
+        keep: _keep,
+    } = make();
+    let store: Arc<dyn Store> = Arc::from(store);
+    let writer = AuditWriter::start(store.clone(), WriterOptions::default());
+    writer.record(event("decision", 1));
+    writer.record(event("paired", 2));
+    writer.record(event("decision", 3));
+    writer.flush().unwrap();
+    let entries = store.read_audit(0, 10).unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["decision", "unstorable", "decision"], "{name}");
+    assert_eq!(entries[1].entry["kind"], "paired", "{name}");
+    assert!(store.verify_audit().unwrap().is_intact(), "{name}");
 }
 
 /// Both stores keep a rule's counted calls until their window passes, at
@@ -697,6 +738,7 @@ pub(crate) fn run_all(make: Factory<'_>) {
     audit_pages_newest_first_narrowed_by_what_entries_name(make);
     a_write_probe_writes_no_audit_entry(make);
     the_writer_and_direct_changes_share_one_chain(make);
+    the_writer_records_a_reserved_kind_as_unstorable(make);
 }
 
 /// A fresh `MemoryStore`.

@@ -1180,6 +1180,9 @@ impl Store for PgStore {
         if events.is_empty() {
             return Ok(());
         }
+        // A reserved kind is refused before anything else, as the memory
+        // store does.
+        refuse_reserved_kinds(events.iter().map(|event| event.kind.as_str()))?;
         self.append_audit_texts(&texts_of(events)?)
     }
 

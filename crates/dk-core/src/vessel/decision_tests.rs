@@ -211,3 +211,71 @@ fn every_decision_is_the_text_it_was() {
         ..allowed
     });
 }
+
+/// `len` characters of random lower-case hex: no secret.
+fn random_hex(len: usize) -> String {
+    (0..len)
+        .map(|_| char::from(b"0123456789abcdef"[rand::random_range(0..16)]))
+        .collect()
+}
+
+/// A record whose texts are long hex runs, a paired device's token moved
+/// across every one of them, so that the redactor's window budget runs out
+/// partway through the record: the straight text spends it as the event's
+/// does, and the token never shows.
+#[tokio::test]
+async fn the_straight_text_spends_the_window_budget_as_the_events_does() {
+    use std::sync::Arc;
+
+    use dk_policy::PolicySet;
+
+    use crate::store::{MemoryStore, Store};
+    use crate::testing::Peer;
+    use crate::vessel::{Limits, Vessel};
+
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
+    let (_peer, token) = Peer::pair(&first, dk_testkit::lamp(), &["set_light"]).await;
+    drop(first);
+    // Opened again: the token is known only by its hash.
+    let vessel = Vessel::open(store, PolicySet::empty(), Limits::default()).unwrap();
+    let redactor = vessel.redactor();
+    for at in 0..7 {
+        let texts: Vec<String> = (0..7)
+            .map(|i| {
+                if i == at {
+                    format!("{}{token}", random_hex(190))
+                } else {
+                    random_hex(256)
+                }
+            })
+            .collect();
+        let t = |i: usize| texts[i].as_str();
+        let record = DecisionRecord {
+            tool: t(0),
+            device_id: Some(t(1)),
+            capability: Some(t(2)),
+            allowed: true,
+            reason: t(3),
+            agent_id: Some(t(4)),
+            session_id: Some(t(5)),
+            rule: Some(t(6)),
+            input: None,
+            person_answer: None,
+            by_person: false,
+            allowance: None,
+            channel: None,
+            answered_by: None,
+        };
+        let decision = Decision::of(&record, 3);
+        let made = decision.audit_made(redactor);
+        assert!(matches!(made, Made::Text(_)), "field {at}");
+        let text = text_of(made);
+        assert_eq!(
+            text,
+            AuditText::of(&decision.audit_event(redactor)).unwrap(),
+            "field {at}"
+        );
+        assert!(!text.text().contains(&token), "field {at}");
+    }
+}
