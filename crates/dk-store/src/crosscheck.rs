@@ -40,6 +40,21 @@ pub(crate) fn refuse_reserved_kinds<'a>(
     }
 }
 
+/// [`Store::append_audit`](super::Store::append_audit) for a store that
+/// appends through texts: a reserved kind refused first, as every store
+/// does, then each event made text and the texts appended.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn append_as_texts(
+    store: &dyn super::Store,
+    events: &[super::AuditEvent],
+) -> Result<(), super::StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    refuse_reserved_kinds(events.iter().map(|event| event.kind.as_str()))?;
+    store.append_audit_texts(&super::audit::texts_of(events)?)
+}
+
 /// A pairing as the log has it.
 #[derive(Debug)]
 struct LoggedPairing {

@@ -40,7 +40,7 @@ use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 use super::audit::to_i64;
 use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, texts_of};
-use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::crosscheck::{Replay, append_as_texts, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
     AuditEntry, AuditEvent, AuditHead, AuditQuery, AuditText, BucketTake, Cause, RateClaim,
@@ -1177,13 +1177,7 @@ impl Store for PgStore {
     }
 
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        // A reserved kind is refused before anything else, as the memory
-        // store does.
-        refuse_reserved_kinds(events.iter().map(|event| event.kind.as_str()))?;
-        self.append_audit_texts(&texts_of(events)?)
+        append_as_texts(self, events)
     }
 
     fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {

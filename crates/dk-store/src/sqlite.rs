@@ -30,7 +30,7 @@ use rusqlite::{
 use super::audit::{
     GENESIS_HASH, Hashing, Logged, RawRow, Verifier, links, log_appended, texts_of, to_i64,
 };
-use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::crosscheck::{Replay, append_as_texts, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
 use super::key::AuditKey;
 use super::{
@@ -1088,13 +1088,7 @@ impl Store for SqliteStore {
     }
 
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        // A reserved kind is refused before anything else, as the memory
-        // store does.
-        refuse_reserved_kinds(events.iter().map(|event| event.kind.as_str()))?;
-        self.append_audit_texts(&texts_of(events)?)
+        append_as_texts(self, events)
     }
 
     fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {
