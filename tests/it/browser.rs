@@ -21,7 +21,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 pub struct Browser {
     pub client: Client,
     driver: Child,
-    _profile: tempfile::TempDir,
+    profile: tempfile::TempDir,
     _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -118,7 +118,7 @@ impl Browser {
         Browser {
             client,
             driver,
-            _profile: profile,
+            profile,
             _turn: turn,
         }
     }
@@ -198,6 +198,52 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        // A test that failed never ended its session, and Chromium outlives
+        // the chromedriver that started it: its processes are found by the
+        // profile only this browser uses.
+        for pid in browser_processes(self.profile.path()) {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+    }
+}
+
+/// The processes started with the Chromium profile in `dir`.
+fn browser_processes(dir: &std::path::Path) -> Vec<String> {
+    let flag = format!("--user-data-dir={}", dir.join("profile").display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().into_string().ok()?;
+            pid.parse::<u32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == flag.as_bytes())
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// A browser dropped without [`Browser::quit`], as a failing test drops
+/// it, leaves none of its processes behind.
+#[tokio::test]
+async fn a_browser_dropped_without_quitting_leaves_no_process() {
+    let browser = Browser::start(400, 300).await;
+    browser.client.goto("about:blank").await.unwrap();
+    let dir = browser.profile.path().to_owned();
+    assert!(!browser_processes(&dir).is_empty());
+    drop(browser);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = browser_processes(&dir);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
