@@ -196,14 +196,20 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
         // A test that failed never ended its session, and Chromium outlives
-        // the chromedriver that started it: its processes are found by the
-        // profile only this browser uses.
+        // the chromedriver that started it. Its processes, found by the
+        // profile only this browser uses, go first: once chromedriver is
+        // gone, Chromium would shut down on its own and write to the
+        // profile as it is removed.
         for pid in browser_processes(self.profile.path()) {
             let _ = Command::new("kill").args(["-KILL", &pid]).status();
         }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !browser_processes(self.profile.path()).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
     }
 }
 
@@ -219,8 +225,10 @@ fn browser_processes(dir: &std::path::Path) -> Vec<String> {
             let pid = entry.file_name().into_string().ok()?;
             pid.parse::<u32>().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            // Chromium retitles its children: their arguments are one string
+            // joined by spaces instead of separate ones.
             cmdline
-                .split(|b| *b == 0)
+                .split(|b| *b == 0 || *b == b' ')
                 .any(|arg| arg == flag.as_bytes())
                 .then_some(pid)
         })
