@@ -185,15 +185,8 @@ fn write_decision(decision: &crate::entry::Decision, out: &mut Vec<u8>) {
     json(out, &decision.allowed);
     if let Some(by) = &decision.by {
         key(out, &mut first, "by");
-        out.push(b'{');
-        let mut inner = true;
-        key(out, &mut inner, "frontEnd");
-        json(out, &by.front_end);
-        if let Some(session) = &by.session {
-            key(out, &mut inner, "session");
-            json(out, session);
-        }
-        out.push(b'}');
+        // Its fields (`frontEnd`, then `session`) are declared in byte order.
+        json(out, by);
     }
     if let Some(caller) = &decision.caller {
         key(out, &mut first, "caller");

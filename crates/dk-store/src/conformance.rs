@@ -501,18 +501,38 @@ pub(crate) fn entries_of_changes_are_written_only_with_their_change(make: Factor
     }
 }
 
+/// A fresh store of a factory's, shared with an audit writer over it.
+struct WithWriter {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    writer: AuditWriter,
+    /// What must outlive the store (its directory): declared last,
+    /// dropped last.
+    _keep: Option<Box<dyn std::any::Any>>,
+}
+
+/// A fresh store of `make`'s and an audit writer over it, with the default
+/// options.
+fn with_writer(make: Factory<'_>) -> WithWriter {
+    let Subject {
+        name, store, keep, ..
+    } = make();
+    let store: Arc<dyn Store> = Arc::from(store);
+    let writer = AuditWriter::start(store.clone(), WriterOptions::default());
+    WithWriter {
+        name,
+        store,
+        writer,
+        _keep: keep,
+    }
+}
+
 /// The audit writer records an event of a kind written only with its
 /// change as `unstorable`, naming the kind, and the events around it as
 /// they are: nothing is held back or left out.
 pub(crate) fn the_writer_records_a_reserved_kind_as_unstorable(make: Factory<'_>) {
-    let Subject {
-        name,
-        store,
-        reopen: _,
-        keep: _keep,
-    } = make();
-    let store: Arc<dyn Store> = Arc::from(store);
-    let writer = AuditWriter::start(store.clone(), WriterOptions::default());
+    let subject = with_writer(make);
+    let (name, store, writer) = (subject.name, &subject.store, &subject.writer);
     writer.record(event("decision", 1));
     writer.record(event("paired", 2));
     writer.record(event("decision", 3));
@@ -701,14 +721,8 @@ pub(crate) fn a_write_probe_writes_no_audit_entry(make: Factory<'_>) {
 /// The audit writer's batches and direct changes, from two threads, make
 /// one chain.
 pub(crate) fn the_writer_and_direct_changes_share_one_chain(make: Factory<'_>) {
-    let Subject {
-        name,
-        store,
-        reopen: _,
-        keep: _keep,
-    } = make();
-    let store: Arc<dyn Store> = Arc::from(store);
-    let writer = AuditWriter::start(store.clone(), WriterOptions::default());
+    let subject = with_writer(make);
+    let (name, store, writer) = (subject.name, &subject.store, &subject.writer);
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for n in 0..200 {

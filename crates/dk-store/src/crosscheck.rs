@@ -43,7 +43,6 @@ pub(crate) fn refuse_reserved_kinds<'a>(
 /// [`Store::append_audit`](super::Store::append_audit) for a store that
 /// appends through texts: a reserved kind refused first, as every store
 /// does, then each event made text and the texts appended.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn append_as_texts(
     store: &dyn super::Store,
     events: &[super::AuditEvent],

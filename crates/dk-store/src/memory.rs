@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::audit::{
     GENESIS_HASH, Hashing, Logged, RawRow, Verifier, chain, log_appended, texts_of, to_i64,
 };
-use super::crosscheck::{Replay, refuse_reserved_kinds};
+use super::crosscheck::{Replay, append_as_texts, refuse_reserved_kinds};
 use super::{
     AuditEntry, AuditEvent, AuditHead, AuditQuery, AuditText, RateHit, Snapshot, Store, StoreError,
     StoredPairing, VerifyReport,
@@ -167,11 +167,7 @@ impl Store for MemoryStore {
     }
 
     fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
-        refuse_reserved_kinds(events.iter().map(|event| event.kind.as_str()))?;
-        let mut state = self.state();
-        let rows = state.chained(events)?;
-        state.keep(rows, events);
-        Ok(())
+        append_as_texts(self, events)
     }
 
     fn append_audit_texts(&self, texts: &[AuditText]) -> Result<(), StoreError> {

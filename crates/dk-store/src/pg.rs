@@ -39,7 +39,7 @@ use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 use super::audit::to_i64;
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, chain, log_appended, texts_of};
+use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, links, log_appended, texts_of};
 use super::crosscheck::{Replay, append_as_texts, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
@@ -716,33 +716,35 @@ async fn audit_head(client: &tokio_postgres::Client) -> Result<(i64, String), St
     }
 }
 
-/// Appends `events` to the log after `head` (as [`take_chain`] read it),
+/// Appends `texts` to the log after `head` (as [`take_chain`] read it),
 /// in one statement; the seq of the first, `None` when there were none.
 async fn append(
     tx: &deadpool_postgres::Transaction<'_>,
-    events: &[AuditText],
+    texts: &[AuditText],
     hashing: Hashing<'_>,
     (seq, hash): (i64, String),
 ) -> Result<Option<u64>, StoreError> {
-    if events.is_empty() {
+    if texts.is_empty() {
         return Ok(None);
     }
-    let rows = chain(seq, &hash, events, hashing)?;
+    let links = links(seq, &hash, texts, hashing)?;
+    // Each entry's previous hash: the head's, then each one's before it.
+    let prev_hashes = std::iter::once(hash.as_str()).chain(links.iter().map(|(_, h)| h.as_str()));
     let mut columns = (
-        Vec::with_capacity(rows.len()),
-        Vec::with_capacity(rows.len()),
-        Vec::with_capacity(rows.len()),
-        Vec::with_capacity(rows.len()),
-        Vec::with_capacity(rows.len()),
-        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(texts.len()),
+        Vec::with_capacity(texts.len()),
+        Vec::with_capacity(texts.len()),
+        Vec::with_capacity(texts.len()),
+        Vec::with_capacity(texts.len()),
+        Vec::with_capacity(texts.len()),
     );
-    for row in &rows {
-        columns.0.push(row.seq);
-        columns.1.push(row.at_ms);
-        columns.2.push(row.kind.as_str());
-        columns.3.push(row.entry.as_str());
-        columns.4.push(row.prev_hash.as_str());
-        columns.5.push(row.hash.as_str());
+    for ((text, (seq, hash)), prev_hash) in texts.iter().zip(&links).zip(prev_hashes) {
+        columns.0.push(*seq);
+        columns.1.push(text.at_ms);
+        columns.2.push(text.kind());
+        columns.3.push(text.text());
+        columns.4.push(prev_hash);
+        columns.5.push(hash.as_str());
     }
     let insert = tx
         .prepare_cached(
@@ -760,7 +762,9 @@ async fn append(
     )
     .await
     .map_err(db)?;
-    Ok(rows.first().map(|row| u64::try_from(row.seq).unwrap_or(0)))
+    Ok(links
+        .first()
+        .map(|(seq, _)| u64::try_from(*seq).unwrap_or(0)))
 }
 
 /// Keys the chain from its next entry on, unless another store keyed it

@@ -667,18 +667,7 @@ impl<'a> Batch<'a> {
     }
 
     fn push(&mut self, made: Option<Made>, place: Place) {
-        match made {
-            Some(Made::Text(text)) => self.events.push(text),
-            Some(Made::Event(event)) => match AuditText::of(&event) {
-                Ok(text) => self.events.push(text),
-                // One event no store will take must not be left out: it is
-                // recorded as unstorable.
-                Err(error) => self
-                    .events
-                    .extend(unstorable(&event.kind, event.at_ms, &error)),
-            },
-            None => {}
-        }
+        self.events.extend(made.and_then(storable));
         if place == Place::Taken {
             self.taken += 1;
         }
@@ -704,21 +693,7 @@ impl<'a> Batch<'a> {
     fn try_commit(&mut self) {
         if !self.events.is_empty() {
             let started = Instant::now();
-            let mut result = self.store.append_audit_texts(&self.events);
-            if let Err(StoreError::InvalidInput(_)) = result {
-                // An event of a kind the store writes only with its change
-                // must not hold back the others, nor be left out: it is
-                // recorded as unstorable.
-                for text in &mut self.events {
-                    if let Err(error) = refuse_reserved_kinds(std::iter::once(text.kind()))
-                        && let Some(instead) = unstorable(text.kind(), text.at_ms(), &error)
-                    {
-                        *text = instead;
-                    }
-                }
-                result = self.store.append_audit_texts(&self.events);
-            }
-            if let Err(error) = result {
+            if let Err(error) = self.store.append_audit_texts(&self.events) {
                 if self.error.is_none() {
                     tracing::error!(%error, events = self.events.len(), "audit batch not committed yet; retrying");
                 }
@@ -772,8 +747,26 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// What is recorded in place of an event of `kind` at `at_ms` the store
-/// refuses: its kind (cut and escaped) and why.
+/// What is committed for `made`: its text; or, for an event no store takes
+/// (a malformed kind, too large) or a kind stores write only with their
+/// change, an `unstorable` entry in its place, so that it neither holds
+/// back the others nor is left out.
+fn storable(made: Made) -> Option<AuditText> {
+    let text = match made {
+        Made::Text(text) => text,
+        Made::Event(event) => match AuditText::of(&event) {
+            Ok(text) => text,
+            Err(error) => return unstorable(&event.kind, event.at_ms, &error),
+        },
+    };
+    match refuse_reserved_kinds(std::iter::once(text.kind())) {
+        Ok(()) => Some(text),
+        Err(error) => unstorable(text.kind(), text.at_ms(), &error),
+    }
+}
+
+/// What is recorded in place of an event of `kind` at `at_ms` no store
+/// takes: its kind (cut and escaped) and why.
 fn unstorable(kind: &str, at_ms: u64, error: &StoreError) -> Option<AuditText> {
     let kind: String = kind.escape_debug().to_string().chars().take(64).collect();
     let why: String = error.to_string().chars().take(256).collect();
