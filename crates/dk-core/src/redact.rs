@@ -668,7 +668,7 @@ impl<W: Write> Drop for RedactingWriter<W> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// A copy of `value` fit for the audit log: every occurrence of one of
 /// `secrets` (in strings and object keys) is replaced by `[REDACTED]`, then

@@ -148,7 +148,7 @@ async fn tokens_known_only_by_hash_are_found_after_a_restart() {
 
 /// A vessel whose device token and agent credential are known only by
 /// their hashes (opened again on the store that paired them), with both.
-async fn vessel_knowing_tokens_by_hash() -> (Arc<Vessel>, String, String) {
+pub(crate) async fn vessel_knowing_tokens_by_hash() -> (Arc<Vessel>, String, String) {
     let store: Arc<dyn crate::store::Store> = Arc::new(crate::store::MemoryStore::new());
     let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
     let (_peer, device_token) = Peer::pair(&first, lamp(), &["set_light"]).await;
@@ -162,7 +162,7 @@ async fn vessel_knowing_tokens_by_hash() -> (Arc<Vessel>, String, String) {
 }
 
 /// Random lower-case hex, `len` characters: no secret.
-fn random_hex(len: usize) -> String {
+pub(crate) fn random_hex(len: usize) -> String {
     (0..len)
         .map(|_| char::from(b"0123456789abcdef"[rand::random_range(0..16)]))
         .collect()

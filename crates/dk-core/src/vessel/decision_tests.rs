@@ -9,6 +9,7 @@ use super::Decision;
 use crate::adapter::{AllowanceUse, DecisionRecord};
 use crate::by::By;
 use crate::redact::SecretRedactor;
+use crate::redact::tests::{random_hex, vessel_knowing_tokens_by_hash};
 use crate::store::{AuditText, Made, canonical_json};
 
 /// The entry as the vessel wrote it by hand before the schema.
@@ -212,33 +213,13 @@ fn every_decision_is_the_text_it_was() {
     });
 }
 
-/// `len` characters of random lower-case hex: no secret.
-fn random_hex(len: usize) -> String {
-    (0..len)
-        .map(|_| char::from(b"0123456789abcdef"[rand::random_range(0..16)]))
-        .collect()
-}
-
 /// A record whose texts are long hex runs, a paired device's token moved
 /// across every one of them, so that the redactor's window budget runs out
 /// partway through the record: the straight text spends it as the event's
 /// does, and the token never shows.
 #[tokio::test]
 async fn the_straight_text_spends_the_window_budget_as_the_events_does() {
-    use std::sync::Arc;
-
-    use dk_policy::PolicySet;
-
-    use crate::store::{MemoryStore, Store};
-    use crate::testing::Peer;
-    use crate::vessel::{Limits, Vessel};
-
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let first = Vessel::open(Arc::clone(&store), PolicySet::empty(), Limits::default()).unwrap();
-    let (_peer, token) = Peer::pair(&first, dk_testkit::lamp(), &["set_light"]).await;
-    drop(first);
-    // Opened again: the token is known only by its hash.
-    let vessel = Vessel::open(store, PolicySet::empty(), Limits::default()).unwrap();
+    let (vessel, token, _) = vessel_knowing_tokens_by_hash().await;
     let redactor = vessel.redactor();
     for at in 0..7 {
         let texts: Vec<String> = (0..7)
