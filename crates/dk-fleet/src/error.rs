@@ -34,6 +34,27 @@ pub enum ConnectError {
     Nats(String),
 }
 
+impl ConnectError {
+    /// The error of a failed connection, in words an operator can act on.
+    pub(crate) fn nats(error: &async_nats::ConnectError, tls: bool) -> ConnectError {
+        use async_nats::ConnectErrorKind as Kind;
+        let kind = error.kind();
+        let words = match kind {
+            Kind::Io if tls => format!(
+                "{error}: the connection failed while TLS was required (`--fleet-ca-file`); \
+                 check the servers speak TLS (`tls://`) and are reachable"
+            ),
+            Kind::Tls => format!("{error}: check the servers' certificate against the CA file"),
+            Kind::TimedOut => format!("{error}: no server answered within 5 s"),
+            Kind::Authentication | Kind::AuthorizationViolation => {
+                format!("{error}: check the NATS user and password, or token, files")
+            }
+            _ => error.to_string(),
+        };
+        ConnectError::Nats(words)
+    }
+}
+
 /// Why a fleet operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -50,9 +71,13 @@ pub enum FleetError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
-    /// No member of that id listens.
-    #[error("no fleet member `{0}` answers")]
+    /// No member of that id is present.
+    #[error("no fleet member `{0}` is present")]
     NoSuchMember(MemberId),
+    /// The member left or restarted before it answered (what was asked of
+    /// its earlier run is not done by the new one).
+    #[error("fleet member `{0}` left or restarted before it answered")]
+    MemberGone(MemberId),
     /// The deadline passed before a reply came.
     #[error("the fleet request's deadline passed")]
     DeadlinePassed,

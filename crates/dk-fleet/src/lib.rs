@@ -21,14 +21,18 @@ mod fleet;
 mod key;
 mod member;
 mod options;
+mod presence;
+mod reply;
 mod seal;
 
 pub use error::{ConnectError, FleetError, RequestError};
 pub use fleet::{
-    Dropped, EVENT_SUBJECT, Event, Events, Fleet, MAX_DEVICES, PRESENCE_SUBJECT, REQUEST_PREFIX,
-    Request, Requests,
+    CLOCK_TOLERANCE, Dropped, EVENT_SUBJECT, Event, Events, Fleet, FleetState, PRESENCE_PREFIX,
+    PRESENCE_SUBJECT, REQUEST_PREFIX, Request, Requests,
 };
 pub use key::{FleetKey, KeyError};
-pub use member::{BadMemberId, MAX_MEMBER_ID, MemberId};
+pub use member::{BadIncarnation, BadMemberId, Incarnation, MAX_MEMBER_ID, MemberId};
 pub use options::{Auth, FleetOptions};
+pub use presence::{MAX_DEVICES, PresenceChange, Seen};
+pub use reply::MAX_REPLY;
 pub use seal::{MAX_MESSAGE, SealError};

@@ -1,58 +1,82 @@
 //! Sealed fleet messages: XChaCha20-Poly1305 under the fleet's sealing
 //! key, a random 24-byte nonce each, the NATS subject and the sender's
-//! member id bound as associated data, the time sent and a random message
-//! id inside; `Replays` drops what is stale or seen before.
+//! member id bound as associated data; inside, the time sent, a random
+//! message id, the sender's incarnation and the incarnation it is meant
+//! for. `Replays` drops what is stale or seen before.
 //!
-//! On the wire: `0x01`, the sender's id length (one byte) and id, the
+//! On the wire: `0x02`, the sender's id length (one byte) and id, the
 //! nonce, then the sealed text: the time sent (milliseconds since the Unix
-//! epoch, 8 bytes big-endian), the message id (16 bytes) and the body.
+//! epoch, 8 bytes big-endian), the message id (16 bytes), the sender's
+//! incarnation (16 bytes), the receiver's (16 bytes, zero for a message to
+//! any member) and the body.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngExt;
 
-use crate::member::MemberId;
+use crate::member::{Incarnation, MemberId};
 
-/// Largest sealed message, in bytes: anything larger is refused unread.
-pub const MAX_MESSAGE: usize = 64 * 1024;
+/// Largest sealed message dk-fleet ever reads, in bytes: anything larger
+/// is refused unread. The limit a member holds to is the NATS servers'
+/// `max_payload` (1 MiB by default), when smaller.
+pub const MAX_MESSAGE: usize = 8 * 1024 * 1024;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const NONCE: usize = 24;
 const TAG: usize = 16;
-const INNER_HEAD: usize = 8 + 16;
-/// Most replay entries kept: beyond it, new messages are dropped until old
-/// ones leave the window.
-const MAX_REMEMBERED: usize = 1 << 18;
+const INNER_HEAD: usize = 8 + 16 + 16 + 16;
+
+/// What sealing adds to a body from `member`, in bytes.
+pub(crate) fn overhead(member: &MemberId) -> usize {
+    2 + member.as_str().len() + NONCE + INNER_HEAD + TAG
+}
 
 /// Why a fleet message was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SealError {
-    /// Larger than [`MAX_MESSAGE`], refused before it was read.
-    #[error("fleet message larger than {MAX_MESSAGE} bytes")]
+    /// Larger than the limit, refused before it was read.
+    #[error("fleet message larger than the limit")]
     TooLarge,
     /// Not sealed by a holder of the fleet key for this subject and
-    /// sender, or not a fleet message at all.
+    /// sender, or not a fleet message of this version at all.
     #[error("fleet message not sealed with the fleet key")]
     Forged,
-    /// Sent longer ago (or further ahead) than the window allows.
-    #[error("fleet message outside the replay window")]
+    /// Sent longer ago (or further ahead) than the window allows, or meant
+    /// for another incarnation of the receiver (sent before it restarted).
+    #[error("fleet message outside the replay window or for an earlier incarnation")]
     Stale,
     /// Its message id was already seen within the window.
     #[error("fleet message replayed")]
     Replayed,
+    /// Sealed in the layout of another version of dk (a member of another
+    /// version during an upgrade), so not read.
+    #[error("fleet message of another version of dk")]
+    OtherVersion,
 }
 
-/// A message opened and verified: who sealed it, when, and its body.
+/// A message opened and verified: who sealed it, in which incarnation,
+/// for which incarnation, when, and its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Opened {
     pub(crate) from: MemberId,
+    pub(crate) from_incarnation: Incarnation,
+    /// The receiver's incarnation the sender meant, or `None` for any.
+    pub(crate) to_incarnation: Option<Incarnation>,
     pub(crate) sent_ms: u64,
     pub(crate) id: [u8; 16],
     pub(crate) body: Vec<u8>,
+}
+
+/// Who seals, as which incarnation, for which.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sender<'a> {
+    pub(crate) member: &'a MemberId,
+    pub(crate) incarnation: Incarnation,
+    pub(crate) to: Option<Incarnation>,
 }
 
 /// Seals and opens fleet messages under the sealing key.
@@ -67,17 +91,19 @@ impl Sealer {
         }
     }
 
-    /// `body` sealed by `from` for `subject`, sent at `sent_ms`.
+    /// `body` sealed by `sender` for `subject`, sent at `sent_ms`, at most
+    /// `limit` bytes in all.
     pub(crate) fn seal(
         &self,
         subject: &str,
-        from: &MemberId,
+        sender: Sender<'_>,
         sent_ms: u64,
         body: &[u8],
+        limit: usize,
     ) -> Result<Vec<u8>, SealError> {
-        let member = from.as_str().as_bytes();
-        let total = 2 + member.len() + NONCE + INNER_HEAD + body.len() + TAG;
-        if total > MAX_MESSAGE {
+        let member = sender.member.as_str().as_bytes();
+        let total = overhead(sender.member) + body.len();
+        if total > limit.min(MAX_MESSAGE) {
             return Err(SealError::TooLarge);
         }
         let mut nonce = [0u8; NONCE];
@@ -85,9 +111,11 @@ impl Sealer {
         let mut rng = rand::rng();
         rng.fill(&mut nonce);
         rng.fill(&mut id);
-        let mut inner = Vec::with_capacity(INNER_HEAD + body.len());
+        let mut inner = Vec::with_capacity(INNER_HEAD + body.len() + TAG);
         inner.extend_from_slice(&sent_ms.to_be_bytes());
         inner.extend_from_slice(&id);
+        inner.extend_from_slice(&sender.incarnation.to_bytes());
+        inner.extend_from_slice(&sender.to.map_or([0; 16], Incarnation::to_bytes));
         inner.extend_from_slice(body);
         let aad = associated(subject, member);
         let sealed = self
@@ -118,7 +146,13 @@ impl Sealer {
         let (&version, rest) = bytes.split_first().ok_or(SealError::Forged)?;
         let (&len, rest) = rest.split_first().ok_or(SealError::Forged)?;
         if version != VERSION {
-            return Err(SealError::Forged);
+            // A layout number dk has used or may use: a member of another
+            // version. Anything else is not a fleet message at all.
+            return Err(if (1..16).contains(&version) {
+                SealError::OtherVersion
+            } else {
+                SealError::Forged
+            });
         }
         let (member, rest) = rest
             .split_at_checked(usize::from(len))
@@ -129,7 +163,7 @@ impl Sealer {
             .and_then(|m| MemberId::new(m).ok())
             .ok_or(SealError::Forged)?;
         let aad = associated(subject, member);
-        let inner = self
+        let mut inner = self
             .cipher
             .decrypt(
                 XNonce::from_slice(nonce),
@@ -139,15 +173,27 @@ impl Sealer {
                 },
             )
             .map_err(|_| SealError::Forged)?;
-        let (sent, rest) = inner.split_at_checked(8).ok_or(SealError::Forged)?;
-        let (id, body) = rest.split_at_checked(16).ok_or(SealError::Forged)?;
+        let head: [u8; INNER_HEAD] = inner
+            .get(..INNER_HEAD)
+            .and_then(|h| h.try_into().ok())
+            .ok_or(SealError::Forged)?;
+        let (sent, head) = head.split_at(8);
+        let (id, head) = head.split_at(16);
+        let (from_incarnation, to_incarnation) = head.split_at(16);
         let sent_ms = u64::from_be_bytes(sent.try_into().map_err(|_| SealError::Forged)?);
         let id: [u8; 16] = id.try_into().map_err(|_| SealError::Forged)?;
+        let from_incarnation =
+            Incarnation::from_slice(from_incarnation).ok_or(SealError::Forged)?;
+        let to_incarnation = Incarnation::from_slice(to_incarnation);
+        // The body in place, without a copy.
+        inner.drain(..INNER_HEAD);
         Ok(Opened {
             from,
+            from_incarnation,
+            to_incarnation,
             sent_ms,
             id,
-            body: body.to_vec(),
+            body: inner,
         })
     }
 }
@@ -156,7 +202,7 @@ impl Sealer {
 /// length, so no two pairs give the same bytes.
 fn associated(subject: &str, member: &[u8]) -> Vec<u8> {
     let mut aad = Vec::with_capacity(16 + subject.len() + member.len());
-    aad.extend_from_slice(b"dk-fleet/1");
+    aad.extend_from_slice(b"dk-fleet/2");
     aad.extend_from_slice(
         &u32::try_from(subject.len())
             .unwrap_or(u32::MAX)
@@ -180,19 +226,26 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The message ids seen within the window, each kept until it leaves it.
+/// How wide one bucket of [`Replays`] is, in milliseconds.
+const BUCKET_MS: u64 = 1000;
+
+/// The message ids seen within the window, in buckets of one second of
+/// their sending time: a message costs one hash lookup and insert, and a
+/// bucket leaves whole once every message it could hold is stale. Nothing
+/// is dropped for lack of room: memory follows the rate of messages.
 pub(crate) struct Replays {
     window_ms: u64,
-    seen: HashMap<[u8; 16], u64>,
-    oldest_kept: u64,
+    buckets: HashMap<u64, HashSet<[u8; 16]>>,
+    /// The lowest bucket that may still hold a fresh message.
+    floor: u64,
 }
 
 impl Replays {
     pub(crate) fn new(window: Duration) -> Replays {
         Replays {
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
-            seen: HashMap::new(),
-            oldest_kept: 0,
+            buckets: HashMap::new(),
+            floor: 0,
         }
     }
 
@@ -204,20 +257,33 @@ impl Replays {
         sent_ms: u64,
         now_ms: u64,
     ) -> Result<(), SealError> {
-        let floor = now_ms.saturating_sub(self.window_ms);
-        if sent_ms < floor || sent_ms > now_ms.saturating_add(self.window_ms) {
+        let oldest = now_ms.saturating_sub(self.window_ms);
+        if sent_ms < oldest || sent_ms > now_ms.saturating_add(self.window_ms) {
             return Err(SealError::Stale);
         }
-        if self.oldest_kept < floor {
-            self.seen.retain(|_, sent| *sent >= floor);
-            self.oldest_kept = self.seen.values().copied().min().unwrap_or(now_ms);
+        let floor = oldest / BUCKET_MS;
+        if floor > self.floor {
+            // At most one bucket per second of the window and as many
+            // ahead: a short walk, once a second.
+            self.buckets.retain(|bucket, _| *bucket >= floor);
+            self.floor = floor;
         }
-        if self.seen.contains_key(&id) || self.seen.len() >= MAX_REMEMBERED {
-            return Err(SealError::Replayed);
+        if self
+            .buckets
+            .entry(sent_ms / BUCKET_MS)
+            .or_default()
+            .insert(id)
+        {
+            Ok(())
+        } else {
+            Err(SealError::Replayed)
         }
-        self.seen.insert(id, sent_ms);
-        self.oldest_kept = self.oldest_kept.min(sent_ms);
-        Ok(())
+    }
+
+    /// How many ids are remembered.
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
+        self.buckets.values().map(HashSet::len).sum()
     }
 }
 
@@ -229,16 +295,47 @@ mod tests {
         MemberId::new(name).unwrap()
     }
 
+    fn from(member: &MemberId) -> Sender<'_> {
+        Sender {
+            member,
+            incarnation: Incarnation::from_parts(7, 9),
+            to: None,
+        }
+    }
+
     #[test]
     fn a_sealed_message_opens_only_where_it_was_sealed_for() {
         let sealer = Sealer::new(&[1; 32]);
+        let a = member("a");
+        let to = Incarnation::from_parts(3, 4);
         let sealed = sealer
-            .seal("dk.fleet.event", &member("a"), 5, b"hello")
+            .seal(
+                "dk.fleet.event",
+                Sender {
+                    to: Some(to),
+                    ..from(&a)
+                },
+                5,
+                b"hello",
+                MAX_MESSAGE,
+            )
             .unwrap();
         let opened = sealer.open("dk.fleet.event", &sealed).unwrap();
         assert_eq!(
-            (opened.from, opened.sent_ms, opened.body),
-            (member("a"), 5, b"hello".to_vec())
+            (
+                opened.from,
+                opened.from_incarnation,
+                opened.to_incarnation,
+                opened.sent_ms,
+                opened.body
+            ),
+            (
+                member("a"),
+                Incarnation::from_parts(7, 9),
+                Some(to),
+                5,
+                b"hello".to_vec()
+            )
         );
         assert_eq!(
             sealer.open("dk.fleet.other", &sealed),
@@ -258,6 +355,12 @@ mod tests {
             Err(SealError::Forged)
         );
         assert!(!sealed.windows(5).any(|w| w == b"hello"));
+        // A message for any incarnation says so.
+        let any = sealer
+            .seal("s", from(&a), 5, b"x", MAX_MESSAGE)
+            .and_then(|s| sealer.open("s", &s))
+            .unwrap();
+        assert_eq!(any.to_incarnation, None);
     }
 
     #[test]
@@ -265,19 +368,32 @@ mod tests {
         let sealer = Sealer::new(&[1; 32]);
         for bytes in [
             &b""[..],
-            &[1],
-            &[1, 200],
-            &[2, 1, b'a'],
-            &[1, 1, b'a', 0, 0],
+            &[2],
+            &[2, 200],
+            &[0, 1, b'a'],
+            &[2, 1, b'a', 0, 0],
         ] {
             assert_eq!(sealer.open("s", bytes), Err(SealError::Forged));
         }
+        // The previous layout, or a later one: not read, and said so.
         assert_eq!(
-            sealer.open("s", &vec![1; MAX_MESSAGE + 1]),
-            Err(SealError::TooLarge)
+            sealer.open("s", &[1, 1, b'a']),
+            Err(SealError::OtherVersion)
         );
         assert_eq!(
-            sealer.seal("s", &member("a"), 0, &vec![0; MAX_MESSAGE]),
+            sealer.open("s", &vec![2; MAX_MESSAGE + 1]),
+            Err(SealError::TooLarge)
+        );
+        let a = member("a");
+        // The limit counts the whole sealed message.
+        let limit = 1000;
+        let fits = limit - overhead(&a);
+        let sealed = sealer
+            .seal("s", from(&a), 0, &vec![0; fits], limit)
+            .unwrap();
+        assert_eq!(sealed.len(), limit);
+        assert_eq!(
+            sealer.seal("s", from(&a), 0, &vec![0; fits + 1], limit),
             Err(SealError::TooLarge)
         );
     }
@@ -300,12 +416,40 @@ mod tests {
             Err(SealError::Stale)
         );
         assert_eq!(replays.accept([4; 16], now - 29_000, now), Ok(()));
+        // A message sent ahead is remembered until it is stale too.
+        assert_eq!(replays.accept([6; 16], now + 29_000, now), Ok(()));
+        assert_eq!(
+            replays.accept([6; 16], now + 29_000, now + 58_000),
+            Err(SealError::Replayed)
+        );
         // Once out of the window, ids are forgotten and the message is stale.
         assert_eq!(replays.accept([5; 16], now + 40_000, now + 40_000), Ok(()));
-        assert_eq!(replays.seen.len(), 1);
+        assert_eq!(replays.remembered(), 2);
         assert_eq!(
             replays.accept([1; 16], now, now + 40_000),
             Err(SealError::Stale)
         );
+    }
+
+    #[test]
+    fn no_fresh_message_is_dropped_at_any_rate() {
+        // Half a million distinct messages within one window (more than the
+        // old cap of 262,144): every one taken, every repeat refused.
+        let mut replays = Replays::new(Duration::from_secs(30));
+        let start = 5_000_000;
+        for n in 0u64..500_000 {
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&n.to_be_bytes());
+            let at = start + n / 20;
+            assert_eq!(replays.accept(id, at, at), Ok(()), "message {n}");
+        }
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&499_999u64.to_be_bytes());
+        let at = start + 499_999 / 20;
+        assert_eq!(replays.accept(id, at, at), Err(SealError::Replayed));
+        // Buckets leave as the window moves on: memory follows the rate.
+        let later = at + 61_000;
+        assert_eq!(replays.accept([9; 16], later, later), Ok(()));
+        assert_eq!(replays.remembered(), 1);
     }
 }

@@ -258,8 +258,8 @@ impl Membership {
         for task in self.tasks {
             let _ = task.await;
         }
-        if let Ok(fleet) = Arc::try_unwrap(self.fleet) {
-            let _ = fleet.close().await;
+        if let Err(error) = self.fleet.leave().await {
+            tracing::warn!(%error, "this member's goodbye was not said");
         }
     }
 }

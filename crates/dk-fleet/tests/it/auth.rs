@@ -45,7 +45,7 @@ async fn user_and_password_from_a_file() {
         .await
         .unwrap_err();
     assert!(matches!(error, ConnectError::Credential(_)), "{error:?}");
-    a.close().await.unwrap();
+    a.leave().await.unwrap();
 }
 
 #[tokio::test]
@@ -64,7 +64,7 @@ async fn a_token_from_a_file() {
         .unwrap_err();
     assert!(matches!(error, ConnectError::Nats(_)), "{error:?}");
     assert!(!error.to_string().contains("tok-"), "{error}");
-    a.close().await.unwrap();
+    a.leave().await.unwrap();
 }
 
 #[tokio::test]
@@ -164,6 +164,6 @@ async fn tls_checked_against_the_ca_file() {
     );
     let error = Fleet::connect(plain).await.unwrap_err();
     assert!(matches!(error, ConnectError::Nats(_)), "{error:?}");
-    a.close().await.unwrap();
-    b.close().await.unwrap();
+    a.leave().await.unwrap();
+    b.leave().await.unwrap();
 }
