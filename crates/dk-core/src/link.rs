@@ -77,8 +77,8 @@ pub struct Links {
     /// Where a device not connected here is reached, in a fleet.
     remote: Hook<dyn RemoteLinks>,
     /// Counts every connect and disconnect, so a watcher can tell cheaply
-    /// whether the set changed.
-    changes: AtomicU64,
+    /// whether the set changed, and wait for it to.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl fmt::Debug for Links {
@@ -109,7 +109,7 @@ impl Links {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(device_id.to_owned(), link);
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.changes.send_modify(|n| *n += 1);
         replaced
     }
 
@@ -119,7 +119,8 @@ impl Links {
         let mut links = self.links.write().unwrap_or_else(PoisonError::into_inner);
         if links.get(device_id).is_some_and(|l| Arc::ptr_eq(l, link)) {
             links.remove(device_id);
-            self.changes.fetch_add(1, Ordering::Relaxed);
+            drop(links);
+            self.changes.send_modify(|n| *n += 1);
         }
     }
 
@@ -165,7 +166,12 @@ impl Links {
     /// How many times a device connected or disconnected so far: equal
     /// counts mean [`Links::ids`] did not change between them.
     pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
+        *self.changes.borrow()
+    }
+
+    /// [`Links::changes`] from now on, to wait for the next change.
+    pub fn watch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The link of `device_id`, when it is connected.

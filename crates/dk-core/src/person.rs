@@ -31,6 +31,7 @@ use crate::allowances::{Allowance, AllowanceError, AllowanceOffer, Remember};
 use crate::by::By;
 use crate::metrics::{Metrics, PromptKind};
 use crate::registry::{ConsentDecision, ConsentRequest};
+use dk_proto::admin as api;
 use dk_store::epoch_ms;
 
 /// How long the person has to answer an approval by default (two minutes).
@@ -85,8 +86,33 @@ pub enum MirroredAnswer {
     },
 }
 
-/// Carries a mirrored prompt's answer to the vessel that raised it.
-pub type AnswerSink = Box<dyn FnOnce(MirroredAnswer) + Send>;
+/// Carries a mirrored prompt's answer to the vessel that raised it, and
+/// resolves with that vessel's word: taken (with the allowance it made,
+/// for a yes remembered) or not, and why. Called again when the person
+/// answers again after an answer that was not taken.
+pub type AnswerSink = Arc<
+    dyn Fn(MirroredAnswer) -> BoxFuture<'static, Result<Option<Allowance>, NotTaken>> + Send + Sync,
+>;
+
+/// Why an answer given here to a prompt another vessel of the fleet raised
+/// was not taken. The prompt stays listed until that vessel closes it, or
+/// leaves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotTaken {
+    /// The vessel that raised it refused it, saying why (answered already,
+    /// timed out, or not the prompt shown here).
+    #[error("the vessel that raised it refused the answer: {0}")]
+    Refused(String),
+    /// The vessel that raised it did not confirm in time: it will not take
+    /// the answer once its time has passed.
+    #[error("the vessel that raised it did not confirm the answer in time")]
+    Unconfirmed,
+    /// The vessel that raised it cannot be reached (it left, restarted, or
+    /// the fleet's connection is down), saying why.
+    #[error("the vessel that raised it cannot be reached: {0}")]
+    Unreachable(String),
+}
 
 /// The person's answer to an approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +158,18 @@ pub enum AnswerError {
     /// The allowance was not made; the prompt is still open.
     #[error("{1}: call {0} is still waiting for an answer")]
     NotRemembered(u64, #[source] AllowanceError),
+    /// The prompt was raised by another vessel of the fleet, which did not
+    /// take this answer.
+    #[error("prompt {0} was not answered: {1}")]
+    NotTaken(u64, #[source] NotTaken),
+    /// The prompt was raised by another vessel of the fleet: its answer
+    /// goes there, through the confirmed answers
+    /// ([`PersonChannel::answer_consent_confirmed`],
+    /// [`PersonChannel::answer_approval_confirmed`]).
+    #[error(
+        "prompt {0} was raised by another vessel of the fleet: its answer must be confirmed there"
+    )]
+    Mirrored(u64),
 }
 
 enum Responder {
@@ -279,11 +317,12 @@ impl PersonChannel {
     }
 
     /// Shows the person `prompt`, which another vessel of the fleet raised
-    /// and waits on, under an id of this queue (returned). Answering it
-    /// here takes it out of the queue and hands the answer to `send`, for
-    /// that vessel (the first answer it gets wins); it is not timed out or
-    /// counted against its agent here, and leaves when
-    /// [`PersonChannel::close_mirror`] says the other vessel closed it.
+    /// and waits on, under an id of this queue (returned, never used
+    /// before by this queue). Answering it here hands the answer to `send`,
+    /// for that vessel (the first answer it gets wins), and tells the
+    /// person whether it was taken; it is not timed out or counted against
+    /// its agent here, and leaves only when [`PersonChannel::close_mirror`]
+    /// says the other vessel closed it (or left).
     pub fn mirror(
         &self,
         prompt: Prompt,
@@ -456,19 +495,17 @@ impl PersonChannel {
     /// Answers a consent prompt (the decision says who answered, when a
     /// front end set [`ConsentDecision::by`]).
     pub fn answer_consent(&self, id: u64, decision: ConsentDecision) -> Result<(), AnswerError> {
+        if self.is_mirror(id) {
+            return Err(AnswerError::Mirrored(id));
+        }
         match self.take(id, "a consent")? {
             (Responder::Consent(tx), asked) => {
                 self.metrics
                     .person_answered(PromptKind::Pairing, asked.elapsed());
                 tx.send(decision).map_err(|_| AnswerError::NotFound(id))
             }
-            (Responder::Mirror(true, send), _) => {
-                send(MirroredAnswer::Consent(decision));
-                Ok(())
-            }
-            (Responder::Approval(_) | Responder::Mirror(false, _), _) => {
-                Err(AnswerError::WrongKind(id, "a consent"))
-            }
+            (Responder::Approval(_), _) => Err(AnswerError::WrongKind(id, "a consent")),
+            (Responder::Mirror(..), _) => Err(AnswerError::Mirrored(id)),
         }
     }
 
@@ -506,32 +543,92 @@ impl PersonChannel {
         let (approval, made) = match answer {
             ApprovalAnswer::Refuse => (Approval::Refused, None),
             ApprovalAnswer::Once => (Approval::Once, None),
-            ApprovalAnswer::Remember(_) if self.is_mirror(id) => {
-                if !self.lock().get(&id).is_some_and(|e| e.view.can_remember) {
-                    return Err(AnswerError::NotRememberable(id));
-                }
-                (Approval::Refused, None)
-            }
+            _ if self.is_mirror(id) => return Err(AnswerError::Mirrored(id)),
             ApprovalAnswer::Remember(remember) => {
                 return self.remember(id, remember, by).map(Some);
             }
         };
         match self.take(id, "an approval")? {
-            (Responder::Mirror(false, send), _) => {
-                // The vessel that raised it makes the allowance, if any.
-                send(MirroredAnswer::Approval { answer, by });
-            }
+            (Responder::Mirror(..), _) => return Err(AnswerError::Mirrored(id)),
             (Responder::Approval(tx), asked) => {
                 self.metrics
                     .person_answered(PromptKind::Approval, asked.elapsed());
                 tx.send(Answered { approval, by })
                     .map_err(|_| AnswerError::NotFound(id))?
             }
-            (Responder::Consent(_) | Responder::Mirror(true, _), _) => {
+            (Responder::Consent(_), _) => {
                 return Err(AnswerError::WrongKind(id, "an approval"));
             }
         }
         Ok(made)
+    }
+
+    /// Answers a consent prompt as [`PersonChannel::answer_consent`] does;
+    /// one another vessel of the fleet raised goes to that vessel, and is
+    /// answered only once it says it took the answer (else
+    /// [`AnswerError::NotTaken`], the prompt still listed).
+    pub async fn answer_consent_confirmed(
+        &self,
+        id: u64,
+        decision: ConsentDecision,
+    ) -> Result<(), AnswerError> {
+        match self.mirror_sink(id, "a consent")? {
+            None => self.answer_consent(id, decision),
+            Some(send) => send(MirroredAnswer::Consent(decision))
+                .await
+                .map(|_| ())
+                .map_err(|why| AnswerError::NotTaken(id, why)),
+        }
+    }
+
+    /// Answers an approval prompt as [`PersonChannel::answer_approval_by`]
+    /// does; one another vessel of the fleet raised goes to that vessel
+    /// (which makes the allowance of a yes remembered), and is answered
+    /// only once it says it took the answer (else
+    /// [`AnswerError::NotTaken`], the prompt still listed).
+    pub async fn answer_approval_confirmed(
+        &self,
+        id: u64,
+        answer: ApprovalAnswer,
+        by: Option<By>,
+    ) -> Result<Option<Allowance>, AnswerError> {
+        let send = {
+            let pending = self.lock();
+            let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
+            match &entry.responder {
+                Responder::Mirror(false, send) => {
+                    if matches!(answer, ApprovalAnswer::Remember(_)) && !entry.view.can_remember {
+                        return Err(AnswerError::NotRememberable(id));
+                    }
+                    Some(Arc::clone(send))
+                }
+                Responder::Mirror(true, _) | Responder::Consent(_) => {
+                    return Err(AnswerError::WrongKind(id, "an approval"));
+                }
+                Responder::Approval(_) => None,
+            }
+        };
+        match send {
+            None => self.answer_approval_by(id, answer, by),
+            Some(send) => send(MirroredAnswer::Approval { answer, by })
+                .await
+                .map_err(|why| AnswerError::NotTaken(id, why)),
+        }
+    }
+
+    /// Where the answer to prompt `id` goes when another vessel raised it
+    /// (`None` for a prompt raised here), checking it is `want`.
+    fn mirror_sink(&self, id: u64, want: &'static str) -> Result<Option<AnswerSink>, AnswerError> {
+        let pending = self.lock();
+        let entry = pending.get(&id).ok_or(AnswerError::NotFound(id))?;
+        let consent = entry.responder.is_consent();
+        if consent != (want == "a consent") {
+            return Err(AnswerError::WrongKind(id, want));
+        }
+        Ok(match &entry.responder {
+            Responder::Mirror(_, send) => Some(Arc::clone(send)),
+            _ => None,
+        })
     }
 
     /// Whether prompt `id` is another vessel's, shown here.
@@ -610,6 +707,112 @@ impl Approver for PersonChannel {
         offer: Option<AllowanceOffer>,
     ) -> BoxFuture<'_, Result<Answered, ApprovalError>> {
         Box::pin(self.try_ask_remembering(request, offer, self.approval_timeout))
+    }
+}
+
+/// An open prompt as the admin API lists it (and a fleet member shows it
+/// to the others).
+impl From<PendingPrompt> for api::Pending {
+    fn from(pending: PendingPrompt) -> api::Pending {
+        api::Pending {
+            id: pending.id,
+            expires_at_ms: pending.expires_at_ms,
+            prompt: pending.prompt.into(),
+            can_remember: pending.can_remember,
+        }
+    }
+}
+
+impl From<Prompt> for api::Prompt {
+    fn from(prompt: Prompt) -> api::Prompt {
+        match prompt {
+            Prompt::Consent(request) => api::Prompt::Consent(request.into()),
+            Prompt::Approval(request) => api::Prompt::Approval(request.into()),
+        }
+    }
+}
+
+impl From<ConsentRequest> for api::ConsentRequest {
+    fn from(request: ConsentRequest) -> api::ConsentRequest {
+        api::ConsentRequest {
+            device_id: request.device_id,
+            name: request.name,
+            kind: request.kind,
+            code: request.code,
+            capabilities: request
+                .capabilities
+                .into_iter()
+                .map(|c| api::DeviceCapability {
+                    name: c.name,
+                    kind: c.kind.to_owned(),
+                    description: c.description,
+                    confirm: c.confirm,
+                    params: Vec::new(),
+                })
+                .collect(),
+            replaces: request.replaces.map(|old| *old),
+            no_screen: request.no_screen,
+            channel: request.channel,
+        }
+    }
+}
+
+impl From<ApprovalRequest> for api::ApprovalRequest {
+    fn from(request: ApprovalRequest) -> api::ApprovalRequest {
+        api::ApprovalRequest {
+            tool: request.tool,
+            device_id: request.device_id,
+            capability: request.capability,
+            input: request.input,
+            reason: request.reason,
+            agent_id: request.agent_id,
+            session_id: request.session_id,
+            channel: request.channel,
+        }
+    }
+}
+
+/// A prompt another vessel of the fleet listed, to be shown here; `Err`
+/// names a capability kind this vessel does not know.
+impl TryFrom<api::Prompt> for Prompt {
+    type Error = String;
+
+    fn try_from(prompt: api::Prompt) -> Result<Prompt, String> {
+        Ok(match prompt {
+            api::Prompt::Consent(request) => {
+                let mut capabilities = Vec::with_capacity(request.capabilities.len());
+                for cap in request.capabilities {
+                    let kind = dk_proto::CapabilityKind::parse(&cap.kind)
+                        .ok_or_else(|| format!("capability kind `{}`", cap.kind))?;
+                    capabilities.push(crate::registry::ConsentCapability {
+                        name: cap.name,
+                        kind: kind.as_str(),
+                        description: cap.description,
+                        confirm: cap.confirm,
+                    });
+                }
+                Prompt::Consent(ConsentRequest {
+                    device_id: request.device_id,
+                    name: request.name,
+                    kind: request.kind,
+                    code: request.code,
+                    capabilities,
+                    replaces: request.replaces.map(Box::new),
+                    no_screen: request.no_screen,
+                    channel: request.channel,
+                })
+            }
+            api::Prompt::Approval(request) => Prompt::Approval(ApprovalRequest {
+                tool: request.tool,
+                device_id: request.device_id,
+                capability: request.capability,
+                input: request.input,
+                reason: request.reason,
+                agent_id: request.agent_id,
+                session_id: request.session_id,
+                channel: request.channel,
+            }),
+        })
     }
 }
 

@@ -254,7 +254,13 @@ pub struct Vessel {
     pub(crate) rule_source: Mutex<RuleSource>,
     /// What the vessel counts for its operator.
     metrics: Arc<Metrics>,
+    /// The vessel's place in its fleet, when it is a member: told by the
+    /// fleet's membership, read by the status and metrics.
+    fleet_status: crate::hook::Hook<FleetStatusFn>,
 }
+
+/// Says a fleet member's state now ([`Vessel::set_fleet_status`]).
+pub type FleetStatusFn = dyn Fn() -> dk_proto::admin::FleetStatus + Send + Sync;
 
 /// Where the rules in force came from (`reload.rs` keeps it).
 #[derive(Clone, Default)]
@@ -629,7 +635,19 @@ impl Vessel {
             identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
             rule_source: Mutex::new(RuleSource::default()),
             metrics,
+            fleet_status: crate::hook::Hook::default(),
         })
+    }
+
+    /// Says the vessel runs as a member of a fleet, whose state `status`
+    /// tells ([`Vessel::fleet_status`]).
+    pub fn set_fleet_status(&self, status: Arc<FleetStatusFn>) {
+        self.fleet_status.set(status);
+    }
+
+    /// The vessel's place in its fleet, when it runs as a member.
+    pub fn fleet_status(&self) -> Option<dk_proto::admin::FleetStatus> {
+        self.fleet_status.get().map(|status| status())
     }
 
     /// Uses `key` as the vessel's static key for dk/2 from the next

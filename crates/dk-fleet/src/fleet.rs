@@ -253,6 +253,10 @@ impl Shared {
         let sealed = self
             .seal(subject, Some(incarnation), body)
             .map_err(|_| RequestError::TooLarge)?;
+        // Followed from before the request leaves, so a member leaving
+        // meanwhile is noticed.
+        let mut epoch = self.epoch.subscribe();
+        let mut heard = lock(&self.view).incarnation_of(member) == Some(incarnation);
         let inbox = self.client.new_inbox();
         let mut replies = self
             .client
@@ -264,7 +268,6 @@ impl Shared {
             .await
             .map_err(|_| RequestError::NatsDown)?;
         let mut connected = self.connected.clone();
-        let mut epoch = self.epoch.subscribe();
         let mut replays = Replays::new(self.window);
         let mut assembly = Assembly::default();
         let mut refused = None;
@@ -312,8 +315,12 @@ impl Shared {
                 changed = epoch.changed() => {
                     let _ = changed;
                     epoch.borrow_and_update();
-                    if lock(&self.view).incarnation_of(member) != Some(incarnation) {
-                        return Err(RequestError::MemberGone(member.clone()));
+                    // Gone once it runs as another incarnation, or left
+                    // after it was heard as this one.
+                    match lock(&self.view).incarnation_of(member) {
+                        Some(present) if present == incarnation => heard = true,
+                        None if !heard => {}
+                        _ => return Err(RequestError::MemberGone(member.clone())),
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
@@ -641,13 +648,35 @@ impl Fleet {
     }
 
     /// Sends `payload` to `member` and waits for its one reply until
-    /// `deadline` (the member is told how long that leaves). Fails at once
-    /// when NATS is down or the member is not present, and as soon as the
-    /// connection goes down or the member leaves or restarts while the
-    /// reply is awaited.
+    /// `deadline` (the member is told how long that leaves, and refuses the
+    /// request once that time has passed on its clock, give or take
+    /// [`CLOCK_TOLERANCE`]; so the reply is awaited that long again twice
+    /// over before the request is given up). Fails at once when NATS is
+    /// down or the member is not present, and as soon as the connection
+    /// goes down or the member leaves or restarts while the reply is
+    /// awaited.
     pub async fn request(
         &self,
         member: &MemberId,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<Vec<u8>, RequestError> {
+        let incarnation = lock(&self.shared.view)
+            .incarnation_of(member)
+            .ok_or_else(|| RequestError::NoSuchMember(member.clone()))?;
+        self.request_to(member, incarnation, payload, deadline)
+            .await
+    }
+
+    /// [`Fleet::request`] to `member`'s `incarnation` only: when the member
+    /// present runs as another (it restarted since), the request is not
+    /// sent and fails with [`RequestError::MemberGone`]. A member not heard
+    /// yet is asked all the same (its incarnation came with a message of
+    /// its own); only the deadline bounds the wait then.
+    pub async fn request_to(
+        &self,
+        member: &MemberId,
+        incarnation: Incarnation,
         payload: &[u8],
         deadline: Instant,
     ) -> Result<Vec<u8>, RequestError> {
@@ -659,15 +688,20 @@ impl Fleet {
         if left.is_zero() {
             return Err(RequestError::DeadlinePassed);
         }
-        let incarnation = lock(&shared.view)
-            .incarnation_of(member)
-            .ok_or_else(|| RequestError::NoSuchMember(member.clone()))?;
+        // A member not heard yet (a message of its came before its first
+        // beat) is asked all the same: its incarnation says which run.
+        if let Some(present) = lock(&shared.view).incarnation_of(member)
+            && present != incarnation
+        {
+            return Err(RequestError::MemberGone(member.clone()));
+        }
         let mut body = Vec::with_capacity(8 + payload.len());
         body.extend_from_slice(&duration_ms(left).to_be_bytes());
         body.extend_from_slice(payload);
         let subject = format!("{REQUEST_PREFIX}{member}");
+        let waited = deadline + CLOCK_TOLERANCE * 2;
         shared
-            .ask(&subject, member, incarnation, &body, deadline)
+            .ask(&subject, member, incarnation, &body, waited)
             .await
     }
 
@@ -933,6 +967,11 @@ async fn listen_presence(shared: Arc<Shared>, mut subscriber: async_nats::Subscr
                     shared.drop_message(PRESENCE_SUBJECT, SealError::Stale);
                 }
                 if let Some(change) = heard.change {
+                    if matches!(change, PresenceChange::Joined { .. } | PresenceChange::Restarted { .. }) {
+                        // Beat at once, so a member that just started
+                        // hears this one without waiting for its next beat.
+                        let _ = shared.say.send(lock(&shared.held).beat());
+                    }
                     shared.changed(change);
                 }
                 if heard.ask_whole && asked.insert(opened.from.clone()) {

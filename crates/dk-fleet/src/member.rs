@@ -64,7 +64,7 @@ pub struct Incarnation(u128);
 impl Incarnation {
     /// A new incarnation, started now.
     pub(crate) fn new() -> Incarnation {
-        let started = crate::seal::now_ms();
+        let started = dk_store::epoch_ms(std::time::SystemTime::now());
         let random: u64 = rand::rng().random();
         Incarnation::from_parts(started, random.max(1))
     }

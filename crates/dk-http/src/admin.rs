@@ -406,8 +406,14 @@ async fn answer_consent(
         by: Some(By::admin_api()),
         confirmed_credential_change: answer.confirm_credential_change,
     };
-    match admin.vessel.person().answer_consent(id, decision) {
+    match admin
+        .vessel
+        .person()
+        .answer_consent_confirmed(id, decision)
+        .await
+    {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e @ AnswerError::NotTaken(..)) => refuse(StatusCode::CONFLICT, e.to_string()),
         Err(e) => refuse(StatusCode::NOT_FOUND, e.to_string()),
     }
 }
@@ -445,16 +451,19 @@ async fn answer_approval(
     match admin
         .vessel
         .person()
-        .answer_approval_by(id, answer, Some(By::admin_api()))
+        .answer_approval_confirmed(id, answer, Some(By::admin_api()))
+        .await
     {
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
         Ok(Some(allowance)) => (StatusCode::CREATED, Json(allowance)).into_response(),
         Err(e @ (AnswerError::NotFound(_) | AnswerError::WrongKind(..))) => {
             refuse(StatusCode::NOT_FOUND, e.to_string())
         }
-        Err(e @ (AnswerError::NotRememberable(_) | AnswerError::NotRemembered(..))) => {
-            refuse(StatusCode::CONFLICT, e.to_string())
-        }
+        Err(
+            e @ (AnswerError::NotRememberable(_)
+            | AnswerError::NotRemembered(..)
+            | AnswerError::NotTaken(..)),
+        ) => refuse(StatusCode::CONFLICT, e.to_string()),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

@@ -9,8 +9,8 @@ use dk_proto::admin as api;
 
 use crate::agents::Agent;
 use crate::listen::ListenerStats;
-use crate::person::{PendingPrompt, Prompt};
-use crate::registry::{ConsentRequest, DeviceSnapshot};
+use crate::person::PendingPrompt;
+use crate::registry::DeviceSnapshot;
 use crate::vessel::Vessel;
 
 /// A listener's counters as the admin API shows them.
@@ -46,52 +46,13 @@ pub(crate) fn status_body(vessel: &Vessel) -> api::Status {
         secure_handshakes: stats.secure_handshakes.load(Ordering::Relaxed),
         channel_failures: stats.channel_failures.load(Ordering::Relaxed),
         plain_v1_refused: stats.plain_v1_refused.load(Ordering::Relaxed),
+        fleet: vessel.fleet_status(),
     }
 }
 
 /// An open prompt as the admin API shows it.
 pub(crate) fn pending_body(pending: PendingPrompt) -> api::Pending {
-    let prompt = match pending.prompt {
-        Prompt::Consent(request) => api::Prompt::Consent(consent_body(request)),
-        Prompt::Approval(request) => api::Prompt::Approval(api::ApprovalRequest {
-            tool: request.tool,
-            device_id: request.device_id,
-            capability: request.capability,
-            input: request.input,
-            reason: request.reason,
-            agent_id: request.agent_id,
-            session_id: request.session_id,
-            channel: request.channel,
-        }),
-    };
-    api::Pending {
-        id: pending.id,
-        expires_at_ms: pending.expires_at_ms,
-        prompt,
-        can_remember: pending.can_remember,
-    }
-}
-
-fn consent_body(request: ConsentRequest) -> api::ConsentRequest {
-    let capabilities = request.capabilities.into_iter();
-    api::ConsentRequest {
-        device_id: request.device_id,
-        name: request.name,
-        kind: request.kind,
-        code: request.code,
-        capabilities: capabilities
-            .map(|c| api::DeviceCapability {
-                name: c.name,
-                kind: c.kind.to_owned(),
-                description: c.description,
-                confirm: c.confirm,
-                params: Vec::new(),
-            })
-            .collect(),
-        replaces: request.replaces.map(|old| *old),
-        no_screen: request.no_screen,
-        channel: request.channel,
-    }
+    pending.into()
 }
 
 /// Every paired device as the admin API and the console show it.

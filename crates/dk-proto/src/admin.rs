@@ -40,6 +40,61 @@ pub struct Status {
     /// v1 upgrades refused where plain v1 is not allowed.
     #[serde(default)]
     pub plain_v1_refused: u64,
+    /// The vessel's place in its fleet, when it runs as a member; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetStatus>,
+}
+
+/// A fleet member's state, as `GET /v1/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// This member's id.
+    pub member: String,
+    /// This run of it (32 hex digits), new at every start.
+    pub incarnation: String,
+    /// Whether its connection to NATS is up.
+    pub connected: bool,
+    /// The devices connected to it, as it announces them.
+    pub devices: u64,
+    /// The other members present, in order.
+    pub members: Vec<FleetMember>,
+    /// The fleet messages it dropped, by reason, since it started.
+    pub dropped: FleetDropped,
+    /// The largest message the NATS servers carry, in bytes.
+    pub max_message: u64,
+}
+
+/// Another member present in the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetMember {
+    /// Its id.
+    pub member: String,
+    /// The run of it heard (32 hex digits).
+    pub incarnation: String,
+    /// The devices connected to it.
+    pub devices: u64,
+    /// How long ago it was last heard, in milliseconds.
+    pub heard_ago_ms: u64,
+}
+
+/// Fleet messages dropped, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetDropped {
+    /// Not sealed with the fleet key (forged, altered, or not fleet messages).
+    pub forged: u64,
+    /// Seen before within the replay window.
+    pub replayed: u64,
+    /// Too old, from a member's earlier run, or meant for an earlier run of
+    /// this one.
+    pub stale: u64,
+    /// Larger than the limit.
+    pub too_large: u64,
+    /// Sealed by another version of dk.
+    pub other_version: u64,
 }
 
 /// The counters of every listener of the vessel.

@@ -5,8 +5,12 @@
 use alloc::string::String;
 use core::time::Duration;
 
-/// A call to a device that failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+use serde::{Deserialize, Serialize};
+
+/// A call to a device that failed. As JSON (a fleet member tells another
+/// why a call it carried failed): `{"kind": "timeout", "detail": ...}`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "camelCase")]
 pub enum InvokeError {
     /// The device answered `ok: false`: its error text, as it sent it
     /// (`device error` when it sent none).
@@ -36,7 +40,8 @@ pub enum InvokeError {
 }
 
 /// Why the vessel's link to a device ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum LinkClosed {
     /// The device's connection ended.
     #[error("device disconnected")]
@@ -61,7 +66,8 @@ impl InvokeError {
 }
 
 /// Why a call could not be handed to the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum SendError {
     /// The connection's outgoing queue is full.
     #[error("connection is backed up")]

@@ -129,6 +129,15 @@ impl CapabilityKind {
             CapabilityKind::Actuator => "actuator",
         }
     }
+
+    /// The kind `text` names (`sensor` or `actuator`, exactly), if any.
+    pub fn parse(text: &str) -> Option<CapabilityKind> {
+        match text {
+            "sensor" => Some(CapabilityKind::Sensor),
+            "actuator" => Some(CapabilityKind::Actuator),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for CapabilityKind {

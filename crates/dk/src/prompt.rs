@@ -97,7 +97,7 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
                 if line.trim().is_empty() {
                     continue;
                 }
-                match answer_named(&vessel, &queue, &line) {
+                match answer_named(&vessel, &queue, &line).await {
                     Ok(id) => {
                         // Answered here: its closing event is not news.
                         let was_current = queue.front().is_some_and(|p| p.id == id);
@@ -273,7 +273,7 @@ fn show(prompt: &PendingPrompt) {
 /// Applies a typed line to the waiting request it names (`ID ANSWER`, the
 /// number as shown, `#` optional); returns the id answered. A line without
 /// a number, or naming a request that no longer waits, answers nothing.
-fn answer_named(
+async fn answer_named(
     vessel: &Vessel,
     queue: &VecDeque<PendingPrompt>,
     line: &str,
@@ -306,7 +306,7 @@ fn answer_named(
         ));
     };
     let rest = rest.trim_start_matches(':');
-    answer(vessel, prompt, rest)?;
+    answer(vessel, prompt, rest).await?;
     Ok(id)
 }
 
@@ -347,14 +347,15 @@ fn approval_answer(line: &str) -> Result<ApprovalAnswer, String> {
 }
 
 /// Applies a typed answer to a prompt.
-fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), String> {
+async fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), String> {
     let line = line.trim().to_ascii_lowercase();
     match &prompt.prompt {
         Prompt::Approval(request) => {
             let answer = approval_answer(&line)?;
             let made = vessel
                 .person()
-                .answer_approval_by(prompt.id, answer, Some(By::terminal()))
+                .answer_approval_confirmed(prompt.id, answer, Some(By::terminal()))
+                .await
                 .map_err(|e| e.to_string())?;
             match (answer, made) {
                 (ApprovalAnswer::Refuse, _) => println!("refused"),
@@ -466,7 +467,8 @@ fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), Str
             }
             vessel
                 .person()
-                .answer_consent(prompt.id, decision)
+                .answer_consent_confirmed(prompt.id, decision)
+                .await
                 .map_err(|e| e.to_string())?;
             println!("paired, granted: {shown}");
         }
@@ -573,7 +575,7 @@ mod tests {
         ] {
             let vessel = Vessel::new(PolicySet::empty(), Limits::default());
             let (prompt, pairing) = consent_prompt(&vessel).await;
-            answer(&vessel, &prompt, line).unwrap();
+            answer(&vessel, &prompt, line).await.unwrap();
             assert_eq!(pairing.await.unwrap(), paired, "{line:?}");
             let granted = vessel
                 .registry()
@@ -593,10 +595,13 @@ mod tests {
         let (prompt, pairing) = asks_to_pair(&vessel, headless).await;
         assert!(
             answer(&vessel, &prompt, "all")
+                .await
                 .unwrap_err()
                 .contains("cannot show a code")
         );
-        answer(&vessel, &prompt, "pair without code: 1").unwrap();
+        answer(&vessel, &prompt, "pair without code: 1")
+            .await
+            .unwrap();
         assert!(pairing.await.unwrap());
         assert!(vessel.registry().is_granted("desk-lamp", "read_light"));
     }
@@ -635,7 +640,7 @@ mod tests {
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
         // Paired over dk/2 with one key.
         let (prompt, pairing) = asks_with_key(&vessel, [1; 32]).await;
-        answer(&vessel, &prompt, "1").unwrap();
+        answer(&vessel, &prompt, "1").await.unwrap();
         assert!(pairing.await.unwrap());
         // Another key, then v1, for the same id: a plain yes is refused
         // with what changed, and the words pair it.
@@ -653,10 +658,10 @@ mod tests {
             };
             let said = request.replaces.as_ref().and_then(|old| old.credential);
             assert_eq!(said, Some(expected));
-            let refused = answer(&vessel, &prompt, "all").unwrap_err();
+            let refused = answer(&vessel, &prompt, "all").await.unwrap_err();
             assert!(refused.contains(expected.words()), "{refused}");
             assert!(refused.contains("pair anyway:"), "{refused}");
-            answer(&vessel, &prompt, "pair anyway: 1").unwrap();
+            answer(&vessel, &prompt, "pair anyway: 1").await.unwrap();
             assert!(pairing.await.unwrap());
         }
     }
@@ -685,11 +690,13 @@ mod tests {
         assert!(!pairing_a.await.unwrap());
         queue.retain(|p| p.id != a.id);
         // The answer names A: it reaches nobody, and B is not paired.
-        let error = answer_named(&vessel, &queue, &format!("{} all", a.id)).unwrap_err();
+        let error = answer_named(&vessel, &queue, &format!("{} all", a.id))
+            .await
+            .unwrap_err();
         assert!(error.contains("is not waiting"), "{error}");
         // Without a number nothing is answered either.
         for bare in ["all", "y", "1,3", "#", "pair without code: 1"] {
-            let error = answer_named(&vessel, &queue, bare).unwrap_err();
+            let error = answer_named(&vessel, &queue, bare).await.unwrap_err();
             assert!(
                 error.contains("start the answer with the request's number"),
                 "{bare}: {error}"
@@ -699,7 +706,7 @@ mod tests {
         assert!(vessel.registry().list().is_empty());
         // Naming B answers B, in any of the spellings shown.
         assert_eq!(
-            answer_named(&vessel, &queue, &format!("#{}: 1", b.id)),
+            answer_named(&vessel, &queue, &format!("#{}: 1", b.id)).await,
             Ok(b.id)
         );
         assert!(pairing_b.await.unwrap());
@@ -712,13 +719,13 @@ mod tests {
     async fn keep_grants_again_only_what_did_not_change() {
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
         let (first, pairing) = consent_prompt(&vessel).await;
-        answer(&vessel, &first, "all").unwrap();
+        answer(&vessel, &first, "all").await.unwrap();
         assert!(pairing.await.unwrap());
         // The lamp pairs again; its strobe no longer asks every time.
         let mut changed = lamp();
         changed["capabilities"][2]["confirm"] = Value::Bool(false);
         let (prompt, pairing) = asks_to_pair(&vessel, changed).await;
-        answer(&vessel, &prompt, "keep").unwrap();
+        answer(&vessel, &prompt, "keep").await.unwrap();
         assert!(pairing.await.unwrap());
         let granted = vessel.registry().list()[0].grants.clone();
         assert_eq!(granted, ["read_light", "set_light"]);
@@ -729,24 +736,26 @@ mod tests {
         let vessel = Vessel::new(PolicySet::empty(), Limits::default());
         let (prompt, pairing) = consent_prompt(&vessel).await;
         assert_eq!(
-            answer(&vessel, &prompt, "4").unwrap_err(),
+            answer(&vessel, &prompt, "4").await.unwrap_err(),
             "there is no capability 4"
         );
         assert_eq!(
-            answer(&vessel, &prompt, "one").unwrap_err(),
+            answer(&vessel, &prompt, "one").await.unwrap_err(),
             "`one` is not a number"
         );
         assert_eq!(
-            answer(&vessel, &prompt, "0").unwrap_err(),
+            answer(&vessel, &prompt, "0").await.unwrap_err(),
             "there is no capability 0"
         );
         assert!(
             answer(&vessel, &prompt, "")
+                .await
                 .unwrap_err()
                 .starts_with("say what to grant")
         );
         assert!(
             answer(&vessel, &prompt, "keep")
+                .await
                 .unwrap_err()
                 .starts_with("`keep` is for a device paired before")
         );

@@ -360,16 +360,29 @@ async fn an_allowance_that_cannot_be_made_leaves_the_question_open() {
     assert!(!pairing.await.unwrap().approved);
 }
 
-/// A sink that keeps the answer a mirrored prompt was given.
-fn kept() -> (Arc<std::sync::Mutex<Vec<MirroredAnswer>>>, AnswerSink) {
+/// A sink that keeps the answers a mirrored prompt was given, and answers
+/// each with what `word` says the other vessel said.
+fn kept_saying(
+    word: impl Fn() -> Result<Option<Allowance>, NotTaken> + Send + Sync + 'static,
+) -> (Arc<std::sync::Mutex<Vec<MirroredAnswer>>>, AnswerSink) {
     let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
     let keep = Arc::clone(&answers);
-    let sink: AnswerSink = Box::new(move |answer| keep.lock().unwrap().push(answer));
+    let word = Arc::new(word);
+    let sink: AnswerSink = Arc::new(move |answer| {
+        keep.lock().unwrap().push(answer);
+        let said = word();
+        Box::pin(async move { said })
+    });
     (answers, sink)
 }
 
+/// A sink whose answers the other vessel takes.
+fn kept() -> (Arc<std::sync::Mutex<Vec<MirroredAnswer>>>, AnswerSink) {
+    kept_saying(|| Ok(None))
+}
+
 #[tokio::test]
-async fn a_prompt_of_another_vessel_is_shown_and_its_answer_sent_there_once() {
+async fn a_prompt_of_another_vessel_is_shown_and_its_answer_confirmed_there() {
     let channel = PersonChannel::new(Duration::from_secs(60));
     let mut events = channel.subscribe();
     let (consents, sink) = kept();
@@ -384,22 +397,28 @@ async fn a_prompt_of_another_vessel_is_shown_and_its_answer_sent_there_once() {
 
     // The wrong kind is refused and leaves it open.
     assert_eq!(
-        channel.answer_approval(consent_id, true),
+        channel
+            .answer_approval_confirmed(consent_id, ApprovalAnswer::Once, None)
+            .await,
         Err(AnswerError::WrongKind(consent_id, "an approval"))
     );
-    channel
-        .answer_consent(consent_id, ConsentDecision::approve(["read_light"]))
-        .unwrap();
+    // An answer that cannot be confirmed is refused for a mirror.
     assert_eq!(
         channel.answer_consent(consent_id, ConsentDecision::refuse()),
-        Err(AnswerError::NotFound(consent_id))
+        Err(AnswerError::Mirrored(consent_id))
     );
+    channel
+        .answer_consent_confirmed(consent_id, ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
     assert_eq!(
         *consents.lock().unwrap(),
         vec![MirroredAnswer::Consent(ConsentDecision::approve([
             "read_light"
         ]))]
     );
+    // Still listed: it leaves when the other vessel closes it.
+    assert_eq!(channel.pending().len(), 2);
 
     // A yes to remember goes there whole: that vessel makes the allowance.
     let remember = Remember {
@@ -407,11 +426,12 @@ async fn a_prompt_of_another_vessel_is_shown_and_its_answer_sent_there_once() {
         minutes: crate::allowances::AllowanceMinutes::default(),
     };
     let made = channel
-        .answer_approval_by(
+        .answer_approval_confirmed(
             approval_id,
             ApprovalAnswer::Remember(remember),
             Some(By::terminal()),
         )
+        .await
         .unwrap();
     assert_eq!(made, None);
     assert_eq!(
@@ -421,7 +441,31 @@ async fn a_prompt_of_another_vessel_is_shown_and_its_answer_sent_there_once() {
             by: Some(By::terminal()),
         }]
     );
+    channel.close_mirror(consent_id);
+    channel.close_mirror(approval_id);
     assert!(channel.pending().is_empty());
+}
+
+#[tokio::test]
+async fn an_answer_the_other_vessel_does_not_take_is_said_and_the_prompt_stays() {
+    let channel = PersonChannel::new(Duration::from_secs(60));
+    let (answers, sink) = kept_saying(|| Err(NotTaken::Unconfirmed));
+    let id = channel.mirror(Prompt::Approval(approval_of("helper")), 9, false, sink);
+    assert_eq!(
+        channel
+            .answer_approval_confirmed(id, ApprovalAnswer::Refuse, None)
+            .await,
+        Err(AnswerError::NotTaken(id, NotTaken::Unconfirmed))
+    );
+    // Still there, and may be answered again.
+    assert_eq!(channel.pending().len(), 1);
+    assert!(
+        channel
+            .answer_approval_confirmed(id, ApprovalAnswer::Refuse, None)
+            .await
+            .is_err()
+    );
+    assert_eq!(answers.lock().unwrap().len(), 2);
 }
 
 #[tokio::test]
@@ -438,7 +482,9 @@ async fn a_mirrored_prompt_closes_when_its_vessel_says_and_is_never_withdrawn_he
         minutes: crate::allowances::AllowanceMinutes::default(),
     };
     assert_eq!(
-        channel.answer_approval_with(id, ApprovalAnswer::Remember(remember)),
+        channel
+            .answer_approval_confirmed(id, ApprovalAnswer::Remember(remember), None)
+            .await,
         Err(AnswerError::NotRememberable(id))
     );
     let mut events = channel.subscribe();
@@ -446,7 +492,9 @@ async fn a_mirrored_prompt_closes_when_its_vessel_says_and_is_never_withdrawn_he
     assert!(matches!(events.try_recv(), Ok(PersonEvent::Closed { id: closed }) if closed == id));
     assert!(channel.pending().is_empty());
     assert_eq!(
-        channel.answer_approval(id, true),
+        channel
+            .answer_approval_confirmed(id, ApprovalAnswer::Once, None)
+            .await,
         Err(AnswerError::NotFound(id))
     );
     assert!(answers.lock().unwrap().is_empty());

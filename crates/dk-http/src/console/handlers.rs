@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::agents::{AgentRole, AgentScope};
 use crate::allowances::{AllowanceMinutes, AllowanceScope, Remember};
-use crate::person::ApprovalAnswer;
+use crate::person::{AnswerError, ApprovalAnswer};
 use crate::registry::ConsentDecision;
 use crate::store::{AuditEntry, AuditQuery};
 
@@ -154,8 +154,14 @@ pub(super) async fn answer_pairing(
         Some("refuse") => ConsentDecision::refuse().by(signed.by()),
         _ => return refusal_page(StatusCode::BAD_REQUEST, "answer `pair` or `refuse`"),
     };
-    match shared.vessel.person().answer_consent(id, decision) {
+    match shared
+        .vessel
+        .person()
+        .answer_consent_confirmed(id, decision)
+        .await
+    {
         Ok(()) => see_other(&format!("{}/", shared.console.prefix())),
+        Err(e @ AnswerError::NotTaken(..)) => refusal_page(StatusCode::CONFLICT, &e.to_string()),
         Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
     }
 }
@@ -197,7 +203,8 @@ pub(super) async fn answer_approval(
     match shared
         .vessel
         .person()
-        .answer_approval_by(id, answer, Some(signed.by()))
+        .answer_approval_confirmed(id, answer, Some(signed.by()))
+        .await
     {
         Ok(_) => see_other(&format!("{}/", shared.console.prefix())),
         Err(e) => refusal_page(StatusCode::CONFLICT, &e.to_string()),

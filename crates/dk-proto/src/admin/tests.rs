@@ -284,6 +284,7 @@ fn the_status_round_trips_in_the_routes_key_order() {
             secure_handshakes: 5,
             channel_failures: 1,
             plain_v1_refused: 2,
+            fleet: None,
         },
     );
 }
