@@ -11,6 +11,9 @@
 //! - `desktop/device_zoom_400x250`: a zoom of a quarter of the screenshot;
 //! - `desktop/device_left_click`: a click (checked, moved, pressed, released, and
 //!   the server's round trip), the median of 100;
+//! - `desktop/device_screenshot_1920x1200_no_blackout` and
+//!   `desktop/device_left_click_no_blackout`: the same with nothing
+//!   blacked out, so the blackout's own cost is the difference;
 //! - `desktop/device_rss_before_screenshots`, `desktop/device_rss_after_screenshots`:
 //!   this process's resident memory once connected, and a second after
 //!   those calls.
@@ -103,6 +106,38 @@ fn main() {
                 call("left_click", json!({"x": 640, "y": 400}));
             });
             println!("desktop/device_left_click: {:.2} ms median", ms(median));
+            // The blackout's own cost: the same screen with nothing listed
+            // (no window tree read, no grab of the server).
+            let bare = Desktop::new(
+                &DesktopConfig {
+                    display: Some(xvfb.display()),
+                    ..DesktopConfig::default()
+                },
+                None,
+            )
+            .unwrap();
+            let bare_call = |capability: &str, input: Value| {
+                let Value::Object(input) = input else {
+                    return Map::new().into();
+                };
+                runtime
+                    .block_on(bare.device().invoke(capability, input))
+                    .unwrap()
+            };
+            let median = median_of(40, || {
+                bare_call("screenshot", json!({}));
+            });
+            println!(
+                "desktop/device_screenshot_1920x1200_no_blackout: {:.1} ms median",
+                ms(median)
+            );
+            let median = median_of(100, || {
+                bare_call("left_click", json!({"x": 640, "y": 400}));
+            });
+            println!(
+                "desktop/device_left_click_no_blackout: {:.2} ms median",
+                ms(median)
+            );
             std::thread::sleep(Duration::from_secs(1));
             println!(
                 "desktop/device_rss_after_screenshots: {} KiB resident (this process: the device, its runtime and the X thread, system allocator)",
