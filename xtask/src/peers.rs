@@ -3,7 +3,9 @@
 //! console's browser tests), `mosquitto` (the MQTT bridge's broker), and
 //! `libwebsockets-dev`, `pkg-config` and `valgrind` (the C lamp on
 //! `libdk_device.a`, run under valgrind by its test), `xvfb` (the X
-//! server the desktop device's tests start for themselves) and
+//! server the desktop device's tests start for themselves), `tk` (the
+//! `wish` program whose entry field they type into, as a program that
+//! reads the keyboard mapping lazily) and
 //! `prometheus` (the server and `promtool` that scrape and check a
 //! vessel's `/metrics`), `postgresql` (the `initdb` and `pg_ctl` the
 //! PostgreSQL store's tests start a server of their own with) and
@@ -20,8 +22,8 @@ use crate::{TaskError, TaskResult};
 
 /// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
 /// lamp's WebSocket library, pkg-config, valgrind, the virtual X server,
-/// Prometheus, PostgreSQL and NATS.
-const PACKAGES: [&str; 10] = [
+/// Tk, Prometheus, PostgreSQL and NATS.
+const PACKAGES: [&str; 11] = [
     "chromium",
     "chromium-driver",
     "mosquitto",
@@ -29,13 +31,14 @@ const PACKAGES: [&str; 10] = [
     "pkg-config",
     "valgrind",
     "xvfb",
+    "tk",
     "prometheus",
     "postgresql",
     "nats-server",
 ];
 
 /// Where the packages put the programs the tests run.
-const PROGRAMS: [&str; 10] = [
+const PROGRAMS: [&str; 11] = [
     "/usr/bin/chromium",
     "/usr/bin/chromedriver",
     "/usr/sbin/mosquitto",
@@ -43,6 +46,7 @@ const PROGRAMS: [&str; 10] = [
     "/usr/bin/pkg-config",
     "/usr/bin/valgrind",
     "/usr/bin/Xvfb",
+    "/usr/bin/wish",
     "/usr/bin/prometheus",
     "/usr/bin/promtool",
     "/usr/sbin/nats-server",
@@ -71,7 +75,7 @@ fn postgresql_installed() -> bool {
 pub fn ensure() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) && postgresql_installed() {
         println!(
-            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb, prometheus, postgresql and nats-server are installed"
+            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb, wish, prometheus, postgresql and nats-server are installed"
         );
         return Ok(());
     }
