@@ -7,7 +7,7 @@ use alloc::string::String;
 use serde_json::Value;
 
 use crate::manifest::{Capability, ParamType, array_index};
-use crate::text::{has_unsafe_char, utf16_len, utf16_prefix};
+use crate::text::{has_unsafe_char, is_unsafe_char, utf16_len, utf16_prefix};
 
 /// Why a call's input does not match its capability. `Display` gives 8DK
 /// v1's exact text (the adapter prefixes it with `[8dk-deny] `).
@@ -52,7 +52,9 @@ const UNKNOWN_KEY_QUOTE: usize = 64;
 /// taken in JavaScript's order: array-index keys like `"0"` first, which are
 /// never param names); then each declared param in declaration order: missing
 /// and required, or present with the wrong type. `__proto__`, `constructor`
-/// and the like are ordinary unknown keys.
+/// and the like are ordinary unknown keys. A string holds no control,
+/// invisible or bidirectional character, but new lines and tabs in a
+/// `multiline` param.
 pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputError> {
     let Value::Object(values) = input else {
         return Err(InputError::NotAnObject);
@@ -102,7 +104,13 @@ pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputEr
                     max: param.max_length(),
                 });
             }
-            if has_unsafe_char(text) {
+            let refused = if param.multiline() {
+                text.chars()
+                    .any(|c| !matches!(c, '\n' | '\t') && is_unsafe_char(c))
+            } else {
+                has_unsafe_char(text)
+            };
+            if refused {
                 return Err(InputError::UnsafeString(param.name().to_owned()));
             }
         }

@@ -101,6 +101,17 @@ pub enum ManifestError {
         /// The param key.
         key: String,
     },
+    /// A param's `multiline` (a dk extension) is not a boolean, or is true
+    /// on a param that is not a string.
+    #[error(
+        "capability \"{capability}\" param \"{key}\" multiline must be true or false on a string param"
+    )]
+    BadMultiline {
+        /// The capability declaring the param.
+        capability: String,
+        /// The param key.
+        key: String,
+    },
     /// `noScreen` (a dk extension) is not a boolean.
     #[error("manifest noScreen must be true or false")]
     BadNoScreen,
@@ -191,6 +202,7 @@ pub struct Param {
     description: Option<String>,
     required: bool,
     max_length: Option<usize>,
+    multiline: bool,
 }
 
 impl Param {
@@ -214,6 +226,13 @@ impl Param {
     /// `maxLength` (a dk extension) or [`limits::INPUT_STRING`].
     pub fn max_length(&self) -> usize {
         self.max_length.unwrap_or(limits::INPUT_STRING)
+    }
+    /// Whether a call's string may hold new lines (U+000A) and tabs
+    /// (U+0009), the param's `multiline` (a dk extension): text typed
+    /// into a program, where they press Return and Tab. No other control
+    /// character is ever allowed.
+    pub fn multiline(&self) -> bool {
+        self.multiline
     }
 }
 
@@ -307,7 +326,7 @@ impl Manifest {
     }
 
     /// The canonical JSON plus dk's extensions (`noScreen`, params'
-    /// `maxLength`): what a vessel stores, so that validating it again gives
+    /// `maxLength` and `multiline`): what a vessel stores, so that validating it again gives
     /// back this same manifest. [`Manifest::to_json`] and the digest leave the
     /// extensions out, as 8DK does.
     pub fn to_stored_json(&self) -> String {
@@ -369,6 +388,9 @@ impl Manifest {
                     }
                     if let (true, Some(max)) = (extensions, param.max_length) {
                         out.push_str(&format!(",\"maxLength\":{max}"));
+                    }
+                    if extensions && param.multiline {
+                        out.push_str(",\"multiline\":true");
                     }
                     out.push('}');
                 }
@@ -534,6 +556,16 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
         };
         for param in &mut capability.params {
             let spec = params.get(&param.name).and_then(Value::as_object);
+            param.multiline = match spec.and_then(|spec| field(spec, "multiline")) {
+                None | Some(Value::Bool(false)) => false,
+                Some(Value::Bool(true)) if param.ty == ParamType::String => true,
+                Some(_) => {
+                    return Err(ManifestError::BadMultiline {
+                        capability: capability.name.clone(),
+                        key: param.name.clone(),
+                    });
+                }
+            };
             let Some(raw_max) = spec.and_then(|spec| field(spec, "maxLength")) else {
                 continue;
             };
@@ -642,6 +674,7 @@ fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, 
             description,
             required: truthy(field(spec, "required")),
             max_length: None,
+            multiline: false,
         });
     }
     Ok(params)

@@ -197,6 +197,20 @@ fn string_values_are_checked_like_manifest_text() {
             Err(r#""label" contains control, escape, invisible or bidirectional characters"#),
         );
     }
+    // A multiline param takes new lines and tabs, and nothing else more.
+    let lines = json!({"text": {"type": "string", "multiline": true}});
+    check(
+        &lines,
+        &serde_json::to_string(&json!({"text": "line\n\tindented\n"})).unwrap(),
+        Ok(()),
+    );
+    for bad in ["a\rb", "a\u{1b}b", "a\u{202e}b", "a\u{0}b", "a\u{b}b"] {
+        check(
+            &lines,
+            &serde_json::to_string(&json!({"text": bad})).unwrap(),
+            Err(r#""text" contains control, escape, invisible or bidirectional characters"#),
+        );
+    }
     for good in ["", "Küche 台灯 😀", "a\u{A0}b", "“quoted”"] {
         check(
             &p,

@@ -342,6 +342,36 @@ fn dk_extensions_are_validated_stored_and_left_out_of_the_digest() {
         bad["capabilities"][1]["params"]["label"] = path_value;
         assert_eq!(validate_manifest(&bad).unwrap_err().to_string(), expected);
     }
+    // multiline: stored, left out of the digest, only true or false on
+    // a string.
+    let mut lines = lamp();
+    lines["capabilities"][1]["params"]["label"] = json!({"type": "string", "multiline": true});
+    let with_lines = validate_manifest(&lines).unwrap();
+    let label = with_lines
+        .capability("set_light")
+        .unwrap()
+        .param("label")
+        .unwrap();
+    assert!(label.multiline());
+    assert_eq!(
+        with_lines.digest(),
+        validate_manifest(&plain).unwrap().digest()
+    );
+    let stored = with_lines.to_stored_json();
+    assert!(stored.contains(r#""multiline":true"#), "{stored}");
+    assert_eq!(validate_manifest_json(&stored).unwrap(), with_lines);
+    assert_ne!(validate_manifest(&plain).unwrap(), with_lines);
+    for spec in [
+        json!({"type": "string", "multiline": "yes"}),
+        json!({"type": "number", "multiline": true}),
+    ] {
+        let mut bad = lamp();
+        bad["capabilities"][1]["params"]["label"] = spec;
+        assert_eq!(
+            validate_manifest(&bad).unwrap_err().to_string(),
+            "capability \"set_light\" param \"label\" multiline must be true or false on a string param"
+        );
+    }
     let mut bad = lamp();
     bad["noScreen"] = json!("yes");
     assert_eq!(
