@@ -420,8 +420,11 @@ impl DeviceCore {
     ) -> Result<DeviceCore, EntropyFailed> {
         let mut key = [0u8; 16];
         entropy.fill(&mut key)?;
-        // The canonical JSON of a validated manifest is JSON.
-        let manifest_json = RawValue::from_string(manifest.to_json()).map_err(|_| EntropyFailed)?;
+        // The canonical JSON of a validated manifest with dk's extensions
+        // (a param's `maxLength` and `multiline`, `noScreen`) is JSON; the
+        // vessel reads them, and its digest leaves them out as 8DK's does.
+        let manifest_json =
+            RawValue::from_string(manifest.to_stored_json()).map_err(|_| EntropyFailed)?;
         let calls = Calls::new(manifest, config.max_in_flight, config.remember_calls, key);
         let mut config = config;
         config.max_frame_bytes = config.max_frame_bytes.clamp(1024, MAX_FRAME_BYTES);
