@@ -8,6 +8,7 @@
 //! size = "1280x800"
 //! id = "desktop"
 //! name = "Desktop"
+//! root_clicks = false
 //!
 //! [blackout]
 //! classes = ["KeePassXC"]
@@ -212,13 +213,19 @@ impl Blackout {
         self.classes.is_empty() && self.titles.is_empty() && self.regions.is_empty()
     }
 
-    /// True when a window of this WM_CLASS (instance and class) or these
-    /// titles is blacked out.
-    pub fn matches_window(&self, class: &[String], titles: &[String]) -> bool {
-        class
-            .iter()
-            .any(|c| self.classes.iter().any(|b| lower(b) == lower(c)))
-            || titles
+    /// True when a window called `names` is blacked out: its WM_CLASS
+    /// (instance or class) is listed, or a title matches a pattern. Fail
+    /// closed: a class that could not be read whole counts as every listed
+    /// class, and a title that could not counts as matching every pattern.
+    pub(crate) fn matches_window(&self, names: &WindowNames) -> bool {
+        (names.class_unread && !self.classes.is_empty())
+            || (names.title_unread && !self.titles.is_empty())
+            || names
+                .class
+                .iter()
+                .any(|c| self.classes.iter().any(|b| lower(b) == lower(c)))
+            || names
+                .titles
                 .iter()
                 .any(|t| self.titles.iter().any(|glob| glob_matches(glob, t)))
     }
@@ -244,6 +251,20 @@ impl Blackout {
     }
 }
 
+/// What a window is called, as far as it could be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct WindowNames {
+    /// WM_CLASS: its instance and class names.
+    pub class: Vec<String>,
+    /// WM_NAME and _NET_WM_NAME.
+    pub titles: Vec<String>,
+    /// WM_CLASS is longer than the device reads, or not text.
+    pub class_unread: bool,
+    /// A title is longer than the device reads, or not text in its
+    /// declared encoding.
+    pub title_unread: bool,
+}
+
 /// Every setting of the desktop device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesktopConfig {
@@ -257,6 +278,10 @@ pub struct DesktopConfig {
     pub name: String,
     /// What is blacked out.
     pub blackout: Blackout,
+    /// Whether clicks, scrolls and drags may start on the bare desktop
+    /// (the root window), where window managers open their menus (some
+    /// list every window's title); off unless the person turns it on.
+    pub root_clicks: bool,
 }
 
 impl Default for DesktopConfig {
@@ -267,6 +292,7 @@ impl Default for DesktopConfig {
             id: DEFAULT_ID.to_owned(),
             name: DEFAULT_NAME.to_owned(),
             blackout: Blackout::default(),
+            root_clicks: false,
         }
     }
 }
@@ -279,6 +305,7 @@ struct RawConfig {
     size: Option<String>,
     id: Option<String>,
     name: Option<String>,
+    root_clicks: Option<bool>,
     #[serde(default)]
     blackout: RawBlackout,
 }
@@ -325,6 +352,7 @@ impl DesktopConfig {
         if let Some(name) = raw.name {
             config.name = name;
         }
+        config.root_clicks = raw.root_clicks.unwrap_or(false);
         let mut blackout = Blackout::new();
         for class in &raw.blackout.classes {
             blackout = blackout.class(class)?;
@@ -438,6 +466,41 @@ mod tests {
     }
 
     #[test]
+    fn names_that_cannot_be_read_match_every_pattern() {
+        let blackout = Blackout::new()
+            .class("KeePassXC")
+            .and_then(|b| b.title("*Password*"))
+            .unwrap_or_default();
+        let names = |class: &[&str], titles: &[&str]| WindowNames {
+            class: class.iter().map(|&c| c.to_owned()).collect(),
+            titles: titles.iter().map(|&t| t.to_owned()).collect(),
+            ..WindowNames::default()
+        };
+        assert!(blackout.matches_window(&names(&["keepassxc"], &[])));
+        assert!(blackout.matches_window(&names(&[], &["My password"])));
+        assert!(!blackout.matches_window(&names(&["notes"], &["Notes"])));
+        let unread_title = WindowNames {
+            title_unread: true,
+            ..names(&["notes"], &["Notes"])
+        };
+        assert!(blackout.matches_window(&unread_title));
+        let unread_class = WindowNames {
+            class_unread: true,
+            ..names(&[], &["Notes"])
+        };
+        assert!(blackout.matches_window(&unread_class));
+        // Nothing listed of that kind: nothing to match.
+        let regions_only = Blackout::new().region(Region {
+            x: 0,
+            y: 0,
+            width: 1,
+            height: 1,
+        });
+        assert!(!regions_only.matches_window(&unread_title));
+        assert!(!regions_only.matches_window(&unread_class));
+    }
+
+    #[test]
     fn globs_match_case_insensitively() {
         let check = |glob: &str, text: &str, expected: bool| {
             assert_eq!(glob_matches(glob, text), expected, "{glob} on {text}");
@@ -456,7 +519,7 @@ mod tests {
     #[test]
     fn the_file_reads_fail_closed() {
         let config = DesktopConfig::parse(
-            "display = \":3\"\nsize = \"800x600\"\n[blackout]\nclasses = [\"KeePassXC\"]\ntitles = [\"*Password*\"]\nregions = [\"0,0,200,100\"]\n",
+            "display = \":3\"\nsize = \"800x600\"\nroot_clicks = true\n[blackout]\nclasses = [\"KeePassXC\"]\ntitles = [\"*Password*\"]\nregions = [\"0,0,200,100\"]\n",
         );
         let Ok(config) = config else {
             unreachable!("{config:?}")
@@ -464,6 +527,7 @@ mod tests {
         assert_eq!(config.display.as_deref(), Some(":3"));
         assert_eq!(config.size.to_string(), "800x600");
         assert_eq!(config.id, "desktop");
+        assert!(config.root_clicks);
         assert_eq!(
             config.blackout.describe(),
             "Blacked out before any pixel leaves the device: windows of class KeePassXC; windows titled *Password*; screen region 0,0 200x100."
@@ -476,6 +540,7 @@ mod tests {
             "[blackout]\nclasses = [\"\"]",
             "display = \"nope\"",
             "id = 3",
+            "root_clicks = \"yes\"",
         ] {
             assert!(DesktopConfig::parse(bad).is_err(), "{bad}");
         }

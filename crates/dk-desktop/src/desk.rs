@@ -4,11 +4,11 @@
 //! name, and connects again every second until it is back.
 
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{Blackout, Size};
 use crate::image::{self, Rgb};
-use crate::x11::{Blacked, Session, XError};
+use crate::x11::{GRAB_LIMIT, Session, XError};
 
 /// How often the thread checks the connection, and tries again when the
 /// display is gone.
@@ -27,6 +27,7 @@ pub struct Desk {
     lost: bool,
     blackout: Blackout,
     size: Size,
+    root_clicks: bool,
 }
 
 /// Why an action failed, as the agent is told.
@@ -42,6 +43,11 @@ impl Desk {
     /// What is blacked out.
     pub fn blackout(&self) -> &Blackout {
         &self.blackout
+    }
+
+    /// Whether clicks may land on the bare desktop.
+    pub fn root_clicks(&self) -> bool {
+        self.root_clicks
     }
 
     fn unreachable(&self) -> Refusal {
@@ -115,7 +121,10 @@ impl Desk {
     fn tend(&mut self) {
         match &self.session {
             Some(session) => {
-                if let Err(XError::Gone(why)) = session.drain() {
+                if let Err(XError::Gone(why)) = session
+                    .drain()
+                    .and_then(|()| session.give_back_spares(false))
+                {
                     self.lost(&why);
                 }
             }
@@ -127,29 +136,41 @@ impl Desk {
 }
 
 /// The screen's pixels in the screen rectangle (`x`, `y`, `width`,
-/// `height`), blacked out where `blacked` says, scaled to fit `size`.
+/// `height`), blacked out where `blackout` says, scaled to fit `size`, and
+/// whether any of it was blacked out. The window tree and the pixels are
+/// read with the server grabbed, so both are of one instant: no window
+/// moves, opens or closes in between. The grab lasts at most
+/// [`GRAB_LIMIT`]; with no window listed there is no tree to read, and no
+/// grab.
 pub fn shoot(
     session: &Session,
-    blacked: &Blacked,
+    blackout: &Blackout,
     area: (u32, u32, u32, u32),
     size: Size,
-) -> Result<(Rgb, usize), XError> {
+) -> Result<(Rgb, bool), XError> {
     let (x, y, width, height) = area;
-    let mut pixels = session.capture(x, y, width, height)?;
-    let mut applied = 0;
+    let until = Instant::now() + GRAB_LIMIT;
+    let read = || {
+        Ok((
+            session.blacked(blackout, until)?,
+            session.capture(area, until)?,
+        ))
+    };
+    let (blacked, mut pixels) = if blackout.classes().is_empty() && blackout.titles().is_empty() {
+        read()?
+    } else {
+        session.grabbed(read)?
+    };
     for rect in &blacked.rects {
-        let (left, top) = (rect.x - i64::from(x), rect.y - i64::from(y));
-        if left < i64::from(width)
-            && top < i64::from(height)
-            && left + rect.width > 0
-            && top + rect.height > 0
-        {
-            pixels.fill_black(left, top, rect.width, rect.height);
-            applied += 1;
-        }
+        pixels.fill_black(
+            rect.x - i64::from(x),
+            rect.y - i64::from(y),
+            rect.width,
+            rect.height,
+        );
     }
     let (w, h) = image::fit(width, height, size);
-    Ok((image::scale_down(pixels, w, h), applied))
+    Ok((image::scale_down(pixels, w, h), blacked.meets(area)))
 }
 
 /// The handle handlers send their actions through; cheap to clone.
@@ -168,7 +189,12 @@ impl DeskHandle {
     /// Starts the thread for `display`; it connects at once and keeps
     /// trying every second while the display is not there. The thread ends
     /// when the last handle is dropped.
-    pub fn start(display: String, blackout: Blackout, size: Size) -> std::io::Result<Self> {
+    pub fn start(
+        display: String,
+        blackout: Blackout,
+        size: Size,
+        root_clicks: bool,
+    ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("dk-desktop-x11".to_owned())
@@ -179,6 +205,7 @@ impl DeskHandle {
                     lost: false,
                     blackout,
                     size,
+                    root_clicks,
                 };
                 if !desk.connect() {
                     tracing::warn!(
@@ -190,7 +217,12 @@ impl DeskHandle {
                     match queue.recv_timeout(RECONNECT_EVERY) {
                         Ok(job) => job(&mut desk),
                         Err(mpsc::RecvTimeoutError::Timeout) => desk.tend(),
-                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            if let Some(session) = &desk.session {
+                                let _ = session.give_back_spares(true);
+                            }
+                            return;
+                        }
                     }
                 }
             })?;

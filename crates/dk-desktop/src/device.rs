@@ -2,7 +2,7 @@
 //! the screenshot's and zoom's descriptions), and one handler per
 //! capability, each checking its input before anything reaches X.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use dk_device::{DefineError, Device, HandlerError};
@@ -12,7 +12,7 @@ use crate::config::{DesktopConfig, Size};
 use crate::desk::{Desk, DeskHandle, Refusal, shoot};
 use crate::image::{self, encode_png};
 use crate::keys::{self, Keysym};
-use crate::x11::{Session, XError};
+use crate::x11::{DRAG_STEPS, GRAB_LIMIT, Pressed, Session, XError};
 
 /// The manifest's kind.
 pub const KIND: &str = "desktop-control";
@@ -25,6 +25,11 @@ pub const MAX_TEXT: usize = dk_proto::limits::INPUT_STRING;
 pub const MAX_SCROLL: u8 = 30;
 /// Longest `wait`, in seconds.
 pub const MAX_WAIT_SECONDS: f64 = 5.0;
+/// Longest a `key` or `type` call presses keys: well inside a vessel's
+/// call time (10 s unless configured), so an agent never reads that a
+/// call failed while its keys are still being typed. A call that would
+/// take longer stops and says how far it got.
+pub const MAX_KEYS_TIME: Duration = Duration::from_secs(8);
 /// Longest capability description (UTF-16 code units), as manifests allow.
 const MAX_DESCRIPTION: usize = dk_proto::limits::CAPABILITY_DESCRIPTION;
 
@@ -73,7 +78,12 @@ impl Desktop {
                 .ok_or(StartError::NoDisplay)?,
         };
         let manifest = manifest(config, stream_every)?;
-        let desk = DeskHandle::start(display, config.blackout.clone(), config.size)?;
+        let desk = DeskHandle::start(
+            display,
+            config.blackout.clone(),
+            config.size,
+            config.root_clicks,
+        )?;
         let mut builder = Device::define(&manifest);
         for (name, action) in ACTIONS {
             let desk = desk.clone();
@@ -160,7 +170,7 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
             "height": number("height, screenshot pixels"),
         }}),
         json!({"name": "cursor_position", "kind": "sensor",
-               "description": "Where the pointer is, in screenshot pixels: {x, y}."}),
+               "description": "Where the pointer is, in screenshot pixels: {x, y}; refused while it is in a blacked-out area."}),
         json!({"name": "mouse_move", "kind": "actuator",
                "description": "Move the pointer to a point of the screenshot.",
                "params": {"x": number("screenshot pixels from the left"),
@@ -183,11 +193,11 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
                           "x": optional("screenshot pixels from the left; with y"),
                           "y": optional("screenshot pixels from the top; with x")}}),
         json!({"name": "key", "kind": "actuator", "confirm": true,
-               "description": "Press a key combination such as ctrl+s, Return or alt+Tab (up to 16, separated by spaces) in the focused window. Asks the person every time.",
+               "description": "Press a key combination such as ctrl+s, Return or alt+Tab (up to 16, separated by spaces) in the focused window: modifiers, named keys, F1-F24 and single characters. Asks the person every time.",
                "params": {"text": {"type": "string", "required": true, "description": "the combination(s), xdotool style"}}}),
         json!({"name": "type", "kind": "actuator", "confirm": true,
                "description": "Type text (any Unicode; a new line presses Return) into the focused window. Asks the person every time.",
-               "params": {"text": {"type": "string", "required": true, "description": "what to type, at most 1000 characters"}}}),
+               "params": {"text": {"type": "string", "required": true, "multiline": true, "description": "what to type, at most 1000 characters; new lines and tabs press Return and Tab"}}}),
         json!({"name": "wait", "kind": "actuator",
                "description": "Wait a while, e.g. for a window to open.",
                "params": {"duration": number("seconds, more than 0 and at most 5")}}),
@@ -245,12 +255,24 @@ fn refuse(why: impl Into<String>) -> HandlerError {
     HandlerError::new(why)
 }
 
-/// A number as JavaScript writes it.
+/// A number as an agent wrote it, short: whole numbers as they are,
+/// others to at most 6 significant digits, very large or small ones with
+/// an exponent (`1e300`), never a long run of digits.
 fn show(n: f64) -> String {
     if n.is_finite() && n.fract() == 0.0 && n.abs() < 1e15 {
         format!("{}", n as i64)
+    } else if n != 0.0 && (n.abs() >= 1e15 || n.abs() < 1e-4) {
+        let text = format!("{n:.5e}");
+        match text.split_once('e') {
+            Some((mantissa, exponent)) => {
+                let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+                format!("{mantissa}e{exponent}")
+            }
+            None => text,
+        }
     } else {
-        format!("{n}")
+        let text = format!("{n:.6}");
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
     }
 }
 
@@ -358,72 +380,91 @@ impl Scale {
     }
 }
 
-/// What a pointer action is refused for, or the points in screen pixels.
-fn place_all(
-    session: &Session,
-    desk: &Desk,
-    points: &[Point],
-) -> Result<Result<Vec<(i64, i64)>, String>, XError> {
-    let scale = Scale::of(session, desk.size())?;
-    let mut placed = Vec::new();
-    for &p in points {
-        match scale.place(p) {
-            Ok(at) => placed.push(at),
-            Err(why) => return Ok(Err(why)),
-        }
-    }
-    if placed.is_empty() {
-        return Ok(Ok(placed));
-    }
-    let blacked = session.blacked(desk.blackout())?;
-    for (p, &(x, y)) in points.iter().zip(&placed) {
-        if blacked.covers(x, y) {
-            return Ok(Err(format!(
-                "the point ({}, {}) is in a blacked-out area",
-                show(p.x),
-                show(p.y)
-            )));
-        }
-    }
-    Ok(Ok(placed))
+/// Why a press at the screenshot point `p` is refused: it is on the bare
+/// desktop.
+fn on_desktop(p: Point) -> String {
+    format!(
+        "the point ({}, {}) is on the desktop itself, where this device does not click",
+        show(p.x),
+        show(p.y)
+    )
+}
+
+/// Why an action at the screenshot point `p` is refused: it is blacked out.
+fn in_blackout(p: Point) -> String {
+    format!(
+        "the point ({}, {}) is in a blacked-out area",
+        show(p.x),
+        show(p.y)
+    )
 }
 
 /// Runs a pointer action at `points` (checked: inside the screenshot, not
-/// blacked out) on the X thread; with no points, at the pointer (checked:
-/// not blacked out), `act` then given none.
+/// blacked out, and the first not on the bare desktop when it `presses` a
+/// button, unless the configuration allows it) on the X thread; with no
+/// points, at the pointer (checked likewise), `act` then given none. With
+/// `keys` (modifiers held), where keys go is checked too. The checks and
+/// `act` run with the server grabbed: nothing moves in between.
 async fn pointer_action(
     desk: &DeskHandle,
     points: Vec<Point>,
+    presses: bool,
+    keys: bool,
     act: impl FnOnce(&Session, &[(i64, i64)]) -> Result<(), XError> + Send + 'static,
 ) -> Result<Result<(), String>, HandlerError> {
     desk.run(move |desk| {
         desk.with(|session, desk| {
-            if points.is_empty() {
-                // At the pointer: refused when the pointer is in a
-                // blacked-out area.
-                let (x, y) = session.pointer()?;
-                if session.blacked(desk.blackout())?.covers(x, y) {
-                    return Ok(Err("the pointer is in a blacked-out area".to_owned()));
+            let scale = Scale::of(session, desk.size())?;
+            let mut placed = Vec::new();
+            for &p in &points {
+                match scale.place(p) {
+                    Ok(at) => placed.push(at),
+                    Err(why) => return Ok(Err(why)),
                 }
-                return act(session, &[]).map(Ok);
             }
-            match place_all(session, desk, &points)? {
-                Ok(placed) => act(session, &placed).map(Ok),
-                Err(why) => Ok(Err(why)),
-            }
+            let checks_root = presses && !desk.root_clicks();
+            session.grabbed(|| {
+                let blacked = session.blacked(desk.blackout(), Instant::now() + GRAB_LIMIT)?;
+                if points.is_empty() {
+                    let (x, y) = session.pointer()?;
+                    if blacked.covers(x, y) {
+                        return Ok(Err("the pointer is in a blacked-out area".to_owned()));
+                    }
+                    if checks_root && session.top_under_pointer()?.is_none() {
+                        return Ok(Err(
+                            "the pointer is on the desktop itself, where this device does not click"
+                                .to_owned(),
+                        ));
+                    }
+                }
+                for (&p, &(x, y)) in points.iter().zip(&placed) {
+                    if blacked.covers(x, y) {
+                        return Ok(Err(in_blackout(p)));
+                    }
+                }
+                if let (true, Some(&p), Some(&(x, y))) =
+                    (checks_root, points.first(), placed.first())
+                    && session.top_at(x, y)?.is_none()
+                {
+                    return Ok(Err(on_desktop(p)));
+                }
+                if keys && let Some(why) = session.keys_go(&blacked)?.refusal() {
+                    return Ok(Err(why.to_owned()));
+                }
+                act(session, &placed).map(Ok)
+            })
         })
     })
     .await
     .map_err(|Refusal(why)| refuse(why))
 }
 
-fn whole_screen(session: &Session, desk: &Desk) -> Result<(image::Rgb, usize), XError> {
+fn whole_screen(session: &Session, desk: &Desk) -> Result<(image::Rgb, bool), XError> {
     let (width, height) = session.size()?;
-    let blacked = session.blacked(desk.blackout())?;
-    shoot(session, &blacked, (0, 0, width, height), desk.size())
+    shoot(session, desk.blackout(), (0, 0, width, height), desk.size())
 }
 
-fn image_result(rgb: &image::Rgb, blacked_out: usize) -> Result<Value, HandlerError> {
+fn image_result(rgb: &image::Rgb, blacked_out: bool) -> Result<Value, HandlerError> {
     let png = encode_png(rgb).map_err(|e| refuse(e.to_string()))?;
     image::check_fits(&png).map_err(|e| refuse(e.to_string()))?;
     Ok(json!({
@@ -472,9 +513,8 @@ async fn zoom(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, Hand
                 };
                 let x1 = edge(corner.x + width, scale.screen.0, scale.shot.0).max(x0 + 1);
                 let y1 = edge(corner.y + height, scale.screen.1, scale.shot.1).max(y0 + 1);
-                let blacked = session.blacked(desk.blackout())?;
                 let area = (x0 as u32, y0 as u32, (x1 - x0) as u32, (y1 - y0) as u32);
-                shoot(session, &blacked, area, desk.size()).map(Ok)
+                shoot(session, desk.blackout(), area, desk.size()).map(Ok)
             })
         })
         .await
@@ -492,22 +532,29 @@ async fn cursor_position(
             desk.with(|session, desk| {
                 let scale = Scale::of(session, desk.size())?;
                 let (x, y) = session.pointer()?;
-                Ok((
+                let blacked = session.blacked(desk.blackout(), Instant::now() + GRAB_LIMIT)?;
+                if blacked.covers(x, y) {
+                    return Ok(Err("the pointer is in a blacked-out area"));
+                }
+                Ok(Ok((
                     Scale::to_shot(x, scale.screen.0, scale.shot.0),
                     Scale::to_shot(y, scale.screen.1, scale.shot.1),
-                ))
+                )))
             })
         })
         .await
-        .map_err(|Refusal(why)| refuse(why))?;
+        .map_err(|Refusal(why)| refuse(why))?
+        .map_err(refuse)?;
     Ok(json!({"x": x, "y": y}))
 }
 
 async fn mouse_move(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
     let p = required_point(&input, ("x", "y"))?;
-    pointer_action(&desk, vec![p], |session, at| match at.first() {
-        Some(&(x, y)) => session.move_to(x, y),
-        None => Ok(()),
+    pointer_action(&desk, vec![p], false, false, |session, at| {
+        match at.first() {
+            Some(&(x, y)) => session.move_to(x, y),
+            None => Ok(()),
+        }
     })
     .await?
     .map_err(refuse)?;
@@ -537,9 +584,14 @@ async fn click(
 ) -> Result<Value, HandlerError> {
     let p = point(&input, ("x", "y"))?;
     let held = modifiers(&input)?;
-    pointer_action(&desk, p.into_iter().collect(), move |session, at| {
-        session.click(at.first().copied(), button, count, &held)
-    })
+    let keys = !held.is_empty();
+    pointer_action(
+        &desk,
+        p.into_iter().collect(),
+        true,
+        keys,
+        move |session, at| session.click(at.first().copied(), button, count, &held),
+    )
     .await?
     .map_err(refuse)?;
     Ok(json!({"clicked": true, "count": count}))
@@ -548,11 +600,54 @@ async fn click(
 async fn drag(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
     let start = required_point(&input, ("start_x", "start_y"))?;
     let end = required_point(&input, ("x", "y"))?;
-    pointer_action(&desk, vec![start, end], |session, at| match at {
-        [from, to] => session.drag(*from, *to),
-        _ => Ok(()),
+    desk.run(move |desk| {
+        desk.with(|session, desk| {
+            let scale = Scale::of(session, desk.size())?;
+            let (from, to) = match (scale.place(start), scale.place(end)) {
+                (Ok(from), Ok(to)) => (from, to),
+                (Err(why), _) | (_, Err(why)) => return Ok(Err(why)),
+            };
+            let blackout = desk.blackout();
+            let checks_root = !desk.root_clicks();
+            session.drag(
+                from,
+                to,
+                || {
+                    let blacked = session.blacked(blackout, Instant::now() + GRAB_LIMIT)?;
+                    for (p, (x, y)) in [(start, from), (end, to)] {
+                        if blacked.covers(x, y) {
+                            return Ok(Err(in_blackout(p)));
+                        }
+                    }
+                    let crosses = (1..DRAG_STEPS).any(|step| {
+                        let along =
+                            |a: i64, b: i64| a + (b - a) * i64::from(step) / i64::from(DRAG_STEPS);
+                        blacked.covers(along(from.0, to.0), along(from.1, to.1))
+                    });
+                    if crosses {
+                        return Ok(Err("the drag's path crosses a blacked-out area".to_owned()));
+                    }
+                    if checks_root && session.top_at(from.0, from.1)?.is_none() {
+                        return Ok(Err(on_desktop(start)));
+                    }
+                    Ok(Ok(()))
+                },
+                || {
+                    let blacked = session.blacked(blackout, Instant::now() + GRAB_LIMIT)?;
+                    Ok(if blacked.covers(to.0, to.1) {
+                        Err(format!(
+                            "{} now; the button was released where the drag began",
+                            in_blackout(end)
+                        ))
+                    } else {
+                        Ok(())
+                    })
+                },
+            )
+        })
     })
-    .await?
+    .await
+    .map_err(|Refusal(why)| refuse(why))?
     .map_err(refuse)?;
     Ok(json!({"dragged": true}))
 }
@@ -580,34 +675,58 @@ async fn scroll(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, Ha
     }
     let clicks = amount as u8;
     let p = point(&input, ("x", "y"))?;
-    pointer_action(&desk, p.into_iter().collect(), move |session, at| {
-        session.scroll(at.first().copied(), button, clicks)
-    })
+    pointer_action(
+        &desk,
+        p.into_iter().collect(),
+        true,
+        false,
+        move |session, at| session.scroll(at.first().copied(), button, clicks),
+    )
     .await?
     .map_err(refuse)?;
     Ok(json!({"scrolled": direction, "amount": clicks}))
 }
 
-/// Presses `combos` unless the focus is in a blacked-out window.
-async fn press(desk: &DeskHandle, combos: Vec<keys::Combo>) -> Result<(), HandlerError> {
-    desk.run(move |desk| {
-        desk.with(|session, desk| {
-            let blacked = session.blacked(desk.blackout())?;
-            if session.focus_blacked(&blacked)? {
-                return Ok(Err("the input focus is in a blacked-out window".to_owned()));
-            }
-            session.press_combos(&combos).map(Ok)
+/// Presses `combos` (`what` they are, counted in messages), each only
+/// where its keys go is verified, within [`MAX_KEYS_TIME`].
+async fn press(
+    desk: &DeskHandle,
+    combos: Vec<keys::Combo>,
+    what: &'static str,
+) -> Result<(), HandlerError> {
+    let total = combos.len();
+    let pressed = desk
+        .run(move |desk| {
+            desk.with(|session, desk| {
+                session.press_combos(&combos, desk.blackout(), Instant::now() + MAX_KEYS_TIME)
+            })
         })
-    })
-    .await
-    .map_err(|Refusal(why)| refuse(why))?
-    .map_err(refuse)
+        .await
+        .map_err(|Refusal(why)| refuse(why))?;
+    match pressed {
+        Pressed::All => Ok(()),
+        Pressed::Stopped { done: 0, why } => Err(refuse(why)),
+        Pressed::Stopped { done, why } => {
+            let verb = if what == "characters" {
+                "typed"
+            } else {
+                "pressed"
+            };
+            Err(refuse(format!(
+                "{why}; {done} of {total} {what} were {verb} first"
+            )))
+        }
+        Pressed::OutOfTime { done } => Err(refuse(format!(
+            "the call's {} s ran out after {done} of {total} {what}; the rest were not typed",
+            MAX_KEYS_TIME.as_secs()
+        ))),
+    }
 }
 
 async fn key(desk: DeskHandle, input: Map<String, Value>) -> Result<Value, HandlerError> {
     let combos = keys::combos(text(&input, "text")?).map_err(|e| refuse(e.to_string()))?;
     let count = combos.len();
-    press(&desk, combos).await?;
+    press(&desk, combos, "key combinations").await?;
     Ok(json!({"pressed": count}))
 }
 
@@ -619,7 +738,7 @@ async fn type_text(desk: DeskHandle, input: Map<String, Value>) -> Result<Value,
             "the text is {characters} characters; at most {MAX_TEXT} are typed at once"
         )));
     }
-    let combos = keys::text_keysyms(text)
+    let combos: Vec<keys::Combo> = keys::text_keysyms(text)
         .map_err(|e| refuse(e.to_string()))?
         .into_iter()
         .map(|key| keys::Combo {
@@ -627,7 +746,7 @@ async fn type_text(desk: DeskHandle, input: Map<String, Value>) -> Result<Value,
             key,
         })
         .collect();
-    press(&desk, combos).await?;
+    press(&desk, combos, "characters").await?;
     Ok(json!({"typed": characters}))
 }
 

@@ -1,7 +1,11 @@
 //! Key names in xdotool's vocabulary (`ctrl+s`, `Return`, `alt+Tab`) read
 //! into X keysyms, and the keysym of any character. Everything here is
 //! checked before a key is pressed: a name not in the table refuses the
-//! whole call.
+//! whole call. The keysyms reachable are exactly the table's, `F1`-`F24`
+//! and those of characters (Latin-1's own, others' Unicode keysyms): no
+//! keysym by number, so none of those the X keyboard extension binds to
+//! the server's own actions (`XF86Switch_VT_1`, `Terminate_Server`,
+//! `Pointer_Button1`).
 
 /// Most combinations one `key` call presses.
 pub const MAX_COMBOS: usize = 16;
@@ -174,8 +178,8 @@ pub fn modifier(name: &str) -> Option<Keysym> {
     MODIFIERS.iter().find(|(n, _)| *n == name).map(|&(_, k)| k)
 }
 
-/// The keysym of a key name: a named key, a modifier, `F1`-`F24`, a
-/// single character, or a keysym in hex (`0x1008ff13`).
+/// The keysym of a key name: a named key, a modifier, `F1`-`F24`, or a
+/// single character.
 pub fn key(name: &str) -> Option<Keysym> {
     let mut chars = name.chars();
     if let (Some(c), None) = (chars.next(), chars.next()) {
@@ -194,22 +198,16 @@ pub fn key(name: &str) -> Option<Keysym> {
     {
         return Some(0xffbe + n - 1);
     }
-    if let Some(hex) = lower.strip_prefix("0x")
-        && let Ok(k) = u32::from_str_radix(hex, 16)
-        && (1..=0x1fff_ffff).contains(&k)
-    {
-        return Some(k);
-    }
     None
 }
 
 /// The keysym that types `c`: Latin-1 as itself, `\n` Return, `\t` Tab,
-/// any other character `0x1000000` plus its code point. Control characters
-/// have none.
+/// any other character `0x1000000` plus its code point. Other control
+/// characters have none (the vessel refuses them too).
 pub fn char_keysym(c: char) -> Option<Keysym> {
     let cp = u32::from(c);
     match c {
-        '\n' | '\r' => Some(sym::RETURN),
+        '\n' => Some(sym::RETURN),
         '\t' => Some(sym::TAB),
         _ if c.is_control() => None,
         _ if (0x20..=0x7e).contains(&cp) || (0xa0..=0xff).contains(&cp) => Some(cp),
@@ -217,19 +215,11 @@ pub fn char_keysym(c: char) -> Option<Keysym> {
     }
 }
 
-/// The keysyms that type `text`, in order (`\r\n` is one Return).
+/// The keysyms that type `text`, in order.
 pub fn text_keysyms(text: &str) -> Result<Vec<Keysym>, KeyError> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut previous = None;
-    for c in text.chars() {
-        if c == '\n' && previous == Some('\r') {
-            previous = Some(c);
-            continue;
-        }
-        previous = Some(c);
-        out.push(char_keysym(c).ok_or(KeyError::Control(u32::from(c)))?);
-    }
-    Ok(out)
+    text.chars()
+        .map(|c| char_keysym(c).ok_or(KeyError::Control(u32::from(c))))
+        .collect()
 }
 
 /// Reads `ctrl+s`, `Return`, `alt+Tab`, or up to [`MAX_COMBOS`] of them
@@ -297,6 +287,15 @@ mod tests {
         check("é", Ok(vec![(vec![], 0xe9)]));
         check("€", Ok(vec![(vec![], 0x0100_20ac)]));
         check("Hyperspace", Err("\"Hyperspace\" is not a key name"));
+        for number in [
+            "0x1008fe01",
+            "0xfed5",
+            "0xff0d",
+            "XF86Switch_VT_1",
+            "Pointer_Button1",
+        ] {
+            check(number, Err(&format!("\"{number}\" is not a key name")));
+        }
         check("hyper+a", Err("\"hyper\" is not a key name"));
         check("F25", Err("\"F25\" is not a key name"));
         check("ctrl+", Err("\"\" is not a key name"));
@@ -310,9 +309,10 @@ mod tests {
     #[test]
     fn text_becomes_keysyms() {
         assert_eq!(
-            text_keysyms("a\r\nb\tç😀"),
+            text_keysyms("a\nb\tç😀"),
             Ok(vec![0x61, sym::RETURN, 0x62, sym::TAB, 0xe7, 0x0101_f600])
         );
         assert_eq!(text_keysyms("a\u{7}"), Err(KeyError::Control(7)));
+        assert_eq!(text_keysyms("a\r\n"), Err(KeyError::Control(13)));
     }
 }

@@ -9,9 +9,10 @@
 //! and every coordinate is scaled back as `round(v * screen / shot)`.
 //!
 //! Windows named by class or title, and screen regions, are blacked out
-//! before any pixel leaves the device, and a pointer action landing in one,
-//! or keys while the focus is in one, is refused. The list is written into
-//! the manifest, so the person sees it when pairing.
+//! before any pixel leaves the device (the window tree and the pixels read
+//! with the server grabbed, so of one instant), and a pointer action landing
+//! in one, or keys the server would send to one, is refused. The list is
+//! written into the manifest, so the person sees it when pairing.
 //!
 //! Every call's input is checked before anything is sent to X; no input
 //! from an agent or a vessel can make this crate panic. When the display
@@ -31,4 +32,6 @@ pub use config::{
     Blackout, ConfigError, DEFAULT_ID, DEFAULT_NAME, DEFAULT_SIZE, DesktopConfig, MAX_CONFIG_BYTES,
     Region, Size, check_display,
 };
-pub use device::{Desktop, KIND, MAX_SCROLL, MAX_TEXT, MAX_WAIT_SECONDS, StartError};
+pub use device::{
+    Desktop, KIND, MAX_KEYS_TIME, MAX_SCROLL, MAX_TEXT, MAX_WAIT_SECONDS, StartError,
+};

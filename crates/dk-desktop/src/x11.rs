@@ -1,36 +1,54 @@
 //! One connection to an X display, on x11rb's pure-Rust connection: the
 //! screen's size, its pixels (GetImage, ZPixmap), the windows to black out
-//! (the window tree walked from the root), the pointer, the input focus,
-//! and input through XTest.
+//! (the window tree walked from the root), the pointer, where keys would go,
+//! and input through XTest. What must not change between a check and the
+//! act it allows runs with the server grabbed ([`Session::grabbed`]).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use x11rb::connection::{Connection as _, RequestConnection as _};
 use x11rb::errors::{ConnectionError, ReplyError};
 use x11rb::protocol::xproto::{
-    AtomEnum, BUTTON_PRESS_EVENT, ConnectionExt as _, ImageFormat, ImageOrder, KEY_PRESS_EVENT,
-    MOTION_NOTIFY_EVENT, MapState, VisualClass, Window,
+    AtomEnum, BUTTON_PRESS_EVENT, ConnectionExt as _, GetPropertyReply, ImageFormat, ImageOrder,
+    InputFocus, KEY_PRESS_EVENT, MOTION_NOTIFY_EVENT, MapState, VisualClass, Window,
 };
 use x11rb::protocol::xtest::{self, ConnectionExt as _};
 use x11rb::rust_connection::RustConnection;
 
-use crate::config::Blackout;
+use crate::config::{Blackout, WindowNames};
 use crate::image::{PixelFormat, Rgb};
 use crate::keys::{Combo, Keysym, sym};
 
 /// Most windows the blackout walk visits; a tree larger than this is
 /// treated as all blacked out rather than half read.
 const MAX_WINDOWS: usize = 20_000;
-/// Bytes of a window property read (class and titles).
-const PROPERTY_LONGS: u32 = 256;
-/// How long a keycode remapped for typing is left alone before it is
-/// changed again: clients re-read the mapping when told it changed.
-pub const REMAP_PAUSE: Duration = Duration::from_millis(40);
+/// Bytes of a window property read (class and titles), in 4-byte units: a
+/// longer one is not read, and matches every pattern.
+const PROPERTY_LONGS: u32 = 1024;
+/// How long a spare keycode keeps the character it was given after its
+/// last press before it may be given another. Many programs (Tk, Xlib's
+/// own lookup) read a changed mapping only when they handle the key, which
+/// may be a while after it was pressed.
+pub const REUSE_AFTER: Duration = Duration::from_millis(250);
+/// How long programs are given to read a changed keyboard mapping before
+/// a key typed with it arrives: Tk, for one, looks a key up as soon as it
+/// reads it, before it handles the mapping's change that came just before.
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// How long after the last key typed with them the spare keycodes are
+/// given back (no keysym on them again).
+pub const GIVE_BACK_AFTER: Duration = Duration::from_secs(3);
+/// Longest a screenshot or a zoom holds the display grabbed while it
+/// reads the window tree and the pixels; past it, it gives up.
+pub const GRAB_LIMIT: Duration = Duration::from_secs(1);
+/// How long the window tree read for keys is trusted: a call that types
+/// longer reads it again.
+const TREE_FRESH: Duration = Duration::from_millis(250);
 /// About how many bytes of the server's image one GetImage reads.
 const STRIP_BYTES: usize = 1 << 20;
 /// Motions between the press and the release of a drag.
-const DRAG_STEPS: i32 = 8;
+pub const DRAG_STEPS: i32 = 8;
 /// The pause between the motions of a drag.
 const DRAG_PAUSE: Duration = Duration::from_millis(5);
 
@@ -84,18 +102,48 @@ impl Rect {
 
 /// What is blacked out right now: the rectangles (windows and regions) and
 /// the windows matched, with the parents seen on the way.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Blacked {
     /// Every rectangle filled with black.
     pub rects: Vec<Rect>,
     matched: Vec<Window>,
     parents: HashMap<Window, Window>,
+    /// The tree was too large to read: everything is blacked out.
+    everything: bool,
+    /// When it was read.
+    read_at: Instant,
 }
 
 impl Blacked {
+    fn new(rects: Vec<Rect>) -> Self {
+        Blacked {
+            rects,
+            matched: Vec::new(),
+            parents: HashMap::new(),
+            everything: false,
+            read_at: Instant::now(),
+        }
+    }
+
     /// True when the screen pixel is in a blacked-out rectangle.
     pub fn covers(&self, x: i64, y: i64) -> bool {
         self.rects.iter().any(|r| r.contains(x, y))
+    }
+
+    /// True when a blacked-out rectangle meets the screen rectangle at
+    /// (`x`, `y`), `width` x `height`.
+    pub fn meets(&self, (x, y, width, height): (u32, u32, u32, u32)) -> bool {
+        let (x, y) = (i64::from(x), i64::from(y));
+        let (width, height) = (i64::from(width), i64::from(height));
+        self.rects
+            .iter()
+            .any(|r| r.x < x + width && r.y < y + height && r.x + r.width > x && r.y + r.height > y)
+    }
+
+    /// True when `top`, a child of the root, is a matched window or holds
+    /// one (as a window manager's frame holds its client).
+    fn holds_top(&self, top: Window, root: Window) -> bool {
+        self.everything || self.matched.iter().any(|&m| self.top_level(m, root) == top)
     }
 
     /// The ancestor of `window` that is a child of the root (the window
@@ -110,30 +158,55 @@ impl Blacked {
         }
         top
     }
+}
 
-    /// True when `window` is a matched window, inside one, or a window
-    /// (other than the root) holding one, as a window manager's frame
-    /// holds its client.
-    fn holds(&self, window: Window, root: Window) -> bool {
-        if window == root || window == x11rb::NONE {
-            return false;
-        }
-        let up = |mut w: Window| {
-            let mut chain = vec![w];
-            while let Some(&p) = self.parents.get(&w) {
-                if p == root || chain.len() > MAX_WINDOWS {
-                    break;
-                }
-                chain.push(p);
-                w = p;
+/// Where keys pressed now would go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysGo {
+    /// To this window or one inside it (a child of the root, a window
+    /// manager's frame or a client without one), which is not blacked out.
+    To(Window),
+    /// Into a blacked-out window.
+    Blacked,
+    /// To the root window itself, or nowhere (no focus).
+    Desktop,
+    /// To a window whose place in the tree cannot be read.
+    Unknown,
+}
+
+impl KeysGo {
+    /// Why keys are refused, unless they go to a window.
+    pub fn refusal(self) -> Option<&'static str> {
+        match self {
+            KeysGo::To(_) => None,
+            KeysGo::Blacked => Some("keys would go to a blacked-out window"),
+            KeysGo::Desktop => {
+                Some("keys would go to the desktop itself (no window has the keyboard's focus)")
             }
-            chain
-        };
-        let above = up(window);
-        self.matched
-            .iter()
-            .any(|m| above.contains(m) || up(*m).contains(&window))
+            KeysGo::Unknown => {
+                Some("keys would go to a window the device cannot place, so none are pressed")
+            }
+        }
     }
+}
+
+/// How a run of key combinations ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pressed {
+    /// All of them were pressed.
+    All,
+    /// The first `done` were pressed, then the rest were refused: `why`.
+    Stopped {
+        /// How many were pressed.
+        done: usize,
+        /// Why the next one was not.
+        why: &'static str,
+    },
+    /// The first `done` were pressed before the call's time ran out.
+    OutOfTime {
+        /// How many were pressed.
+        done: usize,
+    },
 }
 
 /// One connection to a display.
@@ -143,6 +216,9 @@ pub struct Session {
     screen: usize,
     net_wm_name: u32,
     utf8_string: u32,
+    compound_text: u32,
+    /// Spare keycodes the device put characters on, kept between calls.
+    spares: RefCell<Spares>,
 }
 
 impl std::fmt::Debug for Session {
@@ -182,14 +258,38 @@ impl Session {
         }
         let net_wm_name = conn.intern_atom(false, b"_NET_WM_NAME")?;
         let utf8_string = conn.intern_atom(false, b"UTF8_STRING")?;
-        let (net_wm_name, utf8_string) = (net_wm_name.reply()?.atom, utf8_string.reply()?.atom);
+        let compound_text = conn.intern_atom(false, b"COMPOUND_TEXT")?;
+        let (net_wm_name, utf8_string, compound_text) = (
+            net_wm_name.reply()?.atom,
+            utf8_string.reply()?.atom,
+            compound_text.reply()?.atom,
+        );
         Ok(Session {
             conn,
             root,
             screen,
             net_wm_name,
             utf8_string,
+            compound_text,
+            spares: RefCell::new(Spares::default()),
         })
+    }
+
+    /// Runs `act` with the server grabbed: no other client's request is
+    /// served meanwhile, so no window moves, opens, closes or takes the
+    /// focus between what `act` reads and what it does. Released after,
+    /// even when `act` failed.
+    pub fn grabbed<T>(&self, act: impl FnOnce() -> Result<T, XError>) -> Result<T, XError> {
+        self.conn.grab_server()?;
+        let result = act();
+        let released = self
+            .conn
+            .ungrab_server()
+            .and_then(|_| self.conn.flush())
+            .map_err(XError::from);
+        let value = result?;
+        released?;
+        Ok(value)
     }
 
     /// Reads and drops what the server sent unasked (errors of requests
@@ -211,7 +311,13 @@ impl Session {
     /// The pixels of the screen rectangle at (`x`, `y`), `width` x `height`
     /// (inside the screen), as RGB. Read in strips of about
     /// [`STRIP_BYTES`], so the server's image is never held whole.
-    pub fn capture(&self, x: u32, y: u32, width: u32, height: u32) -> Result<Rgb, XError> {
+    /// Fails once `until` passed, so that a capture under a grab of the
+    /// server holds it a bounded time.
+    pub fn capture(
+        &self,
+        (x, y, width, height): (u32, u32, u32, u32),
+        until: Instant,
+    ) -> Result<Rgb, XError> {
         let to16 = |v: u32| i16::try_from(v).map_err(|_| XError::Failed("off the screen".into()));
         let tou16 = |v: u32| u16::try_from(v).map_err(|_| XError::Failed("off the screen".into()));
         let strip = u32::try_from(STRIP_BYTES / (width.max(1) as usize * 4))
@@ -242,6 +348,9 @@ impl Session {
                 .decode_rows(&reply.data, &mut image, top, rows)
                 .map_err(|e| XError::Failed(e.to_string()))?;
             top += rows;
+            if top < height && Instant::now() > until {
+                return Err(too_long());
+            }
         }
         Ok(image)
     }
@@ -284,9 +393,13 @@ impl Session {
     /// What `blackout` covers now: its regions, and the viewable windows
     /// whose class or title it names (found from the root down, so a
     /// client window inside a window manager's frame is found too).
-    pub fn blacked(&self, blackout: &Blackout) -> Result<Blacked, XError> {
-        let mut blacked = Blacked {
-            rects: blackout
+    ///
+    /// Meant to run with the server grabbed, with what it allows: the tree
+    /// may change between two requests otherwise. Fails once `until`
+    /// passed.
+    pub fn blacked(&self, blackout: &Blackout, until: Instant) -> Result<Blacked, XError> {
+        let mut blacked = Blacked::new(
+            blackout
                 .regions()
                 .iter()
                 .map(|r| Rect {
@@ -296,8 +409,7 @@ impl Session {
                     height: i64::from(r.height),
                 })
                 .collect(),
-            ..Blacked::default()
-        };
+        );
         if blackout.classes().is_empty() && blackout.titles().is_empty() {
             return Ok(blacked);
         }
@@ -308,6 +420,9 @@ impl Session {
         // frame, title bar included).
         let mut outer: HashMap<Window, Rect> = HashMap::new();
         while !level.is_empty() {
+            if Instant::now() > until {
+                return Err(too_long());
+            }
             let trees = level
                 .iter()
                 .map(|&w| self.conn.query_tree(w).map(|c| (w, c)))
@@ -335,6 +450,7 @@ impl Session {
                     width: i64::from(width),
                     height: i64::from(height),
                 });
+                blacked.everything = true;
                 return Ok(blacked);
             }
             let attributes = children
@@ -356,9 +472,9 @@ impl Session {
                 .collect::<Result<Vec<_>, _>>()?;
             for (window, probe) in probes {
                 match self.read_probe(probe) {
-                    Ok(Some((rect, class, titles))) => {
+                    Ok(Some((rect, names))) => {
                         outer.insert(window, rect);
-                        if blackout.matches_window(&class, &titles) {
+                        if blackout.matches_window(&names) {
                             let top = blacked.top_level(window, self.root);
                             blacked.rects.push(outer.get(&top).copied().unwrap_or(rect));
                             blacked.matched.push(window);
@@ -390,16 +506,9 @@ impl Session {
         })
     }
 
-    /// A window's outer rectangle on the screen, its class names and its
-    /// titles; `None` when it went away meanwhile.
-    #[expect(
-        clippy::type_complexity,
-        reason = "a private step of one walk, named by its use"
-    )]
-    fn read_probe(
-        &self,
-        probe: Probe<'_>,
-    ) -> Result<Option<(Rect, Vec<String>, Vec<String>)>, XError> {
+    /// A window's outer rectangle on the screen and what it is called;
+    /// `None` when it went away meanwhile.
+    fn read_probe(&self, probe: Probe<'_>) -> Result<Option<(Rect, WindowNames)>, XError> {
         let gone = |r: &ReplyError| matches!(r, ReplyError::X11Error(_));
         let geometry = match probe.geometry.reply() {
             Ok(g) => g,
@@ -418,72 +527,137 @@ impl Session {
             width: i64::from(geometry.width) + 2 * border,
             height: i64::from(geometry.height) + 2 * border,
         };
-        let text = |cookie: x11rb::cookie::Cookie<
-            '_,
-            RustConnection,
-            x11rb::protocol::xproto::GetPropertyReply,
-        >|
-         -> Result<Option<(u32, Vec<u8>)>, XError> {
-            match cookie.reply() {
-                Ok(p) if p.format == 8 && !p.value.is_empty() => Ok(Some((p.type_, p.value))),
-                Ok(_) => Ok(None),
-                Err(e) if gone(&e) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        };
-        let class = text(probe.class)?
-            .map(|(_, v)| {
-                v.split(|&b| b == 0)
-                    .filter(|s| !s.is_empty())
-                    .map(latin1)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut titles = Vec::new();
-        for (ty, value) in [text(probe.name)?, text(probe.net_name)?]
-            .into_iter()
-            .flatten()
-        {
-            titles.push(
-                if ty == self.utf8_string || ty != u32::from(AtomEnum::STRING) {
-                    String::from_utf8_lossy(&value).into_owned()
-                } else {
-                    latin1(&value)
-                },
-            );
-        }
-        Ok(Some((rect, class, titles)))
-    }
-
-    /// True when the keyboard's input focus is in a blacked-out window
-    /// (or, when the focus follows the pointer, the pointer is in a
-    /// blacked-out area).
-    pub fn focus_blacked(&self, blacked: &Blacked) -> Result<bool, XError> {
-        let focus = self.conn.get_input_focus()?.reply()?.focus;
-        if focus == u32::from(x11rb::protocol::xproto::InputFocus::POINTER_ROOT) {
-            let (x, y) = self.pointer()?;
-            return Ok(blacked.covers(x, y));
-        }
-        if blacked.holds(focus, self.root) {
-            return Ok(true);
-        }
-        // A focus window the walk did not see (inside a matched window, or
-        // unviewable): walk up from it.
-        let mut window = focus;
-        for _ in 0..64 {
-            if window == self.root || window == x11rb::NONE {
-                return Ok(false);
-            }
-            if blacked.matched.contains(&window) {
-                return Ok(true);
-            }
-            window = match self.conn.query_tree(window)?.reply() {
-                Ok(tree) => tree.parent,
-                Err(ReplyError::X11Error(_)) => return Ok(false),
+        let mut names = WindowNames::default();
+        for (cookie, is_class) in [
+            (probe.class, true),
+            (probe.name, false),
+            (probe.net_name, false),
+        ] {
+            let reply = match cookie.reply() {
+                Ok(reply) => reply,
+                Err(e) if gone(&e) => return Ok(None),
                 Err(e) => return Err(e.into()),
             };
+            match self.text_of(&reply) {
+                Text::Absent => {}
+                Text::Unread if is_class => names.class_unread = true,
+                Text::Unread => names.title_unread = true,
+                Text::Read(text) if is_class => names.class.extend(
+                    text.split('\0')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned),
+                ),
+                Text::Read(text) => names.titles.push(text),
+            }
         }
-        Ok(false)
+        Ok(Some((rect, names)))
+    }
+
+    /// A text property as read: absent, text, or something that cannot be
+    /// read as text whole (longer than the device reads, in a format or
+    /// encoding it does not decode), which a blackout counts as matching.
+    fn text_of(&self, reply: &GetPropertyReply) -> Text {
+        if reply.type_ == x11rb::NONE {
+            return Text::Absent;
+        }
+        if reply.bytes_after > 0 || reply.format != 8 {
+            return Text::Unread;
+        }
+        let value = &reply.value;
+        if reply.type_ == u32::from(AtomEnum::STRING) {
+            Text::Read(latin1(value))
+        } else if reply.type_ == self.utf8_string {
+            match String::from_utf8(value.clone()) {
+                Ok(text) => Text::Read(text),
+                Err(_) => Text::Unread,
+            }
+        } else if reply.type_ == self.compound_text
+            && value
+                .iter()
+                .all(|&b| matches!(b, 0 | b'\t' | b'\n' | 0x20..=0x7e | 0xa0..=0xff))
+        {
+            // Compound text without an escape sequence is Latin-1.
+            Text::Read(latin1(value))
+        } else {
+            Text::Unread
+        }
+    }
+
+    /// Where keys pressed now would go, as the server decides it: to the
+    /// focus window (or the window under the pointer inside it), or, when
+    /// the focus is the root window or follows the pointer, to the window
+    /// under the pointer. Meant to run with the server grabbed, with the
+    /// keys it allows.
+    pub fn keys_go(&self, blacked: &Blacked) -> Result<KeysGo, XError> {
+        let focus = self.conn.get_input_focus()?;
+        let pointer = self.conn.query_pointer(self.root)?;
+        let (focus, pointer) = (focus.reply()?.focus, pointer.reply()?);
+        if focus == u32::from(InputFocus::NONE) {
+            return Ok(KeysGo::Desktop);
+        }
+        let top = if focus == u32::from(InputFocus::POINTER_ROOT) || focus == self.root {
+            if blacked.everything
+                || blacked.covers(i64::from(pointer.root_x), i64::from(pointer.root_y))
+            {
+                return Ok(KeysGo::Blacked);
+            }
+            if pointer.child == x11rb::NONE {
+                return Ok(KeysGo::Desktop);
+            }
+            pointer.child
+        } else {
+            match self.top_of(focus, blacked)? {
+                Some(top) => top,
+                None => return Ok(KeysGo::Unknown),
+            }
+        };
+        Ok(if blacked.holds_top(top, self.root) {
+            KeysGo::Blacked
+        } else {
+            KeysGo::To(top)
+        })
+    }
+
+    /// The child of the root that holds `window` (the window itself when
+    /// it is one); `None` when the tree above it cannot be read.
+    fn top_of(&self, window: Window, blacked: &Blacked) -> Result<Option<Window>, XError> {
+        let mut window = window;
+        for _ in 0..64 {
+            let parent = match blacked.parents.get(&window) {
+                Some(&parent) => parent,
+                None => match self.conn.query_tree(window)?.reply() {
+                    Ok(tree) => tree.parent,
+                    Err(ReplyError::X11Error(_)) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            if parent == self.root {
+                return Ok(Some(window));
+            }
+            if parent == x11rb::NONE {
+                return Ok(None);
+            }
+            window = parent;
+        }
+        Ok(None)
+    }
+
+    /// The child of the root at the screen pixel (`x`, `y`), the window a
+    /// click there lands in; `None` on the bare desktop.
+    pub fn top_at(&self, x: i64, y: i64) -> Result<Option<Window>, XError> {
+        let clamp = |v: i64| v.clamp(0, i64::from(i16::MAX)) as i16;
+        let reply = self
+            .conn
+            .translate_coordinates(self.root, self.root, clamp(x), clamp(y))?
+            .reply()?;
+        Ok((reply.child != x11rb::NONE).then_some(reply.child))
+    }
+
+    /// The child of the root the pointer is over; `None` on the bare
+    /// desktop.
+    pub fn top_under_pointer(&self) -> Result<Option<Window>, XError> {
+        let reply = self.conn.query_pointer(self.root)?.reply()?;
+        Ok((reply.child != x11rb::NONE).then_some(reply.child))
     }
 
     /// Where the pointer is, in screen pixels.
@@ -595,13 +769,35 @@ impl Session {
         })
     }
 
-    /// Presses the left button at `from`, moves in steps to `to`, releases.
-    pub fn drag(&self, from: (i64, i64), to: (i64, i64)) -> Result<(), XError> {
+    /// Presses the left button at `from`, moves in steps to `to`, releases
+    /// there. `may_press` runs with the server grabbed before the pointer
+    /// goes to `from` and presses, `may_release` likewise before the
+    /// pointer reaches `to` and releases; when the second refuses, the
+    /// button is released back at `from`. The steps between run without
+    /// the grab, so that programs follow the drag as it happens.
+    pub fn drag(
+        &self,
+        from: (i64, i64),
+        to: (i64, i64),
+        may_press: impl FnOnce() -> Result<Result<(), String>, XError>,
+        may_release: impl FnOnce() -> Result<Result<(), String>, XError>,
+    ) -> Result<Result<(), String>, XError> {
+        let mut outcome = Ok(());
         self.holding(|held| {
-            self.fake(MOTION_NOTIFY_EVENT, 0, from.0, from.1)?;
-            self.press_button(held, 1)?;
+            let pressed = self.grabbed(|| {
+                if let Err(why) = may_press()? {
+                    return Ok(Err(why));
+                }
+                self.fake(MOTION_NOTIFY_EVENT, 0, from.0, from.1)?;
+                self.press_button(held, 1)?;
+                Ok(Ok(()))
+            })?;
+            if let Err(why) = pressed {
+                outcome = Err(why);
+                return Ok(());
+            }
             self.finish()?;
-            for step in 1..=DRAG_STEPS {
+            for step in 1..DRAG_STEPS {
                 let along = |a: i64, b: i64| a + (b - a) * i64::from(step) / i64::from(DRAG_STEPS);
                 self.fake(
                     MOTION_NOTIFY_EVENT,
@@ -612,8 +808,19 @@ impl Session {
                 self.finish()?;
                 std::thread::sleep(DRAG_PAUSE);
             }
-            self.release_button(held, 1)
-        })
+            self.grabbed(|| {
+                let end = match may_release()? {
+                    Ok(()) => to,
+                    Err(why) => {
+                        outcome = Err(why);
+                        from
+                    }
+                };
+                self.fake(MOTION_NOTIFY_EVENT, 0, end.0, end.1)?;
+                self.release_button(held, 1)
+            })
+        })?;
+        Ok(outcome)
     }
 
     /// Turns the wheel: `button` 4 up, 5 down, 6 left, 7 right, `clicks`
@@ -632,23 +839,57 @@ impl Session {
     }
 
     /// Presses each combination in turn: its modifiers, then its key, then
-    /// all released in reverse. Keys the keyboard lacks are put on spare
-    /// keycodes for the while.
-    pub fn press_combos(&self, combos: &[Combo]) -> Result<(), XError> {
-        let mut typist = Typist::new(&self.conn)?;
+    /// all released in reverse. Each runs with the server grabbed, after
+    /// checking where its keys go ([`Session::keys_go`], the window tree
+    /// read again when older than [`TREE_FRESH`] or when the keys' window
+    /// changed): nothing can move the focus or the pointer between the
+    /// check and the keys. Keys the keyboard lacks are put on spare
+    /// keycodes ([`Spares`]). Stops at the first combination refused, or
+    /// once `until` passed.
+    pub fn press_combos(
+        &self,
+        combos: &[Combo],
+        blackout: &Blackout,
+        until: Instant,
+    ) -> Result<Pressed, XError> {
+        let mut keyboard = Keyboard::read(&self.conn)?;
+        let mut spares = self.spares.borrow_mut();
+        spares.meet(&keyboard);
+        let mut blacked: Option<Blacked> = None;
+        let mut window = None;
+        let mut outcome = Pressed::All;
         let result = self.holding(|held| {
-            for combo in combos {
-                let mut pressed = Vec::new();
-                for &m in &combo.modifiers {
-                    let (code, _) = typist.keyboard.find(m).ok_or_else(|| no_key(m))?;
-                    self.press_key(held, code)?;
-                    pressed.push(code);
+            for (done, combo) in combos.iter().enumerate() {
+                if Instant::now() > until {
+                    outcome = Pressed::OutOfTime { done };
+                    return Ok(());
                 }
-                let (code, level) = typist.keycode(self, combo.key)?;
+                let modifiers = combo
+                    .modifiers
+                    .iter()
+                    .map(|&m| {
+                        keyboard
+                            .find(m)
+                            .map(|(code, _)| code)
+                            .ok_or_else(|| no_key(m))
+                    })
+                    .collect::<Result<Vec<u8>, XError>>()?;
+                if keyboard.find(combo.key).is_none() {
+                    let upcoming: Vec<Keysym> = combos
+                        .get(done..)
+                        .unwrap_or(&[])
+                        .iter()
+                        .map(|c| c.key)
+                        .collect();
+                    if !spares.prepare(self, &mut keyboard, &upcoming, until)? {
+                        outcome = Pressed::OutOfTime { done };
+                        return Ok(());
+                    }
+                }
+                let (code, level) = keyboard.find(combo.key).ok_or_else(|| no_key(combo.key))?;
                 let shift = if level == 1 && !combo.modifiers.contains(&sym::SHIFT) {
                     Some(
-                        typist
-                            .keyboard
+                        keyboard
                             .find(sym::SHIFT)
                             .ok_or_else(|| no_key(sym::SHIFT))?
                             .0,
@@ -656,22 +897,83 @@ impl Session {
                 } else {
                     None
                 };
-                if let Some(shift) = shift {
-                    self.press_key(held, shift)?;
-                    pressed.push(shift);
-                }
-                self.press_key(held, code)?;
-                self.release_key(held, code)?;
-                for code in pressed.into_iter().rev() {
+                let refused = self.grabbed(|| {
+                    let mut goes = None;
+                    for fresh in [false, true] {
+                        let stale = blacked
+                            .as_ref()
+                            .is_none_or(|b| b.read_at.elapsed() > TREE_FRESH);
+                        if fresh || stale {
+                            blacked = Some(self.blacked(blackout, until + GRAB_SLACK)?);
+                        }
+                        let Some(tree) = &blacked else { continue };
+                        let now = self.keys_go(tree)?;
+                        goes = Some(now);
+                        // The same window as the last combination, checked
+                        // on a tree read since: no need to read it again.
+                        if fresh || stale || matches!(now, KeysGo::To(w) if Some(w) == window) {
+                            break;
+                        }
+                    }
+                    let goes = goes.unwrap_or(KeysGo::Unknown);
+                    if let Some(why) = goes.refusal() {
+                        return Ok(Some(why));
+                    }
+                    if let KeysGo::To(w) = goes {
+                        window = Some(w);
+                    }
+                    let mut pressed = Vec::with_capacity(modifiers.len() + 1);
+                    for &m in modifiers.iter().chain(&shift) {
+                        self.press_key(held, m)?;
+                        pressed.push(m);
+                    }
+                    self.press_key(held, code)?;
                     self.release_key(held, code)?;
+                    for m in pressed.into_iter().rev() {
+                        self.release_key(held, m)?;
+                    }
+                    Ok(None)
+                })?;
+                if let Some(why) = refused {
+                    outcome = Pressed::Stopped { done, why };
+                    return Ok(());
                 }
-                typist.pressed(code);
+                spares.pressed(code);
             }
             Ok(())
         });
-        let restored = typist.restore(self);
-        result.and(restored)
+        result.map(|()| outcome)
     }
+
+    /// Gives the spare keycodes back (no keysym on them) once no key was
+    /// typed with them for [`GIVE_BACK_AFTER`], or now when `now`.
+    pub fn give_back_spares(&self, now: bool) -> Result<(), XError> {
+        let mut spares = self.spares.borrow_mut();
+        if !spares.codes.iter().any(|s| s.keysym != 0)
+            || (!now && spares.idle_for() < GIVE_BACK_AFTER)
+        {
+            return Ok(());
+        }
+        spares.give_back(self)
+    }
+}
+
+/// Slack beyond a call's time given to reading the tree for its last keys.
+const GRAB_SLACK: Duration = Duration::from_millis(500);
+
+/// Why a read under a grab of the server gave up.
+fn too_long() -> XError {
+    XError::Failed(format!(
+        "reading the screen held the display for more than {} ms; zoom on a smaller region",
+        GRAB_LIMIT.as_millis()
+    ))
+}
+
+/// What a text property holds.
+enum Text {
+    Absent,
+    Read(String),
+    Unread,
 }
 
 fn no_key(keysym: Keysym) -> XError {
@@ -742,9 +1044,16 @@ impl Keyboard {
         None
     }
 
+    /// The keysyms of `code`.
+    fn syms(&self, code: u8) -> &[Keysym] {
+        let at = usize::from(code.saturating_sub(self.first)) * self.per_keycode;
+        self.keysyms.get(at..at + self.per_keycode).unwrap_or(&[])
+    }
+
     /// Keycodes with no keysym at all.
     fn spares(&self) -> Vec<u8> {
         self.codes()
+            .filter(|&(code, _)| code > 8)
             .filter(|(_, syms)| syms.iter().all(|&s| s == 0))
             .map(|(c, _)| c)
             .collect()
@@ -761,91 +1070,161 @@ impl Keyboard {
     }
 }
 
-/// Types keysyms the keyboard lacks on spare keycodes, each changed only
-/// after the server (and, after a pause, its clients) saw the last use,
-/// and every spare put back to no keysym at the end.
-struct Typist {
-    keyboard: Keyboard,
-    spares: Vec<u8>,
-    next: usize,
-    /// Spare keycodes changed, and whether each was pressed since.
-    changed: Vec<(u8, bool)>,
+/// Spare keycodes (none of the keyboard's keys on them) the device puts
+/// characters on, kept for the connection's life: a keycode keeps its
+/// character while programs may still be reading the keys typed with it
+/// (at least [`REUSE_AFTER`] after its last press, so a call's keycodes
+/// never change under it unless it types more distinct characters than
+/// there are spares), and all are given back once unused for
+/// [`GIVE_BACK_AFTER`].
+#[derive(Debug, Default)]
+struct Spares {
+    codes: Vec<Spare>,
+    last_press: Option<Instant>,
 }
 
-impl Typist {
-    fn new(conn: &RustConnection) -> Result<Self, XError> {
-        let keyboard = Keyboard::read(conn)?;
-        let spares = keyboard.spares();
-        Ok(Typist {
-            keyboard,
-            spares,
-            next: 0,
-            changed: Vec::new(),
-        })
-    }
+/// A spare keycode and what the device put on it.
+#[derive(Debug, Clone, Copy)]
+struct Spare {
+    code: u8,
+    /// The keysym on it (0: none).
+    keysym: Keysym,
+    /// When it was last pressed.
+    pressed: Option<Instant>,
+}
 
-    fn keycode(&mut self, session: &Session, keysym: Keysym) -> Result<(u8, u8), XError> {
-        if let Some(found) = self.keyboard.find(keysym) {
-            return Ok(found);
-        }
-        if self.spares.is_empty() {
-            return Err(XError::Failed(format!(
-                "the keyboard has no key for keysym 0x{keysym:x} and no spare keycode to put it on"
-            )));
-        }
-        let code = self
-            .spares
-            .get(self.next % self.spares.len())
-            .copied()
-            .unwrap_or(0);
-        self.next += 1;
-        if let Some(entry) = self.changed.iter_mut().find(|(c, _)| *c == code) {
-            if entry.1 {
-                // Used since it was last changed: let the server and the
-                // clients catch up before it means something else.
-                session.finish()?;
-                std::thread::sleep(REMAP_PAUSE);
+impl Spares {
+    /// Takes the keyboard as it is now: keycodes the device put a keysym on
+    /// that no longer hold it were changed by someone else and are no
+    /// longer spares; keycodes with no keysym are.
+    fn meet(&mut self, keyboard: &Keyboard) {
+        self.codes.retain(|spare| {
+            let syms = keyboard.syms(spare.code);
+            if spare.keysym == 0 {
+                syms.iter().all(|&s| s == 0)
+            } else {
+                syms.contains(&spare.keysym) && syms.iter().all(|&s| s == 0 || s == spare.keysym)
             }
-            entry.1 = false;
-        } else {
-            self.changed.push((code, false));
-        }
-        let mut syms = vec![0; self.keyboard.per_keycode];
-        if let Some(s) = syms.get_mut(0..2.min(self.keyboard.per_keycode)) {
-            s.fill(keysym);
-        }
-        session.conn.change_keyboard_mapping(
-            1,
-            code,
-            u8::try_from(self.keyboard.per_keycode).unwrap_or(1),
-            &syms,
-        )?;
-        self.keyboard.set(code, keysym);
-        Ok((code, 0))
-    }
-
-    fn pressed(&mut self, code: u8) {
-        if let Some(entry) = self.changed.iter_mut().find(|(c, _)| *c == code) {
-            entry.1 = true;
+        });
+        for code in keyboard.spares() {
+            if !self.codes.iter().any(|s| s.code == code) {
+                self.codes.push(Spare {
+                    code,
+                    keysym: 0,
+                    pressed: None,
+                });
+            }
         }
     }
 
-    /// Puts every changed spare keycode back to no keysym, once clients had
-    /// time to read the keys typed with them.
-    fn restore(&mut self, session: &Session) -> Result<(), XError> {
-        if self.changed.is_empty() {
-            return Ok(());
+    /// Puts on spare keycodes, all at once, the keysyms the keyboard
+    /// lacks among the next of `upcoming` (as many different ones as there
+    /// are spares), then lets programs read the new mapping ([`SETTLE`])
+    /// before any key typed with it arrives. A spare is given a new keysym
+    /// only when it holds none of those, empty ones first, then the one
+    /// pressed longest ago, once that was [`REUSE_AFTER`] ago. False when
+    /// that wait would pass `until`.
+    fn prepare(
+        &mut self,
+        session: &Session,
+        keyboard: &mut Keyboard,
+        upcoming: &[Keysym],
+        until: Instant,
+    ) -> Result<bool, XError> {
+        let on_spare = |k: Keysym| self.codes.iter().any(|s| s.keysym == k);
+        // The keysyms the next keys need on spares, up to as many as there
+        // are spares: those there already stay.
+        let mut keep: Vec<Keysym> = Vec::new();
+        for &k in upcoming {
+            if keep.contains(&k) || (keyboard.find(k).is_some() && !on_spare(k)) {
+                continue;
+            }
+            if keep.len() == self.codes.len() {
+                break;
+            }
+            keep.push(k);
         }
-        session.finish()?;
-        std::thread::sleep(REMAP_PAUSE);
-        let none = vec![0; self.keyboard.per_keycode];
-        for (code, _) in self.changed.drain(..) {
+        let wanted: Vec<Keysym> = keep.iter().copied().filter(|&k| !on_spare(k)).collect();
+        if wanted.is_empty() {
+            return Ok(true);
+        }
+        if self.codes.is_empty() {
+            return Err(XError::Failed(
+                "the keyboard has no spare keycode to put the characters it lacks on".to_owned(),
+            ));
+        }
+        let mut free: Vec<usize> = (0..self.codes.len())
+            .filter(|&i| self.codes.get(i).is_some_and(|s| !keep.contains(&s.keysym)))
+            .collect();
+        free.sort_by_key(|&i| self.codes.get(i).map(|s| (s.keysym != 0, s.pressed)));
+        let per_keycode = keyboard.per_keycode;
+        for (&keysym, &at) in wanted.iter().zip(&free) {
+            let Some(spare) = self.codes.get_mut(at) else {
+                continue;
+            };
+            if let Some(pressed) = spare.pressed {
+                let ready = pressed + REUSE_AFTER;
+                if ready > until {
+                    return Ok(false);
+                }
+                let now = Instant::now();
+                if ready > now {
+                    std::thread::sleep(ready - now);
+                }
+            }
+            let mut syms = vec![0; per_keycode];
+            if let Some(s) = syms.get_mut(0..2.min(per_keycode)) {
+                s.fill(keysym);
+            }
             session.conn.change_keyboard_mapping(
                 1,
-                code,
-                u8::try_from(self.keyboard.per_keycode).unwrap_or(1),
-                &none,
+                spare.code,
+                u8::try_from(per_keycode).unwrap_or(1),
+                &syms,
             )?;
+            keyboard.set(spare.code, keysym);
+            spare.keysym = keysym;
+            spare.pressed = None;
+        }
+        session.finish()?;
+        std::thread::sleep(SETTLE);
+        Ok(true)
+    }
+
+    /// Notes that `code` was pressed now.
+    fn pressed(&mut self, code: u8) {
+        let now = Instant::now();
+        if let Some(spare) = self.codes.iter_mut().find(|s| s.code == code) {
+            spare.pressed = Some(now);
+        }
+        self.last_press = Some(now);
+    }
+
+    /// How long since a key was typed with a spare keycode; zero while one
+    /// holds a keysym that was never pressed (being typed now).
+    fn idle_for(&self) -> Duration {
+        if !self.codes.iter().any(|s| s.keysym != 0) {
+            return Duration::ZERO;
+        }
+        self.last_press.map_or(Duration::MAX, |at| at.elapsed())
+    }
+
+    /// Puts every spare keycode back to no keysym.
+    fn give_back(&mut self, session: &Session) -> Result<(), XError> {
+        let per_keycode = session
+            .conn
+            .get_keyboard_mapping(session.conn.setup().min_keycode, 1)?
+            .reply()?
+            .keysyms_per_keycode;
+        let none = vec![0; usize::from(per_keycode).max(1)];
+        for spare in &mut self.codes {
+            if spare.keysym != 0 {
+                session
+                    .conn
+                    .change_keyboard_mapping(1, spare.code, per_keycode.max(1), &none)?;
+                spare.keysym = 0;
+                spare.pressed = None;
+            }
         }
         session.finish()
     }

@@ -73,9 +73,14 @@ pub struct DesktopArgs {
     /// repeatable.
     #[arg(long, value_name = "X,Y,W,H")]
     pub blackout_region: Vec<Region>,
+    /// Let clicks, scrolls and drags start on the bare desktop (the root
+    /// window), where window managers open their menus; refused unless
+    /// given.
+    #[arg(long)]
+    pub root_clicks: bool,
     /// A TOML file with the same settings (`display`, `size`, `id`, `name`,
-    /// `[blackout] classes`, `titles`, `regions`); flags given too override
-    /// its values and add to its blackout lists.
+    /// `root_clicks`, `[blackout] classes`, `titles`, `regions`); flags given
+    /// too override its values and add to its blackout lists.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Stream a PNG screenshot on `screen` every MS milliseconds while the
@@ -106,6 +111,7 @@ fn settings(args: &DesktopArgs) -> Result<DesktopConfig, String> {
     if let Some(name) = &args.name {
         config.name.clone_from(name);
     }
+    config.root_clicks |= args.root_clicks;
     let mut blackout = config.blackout;
     for class in &args.blackout_class {
         blackout = blackout.class(class).map_err(|e| e.to_string())?;
