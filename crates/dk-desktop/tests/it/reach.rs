@@ -158,6 +158,35 @@ fn keys_stop_when_the_focus_moves_to_a_blacked_out_window_during_the_call() {
 }
 
 #[test]
+fn a_call_that_cannot_type_all_in_time_stops_and_says_how_far_it_got() {
+    let xvfb = needs_x11!();
+    let notes = notes(&xvfb);
+    let desk = Desk::new(&xvfb, by_title());
+    notes.focus().unwrap();
+    // Far more different characters the keyboard lacks than it has spare
+    // keys for: more than the call's time can type.
+    let many: String = (0..1000)
+        .map(|i| char::from_u32(0x4e00 + (i * 7) % 400).unwrap())
+        .collect();
+    let why = desk.call("type", json!({"text": many})).unwrap_err();
+    let typed: usize = why
+        .strip_prefix("the call's 8 s ran out after ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no progress in {why}"));
+    assert_eq!(
+        why,
+        format!("the call's 8 s ran out after {typed} of 1000 characters; the rest were not typed")
+    );
+    assert!(typed > 0);
+    // What it says was typed arrived, and nothing after.
+    let expected: String = many.chars().take(typed).collect();
+    assert_eq!(notes.wait_for_text(&expected), expected);
+    notes.sync();
+    assert_eq!(notes.text(), expected);
+}
+
+#[test]
 fn a_blacked_out_window_that_moves_all_the_while_never_shows() {
     if std::env::var("DK_SKIP_X11").is_ok_and(|v| v == "1") {
         return;
