@@ -26,7 +26,7 @@ use crate::error::{ConnectError, FleetError, RequestError};
 use crate::key::FleetKey;
 use crate::member::{Incarnation, MemberId};
 use crate::options::{Auth, FleetOptions};
-use crate::presence::{Held, PresenceChange, Said, Seen, View, Whole};
+use crate::presence::{Departed, Held, PresenceChange, Said, Seen, View, Whole};
 use crate::reply::{Assembly, Chunk, Status, chunks};
 use crate::seal::{MAX_MESSAGE, Opened, Replays, SealError, Sealer, Sender, now_ms};
 
@@ -109,6 +109,8 @@ pub struct FleetState {
     pub devices: usize,
     /// The other members present, in order.
     pub members: Vec<Seen>,
+    /// The members that left and are not back, and how.
+    pub departed: Vec<Departed>,
     /// The messages dropped, by reason.
     pub dropped: Dropped,
     /// The largest message the servers carry, in bytes.
@@ -256,7 +258,6 @@ impl Shared {
         // Followed from before the request leaves, so a member leaving
         // meanwhile is noticed.
         let mut epoch = self.epoch.subscribe();
-        let mut heard = lock(&self.view).incarnation_of(member) == Some(incarnation);
         let inbox = self.client.new_inbox();
         let mut replies = self
             .client
@@ -315,12 +316,21 @@ impl Shared {
                 changed = epoch.changed() => {
                     let _ = changed;
                     epoch.borrow_and_update();
-                    // Gone once it runs as another incarnation, or left
-                    // after it was heard as this one.
-                    match lock(&self.view).incarnation_of(member) {
-                        Some(present) if present == incarnation => heard = true,
-                        None if !heard => {}
-                        _ => return Err(RequestError::MemberGone(member.clone())),
+                    // Gone once it runs as another incarnation, or said
+                    // goodbye as this one: neither serves this request. A
+                    // member gone silent may only be paused, and take the
+                    // request when it wakes (within its time to live): the
+                    // wait goes on to the deadline, so that nobody is told
+                    // "failed" about something that still happens.
+                    let gone = {
+                        let view = lock(&self.view);
+                        match view.incarnation_of(member) {
+                            Some(present) => present != incarnation,
+                            None => view.said_goodbye(member, incarnation),
+                        }
+                    };
+                    if gone {
+                        return Err(RequestError::MemberGone(member.clone()));
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
@@ -642,6 +652,7 @@ impl Fleet {
             connected: self.is_connected(),
             devices: lock(&self.shared.held).devices.len(),
             members: self.seen(),
+            departed: lock(&self.shared.view).departed(Instant::now()),
             dropped: self.dropped(),
             max_message: self.max_message(),
         }
@@ -653,8 +664,9 @@ impl Fleet {
     /// [`CLOCK_TOLERANCE`]; so the reply is awaited that long again twice
     /// over before the request is given up). Fails at once when NATS is
     /// down or the member is not present, and as soon as the connection
-    /// goes down or the member leaves or restarts while the reply is
-    /// awaited.
+    /// goes down or the member says goodbye or restarts while the reply is
+    /// awaited. A member that goes silent meanwhile is waited for until
+    /// the deadline: it may be paused, and still serve the request.
     pub async fn request(
         &self,
         member: &MemberId,

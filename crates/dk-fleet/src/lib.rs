@@ -33,6 +33,6 @@ pub use fleet::{
 pub use key::{FleetKey, KeyError};
 pub use member::{BadIncarnation, BadMemberId, Incarnation, MAX_MEMBER_ID, MemberId};
 pub use options::{Auth, FleetOptions};
-pub use presence::{MAX_DEVICES, PresenceChange, Seen};
+pub use presence::{Departed, MAX_DEVICES, PresenceChange, Seen};
 pub use reply::MAX_REPLY;
 pub use seal::{MAX_MESSAGE, SealError};

@@ -92,6 +92,27 @@ pub struct Seen {
     pub heard_ago: Duration,
 }
 
+/// A member that left, as heard here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departed {
+    /// The member.
+    pub member: MemberId,
+    /// The incarnation that left.
+    pub incarnation: Incarnation,
+    /// Whether it said goodbye (else it went silent past the expiry).
+    pub goodbye: bool,
+    /// How long ago it left.
+    pub ago: Duration,
+}
+
+/// How a member left, and when.
+#[derive(Debug, Clone, Copy)]
+struct Leaving {
+    incarnation: Incarnation,
+    goodbye: bool,
+    at: Instant,
+}
+
 /// What one member's presence holds here.
 struct Holding {
     incarnation: Incarnation,
@@ -106,9 +127,9 @@ struct Holding {
 /// Every other member's presence, from what they said.
 pub(crate) struct View {
     members: BTreeMap<MemberId, Holding>,
-    /// The latest incarnation seen of members that left, so a message of
-    /// theirs replayed afterwards is not taken for a new start.
-    left: BTreeMap<MemberId, Incarnation>,
+    /// The latest incarnation seen of members that left, and how, so a
+    /// message of theirs replayed afterwards is not taken for a new start.
+    left: BTreeMap<MemberId, Leaving>,
     expiry: Duration,
 }
 
@@ -139,7 +160,7 @@ impl View {
             .members
             .get(member)
             .map(|h| h.incarnation)
-            .or_else(|| self.left.get(member).copied());
+            .or_else(|| self.left.get(member).map(|l| l.incarnation));
         current.is_some_and(|current| incarnation < current)
     }
 
@@ -159,15 +180,27 @@ impl View {
         }
         if said == Said::Goodbye {
             let change = self.leave(member, true);
-            self.left.insert(member.clone(), incarnation);
+            self.left.insert(
+                member.clone(),
+                Leaving {
+                    incarnation,
+                    goodbye: true,
+                    at: now,
+                },
+            );
             return Heard {
                 change,
                 ..Heard::default()
             };
         }
-        if self.left.get(member) == Some(&incarnation) {
+        if self
+            .left
+            .get(member)
+            .is_some_and(|l| l.goodbye && l.incarnation == incarnation)
+        {
             // Said goodbye as this incarnation: a later word of it is a
-            // delayed or replayed one.
+            // delayed or replayed one. (One that went silent may come back:
+            // a paused process, a network cut.)
             return Heard {
                 stale: true,
                 ..Heard::default()
@@ -275,7 +308,14 @@ impl View {
                 let incarnation = self.members.get(member).map(|h| h.incarnation);
                 let change = self.leave(member, false);
                 if let Some(incarnation) = incarnation {
-                    self.left.insert(member.clone(), incarnation);
+                    self.left.insert(
+                        member.clone(),
+                        Leaving {
+                            incarnation,
+                            goodbye: false,
+                            at: now,
+                        },
+                    );
                 }
                 change
             })
@@ -306,9 +346,32 @@ impl View {
             .map(|(m, h)| (m.clone(), h.incarnation))
     }
 
+    /// Whether `member`'s `incarnation` left saying goodbye (it serves
+    /// nothing more), as opposed to going silent (it may be paused, and
+    /// come back).
+    pub(crate) fn said_goodbye(&self, member: &MemberId, incarnation: Incarnation) -> bool {
+        self.left
+            .get(member)
+            .is_some_and(|l| l.goodbye && l.incarnation == incarnation)
+    }
+
     /// The incarnation `member` is present as, if it is.
     pub(crate) fn incarnation_of(&self, member: &MemberId) -> Option<Incarnation> {
         self.members.get(member).map(|h| h.incarnation)
+    }
+
+    /// The members that left and are not back, in order.
+    pub(crate) fn departed(&self, now: Instant) -> Vec<Departed> {
+        self.left
+            .iter()
+            .filter(|(member, _)| !self.members.contains_key(*member))
+            .map(|(member, l)| Departed {
+                member: member.clone(),
+                incarnation: l.incarnation,
+                goodbye: l.goodbye,
+                ago: now.saturating_duration_since(l.at),
+            })
+            .collect()
     }
 
     /// Every present member, in order.
@@ -494,15 +557,27 @@ mod tests {
         ));
         // Silence past the expiry: gone.
         assert_eq!(view.expire(now + Duration::from_secs(2)), vec![]);
+        let later = now + Duration::from_secs(4);
         assert_eq!(
-            view.expire(now + Duration::from_secs(4)),
+            view.expire(later),
             vec![PresenceChange::Left {
                 member: a.clone(),
                 incarnation: third,
                 goodbye: false
             }]
         );
-        assert!(view.seen(now).is_empty());
+        assert!(view.seen(later).is_empty());
+        assert!(!view.departed(later)[0].goodbye);
+        // Back from the silence (it was paused): joined again.
+        let beat = Said::Beat {
+            version: 0,
+            count: 0,
+        };
+        assert!(matches!(
+            view.hear(&a, third, beat, later).change,
+            Some(PresenceChange::Joined { .. })
+        ));
+        assert!(view.departed(later).is_empty());
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct FleetStatus {
     pub devices: u64,
     /// The other members present, in order.
     pub members: Vec<FleetMember>,
+    /// The members that left and are not back, and how.
+    #[serde(default)]
+    pub departed: Vec<FleetDeparted>,
     /// The fleet messages it dropped, by reason, since it started.
     pub dropped: FleetDropped,
     /// The largest message the NATS servers carry, in bytes.
@@ -78,6 +81,20 @@ pub struct FleetMember {
     pub devices: u64,
     /// How long ago it was last heard, in milliseconds.
     pub heard_ago_ms: u64,
+}
+
+/// A member that left the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetDeparted {
+    /// Its id.
+    pub member: String,
+    /// The run of it that left (32 hex digits).
+    pub incarnation: String,
+    /// Whether it said goodbye (else it went silent past the expiry).
+    pub goodbye: bool,
+    /// How long ago it left, in milliseconds.
+    pub ago_ms: u64,
 }
 
 /// Fleet messages dropped, by reason.

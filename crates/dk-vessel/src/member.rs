@@ -164,6 +164,16 @@ fn status(fleet: &Fleet) -> api::FleetStatus {
                 heard_ago_ms: u64::try_from(seen.heard_ago.as_millis()).unwrap_or(u64::MAX),
             })
             .collect(),
+        departed: state
+            .departed
+            .into_iter()
+            .map(|gone| api::FleetDeparted {
+                member: gone.member.to_string(),
+                incarnation: gone.incarnation.to_string(),
+                goodbye: gone.goodbye,
+                ago_ms: u64::try_from(gone.ago.as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect(),
         dropped: api::FleetDropped {
             forged: state.dropped.forged,
             replayed: state.dropped.replayed,

@@ -20,6 +20,7 @@ mod device_files;
 mod durable;
 mod files;
 mod fleet;
+mod fleet_seams;
 mod logs;
 mod mcp_bridge;
 mod members;

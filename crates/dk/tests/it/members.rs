@@ -32,22 +32,28 @@ fn lamp(first: &Member, others: &[&Member]) -> Lamp {
 }
 
 /// A member of the fleet: its scratch home and its running vessel.
-struct Member {
-    name: String,
-    scratch: Scratch,
-    vessel: Option<Running>,
+pub(crate) struct Member {
+    pub(crate) name: String,
+    pub(crate) scratch: Scratch,
+    pub(crate) vessel: Option<Running>,
 }
 
 impl Member {
-    fn start(name: &str, nats: &Nats, store: &str) -> Member {
+    pub(crate) fn start(name: &str, nats: &Nats, store: &str) -> Member {
         Member::start_with(name, nats, store, &lamp_rules())
     }
 
-    fn start_with(name: &str, nats: &Nats, store: &str, rules: &str) -> Member {
+    pub(crate) fn start_with(name: &str, nats: &Nats, store: &str, rules: &str) -> Member {
         Member::start_full(name, nats, store, rules, &[])
     }
 
-    fn start_full(name: &str, nats: &Nats, store: &str, rules: &str, extra: &[&str]) -> Member {
+    pub(crate) fn start_full(
+        name: &str,
+        nats: &Nats,
+        store: &str,
+        rules: &str,
+        extra: &[&str],
+    ) -> Member {
         let scratch = Scratch::new(&format!("fleet-{name}"));
         let vessel = Member::run_vessel(&scratch, name, nats, store, rules, extra);
         Member {
@@ -58,7 +64,7 @@ impl Member {
     }
 
     /// Stops the member's vessel and starts it again on the same home.
-    fn restart(&mut self, nats: &Nats, store: &str, rules: &str) {
+    pub(crate) fn restart(&mut self, nats: &Nats, store: &str, rules: &str) {
         if let Some(vessel) = self.vessel.take() {
             vessel.interrupt();
         }
@@ -72,7 +78,7 @@ impl Member {
         ));
     }
 
-    fn run_vessel(
+    pub(crate) fn run_vessel(
         scratch: &Scratch,
         name: &str,
         nats: &Nats,
@@ -97,28 +103,28 @@ impl Member {
         Running::start_env(scratch, &args, &[("DK_STORE", store)])
     }
 
-    fn vessel(&self) -> &Running {
+    pub(crate) fn vessel(&self) -> &Running {
         self.vessel.as_ref().unwrap()
     }
 
-    fn admin(&self) -> AdminClient {
+    pub(crate) fn admin(&self) -> AdminClient {
         self.vessel().admin(&self.scratch)
     }
 
-    fn run(&self, args: &[&str]) -> String {
+    pub(crate) fn run(&self, args: &[&str]) -> String {
         succeeded(&self.scratch.run(args))
     }
 }
 
 /// The shared PostgreSQL and a `nats-server` of the test's own, or `None`
 /// (said) when either is not installed.
-fn servers(test: &str) -> Option<(&'static PgServer, Nats)> {
+pub(crate) fn servers(test: &str) -> Option<(&'static PgServer, Nats)> {
     let pg = PgServer::shared(test)?;
     Some((pg, Nats::start(nats_or_skip(test)?, "")))
 }
 
 /// Stops every member still running, cleanly.
-fn stop(members: impl IntoIterator<Item = Member>) {
+pub(crate) fn stop(members: impl IntoIterator<Item = Member>) {
     for member in members {
         if let Some(vessel) = member.vessel {
             vessel.interrupt();
@@ -127,7 +133,7 @@ fn stop(members: impl IntoIterator<Item = Member>) {
 }
 
 /// The decisions in the shared log, oldest first.
-fn decisions(owner: &Member, store: &str) -> Vec<Value> {
+pub(crate) fn decisions(owner: &Member, store: &str) -> Vec<Value> {
     let out = owner.run(&["audit", "tail", "--store", store, "--json", "-n", "100000"]);
     out.lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
@@ -334,7 +340,7 @@ async fn add_helper(admin: &AdminClient, others: &[&AdminClient]) -> String {
 }
 
 /// A rule file in `scratch`'s directory.
-fn rules(scratch: &Scratch, yaml: &str) -> String {
+pub(crate) fn rules(scratch: &Scratch, yaml: &str) -> String {
     let path = scratch.root().join("rules.yaml");
     std::fs::write(&path, yaml).unwrap();
     path.to_str().unwrap().to_owned()
@@ -343,7 +349,7 @@ fn rules(scratch: &Scratch, yaml: &str) -> String {
 /// The admin API's answer to a call of `tool`.
 /// Waits until the admin API's list at `path` holds `count` items on every
 /// member in `admins`.
-async fn listing_everywhere(admins: &[&AdminClient], path: &str, count: usize) {
+pub(crate) async fn listing_everywhere(admins: &[&AdminClient], path: &str, count: usize) {
     for admin in admins {
         eventually(
             &format!("{count} item(s) at {path} on every member"),
@@ -356,7 +362,7 @@ async fn listing_everywhere(admins: &[&AdminClient], path: &str, count: usize) {
     }
 }
 
-async fn call(admin: &AdminClient, tool: &str) -> Value {
+pub(crate) async fn call(admin: &AdminClient, tool: &str) -> Value {
     let answer = admin
         .post("/v1/tools/call", &json!({"tool": tool, "input": {}}))
         .await
