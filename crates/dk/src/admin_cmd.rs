@@ -252,8 +252,52 @@ pub fn status(target: &Target) -> ExitCode {
             "dk/2                 {} handshakes, {} failed channels, {} plain v1 upgrades refused",
             status.secure_handshakes, status.channel_failures, status.plain_v1_refused
         );
+        if let Some(fleet) = &status.fleet {
+            print_fleet(fleet);
+        }
         Ok(())
     })
+}
+
+/// A fleet member's state, as `dk status` prints it.
+fn print_fleet(fleet: &api::FleetStatus) {
+    println!(
+        "fleet member         {} (run {}), NATS {}, {} devices connected here",
+        printable(&fleet.member),
+        fleet.incarnation,
+        if fleet.connected { "up" } else { "DOWN" },
+        fleet.devices
+    );
+    if fleet.members.is_empty() {
+        println!("  no other member heard");
+    }
+    for member in &fleet.members {
+        println!(
+            "  member {:<16} run {}, {} devices, heard {} ms ago",
+            printable(&member.member),
+            member.incarnation,
+            member.devices,
+            member.heard_ago_ms
+        );
+    }
+    for gone in &fleet.departed {
+        println!(
+            "  left   {:<16} run {}, {} s ago ({})",
+            printable(&gone.member),
+            gone.incarnation,
+            gone.ago_ms / 1000,
+            if gone.goodbye {
+                "said goodbye"
+            } else {
+                "went silent"
+            }
+        );
+    }
+    let d = &fleet.dropped;
+    println!(
+        "  messages dropped   {} forged, {} replayed, {} stale, {} too large, {} of another version (largest carried: {} bytes)",
+        d.forged, d.replayed, d.stale, d.too_large, d.other_version, fleet.max_message
+    );
 }
 
 /// Runs `dk console`: asks the vessel for a fresh login link and prints
@@ -587,7 +631,11 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
             DevicesCommand::List => {
                 let list = ok(c.get("/v1/devices").await.map_err(e)?)?;
                 print_list(json, &list, "no paired devices", None, |d: &api::Device| {
-                    let state = if d.connected { "connected" } else { "offline" };
+                    let state = match (&d.held_by, d.connected) {
+                        (_, true) => "connected".to_owned(),
+                        (Some(member), false) => format!("held by {}", printable(member)),
+                        (None, false) => "offline".to_owned(),
+                    };
                     println!(
                         "{} ({}) {state}, {}; granted: {}",
                         printable(&d.id),

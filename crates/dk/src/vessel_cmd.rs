@@ -599,6 +599,21 @@ fn print_start_text(
         None => println!("  device_use rules     {rules}"),
     }
     println!("  streaming kinds      {}", streaming_summary(facts.config));
+    if let Some(fleet) = vessel.fleet_status() {
+        let others: Vec<&str> = fleet.members.iter().map(|m| m.member.as_str()).collect();
+        println!(
+            "  fleet member         {} (run {}), NATS {}; {} other member(s) heard: {}",
+            fleet.member,
+            fleet.incarnation,
+            if fleet.connected { "up" } else { "DOWN" },
+            others.len(),
+            if others.is_empty() {
+                "none yet".to_owned()
+            } else {
+                others.join(", ")
+            }
+        );
+    }
     println!(
         "  paired devices       {paired} (loaded in {} ms)",
         facts.started.elapsed().as_millis()

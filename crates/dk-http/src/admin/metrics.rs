@@ -345,8 +345,63 @@ impl Collector for VesselCollector {
             "dk/2 connections closed 4012: a handshake or record that did not hold.",
             stats.channel_failures.load(Ordering::Relaxed),
         )?;
+        if let Some(status) = vessel.fleet_status() {
+            fleet(e, &status)?;
+        }
         Ok(())
     }
+}
+
+/// A fleet member's gauges and counters: no member or device in a label.
+fn fleet(
+    e: &mut DescriptorEncoder<'_>,
+    status: &dk_proto::admin::FleetStatus,
+) -> Result<(), fmt::Error> {
+    gauge(
+        e,
+        "dk_fleet_connected",
+        "Whether this member's connection to NATS is up (1) or down (0).",
+        usize::from(status.connected),
+    )?;
+    gauge(
+        e,
+        "dk_fleet_members",
+        "Other members of the fleet present (heard within the presence expiry).",
+        status.members.len(),
+    )?;
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    gauge(
+        e,
+        "dk_fleet_devices",
+        "Devices connected to this member, as it announces them to the fleet.",
+        count(status.devices),
+    )?;
+    gauge(
+        e,
+        "dk_fleet_devices_elsewhere",
+        "Devices connected to the other members present, as they announce them.",
+        status
+            .members
+            .iter()
+            .map(|m| count(m.devices))
+            .fold(0, usize::saturating_add),
+    )?;
+    let d = status.dropped;
+    counters(
+        e,
+        (
+            "dk_fleet_messages_dropped",
+            "Fleet messages dropped, by why: forged, replayed, stale (too old, or for or from an earlier run of a member), too_large, other_version.",
+            "reason",
+        ),
+        [
+            ("forged", d.forged),
+            ("replayed", d.replayed),
+            ("stale", d.stale),
+            ("too_large", d.too_large),
+            ("other_version", d.other_version),
+        ],
+    )
 }
 
 #[cfg(test)]

@@ -393,6 +393,14 @@ async fn a_routed_call_sent_again_after_its_holder_restarted_does_not_run() {
         .filter(|(name, _)| name == "set_light")
         .collect();
     assert_eq!(set.len(), 2, "{set:?}");
+    // What the operator sees: where the lamp is, from m2; the member, its
+    // peer and the stale message counted, from m1.
+    let listed = m2.run(&["devices"]);
+    assert!(listed.contains("held by m1"), "{listed}");
+    let status = m1.run(&["status"]);
+    assert!(status.contains("fleet member         m1 (run "), "{status}");
+    assert!(status.contains("member m2"), "{status}");
+    assert!(status.contains("stale"), "{status}");
     drop(outsider);
     stop([m1, m2]);
 }

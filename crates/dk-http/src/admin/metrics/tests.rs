@@ -392,3 +392,54 @@ async fn the_metrics_listener_serves_metrics_alone_without_the_token() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_fleet_members_state_is_scraped_without_naming_members() {
+    let running = start().await;
+    // Not a member: no fleet family at all.
+    assert!(!scrape(&running).await.contains("dk_fleet_"));
+    running.vessel.set_fleet_status(Arc::new(|| {
+        let member = |name: &str, devices| dk_proto::admin::FleetMember {
+            member: name.to_owned(),
+            incarnation: "0".repeat(31) + "1",
+            devices,
+            heard_ago_ms: 5,
+        };
+        dk_proto::admin::FleetStatus {
+            member: "m1".to_owned(),
+            incarnation: "0".repeat(31) + "2",
+            connected: true,
+            devices: 4,
+            members: vec![member("m2", 10), member("m3", 20)],
+            departed: Vec::new(),
+            dropped: dk_proto::admin::FleetDropped {
+                forged: 1,
+                replayed: 2,
+                stale: 3,
+                too_large: 4,
+                other_version: 5,
+            },
+            max_message: 1024,
+        }
+    }));
+    let text = scrape(&running).await;
+    check(&text, "dk_fleet_connected", 1.0);
+    check(&text, "dk_fleet_members", 2.0);
+    check(&text, "dk_fleet_devices", 4.0);
+    check(&text, "dk_fleet_devices_elsewhere", 30.0);
+    for (reason, count) in [
+        ("forged", 1.0),
+        ("replayed", 2.0),
+        ("stale", 3.0),
+        ("too_large", 4.0),
+        ("other_version", 5.0),
+    ] {
+        check(
+            &text,
+            &format!("dk_fleet_messages_dropped_total{{reason=\"{reason}\"}}"),
+            count,
+        );
+    }
+    // No member's name in a label: the set of series stays bounded.
+    assert!(!text.contains("m2") && !text.contains("m3"), "{text}");
+}
