@@ -66,6 +66,10 @@ pub enum ChannelError {
     /// The system's random number generator failed.
     #[error("the system's random number generator failed")]
     Random,
+    /// The allocator had no memory for a record or the frame it belongs
+    /// to (a device on a small heap): nothing was decrypted or sealed.
+    #[error("no memory for a record")]
+    OutOfMemory,
     /// Anything else the Noise library refused (a state or setup problem
     /// that dk-channel's own checks should have made impossible).
     #[error("noise: {0}")]

@@ -17,7 +17,6 @@
 
 use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -113,13 +112,20 @@ impl Sealer {
     /// the last marked "more to follow". An empty frame is one record with
     /// only its header. A text frame should be UTF-8: the peer decodes it
     /// whole and fails the channel if it is not.
+    ///
+    /// Memory is asked for without aborting when there is none
+    /// ([`ChannelError::OutOfMemory`]): a record not sealed takes no
+    /// nonce, but those sealed before it in the frame did.
     pub fn seal(&mut self, kind: FrameKind, frame: &[u8]) -> Result<Vec<Vec<u8>>, ChannelError> {
         let count = frame.len().div_ceil(MAX_PIECE).max(1);
-        let mut records = Vec::with_capacity(count);
+        let mut records = Vec::new();
+        records
+            .try_reserve_exact(count)
+            .map_err(|_| ChannelError::OutOfMemory)?;
         let mut pieces = frame.chunks(MAX_PIECE);
         for number in 1..=count {
             let piece = pieces.next().unwrap_or_default();
-            let mut plaintext = Vec::with_capacity(1 + piece.len());
+            let mut plaintext = buffer(1 + piece.len())?;
             plaintext.push(kind.header(number < count));
             plaintext.extend_from_slice(piece);
             records.push(self.seal_plaintext(&plaintext)?);
@@ -132,7 +138,8 @@ impl Sealer {
         if self.failed {
             return Err(ChannelError::Closed);
         }
-        let mut record = vec![0; plaintext.len() + TAG_LEN];
+        let mut record = buffer(plaintext.len() + TAG_LEN)?;
+        record.resize(plaintext.len() + TAG_LEN, 0);
         let sealed = self
             .transport
             .write_message(self.nonce, plaintext, &mut record)
@@ -252,6 +259,11 @@ impl Opener {
     /// piece of one, `None` while a frame is incomplete. Any failure,
     /// [`OpenError::TooLarge`] included, ends the channel: this opener
     /// refuses every message after it with [`ChannelError::Closed`].
+    ///
+    /// A frame in one record is decrypted into the buffer it is then
+    /// handed out in, with no other copy; the memory for it (and for a
+    /// frame's pieces as they arrive) is asked for without aborting when
+    /// there is none, [`ChannelError::OutOfMemory`].
     pub fn open(&mut self, message: &[u8]) -> Result<Option<OpenedFrame>, OpenError> {
         if self.failed {
             return Err(ChannelError::Closed.into());
@@ -272,7 +284,8 @@ impl Opener {
         if message.len() < TAG_LEN {
             return Err(ChannelError::Decrypt.into());
         }
-        let mut plaintext = vec![0; message.len() - TAG_LEN];
+        let mut plaintext = buffer(message.len() - TAG_LEN)?;
+        plaintext.resize(message.len() - TAG_LEN, 0);
         let read = self
             .transport
             .read_message(self.nonce, message, &mut plaintext)
@@ -308,14 +321,20 @@ impl Opener {
                 plaintext
             }
             None => {
+                let mut bytes = buffer(piece.len())?;
+                bytes.extend_from_slice(piece);
                 self.assembly = Some(Assembly {
                     kind,
-                    bytes: piece.to_vec(),
+                    bytes,
                     records: 1,
                 });
                 return Ok(None);
             }
             Some(mut assembly) => {
+                assembly
+                    .bytes
+                    .try_reserve(piece.len())
+                    .map_err(|_| ChannelError::OutOfMemory)?;
                 assembly.bytes.extend_from_slice(piece);
                 assembly.records += 1;
                 if more {
@@ -347,6 +366,17 @@ impl Opener {
             .as_ref()
             .map_or(0, |assembly| assembly.records)
     }
+}
+
+/// An empty buffer with room for `capacity` bytes, or
+/// [`ChannelError::OutOfMemory`] when the allocator has none (a device's
+/// small heap), instead of aborting.
+fn buffer(capacity: usize) -> Result<Vec<u8>, ChannelError> {
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(capacity)
+        .map_err(|_| ChannelError::OutOfMemory)?;
+    Ok(bytes)
 }
 
 impl fmt::Debug for Opener {
