@@ -302,6 +302,28 @@ pub enum VesselFrame<'a> {
     },
 }
 
+/// A `device:invoke` as [`VesselFrame::parse_keeping_input`] reads it:
+/// its input is the JSON text it came as, borrowed from the frame.
+#[derive(Debug, Clone)]
+pub struct RawInvoke<'a> {
+    /// A random UUID matching the result to the call.
+    pub call_id: Cow<'a, str>,
+    /// The capability called.
+    pub capability: Cow<'a, str>,
+    /// The input, a JSON object, as its text in the frame.
+    pub input: &'a RawValue,
+}
+
+/// What [`VesselFrame::parse_keeping_input`] read: an invoke with its
+/// input as text, or any other frame.
+#[derive(Debug, Clone)]
+pub enum VesselRead<'a> {
+    /// A `device:invoke`.
+    Invoke(RawInvoke<'a>),
+    /// Any other frame, as [`VesselFrame::parse_on`] gives it.
+    Frame(VesselFrame<'a>),
+}
+
 /// The known keys of any frame, each as raw JSON; unknown keys are skipped.
 /// A repeated key keeps its last value, as `JSON.parse` does.
 #[derive(Default)]
@@ -1067,9 +1089,39 @@ impl<'a> VesselFrame<'a> {
         limits: FrameLimits,
         channel: Channel,
     ) -> Result<VesselFrame<'a>, FrameError> {
+        match Self::parse_keeping_input(bytes, limits, channel)? {
+            VesselRead::Frame(frame) => Ok(frame),
+            VesselRead::Invoke(RawInvoke {
+                call_id,
+                capability,
+                input,
+            }) => match serde_json::from_str::<Value>(input.get()) {
+                Ok(Value::Object(input)) => Ok(VesselFrame::Invoke {
+                    call_id,
+                    capability,
+                    input: Cow::Owned(input),
+                }),
+                _ => Err(FrameError::WrongType {
+                    frame: INVOKE,
+                    field: "input",
+                    expected: "an object",
+                }),
+            },
+        }
+    }
+
+    /// [`VesselFrame::parse_on`], except that an invoke's input is left as
+    /// the JSON text it came as (checked to be an object, as `parse_on`
+    /// checks it), borrowed from `bytes`: a device that hands the input on
+    /// as text builds nothing from it, and holds no copy of it.
+    pub fn parse_keeping_input(
+        bytes: &'a [u8],
+        limits: FrameLimits,
+        channel: Channel,
+    ) -> Result<VesselRead<'a>, FrameError> {
         let mut raw = RawFrame::default();
         read_raw(bytes, limits, &mut raw)?;
-        match frame_type(raw.kind, channel, Reader::Device)? {
+        let frame = match frame_type(raw.kind, channel, Reader::Device)? {
             PAIRED if channel == Channel::Dk2 => Ok(VesselFrame::KeyPaired),
             PAIR_COMMIT => Ok(VesselFrame::PairCommit {
                 commitment: required_hex(raw.commitment, PAIR_COMMIT, "commitment")?,
@@ -1114,21 +1166,18 @@ impl<'a> VesselFrame<'a> {
                     frame: INVOKE,
                     field: "input",
                 })?;
-                let input = match serde_json::from_str::<Value>(input.get()) {
-                    Ok(Value::Object(map)) => map,
-                    _ => {
-                        return Err(FrameError::WrongType {
-                            frame: INVOKE,
-                            field: "input",
-                            expected: "an object",
-                        });
-                    }
-                };
-                Ok(VesselFrame::Invoke {
+                if !is_object(input) {
+                    return Err(FrameError::WrongType {
+                        frame: INVOKE,
+                        field: "input",
+                        expected: "an object",
+                    });
+                }
+                return Ok(VesselRead::Invoke(RawInvoke {
                     call_id,
                     capability,
-                    input: Cow::Owned(input),
-                })
+                    input,
+                }));
             }
             PAIRING => Ok(VesselFrame::Pairing {
                 code: required_str(raw.code, PAIRING, "code")?,
@@ -1145,7 +1194,8 @@ impl<'a> VesselFrame<'a> {
                 },
             }),
             other => Err(FrameError::WrongSide(other)),
-        }
+        };
+        frame.map(VesselRead::Frame)
     }
 
     /// The pairing-exchange frame type a JSON text names in its `type`

@@ -35,9 +35,9 @@ pub use close::{
 };
 pub use frame::{
     Channel, DeviceFrame, FrameError, FrameLimits, MAX_FRAME_BYTES, MAX_FRAME_DEPTH,
-    MAX_STREAM_NAME_BYTES, MAX_STREAM_OVERHEAD, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME,
+    MAX_STREAM_NAME_BYTES, MAX_STREAM_OVERHEAD, RawInvoke, STREAM_CHUNK_KIND, STREAM_DROPPED_FRAME,
     STREAM_HEADER_BYTES, STREAM_MAGIC, STREAMING_FRAME, StreamChunk, StreamDroppedFrame,
-    StreamFrameError, StreamingFrame, VesselFrame, is_hex32, nests_deeper_than,
+    StreamFrameError, StreamingFrame, VesselFrame, VesselRead, is_hex32, nests_deeper_than,
 };
 pub use input::{InputError, check_input};
 pub use invoke::{InvokeError, LinkClosed, SendError};

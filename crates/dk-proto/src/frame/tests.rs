@@ -263,7 +263,61 @@ fn arb_frame() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Vessel frames, invokes among them with inputs of every kind (objects,
+/// and values that are not one), and bytes near them.
+fn arb_vessel_frame() -> impl Strategy<Value = String> {
+    let s = ".{0,12}";
+    prop_oneof![
+        (s, s, arb_raw(), ".{0,3}").prop_map(|(c, cap, input, space)| {
+            format!(
+                r#"{{"type":"device:invoke","callId":{},"capability":{},"input":{space}{input}}}"#,
+                json!(c),
+                json!(cap)
+            )
+        }),
+        (s, s).prop_map(
+            |(c, cap)| json!({"type":"device:invoke","callId":c,"capability":cap}).to_string()
+        ),
+        s.prop_map(|e| json!({"type":"device:error","error":e}).to_string()),
+        prop::option::of(s).prop_map(|c| match c {
+            Some(c) => json!({"type":"device:revoked","capability":c}).to_string(),
+            None => json!({"type":"device:revoked"}).to_string(),
+        }),
+        (any::<u16>(), s).prop_map(|(code, reason)| {
+            json!({"type":"device:closing","code":code,"reason":reason}).to_string()
+        }),
+        Just(r#"{"type":"device:paired"}"#.to_owned()),
+        prop::collection::vec(any::<u8>(), 0..64)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+    ]
+}
+
 proptest! {
+    #[test]
+    fn a_frame_read_keeping_its_input_is_the_frame_parse_on_reads(text in arb_vessel_frame()) {
+        for channel in [Channel::V1, Channel::Dk2] {
+            let limits = FrameLimits::default();
+            let parsed = VesselFrame::parse_on(text.as_bytes(), limits, channel);
+            let kept = VesselFrame::parse_keeping_input(text.as_bytes(), limits, channel);
+            match (parsed, kept) {
+                (Ok(frame), Ok(VesselRead::Frame(kept))) => prop_assert_eq!(frame, kept),
+                (
+                    Ok(VesselFrame::Invoke { call_id, capability, input }),
+                    Ok(VesselRead::Invoke(kept)),
+                ) => {
+                    prop_assert_eq!(call_id, kept.call_id);
+                    prop_assert_eq!(capability, kept.capability);
+                    // The text kept is the input's, as it stands in the frame.
+                    prop_assert!(text.contains(kept.input.get()));
+                    let read: Map<String, Value> = serde_json::from_str(kept.input.get()).unwrap();
+                    prop_assert_eq!(input.into_owned(), read);
+                }
+                (Err(parsed), Err(kept)) => prop_assert_eq!(parsed, kept),
+                (parsed, kept) => prop_assert!(false, "{:?} but {:?}", parsed, kept.map(|_| ())),
+            }
+        }
+    }
+
     #[test]
     fn frames_round_trip_through_json(text in arb_frame()) {
         let frame = DeviceFrame::parse(text.as_bytes()).unwrap();
