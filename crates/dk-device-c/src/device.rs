@@ -61,11 +61,10 @@ struct CallText {
 
 impl CallText {
     fn new(invocation: &Invocation) -> CallText {
-        let input = serde_json::to_string(&invocation.input).unwrap_or_else(|_| "{}".to_string());
         CallText {
             id: with_nul(&invocation.call_id),
             capability: with_nul(&invocation.capability),
-            input: with_nul(&input),
+            input: with_nul(invocation.input.as_str()),
         }
     }
 

@@ -6,8 +6,9 @@ use alloc::borrow::Cow;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::{String, ToString as _};
 use core::fmt;
+use core::ops::Range;
 
-use dk_proto::{DeviceFrame, FrameError, Manifest, VesselFrame};
+use dk_proto::{DeviceFrame, FrameError, FrameLimits, Manifest, VesselFrame, VesselRead};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -30,7 +31,74 @@ pub struct Invocation {
     /// The capability called (one the manifest declares).
     pub capability: String,
     /// The call's input, as the vessel checked it against the params.
-    pub input: Map<String, Value>,
+    pub input: Input,
+}
+
+/// A call's input: the JSON object the vessel sent, as its text. Cut out
+/// of the frame it came in, in the frame's own buffer, so that a call
+/// holds no more than its frame: nothing is built from the input unless a
+/// driver asks for the object ([`Input::to_map`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    /// A JSON object (the frame's parser checked it).
+    json: String,
+}
+
+impl Input {
+    /// The input at `range` of `frame`, which must be a JSON object:
+    /// the rest of the frame is moved out of the buffer, not copied.
+    pub(crate) fn cut(mut frame: String, range: Range<usize>) -> Input {
+        if frame.get(range.clone()).is_none() {
+            return Input::empty();
+        }
+        frame.truncate(range.end);
+        frame.drain(..range.start);
+        Input { json: frame }
+    }
+
+    /// A copy of `json`, a JSON object.
+    pub(crate) fn copy(json: &str) -> Input {
+        Input {
+            json: json.to_string(),
+        }
+    }
+
+    /// `{}`.
+    fn empty() -> Input {
+        Input {
+            json: "{}".to_string(),
+        }
+    }
+
+    /// An input given as an object.
+    pub fn from_map(input: &Map<String, Value>) -> Input {
+        serde_json::to_string(input).map_or_else(|_| Input::empty(), |json| Input { json })
+    }
+
+    /// The JSON object, as text.
+    pub fn as_str(&self) -> &str {
+        &self.json
+    }
+
+    /// The JSON object, built (an empty one for text that would not read
+    /// as one, which the frame's parser ruled out).
+    pub fn to_map(&self) -> Map<String, Value> {
+        serde_json::from_str(&self.json).unwrap_or_default()
+    }
+
+    /// The text, in the buffer the frame came in: its capacity is the
+    /// frame's, so a NUL or another byte can be added without asking for
+    /// memory.
+    pub fn into_string(self) -> String {
+        self.json
+    }
+}
+
+/// Where `part`, a slice of `text`, stands in it.
+pub(crate) fn range_in(text: &str, part: &str) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let range = start..start.checked_add(part.len())?;
+    (text.get(range.clone()) == Some(part)).then_some(range)
 }
 
 /// Why a call was answered with an error instead of its handler's outcome.
@@ -44,6 +112,9 @@ pub enum CallRefusal {
     AlreadyReceived(String),
     /// The device already runs its most calls at once.
     Busy(usize),
+    /// The device has no memory to remember the call's id by (and a call
+    /// it could not refuse again if repeated does not run).
+    OutOfMemory,
     /// The handler's answer is not JSON.
     NotJson {
         /// The capability called.
@@ -71,6 +142,7 @@ impl fmt::Display for CallRefusal {
                 write!(f, "call \"{id}\" was already received: not run again")
             }
             CallRefusal::Busy(max) => write!(f, "device is busy: {max} calls in flight"),
+            CallRefusal::OutOfMemory => f.write_str("device is out of memory"),
             CallRefusal::NotJson { capability, why } => {
                 write!(f, "result of \"{capability}\" is not JSON: {why}")
             }
@@ -125,11 +197,11 @@ pub enum SetAside {
 }
 
 /// The call ids received lately, oldest first out, kept as keyed hashes so
-/// that a long id costs no more memory than a short one.
+/// that a long id costs no more memory than a short one: 8 bytes each, in
+/// one ring that grows as ids come, up to its most.
 struct SeenCalls {
     key: [u8; 16],
     order: VecDeque<u64>,
-    ids: BTreeSet<u64>,
     max: usize,
 }
 
@@ -144,19 +216,22 @@ impl SeenCalls {
             .map_or(0, |head| u64::from_le_bytes(*head))
     }
 
-    /// Remembers `call_id`; `false` when it was already remembered.
-    fn insert(&mut self, call_id: &str) -> bool {
+    /// Remembers `call_id`: `Ok(false)` when it was already remembered,
+    /// `Err` when there is no memory to remember it by.
+    fn insert(&mut self, call_id: &str) -> Result<bool, CallRefusal> {
         let hash = self.hash(call_id);
-        if !self.ids.insert(hash) {
-            return false;
+        if self.order.contains(&hash) {
+            return Ok(false);
+        }
+        if self.order.len() >= self.max {
+            self.order.pop_front();
+        } else {
+            self.order
+                .try_reserve(1)
+                .map_err(|_| CallRefusal::OutOfMemory)?;
         }
         self.order.push_back(hash);
-        while self.order.len() > self.max {
-            if let Some(oldest) = self.order.pop_front() {
-                self.ids.remove(&oldest);
-            }
-        }
-        true
+        Ok(true)
     }
 }
 
@@ -200,7 +275,6 @@ impl Calls {
             seen: SeenCalls {
                 key,
                 order: VecDeque::new(),
-                ids: BTreeSet::new(),
                 max: remember.max(1),
             },
         }
@@ -219,8 +293,16 @@ impl Calls {
     /// Reads one vessel frame (v1's reading: an invoke, a revocation, an
     /// error) and says what to do.
     pub fn accept_text(&mut self, text: &str) -> Accepted {
-        match VesselFrame::parse(text.as_bytes()) {
-            Ok(frame) => self.accept(frame),
+        match VesselFrame::parse_keeping_input(
+            text.as_bytes(),
+            FrameLimits::default(),
+            dk_proto::Channel::V1,
+        ) {
+            Ok(VesselRead::Invoke(invoke)) => {
+                let input = Input::copy(invoke.input.get());
+                self.accept_call(invoke.call_id, invoke.capability, input)
+            }
+            Ok(VesselRead::Frame(frame)) => self.accept(frame),
             Err(error) => Accepted::SetAside(SetAside::Refused(error)),
         }
     }
@@ -232,7 +314,7 @@ impl Calls {
                 call_id,
                 capability,
                 input,
-            } => (call_id, capability, input),
+            } => (call_id, capability, Input::from_map(&input)),
             VesselFrame::Pairing { code } => {
                 return Accepted::SetAside(SetAside::Pairing(code.into_owned()));
             }
@@ -252,13 +334,27 @@ impl Calls {
                 return Accepted::SetAside(SetAside::NotACall(other.type_name()));
             }
         };
+        self.accept_call(call_id, capability, input)
+    }
+
+    /// Says what to do with an invoke, its input read already.
+    pub(crate) fn accept_call(
+        &mut self,
+        call_id: Cow<'_, str>,
+        capability: Cow<'_, str>,
+        input: Input,
+    ) -> Accepted {
         if self.running.contains_key(call_id.as_ref()) {
             return Accepted::SetAside(SetAside::DuplicateCall(call_id.into_owned()));
         }
         // Never run twice, even after a reconnect: the vessel never
         // re-sends a call, so a repeat is a replay.
-        if !self.seen.insert(&call_id) {
-            let refusal = CallRefusal::AlreadyReceived(call_id.to_string());
+        let refused = match self.seen.insert(&call_id) {
+            Ok(true) => None,
+            Ok(false) => Some(CallRefusal::AlreadyReceived(call_id.to_string())),
+            Err(refusal) => Some(refusal),
+        };
+        if let Some(refusal) = refused {
             let frame = refused_frame(&call_id, &capability, &refusal);
             return Accepted::Reply { frame, refusal };
         }
@@ -278,7 +374,7 @@ impl Calls {
         Accepted::Run(Invocation {
             call_id,
             capability,
-            input: input.into_owned(),
+            input,
         })
     }
 

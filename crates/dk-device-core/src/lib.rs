@@ -39,7 +39,7 @@ mod time;
 
 pub use calls::{
     Accepted, CallRefusal, Calls, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REMEMBERED_CALLS, EventRefusal,
-    Invocation, SetAside, event_frame, refused_by_vessel, result_frame,
+    Input, Invocation, SetAside, event_frame, refused_by_vessel, result_frame,
 };
 pub use credentials::{CREDENTIALS_BYTES, Credentials, CredentialsError};
 pub use entropy::{Entropy, EntropyFailed};

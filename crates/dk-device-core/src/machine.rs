@@ -24,11 +24,13 @@ use dk_channel::{
 };
 use dk_proto::{
     Channel, CloseCode, CloseFrame, CloseWhy, DeviceFrame, FrameLimits, MAX_FRAME_BYTES, Manifest,
-    StreamChunk, StreamDroppedFrame, StreamingFrame, VesselFrame,
+    StreamChunk, StreamDroppedFrame, StreamingFrame, VesselFrame, VesselRead,
 };
 use serde_json::value::RawValue;
 
-use crate::calls::{Accepted, Calls, EventRefusal, Invocation, SetAside, event_frame};
+use crate::calls::{
+    Accepted, Calls, EventRefusal, Input, Invocation, SetAside, event_frame, range_in,
+};
 use crate::credentials::Credentials;
 use crate::entropy::{Entropy, EntropyFailed, random32};
 use crate::time::Instant;
@@ -608,7 +610,7 @@ impl DeviceCore {
                 if self.secure.is_some() {
                     return self.broken(now, Break::Channel);
                 }
-                if let Err(why) = self.frame(text) {
+                if let Err(why) = self.frame(Cow::Borrowed(text)) {
                     self.broken(now, why);
                 }
             }
@@ -622,7 +624,7 @@ impl DeviceCore {
                     Err(()) => self.broken(now, Break::Channel),
                     Ok(None) => {}
                     Ok(Some(text)) => {
-                        if let Err(why) = self.frame(&text) {
+                        if let Err(why) = self.frame(Cow::Owned(text)) {
                             self.broken(now, why);
                         }
                     }
@@ -941,10 +943,10 @@ impl DeviceCore {
     }
 
     /// One text frame from the vessel, in the pairing or serving phase.
-    fn frame(&mut self, text: &str) -> Result<(), Break> {
+    fn frame(&mut self, text: Cow<'_, str>) -> Result<(), Break> {
         match self.phase {
-            Phase::Pairing if self.secure.is_some() => self.pair_secure(text),
-            Phase::Pairing => self.pair_v1(text),
+            Phase::Pairing if self.secure.is_some() => self.pair_secure(&text),
+            Phase::Pairing => self.pair_v1(&text),
             Phase::Serving => self.serve(text),
             _ => Ok(()),
         }
@@ -1067,26 +1069,28 @@ impl DeviceCore {
     }
 
     /// One frame once paired or authenticated: a call, a streaming
-    /// admission, a refusal announced (dk/2), or something to log.
-    fn serve(&mut self, text: &str) -> Result<(), Break> {
+    /// admission, a refusal announced (dk/2), or something to log. The
+    /// frame is read once; a call's input stays in the frame's buffer.
+    fn serve(&mut self, text: Cow<'_, str>) -> Result<(), Break> {
         let channel = self.config.channel;
-        let frame = VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), channel);
-        let pairing = match &frame {
-            Ok(VesselFrame::Error { error }) => {
+        let read =
+            VesselFrame::parse_keeping_input(text.as_bytes(), FrameLimits::default(), channel);
+        let pairing = match &read {
+            Ok(VesselRead::Frame(VesselFrame::Error { error })) => {
                 self.notice(Notice::SetAside(SetAside::VesselError(printable(error))));
                 return Ok(());
             }
-            Ok(VesselFrame::Closing { code, reason }) => {
+            Ok(VesselRead::Frame(VesselFrame::Closing { code, reason })) => {
                 if let Some(secure) = self.secure.as_mut() {
                     secure.closing = Some((*code, printable(reason)));
                 }
                 return Ok(());
             }
-            Ok(frame @ (VesselFrame::PairCommit { .. } | VesselFrame::PairReveal { .. })) => {
-                Some(frame.type_name())
-            }
+            Ok(VesselRead::Frame(
+                frame @ (VesselFrame::PairCommit { .. } | VesselFrame::PairReveal { .. }),
+            )) => Some(frame.type_name()),
             Ok(_) => None,
-            Err(_) => VesselFrame::pairing_type(text),
+            Err(_) => VesselFrame::pairing_type(&text),
         };
         // dk/2: a pairing frame once paired or authenticated ends the
         // connection (the order rule).
@@ -1097,7 +1101,7 @@ impl DeviceCore {
                 "an unexpected {kind} frame after pairing"
             )));
         }
-        if let Some(admitted) = StreamingFrame::parse(text) {
+        if let Some(admitted) = StreamingFrame::parse(&text) {
             self.stream_cap = admitted.max_chunk_bytes;
             self.notice(Notice::StreamingAdmitted {
                 kind: printable(&admitted.kind),
@@ -1105,7 +1109,7 @@ impl DeviceCore {
             });
             return Ok(());
         }
-        if let Some(dropped) = StreamDroppedFrame::parse(text) {
+        if let Some(dropped) = StreamDroppedFrame::parse(&text) {
             self.notice(Notice::StreamChunkDropped {
                 stream: printable(&dropped.stream),
                 seq: dropped.seq,
@@ -1114,7 +1118,25 @@ impl DeviceCore {
             });
             return Ok(());
         }
-        match self.calls.accept_text(text) {
+        let accepted = match read {
+            Ok(VesselRead::Invoke(invoke)) => {
+                // The input is cut out of the frame's own buffer when the
+                // core holds it (dk/2), copied out of a frame lent (v1).
+                let kept = match (&text, range_in(&text, invoke.input.get())) {
+                    (Cow::Owned(_), Some(range)) => Err(range),
+                    _ => Ok(Input::copy(invoke.input.get())),
+                };
+                let (call_id, capability) = (
+                    Cow::Owned(invoke.call_id.into_owned()),
+                    Cow::Owned(invoke.capability.into_owned()),
+                );
+                let input = kept.unwrap_or_else(|range| Input::cut(text.into_owned(), range));
+                self.calls.accept_call(call_id, capability, input)
+            }
+            Ok(VesselRead::Frame(frame)) => self.calls.accept(frame),
+            Err(error) => Accepted::SetAside(SetAside::Refused(error)),
+        };
+        match accepted {
             Accepted::Run(invocation) => self.outputs.push_back(Output::Invoke(invocation)),
             Accepted::Reply { frame, .. } => self.send_frame(frame),
             Accepted::SetAside(SetAside::VesselError(error)) => {

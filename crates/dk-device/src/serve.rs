@@ -374,7 +374,7 @@ pub(crate) fn take_call(
             options.notify(Notice::Invoked {
                 call_id: invocation.call_id.clone(),
                 capability: invocation.capability.clone(),
-                input: invocation.input.clone(),
+                input: invocation.input.to_map(),
             });
             handlers.spawn(invocation);
             None
@@ -476,7 +476,9 @@ impl Handlers {
             capability,
             input,
         } = invocation;
-        let task = self.tasks.spawn(self.device.call(&capability, input));
+        let task = self
+            .tasks
+            .spawn(self.device.call(&capability, input.to_map()));
         self.by_task.insert(
             task.id(),
             Call {

@@ -599,7 +599,10 @@ fn huge_inputs_run_within_the_limit_and_huge_results_are_answered_with_why() {
     let Some(Output::Invoke(call)) = out.iter().find(|o| matches!(o, Output::Invoke(_))) else {
         panic!("{out:?}");
     };
-    assert_eq!(call.input["note"].as_str().map(str::len), Some(note.len()));
+    assert_eq!(
+        call.input.to_map()["note"].as_str().map(str::len),
+        Some(note.len())
+    );
     // A result the vessel would refuse is answered with an error saying so.
     let huge = format!("\"{}\"", "r".repeat(MAX_FRAME_BYTES));
     assert!(core.answer("c1", Ok(&huge)));
@@ -743,4 +746,35 @@ fn v1_a_token_that_cannot_be_kept_or_a_code_not_six_digits() {
     );
     core.handle_timeout(NOW.saturating_add(CLOSE_TIMEOUT));
     assert_eq!(ended(&drain(&mut core)), Some(&End::Stop(Stop::BadToken)));
+}
+
+#[test]
+fn the_oldest_remembered_call_id_is_forgotten_first() {
+    let config = Config {
+        remember_calls: 3,
+        ..Config::default()
+    };
+    let (mut core, mut vessel, _) = paired_with(config);
+    for id in ["c1", "c2", "c3", "c4"] {
+        let (out, _) = tell(&mut core, &mut vessel, &invoke(id, "set_light"));
+        assert_eq!(runs(&out), [id]);
+        assert!(core.answer(id, Ok("{}")));
+        opened(&mut vessel, &drain(&mut core));
+    }
+    // c1 fell out of the three remembered: it runs; c3 and c4 do not.
+    let (out, _) = tell(&mut core, &mut vessel, &invoke("c1", "set_light"));
+    assert_eq!(runs(&out), ["c1"]);
+    assert!(core.answer("c1", Ok("{}")));
+    opened(&mut vessel, &drain(&mut core));
+    for id in ["c3", "c4", "c1"] {
+        let (out, frames) = tell(&mut core, &mut vessel, &invoke(id, "read_light"));
+        assert!(runs(&out).is_empty(), "{id} ran again");
+        assert_eq!(
+            result_of(&frames, id),
+            (
+                false,
+                Some(format!("call \"{id}\" was already received: not run again"))
+            )
+        );
+    }
 }

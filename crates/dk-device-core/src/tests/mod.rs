@@ -217,7 +217,8 @@ fn a_device_pairs_shows_the_vessels_code_and_answers_a_call() {
         panic!("no invoke: {out:?}");
     };
     assert_eq!(call.capability, "set_light");
-    assert_eq!(call.input["on"], true);
+    assert_eq!(call.input.to_map()["on"], true);
+    assert_eq!(call.input.as_str(), r#"{"on":true}"#);
     assert!(core.answer("c1", Ok(r#"{"on":true}"#)));
     let frames: Vec<String> = drain(&mut core)
         .iter()
@@ -437,4 +438,23 @@ fn a_kept_v1_token_the_vessel_could_not_take_asks_to_pair_instead() {
         panic!("{out:?}");
     };
     assert!(hello.contains("device:hello"), "{hello}");
+}
+
+#[test]
+fn a_calls_input_stays_in_the_buffer_its_frame_came_in() {
+    let (mut core, mut vessel, _) = paired();
+    let note = "n".repeat(4096);
+    let frame = format!(
+        r#"{{"type":"device:invoke","callId":"c1","capability":"set_light","input":{{"on":true,"note":"{note}"}}}}"#
+    );
+    let (out, _) = tell(&mut core, &mut vessel, &frame);
+    let Some(Output::Invoke(call)) = out.into_iter().find(|o| matches!(o, Output::Invoke(_)))
+    else {
+        panic!("no invoke");
+    };
+    let input = call.input.into_string();
+    assert_eq!(input, format!(r#"{{"on":true,"note":"{note}"}}"#));
+    // The frame's buffer, cut down: as large as the frame, not a copy of
+    // the input (which would hold no more than the input).
+    assert!(input.capacity() >= frame.len(), "{}", input.capacity());
 }
