@@ -518,11 +518,12 @@ int main(int argc, char **argv) {
     options.remember_calls = 64;
 
     char error[256];
-    lamp.device =
-        dk_device_new(&platform, MANIFEST, strlen(MANIFEST), &options, error, sizeof error);
+    dk_status made =
+        dk_device_new(&platform, MANIFEST, strlen(MANIFEST), &options, &lamp.device, error,
+                      sizeof error);
     explicit_bzero(kept, sizeof kept);
-    if (!lamp.device) {
-        fprintf(stderr, "lamp: %s\n", error);
+    if (made != DK_OK) {
+        fprintf(stderr, "lamp: %s: %s\n", dk_status_text(made), error);
         return 2;
     }
     dk_device_on(lamp.device, "set_light", 9, set_light, NULL);

@@ -20,6 +20,21 @@
 // result): longer is `DK_ERR_TOO_LONG`.
 #define DK_MAX_INPUT 1048576
 
+// The smallest `max_frame_bytes` an option may set.
+#define DK_MIN_FRAME_BYTES 1024
+
+// The most calls at once an option may set.
+#define DK_MAX_IN_FLIGHT 4096
+
+// The most call ids an option may have remembered.
+#define DK_MAX_REMEMBERED_CALLS 65536
+
+// The bytes of the library's reserve: its own memory (in its data, not
+// the heap) that answers a small allocation the platform refused, so that
+// the call it happened in can end its connection and return
+// `DK_ERR_NO_MEMORY` instead of aborting.
+#define DK_RESERVE_BYTES 8192
+
 // What a function made of its arguments. `DK_OK` is 0; every error is
 // negative, and `dk_status_text` names it.
 enum dk_status
@@ -57,6 +72,13 @@ enum dk_status
   DK_ERR_REFUSED = -12,
   // Not now: a poll from inside a handler, a reply given twice.
   DK_ERR_BUSY = -13,
+  // The platform's allocator had no memory: the call did not happen, or
+  // the connection it belonged to was ended (a `DK_OUTPUT_ENDED` with
+  // `DK_END_RETRY` comes out of the next poll) and what it held freed.
+  // The device is still usable: connect again after a backoff.
+  DK_ERR_NO_MEMORY = -14,
+  // An option out of its range (`dk_options` says each one's).
+  DK_ERR_OPTIONS = -15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -126,8 +148,11 @@ enum dk_output_kind
   // Something to log (`data`, NUL-terminated), when no log callback is
   // registered.
   DK_OUTPUT_NOTICE = 8,
-  // The connection ended (`end` says how, `data` why): drop the socket,
-  // and connect again after a backoff when `end` is `DK_END_RETRY`.
+  // The connection ended (`end` says how, `data` why): close the socket
+  // now if it is still open (no `DK_OUTPUT_SEND_CLOSE` need come before
+  // this: a handshake that timed out, a connection ended for want of
+  // memory, end without one), and connect again after a backoff when
+  // `end` is `DK_END_RETRY`.
   DK_OUTPUT_ENDED = 9,
 };
 #ifndef __cplusplus
@@ -169,7 +194,7 @@ typedef struct dk_device dk_device;
 
 // A handler's answer to one call, given with
 // `dk_reply_ok` or
-// `dk_reply_error` during the handler.
+// `dk_reply_error` during the handler, which send it at once.
 typedef struct dk_reply dk_reply;
 
 // Fills `len` bytes at `buf` with unpredictable random bytes (a hardware
@@ -206,22 +231,26 @@ typedef struct {
 } dk_platform;
 
 // How a device runs; zero in a field means its default, and a NULL
-// options pointer means every default.
+// options pointer means every default. A field out of its range is
+// `DK_ERR_OPTIONS`.
 typedef struct {
   // The credentials the device kept (`DK_CREDENTIALS_BYTES` bytes), or
   // NULL on its first run: a key is made at the first connection and
   // given out to keep.
   const uint8_t *credentials;
-  // Their length: `DK_CREDENTIALS_BYTES`, or 0 with NULL.
+  // Their length: `DK_CREDENTIALS_BYTES`, or 0 with NULL (credentials
+  // of another length, 0 included, are `DK_ERR_CREDENTIALS`).
   size_t credentials_len;
-  // The largest frame taken from the vessel, in bytes (1024 to
-  // `DK_MAX_INPUT`; default `DK_MAX_INPUT`). A device short of
-  // memory sets it to what its calls need.
+  // The largest frame taken from the vessel, in bytes
+  // (`DK_MIN_FRAME_BYTES` to `DK_MAX_INPUT`; default `DK_MAX_INPUT`).
+  // A device short of memory sets it to what its calls need: a call
+  // takes at most its frame and 8 KiB more.
   size_t max_frame_bytes;
-  // How many calls may run at once (default 64).
+  // How many calls may run at once (1 to `DK_MAX_IN_FLIGHT`; default
+  // 64).
   size_t max_in_flight;
-  // How many call ids are remembered so that a repeat never runs
-  // (default 1024).
+  // How many call ids are remembered so that a repeat never runs, 8
+  // bytes each (1 to `DK_MAX_REMEMBERED_CALLS`; default 1024).
   size_t remember_calls;
   // How long the handshake may take, in milliseconds (default 10000).
   uint32_t handshake_timeout_ms;
@@ -231,7 +260,8 @@ typedef struct {
 } dk_options;
 
 // A call to run: UTF-8 text, each NUL-terminated (the lengths leave the
-// NUL out).
+// NUL out, and none holds a NUL before its end: a call whose id has one is
+// answered with an error instead of run).
 typedef struct {
   // The call's id, to answer with.
   const char *call_id;
@@ -280,25 +310,32 @@ extern "C" {
 
 // Makes a device from its manifest's JSON (`manifest_len` bytes of UTF-8
 // at `manifest_json`), the platform's callbacks and `options` (NULL: every
-// default, and no credentials kept yet). The platform's allocation
-// callbacks are registered if they were not.
+// default, and no credentials kept yet), into `*device`. The platform's
+// allocation callbacks are registered if they were not.
 //
-// Returns NULL when the manifest is not valid, the credentials cannot be
-// read back, a callback is missing or the platform gives no random bytes,
-// with why in `error` (`error_capacity` bytes, NUL-terminated, cut to fit;
-// `error` may be NULL).
+// Returns `DK_OK`, or why not: `DK_ERR_NULL` (no platform, no `device`,
+// NULL with a length), `DK_ERR_PLATFORM` (a callback missing, other
+// allocation callbacks registered), `DK_ERR_OPTIONS`,
+// `DK_ERR_CREDENTIALS`, `DK_ERR_TOO_LONG`, `DK_ERR_UTF8`,
+// `DK_ERR_MANIFEST`, `DK_ERR_ENTROPY`, `DK_ERR_NO_MEMORY`, with `*device`
+// NULL and the reason in `error` (`error_capacity` bytes, NUL-terminated,
+// cut to fit; `error` may be NULL). Nothing is allocated before the
+// platform's allocator is registered, and a refused allocation after is
+// `DK_ERR_NO_MEMORY`, with everything made so far freed.
 //
 // # Safety
 //
 // `platform` and `options` are NULL or readable; `manifest_json` is
 // readable for `manifest_len` bytes, the options' credentials for their
-// length; `error` is NULL or writable for `error_capacity` bytes.
-dk_device *dk_device_new(const dk_platform *platform,
-                         const char *manifest_json,
-                         size_t manifest_len,
-                         const dk_options *options,
-                         char *error,
-                         size_t error_capacity);
+// length; `device` is NULL or writable; `error` is NULL or writable for
+// `error_capacity` bytes.
+dk_status dk_device_new(const dk_platform *platform,
+                        const char *manifest_json,
+                        size_t manifest_len,
+                        const dk_options *options,
+                        dk_device **device,
+                        char *error,
+                        size_t error_capacity);
 
 // Frees a device and everything it holds (its key is wiped). NULL is
 // ignored. From inside a handler, the device is freed once the handler
@@ -403,7 +440,7 @@ dk_state dk_device_state(dk_device *device);
 // Registers `handler` (with its `ctx`) for calls of `capability` (`len`
 // bytes of UTF-8), replacing any; a NULL handler removes it. Calls of a
 // capability without a handler come out of `dk_device_poll` as
-// `DK_OUTPUT_INVOKE`.
+// `DK_OUTPUT_INVOKE`. Asks for no memory.
 //
 // # Safety
 //
@@ -418,7 +455,9 @@ dk_status dk_device_on(dk_device *device,
 // Answers the running call `call_id` (`id_len` bytes): with `ok`, `text`
 // is the result as JSON (`DK_ERR_JSON` when it is not, and the call still
 // runs); without, it is the error's text. `DK_ERR_NO_SUCH_CALL` when no
-// such call runs (answered already, or its connection ended).
+// such call runs (answered already, or its connection ended);
+// `DK_ERR_NO_MEMORY` when the platform has no memory for the answer's
+// frame (the call still runs: answer it again, or with a shorter text).
 //
 // # Safety
 //
@@ -431,9 +470,9 @@ dk_status dk_device_answer(dk_device *device,
                            const char *text,
                            size_t len);
 
-// The handler's result, as JSON (`len` bytes of UTF-8 at `json`):
-// `DK_ERR_JSON` when it is not, `DK_ERR_BUSY` when the call was answered
-// already.
+// The handler's result, as JSON (`len` bytes of UTF-8 at `json`), sent at
+// once: `DK_ERR_JSON` when it is not JSON, `DK_ERR_BUSY` when the call
+// was answered already, `DK_ERR_NO_MEMORY` as `dk_device_answer` says.
 //
 // # Safety
 //
@@ -441,8 +480,8 @@ dk_status dk_device_answer(dk_device *device,
 dk_status dk_reply_ok(dk_reply *reply, const char *json_ptr, size_t len);
 
 // The handler's error, as text (`len` bytes of UTF-8 at `error`), which
-// the agent reads after `device error: `. `DK_ERR_BUSY` when the call was
-// answered already.
+// the agent reads after `device error: `, sent at once. `DK_ERR_BUSY`
+// when the call was answered already.
 //
 // # Safety
 //
@@ -452,7 +491,8 @@ dk_status dk_reply_error(dk_reply *reply, const char *error, size_t len);
 // Sends `device:event {capability, data}` for a declared capability
 // (`capability_len` bytes), with `data` as JSON (`len` bytes), when a
 // connection is serving; the message to send then comes out of
-// `dk_device_poll`.
+// `dk_device_poll`. `DK_ERR_NO_MEMORY` when the platform has no memory for
+// the event's frame.
 //
 // # Safety
 //

@@ -1,8 +1,7 @@
 //! The values that cross the ABI: status codes, options, outputs, calls,
 //! and the checks every pointer and length passes on the way in.
 
-use alloc::string::String;
-use core::ffi::c_char;
+use core::ffi::{c_char, c_void};
 use core::ptr;
 
 /// The length of the credentials blob a device keeps
@@ -16,6 +15,21 @@ const _: () = assert!(DK_CREDENTIALS_BYTES == dk_device_core::CREDENTIALS_BYTES)
 pub const DK_MAX_INPUT: usize = 1_048_576;
 
 const _: () = assert!(DK_MAX_INPUT == dk_proto::MAX_FRAME_BYTES);
+
+/// The smallest `max_frame_bytes` an option may set.
+pub const DK_MIN_FRAME_BYTES: usize = 1024;
+
+/// The most calls at once an option may set.
+pub const DK_MAX_IN_FLIGHT: usize = 4096;
+
+/// The most call ids an option may have remembered.
+pub const DK_MAX_REMEMBERED_CALLS: usize = 65_536;
+
+/// The bytes of the library's reserve: its own memory (in its data, not
+/// the heap) that answers a small allocation the platform refused, so that
+/// the call it happened in can end its connection and return
+/// `DK_ERR_NO_MEMORY` instead of aborting.
+pub const DK_RESERVE_BYTES: usize = 8192;
 
 /// What a function made of its arguments. `DK_OK` is 0; every error is
 /// negative, and `dk_status_text` names it.
@@ -52,6 +66,13 @@ pub enum dk_status {
     DK_ERR_REFUSED = -12,
     /// Not now: a poll from inside a handler, a reply given twice.
     DK_ERR_BUSY = -13,
+    /// The platform's allocator had no memory: the call did not happen, or
+    /// the connection it belonged to was ended (a `DK_OUTPUT_ENDED` with
+    /// `DK_END_RETRY` comes out of the next poll) and what it held freed.
+    /// The device is still usable: connect again after a backoff.
+    DK_ERR_NO_MEMORY = -14,
+    /// An option out of its range (`dk_options` says each one's).
+    DK_ERR_OPTIONS = -15,
 }
 
 /// Where the connection stands.
@@ -103,8 +124,11 @@ pub enum dk_output_kind {
     /// Something to log (`data`, NUL-terminated), when no log callback is
     /// registered.
     DK_OUTPUT_NOTICE = 8,
-    /// The connection ended (`end` says how, `data` why): drop the socket,
-    /// and connect again after a backoff when `end` is `DK_END_RETRY`.
+    /// The connection ended (`end` says how, `data` why): close the socket
+    /// now if it is still open (no `DK_OUTPUT_SEND_CLOSE` need come before
+    /// this: a handshake that timed out, a connection ended for want of
+    /// memory, end without one), and connect again after a backoff when
+    /// `end` is `DK_END_RETRY`.
     DK_OUTPUT_ENDED = 9,
 }
 
@@ -124,7 +148,8 @@ pub enum dk_end {
 }
 
 /// How a device runs; zero in a field means its default, and a NULL
-/// options pointer means every default.
+/// options pointer means every default. A field out of its range is
+/// `DK_ERR_OPTIONS`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct dk_options {
@@ -132,16 +157,19 @@ pub struct dk_options {
     /// NULL on its first run: a key is made at the first connection and
     /// given out to keep.
     pub credentials: *const u8,
-    /// Their length: `DK_CREDENTIALS_BYTES`, or 0 with NULL.
+    /// Their length: `DK_CREDENTIALS_BYTES`, or 0 with NULL (credentials
+    /// of another length, 0 included, are `DK_ERR_CREDENTIALS`).
     pub credentials_len: usize,
-    /// The largest frame taken from the vessel, in bytes (1024 to
-    /// `DK_MAX_INPUT`; default `DK_MAX_INPUT`). A device short of
-    /// memory sets it to what its calls need.
+    /// The largest frame taken from the vessel, in bytes
+    /// (`DK_MIN_FRAME_BYTES` to `DK_MAX_INPUT`; default `DK_MAX_INPUT`).
+    /// A device short of memory sets it to what its calls need: a call
+    /// takes at most its frame and 8 KiB more.
     pub max_frame_bytes: usize,
-    /// How many calls may run at once (default 64).
+    /// How many calls may run at once (1 to `DK_MAX_IN_FLIGHT`; default
+    /// 64).
     pub max_in_flight: usize,
-    /// How many call ids are remembered so that a repeat never runs
-    /// (default 1024).
+    /// How many call ids are remembered so that a repeat never runs, 8
+    /// bytes each (1 to `DK_MAX_REMEMBERED_CALLS`; default 1024).
     pub remember_calls: usize,
     /// How long the handshake may take, in milliseconds (default 10000).
     pub handshake_timeout_ms: u32,
@@ -151,7 +179,8 @@ pub struct dk_options {
 }
 
 /// A call to run: UTF-8 text, each NUL-terminated (the lengths leave the
-/// NUL out).
+/// NUL out, and none holds a NUL before its end: a call whose id has one is
+/// answered with an error instead of run).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct dk_call {
@@ -213,10 +242,28 @@ impl dk_output {
 
 /// A handler's answer to one call, given with
 /// `dk_reply_ok` or
-/// `dk_reply_error` during the handler.
-#[derive(Debug, Default)]
+/// `dk_reply_error` during the handler, which send it at once.
+#[derive(Debug)]
 pub struct dk_reply {
-    pub(crate) outcome: Option<Result<String, String>>,
+    /// The `dk_device` the call runs on (NULL: no call behind the reply),
+    /// its type left to `device.rs`, which owns it.
+    pub(crate) device: *mut c_void,
+    /// The call's id, live through the handler.
+    pub(crate) call_id: *const u8,
+    pub(crate) call_id_len: usize,
+    /// Whether the handler replied.
+    pub(crate) given: bool,
+}
+
+impl Default for dk_reply {
+    fn default() -> dk_reply {
+        dk_reply {
+            device: ptr::null_mut(),
+            call_id: ptr::null(),
+            call_id_len: 0,
+            given: false,
+        }
+    }
 }
 
 /// `len` bytes at `ptr`, checked: NULL only with 0, at most `max`.

@@ -19,9 +19,13 @@
 //! ([`dk_platform`]). Every pointer and length that crosses the ABI is
 //! checked: a NULL with a length, a length over [`DK_MAX_INPUT`], text
 //! that is not UTF-8, a call that is not running are each answered with a
-//! [`dk_status`], never undefined behaviour or an abort. What C cannot be
-//! checked for (a dangling pointer, a buffer shorter than its length, a
-//! device used from two threads at once) is the caller's to get right.
+//! [`dk_status`], never undefined behaviour or an abort. So is memory the
+//! platform refuses: [`dk_status::DK_ERR_NO_MEMORY`], the connection ended
+//! and what it held freed (the library's reserve answers the small
+//! allocations the platform refused meanwhile, see `reserve.rs`). What C
+//! cannot be checked for (a dangling pointer, a buffer shorter than its
+//! length, a device used from two threads at once) is the caller's to get
+//! right.
 //!
 //! This crate is `no_std`, and so is everything under it: the static
 //! library `libdk_device.a` is this crate built as a staticlib with the
@@ -47,9 +51,11 @@ extern crate alloc;
 mod abi;
 mod device;
 mod platform;
+mod reserve;
 
 pub use abi::{
-    DK_CREDENTIALS_BYTES, DK_MAX_INPUT, dk_call, dk_end, dk_options, dk_output, dk_output_kind,
+    DK_CREDENTIALS_BYTES, DK_MAX_IN_FLIGHT, DK_MAX_INPUT, DK_MAX_REMEMBERED_CALLS,
+    DK_MIN_FRAME_BYTES, DK_RESERVE_BYTES, dk_call, dk_end, dk_options, dk_output, dk_output_kind,
     dk_reply, dk_state, dk_status,
 };
 pub use device::{

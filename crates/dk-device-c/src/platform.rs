@@ -4,11 +4,12 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::{c_char, c_void};
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use dk_device_core::{Entropy, EntropyFailed};
 
 use crate::abi::{dk_call, dk_reply, dk_status};
+use crate::reserve;
 
 /// Allocates `size` bytes aligned to `align` (a power of two), or returns
 /// NULL when there is no memory. `ctx` is the platform's.
@@ -120,8 +121,21 @@ pub(crate) fn register(platform: &dk_platform) -> dk_status {
     }
 }
 
+/// How many allocations the platform has refused since the library
+/// started: a library call that sees it move ran out of memory.
+static REFUSED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many allocations the platform has refused so far.
+pub(crate) fn refusals() -> usize {
+    REFUSED.load(Ordering::Relaxed)
+}
+
 /// The global allocator of the firmware build: the platform's callbacks,
-/// NULL (no memory) before they are registered.
+/// NULL (no memory) before they are registered. An allocation the platform
+/// refuses is counted and, when it is small, answered from
+/// the library's reserve, so that nothing that cannot take a refusal gets
+/// one; a large one gets NULL (the library asks for those with
+/// `try_reserve`).
 #[derive(Debug, Clone, Copy)]
 pub struct PlatformAllocator;
 
@@ -142,10 +156,19 @@ unsafe impl GlobalAlloc for PlatformAllocator {
         // `register` before STATE became REGISTERED.
         let alloc: AllocFn = unsafe { core::mem::transmute::<*mut (), AllocFn>(alloc) };
         // SAFETY: the platform's callback, called as its type says.
-        unsafe { alloc(layout.size(), layout.align(), CTX.load(Ordering::Relaxed)) }.cast()
+        let block: *mut u8 =
+            unsafe { alloc(layout.size(), layout.align(), CTX.load(Ordering::Relaxed)) }.cast();
+        if !block.is_null() {
+            return block;
+        }
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+        reserve::take(layout.size(), layout.align())
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if reserve::holds(ptr) {
+            return reserve::give_back(ptr, layout.size());
+        }
         if STATE.load(Ordering::Acquire) != REGISTERED {
             return;
         }

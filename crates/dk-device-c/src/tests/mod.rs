@@ -47,26 +47,12 @@ use dk_channel::{FrameKind, OpenedFrame, Opener, RecordLimits, Responder, Sealer
 use dk_proto::MAX_FRAME_BYTES;
 
 use crate::*;
+use memory::{call, platform_alloc, platform_free};
 
-const LAMP: &str = include_str!("../../../fixtures/manifests/valid/desk-lamp.json");
+mod firmware;
+pub(crate) mod memory;
 
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-unsafe extern "C" fn test_alloc(size: usize, align: usize, _ctx: *mut c_void) -> *mut c_void {
-    let Ok(layout) = Layout::from_size_align(size.max(1), align) else {
-        return ptr::null_mut();
-    };
-    LIVE_BYTES.fetch_add(size, Ordering::Relaxed);
-    // SAFETY: a non-zero size.
-    unsafe { std::alloc::alloc(layout) }.cast()
-}
-
-unsafe extern "C" fn test_free(ptr: *mut c_void, size: usize, align: usize, _ctx: *mut c_void) {
-    LIVE_BYTES.fetch_sub(size, Ordering::Relaxed);
-    let layout = Layout::from_size_align(size.max(1), align).unwrap();
-    // SAFETY: from test_alloc with this layout.
-    unsafe { std::alloc::dealloc(ptr.cast(), layout) }
-}
+pub(crate) const LAMP: &str = include_str!("../../../../fixtures/manifests/valid/desk-lamp.json");
 
 /// Random bytes from a counter kept at `ctx`.
 unsafe extern "C" fn counter(ctx: *mut c_void, buf: *mut u8, len: usize) -> bool {
@@ -88,14 +74,59 @@ unsafe extern "C" fn no_random(_: *mut c_void, _: *mut u8, _: usize) -> bool {
     false
 }
 
-fn platform(seed: &mut u8) -> dk_platform {
+pub(crate) fn platform(seed: &mut u8) -> dk_platform {
     dk_platform {
         ctx: ptr::from_mut(seed).cast(),
         random: Some(counter),
-        alloc: Some(test_alloc),
-        free: Some(test_free),
+        alloc: Some(platform_alloc),
+        free: Some(platform_free),
         log: None,
     }
+}
+
+/// The options of a device that kept `credentials`, every other default.
+pub(crate) fn options(credentials: Option<&[u8]>) -> dk_options {
+    dk_options {
+        credentials: credentials.map_or(ptr::null(), <[u8]>::as_ptr),
+        credentials_len: credentials.map_or(0, <[u8]>::len),
+        max_frame_bytes: 0,
+        max_in_flight: 0,
+        remember_calls: 0,
+        handshake_timeout_ms: 0,
+        close_timeout_ms: 0,
+    }
+}
+
+/// A device made with `options`, or the status and error text.
+pub(crate) fn made(
+    platform: &dk_platform,
+    manifest: &[u8],
+    options: &dk_options,
+) -> Result<*mut dk_device, (dk_status, String)> {
+    let mut error = [0x7f as c_char; 256];
+    let mut device = ptr::dangling_mut();
+    // SAFETY: every pointer is live for its length.
+    let status = call(|| unsafe {
+        dk_device_new(
+            platform,
+            manifest.as_ptr().cast(),
+            manifest.len(),
+            options,
+            &mut device,
+            error.as_mut_ptr(),
+            error.len(),
+        )
+    });
+    // SAFETY: dk_device_new NUL-terminates what it writes.
+    let why = unsafe { CStr::from_ptr(error.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    if status != dk_status::DK_OK {
+        assert!(device.is_null(), "no device on {status:?}");
+        return Err((status, why));
+    }
+    assert!(!device.is_null() && why.is_empty(), "{why}");
+    Ok(device)
 }
 
 /// A device of the lamp, or the error text.
@@ -104,38 +135,12 @@ fn new_device(
     manifest: &[u8],
     credentials: Option<&[u8]>,
 ) -> Result<*mut dk_device, String> {
-    let options = dk_options {
-        credentials: credentials.map_or(ptr::null(), <[u8]>::as_ptr),
-        credentials_len: credentials.map_or(0, <[u8]>::len),
-        max_frame_bytes: 0,
-        max_in_flight: 0,
-        remember_calls: 0,
-        handshake_timeout_ms: 0,
-        close_timeout_ms: 0,
-    };
-    let mut error = [0 as c_char; 256];
-    // SAFETY: every pointer is live for its length.
-    let device = unsafe {
-        dk_device_new(
-            platform,
-            manifest.as_ptr().cast(),
-            manifest.len(),
-            &options,
-            error.as_mut_ptr(),
-            error.len(),
-        )
-    };
-    if device.is_null() {
-        // SAFETY: dk_device_new NUL-terminates what it writes.
-        let why = unsafe { CStr::from_ptr(error.as_ptr()) };
-        return Err(why.to_string_lossy().into_owned());
-    }
-    Ok(device)
+    made(platform, manifest, &options(credentials)).map_err(|(_, why)| why)
 }
 
 /// What a poll gave, copied out.
 #[derive(Debug, Clone, PartialEq)]
-enum Out {
+pub(crate) enum Out {
     Text(String),
     Binary(Vec<u8>),
     Close(u16, String),
@@ -157,11 +162,11 @@ fn text_of(ptr: *const c_char, len: usize) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-fn drain(device: *mut dk_device) -> Vec<Out> {
+pub(crate) fn drain(device: *mut dk_device) -> Vec<Out> {
     let mut outs = Vec::new();
     let mut out = dk_output::NONE;
     // SAFETY: a live device and a writable output.
-    while unsafe { dk_device_poll(device, &mut out) } {
+    while call(|| unsafe { dk_device_poll(device, &mut out) }) {
         let data = || text_of(out.data.cast(), out.len);
         // SAFETY: valid until the next poll.
         let bytes = || unsafe { std::slice::from_raw_parts(out.data, out.len) }.to_vec();
@@ -190,17 +195,17 @@ fn drain(device: *mut dk_device) -> Vec<Out> {
 }
 
 /// A vessel's side of one connection, on dk-channel's responder.
-struct Vessel {
-    key: StaticKey,
-    responder: Option<Responder>,
-    sealer: Option<Sealer>,
-    opener: Option<Opener>,
-    hash: [u8; 32],
-    nv: [u8; 32],
+pub(crate) struct Vessel {
+    pub(crate) key: StaticKey,
+    pub(crate) responder: Option<Responder>,
+    pub(crate) sealer: Option<Sealer>,
+    pub(crate) opener: Option<Opener>,
+    pub(crate) hash: [u8; 32],
+    pub(crate) nv: [u8; 32],
 }
 
 impl Vessel {
-    fn new(secret: u8) -> Vessel {
+    pub(crate) fn new(secret: u8) -> Vessel {
         let key = StaticKey::from_secret([secret; 32]).unwrap();
         Vessel {
             responder: Some(Responder::new(&key).unwrap()),
@@ -212,13 +217,13 @@ impl Vessel {
         }
     }
 
-    fn second(&mut self, first: &[u8]) -> Vec<u8> {
+    pub(crate) fn second(&mut self, first: &[u8]) -> Vec<u8> {
         let responder = self.responder.as_mut().unwrap();
         responder.read_first(first).unwrap();
         responder.second_message().unwrap()
     }
 
-    fn third(&mut self, third: &[u8]) {
+    pub(crate) fn third(&mut self, third: &[u8]) {
         let established = self.responder.take().unwrap().read_third(third).unwrap();
         self.hash = established.handshake_hash;
         let (sealer, opener) = established.split(RecordLimits {
@@ -229,7 +234,7 @@ impl Vessel {
         self.opener = Some(opener);
     }
 
-    fn open(&mut self, record: &[u8]) -> Option<String> {
+    pub(crate) fn open(&mut self, record: &[u8]) -> Option<String> {
         match self.opener.as_mut().unwrap().open(record).unwrap() {
             Some(OpenedFrame::Text(text)) => Some(text),
             _ => None,
@@ -238,7 +243,7 @@ impl Vessel {
 
     /// Sends `frame` to the device; what it gave back, with its frames
     /// opened.
-    fn tell(&mut self, device: *mut dk_device, frame: &str) -> (Vec<Out>, Vec<String>) {
+    pub(crate) fn tell(&mut self, device: *mut dk_device, frame: &str) -> (Vec<Out>, Vec<String>) {
         let records = self
             .sealer
             .as_mut()
@@ -247,14 +252,15 @@ impl Vessel {
             .unwrap();
         for record in records {
             // SAFETY: a live device and a buffer of that length.
-            let status =
-                unsafe { dk_device_receive_binary(device, 5, record.as_ptr(), record.len()) };
+            let status = call(|| unsafe {
+                dk_device_receive_binary(device, 5, record.as_ptr(), record.len())
+            });
             assert_eq!(status, dk_status::DK_OK);
         }
         self.drained(device)
     }
 
-    fn drained(&mut self, device: *mut dk_device) -> (Vec<Out>, Vec<String>) {
+    pub(crate) fn drained(&mut self, device: *mut dk_device) -> (Vec<Out>, Vec<String>) {
         let outs = drain(device);
         let frames = outs
             .iter()
@@ -269,14 +275,18 @@ impl Vessel {
     /// The handshake; the device's frames after it, opened.
     fn shake(&mut self, device: *mut dk_device) -> (Vec<Out>, Vec<String>) {
         // SAFETY: a live device.
-        assert_eq!(unsafe { dk_device_connect(device, 1) }, dk_status::DK_OK);
+        assert_eq!(
+            call(|| unsafe { dk_device_connect(device, 1) }),
+            dk_status::DK_OK
+        );
         let started = drain(device);
         let Some(Out::Binary(first)) = started.iter().find(|o| matches!(o, Out::Binary(_))) else {
             panic!("no first message: {started:?}");
         };
         let second = self.second(first);
         // SAFETY: a live device and a buffer of that length.
-        let status = unsafe { dk_device_receive_binary(device, 2, second.as_ptr(), second.len()) };
+        let status =
+            call(|| unsafe { dk_device_receive_binary(device, 2, second.as_ptr(), second.len()) });
         assert_eq!(status, dk_status::DK_OK);
         let outs = drain(device);
         let mut binaries = outs.iter().filter_map(|o| match o {
@@ -305,7 +315,7 @@ unsafe extern "C" fn set_light(ctx: *mut c_void, call: *const dk_call, reply: *m
 }
 
 /// Pairs a new lamp with `vessel`: the device and the credentials kept.
-fn pair(seed: &mut u8, vessel: &mut Vessel) -> (*mut dk_device, Vec<u8>) {
+pub(crate) fn pair(seed: &mut u8, vessel: &mut Vessel) -> (*mut dk_device, Vec<u8>) {
     let platform = platform(seed);
     let device = new_device(&platform, LAMP.as_bytes(), None).unwrap();
     let (outs, frames) = vessel.shake(device);
@@ -494,24 +504,100 @@ fn bad_arguments_are_answered_with_a_status_never_a_crash() {
     let mut seed = 1u8;
     let good = platform(&mut seed);
     let mut error = [0 as c_char; 64];
-    // SAFETY: NULLs, and a writable error buffer of its length.
-    let none = unsafe {
+    let mut device = ptr::dangling_mut();
+    // SAFETY: NULLs, and a writable error buffer and device of their
+    // lengths.
+    let status = unsafe {
         dk_device_new(
             ptr::null(),
             ptr::null(),
             0,
             ptr::null(),
+            &mut device,
             error.as_mut_ptr(),
             64,
         )
     };
-    assert!(none.is_null());
+    assert_eq!(status, dk_status::DK_ERR_NULL);
+    assert!(device.is_null());
     // SAFETY: NUL-terminated by dk_device_new.
     let why = unsafe { CStr::from_ptr(error.as_ptr()) };
     assert_eq!(why.to_str().unwrap(), "no platform callbacks");
     // SAFETY: NULL with a length, and no error buffer: refused.
-    let none = unsafe { dk_device_new(&good, ptr::null(), 12, ptr::null(), ptr::null_mut(), 0) };
-    assert!(none.is_null());
+    let status = unsafe {
+        dk_device_new(
+            &good,
+            ptr::null(),
+            12,
+            ptr::null(),
+            &mut device,
+            ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(status, dk_status::DK_ERR_NULL);
+    // SAFETY: nowhere to put the device.
+    let status = unsafe {
+        dk_device_new(
+            &good,
+            LAMP.as_ptr().cast(),
+            LAMP.len(),
+            ptr::null(),
+            ptr::null_mut(),
+            error.as_mut_ptr(),
+            64,
+        )
+    };
+    assert_eq!(status, dk_status::DK_ERR_NULL);
+    // Each refusal its status.
+    let status_of =
+        |manifest: &[u8], options: &dk_options| made(&good, manifest, options).unwrap_err();
+    assert_eq!(
+        status_of(b"{", &options(None)).0,
+        dk_status::DK_ERR_MANIFEST
+    );
+    assert_eq!(status_of(b"\xff", &options(None)).0, dk_status::DK_ERR_UTF8);
+    assert_eq!(
+        status_of(LAMP.as_bytes(), &options(Some(&[1; 12]))).0,
+        dk_status::DK_ERR_CREDENTIALS
+    );
+    // Credentials of no length are refused, not read as none.
+    let kept = [0u8; DK_CREDENTIALS_BYTES];
+    let mut empty = options(Some(&kept));
+    empty.credentials_len = 0;
+    assert_eq!(
+        status_of(LAMP.as_bytes(), &empty),
+        (
+            dk_status::DK_ERR_CREDENTIALS,
+            "credentials of 0 bytes: pass NULL when none are kept".to_owned()
+        )
+    );
+    // Options out of their ranges are refused, not clamped.
+    for (max_frame_bytes, max_in_flight, remember_calls) in [
+        (1023, 0, 0),
+        (DK_MAX_INPUT + 1, 0, 0),
+        (1, 0, 0),
+        (0, DK_MAX_IN_FLIGHT + 1, 0),
+        (0, 0, DK_MAX_REMEMBERED_CALLS + 1),
+        (0, 0, usize::MAX),
+    ] {
+        let mut out_of_range = options(None);
+        out_of_range.max_frame_bytes = max_frame_bytes;
+        out_of_range.max_in_flight = max_in_flight;
+        out_of_range.remember_calls = remember_calls;
+        let (status, why) = status_of(LAMP.as_bytes(), &out_of_range);
+        assert_eq!(status, dk_status::DK_ERR_OPTIONS, "{why}");
+        assert!(why.contains(" is not 0 or "), "{why}");
+    }
+    let mut smallest = options(None);
+    (
+        smallest.max_frame_bytes,
+        smallest.max_in_flight,
+        smallest.remember_calls,
+    ) = (DK_MIN_FRAME_BYTES, 1, 1);
+    let device = made(&good, LAMP.as_bytes(), &smallest).unwrap();
+    // SAFETY: live, freed once.
+    unsafe { dk_device_free(device) };
     let refused = |manifest: &[u8], credentials: Option<&[u8]>| {
         new_device(&good, manifest, credentials).unwrap_err()
     };
@@ -568,18 +654,21 @@ fn bad_arguments_are_answered_with_a_status_never_a_crash() {
     // An error cut at a character boundary to fit the buffer.
     let mut small = [0x7f as c_char; 5];
     let manifest = "é".repeat(3);
+    let mut device = ptr::dangling_mut();
     // SAFETY: buffers of their lengths.
-    let none = unsafe {
+    let status = unsafe {
         dk_device_new(
             &good,
             manifest.as_ptr().cast(),
             manifest.len(),
             ptr::null(),
+            &mut device,
             small.as_mut_ptr(),
             5,
         )
     };
-    assert!(none.is_null());
+    assert_eq!(status, dk_status::DK_ERR_MANIFEST);
+    assert!(device.is_null());
     // SAFETY: NUL-terminated within its 5 bytes.
     let cut = unsafe { CStr::from_ptr(small.as_ptr()) };
     assert_eq!(cut.to_str().unwrap(), "mani");
@@ -698,7 +787,6 @@ fn the_platform_allocator_hands_out_the_platforms_memory() {
         assert_eq!(block.align_offset(16), 0);
         PlatformAllocator.dealloc(block, layout);
     }
-    assert!(LIVE_BYTES.load(Ordering::Relaxed) < 1 << 30);
 }
 
 #[test]
