@@ -2,21 +2,32 @@
  * lamp.c: a desk lamp written in C on libdk_device.a and libwebsockets.
  *
  *   lamp ws://HOST:PORT/device CREDENTIALS_FILE [--stats FILE] [--handshakes N]
+ *        [--handshake-timeout-ms MS]
  *
  * It pairs with the vessel (printing `pairing code: NNNNNN` for the person
  * to compare), keeps its credentials in CREDENTIALS_FILE, reconnects by key
- * when restarted, and answers `set_light` and `read_light`. Random bytes
- * come from getrandom(2); the library's memory from malloc, counted, and
- * with --stats the counts are written to FILE at exit: the heap's peak
- * while pairing, the heap while connected and idle, and what each received
- * frame allocated. With --handshakes N it connects N times one after
- * the other, closing each once its handshake is done, and adds the median
- * time from opening the socket to the handshake's end to the stats.
- * SIGTERM or SIGINT closes the connection and frees everything.
+ * when restarted, and answers `set_light` and `read_light`. A connection
+ * that ends, or that cannot be made (the vessel is down or restarting), is
+ * tried again after a backoff with jitter: a random delay between half and
+ * all of 0.5 s, 1 s, 2 s, 4 s and then 8 s, back to 0.5 s once connected.
+ * Random bytes come from getrandom(2); the library's memory from malloc,
+ * counted, and with --stats the counts are written to FILE at exit: the
+ * heap's peak while pairing, the heap while connected and idle, and what
+ * each received frame allocated. With --handshakes N it connects N times
+ * one after the other, closing each once its handshake is done, and adds
+ * the median time from opening the socket to the handshake's end to the
+ * stats. --handshake-timeout-ms sets how long a handshake may take
+ * (default 10000). SIGTERM or SIGINT closes the connection and frees
+ * everything.
+ *
+ * Time is kept by an lws timer (lws_sul_schedule) armed for the device's
+ * next timeout and the next reconnection: libwebsockets ignores
+ * lws_service()'s timeout argument since 3.2, so a loop that counts on it
+ * to come back would sleep through the handshake's deadline.
  *
  * Exit codes: 0 after a signal, 2 for bad arguments or setup, 3 when the
  * device must stop until the person acts (pairing refused, another
- * vessel's key), 4 when the vessel cannot be reached.
+ * vessel's key).
  *
  * Build: cargo xtask firmware (it prints the lamp's path), or
  *   gcc -Os -I crates/dk-device-c/include examples/c/lamp.c \
@@ -182,16 +193,23 @@ static struct {
     const char *credentials_path;
     const char *stats_path;
     struct lws_context *context;
+    /* socket: a connection is being made or is open; wsi: it is open */
+    bool socket;
     struct lws *wsi;
     dk_device *device;
     struct message *queue, *queue_tail;
     unsigned char *rx;
     size_t rx_len, rx_cap;
     bool rx_binary;
-    bool ended, stop, closing, serving_seen;
+    /* ended: the device ended the connection; hangup: close the socket
+       once what is queued is written */
+    bool ended, hangup, stop, serving_seen;
     int exit_code;
+    /* when to connect again (0: not planned), and how many tries have
+       failed since the last connection */
     uint64_t reconnect_at;
-    unsigned backoff_ms;
+    unsigned attempts;
+    lws_sorted_usec_list_t timer;
     /* --handshakes: how many are left, when this one started, the times */
     unsigned handshakes, handshakes_done;
     uint64_t handshake_started, *handshake_us;
@@ -247,6 +265,35 @@ static int keep_credentials(const uint8_t *bytes, size_t len) {
     return 0;
 }
 
+/* Says what went wrong when a call into the library did not succeed. */
+static void check(dk_status status, const char *what) {
+    if (status != DK_OK) fprintf(stderr, "lamp: %s: %s\n", what, dk_status_text(status));
+}
+
+/* Plans the next connection after a backoff with jitter: a random delay
+   between half and all of 0.5 s, 1 s, 2 s, 4 s, then 8 s for every try
+   after, so that a fleet of lamps does not reconnect in lockstep and a
+   vessel back from a restart is found within seconds. */
+static void connect_later(void) {
+    unsigned ceiling = 500u << (lamp.attempts < 4 ? lamp.attempts : 4);
+    uint32_t jitter = 0;
+    random_bytes(NULL, (uint8_t *)&jitter, sizeof jitter);
+    unsigned delay = ceiling / 2 + jitter % (ceiling / 2 + 1);
+    lamp.attempts++;
+    lamp.reconnect_at = now_ms() + delay;
+    fprintf(stderr, "lamp: connecting again in %u ms\n", delay);
+}
+
+/* Closes the socket once what is queued is written: after
+   DK_OUTPUT_ENDED nothing more is sent, and the library asks for no close
+   of its own when it ends a connection without one (a handshake that
+   timed out, a connection ended for want of memory). */
+static void hang_up(void) {
+    if (!lamp.wsi) return;
+    lamp.hangup = true;
+    lws_callback_on_writable(lamp.wsi);
+}
+
 /* Does what the device asks, in order. */
 static void pump(void) {
     dk_output out;
@@ -260,12 +307,11 @@ static void pump(void) {
         case DK_OUTPUT_CONNECTED:
             if (lamp.handshakes) {
                 lamp.handshake_us[lamp.handshakes_done++] = now_us() - lamp.handshake_started;
-                if (lamp.handshakes_done < lamp.handshakes) lamp.reconnect_at = 1;
-                dk_device_shutdown(lamp.device, now_ms());
+                check(dk_device_shutdown(lamp.device, now_ms()), "shutdown");
             } else {
                 fprintf(stderr, "lamp: connected\n");
             }
-            lamp.backoff_ms = 500;
+            lamp.attempts = 0;
             break;
         case DK_OUTPUT_SHOW_CODE:
             printf("pairing code: %s\n", (const char *)out.data);
@@ -274,13 +320,14 @@ static void pump(void) {
         case DK_OUTPUT_STORE:
             if (keep_credentials(out.data, out.len) != 0) {
                 fprintf(stderr, "lamp: cannot write %s\n", lamp.credentials_path);
-                dk_device_storage_failed(lamp.device, now_ms());
+                check(dk_device_storage_failed(lamp.device, now_ms()), "storage failed");
             }
             break;
         case DK_OUTPUT_INVOKE: {
             const char *error = "no handler";
-            dk_device_answer(lamp.device, out.call.call_id, out.call.call_id_len, false, error,
-                             strlen(error));
+            check(dk_device_answer(lamp.device, out.call.call_id, out.call.call_id_len, false,
+                                   error, strlen(error)),
+                  "answer");
             break;
         }
         case DK_OUTPUT_NOTICE:
@@ -289,14 +336,15 @@ static void pump(void) {
         case DK_OUTPUT_ENDED:
             fprintf(stderr, "lamp: ended: %s\n", (const char *)out.data);
             lamp.ended = true;
+            hang_up();
             if (out.end == DK_END_STOP) {
                 lamp.stop = true;
                 lamp.exit_code = 3;
-            } else if (out.end == DK_END_SHUTDOWN && lamp.reconnect_at) {
+            } else if (out.end == DK_END_SHUTDOWN && lamp.handshakes &&
+                       lamp.handshakes_done < lamp.handshakes) {
                 lamp.reconnect_at = now_ms();
             } else if (out.end == DK_END_RETRY && !signalled) {
-                lamp.reconnect_at = now_ms() + lamp.backoff_ms;
-                if (lamp.backoff_ms < 8000) lamp.backoff_ms *= 2;
+                connect_later();
             }
             break;
         default:
@@ -315,9 +363,10 @@ static void receive_done(void) {
     size_t before = heap_now, count_before = allocations;
     frame_peak = heap_now;
     if (lamp.rx_binary)
-        dk_device_receive_binary(lamp.device, now_ms(), lamp.rx, lamp.rx_len);
+        check(dk_device_receive_binary(lamp.device, now_ms(), lamp.rx, lamp.rx_len), "receive");
     else
-        dk_device_receive_text(lamp.device, now_ms(), (const char *)lamp.rx, lamp.rx_len);
+        check(dk_device_receive_text(lamp.device, now_ms(), (const char *)lamp.rx, lamp.rx_len),
+              "receive");
     bool serving = lamp.serving_seen;
     pump();
     size_t grew = frame_peak - before;
@@ -339,7 +388,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
         lamp.wsi = wsi;
         lamp.ended = false;
-        dk_device_connect(lamp.device, now_ms());
+        lamp.hangup = false;
+        check(dk_device_connect(lamp.device, now_ms()), "connect");
         pump();
         break;
     case LWS_CALLBACK_CLIENT_RECEIVE:
@@ -364,7 +414,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         while (lamp.queue) {
             struct message *m = lamp.queue;
             if (m->kind == DK_OUTPUT_SEND_CLOSE) {
-                lamp.closing = true;
                 if (m->close_code)
                     lws_close_reason(wsi, (enum lws_close_status)m->close_code,
                                      m->bytes + LWS_PRE, m->len);
@@ -379,31 +428,38 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             free(m);
             if (lws_send_pipe_choked(wsi)) {
                 lws_callback_on_writable(wsi);
-                break;
+                return 0;
             }
         }
+        /* The device ended the connection: the socket is the lamp's to
+           close. */
+        if (lamp.hangup) return -1;
         break;
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: {
         uint16_t code = 0;
         const unsigned char *bytes = in;
         if (len >= 2) code = (uint16_t)(bytes[0] << 8 | bytes[1]);
         const char *why = len > 2 ? (const char *)bytes + 2 : NULL;
-        dk_device_receive_close(lamp.device, now_ms(), code, why, len > 2 ? len - 2 : 0);
+        check(dk_device_receive_close(lamp.device, now_ms(), code, why, len > 2 ? len - 2 : 0),
+              "close");
         pump();
         break;
     }
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+        /* The vessel cannot be reached (down, restarting, refusing the
+           upgrade): try again later, as after any end. */
         fprintf(stderr, "lamp: cannot reach the vessel: %s\n", in ? (const char *)in : "?");
+        lamp.socket = false;
         lamp.wsi = NULL;
-        lamp.ended = true;
-        lamp.exit_code = 4;
-        lamp.stop = true;
+        drop_queue();
+        if (!signalled && !lamp.stop) connect_later();
         break;
     case LWS_CALLBACK_CLIENT_CLOSED:
+        lamp.socket = false;
         lamp.wsi = NULL;
         drop_queue();
         if (!lamp.ended) {
-            dk_device_lost(lamp.device, now_ms());
+            check(dk_device_lost(lamp.device, now_ms()), "lost");
             pump();
         }
         break;
@@ -421,7 +477,7 @@ static const struct lws_protocols protocols[] = {
 static char address[256], path[512], host[300];
 static int port;
 
-static int open_connection(void) {
+static void open_connection(void) {
     struct lws_client_connect_info info;
     memset(&info, 0, sizeof info);
     info.context = lamp.context;
@@ -432,10 +488,28 @@ static int open_connection(void) {
     /* No Origin: a device is not a browser page. */
     info.protocol = "dk.2";
     info.local_protocol_name = "dk.2";
+    lamp.socket = true;
     lamp.ended = false;
-    lamp.closing = false;
+    lamp.hangup = false;
     lamp.handshake_started = now_us();
-    return lws_client_connect_via_info(&info) ? 0 : -1;
+    /* A connection that fails at once may have said so already, through
+       LWS_CALLBACK_CLIENT_CONNECTION_ERROR. */
+    if (!lws_client_connect_via_info(&info) && lamp.socket) {
+        lamp.socket = false;
+        connect_later();
+    }
+}
+
+/* Wakes lws_service() when the lamp has something to do: the device's
+   timer, the next connection, or a look for a signal every 250 ms. */
+static void woken(lws_sorted_usec_list_t *sul) { (void)sul; }
+
+static void arm_timer(void) {
+    uint64_t now = now_ms(), next = now + 250, at;
+    if (dk_device_next_timeout(lamp.device, &at) && at < next) next = at;
+    if (lamp.reconnect_at && lamp.reconnect_at < next) next = lamp.reconnect_at;
+    lws_sul_schedule(lamp.context, 0, &lamp.timer, woken,
+                     (lws_usec_t)(next > now ? next - now : 0) * 1000);
 }
 
 static int by_value(const void *a, const void *b) {
@@ -465,14 +539,15 @@ static void write_stats(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr,
-            "usage: lamp ws://HOST:PORT/PATH CREDENTIALS_FILE [--stats FILE] [--handshakes N]\n");
+    fprintf(stderr, "usage: lamp ws://HOST:PORT/PATH CREDENTIALS_FILE [--stats FILE] "
+                    "[--handshakes N] [--handshake-timeout-ms MS]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     lamp.credentials_path = argv[2];
+    unsigned handshake_timeout_ms = 0;
     for (int i = 3; i < argc; i += 2) {
         if (i + 1 >= argc) return usage();
         if (strcmp(argv[i], "--stats") == 0) {
@@ -480,6 +555,9 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--handshakes") == 0) {
             lamp.handshakes = (unsigned)atoi(argv[i + 1]);
             if (lamp.handshakes < 1 || lamp.handshakes > 10000) return usage();
+        } else if (strcmp(argv[i], "--handshake-timeout-ms") == 0) {
+            handshake_timeout_ms = (unsigned)atoi(argv[i + 1]);
+            if (handshake_timeout_ms < 1) return usage();
         } else {
             return usage();
         }
@@ -488,7 +566,6 @@ int main(int argc, char **argv) {
         lamp.handshake_us = calloc(lamp.handshakes, sizeof *lamp.handshake_us);
         if (!lamp.handshake_us) return 2;
     }
-    lamp.backoff_ms = 500;
     if (sscanf(argv[1], "ws://%255[^:/]:%d%511s", address, &port, path) < 2) return usage();
     if (!path[0]) strcpy(path, "/");
     snprintf(host, sizeof host, "%s:%d", address, port);
@@ -516,6 +593,7 @@ int main(int argc, char **argv) {
     options.max_frame_bytes = 16384;
     options.max_in_flight = 4;
     options.remember_calls = 64;
+    options.handshake_timeout_ms = handshake_timeout_ms;
 
     char error[256];
     dk_status made =
@@ -526,8 +604,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lamp: %s: %s\n", dk_status_text(made), error);
         return 2;
     }
-    dk_device_on(lamp.device, "set_light", 9, set_light, NULL);
-    dk_device_on(lamp.device, "read_light", 10, read_light, NULL);
+    check(dk_device_on(lamp.device, "set_light", 9, set_light, NULL), "set_light");
+    check(dk_device_on(lamp.device, "read_light", 10, read_light, NULL), "read_light");
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -549,17 +627,15 @@ int main(int argc, char **argv) {
     }
 
     int code = 0;
-    if (open_connection() != 0) {
-        fprintf(stderr, "lamp: cannot connect to %s\n", argv[1]);
-        code = 4;
-    }
+    open_connection();
     uint64_t shutdown_at = 0;
     while (code == 0) {
-        lws_service(lamp.context, 20);
+        arm_timer();
+        lws_service(lamp.context, 0);
         uint64_t now = now_ms();
         uint64_t at;
         if (dk_device_next_timeout(lamp.device, &at) && now >= at) {
-            dk_device_handle_timeout(lamp.device, now);
+            check(dk_device_handle_timeout(lamp.device, now), "timeout");
             pump();
         }
         /* Connected, nothing to send, no call running: idle. */
@@ -567,8 +643,9 @@ int main(int argc, char **argv) {
             lamp.idle_heap = heap_now;
         if (signalled && !shutdown_at) {
             shutdown_at = now;
+            lamp.reconnect_at = 0;
             if (lamp.wsi && !lamp.ended) {
-                dk_device_shutdown(lamp.device, now);
+                check(dk_device_shutdown(lamp.device, now), "shutdown");
                 pump();
             } else {
                 break;
@@ -580,11 +657,12 @@ int main(int argc, char **argv) {
             break;
         }
         if (lamp.handshakes && lamp.handshakes_done == lamp.handshakes && lamp.ended) break;
-        if (lamp.ended && !lamp.wsi && lamp.reconnect_at && now >= lamp.reconnect_at) {
+        if (!lamp.socket && lamp.reconnect_at && now >= lamp.reconnect_at) {
             lamp.reconnect_at = 0;
-            if (open_connection() != 0) code = 4;
+            open_connection();
         }
     }
+    lws_sul_cancel(&lamp.timer);
     lws_context_destroy(lamp.context);
     drop_queue();
     free(lamp.rx);

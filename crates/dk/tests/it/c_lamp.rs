@@ -4,7 +4,9 @@
 //! handler and the result comes back, restarted it reconnects by key with
 //! no prompt, and pointed at another vessel it stops before saying
 //! anything. The same again under valgrind, which must find no error and
-//! no leak.
+//! no leak. Against a vessel that never answers the handshake it closes
+//! each socket at the deadline and connects again; against a vessel killed
+//! and started again it keeps trying and comes back by key.
 //!
 //! Without libwebsockets' development files or valgrind the tests say so
 //! and pass, unless `DK_REQUIRE_PEERS` is set (CI sets it, after
@@ -17,9 +19,14 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use crate::agents::start;
+use crate::agents::{start, start_with};
 use crate::mcp_bridge::{Bridge, initialize};
 use crate::process::{
     Killed, PATIENCE, Scratch, approve_when_asked, consent_id, devices, eventually,
@@ -78,6 +85,18 @@ impl Lamp {
         stats: &Path,
         stderr: PathBuf,
     ) -> Lamp {
+        Lamp::start_with(runner, url, credentials, stats, stderr, &[])
+    }
+
+    /// [`Lamp::start`] with more arguments.
+    fn start_with(
+        runner: &[&str],
+        url: &str,
+        credentials: &Path,
+        stats: &Path,
+        stderr: PathBuf,
+        extra: &[&str],
+    ) -> Lamp {
         let lamp = lamp_binary().unwrap();
         let mut command = match runner.split_first() {
             Some((program, args)) => {
@@ -92,6 +111,7 @@ impl Lamp {
             .arg(credentials)
             .arg("--stats")
             .arg(stats)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
@@ -363,4 +383,137 @@ async fn the_c_lamp_under_valgrind_has_no_memory_error_and_no_leak() {
         "--errors-for-leak-kinds=definite,indirect",
     ])
     .await;
+}
+
+/// How many times the lamp said it could not reach the vessel.
+fn unreachable(lamp: &Lamp) -> usize {
+    lamp.complained().matches("cannot reach the vessel").count()
+}
+
+/// Takes the `dk.2` subprotocol the lamp asks for.
+#[expect(
+    clippy::result_large_err,
+    reason = "the callback's type is tungstenite's, its error an HTTP response"
+)]
+fn dk2(_: &Request, mut response: Response) -> Result<Response, ErrorResponse> {
+    response
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", HeaderValue::from_static("dk.2"));
+    Ok(response)
+}
+
+/// A vessel that takes WebSocket connections with the `dk.2` subprotocol
+/// and never answers the handshake: for each connection, whether the lamp
+/// has closed it.
+async fn silent_vessel() -> (String, Arc<Mutex<Vec<bool>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let held = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = Arc::clone(&held);
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_hdr_async(stream, dk2).await else {
+                    return;
+                };
+                let at = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(false);
+                    seen.len() - 1
+                };
+                // Message 1 comes and is never answered; then the lamp's
+                // close, or the end of the stream.
+                while let Some(Ok(message)) = socket.next().await {
+                    if message.is_close() {
+                        break;
+                    }
+                }
+                seen.lock().unwrap()[at] = true;
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_lamp_closes_a_handshake_past_its_deadline_and_connects_again() {
+    if !lamp_or_skip("c_lamp and a silent vessel") {
+        return;
+    }
+    let scratch = Scratch::new("c-lamp-silent");
+    let (url, seen) = silent_vessel().await;
+    let lamp = Lamp::start_with(
+        &[],
+        &url,
+        &scratch.root().join("desk-lamp.dk2"),
+        &scratch.root().join("lamp.stats"),
+        scratch.root().join("lamp.err"),
+        &["--handshake-timeout-ms", "300"],
+    );
+    // Each handshake ends at its deadline with the lamp closing the socket,
+    // and the lamp connects again.
+    eventually(
+        "three connections, the first two closed by the lamp",
+        || async {
+            let seen = seen.lock().unwrap();
+            (seen.len() >= 3 && seen[0] && seen[1]).then_some(())
+        },
+    )
+    .await;
+    let said = lamp.complained();
+    assert!(said.contains("no dk/2 handshake within 300 ms"), "{said}");
+    let (code, said) = lamp.terminate();
+    assert_eq!(code, Some(0), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_lamp_comes_back_to_a_vessel_killed_and_started_again() {
+    if !lamp_or_skip("c_lamp and a vessel that restarts") {
+        return;
+    }
+    let scratch = Scratch::new("c-lamp-restart");
+    let (vessel, _) = start(&scratch);
+    let admin = vessel.admin(&scratch);
+    let credentials = scratch.root().join("desk-lamp.dk2");
+    let stats_file = scratch.root().join("lamp.stats");
+    let lamp = Lamp::start(
+        &[],
+        &vessel.url(),
+        &credentials,
+        &stats_file,
+        scratch.root().join("lamp.err"),
+    );
+    lamp.wait_for("pairing code: ");
+    approve_when_asked(&admin, "desk-lamp", &["set_light", "read_light"]).await;
+    connected(&admin).await;
+
+    let listen = vessel.devices.to_string();
+    vessel.kill();
+    // The lamp keeps trying while the vessel is down...
+    eventually("the lamp to try the stopped vessel twice", || async {
+        (unreachable(&lamp) >= 2).then_some(())
+    })
+    .await;
+    // ...and once it is up again on the same address, it is back by key.
+    let (vessel, _) = start_with(&scratch, &["--listen", &listen]);
+    let admin = vessel.admin(&scratch);
+    connected(&admin).await;
+    assert_eq!(admin.get("/v1/pending").await.unwrap().body, json!([]));
+    let called = admin
+        .post(
+            "/v1/tools/call",
+            &json!({"tool": "device__desk_lamp__set_light", "input": {"on": true, "brightness": 5}, "timeoutMs": 5000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(called.body["ok"], true, "{called:?}");
+    assert_eq!(lamp.wait_for("light: "), "on 5");
+    assert!(
+        !lamp.printed().iter().any(|l| l.starts_with("pairing code")),
+        "no pairing after the restart"
+    );
+    let (code, said) = lamp.terminate();
+    assert_eq!(code, Some(0), "{said}");
+    drop(vessel);
 }
