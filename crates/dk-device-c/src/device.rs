@@ -119,8 +119,10 @@ fn with_nul(text: &str) -> Vec<u8> {
 /// the platform refused it memory, the reserve could not finish in its
 /// place (a frame larger than its pieces, a long manifest's validation):
 /// that much is asked for at once and given back. A need the reserve
-/// covers is let through. Asked before the work starts, outside any
-/// guard: a refusal here changes nothing.
+/// covers is let through. Asked before the work starts: for an answer or
+/// an event outside any guard, so that a refusal changes nothing (the call
+/// still runs, the event is not sent); for the frame a handshake goes on
+/// with, inside one, the connection ending when there is no room.
 fn room_for(need: usize) -> bool {
     if need <= DK_RESERVE_BYTES / 2 {
         return true;

@@ -457,3 +457,35 @@ fn the_firmware_build_on_a_capped_heap_answers_a_16_kib_call_or_a_status() {
         "no 16 KiB call was answered on a heap of 48 KiB"
     );
 }
+
+#[test]
+fn the_firmware_build_takes_a_calls_frame_and_at_most_8_kib_more() {
+    let Some(path) = harness() else { return };
+    let mut harness = Harness::start(&path);
+    harness.new_device();
+    let mut vessel = Vessel::new(42);
+    harness.connection(&mut vessel).unwrap();
+    for kib in [1usize, 4, 16] {
+        let note = kib * 1024;
+        let frame_len = format!(
+            r#"{{"type":"device:invoke","callId":"m{kib}","capability":"set_light","input":{{"on":true,"note":"{}"}}}}"#,
+            "n".repeat(note)
+        )
+        .len();
+        harness.say("peak");
+        let (_, _, before) = harness.stats();
+        harness.call(&mut vessel, &format!("m{kib}"), note).unwrap();
+        let line = harness.say("stats").remove(0);
+        let peak: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
+        let grew = peak - before;
+        eprintln!(
+            "the firmware build, a call of {kib} KiB: a frame of {frame_len} bytes, the heap grew by {grew} bytes at its peak"
+        );
+        assert!(
+            grew <= frame_len + 8 * 1024,
+            "{grew} bytes for a frame of {frame_len}"
+        );
+    }
+    harness.say("free");
+    assert_eq!(harness.stats().2, 0);
+}
