@@ -10,7 +10,10 @@
 //! vessel with 10,000 dk/2 devices), which the other runs skip;
 //! `cargo xtask bench fleet-routed` runs only the bench of three vessels as
 //! one fleet (`fleet-routed/...`: a routed call against a local one, and
-//! the fleet's throughput beside one vessel's), which they skip too.
+//! the fleet's throughput beside one vessel's), which they skip too;
+//! `cargo xtask bench fleet-scale` runs only the bench of three members of
+//! 10,000 lamps each (`fleet-scale/...`: presence, routing, a 300 KiB
+//! answer, a member killed), which they skip as well.
 //! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
@@ -35,7 +38,8 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 10] = [
+const REPORT_PREFIXES: [&str; 11] = [
+    "fleet-scale/",
     "fleet/",
     "fleet-routed/",
     "e2e/",
@@ -52,9 +56,9 @@ const REPORT_PREFIXES: [&str; 10] = [
 /// connections in its own process and in the vessel it starts.
 const OPEN_FILES: u64 = 4096;
 
-/// Open files the fleet bench needs: 10,000 lamps in its own process and
-/// as many connections in the vessel, with a margin.
-const FLEET_OPEN_FILES: u64 = 20_000;
+/// Open files the fleet benches need: up to 30,000 lamps in its own process
+/// and as many connections in the vessels, with a margin.
+const FLEET_OPEN_FILES: u64 = 65_536;
 
 /// Runs the benchmarks, then prints (and optionally saves) their medians.
 pub fn run(args: &[String]) -> TaskResult {
@@ -82,7 +86,11 @@ pub fn run(args: &[String]) -> TaskResult {
     let fleet = filter.is_some_and(|f| f.starts_with("fleet"));
     let mut command = with_open_files(cargo(), if fleet { FLEET_OPEN_FILES } else { OPEN_FILES });
     command.arg("bench");
-    if filter == Some("fleet-routed") {
+    if filter == Some("fleet-scale") {
+        // Three members of 10,000 lamps each on PostgreSQL and NATS:
+        // minutes, on demand.
+        command.args(["-p", "dk", "--bench", "fleet_scale"]);
+    } else if filter == Some("fleet-routed") {
         // Three vessels as one fleet on PostgreSQL and NATS, with 9,000
         // lamps: minutes, on demand.
         command.args(["-p", "dk", "--bench", "fleet_routed"]);

@@ -57,7 +57,7 @@ pub fn programs() -> Option<PathBuf> {
 
 /// The programs, or `None` after printing that `test` is skipped; a test
 /// fails instead when peers are required.
-fn programs_or_skip(test: &str) -> Option<PathBuf> {
+pub fn programs_or_skip(test: &str) -> Option<PathBuf> {
     crate::peer_or_skip(test, "postgresql", programs())
 }
 

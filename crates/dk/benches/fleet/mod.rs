@@ -14,12 +14,18 @@
 //!   load generator, apart from the vessel it measures.
 //! - [`Fleet::storm`]: the vessel killed with SIGKILL and started again;
 //!   when each lamp is connected again and has answered a call made through
-//!   the admin API, and why any attempt failed.
+//!   the admin API, and why any attempt failed; [`Fleet::moved`]: a
+//!   member of a fleet killed, and its lamps calling again through the
+//!   others.
+//! - `scale.rs`: three members of a fleet at size (the fleet-scale bench
+//!   and its small version).
 
 #![allow(
     dead_code,
     reason = "the bench and the test each use part of this module"
 )]
+
+pub mod scale;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -461,11 +467,24 @@ pub struct Storm {
     pub failures: BTreeMap<String, u64>,
     /// Calls that failed before the lamp answered one, counted by reason.
     pub refused_calls: BTreeMap<String, u64>,
+    /// Calls the vessel decided (answered with a decision, allowed or
+    /// not): each one decision in the log.
+    pub decided: u64,
 }
 
 impl Fleet {
     /// Starts one client per lamp of `home` against the vessel on `port`.
     pub fn start(home: &Home, port: u16) -> Result<Fleet, BoxError> {
+        Fleet::start_at(home, &[port])
+    }
+
+    /// Starts one client per lamp of `home` against the vessel on the first
+    /// of `ports`, moving on to the others when its connection drops (the
+    /// members of a fleet).
+    pub fn start_at(home: &Home, ports: &[u16]) -> Result<Fleet, BoxError> {
+        let [port, others @ ..] = ports else {
+            return Err("no port to connect to".into());
+        };
         let (back, back_rx) = mpsc::unbounded_channel();
         let record = Arc::new(Record {
             storm: Mutex::new(None),
@@ -481,10 +500,13 @@ impl Fleet {
         for i in 0..home.devices {
             let device = lamp_device(home.first + i)?;
             let hook = Arc::clone(&record);
-            let options = ClientOptions::new(url.as_str())
+            let mut options = ClientOptions::new(url.as_str())
                 .key_file(home.key_file(home.first + i))
                 .on_code(|_| {})
                 .on_connection(move |event| hook.heard(i, event));
+            for other in others {
+                options = options.also_at(format!("ws://127.0.0.1:{other}/device"));
+            }
             let mut stop = stop_rx.clone();
             clients.spawn(async move {
                 let stopped = async move {
@@ -549,24 +571,57 @@ impl Fleet {
             *storm = Some(spawned);
         }
         let (vessel, start) = Vessel::start(dk, home, port).await?;
+        let storm = self.await_back(back, &vessel.admin, spawned, start).await?;
+        Ok((vessel, storm))
+    }
 
+    /// Kills `holder` (SIGKILL), a member of a fleet holding every lamp,
+    /// and waits until every lamp has connected to another member and has
+    /// answered a call made through `through`'s admin API.
+    pub async fn moved(
+        &mut self,
+        holder: Vessel,
+        through: &AdminClient,
+    ) -> Result<Storm, BoxError> {
+        let back = self.back.take().ok_or("the fleet has had its storm")?;
+        let killed = Instant::now();
+        if let Ok(mut storm) = self.record.storm.lock() {
+            *storm = Some(killed);
+        }
+        holder.kill()?;
+        self.await_back(back, through, killed, Duration::ZERO).await
+    }
+
+    /// Calls each lamp once as it comes `back` (a refused call is tried
+    /// again) through `admin`, until every lamp has answered; the times from
+    /// `since`.
+    async fn await_back(
+        &mut self,
+        back: mpsc::UnboundedReceiver<usize>,
+        admin: &AdminClient,
+        since: Instant,
+        start: Duration,
+    ) -> Result<Storm, BoxError> {
+        let spawned = since;
         // Each lamp back is called once; a refused call is tried again.
         let answered: Arc<Vec<AtomicU64>> =
             Arc::new((0..self.devices).map(|_| AtomicU64::new(0)).collect());
         let refused: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+        let decided = Arc::new(AtomicU64::new(0));
         let queue = Arc::new(tokio::sync::Mutex::new(back));
         let mut callers = JoinSet::new();
         for _ in 0..CALLERS {
             let queue = Arc::clone(&queue);
             let answered = Arc::clone(&answered);
             let refused = Arc::clone(&refused);
-            let admin = vessel.admin.clone();
+            let decided = Arc::clone(&decided);
+            let admin = admin.clone();
             callers.spawn(async move {
                 loop {
                     let Some(i) = queue.lock().await.recv().await else {
                         return Ok::<(), BoxError>(());
                     };
-                    call_until_answered(&admin, i, &refused).await?;
+                    call_until_answered(&admin, i, &refused, &decided).await?;
                     let took = spawned.elapsed();
                     if let Some(slot) = answered.get(i) {
                         slot.store(millis(took).saturating_add(1), Ordering::Relaxed);
@@ -609,18 +664,16 @@ impl Fleet {
             .map(|f| f.clone())
             .unwrap_or_default();
         let refused_calls = refused.lock().map(|r| r.clone()).unwrap_or_default();
-        Ok((
-            vessel,
-            Storm {
-                devices: self.devices,
-                p50: at(0.5),
-                p99: at(0.99),
-                all: at(1.0),
-                start,
-                failures,
-                refused_calls,
-            },
-        ))
+        Ok(Storm {
+            devices: self.devices,
+            p50: at(0.5),
+            p99: at(0.99),
+            all: at(1.0),
+            start,
+            failures,
+            refused_calls,
+            decided: decided.load(Ordering::Relaxed),
+        })
     }
 
     /// Stops every client and waits for them.
@@ -694,11 +747,16 @@ async fn call_until_answered(
     admin: &AdminClient,
     i: usize,
     refused: &Mutex<BTreeMap<String, u64>>,
+    decided: &AtomicU64,
 ) -> Result<(), BoxError> {
     let deadline = Instant::now() + PATIENCE;
     let body = json!({"tool": read_tool(i), "input": {}, "timeoutMs": 10_000});
     loop {
-        let why = match admin.post("/v1/tools/call", &body).await {
+        let answer = admin.post("/v1/tools/call", &body).await;
+        if answer.as_ref().is_ok_and(|a| a.status == 200) {
+            decided.fetch_add(1, Ordering::Relaxed);
+        }
+        let why = match answer {
             Ok(answer) if answer.status == 200 && answer.body.get("ok") == Some(&json!(true)) => {
                 return Ok(());
             }
