@@ -167,3 +167,24 @@ async fn tls_checked_against_the_ca_file() {
     a.leave().await.unwrap();
     b.leave().await.unwrap();
 }
+
+#[tokio::test]
+async fn tls_required_against_a_plain_server_says_so() {
+    let Some(binary) = nats_or_skip("tls_required_against_a_plain_server_says_so") else {
+        return;
+    };
+    let nats = Nats::start_with(binary, |dir| {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        fs::write(dir.join("ca.pem"), cert.cert.pem()).unwrap();
+        String::new()
+    });
+    let options = FleetOptions::new(
+        [format!("tls://localhost:{}", nats.port)],
+        MemberId::new("a").unwrap(),
+        nats.key_file(),
+    )
+    .tls_ca_file(nats.dir.path().join("ca.pem"));
+    let error = Fleet::connect(options).await.unwrap_err().to_string();
+    // Not a bare "IO error": what was asked, and what to check.
+    assert!(error.contains("TLS"), "{error}");
+}
