@@ -1,8 +1,10 @@
 """The official Python MCP client (the `mcp` package, pinned in
 requirements.txt) against a real `dk vessel` with a simulated lamp
 (`dk device simulate lamp`), over streamable HTTP and through the `dk mcp`
-stdio bridge; and a camera written here (a v1 device on a raw WebSocket)
-whose screenshots reach the client as image content.
+stdio bridge; a camera written here (a v1 device on a raw WebSocket)
+whose screenshots reach the client as image content; and a bell written
+the same way, on which calls the client gives up while the person is asked
+are checked never to ring.
 
 Run by `cargo xtask ci` in the virtualenv it keeps under `target/`:
 
@@ -127,24 +129,39 @@ class Vessel:
             [str(self.dk), "device", "simulate", "lamp", "--vessel", f"ws://{self.devices}/device",
              "--key-file", str(self.root / "lamp.key")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.approve_pairing(LAMP, grant)
+
+    def approve_pairing(self, device: str, grant: list[str]) -> None:
+        """Grants `grant` to `device`'s pairing request, once it comes, and
+        waits for the device to connect."""
 
         def consent() -> int | None:
             _, pending = self.admin("GET", "/v1/pending")
             for prompt in pending or []:
-                if prompt.get("kind") == "consent" and prompt["request"]["deviceId"] == LAMP:
+                if prompt.get("kind") == "consent" and prompt["request"]["deviceId"] == device:
                     return prompt["id"]
             return None
 
-        prompt = wait_for("the lamp's pairing request", consent)
+        prompt = wait_for(f"{device}'s pairing request", consent)
         status, _ = self.admin("POST", f"/v1/pending/{prompt}/consent",
                                {"approved": True, "grant": grant})
         check(status == 204, f"consent answered {status}")
 
         def connected() -> bool | None:
             _, devices = self.admin("GET", "/v1/devices")
-            return True if any(d["id"] == LAMP and d["connected"] for d in devices or []) else None
+            return True if any(d["id"] == device and d["connected"] for d in devices or []) else None
 
-        wait_for("the lamp to connect", connected)
+        wait_for(f"{device} to connect", connected)
+
+    def audit_entries(self) -> list[dict[str, Any]]:
+        """The last 1,000 entries of the audit log, read with `dk audit tail`
+        while the vessel runs."""
+        out = subprocess.run(
+            [str(self.dk), "audit", "tail", "--json", "-n", "1000", "--data-dir", str(self.data)],
+            env={**os.environ, "DK_HOME": str(self.root / "audit-home")},
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=PATIENCE, check=False)
+        check(out.returncode == 0, f"dk audit tail: {out.stderr.decode(errors='replace')}")
+        return [json.loads(line) for line in out.stdout.decode().splitlines() if line.strip()]
 
     def add_agent(self, name: str, scope: list[str], role: str = "user") -> str:
         status, body = self.admin("POST", "/v1/agents", {"name": name, "scope": scope, "role": role})
@@ -636,13 +653,15 @@ def screenshot_result() -> dict[str, Any]:
             "image": {"type": "image", "mimeType": "image/png", "data": data}}
 
 
-class Camera:
+class RawDevice:
     """A device speaking plain 8DK v1, which the vessel takes on loopback,
-    on a WebSocket written here (the standard library has none), so that no
-    device program has to return pictures: it says `device:hello`, and
-    answers every `device:invoke` with `screenshot_result()`."""
+    on a WebSocket written here (the standard library has none): it says
+    `device:hello` with `manifest`, notes every `device:invoke` it receives
+    (so a test can check on the device what reached it), and answers each
+    with `answer(capability)` after `delay(capability)` seconds, from a
+    thread of its own so that pings are still answered meanwhile."""
 
-    def __init__(self, devices: str):
+    def __init__(self, devices: str, manifest: dict[str, Any]):
         host, port = devices.rsplit(":", 1)
         self.socket = socket.create_connection((host, int(port)), timeout=PATIENCE)
         key = base64.b64encode(os.urandom(16)).decode()
@@ -655,10 +674,25 @@ class Camera:
             self.buffer += self.read_some()
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         check(head.startswith(b"HTTP/1.1 101"), f"upgrade answered {head!r}")
-        self.send(0x1, json.dumps({"type": "device:hello", "manifest": CAMERA_MANIFEST}).encode())
-        self.calls = 0
+        self.writing = threading.Lock()
+        self.send(0x1, json.dumps({"type": "device:hello", "manifest": manifest}).encode())
+        self.invoked: list[str] = []
+        self.answering: list[threading.Thread] = []
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
+
+    @property
+    def calls(self) -> int:
+        return len(self.invoked)
+
+    def calls_of(self, capability: str) -> int:
+        return self.invoked.count(capability)
+
+    def answer(self, capability: str) -> Any:
+        return {}
+
+    def delay(self, capability: str) -> float:
+        return 0.0
 
     def read_some(self) -> bytes:
         data = self.socket.recv(65536)
@@ -682,7 +716,8 @@ class Camera:
         else:
             header = bytes([0x80 | opcode, 0x80 | 127]) + n.to_bytes(8, "big")
         mask = os.urandom(4)
-        self.socket.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        with self.writing:
+            self.socket.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
 
     def frame(self) -> tuple[int, bytes]:
         """The next frame from the vessel (never masked nor fragmented here)."""
@@ -705,16 +740,38 @@ class Camera:
                     continue
                 message = json.loads(payload)
                 if message.get("type") == "device:invoke":
-                    self.calls += 1
-                    answer = {"type": "device:result", "callId": message["callId"], "ok": True,
-                              "result": screenshot_result()}
-                    self.send(0x1, json.dumps(answer).encode())
+                    capability = message["capability"]
+                    self.invoked.append(capability)
+                    answering = threading.Thread(
+                        target=self.finish, args=(message["callId"], capability), daemon=True)
+                    self.answering.append(answering)
+                    answering.start()
+
+    def finish(self, call_id: str, capability: str) -> None:
+        time.sleep(self.delay(capability))
+        answer = {"type": "device:result", "callId": call_id, "ok": True,
+                  "result": self.answer(capability)}
+        with contextlib.suppress(OSError):
+            self.send(0x1, json.dumps(answer).encode())
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.socket.shutdown(socket.SHUT_RDWR)
         self.socket.close()
         self.thread.join(PATIENCE)
+        for answering in self.answering:
+            answering.join(PATIENCE)
+
+
+class Camera(RawDevice):
+    """A camera whose every call answers `screenshot_result()`, so that no
+    device program has to return pictures."""
+
+    def __init__(self, devices: str):
+        super().__init__(devices, CAMERA_MANIFEST)
+
+    def answer(self, capability: str) -> Any:
+        return screenshot_result()
 
 
 class ImageSuite:
@@ -724,24 +781,7 @@ class ImageSuite:
         self.dk = dk
         self.vessel = vessel
         self.viewer = vessel.add_agent("viewer", [CAMERA])
-
-        def consent() -> int | None:
-            _, pending = vessel.admin("GET", "/v1/pending")
-            for prompt in pending or []:
-                if prompt.get("kind") == "consent" and prompt["request"]["deviceId"] == CAMERA:
-                    return prompt["id"]
-            return None
-
-        prompt = wait_for("the camera's pairing request", consent)
-        status, _ = vessel.admin("POST", f"/v1/pending/{prompt}/consent",
-                                 {"approved": True, "grant": ["screenshot"]})
-        check(status == 204, f"consent answered {status}")
-
-        def connected() -> bool | None:
-            _, devices = vessel.admin("GET", "/v1/devices")
-            return True if any(d["id"] == CAMERA and d["connected"] for d in devices or []) else None
-
-        wait_for("the camera to connect", connected)
+        vessel.approve_pairing(CAMERA, ["screenshot"])
 
     async def check_image(self, client: Client) -> None:
         result = await client.call_tool(SCREENSHOT, {})
@@ -768,6 +808,166 @@ class ImageSuite:
             await self.check_image(client)
 
 
+BELL = "bell"
+RING = "device__bell__ring"
+CHIME = "device__bell__chime"
+BELL_MANIFEST = {
+    "id": BELL, "name": "Bell", "kind": "bell", "version": "1",
+    "capabilities": [
+        {"name": "ring", "kind": "actuator", "description": "Ring the bell.", "confirm": True},
+        {"name": "chime", "kind": "actuator", "description": "Chime once."},
+    ],
+}
+ABANDONED = "abandoned by the caller before the device was reached"
+
+
+class Bell(RawDevice):
+    """A bell whose `ring` asks the person every time and whose `chime`
+    answers at once."""
+
+    def __init__(self, devices: str):
+        super().__init__(devices, BELL_MANIFEST)
+
+    def answer(self, capability: str) -> Any:
+        return {capability: True}
+
+
+class AbandonSuite:
+    """Calls their client gives up on while the person is asked: the prompt
+    is withdrawn, a later answer changes nothing (checked on the device:
+    the bell never rings), and the decision says the call was abandoned.
+    Paired on the lamp's vessel."""
+
+    def __init__(self, dk: Path, vessel: Vessel, bell: Bell):
+        self.dk = dk
+        self.vessel = vessel
+        self.bell = bell
+        self.ringer = vessel.add_agent("ringer", [BELL])
+        vessel.approve_pairing(BELL, ["ring", "chime"])
+
+    async def ring_prompts(self) -> set[int]:
+        _, prompts = await self.vessel.admin_async("GET", "/v1/pending")
+        return {p["id"] for p in prompts or []
+                if p.get("kind") == "approval" and p["request"]["tool"] == RING}
+
+    async def ring_prompt(self, earlier: set[int], call: asyncio.Task[Any] | None = None) -> int:
+        """The bell's approval prompt that is not among `earlier`, once it comes."""
+
+        async def pending() -> int | None:
+            if call is not None and call.done():
+                raise AssertionError(f"answered before the person: {call.result()}")
+            return next(iter(await self.ring_prompts() - earlier), None)
+
+        return await wait_for_async("the bell's approval prompt", pending)
+
+    async def abandoned_decisions(self) -> list[dict[str, Any]]:
+        _, decisions = await self.vessel.admin_async("GET", "/v1/decisions")
+        rings = [d for d in decisions or [] if d.get("tool") == RING]
+        check(not any(d["allowed"] for d in rings), f"a ring was allowed: {rings}")
+        return [d for d in rings if d.get("reason") == ABANDONED and d.get("agentId") == "ringer"]
+
+    def audited_abandoned(self) -> int:
+        """How many abandoned rings the audit log holds."""
+        return sum(1 for e in self.vessel.audit_entries()
+                   if e["kind"] == "decision" and e["entry"].get("tool") == RING
+                   and e["entry"].get("reason") == ABANDONED)
+
+    async def check_withdrawn(self, how: str, prompt: int, abandon: Callable[[], Awaitable[None]]) -> None:
+        """Abandons the call `prompt` asks about with `abandon`, then checks
+        that the prompt goes, a yes finds nothing, the bell never rings and
+        the decision says abandoned. Prints how long the prompt stayed."""
+        before = len(await self.abandoned_decisions())
+        audited_before = await asyncio.to_thread(self.audited_abandoned)
+        started = time.monotonic()
+        await abandon()
+        deadline = started + PATIENCE
+        while True:
+            _, prompts = await self.vessel.admin_async("GET", "/v1/pending")
+            if not any(p["id"] == prompt for p in prompts or []):
+                gone = time.monotonic()
+                break
+            check(time.monotonic() < deadline, f"the prompt stayed listed after {how}")
+            await asyncio.sleep(0.002)
+        status, answer = await self.vessel.admin_async(
+            "POST", f"/v1/pending/{prompt}/approval", {"approved": True})
+        check(status == 404, f"a yes after {how} answered {status} {answer}")
+        # Frames to one device go in order on its one connection: once a
+        # later call is answered, a ring sent before it would have arrived.
+        async with http_client(self.vessel.url, self.ringer) as client:
+            result = await client.call_tool(CHIME, {})
+            check(not result.is_error, f"chime refused: {text_of(result)}")
+        check(self.bell.calls_of("ring") == 0, f"the bell rang after {how}: {self.bell.invoked}")
+
+        async def recorded() -> bool | None:
+            return True if len(await self.abandoned_decisions()) == before + 1 else None
+
+        await wait_for_async(f"the abandoned call recorded after {how}", recorded)
+
+        def audited() -> bool | None:
+            return True if self.audited_abandoned() == audited_before + 1 else None
+
+        await wait_for_async(f"the abandoned call in the audit log after {how}",
+                             lambda: asyncio.to_thread(audited))
+        print(f"  prompt withdrawn {(gone - started) * 1000:.1f} ms after {how}", flush=True)
+
+    async def abandon_task(self, client: Client, how: str) -> None:
+        earlier = await self.ring_prompts()
+        call = asyncio.create_task(client.call_tool(RING, {}))
+        prompt = await self.ring_prompt(earlier, call)
+
+        async def abandon() -> None:
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+
+        await self.check_withdrawn(how, prompt, abandon)
+
+    async def test_a_call_its_client_drops_is_withdrawn(self) -> None:
+        # The 2026-07-28 client abandons a request by closing its POST.
+        async with http_client(self.vessel.url, self.ringer) as client:
+            await self.abandon_task(client, "the client closed its request")
+
+    async def test_a_call_its_client_cancels_in_a_session_is_withdrawn(self) -> None:
+        # The initialize client sends notifications/cancelled, and DELETEs
+        # the session on the way out.
+        async with http_client(self.vessel.url, self.ringer, mode="legacy") as client:
+            await self.abandon_task(client, "the client cancelled in its session")
+
+    async def test_a_call_whose_client_dies_is_withdrawn(self) -> None:
+        # The agent's process is killed mid-call: its connections close and
+        # nothing more is said, in either lifecycle.
+        for mode in ("auto", "legacy"):
+            earlier = await self.ring_prompts()
+            agent = subprocess.Popen(
+                [sys.executable, __file__, "--dk", str(self.dk), "--call-and-wait",
+                 self.vessel.url, RING, mode],
+                env={**os.environ, "DK_AGENT_CREDENTIAL": self.ringer},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            try:
+                prompt = await self.ring_prompt(earlier)
+
+                async def kill() -> None:
+                    agent.kill()
+
+                await self.check_withdrawn(f"the {mode} client was killed", prompt, kill)
+            finally:
+                agent.kill()
+                agent.wait()
+
+    async def test_a_call_dropped_through_the_stdio_bridge_is_withdrawn(self) -> None:
+        for mode in ("auto", "legacy"):
+            async with stdio_client(self.dk, self.vessel.url, self.ringer, mode=mode) as client:
+                await self.abandon_task(client, f"the {mode} client cancelled through dk mcp")
+
+
+async def call_and_wait(url: str, tool: str, mode: str) -> None:
+    """The agent of `test_a_call_whose_client_dies_is_withdrawn`: calls
+    `tool` and waits for it, until it is killed."""
+    async with http_client(url, os.environ["DK_AGENT_CREDENTIAL"], mode=mode) as client:
+        await client.call_tool(tool, {})
+        await asyncio.sleep(PATIENCE)
+
+
 async def run_cases(suite: Any, results: list[tuple[str, str, str]], only: str | None) -> None:
     # In the order they are written: each case leaves the grants as it found them.
     for name in [n for n in vars(type(suite)) if n.startswith("test_")]:
@@ -777,6 +977,9 @@ async def run_cases(suite: Any, results: list[tuple[str, str, str]], only: str |
         try:
             await asyncio.wait_for(getattr(suite, name)(), PATIENCE * 3)
         except Exception as error:  # noqa: BLE001 - every failure is reported, then counted
+            # An assertion inside a client's task group comes wrapped.
+            while len(getattr(error, "exceptions", ())) == 1:
+                error = error.exceptions[0]
             detail = "".join(traceback.format_exception_only(type(error), error)).strip()
             if isinstance(error, TimeoutError):
                 detail = "timed out"
@@ -793,7 +996,12 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dk", required=True, type=Path, help="the dk binary")
     parser.add_argument("-k", dest="only", help="run only cases whose name contains this")
+    parser.add_argument("--call-and-wait", nargs=3, metavar=("URL", "TOOL", "MODE"),
+                        help="be the agent that calls TOOL and waits until it is killed")
     options = parser.parse_args()
+    if options.call_and_wait:
+        await call_and_wait(*options.call_and_wait)
+        return 0
     dk = options.dk.resolve()
     results: list[tuple[str, str, str]] = []
     root = Path(tempfile.mkdtemp(prefix="dk-python-"))
@@ -807,6 +1015,11 @@ async def main() -> int:
                 await run_cases(ImageSuite(dk, vessel, camera), results, options.only)
             finally:
                 camera.close()
+            bell = Bell(vessel.devices)
+            try:
+                await run_cases(AbandonSuite(dk, vessel, bell), results, options.only)
+            finally:
+                bell.close()
         except Exception:
             print(vessel.read_log(), file=sys.stderr)
             raise

@@ -31,7 +31,12 @@
 //!   `[8dk-deny]` reason, and one decision record. Otherwise the adapter's
 //!   seven checks, with the person's channel as the approver (never the
 //!   calling client). A refusal is a tool error whose text is the reason; a
-//!   result is structured content and the same JSON as text.
+//!   result is structured content and the same JSON as text. A call its
+//!   client gives up (it cancels it, closes the connection its answer
+//!   would come on, or ends its session) is dropped there and then, as the
+//!   admin API drops one: a prompt waiting for the person is withdrawn, so
+//!   no later yes runs it, and the decision says it was abandoned. Nothing
+//!   is ever run again for a client.
 //! - **Images** (`image.rs`). A result whose `image` member is exactly
 //!   `{"type": "image", "mimeType": "image/png" or "image/jpeg", "data":
 //!   base64}`, the data decoding to bytes of that format, comes as MCP image

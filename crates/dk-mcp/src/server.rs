@@ -28,6 +28,7 @@ use super::guard::{Authenticated, IssuedSession};
 use super::image::split_image;
 use super::options::McpOptions;
 use super::read_more::{Owner, READ_MORE_TOOL, ResultPages, read_more_tool};
+use super::session::Hangup;
 use super::tools::visible_tools;
 use super::watch::{Followed, MAX_SUBSCRIPTIONS, Notifier, SessionWatch};
 use crate::adapter::{CallContext, ENFORCED_RUN_LIMITS, RunRef, ToolDefinition, ToolOutcome};
@@ -226,6 +227,28 @@ pub(crate) fn call_result(
             }
         }
     }
+}
+
+/// Resolves when the client has given the request up: it cancelled it, or
+/// its session or its exchange without one ended (rmcp cancels the
+/// context's token), or, in a session, the connection its answer would go
+/// out on closed (the session's [`Hangup`]).
+async fn given_up(context: &RequestContext<RoleServer>) {
+    match context.extensions.get::<Hangup>() {
+        Some(hangup) => tokio::select! {
+            () = context.ct.cancelled() => {}
+            () = hangup.heard() => {}
+        },
+        None => context.ct.cancelled().await,
+    }
+}
+
+/// The answer to a call its client gave up, which no one reads: a tool
+/// error, since an error answer would be logged as a failure of the server.
+fn abandoned() -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(
+        "the call was abandoned by its client",
+    )])
 }
 
 /// Who owns what this request makes: its session, or, without one, its agent.
@@ -452,11 +475,15 @@ impl ServerHandler for DeviceTools {
                 .as_ref()
                 .map(|(id, limits)| RunRef::new(id).with_limits(*limits)),
         };
-        let outcome = self
-            .vessel
-            .adapter()
-            .execute(&request.name, input, ctx)
-            .await;
+        // A call its client gives up is dropped there and then: the adapter
+        // records it as abandoned and the person's prompt is withdrawn, so
+        // no later yes runs it.
+        let call = self.vessel.adapter().execute(&request.name, input, ctx);
+        let outcome = tokio::select! {
+            biased;
+            outcome = call => outcome,
+            () = given_up(&context) => return Ok(abandoned().into()),
+        };
         Ok(call_result(outcome, &self.shared.pages, owner, &agent.id).into())
     }
 

@@ -7,6 +7,12 @@
 //! machine cost more than the rest of MCP.
 //!
 //! - An answer (result or error) ends its request's stream.
+//! - A request the client gives up is told so ([`Hangup`], in the request's
+//!   extensions, which the handler watches): when its stream is dropped
+//!   before the answer (the client closed the connection), when the client
+//!   cancels it (`notifications/cancelled`, which also ends its stream, as
+//!   no answer will come), and when its session ends. rmcp runs a handler
+//!   in a task of its own that nothing else ends.
 //! - Everything else the server sends (list and resource changes) goes to
 //!   the session's standalone stream (the client's `GET`), if one is open; a
 //!   newer `GET` replaces an older one.
@@ -33,12 +39,15 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, GetExtensions as _, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::common::server_side_http::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::options::McpOptions;
 use crate::agents::AgentId;
@@ -73,11 +82,30 @@ pub(crate) enum SessionError {
     NoAgent,
 }
 
+/// Tells a request's handler that the client gave the request up; put in
+/// the request's extensions when it enters its session.
+#[derive(Clone, Debug)]
+pub(crate) struct Hangup(CancellationToken);
+
+impl Hangup {
+    /// Resolves once the client has given the request up.
+    pub(crate) async fn heard(&self) {
+        self.0.cancelled().await;
+    }
+}
+
+/// A request in flight: where its answer goes, and how its handler is told
+/// the client gave it up.
+struct OpenRequest {
+    answers: mpsc::Sender<ServerSseMessage>,
+    hangup: CancellationToken,
+}
+
 /// Where the server's messages for one session go.
 #[derive(Default)]
 struct Routes {
-    /// The open answer stream of each request in flight, by JSON-RPC id.
-    requests: HashMap<RequestId, mpsc::Sender<ServerSseMessage>>,
+    /// Each request in flight, by JSON-RPC id.
+    requests: HashMap<RequestId, OpenRequest>,
     /// The client's `GET` stream, if one is open.
     standalone: Option<mpsc::Sender<ServerSseMessage>>,
 }
@@ -113,8 +141,18 @@ impl Session {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         let mut routes = self.routes();
-        routes.requests.clear();
+        for (_, request) in routes.requests.drain() {
+            request.hangup.cancel();
+        }
         routes.standalone = None;
+    }
+
+    /// The client gave up the request `id`: its handler is told, and its
+    /// stream ends, as no answer will come.
+    fn give_up(&self, id: &RequestId) {
+        if let Some(request) = self.routes().requests.remove(id) {
+            request.hangup.cancel();
+        }
     }
 
     fn touch(&self, now: Instant) {
@@ -151,8 +189,15 @@ impl Session {
         (self.is_listening(), self.last_request(), self.serial)
     }
 
-    /// Hands `message` to the service loop.
+    /// Hands `message` to the service loop; a cancellation also gives up
+    /// the request it names.
     async fn push(&self, message: ClientJsonRpcMessage) -> Result<(), SessionError> {
+        if let ClientJsonRpcMessage::Notification(notification) = &message
+            && let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+            && let Some(id) = &cancelled.params.request_id
+        {
+            self.give_up(id);
+        }
         let inbound = self.inbound().ok_or(SessionError::Ended)?;
         inbound.send(message).await.map_err(|_| SessionError::Ended)
     }
@@ -176,10 +221,14 @@ impl Transport<RoleServer> for SessionTransport {
             let target = {
                 let mut routes = session.routes();
                 match &item {
-                    ServerJsonRpcMessage::Response(answer) => routes.requests.remove(&answer.id),
-                    ServerJsonRpcMessage::Error(error) => {
-                        error.id.as_ref().and_then(|id| routes.requests.remove(id))
+                    ServerJsonRpcMessage::Response(answer) => {
+                        routes.requests.remove(&answer.id).map(|r| r.answers)
                     }
+                    ServerJsonRpcMessage::Error(error) => error
+                        .id
+                        .as_ref()
+                        .and_then(|id| routes.requests.remove(id))
+                        .map(|r| r.answers),
                     ServerJsonRpcMessage::Request(_) | ServerJsonRpcMessage::Notification(_) => {
                         routes.standalone.clone()
                     }
@@ -206,13 +255,18 @@ impl Transport<RoleServer> for SessionTransport {
 }
 
 /// The answers to one request, or the standalone stream, as a stream.
-pub(crate) struct Answers(mpsc::Receiver<ServerSseMessage>);
+/// Dropped before a request's answer came (the client closed the
+/// connection), it tells the request's handler the client gave it up.
+pub(crate) struct Answers {
+    receiver: mpsc::Receiver<ServerSseMessage>,
+    _hangup: Option<DropGuard>,
+}
 
 impl Stream for Answers {
     type Item = ServerSseMessage;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
+        self.receiver.poll_recv(cx)
     }
 }
 
@@ -302,22 +356,33 @@ impl Sessions {
             .len()
     }
 
-    /// Opens the answer stream of `message` (when it is a request) and hands
-    /// it to the session.
+    /// Opens the answer stream of `message` (when it is a request, with its
+    /// [`Hangup`]) and hands it to the session.
     async fn route(
         &self,
         id: &SessionId,
-        message: ClientJsonRpcMessage,
-    ) -> Result<mpsc::Receiver<ServerSseMessage>, SessionError> {
+        mut message: ClientJsonRpcMessage,
+    ) -> Result<Answers, SessionError> {
         let session = self.get(id)?;
         session.touch(Instant::now());
         let (answers, receiver) = mpsc::channel(OUTBOUND_QUEUE);
-        let request = match &message {
-            ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+        let hangup = CancellationToken::new();
+        let request = match &mut message {
+            ClientJsonRpcMessage::Request(request) => {
+                request
+                    .request
+                    .extensions_mut()
+                    .insert(Hangup(hangup.clone()));
+                Some(request.id.clone())
+            }
             _ => None,
         };
         if let Some(request) = &request {
-            session.routes().requests.insert(request.clone(), answers);
+            let open = OpenRequest {
+                answers,
+                hangup: hangup.clone(),
+            };
+            session.routes().requests.insert(request.clone(), open);
         }
         if let Err(error) = session.push(message).await {
             if let Some(request) = &request {
@@ -325,7 +390,10 @@ impl Sessions {
             }
             return Err(error);
         }
-        Ok(receiver)
+        Ok(Answers {
+            receiver,
+            _hangup: request.map(|_| hangup.drop_guard()),
+        })
     }
 }
 
@@ -388,7 +456,7 @@ impl SessionManager for Sessions {
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
         let mut answers = self.route(id, message).await?;
-        let answer = answers.recv().await.ok_or(SessionError::Ended)?;
+        let answer = answers.receiver.recv().await.ok_or(SessionError::Ended)?;
         answer
             .message
             .map(Arc::unwrap_or_clone)
@@ -416,7 +484,7 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(Answers(self.route(id, message).await?))
+        self.route(id, message).await
     }
 
     async fn accept_message(
@@ -435,7 +503,10 @@ impl SessionManager for Sessions {
         let session = self.get(id)?;
         let (sender, receiver) = mpsc::channel(OUTBOUND_QUEUE);
         session.routes().standalone = Some(sender);
-        Ok(Answers(receiver))
+        Ok(Answers {
+            receiver,
+            _hangup: None,
+        })
     }
 
     async fn resume(
@@ -509,6 +580,78 @@ mod tests {
             sessions.accept_message(&id, message).await,
             Err(SessionError::Unknown)
         ));
+    }
+
+    /// A `tools/call` request with JSON-RPC id `id`, as a client sends it.
+    fn call(id: u64) -> ClientJsonRpcMessage {
+        serde_json::from_value(serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "method": "tools/call", "params": {"name": "device__desk_lamp__strobe"}}))
+        .unwrap()
+    }
+
+    /// The [`Hangup`] the session put in the request its loop took next.
+    async fn next_hangup(transport: &mut SessionTransport) -> Hangup {
+        let Some(ClientJsonRpcMessage::Request(request)) = transport.receive().await else {
+            panic!("no request reached the service loop");
+        };
+        request
+            .request
+            .extensions()
+            .get::<Hangup>()
+            .unwrap()
+            .clone()
+    }
+
+    /// Whether `hangup` has been heard.
+    fn heard(hangup: &Hangup) -> bool {
+        hangup.0.is_cancelled()
+    }
+
+    #[tokio::test]
+    async fn a_request_its_client_gives_up_is_told_so() {
+        let sessions = Sessions::new(&McpOptions::default());
+        let (id, mut transport) = open(&sessions, "main").await;
+
+        // Its answer stream dropped before the answer: the connection closed.
+        let answers = sessions.create_stream(&id, call(1)).await.unwrap();
+        let dropped = next_hangup(&mut transport).await;
+        assert!(!heard(&dropped));
+        drop(answers);
+        assert!(heard(&dropped));
+
+        // Cancelled: told, and its stream ends, as no answer will come.
+        let answers = sessions.create_stream(&id, call(2)).await.unwrap();
+        let cancelled = next_hangup(&mut transport).await;
+        let cancel: ClientJsonRpcMessage = serde_json::from_str(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}"#,
+        )
+        .unwrap();
+        sessions.accept_message(&id, cancel).await.unwrap();
+        assert!(heard(&cancelled));
+        futures::pin_mut!(answers);
+        assert!(futures::StreamExt::next(&mut answers).await.is_none());
+        // The notification still reaches the service loop.
+        assert!(matches!(
+            transport.receive().await,
+            Some(ClientJsonRpcMessage::Notification(_))
+        ));
+
+        // Answered: the stream carries the answer; nothing is given up
+        // before, and another request is not touched.
+        let answers = sessions.create_stream(&id, call(3)).await.unwrap();
+        let answered = next_hangup(&mut transport).await;
+        let _waiting = sessions.create_stream(&id, call(4)).await.unwrap();
+        let waiting = next_hangup(&mut transport).await;
+        let answer: ServerJsonRpcMessage =
+            serde_json::from_str(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#).unwrap();
+        transport.send(answer).await.unwrap();
+        futures::pin_mut!(answers);
+        assert!(futures::StreamExt::next(&mut answers).await.is_some());
+        assert!(!heard(&answered) && !heard(&waiting));
+
+        // The session ends: every request still in flight is told.
+        sessions.close_session(&id).await.unwrap();
+        assert!(heard(&waiting));
     }
 
     #[tokio::test]

@@ -900,6 +900,7 @@ fn the_longest_tool_names_are_valid_for_mcp_and_openai() {
     assert!(!valid_tool_name("device__desk.lamp__x"));
 }
 
+mod abandoned;
 mod images;
 mod lanes;
 mod runs;
