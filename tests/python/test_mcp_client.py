@@ -4,7 +4,7 @@ requirements.txt) against a real `dk vessel` with a simulated lamp
 stdio bridge; a camera written here (a v1 device on a raw WebSocket)
 whose screenshots reach the client as image content; and a bell written
 the same way, on which calls the client gives up while the person is asked
-are checked never to ring.
+are checked never to ring, and a slow call to run once.
 
 Run by `cargo xtask ci` in the virtualenv it keeps under `target/`:
 
@@ -811,19 +811,23 @@ class ImageSuite:
 BELL = "bell"
 RING = "device__bell__ring"
 CHIME = "device__bell__chime"
+PLAY = "device__bell__play"
 BELL_MANIFEST = {
     "id": BELL, "name": "Bell", "kind": "bell", "version": "1",
     "capabilities": [
         {"name": "ring", "kind": "actuator", "description": "Ring the bell.", "confirm": True},
         {"name": "chime", "kind": "actuator", "description": "Chime once."},
+        {"name": "play", "kind": "actuator", "description": "Play a tune, which takes 8 seconds."},
     ],
 }
+# As long as a desktop `type` call may last.
+PLAY_SECONDS = 8.0
 ABANDONED = "abandoned by the caller before the device was reached"
 
 
 class Bell(RawDevice):
-    """A bell whose `ring` asks the person every time and whose `chime`
-    answers at once."""
+    """A bell whose `ring` asks the person every time, whose `chime` answers
+    at once and whose `play` answers after `PLAY_SECONDS`."""
 
     def __init__(self, devices: str):
         super().__init__(devices, BELL_MANIFEST)
@@ -831,19 +835,22 @@ class Bell(RawDevice):
     def answer(self, capability: str) -> Any:
         return {capability: True}
 
+    def delay(self, capability: str) -> float:
+        return PLAY_SECONDS if capability == "play" else 0.0
+
 
 class AbandonSuite:
     """Calls their client gives up on while the person is asked: the prompt
     is withdrawn, a later answer changes nothing (checked on the device:
-    the bell never rings), and the decision says the call was abandoned.
-    Paired on the lamp's vessel."""
+    the bell never rings), and the decision says the call was abandoned;
+    and a slow call that runs once. Paired on the lamp's vessel."""
 
     def __init__(self, dk: Path, vessel: Vessel, bell: Bell):
         self.dk = dk
         self.vessel = vessel
         self.bell = bell
         self.ringer = vessel.add_agent("ringer", [BELL])
-        vessel.approve_pairing(BELL, ["ring", "chime"])
+        vessel.approve_pairing(BELL, ["ring", "chime", "play"])
 
     async def ring_prompts(self) -> set[int]:
         _, prompts = await self.vessel.admin_async("GET", "/v1/pending")
@@ -958,6 +965,24 @@ class AbandonSuite:
         for mode in ("auto", "legacy"):
             async with stdio_client(self.dk, self.vessel.url, self.ringer, mode=mode) as client:
                 await self.abandon_task(client, f"the {mode} client cancelled through dk mcp")
+
+    async def test_a_slow_call_runs_once(self) -> None:
+        # A call as long as the longest desktop `type` is made once, whoever
+        # carries it: nothing is sent again, before or after it returns.
+        clients = [("over HTTP", lambda: http_client(self.vessel.url, self.ringer)),
+                   ("in a session", lambda: http_client(self.vessel.url, self.ringer, mode="legacy")),
+                   ("through dk mcp", lambda: stdio_client(self.dk, self.vessel.url, self.ringer))]
+        for how, make in clients:
+            before = self.bell.calls_of("play")
+            async with make() as client:
+                result = await client.call_tool(PLAY, {})
+                check(not result.is_error, f"play {how} refused: {text_of(result)}")
+                # Anything sent again would reach the bell before a later
+                # call of it is answered.
+                result = await client.call_tool(CHIME, {})
+                check(not result.is_error, f"chime refused: {text_of(result)}")
+            ran = self.bell.calls_of("play") - before
+            check(ran == 1, f"play {how} ran {ran} times")
 
 
 async def call_and_wait(url: str, tool: str, mode: str) -> None:
