@@ -147,7 +147,8 @@ pub async fn run_client(
                 delay
             }
         };
-        tracing::info!(url = %printable(&options.url), %last, ?delay, "reconnecting");
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(url = %printable(&options.url), %last, delay_ms, "reconnecting");
         options.tell(&ConnectionEvent::Disconnected {
             why: last,
             retry_in: delay,

@@ -450,7 +450,14 @@ async fn serve_socket(
             .filter_map(|message| std::future::ready(message.ok()));
         serve_connection(vessel, permit, Box::pin(incoming), outgoing).await
     };
-    tracing::debug!(device = ?outcome.device_id, closed = ?outcome.closed_with, "device connection ended");
+    // Plain values, each its own field: no Rust debug text in a log.
+    let closed = outcome.closed_with.as_ref();
+    tracing::debug!(
+        device = outcome.device_id.as_deref(),
+        close_code = closed.map(|c| c.code),
+        close_reason = closed.map(|c| c.reason.as_str()),
+        "device connection ended"
+    );
 }
 
 /// The message as the vessel's connection reads it; `None` for a raw frame,

@@ -543,6 +543,7 @@ async fn reconcile(vessel: Arc<Vessel>, fleet: Arc<Fleet>) {
             tracing::warn!(%error, "the shared pairings were not read again");
         }
         reload_agents(&vessel).await;
-        tracing::debug!(took = ?started.elapsed(), "the shared state was read again");
+        let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(took_ms, "the shared state was read again");
     }
 }

@@ -21,6 +21,7 @@ mod durable;
 mod files;
 mod fleet;
 mod fleet_seams;
+mod log_fields;
 mod logs;
 mod mcp_bridge;
 mod members;
