@@ -172,8 +172,13 @@ fn temporary_beside(path: &Path) -> Result<PathBuf, StoreError> {
     rand::rng().fill(&mut random);
     let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
     let temporary = dir.join(format!(".{name}.{suffix}.tmp"));
-    create_new_private(&temporary)
-        .map_err(|e| opening(&temporary, StoreError::Database(Cause::new(e))))?;
+    // Named for `path`: the hidden file is the store's own business.
+    create_new_private(&temporary).map_err(|e| {
+        opening(
+            path,
+            StoreError::Database(Cause::new(std::io::Error::from(e))),
+        )
+    })?;
     Ok(temporary)
 }
 

@@ -268,7 +268,7 @@ pub fn run(command: AuditCommand) -> ExitCode {
                         .verify_audit_with(key.as_ref().map(|(_, key)| key), kept.head())
                         .map_err(|e| e.to_string())
                 });
-                return print_verified(report, &kept, key.as_ref(), json);
+                return print_verified(report, &kept, key.as_ref(), Whose::Vessel, json);
             }
             let kept = if no_kept_head {
                 Kept::NotAsked
@@ -291,7 +291,13 @@ pub fn run(command: AuditCommand) -> ExitCode {
                     }
                 }
             };
-            return verify(&data_dir.join(DATABASE_FILE), &kept, key.as_ref(), json);
+            return verify(
+                &data_dir.join(DATABASE_FILE),
+                &kept,
+                key.as_ref(),
+                Whose::Vessel,
+                json,
+            );
         }
     };
     match result {
@@ -386,8 +392,26 @@ impl Kept {
         }
     }
 
-    /// What the person is told about the kept head.
-    fn describe(&self) -> String {
+    /// What the person is told about the kept head, checking `whose` log.
+    fn describe(&self, whose: Whose) -> String {
+        match (self, whose) {
+            // A copy is checked against the head the vessel had kept when
+            // it began, which is not the copy's: only where it stands is
+            // told, so that the one head shown is the copy's.
+            (Kept::File(file, head), Whose::Backup) => format!(
+                "checked against the head the vessel kept before the copy (entry {}, in {})",
+                head.seq,
+                file.display()
+            ),
+            (Kept::NotAsked | Kept::Missing(_), Whose::Backup) => {
+                "the vessel kept no head beside its data directory: a cut tail or a rewritten chain would go unseen".to_owned()
+            }
+            (kept, _) => kept.describe_own(),
+        }
+    }
+
+    /// What the person is told about the kept head of the vessel's own log.
+    fn describe_own(&self) -> String {
         match self {
             Kept::NotAsked => {
                 "checked without a kept head (--no-kept-head): a cut tail or a rewritten chain would go unseen".to_owned()
@@ -401,12 +425,23 @@ impl Kept {
     }
 }
 
+/// Whose log a verification reads, which says how its heads are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    /// The vessel's own (`dk audit verify`).
+    Vessel,
+    /// A backup just taken (`dk backup`), checked against the head the
+    /// vessel kept before the copy.
+    Backup,
+}
+
 /// Verifies the log of the database at `db` and prints what was found (as
 /// `dk audit verify` does); success when it is intact.
 pub(crate) fn verify(
     db: &Path,
     kept: &Kept,
     key: Option<&(PathBuf, AuditKey)>,
+    whose: Whose,
     json: bool,
 ) -> ExitCode {
     let report = open_file(db).and_then(|store| {
@@ -414,7 +449,7 @@ pub(crate) fn verify(
             .verify_audit_with(key.map(|(_, key)| key), kept.head())
             .map_err(|e| e.to_string())
     });
-    print_verified(report, kept, key, json)
+    print_verified(report, kept, key, whose, json)
 }
 
 /// Prints what a verification found (as `dk audit verify` does); success
@@ -423,6 +458,7 @@ fn print_verified(
     report: Result<VerifyReport, String>,
     kept: &Kept,
     key: Option<&(PathBuf, AuditKey)>,
+    whose: Whose,
     json: bool,
 ) -> ExitCode {
     let report = match report {
@@ -460,7 +496,7 @@ fn print_verified(
         for problem in &problems {
             println!("BROKEN {}", printable(problem));
         }
-        println!("{}", printable(&kept.describe()));
+        println!("{}", printable(&kept.describe(whose)));
         match key {
             Some((file, key)) => println!(
                 "{}",
@@ -474,7 +510,12 @@ fn print_verified(
                 "checked without a key: if the chain was keyed, a rewrite that removed its keying would go unseen"
             ),
         }
-        if intact {
+        if intact && whose == Whose::Backup {
+            println!(
+                "the backup's audit log is intact: {} entries; its head is {head} (keep it with the backup: `dk restore --expect-head {head}` checks it)",
+                report.entries
+            );
+        } else if intact {
             println!(
                 "intact: {} entries; head {head} (the vessel keeps it outside the database; keep a copy elsewhere too)",
                 report.entries

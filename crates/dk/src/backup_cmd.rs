@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use dk_vessel::store::{AuditHead, AuditKey, RestoreError, SqliteStore, Store, StoreError};
 
-use crate::audit_cmd::{Kept, head_file, open, verify};
+use crate::audit_cmd::{Kept, Whose, head_file, open, verify};
 use crate::home::{ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, data_dir_or_home};
 use crate::input::printable;
 
@@ -84,6 +84,12 @@ pub fn backup(args: &BackupArgs) -> ExitCode {
                     "`{}` already exists: give --force to replace it",
                     args.file.display()
                 ),
+                // Named for FILE, not for the hidden file the copy is
+                // written to first.
+                StoreError::Open { reason, .. } => format!(
+                    "cannot write the backup to `{}`: {reason}",
+                    args.file.display()
+                ),
                 other => other.to_string(),
             })?;
         println!(
@@ -104,13 +110,29 @@ pub fn backup(args: &BackupArgs) -> ExitCode {
         }
     };
     let key = key.zip(args.audit_key_file.clone()).map(|(k, f)| (f, k));
-    let verified = verify(&args.file, &kept, key.as_ref(), false);
+    let verified = verify(&args.file, &kept, key.as_ref(), Whose::Backup, false);
     if verified != ExitCode::SUCCESS {
         eprintln!(
             "error: the backup's audit log does not verify (nor, then, does the vessel's): `dk audit verify` on the data directory says more"
         );
     }
     verified
+}
+
+/// Why `dk restore` restored nothing: what went wrong, and the problems
+/// found in the backup's log, each told on a line of its own.
+struct Refusal {
+    said: String,
+    problems: Vec<String>,
+}
+
+impl From<String> for Refusal {
+    fn from(said: String) -> Refusal {
+        Refusal {
+            said,
+            problems: Vec::new(),
+        }
+    }
 }
 
 /// Runs `dk restore`.
@@ -120,14 +142,33 @@ pub fn restore(args: &RestoreArgs) -> ExitCode {
             println!("{}", printable(&said));
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("error: {}", printable(&e));
+        Err(refusal) => {
+            eprintln!("error: {}", printable(&refusal.said));
+            for problem in &refusal.problems {
+                eprintln!("  {}", printable(problem));
+            }
             ExitCode::FAILURE
         }
     }
 }
 
-fn restore_inner(args: &RestoreArgs) -> Result<String, String> {
+/// Refuses a backup file that is not there to read, before anything else.
+fn readable_backup(file: &Path) -> Result<(), String> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(format!(
+            "`{}` is not a file: give the file `dk backup` wrote",
+            file.display()
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(format!("there is no backup at `{}`", file.display()))
+        }
+        Err(e) => Err(format!("cannot read the backup `{}`: {e}", file.display())),
+    }
+}
+
+fn restore_inner(args: &RestoreArgs) -> Result<String, Refusal> {
+    readable_backup(&args.file)?;
     let (data_dir, _) = data_dir_or_home(args.data_dir.as_deref()).map_err(|e| e.to_string())?;
     refuse_running(&data_dir)?;
     let key = load_key(args.audit_key_file.as_deref())?;
@@ -138,27 +179,29 @@ fn restore_inner(args: &RestoreArgs) -> Result<String, String> {
     let head_file = head_file(&data_dir, args.audit_head_file.as_deref())?;
     let db = data_dir.join(DATABASE_FILE);
     let mut head = None;
+    let mut problems = Vec::new();
     SqliteStore::restore_from(&args.file, &db, |store| {
         let report = store
             .verify_audit_with(key.as_ref(), expect.as_ref())
             .map_err(|e| e.to_string())?;
         if !report.is_intact() {
-            let problems: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+            problems = report.problems.iter().map(ToString::to_string).collect();
             return Err(format!(
-                "the audit log of `{}` does not verify, nothing was restored:\n  {}",
-                args.file.display(),
-                problems.join("\n  ")
+                "the audit log of `{}` does not verify, nothing was restored:",
+                args.file.display()
             ));
         }
         head = Some(store.audit_head().map_err(|e| e.to_string())?);
         Ok(())
     })
     .map_err(|e| match e {
-        RestoreError::Refused(text) => text,
-        RestoreError::Store(e) => e.to_string(),
+        RestoreError::Refused(said) => Refusal { said, problems },
+        RestoreError::Store(e) => e.to_string().into(),
     })?;
     let Some(head) = head else {
-        return Err("the backup's audit head could not be read".to_owned());
+        return Err("the backup's audit head could not be read"
+            .to_owned()
+            .into());
     };
     head.write_to(&head_file).map_err(|e| {
         format!(

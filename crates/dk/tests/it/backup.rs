@@ -144,7 +144,7 @@ async fn backup_while_running_and_restore() {
     let said = refused(&scratch.run(&["restore", path(&junk)]));
     assert!(said.contains("not a dk store"), "{said}");
     let said = refused(&scratch.run(&["restore", path(&scratch.root().join("none.db"))]));
-    assert!(said.contains("is not a file"), "{said}");
+    assert!(said.contains("there is no backup at"), "{said}");
 
     let said = succeeded(&scratch.run(&["restore", path(&backup)]));
     assert!(said.contains("audit log intact"), "{said}");

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 mod agents;
 mod approvals;
 mod backup;
+mod backup_words;
 mod bridge_mqtt;
 mod c_lamp;
 mod console;
