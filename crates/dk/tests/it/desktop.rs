@@ -550,6 +550,7 @@ async fn an_agent_sees_the_screen_clicks_and_types_as_the_person_allows() {
     assert!(text(answer).contains("\"typed\":1000"), "{}", short(answer));
     assert_eq!(window.wait_for_text(&most), most);
     // A combination arrives as one.
+    window.clear();
     let (answer, asked) = desk.call_allowing("key", json!({"text": "ctrl+s"})).await;
     answered(&answer);
     assert!(asked, "key did not ask the person");
