@@ -260,10 +260,11 @@ impl Reports {
     }
 }
 
-/// `command`, run with its soft limit on open files raised to `wanted` (or
-/// to the hard limit, if lower) when this process's is below it. The limit
-/// is per process and inherited, and only a shell can raise it without
-/// unsafe code.
+/// `command`, run with its soft limit on open files raised to `wanted` (the
+/// hard limit raised first where that is allowed, as for root; else to the
+/// hard limit, if lower) when this process's is below it. The limit is per
+/// process and inherited, and only a shell can raise it without unsafe
+/// code.
 fn with_open_files(command: Command, wanted: u64) -> Command {
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
     let soft = limits
@@ -276,7 +277,7 @@ fn with_open_files(command: Command, wanted: u64) -> Command {
     }
     let mut shell = Command::new("bash");
     shell.arg("-c").arg(format!(
-        "ulimit -Sn {wanted} 2>/dev/null || ulimit -Sn \"$(ulimit -Hn)\"; exec \"$@\""
+        "ulimit -Hn {wanted} 2>/dev/null; ulimit -Sn {wanted} 2>/dev/null || ulimit -Sn \"$(ulimit -Hn)\"; exec \"$@\""
     ));
     shell.arg("bash").arg(command.get_program());
     shell.args(command.get_args());
