@@ -35,6 +35,7 @@ use crate::agents::{AgentError, AgentRole, AgentScope};
 use crate::allowances::{AllowanceError, AllowanceMinutes, Remember};
 use crate::bodies::{agent_body, device_list, pending_body, status_body};
 use crate::by::By;
+use crate::changes::on_blocking_thread;
 use crate::console::Console;
 use crate::listen::HttpLimits;
 use crate::origins::LocalOrigins;
@@ -530,17 +531,21 @@ async fn grant(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
 ) -> Response {
-    match admin
-        .vessel
-        .registry()
-        .grant_by(&id, &capability, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e @ GrantError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e @ GrantError::NotStored(_)) => {
+    let vessel = Arc::clone(&admin.vessel);
+    let granted = on_blocking_thread(move || {
+        vessel
+            .registry()
+            .grant_by(&id, &capability, Some(&By::admin_api()))
+    })
+    .await;
+    match granted {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e @ GrantError::NotPaired(_))) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Ok(Err(e @ GrantError::NotStored(_))) => {
             refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
-        Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Ok(Err(e)) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -548,24 +553,28 @@ async fn revoke(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
 ) -> Response {
-    match admin
-        .vessel
-        .registry()
-        .revoke_by(&id, &capability, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let vessel = Arc::clone(&admin.vessel);
+    let revoked = on_blocking_thread(move || {
+        vessel
+            .registry()
+            .revoke_by(&id, &capability, Some(&By::admin_api()))
+    })
+    .await;
+    match revoked {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Response {
-    match admin
-        .vessel
-        .registry()
-        .unpair_by(&id, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let vessel = Arc::clone(&admin.vessel);
+    let unpaired =
+        on_blocking_thread(move || vessel.registry().unpair_by(&id, Some(&By::admin_api()))).await;
+    match unpaired {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

@@ -55,6 +55,7 @@ struct Faults {
     entered: Mutex<Option<mpsc::Sender<()>>>,
     gate: Mutex<Option<mpsc::Receiver<()>>>,
     /// The call path's gate: see [`FaultyStore::hold_call_path`].
+    path_held: AtomicBool,
     path_entered: Mutex<Option<mpsc::Sender<()>>>,
     path_gate: Mutex<Option<mpsc::Receiver<()>>>,
     /// Frozen: every call waits until this is false again.
@@ -106,6 +107,7 @@ impl FaultyStore {
                 audit_pause_micros: AtomicU64::new(0),
                 entered: Mutex::new(None),
                 gate: Mutex::new(None),
+                path_held: AtomicBool::new(false),
                 path_entered: Mutex::new(None),
                 path_gate: Mutex::new(None),
                 frozen: Mutex::new(false),
@@ -156,6 +158,7 @@ impl FaultyStore {
         let (open, gate) = mpsc::channel();
         *lock(&self.faults.path_entered) = Some(entered);
         *lock(&self.faults.path_gate) = Some(gate);
+        self.faults.path_held.store(true, Ordering::SeqCst);
         AuditGate {
             entered: entered_rx,
             open,
@@ -174,7 +177,7 @@ impl FaultyStore {
     /// Whether an `*_async` answer must wait now (a gate or a freeze):
     /// then it is answered from a thread of its own.
     fn holds_answers(&self) -> bool {
-        *lock(&self.faults.frozen) || lock(&self.faults.path_gate).is_some()
+        *lock(&self.faults.frozen) || self.faults.path_held.load(Ordering::SeqCst)
     }
 
     /// `op` on the store underneath, from a thread of its own when answers

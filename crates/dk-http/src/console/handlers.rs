@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::agents::{AgentRole, AgentScope};
 use crate::allowances::{AllowanceMinutes, AllowanceScope, Remember};
+use crate::changes::on_blocking_thread;
 use crate::person::ApprovalAnswer;
 use crate::registry::ConsentDecision;
 use crate::store::{AuditEntry, AuditQuery};
@@ -246,15 +247,26 @@ pub(super) async fn set_grant(
     axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
-    let registry = shared.vessel.registry();
     let by = signed.by();
+    let vessel = Arc::clone(&shared.vessel);
+    let (device, cap) = (id.clone(), capability);
     let done = match form.get("allow") {
-        Some("yes") => registry
-            .grant_by(&id, &capability, Some(&by))
-            .map_err(|e| e.to_string()),
-        Some("no") => registry
-            .revoke_by(&id, &capability, Some(&by))
-            .map_err(|e| e.to_string()),
+        Some("yes") => on_blocking_thread(move || {
+            vessel
+                .registry()
+                .grant_by(&device, &cap, Some(&by))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .and_then(|done| done),
+        Some("no") => on_blocking_thread(move || {
+            vessel
+                .registry()
+                .revoke_by(&device, &cap, Some(&by))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .and_then(|done| done),
         _ => Err("say `allow=yes` or `allow=no`".to_owned()),
     };
     match done {
@@ -272,9 +284,19 @@ pub(super) async fn unpair(
     UrlPath((_, id)): UrlPath<(String, String)>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
-    match shared.vessel.registry().unpair_by(&id, Some(&signed.by())) {
+    let vessel = Arc::clone(&shared.vessel);
+    let by = signed.by();
+    let unpaired = on_blocking_thread(move || {
+        vessel
+            .registry()
+            .unpair_by(&id, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|done| done);
+    match unpaired {
         Ok(()) => see_other(&format!("{}/devices", shared.console.prefix())),
-        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e),
     }
 }
 
