@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 mod agents;
 mod approvals;
+mod audit_reading;
 mod backup;
 mod bridge_mqtt;
 mod c_lamp;
