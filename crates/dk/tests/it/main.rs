@@ -21,6 +21,7 @@ mod device_files;
 mod durable;
 mod files;
 mod fleet;
+mod frozen_store;
 mod logs;
 mod mcp_bridge;
 mod members;
