@@ -10,7 +10,10 @@
 //! vessel with 10,000 dk/2 devices), which the other runs skip;
 //! `cargo xtask bench fleet-routed` runs only the bench of three vessels as
 //! one fleet (`fleet-routed/...`: a routed call against a local one, and
-//! the fleet's throughput beside one vessel's), which they skip too.
+//! the fleet's throughput beside one vessel's), which they skip too;
+//! `cargo xtask bench verify-pg` runs only `dk audit verify --store` on a
+//! PostgreSQL log of 1,000,000 entries (`verify-pg/...`: its time and peak
+//! memory, and at a tenth of the size), which they skip as well.
 //! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
@@ -35,9 +38,10 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 10] = [
+const REPORT_PREFIXES: [&str; 11] = [
     "fleet/",
     "fleet-routed/",
+    "verify-pg/",
     "e2e/",
     "idle/",
     "store/",
@@ -90,6 +94,10 @@ pub fn run(args: &[String]) -> TaskResult {
         // One vessel at fleet scale alone (`fleet`, or one part of it:
         // `fleet/scale`, `fleet/calls`): minutes, on demand.
         command.args(["-p", "dk", "--bench", "fleet"]);
+    } else if filter == Some("verify-pg") {
+        // A log of 1,000,000 entries written to PostgreSQL, then verified
+        // by `dk audit verify --store`: minutes, on demand.
+        command.args(["-p", "dk", "--bench", "verify_pg"]);
     } else if filter == Some("firmware") {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.
@@ -107,6 +115,7 @@ pub fn run(args: &[String]) -> TaskResult {
         // no benchmarks. The fleet bench runs only when named.
         command.args(["--bench", "*"]);
         command.env("DK_FLEET_SKIP", "1");
+        command.env("DK_VERIFY_PG_SKIP", "1");
     }
     if let Some(filter) = filter {
         command.args(["--", filter]);
