@@ -23,8 +23,10 @@
 //! until its record is sure of room in the audit log. Calls faster than the
 //! log's disk wait there (asynchronously) rather than outrun it. And a call
 //! reaches a device only while the store takes the log's writes within the
-//! writer's bound ([`AuditRoom::accepting`]): checked before the checks
-//! and again just before the device, after any wait for the person.
+//! writer's bound ([`AuditRoom::durability`]): checked before the checks
+//! and again just before the device, after any wait for the person; a
+//! store that took no write within the bound refuses the call, one that is
+//! behind makes it wait.
 //!
 //! The store is asked nothing on the call path but what a call needs of it
 //! (the counts of rules with a `limit`, an agent's rate kept by a fleet),
@@ -60,7 +62,7 @@ use crate::by::By;
 use crate::link::Links;
 use crate::metrics::{CallDecision, CallKind, LimitReached, Metrics};
 use crate::registry::{DeviceRegistry, PairedDevice};
-use crate::store::{AuditPlace, AuditRoom, DEFAULT_DURABLE_WITHIN};
+use crate::store::{AuditPlace, AuditRoom, DEFAULT_DURABLE_WITHIN, Durability};
 
 mod budget;
 mod counts;
@@ -559,9 +561,27 @@ impl DeviceToolAdapter {
     }
 
     /// Whether a call may reach a device now: the audit writer's store
-    /// takes its writes within its bound (always, without a writer).
-    fn durable(&self) -> bool {
-        self.room.as_ref().is_none_or(AuditRoom::accepting)
+    /// takes its writes within its bound (always, without a writer). While
+    /// the store takes writes but is behind (calls came faster than its
+    /// disk), the call waits for it to catch up, without holding the
+    /// thread, looking again at each commit and at least every eighth of
+    /// the bound; false once the store took no write within the bound.
+    async fn durable(&self) -> bool {
+        let Some(room) = &self.room else {
+            return true;
+        };
+        loop {
+            let committed = room.committed();
+            tokio::pin!(committed);
+            committed.as_mut().enable();
+            match room.durability() {
+                Durability::Within => return true,
+                Durability::Lost => return false,
+                Durability::Behind => {
+                    let _ = counts::within(room.durable_within() / 8, committed).await;
+                }
+            }
+        }
     }
 
     /// How long a call waits for the store on its way to a device: the
@@ -667,7 +687,7 @@ impl DeviceToolAdapter {
             decision.report(false, &reason, None, CallDecision::Denied);
             return ToolOutcome::Refused { reason };
         }
-        if !self.durable() {
+        if !self.durable().await {
             // Its record is queued and committed once the store takes
             // writes again; the call itself is not made.
             let reason = Refusal::AuditFailing.to_string();
@@ -1045,9 +1065,9 @@ impl DeviceToolAdapter {
         let now = dk_store::epoch_ms(SystemTime::now());
         let within = self.store_patience();
         let taking = self.registry.store().take_from_buckets_async(&takes, now);
-        let refused = tokio::time::timeout(within, taking)
+        let refused = counts::within(within, taking)
             .await
-            .unwrap_or_else(|_| Err(counts::unanswered(within)))
+            .unwrap_or_else(|| Err(counts::unanswered(within)))
             .map_err(|error| Refusal::CountsNotKept {
                 why: error.to_string(),
             })?;
@@ -1170,7 +1190,7 @@ impl DeviceToolAdapter {
                 device_id: device_id.to_owned(),
             })?;
         // A count is not taken for a call that will not be made.
-        if !counted.is_empty() && !self.durable() {
+        if !counted.is_empty() && !self.durable().await {
             return Err(Refusal::AuditFailing);
         }
         // The call is made: it counts against the limited rules it matched.
@@ -1185,7 +1205,7 @@ impl DeviceToolAdapter {
             })?;
         // After every wait (the person, the store), just before the device:
         // its record can still be made durable.
-        if !self.durable() {
+        if !self.durable().await {
             return Err(Refusal::AuditFailing);
         }
         let timeout = ctx.timeout.unwrap_or(self.call_timeout);

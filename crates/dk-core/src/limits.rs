@@ -50,9 +50,11 @@ pub struct Limits {
     /// commit, or the audit writer's probe when nothing is committed), and
     /// how old the oldest decision not yet committed may be, for a call to
     /// reach a device; also how long a call waits for the store on its way
-    /// to one (a `limit` rule's count, a fleet's rate). Past it, calls are
-    /// refused before the device: at most this much of the calls that
-    /// reached devices can be lost with their records. Default 1 s.
+    /// to one (a `limit` rule's count, a fleet's rate). A store that took
+    /// no write within it refuses calls before the device; one whose
+    /// oldest decision waits longer makes calls wait for it to catch up:
+    /// at most this much of the calls that reached devices can be lost
+    /// with their records. Default 1 s.
     pub durable_within: Duration,
     /// Pairing requests waiting for the person at once, from everyone.
     pub max_pending_pairings: usize,

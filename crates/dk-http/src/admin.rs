@@ -615,10 +615,15 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
         Some(Ok(role)) => role,
         Some(Err(unknown)) => return refuse(StatusCode::BAD_REQUEST, unknown.to_string()),
     };
-    match admin
-        .vessel
-        .add_agent_by(&new.name, scope, role, Some(&By::admin_api()))
-    {
+    let vessel = Arc::clone(&admin.vessel);
+    let added =
+        on_blocking_thread(move || vessel.add_agent_by(&new.name, scope, role, Some(&By::admin_api())))
+            .await;
+    let added = match added {
+        Ok(added) => added,
+        Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    match added {
         Ok((name, credential)) => (
             StatusCode::CREATED,
             Json(api::AddedAgent {
@@ -632,9 +637,13 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
 }
 
 async fn remove_agent(State(admin): State<Admin>, UrlPath(name): UrlPath<String>) -> Response {
-    match admin.vessel.remove_agent_by(&name, Some(&By::admin_api())) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => agent_refusal(&e),
+    let vessel = Arc::clone(&admin.vessel);
+    let removed =
+        on_blocking_thread(move || vessel.remove_agent_by(&name, Some(&By::admin_api()))).await;
+    match removed {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => agent_refusal(&e),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -647,12 +656,15 @@ async fn set_agent_scope(
         Ok(scope) => scope,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
     };
-    match admin
-        .vessel
-        .set_agent_scope_by(&name, scope, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => agent_refusal(&e),
+    let vessel = Arc::clone(&admin.vessel);
+    let set = on_blocking_thread(move || {
+        vessel.set_agent_scope_by(&name, scope, Some(&By::admin_api()))
+    })
+    .await;
+    match set {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => agent_refusal(&e),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

@@ -1,7 +1,7 @@
-//! The person's changes to the registry (a grant, a revoke, an unpairing),
-//! as the admin API and the console both make them: each waits for the
-//! store's commit, so it runs on a blocking thread, never on the async
-//! threads that serve the calls and requests meanwhile.
+//! The person's changes (a grant, a revoke, an unpairing, an agent added,
+//! removed or re-scoped), as the admin API and the console both make them:
+//! each waits for the store's commit, so it runs on a blocking thread,
+//! never on the async threads that serve the calls and requests meanwhile.
 
 /// Runs `change` on a blocking thread and gives its result; an error when
 /// the thread ended without one.

@@ -28,7 +28,7 @@
 //! the records of the last batch not yet committed (at most `max_delay`
 //! plus one commit, and whatever is queued), never a pairing, grant, revoke
 //! or unpair. A call reaches a device only while the writer's store took a
-//! write within its bound ([`AuditRoom::accepting`]), so a crash loses at
+//! write within its bound ([`AuditRoom::durability`]), so a crash loses at
 //! most the bound's worth of records of calls that reached a device.
 //!
 //! The audit chain: entry `seq` (from 1, step 1) carries `prev_hash`, the
@@ -116,6 +116,6 @@ pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub use writer::{
-    AuditPlace, AuditRoom, AuditWriter, DEFAULT_DURABLE_WITHIN, Made, RECORD_PATIENCE,
-    STOP_ATTEMPTS, WriterOptions,
+    AuditPlace, AuditRoom, AuditWriter, DEFAULT_DURABLE_WITHIN, Durability, Made,
+    RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions,
 };

@@ -820,7 +820,9 @@ fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
     // only the writer's probe can tell, and it does within the bound.
     let frozen = store.freeze();
     let paused = Instant::now();
-    dk_testkit::eventually_blocking("calls refused while the store hangs", || !room.accepting());
+    dk_testkit::eventually_blocking("calls refused while the store hangs", || {
+        room.durability() == Durability::Lost
+    });
     assert!(
         paused.elapsed() < bound + NOTICED_MARGIN,
         "{:?}",
@@ -835,7 +837,7 @@ fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
 }
 
 #[test]
-fn a_backlog_older_than_the_bound_stops_calls_while_commits_still_hold() {
+fn a_backlog_older_than_the_bound_holds_calls_back_while_commits_still_hold() {
     let store = Arc::new(FaultyStore::default());
     // A disk slower than the records: one event a commit, 40 ms each.
     store.pause_audit(Duration::from_millis(40));
@@ -849,8 +851,11 @@ fn a_backlog_older_than_the_bound_stops_calls_while_commits_still_hold() {
         writer.record(event("decision", n));
     }
     // Every commit holds (the store took one within 40 ms), but the oldest
-    // event waits longer than the bound: calls are refused.
-    dk_testkit::eventually_blocking("calls refused behind the backlog", || !room.accepting());
+    // event waits longer than the bound: calls wait for it to catch up.
+    dk_testkit::eventually_blocking("calls held back behind the backlog", || {
+        room.durability() == Durability::Behind
+    });
+    assert!(!room.accepting());
     assert!(!room.failing());
     writer.flush().unwrap();
     assert_eq!(writer.committed(), 30);
@@ -865,7 +870,9 @@ fn a_store_that_refuses_the_probe_stops_calls_with_nothing_queued() {
     let room = writer.room();
     // A full disk: the probe's write fails, and no commit proves otherwise.
     store.fail(Writes::Pairings, true);
-    dk_testkit::eventually_blocking("calls refused on a full disk", || !room.accepting());
+    dk_testkit::eventually_blocking("calls refused on a full disk", || {
+        room.durability() == Durability::Lost
+    });
     store.fail(Writes::Pairings, false);
     dk_testkit::eventually_blocking("calls accepted again", || room.accepting());
     // The probes wrote no audit entry.

@@ -24,12 +24,15 @@
 //! (the start of the last commit that held, or of a probe: a small write,
 //! [`Store::probe_write`], made on the writer's thread whenever a quarter
 //! of the bound passed without a commit) and when the oldest event not yet
-//! committed was queued. [`AuditRoom::accepting`] is false once either is
-//! older than the bound, or while a failed commit is retried: a call is
-//! then refused before it reaches a device. A store that hangs (a server
-//! paused, a disk that no longer answers) is noticed within the bound even
-//! with nothing queued, and a backlog older than the bound (a disk slower
-//! than the calls) refuses calls too.
+//! committed was queued ([`AuditRoom::durability`]). A store that took no
+//! write within the bound, or whose failed commit is retried, is
+//! [`Durability::Lost`]: a call is then refused before it reaches a
+//! device. A store that hangs (a server paused, a disk that no longer
+//! answers) is so noticed within the bound even with nothing queued. A
+//! store that takes writes, but more slowly than calls come (the oldest
+//! event waits longer than the bound), is [`Durability::Behind`]: calls
+//! wait for it to catch up, as they wait for room in the queue, and reach
+//! no device meanwhile.
 //!
 //! What a crash can lose: the events queued and the batch being gathered, at
 //! most `max_delay` plus one commit's worth of decisions when the disk keeps
@@ -240,9 +243,22 @@ impl AuditRoom {
     /// Whether a call may reach a device now: the store took a commit or
     /// answered a probe within the bound, the oldest event not yet
     /// committed is younger than it, and no failed commit is being
-    /// retried. Two atomic reads and a clock read.
+    /// retried ([`Durability::Within`]). Two atomic reads and a clock read.
     pub fn accepting(&self) -> bool {
-        self.1.accepting()
+        self.1.durability() == Durability::Within
+    }
+
+    /// Where the store stands against the bound now (see [`Durability`]).
+    pub fn durability(&self) -> Durability {
+        self.1.durability()
+    }
+
+    /// Completes at the writer's next commit that holds (a call
+    /// [`Durability::Behind`] waits for it, or a timer, then looks again).
+    /// Enable it before looking, so that a commit in between is not
+    /// missed.
+    pub fn committed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.1.commits.notified()
     }
 
     /// The bound [`AuditRoom::accepting`] keeps
@@ -284,6 +300,24 @@ impl AuditPlace<'_> {
     }
 }
 
+/// Where the audit writer's store stands against its bound
+/// ([`WriterOptions::durable_within`]), for a call about to reach a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The store took a write within the bound and no event waits longer:
+    /// a call may reach a device.
+    Within,
+    /// The store takes writes (one within the bound), but the oldest event
+    /// not yet committed waits longer than the bound: calls came faster
+    /// than the disk. A call waits for it to catch up, as for room in the
+    /// queue.
+    Behind,
+    /// The store took no write within the bound (it answers nothing, or
+    /// refuses), or a failed commit is being retried: no call reaches a
+    /// device.
+    Lost,
+}
+
 /// Counters shared with the writer thread.
 #[derive(Debug)]
 struct Counters {
@@ -305,6 +339,8 @@ struct Counters {
     oldest_ms: AtomicU64,
     /// [`WriterOptions::durable_within`].
     bound: Duration,
+    /// Told at every commit that holds.
+    commits: tokio::sync::Notify,
 }
 
 impl Counters {
@@ -320,6 +356,7 @@ impl Counters {
             proven_ms: AtomicU64::new(0),
             oldest_ms: AtomicU64::new(0),
             bound: bound.max(MIN_DURABLE_WITHIN),
+            commits: tokio::sync::Notify::new(),
         }
     }
 
@@ -336,16 +373,20 @@ impl Counters {
         u64::try_from(self.bound.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// See [`AuditRoom::accepting`].
-    fn accepting(&self) -> bool {
+    /// See [`AuditRoom::durability`].
+    fn durability(&self) -> Durability {
         if self.failing.load(Ordering::Relaxed) {
-            return false;
+            return Durability::Lost;
         }
         let (now, bound) = (self.now_ms(), self.bound_ms());
-        let proven = self.proven_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(self.proven_ms.load(Ordering::Relaxed)) > bound {
+            return Durability::Lost;
+        }
         let oldest = self.oldest_ms.load(Ordering::Relaxed);
-        now.saturating_sub(proven) <= bound
-            && (oldest == 0 || now.saturating_sub(oldest - 1) <= bound)
+        if oldest != 0 && now.saturating_sub(oldest - 1) > bound {
+            return Durability::Behind;
+        }
+        Durability::Within
     }
 
     /// The store showed at `began` (a commit or a probe started then, and
@@ -540,7 +581,9 @@ impl AuditWriter {
     /// place taken, calls wait for the disk). A readiness check reads it.
     pub fn keeping_up(&self) -> bool {
         let running = self.thread.as_ref().is_some_and(|t| !t.is_finished());
-        running && self.counters.accepting() && self.queued() <= self.places.count / 4 * 3
+        running
+            && self.counters.durability() == Durability::Within
+            && self.queued() <= self.places.count / 4 * 3
     }
 }
 
@@ -860,6 +903,7 @@ impl<'a> Batch<'a> {
             }
             self.counters.failing.store(false, Ordering::Relaxed);
             self.counters.proven(started);
+            self.counters.commits.notify_waiters();
             if self.error.take().is_some() {
                 tracing::info!(
                     events = self.events.len(),

@@ -161,9 +161,9 @@ impl Counted<'_> {
     /// count it takes later stays taken, as if the call had been made).
     pub(crate) async fn keep(mut self, store: &dyn Store, within: Duration) -> Result<(), NotKept> {
         for (hit, reason) in self.hits.iter().zip(&self.reasons) {
-            let claimed = tokio::time::timeout(within, store.claim_rate_hit_async(hit))
+            let claimed = self::within(within, store.claim_rate_hit_async(hit))
                 .await
-                .unwrap_or_else(|_| Err(unanswered(within)));
+                .unwrap_or_else(|| Err(unanswered(within)));
             match claimed.map_err(NotKept::Store)? {
                 RateClaim::Counted => {}
                 RateClaim::Reached { retry_after_ms } => {
@@ -189,6 +189,17 @@ impl Drop for Counted<'_> {
             log.forget_one(&hit.rule, &hit.agent, self.at);
         }
     }
+}
+
+/// `work`'s output if it comes within `limit`, on tokio's timer; `None`
+/// past it. Without a tokio runtime (a host driving calls on an executor of
+/// its own) there is no timer to read: `work` is awaited as long as it
+/// takes.
+pub(crate) async fn within<F: std::future::Future>(limit: Duration, work: F) -> Option<F::Output> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Some(work.await);
+    }
+    tokio::time::timeout(limit, work).await.ok()
 }
 
 /// The error of a store that did not answer within `within`.

@@ -340,10 +340,15 @@ pub(super) async fn add_agent(
             return refusal_page(StatusCode::BAD_REQUEST, "role must be guest, user or admin");
         }
     };
-    match shared
-        .vessel
-        .add_agent_by(name, scope, role, Some(&signed.by()))
-    {
+    let (vessel, name, by) = (Arc::clone(&shared.vessel), name.to_owned(), signed.by());
+    let added = on_blocking_thread(move || {
+        vessel
+            .add_agent_by(&name, scope, role, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|added| added);
+    match added {
         Ok((name, credential)) => {
             let frame = page(&shared, &signed, Page::Agents);
             let agents = agent_list(&shared);
@@ -363,7 +368,7 @@ pub(super) async fn add_agent(
                 pages::agents(&frame, &agents, Some(&added)),
             )
         }
-        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e),
     }
 }
 
@@ -378,12 +383,17 @@ pub(super) async fn set_scope(
         Ok(scope) => scope,
         Err(e) => return refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    match shared
-        .vessel
-        .set_agent_scope_by(&name, scope, Some(&signed.by()))
-    {
+    let (vessel, by) = (Arc::clone(&shared.vessel), signed.by());
+    let set = on_blocking_thread(move || {
+        vessel
+            .set_agent_scope_by(&name, scope, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|set| set);
+    match set {
         Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
-        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e),
     }
 }
 
@@ -392,9 +402,17 @@ pub(super) async fn remove_agent(
     UrlPath((_, name)): UrlPath<(String, String)>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
-    match shared.vessel.remove_agent_by(&name, Some(&signed.by())) {
+    let (vessel, by) = (Arc::clone(&shared.vessel), signed.by());
+    let removed = on_blocking_thread(move || {
+        vessel
+            .remove_agent_by(&name, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|removed| removed);
+    match removed {
         Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
-        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e),
     }
 }
 
