@@ -14,6 +14,9 @@
 //! `cargo xtask bench fleet-scale` runs only the bench of three members of
 //! 10,000 lamps each (`fleet-scale/...`: presence, routing, a 300 KiB
 //! answer, a member killed), which they skip as well.
+//! `cargo xtask bench verify-pg` runs only `dk audit verify --store` on a
+//! PostgreSQL log of 1,000,000 entries (`verify-pg/...`: its time and peak
+//! memory, and at a tenth of the size), which they skip as well.
 //! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
@@ -38,10 +41,11 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 11] = [
+const REPORT_PREFIXES: [&str; 12] = [
     "fleet-scale/",
     "fleet/",
     "fleet-routed/",
+    "verify-pg/",
     "e2e/",
     "idle/",
     "store/",
@@ -98,6 +102,10 @@ pub fn run(args: &[String]) -> TaskResult {
         // One vessel at fleet scale alone (`fleet`, or one part of it:
         // `fleet/scale`, `fleet/calls`): minutes, on demand.
         command.args(["-p", "dk", "--bench", "fleet"]);
+    } else if filter == Some("verify-pg") {
+        // A log of 1,000,000 entries written to PostgreSQL, then verified
+        // by `dk audit verify --store`: minutes, on demand.
+        command.args(["-p", "dk", "--bench", "verify_pg"]);
     } else if filter == Some("firmware") {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.
@@ -115,6 +123,7 @@ pub fn run(args: &[String]) -> TaskResult {
         // no benchmarks. The fleet bench runs only when named.
         command.args(["--bench", "*"]);
         command.env("DK_FLEET_SKIP", "1");
+        command.env("DK_VERIFY_PG_SKIP", "1");
     }
     if let Some(filter) = filter {
         command.args(["--", filter]);

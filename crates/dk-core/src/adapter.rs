@@ -21,7 +21,22 @@
 //! With the vessel's audit writer behind the hook, a call first takes a
 //! place in the writer's queue: no check runs, and no device is reached,
 //! until its record is sure of room in the audit log. Calls faster than the
-//! log's disk wait there (asynchronously) rather than outrun it.
+//! log's disk wait there (asynchronously) rather than outrun it. And a call
+//! reaches a device only while the store takes the log's writes within the
+//! writer's bound ([`AuditRoom::durability`]): checked before the checks
+//! and again just before the device, after any wait for the person; a
+//! store that took no write within the bound refuses the call, one that is
+//! behind makes it wait.
+//!
+//! The store is asked nothing on the call path but what a call needs of it
+//! (the counts of rules with a `limit`, an agent's rate kept by a fleet),
+//! and that through [`Store::claim_rate_hit_async`] and
+//! [`Store::take_from_buckets_async`], awaited without holding the thread
+//! for at most the writer's bound: a slow store slows only the calls that
+//! need it, and those at most that long.
+//!
+//! [`Store::claim_rate_hit_async`]: crate::store::Store::claim_rate_hit_async
+//! [`Store::take_from_buckets_async`]: crate::store::Store::take_from_buckets_async
 
 use std::borrow::Cow;
 use std::fmt;
@@ -47,7 +62,7 @@ use crate::by::By;
 use crate::link::Links;
 use crate::metrics::{CallDecision, CallKind, LimitReached, Metrics};
 use crate::registry::{DeviceRegistry, PairedDevice};
-use crate::store::{AuditPlace, AuditRoom};
+use crate::store::{AuditPlace, AuditRoom, DEFAULT_DURABLE_WITHIN, Durability};
 
 mod budget;
 mod counts;
@@ -538,10 +553,43 @@ impl DeviceToolAdapter {
 
     /// Makes every call take a place in `room` before its checks, spent on
     /// its decision record: the decision hook must record each decision into
-    /// the writer `room` belongs to, in the place taken for it.
+    /// the writer `room` belongs to, in the place taken for it. A call
+    /// reaches a device only while `room` is accepting.
     pub(crate) fn with_decision_room(mut self, room: AuditRoom) -> DeviceToolAdapter {
         self.room = Some(room);
         self
+    }
+
+    /// Whether a call may reach a device now: the audit writer's store
+    /// takes its writes within its bound (always, without a writer). While
+    /// the store takes writes but is behind (calls came faster than its
+    /// disk), the call waits for it to catch up, without holding the
+    /// thread, looking again at each commit and at least every eighth of
+    /// the bound; false once the store took no write within the bound.
+    async fn durable(&self) -> bool {
+        let Some(room) = &self.room else {
+            return true;
+        };
+        loop {
+            let committed = room.committed();
+            tokio::pin!(committed);
+            committed.as_mut().enable();
+            match room.durability() {
+                Durability::Within => return true,
+                Durability::Lost => return false,
+                Durability::Behind => {
+                    let _ = counts::within(room.durable_within() / 8, committed).await;
+                }
+            }
+        }
+    }
+
+    /// How long a call waits for the store on its way to a device: the
+    /// audit writer's bound.
+    fn store_patience(&self) -> Duration {
+        self.room
+            .as_ref()
+            .map_or(DEFAULT_DURABLE_WITHIN, AuditRoom::durable_within)
     }
 
     /// Replaces the rules; calls already past check 3 keep their decision.
@@ -639,7 +687,7 @@ impl DeviceToolAdapter {
             decision.report(false, &reason, None, CallDecision::Denied);
             return ToolOutcome::Refused { reason };
         }
-        if self.room.as_ref().is_some_and(AuditRoom::failing) {
+        if !self.durable().await {
             // Its record is queued and committed once the store takes
             // writes again; the call itself is not made.
             let reason = Refusal::AuditFailing.to_string();
@@ -870,7 +918,7 @@ impl DeviceToolAdapter {
             self.check_rules(ctx, (device_id, &device), cap, input, rule)?;
         // 4. Well-formed input; then the agent's rate and the call's run.
         let input = check_well_formed(cap, input)?;
-        self.charge(ctx, device_id)?;
+        self.charge(ctx, device_id).await?;
         // 5. The person's yes, or an allowance the person gave for it.
         let target = Target {
             tool,
@@ -976,10 +1024,10 @@ impl DeviceToolAdapter {
     /// nothing) and before the person is asked (nobody is asked about a
     /// call over either).
     #[inline]
-    fn charge(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
+    async fn charge(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
         let shared = self.registry.is_shared();
         if shared {
-            self.charge_fleet_rate(ctx, device_id)?;
+            self.charge_fleet_rate(ctx, device_id).await?;
         }
         self.meter
             .charge(ctx.agent_id, device_id, ctx.run, !shared)
@@ -989,8 +1037,13 @@ impl DeviceToolAdapter {
     /// The agent's rate, charged to buckets in a store shared by a fleet's
     /// vessels rather than in memory: an agent spreading its calls over
     /// several members has one rate. Their time is the wall clock, which
-    /// the members share. A store that fails refuses the call.
-    fn charge_fleet_rate(&self, ctx: &CallContext<'_>, device_id: &str) -> Result<(), Refusal> {
+    /// the members share. A store that fails, or does not answer within
+    /// [`DeviceToolAdapter::store_patience`], refuses the call.
+    async fn charge_fleet_rate(
+        &self,
+        ctx: &CallContext<'_>,
+        device_id: &str,
+    ) -> Result<(), Refusal> {
         let (Some(limits), Some(agent)) = (self.meter.rate_limits(), ctx.agent_id) else {
             return Ok(());
         };
@@ -1010,10 +1063,11 @@ impl DeviceToolAdapter {
             which.push((limit, device));
         }
         let now = dk_store::epoch_ms(SystemTime::now());
-        let refused = self
-            .registry
-            .store()
-            .take_from_buckets(&takes, now)
+        let within = self.store_patience();
+        let taking = self.registry.store().take_from_buckets_async(&takes, now);
+        let refused = counts::within(within, taking)
+            .await
+            .unwrap_or_else(|| Err(counts::unanswered(within)))
             .map_err(|error| Refusal::CountsNotKept {
                 why: error.to_string(),
             })?;
@@ -1135,15 +1189,25 @@ impl DeviceToolAdapter {
             .ok_or_else(|| Refusal::NotConnected {
                 device_id: device_id.to_owned(),
             })?;
+        // A count is not taken for a call that will not be made.
+        if !counted.is_empty() && !self.durable().await {
+            return Err(Refusal::AuditFailing);
+        }
         // The call is made: it counts against the limited rules it matched.
         counted
-            .keep(self.registry.store().as_ref())
+            .keep(self.registry.store().as_ref(), self.store_patience())
+            .await
             .map_err(|not_kept| match not_kept {
                 counts::NotKept::Store(error) => Refusal::CountsNotKept {
                     why: error.to_string(),
                 },
                 counts::NotKept::Reached(reason, wait) => Refusal::RuleLimited { reason, wait },
             })?;
+        // After every wait (the person, the store), just before the device:
+        // its record can still be made durable.
+        if !self.durable().await {
+            return Err(Refusal::AuditFailing);
+        }
         let timeout = ctx.timeout.unwrap_or(self.call_timeout);
         reached.store(true, Ordering::Relaxed);
         Ok(match link.invoke(capability, input, timeout).await {

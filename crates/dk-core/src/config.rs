@@ -214,6 +214,8 @@ pub struct LimitSettings {
     pub approval_timeout: Option<Duration>,
     /// `callTimeoutMs`: [`Limits::call_timeout`].
     pub call_timeout: Option<Duration>,
+    /// `durableWithinMs`: [`Limits::durable_within`].
+    pub durable_within: Option<Duration>,
     /// `deviceOrigins`: the `Origin` values the `/device` route allows
     /// (dk-http's `HttpLimits::device_origins`).
     pub device_origins: Option<Vec<String>>,
@@ -291,6 +293,7 @@ struct LimitsSection {
     consent_timeout_ms: Option<Millis<5_000, 86_400_000>>,
     approval_timeout_ms: Option<Millis<5_000, 86_400_000>>,
     call_timeout_ms: Option<Millis<100, 3_600_000>>,
+    durable_within_ms: Option<Millis<100, 60_000>>,
     device_origins: Option<Origins>,
 }
 
@@ -437,6 +440,7 @@ impl LimitsSection {
             consent_timeout: self.consent_timeout_ms.map(|m| m.0),
             approval_timeout: self.approval_timeout_ms.map(|m| m.0),
             call_timeout: self.call_timeout_ms.map(|m| m.0),
+            durable_within: self.durable_within_ms.map(|m| m.0),
             device_origins: self.device_origins.map(|o| o.0),
         }
     }
@@ -669,6 +673,7 @@ impl LimitSettings {
         set(&mut limits.consent_timeout, &self.consent_timeout);
         set(&mut limits.approval_timeout, &self.approval_timeout);
         set(&mut limits.call_timeout, &self.call_timeout);
+        set(&mut limits.durable_within, &self.durable_within);
     }
 }
 
@@ -1063,7 +1068,7 @@ mod tests {
         fn count(n: Option<usize>) -> u64 {
             n.unwrap() as u64
         }
-        let cases: [(&str, u64, u64, Read); 18] = [
+        let cases: [(&str, u64, u64, Read); 19] = [
             ("maxFrameBytes", 1024, 16 << 20, |l, _| {
                 l.max_frame_bytes as u64
             }),
@@ -1112,6 +1117,7 @@ mod tests {
                 ms(l.approval_timeout)
             }),
             ("callTimeoutMs", 100, 3_600_000, |l, _| ms(l.call_timeout)),
+            ("durableWithinMs", 100, 60_000, |l, _| ms(l.durable_within)),
         ];
         for (key, min, max, read) in cases {
             for good in [min, max] {
@@ -1167,7 +1173,7 @@ mod tests {
         .unwrap();
         let limits = field_names::<LimitsSection>();
         let rates = field_names::<RateLimitsSection>();
-        assert_eq!((limits.len(), rates.len()), (19, 4));
+        assert_eq!((limits.len(), rates.len()), (20, 4));
         for key in limits.iter().chain(rates) {
             assert!(
                 docs.contains(&format!("| `{key}` |")),

@@ -10,6 +10,7 @@ use crate::adapter::{AgentRateLimits, AgentRunLimits, DEFAULT_CALL_TIMEOUT};
 use crate::link::DEFAULT_MAX_PENDING;
 use crate::person::DEFAULT_APPROVAL_TIMEOUT;
 use crate::registry::DEFAULT_CONSENT_TIMEOUT;
+use crate::store::DEFAULT_DURABLE_WITHIN;
 
 /// Limits on device connections. Every one is configurable; the defaults are
 /// documented in `docs/PROTOCOL.md`.
@@ -45,6 +46,16 @@ pub struct Limits {
     /// How long a device has to answer a call, unless the caller says
     /// otherwise.
     pub call_timeout: Duration,
+    /// How recently the store must have taken the audit log's writes (a
+    /// commit, or the audit writer's probe when nothing is committed), and
+    /// how old the oldest decision not yet committed may be, for a call to
+    /// reach a device; also how long a call waits for the store on its way
+    /// to one (a `limit` rule's count, a fleet's rate). A store that took
+    /// no write within it refuses calls before the device; one whose
+    /// oldest decision waits longer makes calls wait for it to catch up:
+    /// at most this much of the calls that reached devices can be lost
+    /// with their records. Default 1 s.
+    pub durable_within: Duration,
     /// Pairing requests waiting for the person at once, from everyone.
     pub max_pending_pairings: usize,
     /// Pairing requests waiting for the person at once from one address.
@@ -103,6 +114,7 @@ impl Default for Limits {
             consent_timeout: DEFAULT_CONSENT_TIMEOUT,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            durable_within: DEFAULT_DURABLE_WITHIN,
             max_pending_pairings: 16,
             max_pending_pairings_per_address: 4,
             pairings_per_minute_per_address: 10,

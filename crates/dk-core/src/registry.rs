@@ -401,6 +401,18 @@ struct Entry {
     grants: BTreeSet<String>,
 }
 
+/// How many times a read from the store is made again when memory took
+/// something else meanwhile, before it gives up.
+const READ_ATTEMPTS: usize = 8;
+
+/// The error of a read from the store that memory took something else
+/// during, every time it was made.
+fn changed_while_read() -> StoreError {
+    StoreError::Database(crate::store::Cause::msg(
+        "the registry kept changing while the store was read: read again later",
+    ))
+}
+
 /// Stored pairings at least this many to a thread when a registry opens
 /// on several: fewer are checked faster on one than a thread is started.
 const PAIRINGS_PER_THREAD: usize = 512;
@@ -506,9 +518,19 @@ pub struct DeviceRegistry {
     generations: AtomicU64,
     events: broadcast::Sender<RegistryEvent>,
     store: Arc<dyn Store>,
-    /// Serialises changes: the store commits, then memory follows, in the
-    /// same order for every change. Calls read memory and never wait here.
+    /// Serialises the changes made here: the store commits, then memory
+    /// follows, in the same order for every change. Held across the
+    /// change's commit, so only changes wait here (off the async threads:
+    /// a front end makes them on a blocking thread); calls read memory and
+    /// never wait here, nor does a read again from the store.
     changing: Mutex<()>,
+    /// Held while memory takes a change or a read from the store, never
+    /// across IO.
+    applying: Mutex<()>,
+    /// How many times memory took a change or a read from the store: what
+    /// was read before another one landed is not applied over it (it is
+    /// read again).
+    applied: AtomicU64,
     /// The person's remembered yeses: revoked with the grant they rest on.
     allowances: Arc<Allowances>,
     /// Told the id of every device this registry changed itself (not one
@@ -547,6 +569,8 @@ impl DeviceRegistry {
             events: broadcast::channel(256).0,
             store: Arc::new(MemoryStore::new()),
             changing: Mutex::new(()),
+            applying: Mutex::new(()),
+            applied: AtomicU64::new(0),
             allowances: Arc::new(Allowances::new()),
             on_change: Hook::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
@@ -567,6 +591,8 @@ impl DeviceRegistry {
             events: broadcast::channel(256).0,
             store,
             changing: Mutex::new(()),
+            applying: Mutex::new(()),
+            applied: AtomicU64::new(0),
             allowances: Arc::new(Allowances::new()),
             on_change: Hook::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
@@ -586,6 +612,55 @@ impl DeviceRegistry {
 
     fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
         self.changing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn applying(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.applying.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many times memory took a change or a read so far.
+    fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// Runs `apply` (memory taking what was read, or a change committed,
+    /// when memory had taken `seen` changes and reads) under `applying`,
+    /// unless memory took another since: then `None`, and what was read
+    /// must be read again.
+    fn apply_if_unchanged<T>(&self, seen: u64, apply: impl FnOnce() -> T) -> Option<T> {
+        let applying = self.applying();
+        if self.applied() != seen {
+            return None;
+        }
+        let done = apply();
+        self.applied.fetch_add(1, Ordering::AcqRel);
+        drop(applying);
+        Some(done)
+    }
+
+    /// After a change committed here while memory took a read from the
+    /// store (a fleet's other members changed something): memory reads
+    /// `device_id` again rather than apply the change over what may be
+    /// newer. When the store cannot be read now, a change that narrows
+    /// (`narrowing`: a revoke, an unpairing) is applied as it is, so a
+    /// revoke is never lost from memory; one that widens waits for the
+    /// next read.
+    fn catch_up(&self, device_id: &str, narrowing: Option<&dyn Fn() -> Vec<RegistryEvent>>) {
+        if let Err(error) = self.refresh(device_id) {
+            tracing::warn!(%error, device = device_id, "reading a device again after a change failed");
+            if let Some(apply) = narrowing {
+                let events = {
+                    let applying = self.applying();
+                    let events = apply();
+                    self.applied.fetch_add(1, Ordering::AcqRel);
+                    drop(applying);
+                    events
+                };
+                for event in events {
+                    self.notify(event);
+                }
+            }
+        }
     }
 
     fn read(&self) -> RwLockReadGuard<'_, HashMap<String, Entry>> {
@@ -630,16 +705,45 @@ impl DeviceRegistry {
         self.shared.load(Ordering::Relaxed)
     }
 
-    /// The pairing of a device that authenticates: from memory, or, when
-    /// the store is shared and memory does not hold it, read from the store.
+    /// The pairing of a device that authenticates, from memory (a device
+    /// of a fleet unknown here is read from the store first: see
+    /// [`DeviceRegistry::recall`]).
     fn connecting(&self, device_id: &str) -> Result<Arc<PairedDevice>, AuthError> {
-        if let Some(device) = self.get(device_id) {
-            return Ok(device);
+        self.get(device_id).ok_or(AuthError::NotPaired)
+    }
+
+    /// Before a device that connects authenticates: when other vessels
+    /// share the store ([`DeviceRegistry::set_shared`]) and memory does not
+    /// hold `device_id`, reads it from the store, awaiting the store
+    /// without holding the thread (and without any lock: see
+    /// [`DeviceRegistry::refresh`]), so a device paired through another
+    /// member is known even when that member's word did not come. A store
+    /// that fails or does not answer leaves memory as it is (the device is
+    /// then refused as not paired, and tries again).
+    pub async fn recall(&self, device_id: &str) {
+        if !self.is_shared() || self.is_paired(device_id) {
+            return;
         }
-        if self.shared.load(Ordering::Relaxed) && self.refresh(device_id).is_ok() {
-            return self.get(device_id).ok_or(AuthError::NotPaired);
+        for _ in 0..READ_ATTEMPTS {
+            let seen = self.applied();
+            let read = self.store.load_pairing_async(device_id).await;
+            match read.and_then(|stored| self.entry_of(device_id, stored)) {
+                Ok(entry) => {
+                    if let Some(events) =
+                        self.apply_if_unchanged(seen, || self.take_read(device_id, entry))
+                    {
+                        for event in events {
+                            self.notify(event);
+                        }
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, device = device_id, "a device that connected could not be read from the store");
+                    return;
+                }
+            }
         }
-        Err(AuthError::NotPaired)
     }
 
     /// Reads `device_id`'s pairing and grants again from the store, which
@@ -648,59 +752,92 @@ impl DeviceRegistry {
     /// revocation, an unpairing), and the same allowances dropped. A
     /// stored pairing that no longer checks (its manifest, id or digest) is
     /// an error and changes nothing.
+    ///
+    /// The store is read without any lock held (it blocks this thread: call
+    /// it off the async threads); memory then takes what was read under a
+    /// short lock, unless it took a change or another read meanwhile, which
+    /// may be newer: then the store is read again (a few times at most,
+    /// then an error), so what was read never goes over newer state.
     pub fn refresh(&self, device_id: &str) -> Result<(), StoreError> {
-        let changing = self.changing();
-        let stored = self.store.load_pairing(device_id)?;
-        let events = match stored {
-            Some(stored) => {
-                let mut loaded = HashMap::with_capacity(1);
-                load_run(vec![stored], &mut loaded)?;
-                match loaded.remove(device_id) {
-                    Some(entry) => self.take_entry(device_id, entry),
-                    None => self.forget(device_id),
+        for _ in 0..READ_ATTEMPTS {
+            let seen = self.applied();
+            let stored = self.store.load_pairing(device_id)?;
+            let entry = self.entry_of(device_id, stored)?;
+            if let Some(events) = self.apply_if_unchanged(seen, || self.take_read(device_id, entry))
+            {
+                for event in events {
+                    self.notify(event);
                 }
+                return Ok(());
             }
-            None => self.forget(device_id),
-        };
-        drop(changing);
-        for event in events {
-            self.notify(event);
         }
-        Ok(())
+        Err(changed_while_read())
     }
 
     /// Reads every pairing again from the store and makes memory match, as
-    /// [`DeviceRegistry::refresh`] does for one: what a vessel of a fleet
-    /// does when it may have missed another member's word (its connection
-    /// to the others came back), and now and then.
+    /// [`DeviceRegistry::refresh`] does for one (the store read without a
+    /// lock, memory changed only if it took nothing else meanwhile): what a
+    /// vessel of a fleet does when it may have missed another member's word
+    /// (its connection to the others came back), and now and then.
     pub fn refresh_all(&self) -> Result<(), StoreError> {
-        let changing = self.changing();
-        let snapshot = self.store.load()?;
-        let loaded = load_devices(snapshot.pairings)?;
-        self.generations
-            .fetch_max(snapshot.max_generation, Ordering::Relaxed);
-        let gone: Vec<String> = self
-            .read()
-            .keys()
-            .filter(|id| !loaded.contains_key(*id))
-            .cloned()
-            .collect();
-        let mut events = Vec::new();
-        for id in gone {
-            events.extend(self.forget(&id));
+        for _ in 0..READ_ATTEMPTS {
+            let seen = self.applied();
+            let snapshot = self.store.load()?;
+            let loaded = load_devices(snapshot.pairings)?;
+            let applied = self.apply_if_unchanged(seen, || {
+                self.generations
+                    .fetch_max(snapshot.max_generation, Ordering::Relaxed);
+                let gone: Vec<String> = self
+                    .read()
+                    .keys()
+                    .filter(|id| !loaded.contains_key(*id))
+                    .cloned()
+                    .collect();
+                let mut events = Vec::new();
+                for id in gone {
+                    events.extend(self.forget(&id));
+                }
+                for (id, entry) in loaded {
+                    events.extend(self.take_entry(&id, entry));
+                }
+                events
+            });
+            if let Some(events) = applied {
+                for event in events {
+                    self.notify(event);
+                }
+                return Ok(());
+            }
         }
-        for (id, entry) in loaded {
-            events.extend(self.take_entry(&id, entry));
+        Err(changed_while_read())
+    }
+
+    /// What memory holds for `device_id` once `stored` (read from the
+    /// store) is checked: `None` when the store holds no pairing of it.
+    fn entry_of(
+        &self,
+        device_id: &str,
+        stored: Option<StoredPairing>,
+    ) -> Result<Option<Entry>, StoreError> {
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let mut loaded = HashMap::with_capacity(1);
+        load_run(vec![stored], &mut loaded)?;
+        Ok(loaded.remove(device_id))
+    }
+
+    /// Memory takes `entry`, read from the store, as `device_id`'s (under
+    /// `applying`): the events that tell what changed.
+    fn take_read(&self, device_id: &str, entry: Option<Entry>) -> Vec<RegistryEvent> {
+        match entry {
+            Some(entry) => self.take_entry(device_id, entry),
+            None => self.forget(device_id),
         }
-        drop(changing);
-        for event in events {
-            self.notify(event);
-        }
-        Ok(())
     }
 
     /// Puts `entry`, read from the store, in memory as `device_id`'s
-    /// (under `changing`): the events that tell what changed.
+    /// (under `applying`): the events that tell what changed.
     fn take_entry(&self, device_id: &str, entry: Entry) -> Vec<RegistryEvent> {
         self.generations
             .fetch_max(entry.device.generation, Ordering::Relaxed);
@@ -745,7 +882,7 @@ impl DeviceRegistry {
         events
     }
 
-    /// Forgets `device_id` (under `changing`), which the store no longer
+    /// Forgets `device_id` (under `applying`), which the store no longer
     /// holds: the event, when it was held.
     fn forget(&self, device_id: &str) -> Vec<RegistryEvent> {
         let Some(old) = self.write().remove(device_id) else {
@@ -906,33 +1043,39 @@ impl DeviceRegistry {
             device_key: key.as_ref().map(|key| hex(key)),
             by: decision.by.clone(),
         }));
+        let seen_applied = self.applied();
         // Committed before the device or the person hears of it.
         self.store
             .put_pairing(&stored, &audit)
             .map_err(PairError::NotStored)?;
         let token_hash = device.token_hash;
-        let replaced_entry = self.write().insert(
-            device_id.clone(),
-            Entry {
-                device: Arc::new(device),
-                grants: decision.grant.into_iter().collect(),
-            },
-        );
-        {
+        let entry = Entry {
+            device: Arc::new(device),
+            grants: decision.grant.into_iter().collect(),
+        };
+        let applied = self.apply_if_unchanged(seen_applied, || {
+            let replaced_entry = self.write().insert(device_id.clone(), entry);
             let mut hashes = self.token_hashes_mut();
             if let Some(old) = &replaced_entry {
                 hashes.remove(&old.device.token_hash);
             }
             hashes.insert(token_hash);
-        }
-        if replaced_entry.is_some() {
-            self.allowances
-                .drop_device(&device_id, RevokeCause::PairedAgain);
-        }
-        drop(changing);
-        self.notify(RegistryEvent::Paired {
-            device_id: device_id.clone(),
+            drop(hashes);
+            if replaced_entry.is_some() {
+                self.allowances
+                    .drop_device(&device_id, RevokeCause::PairedAgain);
+            }
         });
+        if applied.is_some() {
+            drop(changing);
+            self.notify(RegistryEvent::Paired {
+                device_id: device_id.clone(),
+            });
+        } else {
+            // Memory took a read meanwhile: it reads the pairing again.
+            self.catch_up(&device_id, None);
+            drop(changing);
+        }
         self.changed_here(&device_id);
         Ok(Paired {
             device_id,
@@ -1128,17 +1271,25 @@ impl DeviceRegistry {
             }
             .granted(),
         );
+        let seen = self.applied();
         self.store
             .set_grant(device_id, capability, true, &audit)
             .map_err(GrantError::NotStored)?;
-        if let Some(entry) = self.write().get_mut(device_id) {
-            entry.grants.insert(capability.to_owned());
-        }
-        drop(changing);
-        self.notify(RegistryEvent::Granted {
-            device_id: device_id.to_owned(),
-            capability: capability.to_owned(),
+        let applied = self.apply_if_unchanged(seen, || {
+            if let Some(entry) = self.write().get_mut(device_id) {
+                entry.grants.insert(capability.to_owned());
+            }
         });
+        if applied.is_some() {
+            drop(changing);
+            self.notify(RegistryEvent::Granted {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            });
+        } else {
+            self.catch_up(device_id, None);
+            drop(changing);
+        }
         self.changed_here(device_id);
         Ok(())
     }
@@ -1172,18 +1323,35 @@ impl DeviceRegistry {
             }
             .revoked(),
         );
+        let seen = self.applied();
         self.store
             .set_grant(device_id, capability, false, &audit)
             .map_err(GrantError::NotStored)?;
-        if let Some(entry) = self.write().get_mut(device_id) {
-            entry.grants.remove(capability);
+        let revoke = || {
+            let held = self
+                .write()
+                .get_mut(device_id)
+                .is_some_and(|entry| entry.grants.remove(capability));
+            self.allowances.drop_capability(device_id, capability);
+            let event = RegistryEvent::Revoked {
+                device_id: device_id.to_owned(),
+                capability: capability.to_owned(),
+            };
+            if held { vec![event] } else { Vec::new() }
+        };
+        match self.apply_if_unchanged(seen, revoke) {
+            Some(_) => {
+                drop(changing);
+                self.notify(RegistryEvent::Revoked {
+                    device_id: device_id.to_owned(),
+                    capability: capability.to_owned(),
+                });
+            }
+            None => {
+                self.catch_up(device_id, Some(&revoke));
+                drop(changing);
+            }
         }
-        self.allowances.drop_capability(device_id, capability);
-        drop(changing);
-        self.notify(RegistryEvent::Revoked {
-            device_id: device_id.to_owned(),
-            capability: capability.to_owned(),
-        });
         self.changed_here(device_id);
         Ok(())
     }
@@ -1207,18 +1375,23 @@ impl DeviceRegistry {
             channel: device.channel().as_str().to_owned(),
             by: by.cloned(),
         }));
+        let seen = self.applied();
         self.store
             .delete_pairing(device_id, &audit)
             .map_err(GrantError::NotStored)?;
-        if let Some(old) = self.write().remove(device_id) {
-            self.token_hashes_mut().remove(&old.device.token_hash);
+        let unpair = || self.forget(device_id);
+        match self.apply_if_unchanged(seen, unpair) {
+            Some(_) => {
+                drop(changing);
+                self.notify(RegistryEvent::Unpaired {
+                    device_id: device_id.to_owned(),
+                });
+            }
+            None => {
+                self.catch_up(device_id, Some(&unpair));
+                drop(changing);
+            }
         }
-        self.allowances
-            .drop_device(device_id, RevokeCause::Unpaired);
-        drop(changing);
-        self.notify(RegistryEvent::Unpaired {
-            device_id: device_id.to_owned(),
-        });
         self.changed_here(device_id);
         Ok(())
     }

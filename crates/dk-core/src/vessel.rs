@@ -10,6 +10,8 @@ mod agent_tests;
 #[cfg(test)]
 mod decision_tests;
 #[cfg(test)]
+mod durable_tests;
+#[cfg(test)]
 mod store_tests;
 mod streaming;
 
@@ -575,6 +577,11 @@ impl Vessel {
                 .with_allowances(Arc::clone(registry.allowances())),
         );
         let metrics = Arc::new(Metrics::default());
+        // The bound calls are held to is the vessel's limit.
+        let writer = WriterOptions {
+            durable_within: limits.durable_within,
+            ..writer
+        };
         let writer = Arc::new(AuditWriter::start(Arc::clone(registry.store()), writer));
         let committing = Arc::clone(&metrics);
         writer.observe_commits(Box::new(move |took| committing.audit_committed(took)));

@@ -35,6 +35,7 @@ use crate::agents::{AgentError, AgentRole, AgentScope};
 use crate::allowances::{AllowanceError, AllowanceMinutes, Remember};
 use crate::bodies::{agent_body, device_list, pending_body, status_body};
 use crate::by::By;
+use crate::changes::on_blocking_thread;
 use crate::console::Console;
 use crate::listen::HttpLimits;
 use crate::origins::LocalOrigins;
@@ -539,17 +540,21 @@ async fn grant(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
 ) -> Response {
-    match admin
-        .vessel
-        .registry()
-        .grant_by(&id, &capability, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e @ GrantError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e @ GrantError::NotStored(_)) => {
+    let vessel = Arc::clone(&admin.vessel);
+    let granted = on_blocking_thread(move || {
+        vessel
+            .registry()
+            .grant_by(&id, &capability, Some(&By::admin_api()))
+    })
+    .await;
+    match granted {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e @ GrantError::NotPaired(_))) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Ok(Err(e @ GrantError::NotStored(_))) => {
             refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
-        Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Ok(Err(e)) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -557,24 +562,28 @@ async fn revoke(
     State(admin): State<Admin>,
     UrlPath((id, capability)): UrlPath<(String, String)>,
 ) -> Response {
-    match admin
-        .vessel
-        .registry()
-        .revoke_by(&id, &capability, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let vessel = Arc::clone(&admin.vessel);
+    let revoked = on_blocking_thread(move || {
+        vessel
+            .registry()
+            .revoke_by(&id, &capability, Some(&By::admin_api()))
+    })
+    .await;
+    match revoked {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Response {
-    match admin
-        .vessel
-        .registry()
-        .unpair_by(&id, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let vessel = Arc::clone(&admin.vessel);
+    let unpaired =
+        on_blocking_thread(move || vessel.registry().unpair_by(&id, Some(&By::admin_api()))).await;
+    match unpaired {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -615,10 +624,16 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
         Some(Ok(role)) => role,
         Some(Err(unknown)) => return refuse(StatusCode::BAD_REQUEST, unknown.to_string()),
     };
-    match admin
-        .vessel
-        .add_agent_by(&new.name, scope, role, Some(&By::admin_api()))
-    {
+    let vessel = Arc::clone(&admin.vessel);
+    let added = on_blocking_thread(move || {
+        vessel.add_agent_by(&new.name, scope, role, Some(&By::admin_api()))
+    })
+    .await;
+    let added = match added {
+        Ok(added) => added,
+        Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    match added {
         Ok((name, credential)) => (
             StatusCode::CREATED,
             Json(api::AddedAgent {
@@ -632,9 +647,13 @@ async fn add_agent(State(admin): State<Admin>, Json(new): Json<api::NewAgent>) -
 }
 
 async fn remove_agent(State(admin): State<Admin>, UrlPath(name): UrlPath<String>) -> Response {
-    match admin.vessel.remove_agent_by(&name, Some(&By::admin_api())) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => agent_refusal(&e),
+    let vessel = Arc::clone(&admin.vessel);
+    let removed =
+        on_blocking_thread(move || vessel.remove_agent_by(&name, Some(&By::admin_api()))).await;
+    match removed {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => agent_refusal(&e),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -647,12 +666,14 @@ async fn set_agent_scope(
         Ok(scope) => scope,
         Err(error) => return refuse(StatusCode::BAD_REQUEST, error),
     };
-    match admin
-        .vessel
-        .set_agent_scope_by(&name, scope, Some(&By::admin_api()))
-    {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => agent_refusal(&e),
+    let vessel = Arc::clone(&admin.vessel);
+    let set =
+        on_blocking_thread(move || vessel.set_agent_scope_by(&name, scope, Some(&By::admin_api())))
+            .await;
+    match set {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => agent_refusal(&e),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

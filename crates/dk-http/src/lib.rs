@@ -10,6 +10,7 @@
 mod admin;
 mod admin_client;
 mod bodies;
+mod changes;
 pub mod console;
 pub mod listen;
 pub mod notify;

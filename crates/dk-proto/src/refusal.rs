@@ -194,9 +194,11 @@ pub enum Refusal {
     /// that could not be recorded.
     #[error("[8dk-deny] the audit log has stopped: no call can be recorded")]
     AuditStopped,
-    /// Before any check: the store does not take the audit log's writes
-    /// now (its last commit failed and is retried), and no call is made
-    /// whose record could not be made durable.
+    /// Before any check, or just before the device: the store has not
+    /// taken the audit log's writes within the vessel's durability bound
+    /// (it answers nothing, a decision waits longer than the bound, or its
+    /// last commit failed and is retried), and no call is made whose record
+    /// might not be made durable.
     #[error("[8dk-deny] the audit log cannot be written now: no call is made until it can")]
     AuditFailing,
     /// Before the checks: the tool is outside the calling agent's scope or

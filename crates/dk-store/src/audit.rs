@@ -727,24 +727,12 @@ impl<'k> Verifier<'k> {
     /// How the entry stored at `seq` is hashed; `None` when it is keyed and
     /// the key at hand is not the chain's.
     fn hashing(&self, seq: i64) -> Option<Hashing<'k>> {
-        match &self.keyed {
-            Some((from, id)) if seq >= *from => match (self.key, &self.key_id) {
-                (Some(key), Some(given)) if given == id => Some(Hashing::Keyed(key)),
-                _ => None,
-            },
-            _ => Some(Hashing::Plain),
-        }
+        hashing_at(&self.keyed, self.key, self.key_id.as_deref(), seq)
     }
 
     /// Takes the next entry in stored order.
     pub fn push(&mut self, row: RawRow) {
-        if row.kind == KEYED_KIND && self.keyed.is_none() {
-            let id = serde_json::from_str::<Value>(&row.entry)
-                .ok()
-                .and_then(|entry| entry.get("keyId")?.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            self.keyed = Some((row.seq, id));
-        }
+        note_keyed(&mut self.keyed, &row);
         let position = self.metas.len();
         let content_seq = match self.hashing(row.seq) {
             // Without the key nothing can be said of the content.
@@ -776,57 +764,9 @@ impl<'k> Verifier<'k> {
         });
     }
 
-    /// The problems with the chain's key: keyed but not checkable with the
-    /// key at hand, a key given for a chain nobody keyed, or a record of the
-    /// key that does not match the chain.
+    /// The problems with the chain's key (see [`key_problems`]).
     fn key_problems(&self) -> Vec<AuditProblem> {
-        let mut problems = Vec::new();
-        let mut problem = |seq: i64, detail: String| {
-            problems.push(AuditProblem {
-                seq: u64::try_from(seq).unwrap_or(0),
-                what: ProblemKind::Key,
-                detail,
-            });
-        };
-        match (&self.keyed, &self.key_id) {
-            (Some((from, id)), None) => problem(
-                *from,
-                format!(
-                    "the chain is keyed from here with key {id}: its entries can be checked only with that key"
-                ),
-            ),
-            (Some((from, id)), Some(given)) if id != given => problem(
-                *from,
-                format!("the chain is keyed with key {id}, not with the key given ({given})"),
-            ),
-            (None, Some(given)) => problem(
-                0,
-                format!(
-                    "a key was given ({given}) but no entry keys the chain: it was never keyed, or it was rewritten without the key"
-                ),
-            ),
-            _ => {}
-        }
-        if let Some(recorded) = &self.recorded
-            && *recorded != self.keyed
-        {
-            let said = |keyed: &Option<(i64, String)>| match keyed {
-                Some((seq, id)) => format!("keyed from entry {seq} with key {id}"),
-                None => "not keyed".to_owned(),
-            };
-            problem(
-                recorded
-                    .as_ref()
-                    .or(self.keyed.as_ref())
-                    .map_or(0, |(seq, _)| *seq),
-                format!(
-                    "the store records the chain as {}, the chain is {}",
-                    said(recorded),
-                    said(&self.keyed)
-                ),
-            );
-        }
-        problems
+        key_problems(&self.keyed, self.key_id.as_deref(), self.recorded.as_ref())
     }
 
     /// The report over everything pushed.
@@ -995,6 +935,180 @@ impl<'k> Verifier<'k> {
             head,
             problems,
         }
+    }
+}
+
+/// Notes where the chain turned keyed, and with which key id, when `row`
+/// is the first `audit-keyed` entry.
+fn note_keyed(keyed: &mut Option<(i64, String)>, row: &RawRow) {
+    if row.kind == KEYED_KIND && keyed.is_none() {
+        let id = serde_json::from_str::<Value>(&row.entry)
+            .ok()
+            .and_then(|entry| entry.get("keyId")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        *keyed = Some((row.seq, id));
+    }
+}
+
+/// How the entry stored at `seq` is hashed, in a chain keyed as `keyed`
+/// says, checked with `key` (whose id is `key_id`): `None` when it is keyed
+/// and that key is not the chain's (its content cannot be checked).
+fn hashing_at<'k>(
+    keyed: &Option<(i64, String)>,
+    key: Option<&'k AuditKey>,
+    key_id: Option<&str>,
+    seq: i64,
+) -> Option<Hashing<'k>> {
+    match keyed {
+        Some((from, id)) if seq >= *from => match (key, key_id) {
+            (Some(key), Some(given)) if given == id => Some(Hashing::Keyed(key)),
+            _ => None,
+        },
+        _ => Some(Hashing::Plain),
+    }
+}
+
+/// The problems with the chain's key: keyed but not checkable with the key
+/// at hand (`key_id`), a key given for a chain nobody keyed, or the store's
+/// record of the key (`recorded`, when it keeps one) that does not match
+/// the chain.
+fn key_problems(
+    keyed: &Option<(i64, String)>,
+    key_id: Option<&str>,
+    recorded: Option<&Option<(i64, String)>>,
+) -> Vec<AuditProblem> {
+    let mut problems = Vec::new();
+    let mut problem = |seq: i64, detail: String| {
+        problems.push(AuditProblem {
+            seq: u64::try_from(seq).unwrap_or(0),
+            what: ProblemKind::Key,
+            detail,
+        });
+    };
+    match (keyed, key_id) {
+        (Some((from, id)), None) => problem(
+            *from,
+            format!(
+                "the chain is keyed from here with key {id}: its entries can be checked only with that key"
+            ),
+        ),
+        (Some((from, id)), Some(given)) if id != given => problem(
+            *from,
+            format!("the chain is keyed with key {id}, not with the key given ({given})"),
+        ),
+        (None, Some(given)) => problem(
+            0,
+            format!(
+                "a key was given ({given}) but no entry keys the chain: it was never keyed, or it was rewritten without the key"
+            ),
+        ),
+        _ => {}
+    }
+    if let Some(recorded) = recorded
+        && recorded != keyed
+    {
+        let said = |keyed: &Option<(i64, String)>| match keyed {
+            Some((seq, id)) => format!("keyed from entry {seq} with key {id}"),
+            None => "not keyed".to_owned(),
+        };
+        problem(
+            recorded
+                .as_ref()
+                .or(keyed.as_ref())
+                .map_or(0, |(seq, _)| *seq),
+            format!(
+                "the store records the chain as {}, the chain is {}",
+                said(recorded),
+                said(keyed)
+            ),
+        );
+    }
+    problems
+}
+
+/// The first of a verification's two passes over a log read in stored
+/// order: it keeps nothing of an entry once the next is read (the last
+/// position and hash, where the chain turned keyed), so a log of any size
+/// is checked in the same memory. Every entry must follow the one before
+/// it (its `seq` the next, its `prev_hash` that one's hash) and hash to its
+/// own hash. When all do, the log is whole and its report is
+/// [`QuickCheck::finish`]'s; at the first that does not, it stops looking,
+/// and a second pass through a [`Verifier`], which keeps about 160 bytes
+/// of every entry, says what is wrong and where.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) struct QuickCheck<'k> {
+    key: Option<&'k AuditKey>,
+    key_id: Option<String>,
+    keyed: Option<(i64, String)>,
+    /// The last entry's position and hash.
+    last: Option<(i64, String)>,
+    whole: bool,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl<'k> QuickCheck<'k> {
+    /// A check of keyed entries under `key`, when given.
+    pub fn new(key: Option<&'k AuditKey>) -> QuickCheck<'k> {
+        QuickCheck {
+            key,
+            key_id: key.map(AuditKey::id),
+            keyed: None,
+            last: None,
+            whole: true,
+        }
+    }
+
+    /// Takes the next entry in stored order.
+    pub fn push(&mut self, row: &RawRow) {
+        if !self.whole {
+            return;
+        }
+        note_keyed(&mut self.keyed, row);
+        let (seq, prev_hash) = match &self.last {
+            Some((seq, hash)) => (seq.checked_add(1), hash.as_str()),
+            None => (Some(1), GENESIS_HASH),
+        };
+        let linked = seq == Some(row.seq) && row.prev_hash == prev_hash;
+        let hashed = match hashing_at(&self.keyed, self.key, self.key_id.as_deref(), row.seq) {
+            // Without the chain's key nothing can be said of the content.
+            None => true,
+            Some(hashing) => {
+                hashing.of(&row.prev_hash, row.seq, row.at_ms, &row.kind, &row.entry) == row.hash
+            }
+        };
+        if !(linked && hashed) {
+            self.whole = false;
+            return;
+        }
+        match &mut self.last {
+            Some((seq, hash)) => {
+                *seq = row.seq;
+                hash.clone_from(&row.hash);
+            }
+            None => self.last = Some((row.seq, row.hash.clone())),
+        }
+    }
+
+    /// The report, when every entry followed the one before it (only the
+    /// chain's key may then be a problem, as [`Verifier::finish`] would
+    /// say): with `recorded`, what the store records of the chain's key.
+    /// `None` when one did not: a second pass must say what is wrong.
+    pub fn finish(self, recorded: Option<Option<(i64, String)>>) -> Option<VerifyReport> {
+        if !self.whole {
+            return None;
+        }
+        let mut problems = key_problems(&self.keyed, self.key_id.as_deref(), recorded.as_ref());
+        problems.sort_by_key(|problem| problem.seq);
+        let (entries, head) = self
+            .last
+            .map_or((0, GENESIS_HASH.to_owned()), |(seq, hash)| {
+                (u64::try_from(seq).unwrap_or(0), hash)
+            });
+        Some(VerifyReport {
+            entries,
+            head,
+            problems,
+        })
     }
 }
 

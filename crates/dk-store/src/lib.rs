@@ -7,8 +7,10 @@
 //! The PostgreSQL store is built on tokio-postgres and deadpool-postgres
 //! because they are the rust-postgres project's own maintained async driver
 //! and a small, maintained pool that reconnects by itself, and it runs them
-//! on a thread of its own so the synchronous [`Store`] trait stays safe to
-//! call from inside an async runtime.
+//! on a thread of its own: its synchronous methods block their caller's
+//! thread (call them off an async runtime's workers), and what a device's
+//! call path asks of it comes through the trait's `*_async` faces
+//! ([`StoreFuture`]), awaited without holding a thread.
 //!
 //! What the store holds: pairings (manifest, digest, token hash, grants,
 //! generation, paired-at), agents (name, scope, role, added-at and the
@@ -25,7 +27,9 @@
 //! path and drops none (a full queue makes calls wait); a crash can lose
 //! the records of the last batch not yet committed (at most `max_delay`
 //! plus one commit, and whatever is queued), never a pairing, grant, revoke
-//! or unpair.
+//! or unpair. A call reaches a device only while the writer's store took a
+//! write within its bound ([`AuditRoom::durability`]), so a crash loses at
+//! most the bound's worth of records of calls that reached a device.
 //!
 //! The audit chain: entry `seq` (from 1, step 1) carries `prev_hash`, the
 //! hash of entry `seq - 1` (64 zeros for the first), and its own
@@ -104,13 +108,14 @@ pub use memory::MemoryStore;
 pub(crate) use model::check_head;
 pub use model::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, AuditText, BucketTake,
-    ProblemKind, RateClaim, RateHit, Snapshot, Store, StoreError, StoredAgent, StoredPairing,
-    VerifyReport, epoch_ms, take_from_bucket,
+    ProblemKind, RateClaim, RateHit, Snapshot, Store, StoreError, StoreFuture, StoredAgent,
+    StoredPairing, VerifyReport, epoch_ms, take_from_bucket,
 };
 #[cfg(feature = "postgres")]
 pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub use writer::{
-    AuditPlace, AuditRoom, AuditWriter, Made, RECORD_PATIENCE, STOP_ATTEMPTS, WriterOptions,
+    AuditPlace, AuditRoom, AuditWriter, DEFAULT_DURABLE_WITHIN, Durability, Made, RECORD_PATIENCE,
+    STOP_ATTEMPTS, WriterOptions,
 };

@@ -3,6 +3,8 @@
 //! heads and reports, and its errors.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -154,6 +156,44 @@ pub trait Store: Send + Sync + 'static {
     /// (a counter of its own, set to `at_ms`), to tell whether the store
     /// takes writes now: a readiness check. Never writes an audit entry.
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError>;
+
+    /// [`Store::load_pairing`] as a [`StoreFuture`]: what a vessel of a
+    /// fleet awaits on an async runtime's thread (a device unknown there
+    /// that connects).
+    fn load_pairing_async(&self, device_id: &str) -> StoreFuture<Option<StoredPairing>> {
+        answered(self.load_pairing(device_id))
+    }
+
+    /// [`Store::claim_rate_hit`] as a [`StoreFuture`]: what a call under a
+    /// rule with a `limit` awaits just before it reaches the device.
+    fn claim_rate_hit_async(&self, hit: &RateHit) -> StoreFuture<RateClaim> {
+        answered(self.claim_rate_hit(hit))
+    }
+
+    /// [`Store::take_from_buckets`] as a [`StoreFuture`]: what a call of
+    /// an agent awaits when a fleet keeps its rate in the store.
+    fn take_from_buckets_async(
+        &self,
+        takes: &[BucketTake],
+        now_ms: u64,
+    ) -> StoreFuture<Option<(usize, u64)>> {
+        answered(self.take_from_buckets(takes, now_ms))
+    }
+}
+
+/// A store's answer to await: what the `*_async` methods of [`Store`] give.
+/// The PostgreSQL store answers from a thread of its own, so awaiting the
+/// answer holds no thread (an async runtime's worker goes on with other
+/// tasks meanwhile), and a caller may stop waiting at any time (a timeout:
+/// the operation itself then ends within the store's own timeout, its
+/// effect, if any, kept). The trait's defaults run the synchronous method at
+/// once, on the caller's thread, and give its answer: right for a store in
+/// memory, and what the SQLite store, on a local disk, does.
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
+
+/// A [`StoreFuture`] already answered.
+pub(crate) fn answered<T: Send + 'static>(answer: Result<T, StoreError>) -> StoreFuture<T> {
+    Box::pin(std::future::ready(answer))
 }
 
 /// One call-rate bucket a call takes from ([`Store::take_from_buckets`]):

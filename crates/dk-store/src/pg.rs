@@ -5,13 +5,21 @@
 //! rust-postgres project's own maintained async driver, and a small,
 //! maintained pool that reconnects by itself when the server comes back.
 //!
-//! The [`Store`] trait is synchronous and is called from plain threads and
-//! from inside tokio tasks alike, so the store never blocks on a runtime
-//! from the caller's thread: a thread of its own owns a current-thread
-//! tokio runtime and the pool, each operation is sent to it as a task, and
-//! the caller waits for the answer on a std channel, at most the store's
-//! timeout (and the task gives up at that timeout too). A server that is
-//! down is an error within the timeout, never a panic or a hang.
+//! A thread of the store's own owns a current-thread tokio runtime and the
+//! pool, and each operation is sent to it as a task. A synchronous
+//! [`Store`] method's caller waits for the answer on a std channel, at most
+//! the store's timeout (and the task gives up at that timeout too),
+//! blocking its thread: it is called from plain threads and blocking ones,
+//! never on an async runtime's worker. What a call path asks (the
+//! `*_async` faces: a pairing read again, a `limit` rule's count, a fleet's
+//! rate) is answered on a oneshot channel the caller awaits, holding no
+//! thread, and may stop awaiting at any time. A server that is down is an
+//! error within the timeout, never a panic or a hang.
+//!
+//! [`PgStore::connect_read_only`] opens read-only sessions and migrates
+//! nothing; a verification reads the log a page at a time in one read-only
+//! transaction held by a task on the store's thread, each page within the
+//! timeout.
 //!
 //! The schema is brought up to date by ordered migration steps, each in a
 //! transaction of its own that records the new version in `dk_schema`;
@@ -39,12 +47,14 @@ use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 use super::audit::to_i64;
-use super::audit::{GENESIS_HASH, Hashing, RawRow, Verifier, links, log_appended, texts_of};
+use super::audit::{
+    GENESIS_HASH, Hashing, QuickCheck, RawRow, Verifier, links, log_appended, texts_of,
+};
 use super::crosscheck::{Replay, append_as_texts, refuse_reserved_kinds};
 use super::key::AuditKey;
 use super::{
     AuditEntry, AuditEvent, AuditHead, AuditQuery, AuditText, BucketTake, Cause, RateClaim,
-    RateHit, Snapshot, Store, StoreError, StoredAgent, StoredPairing, VerifyReport,
+    RateHit, Snapshot, Store, StoreError, StoreFuture, StoredAgent, StoredPairing, VerifyReport,
 };
 
 /// The schema version this build writes: the number of migration steps.
@@ -53,8 +63,18 @@ pub const PG_SCHEMA_VERSION: u32 = 3;
 /// The advisory lock migrations run under ("dkst").
 const MIGRATION_LOCK: i64 = 0x646b_7374;
 
-/// How many entries a verification reads at a time.
-const VERIFY_PAGE: i64 = 10_000;
+/// How many entries a verification reads first; then as many as make
+/// about [`PAGE_BYTES`], from 16 to [`MOST_PER_PAGE`].
+const FIRST_PAGE: i64 = 1_000;
+
+/// About how many bytes of entries a verification holds at a time.
+const PAGE_BYTES: usize = 4 << 20;
+
+/// The most entries a verification reads at a time.
+const MOST_PER_PAGE: i64 = 10_000;
+
+/// What a row costs beside its entry's text (hashes, kind, numbers).
+const ROW_BYTES: usize = 200;
 
 /// The migration steps, in order: step `i` takes the schema from version
 /// `i` to `i + 1`. Steps are only ever added, never changed.
@@ -174,6 +194,13 @@ impl Default for PgOptions {
     }
 }
 
+/// Whether a store may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
 /// An operation for the store's thread: given the pool, the task to run.
 type Job = Box<dyn FnOnce(Pool) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
@@ -186,6 +213,8 @@ pub struct PgStore {
     thread: Option<JoinHandle<()>>,
     timeout: Duration,
     key: Option<AuditKey>,
+    /// About how many bytes of entries a verification reads at a time.
+    page_bytes: usize,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -315,39 +344,11 @@ impl PgStore {
     /// [`StoreError::NewerSchema`], one keyed with another key
     /// [`StoreError::WrongKey`].
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|_| StoreError::Open {
-            path: "the PostgreSQL URL".to_owned(),
-            reason: Cause::msg("it is not a PostgreSQL connection URL"),
-        })?;
-        let shown = shown(&config);
-        config.connect_timeout(options.timeout);
-        config.application_name("dk");
+        let mut store = PgStore::start(url, &options, Access::ReadWrite)?;
+        store.key = options.key;
         let open_error = |reason: Cause| StoreError::Open {
-            path: shown.clone(),
+            path: store.shown.clone(),
             reason,
-        };
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.connections.max(1))
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(options.timeout))
-            .create_timeout(Some(options.timeout))
-            .recycle_timeout(Some(options.timeout))
-            .build()
-            .map_err(|error| open_error(Cause::new(PgError::new("the pool", error))))?;
-        let (jobs, thread) = drive(pool).map_err(|error| open_error(Cause::new(error)))?;
-        let store = PgStore {
-            shown: shown.clone(),
-            jobs: Some(jobs),
-            thread: Some(thread),
-            timeout: options.timeout,
-            key: options.key,
         };
         store.run(migrate).map_err(|error| match error {
             StoreError::Database(reason) => open_error(reason),
@@ -374,20 +375,97 @@ impl PgStore {
         }
     }
 
+    /// Connects to the existing store in the database at `url` to read it
+    /// only, as `dk audit tail` and `dk audit verify --store` do: every
+    /// session is read-only (`default_transaction_read_only`), so nothing
+    /// is migrated, keyed or written, and a role that may only read the
+    /// tables can. A store of an older schema is read as it is (every
+    /// version has what is read), one from a newer dk is
+    /// [`StoreError::NewerSchema`], a database without a dk store
+    /// [`StoreError::Open`]. `options.key` is not used: give the key to
+    /// [`PgStore::verify_audit_with`].
+    pub fn connect_read_only(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
+        let store = PgStore::start(url, &options, Access::ReadOnly)?;
+        let found = store.run(schema_version).map_err(|error| match error {
+            StoreError::Database(reason) => StoreError::Open {
+                path: store.shown.clone(),
+                reason,
+            },
+            other => other,
+        })?;
+        match found {
+            None | Some(0) => Err(StoreError::Open {
+                path: store.shown.clone(),
+                reason: Cause::msg("the database holds no dk store"),
+            }),
+            Some(found) if found > PG_SCHEMA_VERSION => Err(StoreError::NewerSchema {
+                found,
+                supported: PG_SCHEMA_VERSION,
+            }),
+            Some(_) => Ok(store),
+        }
+    }
+
+    /// The pool and the store's thread for `url`, nothing asked of the
+    /// server yet; no key.
+    fn start(url: &str, options: &PgOptions, access: Access) -> Result<PgStore, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|_| StoreError::Open {
+            path: "the PostgreSQL URL".to_owned(),
+            reason: Cause::msg("it is not a PostgreSQL connection URL"),
+        })?;
+        let shown = shown(&config);
+        config.connect_timeout(options.timeout);
+        config.application_name("dk");
+        if access == Access::ReadOnly {
+            config.options("-c default_transaction_read_only=on");
+        }
+        let open_error = |reason: Cause| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.connections.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.timeout))
+            .create_timeout(Some(options.timeout))
+            .recycle_timeout(Some(options.timeout))
+            .build()
+            .map_err(|error| open_error(Cause::new(PgError::new("the pool", error))))?;
+        let (jobs, thread) = drive(pool).map_err(|error| open_error(Cause::new(error)))?;
+        Ok(PgStore {
+            shown,
+            jobs: Some(jobs),
+            thread: Some(thread),
+            timeout: options.timeout,
+            key: None,
+            page_bytes: PAGE_BYTES,
+        })
+    }
+
     /// The server and database, as errors name them (no password).
     pub fn server(&self) -> &str {
         &self.shown
     }
 
-    /// Runs `op` on the store's thread and waits for its answer, at most
-    /// the store's timeout.
-    fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    /// Sends `op` to the store's thread, where it runs as a task of its own
+    /// for at most the store's timeout; `answer` is given its result.
+    fn submit<T, F, Fut>(
+        &self,
+        op: F,
+        answer: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+    ) -> Result<(), StoreError>
     where
         T: Send + 'static,
         F: FnOnce(Pool) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        let (answer, answered) = std_mpsc::sync_channel(1);
         let timeout = self.timeout;
         let job: Job = Box::new(move |pool| {
             Box::pin(async move {
@@ -395,18 +473,51 @@ impl PgStore {
                     Ok(result) => result,
                     Err(_) => Err(unanswered(timeout)),
                 };
-                // The caller may have given up waiting: nothing to tell.
-                let _ = answer.send(result);
+                answer(result);
             })
         });
         let jobs = self.jobs.as_ref().ok_or_else(stopped)?;
-        jobs.send(job).map_err(|_| stopped())?;
+        jobs.send(job).map_err(|_| stopped())
+    }
+
+    /// Runs `op` on the store's thread and waits for its answer, at most
+    /// the store's timeout, blocking the caller's thread meanwhile.
+    fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (answer, answered) = std_mpsc::sync_channel(1);
+        // The caller may have given up waiting: nothing to tell.
+        self.submit(op, move |result| {
+            let _ = answer.send(result);
+        })?;
         // A little longer than the task's own timeout, which answers first.
-        match answered.recv_timeout(timeout.saturating_add(Duration::from_secs(1))) {
+        match answered.recv_timeout(self.timeout.saturating_add(Duration::from_secs(1))) {
             Ok(result) => result,
-            Err(std_mpsc::RecvTimeoutError::Timeout) => Err(unanswered(timeout)),
+            Err(std_mpsc::RecvTimeoutError::Timeout) => Err(unanswered(self.timeout)),
             Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
         }
+    }
+
+    /// Runs `op` on the store's thread; its answer is awaited without
+    /// holding the awaiting thread (see [`StoreFuture`]).
+    fn run_async<T, F, Fut>(&self, op: F) -> StoreFuture<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Pool) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let sent = self.submit(op, move |result| {
+            // The caller may have given up waiting: nothing to tell.
+            let _ = answer.send(result);
+        });
+        Box::pin(async move {
+            sent?;
+            answered.await.unwrap_or_else(|_| Err(stopped()))
+        })
     }
 
     /// Runs `change` in a transaction that holds the chain (see the module's
@@ -459,66 +570,223 @@ impl PgStore {
     /// Recomputes the chain, checking keyed entries under `key` (when it is
     /// the chain's), replays the log against the state, and with `head`
     /// checks that its entry is still there unchanged: what `dk audit
-    /// verify` runs with the key file it is given. One read of the log and
-    /// the state as of one moment.
+    /// verify` runs with the key file it is given. The log and the state
+    /// are read as of one moment (one read-only transaction), the log a
+    /// page at a time (about 4 MiB of entries), each page within the
+    /// store's timeout, whatever the log's size. A whole log is read once
+    /// and verified in the same memory at any size; a log that is not whole
+    /// is read a second time, keeping about 160 bytes of each entry, to say
+    /// what is wrong and where.
     pub fn verify_audit_with(
         &self,
         key: Option<&AuditKey>,
         head: Option<&AuditHead>,
     ) -> Result<VerifyReport, StoreError> {
-        let (rows, recorded, pairings, agents) = self.run(|pool| async move {
-            let mut client = pool.get().await.map_err(unreachable)?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(db)?;
-            let select = tx
-                .prepare_cached(
-                    "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit
-                     WHERE seq > $1 ORDER BY seq LIMIT $2",
-                )
-                .await
-                .map_err(db)?;
-            let mut rows = Vec::new();
-            let mut after = i64::MIN;
-            loop {
-                let page = tx
-                    .query(&select, &[&after, &VERIFY_PAGE])
-                    .await
-                    .map_err(db)?;
-                let Some(last) = page.last() else { break };
-                after = get(last, 0)?;
-                for row in &page {
-                    rows.push(raw_row(row)?);
-                }
-            }
-            let recorded = recorded_key(tx.client()).await?;
-            let pairings = read_pairings(tx.client(), None).await?;
-            let agents = read_agents(tx.client()).await?;
-            tx.commit().await.map_err(db)?;
-            Ok((rows, recorded, pairings, agents))
-        })?;
-        let mut verifier = Verifier::new(key);
+        let pages = self.read_pages()?;
+        let (recorded, pairings, agents) = pages.state()?;
+        let mut quick = QuickCheck::new(key);
         let mut replay = Replay::default();
-        for row in rows {
+        pages.each(&mut |row| {
             replay.push(&row);
-            verifier.push(row);
-        }
-        verifier.recorded_key(recorded);
-        let mut report = verifier.finish();
+            quick.push(&row);
+        })?;
+        let mut report = match quick.finish(Some(recorded.clone())) {
+            Some(report) => report,
+            None => {
+                let mut verifier = Verifier::new(key);
+                pages.each(&mut |row| verifier.push(row))?;
+                verifier.recorded_key(recorded);
+                verifier.finish()
+            }
+        };
+        drop(pages);
         report.problems.extend(replay.compare(&pairings, &agents));
         if let Some(head) = head {
             super::check_head(self, &mut report, head)?;
         }
         Ok(report)
     }
+
+    /// A read-only transaction on the store's thread that answers the
+    /// state first, then a page of the log for each page asked for, until
+    /// the [`Pages`] is dropped. Each answer comes within the store's
+    /// timeout or is an error.
+    fn read_pages(&self) -> Result<Pages, StoreError> {
+        let (asks, mut asked) = tokio::sync::mpsc::unbounded_channel::<(i64, i64)>();
+        let (answer, answers) = std_mpsc::sync_channel::<Result<Read, StoreError>>(1);
+        let timeout = self.timeout;
+        let job: Job = Box::new(move |pool| {
+            Box::pin(async move {
+                // One answer at a time is asked for: the channel always has
+                // room, and the store's thread never waits on it.
+                let said = |read: Result<Read, StoreError>| answer.try_send(read).is_ok();
+                let read = async {
+                    let mut client =
+                        within(timeout, async { pool.get().await.map_err(unreachable) }).await?;
+                    let tx = within(timeout, async {
+                        client
+                            .build_transaction()
+                            .isolation_level(IsolationLevel::RepeatableRead)
+                            .read_only(true)
+                            .start()
+                            .await
+                            .map_err(db)
+                    })
+                    .await?;
+                    let state = within(timeout, async {
+                        Ok(Read::State(
+                            recorded_key(tx.client()).await?,
+                            read_pairings(tx.client(), None).await?,
+                            read_agents(tx.client()).await?,
+                        ))
+                    })
+                    .await?;
+                    if !said(Ok(state)) {
+                        return Ok(());
+                    }
+                    while let Some((after, limit)) = asked.recv().await {
+                        let page = within(timeout, async {
+                            let rows = tx
+                                .query(
+                                    "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit
+                                     WHERE seq > $1 ORDER BY seq LIMIT $2",
+                                    &[&after, &limit],
+                                )
+                                .await
+                                .map_err(db)?;
+                            rows.iter().map(raw_row).collect::<Result<Vec<_>, _>>()
+                        })
+                        .await;
+                        let failed = page.is_err();
+                        if !said(page.map(Read::Page)) || failed {
+                            return Ok(());
+                        }
+                    }
+                    within(timeout, async { tx.commit().await.map_err(db) }).await
+                };
+                if let Err(error) = read.await {
+                    said(Err(error));
+                }
+            })
+        });
+        let jobs = self.jobs.as_ref().ok_or_else(stopped)?;
+        jobs.send(job).map_err(|_| stopped())?;
+        Ok(Pages {
+            asks,
+            answers,
+            timeout: self.timeout,
+            page_bytes: self.page_bytes,
+        })
+    }
+}
+
+/// `work`, given at most `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(timeout, work)
+        .await
+        .unwrap_or_else(|_| Err(unanswered(timeout)))
+}
+
+/// What a paged read answers: the state (the chain's recorded key, the
+/// pairings, the agents), then pages of the log.
+enum Read {
+    State(Option<(i64, String)>, Vec<StoredPairing>, Vec<StoredAgent>),
+    Page(Vec<RawRow>),
+}
+
+/// The log and the state of one read-only transaction on the store's
+/// thread ([`PgStore::read_pages`]), read a page at a time.
+struct Pages {
+    asks: tokio::sync::mpsc::UnboundedSender<(i64, i64)>,
+    answers: std_mpsc::Receiver<Result<Read, StoreError>>,
+    timeout: Duration,
+    page_bytes: usize,
+}
+
+/// The state a [`Pages`] answers first.
+type State = (Option<(i64, String)>, Vec<StoredPairing>, Vec<StoredAgent>);
+
+impl Pages {
+    /// The next answer, waited for a little longer than the store's
+    /// thread gives it.
+    fn next(&self) -> Result<Read, StoreError> {
+        match self
+            .answers
+            .recv_timeout(self.timeout.saturating_add(Duration::from_secs(1)))
+        {
+            Ok(read) => read,
+            Err(std_mpsc::RecvTimeoutError::Timeout) => Err(unanswered(self.timeout)),
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
+        }
+    }
+
+    /// The state, the first answer.
+    fn state(&self) -> Result<State, StoreError> {
+        match self.next()? {
+            Read::State(recorded, pairings, agents) => Ok((recorded, pairings, agents)),
+            Read::Page(_) => Err(StoreError::Corrupt(
+                "a page of the log came before the state".to_owned(),
+            )),
+        }
+    }
+
+    /// Gives every entry of the log to `take`, in stored order, a page at
+    /// a time.
+    fn each(&self, take: &mut dyn FnMut(RawRow)) -> Result<(), StoreError> {
+        let mut after = i64::MIN;
+        let mut limit = FIRST_PAGE;
+        loop {
+            self.asks.send((after, limit)).map_err(|_| stopped())?;
+            let page = match self.next()? {
+                Read::Page(page) => page,
+                Read::State(..) => {
+                    return Err(StoreError::Corrupt(
+                        "the state came again instead of a page of the log".to_owned(),
+                    ));
+                }
+            };
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = last.seq;
+            let rows = page.len();
+            let bytes: usize = page.iter().map(|row| row.entry.len() + ROW_BYTES).sum();
+            let asked = limit;
+            limit = i64::try_from(self.page_bytes.saturating_mul(rows) / bytes.max(1))
+                .unwrap_or(MOST_PER_PAGE)
+                .clamp(16, MOST_PER_PAGE);
+            for row in page {
+                take(row);
+            }
+            if i64::try_from(rows).unwrap_or(i64::MAX) < asked {
+                return Ok(());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 impl PgStore {
+    /// Reads about `bytes` of entries at a time when verifying (at least
+    /// 16 entries), to see a small log read in many pages.
+    pub(crate) fn set_page_bytes(&mut self, bytes: usize) {
+        self.page_bytes = bytes;
+    }
+
+    /// The first column of every row `sql` selects, as text: a test's look
+    /// at the database.
+    pub(crate) fn query_raw(&self, sql: &str) -> Result<Vec<String>, StoreError> {
+        let sql = sql.to_owned();
+        self.run(move |pool| async move {
+            let client = pool.get().await.map_err(unreachable)?;
+            let rows = client.query(&sql, &[]).await.map_err(db)?;
+            rows.iter().map(|row| get::<String>(row, 0)).collect()
+        })
+    }
+
     /// Runs `sql` as it is, outside any check: a test's hand on the
     /// database (tampering, a newer schema).
     pub(crate) fn execute_raw(&self, sql: &str) -> Result<(), StoreError> {
@@ -626,6 +894,31 @@ async fn migrate(pool: Pool) -> Result<(), StoreError> {
             .map_err(db)?;
         tx.commit().await.map_err(db)?;
     }
+}
+
+/// The schema version the database records; `None` when it records none
+/// (it holds no dk store).
+async fn schema_version(pool: Pool) -> Result<Option<u32>, StoreError> {
+    let client = pool.get().await.map_err(unreachable)?;
+    let known: bool = get(
+        &client
+            .query_one("SELECT to_regclass('dk_schema') IS NOT NULL", &[])
+            .await
+            .map_err(db)?,
+        0,
+    )?;
+    if !known {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt("SELECT version FROM dk_schema", &[])
+        .await
+        .map_err(db)?;
+    let Some(row) = row else { return Ok(None) };
+    let version: i32 = get(&row, 0)?;
+    u32::try_from(version)
+        .map(Some)
+        .map_err(|_| StoreError::Corrupt(format!("the schema version is {version}")))
 }
 
 /// The entry that keyed the chain and the key's id, if it is keyed.
@@ -905,6 +1198,110 @@ async fn read_agents(client: &tokio_postgres::Client) -> Result<Vec<StoredAgent>
     Ok(agents)
 }
 
+/// One device's pairing with its grants, as of one moment.
+async fn load_pairing(pool: Pool, device_id: String) -> Result<Option<StoredPairing>, StoreError> {
+    let mut client = pool.get().await.map_err(unreachable)?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(db)?;
+    let mut found = read_pairings(tx.client(), Some(&device_id)).await?;
+    tx.commit().await.map_err(db)?;
+    Ok(found.pop())
+}
+
+/// [`Store::claim_rate_hit`] of `row`, in one transaction.
+async fn claim_rate_hit(pool: Pool, row: HitRow) -> Result<RateClaim, StoreError> {
+    let HitRow {
+        rule,
+        agent,
+        at,
+        calls,
+        until,
+        ..
+    } = &row;
+    let mut client = pool.get().await.map_err(unreachable)?;
+    let tx = client.transaction().await.map_err(db)?;
+    // One rule and agent's count at a time, across every vessel.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, 7))",
+        &[rule, agent],
+    )
+    .await
+    .map_err(db)?;
+    let counts = tx
+        .query_one(
+            "SELECT count(*), min(until_ms) FROM rate_hit
+             WHERE rule = $1 AND agent = $2 AND until_ms > $3",
+            &[rule, agent, at],
+        )
+        .await
+        .map_err(db)?;
+    let (counted, oldest): (i64, Option<i64>) = (get(&counts, 0)?, get(&counts, 1)?);
+    if counted >= *calls {
+        tx.commit().await.map_err(db)?;
+        let wait = oldest.unwrap_or(*until).saturating_sub(*at);
+        return Ok(RateClaim::Reached {
+            retry_after_ms: u64::try_from(wait).unwrap_or(0),
+        });
+    }
+    row.insert(&tx).await?;
+    tx.commit().await.map_err(db)?;
+    Ok(RateClaim::Counted)
+}
+
+/// [`Store::take_from_buckets`], in one transaction.
+async fn take_from_buckets(
+    pool: Pool,
+    takes: Vec<BucketTake>,
+    now_ms: u64,
+) -> Result<Option<(usize, u64)>, StoreError> {
+    let mut client = pool.get().await.map_err(unreachable)?;
+    let tx = client.transaction().await.map_err(db)?;
+    let mut taken = Vec::with_capacity(takes.len());
+    // Every call takes its buckets in the same order (the agent's,
+    // then the device's): transactions never wait on each other
+    // in a cycle.
+    for (i, take) in takes.iter().enumerate() {
+        tx.execute(
+            "INSERT INTO agent_bucket (key, full_at) VALUES ($1, '') \
+             ON CONFLICT (key) DO NOTHING",
+            &[&take.key],
+        )
+        .await
+        .map_err(db)?;
+        let row = tx
+            .query_one(
+                "SELECT full_at FROM agent_bucket WHERE key = $1 FOR UPDATE",
+                &[&take.key],
+            )
+            .await
+            .map_err(db)?;
+        let held: String = get(&row, 0)?;
+        let full_at = held.parse::<u128>().ok();
+        match crate::take_from_bucket(take.calls_per_minute, take.burst, full_at, now_ms) {
+            Ok(next) => taken.push((take.key.clone(), next.to_string())),
+            Err(wait) => {
+                tx.rollback().await.map_err(db)?;
+                return Ok(Some((i, wait)));
+            }
+        }
+    }
+    for (key, next) in &taken {
+        tx.execute(
+            "UPDATE agent_bucket SET full_at = $2 WHERE key = $1",
+            &[key, next],
+        )
+        .await
+        .map_err(db)?;
+    }
+    tx.commit().await.map_err(db)?;
+    Ok(None)
+}
+
 /// A transaction's work, boxed for [`PgStore::write`] and
 /// [`PgStore::write_audited`].
 macro_rules! work {
@@ -1014,20 +1411,12 @@ impl Store for PgStore {
 
     fn load_pairing(&self, device_id: &str) -> Result<Option<StoredPairing>, StoreError> {
         let device_id = device_id.to_owned();
-        let mut found = self.run(|pool| async move {
-            let mut client = pool.get().await.map_err(unreachable)?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(db)?;
-            let found = read_pairings(tx.client(), Some(&device_id)).await?;
-            tx.commit().await.map_err(db)?;
-            Ok(found)
-        })?;
-        Ok(found.pop())
+        self.run(|pool| load_pairing(pool, device_id))
+    }
+
+    fn load_pairing_async(&self, device_id: &str) -> StoreFuture<Option<StoredPairing>> {
+        let device_id = device_id.to_owned();
+        self.run_async(|pool| load_pairing(pool, device_id))
     }
 
     fn put_pairing(&self, pairing: &StoredPairing, audit: &AuditEvent) -> Result<(), StoreError> {
@@ -1342,47 +1731,14 @@ impl Store for PgStore {
 
     fn claim_rate_hit(&self, hit: &RateHit) -> Result<RateClaim, StoreError> {
         let row = HitRow::of(hit)?;
-        let wait = self.run(move |pool| async move {
-            let HitRow {
-                rule,
-                agent,
-                at,
-                calls,
-                until,
-                ..
-            } = &row;
-            let mut client = pool.get().await.map_err(unreachable)?;
-            let tx = client.transaction().await.map_err(db)?;
-            // One rule and agent's count at a time, across every vessel.
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, 7))",
-                &[rule, agent],
-            )
-            .await
-            .map_err(db)?;
-            let counts = tx
-                .query_one(
-                    "SELECT count(*), min(until_ms) FROM rate_hit
-                     WHERE rule = $1 AND agent = $2 AND until_ms > $3",
-                    &[rule, agent, at],
-                )
-                .await
-                .map_err(db)?;
-            let (counted, oldest): (i64, Option<i64>) = (get(&counts, 0)?, get(&counts, 1)?);
-            if counted >= *calls {
-                tx.commit().await.map_err(db)?;
-                return Ok(Some(oldest.unwrap_or(*until).saturating_sub(*at)));
-            }
-            row.insert(&tx).await?;
-            tx.commit().await.map_err(db)?;
-            Ok(None)
-        })?;
-        Ok(match wait {
-            None => RateClaim::Counted,
-            Some(wait) => RateClaim::Reached {
-                retry_after_ms: u64::try_from(wait).unwrap_or(0),
-            },
-        })
+        self.run(move |pool| claim_rate_hit(pool, row))
+    }
+
+    fn claim_rate_hit_async(&self, hit: &RateHit) -> StoreFuture<RateClaim> {
+        match HitRow::of(hit) {
+            Ok(row) => self.run_async(move |pool| claim_rate_hit(pool, row)),
+            Err(error) => Box::pin(std::future::ready(Err(error))),
+        }
     }
 
     fn take_from_buckets(
@@ -1391,49 +1747,16 @@ impl Store for PgStore {
         now_ms: u64,
     ) -> Result<Option<(usize, u64)>, StoreError> {
         let takes = takes.to_vec();
-        self.run(move |pool| async move {
-            let mut client = pool.get().await.map_err(unreachable)?;
-            let tx = client.transaction().await.map_err(db)?;
-            let mut taken = Vec::with_capacity(takes.len());
-            // Every call takes its buckets in the same order (the agent's,
-            // then the device's): transactions never wait on each other
-            // in a cycle.
-            for (i, take) in takes.iter().enumerate() {
-                tx.execute(
-                    "INSERT INTO agent_bucket (key, full_at) VALUES ($1, '') \
-                     ON CONFLICT (key) DO NOTHING",
-                    &[&take.key],
-                )
-                .await
-                .map_err(db)?;
-                let row = tx
-                    .query_one(
-                        "SELECT full_at FROM agent_bucket WHERE key = $1 FOR UPDATE",
-                        &[&take.key],
-                    )
-                    .await
-                    .map_err(db)?;
-                let held: String = get(&row, 0)?;
-                let full_at = held.parse::<u128>().ok();
-                match crate::take_from_bucket(take.calls_per_minute, take.burst, full_at, now_ms) {
-                    Ok(next) => taken.push((take.key.clone(), next.to_string())),
-                    Err(wait) => {
-                        tx.rollback().await.map_err(db)?;
-                        return Ok(Some((i, wait)));
-                    }
-                }
-            }
-            for (key, next) in &taken {
-                tx.execute(
-                    "UPDATE agent_bucket SET full_at = $2 WHERE key = $1",
-                    &[key, next],
-                )
-                .await
-                .map_err(db)?;
-            }
-            tx.commit().await.map_err(db)?;
-            Ok(None)
-        })
+        self.run(move |pool| take_from_buckets(pool, takes, now_ms))
+    }
+
+    fn take_from_buckets_async(
+        &self,
+        takes: &[BucketTake],
+        now_ms: u64,
+    ) -> StoreFuture<Option<(usize, u64)>> {
+        let takes = takes.to_vec();
+        self.run_async(move |pool| take_from_buckets(pool, takes, now_ms))
     }
 
     fn load_rate_hits(&self, now_ms: u64) -> Result<Vec<RateHit>, StoreError> {

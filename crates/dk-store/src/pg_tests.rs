@@ -175,6 +175,98 @@ fn the_audit_table_refuses_edits_and_tampering_is_found() {
 }
 
 #[test]
+fn verification_reads_the_log_a_page_at_a_time_and_finds_what_is_wrong_in_any() {
+    let Some(server) =
+        server("verification_reads_the_log_a_page_at_a_time_and_finds_what_is_wrong_in_any")
+    else {
+        return;
+    };
+    let url = server.database();
+    let mut store = PgStore::connect(&url).unwrap();
+    // Pages of 16 entries: the log below is read in 13 of them.
+    store.set_page_bytes(1);
+    for batch in 0..10u64 {
+        let events: Vec<AuditEvent> = (1..=20)
+            .map(|n| event("decision", batch * 20 + n))
+            .collect();
+        store.append_audit(&events).unwrap();
+    }
+    let stored = pairing("desk-lamp", &["read_light"], 1);
+    store.put_pairing(&stored, &paired(&stored, 1)).unwrap();
+    let report = store.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 201);
+    assert_eq!(report.head, store.audit_head().unwrap().hash);
+    // Edited deep in the log, in a later page than the first: found, and
+    // named, by the second reading.
+    store
+        .execute_raw(
+            "ALTER TABLE audit DISABLE TRIGGER USER;
+             UPDATE audit SET entry = '{\"n\":9999}' WHERE seq = 150;",
+        )
+        .unwrap();
+    let report = store.verify_audit().unwrap();
+    assert_eq!(
+        report
+            .problems
+            .iter()
+            .map(|p| (p.seq, p.what))
+            .collect::<Vec<_>>(),
+        [(150, ProblemKind::Edited)]
+    );
+    assert_eq!(report.entries, 201);
+}
+
+/// The tables of the database at `url`, by name.
+fn tables(store: &PgStore) -> Vec<String> {
+    store
+        .query_raw(
+            "SELECT tablename FROM pg_catalog.pg_tables
+             WHERE schemaname = current_schema() ORDER BY tablename",
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_store_opened_read_only_migrates_nothing_and_writes_nothing() {
+    let Some(server) = server("a_store_opened_read_only_migrates_nothing_and_writes_nothing")
+    else {
+        return;
+    };
+    // A database without a store: refused, and still empty.
+    let url = server.database();
+    let error = PgStore::connect_read_only(&url, PgOptions::default()).unwrap_err();
+    assert!(error.to_string().contains("holds no dk store"), "{error}");
+    // Nothing was made: a second look finds no store either.
+    let again = PgStore::connect_read_only(&url, PgOptions::default()).unwrap_err();
+    assert_eq!(again.to_string(), error.to_string());
+    // A store of an older schema (version 2, before the agents' buckets):
+    // read and verified as it is.
+    let store = PgStore::connect(&url).unwrap();
+    store.append_audit(&[event("decision", 1)]).unwrap();
+    store
+        .execute_raw("DROP TABLE agent_bucket; UPDATE dk_schema SET version = 2;")
+        .unwrap();
+    let reader = PgStore::connect_read_only(&url, PgOptions::default()).unwrap();
+    let report = reader.verify_audit().unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(reader.read_audit(0, 10).unwrap().len(), 1);
+    assert_eq!(reader.audit_head().unwrap().seq, 1);
+    // Nothing it is asked to write is written.
+    assert!(reader.append_audit(&[event("decision", 2)]).is_err());
+    assert!(reader.probe_write(1).is_err());
+    drop(reader);
+    assert_eq!(
+        store
+            .query_raw("SELECT version::text FROM dk_schema")
+            .unwrap(),
+        ["2"]
+    );
+    assert!(!tables(&store).contains(&"agent_bucket".to_owned()));
+    assert_eq!(store.audit_head().unwrap().seq, 1);
+}
+
+#[test]
 fn a_keyed_chain_is_kept_by_every_store_with_its_key() {
     let Some(server) = server("a_keyed_chain_is_kept_by_every_store_with_its_key") else {
         return;

@@ -28,7 +28,8 @@ use rusqlite::{
 };
 
 use super::audit::{
-    GENESIS_HASH, Hashing, Logged, RawRow, Verifier, links, log_appended, texts_of, to_i64,
+    GENESIS_HASH, Hashing, Logged, QuickCheck, RawRow, Verifier, links, log_appended, texts_of,
+    to_i64,
 };
 use super::crosscheck::{Replay, append_as_texts, refuse_reserved_kinds};
 use super::keeper::HeadKeeper;
@@ -47,6 +48,14 @@ pub(crate) const APPLICATION_ID: i32 = 0x646b_7374;
 
 /// How long a write waits for another connection's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The schema versions that added what a read-only store reads only when
+/// the file has it: agents (2), the chain's key (3), devices' keys (5),
+/// the log's columns (8).
+const AGENT_SCHEMA: u32 = 2;
+const KEY_SCHEMA: u32 = 3;
+const DEVICE_KEY_SCHEMA: u32 = 5;
+const COLUMNS_SCHEMA: u32 = 8;
 
 /// The migration steps, in order: step `i` takes the schema from version
 /// `i` to `i + 1`. Steps are only ever added, never changed.
@@ -242,6 +251,9 @@ pub struct SqliteStore {
     key: Option<AuditKey>,
     /// Where the chain turned keyed and the key's id, as recorded at open.
     keyed: Option<(i64, String)>,
+    /// The schema version of the file: this build's, unless it was opened
+    /// read-only ([`SqliteStore::open_read_only`]), which migrates nothing.
+    schema: u32,
 }
 
 /// How a [`SqliteStore`] keeps its audit chain beyond the database file.
@@ -286,9 +298,72 @@ impl SqliteStore {
     /// directory (mode 0700) if needed, and migrates the schema. A database
     /// from a newer dk is refused with [`StoreError::NewerSchema`], a file
     /// that is not a dk store with [`StoreError::Corrupt`]. No head is kept:
-    /// for reading a log, or a store of tests.
+    /// a store of tests, or of a tool that writes (a tool that only reads
+    /// opens it with [`SqliteStore::open_read_only`]).
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with(path, AuditOptions::default())
+    }
+
+    /// Opens the existing store at `path` to read it only, as `dk audit
+    /// tail`, `dk audit verify` and `dk backup` do: nothing is created,
+    /// migrated, keyed or written, not even the file's mode, so a store the
+    /// caller may not write (a read-only file, directory or mount) opens,
+    /// and one a running vessel writes is read as of each read's
+    /// transaction. A store of an older schema is read as it is; one from a
+    /// newer dk is [`StoreError::NewerSchema`], a file that is not a dk
+    /// store [`StoreError::Corrupt`]. Every write through it fails.
+    ///
+    /// A store in WAL mode needs its `-shm` file, which SQLite makes beside
+    /// it when the directory can be written; when it cannot and no vessel
+    /// has the store open (there is no `-wal` file to read), the file is
+    /// read as immutable instead.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        let shown = path.display().to_string();
+        let open_error = |reason: Cause| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        if !path.is_file() {
+            return Err(open_error(Cause::msg("there is no database file there")));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .and_then(|conn| {
+                // Opening is lazy: the first read finds out whether the
+                // WAL index can be had.
+                conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
+                Ok(conn)
+            })
+            .or_else(|error| {
+                let wal = PathBuf::from(format!("{}-wal", path.display()));
+                if error.sqlite_error_code() == Some(ErrorCode::CannotOpen) && !wal.exists() {
+                    immutable(path, flags)
+                } else {
+                    Err(error)
+                }
+            })
+            .map_err(|error| open_error(Cause::new(error)))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
+        conn.pragma_update(None, "query_only", "ON").map_err(db)?;
+        conn.pragma_update(None, "trusted_schema", "OFF")
+            .map_err(db)?;
+        let schema = schema_of(&conn, &shown)?;
+        if schema == 0 {
+            return Err(StoreError::Corrupt(format!("`{shown}` holds no dk store")));
+        }
+        let keyed = if schema >= KEY_SCHEMA {
+            recorded_key(&conn)?
+        } else {
+            None
+        };
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            conn: Mutex::new(conn),
+            head: None,
+            key: None,
+            keyed,
+            schema,
+        })
     }
 
     /// [`SqliteStore::open`], keeping the audit chain as `audit` says. With
@@ -346,6 +421,7 @@ impl SqliteStore {
             head: audit.head_file.map(HeadKeeper::start),
             key: audit.key,
             keyed,
+            schema: SCHEMA_VERSION,
         })
     }
 
@@ -371,13 +447,14 @@ impl SqliteStore {
         key: Option<&AuditKey>,
         head: Option<&AuditHead>,
     ) -> Result<VerifyReport, StoreError> {
+        let schema = self.schema;
         let mut report = {
             let mut conn = self.conn();
             // One read transaction: the log and the state as of one moment.
+            // The log is read once, keeping nothing of an entry past the
+            // next; a second time only when it is not whole, to say where.
             let tx = conn.transaction().map_err(db)?;
-            let mut verifier = Verifier::new(key);
-            let mut replay = Replay::default();
-            {
+            let each_row = |take: &mut dyn FnMut(RawRow)| -> Result<(), StoreError> {
                 let mut select = tx
                     .prepare(
                         "SELECT seq, at_ms, kind, entry, prev_hash, hash FROM audit ORDER BY seq",
@@ -385,17 +462,42 @@ impl SqliteStore {
                     .map_err(db)?;
                 let rows = select.query_map([], raw_row).map_err(db)?;
                 for row in rows {
-                    let row = row.map_err(db)?;
-                    replay.push(&row);
-                    verifier.push(row);
+                    take(row.map_err(db)?);
                 }
-            }
-            verifier.recorded_key(recorded_key(&tx)?);
-            let misindexed = misindexed(&tx)?;
-            let pairings = read_pairings(&tx)?;
-            let agents = read_agents(&tx)?;
+                Ok(())
+            };
+            let mut quick = QuickCheck::new(key);
+            let mut replay = Replay::default();
+            each_row(&mut |row| {
+                replay.push(&row);
+                quick.push(&row);
+            })?;
+            let recorded = if schema >= KEY_SCHEMA {
+                recorded_key(&tx)?
+            } else {
+                None
+            };
+            let mut report = match quick.finish(Some(recorded.clone())) {
+                Some(report) => report,
+                None => {
+                    let mut verifier = Verifier::new(key);
+                    each_row(&mut |row| verifier.push(row))?;
+                    verifier.recorded_key(recorded);
+                    verifier.finish()
+                }
+            };
+            let misindexed = if schema >= COLUMNS_SCHEMA {
+                misindexed(&tx)?
+            } else {
+                Vec::new()
+            };
+            let pairings = read_pairings(&tx, schema >= DEVICE_KEY_SCHEMA)?;
+            let agents = if schema >= AGENT_SCHEMA {
+                read_agents(&tx)?
+            } else {
+                Vec::new()
+            };
             tx.commit().map_err(db)?;
-            let mut report = verifier.finish();
             report.problems.extend(misindexed);
             report.problems.extend(replay.compare(&pairings, &agents));
             report
@@ -597,6 +699,55 @@ fn create_private(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The schema version of the dk store `conn` holds (0 for an empty file),
+/// refusing a newer one and a database of something else.
+fn schema_of(conn: &Connection, shown: &str) -> Result<u32, StoreError> {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db)?;
+    let application: i64 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(db)?;
+    let found = u32::try_from(version)
+        .map_err(|_| StoreError::Corrupt(format!("`{shown}` has schema version {version}")))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let theirs = if found == 0 {
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
+            .map_err(db)?;
+        tables > 0 || application != 0
+    } else {
+        application != i64::from(APPLICATION_ID)
+    };
+    if theirs {
+        return Err(StoreError::Corrupt(format!(
+            "`{shown}` is a database of something else, not a dk store"
+        )));
+    }
+    Ok(found)
+}
+
+/// `path` opened as an immutable file (no lock, no WAL index): for a store
+/// nobody writes, in a directory the reader cannot write.
+fn immutable(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let mut uri = String::from("file:");
+    for byte in path.as_os_str().as_encoded_bytes() {
+        match byte {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{byte:02X}")),
+            _ => uri.push(char::from(*byte)),
+        }
+    }
+    uri.push_str("?immutable=1");
+    let conn = Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)?;
+    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
+    Ok(conn)
+}
+
 fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
     let mode: String = conn
@@ -619,34 +770,7 @@ fn migrate(conn: &mut Connection, shown: &str) -> Result<(), StoreError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db)?;
-    let version: i64 = tx
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(db)?;
-    let application: i64 = tx
-        .pragma_query_value(None, "application_id", |row| row.get(0))
-        .map_err(db)?;
-    let found = u32::try_from(version)
-        .map_err(|_| StoreError::Corrupt(format!("`{shown}` has schema version {version}")))?;
-    if found > SCHEMA_VERSION {
-        return Err(StoreError::NewerSchema {
-            found,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if found == 0 {
-        let tables: i64 = tx
-            .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
-            .map_err(db)?;
-        if tables > 0 || application != 0 {
-            return Err(StoreError::Corrupt(format!(
-                "`{shown}` is a database of something else, not a dk store"
-            )));
-        }
-    } else if application != i64::from(APPLICATION_ID) {
-        return Err(StoreError::Corrupt(format!(
-            "`{shown}` is a database of something else, not a dk store"
-        )));
-    }
+    let found = schema_of(&tx, shown)?;
     if found == SCHEMA_VERSION {
         return Ok(());
     }
@@ -834,15 +958,18 @@ fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<[u8; 32], Sto
 }
 
 /// Every pairing with its grants, ordered by device id, grants sorted.
-fn read_pairings(tx: &Connection) -> Result<Vec<StoredPairing>, StoreError> {
+/// Every pairing with its grants; `with_keys` unless the schema is older
+/// than the devices' keys (then none has one).
+fn read_pairings(tx: &Connection, with_keys: bool) -> Result<Vec<StoredPairing>, StoreError> {
     let mut pairings: Vec<StoredPairing> = Vec::new();
     {
         let mut select = tx
-            .prepare(
+            .prepare(&format!(
                 "SELECT device_id, manifest_json, digest, token_hash, generation, paired_at_ms,
-                        device_key
+                        {}
                  FROM pairing",
-            )
+                if with_keys { "device_key" } else { "NULL" }
+            ))
             .map_err(db)?;
         let mut rows = select.query([]).map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
@@ -928,7 +1055,7 @@ impl Store for SqliteStore {
         self.hashing()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
-        let pairings = read_pairings(&tx)?;
+        let pairings = read_pairings(&tx, self.schema >= DEVICE_KEY_SCHEMA)?;
         let counted: Option<i64> = tx
             .query_row(
                 "SELECT value FROM counter WHERE name = 'max_generation'",

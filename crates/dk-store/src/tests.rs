@@ -630,6 +630,7 @@ fn patient(max_batch: usize, queue: usize) -> WriterOptions {
         max_batch,
         max_delay: Duration::from_secs(3600),
         queue,
+        ..WriterOptions::default()
     }
 }
 
@@ -792,6 +793,141 @@ fn a_writer_keeps_up_until_its_commits_fail_or_its_queue_fills() {
     writer.flush().unwrap();
     assert_eq!(writer.queued(), 0);
     assert!(writer.keeping_up());
+}
+
+/// How much later than its bound a writer may be seen to notice: the bound
+/// is the claim, the margin is for a loaded machine's scheduling.
+const NOTICED_MARGIN: Duration = Duration::from_secs(2);
+
+/// Options that commit at once, holding calls to `bound`.
+fn bounded(bound: Duration) -> WriterOptions {
+    WriterOptions {
+        max_delay: Duration::from_millis(1),
+        durable_within: bound,
+        ..WriterOptions::default()
+    }
+}
+
+#[test]
+fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
+    let store = Arc::new(FaultyStore::default());
+    let bound = Duration::from_millis(200);
+    let writer = AuditWriter::start(store.clone(), bounded(bound));
+    let room = writer.room();
+    assert_eq!(room.durable_within(), bound);
+    assert!(room.accepting());
+    // A store that answers nothing (a server paused), with no event queued:
+    // only the writer's probe can tell, and it does within the bound.
+    let frozen = store.freeze();
+    let paused = Instant::now();
+    dk_testkit::eventually_blocking("calls refused while the store hangs", || {
+        room.durability() == Durability::Lost
+    });
+    assert!(
+        paused.elapsed() < bound + NOTICED_MARGIN,
+        "{:?}",
+        paused.elapsed()
+    );
+    assert!(!writer.keeping_up());
+    // Nothing failed: the store answered nothing at all.
+    assert!(!room.failing());
+    drop(frozen);
+    dk_testkit::eventually_blocking("calls accepted once it answers", || room.accepting());
+    assert!(writer.keeping_up());
+}
+
+#[test]
+fn a_backlog_older_than_the_bound_holds_calls_back_while_commits_still_hold() {
+    let store = Arc::new(FaultyStore::default());
+    // A disk slower than the records: one event a commit, 40 ms each.
+    store.pause_audit(Duration::from_millis(40));
+    let options = WriterOptions {
+        max_batch: 1,
+        ..bounded(Duration::from_millis(100))
+    };
+    let writer = AuditWriter::start(store.clone(), options);
+    let room = writer.room();
+    for n in 1..=30 {
+        writer.record(event("decision", n));
+    }
+    // Every commit holds (the store took one within 40 ms), but the oldest
+    // event waits longer than the bound: calls wait for it to catch up.
+    dk_testkit::eventually_blocking("calls held back behind the backlog", || {
+        room.durability() == Durability::Behind
+    });
+    assert!(!room.accepting());
+    assert!(!room.failing());
+    writer.flush().unwrap();
+    assert_eq!(writer.committed(), 30);
+    store.pause_audit(Duration::ZERO);
+    dk_testkit::eventually_blocking("calls accepted once it is committed", || room.accepting());
+}
+
+#[test]
+fn a_store_that_refuses_the_probe_stops_calls_with_nothing_queued() {
+    let store = Arc::new(FaultyStore::default());
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_millis(100)));
+    let room = writer.room();
+    // A full disk: the probe's write fails, and no commit proves otherwise.
+    store.fail(Writes::Pairings, true);
+    dk_testkit::eventually_blocking("calls refused on a full disk", || {
+        room.durability() == Durability::Lost
+    });
+    store.fail(Writes::Pairings, false);
+    dk_testkit::eventually_blocking("calls accepted again", || room.accepting());
+    // The probes wrote no audit entry.
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+}
+
+#[test]
+fn a_store_opened_read_only_migrates_nothing_and_writes_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+
+    // A log written at schema 6, keyed (the fixture of the audit schema).
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audit/schema-1");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("vessel.db");
+    std::fs::copy(fixture.join("vessel.db"), &db).unwrap();
+    let key_file = dir.path().join("audit.key");
+    std::fs::copy(fixture.join("audit.key"), &key_file).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Readable by anyone: opening to read does not take that away either.
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = std::fs::read(&db).unwrap();
+    let user_version = |db: &Path| -> i64 {
+        Connection::open(db)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(user_version(&db), 6);
+
+    let store = SqliteStore::open_read_only(&db).unwrap();
+    let key = AuditKey::load(&key_file).unwrap();
+    let report = store.verify_audit_with(Some(&key), None).unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.entries, 29);
+    assert_eq!(store.read_audit(0, 100).unwrap().len(), 29);
+    assert_eq!(store.audit_head().unwrap().seq, 29);
+    // Every write fails, and none is made.
+    assert!(store.append_audit(&[event("decision", 1)]).is_err());
+    assert!(store.probe_write(1).is_err());
+    drop(store);
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    assert_eq!(
+        std::fs::metadata(&db).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+
+    // No store there, or an empty file: refused, nothing made.
+    let missing = dir.path().join("none.db");
+    assert!(SqliteStore::open_read_only(&missing).is_err());
+    assert!(!missing.exists());
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let error = SqliteStore::open_read_only(&empty).unwrap_err();
+    assert!(error.to_string().contains("holds no dk store"), "{error}");
+    assert_eq!(std::fs::read(&empty).unwrap(), b"");
 }
 
 #[test]

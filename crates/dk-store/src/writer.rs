@@ -19,17 +19,35 @@
 //! malformed kind, an entry too large) is recorded as an `unstorable` entry
 //! naming its kind and why, never left out.
 //!
+//! Durability within a bound ([`WriterOptions::durable_within`], 1 s by
+//! default): the writer keeps when the store last showed it takes writes
+//! (the start of the last commit that held, or of a probe: a small write,
+//! [`Store::probe_write`], made on the writer's thread whenever a quarter
+//! of the bound passed without a commit) and when the oldest event not yet
+//! committed was queued ([`AuditRoom::durability`]). A store that took no
+//! write within the bound, or whose failed commit is retried, is
+//! [`Durability::Lost`]: a call is then refused before it reaches a
+//! device. A store that hangs (a server paused, a disk that no longer
+//! answers) is so noticed within the bound even with nothing queued. A
+//! store that takes writes, but more slowly than calls come (the oldest
+//! event waits longer than the bound), is [`Durability::Behind`]: calls
+//! wait for it to catch up, as they wait for room in the queue, and reach
+//! no device meanwhile.
+//!
 //! What a crash can lose: the events queued and the batch being gathered, at
 //! most `max_delay` plus one commit's worth of decisions when the disk keeps
-//! up. It never holds a pairing, grant, revoke or unpair: those are written
-//! by the store in the transaction of the change, before it is acknowledged.
+//! up, and never more than the bound's worth of calls that reached a device
+//! (a call reaches one only while the oldest event not committed is younger
+//! than the bound). It never holds a pairing, grant, revoke or unpair: those
+//! are written by the store in the transaction of the change, before it is
+//! acknowledged.
 //! Events are lost without a crash only when the writer is stopped while the
 //! store still fails [`STOP_ATTEMPTS`] times in a row, or recorded after it
 //! stopped: [`AuditWriter::dropped`] counts them, and each loss is logged.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvError, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,6 +63,13 @@ pub const RECORD_PATIENCE: Duration = Duration::from_millis(100);
 
 /// How many times a stopping writer tries to commit what it still holds.
 pub const STOP_ATTEMPTS: u32 = 3;
+
+/// How recently the store must have taken a write, and how old the oldest
+/// event not yet committed may be, for a call to reach a device, by default.
+pub const DEFAULT_DURABLE_WITHIN: Duration = Duration::from_secs(1);
+
+/// The shortest bound a writer keeps: its probe runs every quarter of it.
+const MIN_DURABLE_WITHIN: Duration = Duration::from_millis(40);
 
 /// The wait before the first retry of a failed commit; it doubles up to
 /// [`LAST_RETRY`].
@@ -65,6 +90,12 @@ pub struct WriterOptions {
     /// How many events may wait to be committed (default 65,536); with
     /// every place taken, a tool call waits for one before its checks.
     pub queue: usize,
+    /// How recently the store must have shown that it takes writes, and
+    /// how old the oldest event not yet committed may be, for
+    /// [`AuditRoom::accepting`] (default [`DEFAULT_DURABLE_WITHIN`], at
+    /// least 40 ms). Without a commit for a quarter of it, the writer
+    /// probes the store.
+    pub durable_within: Duration,
 }
 
 impl Default for WriterOptions {
@@ -73,6 +104,7 @@ impl Default for WriterOptions {
             max_batch: 2048,
             max_delay: Duration::from_millis(20),
             queue: 65_536,
+            durable_within: DEFAULT_DURABLE_WITHIN,
         }
     }
 }
@@ -109,10 +141,18 @@ enum Place {
     Over,
 }
 
+/// A queued event's place and when it was queued (the writer's clock,
+/// [`Counters::now_ms`]).
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    place: Place,
+    at_ms: u64,
+}
+
 enum Message {
-    Event(AuditEvent, Place),
+    Event(AuditEvent, Queued),
     /// An event built on the writer thread, off the caller's path.
-    Deferred(Box<dyn FnOnce() -> Option<Made> + Send>, Place),
+    Deferred(Box<dyn FnOnce() -> Option<Made> + Send>, Queued),
     /// Commit what came before, then answer.
     Flush(mpsc::Sender<Result<(), StoreError>>),
 }
@@ -200,6 +240,34 @@ impl AuditRoom {
         self.1.failing.load(Ordering::Relaxed)
     }
 
+    /// Whether a call may reach a device now: the store took a commit or
+    /// answered a probe within the bound, the oldest event not yet
+    /// committed is younger than it, and no failed commit is being
+    /// retried ([`Durability::Within`]). Two atomic reads and a clock read.
+    pub fn accepting(&self) -> bool {
+        self.1.durability() == Durability::Within
+    }
+
+    /// Where the store stands against the bound now (see [`Durability`]).
+    pub fn durability(&self) -> Durability {
+        self.1.durability()
+    }
+
+    /// Completes at the writer's next commit that holds (a call
+    /// [`Durability::Behind`] waits for it, or a timer, then looks again).
+    /// Enable it before looking, so that a commit in between is not
+    /// missed.
+    pub fn committed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.1.commits.notified()
+    }
+
+    /// The bound [`AuditRoom::accepting`] keeps
+    /// ([`WriterOptions::durable_within`]): also how long a call waits for
+    /// the store's answer on its way to a device.
+    pub fn durable_within(&self) -> Duration {
+        self.1.bound
+    }
+
     /// A place in the queue: at once when there is room (an atomic
     /// compare-and-swap), otherwise once a commit gives places back, waiting
     /// without blocking the thread. An error when the writer has stopped.
@@ -232,8 +300,26 @@ impl AuditPlace<'_> {
     }
 }
 
+/// Where the audit writer's store stands against its bound
+/// ([`WriterOptions::durable_within`]), for a call about to reach a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The store took a write within the bound and no event waits longer:
+    /// a call may reach a device.
+    Within,
+    /// The store takes writes (one within the bound), but the oldest event
+    /// not yet committed waits longer than the bound: calls came faster
+    /// than the disk. A call waits for it to catch up, as for room in the
+    /// queue.
+    Behind,
+    /// The store took no write within the bound (it answers nothing, or
+    /// refuses), or a failed commit is being retried: no call reaches a
+    /// device.
+    Lost,
+}
+
 /// Counters shared with the writer thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     dropped: AtomicU64,
     committed: AtomicU64,
@@ -243,6 +329,72 @@ struct Counters {
     failing: AtomicBool,
     /// Told how long each commit that held took.
     observer: OnceLock<CommitObserver>,
+    /// The writer's clock: the times below are milliseconds since this.
+    epoch: Instant,
+    /// When the last commit or probe that held began.
+    proven_ms: AtomicU64,
+    /// When the oldest event not yet committed was queued, plus one; zero
+    /// when every event queued is committed (or none has been taken from
+    /// the queue since).
+    oldest_ms: AtomicU64,
+    /// [`WriterOptions::durable_within`].
+    bound: Duration,
+    /// Told at every commit that holds.
+    commits: tokio::sync::Notify,
+}
+
+impl Counters {
+    fn new(bound: Duration) -> Counters {
+        Counters {
+            dropped: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            over: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
+            observer: OnceLock::new(),
+            epoch: Instant::now(),
+            proven_ms: AtomicU64::new(0),
+            oldest_ms: AtomicU64::new(0),
+            bound: bound.max(MIN_DURABLE_WITHIN),
+            commits: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Milliseconds on the writer's clock.
+    fn now_ms(&self) -> u64 {
+        self.ms_at(Instant::now())
+    }
+
+    fn ms_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn bound_ms(&self) -> u64 {
+        u64::try_from(self.bound.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// See [`AuditRoom::durability`].
+    fn durability(&self) -> Durability {
+        if self.failing.load(Ordering::Relaxed) {
+            return Durability::Lost;
+        }
+        let (now, bound) = (self.now_ms(), self.bound_ms());
+        if now.saturating_sub(self.proven_ms.load(Ordering::Relaxed)) > bound {
+            return Durability::Lost;
+        }
+        let oldest = self.oldest_ms.load(Ordering::Relaxed);
+        if oldest != 0 && now.saturating_sub(oldest - 1) > bound {
+            return Durability::Behind;
+        }
+        Durability::Within
+    }
+
+    /// The store showed at `began` (a commit or a probe started then, and
+    /// held) that it takes writes.
+    fn proven(&self, began: Instant) {
+        self.proven_ms
+            .fetch_max(self.ms_at(began), Ordering::Relaxed);
+    }
 }
 
 /// What [`AuditWriter::observe_commits`] was given.
@@ -271,7 +423,7 @@ impl AuditWriter {
     pub fn start(store: Arc<dyn Store>, options: WriterOptions) -> AuditWriter {
         let (sender, receiver) = queue();
         let places = Arc::new(Places::new(options.queue));
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::new(options.durable_within));
         let (thread_places, thread_counters) = (Arc::clone(&places), Arc::clone(&counters));
         let thread = std::thread::Builder::new()
             .name("dk-audit-writer".to_owned())
@@ -302,7 +454,7 @@ impl AuditWriter {
     /// logged) rather than dropped.
     pub fn record(&self, event: AuditEvent) {
         let place = self.take_blocking();
-        self.send(Message::Event(event, place));
+        self.send(Message::Event(event, self.queued_now(place)));
     }
 
     /// Like [`AuditWriter::record`], but the event is built by `make` on the
@@ -312,7 +464,7 @@ impl AuditWriter {
         let place = self.take_blocking();
         self.send(Message::Deferred(
             Box::new(move || make().map(Made::Event)),
-            place,
+            self.queued_now(place),
         ));
     }
 
@@ -322,8 +474,16 @@ impl AuditWriter {
     pub fn record_placed<M: Into<Made>>(&self, make: impl FnOnce() -> Option<M> + Send + 'static) {
         self.send(Message::Deferred(
             Box::new(move || make().map(Into::into)),
-            Place::Taken,
+            self.queued_now(Place::Taken),
         ));
+    }
+
+    /// An event queued now in `place`.
+    fn queued_now(&self, place: Place) -> Queued {
+        Queued {
+            place,
+            at_ms: self.counters.now_ms(),
+        }
     }
 
     /// The queue's places, for a caller that takes its place ahead of time.
@@ -415,13 +575,15 @@ impl AuditWriter {
     }
 
     /// Whether the writer keeps up with what is recorded: its thread runs,
-    /// its last commit did not fail, and at most three quarters of the
-    /// queue's places are taken (with every place taken, calls wait for
-    /// the disk). A readiness check reads it.
+    /// calls may reach devices ([`AuditRoom::accepting`]: its last commit
+    /// did not fail, and the store took a write within the bound), and at
+    /// most three quarters of the queue's places are taken (with every
+    /// place taken, calls wait for the disk). A readiness check reads it.
     pub fn keeping_up(&self) -> bool {
         let running = self.thread.as_ref().is_some_and(|t| !t.is_finished());
-        let failing = self.counters.failing.load(Ordering::Relaxed);
-        running && !failing && self.queued() <= self.places.count / 4 * 3
+        running
+            && self.counters.durability() == Durability::Within
+            && self.queued() <= self.places.count / 4 * 3
     }
 }
 
@@ -519,19 +681,10 @@ impl Drop for Sender {
 }
 
 impl Receiver {
-    /// The next message, waiting for one; an error once the queue is closed
-    /// and empty.
-    fn recv(&self) -> Result<Message, RecvError> {
-        self.wait(None).map_err(|_| RecvError)
-    }
-
-    /// [`Receiver::recv`], waiting at most `timeout`.
+    /// The next message, waiting for one at most `timeout`; an error once
+    /// the queue is closed and empty.
     fn recv_timeout(&self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
-        self.wait(Some(Instant::now() + timeout))
-    }
-
-    /// The next message, waiting for one until `deadline` if there is one.
-    fn wait(&self, deadline: Option<Instant>) -> Result<Message, RecvTimeoutError> {
+        let deadline = Instant::now() + timeout;
         let mut state = self.0.state();
         loop {
             if let Some(message) = state.messages.pop_front() {
@@ -540,26 +693,17 @@ impl Receiver {
             if state.closed {
                 return Err(RecvTimeoutError::Disconnected);
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RecvTimeoutError::Timeout);
+            }
             state.waiting = true;
-            state = match deadline {
-                None => self
-                    .0
-                    .ready
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        state.waiting = false;
-                        return Err(RecvTimeoutError::Timeout);
-                    }
-                    self.0
-                        .ready
-                        .wait_timeout(state, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
+            state = self
+                .0
+                .ready
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
             state.waiting = false;
         }
     }
@@ -578,18 +722,25 @@ impl Receiver {
 /// Gathers messages into batches until the channel closes.
 fn run(batch: &mut Batch<'_>, receiver: &Receiver, options: WriterOptions) {
     let max_batch = options.max_batch.max(1);
-    // Wait for the first message of a batch with no deadline (or, after a
-    // failed commit, until its retry); then park for the rest of the batch
-    // window and drain what came meanwhile. Parking instead of waiting on
-    // the queue means a record never wakes this thread: on the call path,
-    // recording costs a place and a queue push and nothing more. A flush
-    // unparks it.
+    // Wait for the first message of a batch until a probe is due (or, after
+    // a failed commit, until its retry); then park for the rest of the
+    // batch window and drain what came meanwhile. Parking instead of
+    // waiting on the queue means a record never wakes this thread: on the
+    // call path, recording costs a place and a queue push and nothing
+    // more. A flush unparks it.
     loop {
         let first = match batch.retry_at {
-            None => match receiver.recv() {
-                Ok(message) => message,
-                Err(_) => return,
-            },
+            None => {
+                let due = batch.checked_at + batch.counters.bound / 4;
+                match receiver.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                    Ok(message) => message,
+                    Err(RecvTimeoutError::Timeout) => {
+                        batch.probe();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
             Some(at) => match receiver.recv_timeout(at.saturating_duration_since(Instant::now())) {
                 Ok(message) => message,
                 Err(RecvTimeoutError::Timeout) => {
@@ -623,8 +774,8 @@ fn run(batch: &mut Batch<'_>, receiver: &Receiver, options: WriterOptions) {
                 },
             };
             match message {
-                Message::Event(event, place) => batch.push(Some(Made::Event(event)), place),
-                Message::Deferred(make, place) => batch.push(make(), place),
+                Message::Event(event, queued) => batch.push(Some(Made::Event(event)), queued),
+                Message::Deferred(make, queued) => batch.push(make(), queued),
                 Message::Flush(answer) => {
                     let _ = answer.send(batch.flush());
                     break;
@@ -650,6 +801,14 @@ struct Batch<'a> {
     error: Option<StoreError>,
     backoff: Duration,
     retry_at: Option<Instant>,
+    /// When the oldest event taken since the last commit was queued.
+    oldest_ms: Option<u64>,
+    /// When the store was last written to (a commit or a probe began),
+    /// whether it held or not: the next probe is due a quarter of the
+    /// bound later.
+    checked_at: Instant,
+    /// The last probe failed (said once until one holds again).
+    probe_failed: bool,
 }
 
 impl<'a> Batch<'a> {
@@ -663,13 +822,51 @@ impl<'a> Batch<'a> {
             error: None,
             backoff: FIRST_RETRY,
             retry_at: None,
+            oldest_ms: None,
+            checked_at: Instant::now(),
+            probe_failed: false,
         }
     }
 
-    fn push(&mut self, made: Option<Made>, place: Place) {
+    fn push(&mut self, made: Option<Made>, queued: Queued) {
         self.events.extend(made.and_then(storable));
-        if place == Place::Taken {
+        if queued.place == Place::Taken {
             self.taken += 1;
+        }
+        // Events from several threads may be queued out of the order their
+        // times were read in: the oldest is the least.
+        let oldest = self
+            .oldest_ms
+            .map_or(queued.at_ms, |at| at.min(queued.at_ms));
+        if self.oldest_ms != Some(oldest) {
+            self.oldest_ms = Some(oldest);
+            self.counters
+                .oldest_ms
+                .store(oldest.saturating_add(1), Ordering::Relaxed);
+        }
+    }
+
+    /// One small write that changes nothing the vessel reads
+    /// ([`Store::probe_write`]): when it holds, the store is shown to take
+    /// writes as of its start.
+    fn probe(&mut self) {
+        let started = Instant::now();
+        self.checked_at = started;
+        match self
+            .store
+            .probe_write(crate::epoch_ms(std::time::SystemTime::now()))
+        {
+            Ok(()) => {
+                self.counters.proven(started);
+                if std::mem::take(&mut self.probe_failed) {
+                    tracing::info!("the store takes writes again");
+                }
+            }
+            Err(error) => {
+                if !std::mem::replace(&mut self.probe_failed, true) {
+                    tracing::error!(%error, "the store does not take writes: no call reaches a device until it does");
+                }
+            }
         }
     }
 
@@ -693,6 +890,7 @@ impl<'a> Batch<'a> {
     fn try_commit(&mut self) {
         if !self.events.is_empty() {
             let started = Instant::now();
+            self.checked_at = started;
             if let Err(error) = self.store.append_audit_texts(&self.events) {
                 if self.error.is_none() {
                     tracing::error!(%error, events = self.events.len(), "audit batch not committed yet; retrying");
@@ -704,6 +902,8 @@ impl<'a> Batch<'a> {
                 return;
             }
             self.counters.failing.store(false, Ordering::Relaxed);
+            self.counters.proven(started);
+            self.counters.commits.notify_waiters();
             if self.error.take().is_some() {
                 tracing::info!(
                     events = self.events.len(),
@@ -720,6 +920,9 @@ impl<'a> Batch<'a> {
         }
         self.retry_at = None;
         self.backoff = FIRST_RETRY;
+        if self.oldest_ms.take().is_some() {
+            self.counters.oldest_ms.store(0, Ordering::Relaxed);
+        }
         self.places.give_back(std::mem::take(&mut self.taken));
     }
 

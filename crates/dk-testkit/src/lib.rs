@@ -1,6 +1,7 @@
 //! What dk's tests share, in one place: the reference lamp's manifest
 //! ([`lamp`]), a wait for something that happens on another task
-//! ([`eventually`], [`eventually_some`], [`eventually_async`]) with one generous ceiling
+//! ([`eventually`], [`eventually_some`], [`eventually_async`], and
+//! [`eventually_blocking`] for a test without a runtime) with one generous ceiling
 //! ([`PATIENCE`]), a buffer a log writer can write into ([`LogBuffer`]),
 //! for the desktop tests an X server of their own and a window that
 //! records what it receives ([`x11`]), for the stores' tests a
@@ -31,4 +32,4 @@ pub mod x11;
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};
 pub use peers::{free_port, peer_or_skip};
-pub use wait::{PATIENCE, eventually, eventually_async, eventually_some};
+pub use wait::{PATIENCE, eventually, eventually_async, eventually_blocking, eventually_some};

@@ -251,6 +251,45 @@ impl PgServer {
         run(&mut stop, "pg_ctl stop");
     }
 
+    /// Pauses the server, as a host frozen or a process stopped by a
+    /// debugger would: SIGSTOP to the postmaster, then to every process it
+    /// started (its backends, the connections already open). Nothing
+    /// answers, nothing is refused: a client waits. Not for the shared
+    /// server.
+    ///
+    /// # Panics
+    ///
+    /// When the postmaster cannot be found or signalled.
+    pub fn pause(&self) {
+        let postmaster = self.postmaster();
+        signal("STOP", &[postmaster]);
+        signal_any("STOP", &children_of(postmaster));
+    }
+
+    /// Resumes the server after [`PgServer::pause`].
+    ///
+    /// # Panics
+    ///
+    /// When the postmaster cannot be found or signalled.
+    pub fn resume(&self) {
+        let postmaster = self.postmaster();
+        signal_any("CONT", &children_of(postmaster));
+        signal("CONT", &[postmaster]);
+    }
+
+    /// The postmaster's process id, from the first line of
+    /// `postmaster.pid` in the data directory.
+    fn postmaster(&self) -> u32 {
+        let file = self.data().join("postmaster.pid");
+        match std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse().ok())
+        {
+            Some(pid) => pid,
+            None => fail(&format!("no postmaster pid in `{}`", file.display())),
+        }
+    }
+
     /// Starts the server again after [`PgServer::stop`], on the same port.
     ///
     /// # Panics
@@ -280,6 +319,52 @@ impl Drop for PgServer {
             let _ = watcher.kill();
             let _ = watcher.wait();
         }
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        fail("cannot read /proc");
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // `pid (name) state ppid ...`: the name may hold spaces, the
+            // rest follows its last `)`.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Sends SIG`name` to `pids` with `kill`, failing the test when it fails.
+fn signal(name: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let mut kill = Command::new("kill");
+    kill.arg(format!("-{name}"));
+    kill.args(pids.iter().map(u32::to_string));
+    run(&mut kill, &format!("kill -{name}"));
+}
+
+/// Sends SIG`name` to those of `pids` still there (a backend may end
+/// between being listed and being signalled).
+fn signal_any(name: &str, pids: &[u32]) {
+    for pid in pids {
+        let _ = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

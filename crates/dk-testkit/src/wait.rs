@@ -44,6 +44,18 @@ async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut
     }
 }
 
+/// [`eventually`] on this thread, for a test without a runtime (a store's,
+/// a writer thread's): sleeps between looks.
+pub fn eventually_blocking(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    let mut pause = FIRST_POLL;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(pause);
+        pause = next_poll(pause);
+    }
+}
+
 /// Waits until `check` gives a value, which it returns; fails the test,
 /// naming `what`, once [`PATIENCE`] is over.
 pub async fn eventually_some<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
@@ -102,6 +114,14 @@ mod tests {
         })
         .await;
         assert_eq!(got, 3);
+        let counted = Arc::clone(&count);
+        std::thread::spawn(move || {
+            eventually_blocking("three counts, on a thread", || {
+                counted.load(Ordering::SeqCst) == 3
+            });
+        })
+        .join()
+        .unwrap();
         let got = eventually_async("the count", || async {
             let n = count.load(Ordering::SeqCst);
             (n == 3).then_some(n)

@@ -2,7 +2,9 @@
 //! from its database (a running vessel keeps writing; reading is safe), and
 //! how `dk vessel` opens its store to keep the log's head outside it and,
 //! given a key file, to key the chain. With `--store postgres://...` each
-//! reads the PostgreSQL store a fleet of vessels shares instead.
+//! reads the PostgreSQL store a fleet of vessels shares instead. The
+//! commands that read open the store read-only: they migrate, key and write
+//! nothing, and work on a store they may not write.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -80,6 +82,12 @@ pub enum AuditCommand {
     },
 }
 
+/// Connects to the PostgreSQL store at `url` to read it only (nothing is
+/// migrated or written).
+pub(crate) fn connect_read_only(url: &str) -> Result<PgStore, String> {
+    PgStore::connect_read_only(url, PgOptions::default()).map_err(|e| e.to_string())
+}
+
 /// Connects to the PostgreSQL store at `url`, keyed with `key` when given.
 pub(crate) fn connect(url: &str, key: Option<AuditKey>) -> Result<PgStore, String> {
     PgStore::connect_with(
@@ -92,17 +100,20 @@ pub(crate) fn connect(url: &str, key: Option<AuditKey>) -> Result<PgStore, Strin
     .map_err(|e| e.to_string())
 }
 
-/// Opens the vessel database of `data_dir`, which must exist.
+/// Opens the vessel database of `data_dir`, which must exist, to read it
+/// only.
 pub(crate) fn open(data_dir: &Path) -> Result<SqliteStore, String> {
     open_file(&data_dir.join(DATABASE_FILE))
 }
 
-/// Opens the vessel database at `path`, which must exist.
+/// Opens the vessel database at `path`, which must exist, to read it only
+/// (nothing is migrated or written, so a store the caller may not write
+/// opens too).
 pub(crate) fn open_file(path: &Path) -> Result<SqliteStore, String> {
     if !path.exists() {
         return Err(format!("no vessel database at `{}`", path.display()));
     }
-    SqliteStore::open(path).map_err(|e| e.to_string())
+    SqliteStore::open_read_only(path).map_err(|e| e.to_string())
 }
 
 /// Where the head of `data_dir`'s audit log is kept: `given`, else beside
@@ -215,7 +226,9 @@ pub fn run(command: AuditCommand) -> ExitCode {
             follow,
             json,
         } => match store {
-            Some(url) => connect(&url, None).and_then(|store| tail(&store, lines, follow, json)),
+            Some(url) => {
+                connect_read_only(&url).and_then(|store| tail(&store, lines, follow, json))
+            }
             None => data_dir_or_home(data_dir.as_deref())
                 .map_err(|e| e.to_string())
                 .and_then(|(data_dir, _)| open(&data_dir))
@@ -263,7 +276,7 @@ pub fn run(command: AuditCommand) -> ExitCode {
                     },
                     _ => Kept::NotAsked,
                 };
-                let report = connect(&url, None).and_then(|store| {
+                let report = connect_read_only(&url).and_then(|store| {
                     store
                         .verify_audit_with(key.as_ref().map(|(_, key)| key), kept.head())
                         .map_err(|e| e.to_string())

@@ -9,7 +9,7 @@
 //! or kept, limited rules fail closed: every one of them reads as reached.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dk_policy::{Call, Evaluation, PolicySet, RateCounts, RateLimit, RateLog, RateLogFull, Rule};
 
@@ -146,18 +146,30 @@ pub(crate) enum NotKept {
 }
 
 impl Counted<'_> {
+    /// Whether the call counted against no rule with a limit (keeping it
+    /// asks nothing of the store).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+
     /// The call is being made: keeps its counts, in the store too, where a
     /// store shared by a fleet may find a limit reached by the other
     /// members' calls (then this call is not made: its counts are given
-    /// back here, and those the store took stay taken).
-    pub(crate) fn keep(mut self, store: &dyn Store) -> Result<(), NotKept> {
+    /// back here, and those the store took stay taken). The store's answer
+    /// is awaited without holding the thread, at most `within` for each
+    /// count: a store that does not answer in time refuses the call (a
+    /// count it takes later stays taken, as if the call had been made).
+    pub(crate) async fn keep(mut self, store: &dyn Store, within: Duration) -> Result<(), NotKept> {
         for (hit, reason) in self.hits.iter().zip(&self.reasons) {
-            match store.claim_rate_hit(hit).map_err(NotKept::Store)? {
+            let claimed = self::within(within, store.claim_rate_hit_async(hit))
+                .await
+                .unwrap_or_else(|| Err(unanswered(within)));
+            match claimed.map_err(NotKept::Store)? {
                 RateClaim::Counted => {}
                 RateClaim::Reached { retry_after_ms } => {
                     return Err(NotKept::Reached(
                         reason.clone(),
-                        std::time::Duration::from_millis(retry_after_ms),
+                        Duration::from_millis(retry_after_ms),
                     ));
                 }
             }
@@ -177,6 +189,25 @@ impl Drop for Counted<'_> {
             log.forget_one(&hit.rule, &hit.agent, self.at);
         }
     }
+}
+
+/// `work`'s output if it comes within `limit`, on tokio's timer; `None`
+/// past it. Without a tokio runtime (a host driving calls on an executor of
+/// its own) there is no timer to read: `work` is awaited as long as it
+/// takes.
+pub(crate) async fn within<F: std::future::Future>(limit: Duration, work: F) -> Option<F::Output> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Some(work.await);
+    }
+    tokio::time::timeout(limit, work).await.ok()
+}
+
+/// The error of a store that did not answer within `within`.
+pub(crate) fn unanswered(within: Duration) -> StoreError {
+    StoreError::Database(dk_store::Cause::msg(format!(
+        "the store did not answer within {} ms",
+        within.as_millis()
+    )))
 }
 
 #[cfg(test)]

@@ -460,6 +460,7 @@ where
                     return Err(Ending::Close(CloseFrame::canonical(CloseCode::AuthFailed)));
                 };
                 let manifest: Value = serde_json::from_str(manifest.get()).unwrap_or(Value::Null);
+                self.vessel.registry().recall(&device_id).await;
                 match self.vessel.registry().authenticate_key(
                     &device_id,
                     &secured.remote,
@@ -487,6 +488,7 @@ where
             } => {
                 let manifest: Option<Value> =
                     manifest.map(|m| serde_json::from_str(m.get()).unwrap_or(Value::Null));
+                self.vessel.registry().recall(&device_id).await;
                 match self
                     .vessel
                     .registry()

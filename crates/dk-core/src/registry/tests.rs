@@ -743,10 +743,17 @@ async fn a_registry_sharing_its_store_knows_a_device_paired_elsewhere_when_it_co
         there.authenticate("desk-lamp", &token, None).unwrap_err(),
         AuthError::NotPaired
     );
+    there.recall("desk-lamp").await;
+    assert_eq!(
+        there.authenticate("desk-lamp", &token, None).unwrap_err(),
+        AuthError::NotPaired
+    );
     there.set_shared();
+    there.recall("desk-lamp").await;
     there.authenticate("desk-lamp", &token, None).unwrap();
     assert!(there.is_granted("desk-lamp", "read_light"));
     // An unknown id is still refused, and a wrong token too.
+    there.recall("nope").await;
     assert_eq!(
         there.authenticate("nope", &token, None).unwrap_err(),
         AuthError::NotPaired
@@ -783,4 +790,86 @@ async fn a_damaged_pairing_read_again_changes_nothing() {
     let held = there.get("desk-lamp").unwrap().digest().to_owned();
     assert!(there.refresh("desk-lamp").is_err());
     assert_eq!(there.get("desk-lamp").unwrap().digest(), held);
+}
+
+/// Two registries sharing one store whose call path (its reads of one
+/// pairing) a test holds at a gate, the second a fleet's member.
+fn two_vessels_on_a_gated_store() -> (Arc<FaultyStore>, DeviceRegistry, Arc<DeviceRegistry>) {
+    let store = Arc::new(FaultyStore::default());
+    let here = DeviceRegistry::open(Arc::clone(&store) as Arc<dyn Store>).unwrap();
+    let there = DeviceRegistry::open(Arc::clone(&store) as Arc<dyn Store>).unwrap();
+    there.set_shared();
+    (store, here, Arc::new(there))
+}
+
+#[tokio::test]
+async fn a_read_again_holds_no_lock_while_the_store_answers_and_never_goes_over_a_newer_change() {
+    let (store, here, there) = two_vessels_on_a_gated_store();
+    pair_with(&here, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    there.refresh("desk-lamp").unwrap();
+    assert!(there.is_granted("desk-lamp", "read_light"));
+    let gate = store.hold_call_path();
+    // A read again that the store answers slowly: what it reads (granted)
+    // is older than the revoke made below while it waits.
+    let reading = {
+        let there = Arc::clone(&there);
+        std::thread::spawn(move || there.refresh("desk-lamp"))
+    };
+    gate.entered.recv().unwrap();
+    // The person revokes on the same member meanwhile: the change is made
+    // without waiting for the read (no lock is held across it).
+    let (revoked, revoked_rx) = std::sync::mpsc::channel();
+    let revoking = {
+        let there = Arc::clone(&there);
+        std::thread::spawn(move || {
+            let done = there.revoke("desk-lamp", "read_light");
+            let _ = revoked.send(());
+            done
+        })
+    };
+    let waited = revoked_rx.recv_timeout(dk_testkit::PATIENCE);
+    // Whatever happened, the read is let through now (and read again).
+    drop(gate);
+    assert!(waited.is_ok(), "the revoke waited for the read");
+    revoking.join().unwrap().unwrap();
+    reading.join().unwrap().unwrap();
+    // The read took nothing older over the revoke.
+    assert!(!there.is_granted("desk-lamp", "read_light"));
+    assert!(there.is_paired("desk-lamp"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_device_unknown_here_is_recalled_without_holding_the_thread() {
+    let (store, here, there) = two_vessels_on_a_gated_store();
+    let paired = pair_with(&here, &lamp(), ConsentDecision::approve(["read_light"]))
+        .await
+        .unwrap();
+    let gate = store.hold_call_path();
+    // Should the read block the one thread, nothing else would run: the
+    // gate then opens late.
+    let open = gate.open.clone();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(dk_testkit::PATIENCE).is_err() {
+            let _ = open.send(());
+        }
+    });
+    let ran_meanwhile = std::sync::atomic::AtomicBool::new(false);
+    let recalling = there.recall("desk-lamp");
+    let meanwhile = async {
+        gate.entered.recv().unwrap();
+        // The thread is free while the store answers.
+        ran_meanwhile.store(true, std::sync::atomic::Ordering::SeqCst);
+        gate.open.send(()).unwrap();
+    };
+    tokio::join!(recalling, meanwhile);
+    done.send(()).unwrap();
+    watchdog.join().unwrap();
+    assert!(ran_meanwhile.load(std::sync::atomic::Ordering::SeqCst));
+    there
+        .authenticate("desk-lamp", paired.token.expose(), None)
+        .unwrap();
+    assert!(there.is_granted("desk-lamp", "read_light"));
 }

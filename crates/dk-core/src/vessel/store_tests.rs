@@ -82,6 +82,7 @@ async fn calls_faster_than_a_slow_disk_wait_for_room_and_every_decision_is_logge
         max_batch: 8,
         max_delay: Duration::from_millis(1),
         queue: 4,
+        ..WriterOptions::default()
     };
     let link = Link {
         answers: true,

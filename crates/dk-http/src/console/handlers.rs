@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::agents::{AgentRole, AgentScope};
 use crate::allowances::{AllowanceMinutes, AllowanceScope, Remember};
+use crate::changes::on_blocking_thread;
 use crate::person::{AnswerError, ApprovalAnswer};
 use crate::registry::ConsentDecision;
 use crate::store::{AuditEntry, AuditQuery};
@@ -253,15 +254,26 @@ pub(super) async fn set_grant(
     axum::Extension(signed): axum::Extension<Signed>,
     axum::Extension(form): axum::Extension<Form>,
 ) -> Response {
-    let registry = shared.vessel.registry();
     let by = signed.by();
+    let vessel = Arc::clone(&shared.vessel);
+    let (device, cap) = (id.clone(), capability);
     let done = match form.get("allow") {
-        Some("yes") => registry
-            .grant_by(&id, &capability, Some(&by))
-            .map_err(|e| e.to_string()),
-        Some("no") => registry
-            .revoke_by(&id, &capability, Some(&by))
-            .map_err(|e| e.to_string()),
+        Some("yes") => on_blocking_thread(move || {
+            vessel
+                .registry()
+                .grant_by(&device, &cap, Some(&by))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .and_then(|done| done),
+        Some("no") => on_blocking_thread(move || {
+            vessel
+                .registry()
+                .revoke_by(&device, &cap, Some(&by))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .and_then(|done| done),
         _ => Err("say `allow=yes` or `allow=no`".to_owned()),
     };
     match done {
@@ -279,9 +291,19 @@ pub(super) async fn unpair(
     UrlPath((_, id)): UrlPath<(String, String)>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
-    match shared.vessel.registry().unpair_by(&id, Some(&signed.by())) {
+    let vessel = Arc::clone(&shared.vessel);
+    let by = signed.by();
+    let unpaired = on_blocking_thread(move || {
+        vessel
+            .registry()
+            .unpair_by(&id, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|done| done);
+    match unpaired {
         Ok(()) => see_other(&format!("{}/devices", shared.console.prefix())),
-        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e),
     }
 }
 
@@ -325,10 +347,15 @@ pub(super) async fn add_agent(
             return refusal_page(StatusCode::BAD_REQUEST, "role must be guest, user or admin");
         }
     };
-    match shared
-        .vessel
-        .add_agent_by(name, scope, role, Some(&signed.by()))
-    {
+    let (vessel, name, by) = (Arc::clone(&shared.vessel), name.to_owned(), signed.by());
+    let added = on_blocking_thread(move || {
+        vessel
+            .add_agent_by(&name, scope, role, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|added| added);
+    match added {
         Ok((name, credential)) => {
             let frame = page(&shared, &signed, Page::Agents);
             let agents = agent_list(&shared);
@@ -348,7 +375,7 @@ pub(super) async fn add_agent(
                 pages::agents(&frame, &agents, Some(&added)),
             )
         }
-        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e),
     }
 }
 
@@ -363,12 +390,17 @@ pub(super) async fn set_scope(
         Ok(scope) => scope,
         Err(e) => return refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    match shared
-        .vessel
-        .set_agent_scope_by(&name, scope, Some(&signed.by()))
-    {
+    let (vessel, by) = (Arc::clone(&shared.vessel), signed.by());
+    let set = on_blocking_thread(move || {
+        vessel
+            .set_agent_scope_by(&name, scope, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|set| set);
+    match set {
         Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
-        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::BAD_REQUEST, &e),
     }
 }
 
@@ -377,9 +409,17 @@ pub(super) async fn remove_agent(
     UrlPath((_, name)): UrlPath<(String, String)>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Response {
-    match shared.vessel.remove_agent_by(&name, Some(&signed.by())) {
+    let (vessel, by) = (Arc::clone(&shared.vessel), signed.by());
+    let removed = on_blocking_thread(move || {
+        vessel
+            .remove_agent_by(&name, Some(&by))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .and_then(|removed| removed);
+    match removed {
         Ok(()) => see_other(&format!("{}/agents", shared.console.prefix())),
-        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
+        Err(e) => refusal_page(StatusCode::NOT_FOUND, &e),
     }
 }
 

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 mod agents;
 mod approvals;
+mod audit_reading;
 mod backup;
 mod backup_words;
 mod bridge_mqtt;
@@ -22,6 +23,7 @@ mod durable;
 mod files;
 mod fleet;
 mod fleet_seams;
+mod frozen_store;
 mod log_fields;
 mod logs;
 mod mcp_bridge;
