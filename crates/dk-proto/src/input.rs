@@ -26,6 +26,10 @@ pub enum InputError {
     /// check; 8DK passed strings through unchecked).
     #[error("\"{0}\" contains control, escape, invisible or bidirectional characters")]
     UnsafeString(String),
+    /// A string value of a param declared `base64` is not standard base64
+    /// (a dk extension).
+    #[error("\"{0}\" must be standard base64")]
+    NotBase64(String),
     /// A string value is longer than its param allows (a dk check).
     #[error("\"{key}\" must be at most {max} characters")]
     StringTooLong {
@@ -104,6 +108,9 @@ pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputEr
                     max: param.max_length(),
                 });
             }
+            if param.base64() && !is_base64(text) {
+                return Err(InputError::NotBase64(param.name().to_owned()));
+            }
             let refused = if param.multiline() {
                 text.chars()
                     .any(|c| !matches!(c, '\n' | '\t') && is_unsafe_char(c))
@@ -116,6 +123,21 @@ pub fn check_input(capability: &Capability, input: &Value) -> Result<(), InputEr
         }
     }
     Ok(())
+}
+
+/// Standard base64 with its padding: groups of four of `A-Z a-z 0-9 + /`,
+/// the last ending in at most two `=`.
+fn is_base64(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return false;
+    }
+    let padding = bytes.iter().rev().take_while(|&&b| b == b'=').count();
+    padding <= 2
+        && bytes
+            .iter()
+            .take(bytes.len() - padding)
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
 #[cfg(test)]

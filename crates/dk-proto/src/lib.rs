@@ -2,7 +2,7 @@
 //! digest, tool names, input checks, the JSON frames a device and a vessel
 //! exchange, the close codes that end their connection, why a vessel refused
 //! an agent's call and why a call to a device failed, and the admin API's
-//! bodies ([`admin`]).
+//! bodies ([`admin`]) and the media a result carries ([`media`]).
 //!
 //! Everything here is pure: no IO, no async runtime. Every function that takes
 //! bytes or JSON from a device or an agent returns a typed error for bad input;
@@ -24,6 +24,7 @@ mod frame;
 mod input;
 mod invoke;
 mod manifest;
+pub mod media;
 mod refusal;
 mod text;
 mod tool_name;

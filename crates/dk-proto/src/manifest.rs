@@ -39,6 +39,10 @@ pub mod limits {
     /// Longest string value a call may pass for a string param, unless the
     /// param declares a smaller `maxLength` (a dk extension).
     pub const INPUT_STRING: usize = 1000;
+    /// Longest `maxLength` of a param declared `base64` (a dk extension):
+    /// 768 KiB of base64, 576 KiB of bytes, so that the call's frame stays
+    /// within a frame's 1 MiB.
+    pub const INPUT_BASE64: usize = 768 * 1024;
 }
 
 /// Why a manifest was refused. `Display` gives 8DK v1's exact message.
@@ -107,6 +111,17 @@ pub enum ManifestError {
         "capability \"{capability}\" param \"{key}\" multiline must be true or false on a string param"
     )]
     BadMultiline {
+        /// The capability declaring the param.
+        capability: String,
+        /// The param key.
+        key: String,
+    },
+    /// A param's `base64` (a dk extension) is not a boolean, or is true on
+    /// a param that is not a string or declares no `maxLength`.
+    #[error(
+        "capability \"{capability}\" param \"{key}\" base64 must be true or false on a string param with a maxLength"
+    )]
+    BadBase64 {
         /// The capability declaring the param.
         capability: String,
         /// The param key.
@@ -203,6 +218,7 @@ pub struct Param {
     required: bool,
     max_length: Option<usize>,
     multiline: bool,
+    base64: bool,
 }
 
 impl Param {
@@ -233,6 +249,13 @@ impl Param {
     /// character is ever allowed.
     pub fn multiline(&self) -> bool {
         self.multiline
+    }
+    /// Whether a call's string must be standard base64 (`A-Z`, `a-z`,
+    /// `0-9`, `+`, `/`, `=` padding), the param's `base64` (a dk
+    /// extension): bytes such as audio, whose `maxLength` may then be up
+    /// to [`limits::INPUT_BASE64`].
+    pub fn base64(&self) -> bool {
+        self.base64
     }
 }
 
@@ -326,7 +349,7 @@ impl Manifest {
     }
 
     /// The canonical JSON plus dk's extensions (`noScreen`, params'
-    /// `maxLength` and `multiline`): what a vessel stores, so that validating it again gives
+    /// `maxLength`, `multiline` and `base64`): what a vessel stores, so that validating it again gives
     /// back this same manifest. [`Manifest::to_json`] and the digest leave the
     /// extensions out, as 8DK does.
     pub fn to_stored_json(&self) -> String {
@@ -391,6 +414,9 @@ impl Manifest {
                     }
                     if extensions && param.multiline {
                         out.push_str(",\"multiline\":true");
+                    }
+                    if extensions && param.base64 {
+                        out.push_str(",\"base64\":true");
                     }
                     out.push('}');
                 }
@@ -566,15 +592,31 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
                     });
                 }
             };
-            let Some(raw_max) = spec.and_then(|spec| field(spec, "maxLength")) else {
+            let raw_max = spec.and_then(|spec| field(spec, "maxLength"));
+            param.base64 = match spec.and_then(|spec| field(spec, "base64")) {
+                None | Some(Value::Bool(false)) => false,
+                Some(Value::Bool(true)) if param.ty == ParamType::String && raw_max.is_some() => {
+                    true
+                }
+                Some(_) => {
+                    return Err(ManifestError::BadBase64 {
+                        capability: capability.name.clone(),
+                        key: param.name.clone(),
+                    });
+                }
+            };
+            let Some(raw_max) = raw_max else {
                 continue;
+            };
+            let most = if param.base64 {
+                limits::INPUT_BASE64
+            } else {
+                limits::INPUT_STRING
             };
             let max = raw_max
                 .as_u64()
                 .and_then(|n| usize::try_from(n).ok())
-                .filter(|n| {
-                    (1..=limits::INPUT_STRING).contains(n) && param.ty == ParamType::String
-                });
+                .filter(|n| (1..=most).contains(n) && param.ty == ParamType::String);
             param.max_length = Some(max.ok_or_else(|| ManifestError::BadMaxLength {
                 capability: capability.name.clone(),
                 key: param.name.clone(),
@@ -675,6 +717,7 @@ fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, 
             required: truthy(field(spec, "required")),
             max_length: None,
             multiline: false,
+            base64: false,
         });
     }
     Ok(params)

@@ -211,6 +211,28 @@ fn string_values_are_checked_like_manifest_text() {
             Err(r#""text" contains control, escape, invisible or bidirectional characters"#),
         );
     }
+    // A base64 param takes standard base64 with its padding, and may be
+    // longer than other strings.
+    let bytes = json!({"audio": {"type": "string", "base64": true, "maxLength": 4000}});
+    for good in ["", "UklGRg==", "AAAA", "ab+/", "YQ=="] {
+        check(
+            &bytes,
+            &serde_json::to_string(&json!({"audio": good})).unwrap(),
+            Ok(()),
+        );
+    }
+    check(
+        &bytes,
+        &serde_json::to_string(&json!({"audio": "A".repeat(2000)})).unwrap(),
+        Ok(()),
+    );
+    for bad in ["YQ", "Y===", "a-b_", "YQ==YQ==x", "YQ= =", "é===", "=AAA"] {
+        check(
+            &bytes,
+            &serde_json::to_string(&json!({"audio": bad})).unwrap(),
+            Err(r#""audio" must be standard base64"#),
+        );
+    }
     for good in ["", "Küche 台灯 😀", "a\u{A0}b", "“quoted”"] {
         check(
             &p,

@@ -372,6 +372,42 @@ fn dk_extensions_are_validated_stored_and_left_out_of_the_digest() {
             "capability \"set_light\" param \"label\" multiline must be true or false on a string param"
         );
     }
+    // base64: stored, left out of the digest, only on a string with a
+    // maxLength, which may then reach INPUT_BASE64.
+    let mut bytes = lamp();
+    bytes["capabilities"][1]["params"]["label"] =
+        json!({"type": "string", "base64": true, "maxLength": limits::INPUT_BASE64});
+    let with_bytes = validate_manifest(&bytes).unwrap();
+    let label = with_bytes
+        .capability("set_light")
+        .unwrap()
+        .param("label")
+        .unwrap();
+    assert!(label.base64());
+    assert_eq!(label.max_length(), limits::INPUT_BASE64);
+    assert_eq!(
+        with_bytes.digest(),
+        validate_manifest(&plain).unwrap().digest()
+    );
+    let stored = with_bytes.to_stored_json();
+    assert!(stored.contains(r#""base64":true"#), "{stored}");
+    assert_eq!(validate_manifest_json(&stored).unwrap(), with_bytes);
+    for spec in [
+        json!({"type": "string", "base64": "yes", "maxLength": 10}),
+        json!({"type": "string", "base64": true}),
+        json!({"type": "number", "base64": true, "maxLength": 10}),
+    ] {
+        let mut bad = lamp();
+        bad["capabilities"][1]["params"]["label"] = spec;
+        assert_eq!(
+            validate_manifest(&bad).unwrap_err().to_string(),
+            "capability \"set_light\" param \"label\" base64 must be true or false on a string param with a maxLength"
+        );
+    }
+    let mut long = lamp();
+    long["capabilities"][1]["params"]["label"] =
+        json!({"type": "string", "maxLength": limits::INPUT_STRING + 1});
+    assert!(validate_manifest(&long).is_err());
     let mut bad = lamp();
     bad["noScreen"] = json!("yes");
     assert_eq!(
