@@ -78,8 +78,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// The format the process's logger was installed with.
+static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Whether the process logs JSON lines: then nothing else may be written to
+/// standard error, since a collector reads every line as an object.
+pub fn json() -> bool {
+    FORMAT.get() == Some(&LogFormat::Json)
+}
+
 /// Installs the logger for the whole process (once; a second call changes nothing).
 pub fn init(format: LogFormat) {
+    let _ = FORMAT.set(format);
     let level = std::env::var("DK_LOG")
         .ok()
         .and_then(|level| level.parse::<Level>().ok())

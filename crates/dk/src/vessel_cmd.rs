@@ -487,17 +487,25 @@ fn fleet_options(args: &VesselArgs) -> Result<Option<FleetOptions>, String> {
 /// Notes on stderr about how the vessel started: its key moved out of the
 /// data directory, MCP left without a loopback listener.
 fn warn_about_start(running: &RunningVessel) {
+    let json = crate::logging::json();
     if let Some(old) = running.vessel_key_moved_from() {
-        eprintln!(
-            "note: moved the vessel's secret key from `{}` to `{}` (0600): the data directory now holds no secret, so a copy of it cannot pass for this vessel; back the key up apart from it (docs/STORAGE.md)",
-            old.display(),
-            running.vessel_key_file().display()
-        );
+        let (old, new) = (old.display(), running.vessel_key_file().display());
+        if json {
+            tracing::warn!(from = %old, to = %new, "moved the vessel's secret key out of the data directory (0600); back the key up apart from it (docs/STORAGE.md)");
+        } else {
+            eprintln!(
+                "note: moved the vessel's secret key from `{old}` to `{new}` (0600): the data directory now holds no secret, so a copy of it cannot pass for this vessel; back the key up apart from it (docs/STORAGE.md)"
+            );
+        }
     }
     if let Some(reason) = running.mcp_unavailable() {
-        eprintln!(
-            "warning: agents cannot connect over MCP: {reason} (choose an address with --mcp-listen)"
-        );
+        if json {
+            tracing::warn!(reason = %reason, "agents cannot connect over MCP (choose an address with --mcp-listen)");
+        } else {
+            eprintln!(
+                "warning: agents cannot connect over MCP: {reason} (choose an address with --mcp-listen)"
+            );
+        }
     }
 }
 
