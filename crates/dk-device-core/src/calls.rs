@@ -8,7 +8,9 @@ use alloc::string::{String, ToString as _};
 use core::fmt;
 use core::ops::Range;
 
-use dk_proto::{DeviceFrame, FrameError, FrameLimits, Manifest, VesselFrame, VesselRead};
+use dk_proto::{
+    Capability, DeviceFrame, FrameError, FrameLimits, Manifest, VesselFrame, VesselRead,
+};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -94,6 +96,13 @@ impl Input {
     }
 }
 
+/// Checks `input` against `capability`'s declared params and bounds, as
+/// the vessel does at its input check.
+fn bounded_input(capability: &Capability, input: &Input) -> Result<(), String> {
+    let value: Value = serde_json::from_str(input.as_str()).map_err(|e| e.to_string())?;
+    dk_proto::check_input(capability, &value).map_err(|e| e.to_string())
+}
+
 /// Where `part`, a slice of `text`, stands in it.
 pub(crate) fn range_in(text: &str, part: &str) -> Option<Range<usize>> {
     let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
@@ -112,6 +121,15 @@ pub enum CallRefusal {
     AlreadyReceived(String),
     /// The device already runs its most calls at once.
     Busy(usize),
+    /// The input does not keep the bounds the manifest declares (the dk
+    /// extension): the handler never sees it, whatever the vessel checked.
+    OutOfBounds {
+        /// The capability called.
+        capability: String,
+        /// Which bound, as the vessel would say it (`"celsius" must be at
+        /// most 30 °C`).
+        why: String,
+    },
     /// The device has no memory to remember the call's id by (and a call
     /// it could not refuse again if repeated does not run).
     OutOfMemory,
@@ -143,6 +161,9 @@ impl fmt::Display for CallRefusal {
             }
             CallRefusal::Busy(max) => write!(f, "device is busy: {max} calls in flight"),
             CallRefusal::OutOfMemory => f.write_str("device is out of memory"),
+            CallRefusal::OutOfBounds { capability, why } => {
+                write!(f, "input of \"{capability}\" refused: {why}")
+            }
             CallRefusal::NotJson { capability, why } => {
                 write!(f, "result of \"{capability}\" is not JSON: {why}")
             }
@@ -241,6 +262,10 @@ impl SeenCalls {
 /// vessel will take.
 pub struct Calls {
     capabilities: BTreeSet<String>,
+    /// The capabilities whose params declare bounds (the dk extension),
+    /// whose input is checked before the handler; none for a manifest
+    /// without it, so a v1 device holds nothing more.
+    bounded: BTreeMap<String, Capability>,
     max_in_flight: usize,
     /// The calls running, by id, with their capability.
     running: BTreeMap<String, String>,
@@ -269,6 +294,14 @@ impl Calls {
                 .capabilities()
                 .iter()
                 .map(|c| c.name().to_string())
+                .collect(),
+            bounded: manifest
+                .capabilities()
+                .iter()
+                .filter(|c| {
+                    manifest.extended() && c.params().iter().any(|p| !p.bounds().is_empty())
+                })
+                .map(|c| (c.name().to_string(), c.clone()))
                 .collect(),
             max_in_flight: max_in_flight.max(1),
             running: BTreeMap::new(),
@@ -360,6 +393,16 @@ impl Calls {
         }
         if !self.declares(&capability) {
             let refusal = CallRefusal::UnknownCapability(capability.to_string());
+            let frame = refused_frame(&call_id, &capability, &refusal);
+            return Accepted::Reply { frame, refusal };
+        }
+        if let Some(declared) = self.bounded.get(capability.as_ref())
+            && let Err(error) = bounded_input(declared, &input)
+        {
+            let refusal = CallRefusal::OutOfBounds {
+                capability: capability.to_string(),
+                why: error,
+            };
             let frame = refused_frame(&call_id, &capability, &refusal);
             return Accepted::Reply { frame, refusal };
         }

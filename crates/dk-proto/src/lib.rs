@@ -40,11 +40,11 @@ pub use frame::{
     STREAM_HEADER_BYTES, STREAM_MAGIC, STREAMING_FRAME, StreamChunk, StreamDroppedFrame,
     StreamFrameError, StreamingFrame, VesselFrame, VesselRead, is_hex32, nests_deeper_than,
 };
-pub use input::{InputError, check_input};
+pub use input::{InputError, MAX_DEPTH, check_event, check_input};
 pub use invoke::{InvokeError, LinkClosed, SendError};
 pub use manifest::{
-    Capability, CapabilityKind, Manifest, ManifestError, Param, ParamType, limits,
-    validate_manifest, validate_manifest_json,
+    Annotations, Bounds, Capability, CapabilityKind, EventSpec, Manifest, ManifestError, Param,
+    ParamType, limits, validate_manifest, validate_manifest_json,
 };
 pub use refusal::{MAX_RUN_ID, RUN_LIMITS_META_KEY, RUN_META_KEY, Refusal};
 pub use text::{is_js_whitespace, is_unsafe_char, utf16_len};

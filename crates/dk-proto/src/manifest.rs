@@ -13,6 +13,12 @@ use sha2::{Digest, Sha256};
 
 use crate::text::{has_unsafe_char, is_js_blank, utf16_len, utf16_prefix};
 
+mod extension;
+
+use extension::ToolExtras;
+pub(crate) use extension::is_whole;
+pub use extension::{Annotations, Bounds, EventSpec};
+
 /// Limits on manifest text and size, as 8DK v1 sets them. Lengths are in
 /// UTF-16 code units.
 pub mod limits {
@@ -43,6 +49,21 @@ pub mod limits {
     /// 768 KiB of base64, 576 KiB of bytes, so that the call's frame stays
     /// within a frame's 1 MiB.
     pub const INPUT_BASE64: usize = 768 * 1024;
+    /// A number param's `unit` (the dk extension).
+    pub const UNIT: usize = 16;
+    /// Values in a param's `enum` (the dk extension).
+    pub const ENUM: usize = 32;
+    /// A capability's `tool`, the name the device knows it by (the dk
+    /// extension; MCP's own limit on a tool's name).
+    pub const TOOL: usize = 128;
+    /// A capability's `inputSchema` or `outputSchema` as stored, in bytes
+    /// (the dk extension).
+    pub const SCHEMA_BYTES: usize = 16 * 1024;
+    /// How deep a capability's `inputSchema` or `outputSchema` may nest
+    /// (the dk extension).
+    pub const SCHEMA_DEPTH: usize = 16;
+    /// Events a device declares (the dk extension).
+    pub const EVENTS: usize = 32;
 }
 
 /// Why a manifest was refused. `Display` gives 8DK v1's exact message.
@@ -130,6 +151,16 @@ pub enum ManifestError {
     /// `noScreen` (a dk extension) is not a boolean.
     #[error("manifest noScreen must be true or false")]
     BadNoScreen,
+    /// A field of the dk extension (a manifest with `"dk": 1`) is not as
+    /// the extension defines it.
+    #[error("manifest {field} {why}")]
+    BadExtension {
+        /// The field, named as in 8DK's messages (`capability "x" param
+        /// "y" minimum`, `events`, `dk`).
+        field: String,
+        /// What it must be.
+        why: String,
+    },
     /// A text field contains a refused character (see [`crate::is_unsafe_char`]).
     #[error("manifest {field} contains control, escape, invisible or bidirectional characters")]
     UnsafeText {
@@ -219,6 +250,7 @@ pub struct Param {
     max_length: Option<usize>,
     multiline: bool,
     base64: bool,
+    bounds: Bounds,
 }
 
 impl Param {
@@ -257,6 +289,11 @@ impl Param {
     pub fn base64(&self) -> bool {
         self.base64
     }
+    /// The bounds its values must keep (the dk extension; empty for a
+    /// manifest without `"dk": 1`).
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
 }
 
 /// One thing a device can sense or do.
@@ -267,6 +304,7 @@ pub struct Capability {
     description: String,
     params: Vec<Param>,
     confirm: bool,
+    extras: ToolExtras,
 }
 
 impl Capability {
@@ -289,9 +327,38 @@ impl Capability {
     /// The JSON Schema of a call's input, as 8DK gives it to a model: an
     /// object of the declared params (each its type and, when declared, its
     /// description, in declared order), the required ones listed, nothing
-    /// else allowed.
+    /// else allowed. With the dk extension, each param's bounds too
+    /// (`minimum`, `maximum`, `enum`, `minLength`, `maxLength`, `integer`
+    /// as the type), or the capability's own `inputSchema` as declared.
     pub fn input_schema(&self) -> Value {
-        serde_json::to_value(InputSchema(&self.params)).unwrap_or(Value::Null)
+        if let Some(schema) = &self.extras.input_schema {
+            return schema.clone();
+        }
+        serde_json::to_value(InputSchema(&self.params, self.extras.extended)).unwrap_or(Value::Null)
+    }
+    /// Its `title` (the dk extension), a name for people.
+    pub fn title(&self) -> Option<&str> {
+        self.extras.title.as_deref()
+    }
+    /// Its `annotations` (the dk extension): the device's claims, shown as
+    /// such.
+    pub fn annotations(&self) -> Option<&Annotations> {
+        self.extras.annotations.as_ref()
+    }
+    /// The JSON Schema its input must match, when the device declared one
+    /// (`inputSchema`, the dk extension) instead of params.
+    pub fn declared_input_schema(&self) -> Option<&Value> {
+        self.extras.input_schema.as_ref()
+    }
+    /// The JSON Schema of its result's structured content, when declared
+    /// (`outputSchema`, the dk extension).
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.extras.output_schema.as_ref()
+    }
+    /// The name the device knows it by, when that is not its dk name
+    /// (`tool`, the dk extension: an MCP server's tool behind a bridge).
+    pub fn tool(&self) -> Option<&str> {
+        self.extras.tool.as_deref()
     }
     /// The declared param named `name`.
     pub fn param(&self, name: &str) -> Option<&Param> {
@@ -313,6 +380,8 @@ pub struct Manifest {
     version: String,
     capabilities: Vec<Capability>,
     no_screen: bool,
+    extended: bool,
+    events: Vec<EventSpec>,
 }
 
 impl Manifest {
@@ -346,6 +415,23 @@ impl Manifest {
     /// person is the one pairing, and the person must confirm that knowingly.
     pub fn no_screen(&self) -> bool {
         self.no_screen
+    }
+
+    /// Whether the manifest opted in to the dk extension (`"dk": 1`): its
+    /// bounds, events and tool fields are read and enforced, and its digest
+    /// covers them.
+    pub fn extended(&self) -> bool {
+        self.extended
+    }
+
+    /// The events it declares (the dk extension), in declared order.
+    pub fn events(&self) -> &[EventSpec] {
+        &self.events
+    }
+
+    /// The declared event named `name`.
+    pub fn event(&self, name: &str) -> Option<&EventSpec> {
+        self.events.iter().find(|e| e.name == name)
     }
 
     /// The canonical JSON plus dk's extensions (`noScreen`, params'
@@ -399,46 +485,93 @@ impl Manifest {
                         out.push(',');
                     }
                     json_str(out, &param.name);
-                    out.push_str(":{\"type\":\"");
-                    out.push_str(param.ty.as_str());
-                    out.push('"');
-                    if let Some(description) = &param.description {
-                        out.push_str(",\"description\":");
-                        json_str(out, description);
-                    }
-                    if param.required {
-                        out.push_str(",\"required\":true");
-                    }
-                    if let (true, Some(max)) = (extensions, param.max_length) {
-                        out.push_str(&format!(",\"maxLength\":{max}"));
-                    }
-                    if extensions && param.multiline {
-                        out.push_str(",\"multiline\":true");
-                    }
-                    if extensions && param.base64 {
-                        out.push_str(",\"base64\":true");
-                    }
-                    out.push('}');
+                    write_param(out, param, extensions);
                 }
                 out.push('}');
             }
             if cap.confirm {
                 out.push_str(",\"confirm\":true");
             }
+            if extensions {
+                extension::write_tool(out, &cap.extras);
+            }
             out.push('}');
         }
         out.push(']');
+        if extensions && !self.events.is_empty() {
+            out.push_str(",\"events\":[");
+            for (i, event) in self.events.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str("{\"name\":");
+                json_str(out, &event.name);
+                out.push_str(",\"description\":");
+                json_str(out, &event.description);
+                if !event.params.is_empty() {
+                    out.push_str(",\"params\":{");
+                    for (j, param) in event.params.iter().enumerate() {
+                        if j > 0 {
+                            out.push(',');
+                        }
+                        json_str(out, &param.name);
+                        write_param(out, param, true);
+                    }
+                    out.push('}');
+                }
+                out.push('}');
+            }
+            out.push(']');
+        }
         if extensions && self.no_screen {
             out.push_str(",\"noScreen\":true");
+        }
+        if extensions && self.extended {
+            out.push_str(&format!(",\"dk\":{}", extension::VERSION));
         }
         out.push('}');
     }
 
     /// SHA-256 of [`Manifest::to_json`], lower-case hex: the manifest digest,
-    /// equal to 8DK's `manifestDigest` for the same manifest.
+    /// equal to 8DK's `manifestDigest` for the same manifest. For a
+    /// manifest with the dk extension, of [`Manifest::to_stored_json`]
+    /// instead, so that every field the person consents to is covered.
     pub fn digest(&self) -> String {
-        hex(&Sha256::digest(self.to_json().as_bytes()))
+        let text = if self.extended {
+            self.to_stored_json()
+        } else {
+            self.to_json()
+        };
+        hex(&Sha256::digest(text.as_bytes()))
     }
+}
+
+/// Appends a param's spec (`:{...}`, after its key): 8DK's fields, then
+/// with `extensions` dk's.
+fn write_param(out: &mut String, param: &Param, extensions: bool) {
+    out.push_str(":{\"type\":\"");
+    out.push_str(param.ty.as_str());
+    out.push('"');
+    if let Some(description) = &param.description {
+        out.push_str(",\"description\":");
+        json_str(out, description);
+    }
+    if param.required {
+        out.push_str(",\"required\":true");
+    }
+    if extensions {
+        if let Some(max) = param.max_length {
+            out.push_str(&format!(",\"maxLength\":{max}"));
+        }
+        if param.multiline {
+            out.push_str(",\"multiline\":true");
+        }
+        if param.base64 {
+            out.push_str(",\"base64\":true");
+        }
+        extension::write_bounds(out, &param.bounds);
+    }
+    out.push('}');
 }
 
 /// Appends `s` as a JSON string, escaping `"` and `\\` (validated text has
@@ -568,6 +701,8 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
         .to_owned(),
         capabilities,
         no_screen: false,
+        extended: false,
+        events: Vec::new(),
     };
     // dk's extensions are checked last, so every manifest 8DK refuses gets
     // 8DK's first error.
@@ -576,38 +711,65 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(ManifestError::BadNoScreen),
     };
+    manifest.extended = extension::opted_in(m)?;
     for (capability, raw) in manifest.capabilities.iter_mut().zip(raw_capabilities) {
-        let Some(Value::Object(params)) = raw.as_object().and_then(|c| field(c, "params")) else {
-            continue;
+        let c = raw.as_object().unwrap_or(&empty);
+        if let Some(Value::Object(specs)) = field(c, "params") {
+            let owner = format!("capability \"{}\"", capability.name);
+            let name = capability.name.clone();
+            read_param_extensions(
+                &name,
+                &owner,
+                &mut capability.params,
+                specs,
+                manifest.extended,
+            )?;
+        }
+        if manifest.extended {
+            capability.extras = extension::read_tool(capability, c)?;
+            capability.extras.extended = true;
+        }
+    }
+    if manifest.extended {
+        manifest.events = extension::read_events(m, &manifest.capabilities)?;
+    }
+    Ok(manifest)
+}
+
+/// Reads dk's param fields of `params` from their `specs`: `multiline`,
+/// `base64` and `maxLength` always (errors name the capability `name`), the
+/// extension's bounds when `extended` (errors name `owner`).
+pub(super) fn read_param_extensions(
+    name: &str,
+    owner: &str,
+    params: &mut [Param],
+    specs: &Map<String, Value>,
+    extended: bool,
+) -> Result<(), ManifestError> {
+    for param in params {
+        let spec = specs.get(&param.name).and_then(Value::as_object);
+        param.multiline = match spec.and_then(|spec| field(spec, "multiline")) {
+            None | Some(Value::Bool(false)) => false,
+            Some(Value::Bool(true)) if param.ty == ParamType::String => true,
+            Some(_) => {
+                return Err(ManifestError::BadMultiline {
+                    capability: name.to_owned(),
+                    key: param.name.clone(),
+                });
+            }
         };
-        for param in &mut capability.params {
-            let spec = params.get(&param.name).and_then(Value::as_object);
-            param.multiline = match spec.and_then(|spec| field(spec, "multiline")) {
-                None | Some(Value::Bool(false)) => false,
-                Some(Value::Bool(true)) if param.ty == ParamType::String => true,
-                Some(_) => {
-                    return Err(ManifestError::BadMultiline {
-                        capability: capability.name.clone(),
-                        key: param.name.clone(),
-                    });
-                }
-            };
-            let raw_max = spec.and_then(|spec| field(spec, "maxLength"));
-            param.base64 = match spec.and_then(|spec| field(spec, "base64")) {
-                None | Some(Value::Bool(false)) => false,
-                Some(Value::Bool(true)) if param.ty == ParamType::String && raw_max.is_some() => {
-                    true
-                }
-                Some(_) => {
-                    return Err(ManifestError::BadBase64 {
-                        capability: capability.name.clone(),
-                        key: param.name.clone(),
-                    });
-                }
-            };
-            let Some(raw_max) = raw_max else {
-                continue;
-            };
+        let raw_max = spec.and_then(|spec| field(spec, "maxLength"));
+        param.base64 = match spec.and_then(|spec| field(spec, "base64")) {
+            None | Some(Value::Bool(false)) => false,
+            Some(Value::Bool(true)) if param.ty == ParamType::String && raw_max.is_some() => true,
+            Some(_) => {
+                return Err(ManifestError::BadBase64 {
+                    capability: name.to_owned(),
+                    key: param.name.clone(),
+                });
+            }
+        };
+        if let Some(raw_max) = raw_max {
             let most = if param.base64 {
                 limits::INPUT_BASE64
             } else {
@@ -618,12 +780,15 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
                 .and_then(|n| usize::try_from(n).ok())
                 .filter(|n| (1..=most).contains(n) && param.ty == ParamType::String);
             param.max_length = Some(max.ok_or_else(|| ManifestError::BadMaxLength {
-                capability: capability.name.clone(),
+                capability: name.to_owned(),
                 key: param.name.clone(),
             })?);
         }
+        if let (true, Some(spec)) = (extended, spec) {
+            param.bounds = extension::read_bounds(owner, param, spec)?;
+        }
     }
-    Ok(manifest)
+    Ok(())
 }
 
 /// Validates one capability, in 8DK's order: name, duplicate, kind, params
@@ -661,6 +826,7 @@ fn validate_capability(
         description: description.to_owned(),
         params,
         confirm: field(c, "confirm") == Some(&Value::Bool(true)),
+        extras: ToolExtras::default(),
     })
 }
 
@@ -718,6 +884,7 @@ fn validate_params(capability: &str, raw: Option<&Value>) -> Result<Vec<Param>, 
             max_length: None,
             multiline: false,
             base64: false,
+            bounds: Bounds::default(),
         });
     }
     Ok(params)
@@ -828,13 +995,13 @@ pub(crate) fn js_key_order(map: &Map<String, Value>) -> Vec<(&str, &Value)> {
 mod tests;
 
 /// [`Capability::input_schema`]'s shape.
-struct InputSchema<'a>(&'a [Param]);
+struct InputSchema<'a>(&'a [Param], bool);
 
 impl Serialize for InputSchema<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(4))?;
         map.serialize_entry("type", "object")?;
-        map.serialize_entry("properties", &ParamSchemas(self.0))?;
+        map.serialize_entry("properties", &ParamSchemas(self.0, self.1))?;
         let required: Vec<&str> = self
             .0
             .iter()
@@ -847,29 +1014,55 @@ impl Serialize for InputSchema<'_> {
     }
 }
 
-/// The params as a JSON Schema's `properties`, in declared order.
-struct ParamSchemas<'a>(&'a [Param]);
+/// The params as a JSON Schema's `properties`, in declared order; with the
+/// dk extension, their bounds too.
+struct ParamSchemas<'a>(&'a [Param], bool);
 
 impl Serialize for ParamSchemas<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.0.len()))?;
         for param in self.0 {
-            map.serialize_entry(&param.name, &ParamSchema(param))?;
+            map.serialize_entry(&param.name, &ParamSchema(param, self.1))?;
         }
         map.end()
     }
 }
 
-/// One param's schema: `{"type", "description"?}`.
-struct ParamSchema<'a>(&'a Param);
+/// One param's schema: `{"type", "description"?}`, and with the dk
+/// extension (the `bool`) its bounds: `integer` as the type, `minimum`,
+/// `maximum`, `enum`, `minLength`, `maxLength`.
+struct ParamSchema<'a>(&'a Param, bool);
 
 impl Serialize for ParamSchema<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let description = self.0.description();
-        let mut map = serializer.serialize_map(Some(1 + usize::from(description.is_some())))?;
-        map.serialize_entry("type", self.0.ty().as_str())?;
-        if let Some(description) = description {
+        let (param, extended) = (self.0, self.1);
+        let bounds = &param.bounds;
+        let mut map = serializer.serialize_map(None)?;
+        let ty = if extended && bounds.integer() {
+            "integer"
+        } else {
+            param.ty().as_str()
+        };
+        map.serialize_entry("type", ty)?;
+        if let Some(description) = param.description() {
             map.serialize_entry("description", description)?;
+        }
+        if extended {
+            if let Some(n) = &bounds.minimum {
+                map.serialize_entry("minimum", n)?;
+            }
+            if let Some(n) = &bounds.maximum {
+                map.serialize_entry("maximum", n)?;
+            }
+            if !bounds.one_of().is_empty() {
+                map.serialize_entry("enum", bounds.one_of())?;
+            }
+            if let Some(n) = bounds.min_length() {
+                map.serialize_entry("minLength", &n)?;
+            }
+            if param.ty() == ParamType::String {
+                map.serialize_entry("maxLength", &param.max_length())?;
+            }
         }
         map.end()
     }

@@ -224,7 +224,10 @@ mod tests {
         let read = Media::read(&audio);
         assert_eq!(
             read,
-            Some(Media::Audio(AudioContent::new(AudioMime::Wav, "UklGRg==".into())))
+            Some(Media::Audio(AudioContent::new(
+                AudioMime::Wav,
+                "UklGRg==".into()
+            )))
         );
         assert_eq!(read.map(|m| m.mime_type()), Some("audio/wav"));
         // Written back, the same value.

@@ -458,3 +458,46 @@ fn a_calls_input_stays_in_the_buffer_its_frame_came_in() {
     // the input (which would hold no more than the input).
     assert!(input.capacity() >= frame.len(), "{}", input.capacity());
 }
+
+#[test]
+fn a_declared_bound_is_kept_from_the_handler_whatever_the_vessel_sent() {
+    let thermostat = validate_manifest(&serde_json::json!({
+        "dk": 1, "id": "thermostat", "name": "T", "kind": "thermostat", "version": "1",
+        "capabilities": [
+            {"name": "set_target", "kind": "actuator", "description": "Sets it",
+             "params": {"celsius": {"type": "number", "required": true, "minimum": 10, "maximum": 30, "unit": "°C"}}},
+            {"name": "read", "kind": "sensor", "description": "Reads"}
+        ]
+    }))
+    .unwrap();
+    let mut calls = Calls::new(&thermostat, 4, 16, [7; 16]);
+    let invoke = |id: &str, input: &str| {
+        format!(
+            "{{\"type\":\"device:invoke\",\"callId\":\"{id}\",\"capability\":\"set_target\",\"input\":{input}}}"
+        )
+    };
+    match calls.accept_text(&invoke("c1", "{\"celsius\":35}")) {
+        Accepted::Reply { frame, refusal } => {
+            assert_eq!(
+                refusal.to_string(),
+                "input of \"set_target\" refused: \"celsius\" must be at most 30 °C"
+            );
+            assert!(frame.contains("\"ok\":false"), "{frame}");
+        }
+        other => panic!("ran: {other:?}"),
+    }
+    assert_eq!(calls.running(), 0);
+    assert!(matches!(
+        calls.accept_text(&invoke("c2", "{\"celsius\":21.5}")),
+        Accepted::Run(_)
+    ));
+    // The same manifest without the opt-in: the bound means nothing, as
+    // on 8DK, and the device holds nothing more for it.
+    let mut v1 = serde_json::to_value(&thermostat).unwrap();
+    v1["capabilities"][0]["params"]["celsius"]["maximum"] = serde_json::json!(30);
+    let mut calls = Calls::new(&validate_manifest(&v1).unwrap(), 4, 16, [7; 16]);
+    assert!(matches!(
+        calls.accept_text(&invoke("c3", "{\"celsius\":35}")),
+        Accepted::Run(_)
+    ));
+}

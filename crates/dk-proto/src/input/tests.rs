@@ -241,3 +241,106 @@ fn string_values_are_checked_like_manifest_text() {
         );
     }
 }
+
+fn thermostat_target() -> crate::Capability {
+    let manifest = validate_manifest(&json!({
+        "dk": 1, "id": "thermostat", "name": "T", "kind": "thermostat", "version": "1",
+        "capabilities": [{"name": "set_target", "kind": "actuator", "description": "Sets it",
+            "params": {
+                "celsius": {"type": "number", "required": true, "minimum": 10, "maximum": 30, "unit": "°C"},
+                "mode": {"type": "string", "enum": ["heat", "cool"]},
+                "steps": {"type": "number", "integer": true, "enum": [1, 2, 3]},
+                "label": {"type": "string", "minLength": 2}
+            }}]
+    }))
+    .unwrap();
+    manifest.capabilities()[0].clone()
+}
+
+#[test]
+fn declared_bounds_are_kept_and_refusals_name_the_bound() {
+    let target = thermostat_target();
+    let check = |input: Value| check_input(&target, &input).map_err(|e| e.to_string());
+    assert_eq!(check(json!({"celsius": 21.5})), Ok(()));
+    assert_eq!(
+        check(json!({"celsius": 10, "mode": "cool", "steps": 2.0, "label": "hi"})),
+        Ok(())
+    );
+    for (input, expected) in [
+        (json!({"celsius": 35}), "\"celsius\" must be at most 30 °C"),
+        (
+            json!({"celsius": 9.99}),
+            "\"celsius\" must be at least 10 °C",
+        ),
+        (
+            json!({"celsius": 20, "mode": "fan"}),
+            "\"mode\" must be one of \"heat\", \"cool\"",
+        ),
+        (
+            json!({"celsius": 20, "steps": 1.5}),
+            "\"steps\" must be a whole number",
+        ),
+        (
+            json!({"celsius": 20, "steps": 4}),
+            "\"steps\" must be one of 1, 2, 3",
+        ),
+        (
+            json!({"celsius": 20, "label": "x"}),
+            "\"label\" must be at least 2 characters",
+        ),
+        // The type is checked before the bounds.
+        (json!({"celsius": "35"}), "\"celsius\" must be number"),
+    ] {
+        assert_eq!(check(input.clone()), Err(expected.to_owned()), "{input}");
+    }
+}
+
+#[test]
+fn a_declared_event_checks_its_data() {
+    let manifest = validate_manifest(&json!({
+        "dk": 1, "id": "thermostat", "name": "T", "kind": "thermostat", "version": "1",
+        "capabilities": [{"name": "read", "kind": "sensor", "description": "Reads"}],
+        "events": [{"name": "changed", "description": "Changed",
+            "params": {"celsius": {"type": "number", "required": true, "maximum": 60}}}]
+    }))
+    .unwrap();
+    let event = manifest.event("changed").unwrap();
+    assert_eq!(check_event(event, &json!({"celsius": 21})), Ok(()));
+    assert!(check_event(event, &json!({"celsius": 61})).is_err());
+    assert!(check_event(event, &json!({})).is_err());
+    assert!(check_event(event, &json!({"celsius": 1, "x": 1})).is_err());
+}
+
+#[test]
+fn a_declared_input_schema_takes_nested_input_within_depth_and_plain_text() {
+    let manifest = validate_manifest(&json!({
+        "dk": 1, "id": "files", "name": "Files", "kind": "mcp", "version": "1",
+        "capabilities": [{"name": "write_file", "kind": "actuator", "description": "Writes",
+            "inputSchema": {"type": "object"}}]
+    }))
+    .unwrap();
+    let write = &manifest.capabilities()[0];
+    assert_eq!(
+        check_input(
+            write,
+            &json!({"path": "/a", "content": "line\n\tline", "opts": {"mode": [1, 2]}})
+        ),
+        Ok(())
+    );
+    let mut deep = json!(1);
+    for _ in 0..MAX_DEPTH + 1 {
+        deep = json!([deep]);
+    }
+    assert_eq!(
+        check_input(write, &json!({"x": deep})),
+        Err(InputError::TooDeep)
+    );
+    assert_eq!(
+        check_input(write, &json!({"x": {"y": "a\u{202e}b"}})),
+        Err(InputError::UnsafeString("x".to_owned()))
+    );
+    assert_eq!(
+        check_input(write, &json!([1])),
+        Err(InputError::NotAnObject)
+    );
+}
