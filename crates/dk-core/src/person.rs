@@ -747,9 +747,12 @@ impl From<ConsentRequest> for api::ConsentRequest {
                     kind: c.kind.to_owned(),
                     description: c.description,
                     confirm: c.confirm,
-                    params: Vec::new(),
+                    params: c.params,
+                    title: c.title,
+                    claims: c.claims,
                 })
                 .collect(),
+            events: request.events,
             replaces: request.replaces.map(|old| *old),
             no_screen: request.no_screen,
             channel: request.channel,
@@ -789,6 +792,9 @@ impl TryFrom<api::Prompt> for Prompt {
                         kind: kind.as_str(),
                         description: cap.description,
                         confirm: cap.confirm,
+                        params: cap.params,
+                        title: cap.title,
+                        claims: cap.claims,
                     });
                 }
                 Prompt::Consent(ConsentRequest {
@@ -797,6 +803,7 @@ impl TryFrom<api::Prompt> for Prompt {
                     kind: request.kind,
                     code: request.code,
                     capabilities,
+                    events: request.events,
                     replaces: request.replaces.map(Box::new),
                     no_screen: request.no_screen,
                     channel: request.channel,

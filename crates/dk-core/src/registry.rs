@@ -88,6 +88,31 @@ pub struct ConsentCapability {
     pub description: String,
     /// Whether the person is asked on every call.
     pub confirm: bool,
+    /// Its params, each with its bounds in words when declared.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<dk_proto::admin::DeviceParam>,
+    /// Its title (the dk manifest extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the device claims of it (its annotations), never checked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<String>,
+}
+
+impl ConsentCapability {
+    /// `capability` as the person is asked about it.
+    pub fn of(capability: &dk_proto::Capability) -> ConsentCapability {
+        let shown = dk_proto::admin::DeviceCapability::of(capability);
+        ConsentCapability {
+            name: shown.name,
+            kind: capability.kind().as_str(),
+            description: shown.description,
+            confirm: shown.confirm,
+            params: shown.params,
+            title: shown.title,
+            claims: shown.claims,
+        }
+    }
 }
 
 /// What the person is asked when a device wants to pair.
@@ -104,6 +129,10 @@ pub struct ConsentRequest {
     pub code: String,
     /// Every capability the device declares.
     pub capabilities: Vec<ConsentCapability>,
+    /// The events the device declares (the dk manifest extension), which
+    /// the person grants as capabilities.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<dk_proto::admin::DeclaredEvent>,
     /// The pairing this one would replace, when the id is already paired.
     pub replaces: Option<Box<Replaced>>,
     /// The device says it cannot display the code: nothing proves it is the
@@ -972,13 +1001,9 @@ impl DeviceRegistry {
             capabilities: manifest
                 .capabilities()
                 .iter()
-                .map(|c| ConsentCapability {
-                    name: c.name().to_owned(),
-                    kind: c.kind().as_str(),
-                    description: c.description().to_owned(),
-                    confirm: c.confirm(),
-                })
+                .map(ConsentCapability::of)
                 .collect(),
+            events: dk_proto::admin::DeclaredEvent::all_of(&manifest),
             replaces: self.replaced(&manifest, key.as_ref()).map(Box::new),
             no_screen: manifest.no_screen(),
             channel,
@@ -999,7 +1024,7 @@ impl DeviceRegistry {
         let unknown: Vec<String> = decision
             .grant
             .iter()
-            .filter(|g| manifest.capability(g).is_none())
+            .filter(|g| manifest.capability(g).is_none() && manifest.event(g).is_none())
             .cloned()
             .collect();
         if !unknown.is_empty() {
@@ -1251,7 +1276,9 @@ impl DeviceRegistry {
             let entry = devices
                 .get(device_id)
                 .ok_or_else(|| GrantError::NotPaired(device_id.to_owned()))?;
-            if entry.device.manifest.capability(capability).is_none() {
+            if entry.device.manifest.capability(capability).is_none()
+                && entry.device.manifest.event(capability).is_none()
+            {
                 return Err(GrantError::NoSuchCapability {
                     device: device_id.to_owned(),
                     capability: capability.to_owned(),

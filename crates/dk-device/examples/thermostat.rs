@@ -1,6 +1,8 @@
 //! A hall thermostat, connected to a vessel. Its temperature drifts toward
-//! the target, and it reports each reading as a `device:event` every few
-//! seconds.
+//! the target, and it reports each reading as its declared event
+//! `temperature_changed` every few seconds. Its manifest declares the
+//! target's range (5 to 30 °C) and its modes (the dk manifest extension):
+//! the vessel refuses 35 °C before the person is asked.
 //!
 //! Start a vessel, then:
 //!
@@ -33,7 +35,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let thermostat = Thermostat::new();
+    let thermostat = Thermostat::declaring();
     let device = thermostat.device();
     let (events, receiver) = device.events(16);
     let options = common::client_options(&args, ServeOptions::new().events(receiver));

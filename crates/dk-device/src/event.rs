@@ -11,7 +11,8 @@ use crate::Device;
 /// Why an event was not queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EmitError {
-    /// The manifest declares no capability of this name; nothing was sent.
+    /// The manifest declares no capability or event of this name; nothing
+    /// was sent.
     #[error("unknown capability \"{0}\"")]
     UnknownCapability(String),
     /// The data could not be written as JSON.
@@ -31,7 +32,9 @@ pub enum EmitError {
 
 /// Sends `device:event` frames through a serve loop. Cheap to clone; made by
 /// [`Device::events`]. Each event is checked against the manifest first: an
-/// event for a capability the device lacks is refused here and never sent,
+/// event for a capability the device lacks (and no declared event of its
+/// name) is refused here and never sent, so is a declared event whose data
+/// does not keep its params,
 /// and so is one whose frame the vessel would refuse (over 1 MiB, or nested
 /// deeper than 64 levels).
 #[derive(Clone)]
@@ -100,7 +103,12 @@ impl EventSender {
     }
 
     fn frame(&self, capability: &str, data: &Value) -> Result<String, EmitError> {
-        if !self.device.has_capability(capability) {
+        // A declared event (the dk manifest extension) goes only with data
+        // that keeps its params, as the vessel checks it.
+        if let Some(event) = self.device.manifest().event(capability) {
+            dk_proto::check_event(event, data)
+                .map_err(|why| EmitError::Refused(format!("event \"{capability}\" data: {why}")))?;
+        } else if !self.device.has_capability(capability) {
             return Err(EmitError::UnknownCapability(capability.to_owned()));
         }
         let data = serde_json::to_string(data).map_err(|e| EmitError::NotJson(e.to_string()))?;

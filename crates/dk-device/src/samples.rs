@@ -18,6 +18,8 @@ const LAMP_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/desk
 const LOCK_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/front-door.json");
 const THERMOSTAT_MANIFEST: &str =
     include_str!("../../../fixtures/manifests/valid/hall-thermostat.json");
+const THERMOSTAT_DK_MANIFEST: &str =
+    include_str!("../../../fixtures/manifests/dk/hall-thermostat.json");
 const VOICE_MANIFEST: &str = include_str!("../../../fixtures/manifests/valid/kitchen-voice.json");
 const DESKTOP_MANIFEST: &str =
     include_str!("../../../fixtures/manifests/valid/office-desktop.json");
@@ -294,6 +296,10 @@ struct SetTarget {
 pub struct Thermostat {
     device: Device,
     shared: Arc<Mutex<ThermostatShared>>,
+    /// The name its readings go out as: `read_temperature` (a capability,
+    /// as 8DK devices send events) or `temperature_changed` (a declared
+    /// event).
+    event: &'static str,
 }
 
 impl Default for Thermostat {
@@ -305,6 +311,21 @@ impl Default for Thermostat {
 impl Thermostat {
     /// A thermostat at 20 °C, target 20, mode `auto`.
     pub fn new() -> Self {
+        Self::with_manifest(THERMOSTAT_MANIFEST, "read_temperature")
+    }
+
+    /// The same thermostat declaring what an 8DK manifest cannot say
+    /// (`fixtures/manifests/dk/hall-thermostat.json`, the dk manifest
+    /// extension): `celsius` from 5 to 30 °C and `mode` one of `heat`,
+    /// `cool` and `auto`, enforced by the vessel before the person is asked
+    /// and by the device before its handler; and its readings as the
+    /// declared event `temperature_changed`, which the person grants
+    /// as a capability.
+    pub fn declaring() -> Self {
+        Self::with_manifest(THERMOSTAT_DK_MANIFEST, "temperature_changed")
+    }
+
+    fn with_manifest(manifest: &str, event: &'static str) -> Self {
         let shared = Arc::new(Mutex::new(ThermostatShared {
             state: ThermostatState {
                 current: 20.0,
@@ -316,7 +337,7 @@ impl Thermostat {
         let read = Arc::clone(&shared);
         let set = Arc::clone(&shared);
         let device = finish(
-            define(THERMOSTAT_MANIFEST)
+            define(manifest)
                 .handler("read_temperature", move |input| {
                     let mut shared = guard(&read);
                     shared.calls.push(("read_temperature".to_owned(), input));
@@ -328,7 +349,11 @@ impl Thermostat {
                     async move { result }
                 }),
         );
-        Thermostat { device, shared }
+        Thermostat {
+            device,
+            shared,
+            event,
+        }
     }
 
     /// The device, to serve or invoke.
@@ -348,7 +373,8 @@ impl Thermostat {
 
     /// Moves the current temperature [`DRIFT_PER_TICK`] toward the target.
     /// When it moved, returns the event to report:
-    /// `("read_temperature", {current, target, mode})`.
+    /// `("read_temperature", {current, target, mode})`, or
+    /// `("temperature_changed", ...)` for [`Thermostat::declaring`].
     pub fn tick(&self) -> Option<(String, Value)> {
         let mut shared = guard(&self.shared);
         let state = &mut shared.state;
@@ -362,7 +388,7 @@ impl Thermostat {
             state.current + DRIFT_PER_TICK.copysign(gap)
         };
         let data = serde_json::to_value(&*state).ok()?;
-        Some(("read_temperature".to_owned(), data))
+        Some((self.event.to_owned(), data))
     }
 
     /// Ticks every `period` (at least a millisecond), queueing each reading

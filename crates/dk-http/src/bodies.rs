@@ -89,23 +89,9 @@ fn device_body(vessel: &Vessel, snapshot: DeviceSnapshot) -> api::Device {
         capabilities: m
             .capabilities()
             .iter()
-            .map(|c| api::DeviceCapability {
-                name: c.name().to_owned(),
-                kind: c.kind().as_str().to_owned(),
-                description: c.description().to_owned(),
-                confirm: c.confirm(),
-                params: c
-                    .params()
-                    .iter()
-                    .map(|p| api::DeviceParam {
-                        name: p.name().to_owned(),
-                        ty: p.ty().as_str().to_owned(),
-                        required: p.required(),
-                        description: p.description().map(str::to_owned),
-                    })
-                    .collect(),
-            })
+            .map(api::DeviceCapability::of)
             .collect(),
+        events: api::DeclaredEvent::all_of(m),
     }
 }
 

@@ -237,7 +237,9 @@ impl EventLog {
 }
 
 /// Whether `agent` sees events of `capability` on `device_id`: the
-/// capability is granted, and within the agent's scope and role.
+/// capability, or the declared event of that name (the dk manifest
+/// extension), is granted, and within the agent's scope and role (a
+/// declared event reads the world, as a sensor does).
 pub(crate) fn event_visible(
     vessel: &Vessel,
     agent: &Agent,
@@ -247,23 +249,34 @@ pub(crate) fn event_visible(
     let Some((device, granted)) = vessel.registry().get_with_grant(device_id, capability) else {
         return false;
     };
-    let Some(declared) = device.manifest().capability(capability) else {
-        return false;
+    let manifest = device.manifest();
+    let sensor = match manifest.capability(capability) {
+        Some(declared) => declared.kind() == dk_proto::CapabilityKind::Sensor,
+        None if manifest.event(capability).is_some() => true,
+        None => return false,
     };
-    granted
-        && agent.may_use(
-            device_id,
-            capability,
-            declared.kind() == dk_proto::CapabilityKind::Sensor,
-        )
+    granted && agent.may_use(device_id, capability, sensor)
 }
 
-/// The devices whose event resources `agent` sees: those it sees a tool of.
+/// The devices whose event resources `agent` sees: those it sees a tool
+/// of, and those with a declared event it sees, whether or not it sees a
+/// tool of them.
 pub(crate) fn visible_devices(vessel: &Vessel, agent: &Agent) -> BTreeSet<String> {
-    visible_tools(vessel, agent)
+    let mut devices: BTreeSet<String> = visible_tools(vessel, agent)
         .into_iter()
         .map(|t| t.device_id)
-        .collect()
+        .collect();
+    for snapshot in vessel.registry().list() {
+        let manifest = snapshot.device.manifest();
+        if manifest
+            .events()
+            .iter()
+            .any(|e| event_visible(vessel, agent, manifest.id(), e.name()))
+        {
+            devices.insert(manifest.id().to_owned());
+        }
+    }
+    devices
 }
 
 /// The event resource of `device_id` as listed.
@@ -278,11 +291,45 @@ pub(crate) fn resource(vessel: &Vessel, device_id: &str, per_device: usize) -> R
             )
         })
         .unwrap_or_else(|| (device_id.to_owned(), String::new()));
+    // The events the device declares (the dk manifest extension), each its
+    // name, description and data params, whether or not the agent sees a
+    // tool of the device.
+    let declared: Vec<String> = vessel
+        .registry()
+        .get(device_id)
+        .map(|d| {
+            d.manifest()
+                .events()
+                .iter()
+                .map(|e| {
+                    let params: Vec<String> = e
+                        .params()
+                        .iter()
+                        .map(|p| match p.bounds().summary() {
+                            Some(bounds) => format!("{}: {} ({bounds})", p.name(), p.ty()),
+                            None => format!("{}: {}", p.name(), p.ty()),
+                        })
+                        .collect();
+                    format!(
+                        "{}: {} {{{}}}",
+                        e.name(),
+                        e.description(),
+                        params.join(", ")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let declared = if declared.is_empty() {
+        String::new()
+    } else {
+        format!(" Declared events: {}.", declared.join("; "))
+    };
     Resource::new(events_uri(device_id), format!("{device_id} events"))
         .with_title(format!("{name} events"))
         .with_description(format!(
             "[DEVICE {name} ({kind})] The device's most recent events (at most {per_device}), \
-             oldest first, as JSON; subscribe to hear when a new one comes."
+             oldest first, as JSON; subscribe to hear when a new one comes.{declared}"
         ))
         .with_mime_type("application/json")
 }

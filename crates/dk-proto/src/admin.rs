@@ -226,6 +226,10 @@ pub struct ConsentRequest {
     pub code: String,
     /// Every capability the device declares.
     pub capabilities: Vec<DeviceCapability>,
+    /// The events the device declares, granted as capabilities; absent
+    /// when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<DeclaredEvent>,
     /// The pairing this one would replace, when the id is already paired.
     pub replaces: Option<Replaced>,
     /// The device says it cannot display the code.
@@ -518,6 +522,10 @@ pub struct Device {
     pub grants: Vec<String>,
     /// Every capability it declares.
     pub capabilities: Vec<DeviceCapability>,
+    /// The events it declares (the dk manifest extension), which the person
+    /// grants as capabilities; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<DeclaredEvent>,
 }
 
 /// A capability of a paired device.
@@ -535,6 +543,60 @@ pub struct DeviceCapability {
     /// name); absent when it takes none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub params: Vec<DeviceParam>,
+    /// Its title, a name for people (the dk manifest extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the device claims of it in its annotations (`read-only`,
+    /// `destructive`, ...): claims, never checked; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<String>,
+}
+
+impl DeviceCapability {
+    /// `capability` as the person is shown it.
+    pub fn of(capability: &crate::Capability) -> DeviceCapability {
+        DeviceCapability {
+            name: capability.name().to_owned(),
+            kind: capability.kind().as_str().to_owned(),
+            description: capability.description().to_owned(),
+            confirm: capability.confirm(),
+            params: capability.params().iter().map(DeviceParam::of).collect(),
+            title: capability.title().map(str::to_owned),
+            claims: capability
+                .annotations()
+                .map(crate::Annotations::claims)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// An event a device declares (the dk manifest extension), as the person is
+/// shown it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredEvent {
+    /// Its name, granted as a capability's is.
+    pub name: String,
+    /// What it tells, in the device's words.
+    pub description: String,
+    /// The params of its data; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<DeviceParam>,
+}
+
+impl DeclaredEvent {
+    /// `event` as the person is shown it.
+    pub fn of(event: &crate::EventSpec) -> DeclaredEvent {
+        DeclaredEvent {
+            name: event.name().to_owned(),
+            description: event.description().to_owned(),
+            params: event.params().iter().map(DeviceParam::of).collect(),
+        }
+    }
+
+    /// Each of `manifest`'s declared events.
+    pub fn all_of(manifest: &crate::Manifest) -> Vec<DeclaredEvent> {
+        manifest.events().iter().map(DeclaredEvent::of).collect()
+    }
 }
 
 /// An input param a capability declares.
@@ -550,6 +612,23 @@ pub struct DeviceParam {
     /// What it is, in the device's words, when the device says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The bounds its values must keep, in words (`from 10 to 30 °C`,
+    /// `one of "heat", "cool"`), when the device declares any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<String>,
+}
+
+impl DeviceParam {
+    /// `param` as the person is shown it.
+    pub fn of(param: &crate::Param) -> DeviceParam {
+        DeviceParam {
+            name: param.name().to_owned(),
+            ty: param.ty().as_str().to_owned(),
+            required: param.required(),
+            description: param.description().map(str::to_owned),
+            bounds: param.bounds().summary(),
+        }
+    }
 }
 
 /// An agent, as `GET /v1/agents` lists it: never its credential.

@@ -11,13 +11,15 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::text::{has_unsafe_char, is_js_blank, utf16_len, utf16_prefix};
+use crate::text::{
+    has_unsafe_char, is_js_blank, utf16_len, utf16_prefix, write_json_str as json_str,
+};
 
 mod extension;
 
 use extension::ToolExtras;
 pub(crate) use extension::is_whole;
-pub use extension::{Annotations, Bounds, EventSpec};
+pub use extension::{Annotations, Bounds};
 
 /// Limits on manifest text and size, as 8DK v1 sets them. Lengths are in
 /// UTF-16 code units.
@@ -49,21 +51,11 @@ pub mod limits {
     /// 768 KiB of base64, 576 KiB of bytes, so that the call's frame stays
     /// within a frame's 1 MiB.
     pub const INPUT_BASE64: usize = 768 * 1024;
-    /// A number param's `unit` (the dk extension).
-    pub const UNIT: usize = 16;
-    /// Values in a param's `enum` (the dk extension).
-    pub const ENUM: usize = 32;
-    /// A capability's `tool`, the name the device knows it by (the dk
-    /// extension; MCP's own limit on a tool's name).
-    pub const TOOL: usize = 128;
-    /// A capability's `inputSchema` or `outputSchema` as stored, in bytes
-    /// (the dk extension).
-    pub const SCHEMA_BYTES: usize = 16 * 1024;
-    /// How deep a capability's `inputSchema` or `outputSchema` may nest
-    /// (the dk extension).
-    pub const SCHEMA_DEPTH: usize = 16;
-    /// Events a device declares (the dk extension).
-    pub const EVENTS: usize = 32;
+    /// The dk manifest extension's limits: `UNIT`, `ENUM`, `TITLE`, `TOOL`,
+    /// `SCHEMA_BYTES`, `SCHEMA_DEPTH` and `EVENTS`.
+    pub use crate::manifest::extension::{
+        ENUM, EVENTS, SCHEMA_BYTES, SCHEMA_DEPTH, TITLE, TOOL, UNIT,
+    };
 }
 
 /// Why a manifest was refused. `Display` gives 8DK v1's exact message.
@@ -370,6 +362,30 @@ impl Capability {
     }
 }
 
+/// An event a device declares it may send (`device:event` with this name
+/// as its `capability`), with the params of its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    name: String,
+    description: String,
+    params: Vec<Param>,
+}
+
+impl EventSpec {
+    /// Lower snake case, unique among the device's events and capabilities.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// What it tells, shown to the person and the model.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+    /// The params of its data, in declared order.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+}
+
 /// A validated device manifest. The only way to get one is
 /// [`validate_manifest`], so holding a `Manifest` means every v1 rule passed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -574,25 +590,6 @@ fn write_param(out: &mut String, param: &Param, extensions: bool) {
     out.push('}');
 }
 
-/// Appends `s` as a JSON string, escaping `"` and `\\` (validated text has
-/// no control characters, the only other characters JSON escapes).
-fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    if s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-                c => out.push(c),
-            }
-        }
-    } else {
-        out.push_str(s);
-    }
-    out.push('"');
-}
-
 /// Lower-case hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
@@ -726,12 +723,13 @@ pub fn validate_manifest(input: &Value) -> Result<Manifest, ManifestError> {
             )?;
         }
         if manifest.extended {
-            capability.extras = extension::read_tool(capability, c)?;
+            let owner = format!("capability \"{}\"", capability.name);
+            capability.extras = extension::read_tool(&owner, !capability.params.is_empty(), c)?;
             capability.extras.extended = true;
         }
     }
     if manifest.extended {
-        manifest.events = extension::read_events(m, &manifest.capabilities)?;
+        manifest.events = read_events(m, &manifest.capabilities)?;
     }
     Ok(manifest)
 }
@@ -785,10 +783,90 @@ pub(super) fn read_param_extensions(
             })?);
         }
         if let (true, Some(spec)) = (extended, spec) {
-            param.bounds = extension::read_bounds(owner, param, spec)?;
+            let shape = extension::Shape {
+                number: param.ty == ParamType::Number,
+                string: param.ty == ParamType::String,
+                max_length: param.max_length(),
+            };
+            let at = format!("{owner} param \"{}\"", param.name);
+            param.bounds = extension::read_bounds(&at, shape, spec)?;
         }
     }
     Ok(())
+}
+
+/// Reads a manifest's `events`; `capabilities` are those already read, whose
+/// names an event may not take.
+fn read_events(
+    m: &Map<String, Value>,
+    capabilities: &[Capability],
+) -> Result<Vec<EventSpec>, ManifestError> {
+    let Some(raw) = field(m, "events") else {
+        return Ok(Vec::new());
+    };
+    let why = "must be a list of at most 32 events, each with a lower snake case name of its own";
+    let Value::Array(list) = raw else {
+        return Err(extension_error("events", why));
+    };
+    if list.len() > limits::EVENTS {
+        return Err(extension_error("events", why));
+    }
+    let mut events: Vec<EventSpec> = Vec::with_capacity(list.len());
+    let empty = Map::new();
+    for raw in list {
+        let e = raw.as_object().unwrap_or(&empty);
+        let name = text(field(e, "name"), limits::CAPABILITY_NAME, || {
+            "event name".to_owned()
+        })?;
+        let taken = events.iter().any(|other| other.name == name)
+            || capabilities.iter().any(|c| c.name == name);
+        if !is_snake_name(name) || taken {
+            return Err(extension_error(&format!("event \"{name}\""), why));
+        }
+        let owner = format!("event \"{name}\"");
+        let description = text(
+            field(e, "description"),
+            limits::CAPABILITY_DESCRIPTION,
+            || format!("{owner} description"),
+        )?;
+        let mut params =
+            validate_params(name, field(e, "params")).map_err(|error| match error {
+                ManifestError::BadParam { key, .. } => extension_error(
+                    &format!("{owner} param \"{key}\""),
+                    "must be lower snake case with type string, number or boolean",
+                ),
+                ManifestError::TooManyParams(_) => {
+                    extension_error(&owner, "declares more than 16 params")
+                }
+                other => other,
+            })?;
+        if let Some(Value::Object(specs)) = field(e, "params") {
+            read_param_extensions(name, &owner, &mut params, specs, true)?;
+        }
+        events.push(EventSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            params,
+        });
+    }
+    Ok(events)
+}
+
+/// The error of a field of the dk extension.
+fn extension_error(field: &str, why: &str) -> ManifestError {
+    ManifestError::BadExtension {
+        field: field.to_owned(),
+        why: why.to_owned(),
+    }
+}
+
+impl From<extension::Refused> for ManifestError {
+    fn from(refused: extension::Refused) -> ManifestError {
+        ManifestError::BadExtension {
+            field: refused.field,
+            why: refused.why,
+        }
+    }
 }
 
 /// Validates one capability, in 8DK's order: name, duplicate, kind, params

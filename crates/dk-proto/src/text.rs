@@ -152,6 +152,25 @@ pub(crate) fn utf16_prefix(s: &str, max: usize) -> &str {
     s
 }
 
+/// Appends `s` as a JSON string, escaping `"` and `\\` (validated text has
+/// no control characters, the only other characters JSON escapes).
+pub(crate) fn write_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    if s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+    } else {
+        out.push_str(s);
+    }
+    out.push('"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,15 @@ pub enum Malformed {
     /// An event for a capability the device did not declare.
     #[error("event for undeclared capability {0:?}")]
     UndeclaredEvent(String),
+    /// A declared event (the dk extension) whose data does not keep its
+    /// params: dropped.
+    #[error("event {event:?} data: {why}")]
+    EventData {
+        /// The event.
+        event: String,
+        /// What its params say of the data.
+        why: String,
+    },
     /// A stream chunk naming a stream that is not one of the device's sensors.
     #[error("stream {0:?} is not a sensor capability of the device")]
     NotASensorStream(String),

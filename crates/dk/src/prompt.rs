@@ -185,13 +185,34 @@ fn show(prompt: &PendingPrompt) {
                         ChangeKind::Changed => " CHANGED",
                         ChangeKind::Removed => "",
                     });
+                let title = cap
+                    .title
+                    .as_deref()
+                    .map(|t| format!(" \"{}\"", printable(t)))
+                    .unwrap_or_default();
                 println!(
-                    "    [{}]{mark} {} ({}{asks}): {}",
+                    "    [{}]{mark} {}{title} ({}{asks}): {}",
                     i + 1,
                     cap.name,
                     cap.kind,
                     printable(&cap.description)
                 );
+                if !cap.claims.is_empty() {
+                    println!("          the device claims: {}", cap.claims.join(", "));
+                }
+                print_params(&cap.params);
+            }
+            if !request.events.is_empty() {
+                println!("  events (granted as capabilities are):");
+                for (i, event) in request.events.iter().enumerate() {
+                    println!(
+                        "    [{}] {} (event): {}",
+                        request.capabilities.len() + i + 1,
+                        event.name,
+                        printable(&event.description)
+                    );
+                    print_params(&event.params);
+                }
             }
             let id = prompt.id;
             if let Some(change) = credential {
@@ -417,6 +438,7 @@ async fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(
                         .capabilities
                         .iter()
                         .map(|c| c.name.clone())
+                        .chain(request.events.iter().map(|e| e.name.clone()))
                         .collect(),
                     "keep" => {
                         let Some(old) = &request.replaces else {
@@ -444,11 +466,17 @@ async fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(
                             let n: usize = part.trim().parse().map_err(|_| {
                                 format!("`{}` is not a number", printable(part.trim()))
                             })?;
-                            let cap = n
+                            let name = n
                                 .checked_sub(1)
-                                .and_then(|i| request.capabilities.get(i))
+                                .and_then(|i| {
+                                    request.capabilities.get(i).map(|c| &c.name).or_else(|| {
+                                        i.checked_sub(request.capabilities.len())
+                                            .and_then(|i| request.events.get(i))
+                                            .map(|e| &e.name)
+                                    })
+                                })
                                 .ok_or_else(|| format!("there is no capability {n}"))?;
-                            grant.push(cap.name.clone());
+                            grant.push(name.clone());
                         }
                         grant
                     }
@@ -474,6 +502,20 @@ async fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Prints a capability's or an event's params under it, each with its
+/// bounds in words when the device declares any.
+fn print_params(params: &[dk_proto::admin::DeviceParam]) {
+    for param in params {
+        let required = if param.required { ", required" } else { "" };
+        let bounds = param
+            .bounds
+            .as_deref()
+            .map(|b| format!(", {}", printable(b)))
+            .unwrap_or_default();
+        println!("          {}: {}{required}{bounds}", param.name, param.ty);
+    }
 }
 
 #[cfg(test)]

@@ -793,15 +793,32 @@ where
             }
             Handled::NotAResult => match frame {
                 DeviceFrame::Event { capability, data } => {
-                    let declared = self
-                        .vessel
-                        .registry()
-                        .get(&session.device_id)
-                        .is_some_and(|d| d.manifest().capability(&capability).is_some());
+                    let device = self.vessel.registry().get(&session.device_id);
+                    let manifest = device.as_ref().map(|d| d.manifest());
+                    let event = manifest.and_then(|m| m.event(&capability));
+                    let declared = event.is_some()
+                        || manifest.is_some_and(|m| m.capability(&capability).is_some());
                     if !declared {
                         return self.malformed(
                             &Malformed::UndeclaredEvent(capability.into_owned()).to_string(),
                         );
+                    }
+                    // A declared event's data keeps its params, as a call's
+                    // input does; an event that does not is dropped.
+                    if let Some(event) = event {
+                        let data: serde_json::Value = data
+                            .as_deref()
+                            .and_then(|d| serde_json::from_str(d.get()).ok())
+                            .unwrap_or(serde_json::Value::Null);
+                        if let Err(why) = dk_proto::check_event(event, &data) {
+                            return self.malformed(
+                                &Malformed::EventData {
+                                    event: capability.into_owned(),
+                                    why: why.to_string(),
+                                }
+                                .to_string(),
+                            );
+                        }
                     }
                     self.vessel.publish_event(DeviceEvent {
                         device_id: session.device_id.clone(),

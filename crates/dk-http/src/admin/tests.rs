@@ -1058,7 +1058,11 @@ fn pending_bodies_are_the_prompts_json() {
             kind: "actuator",
             description: "Unlock the door.".to_owned(),
             confirm: true,
+            params: Vec::new(),
+            title: None,
+            claims: Vec::new(),
         }],
+        events: Vec::new(),
         replaces: Some(Box::new(Replaced {
             paired_at_ms: 5,
             grants: vec!["unlock".to_owned()],
@@ -1091,6 +1095,7 @@ fn pending_bodies_are_the_prompts_json() {
         channel: dk_proto::Channel::Dk2,
     };
     let first = ConsentRequest {
+        events: Vec::new(),
         replaces: None,
         no_screen: true,
         channel: dk_proto::Channel::V1,

@@ -316,6 +316,39 @@ fn kind_label(capability: &api::DeviceCapability) -> &'static str {
     }
 }
 
+/// A capability's or an event's details under its name: the device's
+/// claims (its annotations, said to be claims) and each param with its
+/// bounds in words.
+fn details(claims: &[String], params: &[api::DeviceParam]) -> String {
+    let mut out = String::new();
+    if !claims.is_empty() {
+        let _ = write!(
+            out,
+            "<span class=\"claims\">the device claims: {}</span>",
+            text(&claims.join(", "))
+        );
+    }
+    if !params.is_empty() {
+        out.push_str("<ul class=\"params\">");
+        for param in params {
+            let required = if param.required { ", required" } else { "" };
+            let bounds = param
+                .bounds
+                .as_deref()
+                .map(|b| format!(", {}", text(b)))
+                .unwrap_or_default();
+            let _ = write!(
+                out,
+                "<li><code>{name}</code>: {ty}{required}{bounds}</li>",
+                name = text(&param.name),
+                ty = text(&param.ty),
+            );
+        }
+        out.push_str("</ul>");
+    }
+    out
+}
+
 fn consent_card(
     id: u64,
     consent: &api::ConsentRequest,
@@ -403,12 +436,31 @@ fn consent_card(
         let _ = write!(
             out,
             "<div class=\"check\"><input type=\"checkbox\" name=\"grant\" value=\"{value}\" id=\"{input_id}\">\
-             <label for=\"{input_id}\"><strong>{name}</strong> <span class=\"tag {tag}\">{label}</span>\
-             <span class=\"description\">{description}</span></label></div>",
+             <label for=\"{input_id}\"><strong>{name}</strong>{title} <span class=\"tag {tag}\">{label}</span>\
+             <span class=\"description\">{description}</span>{details}</label></div>",
             value = attr(&capability.name),
             name = text(&capability.name),
+            title = capability
+                .title
+                .as_deref()
+                .map(|t| format!(" <em>{}</em>", text(t)))
+                .unwrap_or_default(),
             tag = label.replace(' ', "-"),
             description = text(&capability.description),
+            details = details(&capability.claims, &capability.params),
+        );
+    }
+    for (n, event) in consent.events.iter().enumerate() {
+        let input_id = format!("p{id}-e{n}");
+        let _ = write!(
+            out,
+            "<div class=\"check\"><input type=\"checkbox\" name=\"grant\" value=\"{value}\" id=\"{input_id}\">\
+             <label for=\"{input_id}\"><strong>{name}</strong> <span class=\"tag event\">event</span>\
+             <span class=\"description\">{description}</span>{details}</label></div>",
+            value = attr(&event.name),
+            name = text(&event.name),
+            description = text(&event.description),
+            details = details(&[], &event.params),
         );
     }
     out.push_str("</fieldset>");
@@ -546,11 +598,50 @@ pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
             id = text(&device.id),
             state = connection_state(device),
             granted = device.grants.len(),
-            all = device.capabilities.len(),
+            all = device.capabilities.len() + device.events.len(),
         );
     }
     main.push_str("</tbody></table>");
     layout(frame, "Devices", &main)
+}
+
+/// One switch of a device's page: a capability or a declared event, allowed
+/// or not, pressed to change it.
+struct GrantSwitch<'a> {
+    name: &'a str,
+    tag: &'static str,
+    description: &'a str,
+    details: String,
+}
+
+impl GrantSwitch<'_> {
+    fn write(&self, main: &mut String, frame: &Frame, device: &api::Device, base: &str) {
+        let on = device.grants.iter().any(|g| g == self.name);
+        let _ = write!(
+            main,
+            "<li><form method=\"post\" action=\"{base}/devices/{href}/grants/{cap_href}\">{csrf}\
+             <input type=\"hidden\" name=\"allow\" value=\"{next}\">\
+             <button type=\"submit\" role=\"switch\" aria-checked=\"{on}\" class=\"switch\" \
+             aria-label=\"{label}: {name}\">{shown}</button> <strong>{name_text}</strong> \
+             <span class=\"tag {tag}\">{kind}</span> <span class=\"description\">{description}</span>{details}</form></li>",
+            href = segment(&device.id),
+            cap_href = segment(self.name),
+            csrf = csrf_field(&frame.csrf),
+            next = if on { "no" } else { "yes" },
+            label = if on {
+                "Allowed, press to revoke"
+            } else {
+                "Not allowed, press to allow"
+            },
+            name = attr(self.name),
+            shown = if on { "allowed" } else { "off" },
+            name_text = text(self.name),
+            tag = self.tag.replace(' ', "-"),
+            kind = self.tag,
+            description = text(self.description),
+            details = self.details,
+        );
+    }
 }
 
 fn connection_state(device: &api::Device) -> String {
@@ -588,30 +679,23 @@ pub(crate) fn device(
         state = connection_state(device),
     );
     for capability in &device.capabilities {
-        let on = device.grants.contains(&capability.name);
-        let _ = write!(
-            main,
-            "<li><form method=\"post\" action=\"{base}/devices/{href}/grants/{cap_href}\">{csrf}\
-             <input type=\"hidden\" name=\"allow\" value=\"{next}\">\
-             <button type=\"submit\" role=\"switch\" aria-checked=\"{on}\" class=\"switch\" \
-             aria-label=\"{label}: {name}\">{shown}</button> <strong>{name_text}</strong> \
-             <span class=\"tag {tag}\">{kind}</span> <span class=\"description\">{description}</span></form></li>",
-            href = segment(&device.id),
-            cap_href = segment(&capability.name),
-            csrf = csrf_field(&frame.csrf),
-            next = if on { "no" } else { "yes" },
-            label = if on {
-                "Allowed, press to revoke"
-            } else {
-                "Not allowed, press to allow"
-            },
-            name = attr(&capability.name),
-            shown = if on { "allowed" } else { "off" },
-            name_text = text(&capability.name),
-            tag = kind_label(capability).replace(' ', "-"),
-            kind = kind_label(capability),
-            description = text(&capability.description),
-        );
+        let label = kind_label(capability);
+        let switch = GrantSwitch {
+            name: &capability.name,
+            tag: label,
+            description: &capability.description,
+            details: details(&capability.claims, &capability.params),
+        };
+        switch.write(&mut main, frame, device, base);
+    }
+    for event in &device.events {
+        let switch = GrantSwitch {
+            name: &event.name,
+            tag: "event",
+            description: &event.description,
+            details: details(&[], &event.params),
+        };
+        switch.write(&mut main, frame, device, base);
     }
     let _ = write!(
         main,

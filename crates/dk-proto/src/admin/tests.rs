@@ -183,7 +183,10 @@ fn answers_round_trip_in_the_routes_key_order() {
                 description: "Set the lamp.".to_owned(),
                 confirm: false,
                 params: Vec::new(),
+                title: None,
+                claims: Vec::new(),
             }],
+            events: Vec::new(),
         },
     );
     check(

@@ -29,24 +29,57 @@ use alloc::vec::Vec;
 
 use serde_json::{Map, Number, Value};
 
-use super::{
-    Capability, ManifestError, Param, ParamType, field, is_snake_name, json_str, limits, text,
-    validate_params,
-};
-use crate::text::{has_unsafe_char, utf16_len};
+use crate::text::{has_unsafe_char, is_js_blank, utf16_len, write_json_str as json_str};
 
 /// The value of `dk` that opts a manifest in.
 pub const VERSION: u64 = 1;
 
+/// A number param's `unit`, in UTF-16 code units.
+pub const UNIT: usize = 16;
+/// Values in a param's `enum`.
+pub const ENUM: usize = 32;
+/// A capability's `title`, in UTF-16 code units (a device's name's limit).
+pub const TITLE: usize = 80;
+/// A capability's `tool`, the name the device knows it by (MCP's own limit
+/// on a tool's name).
+pub const TOOL: usize = 128;
+/// A capability's `inputSchema` or `outputSchema` as stored, in bytes.
+pub const SCHEMA_BYTES: usize = 16 * 1024;
+/// How deep a capability's `inputSchema` or `outputSchema` may nest.
+pub const SCHEMA_DEPTH: usize = 16;
+/// Events a device declares.
+pub const EVENTS: usize = 32;
+
+/// A field of the extension that is not as the extension defines it: the
+/// manifest's validation gives it as its own error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// The field, named as in 8DK's messages.
+    pub(crate) field: String,
+    /// What it must be.
+    pub(crate) why: String,
+}
+
+/// What the bounds of a param depend on: its type and its longest string.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// A number param.
+    pub(crate) number: bool,
+    /// A string param.
+    pub(crate) string: bool,
+    /// Its longest string (its `maxLength` or the input limit).
+    pub(crate) max_length: usize,
+}
+
 /// What the extension adds to a param: the bounds a value must keep.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Bounds {
-    pub(super) minimum: Option<Number>,
-    pub(super) maximum: Option<Number>,
-    pub(super) integer: bool,
-    pub(super) one_of: Vec<Value>,
-    pub(super) min_length: Option<usize>,
-    pub(super) unit: Option<String>,
+    pub(crate) minimum: Option<Number>,
+    pub(crate) maximum: Option<Number>,
+    pub(crate) integer: bool,
+    pub(crate) one_of: Vec<Value>,
+    pub(crate) min_length: Option<usize>,
+    pub(crate) unit: Option<String>,
 }
 
 impl Bounds {
@@ -86,6 +119,34 @@ impl Bounds {
     pub fn is_empty(&self) -> bool {
         *self == Bounds::default()
     }
+    /// The bounds in words for a person (`from 10 to 30 °C, whole`, `one
+    /// of "heat", "cool"`, `at least 2 characters`); `None` when none is
+    /// declared.
+    pub fn summary(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        match (&self.minimum, &self.maximum) {
+            (Some(min), Some(max)) => parts.push(format!("from {min} to {}", self.with_unit(max))),
+            (Some(min), None) => parts.push(format!("at least {}", self.with_unit(min))),
+            (None, Some(max)) => parts.push(format!("at most {}", self.with_unit(max))),
+            (None, None) => {
+                if let Some(unit) = &self.unit {
+                    parts.push(format!("in {unit}"));
+                }
+            }
+        }
+        if self.integer {
+            parts.push("whole".to_owned());
+        }
+        if !self.one_of.is_empty() {
+            let values: Vec<String> = self.one_of.iter().map(ToString::to_string).collect();
+            parts.push(format!("one of {}", values.join(", ")));
+        }
+        if let Some(n) = self.min_length {
+            parts.push(format!("at least {n} characters"));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
     /// `n` as the person reads it: the number, then the unit if any.
     pub(crate) fn with_unit(&self, n: &Number) -> String {
         match &self.unit {
@@ -110,6 +171,26 @@ pub struct Annotations {
 }
 
 impl Annotations {
+    /// The claims in words for a person (`read-only`, `changes things`,
+    /// `destructive`, `not destructive`, `idempotent`, `reaches the open
+    /// world`, `stays within its own world`): what the device says, never
+    /// checked.
+    pub fn claims(&self) -> Vec<String> {
+        let said = [
+            (self.read_only, "read-only", "changes things"),
+            (self.destructive, "destructive", "not destructive"),
+            (self.idempotent, "idempotent", "not idempotent"),
+            (
+                self.open_world,
+                "reaches the open world",
+                "stays within its own world",
+            ),
+        ];
+        said.iter()
+            .filter_map(|(value, yes, no)| value.map(|v| if v { *yes } else { *no }.to_owned()))
+            .collect()
+    }
+
     const KEYS: [&'static str; 4] = [
         "readOnlyHint",
         "destructiveHint",
@@ -139,73 +220,69 @@ impl Annotations {
 /// What the extension adds to a capability.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ToolExtras {
-    pub(super) title: Option<String>,
-    pub(super) annotations: Option<Annotations>,
-    pub(super) input_schema: Option<Value>,
-    pub(super) output_schema: Option<Value>,
-    pub(super) tool: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) annotations: Option<Annotations>,
+    pub(crate) input_schema: Option<Value>,
+    pub(crate) output_schema: Option<Value>,
+    pub(crate) tool: Option<String>,
     /// Whether its manifest has the extension (its input schema then
     /// carries the params' bounds).
-    pub(super) extended: bool,
-}
-
-/// An event a device declares it may send (`device:event` with this name
-/// as its `capability`), with the params of its data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSpec {
-    pub(super) name: String,
-    pub(super) description: String,
-    pub(super) params: Vec<Param>,
-}
-
-impl EventSpec {
-    /// Lower snake case, unique among the device's events and capabilities.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-    /// What it tells, shown to the person and the model.
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-    /// The params of its data, in declared order.
-    pub fn params(&self) -> &[Param] {
-        &self.params
-    }
+    pub(crate) extended: bool,
 }
 
 /// Whether `m` opts in: `None` when it has no `dk`, an error when `dk` is
 /// anything but [`VERSION`].
-pub(super) fn opted_in(m: &Map<String, Value>) -> Result<bool, ManifestError> {
-    match field(m, "dk") {
+pub(crate) fn opted_in(m: &Map<String, Value>) -> Result<bool, Refused> {
+    match m.get("dk") {
         None => Ok(false),
         Some(v) if v.as_u64() == Some(VERSION) => Ok(true),
         Some(_) => Err(bad("dk", "must be 1")),
     }
 }
 
-fn bad(field: &str, why: &str) -> ManifestError {
-    ManifestError::BadExtension {
+fn bad(field: &str, why: &str) -> Refused {
+    Refused {
         field: field.to_owned(),
         why: why.to_owned(),
     }
 }
 
+/// A text field: a string, not blank, at most `max` UTF-16 units, with no
+/// unsafe character (the rules of 8DK's text fields, in their words).
+fn plain_text<'v>(at: &str, value: &'v Value, max: usize) -> Result<&'v str, Refused> {
+    match value {
+        Value::String(s) if !is_js_blank(s) && utf16_len(s) <= max => {
+            if has_unsafe_char(s) {
+                Err(bad(
+                    at,
+                    "contains control, escape, invisible or bidirectional characters",
+                ))
+            } else {
+                Ok(s)
+            }
+        }
+        _ => Err(Refused {
+            field: at.to_owned(),
+            why: format!("must be a non-empty string of at most {max} characters"),
+        }),
+    }
+}
+
 /// Reads a param's bounds from its spec (`owner` names the capability or
 /// event, as in errors).
-pub(super) fn read_bounds(
-    owner: &str,
-    param: &Param,
+pub(crate) fn read_bounds(
+    at_param: &str,
+    shape: Shape,
     spec: &Map<String, Value>,
-) -> Result<Bounds, ManifestError> {
-    let at = |what: &str| format!("{owner} param \"{}\" {what}", param.name);
-    let number = param.ty == ParamType::Number;
-    let string = param.ty == ParamType::String;
+) -> Result<Bounds, Refused> {
+    let at = |what: &str| format!("{at_param} {what}");
+    let (number, string) = (shape.number, shape.string);
     let mut bounds = Bounds::default();
     for (key, slot) in [
         ("minimum", &mut bounds.minimum),
         ("maximum", &mut bounds.maximum),
     ] {
-        if let Some(value) = field(spec, key) {
+        if let Some(value) = spec.get(key) {
             match value {
                 Value::Number(n) if number => *slot = Some(n.clone()),
                 _ => return Err(bad(&at(key), "must be a number on a number param")),
@@ -217,7 +294,7 @@ pub(super) fn read_bounds(
     {
         return Err(bad(&at("minimum"), "must not be above its maximum"));
     }
-    bounds.integer = match field(spec, "integer") {
+    bounds.integer = match spec.get("integer") {
         None | Some(Value::Bool(false)) => false,
         Some(Value::Bool(true)) if number => true,
         Some(_) => {
@@ -227,11 +304,11 @@ pub(super) fn read_bounds(
             ));
         }
     };
-    if let Some(value) = field(spec, "minLength") {
+    if let Some(value) = spec.get("minLength") {
         let n = value
             .as_u64()
             .and_then(|n| usize::try_from(n).ok())
-            .filter(|n| string && *n <= param.max_length());
+            .filter(|n| string && *n <= shape.max_length);
         bounds.min_length = Some(n.ok_or_else(|| {
             bad(
                 &at("minLength"),
@@ -239,12 +316,12 @@ pub(super) fn read_bounds(
             )
         })?);
     }
-    if let Some(value) = field(spec, "unit") {
+    if let Some(value) = spec.get("unit") {
         let unit = match value {
             Value::String(s)
                 if number
                     && !s.trim().is_empty()
-                    && utf16_len(s) <= limits::UNIT
+                    && utf16_len(s) <= UNIT
                     && !has_unsafe_char(s) =>
             {
                 s.clone()
@@ -258,12 +335,12 @@ pub(super) fn read_bounds(
         };
         bounds.unit = Some(unit);
     }
-    if let Some(value) = field(spec, "enum") {
+    if let Some(value) = spec.get("enum") {
         let why = "must be a list of 1 to 32 distinct values of the param's type within its bounds";
         let Value::Array(values) = value else {
             return Err(bad(&at("enum"), why));
         };
-        if values.is_empty() || values.len() > limits::ENUM || param.ty == ParamType::Boolean {
+        if values.is_empty() || values.len() > ENUM || !(number || string) {
             return Err(bad(&at("enum"), why));
         }
         for (i, value) in values.iter().enumerate() {
@@ -271,7 +348,7 @@ pub(super) fn read_bounds(
                 Value::String(s) => {
                     string
                         && !has_unsafe_char(s)
-                        && utf16_len(s) <= param.max_length()
+                        && utf16_len(s) <= shape.max_length
                         && bounds.min_length.is_none_or(|min| utf16_len(s) >= min)
                 }
                 Value::Number(n) => number && within(&bounds, n),
@@ -310,21 +387,19 @@ pub(crate) fn is_whole(f: f64) -> bool {
 }
 
 /// Reads a capability's extras.
-pub(super) fn read_tool(
-    capability: &Capability,
+pub(crate) fn read_tool(
+    owner: &str,
+    has_params: bool,
     c: &Map<String, Value>,
-) -> Result<ToolExtras, ManifestError> {
-    let owner = format!("capability \"{}\"", capability.name);
+) -> Result<ToolExtras, Refused> {
     let mut extras = ToolExtras::default();
-    if field(c, "title").is_some() {
-        let name = || format!("{owner} title");
-        extras.title = Some(text(field(c, "title"), limits::NAME, name)?.to_owned());
+    if let Some(value) = c.get("title") {
+        extras.title = Some(plain_text(&format!("{owner} title"), value, TITLE)?.to_owned());
     }
-    if let Some(value) = field(c, "tool") {
-        let name = || format!("{owner} tool");
-        extras.tool = Some(text(Some(value), limits::TOOL, name)?.to_owned());
+    if let Some(value) = c.get("tool") {
+        extras.tool = Some(plain_text(&format!("{owner} tool"), value, TOOL)?.to_owned());
     }
-    if let Some(value) = field(c, "annotations") {
+    if let Some(value) = c.get("annotations") {
         let why = "must be an object of readOnlyHint, destructiveHint, idempotentHint and openWorldHint, each true or false";
         let Value::Object(given) = value else {
             return Err(bad(&format!("{owner} annotations"), why));
@@ -347,13 +422,13 @@ pub(super) fn read_tool(
         ("inputSchema", &mut extras.input_schema),
         ("outputSchema", &mut extras.output_schema),
     ] {
-        if let Some(value) = field(c, key) {
+        if let Some(value) = c.get(key) {
             let at = format!("{owner} {key}");
             check_schema(&at, value)?;
             *slot = Some(value.clone());
         }
     }
-    if extras.input_schema.is_some() && !capability.params.is_empty() {
+    if extras.input_schema.is_some() && has_params {
         return Err(bad(
             &format!("{owner} inputSchema"),
             "must not be given beside params",
@@ -362,18 +437,18 @@ pub(super) fn read_tool(
     Ok(extras)
 }
 
-/// A schema: a JSON object, at most [`limits::SCHEMA_DEPTH`] deep and
-/// [`limits::SCHEMA_BYTES`] long as stored, whose every key and string
+/// A schema: a JSON object, at most [`SCHEMA_DEPTH`] deep and
+/// [`SCHEMA_BYTES`] long as stored, whose every key and string
 /// holds no unsafe character (a schema's text reaches the model as a
 /// description does).
-fn check_schema(at: &str, value: &Value) -> Result<(), ManifestError> {
+fn check_schema(at: &str, value: &Value) -> Result<(), Refused> {
     let why = "must be a JSON Schema object of at most 16 KiB and 16 levels, with no control, invisible or bidirectional characters";
-    if !value.is_object() || !plain(value, limits::SCHEMA_DEPTH) {
+    if !value.is_object() || !plain(value, SCHEMA_DEPTH) {
         return Err(bad(at, why));
     }
     let mut out = String::new();
     canonical(&mut out, value);
-    if out.len() > limits::SCHEMA_BYTES {
+    if out.len() > SCHEMA_BYTES {
         return Err(bad(at, why));
     }
     Ok(())
@@ -394,63 +469,8 @@ fn plain(value: &Value, depth: usize) -> bool {
     }
 }
 
-/// Reads a manifest's `events`; `capabilities` are those already read, whose
-/// names an event may not take.
-pub(super) fn read_events(
-    m: &Map<String, Value>,
-    capabilities: &[Capability],
-) -> Result<Vec<EventSpec>, ManifestError> {
-    let Some(raw) = field(m, "events") else {
-        return Ok(Vec::new());
-    };
-    let why = "must be a list of at most 32 events, each with a lower snake case name of its own";
-    let Value::Array(list) = raw else {
-        return Err(bad("events", why));
-    };
-    if list.len() > limits::EVENTS {
-        return Err(bad("events", why));
-    }
-    let mut events: Vec<EventSpec> = Vec::with_capacity(list.len());
-    let empty = Map::new();
-    for raw in list {
-        let e = raw.as_object().unwrap_or(&empty);
-        let name = text(field(e, "name"), limits::CAPABILITY_NAME, || {
-            "event name".to_owned()
-        })?;
-        let taken = events.iter().any(|other| other.name == name)
-            || capabilities.iter().any(|c| c.name == name);
-        if !is_snake_name(name) || taken {
-            return Err(bad(&format!("event \"{name}\""), why));
-        }
-        let owner = format!("event \"{name}\"");
-        let description = text(
-            field(e, "description"),
-            limits::CAPABILITY_DESCRIPTION,
-            || format!("{owner} description"),
-        )?;
-        let mut params =
-            validate_params(name, field(e, "params")).map_err(|error| match error {
-                ManifestError::BadParam { key, .. } => bad(
-                    &format!("{owner} param \"{key}\""),
-                    "must be lower snake case with type string, number or boolean",
-                ),
-                ManifestError::TooManyParams(_) => bad(&owner, "declares more than 16 params"),
-                other => other,
-            })?;
-        if let Some(Value::Object(specs)) = field(e, "params") {
-            super::read_param_extensions(name, &owner, &mut params, specs, true)?;
-        }
-        events.push(EventSpec {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            params,
-        });
-    }
-    Ok(events)
-}
-
 /// Appends a param's bounds to its stored JSON.
-pub(super) fn write_bounds(out: &mut String, bounds: &Bounds) {
+pub(crate) fn write_bounds(out: &mut String, bounds: &Bounds) {
     if let Some(n) = &bounds.minimum {
         out.push_str(&format!(",\"minimum\":{n}"));
     }
@@ -474,7 +494,7 @@ pub(super) fn write_bounds(out: &mut String, bounds: &Bounds) {
 }
 
 /// Appends a capability's extras to its stored JSON.
-pub(super) fn write_tool(out: &mut String, extras: &ToolExtras) {
+pub(crate) fn write_tool(out: &mut String, extras: &ToolExtras) {
     if let Some(title) = &extras.title {
         out.push_str(",\"title\":");
         json_str(out, title);

@@ -12,6 +12,7 @@ mod approvals;
 mod audit_reading;
 mod backup;
 mod backup_words;
+mod bounds;
 mod bridge_mqtt;
 mod c_lamp;
 mod console;

@@ -324,6 +324,7 @@ async fn the_persons_answer_time_is_measured_from_the_prompt() {
                     kind: "lock".to_owned(),
                     code: "004217".to_owned(),
                     capabilities: Vec::new(),
+                    events: Vec::new(),
                     replaces: None,
                     no_screen: false,
                     channel: dk_proto::Channel::V1,
