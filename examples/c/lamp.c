@@ -8,8 +8,11 @@
  * to compare), keeps its credentials in CREDENTIALS_FILE, reconnects by key
  * when restarted, and answers `set_light` and `read_light`. A connection
  * that ends, or that cannot be made (the vessel is down or restarting), is
- * tried again after a backoff with jitter: a random delay between half and
- * all of 0.5 s, 1 s, 2 s, 4 s and then 8 s, back to 0.5 s once connected.
+ * tried again after the device core's backoff (dk_next_backoff_ms): a
+ * random delay up to 0.5 s, 1 s, 2 s, 4 s and then 8 s, back to 0.5 s once
+ * connected. An HTTP 403 at the upgrade stops an unpaired lamp (exit 3) and
+ * never a lamp paired over dk/2, to which anyone on the path could forge
+ * one (dk_device_stops_on_http_status).
  * Random bytes come from getrandom(2); the library's memory from malloc,
  * counted, and with --stats the counts are written to FILE at exit: the
  * heap's peak while pairing, the heap while connected and idle, and what
@@ -270,15 +273,15 @@ static void check(dk_status status, const char *what) {
     if (status != DK_OK) fprintf(stderr, "lamp: %s: %s\n", what, dk_status_text(status));
 }
 
-/* Plans the next connection after a backoff with jitter: a random delay
-   between half and all of 0.5 s, 1 s, 2 s, 4 s, then 8 s for every try
-   after, so that a fleet of lamps does not reconnect in lockstep and a
-   vessel back from a restart is found within seconds. */
+/* Plans the next connection after the device core's backoff: a random
+   delay up to 0.5 s, 1 s, 2 s, 4 s, then 8 s for every try after ("full
+   jitter", as every dk device waits), so that a fleet of lamps does not
+   reconnect in lockstep and a vessel back from a restart is found within
+   seconds. */
 static void connect_later(void) {
-    unsigned ceiling = 500u << (lamp.attempts < 4 ? lamp.attempts : 4);
-    uint32_t jitter = 0;
-    random_bytes(NULL, (uint8_t *)&jitter, sizeof jitter);
-    unsigned delay = ceiling / 2 + jitter % (ceiling / 2 + 1);
+    uint64_t random = 0;
+    random_bytes(NULL, (uint8_t *)&random, sizeof random);
+    unsigned delay = dk_next_backoff_ms(500, 8000, lamp.attempts, random);
     lamp.attempts++;
     lamp.reconnect_at = now_ms() + delay;
     fprintf(stderr, "lamp: connecting again in %u ms\n", delay);
@@ -445,15 +448,24 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         pump();
         break;
     }
-    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR: {
         /* The vessel cannot be reached (down, restarting, refusing the
-           upgrade): try again later, as after any end. */
+           upgrade): try again later, as after any end, unless the core's
+           rule says the answer stops this device. */
+        unsigned status = wsi ? lws_http_client_http_response(wsi) : 0;
         fprintf(stderr, "lamp: cannot reach the vessel: %s\n", in ? (const char *)in : "?");
         lamp.socket = false;
         lamp.wsi = NULL;
         drop_queue();
+        if (status && dk_device_stops_on_http_status(lamp.device, (uint16_t)status)) {
+            fprintf(stderr, "lamp: the vessel refused this device (HTTP %u): stopping\n", status);
+            lamp.stop = true;
+            lamp.exit_code = 3;
+            break;
+        }
         if (!signalled && !lamp.stop) connect_later();
         break;
+    }
     case LWS_CALLBACK_CLIENT_CLOSED:
         lamp.socket = false;
         lamp.wsi = NULL;

@@ -437,6 +437,20 @@ dk_status dk_device_storage_failed(dk_device *device, uint64_t now_ms);
 // `device` is NULL or a live device.
 dk_state dk_device_state(dk_device *device);
 
+// Whether the device stops connecting after the vessel's upgrade answered
+// HTTP `status` instead of a WebSocket (the device core's rule,
+// `reconnect::believe`). A device paired over dk/2 hears its vessel's
+// refusals inside the channel, so a 403 before it, which anyone on the
+// path can forge, does not stop it: false, connect again after the
+// backoff. A device not paired stops on a 403 (the vessel does not take
+// it there; the person must act). Any other status, a busy 503 included,
+// never stops a device; nor does a NULL device. Asks for no memory.
+//
+// # Safety
+//
+// `device` is NULL or a live device.
+bool dk_device_stops_on_http_status(dk_device *device, uint16_t status);
+
 // Registers `handler` (with its `ctx`) for calls of `capability` (`len`
 // bytes of UTF-8), replacing any; a NULL handler removes it. Calls of a
 // capability without a handler come out of `dk_device_poll` as
@@ -534,6 +548,17 @@ const char *dk_status_text(int32_t status);
 // `platform` is NULL or points to a readable `dk_platform`; its callbacks
 // behave as their types say for as long as the library is used.
 dk_status dk_platform_init(const dk_platform *platform);
+
+// The wait before the next connection, in milliseconds: `random` (from
+// the platform's random bytes) spread uniformly over zero to
+// `initial_ms * 2^attempt`, that ceiling capped at `max_ms`, as every dk
+// device waits ("full jitter", so a fleet refused at once does not come
+// back at once). `attempt` counts the failed connections since the last
+// one that held.
+uint32_t dk_next_backoff_ms(uint32_t initial_ms,
+                            uint32_t max_ms,
+                            uint32_t attempt,
+                            uint64_t random);
 
 #ifdef __cplusplus
 }  // extern "C"

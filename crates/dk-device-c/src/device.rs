@@ -729,6 +729,35 @@ pub unsafe extern "C" fn dk_device_state(device: *mut dk_device) -> dk_state {
     }
 }
 
+/// Whether the device stops connecting after the vessel's upgrade answered
+/// HTTP `status` instead of a WebSocket (the device core's rule,
+/// `reconnect::believe`). A device paired over dk/2 hears its vessel's
+/// refusals inside the channel, so a 403 before it, which anyone on the
+/// path can forge, does not stop it: false, connect again after the
+/// backoff. A device not paired stops on a 403 (the vessel does not take
+/// it there; the person must act). Any other status, a busy 503 included,
+/// never stops a device; nor does a NULL device. Asks for no memory.
+///
+/// # Safety
+///
+/// `device` is NULL or a live device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dk_device_stops_on_http_status(
+    device: *mut dk_device,
+    status: u16,
+) -> bool {
+    // SAFETY: the caller's promise.
+    let Ok(device) = (unsafe { live(device) }) else {
+        return false;
+    };
+    let paired = device
+        .core
+        .credentials()
+        .is_some_and(dk_device_core::Credentials::is_paired);
+    let answer = dk_device_core::reconnect::outside_status(status, None);
+    dk_device_core::reconnect::believe(answer, paired) == dk_device_core::reconnect::Verdict::Stop
+}
+
 /// Registers `handler` (with its `ctx`) for calls of `capability` (`len`
 /// bytes of UTF-8), replacing any; a NULL handler removes it. Calls of a
 /// capability without a handler come out of `dk_device_poll` as

@@ -35,6 +35,7 @@ mod calls;
 mod credentials;
 mod entropy;
 mod machine;
+pub mod reconnect;
 mod time;
 
 pub use calls::{

@@ -31,6 +31,7 @@ use backoff::full_jitter;
 pub use backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, STABLE_SESSION};
 pub use connection::{CONNECT_TIMEOUT, SessionEnd, connect_once};
 use connection::{check_url, printable};
+use dk_device_core::reconnect::{Outside, Verdict, believe};
 pub use error::ClientError;
 pub use options::{ClientOptions, ConnectionEvent};
 
@@ -101,8 +102,11 @@ pub async fn run_client(
             }
             // A paired dk/2 device's refusals come inside the channel; a
             // 403 or an upgrade without `dk.2` comes before it, where anyone
-            // on the path can forge one to stop the device for good.
-            Err(e @ (ClientError::Refused(_) | ClientError::NotDk2)) if options.is_paired_dk2() => {
+            // on the path can forge one to stop the device for good (the
+            // core's rule, `reconnect::believe`).
+            Err(e @ (ClientError::Refused(_) | ClientError::NotDk2))
+                if believe(outside(&e), options.is_paired_dk2()) == Verdict::Retry =>
+            {
                 tracing::warn!(
                     error = %e,
                     "an answer from outside the channel, which anyone on the path can forge: trying again"
@@ -157,6 +161,14 @@ pub async fn run_client(
             () = &mut shutdown => return Ok(()),
             () = tokio::time::sleep(delay) => {}
         }
+    }
+}
+
+/// The core's name for a refusal that came before the channel.
+fn outside(error: &ClientError) -> Outside {
+    match error {
+        ClientError::NotDk2 => Outside::NotDk2,
+        _ => Outside::Forbidden,
     }
 }
 

@@ -20,7 +20,7 @@ use crate::device::CallError;
 use crate::{Device, EventReceiver};
 
 /// How long in-flight handlers may run once the incoming frames end, by default.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+pub const DEFAULT_GRACE: Duration = dk_device_core::reconnect::DEFAULT_GRACE;
 
 /// How many calls may run at once by default; a call beyond it is answered
 /// with an error at once.

@@ -1,7 +1,11 @@
 //! Text rules shared by manifests and inputs: UTF-16 lengths, JavaScript's
-//! notion of blank, and the characters a device may never put in text.
+//! notion of blank, the characters a device may never put in text, and
+//! validated text written as a JSON string.
 
 mod categories;
+
+use alloc::format;
+use alloc::string::String;
 
 use categories::UNSAFE_CATEGORIES;
 

@@ -217,16 +217,13 @@ fn connect_error(url: &str, error: tungstenite::Error) -> ClientError {
     }
 }
 
-/// A 503's `Retry-After` in whole seconds, from 1 s to 60 s; 1 s when it
-/// is missing or is not a number of seconds (an HTTP date is not taken:
-/// the device's clock need not agree with the vessel's).
+/// A 503's `Retry-After` as a wait ([`dk_device_core::reconnect::retry_after`]:
+/// whole seconds from 1 s to 60 s, 1 s when missing or not a number).
 pub(super) fn retry_after(headers: &tungstenite::http::HeaderMap) -> Duration {
-    let seconds = headers
+    let text = headers
         .get(tungstenite::http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1);
-    Duration::from_secs(seconds.clamp(1, 60))
+        .and_then(|v| v.to_str().ok());
+    dk_device_core::reconnect::retry_after(text)
 }
 
 /// One open connection, driving the core.

@@ -6,7 +6,10 @@
 //! anything. The same again under valgrind, which must find no error and
 //! no leak. Against a vessel that never answers the handshake it closes
 //! each socket at the deadline and connects again; against a vessel killed
-//! and started again it keeps trying and comes back by key.
+//! and started again it keeps trying and comes back by key. An HTTP 403 at
+//! the upgrade stops it only while it is not paired: once paired over dk/2
+//! it is a forgeable answer from outside the channel and the lamp connects
+//! again.
 //!
 //! Without libwebsockets' development files or valgrind the tests say so
 //! and pass, unless `DK_REQUIRE_PEERS` is set (CI sets it, after
@@ -516,4 +519,96 @@ async fn the_c_lamp_comes_back_to_a_vessel_killed_and_started_again() {
     let (code, said) = lamp.terminate();
     assert_eq!(code, Some(0), "{said}");
     drop(vessel);
+}
+
+/// A "vessel" that answers every upgrade with HTTP 403, as anyone on the
+/// path could: how many requests it refused.
+async fn forbidding_vessel() -> (String, Arc<Mutex<usize>>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let refused: Arc<Mutex<usize>> = Arc::default();
+    let count = Arc::clone(&refused);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\nConnection: close\r\n\r\nforbidden",
+                    )
+                    .await;
+                *count.lock().unwrap() += 1;
+            });
+        }
+    });
+    (url, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_before_the_channel_stops_an_unpaired_c_lamp_and_never_a_paired_one() {
+    if !lamp_or_skip("c_lamp and a forbidding vessel") {
+        return;
+    }
+    let scratch = Scratch::new("c-lamp-403");
+    let (forbidding, refused) = forbidding_vessel().await;
+    let credentials = scratch.root().join("desk-lamp.dk2");
+    let stats = scratch.root().join("lamp.stats");
+
+    // Not paired: the vessel's 403 is believed, and the lamp stops (3).
+    let lamp = Lamp::start(
+        &[],
+        &forbidding,
+        &credentials,
+        &stats,
+        scratch.root().join("1.err"),
+    );
+    let (code, said) = lamp.exit_code();
+    assert_eq!(code, Some(3), "{said}");
+    assert!(
+        said.contains("the vessel refused this device (HTTP 403)"),
+        "{said}"
+    );
+
+    // Paired with a real vessel over dk/2, then pointed where every answer
+    // is a 403: a forged refusal, which it does not believe; it keeps
+    // connecting again after its backoff.
+    let (vessel, _) = start(&scratch);
+    let admin = vessel.admin(&scratch);
+    let lamp = Lamp::start(
+        &[],
+        &vessel.url(),
+        &credentials,
+        &stats,
+        scratch.root().join("2.err"),
+    );
+    lamp.wait_for("pairing code: ");
+    approve_when_asked(&admin, "desk-lamp", &["set_light"]).await;
+    connected(&admin).await;
+    let (code, said) = lamp.terminate();
+    assert_eq!(code, Some(0), "{said}");
+    let before = *refused.lock().unwrap();
+    let lamp = Lamp::start(
+        &[],
+        &forbidding,
+        &credentials,
+        &stats,
+        scratch.root().join("3.err"),
+    );
+    eventually("three refusals the paired lamp did not believe", || async {
+        (*refused.lock().unwrap() >= before + 3).then_some(())
+    })
+    .await;
+    let said = lamp.complained();
+    assert!(!said.contains("refused this device"), "{said}");
+    let (code, said) = lamp.terminate();
+    assert_eq!(code, Some(0), "{said}");
 }
