@@ -144,12 +144,19 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
             });
         }
     }
-    let number =
-        |description: &str| json!({"type": "number", "required": true, "description": description});
-    let optional = |description: &str| json!({"type": "number", "description": description});
+    // Every number is bounded in the manifest (the dk extension), so the
+    // vessel refuses one out of range before the person is asked; the
+    // device checks each again against the screenshot it took.
+    let (wide, high) = (size.width.saturating_sub(1), size.height.saturating_sub(1));
+    let bounded = |description: &str, required: bool, (min, max): (u32, u32)| {
+        json!({"type": "number", "description": description, "required": required,
+               "minimum": min, "maximum": max})
+    };
+    let across = |description: &str| bounded(description, true, (0, wide));
+    let down = |description: &str| bounded(description, true, (0, high));
     let point = json!({
-        "x": optional("screenshot pixels from the left; with y, or neither for where the pointer is"),
-        "y": optional("screenshot pixels from the top; with x"),
+        "x": bounded("screenshot pixels from the left; with y, or neither for where the pointer is", false, (0, wide)),
+        "y": bounded("screenshot pixels from the top; with x", false, (0, high)),
     });
     let click = |what: &str| {
         let mut params = point.clone();
@@ -164,17 +171,17 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
     let mut capabilities = vec![
         json!({"name": "screenshot", "kind": "sensor", "description": screenshot}),
         json!({"name": "zoom", "kind": "sensor", "description": zoom, "params": {
-            "x": number("left edge, screenshot pixels"),
-            "y": number("top edge, screenshot pixels"),
-            "width": number("width, screenshot pixels"),
-            "height": number("height, screenshot pixels"),
+            "x": across("left edge, screenshot pixels"),
+            "y": down("top edge, screenshot pixels"),
+            "width": bounded("width, screenshot pixels", true, (1, size.width.max(1))),
+            "height": bounded("height, screenshot pixels", true, (1, size.height.max(1))),
         }}),
         json!({"name": "cursor_position", "kind": "sensor",
                "description": "Where the pointer is, in screenshot pixels: {x, y}; refused while it is in a blacked-out area."}),
         json!({"name": "mouse_move", "kind": "actuator",
                "description": "Move the pointer to a point of the screenshot.",
-               "params": {"x": number("screenshot pixels from the left"),
-                          "y": number("screenshot pixels from the top")}}),
+               "params": {"x": across("screenshot pixels from the left"),
+                          "y": down("screenshot pixels from the top")}}),
         click("Click the left button at a point (or where the pointer is)."),
         click("Click the right button at a point (or where the pointer is)."),
         click("Click the middle button at a point (or where the pointer is)."),
@@ -182,16 +189,18 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
         click("Triple-click the left button at a point (or where the pointer is)."),
         json!({"name": "left_click_drag", "kind": "actuator",
                "description": "Press the left button at a start point, move to an end point and release.",
-               "params": {"start_x": number("start, screenshot pixels from the left"),
-                          "start_y": number("start, screenshot pixels from the top"),
-                          "x": number("end, screenshot pixels from the left"),
-                          "y": number("end, screenshot pixels from the top")}}),
+               "params": {"start_x": across("start, screenshot pixels from the left"),
+                          "start_y": down("start, screenshot pixels from the top"),
+                          "x": across("end, screenshot pixels from the left"),
+                          "y": down("end, screenshot pixels from the top")}}),
         json!({"name": "scroll", "kind": "actuator",
                "description": "Turn the mouse wheel at a point (or where the pointer is).",
-               "params": {"direction": {"type": "string", "required": true, "description": "up, down, left or right"},
-                          "amount": number("wheel clicks, 1 to 30"),
-                          "x": optional("screenshot pixels from the left; with y"),
-                          "y": optional("screenshot pixels from the top; with x")}}),
+               "params": {"direction": {"type": "string", "required": true, "description": "up, down, left or right",
+                                        "enum": ["up", "down", "left", "right"]},
+                          "amount": {"type": "number", "required": true, "description": "wheel clicks, 1 to 30",
+                                     "integer": true, "minimum": 1, "maximum": 30},
+                          "x": bounded("screenshot pixels from the left; with y", false, (0, wide)),
+                          "y": bounded("screenshot pixels from the top; with x", false, (0, high))}}),
         json!({"name": "key", "kind": "actuator", "confirm": true,
                "description": "Press a key combination such as ctrl+s, Return or alt+Tab (up to 16, separated by spaces) in the focused window: modifiers, named keys, F1-F24 and single characters. Asks the person every time.",
                "params": {"text": {"type": "string", "required": true, "description": "the combination(s), xdotool style"}}}),
@@ -200,7 +209,7 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
                "params": {"text": {"type": "string", "required": true, "multiline": true, "description": "what to type, at most 1000 characters; new lines and tabs press Return and Tab"}}}),
         json!({"name": "wait", "kind": "actuator",
                "description": "Wait a while, e.g. for a window to open.",
-               "params": {"duration": number("seconds, more than 0 and at most 5")}}),
+               "params": {"duration": bounded("seconds, more than 0 and at most 5", true, (0, 5))}}),
     ];
     // The clicks' names, in the order above.
     for (capability, name) in capabilities.iter_mut().skip(4).zip([
@@ -219,6 +228,7 @@ fn manifest(config: &DesktopConfig, stream_every: Option<Duration>) -> Result<Va
             "description": format!("Streams the screen: one PNG screenshot (fit to {size}, blacked out as the screenshot is) every {} ms.", every.as_millis())}));
     }
     Ok(json!({
+        "dk": 1,
         "id": config.id,
         "name": config.name,
         "kind": KIND,
@@ -836,6 +846,51 @@ mod tests {
             manifest(&config, None),
             Err(StartError::BlackoutTooLong { .. })
         ));
+    }
+
+    #[test]
+    fn the_manifest_bounds_every_number_so_the_vessel_refuses_before_the_person() {
+        let config = DesktopConfig::default();
+        let value = manifest(&config, None).unwrap_or(Value::Null);
+        let Ok(checked) = dk_proto::validate_manifest(&value) else {
+            unreachable!("{value}")
+        };
+        assert!(checked.extended());
+        let check = |capability: &str, input: Value| {
+            let capability = checked.capability(capability).cloned();
+            capability.map(|c| dk_proto::check_input(&c, &input).map_err(|e| e.to_string()))
+        };
+        let (wide, high) = (config.size.width - 1, config.size.height - 1);
+        assert_eq!(
+            check("mouse_move", json!({"x": wide, "y": high})),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            check("mouse_move", json!({"x": wide + 1, "y": 0})),
+            Some(Err(format!("\"x\" must be at most {wide}")))
+        );
+        assert_eq!(
+            check("left_click", json!({"x": -1, "y": 0})),
+            Some(Err("\"x\" must be at least 0".to_owned()))
+        );
+        assert_eq!(
+            check("scroll", json!({"direction": "sideways", "amount": 1})),
+            Some(Err(
+                "\"direction\" must be one of \"up\", \"down\", \"left\", \"right\"".to_owned()
+            ))
+        );
+        assert_eq!(
+            check("scroll", json!({"direction": "up", "amount": 31})),
+            Some(Err("\"amount\" must be at most 30".to_owned()))
+        );
+        assert_eq!(
+            check("wait", json!({"duration": 6})),
+            Some(Err("\"duration\" must be at most 5".to_owned()))
+        );
+        assert_eq!(
+            check("zoom", json!({"x": 0, "y": 0, "width": 0, "height": 10})),
+            Some(Err("\"width\" must be at least 1".to_owned()))
+        );
     }
 
     fn manifest_digest(config: &DesktopConfig) -> String {

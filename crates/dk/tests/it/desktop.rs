@@ -587,14 +587,16 @@ async fn an_agent_sees_the_screen_clicks_and_types_as_the_person_allows() {
     );
     assert!(reason.contains("is in a blacked-out area"), "{reason}");
 
-    // Bad input: a clear refusal, and nothing reaches a window.
+    // Bad input: a clear refusal, and nothing reaches a window. Numbers
+    // out of the manifest's bounds are the vessel's to refuse, naming the
+    // bound, before any rule or person.
     let reason = refused(&desk.call("left_click", json!({"x": 1500, "y": 10})).await);
     assert!(
-        reason.contains("x 1500 is outside the screenshot (0 to 1279)"),
+        reason.contains("[8dk-deny] \"x\" must be at most 1279"),
         "{reason}"
     );
     let reason = refused(&desk.call("mouse_move", json!({"x": 10, "y": -1})).await);
-    assert!(reason.contains("outside the screenshot"), "{reason}");
+    assert!(reason.contains("\"y\" must be at least 0"), "{reason}");
     for amount in [-1, 1000] {
         let answer = desk
             .call(
