@@ -69,3 +69,60 @@ fn baseline_result_frame_skimmed(bencher: divan::Bencher) {
         black_box(serde_json::from_str::<serde::de::IgnoredAny>(black_box(RESULT_200)).is_ok())
     });
 }
+
+/// A manifest of 4 capabilities of 16 number params each (64 params), with
+/// every param bounded (`minimum`, `maximum`, `integer`, `unit`) and the
+/// dk extension opted in when `bounded`; plain 8DK params otherwise.
+fn sixty_four_params(bounded: bool) -> Value {
+    let param = |i: usize| {
+        if bounded {
+            serde_json::json!({"type": "number", "description": format!("setting {i}"),
+                "required": i % 2 == 0, "minimum": 0, "maximum": 100 + i, "integer": true, "unit": "%"})
+        } else {
+            serde_json::json!({"type": "number", "description": format!("setting {i}"),
+                "required": i % 2 == 0})
+        }
+    };
+    let capabilities: Vec<Value> = (0..4)
+        .map(|c| {
+            let params: serde_json::Map<String, Value> =
+                (0..16).map(|i| (format!("p{i}"), param(i))).collect();
+            serde_json::json!({"name": format!("set_group_{c}"), "kind": "actuator",
+                "description": "Sets a group of settings.", "params": params})
+        })
+        .collect();
+    let mut manifest = serde_json::json!({"id": "mixer", "name": "Mixer", "kind": "mixer",
+        "version": "1.0.0", "capabilities": capabilities});
+    if bounded {
+        manifest["dk"] = serde_json::json!(1);
+    }
+    manifest
+}
+
+/// Baseline for the next: 64 params as 8DK declares them.
+#[divan::bench(sample_count = 200, sample_size = 20)]
+fn validate_and_digest_64_plain_params(bencher: divan::Bencher) {
+    let manifest = sixty_four_params(false);
+    bencher.bench(|| {
+        black_box(
+            validate_manifest(black_box(&manifest))
+                .map(|m| m.digest())
+                .is_ok(),
+        )
+    });
+}
+
+/// The same 64 params, each bounded, the dk extension opted in (its digest
+/// is of the stored JSON, every bound in it).
+#[divan::bench(sample_count = 200, sample_size = 20)]
+fn validate_and_digest_64_bounded_params(bencher: divan::Bencher) {
+    let manifest = sixty_four_params(true);
+    assert!(validate_manifest(&manifest).is_ok_and(|m| m.extended()));
+    bencher.bench(|| {
+        black_box(
+            validate_manifest(black_box(&manifest))
+                .map(|m| m.digest())
+                .is_ok(),
+        )
+    });
+}

@@ -788,8 +788,7 @@ pub(super) fn read_param_extensions(
                 string: param.ty == ParamType::String,
                 max_length: param.max_length(),
             };
-            let at = format!("{owner} param \"{}\"", param.name);
-            param.bounds = extension::read_bounds(&at, shape, spec)?;
+            param.bounds = extension::read_bounds(owner, &param.name, shape, spec)?;
         }
     }
     Ok(())

@@ -26,6 +26,7 @@ use alloc::borrow::ToOwned;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::fmt::Write as _;
 
 use serde_json::{Map, Number, Value};
 
@@ -271,18 +272,38 @@ fn plain_text<'v>(at: &str, value: &'v Value, max: usize) -> Result<&'v str, Ref
 /// Reads a param's bounds from its spec (`owner` names the capability or
 /// event, as in errors).
 pub(crate) fn read_bounds(
-    at_param: &str,
+    owner: &str,
+    name: &str,
     shape: Shape,
     spec: &Map<String, Value>,
 ) -> Result<Bounds, Refused> {
-    let at = |what: &str| format!("{at_param} {what}");
+    // Named only when refused: a valid manifest formats nothing.
+    let at = |what: &str| format!("{owner} param \"{name}\" {what}");
     let (number, string) = (shape.number, shape.string);
+    // One pass over the spec's few keys, rather than a lookup for each
+    // field; the fields are then read in their order.
+    let mut given: [Option<&Value>; 6] = [None; 6];
+    for (key, value) in spec {
+        let slot = match key.as_str() {
+            "minimum" => 0,
+            "maximum" => 1,
+            "integer" => 2,
+            "minLength" => 3,
+            "unit" => 4,
+            "enum" => 5,
+            _ => continue,
+        };
+        if let Some(slot) = given.get_mut(slot) {
+            *slot = Some(value);
+        }
+    }
+    let [minimum, maximum, integer, min_length, unit, one_of] = given;
     let mut bounds = Bounds::default();
-    for (key, slot) in [
-        ("minimum", &mut bounds.minimum),
-        ("maximum", &mut bounds.maximum),
+    for (key, slot, value) in [
+        ("minimum", &mut bounds.minimum, minimum),
+        ("maximum", &mut bounds.maximum, maximum),
     ] {
-        if let Some(value) = spec.get(key) {
+        if let Some(value) = value {
             match value {
                 Value::Number(n) if number => *slot = Some(n.clone()),
                 _ => return Err(bad(&at(key), "must be a number on a number param")),
@@ -294,7 +315,7 @@ pub(crate) fn read_bounds(
     {
         return Err(bad(&at("minimum"), "must not be above its maximum"));
     }
-    bounds.integer = match spec.get("integer") {
+    bounds.integer = match integer {
         None | Some(Value::Bool(false)) => false,
         Some(Value::Bool(true)) if number => true,
         Some(_) => {
@@ -304,7 +325,7 @@ pub(crate) fn read_bounds(
             ));
         }
     };
-    if let Some(value) = spec.get("minLength") {
+    if let Some(value) = min_length {
         let n = value
             .as_u64()
             .and_then(|n| usize::try_from(n).ok())
@@ -316,7 +337,7 @@ pub(crate) fn read_bounds(
             )
         })?);
     }
-    if let Some(value) = spec.get("unit") {
+    if let Some(value) = unit {
         let unit = match value {
             Value::String(s)
                 if number
@@ -335,7 +356,7 @@ pub(crate) fn read_bounds(
         };
         bounds.unit = Some(unit);
     }
-    if let Some(value) = spec.get("enum") {
+    if let Some(value) = one_of {
         let why = "must be a list of 1 to 32 distinct values of the param's type within its bounds";
         let Value::Array(values) = value else {
             return Err(bad(&at("enum"), why));
@@ -472,10 +493,10 @@ fn plain(value: &Value, depth: usize) -> bool {
 /// Appends a param's bounds to its stored JSON.
 pub(crate) fn write_bounds(out: &mut String, bounds: &Bounds) {
     if let Some(n) = &bounds.minimum {
-        out.push_str(&format!(",\"minimum\":{n}"));
+        let _ = write!(out, ",\"minimum\":{n}");
     }
     if let Some(n) = &bounds.maximum {
-        out.push_str(&format!(",\"maximum\":{n}"));
+        let _ = write!(out, ",\"maximum\":{n}");
     }
     if bounds.integer {
         out.push_str(",\"integer\":true");
@@ -485,7 +506,7 @@ pub(crate) fn write_bounds(out: &mut String, bounds: &Bounds) {
         canonical(out, &Value::Array(bounds.one_of.clone()));
     }
     if let Some(n) = bounds.min_length {
-        out.push_str(&format!(",\"minLength\":{n}"));
+        let _ = write!(out, ",\"minLength\":{n}");
     }
     if let Some(unit) = &bounds.unit {
         out.push_str(",\"unit\":");
@@ -512,7 +533,7 @@ pub(crate) fn write_tool(out: &mut String, extras: &ToolExtras) {
                     out.push(',');
                 }
                 first = false;
-                out.push_str(&format!("\"{key}\":{b}"));
+                let _ = write!(out, "\"{key}\":{b}");
             }
         }
         out.push('}');
@@ -533,7 +554,9 @@ pub(crate) fn canonical(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::Number(n) => {
+            let _ = write!(out, "{n}");
+        }
         Value::String(s) => json_str(out, s),
         Value::Array(items) => {
             out.push('[');
