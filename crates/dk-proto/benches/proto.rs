@@ -77,10 +77,10 @@ fn sixty_four_params(bounded: bool) -> Value {
     let param = |i: usize| {
         if bounded {
             serde_json::json!({"type": "number", "description": format!("setting {i}"),
-                "required": i % 2 == 0, "minimum": 0, "maximum": 100 + i, "integer": true, "unit": "%"})
+                "required": i.is_multiple_of(2), "minimum": 0, "maximum": 100 + i, "integer": true, "unit": "%"})
         } else {
             serde_json::json!({"type": "number", "description": format!("setting {i}"),
-                "required": i % 2 == 0})
+                "required": i.is_multiple_of(2)})
         }
     };
     let capabilities: Vec<Value> = (0..4)
