@@ -93,8 +93,8 @@ fn sixty_four_params(bounded: bool) -> Value {
         .collect();
     let mut manifest = serde_json::json!({"id": "mixer", "name": "Mixer", "kind": "mixer",
         "version": "1.0.0", "capabilities": capabilities});
-    if bounded {
-        manifest["dk"] = serde_json::json!(1);
+    if let (true, Some(map)) = (bounded, manifest.as_object_mut()) {
+        map.insert("dk".to_owned(), serde_json::json!(1));
     }
     manifest
 }
