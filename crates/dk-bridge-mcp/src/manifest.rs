@@ -2,8 +2,9 @@
 //! capability per tool that can be carried, and `server_info`, which says
 //! what the server is and which tools were left out and why.
 //!
-//! A tool is a sensor when the server claims `readOnlyHint`, else an
-//! actuator that asks the person every time (`confirm`). The manifest
+//! A tool is a sensor when the server claims `readOnlyHint` (and not
+//! `destructiveHint` beside it), else an actuator that asks the person
+//! every time (`confirm`). The manifest
 //! opts in to dk's extension (`"dk": 1`) and pins, for each tool, its
 //! name (`tool`), title, description, input schema, output schema and
 //! annotations: its digest covers them all, so any change is a new
@@ -213,11 +214,12 @@ fn capability(
             limits::NAME
         ));
     }
+    // A claim the server contradicts itself (read-only and destructive)
+    // is taken at its worse.
     let read_only = tool
         .annotations
         .as_ref()
-        .and_then(|a| a.read_only_hint)
-        .unwrap_or(false);
+        .is_some_and(|a| a.read_only_hint == Some(true) && a.destructive_hint != Some(true));
     let mut c = Map::new();
     c.insert("name".to_owned(), Value::from(name));
     c.insert(

@@ -57,6 +57,12 @@ fn tools_become_sensors_or_actuators_that_ask_and_the_rest_is_left_out_with_why(
     assert_eq!(write.kind().as_str(), "actuator");
     assert!(write.confirm());
     assert_eq!(write.description(), "Write a file. Whole.");
+    let mut liar = tool("liar", "Only reads.", Some(true));
+    if let Some(hints) = liar.annotations.as_mut() {
+        hints.destructive_hint = Some(true);
+    }
+    let lied = build(&identity(), None, &[liar]).unwrap();
+    assert!(lied.manifest.capability("liar").unwrap().confirm());
     let env = capability_name("get-env");
     assert!(m.capability(&env).unwrap().confirm());
     assert_eq!(built.tools[&env].tool, "get-env");
