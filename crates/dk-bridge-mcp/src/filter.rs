@@ -9,9 +9,12 @@
 //!   timeout. A line whose id cannot be found is dropped.
 //! - A line nested deeper than [`MAX_MESSAGE_DEPTH`] is answered the same
 //!   way.
-//! - Notifications and requests from the server (sampling, elicitation,
-//!   roots, logging, progress) pass at most [`BURST`] at once and
-//!   [`PER_SECOND`] a second after that; the rest are dropped and counted.
+//! - A request for what the bridge never offers (sampling, elicitation,
+//!   roots) is answered here, `method not found`, and counted: it never
+//!   reaches the client (rmcp, which may not read the request at all).
+//! - Other notifications and requests from the server (logging, progress,
+//!   ping) pass at most [`BURST`] at once and [`PER_SECOND`] a second
+//!   after that; the rest are dropped and counted.
 //!   `notifications/tools/list_changed` always passes (the bridge lists
 //!   the tools once for any number of them).
 //!
@@ -22,10 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use rmcp::model::{ErrorData, JsonRpcError, NumberOrString};
+use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, NumberOrString, RequestId};
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
 
 /// Longest line read from the server (2 MiB): longer than any result a
 /// device may send.
@@ -54,9 +57,19 @@ pub struct Seen {
     pub too_deep: AtomicU64,
     /// Notifications and requests dropped over the rate.
     pub dropped: AtomicU64,
-    /// Requests from the server (all refused by the client).
+    /// Requests from the server.
     pub requests: AtomicU64,
+    /// Of those, the requests for sampling, elicitation or roots, refused.
+    pub refused: AtomicU64,
 }
+
+/// What the server may ask that the bridge never offers, and its name in
+/// the refusal.
+const NEVER_OFFERED: [(&str, &str); 3] = [
+    ("sampling/createMessage", "sampling"),
+    ("elicitation/create", "elicitation"),
+    ("roots/list", "roots"),
+];
 
 impl Seen {
     fn count(counter: &AtomicU64) {
@@ -129,12 +142,18 @@ struct Envelope<'a> {
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
     #[serde(default)]
-    id: Option<IgnoredAny>,
+    id: Option<RequestId>,
 }
 
 /// Copies the server's messages from `from` to `to`, judged as the module
-/// says, until either ends.
-pub async fn run(from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, seen: Arc<Seen>) {
+/// says, until either ends; the answers to what the bridge refuses itself
+/// go to `answers`, each a line for the server.
+pub async fn run(
+    from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    answers: mpsc::Sender<Vec<u8>>,
+    seen: Arc<Seen>,
+) {
     let mut reader = BufReader::with_capacity(64 * 1024, from);
     let mut line: Vec<u8> = Vec::new();
     let mut over: Option<Oversized> = None;
@@ -181,7 +200,7 @@ pub async fn run(from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, 
                         ),
                     )
                 }
-                None => judge(&line, &mut bucket, &seen),
+                None => judge(&line, &mut bucket, &seen, &answers),
             };
             if let Some(out) = out
                 && (to.write_all(&out).await.is_err() || to.flush().await.is_err())
@@ -196,7 +215,7 @@ pub async fn run(from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, 
     }
     if over.is_none() && !line.is_empty() {
         line.push(b'\n');
-        if let Some(out) = judge(&line, &mut bucket, &seen) {
+        if let Some(out) = judge(&line, &mut bucket, &seen, &answers) {
             let _ = to.write_all(&out).await;
         }
     }
@@ -205,7 +224,12 @@ pub async fn run(from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, 
 
 /// What goes on for one whole line: itself, an error answer in its place,
 /// or nothing.
-fn judge<'l>(line: &'l [u8], bucket: &mut Bucket, seen: &Seen) -> Option<Cow<'l, [u8]>> {
+fn judge<'l>(
+    line: &'l [u8],
+    bucket: &mut Bucket,
+    seen: &Seen,
+    answers: &mpsc::Sender<Vec<u8>>,
+) -> Option<Cow<'l, [u8]>> {
     if dk_proto::nests_deeper_than(line, MAX_MESSAGE_DEPTH) {
         Seen::count(&seen.too_deep);
         tracing::warn!(
@@ -227,10 +251,33 @@ fn judge<'l>(line: &'l [u8], bucket: &mut Bucket, seen: &Seen) -> Option<Cow<'l,
     let Some(method) = envelope.method else {
         return Some(Cow::Borrowed(line));
     };
-    if envelope.id.is_some() {
-        Seen::count(&seen.requests);
-    } else if method == "notifications/tools/list_changed" {
-        return Some(Cow::Borrowed(line));
+    match envelope.id {
+        Some(id) => {
+            Seen::count(&seen.requests);
+            if let Some((_, what)) = NEVER_OFFERED.iter().find(|(m, _)| *m == method) {
+                Seen::count(&seen.refused);
+                tracing::warn!(
+                    "the MCP server asked for {what}, which the bridge does not offer: refused"
+                );
+                let error = JsonRpcError::new(
+                    Some(id),
+                    ErrorData::new(
+                        ErrorCode::METHOD_NOT_FOUND,
+                        format!("the client offers no {what}"),
+                        None,
+                    ),
+                );
+                if let Ok(mut answer) = serde_json::to_vec(&error) {
+                    answer.push(b'\n');
+                    let _ = answers.try_send(answer);
+                }
+                return None;
+            }
+        }
+        None if method == "notifications/tools/list_changed" => {
+            return Some(Cow::Borrowed(line));
+        }
+        None => {}
     }
     if bucket.take() {
         Some(Cow::Borrowed(line))
@@ -368,11 +415,16 @@ mod tests {
         assert_eq!(id_in_tail(br#"..."x\"id\":12"}"#), None);
     }
 
-    async fn filtered(input: Vec<u8>) -> (Vec<u8>, Arc<Seen>) {
+    async fn filtered(input: Vec<u8>) -> (Vec<u8>, Arc<Seen>, Vec<Vec<u8>>) {
         let seen = Arc::new(Seen::default());
         let mut out = Vec::new();
-        run(input.as_slice(), &mut out, Arc::clone(&seen)).await;
-        (out, seen)
+        let (answers, mut told) = mpsc::channel(8);
+        run(input.as_slice(), &mut out, answers, Arc::clone(&seen)).await;
+        let mut refusals = Vec::new();
+        while let Ok(answer) = told.try_recv() {
+            refusals.push(answer);
+        }
+        (out, seen, refusals)
     }
 
     #[tokio::test]
@@ -398,8 +450,16 @@ mod tests {
         input.extend_from_slice(
             b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
         );
+        input.extend_from_slice(
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"sampling/createMessage\",\"params\":{}}\n",
+        );
         input.extend_from_slice(ok.as_bytes());
-        let (out, seen) = filtered(input).await;
+        let (out, seen, refusals) = filtered(input).await;
+        assert_eq!(refusals.len(), 1);
+        let refusal: serde_json::Value = serde_json::from_slice(&refusals[0]).unwrap();
+        assert_eq!(refusal["id"], "s1");
+        assert_eq!(refusal["error"]["code"], -32601);
+        assert_eq!(seen.refused.load(Ordering::Relaxed), 1);
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
@@ -420,6 +480,7 @@ mod tests {
                 .contains("deeper")
         );
         assert!(text.contains("list_changed"));
+        assert!(!text.contains("sampling"));
         assert!(text.ends_with(ok));
         assert_eq!(seen.oversized.load(Ordering::Relaxed), 1);
         assert_eq!(seen.too_deep.load(Ordering::Relaxed), 1);

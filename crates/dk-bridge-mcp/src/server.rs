@@ -36,9 +36,9 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceError};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt as _, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::{Notify, watch};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::filter::{self, Seen};
@@ -186,7 +186,8 @@ impl Upstream {
             oversized_messages: seen.oversized.load(Ordering::Relaxed),
             too_deep_messages: seen.too_deep.load(Ordering::Relaxed),
             dropped_notifications: seen.dropped.load(Ordering::Relaxed),
-            refused_requests: self.shared.refused.load(Ordering::Relaxed),
+            refused_requests: self.shared.refused.load(Ordering::Relaxed)
+                + seen.refused.load(Ordering::Relaxed),
         }
     }
 
@@ -289,13 +290,25 @@ async fn run_once(shared: &Arc<Shared>) -> String {
         return "its standard streams could not be opened".to_owned();
     };
     tokio::spawn(log_stderr(stderr));
+    // The server's output reaches rmcp through the filter; its input takes
+    // rmcp's lines and the filter's own answers, a whole line at a time.
     let (read, write) = tokio::io::duplex(256 * 1024);
-    let mut filtered = tokio::spawn(filter::run(stdout, write, Arc::clone(&shared.seen)));
+    let (answers, answered) = mpsc::channel(64);
+    let mut filtered = tokio::spawn(filter::run(
+        stdout,
+        write,
+        answers,
+        Arc::clone(&shared.seen),
+    ));
+    let (to_server, from_client) = tokio::io::duplex(256 * 1024);
+    let stdin = Arc::new(tokio::sync::Mutex::new(stdin));
+    tokio::spawn(copy_lines(from_client, Arc::clone(&stdin)));
+    tokio::spawn(send_answers(answered, stdin));
     let client = ClientSide {
         changed: Arc::clone(&shared.changed),
         refused: Arc::clone(&shared.refused),
     };
-    let service = match tokio::time::timeout(START_TIMEOUT, client.serve((read, stdin))).await {
+    let service = match tokio::time::timeout(START_TIMEOUT, client.serve((read, to_server))).await {
         Ok(Ok(service)) => service,
         Ok(Err(e)) => return ended(&mut child, format!("the MCP handshake failed: {e}")).await,
         Err(_) => {
@@ -358,6 +371,37 @@ async fn list(
         .listing
         .send_replace(Some(Arc::new(Listing { tools, server })));
     Ok(())
+}
+
+/// Copies rmcp's lines to the server's input, each whole.
+async fn copy_lines(from: tokio::io::DuplexStream, to: Arc<tokio::sync::Mutex<ChildStdin>>) {
+    let mut lines = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let mut stdin = to.lock().await;
+        if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = to.lock().await.shutdown().await;
+}
+
+/// Sends the filter's own answers to the server's input.
+async fn send_answers(
+    mut answers: mpsc::Receiver<Vec<u8>>,
+    to: Arc<tokio::sync::Mutex<ChildStdin>>,
+) {
+    while let Some(answer) = answers.recv().await {
+        let mut stdin = to.lock().await;
+        if stdin.write_all(&answer).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
 }
 
 /// Stops `child` and says `why`.
