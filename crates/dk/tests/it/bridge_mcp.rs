@@ -574,3 +574,60 @@ async fn a_hostile_servers_tricks_each_end_as_defined() {
     assert!(!s.bridge.said().contains("panicked"), "{}", s.bridge.said());
     drop(control_dir);
 }
+
+/// A program of the PyPI MCP servers' virtualenv, when installed.
+fn pypi_server(test: &str, program: &str) -> Option<Vec<OsString>> {
+    let path = target_dir().join("mcp-peers/python/bin").join(program);
+    let found = path.is_file().then(|| vec![path.into_os_string()]);
+    dk_testkit::peer_or_skip(test, program, found)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_and_git_servers_answer_through_dk() {
+    let test = "the_time_and_git_servers_answer_through_dk";
+    let (Some(time), Some(mut git)) = (
+        pypi_server(test, "mcp-server-time"),
+        pypi_server(test, "mcp-server-git"),
+    ) else {
+        return;
+    };
+    let s = Setup::start("bridge-mcp-time", "clock", &[], &time, None).await;
+    let now = s
+        .call("get_current_time", json!({"timezone": "Europe/Paris"}))
+        .await;
+    assert!(!is_error(&now), "{now}");
+    assert!(text(&now).contains("Europe/Paris"), "{now}");
+    drop(s);
+
+    // A repository of one commit, read with git_log.
+    let repo = tempfile::TempDir::new().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(repo.path())
+            .env("GIT_AUTHOR_NAME", "dk")
+            .env("GIT_AUTHOR_EMAIL", "dk@example.invalid")
+            .env("GIT_COMMITTER_NAME", "dk")
+            .env("GIT_COMMITTER_EMAIL", "dk@example.invalid")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["init", "-q"]);
+    std::fs::write(repo.path().join("a.txt"), "a").unwrap();
+    run(&["add", "a.txt"]);
+    run(&["commit", "-q", "-m", "the first commit"]);
+    git.extend(["--repository".into(), repo.path().as_os_str().to_owned()]);
+    let s = Setup::start("bridge-mcp-git", "git", &[], &git, None).await;
+    assert_eq!(capability(&s.asked, "git_log")["kind"], "sensor");
+    assert_eq!(capability(&s.asked, "git_commit")["confirm"], true);
+    let path = repo.path().to_str().unwrap();
+    let log = s.call("git_log", json!({"repo_path": path})).await;
+    assert!(text(&log).contains("the first commit"), "{log}");
+    drop(s);
+    drop(repo);
+}
