@@ -16,9 +16,10 @@
 //! once. Each start lists the tools again, and so does each
 //! `notifications/tools/list_changed`; every listing is published.
 
-// Sampling and roots are deprecated in MCP; the bridge names them only to
-// refuse them.
-#![expect(deprecated)]
+#![expect(
+    deprecated,
+    reason = "sampling and roots are deprecated in MCP; the bridge names them only to refuse them"
+)]
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -1,3 +1,5 @@
+//! Tests of the manifest built from tool lists: kinds, names, what is left out and why, and what changes the digest.
+
 use std::sync::Arc;
 
 use rmcp::model::{Implementation, Tool, ToolAnnotations};
