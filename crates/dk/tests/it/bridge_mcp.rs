@@ -487,7 +487,8 @@ async fn a_rug_pull_is_blocked_until_the_person_agrees() {
     );
 
     // The person agrees to read_note only: it works again, exec is not granted.
-    answer_consent(&s.admin, &asked, &["read_note".to_owned()]).await;
+    let kept = ["read_note".to_owned(), "poke".to_owned()];
+    answer_consent(&s.admin, &asked, &kept).await;
     connected(&s.admin, "hostile").await;
     let again = s.call("read_note", json!({})).await;
     assert_eq!(text(&again), "the note", "{again}");
@@ -497,6 +498,20 @@ async fn a_rug_pull_is_blocked_until_the_person_agrees() {
         std::fs::read_to_string(control_dir.path().join("note.txt")).unwrap(),
         "the note"
     );
+
+    // A change of an input schema alone, its description the same, is a
+    // new manifest too: the person is asked again before anything runs.
+    std::fs::write(&control, "schema").unwrap();
+    let poked = s.call("poke", json!({})).await;
+    assert_eq!(text(&poked), "poked", "{poked}");
+    let asked = consent(&s.admin, "hostile").await;
+    assert!(asked["request"]["replaces"].is_object(), "{asked}");
+    let blocked = s.call("read_note", json!({})).await;
+    assert!(is_error(&blocked), "{blocked}");
+    answer_consent(&s.admin, &asked, &kept).await;
+    connected(&s.admin, "hostile").await;
+    let again = s.call("read_note", json!({})).await;
+    assert_eq!(text(&again), "the note", "{again}");
     drop(control_dir);
 }
 
