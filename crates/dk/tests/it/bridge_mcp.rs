@@ -19,7 +19,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::process::{Killed, PATIENCE, Running, Scratch, devices, eventually, succeeded};
+use crate::process::{
+    Killed, PATIENCE, Running, Scratch, audit_entries, devices, eventually, succeeded,
+};
 
 /// The target directory the peers are installed under.
 fn target_dir() -> PathBuf {
@@ -144,7 +146,7 @@ struct Setup {
     asked: Value,
     id: String,
     scratch: Scratch,
-    _vessel: Running,
+    vessel: Running,
 }
 
 impl Setup {
@@ -200,7 +202,7 @@ impl Setup {
             asked,
             id: id.to_owned(),
             scratch,
-            _vessel: vessel,
+            vessel,
         }
     }
 
@@ -587,6 +589,36 @@ async fn a_hostile_servers_tricks_each_end_as_defined() {
     assert_eq!(health["refusedRequests"], 2, "{info}");
     assert!(health["starts"].as_u64().unwrap() >= 2, "{info}");
     assert!(!s.bridge.said().contains("panicked"), "{}", s.bridge.said());
+
+    // The audit log says what happened to each call.
+    let Setup {
+        client,
+        vessel,
+        scratch,
+        bridge,
+        ..
+    } = s;
+    drop(client);
+    drop(bridge);
+    vessel.interrupt();
+    let entries = audit_entries(&scratch.data_dir(), 500);
+    let decisions: Vec<String> = entries
+        .iter()
+        .filter(|e| e["kind"] == "decision")
+        .map(Value::to_string)
+        .collect();
+    let decided = |capability: &str, said: &str| {
+        decisions
+            .iter()
+            .any(|d| d.contains(&format!("\"{capability}\"")) && d.contains(said))
+    };
+    assert!(decided("big", "more than 2 MiB"), "{decisions:#?}");
+    assert!(decided("deep", "nested deeper"), "{decisions:#?}");
+    assert!(
+        decided("crash", "stopped during the call"),
+        "{decisions:#?}"
+    );
+    assert!(decided("liar", "refused"), "{decisions:#?}");
     drop(control_dir);
 }
 
