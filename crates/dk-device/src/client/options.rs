@@ -198,8 +198,9 @@ impl ClientOptions {
     /// Asks the vessel to pair again at the next connection, with the same
     /// key and the same pinned vessel, instead of authenticating: for a
     /// device whose manifest changed, which the vessel refuses until the
-    /// person agrees to the new one (it shows them what changed). Never
-    /// done automatically.
+    /// person agrees to the new one (it shows them what changed). The key
+    /// file is not changed until the vessel pairs it, so later connections
+    /// authenticate first again. Never done automatically.
     pub fn pair_again(mut self) -> Self {
         self.pair_again = true;
         self
@@ -392,10 +393,9 @@ impl ClientOptions {
             tracing::info!("forgot the pinned vessel key");
         }
         if std::mem::take(&mut self.pair_again) && state.is_paired() {
+            // Not written to the key file: a device started again before
+            // the person answers authenticates first, as a paired one.
             state = Credentials::from_parts(*state.secret(), state.pinned().copied(), false);
-            if let Some(path) = &self.key_file {
-                write_key(path, &state).map_err(|e| error(path, e))?;
-            }
             tracing::info!("asking to pair again with the same key");
         }
         Ok(self.key.insert(state))
