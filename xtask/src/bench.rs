@@ -14,6 +14,9 @@
 //! `cargo xtask bench fleet-scale` runs only the bench of three members of
 //! 10,000 lamps each (`fleet-scale/...`: presence, routing, a 300 KiB
 //! answer, a member killed), which they skip as well.
+//! `cargo xtask bench gate` runs only the MCP bridge's bench (`gate/...`:
+//! a tool of the everything server called directly over stdio and through
+//! dk, and a 500 KiB result both ways), which they skip as well.
 //! `cargo xtask bench verify-pg` runs only `dk audit verify --store` on a
 //! PostgreSQL log of 1,000,000 entries (`verify-pg/...`: its time and peak
 //! memory, and at a tenth of the size), which they skip as well.
@@ -41,7 +44,8 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 12] = [
+const REPORT_PREFIXES: [&str; 13] = [
+    "gate/",
     "fleet-scale/",
     "fleet/",
     "fleet-routed/",
@@ -106,6 +110,10 @@ pub fn run(args: &[String]) -> TaskResult {
         // A log of 1,000,000 entries written to PostgreSQL, then verified
         // by `dk audit verify --store`: minutes, on demand.
         command.args(["-p", "dk", "--bench", "verify_pg"]);
+    } else if filter == Some("gate") {
+        // The MCP bridge against its servers, direct and through dk: on
+        // demand, with the servers `cargo xtask peers` installs.
+        command.args(["-p", "dk", "--bench", "gate"]);
     } else if filter == Some("firmware") {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.
@@ -124,6 +132,7 @@ pub fn run(args: &[String]) -> TaskResult {
         command.args(["--bench", "*"]);
         command.env("DK_FLEET_SKIP", "1");
         command.env("DK_VERIFY_PG_SKIP", "1");
+        command.env("DK_GATE_SKIP", "1");
     }
     if let Some(filter) = filter {
         command.args(["--", filter]);

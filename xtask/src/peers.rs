@@ -10,7 +10,13 @@
 //! vessel's `/metrics`), `postgresql` (the `initdb` and `pg_ctl` the
 //! PostgreSQL store's tests start a server of their own with) and
 //! `nats-server` (the fleet's message bus),
-//! installing what is missing with apt (as root, or through `sudo -n`).
+//! installing what is missing with apt (as root, or through `sudo -n`);
+//! and the MCP servers the MCP bridge's tests put behind `dk bridge mcp`,
+//! each at a fixed version under the target directory (`mcp-peers/`): the
+//! official filesystem and everything servers from npm (with npm, beside
+//! Debian's Node), `mcp-server-time` and `mcp-server-git` from PyPI in a
+//! virtualenv of their own, and the Python tests' virtualenv, whose MCP SDK
+//! runs the tests' hostile server.
 //! `cargo xtask ci` runs it before the tests. Programs downloaded by other
 //! installers are not used: on a closed network they cannot be fetched.
 
@@ -71,8 +77,106 @@ fn postgresql_installed() -> bool {
     })
 }
 
+/// The MCP servers from npm, each at its version.
+const NPM_SERVERS: [(&str, &str); 2] = [
+    ("@modelcontextprotocol/server-everything", "2026.8.31"),
+    ("@modelcontextprotocol/server-filesystem", "2026.8.31"),
+];
+
+/// The MCP servers from PyPI, each at its version.
+const PYPI_SERVERS: [(&str, &str); 2] = [
+    ("mcp-server-time", "2026.10.19"),
+    ("mcp-server-git", "2026.10.19"),
+];
+
+/// Where the MCP servers go, in the target directory.
+const MCP_PEERS: &str = "mcp-peers";
+
 /// Installs the peers that are missing.
 pub fn ensure() -> TaskResult {
+    debian_packages()?;
+    mcp_servers()?;
+    crate::python::virtualenv().map(|_| ())
+}
+
+/// The version of the npm package `name` installed under `dir`, if any.
+fn npm_version(dir: &Path, name: &str) -> Option<String> {
+    let manifest = dir.join("node_modules").join(name).join("package.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value.get("version")?.as_str().map(str::to_owned)
+}
+
+/// Installs the MCP servers that are missing or at another version.
+fn mcp_servers() -> TaskResult {
+    let dir = crate::python::target_dir().join(MCP_PEERS);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TaskError(format!("cannot make `{}`: {e}", dir.display())))?;
+    if NPM_SERVERS
+        .iter()
+        .all(|(name, version)| npm_version(&dir, name).as_deref() == Some(version))
+    {
+        println!("==> peers: the npm MCP servers are installed");
+    } else {
+        let mut npm = Command::new("npm");
+        npm.args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--save-exact",
+            "--prefix",
+        ])
+        .arg(&dir)
+        .args(
+            NPM_SERVERS
+                .iter()
+                .map(|(name, version)| format!("{name}@{version}")),
+        );
+        status("peers: npm install", &mut npm)?;
+    }
+    let venv = dir.join("python");
+    let python = venv.join("bin").join("python");
+    let installed = |name: &str, version: &str| {
+        Command::new(&python)
+            .args(["-m", "pip", "show", name])
+            .output()
+            .is_ok_and(|out| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|line| line.trim() == format!("Version: {version}"))
+            })
+    };
+    if PYPI_SERVERS
+        .iter()
+        .all(|(name, version)| installed(name, version))
+    {
+        println!("==> peers: the PyPI MCP servers are installed");
+        return Ok(());
+    }
+    if !python.is_file() {
+        status(
+            "peers: python venv",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+    ])
+    .args(
+        PYPI_SERVERS
+            .iter()
+            .map(|(name, version)| format!("{name}=={version}")),
+    );
+    status("peers: pip install", &mut pip)
+}
+
+/// Installs the Debian packages that are missing.
+fn debian_packages() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) && postgresql_installed() {
         println!(
             "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb, wish, prometheus, postgresql and nats-server are installed"

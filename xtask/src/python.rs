@@ -131,7 +131,7 @@ pub fn test(filter: Option<&str>, temp: Option<&Path>) -> Result<PythonTotals, T
 }
 
 /// The target directory: `CARGO_TARGET_DIR`, or `target` at the root.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => {
             let dir = PathBuf::from(dir);
@@ -154,7 +154,7 @@ fn base_python() -> PathBuf {
 
 /// The virtualenv's interpreter, made (again) first when the virtualenv is
 /// missing, broken or made from other requirements.
-fn virtualenv() -> Result<PathBuf, TaskError> {
+pub(crate) fn virtualenv() -> Result<PathBuf, TaskError> {
     let base = base_python();
     check_version(&base)?;
     let requirements = repo_root().join(REQUIREMENTS);

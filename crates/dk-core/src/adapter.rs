@@ -1245,13 +1245,17 @@ fn check_granted(granted: bool, device_id: &str, capability: &str) -> Result<(),
     })
 }
 
-/// Check 4: the input matches the capability's params, and is an object.
+/// Check 4: the input matches the capability's params (or its declared
+/// input schema), and is an object.
 #[inline]
 fn check_well_formed<'v>(
     cap: &Capability,
     input: &'v Value,
 ) -> Result<&'v Map<String, Value>, Refusal> {
     check_input(cap, input)?;
+    if let Some(schema) = cap.declared_input_schema() {
+        crate::input_schema::check(schema, input)?;
+    }
     match input {
         Value::Object(input) => Ok(input),
         _ => Err(Refusal::Input(dk_proto::InputError::NotAnObject)),

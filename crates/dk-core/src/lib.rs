@@ -19,6 +19,7 @@ pub mod by;
 pub mod config;
 pub mod connection;
 mod hook;
+mod input_schema;
 pub mod limits;
 pub mod link;
 pub mod listener;

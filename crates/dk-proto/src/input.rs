@@ -79,6 +79,11 @@ pub enum InputError {
     /// than [`MAX_DEPTH`] levels.
     #[error("input must not nest deeper than {MAX_DEPTH} levels")]
     TooDeep,
+    /// The input of a capability with a declared `inputSchema` does not
+    /// match it: where and why, without the value (the vessel's JSON
+    /// Schema check).
+    #[error("input does not match the capability's inputSchema: {0}")]
+    SchemaMismatch(String),
     /// A param has the wrong type (numbers must be finite).
     #[error("\"{key}\" must be {ty}")]
     WrongType {

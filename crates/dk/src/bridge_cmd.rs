@@ -1,6 +1,8 @@
 //! `dk bridge mqtt`: runs the MQTT bridge (dk-bridge-mqtt) against a
 //! broker and a vessel, printing each bridged device's pairing code for the
-//! person to compare with the vessel's prompt.
+//! person to compare with the vessel's prompt. `dk bridge mcp`: runs an MCP
+//! server (the command after `--`) as one device (dk-bridge-mcp), printing
+//! what it carries, what it leaves out and why, and its pairing code.
 //!
 //! The broker's user and password come from `DK_MQTT_USERNAME` and
 //! `DK_MQTT_PASSWORD`, or from `--credentials-file` (a private file of two
@@ -9,6 +11,7 @@
 //! broker on loopback, unless `--allow-clear-credentials` says the person
 //! knows they cross the network in clear.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,6 +28,39 @@ pub enum BridgeCommand {
     /// to a vessel: each mapped device pairs, is granted and is audited
     /// like any other.
     Mqtt(MqttArgs),
+    /// Bridge an MCP server (the command after `--`) to a vessel as one
+    /// device: each of its tools a capability the person grants, every
+    /// tool that changes anything asking the person on each call.
+    Mcp(McpArgs),
+}
+
+/// Arguments of `dk bridge mcp`.
+#[derive(Args)]
+pub struct McpArgs {
+    /// The device's id: lower case words joined by `-`, at most 24
+    /// characters.
+    #[arg(long)]
+    pub id: String,
+    /// The device's name for people. [default: the server's own name and
+    /// version]
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The vessel's device route.
+    #[arg(long, value_name = "URL", default_value = "ws://127.0.0.1:7777/device")]
+    pub vessel: String,
+    /// The device's key file. [default: devices/<id>.key in dk's home]
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// An environment variable the server is given, with its value here;
+    /// repeat for more. The server gets PATH and these, nothing else.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// How long a call may wait for the server, in milliseconds.
+    #[arg(long, default_value_t = 120_000)]
+    pub call_timeout_ms: u64,
+    /// The server's command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }
 
 /// Arguments of `dk bridge mqtt`.
@@ -81,7 +117,85 @@ pub fn run(command: BridgeCommand) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        BridgeCommand::Mcp(args) => match mcp(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {}", printable(&e));
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// The server's environment: PATH, and each variable named, with its
+/// value here.
+fn server_env(names: &[String]) -> Result<Vec<(OsString, OsString)>, String> {
+    let mut env = Vec::new();
+    for name in std::iter::once("PATH").chain(names.iter().map(String::as_str)) {
+        if env.iter().any(|(n, _): &(OsString, OsString)| n == name) {
+            continue;
+        }
+        match std::env::var_os(name) {
+            Some(value) => env.push((OsString::from(name), value)),
+            None if name == "PATH" => {}
+            None => return Err(format!("--env {name}: it is not set here")),
+        }
+    }
+    Ok(env)
+}
+
+fn mcp(args: McpArgs) -> Result<(), String> {
+    let mut parts = args.command.into_iter();
+    let program = parts.next().ok_or("name the server's command after `--`")?;
+    let command = dk_bridge_mcp::ServerCommand {
+        program,
+        args: parts.collect(),
+        env: server_env(&args.env)?,
+        dir: None,
+    };
+    let key_file = match args.key_file {
+        Some(path) => path,
+        None => crate::device_run::device_file(&args.id, "key")?,
+    };
+    let shown = command.shown();
+    println!("dk bridge mcp");
+    println!("  server               {}", printable(&shown));
+    println!("  vessel               {}", printable(&args.vessel));
+    println!(
+        "  key file             {}",
+        printable(&key_file.display().to_string())
+    );
+    let id = args.id.clone();
+    let on_code: dk_bridge_mcp::CodeHook = Arc::new(move |code: &str| {
+        println!("[{id}] pairing code {code}: pair only if the vessel shows the same");
+    });
+    let id = args.id.clone();
+    let on_manifest: dk_bridge_mcp::ManifestHook = Arc::new(move |built| {
+        for line in dk_bridge_mcp::describe(built) {
+            println!("[{id}] {}", printable(&line));
+        }
+    });
+    let options = dk_bridge_mcp::BridgeOptions {
+        identity: dk_bridge_mcp::Identity {
+            id: args.id,
+            command: shown,
+            name: args.name,
+        },
+        command,
+        vessel: args.vessel,
+        key_file,
+        call_timeout: std::time::Duration::from_millis(args.call_timeout_ms),
+        on_code,
+        on_manifest,
+    };
+    runtime()?.block_on(async {
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        dk_bridge_mcp::run_bridge(options, stop)
+            .await
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// The broker's credentials: from the file, else the environment.

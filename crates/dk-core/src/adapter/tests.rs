@@ -947,3 +947,68 @@ async fn full_buckets_are_forgotten_and_the_count_stays_bounded() {
     assert!(call_as(&f, Some("last"), None).await.is_ok());
     assert_eq!(f.adapter.tracked_rate_buckets(), 2);
 }
+
+#[tokio::test]
+async fn input_that_breaks_a_declared_schema_is_refused_before_the_person_is_asked() {
+    let registry = Arc::new(DeviceRegistry::new());
+    let manifest = json!({
+        "dk": 1, "id": "files", "name": "Files", "kind": "mcp-server", "version": "1",
+        "capabilities": [{
+            "name": "write_file", "kind": "actuator", "confirm": true,
+            "description": "Write a file.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "pattern": "^/srv/"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+                "additionalProperties": false,
+            },
+        }],
+    });
+    registry
+        .pair(
+            &manifest,
+            |_| {},
+            |_| async move { Ok::<_, ()>(ConsentDecision::approve(["write_file"])) },
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    let links = Arc::new(Links::new());
+    let link = Arc::new(Recorder {
+        calls: Mutex::new(vec![]),
+        reply: ok_reply(),
+    });
+    links.connect("files", Arc::clone(&link) as Arc<dyn DeviceLink>);
+    let adapter = DeviceToolAdapter::new(registry, links)
+        .with_policies(Arc::new(PolicySet::from_yaml_str(NO_RULES).unwrap()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let yes = approver(Ok(true), Arc::clone(&seen));
+    let call = |input: Value| {
+        let ctx = CallContext {
+            approver: Some(&yes),
+            ..CallContext::default()
+        };
+        adapter.execute("device__files__write_file", input, ctx)
+    };
+    check_refused(
+        &call(json!({"path": "/etc/passwd", "content": "x"})).await,
+        "[8dk-deny] input does not match the capability's inputSchema: at /path: value does not match \"^/srv/\"",
+    );
+    let missing = call(json!({"path": "/srv/a"})).await;
+    let ToolOutcome::Refused { reason } = &missing else {
+        panic!("{missing:?}");
+    };
+    assert!(
+        reason.contains("\"content\" is a required property"),
+        "{reason}"
+    );
+    assert!(seen.lock().unwrap().is_empty(), "the person was asked");
+    assert!(
+        link.calls.lock().unwrap().is_empty(),
+        "the device was reached"
+    );
+    let ok = call(json!({"path": "/srv/a", "content": "x"})).await;
+    assert!(matches!(ok, ToolOutcome::Ok { .. }), "{ok:?}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(link.calls.lock().unwrap().len(), 1);
+}

@@ -74,6 +74,7 @@ pub struct ClientOptions {
     pub(super) key_file: Option<PathBuf>,
     /// Drop the pinned vessel key (and the pairing) at the next connection.
     pub(super) forget_vessel: bool,
+    pub(super) pair_again: bool,
     /// The dk/2 credentials, as last read from the key file or kept in
     /// memory when there is none.
     pub(super) key: Option<Credentials>,
@@ -104,6 +105,7 @@ impl fmt::Debug for ClientOptions {
             .field("token_file", &self.token_file)
             .field("key_file", &self.key_file)
             .field("forget_vessel", &self.forget_vessel)
+            .field("pair_again", &self.pair_again)
             .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .field("on_code", &self.on_code.is_some())
             .field("on_vessel_pinned", &self.on_vessel_pinned.is_some())
@@ -141,6 +143,7 @@ impl ClientOptions {
             token_file: None,
             key_file: None,
             forget_vessel: false,
+            pair_again: false,
             key: None,
             on_code: None,
             on_vessel_pinned: None,
@@ -189,6 +192,17 @@ impl ClientOptions {
     /// ends the client with [`ClientError::VesselKeyChanged`].
     pub fn forget_vessel(mut self) -> Self {
         self.forget_vessel = true;
+        self
+    }
+
+    /// Asks the vessel to pair again at the next connection, with the same
+    /// key and the same pinned vessel, instead of authenticating: for a
+    /// device whose manifest changed, which the vessel refuses until the
+    /// person agrees to the new one (it shows them what changed). The key
+    /// file is not changed until the vessel pairs it, so later connections
+    /// authenticate first again. Never done automatically.
+    pub fn pair_again(mut self) -> Self {
+        self.pair_again = true;
         self
     }
 
@@ -377,6 +391,12 @@ impl ClientOptions {
                 write_key(path, &state).map_err(|e| error(path, e))?;
             }
             tracing::info!("forgot the pinned vessel key");
+        }
+        if std::mem::take(&mut self.pair_again) && state.is_paired() {
+            // Not written to the key file: a device started again before
+            // the person answers authenticates first, as a paired one.
+            state = Credentials::from_parts(*state.secret(), state.pinned().copied(), false);
+            tracing::info!("asking to pair again with the same key");
         }
         Ok(self.key.insert(state))
     }

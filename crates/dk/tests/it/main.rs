@@ -13,6 +13,7 @@ mod audit_reading;
 mod backup;
 mod backup_words;
 mod bounds;
+mod bridge_mcp;
 mod bridge_mqtt;
 mod c_lamp;
 mod console;
