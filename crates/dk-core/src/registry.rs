@@ -174,6 +174,20 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
         if was.description() != cap.description() {
             differences.push(Difference::Description);
         }
+        if was.title() != cap.title() {
+            differences.push(Difference::Title);
+        }
+        if was.annotations() != cap.annotations() {
+            differences.push(Difference::Claims);
+        }
+        if was.declared_input_schema() != cap.declared_input_schema()
+            || was.output_schema() != cap.output_schema()
+        {
+            differences.push(Difference::Schema);
+        }
+        if was.tool() != cap.tool() {
+            differences.push(Difference::Tool);
+        }
         if !differences.is_empty() {
             changes.push(CapabilityChange::new(
                 cap.name(),
@@ -184,6 +198,42 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
     }
     for was in old.capabilities() {
         if new.capability(was.name()).is_none() {
+            changes.push(CapabilityChange::new(
+                was.name(),
+                ChangeKind::Removed,
+                Vec::new(),
+            ));
+        }
+    }
+    // Declared events (the dk manifest extension), granted as capabilities
+    // are: one added, removed or changed is told the same way.
+    for event in new.events() {
+        match old.event(event.name()) {
+            None => changes.push(CapabilityChange::new(
+                event.name(),
+                ChangeKind::Added,
+                Vec::new(),
+            )),
+            Some(was) => {
+                let mut differences = Vec::new();
+                if was.params() != event.params() {
+                    differences.push(Difference::Params);
+                }
+                if was.description() != event.description() {
+                    differences.push(Difference::Description);
+                }
+                if !differences.is_empty() {
+                    changes.push(CapabilityChange::new(
+                        event.name(),
+                        ChangeKind::Changed,
+                        differences,
+                    ));
+                }
+            }
+        }
+    }
+    for was in old.events() {
+        if new.event(was.name()).is_none() {
             changes.push(CapabilityChange::new(
                 was.name(),
                 ChangeKind::Removed,

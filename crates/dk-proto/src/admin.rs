@@ -326,6 +326,10 @@ impl CapabilityChange {
                         Difference::Confirm { .. } => "now asks every time".to_owned(),
                         Difference::Params => "its params changed".to_owned(),
                         Difference::Description => "its description changed".to_owned(),
+                        Difference::Title => "its title changed".to_owned(),
+                        Difference::Claims => "what the device claims of it changed".to_owned(),
+                        Difference::Schema => "its input or output schema changed".to_owned(),
+                        Difference::Tool => "the tool it stands for changed".to_owned(),
                     })
                     .collect();
                 format!("{capability}: {}", parts.join(", "))
@@ -429,10 +433,19 @@ pub enum Difference {
         /// The new manifest asks every time.
         now: bool,
     },
-    /// Its params differ.
+    /// Its params differ (their bounds included).
     Params,
     /// Its description differs.
     Description,
+    /// Its title differs (the dk manifest extension).
+    Title,
+    /// What the device claims of it (its annotations) differs.
+    Claims,
+    /// Its declared input or output schema differs (the dk manifest
+    /// extension: an MCP server's tool behind a bridge).
+    Schema,
+    /// The name the device knows it by (`tool`) differs.
+    Tool,
 }
 
 /// What the person is shown when a call needs a yes.

@@ -873,3 +873,50 @@ async fn a_device_unknown_here_is_recalled_without_holding_the_thread() {
         .unwrap();
     assert!(there.is_granted("desk-lamp", "read_light"));
 }
+
+#[tokio::test]
+async fn a_re_pairing_names_changed_schemas_claims_titles_bounds_and_events() {
+    let tool = |description: &str, schema: Value, destructive: bool| {
+        json!({"dk": 1, "id": "files", "name": "Files", "kind": "mcp", "version": "1",
+            "capabilities": [
+                {"name": "write_file", "kind": "actuator", "description": description,
+                 "title": "Write a file", "tool": "write_file",
+                 "annotations": {"destructiveHint": destructive}, "inputSchema": schema},
+                {"name": "set_level", "kind": "actuator", "description": "Sets it.",
+                 "params": {"level": {"type": "number", "maximum": 10}}}
+            ],
+            "events": [{"name": "changed", "description": "A file changed."}]})
+    };
+    let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+    let registry = DeviceRegistry::new();
+    pair_with(
+        &registry,
+        &tool("Writes a file.", schema.clone(), false),
+        ConsentDecision::approve(["write_file", "set_level", "changed"]),
+    )
+    .await
+    .unwrap();
+    let mut changed = tool(
+        "Writes a file.",
+        json!({"type": "object", "properties": {"path": {"type": "string"}, "mode": {"type": "string"}}}),
+        true,
+    );
+    changed["capabilities"][0]["title"] = json!("Write any file");
+    changed["capabilities"][1]["params"]["level"]["maximum"] = json!(100);
+    changed["events"] = json!([{"name": "deleted", "description": "A file went."}]);
+    let replaces = shown(&registry, &changed).await.replaces.unwrap();
+    let summaries: Vec<&str> = replaces
+        .changes
+        .iter()
+        .map(|c| c.summary.as_str())
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            "write_file: its title changed, what the device claims of it changed, its input or output schema changed",
+            "set_level: its params changed",
+            "deleted: added",
+            "changed: removed",
+        ]
+    );
+}
