@@ -663,6 +663,10 @@ impl DeviceToolAdapter {
             Some(p) => (Some(p.device_id.as_str()), Some(p.capability)),
             None => (None, None),
         };
+        // Bytes (a sound to play) are recorded as their length and hash.
+        let summarized = device_id
+            .zip(capability)
+            .and_then(|(device, capability)| self.bytes_summarized(device, capability, &input));
         let mut decision = PendingDecision {
             adapter: self,
             tool,
@@ -670,7 +674,7 @@ impl DeviceToolAdapter {
             capability,
             agent_id: ctx.agent_id,
             session_id: ctx.session_id,
-            input: Some(&input),
+            input: Some(summarized.as_ref().unwrap_or(&input)),
             refusal: None,
             place: Placement::Waiting,
             reached: AtomicBool::new(false),
@@ -732,6 +736,37 @@ impl DeviceToolAdapter {
         };
         decision.report(allowed, &reason, rule.as_deref(), decided);
         ToolOutcome::Refused { reason }
+    }
+
+    /// `input` with the value of each `base64` param of the capability (a
+    /// sound to play) replaced by `{"bytes": N, "sha256": H}` (N the
+    /// base64's decoded length, H the SHA-256 of its text), for the
+    /// decision's record: bytes never reach the audit log. `None` when the
+    /// capability has no such param in the input.
+    fn bytes_summarized(&self, device_id: &str, capability: &str, input: &Value) -> Option<Value> {
+        let device = self.registry.get(device_id)?;
+        let declared = device.manifest().capability(capability)?;
+        let Value::Object(map) = input else {
+            return None;
+        };
+        let mut changed = map.clone();
+        let mut any = false;
+        for param in declared.params().iter().filter(|p| p.base64()) {
+            if let Some(Value::String(text)) = changed.get(param.name()) {
+                let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
+                let bytes = (text.len() / 4 * 3).saturating_sub(padding);
+                let hash: String = <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                changed.insert(
+                    param.name().to_owned(),
+                    serde_json::json!({"bytes": bytes, "sha256": hash}),
+                );
+                any = true;
+            }
+        }
+        any.then_some(Value::Object(changed))
     }
 
     /// Reports a call its caller refused before the seven checks, for a rule

@@ -8,6 +8,8 @@ mod admission_tests;
 #[cfg(test)]
 mod agent_tests;
 #[cfg(test)]
+mod bytes_tests;
+#[cfg(test)]
 mod decision_tests;
 #[cfg(test)]
 mod durable_tests;

@@ -27,8 +27,9 @@ use crate::vad::{Ended, Vad, VadSettings};
 
 /// The manifest's kind.
 pub const KIND: &str = "voice";
-/// Longest `listen`, in seconds.
-pub const MAX_LISTEN_SECONDS: u32 = 30;
+/// Longest `listen`, in seconds: its WAV (32,000 bytes a second), in
+/// base64, fits a result's frame of 1 MiB.
+pub const MAX_LISTEN_SECONDS: u32 = 20;
 /// `listen`'s length when the call names none, in seconds.
 pub const DEFAULT_LISTEN_SECONDS: u32 = 10;
 /// Longest `listen_stream` session, in seconds.

@@ -285,12 +285,12 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         let device = device.clone();
         async move {
             device
-                .invoke("listen", input(json!({"max_seconds": 20})))
+                .invoke("listen", input(json!({"max_seconds": 15})))
                 .await
         }
     });
     let opened = live.wait_for(|l| l.is_some()).await.map(|l| l.clone());
-    assert_eq!(opened.ok().flatten().map(|l| l.max_seconds), Some(20));
+    assert_eq!(opened.ok().flatten().map(|l| l.max_seconds), Some(15));
     // A second recording is refused while the first runs.
     assert_eq!(
         refused(device.invoke("listen", input(json!({}))).await),
@@ -310,7 +310,7 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         let device = device.clone();
         async move {
             device
-                .invoke("listen", input(json!({"max_seconds": 20})))
+                .invoke("listen", input(json!({"max_seconds": 15})))
                 .await
         }
     });
