@@ -44,6 +44,25 @@ pub struct Status {
     /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetStatus>,
+    /// The microphones open now on voice devices, as each device said when
+    /// it opened one; empty (and absent) when none is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub microphones: Vec<LiveMicrophone>,
+}
+
+/// A microphone open on a voice device, as `GET /v1/status` and the
+/// console show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveMicrophone {
+    /// The device.
+    pub device_id: String,
+    /// The capability that opened it (`listen`, `listen_stream`).
+    pub capability: String,
+    /// The most it stays open, in seconds, as the device said.
+    pub max_seconds: u64,
+    /// When the vessel heard it open, in ms since the epoch.
+    pub since_ms: u64,
 }
 
 /// A fleet member's state, as `GET /v1/status` shows it.

@@ -741,6 +741,10 @@ where
         };
         correlator.close(LinkClosed::Disconnected);
         self.vessel.links().disconnect(&session.device_id, &link);
+        // Nothing its microphone hears reaches the vessel any more.
+        if !self.vessel.links().is_connected(&session.device_id) {
+            self.vessel.microphones().forget(&session.device_id);
+        }
         ended
     }
 
