@@ -184,11 +184,7 @@ mod tests {
             }]
         );
         // Another kind, or other data, changes nothing.
-        assert!(!mics.observe(
-            &event("lamp", r#"{"microphone":"live"}"#),
-            "light",
-            6
-        ));
+        assert!(!mics.observe(&event("lamp", r#"{"microphone":"live"}"#), "light", 6));
         assert!(!mics.observe(&event("kitchen", r#"{"level":3}"#), VOICE_KIND, 6));
         assert!(!mics.observe(&event("kitchen", "7"), VOICE_KIND, 6));
         assert!(!changes.has_changed().unwrap_or(true));

@@ -140,7 +140,7 @@ pub fn read_wav(bytes: &[u8], max_seconds: u32) -> Result<Vec<i16>, AudioError> 
         let said = u32_at(bytes, at + 4);
         let body = at + 8;
         let there = bytes.len().saturating_sub(body);
-        let chunk = String::from_utf8_lossy(id).into_owned();
+        let chunk = String::from_utf8_lossy(id).trim_end().to_owned();
         let len = usize::try_from(said).unwrap_or(usize::MAX);
         if id == b"data" {
             let (tag, channels, rate, bits) = format.ok_or(AudioError::NoFormat)?;

@@ -30,12 +30,8 @@ pub const KIND: &str = "voice";
 /// Longest `listen`, in seconds: its WAV (32,000 bytes a second), in
 /// base64, fits a result's frame of 1 MiB.
 pub const MAX_LISTEN_SECONDS: u32 = 20;
-/// `listen`'s length when the call names none, in seconds.
-pub const DEFAULT_LISTEN_SECONDS: u32 = 10;
 /// Longest `listen_stream` session, in seconds.
 pub const MAX_STREAM_SECONDS: u32 = 600;
-/// A `listen_stream` session's length when the call names none, in seconds.
-pub const DEFAULT_STREAM_SECONDS: u32 = 60;
 /// A `listen_stream` chunk's length when the call names none, in ms.
 pub const DEFAULT_CHUNK_MS: u32 = 100;
 /// Longest `listen_stream` chunk, in ms.
@@ -254,11 +250,11 @@ fn manifest(config: &VoiceConfig) -> Value {
         "capabilities": [
             {"name": "listen", "kind": "sensor", "confirm": true,
              "description": format!("Record from the microphone until the speaker stops ({} ms of quiet after sound; {} s of nothing ends it too) or max_seconds, and return it as WAV (16 kHz mono) with its duration and level. Asks the person every time; the microphone shows as live while it records.", config.vad.hangover.as_millis(), config.vad.patience.as_secs()),
-             "params": {"max_seconds": {"type": "number", "description": format!("longest recording, 1 to {MAX_LISTEN_SECONDS} seconds (default {DEFAULT_LISTEN_SECONDS})")}}},
+             "params": {"max_seconds": {"type": "number", "required": true, "description": format!("longest recording, 1 to {MAX_LISTEN_SECONDS} seconds: the person is told it when asked")}}},
             {"name": STREAM, "kind": "sensor", "confirm": true,
              "description": "Open the microphone and stream it live as chunks of 16 kHz mono 16-bit PCM on this stream, until stop, max_seconds or the person's stop. Asks the person every time; the microphone shows as live while it streams.",
              "params": {
-                 "max_seconds": {"type": "number", "description": format!("longest session, 1 to {MAX_STREAM_SECONDS} seconds (default {DEFAULT_STREAM_SECONDS})")},
+                 "max_seconds": {"type": "number", "required": true, "description": format!("longest session, 1 to {MAX_STREAM_SECONDS} seconds: the person is told it when asked")},
                  "chunk_ms": {"type": "number", "description": format!("milliseconds of sound a chunk holds, {FRAME_MS} to {MAX_CHUNK_MS} in steps of {FRAME_MS} (default {DEFAULT_CHUNK_MS})")}}},
             {"name": "say", "kind": "actuator",
              "description": "Speak text aloud through the speaker with the device's own speech engine (espeak-ng).",
@@ -272,9 +268,15 @@ fn manifest(config: &VoiceConfig) -> Value {
     })
 }
 
-/// A whole number of seconds from 1 to `max`, `default` when absent.
-fn seconds(input: &Map<String, Value>, max: u32, default: u32) -> Result<u32, HandlerError> {
-    whole(input, "max_seconds", 1, max, default, 1)
+/// `max_seconds`, a whole number of seconds from 1 to `max`: required, so
+/// the person is always told how long the microphone may stay open.
+fn seconds(input: &Map<String, Value>, max: u32) -> Result<u32, HandlerError> {
+    if input.get("max_seconds").is_none_or(Value::is_null) {
+        return Err(refuse(format!(
+            "max_seconds is required: the longest the microphone stays open, 1 to {max}"
+        )));
+    }
+    whole(input, "max_seconds", 1, max, max, 1)
 }
 
 fn whole(
@@ -412,7 +414,7 @@ fn ended_text(ended: Option<Ended>, stopped: bool) -> &'static str {
 }
 
 async fn listen(shared: Arc<Shared>, input: Map<String, Value>) -> Result<Value, HandlerError> {
-    let max_seconds = seconds(&input, MAX_LISTEN_SECONDS, DEFAULT_LISTEN_SECONDS)?;
+    let max_seconds = seconds(&input, MAX_LISTEN_SECONDS)?;
     let mic = open_mic(
         &shared,
         LiveMic {
@@ -485,7 +487,7 @@ async fn listen_stream(
     shared: Arc<Shared>,
     input: Map<String, Value>,
 ) -> Result<Value, HandlerError> {
-    let max_seconds = seconds(&input, MAX_STREAM_SECONDS, DEFAULT_STREAM_SECONDS)?;
+    let max_seconds = seconds(&input, MAX_STREAM_SECONDS)?;
     let chunk_ms = whole(
         &input,
         "chunk_ms",
@@ -719,8 +721,14 @@ mod tests {
             map.insert("max_seconds".to_owned(), v);
             map
         };
-        assert_eq!(seconds(&Map::new(), 30, 10).ok(), Some(10));
-        assert_eq!(seconds(&input(json!(30)), 30, 10).ok(), Some(30));
+        assert_eq!(
+            seconds(&Map::new(), 30).map_err(|e| e.message().to_owned()),
+            Err(
+                "max_seconds is required: the longest the microphone stays open, 1 to 30"
+                    .to_owned()
+            )
+        );
+        assert_eq!(seconds(&input(json!(30)), 30).ok(), Some(30));
         for (bad, shown) in [
             (json!(0), "0"),
             (json!(31), "31"),
@@ -729,7 +737,7 @@ mod tests {
             (json!(1e300), "1e+300"),
         ] {
             assert_eq!(
-                seconds(&input(bad), 30, 10).map_err(|e| e.message().to_owned()),
+                seconds(&input(bad), 30).map_err(|e| e.message().to_owned()),
                 Err(format!(
                     "max_seconds must be a whole number from 1 to 30, not {shown}"
                 ))

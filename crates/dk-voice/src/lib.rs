@@ -26,8 +26,7 @@ mod pulse;
 pub mod vad;
 
 pub use device::{
-    DEFAULT_CHUNK_MS, DEFAULT_LISTEN_SECONDS, DEFAULT_STREAM_SECONDS, KIND, LiveMic, MAX_CHUNK_MS,
-    MAX_LISTEN_SECONDS, MAX_PLAY_SECONDS, MAX_SAY_TEXT, MAX_STREAM_SECONDS, STREAM, StartError,
-    Stopped, Voice, VoiceConfig,
+    DEFAULT_CHUNK_MS, KIND, LiveMic, MAX_CHUNK_MS, MAX_LISTEN_SECONDS, MAX_PLAY_SECONDS,
+    MAX_SAY_TEXT, MAX_STREAM_SECONDS, STREAM, StartError, Stopped, Voice, VoiceConfig,
 };
 pub use pulse::Endpoints;

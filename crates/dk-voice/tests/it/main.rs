@@ -7,29 +7,19 @@
 // Test code throughout: the lint wall's test allowances apply to all of it.
 #![cfg(test)]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
 use dk_testkit::pulse::{
-    MIC_SINK, MIC_SOURCE, Pulse, SPEAKER_MONITOR, SPEAKER_SINK, pulse_or_skip, tone, tone_hz,
+    Feed, MIC_SINK, MIC_SOURCE, Pulse, Recording, SPEAKER_SINK, pulse_or_skip, tone, tone_hz,
 };
 use dk_voice::audio::{self, RATE};
 use dk_voice::vad::DEFAULT_HANGOVER;
-use dk_voice::{Endpoints, Voice, VoiceConfig};
-use libpulse_binding::sample::{Format, Spec};
-use libpulse_binding::stream::Direction;
-use libpulse_simple_binding::Simple;
+use dk_voice::{Endpoints, MAX_LISTEN_SECONDS, Voice, VoiceConfig};
 use serde_json::{Map, Value, json};
 
-fn spec() -> Spec {
-    Spec {
-        format: Format::S16le,
-        channels: 1,
-        rate: RATE,
-    }
-}
+/// What the feed keeps waiting in the server.
+const FEED_BUFFER: Duration = Duration::from_millis(50);
 
 fn voice(pulse: &Pulse) -> Voice {
     let config = VoiceConfig {
@@ -50,61 +40,6 @@ fn input(value: Value) -> Map<String, Value> {
     }
 }
 
-/// Plays `sound` into the microphone's sink on a thread, then silence
-/// until `done` is set.
-fn feed(pulse: &Pulse, sound: Vec<i16>, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    let server = pulse.server();
-    std::thread::spawn(move || {
-        let out = Simple::new(
-            Some(&server),
-            "test",
-            Direction::Playback,
-            Some(MIC_SINK),
-            "feed",
-            &spec(),
-            None,
-            None,
-        )
-        .unwrap();
-        for piece in sound.chunks(320) {
-            out.write(&audio::pcm(piece)).unwrap();
-        }
-        let quiet = vec![0u8; 640];
-        while !done.load(Ordering::Relaxed) {
-            if out.write(&quiet).is_err() {
-                break;
-            }
-        }
-    })
-}
-
-/// Records the speaker's monitor on a thread until `done` is set.
-fn record(pulse: &Pulse, done: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<i16>> {
-    let server = pulse.server();
-    std::thread::spawn(move || {
-        let input = Simple::new(
-            Some(&server),
-            "test",
-            Direction::Record,
-            Some(SPEAKER_MONITOR),
-            "record",
-            &spec(),
-            None,
-            None,
-        )
-        .unwrap();
-        let mut got = Vec::new();
-        let mut bytes = vec![0u8; 640];
-        while !done.load(Ordering::Relaxed) {
-            if input.read(&mut bytes).is_err() {
-                break;
-            }
-            got.extend(audio::samples(&bytes));
-        }
-        got
-    })
-}
-
 fn wav_of(result: &Value) -> Vec<i16> {
     let data = result["audio"]["data"].as_str().unwrap_or_default();
     let bytes = base64::engine::general_purpose::STANDARD
@@ -121,6 +56,38 @@ fn loud(samples: &[i16]) -> Vec<i16> {
         .collect()
 }
 
+/// Records the speaker while `call` runs; what it played.
+async fn recorded<F: Future>(pulse: &Pulse, call: F) -> (F::Output, Vec<i16>) {
+    let recording = Recording::start(pulse);
+    let out = call.await;
+    (out, recording.finish())
+}
+
+/// A WAV file of `samples` in `channels` channels at `rate`, each channel
+/// the same.
+fn wav_at(samples: &[i16], rate: u32, channels: u16) -> Vec<u8> {
+    let interleaved: Vec<i16> = samples
+        .iter()
+        .flat_map(|&s| std::iter::repeat_n(s, usize::from(channels)))
+        .collect();
+    let mut file = audio::wav(&[]);
+    file.truncate(audio::WAV_HEADER);
+    let data_len = (interleaved.len() * 2) as u32;
+    let frame = 2 * channels;
+    file[4..8].copy_from_slice(&(data_len + 36).to_le_bytes());
+    file[22..24].copy_from_slice(&channels.to_le_bytes());
+    file[24..28].copy_from_slice(&rate.to_le_bytes());
+    file[28..32].copy_from_slice(&(rate * u32::from(frame)).to_le_bytes());
+    file[32..34].copy_from_slice(&frame.to_le_bytes());
+    file[40..44].copy_from_slice(&data_len.to_le_bytes());
+    file.extend(audio::pcm(&interleaved));
+    file
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tone_is_heard_and_silence_ends_listen() {
     let Some(binary) = pulse_or_skip("a_tone_is_heard_and_silence_ends_listen") else {
@@ -128,15 +95,19 @@ async fn a_tone_is_heard_and_silence_ends_listen() {
     };
     let pulse = Pulse::start(&binary);
     let voice = voice(&pulse);
-    let done = Arc::new(AtomicBool::new(false));
-    let feeder = feed(&pulse, tone(440.0, 1500, RATE, 12_000), Arc::clone(&done));
-    let result = voice
-        .device()
-        .invoke("listen", input(json!({"max_seconds": 10})))
-        .await
-        .unwrap();
-    done.store(true, Ordering::Relaxed);
-    feeder.join().unwrap();
+    let feed = Feed::start(&pulse, FEED_BUFFER);
+    let mut live = voice.live();
+    let listening = tokio::spawn({
+        let device = voice.device().clone();
+        async move {
+            device
+                .invoke("listen", input(json!({"max_seconds": 10})))
+                .await
+        }
+    });
+    live.wait_for(Option::is_some).await.unwrap();
+    feed.play(&tone(440.0, 1500, RATE, 12_000));
+    let result = listening.await.unwrap().unwrap();
     assert_eq!(result["audio"]["type"], "audio");
     assert_eq!(result["audio"]["mimeType"], "audio/wav");
     assert_eq!(result["ended"], "silence", "{result}");
@@ -170,15 +141,14 @@ async fn say_and_play_reach_the_speaker() {
     };
     let pulse = Pulse::start(&binary);
     let voice = voice(&pulse);
-    let done = Arc::new(AtomicBool::new(false));
-    let recorder = record(&pulse, Arc::clone(&done));
-    let said = voice
-        .device()
-        .invoke("say", input(json!({"text": "hello"})))
-        .await
-        .unwrap();
-    done.store(true, Ordering::Relaxed);
-    let heard = recorder.join().unwrap();
+    let (said, heard) = recorded(
+        &pulse,
+        voice
+            .device()
+            .invoke("say", input(json!({"text": "hello"}))),
+    )
+    .await;
+    let said = said.unwrap();
     assert!(said["spoken_ms"].as_u64().unwrap() > 200, "{said}");
     // Speech: a tenth of a second at least well above silence.
     let loudest = heard
@@ -188,32 +158,17 @@ async fn say_and_play_reach_the_speaker() {
     assert!(loudest > -30.0, "loudest 100 ms at {loudest} dBFS");
 
     // A tone sent as a WAV at another rate, in stereo, comes back whole.
-    let sound = tone(523.0, 1000, 44_100, 10_000);
-    let stereo: Vec<i16> = sound.iter().flat_map(|&s| [s, s]).collect();
-    let mut file = audio::wav(&[]);
-    file.truncate(audio::WAV_HEADER);
-    let data_len = (stereo.len() * 2) as u32;
-    file[4..8].copy_from_slice(&(data_len + 36).to_le_bytes());
-    file[22..24].copy_from_slice(&2u16.to_le_bytes());
-    file[24..28].copy_from_slice(&44_100u32.to_le_bytes());
-    file[28..32].copy_from_slice(&(44_100u32 * 4).to_le_bytes());
-    file[32..34].copy_from_slice(&4u16.to_le_bytes());
-    file[40..44].copy_from_slice(&data_len.to_le_bytes());
-    file.extend(audio::pcm(&stereo));
-    let done = Arc::new(AtomicBool::new(false));
-    let recorder = record(&pulse, Arc::clone(&done));
-    let played = voice
-        .device()
-        .invoke(
-            "play",
-            input(json!({"audio": base64::engine::general_purpose::STANDARD.encode(&file)})),
-        )
-        .await
-        .unwrap();
-    done.store(true, Ordering::Relaxed);
-    let heard = loud(&recorder.join().unwrap());
+    let file = wav_at(&tone(523.0, 1000, 44_100, 10_000), 44_100, 2);
+    let (played, heard) = recorded(
+        &pulse,
+        voice
+            .device()
+            .invoke("play", input(json!({"audio": b64(&file)}))),
+    )
+    .await;
+    let played = played.unwrap();
     assert_eq!(played["of_ms"], 1000, "{played}");
-    let hz = tone_hz(&heard, RATE, 1000).unwrap();
+    let hz = tone_hz(&loud(&heard), RATE, 1000).unwrap();
     assert!((hz - 523.0).abs() <= 523.0 * 0.02, "{hz} Hz");
 }
 
@@ -229,26 +184,41 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         Err(e) => e.to_string(),
         Ok(v) => format!("answered, ended {}", v["ended"]),
     };
-    for (max, shown) in [(json!(0), "0"), (json!(31), "31"), (json!(2.5), "2.5")] {
+    let over = MAX_LISTEN_SECONDS + 1;
+    for (max, shown) in [
+        (json!(0), "0".to_owned()),
+        (json!(over), over.to_string()),
+        (json!(2.5), "2.5".to_owned()),
+        (json!("ten"), "not a number".to_owned()),
+    ] {
         assert_eq!(
             refused(
                 device
                     .invoke("listen", input(json!({"max_seconds": max})))
                     .await
             ),
-            format!("max_seconds must be a whole number from 1 to 30, not {shown}")
+            format!(
+                "max_seconds must be a whole number from 1 to {MAX_LISTEN_SECONDS}, not {shown}"
+            )
         );
     }
+    assert_eq!(
+        refused(device.invoke("listen", input(json!({}))).await),
+        format!(
+            "max_seconds is required: the longest the microphone stays open, 1 to {MAX_LISTEN_SECONDS}"
+        )
+    );
     let long = "a".repeat(1001);
     assert_eq!(
         refused(device.invoke("say", input(json!({"text": long}))).await),
         "the text is 1001 characters; at most 1000 are spoken at once"
     );
-    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let mut truncated = audio::wav(&tone(440.0, 100, RATE, 8000));
     truncated.truncate(100);
     let mut huge = audio::wav(&tone(440.0, 100, RATE, 8000));
     huge[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mut short_header = audio::wav(&[]);
+    short_header.truncate(20);
     for (bytes, why) in [
         (
             b"not a sound".to_vec(),
@@ -266,6 +236,14 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
             huge,
             "the WAV is cut short: its data chunk says 4294967295 bytes and 3200 follow",
         ),
+        (
+            short_header,
+            "the WAV is cut short: its fmt chunk says 16 bytes and 0 follow",
+        ),
+        (
+            wav_at(&tone(440.0, 16_000, 16_000, 8000), 16_000, 1),
+            "the audio lasts 16.0 s; at most 15 s is played at once",
+        ),
     ] {
         assert_eq!(
             refused(
@@ -278,8 +256,8 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
     }
 
     // A stop ends a recording of a sound that does not end.
-    let done = Arc::new(AtomicBool::new(false));
-    let feeder = feed(&pulse, tone(440.0, 20_000, RATE, 12_000), Arc::clone(&done));
+    let feed = Feed::start(&pulse, FEED_BUFFER);
+    feed.tone(440.0, 12_000);
     let mut live = voice.live();
     let listening = tokio::spawn({
         let device = device.clone();
@@ -289,11 +267,15 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
                 .await
         }
     });
-    let opened = live.wait_for(|l| l.is_some()).await.map(|l| l.clone());
+    let opened = live.wait_for(Option::is_some).await.map(|l| l.clone());
     assert_eq!(opened.ok().flatten().map(|l| l.max_seconds), Some(15));
     // A second recording is refused while the first runs.
     assert_eq!(
-        refused(device.invoke("listen", input(json!({}))).await),
+        refused(
+            device
+                .invoke("listen", input(json!({"max_seconds": 5})))
+                .await
+        ),
         "the microphone is already open (listen): one recording at a time"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -314,7 +296,7 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
                 .await
         }
     });
-    let _ = live.wait_for(|l| l.is_some()).await;
+    live.wait_for(Option::is_some).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(pulse.remove_sink(SPEAKER_SINK));
     assert!(pulse.remove_sink(MIC_SINK));
@@ -323,24 +305,56 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         failed.starts_with("recording from source \"dk_mic.monitor\" failed"),
         "{failed}"
     );
-    done.store(true, Ordering::Relaxed);
-    let _ = feeder.join();
+    drop(feed);
     assert!(pulse.add_sink(MIC_SINK));
     assert!(pulse.add_sink(SPEAKER_SINK));
-    let done = Arc::new(AtomicBool::new(false));
-    let feeder = feed(&pulse, tone(440.0, 600, RATE, 12_000), Arc::clone(&done));
-    let again = device
-        .invoke("listen", input(json!({"max_seconds": 5})))
-        .await
-        .unwrap();
-    done.store(true, Ordering::Relaxed);
-    feeder.join().unwrap();
+    let feed = Feed::start(&pulse, FEED_BUFFER);
+    let listening = tokio::spawn({
+        let device = device.clone();
+        async move {
+            device
+                .invoke("listen", input(json!({"max_seconds": 5})))
+                .await
+        }
+    });
+    live.wait_for(Option::is_some).await.unwrap();
+    feed.play(&tone(440.0, 600, RATE, 12_000));
+    let again = listening.await.unwrap().unwrap();
     assert_eq!(again["ended"], "silence", "{again}");
-    // A sink that is not there: a clear error.
+
+    // The sink goes away while a sound plays (with no other for the
+    // server to move it to): a clear error, and the device plays again
+    // once it is back.
+    let long = wav_at(&tone(440.0, 10_000, RATE, 8000), RATE, 1);
+    let playing = tokio::spawn({
+        let device = device.clone();
+        let long = b64(&long);
+        async move { device.invoke("play", input(json!({"audio": long}))).await }
+    });
+    dk_testkit::eventually("the sound playing", || {
+        pulse
+            .pactl(&["list", "short", "sink-inputs"])
+            .is_some_and(|inputs| !inputs.trim().is_empty())
+    })
+    .await;
+    drop(feed);
     assert!(pulse.remove_sink(SPEAKER_SINK));
+    assert!(pulse.remove_sink(MIC_SINK));
+    let failed = refused(playing.await.unwrap());
+    assert!(
+        failed.starts_with("playing to sink \"dk_speaker\" failed"),
+        "{failed}"
+    );
+    // A sink that is not there: a clear error.
     let failed = refused(device.invoke("say", input(json!({"text": "hi"}))).await);
     assert!(
         failed.starts_with("cannot play to sink \"dk_speaker\""),
         "{failed}"
     );
+    assert!(pulse.add_sink(MIC_SINK));
+    assert!(pulse.add_sink(SPEAKER_SINK));
+    let (said, heard) =
+        recorded(&pulse, device.invoke("say", input(json!({"text": "back"})))).await;
+    assert!(said.is_ok(), "{said:?}");
+    assert!(heard.chunks(1600).map(audio::level_dbfs).any(|l| l > -30.0));
 }
