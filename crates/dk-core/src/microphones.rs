@@ -21,6 +21,18 @@ use crate::link::DeviceEvent;
 /// The kind of device whose microphone events are heard.
 pub const VOICE_KIND: &str = "voice";
 
+/// Whether a call of `capability` on a device with `manifest` opens a
+/// microphone: a sensor that asks every time (`confirm`), on a device of
+/// kind `voice` (`listen` and `listen_stream` of `dk device voice`). Such
+/// a call's approval says for how long, and a yes to it is remembered only
+/// where an `allow` rule names it.
+pub fn opens_microphone(manifest: &dk_proto::Manifest, capability: &str) -> bool {
+    manifest.kind() == VOICE_KIND
+        && manifest
+            .capability(capability)
+            .is_some_and(|c| c.kind() == dk_proto::CapabilityKind::Sensor && c.confirm())
+}
+
 /// Most microphones kept open at once (one a device; past it, the oldest
 /// news is dropped rather than memory grown).
 const MAX_OPEN: usize = 4096;

@@ -962,6 +962,7 @@ where
             agent_id: None,
             session_id: None,
             channel: device.channel(),
+            microphone: None,
         };
         let person = Arc::clone(self.vessel.person());
         let asking = person.ask_approval(request, self.vessel.limits().consent_timeout);
