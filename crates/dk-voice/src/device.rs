@@ -252,10 +252,11 @@ fn manifest(config: &VoiceConfig) -> Value {
              "description": format!("Record from the microphone until the speaker stops ({} ms of quiet after sound; {} s of nothing ends it too) or max_seconds, and return it as WAV (16 kHz mono) with its duration and level. Asks the person every time; the microphone shows as live while it records.", config.vad.hangover.as_millis(), config.vad.patience.as_secs()),
              "params": {"max_seconds": {"type": "number", "required": true, "description": format!("longest recording, 1 to {MAX_LISTEN_SECONDS} seconds: the person is told it when asked")}}},
             {"name": STREAM, "kind": "sensor", "confirm": true,
-             "description": "Open the microphone and stream it live as chunks of 16 kHz mono 16-bit PCM on this stream, until stop, max_seconds or the person's stop. Asks the person every time; the microphone shows as live while it streams.",
+             "description": "Open the microphone and stream it live as chunks of 16 kHz mono 16-bit PCM on this stream, until stop, max_seconds, silence (when asked) or the person's stop. Asks the person every time; the microphone shows as live while it streams.",
              "params": {
                  "max_seconds": {"type": "number", "required": true, "description": format!("longest session, 1 to {MAX_STREAM_SECONDS} seconds: the person is told it when asked")},
-                 "chunk_ms": {"type": "number", "description": format!("milliseconds of sound a chunk holds, {FRAME_MS} to {MAX_CHUNK_MS} in steps of {FRAME_MS} (default {DEFAULT_CHUNK_MS})")}}},
+                 "chunk_ms": {"type": "number", "description": format!("milliseconds of sound a chunk holds, {FRAME_MS} to {MAX_CHUNK_MS} in steps of {FRAME_MS} (default {DEFAULT_CHUNK_MS})")},
+                 "end_at_silence": {"type": "boolean", "description": format!("end the session as listen ends a recording: {} ms of quiet after sound, or {} s of nothing (default false)", config.vad.hangover.as_millis(), config.vad.patience.as_secs())}}},
             {"name": "say", "kind": "actuator",
              "description": "Speak text aloud through the speaker with the device's own speech engine (espeak-ng).",
              "params": {"text": {"type": "string", "required": true, "description": "what to say, at most 1000 characters"}}},
@@ -496,6 +497,11 @@ async fn listen_stream(
         DEFAULT_CHUNK_MS,
         FRAME_MS,
     )?;
+    let end_at_silence = match input.get("end_at_silence") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(_) => return Err(refuse("end_at_silence must be true or false")),
+    };
     let Some(chunks) = shared
         .chunks
         .lock()
@@ -522,7 +528,17 @@ async fn listen_stream(
             return Err(refuse(why));
         }
     };
-    tokio::spawn(stream_session(mic, frames, chunks, max_seconds, chunk_ms));
+    let vad = end_at_silence.then(|| Vad::new(shared.config.vad));
+    tokio::spawn(stream_session(
+        mic,
+        frames,
+        chunks,
+        Session {
+            max_seconds,
+            chunk_ms,
+            vad,
+        },
+    ));
     Ok(json!({
         "stream": STREAM,
         "format": "pcm_s16le",
@@ -533,22 +549,36 @@ async fn listen_stream(
     }))
 }
 
+/// What a `listen_stream` session was asked for.
+struct Session {
+    max_seconds: u32,
+    chunk_ms: u32,
+    /// Ends the session at silence, as `listen` ends.
+    vad: Option<Vad>,
+}
+
 /// Sends the microphone's frames as chunks of `chunk_ms` until the
-/// session ends.
+/// session ends. A chunk unfinished at the end is sent when the session
+/// ran out or fell silent, never after a stop.
 async fn stream_session(
     mic: MicGuard,
     mut frames: tokio::sync::mpsc::Receiver<pulse::Captured>,
     chunks: StreamSender,
-    max_seconds: u32,
-    chunk_ms: u32,
+    session: Session,
 ) {
+    let Session {
+        max_seconds,
+        chunk_ms,
+        mut vad,
+    } = session;
     let frames_a_chunk = (chunk_ms / FRAME_MS).max(1) as usize;
     let most = max_seconds as usize * RATE as usize;
+    let mut captured = 0usize;
     let mut sent = 0usize;
     let mut chunk: Vec<u8> = Vec::with_capacity(frames_a_chunk * FRAME_SAMPLES * 2);
     let mut in_chunk = 0usize;
     let mut why = "max_seconds";
-    while sent < most {
+    while captured < most {
         tokio::select! {
             biased;
             () = mic.wake.notified() => break,
@@ -556,19 +586,25 @@ async fn stream_session(
                 Some(Ok(frame)) if !mic.stopped() => {
                     chunk.extend(frame.iter().flat_map(|s| s.to_le_bytes()));
                     in_chunk += 1;
-                    sent += frame.len();
-                    if in_chunk == frames_a_chunk || sent >= most {
+                    captured += frame.len();
+                    let silent = vad.as_mut().and_then(|vad| vad.push(&frame));
+                    if in_chunk == frames_a_chunk || captured >= most || silent.is_some() {
                         let payload = std::mem::replace(
                             &mut chunk,
                             Vec::with_capacity(frames_a_chunk * FRAME_SAMPLES * 2),
                         );
                         in_chunk = 0;
+                        sent += payload.len() / 2;
                         // A full queue drops the chunk (counted by the
                         // sender): live sound is better lost than late.
                         if let Err(dk_device::StreamSendError::Closed) = chunks.try_send(STREAM, payload) {
                             why = "disconnected";
                             break;
                         }
+                    }
+                    if let Some(ended) = silent {
+                        why = ended_text(Some(ended), false);
+                        break;
                     }
                 }
                 Some(Ok(_)) | None => break,
