@@ -529,6 +529,11 @@ async fn listen_stream(
         }
     };
     let vad = end_at_silence.then(|| Vad::new(shared.config.vad));
+    // The session outlives the call, which answers at once. It is owned by
+    // the microphone it holds: the stop (the capability's or the
+    // person's) ends it at once, and so do its budget, silence when asked,
+    // a failed source, and the client going away (its next chunk finds the
+    // stream's queue closed).
     tokio::spawn(stream_session(
         mic,
         frames,
