@@ -241,8 +241,12 @@ type Action = fn(
     Map<String, Value>,
 ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, HandlerError>> + Send>>;
 
+/// The manifest: in the dk extension, so every number is bounded there and
+/// the vessel refuses one out of range before the person is asked (the
+/// handlers check each again).
 fn manifest(config: &VoiceConfig) -> Value {
     json!({
+        "dk": 1,
         "id": config.id,
         "name": config.name,
         "kind": KIND,
@@ -250,16 +254,16 @@ fn manifest(config: &VoiceConfig) -> Value {
         "capabilities": [
             {"name": "listen", "kind": "sensor", "confirm": true,
              "description": format!("Record from the microphone until the speaker stops ({} ms of quiet after sound; {} s of nothing ends it too) or max_seconds, and return it as WAV (16 kHz mono) with its duration and level. Asks the person every time; the microphone shows as live while it records.", config.vad.hangover.as_millis(), config.vad.patience.as_secs()),
-             "params": {"max_seconds": {"type": "number", "required": true, "description": format!("longest recording, 1 to {MAX_LISTEN_SECONDS} seconds: the person is told it when asked")}}},
+             "params": {"max_seconds": {"type": "number", "required": true, "integer": true, "minimum": 1, "maximum": MAX_LISTEN_SECONDS, "unit": "s", "description": format!("longest recording, 1 to {MAX_LISTEN_SECONDS} seconds: the person is told it when asked")}}},
             {"name": STREAM, "kind": "sensor", "confirm": true,
              "description": "Open the microphone and stream it live as chunks of 16 kHz mono 16-bit PCM on this stream, until stop, max_seconds, silence (when asked) or the person's stop. Asks the person every time; the microphone shows as live while it streams.",
              "params": {
-                 "max_seconds": {"type": "number", "required": true, "description": format!("longest session, 1 to {MAX_STREAM_SECONDS} seconds: the person is told it when asked")},
-                 "chunk_ms": {"type": "number", "description": format!("milliseconds of sound a chunk holds, {FRAME_MS} to {MAX_CHUNK_MS} in steps of {FRAME_MS} (default {DEFAULT_CHUNK_MS})")},
+                 "max_seconds": {"type": "number", "required": true, "integer": true, "minimum": 1, "maximum": MAX_STREAM_SECONDS, "unit": "s", "description": format!("longest session, 1 to {MAX_STREAM_SECONDS} seconds: the person is told it when asked")},
+                 "chunk_ms": {"type": "number", "integer": true, "minimum": FRAME_MS, "maximum": MAX_CHUNK_MS, "unit": "ms", "description": format!("milliseconds of sound a chunk holds, {FRAME_MS} to {MAX_CHUNK_MS} in steps of {FRAME_MS} (default {DEFAULT_CHUNK_MS})")},
                  "end_at_silence": {"type": "boolean", "description": format!("end the session as listen ends a recording: {} ms of quiet after sound, or {} s of nothing (default false)", config.vad.hangover.as_millis(), config.vad.patience.as_secs())}}},
             {"name": "say", "kind": "actuator",
              "description": "Speak text aloud through the speaker with the device's own speech engine (espeak-ng).",
-             "params": {"text": {"type": "string", "required": true, "description": "what to say, at most 1000 characters"}}},
+             "params": {"text": {"type": "string", "required": true, "minLength": 1, "maxLength": MAX_SAY_TEXT, "description": format!("what to say, at most {MAX_SAY_TEXT} characters")}}},
             {"name": "play", "kind": "actuator",
              "description": format!("Play sound through the speaker: a WAV file (16-bit PCM, one or two channels, 8 to 48 kHz, at most {MAX_PLAY_SECONDS} s), in base64."),
              "params": {"audio": {"type": "string", "required": true, "base64": true, "maxLength": dk_proto::limits::INPUT_BASE64, "description": "the WAV file's bytes in standard base64"}}},

@@ -84,6 +84,24 @@ fn wav_at(samples: &[i16], rate: u32, channels: u16) -> Vec<u8> {
     file
 }
 
+/// Whether a stream plays on `sink` now.
+fn playing_on(pulse: &Pulse, sink: &str) -> bool {
+    let sinks = pulse.pactl(&["list", "short", "sinks"]).unwrap_or_default();
+    let Some(index) = sinks.lines().find_map(|line| {
+        let mut fields = line.split('\t');
+        let index = fields.next()?;
+        (fields.next()? == sink).then(|| index.to_owned())
+    }) else {
+        return false;
+    };
+    let inputs = pulse
+        .pactl(&["list", "short", "sink-inputs"])
+        .unwrap_or_default();
+    inputs
+        .lines()
+        .any(|line| line.split('\t').nth(1) == Some(index.as_str()))
+}
+
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -331,12 +349,7 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         let long = b64(&long);
         async move { device.invoke("play", input(json!({"audio": long}))).await }
     });
-    dk_testkit::eventually("the sound playing", || {
-        pulse
-            .pactl(&["list", "short", "sink-inputs"])
-            .is_some_and(|inputs| !inputs.trim().is_empty())
-    })
-    .await;
+    dk_testkit::eventually("the sound playing", || playing_on(&pulse, SPEAKER_SINK)).await;
     drop(feed);
     assert!(pulse.remove_sink(SPEAKER_SINK));
     assert!(pulse.remove_sink(MIC_SINK));
