@@ -305,5 +305,6 @@ fn approval(n: usize, why: &str) -> ApprovalRequest {
         agent_id: Some(format!("agent-{}", n % 7)),
         session_id: None,
         channel: dk_proto::Channel::Dk2,
+        microphone: None,
     }
 }

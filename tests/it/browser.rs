@@ -51,6 +51,22 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Whether chromedriver and Chromium are where [`Browser::start`] looks.
+pub fn installed() -> bool {
+    let found = |variable: &str, name: &str, fallback: &str| {
+        std::env::var_os(variable).map_or_else(
+            || {
+                std::env::var_os("PATH").is_some_and(|paths| {
+                    std::env::split_paths(&paths).any(|dir| dir.join(name).is_file())
+                }) || std::path::Path::new(fallback).is_file()
+            },
+            |path| std::path::Path::new(&path).is_file(),
+        )
+    };
+    found("DK_CHROMEDRIVER", "chromedriver", "/usr/bin/chromedriver")
+        && found("DK_CHROMIUM", "chromium", "/usr/bin/chromium")
+}
+
 impl Browser {
     /// Starts chromedriver and a headless Chromium at `width` x `height`.
     pub async fn start(width: u32, height: u32) -> Browser {

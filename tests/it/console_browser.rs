@@ -562,6 +562,7 @@ async fn on_a_phone_a_prompt_fits_the_first_screen_and_an_audit_row_reads_in_a_f
         agent_id: Some("kitchen-assistant".to_owned()),
         session_id: Some("session-7f3a9c".to_owned()),
         channel: dk_proto::Channel::Dk2,
+        microphone: None,
     };
     let asked = tokio::spawn(async move { person.approve(request).await });
     browser

@@ -23,3 +23,4 @@ mod replay;
 mod socket;
 mod streaming;
 mod tidy;
+mod voice;

@@ -4,7 +4,16 @@ requirements.txt) against a real `dk vessel` with a simulated lamp
 stdio bridge; a camera written here (a v1 device on a raw WebSocket)
 whose screenshots reach the client as image content; and a bell written
 the same way, on which calls the client gives up while the person is asked
-are checked never to ring, and a slow call to run once.
+are checked never to ring, and a slow call to run once; and `dk device
+voice` on a PulseAudio server of the test's own (its microphone a null
+sink's monitor the test plays into with `pacat`, its speaker a null sink
+whose monitor it records with `parec`): a tone the agent hears through
+`listen` comes back as audio content at its frequency, silence ends it
+after the hangover, `say` and `play` reach the speaker, the person is told
+who listens and for how long and cannot remember a yes to it without a
+rule, and bad input is refused clearly while the device stays up. The
+voice cases are skipped when PulseAudio, its tools or espeak-ng are
+missing, unless `DK_REQUIRE_PEERS` is set.
 
 Run by `cargo xtask ci` in the virtualenv it keeps under `target/`:
 
@@ -21,10 +30,13 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import io
 import json
+import math
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,6 +44,7 @@ import threading
 import time
 import traceback
 import uuid
+import wave
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -71,14 +84,14 @@ class Vessel:
     """A `dk vessel` process with its admin API, MCP listener and a paired,
     connected simulated lamp; stopped by `close`."""
 
-    def __init__(self, dk: Path, root: Path, extra_args: list[str]):
+    def __init__(self, dk: Path, root: Path, extra_args: list[str], rules_text: str = RULES):
         self.dk = dk
         self.root = root
         self.data = root / "data"
         self.token_file = root / "admin-token"
         root.mkdir(parents=True, exist_ok=True)
         rules = root / "rules.yaml"
-        rules.write_text(RULES)
+        rules.write_text(rules_text)
         self.log = open(root / "vessel.log", "wb")
         self.process = subprocess.Popen(
             [str(dk), "vessel", "--no-prompt",
@@ -985,12 +998,375 @@ class AbandonSuite:
             check(ran == 1, f"play {how} ran {ran} times")
 
 
+# -- the voice device -------------------------------------------------------
+
+VOICE = "voice"
+LISTEN = "device__voice__listen"
+SAY = "device__voice__say"
+PLAY_SOUND = "device__voice__play"
+RATE = 16000
+MIC_SINK = "dk_mic"
+SPEAKER_SINK = "dk_speaker"
+# listen's hangover: this much quiet after sound ends a recording.
+HANGOVER_MS = 800
+PULSE_PROGRAMS = ["/usr/bin/pulseaudio", "/usr/bin/pactl", "/usr/bin/pacat", "/usr/bin/parec",
+                  "/usr/bin/espeak-ng"]
+# The voice kind admitted; the `trusted` agent's `listen` allowed by a rule,
+# so a yes to it may be remembered.
+VOICE_CONFIG = """\
+[streaming.voice]
+enabled = true
+requireApproval = false
+sandbox = "voice-sandbox"
+
+[streaming.voice.limits]
+maxChunkBytes = 65536
+"""
+VOICE_RULES = """\
+version: 1
+policies:
+  - name: trusted-may-listen
+    action: device_use
+    condition: "agentId equals trusted and capability equals listen"
+    decision: allow
+    message: "the trusted agent may listen when I said so"
+"""
+
+
+def voice_peers_missing() -> str | None:
+    missing = [p for p in PULSE_PROGRAMS if not Path(p).is_file()]
+    if not missing:
+        return None
+    why = f"missing {', '.join(missing)} (cargo xtask peers)"
+    if os.environ.get("DK_REQUIRE_PEERS"):
+        raise AssertionError(f"{why} and DK_REQUIRE_PEERS is set")
+    return why
+
+
+class Pulse:
+    """A PulseAudio daemon of the test's own, as dk-testkit starts one: its
+    socket and state in a temporary directory, two null sinks at 16 kHz
+    mono, `dk_mic` (the device's microphone is its monitor) and
+    `dk_speaker` (the device's speaker)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        for sub in ("run", "state", "home"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        self.socket = root / "native"
+        self.server = f"unix:{self.socket}"
+        self.env = {**os.environ, "HOME": str(root / "home"), "XDG_RUNTIME_DIR": str(root / "run"),
+                    "PULSE_RUNTIME_PATH": str(root / "run"), "PULSE_STATE_PATH": str(root / "state")}
+        self.log = open(root / "pulse.log", "wb")
+        self.process = subprocess.Popen(
+            ["/usr/bin/pulseaudio", "-n", "--daemonize=no", "--use-pid-file=no",
+             "--exit-idle-time=-1", "--log-target=stderr", "--log-level=warning",
+             f"--load=module-native-protocol-unix socket={self.socket} auth-anonymous=1",
+             f"--load=module-null-sink sink_name={MIC_SINK} rate={RATE} channels=1",
+             f"--load=module-null-sink sink_name={SPEAKER_SINK} rate={RATE} channels=1"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=self.env)
+        wait_for("pulseaudio", lambda: True if SPEAKER_SINK in self.pactl("list", "short", "sinks")
+                 else None)
+
+    def pactl(self, *args: str) -> str:
+        out = subprocess.run(["/usr/bin/pactl", "--server", self.server, *args], env=self.env,
+                             stdin=subprocess.DEVNULL, capture_output=True, timeout=PATIENCE,
+                             check=False)
+        return out.stdout.decode(errors="replace") if out.returncode == 0 else ""
+
+    def feed(self, samples: list[int]) -> subprocess.Popen[bytes]:
+        """Plays `samples` (16 kHz mono) into the microphone's sink, in real
+        time, on a `pacat` of its own."""
+        player = subprocess.Popen(
+            ["/usr/bin/pacat", "--playback", f"--server={self.server}", f"--device={MIC_SINK}",
+             f"--rate={RATE}", "--channels=1", "--format=s16le", "--raw", "--latency-msec=20"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=self.env)
+        assert player.stdin is not None
+        threading.Thread(target=lambda: (player.stdin.write(pcm(samples)), player.stdin.close()),
+                         daemon=True).start()
+        return player
+
+    def record(self) -> "Recorder":
+        return Recorder(self)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+class Recorder:
+    """What the speaker plays, recorded by `parec` from its monitor until
+    `stop`."""
+
+    def __init__(self, pulse: Pulse):
+        self.file = open(pulse.root / f"recorded-{uuid.uuid4().hex}.raw", "w+b")
+        self.process = subprocess.Popen(
+            ["/usr/bin/parec", f"--server={pulse.server}", f"--device={SPEAKER_SINK}.monitor",
+             f"--rate={RATE}", "--channels=1", "--format=s16le", "--raw", "--latency-msec=20"],
+            stdin=subprocess.DEVNULL, stdout=self.file, stderr=subprocess.DEVNULL, env=pulse.env)
+
+    def stop(self) -> list[int]:
+        self.process.terminate()
+        self.process.wait()
+        self.file.seek(0)
+        data = self.file.read()
+        self.file.close()
+        return samples_of_pcm(data)
+
+
+def tone(hz: float, ms: int, rate: int = RATE, amplitude: int = 12000) -> list[int]:
+    count = rate * ms // 1000
+    return [int(amplitude * math.sin(2 * math.pi * hz * i / rate)) for i in range(count)]
+
+
+def pcm(samples: list[int]) -> bytes:
+    return struct.pack(f"<{len(samples)}h", *samples)
+
+
+def samples_of_pcm(data: bytes) -> list[int]:
+    count = len(data) // 2
+    return list(struct.unpack(f"<{count}h", data[:count * 2]))
+
+
+def wav_file(samples: list[int], rate: int, channels: int) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:
+        writer.setnchannels(channels)
+        writer.setsampwidth(2)
+        writer.setframerate(rate)
+        writer.writeframes(pcm([s for s in samples for _ in range(channels)]))
+    return out.getvalue()
+
+
+def wav_samples(data: bytes) -> tuple[int, int, list[int]]:
+    """A WAV's rate, channels and samples, read by the standard library."""
+    with wave.open(io.BytesIO(data), "rb") as reader:
+        check(reader.getsampwidth() == 2, f"{reader.getsampwidth()} bytes a sample")
+        return (reader.getframerate(), reader.getnchannels(),
+                samples_of_pcm(reader.readframes(reader.getnframes())))
+
+
+def frequency(samples: list[int], rate: int = RATE) -> float:
+    """The frequency of the tone in `samples`, from the median length of
+    its cycles (between rising zero crossings, placed between samples)."""
+    crossings = [i + (-a) / (b - a) for i, (a, b) in enumerate(zip(samples, samples[1:]))
+                 if a < 0 <= b]
+    check(len(crossings) > 10, f"{len(crossings)} cycles: no tone")
+    cycles = sorted(b - a for a, b in zip(crossings, crossings[1:]))
+    return rate / cycles[len(cycles) // 2]
+
+
+def loudest_dbfs(samples: list[int], window: int = 1600) -> float:
+    """The level of the loudest `window` samples (100 ms at 16 kHz), in dBFS."""
+    best = 0.0
+    for start in range(0, max(len(samples) - window, 1), window):
+        part = samples[start:start + window]
+        if part:
+            best = max(best, math.sqrt(sum(s * s for s in part) / len(part)))
+    return 20 * math.log10(best / 32768) if best > 0 else -96.0
+
+
+class VoiceSuite:
+    """`dk device voice` on a PulseAudio server of the test's own, paired
+    with a vessel that admits the voice kind."""
+
+    def __init__(self, dk: Path, vessel: Vessel, pulse: Pulse):
+        self.dk = dk
+        self.vessel = vessel
+        self.pulse = pulse
+        self.log = open(vessel.root / "voice.log", "wb")
+        self.device = subprocess.Popen(
+            [str(dk), "device", "voice", "--vessel", f"ws://{vessel.devices}/device",
+             "--key-file", str(vessel.root / "voice.key"), "--server", pulse.server,
+             "--source", f"{MIC_SINK}.monitor", "--sink", SPEAKER_SINK],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT)
+        vessel.approve_pairing(VOICE, ["listen", "listen_stream", "say", "play", "stop"])
+        self.listener = vessel.add_agent("listener", [VOICE])
+        self.trusted = vessel.add_agent("trusted", [VOICE])
+
+    def close(self) -> None:
+        if self.device.poll() is None:
+            self.device.kill()
+            self.device.wait()
+        self.log.close()
+
+    async def approval(self, call: asyncio.Task[Any]) -> dict[str, Any]:
+        """The approval `call` waits on, once it is listed."""
+
+        async def pending() -> dict[str, Any] | None:
+            if call.done():
+                raise AssertionError(f"answered before the person: {call.result()}")
+            _, prompts = await self.vessel.admin_async("GET", "/v1/pending")
+            for prompt in prompts or []:
+                if prompt.get("kind") == "approval":
+                    return prompt
+            return None
+
+        return await wait_for_async("the approval prompt", pending)
+
+    async def answer(self, prompt: dict[str, Any], body: dict[str, Any]) -> int:
+        status, _ = await self.vessel.admin_async(
+            "POST", f"/v1/pending/{prompt['id']}/approval", body)
+        return status
+
+    async def microphone_live(self) -> None:
+        async def live() -> bool | None:
+            _, status = await self.vessel.admin_async("GET", "/v1/status")
+            return True if (status or {}).get("microphones") else None
+
+        await wait_for_async("the microphone live", live)
+
+    async def test_listen_hears_a_tone_and_silence_ends_it(self) -> None:
+        async with http_client(self.vessel.url, self.listener) as client:
+            call = asyncio.create_task(client.call_tool(LISTEN, {"max_seconds": 10}))
+            prompt = await self.approval(call)
+            request = prompt["request"]
+            check(request["agentId"] == "listener", f"asked for {request}")
+            check(request["microphone"] == {"maxSeconds": 10}, f"microphone: {request}")
+            check(await self.answer(prompt, {"approved": True}) == 204, "not answered")
+            await self.microphone_live()
+            player = self.pulse.feed(tone(440.0, 1500) + [0] * (RATE * 3))
+            result = await asyncio.wait_for(call, PATIENCE)
+            player.kill()
+            player.wait()
+        check(not result.is_error, f"refused: {text_of(result)}")
+        audio = [c for c in result.content if isinstance(c, types.AudioContent)]
+        check(len(audio) == 1, f"content: {result.content}")
+        check(audio[0].mime_type == "audio/wav", f"type {audio[0].mime_type}")
+        rate, channels, samples = wav_samples(base64.b64decode(audio[0].data, validate=True))
+        check((rate, channels) == (RATE, 1), f"{rate} Hz, {channels} channels")
+        loud = [i for i, s in enumerate(samples) if abs(s) >= 1000]
+        check(bool(loud), "nothing heard")
+        heard = frequency(samples[loud[0]:loud[-1]])
+        check(abs(heard - 440.0) <= 440.0 * 0.02, f"{heard:.1f} Hz")
+        # Silence ended it after the hangover, to the frame.
+        quiet_ms = (len(samples) - 1 - loud[-1]) * 1000 // RATE
+        check(HANGOVER_MS <= quiet_ms <= HANGOVER_MS + 40, f"{quiet_ms} ms of quiet at the end")
+        described = json.loads(" ".join(c.text for c in result.content
+                                        if isinstance(c, types.TextContent)))
+        check(described["ended"] == "silence", f"result: {described}")
+        check(described["audio"] == {"type": "audio", "mimeType": "audio/wav",
+                                     "bytes": len(base64.b64decode(audio[0].data))},
+              f"result: {described}")
+        # The microphone is off again.
+        _, status = await self.vessel.admin_async("GET", "/v1/status")
+        check("microphones" not in status, f"status: {status}")
+
+    async def test_a_yes_to_listen_is_remembered_only_where_a_rule_allows_it(self) -> None:
+        remember = {"approved": True, "remember": {"scope": "capability", "minutes": 5}}
+        async with http_client(self.vessel.url, self.listener) as client:
+            call = asyncio.create_task(client.call_tool(LISTEN, {"max_seconds": 1}))
+            prompt = await self.approval(call)
+            check(not prompt.get("canRemember"), f"rememberable without a rule: {prompt}")
+            check(await self.answer(prompt, remember) == 409, "a remembered yes was taken")
+            check(await self.answer(prompt, {"approved": True}) == 204, "not answered")
+            result = await asyncio.wait_for(call, PATIENCE)
+            check(not result.is_error, f"refused: {text_of(result)}")
+        async with http_client(self.vessel.url, self.trusted) as client:
+            call = asyncio.create_task(client.call_tool(LISTEN, {"max_seconds": 1}))
+            prompt = await self.approval(call)
+            check(prompt.get("canRemember") is True, f"not rememberable under a rule: {prompt}")
+            check(await self.answer(prompt, remember) == 201, "the remembered yes was refused")
+            check(not (await asyncio.wait_for(call, PATIENCE)).is_error, "refused")
+            # Remembered: the next one is not asked.
+            result = await asyncio.wait_for(client.call_tool(LISTEN, {"max_seconds": 1}), PATIENCE)
+            check(not result.is_error, f"refused: {text_of(result)}")
+
+    async def test_say_and_play_reach_the_speaker(self) -> None:
+        async with http_client(self.vessel.url, self.listener) as client:
+            recorder = self.pulse.record()
+            result = await client.call_tool(SAY, {"text": "hello"})
+            heard = recorder.stop()
+            check(not result.is_error, f"refused: {text_of(result)}")
+            check(loudest_dbfs(heard) > -30.0, f"speech at {loudest_dbfs(heard):.1f} dBFS")
+            sound = base64.b64encode(wav_file(tone(523.0, 1000, 44100, 10000), 44100, 2)).decode()
+            recorder = self.pulse.record()
+            result = await client.call_tool(PLAY_SOUND, {"audio": sound})
+            heard = recorder.stop()
+            check(not result.is_error, f"refused: {text_of(result)}")
+            loud = [i for i, s in enumerate(heard) if abs(s) >= 1000]
+            check(bool(loud), "nothing played")
+            played = frequency(heard[loud[0]:loud[-1]])
+            check(abs(played - 523.0) <= 523.0 * 0.02, f"{played:.1f} Hz")
+
+    async def test_bad_input_is_refused_clearly_and_the_device_stays_up(self) -> None:
+        async with http_client(self.vessel.url, self.listener) as client:
+            result = await client.call_tool(LISTEN, {})
+            check(result.is_error, f"listen without max_seconds ran: {result}")
+            check("max_seconds" in text_of(result), f"reason: {text_of(result)}")
+            # Out of the bounds the device declares: refused by the vessel
+            # before the person is asked (nothing waits in /v1/pending).
+            for value, why in [(21, '"max_seconds" must be at most 20'),
+                               (0, '"max_seconds" must be at least 1'),
+                               (2.5, '"max_seconds" must be a whole number')]:
+                result = await client.call_tool(LISTEN, {"max_seconds": value})
+                check(result.is_error and why in text_of(result), f"reason: {text_of(result)}")
+            _, pending = await self.vessel.admin_async("GET", "/v1/pending")
+            check(pending == [], f"the person was asked: {pending}")
+            result = await client.call_tool(SAY, {"text": "a" * 1001})
+            check(result.is_error and '"text" must be at most 1000 characters' in text_of(result),
+                  f"reason: {text_of(result)}")
+            truncated = wav_file(tone(440.0, 100), RATE, 1)[:100]
+            huge = bytearray(wav_file(tone(440.0, 100), RATE, 1))
+            huge[40:44] = struct.pack("<I", 0xFFFFFFFF)
+            for sound, why in [
+                (b"not a sound", "the audio is not WAV (RIFF WAVE) or Opus (Ogg)"),
+                (truncated, "the WAV is cut short: its data chunk says 3200 bytes and 56 follow"),
+                (bytes(huge),
+                 "the WAV is cut short: its data chunk says 4294967295 bytes and 3200 follow"),
+            ]:
+                result = await client.call_tool(
+                    PLAY_SOUND, {"audio": base64.b64encode(sound).decode()})
+                check(result.is_error and why in text_of(result), f"reason: {text_of(result)}")
+            result = await client.call_tool(PLAY_SOUND, {"audio": "not base64!"})
+            check(result.is_error, f"not base64 played: {result}")
+            # Still up, and still speaking.
+            result = await client.call_tool(SAY, {"text": "still here"})
+            check(not result.is_error, f"refused: {text_of(result)}")
+        check(self.device.poll() is None, "dk device voice exited")
+
+
 async def call_and_wait(url: str, tool: str, mode: str) -> None:
     """The agent of `test_a_call_whose_client_dies_is_withdrawn`: calls
     `tool` and waits for it, until it is killed."""
     async with http_client(url, os.environ["DK_AGENT_CREDENTIAL"], mode=mode) as client:
         await client.call_tool(tool, {})
         await asyncio.sleep(PATIENCE)
+
+
+async def run_voice(dk: Path, root: Path, results: list[tuple[str, str, str]],
+                    only: str | None) -> None:
+    """The voice cases, on a vessel and a PulseAudio server of their own;
+    each skipped when a peer is missing (failed when they are required)."""
+    names = [n.removeprefix("test_") for n in vars(VoiceSuite) if n.startswith("test_")]
+    names = [n for n in names if not only or only in n]
+    if not names:
+        return
+    missing = voice_peers_missing()
+    if missing:
+        for name in names:
+            print(f"SKIP {name}: {missing}", flush=True)
+            results.append((name, "skip", missing))
+        return
+    config = root / "voice-vessel.toml"
+    config.write_text(VOICE_CONFIG)
+    pulse = Pulse(root / "pulse")
+    vessel = Vessel(dk, root / "voice", ["--config", str(config)], VOICE_RULES)
+    suite = None
+    try:
+        suite = VoiceSuite(dk, vessel, pulse)
+        await run_cases(suite, results, only)
+    except Exception:
+        print(vessel.read_log(), file=sys.stderr)
+        raise
+    finally:
+        if suite is not None:
+            suite.close()
+        vessel.close()
+        pulse.close()
 
 
 async def run_cases(suite: Any, results: list[tuple[str, str, str]], only: str | None) -> None:
@@ -1057,6 +1433,7 @@ async def main() -> int:
             await run_cases(ReadMoreSuite(dk, vessel), results, options.only)
         finally:
             vessel.close()
+        await run_voice(dk, root, results, options.only)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     passed = sum(1 for _, outcome, _ in results if outcome == "pass")

@@ -63,8 +63,9 @@ pub fn check(bless: bool) -> TaskResult {
     }
     let mut doc = cargo();
     doc.args(["doc", "--no-deps", "--locked"]);
-    // Surfaces behind a feature are public too: the PostgreSQL store.
-    doc.args(["--features", "dk-store/postgres"]);
+    // Surfaces behind a feature are public too: the PostgreSQL store, and
+    // the voice tests' sound in dk-testkit.
+    doc.args(["--features", "dk-store/postgres,dk-testkit/audio"]);
     for library in &libraries {
         doc.args(["-p", &library.package]);
     }

@@ -20,6 +20,10 @@
 //! `cargo xtask bench verify-pg` runs only `dk audit verify --store` on a
 //! PostgreSQL log of 1,000,000 entries (`verify-pg/...`: its time and peak
 //! memory, and at a tenth of the size), which they skip as well.
+//! `cargo xtask bench voice` runs only the voice device's bench
+//! (`voice/...`: a `listen_stream` chunk's latency beyond its own duration,
+//! `say`'s start, the device process's CPU while streaming and its memory,
+//! on a PulseAudio server of its own).
 //! Times are reported, never asserted on.
 
 use std::fmt::Write as _;
@@ -44,7 +48,7 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 13] = [
+const REPORT_PREFIXES: [&str; 14] = [
     "gate/",
     "fleet-scale/",
     "fleet/",
@@ -58,6 +62,7 @@ const REPORT_PREFIXES: [&str; 13] = [
     "bridge/",
     "firmware/",
     "desktop/",
+    "voice/",
 ];
 
 /// Open files the benches need: the idle-devices bench holds 1,000 device
@@ -118,6 +123,10 @@ pub fn run(args: &[String]) -> TaskResult {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.
         command.args(["-p", "dk-tests", "--bench", "firmware"]);
+    } else if filter == Some("voice") {
+        // The voice device alone, without building every other bench: a
+        // vessel, the device in a process of its own, a PulseAudio server.
+        command.args(["-p", "dk-tests", "--bench", "voice"]);
     } else if filter == Some("desktop") {
         // The desktop device alone, without building every other bench:
         // end to end (on an Xvfb, with a real vessel and an MCP agent) and

@@ -12,11 +12,15 @@ use crate::run::{Stream, cargo, describe, status, tee};
 use crate::{TaskError, TaskResult};
 
 /// Runs the CI steps: format check, clippy, dk-core's tokio features and
-/// dk-channel's tests without ring (`features.rs`), the real peers the tests
-/// drive (`peers.rs`: a browser, an MQTT broker), tests (with doc tests), the Python client
+/// dk-channel's tests without ring (`features.rs`), with the real peers the
+/// build and the tests need installed before them (`peers.rs`: a browser,
+/// an MQTT broker, PulseAudio and espeak-ng), tests (with doc tests), the Python client
 /// tests, docs, the public API snapshots (`api.rs`).
 pub fn run() -> TaskResult {
     status("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    // First: the voice device links libpulse and libespeak-ng, which
+    // clippy's build already needs.
+    crate::peers::ensure()?;
     status(
         "clippy",
         cargo().args([
@@ -31,7 +35,6 @@ pub fn run() -> TaskResult {
     )?;
     crate::features::check_core()?;
     crate::features::check_channel_without_ring()?;
-    crate::peers::ensure()?;
     let temp = TestTemp::new()?;
     let totals = test(
         cargo()

@@ -9,7 +9,10 @@
 //! `prometheus` (the server and `promtool` that scrape and check a
 //! vessel's `/metrics`), `postgresql` (the `initdb` and `pg_ctl` the
 //! PostgreSQL store's tests start a server of their own with) and
-//! `nats-server` (the fleet's message bus),
+//! `nats-server` (the fleet's message bus), and for the voice device
+//! `libpulse-dev` and `libespeak-ng-dev` (the libraries it links),
+//! `pulseaudio` and `pulseaudio-utils` (the sound server its tests start
+//! for themselves, and `pactl`) and `espeak-ng` (its voices' data),
 //! installing what is missing with apt (as root, or through `sudo -n`);
 //! and the MCP servers the MCP bridge's tests put behind `dk bridge mcp`,
 //! each at a fixed version under the target directory (`mcp-peers/`): the
@@ -28,8 +31,8 @@ use crate::{TaskError, TaskResult};
 
 /// Debian's packages: the browser, its WebDriver, the MQTT broker, the C
 /// lamp's WebSocket library, pkg-config, valgrind, the virtual X server,
-/// Tk, Prometheus, PostgreSQL and NATS.
-const PACKAGES: [&str; 11] = [
+/// Tk, Prometheus, PostgreSQL, NATS, PulseAudio and espeak-ng.
+const PACKAGES: [&str; 16] = [
     "chromium",
     "chromium-driver",
     "mosquitto",
@@ -41,10 +44,15 @@ const PACKAGES: [&str; 11] = [
     "prometheus",
     "postgresql",
     "nats-server",
+    "libpulse-dev",
+    "libespeak-ng-dev",
+    "pulseaudio",
+    "pulseaudio-utils",
+    "espeak-ng",
 ];
 
 /// Where the packages put the programs the tests run.
-const PROGRAMS: [&str; 11] = [
+const PROGRAMS: [&str; 16] = [
     "/usr/bin/chromium",
     "/usr/bin/chromedriver",
     "/usr/sbin/mosquitto",
@@ -56,6 +64,11 @@ const PROGRAMS: [&str; 11] = [
     "/usr/bin/prometheus",
     "/usr/bin/promtool",
     "/usr/sbin/nats-server",
+    "/usr/include/pulse/simple.h",
+    "/usr/include/espeak-ng/speak_lib.h",
+    "/usr/bin/pulseaudio",
+    "/usr/bin/pactl",
+    "/usr/bin/espeak-ng",
 ];
 
 /// Where Debian puts each PostgreSQL major version's programs
@@ -179,7 +192,7 @@ fn mcp_servers() -> TaskResult {
 fn debian_packages() -> TaskResult {
     if PROGRAMS.iter().all(|p| Path::new(p).is_file()) && postgresql_installed() {
         println!(
-            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb, wish, prometheus, postgresql and nats-server are installed"
+            "==> peers: chromium, chromedriver, mosquitto, libwebsockets, pkg-config, valgrind, Xvfb, wish, prometheus, postgresql, nats-server, libpulse, libespeak-ng, pulseaudio and espeak-ng are installed"
         );
         return Ok(());
     }

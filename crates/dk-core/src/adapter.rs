@@ -262,6 +262,10 @@ pub struct ApprovalRequest {
     /// The channel the device is paired and connected on: the person sees
     /// whether what they allow travels encrypted.
     pub channel: Channel,
+    /// Set when the call opens a voice device's microphone: for how long
+    /// at most, so the person is told.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub microphone: Option<dk_proto::admin::MicrophoneRequest>,
 }
 
 /// Which agents exist and what they may call, read again after the person
@@ -663,6 +667,10 @@ impl DeviceToolAdapter {
             Some(p) => (Some(p.device_id.as_str()), Some(p.capability)),
             None => (None, None),
         };
+        // Bytes (a sound to play) are recorded as their length and hash.
+        let summarized = device_id
+            .zip(capability)
+            .and_then(|(device, capability)| self.bytes_summarized(device, capability, &input));
         let mut decision = PendingDecision {
             adapter: self,
             tool,
@@ -670,7 +678,7 @@ impl DeviceToolAdapter {
             capability,
             agent_id: ctx.agent_id,
             session_id: ctx.session_id,
-            input: Some(&input),
+            input: Some(summarized.as_ref().unwrap_or(&input)),
             refusal: None,
             place: Placement::Waiting,
             reached: AtomicBool::new(false),
@@ -734,6 +742,37 @@ impl DeviceToolAdapter {
         ToolOutcome::Refused { reason }
     }
 
+    /// `input` with the value of each `base64` param of the capability (a
+    /// sound to play) replaced by `{"bytes": N, "sha256": H}` (N the
+    /// base64's decoded length, H the SHA-256 of its text), for the
+    /// decision's record: bytes never reach the audit log. `None` when the
+    /// capability has no such param in the input.
+    fn bytes_summarized(&self, device_id: &str, capability: &str, input: &Value) -> Option<Value> {
+        let device = self.registry.get(device_id)?;
+        let declared = device.manifest().capability(capability)?;
+        let Value::Object(map) = input else {
+            return None;
+        };
+        let mut changed = map.clone();
+        let mut any = false;
+        for param in declared.params().iter().filter(|p| p.base64()) {
+            if let Some(Value::String(text)) = changed.get(param.name()) {
+                let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
+                let bytes = (text.len() / 4 * 3).saturating_sub(padding);
+                let hash: String = <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                changed.insert(
+                    param.name().to_owned(),
+                    serde_json::json!({"bytes": bytes, "sha256": hash}),
+                );
+                any = true;
+            }
+        }
+        any.then_some(Value::Object(changed))
+    }
+
     /// Reports a call its caller refused before the seven checks, for a rule
     /// of its own (an MCP agent's scope): one decision record through the
     /// same hook as every other call, in its own place in the audit queue,
@@ -792,7 +831,10 @@ impl DeviceToolAdapter {
 
     /// Check 5: a live allowance for the call answers for the person;
     /// else the person is asked, and may remember a yes when the call
-    /// names an agent that may still make it.
+    /// names an agent that may still make it. A call that opens a voice
+    /// device's microphone is asked saying for how long, and a yes to it
+    /// is remembered, or a remembered one used, only while an `allow`
+    /// rule names the call: the person's rules must say so explicitly.
     async fn ask_person(
         &self,
         ctx: &CallContext<'_>,
@@ -809,10 +851,14 @@ impl DeviceToolAdapter {
             reason,
             stamp,
             gate_before,
+            allow_rule,
         } = asking;
         let allowances = self.registry.allowances();
+        let microphone = crate::microphones::opens_microphone(device.manifest(), capability)
+            .then(|| dk_proto::admin::MicrophoneRequest::of(input));
+        let rememberable = microphone.is_none() || allow_rule;
         // The person's own calls are theirs; only an agent's are remembered.
-        let agent = ctx.agent_id.filter(|_| !ctx.by_person);
+        let agent = ctx.agent_id.filter(|_| !ctx.by_person && rememberable);
         if let Some(agent) = agent
             && let Some(id) = allowances.covering(agent, tool, device.generation(), input)
         {
@@ -860,6 +906,7 @@ impl DeviceToolAdapter {
             agent_id: ctx.agent_id.map(str::to_owned),
             session_id: ctx.session_id.map(str::to_owned),
             channel: device.channel(),
+            microphone,
         };
         let answered = approver.approve_answered(request, offer).await.map(|a| {
             said.by = a.by;
@@ -914,8 +961,11 @@ impl DeviceToolAdapter {
         // 2. Granted by the person.
         check_granted(granted, device_id, capability)?;
         // 3. Rules.
-        let Ruled { counted, ask } =
-            self.check_rules(ctx, (device_id, &device), cap, input, rule)?;
+        let Ruled {
+            counted,
+            ask,
+            allow_rule,
+        } = self.check_rules(ctx, (device_id, &device), cap, input, rule)?;
         // 4. Well-formed input; then the agent's rate and the call's run.
         let input = check_well_formed(cap, input)?;
         self.charge(ctx, device_id).await?;
@@ -927,7 +977,13 @@ impl DeviceToolAdapter {
             device: &device,
             read_only: cap.kind() == dk_proto::CapabilityKind::Sensor,
         };
-        let gate_before = self.ask_if_asked(ctx, &target, input, ask, person).await?;
+        let asked = Asked {
+            reason: ask,
+            allow_rule,
+        };
+        let gate_before = self
+            .ask_if_asked(ctx, &target, input, asked, person)
+            .await?;
         // 6. Still the same pairing, still granted, the agent still there.
         if let Some(gate_before) = gate_before {
             self.check_unchanged(ctx, &target, gate_before)?;
@@ -986,6 +1042,7 @@ impl DeviceToolAdapter {
                 .map_err(|full| Refusal::Uncountable {
                     why: full.to_string(),
                 })?;
+        let allow_rule = matches!(evaluation.decision, Decision::Allow { rule: Some(_) });
         let ask = match evaluation.decision {
             Decision::Block { rule: by, reason } => {
                 *rule = by.map(str::to_owned);
@@ -1016,7 +1073,11 @@ impl DeviceToolAdapter {
             ),
             Decision::Allow { .. } => None,
         };
-        Ok(Ruled { counted, ask })
+        Ok(Ruled {
+            counted,
+            ask,
+            allow_rule,
+        })
     }
 
     /// Between checks 4 and 5: the agent's rate and the call's run, charged
@@ -1102,10 +1163,10 @@ impl DeviceToolAdapter {
         ctx: &CallContext<'_>,
         target: &Target<'_>,
         input: &Map<String, Value>,
-        ask: Option<String>,
+        asked: Asked,
         person: &mut PersonSaid,
     ) -> Result<Option<Option<bool>>, Refusal> {
-        let Some(reason) = ask else {
+        let Some(reason) = asked.reason else {
             return Ok(None);
         };
         // Taken before the gate and the grant are read again: a change from
@@ -1127,6 +1188,7 @@ impl DeviceToolAdapter {
             reason: Cow::Owned(reason),
             stamp,
             gate_before,
+            allow_rule: asked.allow_rule,
         };
         self.ask_person(ctx, asking, person).await?;
         Ok(Some(gate_before))
@@ -1262,11 +1324,21 @@ fn check_well_formed<'v>(
     }
 }
 
-/// What check 3 found: the calls counted by rules with a limit, and the
-/// reason a rule asks the person, if one does.
+/// What check 3 found: the calls counted by rules with a limit, the
+/// reason a rule asks the person, if one does, and whether an `allow` rule
+/// named the call.
 struct Ruled<'c> {
     counted: counts::Counted<'c>,
     ask: Option<String>,
+    allow_rule: bool,
+}
+
+/// Why check 5 asks the person, if it does, and whether an `allow` rule
+/// named the call (the person's explicit word that a yes to open a
+/// microphone may be remembered).
+struct Asked {
+    reason: Option<String>,
+    allow_rule: bool,
 }
 
 /// The call's device and capability, as checks 5 and 6 see them.
@@ -1423,6 +1495,8 @@ struct Asking<'a> {
     stamp: u64,
     /// The gate's word on the agent before the wait.
     gate_before: Option<bool>,
+    /// Whether an `allow` rule named the call.
+    allow_rule: bool,
 }
 
 /// How the checks ended.

@@ -24,6 +24,7 @@ pub mod limits;
 pub mod link;
 pub mod listener;
 pub mod metrics;
+pub mod microphones;
 pub mod person;
 pub mod redact;
 pub mod registry;

@@ -771,6 +771,7 @@ impl From<ApprovalRequest> for api::ApprovalRequest {
             agent_id: request.agent_id,
             session_id: request.session_id,
             channel: request.channel,
+            microphone: request.microphone,
         }
     }
 }
@@ -818,6 +819,7 @@ impl TryFrom<api::Prompt> for Prompt {
                 agent_id: request.agent_id,
                 session_id: request.session_id,
                 channel: request.channel,
+                microphone: request.microphone,
             }),
         })
     }

@@ -8,6 +8,8 @@ mod admission_tests;
 #[cfg(test)]
 mod agent_tests;
 #[cfg(test)]
+mod bytes_tests;
+#[cfg(test)]
 mod decision_tests;
 #[cfg(test)]
 mod durable_tests;
@@ -248,6 +250,8 @@ pub struct Vessel {
     agents: Arc<AgentDirectory>,
     /// Streaming devices: admission, sessions, subscribers.
     streams: crate::stream::Streams,
+    /// Microphones open on voice devices, as their events said.
+    microphones: crate::microphones::Microphones,
     /// The vessel's static key for dk/2: made fresh for a vessel in memory,
     /// replaced by the one kept outside the data directory.
     identity: RwLock<Option<Arc<StaticKey>>>,
@@ -638,6 +642,7 @@ impl Vessel {
             redactor,
             agents,
             streams: crate::stream::Streams::new(),
+            microphones: crate::microphones::Microphones::default(),
             // Without randomness there is no key, and no dk/2.
             identity: RwLock::new(StaticKey::generate().ok().map(Arc::new)),
             rule_source: Mutex::new(RuleSource::default()),
@@ -923,8 +928,52 @@ impl Vessel {
         self.events.subscribe()
     }
 
+    /// Microphones open on voice devices now.
+    pub fn microphones(&self) -> &crate::microphones::Microphones {
+        &self.microphones
+    }
+
+    /// The person's stop: calls `device_id`'s `stop` straight through its
+    /// link (a voice device's stop only ends what it does, so no grant or
+    /// rule is asked), waiting at most 2 s for its answer. Logged; never
+    /// an agent's call.
+    pub async fn stop_microphone(
+        &self,
+        device_id: &str,
+    ) -> Result<(), crate::microphones::StopError> {
+        use crate::microphones::{StopError, VOICE_KIND};
+        let device = self
+            .registry()
+            .get(device_id)
+            .ok_or_else(|| StopError::NotPaired(device_id.to_owned()))?;
+        if device.manifest().kind() != VOICE_KIND || device.manifest().capability("stop").is_none()
+        {
+            return Err(StopError::NotVoice(device_id.to_owned()));
+        }
+        let link = self
+            .links()
+            .reach(device_id)
+            .ok_or_else(|| StopError::NotConnected(device_id.to_owned()))?;
+        let input = serde_json::Map::new();
+        tracing::info!(device = device_id, "the person stops the device");
+        link.invoke("stop", &input, std::time::Duration::from_secs(2))
+            .await
+            .map(|_| ())
+            .map_err(|e| StopError::Failed {
+                device: device_id.to_owned(),
+                why: e.to_string(),
+            })
+    }
+
     /// Sends a device event to every subscriber, its data redacted first.
+    /// A voice device's microphone events are kept for the front ends
+    /// ([`Vessel::microphones`]).
     pub fn publish_event(&self, mut event: DeviceEvent) {
+        if let Some(device) = self.registry().get(&event.device_id) {
+            let now = crate::registry::epoch_ms(std::time::SystemTime::now());
+            self.microphones
+                .observe(&event, device.manifest().kind(), now);
+        }
         if let Some(redacted) = event
             .data
             .as_deref()

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use dk_device::{DefineError, Device, HandlerError};
+use dk_proto::media::{ImageContent, ImageMime};
 use serde_json::{Map, Value, json};
 
 use crate::config::{DesktopConfig, Size};
@@ -477,14 +478,14 @@ fn whole_screen(session: &Session, desk: &Desk) -> Result<(image::Rgb, bool), XE
 fn image_result(rgb: &image::Rgb, blacked_out: bool) -> Result<Value, HandlerError> {
     let png = encode_png(rgb).map_err(|e| refuse(e.to_string()))?;
     image::check_fits(&png).map_err(|e| refuse(e.to_string()))?;
+    let image = ImageContent::new(
+        ImageMime::Png,
+        base64::engine::general_purpose::STANDARD.encode(&png),
+    );
     Ok(json!({
         "width": rgb.width(),
         "height": rgb.height(),
-        "image": {
-            "type": "image",
-            "mimeType": "image/png",
-            "data": base64::engine::general_purpose::STANDARD.encode(&png),
-        },
+        "image": image,
         "blacked_out": blacked_out,
     }))
 }

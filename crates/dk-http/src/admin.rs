@@ -198,6 +198,7 @@ fn router(
         )
         .route("/v1/devices", get(devices))
         .route("/v1/devices/{id}", axum::routing::delete(unpair))
+        .route("/v1/devices/{id}/stop", post(stop_device))
         .route(
             "/v1/devices/{id}/grants/{capability}",
             put(grant).delete(revoke),
@@ -584,6 +585,20 @@ async fn unpair(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Res
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// The person's stop of a voice device (`POST /v1/devices/{id}/stop`):
+/// its microphone closed and its speaker silenced at once.
+async fn stop_device(State(admin): State<Admin>, UrlPath(id): UrlPath<String>) -> Response {
+    use crate::microphones::StopError;
+    tracing::info!(device = %id, "the person stops a device through the admin API");
+    match admin.vessel.stop_microphone(&id).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e @ StopError::NotPaired(_)) => refuse(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ StopError::NotVoice(_)) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e @ StopError::NotConnected(_)) => refuse(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ StopError::Failed { .. }) => refuse(StatusCode::BAD_GATEWAY, e.to_string()),
     }
 }
 

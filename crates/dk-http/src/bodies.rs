@@ -47,6 +47,7 @@ pub(crate) fn status_body(vessel: &Vessel) -> api::Status {
         channel_failures: stats.channel_failures.load(Ordering::Relaxed),
         plain_v1_refused: stats.plain_v1_refused.load(Ordering::Relaxed),
         fleet: vessel.fleet_status(),
+        microphones: vessel.microphones().list(),
     }
 }
 

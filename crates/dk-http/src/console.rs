@@ -1,7 +1,8 @@
 //! The person's console: web pages served on the admin listener, under
 //! a secret path `/console/<secret>/`, for answering pairings and
 //! approvals, granting and revoking, managing agents, reading and
-//! verifying the audit log.
+//! verifying the audit log; and, on every page while a voice device's
+//! microphone is open, a banner saying so with a button that stops it.
 //!
 //! Signing in: [`Console::login_link`] makes a one-time link (printed by
 //! `dk vessel` and `dk console`) under the secret path; its key, used once
@@ -53,7 +54,7 @@ use guard::guard;
 use handlers::{
     add_agent, agents_page, answer_approval, answer_pairing, audit_page, device_page, devices_page,
     landing, login, logout, not_found, prompts_page, remove_agent, script, set_grant, set_scope,
-    status_page, style, to_home, to_landing, unpair, verify_audit,
+    status_page, stop_microphone, style, to_home, to_landing, unpair, verify_audit,
 };
 use live::live;
 use respond::Shared;
@@ -109,6 +110,10 @@ pub(crate) fn console_router(
             post(set_grant),
         )
         .route("/console/{secret}/devices/{id}/unpair", post(unpair))
+        .route(
+            "/console/{secret}/microphones/{id}/stop",
+            post(stop_microphone),
+        )
         .route("/console/{secret}/agents", get(agents_page).post(add_agent))
         .route("/console/{secret}/agents/{name}/scope", post(set_scope))
         .route("/console/{secret}/agents/{name}/remove", post(remove_agent))

@@ -21,7 +21,7 @@ mod unix;
 use dk_core::{adapter, agents, allowances, by, connection, listener, person, registry, vessel};
 #[cfg(test)]
 use dk_core::{config, redact, stream};
-use dk_core::{link, metrics, reload, store};
+use dk_core::{link, metrics, microphones, reload, store};
 
 pub use admin::{
     AdminToken, AdminTokenError, ReadinessCheck, readiness_failures, serve_admin, serve_admin_unix,

@@ -346,6 +346,7 @@ mod tests {
             agent_id: Some("kitchen-agent".to_owned()),
             session_id: Some("session-x".to_owned()),
             channel: dk_proto::Channel::Dk2,
+            microphone: None,
         }
     }
 

@@ -73,6 +73,7 @@
 
 #![forbid(unsafe_code)]
 
+mod audio;
 mod events;
 mod guard;
 mod image;

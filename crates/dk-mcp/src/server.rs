@@ -23,6 +23,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 
+use super::audio::split_audio;
 use super::events::{EventLog, device_of_uri, resource, visible_devices};
 use super::guard::{Authenticated, IssuedSession};
 use super::image::split_image;
@@ -196,7 +197,9 @@ fn session_id(parts: Option<&Parts>) -> Option<String> {
 /// or, when that JSON is longer than the threshold, its first chunk and a
 /// `read_more` handle (see [`ResultPages`]). A result carrying an image (see
 /// [`split_image`]) comes as that image's content first, then the rest as
-/// above, with the image's data replaced by its length.
+/// above, with the image's data replaced by its length; so does each sound
+/// of a result carrying dk-proto's audio content (see [`split_audio`]), as
+/// MCP audio content.
 pub(crate) fn call_result(
     outcome: ToolOutcome,
     pages: &ResultPages,
@@ -209,11 +212,12 @@ pub(crate) fn call_result(
             let value = result
                 .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
                 .unwrap_or(Value::Null);
-            let object = match value {
+            let mut object = match value {
                 Value::Object(object) => object,
                 other => Map::from_iter([("result".to_owned(), other)]),
             };
-            match split_image(object) {
+            let sounds = split_audio(&mut object);
+            let mut answer = match split_image(object) {
                 Ok(image) => {
                     let mut answer = pages.result_for(Value::Object(image.described), owner, agent);
                     if answer.is_error != Some(true) {
@@ -224,7 +228,15 @@ pub(crate) fn call_result(
                     answer
                 }
                 Err(object) => pages.result_for(Value::Object(object), owner, agent),
+            };
+            if answer.is_error != Some(true) {
+                for (at, sound) in sounds.into_iter().enumerate() {
+                    answer
+                        .content
+                        .insert(at, ContentBlock::audio(sound.data, sound.mime_type));
+                }
             }
+            answer
         }
     }
 }

@@ -44,6 +44,25 @@ pub struct Status {
     /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetStatus>,
+    /// The microphones open now on voice devices, as each device said when
+    /// it opened one; empty (and absent) when none is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub microphones: Vec<LiveMicrophone>,
+}
+
+/// A microphone open on a voice device, as `GET /v1/status` and the
+/// console show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveMicrophone {
+    /// The device.
+    pub device_id: String,
+    /// The capability that opened it (`listen`, `listen_stream`).
+    pub capability: String,
+    /// The most it stays open, in seconds, as the device said.
+    pub max_seconds: u64,
+    /// When the vessel heard it open, in ms since the epoch.
+    pub since_ms: u64,
 }
 
 /// A fleet member's state, as `GET /v1/status` shows it.
@@ -472,6 +491,44 @@ pub struct ApprovalRequest {
     /// (in clear). Absent from an older vessel: v1.
     #[serde(default)]
     pub channel: crate::Channel,
+    /// Set when the call opens a voice device's microphone: for how long
+    /// at most. Absent for every other call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microphone: Option<MicrophoneRequest>,
+}
+
+/// A call that opens a voice device's microphone (a `sensor` capability
+/// of a device of kind `voice`), as the person is asked about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MicrophoneRequest {
+    /// The longest the microphone stays open, in whole seconds (rounded
+    /// up), as the call's `max_seconds` says; absent when the call names
+    /// none, and then only the device bounds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<u64>,
+}
+
+impl MicrophoneRequest {
+    /// What a call with `input` asks of the microphone.
+    pub fn of(input: &serde_json::Map<String, serde_json::Value>) -> MicrophoneRequest {
+        let max_seconds = input
+            .get("max_seconds")
+            .and_then(serde_json::Value::as_f64)
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            // Saturates at u64::MAX: no input can make it wrap.
+            .map(|n| n.ceil() as u64);
+        MicrophoneRequest { max_seconds }
+    }
+
+    /// One line for the person: `for at most 10 s`, or that the call
+    /// names no limit.
+    pub fn words(&self) -> String {
+        match self.max_seconds {
+            Some(n) => format!("for at most {n} s"),
+            None => "for as long as the device allows (the call names no max_seconds)".to_owned(),
+        }
+    }
 }
 
 /// A remembered allowance, as `GET /v1/approvals/remembered` lists it and a

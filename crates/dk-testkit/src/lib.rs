@@ -6,7 +6,9 @@
 //! for the desktop tests an X server of their own and a window that
 //! records what it receives ([`x11`]), for the stores' tests a
 //! PostgreSQL server of their own ([`postgres`]), for the fleet's tests
-//! a `nats-server` of their own ([`nats`]), and for every test of a
+//! a `nats-server` of their own ([`nats`]), for the voice device's tests
+//! a PulseAudio server of their own with a microphone and a speaker
+//! ([`pulse`]), and for every test of a
 //! real server the rule for a missing one ([`peer_or_skip`]) and a free
 //! loopback port ([`free_port`]).
 //!
@@ -26,6 +28,7 @@ mod manifest;
 pub mod nats;
 mod peers;
 pub mod postgres;
+pub mod pulse;
 mod wait;
 pub mod x11;
 

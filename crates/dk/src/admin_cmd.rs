@@ -137,6 +137,12 @@ pub enum DevicesCommand {
         /// The device id.
         device: String,
     },
+    /// Stop a voice device at once: its microphone closed, its speaker
+    /// silenced.
+    Stop {
+        /// The device id.
+        device: String,
+    },
 }
 
 /// A client for the vessel of `target`, once its admin socket answers.
@@ -236,6 +242,18 @@ pub fn status(target: &Target) -> ExitCode {
             status.paired, status.connected, status.connections
         );
         println!("waiting for you      {} prompts", status.pending);
+        if status.microphones.is_empty() {
+            println!("microphones          none live");
+        }
+        for mic in &status.microphones {
+            println!(
+                "microphone LIVE      {} ({}, at most {} s): dk devices stop {} ends it",
+                printable(&mic.device_id),
+                printable(&mic.capability),
+                mic.max_seconds,
+                printable(&mic.device_id)
+            );
+        }
         let rules = ok(c.get("/v1/rules").await.map_err(|e| e.to_string())?)?;
         let count = rules.get("rules").and_then(Value::as_u64).unwrap_or(0);
         match (
@@ -476,6 +494,12 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                             asker(r.agent_id.as_deref(), r.session_id.as_deref())
                         );
                         println!("      channel  {}", channel_words(r.channel));
+                        if let Some(microphone) = &r.microphone {
+                            println!(
+                                "      opens the microphone {}",
+                                printable(&microphone.words())
+                            );
+                        }
                         for (key, value) in &r.input {
                             println!(
                                 "      {} = {}",
@@ -674,6 +698,15 @@ pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
                     .map_err(e)?)?;
                 println!("unpaired {device}");
             }
+            DevicesCommand::Stop { device } => {
+                ok(c.post(
+                    &format!("/v1/devices/{}/stop", segment(&device)),
+                    &Value::Null,
+                )
+                .await
+                .map_err(e)?)?;
+                println!("stopped {}", printable(&device));
+            }
         }
         Ok(())
     })
@@ -783,6 +816,7 @@ mod tests {
             agent_id: Some("kitchen-helper".to_owned()),
             session_id: Some("s-1\u{1b}[2J".to_owned()),
             channel: dk_proto::Channel::V1,
+            microphone: None,
         };
         assert_eq!(
             asker(request.agent_id.as_deref(), request.session_id.as_deref()),

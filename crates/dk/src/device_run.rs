@@ -140,7 +140,7 @@ pub(crate) fn options(
         } => println!(
             "call: {} {}",
             printable(&capability),
-            printable(&Value::Object(input).to_string())
+            printable(&shown_input(&Value::Object(input).to_string()))
         ),
         Notice::Revoked {
             capability: Some(capability),
@@ -274,6 +274,20 @@ pub(crate) async fn stream<F>(
             );
         }
     }
+}
+
+/// Longest input printed for a call, in characters: a call may carry
+/// hundreds of kilobytes (a sound to play), which the terminal is spared.
+const SHOWN_INPUT: usize = 300;
+
+/// A call's input as printed: whole when short, else its start and its
+/// length.
+fn shown_input(input: &str) -> String {
+    if input.chars().count() <= SHOWN_INPUT {
+        return input.to_owned();
+    }
+    let start: String = input.chars().take(SHOWN_INPUT).collect();
+    format!("{start}... ({} bytes in all)", input.len())
 }
 
 /// Runs the client until Ctrl-C, with `alongside` (which does not end on

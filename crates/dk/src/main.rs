@@ -35,6 +35,7 @@ mod simulate_cmd;
 mod systemd;
 mod tools_cmd;
 mod vessel_cmd;
+mod voice_cmd;
 
 /// dk: a device kit for AI agents.
 #[derive(Parser)]
@@ -77,7 +78,8 @@ enum Command {
     /// The whole story in one process, narrated: a vessel, the reference lamp
     /// over a real WebSocket, a demo approver standing in for the person.
     Demo,
-    /// Devices run from here: simulated ones, and this machine's desktop.
+    /// Devices run from here: simulated ones, this machine's desktop, and
+    /// its microphone and speaker.
     #[command(subcommand)]
     Device(DeviceCommand),
     /// Bridges that bring devices speaking other protocols to a vessel.
@@ -152,6 +154,11 @@ enum DeviceCommand {
     /// screenshots, zoom, the pointer and the keyboard, with windows and
     /// regions blacked out; `key` and `type` ask the person every time.
     Desktop(desktop_cmd::DesktopArgs),
+    /// Run this machine's microphone and speaker as a device (kind voice),
+    /// through PulseAudio: listen and listen_stream (asking the person
+    /// every time, shown live while the microphone is open), say, play and
+    /// stop.
+    Voice(voice_cmd::VoiceArgs),
 }
 
 fn main() -> ExitCode {
@@ -168,6 +175,7 @@ fn main() -> ExitCode {
         Command::Bridge(command) => bridge_cmd::run(command),
         Command::Device(DeviceCommand::Simulate(args)) => simulate_cmd::run(&args),
         Command::Device(DeviceCommand::Desktop(args)) => desktop_cmd::run(&args),
+        Command::Device(DeviceCommand::Voice(args)) => voice_cmd::run(&args),
         Command::Vessel(args) => vessel_cmd::run(&args),
         Command::Pairings { target, command } => admin_cmd::pairings(&target, command),
         Command::Approvals { target, command } => admin_cmd::approvals(&target, command),

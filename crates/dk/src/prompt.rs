@@ -13,6 +13,10 @@
 //! agent, any call of this capability, for N minutes) or `n`; anything else
 //! is refused with a message and the question stays open.
 //!
+//! While a voice device's microphone is open the terminal says so, and says
+//! again when it closes; `stop` (alone on a line) is the person's stop of
+//! every microphone open.
+//!
 //! Everything a device wrote is shown through [`printable`], so a manifest or
 //! an input value cannot drive the terminal.
 
@@ -59,6 +63,8 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
     if let Some(first) = queue.front() {
         show(first);
     }
+    let mut microphones = vessel.microphones().watch();
+    let mut live = show_microphones(&vessel, &[]);
     tokio::pin!(stop);
     // Once standard input ends, prompts are answered elsewhere; the loop
     // still follows them and still ends when asked to stop.
@@ -66,6 +72,12 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
     loop {
         tokio::select! {
             () = &mut stop => return,
+            changed = microphones.changed() => {
+                if changed.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                live = show_microphones(&vessel, &live);
+            }
             event = events.recv() => match event {
                 Ok(PersonEvent::Asked(prompt)) => {
                     queue.push_back(prompt);
@@ -95,6 +107,10 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
                     continue;
                 };
                 if line.trim().is_empty() {
+                    continue;
+                }
+                if line.trim() == "stop" {
+                    stop_microphones(&vessel).await;
                     continue;
                 }
                 match answer_named(&vessel, &queue, &line).await {
@@ -256,6 +272,9 @@ fn show(prompt: &PendingPrompt) {
                 request.device_id, request.capability
             );
             println!("  channel  {}", channel_words(request.channel));
+            if let Some(microphone) = &request.microphone {
+                println!("  OPENS THE MICROPHONE {}", printable(&microphone.words()));
+            }
             println!("  why      {}", printable(&request.reason));
             if request.input.is_empty() {
                 println!("  input    (none)");
@@ -282,11 +301,51 @@ fn show(prompt: &PendingPrompt) {
                 );
                 println!("                 (minutes from 1 to 1440)");
                 println!("  `{id} n`          refuse");
+            } else if request.microphone.is_some() && request.agent_id.is_some() {
+                println!(
+                    "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a yes to open a microphone is remembered only where an allow rule names the call)"
+                );
             } else {
                 println!(
                     "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a call of no agent cannot be remembered)"
                 );
             }
+        }
+    }
+}
+
+/// Says which microphones opened or closed since `before` (the ids live
+/// then); the ids live now.
+fn show_microphones(vessel: &Vessel, before: &[String]) -> Vec<String> {
+    let now = vessel.microphones().list();
+    for mic in &now {
+        if !before.contains(&mic.device_id) {
+            println!(
+                "● MICROPHONE LIVE on {} ({}, at most {} s): type `stop` to stop it",
+                printable(&mic.device_id),
+                printable(&mic.capability),
+                mic.max_seconds
+            );
+        }
+    }
+    for id in before {
+        if !now.iter().any(|m| &m.device_id == id) {
+            println!("○ microphone off on {}", printable(id));
+        }
+    }
+    now.into_iter().map(|m| m.device_id).collect()
+}
+
+/// The person's stop, typed: every microphone open now is stopped.
+async fn stop_microphones(vessel: &Vessel) {
+    let live = vessel.microphones().list();
+    if live.is_empty() {
+        println!("no microphone is live");
+    }
+    for mic in live {
+        match vessel.stop_microphone(&mic.device_id).await {
+            Ok(()) => println!("stopped {}", printable(&mic.device_id)),
+            Err(e) => println!("{}", printable(&e.to_string())),
         }
     }
 }

@@ -484,6 +484,7 @@ fn long_arguments_are_shown_cut_and_bound_whole() {
     assert_eq!(made.arguments_sha256, Some(arguments_digest(&input).0));
 }
 
+mod microphone;
 mod through_adapter;
 
 fn made_elsewhere(id: u64) -> Allowance {

@@ -741,6 +741,10 @@ where
         };
         correlator.close(LinkClosed::Disconnected);
         self.vessel.links().disconnect(&session.device_id, &link);
+        // Nothing its microphone hears reaches the vessel any more.
+        if !self.vessel.links().is_connected(&session.device_id) {
+            self.vessel.microphones().forget(&session.device_id);
+        }
         ended
     }
 
@@ -958,6 +962,7 @@ where
             agent_id: None,
             session_id: None,
             channel: device.channel(),
+            microphone: None,
         };
         let person = Arc::clone(self.vessel.person());
         let asking = person.ask_approval(request, self.vessel.limits().consent_timeout);

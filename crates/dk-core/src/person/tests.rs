@@ -39,6 +39,7 @@ fn approval() -> ApprovalRequest {
         agent_id: None,
         session_id: None,
         channel: dk_proto::Channel::V1,
+        microphone: None,
     }
 }
 

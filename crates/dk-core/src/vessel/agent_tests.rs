@@ -21,6 +21,7 @@ fn asking(agent: &str, device: &str, capability: &str) -> ApprovalRequest {
         agent_id: Some(agent.to_owned()),
         session_id: None,
         channel: dk_proto::Channel::V1,
+        microphone: None,
     }
 }
 

@@ -1110,6 +1110,7 @@ fn pending_bodies_are_the_prompts_json() {
         agent_id: Some("helper".to_owned()),
         session_id: None,
         channel: dk_proto::Channel::V1,
+        microphone: None,
     };
     let prompts = [
         (Prompt::Consent(consent), false),

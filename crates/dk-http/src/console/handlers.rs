@@ -118,6 +118,30 @@ fn page(shared: &Shared, signed: &Signed, current: Page) -> pages::Frame {
         pending: shared.vessel.person().pending().len(),
         csrf: signed.csrf.clone(),
         session: signed.id.clone(),
+        microphones: shared.vessel.microphones().list(),
+    }
+}
+
+/// The person's stop of a device's microphone, from the banner's button:
+/// the device's `stop`, called at once. Back to the device's page (the
+/// script sends it without leaving the page).
+pub(super) async fn stop_microphone(
+    State(shared): State<Shared>,
+    UrlPath((_, id)): UrlPath<(String, String)>,
+    axum::Extension(signed): axum::Extension<Signed>,
+) -> Response {
+    use crate::microphones::StopError;
+    tracing::info!(device = %id, session = %signed.id, "the person stops a microphone from the console");
+    match shared.vessel.stop_microphone(&id).await {
+        Ok(()) => see_other(&format!(
+            "{}/devices/{}",
+            shared.console.prefix(),
+            html::segment(&id)
+        )),
+        Err(e @ StopError::NotPaired(_)) => refusal_page(StatusCode::NOT_FOUND, &e.to_string()),
+        Err(e @ StopError::NotVoice(_)) => refusal_page(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e @ StopError::NotConnected(_)) => refusal_page(StatusCode::CONFLICT, &e.to_string()),
+        Err(e @ StopError::Failed { .. }) => refusal_page(StatusCode::BAD_GATEWAY, &e.to_string()),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The console's live feed: server-sent events from the person channel.
+//! The console's live feed: server-sent events from the person channel,
+//! and the microphones open on voice devices for every page's banner.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::person::PersonEvent;
 
@@ -16,14 +17,17 @@ use super::respond::Shared;
 use super::session::Signed;
 
 /// The live feed: a server-sent event for every prompt asked (with its
-/// card's HTML) and closed, each with the count still waiting; at the
-/// start, every prompt open now and the list of their ids. Ends with the
-/// session.
+/// card's HTML) and closed, each with the count still waiting; a
+/// `microphones` event (the banner's HTML) whenever a microphone opens or
+/// closes; at the start, every prompt open now and the list of their ids,
+/// and the microphones open now. Ends with the session.
 pub(super) async fn live(
     State(shared): State<Shared>,
     axum::Extension(signed): axum::Extension<Signed>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let receiver = shared.vessel.person().subscribe();
+    let mut microphones = shared.vessel.microphones().watch();
+    microphones.mark_unchanged();
     let open = shared.vessel.person().pending();
     let mut first: VecDeque<Event> = VecDeque::new();
     let ids: Vec<u64> = open.iter().map(|p| p.id).collect();
@@ -34,16 +38,19 @@ pub(super) async fn live(
     for prompt in open {
         first.push_back(asked_event(&shared, &signed, prompt, ids.len()));
     }
+    first.push_back(microphones_event(&shared, &signed));
     struct Feed {
         shared: Shared,
         signed: Signed,
         receiver: broadcast::Receiver<PersonEvent>,
+        microphones: watch::Receiver<u64>,
         first: VecDeque<Event>,
     }
     let feed = Feed {
         shared,
         signed,
         receiver,
+        microphones,
         first,
     };
     let stream = futures::stream::unfold(feed, |mut feed| async move {
@@ -51,7 +58,18 @@ pub(super) async fn live(
             return Some((Ok(event), feed));
         }
         loop {
-            let next = tokio::time::timeout(Duration::from_secs(30), feed.receiver.recv()).await;
+            let next = tokio::select! {
+                changed = feed.microphones.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    if !feed.shared.console.alive(&feed.signed.key) {
+                        return None;
+                    }
+                    return Some((Ok(microphones_event(&feed.shared, &feed.signed)), feed));
+                }
+                next = tokio::time::timeout(Duration::from_secs(30), feed.receiver.recv()) => next,
+            };
             if !feed.shared.console.alive(&feed.signed.key) {
                 return None;
             }
@@ -90,6 +108,24 @@ fn asked_event(
         html: pages::prompt_card(&body, &shared.console.prefix(), &signed.csrf),
     };
     Event::default().event("asked").data(data(&asked))
+}
+
+/// The `microphones` event: the banner's content now, and how many are
+/// open.
+fn microphones_event(shared: &Shared, signed: &Signed) -> Event {
+    let open = shared.vessel.microphones().list();
+    let live = Microphones {
+        count: open.len(),
+        html: pages::microphones_live(&open, &shared.console.prefix(), &signed.csrf),
+    };
+    Event::default().event("microphones").data(data(&live))
+}
+
+/// The `microphones` event's data.
+#[derive(serde::Serialize)]
+struct Microphones {
+    count: usize,
+    html: String,
 }
 
 /// The `sync` event's data: the open prompts, by id.

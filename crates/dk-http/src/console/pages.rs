@@ -68,6 +68,8 @@ pub(crate) struct Frame {
     pub(crate) csrf: String,
     /// The session's id, as the audit log names it (not its cookie).
     pub(crate) session: String,
+    /// The microphones open now, for the banner every page shows.
+    pub(crate) microphones: Vec<api::LiveMicrophone>,
 }
 
 /// A device event kept for the device's page.
@@ -157,11 +159,12 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
          <link rel=\"stylesheet\" href=\"/console/assets/console.css\">\
          <script src=\"/console/assets/console.js\" defer></script></head>\
          <body data-pending=\"{pending}\" data-title=\"{title} · dk console\" data-base=\"{base}\">\
-         <a class=\"skip\" href=\"#main\">Skip to content</a>\
+         <a class=\"skip\" href=\"#main\">Skip to content</a>{banner}\
          <header><nav aria-label=\"Console\"><ul>",
         title = attr(title),
         pending = frame.pending,
         base = attr(&frame.base),
+        banner = microphones_banner(&frame.microphones, &frame.base, &frame.csrf),
     );
     let items = [
         (Page::Prompts, "/", "Waiting"),
@@ -215,6 +218,56 @@ fn layout(frame: &Frame, title: &str, main: &str) -> String {
     out
 }
 
+/// The banner at the top of every page while a microphone is open: each
+/// one live, with a stop button (a plain form, so it works without the
+/// script and from a phone). Hidden, and empty, while none is; the live
+/// feed replaces its content as microphones open and close.
+pub(crate) fn microphones_banner(
+    microphones: &[api::LiveMicrophone],
+    base: &str,
+    csrf: &str,
+) -> String {
+    let hidden = if microphones.is_empty() {
+        " hidden"
+    } else {
+        ""
+    };
+    format!(
+        "<div id=\"microphones\" class=\"microphones\" role=\"region\" \
+         aria-label=\"Microphones live\" aria-live=\"assertive\"{hidden}>{}</div>",
+        microphones_live(microphones, base, csrf)
+    )
+}
+
+/// The banner's content: one line and stop button for each microphone.
+pub(crate) fn microphones_live(
+    microphones: &[api::LiveMicrophone],
+    base: &str,
+    csrf: &str,
+) -> String {
+    let mut out = String::new();
+    for mic in microphones {
+        let device = text(&mic.device_id);
+        let _ = write!(
+            out,
+            "<div class=\"mic\" data-device=\"{device_attr}\">\
+             <p><span class=\"dot\" aria-hidden=\"true\"></span>\
+             <strong>Microphone live</strong> on <code>{device}</code> \
+             ({capability}, at most {max} s, since {since} UTC)</p>\
+             <form method=\"post\" action=\"{base}/microphones/{segment}/stop\" class=\"mic-stop\">{csrf}\
+             <button type=\"submit\" class=\"stop\" aria-label=\"Stop the microphone of {device_attr}\">Stop</button>\
+             </form></div>",
+            device_attr = attr(&mic.device_id),
+            capability = text(&mic.capability),
+            max = mic.max_seconds,
+            since = utc(mic.since_ms),
+            segment = segment(&mic.device_id),
+            csrf = csrf_field(csrf),
+        );
+    }
+    out
+}
+
 fn csrf_field(csrf: &str) -> String {
     format!(
         "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
@@ -263,12 +316,21 @@ pub(crate) fn signed_out_page() -> String {
 pub(crate) fn summary(pending: &api::Pending) -> String {
     match &pending.prompt {
         api::Prompt::Consent(c) => format!("{} ({}) asks to pair", c.name, c.device_id),
-        api::Prompt::Approval(a) => format!(
-            "{} asks to use {}: {}",
-            a.agent_id.as_deref().unwrap_or("a call"),
-            a.device_id,
-            a.capability
-        ),
+        api::Prompt::Approval(a) => match &a.microphone {
+            Some(microphone) => format!(
+                "{} asks to use {}: {} (the microphone, {})",
+                a.agent_id.as_deref().unwrap_or("a call"),
+                a.device_id,
+                a.capability,
+                microphone.words()
+            ),
+            None => format!(
+                "{} asks to use {}: {}",
+                a.agent_id.as_deref().unwrap_or("a call"),
+                a.device_id,
+                a.capability
+            ),
+        },
     }
 }
 
@@ -518,6 +580,13 @@ fn approval_card(
             text(session)
         );
     }
+    if let Some(microphone) = &approval.microphone {
+        let _ = write!(
+            out,
+            "<dt>Microphone</dt><dd class=\"microphone-ask\"><strong>opens the microphone {}</strong></dd>",
+            text(&microphone.words())
+        );
+    }
     let _ = write!(
         out,
         "<dt>Why you are asked</dt><dd>{}</dd><dt>Channel</dt><dd>{}</dd></dl>",
@@ -554,6 +623,12 @@ fn approval_card(
          <button type=\"submit\" name=\"answer\" value=\"deny\" class=\"no\">Deny</button></div>",
         csrf = csrf_field(csrf)
     );
+    if !can_remember && approval.microphone.is_some() && approval.agent_id.is_some() {
+        out.push_str(
+            "<p class=\"note\">A yes to open a microphone is remembered only where one of \
+             your rules allows the call explicitly.</p>",
+        );
+    }
     if can_remember {
         let _ = write!(
             out,

@@ -24,6 +24,7 @@ struct Running {
     vessel: Arc<Vessel>,
     console: Arc<Console>,
     addr: SocketAddr,
+    token: AdminToken,
     _server: tokio::task::JoinHandle<()>,
 }
 
@@ -32,9 +33,10 @@ async fn start() -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let console = Console::new();
+    let token = AdminToken::generate();
     let router = admin_router(
         Arc::clone(&vessel),
-        AdminToken::generate(),
+        token.clone(),
         Arc::clone(&console),
         addr,
     );
@@ -45,6 +47,7 @@ async fn start() -> Running {
         vessel,
         console,
         addr,
+        token,
         _server: server,
     }
 }
@@ -565,6 +568,7 @@ async fn what_a_device_or_agent_wrote_is_escaped_and_hidden_characters_shown() {
         agent_id: Some("kitchen</h2>".to_owned()),
         session_id: Some("s-1".to_owned()),
         channel: dk_proto::Channel::Dk2,
+        microphone: None,
     };
     let person = Arc::clone(running.vessel.person());
     tokio::spawn(async move { person.approve(approval).await });
@@ -612,6 +616,11 @@ async fn the_live_feed_tells_each_prompt_asked_and_closed() {
     };
     let (name, data) = next_event().await;
     assert_eq!((name.as_str(), data["pending"].as_u64()), ("sync", Some(0)));
+    let (name, data) = next_event().await;
+    assert_eq!(
+        (name.as_str(), data["count"].as_u64()),
+        ("microphones", Some(0))
+    );
     let id = pairing(&running.vessel, lamp()).await;
     let (name, data) = next_event().await;
     assert_eq!(name, "asked");
@@ -630,6 +639,283 @@ async fn the_live_feed_tells_each_prompt_asked_and_closed() {
     assert_eq!(
         (data["id"].as_u64(), data["pending"].as_u64()),
         (Some(id), Some(0))
+    );
+}
+
+/// The live feed's events, read one at a time.
+struct Live(tokio::io::Lines<BufReader<TcpStream>>);
+
+impl Live {
+    async fn open(running: &Running, browser: &Browser) -> Live {
+        let mut stream = TcpStream::connect(running.addr).await.unwrap();
+        let request = format!(
+            "GET {}/live HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {}\r\n\r\n",
+            browser.prefix,
+            running.addr.port(),
+            browser.cookie
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        Live(BufReader::new(stream).lines())
+    }
+
+    /// The next event named `want`, skipping others.
+    async fn next(&mut self, want: &str) -> Value {
+        let mut name = String::new();
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(10), self.0.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if let Some(event) = line.strip_prefix("event: ") {
+                name = event.to_owned();
+            } else if let Some(data) = line.strip_prefix("data: ")
+                && name == want
+            {
+                return serde_json::from_str(data).unwrap();
+            }
+        }
+    }
+}
+
+/// A voice device's link: counts the stops it is sent.
+#[derive(Default)]
+struct VoiceLink(std::sync::Mutex<Vec<String>>);
+
+impl crate::link::DeviceLink for VoiceLink {
+    fn invoke<'a>(
+        &'a self,
+        capability: &'a str,
+        _input: &'a serde_json::Map<String, Value>,
+        _timeout: Duration,
+    ) -> futures::future::BoxFuture<'a, crate::link::InvokeResult> {
+        self.0.lock().unwrap().push(capability.to_owned());
+        Box::pin(async { Ok(None) })
+    }
+}
+
+fn microphone_event(device: &str, data: Value) -> crate::link::DeviceEvent {
+    crate::link::DeviceEvent {
+        device_id: device.to_owned(),
+        capability: "listen".to_owned(),
+        data: Some(serde_json::value::to_raw_value(&data).unwrap()),
+    }
+}
+
+#[tokio::test]
+async fn a_live_microphone_shows_on_every_page_and_its_stop_reaches_the_device() {
+    let running = start().await;
+    let vessel = &running.vessel;
+    let voice = json!({
+        "id": "kitchen", "name": "Kitchen", "kind": "voice", "version": "1",
+        "capabilities": [
+            {"name": "listen", "kind": "sensor", "confirm": true, "description": "Record."},
+            {"name": "stop", "kind": "actuator", "description": "Stop."},
+        ],
+    });
+    for (manifest, grant) in [(voice, "listen"), (lamp(), "read_light")] {
+        vessel
+            .registry()
+            .pair(
+                &manifest,
+                |_| {},
+                |_| async move { Ok::<_, ()>(crate::registry::ConsentDecision::approve([grant])) },
+                DEFAULT_CONSENT_TIMEOUT,
+            )
+            .await
+            .unwrap();
+    }
+    let link = Arc::new(VoiceLink::default());
+    vessel.links().connect(
+        "kitchen",
+        Arc::clone(&link) as Arc<dyn crate::link::DeviceLink>,
+    );
+    let browser = sign_in(&running).await;
+    let mut live = Live::open(&running, &browser).await;
+    assert_eq!(live.next("microphones").await["count"], json!(0));
+    let pages = [
+        "/",
+        "/devices",
+        "/devices/kitchen",
+        "/agents",
+        "/audit",
+        "/status",
+    ];
+    for page in pages {
+        let body = browser.get(page).await.body;
+        assert!(
+            body.contains("id=\"microphones\" class=\"microphones\" role=\"region\" aria-label=\"Microphones live\" aria-live=\"assertive\" hidden>"),
+            "{page}: {body}"
+        );
+    }
+
+    // A voice device says its microphone is live: the feed brings the
+    // banner, every page shows it, and so does the status.
+    vessel.publish_event(microphone_event(
+        "kitchen",
+        json!({"microphone": "live", "max_seconds": 12}),
+    ));
+    let banner = live.next("microphones").await;
+    assert_eq!(banner["count"], json!(1));
+    let stop_form = format!(
+        "action=\"{}/microphones/kitchen/stop\" class=\"mic-stop\"",
+        browser.prefix
+    );
+    let html = banner["html"].as_str().unwrap();
+    assert!(
+        html.contains(&stop_form) && html.contains(&browser.csrf),
+        "{html}"
+    );
+    assert!(html.contains("(listen, at most 12 s, since "), "{html}");
+    for page in pages {
+        let body = browser.get(page).await.body;
+        assert!(
+            body.contains("aria-live=\"assertive\"><div class=\"mic\" data-device=\"kitchen\">"),
+            "{page}: {body}"
+        );
+        assert!(body.contains(&stop_form), "{page}");
+    }
+    let status = raw(
+        running.addr,
+        "GET",
+        "/v1/status",
+        &[(
+            "authorization",
+            format!("Bearer {}", running.token.expose()),
+        )],
+        "",
+    )
+    .await;
+    let status: Value = serde_json::from_str(&status.body).unwrap();
+    assert_eq!(status["microphones"][0]["deviceId"], json!("kitchen"));
+    assert_eq!(status["microphones"][0]["capability"], json!("listen"));
+    assert_eq!(status["microphones"][0]["maxSeconds"], json!(12));
+    // Another kind of device cannot say so.
+    vessel.publish_event(microphone_event(
+        "desk-lamp",
+        json!({"microphone": "live", "max_seconds": 5}),
+    ));
+    assert_eq!(vessel.microphones().list().len(), 1);
+
+    // The stop: only with the session's CSRF token, then straight to the
+    // device.
+    let path = format!("{}/microphones/kitchen/stop", browser.prefix);
+    let forged = raw(
+        running.addr,
+        "POST",
+        &path,
+        &[
+            ("cookie", browser.cookie.clone()),
+            ("origin", browser.origin()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ],
+        "csrf=nope",
+    )
+    .await;
+    assert_eq!(forged.status, 403);
+    assert!(link.0.lock().unwrap().is_empty());
+    let stopped = browser.post("/microphones/kitchen/stop", "").await;
+    assert_eq!(stopped.status, 303, "{}", stopped.body);
+    assert_eq!(
+        stopped.header("location"),
+        Some(format!("{}/devices/kitchen", browser.prefix).as_str())
+    );
+    assert_eq!(link.0.lock().unwrap().as_slice(), ["stop"]);
+    // The device says it closed: the banner goes.
+    vessel.publish_event(microphone_event(
+        "kitchen",
+        json!({"microphone": "off", "ended": "stopped", "duration_ms": 900}),
+    ));
+    assert_eq!(live.next("microphones").await["count"], json!(0));
+    assert!(
+        browser
+            .get("/")
+            .await
+            .body
+            .contains("aria-live=\"assertive\" hidden></div>")
+    );
+
+    // A stop that cannot be made says why.
+    for (device, status, why) in [
+        ("nobody", 404, "no paired device"),
+        ("desk-lamp", 400, "is not a voice device"),
+    ] {
+        let answer = browser
+            .post(&format!("/microphones/{device}/stop"), "")
+            .await;
+        assert_eq!(answer.status, status, "{device}");
+        assert!(answer.body.contains(why), "{}", answer.body);
+    }
+    // The admin API's stop (`dk devices stop`) reaches it the same way.
+    let bearer = [(
+        "authorization",
+        format!("Bearer {}", running.token.expose()),
+    )];
+    let api = raw(
+        running.addr,
+        "POST",
+        "/v1/devices/kitchen/stop",
+        &bearer,
+        "",
+    )
+    .await;
+    assert_eq!(api.status, 204, "{}", api.body);
+    assert_eq!(link.0.lock().unwrap().as_slice(), ["stop", "stop"]);
+    let api = raw(
+        running.addr,
+        "POST",
+        "/v1/devices/desk-lamp/stop",
+        &bearer,
+        "",
+    )
+    .await;
+    assert_eq!(api.status, 400, "{}", api.body);
+    vessel.links().disconnect(
+        "kitchen",
+        &(Arc::clone(&link) as Arc<dyn crate::link::DeviceLink>),
+    );
+    let answer = browser.post("/microphones/kitchen/stop", "").await;
+    assert_eq!(answer.status, 409);
+    assert!(answer.body.contains("is not connected"), "{}", answer.body);
+
+    // An approval to open it names the agent and for how long.
+    let approval = ApprovalRequest {
+        tool: "device__kitchen__listen".to_owned(),
+        device_id: "kitchen".to_owned(),
+        capability: "listen".to_owned(),
+        input: json!({"max_seconds": 12}).as_object().unwrap().clone(),
+        reason: "\"listen\" on Kitchen asks every time".to_owned(),
+        agent_id: Some("helper".to_owned()),
+        session_id: None,
+        channel: dk_proto::Channel::Dk2,
+        microphone: Some(dk_proto::admin::MicrophoneRequest {
+            max_seconds: Some(12),
+        }),
+    };
+    let person = Arc::clone(vessel.person());
+    tokio::spawn(async move { person.approve(approval).await });
+    let page = eventually_async("the approval on the page", || async {
+        let page = browser.get("/").await;
+        page.body.contains("approval").then_some(page)
+    })
+    .await;
+    assert!(
+        page.body
+            .contains("Agent <strong>helper</strong> asks to use kitchen: listen"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<strong>opens the microphone for at most 12 s</strong>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("A yes to open a microphone is remembered only where one of your rules allows the call explicitly."),
+        "{}",
+        page.body
     );
 }
 

@@ -159,3 +159,35 @@ async fn a_result_that_merely_looks_like_an_image_stays_json() {
     client.cancel().await.unwrap();
     server.stop().await;
 }
+
+/// A result carrying dk-proto's audio content, by its type, under a name of
+/// the device's choosing, arrives as MCP audio content with the same bytes,
+/// in both lifecycles, and the text says only its length.
+#[tokio::test]
+async fn an_audio_result_arrives_as_audio_content_by_its_type() {
+    let wav = b"RIFF\x24\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0\x80\x3e\0\0\0\x7d\0\0\x02\0\x10\0data\0\0\0\0";
+    let audio =
+        dk_proto::media::AudioContent::new(dk_proto::media::AudioMime::Wav, STANDARD.encode(wav));
+    let vessel = vessel_answering(json!({"sound": audio, "duration_ms": 0})).await;
+    let (agents, credential) = agents_with("main", AgentScope::AllDevices, AgentRole::User);
+    let server = serve(&vessel, &agents).await;
+    let (client, _) = connect(&server.url, &credential).await;
+    let discover = connect_discover(&server.url, &credential).await;
+    let described = json!({"sound": {"type": "audio", "mimeType": "audio/wav", "bytes": wav.len()}, "duration_ms": 0});
+    for result in [
+        call(&client, READ, json!({})).await,
+        call(&discover, READ, json!({})).await,
+    ] {
+        assert_eq!(result.is_error, Some(false));
+        let Some(ContentBlock::Audio(sound)) = result.content.first() else {
+            panic!("no audio first: {result:?}");
+        };
+        assert_eq!(sound.mime_type, "audio/wav");
+        assert_eq!(STANDARD.decode(&sound.data).unwrap(), wav.to_vec());
+        assert_eq!(text_after_image(&result), described);
+        assert_eq!(result.structured_content, Some(described.clone()));
+    }
+    client.cancel().await.unwrap();
+    discover.cancel().await.unwrap();
+    server.stop().await;
+}

@@ -288,6 +288,7 @@ fn the_status_round_trips_in_the_routes_key_order() {
             channel_failures: 1,
             plain_v1_refused: 2,
             fleet: None,
+            microphones: Vec::new(),
         },
     );
 }

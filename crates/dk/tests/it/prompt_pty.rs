@@ -414,3 +414,86 @@ fn an_approval_is_answered_once_for_exact_arguments_for_the_capability_or_no() {
         "{entries:?}"
     );
 }
+
+#[test]
+fn the_terminal_says_a_microphone_is_live_and_stop_ends_it() {
+    use futures::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    let scratch = Scratch::new("prompt-microphone");
+    let mut pty = pty();
+    let config = scratch.root().join("vessel.toml");
+    std::fs::write(
+        &config,
+        "[streaming.voice]\nenabled = true\nrequireApproval = false\nsandbox = \"s\"\n",
+    )
+    .unwrap();
+    let (vessel, lines) = start_with(&scratch, &pty, &["--config", config.to_str().unwrap()]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let admin = vessel.admin(&scratch);
+        let voice = json!({
+            "id": "kitchen", "name": "Kitchen", "kind": "voice", "version": "1",
+            "capabilities": [
+                {"name": "listen", "kind": "sensor", "confirm": true, "description": "Record."},
+                {"name": "stop", "kind": "actuator", "description": "Stop."},
+            ],
+        });
+        let mut socket = hello(&vessel.url(), &voice).await.unwrap();
+        let id = eventually("the pairing request", || consent_id(&admin, "kitchen")).await;
+        until(&lines, &format!("== #{id} A device asks to pair =="));
+        type_line(&mut pty, &format!("{id} all"));
+        crate::process::read_until(&mut socket, "device:paired")
+            .await
+            .unwrap();
+        let send = async |socket: &mut crate::process::Socket, frame: Value| {
+            socket
+                .send(Message::text(frame.to_string()))
+                .await
+                .unwrap();
+        };
+        // The device says its microphone is open: the terminal says so,
+        // and so does `dk status`.
+        send(
+            &mut socket,
+            json!({"type": "device:event", "capability": "listen",
+                   "data": {"microphone": "live", "max_seconds": 9}}),
+        )
+        .await;
+        until(
+            &lines,
+            "● MICROPHONE LIVE on kitchen (listen, at most 9 s): type `stop` to stop it",
+        );
+        let status = crate::process::succeeded(&scratch.run(&["status"]));
+        assert!(
+            status.contains(
+                "microphone LIVE      kitchen (listen, at most 9 s): dk devices stop kitchen ends it"
+            ),
+            "{status}"
+        );
+        // `stop` typed is the person's stop: the device's `stop`, at once.
+        type_line(&mut pty, "stop");
+        let invoke = crate::process::read_until(&mut socket, "device:invoke")
+            .await
+            .unwrap();
+        assert_eq!(invoke["capability"], json!("stop"), "{invoke}");
+        send(
+            &mut socket,
+            json!({"type": "device:result", "callId": invoke["callId"], "ok": true,
+                   "result": {"microphone": true, "speaker": false}}),
+        )
+        .await;
+        until(&lines, "stopped kitchen");
+        send(
+            &mut socket,
+            json!({"type": "device:event", "capability": "listen",
+                   "data": {"microphone": "off", "ended": "stopped", "duration_ms": 400}}),
+        )
+        .await;
+        until(&lines, "○ microphone off on kitchen");
+        let status = crate::process::succeeded(&scratch.run(&["status"]));
+        assert!(status.contains("microphones          none live"), "{status}");
+        type_line(&mut pty, "stop");
+        until(&lines, "no microphone is live");
+    });
+    vessel.interrupt();
+}

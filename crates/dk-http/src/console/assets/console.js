@@ -1,5 +1,6 @@
-// dk console: live prompts (server-sent events), the title badge, time
-// left, copy buttons and confirmations. Every card's HTML comes from the
+// dk console: live prompts (server-sent events), the microphones banner
+// and its stop buttons, the title badge, time left, copy buttons and
+// confirmations. Every card's HTML comes from the
 // vessel, escaped there; nothing here builds markup from data. The
 // console's secret path is kept in this origin's storage, so the sign-in
 // page (/console/, where notifications lead) can forward to it.
@@ -92,6 +93,35 @@
     setCount(message.pending);
     const card = document.getElementById("prompt-" + message.id);
     if (card) card.remove();
+  });
+  // The microphones banner: replaced whole as microphones open and close.
+  const microphones = document.getElementById("microphones");
+  source.addEventListener("microphones", function (event) {
+    const message = JSON.parse(event.data);
+    if (!microphones) return;
+    const template = document.createElement("template");
+    template.innerHTML = message.html;
+    microphones.replaceChildren(template.content);
+    microphones.hidden = message.count === 0;
+  });
+  // A stop is sent without leaving the page; the banner follows the feed.
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if (!(form instanceof HTMLFormElement) || !form.classList.contains("mic-stop")) return;
+    event.preventDefault();
+    const button = form.querySelector("button");
+    if (button) button.disabled = true;
+    fetch(form.action, {
+      method: "POST",
+      body: new URLSearchParams(new FormData(form)),
+      credentials: "same-origin",
+      redirect: "manual",
+    }).then(function (answer) {
+      announce.textContent = answer.ok || answer.type === "opaqueredirect"
+        ? "Microphone stopped" : "The stop did not reach the device";
+    }, function () {
+      form.submit();
+    });
   });
   source.addEventListener("reload", function () {
     if (list) window.location.reload();
