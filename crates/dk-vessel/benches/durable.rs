@@ -89,6 +89,10 @@ fn main() -> Result<(), BoxError> {
     let token = AdminToken::parse(&std::fs::read_to_string(&token_file)?)
         .ok_or("the admin token file holds no token")?;
     let runtime = common::multi_thread(Some(2))?;
+    // The calls below are driven from this thread; a call that waits for
+    // the audit log reads tokio's timer, so this thread is in the runtime's
+    // context.
+    let _entered = runtime.enter();
     let mut starts = Vec::with_capacity(STARTS);
     let mut last = None;
     for i in 0..STARTS {

@@ -192,13 +192,8 @@ impl Drop for Counted<'_> {
 }
 
 /// `work`'s output if it comes within `limit`, on tokio's timer; `None`
-/// past it. Without a tokio runtime (a host driving calls on an executor of
-/// its own) there is no timer to read: `work` is awaited as long as it
-/// takes.
+/// past it.
 pub(crate) async fn within<F: std::future::Future>(limit: Duration, work: F) -> Option<F::Output> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Some(work.await);
-    }
     tokio::time::timeout(limit, work).await.ok()
 }
 
