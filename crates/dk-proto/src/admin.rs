@@ -509,6 +509,25 @@ pub struct MicrophoneRequest {
     pub max_seconds: Option<u64>,
 }
 
+/// `n` (finite, not negative) rounded up to whole seconds, without std's
+/// `ceil` (this crate builds without std); saturates at `u64::MAX`.
+fn ceil_seconds(n: f64) -> u64 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a float cast to u64 saturates, and u64 back to f64 only rounds past 2^53, where every float is whole"
+    )]
+    {
+        let whole = n as u64;
+        if (whole as f64) < n {
+            whole.saturating_add(1)
+        } else {
+            whole
+        }
+    }
+}
+
 impl MicrophoneRequest {
     /// What a call with `input` asks of the microphone.
     pub fn of(input: &serde_json::Map<String, serde_json::Value>) -> MicrophoneRequest {
@@ -516,8 +535,7 @@ impl MicrophoneRequest {
             .get("max_seconds")
             .and_then(serde_json::Value::as_f64)
             .filter(|n| n.is_finite() && *n >= 0.0)
-            // Saturates at u64::MAX: no input can make it wrap.
-            .map(|n| n.ceil() as u64);
+            .map(ceil_seconds);
         MicrophoneRequest { max_seconds }
     }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use serde_json::json;
 
 use crate::durable::{DeviceRun, approve, call, connected, token_in};
-use crate::process::{Running, Scratch, audit, audit_entries, succeeded};
+use crate::process::{Running, Scratch, audit, audit_entries, eventually, succeeded};
 
 fn refused(out: &Output) -> String {
     assert_eq!(
@@ -58,6 +58,13 @@ async fn backup_while_running_and_restore() {
     while made.load(Ordering::Relaxed) < 20 {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    // The writer commits in batches, later on a loaded machine: the backup
+    // is taken once ten decisions are in the log.
+    eventually("ten decisions committed", || async {
+        let entries = audit_entries(&dir, 10_000);
+        (entries.iter().filter(|e| e["kind"] == "decision").count() >= 10).then_some(())
+    })
+    .await;
     let copy_dir = scratch.root().join("copy");
     std::fs::create_dir_all(&copy_dir).unwrap();
     let copy = copy_dir.join("vessel.db");
@@ -79,8 +86,7 @@ async fn backup_while_running_and_restore() {
         2,
         "{kinds:?}"
     );
-    // The audit writer commits a call's decision soon after the call: most
-    // of the 20 calls made before the backup are in it.
+    // The ten decisions committed before the backup are in it.
     assert!(
         kinds.iter().filter(|k| **k == "decision").count() >= 10,
         "{kinds:?}"
