@@ -940,6 +940,13 @@ fn a_faulty_store_fails_its_write_probe() {
 
 #[test]
 fn a_writer_stopped_while_its_store_fails_still_stops() {
+    let logs = dk_testkit::LogBuffer::default();
+    let sink = logs.clone();
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .finish(),
+    );
     let store = Arc::new(FaultyStore::default());
     store.fail(Writes::Audit, true);
     let writer = AuditWriter::start(store.clone(), patient(100, 100));
@@ -949,6 +956,19 @@ fn a_writer_stopped_while_its_store_fails_still_stops() {
     // The drop flushes, tries a few more times, and returns.
     drop(writer);
     assert_eq!(store.load().unwrap().audit_entries, 0);
+    // The loss is logged with the store's error as its text, not as Rust's
+    // debug form of it.
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|line| line.contains("they are lost"))
+        .unwrap_or_else(|| panic!("no loss logged: {text}"));
+    assert!(line.contains("lost=3"), "{line}");
+    assert!(line.contains("error=database error: disk full"), "{line}");
+    assert!(
+        !line.contains("Some(") && !line.contains("Cause("),
+        "{line}"
+    );
 }
 
 #[test]

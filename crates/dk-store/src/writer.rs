@@ -425,12 +425,17 @@ impl AuditWriter {
         let places = Arc::new(Places::new(options.queue));
         let counters = Arc::new(Counters::new(options.durable_within));
         let (thread_places, thread_counters) = (Arc::clone(&places), Arc::clone(&counters));
+        // The thread logs where its starter logs (a host's or a test's
+        // subscriber, not only the process's global one).
+        let logging = tracing::dispatcher::get_default(Clone::clone);
         let thread = std::thread::Builder::new()
             .name("dk-audit-writer".to_owned())
             .spawn(move || {
-                let mut batch = Batch::new(&*store, &thread_places, &thread_counters);
-                run(&mut batch, &receiver, options);
-                batch.stop();
+                tracing::dispatcher::with_default(&logging, || {
+                    let mut batch = Batch::new(&*store, &thread_places, &thread_counters);
+                    run(&mut batch, &receiver, options);
+                    batch.stop();
+                });
             });
         let thread = match thread {
             Ok(thread) => Some(thread),
@@ -940,11 +945,12 @@ impl<'a> Batch<'a> {
         }
         let lost = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
         self.counters.dropped.fetch_add(lost, Ordering::Relaxed);
-        tracing::error!(
-            lost,
-            error = ?self.error,
-            "the audit writer stopped with events the store would not take: they are lost"
-        );
+        let lost_message =
+            "the audit writer stopped with events the store would not take: they are lost";
+        match &self.error {
+            Some(error) => tracing::error!(lost, %error, "{lost_message}"),
+            None => tracing::error!(lost, "{lost_message}"),
+        }
         self.events.clear();
         self.places.give_back(std::mem::take(&mut self.taken));
     }

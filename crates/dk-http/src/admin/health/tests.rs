@@ -163,6 +163,13 @@ async fn an_audit_writer_that_cannot_commit_makes_the_vessel_not_ready() {
 
 #[tokio::test]
 async fn a_closed_device_listener_makes_the_vessel_not_ready() {
+    let logs = dk_testkit::LogBuffer::default();
+    let sink = logs.clone();
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .finish(),
+    );
     let mut running = start().await;
     if let Some(stop) = running.stop_devices.take() {
         stop.send(()).unwrap();
@@ -176,4 +183,11 @@ async fn a_closed_device_listener_makes_the_vessel_not_ready() {
         )
     );
     assert_eq!(get(running.admin, "/healthz", None).await.0, 200);
+    // Logged with the checks' names as a plain value, not Rust's debug form.
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|line| line.contains("not ready"))
+        .unwrap_or_else(|| panic!("nothing logged: {text}"));
+    assert!(line.contains("failing=listeners"), "{line}");
 }
