@@ -900,9 +900,14 @@ impl Vessel {
         self.writer.queued()
     }
 
-    /// Audit entries committed since the vessel started.
+    /// Audit entries committed since the vessel started: those the audit
+    /// writer committed, and those the store committed with their change
+    /// (pairings, grants, revokes, unpairs, agents).
     pub fn audit_committed(&self) -> u64 {
-        self.writer.committed()
+        self.writer
+            .committed()
+            .saturating_add(self.registry().changes_audited())
+            .saturating_add(self.agents.changes_audited())
     }
 
     /// Streaming devices' admission state and subscribers (see `stream.rs`).
