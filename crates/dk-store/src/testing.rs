@@ -61,6 +61,8 @@ struct Faults {
     /// Frozen: every call waits until this is false again.
     frozen: Mutex<bool>,
     thawed: Condvar,
+    /// Write probes asked for, counted as they are asked.
+    probes: AtomicU64,
 }
 
 /// While kept, the [`FaultyStore`] that gave it is frozen; dropping it
@@ -112,6 +114,7 @@ impl FaultyStore {
                 path_gate: Mutex::new(None),
                 frozen: Mutex::new(false),
                 thawed: Condvar::new(),
+                probes: AtomicU64::new(0),
             }),
         }
     }
@@ -163,6 +166,13 @@ impl FaultyStore {
             entered: entered_rx,
             open,
         }
+    }
+
+    /// How many write probes ([`Store::probe_write`]) were asked of the
+    /// store so far, frozen or not: whoever asks for one costs the store a
+    /// write.
+    pub fn probes(&self) -> u64 {
+        self.faults.probes.load(Ordering::SeqCst)
     }
 
     /// Freezes the store, as a database server paused: from now on every
@@ -329,6 +339,7 @@ impl Store for FaultyStore {
         self.inner.append_audit(events)
     }
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError> {
+        self.faults.probes.fetch_add(1, Ordering::SeqCst);
         self.faults.thawed();
         self.faults.refuse(Writes::Pairings)?;
         self.faults.refuse(Writes::Agents)?;

@@ -815,7 +815,9 @@ fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
     let writer = AuditWriter::start(store.clone(), bounded(bound));
     let room = writer.room();
     assert_eq!(room.durable_within(), bound);
-    assert!(room.accepting());
+    // Its probe at start shows that the store takes writes.
+    dk_testkit::eventually_blocking("calls accepted", || room.accepting());
+    assert!(writer.store_takes_writes());
     // A store that answers nothing (a server paused), with no event queued:
     // only the writer's probe can tell, and it does within the bound.
     let frozen = store.freeze();
@@ -828,12 +830,38 @@ fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
         "{:?}",
         paused.elapsed()
     );
-    assert!(!writer.keeping_up());
-    // Nothing failed: the store answered nothing at all.
+    // What a readiness check reads says so too; nothing failed and nothing
+    // is queued, so the writer itself keeps up.
+    assert!(!writer.store_takes_writes());
+    assert!(writer.keeping_up());
     assert!(!room.failing());
     drop(frozen);
     dk_testkit::eventually_blocking("calls accepted once it answers", || room.accepting());
-    assert!(writer.keeping_up());
+    assert!(writer.store_takes_writes());
+}
+
+#[test]
+fn calls_wait_for_the_stores_first_write_and_a_store_that_never_takes_one_refuses_them() {
+    // A store that hangs from the start: until the writer's first probe
+    // holds, calls wait for it and no readiness check passes.
+    let store = Arc::new(FaultyStore::default());
+    let frozen = store.freeze();
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_secs(3600)));
+    let room = writer.room();
+    assert_eq!(room.durability(), Durability::Behind);
+    assert!(!writer.store_takes_writes());
+    drop(frozen);
+    dk_testkit::eventually_blocking("calls accepted once it answers", || room.accepting());
+    assert!(writer.store_takes_writes());
+    // One that never answers: past the bound from the start, refused.
+    let store = Arc::new(FaultyStore::default());
+    let frozen = store.freeze();
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_millis(100)));
+    let room = writer.room();
+    dk_testkit::eventually_blocking("calls refused", || room.durability() == Durability::Lost);
+    assert!(!writer.store_takes_writes());
+    // Thawed before the writer is dropped (its thread waits in the probe).
+    drop(frozen);
 }
 
 #[test]

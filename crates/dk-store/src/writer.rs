@@ -22,8 +22,9 @@
 //! Durability within a bound ([`WriterOptions::durable_within`], 1 s by
 //! default): the writer keeps when the store last showed it takes writes
 //! (the start of the last commit that held, or of a probe: a small write,
-//! [`Store::probe_write`], made on the writer's thread whenever a quarter
-//! of the bound passed without a commit) and when the oldest event not yet
+//! [`Store::probe_write`], made on the writer's thread as it starts and
+//! whenever a quarter of the bound passed without a commit; until the
+//! first holds, calls wait for it) and when the oldest event not yet
 //! committed was queued ([`AuditRoom::durability`]). A store that took no
 //! write within the bound, or whose failed commit is retried, is
 //! [`Durability::Lost`]: a call is then refused before it reaches a
@@ -253,7 +254,7 @@ impl AuditRoom {
         self.1.durability()
     }
 
-    /// Completes at the writer's next commit that holds (a call
+    /// Completes at the writer's next commit or probe that holds (a call
     /// [`Durability::Behind`] waits for it, or a timer, then looks again).
     /// Enable it before looking, so that a commit in between is not
     /// missed.
@@ -331,7 +332,8 @@ struct Counters {
     observer: OnceLock<CommitObserver>,
     /// The writer's clock: the times below are milliseconds since this.
     epoch: Instant,
-    /// When the last commit or probe that held began.
+    /// When the last commit or probe that held began, plus one; zero until
+    /// one held.
     proven_ms: AtomicU64,
     /// When the oldest event not yet committed was queued, plus one; zero
     /// when every event queued is committed (or none has been taken from
@@ -339,7 +341,7 @@ struct Counters {
     oldest_ms: AtomicU64,
     /// [`WriterOptions::durable_within`].
     bound: Duration,
-    /// Told at every commit that holds.
+    /// Told at every commit or probe that holds.
     commits: tokio::sync::Notify,
 }
 
@@ -373,27 +375,50 @@ impl Counters {
         u64::try_from(self.bound.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// See [`AuditRoom::durability`].
+    /// See [`AuditRoom::durability`]. Until the store first took a write
+    /// (the writer probes it as it starts), calls wait for it, within the
+    /// bound from the writer's start.
     fn durability(&self) -> Durability {
         if self.failing.load(Ordering::Relaxed) {
             return Durability::Lost;
         }
-        let (now, bound) = (self.now_ms(), self.bound_ms());
-        if now.saturating_sub(self.proven_ms.load(Ordering::Relaxed)) > bound {
+        if self.proven_ms.load(Ordering::Relaxed) == 0 {
+            return if self.now_ms() <= self.bound_ms() {
+                Durability::Behind
+            } else {
+                Durability::Lost
+            };
+        }
+        if !self.store_proven() {
             return Durability::Lost;
         }
-        let oldest = self.oldest_ms.load(Ordering::Relaxed);
-        if oldest != 0 && now.saturating_sub(oldest - 1) > bound {
+        if self.behind() {
             return Durability::Behind;
         }
         Durability::Within
+    }
+
+    /// Whether the store took a write within the bound.
+    fn store_proven(&self) -> bool {
+        match self.proven_ms.load(Ordering::Relaxed) {
+            0 => false,
+            proven => self.now_ms().saturating_sub(proven - 1) <= self.bound_ms(),
+        }
+    }
+
+    /// Whether the oldest event not yet committed waits longer than the
+    /// bound.
+    fn behind(&self) -> bool {
+        let oldest = self.oldest_ms.load(Ordering::Relaxed);
+        oldest != 0 && self.now_ms().saturating_sub(oldest - 1) > self.bound_ms()
     }
 
     /// The store showed at `began` (a commit or a probe started then, and
     /// held) that it takes writes.
     fn proven(&self, began: Instant) {
         self.proven_ms
-            .fetch_max(self.ms_at(began), Ordering::Relaxed);
+            .fetch_max(self.ms_at(began).saturating_add(1), Ordering::Relaxed);
+        self.commits.notify_waiters();
     }
 }
 
@@ -580,15 +605,28 @@ impl AuditWriter {
     }
 
     /// Whether the writer keeps up with what is recorded: its thread runs,
-    /// calls may reach devices ([`AuditRoom::accepting`]: its last commit
-    /// did not fail, and the store took a write within the bound), and at
-    /// most three quarters of the queue's places are taken (with every
-    /// place taken, calls wait for the disk). A readiness check reads it.
+    /// its last commit did not fail, no event waits longer than the bound,
+    /// and at most three quarters of the queue's places are taken (with
+    /// every place taken, calls wait for the disk). A readiness check reads
+    /// it, beside [`AuditWriter::store_takes_writes`]: a call reaches a
+    /// device only while both hold ([`AuditRoom::accepting`]).
     pub fn keeping_up(&self) -> bool {
         let running = self.thread.as_ref().is_some_and(|t| !t.is_finished());
         running
-            && self.counters.durability() == Durability::Within
+            && !self.counters.failing.load(Ordering::Relaxed)
+            && !self.counters.behind()
             && self.queued() <= self.places.count / 4 * 3
+    }
+
+    /// Whether the store took a write within the bound: a commit that held,
+    /// or the writer's own probe, which it makes when a quarter of the
+    /// bound went by without a commit. What a readiness check reads of the
+    /// store: the same fact the call path reads ([`AuditRoom::durability`]
+    /// is [`Durability::Lost`] without it), found without a write of its
+    /// own, so a check made often costs the store nothing and never waits
+    /// for it, however it hangs.
+    pub fn store_takes_writes(&self) -> bool {
+        self.counters.store_proven()
     }
 }
 
@@ -818,6 +856,10 @@ struct Batch<'a> {
 
 impl<'a> Batch<'a> {
     fn new(store: &'a dyn Store, places: &'a Places, counters: &'a Counters) -> Batch<'a> {
+        // The first probe is due at once: the store shows from the start
+        // whether it takes writes.
+        let now = Instant::now();
+        let checked_at = now.checked_sub(counters.bound / 4).unwrap_or(now);
         Batch {
             store,
             places,
@@ -828,7 +870,7 @@ impl<'a> Batch<'a> {
             backoff: FIRST_RETRY,
             retry_at: None,
             oldest_ms: None,
-            checked_at: Instant::now(),
+            checked_at,
             probe_failed: false,
         }
     }
@@ -908,7 +950,6 @@ impl<'a> Batch<'a> {
             }
             self.counters.failing.store(false, Ordering::Relaxed);
             self.counters.proven(started);
-            self.counters.commits.notify_waiters();
             if self.error.take().is_some() {
                 tracing::info!(
                     events = self.events.len(),

@@ -727,7 +727,7 @@ async fn tell_the_manager(
 ) {
     let serving = format!("ready: devices connect to ws://{devices}/device");
     let tell = async {
-        while !readiness_failures(vessel).await.is_empty() {
+        while !readiness_failures(vessel).is_empty() {
             tokio::time::sleep(READY_POLL).await;
         }
         manager.ready(&serving);
@@ -739,7 +739,7 @@ async fn tell_the_manager(
         let mut was_ready = true;
         loop {
             ticks.tick().await;
-            let failing = readiness_failures(vessel).await;
+            let failing = readiness_failures(vessel);
             if failing.is_empty() {
                 if !was_ready {
                     manager.status(&serving);
