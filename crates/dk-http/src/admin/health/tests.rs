@@ -177,12 +177,17 @@ async fn a_store_that_refuses_writes_makes_the_vessel_not_ready_but_alive() {
 #[tokio::test]
 async fn an_audit_writer_that_cannot_commit_makes_the_vessel_not_ready() {
     let running = start().await;
+    // Its commits fail as on a full disk: the writer's commit is retried
+    // (`audit`), and the disk is full (`store`) until a write holds again.
     running.store.fail(Writes::Audit, true);
     running.vessel.audit("host-note", json!({"n": 1}));
     assert!(running.vessel.flush_audit().is_err());
     assert_eq!(
         get(running.admin, "/readyz", None).await,
-        (503, json!({"status": "not ready", "failing": ["audit"]}))
+        (
+            503,
+            json!({"status": "not ready", "failing": ["store", "audit"]})
+        )
     );
     running.store.fail(Writes::Audit, false);
     running.vessel.flush_audit().unwrap();
