@@ -41,7 +41,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use dk_policy::{
@@ -681,14 +681,12 @@ impl DeviceToolAdapter {
             input: Some(summarized.as_ref().unwrap_or(&input)),
             refusal: None,
             place: Placement::Waiting,
-            reached: AtomicBool::new(false),
+            progress: Progress::default(),
             person_answer: None,
             by_person: ctx.by_person,
             allowance: None,
-            channel: None,
             answered_by: None,
             started,
-            kind: CallKind::Unknown,
         };
         if !decision.take_place().await {
             let reason = Refusal::AuditStopped.to_string();
@@ -711,15 +709,13 @@ impl DeviceToolAdapter {
                 &input,
                 &ctx,
                 (&mut rule, &mut person),
-                &decision.reached,
+                &decision.progress,
             )
             .await
             .unwrap_or_else(Checked::Refused);
         decision.person_answer = person.answer;
         decision.answered_by = person.by.take();
         decision.allowance = person.allowance;
-        decision.channel = person.channel;
-        decision.kind = person.kind.map_or(CallKind::Unknown, CallKind::from);
         // A device's failure is recorded as allowed: every check passed.
         let (allowed, reason, decided) = match outcome {
             Checked::Answered(result) => {
@@ -794,14 +790,12 @@ impl DeviceToolAdapter {
             input: None,
             refusal: Some(reason),
             place: Placement::Waiting,
-            reached: AtomicBool::new(false),
+            progress: Progress::default(),
             person_answer: None,
             by_person: ctx.by_person,
             allowance: None,
-            channel: None,
             answered_by: None,
             started: Instant::now(),
-            kind: CallKind::Unknown,
         };
         decision.take_place().await;
         decision.report(false, reason, None, CallDecision::of(refusal));
@@ -940,7 +934,8 @@ impl DeviceToolAdapter {
 
     /// Checks 1 to 7, in ARCHITECTURE.md's order, each a function below.
     /// `rule` is set to the name of the rule that blocked the call or asked
-    /// the person, `reached` just before the device is sent the call.
+    /// the person; `progress` is told what check 1 found and, just before
+    /// the device is sent the call, that it is reached.
     async fn run_checks(
         &self,
         tool: &str,
@@ -948,16 +943,16 @@ impl DeviceToolAdapter {
         input: &Value,
         ctx: &CallContext<'_>,
         (rule, person): (&mut Option<String>, &mut PersonSaid),
-        reached: &AtomicBool,
+        progress: &Progress,
     ) -> Result<Checked, Refusal> {
         // 1. A real device and capability.
         let (device_id, capability) = parsed.ok_or_else(|| Refusal::NotADeviceTool {
             tool: tool.to_owned(),
         })?;
         let (device, granted) = self.paired(device_id, capability)?;
-        person.channel = Some(device.channel());
+        let _ = progress.channel.set(device.channel());
         let cap = declared(&device, device_id, capability)?;
-        person.kind = Some(cap.kind());
+        let _ = progress.kind.set(cap.kind());
         // 2. Granted by the person.
         check_granted(granted, device_id, capability)?;
         // 3. Rules.
@@ -989,8 +984,15 @@ impl DeviceToolAdapter {
             self.check_unchanged(ctx, &target, gate_before)?;
         }
         // 7. Connected and answering.
-        self.call_device(ctx, device_id, capability, input, counted, reached)
-            .await
+        self.call_device(
+            ctx,
+            device_id,
+            capability,
+            input,
+            counted,
+            &progress.reached,
+        )
+        .await
     }
 
     /// Check 1: the device the tool names, paired, and whether the person
@@ -1365,22 +1367,32 @@ struct PendingDecision<'a> {
     /// The refusal a caller reports, also recorded if it is abandoned.
     refusal: Option<&'a str>,
     place: Placement<'a>,
-    /// Set just before the device is sent the call.
-    reached: AtomicBool,
+    /// What the checks found, as far as they went.
+    progress: Progress,
     /// The person's answer, when asked.
     person_answer: Option<bool>,
     /// The call is the person's own.
     by_person: bool,
     /// The allowance the person's answer made, or that answered.
     allowance: Option<AllowanceUse>,
-    /// The channel of the device the call named, once check 1 found it.
-    channel: Option<Channel>,
     /// Who answered for the person, when they were asked.
     answered_by: Option<By>,
     /// When the call started.
     started: Instant,
+}
+
+/// How far a call's checks went, kept by its pending decision, so that a
+/// call abandoned half-way (its future dropped) is counted and recorded
+/// with what they found: the kind of the capability it named, not
+/// `unknown`, and its device's channel.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The channel of the device the call named, once check 1 found it.
+    channel: OnceLock<Channel>,
     /// The kind of capability the call named, once check 1 found it.
-    kind: CallKind,
+    kind: OnceLock<CapabilityKind>,
+    /// Set just before the device is sent the call.
+    reached: AtomicBool,
 }
 
 /// Where a pending decision stands with its place in the audit queue.
@@ -1424,9 +1436,14 @@ impl PendingDecision<'_> {
     fn report(&mut self, allowed: bool, reason: &str, rule: Option<&str>, decided: CallDecision) {
         let place = std::mem::replace(&mut self.place, Placement::Reported);
         if !matches!(place, Placement::Reported) {
+            let kind = self
+                .progress
+                .kind
+                .get()
+                .map_or(CallKind::Unknown, |kind| CallKind::from(*kind));
             self.adapter
                 .metrics
-                .call_decided(self.kind, decided, self.started.elapsed());
+                .call_decided(kind, decided, self.started.elapsed());
         }
         match place {
             Placement::Waiting | Placement::Reported => return,
@@ -1447,7 +1464,7 @@ impl PendingDecision<'_> {
                 person_answer: self.person_answer,
                 by_person: self.by_person,
                 allowance: self.allowance,
-                channel: self.channel,
+                channel: self.progress.channel.get().copied(),
                 answered_by: self.answered_by.as_ref(),
             });
         }
@@ -1456,7 +1473,7 @@ impl PendingDecision<'_> {
 
 impl Drop for PendingDecision<'_> {
     fn drop(&mut self) {
-        let reached = self.reached.load(Ordering::Relaxed);
+        let reached = self.progress.reached.load(Ordering::Relaxed);
         let reason = match self.refusal {
             Some(refusal) => refusal,
             None if reached => "abandoned by the caller while the device was called",
@@ -1466,18 +1483,13 @@ impl Drop for PendingDecision<'_> {
     }
 }
 
-/// What the person said about a call (check 5), and the channel of the
-/// device they were asked about (check 1 reads it), for the record.
+/// What the person said about a call (check 5), for the record.
 #[derive(Debug, Default)]
 struct PersonSaid {
     /// Their answer, when asked.
     answer: Option<bool>,
     /// The allowance made by their answer, or that answered for them.
     allowance: Option<AllowanceUse>,
-    /// The device's channel, once check 1 found the device.
-    channel: Option<Channel>,
-    /// The kind of the capability called, once check 1 found it.
-    kind: Option<CapabilityKind>,
     /// Who answered, when the approver says.
     by: Option<By>,
 }

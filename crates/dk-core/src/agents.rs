@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
@@ -324,6 +325,8 @@ pub struct AgentDirectory {
     /// Told after every change made here (not one read again with
     /// [`AgentDirectory::reload`]): a fleet tells its other members.
     on_change: OnceLock<Arc<dyn Fn() + Send + Sync>>,
+    /// Audit entries the store committed with this directory's changes.
+    audited: AtomicU64,
 }
 
 impl fmt::Debug for AgentDirectory {
@@ -366,6 +369,7 @@ impl AgentDirectory {
             allowances: None,
             withdraw: OnceLock::new(),
             on_change: OnceLock::new(),
+            audited: AtomicU64::new(0),
         }
     }
 
@@ -434,7 +438,16 @@ impl AgentDirectory {
             Some(stored) => store.put_agent(stored, &audit),
             None => store.delete_agent(id, &audit),
         }
-        .map_err(AgentError::Store)
+        .map_err(AgentError::Store)?;
+        self.audited.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How many `agent` audit entries the store committed with this
+    /// directory's changes, in the change's own transaction (with a store;
+    /// without one, they go to the audit hook).
+    pub fn changes_audited(&self) -> u64 {
+        self.audited.load(Ordering::Relaxed)
     }
 
     fn read(&self) -> RwLockReadGuard<'_, BTreeMap<AgentId, Entry>> {

@@ -618,6 +618,8 @@ pub struct DeviceRegistry {
     /// Whether other vessels share the store (a fleet): a device not held
     /// in memory is read from the store before it is refused.
     shared: std::sync::atomic::AtomicBool,
+    /// Audit entries the store committed with this registry's changes.
+    audited: AtomicU64,
 }
 
 /// Told the id of each device whose pairing or grants this registry
@@ -653,6 +655,7 @@ impl DeviceRegistry {
             allowances: Arc::new(Allowances::new()),
             on_change: Hook::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
+            audited: AtomicU64::new(0),
         }
     }
 
@@ -675,12 +678,25 @@ impl DeviceRegistry {
             allowances: Arc::new(Allowances::new()),
             on_change: Hook::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
+            audited: AtomicU64::new(0),
         })
     }
 
     /// The store the registry commits to.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// How many audit entries the store committed with this registry's
+    /// changes (one a pairing, grant, revoke or unpair), in the change's
+    /// own transaction rather than through the audit writer.
+    pub fn changes_audited(&self) -> u64 {
+        self.audited.load(Ordering::Relaxed)
+    }
+
+    /// Counts the entry of a change just committed.
+    fn audited(&self) {
+        self.audited.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The person's remembered allowances: a revoke, an unpair or a new
@@ -1123,6 +1139,7 @@ impl DeviceRegistry {
         self.store
             .put_pairing(&stored, &audit)
             .map_err(PairError::NotStored)?;
+        self.audited();
         let token_hash = device.token_hash;
         let entry = Entry {
             device: Arc::new(device),
@@ -1352,6 +1369,7 @@ impl DeviceRegistry {
         self.store
             .set_grant(device_id, capability, true, &audit)
             .map_err(GrantError::NotStored)?;
+        self.audited();
         let applied = self.apply_if_unchanged(seen, || {
             if let Some(entry) = self.write().get_mut(device_id) {
                 entry.grants.insert(capability.to_owned());
@@ -1404,6 +1422,7 @@ impl DeviceRegistry {
         self.store
             .set_grant(device_id, capability, false, &audit)
             .map_err(GrantError::NotStored)?;
+        self.audited();
         let revoke = || {
             let held = self
                 .write()
@@ -1456,6 +1475,7 @@ impl DeviceRegistry {
         self.store
             .delete_pairing(device_id, &audit)
             .map_err(GrantError::NotStored)?;
+        self.audited();
         let unpair = || self.forget(device_id);
         match self.apply_if_unchanged(seen, unpair) {
             Some(_) => {

@@ -815,16 +815,19 @@ impl Vessel {
         self.writer.dropped()
     }
 
-    /// Whether the store takes a write now: one small durable write that no
-    /// reader sees and that is not an audit entry ([`Store::probe_write`]).
-    /// It waits for the disk: call it off the async threads.
-    pub fn probe_store(&self) -> Result<(), StoreError> {
-        let now = crate::registry::epoch_ms(std::time::SystemTime::now());
-        self.registry().store().probe_write(now)
+    /// Whether the store took a write within the durability bound
+    /// ([`AuditWriter::store_takes_writes`]): a commit of the audit writer,
+    /// or the small write it probes the store with when idle, which no
+    /// reader sees and is not an audit entry ([`Store::probe_write`]).
+    /// What the call path reads too: while it is false, no call reaches a
+    /// device. Two atomic reads; it never waits for the store.
+    pub fn store_takes_writes(&self) -> bool {
+        self.writer.store_takes_writes()
     }
 
     /// Whether the audit writer keeps up ([`AuditWriter::keeping_up`]): its
-    /// thread runs, its last commit held, and its queue is not nearly full.
+    /// thread runs, its last commit held, no decision waits longer than the
+    /// bound, and its queue is not nearly full.
     pub fn audit_keeping_up(&self) -> bool {
         self.writer.keeping_up()
     }
@@ -900,9 +903,14 @@ impl Vessel {
         self.writer.queued()
     }
 
-    /// Audit entries committed since the vessel started.
+    /// Audit entries committed since the vessel started: those the audit
+    /// writer committed, and those the store committed with their change
+    /// (pairings, grants, revokes, unpairs, agents).
     pub fn audit_committed(&self) -> u64 {
-        self.writer.committed()
+        self.writer
+            .committed()
+            .saturating_add(self.registry().changes_audited())
+            .saturating_add(self.agents.changes_audited())
     }
 
     /// Streaming devices' admission state and subscribers (see `stream.rs`).

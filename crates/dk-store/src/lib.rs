@@ -74,6 +74,7 @@ mod model;
 #[cfg(feature = "postgres")]
 mod pg;
 pub mod private;
+mod reserve;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
@@ -113,6 +114,9 @@ pub use model::{
 };
 #[cfg(feature = "postgres")]
 pub use pg::{PG_SCHEMA_VERSION, PgOptions, PgStore};
+pub use reserve::{
+    DEFAULT_RESERVE_BYTES, DEFAULT_ROOM_BYTES, DiskReserve, RESERVE_FILE, ReserveError,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{AuditOptions, SCHEMA_VERSION, SqliteStore};
 pub use writer::{

@@ -157,6 +157,33 @@ pub trait Store: Send + Sync + 'static {
     /// takes writes now: a readiness check. Never writes an audit entry.
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError>;
 
+    /// Whether `error`, which a write of this store returned, means that
+    /// the disk holding it is full. By default, a
+    /// [`StoreError::DiskFull`]; the SQLite store with a reserve also
+    /// counts any write that failed with less free space left than it
+    /// wants to work in (a full disk is not always named so on the way up).
+    fn disk_full(&self, error: &StoreError) -> bool {
+        matches!(error, StoreError::DiskFull(_))
+    }
+
+    /// Frees the space this store keeps in reserve against a full disk
+    /// ([`DiskReserve`](crate::DiskReserve)), so that what waits to be
+    /// committed fits: true when space was freed now. The audit writer
+    /// calls it when a write failed because the disk is full, then commits
+    /// again. By default a store keeps no reserve: false.
+    fn release_reserve(&self) -> bool {
+        false
+    }
+
+    /// Whether this store's reserve is in place, making it again first
+    /// when it was released and the disk has room for it again (and room
+    /// to work in beside it). By default a store keeps none: true. The
+    /// audit writer asks after each write that held while the disk was
+    /// found full: until it is true, no call reaches a device.
+    fn restore_reserve(&self) -> bool {
+        true
+    }
+
     /// [`Store::load_pairing`] as a [`StoreFuture`]: what a vessel of a
     /// fleet awaits on an async runtime's thread (a device unknown there
     /// that connects).
@@ -671,6 +698,11 @@ pub enum StoreError {
     /// [`source`](std::error::Error::source)).
     #[error("database error: {0}")]
     Database(#[source] Cause),
+    /// A write failed because the disk holding the store is full (the
+    /// database's or the file system's error, the
+    /// [`source`](std::error::Error::source)).
+    #[error("the disk is full: {0}")]
+    DiskFull(#[source] Cause),
     /// No pairing with this device id.
     #[error("no paired device `{0}`")]
     UnknownDevice(String),

@@ -38,7 +38,7 @@ use super::{
     AuditEntry, AuditEvent, AuditHead, AuditProblem, AuditQuery, AuditText, Cause, ProblemKind,
     RateHit, Snapshot, Store, StoreError, StoredPairing, VerifyReport,
 };
-use crate::StoredAgent;
+use crate::{DiskReserve, ReserveError, StoredAgent};
 
 /// The schema version this build writes: the number of migration steps.
 pub const SCHEMA_VERSION: u32 = 8;
@@ -254,6 +254,8 @@ pub struct SqliteStore {
     /// The schema version of the file: this build's, unless it was opened
     /// read-only ([`SqliteStore::open_read_only`]), which migrates nothing.
     schema: u32,
+    /// The space kept in reserve against a full disk, when it keeps one.
+    reserve: Option<DiskReserve>,
 }
 
 /// How a [`SqliteStore`] keeps its audit chain beyond the database file.
@@ -284,6 +286,7 @@ fn db(error: rusqlite::Error) -> StoreError {
             Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
                 StoreError::Corrupt(error.to_string())
             }
+            Some(ErrorCode::DiskFull) => StoreError::DiskFull(Cause::new(error)),
             _ => StoreError::Database(Cause::new(error)),
         },
     }
@@ -363,6 +366,7 @@ impl SqliteStore {
             key: None,
             keyed,
             schema,
+            reserve: None,
         })
     }
 
@@ -422,7 +426,17 @@ impl SqliteStore {
             key: audit.key,
             keyed,
             schema: SCHEMA_VERSION,
+            reserve: None,
         })
+    }
+
+    /// Keeps `reserve` against a full disk (made by the caller, as `dk
+    /// vessel` does before it opens the store): released when a write
+    /// fails because the disk is full, made again once there is room
+    /// ([`Store::release_reserve`], [`Store::restore_reserve`]).
+    pub fn with_reserve(mut self, reserve: DiskReserve) -> SqliteStore {
+        self.reserve = Some(reserve);
+        self
     }
 
     /// How new entries are hashed: under the key once the chain is keyed,
@@ -1326,6 +1340,43 @@ impl Store for SqliteStore {
         bytes
             .map(|bytes| hash32(bytes, || format!("the hash of secret `{name}`")))
             .transpose()
+    }
+
+    fn disk_full(&self, error: &StoreError) -> bool {
+        // SQLite names a full disk when the database or its log cannot
+        // grow; one met elsewhere (its shared-memory index) reads as an I/O
+        // error, told apart by the space left.
+        matches!(error, StoreError::DiskFull(_))
+            || self.reserve.as_ref().is_some_and(DiskReserve::low)
+    }
+
+    fn release_reserve(&self) -> bool {
+        let Some(reserve) = &self.reserve else {
+            return false;
+        };
+        let released = reserve.release();
+        if released {
+            tracing::error!(
+                file = %reserve.file().display(),
+                "the disk is full: its reserve is released, so that the decisions already made are committed; no call reaches a device until there are {}",
+                reserve.wanted()
+            );
+        }
+        released
+    }
+
+    fn restore_reserve(&self) -> bool {
+        let Some(reserve) = &self.reserve else {
+            return true;
+        };
+        match reserve.make() {
+            Ok(()) => true,
+            Err(ReserveError::NoRoom { .. }) => false,
+            Err(error) => {
+                tracing::warn!(%error, "the disk reserve is not made again");
+                false
+            }
+        }
     }
 
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError> {

@@ -2,7 +2,9 @@
 //! dev-dependencies turn on, and dk-store's own tests): [`FaultyStore`],
 //! another store with the faults a test switches on: writes of one kind
 //! that fail as a full disk does (the write probe fails with pairings' and
-//! agents' writes), audit appends slowed, held at a gate or failing, the
+//! agents' writes), a disk that fills with a reserve kept against it (every
+//! write fails until the reserve is released, and the reserve is made again
+//! only once space is freed), audit appends slowed, held at a gate or failing, the
 //! reads and claims of a device's call path held at a gate, and the whole
 //! store frozen, as a database server paused (every call waits until it is
 //! thawed). Every other call goes to the store underneath. Its `*_async`
@@ -61,6 +63,25 @@ struct Faults {
     /// Frozen: every call waits until this is false again.
     frozen: Mutex<bool>,
     thawed: Condvar,
+    /// Write probes asked for, counted as they are asked.
+    probes: AtomicU64,
+    /// The disk of [`FaultyStore::fill_disk`].
+    disk: Mutex<Disk>,
+}
+
+/// A [`FaultyStore`]'s disk, as [`FaultyStore::fill_disk`] and
+/// [`FaultyStore::free_disk`] leave it.
+#[derive(Debug, Default)]
+struct Disk {
+    /// Every write fails as a full disk's.
+    full: bool,
+    /// The reserve kept against it: `None` until the disk first fills,
+    /// then whether it is in place.
+    reserve: Option<bool>,
+    /// Space was freed: the reserve can be made again.
+    freed: bool,
+    /// Times the reserve was released.
+    released: u64,
 }
 
 /// While kept, the [`FaultyStore`] that gave it is frozen; dropping it
@@ -112,6 +133,8 @@ impl FaultyStore {
                 path_gate: Mutex::new(None),
                 frozen: Mutex::new(false),
                 thawed: Condvar::new(),
+                probes: AtomicU64::new(0),
+                disk: Mutex::new(Disk::default()),
             }),
         }
     }
@@ -165,6 +188,40 @@ impl FaultyStore {
         }
     }
 
+    /// The disk fills, with a reserve kept against it: from now on every
+    /// write fails as a full disk's ([`StoreError::DiskFull`]) until the
+    /// reserve is released ([`Store::release_reserve`]: its space takes the
+    /// writes again) or [`FaultyStore::free_disk`]. The reserve is made
+    /// again ([`Store::restore_reserve`]) only once space is freed.
+    pub fn fill_disk(&self) {
+        let mut disk = lock(&self.faults.disk);
+        disk.full = true;
+        disk.freed = false;
+        disk.reserve.get_or_insert(true);
+    }
+
+    /// Space is freed on the disk [`FaultyStore::fill_disk`] filled: writes
+    /// go through, and the reserve can be made again.
+    pub fn free_disk(&self) {
+        let mut disk = lock(&self.faults.disk);
+        disk.full = false;
+        disk.freed = true;
+    }
+
+    /// Whether the disk's reserve is in place (`None` before the disk
+    /// first filled), and how many times it was released.
+    pub fn reserve(&self) -> (Option<bool>, u64) {
+        let disk = lock(&self.faults.disk);
+        (disk.reserve, disk.released)
+    }
+
+    /// How many write probes ([`Store::probe_write`]) were asked of the
+    /// store so far, frozen or not: whoever asks for one costs the store a
+    /// write.
+    pub fn probes(&self) -> u64 {
+        self.faults.probes.load(Ordering::SeqCst)
+    }
+
     /// Freezes the store, as a database server paused: from now on every
     /// call (reads, writes, the probe, appends) waits until the returned
     /// [`Frozen`] is dropped; its `*_async` answers wait on a thread of
@@ -215,11 +272,12 @@ impl Faults {
         }
     }
 
-    /// The full disk's error, when writes of `kind` fail.
+    /// The full disk's error, when writes of `kind` fail or the disk is
+    /// full.
     fn refuse(&self, kind: Writes) -> Result<(), StoreError> {
-        if self.flag(kind).load(Ordering::SeqCst) {
+        if self.flag(kind).load(Ordering::SeqCst) || lock(&self.disk).full {
             let disk = std::io::Error::new(std::io::ErrorKind::StorageFull, "disk full");
-            return Err(StoreError::Database(Cause::new(disk)));
+            return Err(StoreError::DiskFull(Cause::new(disk)));
         }
         Ok(())
     }
@@ -329,10 +387,32 @@ impl Store for FaultyStore {
         self.inner.append_audit(events)
     }
     fn probe_write(&self, at_ms: u64) -> Result<(), StoreError> {
+        self.faults.probes.fetch_add(1, Ordering::SeqCst);
         self.faults.thawed();
         self.faults.refuse(Writes::Pairings)?;
         self.faults.refuse(Writes::Agents)?;
         self.inner.probe_write(at_ms)
+    }
+    fn release_reserve(&self) -> bool {
+        let mut disk = lock(&self.faults.disk);
+        if disk.reserve != Some(true) {
+            return false;
+        }
+        disk.reserve = Some(false);
+        disk.full = false;
+        disk.released += 1;
+        true
+    }
+    fn restore_reserve(&self) -> bool {
+        let mut disk = lock(&self.faults.disk);
+        match disk.reserve {
+            None | Some(true) => true,
+            Some(false) if disk.freed => {
+                disk.reserve = Some(true);
+                true
+            }
+            Some(false) => false,
+        }
     }
     fn read_audit(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         self.faults.thawed();

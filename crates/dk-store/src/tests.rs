@@ -755,7 +755,7 @@ fn a_failing_store_is_retried_and_nothing_is_lost() {
     // Each flush while the store fails says so; the events stay queued.
     for _ in 0..2 {
         let error = writer.flush().unwrap_err();
-        assert_eq!(error, StoreError::Database(Cause::msg("disk full")));
+        assert_eq!(error, StoreError::DiskFull(Cause::msg("disk full")));
     }
     assert_eq!((writer.committed(), writer.dropped()), (0, 0));
     writer.record(event("decision", 4));
@@ -815,7 +815,9 @@ fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
     let writer = AuditWriter::start(store.clone(), bounded(bound));
     let room = writer.room();
     assert_eq!(room.durable_within(), bound);
+    // Its probe at start shows that the store takes writes.
     assert!(room.accepting());
+    assert!(writer.store_takes_writes());
     // A store that answers nothing (a server paused), with no event queued:
     // only the writer's probe can tell, and it does within the bound.
     let frozen = store.freeze();
@@ -828,12 +830,36 @@ fn a_store_that_hangs_with_nothing_queued_stops_calls_within_the_bound() {
         "{:?}",
         paused.elapsed()
     );
-    assert!(!writer.keeping_up());
-    // Nothing failed: the store answered nothing at all.
+    // What a readiness check reads says so too; nothing failed and nothing
+    // is queued, so the writer itself keeps up.
+    assert!(!writer.store_takes_writes());
+    assert!(writer.keeping_up());
     assert!(!room.failing());
     drop(frozen);
     dk_testkit::eventually_blocking("calls accepted once it answers", || room.accepting());
-    assert!(writer.keeping_up());
+    assert!(writer.store_takes_writes());
+}
+
+#[test]
+fn a_store_that_refuses_its_first_write_refuses_calls_from_the_start() {
+    // The writer probes the store as it starts: a store that takes the
+    // write is shown to at once, one that refuses it refuses calls at
+    // once (a bound of an hour: not found out only when it runs out).
+    let store = Arc::new(FaultyStore::default());
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_secs(3600)));
+    assert!(writer.room().accepting());
+    assert!(writer.store_takes_writes());
+    let store = Arc::new(FaultyStore::default());
+    store.fail(Writes::Agents, true);
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_secs(3600)));
+    let room = writer.room();
+    assert_eq!(room.durability(), Durability::Lost);
+    assert!(!writer.store_takes_writes());
+    store.fail(Writes::Agents, false);
+    writer.record(event("decision", 1));
+    writer.flush().unwrap();
+    assert!(room.accepting());
+    assert!(writer.store_takes_writes());
 }
 
 #[test]
@@ -877,6 +903,91 @@ fn a_store_that_refuses_the_probe_stops_calls_with_nothing_queued() {
     dk_testkit::eventually_blocking("calls accepted again", || room.accepting());
     // The probes wrote no audit entry.
     assert_eq!(store.load().unwrap().audit_entries, 0);
+}
+
+#[test]
+fn a_full_disk_releases_the_reserve_for_what_is_queued_and_refuses_calls_until_there_is_room() {
+    let store = Arc::new(FaultyStore::default());
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_millis(100)));
+    let room = writer.room();
+    dk_testkit::eventually_blocking("calls accepted", || room.accepting());
+    // The disk fills while decisions of calls that reached a device are
+    // queued: the commit fails, the reserve is released, and they are
+    // committed into its space.
+    store.fill_disk();
+    for n in 1..=5 {
+        writer.record(event("decision", n));
+    }
+    writer.flush().unwrap();
+    assert_eq!(numbers(&*store), [1, 2, 3, 4, 5]);
+    assert_eq!(store.reserve(), (Some(false), 1));
+    // From then on no call reaches a device, and a readiness check names
+    // the store, though the reserve's space still takes commits.
+    assert_eq!(room.durability(), Durability::Lost);
+    assert!(writer.disk_full());
+    assert!(!writer.store_takes_writes());
+    assert!(writer.keeping_up());
+    writer.record(event("decision", 6));
+    writer.flush().unwrap();
+    assert_eq!(room.durability(), Durability::Lost);
+    // Space is freed: the reserve is made again, and calls are accepted.
+    store.free_disk();
+    dk_testkit::eventually_blocking("calls accepted once there is room", || room.accepting());
+    assert_eq!(store.reserve(), (Some(true), 1));
+    assert!(writer.store_takes_writes());
+    assert_eq!((writer.committed(), writer.dropped()), (6, 0));
+}
+
+#[test]
+fn a_full_disk_stops_calls_at_its_first_failed_write_not_after_the_bound() {
+    // A bound of an hour: only the full disk, not the bound, stops calls.
+    let store = Arc::new(FaultyStore::default());
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_secs(3600)));
+    let room = writer.room();
+    dk_testkit::eventually_blocking("calls accepted", || room.accepting());
+    store.fill_disk();
+    writer.record(event("decision", 1));
+    writer.flush().unwrap();
+    assert_eq!(room.durability(), Durability::Lost);
+    assert_eq!(store.reserve(), (Some(false), 1));
+    assert_eq!(numbers(&*store), [1]);
+    store.free_disk();
+    writer.record(event("decision", 2));
+    writer.flush().unwrap();
+    assert!(room.accepting());
+
+    // With nothing queued, the writer's probe finds the disk full.
+    let store = Arc::new(FaultyStore::default());
+    let writer = AuditWriter::start(store.clone(), bounded(Duration::from_millis(200)));
+    let room = writer.room();
+    dk_testkit::eventually_blocking("calls accepted", || room.accepting());
+    store.fill_disk();
+    dk_testkit::eventually_blocking("the probe finding the disk full", || writer.disk_full());
+    assert_eq!(room.durability(), Durability::Lost);
+    assert_eq!(store.reserve(), (Some(false), 1));
+    assert_eq!(store.load().unwrap().audit_entries, 0);
+}
+
+#[test]
+fn an_sqlite_store_releases_its_reserve_on_a_full_disk_and_makes_it_again() {
+    let dir = TempDir::new();
+    let store = SqliteStore::open(&dir.db()).unwrap();
+    // Without a reserve: a full disk is named so, and nothing is kept.
+    assert!(store.disk_full(&StoreError::DiskFull(Cause::msg("disk full"))));
+    assert!(!store.release_reserve());
+    assert!(store.restore_reserve());
+    let file = dir.root.join("data").join(RESERVE_FILE);
+    let reserve = DiskReserve::new(&file, 64 * 1024, 4096);
+    reserve.make().unwrap();
+    let store = store.with_reserve(reserve);
+    // Another error, with room on the disk, is not a full disk.
+    assert!(!store.disk_full(&StoreError::Database(Cause::msg("locked"))));
+    assert!(store.disk_full(&StoreError::DiskFull(Cause::msg("disk full"))));
+    assert!(store.release_reserve());
+    assert!(!file.exists());
+    assert!(!store.release_reserve());
+    assert!(store.restore_reserve());
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 64 * 1024);
 }
 
 #[test]
@@ -940,6 +1051,13 @@ fn a_faulty_store_fails_its_write_probe() {
 
 #[test]
 fn a_writer_stopped_while_its_store_fails_still_stops() {
+    let logs = dk_testkit::LogBuffer::default();
+    let sink = logs.clone();
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .finish(),
+    );
     let store = Arc::new(FaultyStore::default());
     store.fail(Writes::Audit, true);
     let writer = AuditWriter::start(store.clone(), patient(100, 100));
@@ -949,6 +1067,19 @@ fn a_writer_stopped_while_its_store_fails_still_stops() {
     // The drop flushes, tries a few more times, and returns.
     drop(writer);
     assert_eq!(store.load().unwrap().audit_entries, 0);
+    // The loss is logged with the store's error as its text, not as Rust's
+    // debug form of it.
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|line| line.contains("they are lost"))
+        .unwrap_or_else(|| panic!("no loss logged: {text}"));
+    assert!(line.contains("lost=3"), "{line}");
+    assert!(line.contains("error=the disk is full: disk full"), "{line}");
+    assert!(
+        !line.contains("Some(") && !line.contains("Cause("),
+        "{line}"
+    );
 }
 
 #[test]

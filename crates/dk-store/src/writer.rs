@@ -22,8 +22,10 @@
 //! Durability within a bound ([`WriterOptions::durable_within`], 1 s by
 //! default): the writer keeps when the store last showed it takes writes
 //! (the start of the last commit that held, or of a probe: a small write,
-//! [`Store::probe_write`], made on the writer's thread whenever a quarter
-//! of the bound passed without a commit) and when the oldest event not yet
+//! [`Store::probe_write`], made as the writer starts, on the starter's
+//! thread, and then on the writer's thread whenever a quarter of the bound
+//! passed without a commit; until one holds, calls are refused) and when
+//! the oldest event not yet
 //! committed was queued ([`AuditRoom::durability`]). A store that took no
 //! write within the bound, or whose failed commit is retried, is
 //! [`Durability::Lost`]: a call is then refused before it reaches a
@@ -33,6 +35,18 @@
 //! event waits longer than the bound), is [`Durability::Behind`]: calls
 //! wait for it to catch up, as they wait for room in the queue, and reach
 //! no device meanwhile.
+//!
+//! A full disk: when a write (a commit or a probe) fails and the store
+//! says its disk is full ([`Store::disk_full`]), no call reaches a device
+//! from then on ([`Durability::Lost`], [`AuditWriter::disk_full`]), and the
+//! store releases the space it keeps in reserve ([`Store::release_reserve`],
+//! the SQLite store's `disk-reserve` file): the commit is tried again at
+//! once, so the decisions already queued, every call that reached a device
+//! among them, are committed into that space, as are the refusals that
+//! follow while it lasts. Calls reach devices again once the store has made
+//! its reserve again ([`Store::restore_reserve`], asked after each write
+//! that holds meanwhile), which it does only when there is room for it
+//! and to work in beside it.
 //!
 //! What a crash can lose: the events queued and the batch being gathered, at
 //! most `max_delay` plus one commit's worth of decisions when the disk keeps
@@ -253,7 +267,7 @@ impl AuditRoom {
         self.1.durability()
     }
 
-    /// Completes at the writer's next commit that holds (a call
+    /// Completes at the writer's next commit or probe that holds (a call
     /// [`Durability::Behind`] waits for it, or a timer, then looks again).
     /// Enable it before looking, so that a commit in between is not
     /// missed.
@@ -313,8 +327,9 @@ pub enum Durability {
     /// queue.
     Behind,
     /// The store took no write within the bound (it answers nothing, or
-    /// refuses), or a failed commit is being retried: no call reaches a
-    /// device.
+    /// refuses), a failed commit is being retried, or a write failed
+    /// because its disk is full and its reserve is not made again yet: no
+    /// call reaches a device.
     Lost,
 }
 
@@ -327,11 +342,15 @@ struct Counters {
     over: AtomicU64,
     /// The last commit failed and is being retried.
     failing: AtomicBool,
+    /// A write failed because the store's disk is full, and its reserve
+    /// is not made again yet.
+    full: AtomicBool,
     /// Told how long each commit that held took.
     observer: OnceLock<CommitObserver>,
     /// The writer's clock: the times below are milliseconds since this.
     epoch: Instant,
-    /// When the last commit or probe that held began.
+    /// When the last commit or probe that held began, plus one; zero until
+    /// one held.
     proven_ms: AtomicU64,
     /// When the oldest event not yet committed was queued, plus one; zero
     /// when every event queued is committed (or none has been taken from
@@ -339,7 +358,7 @@ struct Counters {
     oldest_ms: AtomicU64,
     /// [`WriterOptions::durable_within`].
     bound: Duration,
-    /// Told at every commit that holds.
+    /// Told at every commit or probe that holds.
     commits: tokio::sync::Notify,
 }
 
@@ -351,6 +370,7 @@ impl Counters {
             batches: AtomicU64::new(0),
             over: AtomicU64::new(0),
             failing: AtomicBool::new(false),
+            full: AtomicBool::new(false),
             observer: OnceLock::new(),
             epoch: Instant::now(),
             proven_ms: AtomicU64::new(0),
@@ -373,27 +393,42 @@ impl Counters {
         u64::try_from(self.bound.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// See [`AuditRoom::durability`].
+    /// See [`AuditRoom::durability`]. Until the store first took a write
+    /// (the writer probes it as it starts), calls are refused.
     fn durability(&self) -> Durability {
-        if self.failing.load(Ordering::Relaxed) {
+        if self.failing.load(Ordering::Relaxed) || self.full.load(Ordering::Relaxed) {
             return Durability::Lost;
         }
-        let (now, bound) = (self.now_ms(), self.bound_ms());
-        if now.saturating_sub(self.proven_ms.load(Ordering::Relaxed)) > bound {
+        if !self.store_proven() {
             return Durability::Lost;
         }
-        let oldest = self.oldest_ms.load(Ordering::Relaxed);
-        if oldest != 0 && now.saturating_sub(oldest - 1) > bound {
+        if self.behind() {
             return Durability::Behind;
         }
         Durability::Within
+    }
+
+    /// Whether the store took a write within the bound.
+    fn store_proven(&self) -> bool {
+        match self.proven_ms.load(Ordering::Relaxed) {
+            0 => false,
+            proven => self.now_ms().saturating_sub(proven - 1) <= self.bound_ms(),
+        }
+    }
+
+    /// Whether the oldest event not yet committed waits longer than the
+    /// bound.
+    fn behind(&self) -> bool {
+        let oldest = self.oldest_ms.load(Ordering::Relaxed);
+        oldest != 0 && self.now_ms().saturating_sub(oldest - 1) > self.bound_ms()
     }
 
     /// The store showed at `began` (a commit or a probe started then, and
     /// held) that it takes writes.
     fn proven(&self, began: Instant) {
         self.proven_ms
-            .fetch_max(self.ms_at(began), Ordering::Relaxed);
+            .fetch_max(self.ms_at(began).saturating_add(1), Ordering::Relaxed);
+        self.commits.notify_waiters();
     }
 }
 
@@ -424,13 +459,30 @@ impl AuditWriter {
         let (sender, receiver) = queue();
         let places = Arc::new(Places::new(options.queue));
         let counters = Arc::new(Counters::new(options.durable_within));
+        // The store shows at once, on the starter's thread, whether it
+        // takes writes: no call reaches a device before it has. When it
+        // does not, the writer's thread probes again at once, and finds
+        // why (a full disk among others).
+        let started = Instant::now();
+        let first_probe = store.probe_write(crate::epoch_ms(std::time::SystemTime::now()));
+        if first_probe.is_ok() {
+            counters.proven(started);
+        }
         let (thread_places, thread_counters) = (Arc::clone(&places), Arc::clone(&counters));
+        // The thread logs where its starter logs (a host's or a test's
+        // subscriber, not only the process's global one).
+        let logging = tracing::dispatcher::get_default(Clone::clone);
         let thread = std::thread::Builder::new()
             .name("dk-audit-writer".to_owned())
             .spawn(move || {
-                let mut batch = Batch::new(&*store, &thread_places, &thread_counters);
-                run(&mut batch, &receiver, options);
-                batch.stop();
+                tracing::dispatcher::with_default(&logging, || {
+                    let mut batch = Batch::new(&*store, &thread_places, &thread_counters);
+                    if first_probe.is_ok() {
+                        batch.checked_at = started;
+                    }
+                    run(&mut batch, &receiver, options);
+                    batch.stop();
+                });
             });
         let thread = match thread {
             Ok(thread) => Some(thread),
@@ -575,15 +627,36 @@ impl AuditWriter {
     }
 
     /// Whether the writer keeps up with what is recorded: its thread runs,
-    /// calls may reach devices ([`AuditRoom::accepting`]: its last commit
-    /// did not fail, and the store took a write within the bound), and at
-    /// most three quarters of the queue's places are taken (with every
-    /// place taken, calls wait for the disk). A readiness check reads it.
+    /// its last commit did not fail, no event waits longer than the bound,
+    /// and at most three quarters of the queue's places are taken (with
+    /// every place taken, calls wait for the disk). A readiness check reads
+    /// it, beside [`AuditWriter::store_takes_writes`]: a call reaches a
+    /// device only while both hold ([`AuditRoom::accepting`]).
     pub fn keeping_up(&self) -> bool {
         let running = self.thread.as_ref().is_some_and(|t| !t.is_finished());
         running
-            && self.counters.durability() == Durability::Within
+            && !self.counters.failing.load(Ordering::Relaxed)
+            && !self.counters.behind()
             && self.queued() <= self.places.count / 4 * 3
+    }
+
+    /// Whether the store took a write within the bound: a commit that held,
+    /// or the writer's own probe, which it makes when a quarter of the
+    /// bound went by without a commit. What a readiness check reads of the
+    /// store: the same fact the call path reads ([`AuditRoom::durability`]
+    /// is [`Durability::Lost`] without it), found without a write of its
+    /// own, so a check made often costs the store nothing and never waits
+    /// for it, however it hangs.
+    pub fn store_takes_writes(&self) -> bool {
+        !self.disk_full() && self.counters.store_proven()
+    }
+
+    /// Whether a write failed because the store's disk is full and its
+    /// reserve is not made again yet ([`Store::restore_reserve`]): no call
+    /// reaches a device meanwhile, even while the reserve's space takes
+    /// the writer's commits.
+    pub fn disk_full(&self) -> bool {
+        self.counters.full.load(Ordering::Relaxed)
     }
 }
 
@@ -813,6 +886,9 @@ struct Batch<'a> {
 
 impl<'a> Batch<'a> {
     fn new(store: &'a dyn Store, places: &'a Places, counters: &'a Counters) -> Batch<'a> {
+        // A probe is due at once, unless one just held.
+        let now = Instant::now();
+        let checked_at = now.checked_sub(counters.bound / 4).unwrap_or(now);
         Batch {
             store,
             places,
@@ -823,7 +899,7 @@ impl<'a> Batch<'a> {
             backoff: FIRST_RETRY,
             retry_at: None,
             oldest_ms: None,
-            checked_at: Instant::now(),
+            checked_at,
             probe_failed: false,
         }
     }
@@ -861,12 +937,43 @@ impl<'a> Batch<'a> {
                 if std::mem::take(&mut self.probe_failed) {
                     tracing::info!("the store takes writes again");
                 }
+                self.renew_reserve();
             }
             Err(error) => {
                 if !std::mem::replace(&mut self.probe_failed, true) {
                     tracing::error!(%error, "the store does not take writes: no call reaches a device until it does");
                 }
+                // Calls under way may still reach a device: their
+                // decisions will fit in the reserve's space.
+                self.full_disk(&error);
             }
+        }
+    }
+
+    /// A write failed with `error`. When the store says its disk is full,
+    /// no call reaches a device from now on until its reserve is made
+    /// again, and the reserve is released so that what is queued (every
+    /// call that reached a device among it) fits: true when it was
+    /// released now, so that a commit tried again may hold.
+    fn full_disk(&mut self, error: &StoreError) -> bool {
+        if !self.store.disk_full(error) {
+            return false;
+        }
+        if !self.counters.full.swap(true, Ordering::Relaxed) {
+            tracing::error!(%error, "the disk holding the store is full: no call reaches a device until there is room again");
+        }
+        self.store.release_reserve()
+    }
+
+    /// After a write that held while the disk was full: once the store's
+    /// reserve is in place again (there is room for it, and to work in),
+    /// calls may reach devices again.
+    fn renew_reserve(&mut self) {
+        if self.counters.full.load(Ordering::Relaxed) && self.store.restore_reserve() {
+            self.counters.full.store(false, Ordering::Relaxed);
+            tracing::info!(
+                "there is room on the store's disk again: its reserve is made again, and calls reach devices again"
+            );
         }
     }
 
@@ -891,7 +998,14 @@ impl<'a> Batch<'a> {
         if !self.events.is_empty() {
             let started = Instant::now();
             self.checked_at = started;
-            if let Err(error) = self.store.append_audit_texts(&self.events) {
+            let mut committed = self.store.append_audit_texts(&self.events);
+            if let Err(error) = &committed
+                && self.full_disk(error)
+            {
+                // The reserve's space takes what is queued.
+                committed = self.store.append_audit_texts(&self.events);
+            }
+            if let Err(error) = committed {
                 if self.error.is_none() {
                     tracing::error!(%error, events = self.events.len(), "audit batch not committed yet; retrying");
                 }
@@ -903,7 +1017,6 @@ impl<'a> Batch<'a> {
             }
             self.counters.failing.store(false, Ordering::Relaxed);
             self.counters.proven(started);
-            self.counters.commits.notify_waiters();
             if self.error.take().is_some() {
                 tracing::info!(
                     events = self.events.len(),
@@ -917,6 +1030,7 @@ impl<'a> Batch<'a> {
             self.counters.committed.fetch_add(count, Ordering::Relaxed);
             self.counters.batches.fetch_add(1, Ordering::Relaxed);
             self.events.clear();
+            self.renew_reserve();
         }
         self.retry_at = None;
         self.backoff = FIRST_RETRY;
@@ -940,11 +1054,12 @@ impl<'a> Batch<'a> {
         }
         let lost = u64::try_from(self.events.len()).unwrap_or(u64::MAX);
         self.counters.dropped.fetch_add(lost, Ordering::Relaxed);
-        tracing::error!(
-            lost,
-            error = ?self.error,
-            "the audit writer stopped with events the store would not take: they are lost"
-        );
+        let lost_message =
+            "the audit writer stopped with events the store would not take: they are lost";
+        match &self.error {
+            Some(error) => tracing::error!(lost, %error, "{lost_message}"),
+            None => tracing::error!(lost, "{lost_message}"),
+        }
         self.events.clear();
         self.places.give_back(std::mem::take(&mut self.taken));
     }

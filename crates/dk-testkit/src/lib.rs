@@ -8,7 +8,8 @@
 //! PostgreSQL server of their own ([`postgres`]), for the fleet's tests
 //! a `nats-server` of their own ([`nats`]), for the voice device's tests
 //! a PulseAudio server of their own with a microphone and a speaker
-//! ([`pulse`]), and for every test of a
+//! ([`pulse`]), for a vessel on a full disk a small file system to fill
+//! ([`SmallDisk`]), and for every test of a
 //! real server the rule for a missing one ([`peer_or_skip`]) and a free
 //! loopback port ([`free_port`]).
 //!
@@ -23,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+mod disk;
 mod log;
 mod manifest;
 pub mod nats;
@@ -32,6 +34,7 @@ pub mod pulse;
 mod wait;
 pub mod x11;
 
+pub use disk::SmallDisk;
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};
 pub use peers::{free_port, peer_or_skip};

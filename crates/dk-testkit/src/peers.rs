@@ -40,6 +40,6 @@ pub fn free_port() -> u16 {
     clippy::panic,
     reason = "test support: a failure here fails the test that asked"
 )]
-fn fail(message: &str) -> ! {
+pub(crate) fn fail(message: &str) -> ! {
     panic!("{message}")
 }

@@ -18,8 +18,8 @@ use dk_vessel::{
     fleet::{Auth, FleetOptions, MemberId},
     mcp::McpOptions,
     reload::{FileStamp, Reloaded, RuleFile, load_rule_file, watch_policy_file},
-    store::Store,
     store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
+    store::{DiskReserve, ReserveError, Store},
     vessel::PlainV1,
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -205,6 +205,27 @@ pub enum NotifyShape {
 /// Where agents connect over MCP unless `--mcp-listen` says otherwise.
 const DEFAULT_MCP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7779);
 
+/// The exit status of a start refused because the disk of the data
+/// directory has no room for the store's reserve and the room to work in
+/// (sysexits' `EX_TEMPFAIL`): the systemd unit names it in
+/// `RestartPreventExitStatus=`, so a vessel on a disk still full is not
+/// started again and again (docs/SERVICE.md).
+pub const NO_ROOM_EXIT: u8 = 75;
+
+/// Why `dk vessel` ended with an error.
+enum Failed {
+    /// Said as it is; exit status 1.
+    Error(String),
+    /// No room on the disk for the store ([`NO_ROOM_EXIT`]).
+    NoRoom(String),
+}
+
+impl From<String> for Failed {
+    fn from(error: String) -> Failed {
+        Failed::Error(error)
+    }
+}
+
 /// Runs the vessel until Ctrl-C or SIGTERM.
 pub fn run(args: &VesselArgs) -> ExitCode {
     let paths = match Paths::resolve(args.data_dir.as_deref(), args.admin_token_file.as_deref()) {
@@ -238,9 +259,13 @@ pub fn run(args: &VesselArgs) -> ExitCode {
     };
     match runtime.block_on(serve(args, &paths, policies, loaded)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failed::Error(e)) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
+        }
+        Err(Failed::NoRoom(e)) => {
+            eprintln!("error: {e} (exit status {NO_ROOM_EXIT})");
+            ExitCode::from(NO_ROOM_EXIT)
         }
     }
 }
@@ -250,7 +275,7 @@ async fn serve(
     paths: &Paths,
     policies: Option<RuleFile>,
     loaded: Option<FileStamp>,
-) -> Result<(), String> {
+) -> Result<(), Failed> {
     // Watched from the start, so a stop asked for at any moment is a clean
     // one that removes the vessel's files.
     let signals = StopSignals::watch()?;
@@ -261,11 +286,15 @@ async fn serve(
         private_dir(home.root())?;
     }
     private_dir(&paths.data_dir)?;
+    let reserve = match &args.store {
+        None => Some(make_reserve(&paths.data_dir)?),
+        Some(_) => None,
+    };
     let rules = policies
         .as_ref()
         .map_or(0, |file| file.policies().rules().len());
     let started = std::time::Instant::now();
-    let (running, audit_kept) = start_vessel(args, paths, policies, &config).await?;
+    let (running, audit_kept) = start_vessel(args, paths, policies, &config, reserve).await?;
     warn_about_start(&running);
     let interactive = !args.no_prompt && std::io::stdin().is_terminal();
     print_start_text(
@@ -287,7 +316,19 @@ async fn serve(
         manager,
         interactive,
     };
-    run_until_stopped(args, running, beside, signals).await
+    Ok(run_until_stopped(args, running, beside, signals).await?)
+}
+
+/// The SQLite store's reserve against a full disk, in the data directory
+/// `data_dir`, made whole: a start without room for it (and room to work
+/// in) is refused, saying where and how much to free.
+fn make_reserve(data_dir: &Path) -> Result<DiskReserve, Failed> {
+    let reserve = DiskReserve::of_data_dir(data_dir);
+    match reserve.make() {
+        Ok(()) => Ok(reserve),
+        Err(error @ ReserveError::NoRoom { .. }) => Err(Failed::NoRoom(error.to_string())),
+        Err(error) => Err(Failed::Error(error.to_string())),
+    }
 }
 
 /// What runs beside the vessel until it stops.
@@ -376,13 +417,15 @@ fn limits_of(args: &VesselArgs) -> Limits {
     }
 }
 
-/// Starts the networked vessel with its SQLite store; returns it and what
-/// the store says of its audit log (for the start text).
+/// Starts the networked vessel with its SQLite store (keeping `reserve`
+/// against a full disk) or its PostgreSQL one; returns it and what the
+/// store says of its audit log (for the start text).
 async fn start_vessel(
     args: &VesselArgs,
     paths: &Paths,
     policies: Option<RuleFile>,
     config: &VesselConfig,
+    reserve: Option<DiskReserve>,
 ) -> Result<(RunningVessel, String), String> {
     let audit_kept = Arc::new(Mutex::new(String::new()));
     let said = Arc::clone(&audit_kept);
@@ -433,6 +476,10 @@ async fn start_vessel(
                 key_file.as_deref(),
             )
             .map_err(ServerError::StoreRefused)?;
+            let store = match reserve {
+                Some(reserve) => store.with_reserve(reserve),
+                None => store,
+            };
             *said.lock().unwrap_or_else(PoisonError::into_inner) = kept;
             Ok(Arc::new(store) as Arc<dyn Store>)
         })
@@ -727,7 +774,7 @@ async fn tell_the_manager(
 ) {
     let serving = format!("ready: devices connect to ws://{devices}/device");
     let tell = async {
-        while !readiness_failures(vessel).await.is_empty() {
+        while !readiness_failures(vessel).is_empty() {
             tokio::time::sleep(READY_POLL).await;
         }
         manager.ready(&serving);
@@ -739,7 +786,7 @@ async fn tell_the_manager(
         let mut was_ready = true;
         loop {
             ticks.tick().await;
-            let failing = readiness_failures(vessel).await;
+            let failing = readiness_failures(vessel);
             if failing.is_empty() {
                 if !was_ready {
                     manager.status(&serving);

@@ -550,7 +550,7 @@ async fn a_change_the_store_refuses_keeps_the_store_error_as_its_source() {
     assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
     assert_eq!(
         refused.to_string(),
-        format!("the change could not be saved: database error: {io}")
+        format!("the change could not be saved: the disk is full: {io}")
     );
     assert!(!registry.is_granted("desk-lamp", "set_light"));
 

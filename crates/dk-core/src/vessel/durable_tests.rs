@@ -121,7 +121,7 @@ async fn a_store_that_hangs_refuses_calls_before_the_device_within_the_bound() {
         calls += 1;
     }
     assert_eq!(lamp.calls.load(Ordering::SeqCst), reached);
-    assert!(!vessel.audit_keeping_up());
+    assert!(!vessel.store_takes_writes());
     drop(frozen);
     // Once it answers, calls reach the lamp again, and every call has its
     // decision in the log.
@@ -175,7 +175,7 @@ async fn a_yes_given_after_the_store_hung_does_not_reach_the_device() {
     let answering = async {
         asked_rx.await.unwrap();
         let frozen = store.freeze();
-        dk_testkit::eventually("the store found hung", || !vessel.audit_keeping_up()).await;
+        dk_testkit::eventually("the store found hung", || !vessel.store_takes_writes()).await;
         answer.send(()).unwrap();
         frozen
     };

@@ -207,4 +207,17 @@ async fn a_call_abandoned_half_way_is_still_recorded() {
         .filter(|e| e.kind == "decision")
         .count();
     assert_eq!(decisions, 2);
+    // Both are counted as the actuators they called, not as calls of an
+    // unknown kind, and recorded with their device's channel.
+    use crate::metrics::{CallDecision, CallKind};
+    let abandoned = |kind| vessel.metrics().calls(kind, CallDecision::Abandoned);
+    assert_eq!(
+        (
+            abandoned(CallKind::Actuator),
+            abandoned(CallKind::Unknown),
+            abandoned(CallKind::Sensor)
+        ),
+        (2, 0, 0)
+    );
+    assert_eq!(entry["channel"], "v1", "{entry}");
 }

@@ -4,10 +4,15 @@
 //! checks `Host` or `Origin`: a prober has no credentials, and the answer
 //! is a status word and, when not ready, the names of the checks that
 //! fail, nothing else (no path, count, error text or token).
+//!
+//! A check reads what the vessel already knows and never waits: whether
+//! the store took a write within the durability bound is what the audit
+//! writer found with its own commits and probes (the same fact a call reads
+//! before it reaches a device), so a probe costs the store nothing, and
+//! probes that come often, or while the store hangs, pile up no work.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -18,16 +23,13 @@ use serde::Serialize;
 
 use crate::vessel::Vessel;
 
-/// How long `/readyz` waits for the store's write probe before it counts
-/// the store as failing (a busy store waits up to 5 s for its lock).
-const STORE_PATIENCE: Duration = Duration::from_secs(2);
-
 /// One readiness check, by the name `/readyz` gives it (its `Display` is
 /// that name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReadinessCheck {
-    /// The store takes a write.
+    /// The store took a write within the durability bound; while it has
+    /// not, no call reaches a device.
     Store,
     /// The audit writer keeps up.
     Audit,
@@ -75,7 +77,7 @@ async fn healthz() -> Response {
 /// 200 `{"status":"ready"}` when every check passes, else 503
 /// `{"status":"not ready","failing":[...]}` naming the checks that failed.
 async fn readyz(State(vessel): State<Arc<Vessel>>) -> Response {
-    let failing = readiness_failures(&vessel).await;
+    let failing = readiness_failures(&vessel);
     if failing.is_empty() {
         answer(
             StatusCode::OK,
@@ -85,7 +87,7 @@ async fn readyz(State(vessel): State<Arc<Vessel>>) -> Response {
             },
         )
     } else {
-        tracing::warn!(?failing, "not ready");
+        tracing::warn!(failing = %named(&failing), "not ready");
         answer(
             StatusCode::SERVICE_UNAVAILABLE,
             Health {
@@ -98,10 +100,11 @@ async fn readyz(State(vessel): State<Arc<Vessel>>) -> Response {
 
 /// The readiness checks `vessel` fails now, in the order `/readyz` names
 /// them; none when it is ready. The same checks answer `/readyz` and decide
-/// a service manager's watchdog ping.
-pub async fn readiness_failures(vessel: &Arc<Vessel>) -> Vec<ReadinessCheck> {
+/// a service manager's watchdog ping. A few atomic reads: it never waits
+/// for the store.
+pub fn readiness_failures(vessel: &Arc<Vessel>) -> Vec<ReadinessCheck> {
     let mut failing = Vec::new();
-    if !store_takes_a_write(vessel).await {
+    if !vessel.store_takes_writes() {
         failing.push(ReadinessCheck::Store);
     }
     if !vessel.audit_keeping_up() {
@@ -118,22 +121,14 @@ pub async fn readiness_failures(vessel: &Arc<Vessel>) -> Vec<ReadinessCheck> {
     failing
 }
 
-/// The store's write probe, on a blocking thread, within
-/// [`STORE_PATIENCE`]; its error is logged, never answered.
-async fn store_takes_a_write(vessel: &Arc<Vessel>) -> bool {
-    let probing = Arc::clone(vessel);
-    let probe = tokio::task::spawn_blocking(move || probing.probe_store());
-    match tokio::time::timeout(STORE_PATIENCE, probe).await {
-        Ok(Ok(Ok(()))) => true,
-        Ok(Ok(Err(error))) => {
-            tracing::warn!(%error, "readiness: the store refused a write");
-            false
-        }
-        Ok(Err(_)) | Err(_) => {
-            tracing::warn!("readiness: the store's write probe did not finish");
-            false
-        }
-    }
+/// The names of `checks`, as `/readyz` gives them, separated by commas: a
+/// plain value for a log field.
+fn named(checks: &[ReadinessCheck]) -> String {
+    checks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn answer(status: StatusCode, body: Health) -> Response {

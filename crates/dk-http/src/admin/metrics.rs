@@ -252,7 +252,7 @@ impl Collector for VesselCollector {
         counter(
             e,
             "dk_audit_entries_committed",
-            "Audit entries committed to the store.",
+            "Audit entries committed to the store, those written with their change included.",
             vessel.audit_committed(),
         )?;
         let commits = metrics.audit_commit_seconds();

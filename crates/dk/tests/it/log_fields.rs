@@ -13,7 +13,7 @@ use crate::person;
 use crate::process::{Running, Scratch, eventually, succeeded};
 
 /// The JSON events a vessel wrote so far on standard error, to `log`.
-fn events(log: &Path) -> Vec<Map<String, Value>> {
+pub(crate) fn events(log: &Path) -> Vec<Map<String, Value>> {
     std::fs::read_to_string(log)
         .unwrap()
         .lines()
@@ -26,7 +26,7 @@ fn events(log: &Path) -> Vec<Map<String, Value>> {
 
 /// What Rust's debug formatting of an `Option`, a struct or an error chain
 /// looks like.
-fn debug_text(value: &str) -> bool {
+pub(crate) fn debug_text(value: &str) -> bool {
     value.starts_with("Some(") || value.contains(" { ") || value.contains("Cause(")
 }
 

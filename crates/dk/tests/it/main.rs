@@ -26,6 +26,7 @@ mod files;
 mod fleet;
 mod fleet_seams;
 mod frozen_store;
+mod full_disk;
 mod log_fields;
 mod logs;
 mod mcp_bridge;

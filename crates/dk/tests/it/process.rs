@@ -199,10 +199,15 @@ impl Running {
         self.stop_with("-TERM");
     }
 
-    fn stop_with(mut self, signal: &str) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
+    fn stop_with(self, signal: &str) {
+        let status = self.signal(signal);
+        assert!(status.success(), "dk vessel stopped with {status}");
+    }
+
+    /// Sends `signal` (`-ABRT`, `-KILL`, `-TERM`...) and waits for the
+    /// vessel to end: how it ended.
+    pub fn signal(mut self, signal: &str) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
         let pid = child.id().to_string();
         assert!(
             Command::new("kill")
@@ -212,17 +217,16 @@ impl Running {
                 .success()
         );
         let deadline = Instant::now() + PATIENCE;
-        let status = loop {
+        loop {
             if let Some(status) = child.try_wait().unwrap() {
-                break status;
+                return status;
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 panic!("dk vessel did not stop on {signal}");
             }
             std::thread::sleep(Duration::from_millis(10));
-        };
-        assert!(status.success(), "dk vessel stopped with {status}");
+        }
     }
 }
 

@@ -72,7 +72,7 @@ fn prometheus(
 
 /// `GET path` on `addr` over HTTP/1.0 (no chunks), with a bearer token if
 /// given: the status and the body.
-fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+pub(crate) fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(PATIENCE)).ok()?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));

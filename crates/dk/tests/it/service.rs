@@ -173,6 +173,7 @@ fn the_unit_file_verifies_and_stays_hardened() {
         "ExecStart=/usr/local/bin/dk vessel --no-prompt",
         "WatchdogSec=30s",
         "Restart=on-failure",
+        "RestartPreventExitStatus=75",
         "DynamicUser=yes",
         "StateDirectory=dk",
         "Environment=DK_HOME=/var/lib/dk",

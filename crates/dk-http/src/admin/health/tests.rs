@@ -31,11 +31,16 @@ struct Running {
 /// A vessel on an SQLite store, serving `/device` and the admin API on
 /// loopback, once both listeners accept.
 async fn start() -> Running {
+    start_with(Limits::default()).await
+}
+
+/// [`start`] with `limits`.
+async fn start_with(limits: Limits) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(&dir.path().join("data").join("dk.db")).unwrap();
     let store = Arc::new(FaultyStore::over(sqlite));
     let shared: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
-    let vessel = Vessel::open(shared, PolicySet::empty(), Limits::default()).unwrap();
+    let vessel = Vessel::open(shared, PolicySet::empty(), limits).unwrap();
     let devices = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop_devices, stopped) = oneshot::channel::<()>();
     let devices = tokio::spawn(serve_devices(devices, Arc::clone(&vessel), async {
@@ -124,8 +129,29 @@ async fn a_healthy_vessel_is_alive_and_ready_to_anyone() {
 async fn a_store_that_refuses_writes_makes_the_vessel_not_ready_but_alive() {
     let running = start().await;
     let entries = running.store.load().unwrap().audit_entries;
+    // The writer's probe fails: within the durability bound the store is
+    // found not to take writes, as calls find it.
     running.store.fail(Writes::Pairings, true);
     let not_ready = json!({"status": "not ready", "failing": ["store"]});
+    dk_testkit::eventually_async("the store found failing", || async {
+        (get(running.admin, "/readyz", None).await.0 == 503).then_some(())
+    })
+    .await;
+    // A call now is refused before any check, as the audit log cannot be
+    // written: /readyz and the call path agree.
+    let outcome = running
+        .vessel
+        .adapter()
+        .execute(
+            "device__desk_lamp__read_light",
+            json!({}),
+            crate::adapter::CallContext::default(),
+        )
+        .await;
+    let crate::adapter::ToolOutcome::Refused { reason } = outcome else {
+        panic!("called while the store takes no write");
+    };
+    assert_eq!(reason, dk_proto::Refusal::AuditFailing.to_string());
     for auth in [None, Some("Bearer 1234")] {
         assert_eq!(
             get(running.admin, "/readyz", auth).await,
@@ -137,24 +163,31 @@ async fn a_store_that_refuses_writes_makes_the_vessel_not_ready_but_alive() {
         );
     }
     running.store.fail(Writes::Pairings, false);
-    assert_eq!(
-        get(running.admin, "/readyz", None).await,
-        (200, json!({"status": "ready"}))
-    );
-    // The probes wrote no audit entry.
+    dk_testkit::eventually_async("the store taking writes again", || async {
+        (get(running.admin, "/readyz", None).await == (200, json!({"status": "ready"})))
+            .then_some(())
+    })
+    .await;
+    // The probes wrote no audit entry: the log holds only the refused
+    // call's decision more.
     running.vessel.flush_audit().unwrap();
-    assert_eq!(running.store.load().unwrap().audit_entries, entries);
+    assert_eq!(running.store.load().unwrap().audit_entries, entries + 1);
 }
 
 #[tokio::test]
 async fn an_audit_writer_that_cannot_commit_makes_the_vessel_not_ready() {
     let running = start().await;
+    // Its commits fail as on a full disk: the writer's commit is retried
+    // (`audit`), and the disk is full (`store`) until a write holds again.
     running.store.fail(Writes::Audit, true);
     running.vessel.audit("host-note", json!({"n": 1}));
     assert!(running.vessel.flush_audit().is_err());
     assert_eq!(
         get(running.admin, "/readyz", None).await,
-        (503, json!({"status": "not ready", "failing": ["audit"]}))
+        (
+            503,
+            json!({"status": "not ready", "failing": ["store", "audit"]})
+        )
     );
     running.store.fail(Writes::Audit, false);
     running.vessel.flush_audit().unwrap();
@@ -162,7 +195,39 @@ async fn an_audit_writer_that_cannot_commit_makes_the_vessel_not_ready() {
 }
 
 #[tokio::test]
+async fn readyz_makes_no_store_write_and_never_waits_for_the_store() {
+    // A bound of an hour: the writer probes the store at start, then not
+    // again for a quarter of an hour.
+    let running = start_with(Limits {
+        durable_within: std::time::Duration::from_secs(3600),
+        ..Limits::default()
+    })
+    .await;
+    let probes = running.store.probes();
+    for _ in 0..50 {
+        assert_eq!(get(running.admin, "/readyz", None).await.0, 200);
+    }
+    assert_eq!(running.store.probes(), probes, "a probe made per request");
+    // A store that hangs: probes, many at once, are answered from what the
+    // writer found (within the bound), and none waits for the store.
+    let frozen = running.store.freeze();
+    let answers = futures::future::join_all((0..20).map(|_| get(running.admin, "/readyz", None)));
+    for (status, _) in answers.await {
+        assert_eq!(status, 200);
+    }
+    assert_eq!(running.store.probes(), probes);
+    drop(frozen);
+}
+
+#[tokio::test]
 async fn a_closed_device_listener_makes_the_vessel_not_ready() {
+    let logs = dk_testkit::LogBuffer::default();
+    let sink = logs.clone();
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .finish(),
+    );
     let mut running = start().await;
     if let Some(stop) = running.stop_devices.take() {
         stop.send(()).unwrap();
@@ -176,4 +241,12 @@ async fn a_closed_device_listener_makes_the_vessel_not_ready() {
         )
     );
     assert_eq!(get(running.admin, "/healthz", None).await.0, 200);
+    // Logged with the checks' names as a plain value, not Rust's debug form.
+    let text = logs.text();
+    let line = text
+        .lines()
+        .rev()
+        .find(|line| line.contains("not ready"))
+        .unwrap_or_else(|| panic!("nothing logged: {text}"));
+    assert!(line.contains("failing=listeners"), "{line}");
 }

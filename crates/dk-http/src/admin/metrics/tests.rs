@@ -271,10 +271,52 @@ async fn counters_move_with_what_the_vessel_does() {
         2.0,
     );
 
-    // The decisions reach the audit log, and its commits are timed.
+    // Changes whose entries the store writes with them: an agent added, a
+    // grant and a revoke (the pairing made two already).
+    running
+        .vessel
+        .add_agent(
+            "main",
+            crate::agents::AgentScope::AllDevices,
+            crate::agents::AgentRole::User,
+        )
+        .unwrap();
+    running
+        .vessel
+        .registry()
+        .grant("desk-lamp", "strobe")
+        .unwrap();
+    running
+        .vessel
+        .registry()
+        .revoke("desk-lamp", "strobe")
+        .unwrap();
+
+    // Every entry in the log is counted as committed, those written with
+    // their change as well as the decisions; and the commits are timed.
     running.vessel.flush_audit().unwrap();
     let text = scrape(&running).await;
-    assert!(sample(&text, "dk_audit_entries_committed_total").unwrap() >= 4.0);
+    let entries = running
+        .vessel
+        .registry()
+        .store()
+        .read_audit(0, 1000)
+        .unwrap();
+    let kinds = |kind: &str| entries.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(
+        (
+            kinds("paired"),
+            kinds("granted"),
+            kinds("revoked"),
+            kinds("agent")
+        ),
+        (1, 1, 1, 1)
+    );
+    check(
+        &text,
+        "dk_audit_entries_committed_total",
+        entries.len() as f64,
+    );
     assert!(sample(&text, "dk_audit_commit_duration_seconds_count").unwrap() >= 1.0);
 }
 
