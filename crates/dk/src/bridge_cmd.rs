@@ -48,7 +48,7 @@ pub struct McpArgs {
     /// The vessel's device route.
     #[arg(long, value_name = "URL", default_value = "ws://127.0.0.1:7777/device")]
     pub vessel: String,
-    /// The device's key file. [default: devices/<id>.key in dk's home]
+    /// The device's key file. [default: devices/ID.key in dk's home, ID the device id]
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
     /// An environment variable the server is given, with its value here;
