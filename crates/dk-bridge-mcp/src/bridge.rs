@@ -218,7 +218,7 @@ pub fn describe(built: &Built) -> Vec<String> {
             if c.confirm() {
                 "asks every time"
             } else {
-                "sensor"
+                c.kind().as_str()
             }
         });
         lines.push(format!("carried `{}` as {name} ({kind})", carried.tool));

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dk_proto::limits;
-use dk_proto::{Manifest, is_unsafe_char, utf16_len, validate_manifest};
+use dk_proto::{CapabilityKind, Manifest, is_unsafe_char, utf16_len, validate_manifest};
 use rmcp::model::{Implementation, Tool};
 use serde_json::{Map, Value, json};
 
@@ -145,7 +145,7 @@ pub fn build(
     let server = server.map(|s| (s.name.clone(), s.version.clone()));
     capabilities.push(json!({
         "name": RESERVED,
-        "kind": "sensor",
+        "kind": CapabilityKind::Sensor.as_str(),
         "description": about(identity, server.as_ref(), &left_out),
         "title": "What this server is",
     }));
@@ -224,7 +224,14 @@ fn capability(
     c.insert("name".to_owned(), Value::from(name));
     c.insert(
         "kind".to_owned(),
-        Value::from(if read_only { "sensor" } else { "actuator" }),
+        Value::from(
+            if read_only {
+                CapabilityKind::Sensor
+            } else {
+                CapabilityKind::Actuator
+            }
+            .as_str(),
+        ),
     );
     c.insert("description".to_owned(), Value::from(description));
     if !read_only {

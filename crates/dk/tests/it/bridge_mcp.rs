@@ -145,8 +145,10 @@ struct Setup {
     /// The pairing request the person answered.
     asked: Value,
     id: String,
-    scratch: Scratch,
     vessel: Running,
+    /// Last: fields drop in order, so the vessel and the bridge are gone
+    /// before their folder is removed, and write nothing into it after.
+    scratch: Scratch,
 }
 
 impl Setup {

@@ -73,11 +73,13 @@ fn meter(seen: Arc<Mutex<Vec<(&'static str, Instant)>>>) -> Device {
 /// A vessel on `url` with the meter connected and `read` and `count`
 /// granted, `count` limited by a rule.
 struct Setup {
-    scratch: Scratch,
     vessel: Running,
     admin: AdminClient,
     meter: DeviceRun,
     seen: Arc<Mutex<Vec<(&'static str, Instant)>>>,
+    /// Last: fields drop in order, so the vessel and the meter are gone
+    /// before their folder is removed.
+    scratch: Scratch,
 }
 
 async fn setup(name: &str, url: &str) -> Setup {

@@ -22,7 +22,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use dk_device::Device;
 use dk_testkit::SmallDisk;
@@ -31,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::durable::{DeviceRun, approve, connected};
 use crate::log_fields::{debug_text, events};
-use crate::process::{Killed, PATIENCE, Running, Scratch, audit, audit_entries, eventually};
+use crate::process::{Killed, Running, Scratch, audit, audit_entries, eventually};
 use crate::prometheus::get;
 
 /// The disk's size: the store, its log, its 4 MiB reserve and the 1 MiB it
@@ -239,17 +238,12 @@ fn refused_start(scratch: &Scratch) -> (Option<i32>, String) {
         .spawn()
         .unwrap();
     let mut child = Killed(child);
-    let deadline = Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "dk vessel went on on a full disk"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let mut status = None;
+    dk_testkit::eventually_blocking("dk vessel to stop on a full disk", || {
+        status = child.0.try_wait().unwrap();
+        status.is_some()
+    });
+    let status = status.unwrap();
     let mut said = String::new();
     std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut said).unwrap();
     (status.code(), said)

@@ -34,8 +34,10 @@ fn lamp(first: &Member, others: &[&Member]) -> Lamp {
 /// A member of the fleet: its scratch home and its running vessel.
 pub(crate) struct Member {
     pub(crate) name: String,
-    pub(crate) scratch: Scratch,
     pub(crate) vessel: Option<Running>,
+    /// Last: fields drop in order, so the vessel is gone before its
+    /// folder is removed.
+    pub(crate) scratch: Scratch,
 }
 
 impl Member {
