@@ -50,6 +50,8 @@ tasks:
                            the desktop device's tests use them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
+                           and build-requirements.txt, and the Python device SDK's tests:
+                           its wheel built with that maturin, installed in a fresh virtualenv
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
                            seeded from fixtures/; needs nightly and cargo-fuzz
   help                     print this list";
