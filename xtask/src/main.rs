@@ -37,7 +37,9 @@ tasks:
                            to FILE as JSON); `bench firmware` alone measures the C
                            lamp's heap, code size and handshake against their budgets;
                            `bench desktop` alone the desktop device's screenshot and
-                           click latency and idle memory against the issue's limits
+                           click latency and idle memory against the issue's limits;
+                           `bench python` alone a Python device's call round trip
+                           against the Rust client's, on the SDK's release wheel
   features                 check that dk-core builds tokio with sync, time and macros
                            only (no socket, no file, no task of its own), and run
                            dk-channel's tests without its default features (no ring)
