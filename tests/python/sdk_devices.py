@@ -5,8 +5,8 @@ run in the virtualenv that holds the SDK's wheel alone (no MCP client):
         checks what needs no vessel (typed errors, the key file's place,
         events queued before a run) and prints `ok`, or fails;
     python sdk_devices.py echo URL KEY_FILE
-        a device of several handlers (plain and `async def`, failing, not
-        JSON, emitting an event), run with `await Device.run_async`; it
+        a device of several handlers (plain, blocking and `async def`,
+        failing, not JSON, emitting an event), run with `await Device.run_async`; it
         prints `code: NNNNNN` for the pairing code, `call: NAME {input}` as
         each call reaches a handler, and `stopped` when Ctrl-C cancels it;
     python sdk_devices.py refused URL KEY_FILE
@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,9 @@ ECHO = {
          "params": {"seconds": {"type": "number", "required": True,
                                 "minimum": 0, "maximum": 5}}},
         {"name": "opaque", "kind": "sensor", "description": "Answer what JSON cannot carry."},
+        {"name": "hold", "kind": "sensor", "description": "Block a while, then answer.",
+         "params": {"seconds": {"type": "number", "required": True,
+                                "minimum": 0, "maximum": 5}}},
         {"name": "ping", "kind": "actuator", "description": "Send the pinged event.",
          "params": {"n": {"type": "number", "required": True}}},
     ],
@@ -90,7 +94,7 @@ def offline() -> None:
 
     dev = Device(ECHO)
     assert dev.id == "py-echo" and dev.name == "Python echo", (dev.id, dev.name)
-    assert dev.capabilities == ["add", "fail", "nap", "opaque", "ping"], dev.capabilities
+    assert dev.capabilities == ["add", "fail", "nap", "opaque", "hold", "ping"], dev.capabilities
     assert dev.events == ["pinged"], dev.events
     expect(ManifestError, 'handler given for no capability named "subtract"',
            lambda: dev.capability("subtract")(lambda: None))
@@ -163,6 +167,13 @@ async def echo(url: str, key_file: str) -> None:
     def opaque() -> object:
         say("call: opaque {}")
         return object()
+
+    @dev.capability("hold", blocking=True)
+    def hold(seconds: float) -> dict[str, float]:
+        # Blocks its thread; the connection goes on serving other calls.
+        say(f"call: hold {json.dumps({'seconds': seconds})}")
+        time.sleep(seconds)
+        return {"held": seconds}
 
     @dev.capability("ping")
     def ping(n: float) -> dict[str, float]:

@@ -277,7 +277,8 @@ class SdkSuite:
         check(shown == prompt["request"]["code"], f"shown {shown}, asked {prompt['request']['code']}")
         status, _ = await self.vessel.admin_async(
             "POST", f"/v1/pending/{prompt['id']}/consent",
-            {"approved": True, "grant": ["add", "fail", "nap", "opaque", "ping", "pinged"]})
+            {"approved": True,
+             "grant": ["add", "fail", "nap", "opaque", "hold", "ping", "pinged"]})
         check(status == 204, f"consent answered {status}")
         self.connected(ECHO)
 
@@ -304,6 +305,20 @@ class SdkSuite:
                   f"nap 9: {text_of(result)}")
         check(not any("nap" in line and '9' in line for line in self.echo.lines()
                       if line.startswith("call:")), "nap 9 reached the handler")
+
+    async def test_a_blocking_handler_leaves_the_connection_serving(self) -> None:
+        await self.paired_echo()
+        async with http_client(self.vessel.url, self.agent) as client:
+            held = asyncio.create_task(client.call_tool(echo_tool("hold"), {"seconds": 3}))
+            await wait_for_async("the hold call to reach its handler", lambda: asyncio.to_thread(
+                lambda: True if any(line.startswith("call: hold") for line in self.echo.lines())
+                else None))
+            # While `hold` sleeps in its handler, another call is answered.
+            result = await client.call_tool(echo_tool("add"), {"a": 1, "b": 2})
+            check(not result.is_error and result.structured_content == {"sum": 3}, f"add: {result}")
+            check(not held.done(), "add was answered only after hold returned")
+            result = await asyncio.wait_for(held, PATIENCE)
+            check(not result.is_error and result.structured_content == {"held": 3}, f"hold: {result}")
 
     async def test_an_event_emitted_by_a_handler_keeps_its_params(self) -> None:
         await self.paired_echo()

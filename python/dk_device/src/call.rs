@@ -1,8 +1,9 @@
 //! A call from the vessel, carried to Python and back: the device core has
 //! already checked it (a capability of the manifest, a call id not seen
 //! before, input within the declared bounds); here its input goes to the
-//! Python dispatcher as JSON text, on a blocking thread that takes the GIL
-//! (a handler may block without stalling the connection), and the answer
+//! Python dispatcher as JSON text, on the connection's thread (made a
+//! blocking one for the while when the handler was declared blocking), and
+//! the answer
 //! comes back through a [`Reply`], from that thread or, for an `async def`
 //! handler, from the asyncio loop that ran it.
 
@@ -59,49 +60,59 @@ impl Reply {
     }
 }
 
+/// Where a handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handling {
+    /// On the connection's thread, which serves nothing else meanwhile: for
+    /// handlers that return at once (and `async def` ones, which only hand
+    /// their coroutine to the loop).
+    Inline,
+    /// On the connection's thread made a blocking one while the handler
+    /// runs, the connection served by another: for handlers that sleep or
+    /// wait on hardware.
+    Blocking,
+}
+
 /// Runs `capability`'s Python handler with `input` and returns its answer.
 pub(crate) async fn call(
     dispatcher: Dispatcher,
     capability: String,
     input: Map<String, Value>,
+    how: Handling,
 ) -> Result<Value, HandlerError> {
     let (sender, answer) = oneshot::channel();
     let reply = Reply {
         answer: Mutex::new(Some(sender)),
     };
     let input = Value::Object(input).to_string();
-    let handed = {
-        let capability = capability.clone();
-        tokio::task::spawn_blocking(move || {
-            Python::attach(|py| {
-                let dispatch = dispatcher
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .map(|d| d.clone_ref(py));
-                let Some(dispatch) = dispatch else {
-                    return Err("the device is not running".to_owned());
-                };
-                dispatch
-                    .call1(py, (capability, input, reply))
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            })
+    let hand = || {
+        Python::attach(|py| {
+            let dispatch = dispatcher
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map(|d| d.clone_ref(py));
+            let Some(dispatch) = dispatch else {
+                return Err("the device is not running".to_owned());
+            };
+            dispatch
+                .call1(py, (capability.as_str(), input, reply))
+                .map(drop)
+                .map_err(|e| e.to_string())
         })
-        .await
     };
-    match handed {
-        Ok(Ok(())) => {}
-        Ok(Err(why)) => {
-            return Err(HandlerError::new(format!(
-                "the handler of \"{capability}\" could not be called: {why}"
-            )));
-        }
-        Err(_) => {
-            return Err(HandlerError::new(format!(
-                "the handler of \"{capability}\" was stopped"
-            )));
-        }
+    // A quick handler is called on the connection's own thread: a call
+    // crosses no thread on its way in or out. One that may block is called
+    // on this thread too, but made a blocking one for the while: another
+    // takes the connection over, which goes on serving.
+    let handed = match how {
+        Handling::Inline => hand(),
+        Handling::Blocking => tokio::task::block_in_place(hand),
+    };
+    if let Err(why) = handed {
+        return Err(HandlerError::new(format!(
+            "the handler of \"{capability}\" could not be called: {why}"
+        )));
     }
     match answer.await {
         Ok(Answer::Result(json)) => serde_json::from_str(&json)

@@ -14,7 +14,7 @@ use dk_device::{
 use pyo3::prelude::*;
 use serde_json::Value;
 
-use crate::call::{Dispatcher, call};
+use crate::call::{Dispatcher, Handling, call};
 use crate::errors::{ConnectError, CredentialError, DeviceError, EventError, ManifestError};
 use crate::run::{Stopper, run};
 
@@ -29,6 +29,8 @@ pub(crate) struct NativeDevice {
     dispatcher: Dispatcher,
     /// The capabilities given a handler.
     handled: Mutex<BTreeSet<String>>,
+    /// Those whose handler may block.
+    blocking: Arc<Mutex<BTreeSet<String>>>,
     events: Mutex<Events>,
     /// The run in progress.
     running: Mutex<Option<Stopper>>,
@@ -58,6 +60,7 @@ impl NativeDevice {
         let manifest = dk_proto::validate_manifest_json(manifest)
             .map_err(|e| ManifestError::new_err(DefineError::InvalidManifest(e).to_string()))?;
         let dispatcher = Dispatcher::default();
+        let blocking: Arc<Mutex<BTreeSet<String>>> = Arc::default();
         let names: Vec<String> = manifest
             .capabilities()
             .iter()
@@ -67,9 +70,15 @@ impl NativeDevice {
             .into_iter()
             .fold(Device::define_validated(manifest), |device, name| {
                 let dispatcher = Arc::clone(&dispatcher);
+                let blocking = Arc::clone(&blocking);
                 let capability = name.clone();
                 device.handler(&name, move |input| {
-                    call(Arc::clone(&dispatcher), capability.clone(), input)
+                    let how = if lock(&blocking).contains(&capability) {
+                        Handling::Blocking
+                    } else {
+                        Handling::Inline
+                    };
+                    call(Arc::clone(&dispatcher), capability.clone(), input, how)
                 })
             })
             .build()
@@ -79,6 +88,7 @@ impl NativeDevice {
             device,
             dispatcher,
             handled: Mutex::new(BTreeSet::new()),
+            blocking,
             events: Mutex::new(Events {
                 sender,
                 receiver: Some(receiver),
@@ -122,9 +132,11 @@ impl NativeDevice {
             .collect()
     }
 
-    /// Notes that capability `name` has a handler: `ManifestError` when the
-    /// manifest has no such capability or it has one already.
-    fn handle(&self, name: &str) -> PyResult<()> {
+    /// Notes that capability `name` has a handler, one that may block when
+    /// `blocking`: `ManifestError` when the manifest has no such capability
+    /// or it has one already.
+    #[pyo3(signature = (name, blocking = false))]
+    fn handle(&self, name: &str, blocking: bool) -> PyResult<()> {
         if self.device.manifest().capability(name).is_none() {
             return Err(ManifestError::new_err(
                 DefineError::UnknownHandler(name.to_owned()).to_string(),
@@ -134,6 +146,9 @@ impl NativeDevice {
             return Err(ManifestError::new_err(
                 DefineError::DuplicateHandler(name.to_owned()).to_string(),
             ));
+        }
+        if blocking {
+            lock(&self.blocking).insert(name.to_owned());
         }
         Ok(())
     }

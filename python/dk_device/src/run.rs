@@ -1,5 +1,6 @@
-//! Running the client: a tokio runtime of its own (one worker, and the
-//! blocking threads the handlers run on), waited on with the GIL released
+//! Running the client: a tokio runtime of its own (one worker thread, the
+//! connection's, on which handlers are called; another takes it over
+//! while a blocking handler runs), waited on with the GIL released
 //! and woken every [`SIGNAL_CHECK`] to let Python run its signal handlers,
 //! so Ctrl-C stops the device as [`Stopper::stop`] does (the connection
 //! closed after the calls in flight get their grace) and then raises

@@ -20,9 +20,10 @@ does not keep their declared params::
 
 Handlers are called with the call's input as keyword arguments and return
 anything `json.dumps` takes; an exception's message is the call's error.
-An `async def` handler runs on an asyncio loop: `run_async`'s, or one
-`run` keeps on a thread of its own. A plain handler runs on a worker
-thread, so it may block. See docs/PYTHON.md.
+A plain handler runs on the connection's thread, so it should return at
+once, or be declared `blocking=True`; an `async def` handler runs on an
+asyncio loop: `run_async`'s, or one `run` keeps on a thread of its own.
+See docs/PYTHON.md.
 """
 
 from __future__ import annotations
@@ -127,22 +128,28 @@ class Device:
         """Whether `run` or `run_async` is running the device."""
         return self._native.running
 
-    def capability(self, name: str) -> Callable[[Handler], Handler]:
+    def capability(self, name: str, *, blocking: bool = False) -> Callable[[Handler], Handler]:
         """Decorates the handler of capability `name`.
 
         The handler is called with the call's input as keyword arguments
         (a param the person's agent left out is not passed: give it a
         default) and returns the call's result, anything `json.dumps`
         takes. An exception it raises fails the call, its message being
-        the error the agent reads. `async def` handlers are awaited on an
-        asyncio loop. A name the manifest does not declare, or one given a
-        handler already, raises `ManifestError`.
+        the error the agent reads. A name the manifest does not declare,
+        or one given a handler already, raises `ManifestError`.
+
+        A plain handler runs on the device's connection thread, which
+        serves nothing else until it returns: keep it quick (read a pin,
+        set a relay). One that sleeps or waits on hardware is declared
+        `blocking=True`: the connection goes on serving meanwhile. An
+        `async def` handler is awaited on an asyncio loop and may take its
+        time.
         """
 
         def register(handler: Handler) -> Handler:
             if not callable(handler):
                 raise TypeError(f"the handler of {name!r} must be callable")
-            self._native.handle(name)
+            self._native.handle(name, blocking)
             self._handlers[name] = handler
             return handler
 
@@ -264,7 +271,7 @@ class Device:
 
 class _Calls:
     """Hands each call to its handler and answers it: the dispatcher the
-    native device calls on a worker thread with the capability, the
+    native device calls on the connection's thread with the capability, the
     input's JSON text and a `Reply`."""
 
     def __init__(self, handlers: dict[str, Callable[..., Any]],
