@@ -1,4 +1,5 @@
-//! Layering rules, checked over the sources and manifests of `crates/`:
+//! Layering rules, checked over the sources and manifests of `crates/` and
+//! `python/`:
 //!
 //! - no module circles: inside each crate (but those on `CIRCLES_LEFT`), the modules (one per file) and the
 //!   paths between them (`use` declarations and `crate::`, `super::`,
@@ -15,6 +16,8 @@
 //!   outside its dev-dependencies, dk-testkit (test support) a
 //!   dev-dependency only and depending on no dk crate; dk-fleet on none
 //!   but dk-channel and dk-store, and no crate but dk-fleet on async-nats;
+//!   the Python SDK's bindings (`python/dk_device`, dk-device-python) on
+//!   none but dk-device and dk-proto, and no crate but it on pyo3;
 //! - dk-policy's admission contract and rule language share no module;
 //! - no foreign type in a public signature of dk-proto, dk-policy, dk-store,
 //!   dk-core, dk-channel and dk-fleet: the
@@ -467,21 +470,42 @@ fn module_name(path: &[String]) -> String {
     }
 }
 
-/// The crates under `crates/`: name, folder, and each root file.
+/// The crates under `crates/` and `python/` (the Python SDK's bindings):
+/// package name and folder. A folder under `crates/` is named as its
+/// package.
 pub(super) fn crate_dirs() -> Vec<(String, std::path::PathBuf)> {
-    let mut dirs: Vec<_> = std::fs::read_dir(repo_root().join("crates"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
+    let mut dirs: Vec<_> = ["crates", "python"]
+        .into_iter()
+        .flat_map(|parent| {
+            std::fs::read_dir(repo_root().join(parent))
+                .into_iter()
+                .flatten()
+                .map(|entry| entry.unwrap().path())
+        })
         .filter(|path| path.join("Cargo.toml").is_file())
         .map(|path| {
-            (
-                path.file_name().unwrap().to_string_lossy().into_owned(),
-                path,
-            )
+            let manifest = std::fs::read_to_string(path.join("Cargo.toml")).unwrap();
+            (package_name(&manifest).unwrap(), path)
         })
         .collect();
     dirs.sort();
     dirs
+}
+
+/// The `name` of a manifest's `[package]`.
+fn package_name(manifest: &str) -> Option<String> {
+    let package = manifest.split("[package]").nth(1)?;
+    package
+        .lines()
+        .take_while(|line| !line.trim_start().starts_with('['))
+        .find_map(|line| {
+            let value = line
+                .trim()
+                .strip_prefix("name")?
+                .trim_start()
+                .strip_prefix('=')?;
+            Some(value.trim().trim_matches('"').to_owned())
+        })
 }
 
 /// Crates whose modules are still in circles, each with a reason. A crate
@@ -622,6 +646,7 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
         "dk-bridge-mqtt" => &["dk-proto", "dk-device"],
         "dk-fleet" => &["dk-channel", "dk-store"],
         "dk-testkit" => &[],
+        "dk-device-python" => &["dk-device", "dk-proto"],
         _ => &["*"],
     };
     // MQTT stays in the bridge: vessel authors and device makers never get it.
@@ -635,6 +660,11 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
     .chain(
         (deps.contains("async-nats") && name != "dk-fleet")
             .then(|| format!("{name} depends on async-nats (NATS belongs to dk-fleet)")),
+    )
+    // Python stays in the SDK's bindings: no other crate links libpython.
+    .chain(
+        (deps.contains("pyo3") && name != "dk-device-python")
+            .then(|| format!("{name} depends on pyo3 (Python belongs to dk-device-python)")),
     )
     .chain(direction_violations_of(name, deps, allowed_dk))
     .collect()

@@ -4,13 +4,14 @@
 //! - every path it names in backticks exists (a `.rs` file, a folder written
 //!   with a final `/`, or a file path with a folder), looked up from the
 //!   section that names it: a crate's section from its `src/`, its folder,
-//!   then the repository; the `tests/` section from `tests/it/`, `tests/`,
+//!   then the repository (a crate under `python/` as one under `crates/`);
+//!   the `tests/` section from `tests/it/`, `tests/`,
 //!   then the repository; every other section from the repository;
 //! - every source file of a library crate is named in its crate's section,
 //!   by its path under `src/` (`adapter/budget.rs`; a `mod.rs` by its folder,
 //!   `file/`), but the crate root and test files;
 //! - the table under "Crates and what they depend on" lists, for every crate
-//!   under `crates/`, exactly the dk crates in its `[dependencies]`, and of
+//!   under `crates/` and `python/`, exactly the dk crates in its `[dependencies]`, and of
 //!   the outside crates the table names, exactly those it depends on.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,7 +34,8 @@ const NAMED_EXTENSIONS: [&str; 11] = [
 /// A section of the map: where a relative path named in it is looked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Section {
-    /// `### `crates/NAME``: the crate's folder name.
+    /// `### `crates/NAME``, `### `python/NAME``: the crate's folder, from
+    /// the repository root.
     Crate(String),
     /// `### `tests/``.
     Tests,
@@ -50,11 +52,9 @@ impl Section {
         let title = line.trim_start_matches('#').trim();
         let code = title.strip_prefix('`').and_then(|t| t.split('`').next());
         Some(match code {
-            Some(path) if path.starts_with("crates/") => Section::Crate(
-                path.trim_start_matches("crates/")
-                    .trim_end_matches('/')
-                    .to_owned(),
-            ),
+            Some(path) if path.starts_with("crates/") || path.starts_with("python/") => {
+                Section::Crate(path.trim_end_matches('/').to_owned())
+            }
             Some("tests/") => Section::Tests,
             _ => Section::Root,
         })
@@ -63,8 +63,8 @@ impl Section {
     /// The folders a relative path named in this section may start from.
     fn bases(&self, root: &Path) -> Vec<PathBuf> {
         match self {
-            Section::Crate(name) => {
-                let dir = root.join("crates").join(name);
+            Section::Crate(folder) => {
+                let dir = root.join(folder);
                 vec![dir.join("src"), dir, root.to_path_buf()]
             }
             Section::Tests => vec![
@@ -172,11 +172,17 @@ fn names_of(relative: &str) -> Vec<String> {
     }
 }
 
-/// The library crates under `crates/` (those with a `src/lib.rs`).
+/// The library crates under `crates/` and `python/` (those with a
+/// `src/lib.rs`), each by its folder from the repository root.
 fn library_crates() -> Vec<(String, PathBuf)> {
+    let root = repo_root();
     crate_dirs()
         .into_iter()
         .filter(|(_, dir)| dir.join("src").join("lib.rs").is_file())
+        .map(|(_, dir)| {
+            let folder = dir.strip_prefix(&root).unwrap().to_string_lossy();
+            (folder.replace('\\', "/"), dir)
+        })
         .collect()
 }
 
@@ -184,22 +190,22 @@ fn library_crates() -> Vec<(String, PathBuf)> {
 fn unnamed_sources(map: &str) -> Vec<String> {
     let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (section, _, span) in code_spans(map) {
-        if let Section::Crate(name) = section {
-            named.entry(name).or_default().insert(span);
+        if let Section::Crate(folder) = section {
+            named.entry(folder).or_default().insert(span);
         }
     }
     let mut unnamed = Vec::new();
-    for (name, dir) in library_crates() {
+    for (folder, dir) in library_crates() {
         let mut files = Vec::new();
         rust_files(&dir.join("src"), "", &mut files);
         files.sort();
-        let spans = named.get(&name).cloned().unwrap_or_default();
+        let spans = named.get(&folder).cloned().unwrap_or_default();
         for file in files {
             if file == "lib.rs" || is_test_file(&file) {
                 continue;
             }
             if !names_of(&file).iter().any(|n| spans.contains(n)) {
-                unnamed.push(format!("crates/{name}/src/{file}"));
+                unnamed.push(format!("{folder}/src/{file}"));
             }
         }
     }
@@ -352,9 +358,13 @@ fn map_scanners() {
     assert_eq!(
         spans,
         [
-            (Section::Crate("dk-x".into()), 2, "crates/dk-x".into()),
-            (Section::Crate("dk-x".into()), 3, "a.rs".into()),
-            (Section::Crate("dk-x".into()), 3, "b/".into()),
+            (
+                Section::Crate("crates/dk-x".into()),
+                2,
+                "crates/dk-x".into()
+            ),
+            (Section::Crate("crates/dk-x".into()), 3, "a.rs".into()),
+            (Section::Crate("crates/dk-x".into()), 3, "b/".into()),
             (Section::Tests, 7, "tests/".into()),
             (Section::Tests, 8, "it.rs".into()),
         ]

@@ -1,5 +1,5 @@
-//! Repository rules, checked over every Rust file under `crates/`, `xtask/`,
-//! `tests/` and `fuzz/fuzz_targets/`: module docs first, no panicking or
+//! Repository rules, checked over every Rust file under `crates/`,
+//! `python/`, `xtask/`, `tests/` and `fuzz/fuzz_targets/`: module docs first, no panicking or
 //! skipped tests, no leftover `dbg!`, `todo!` or `unimplemented!`, unsafe code
 //! forbidden at every crate root, and a reason on every lint exception outside
 //! tests.
@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 /// The folders walked, relative to the repository root.
-const ROOTS: [&str; 4] = ["crates", "xtask", "tests", "fuzz/fuzz_targets"];
+const ROOTS: [&str; 5] = ["crates", "python", "xtask", "tests", "fuzz/fuzz_targets"];
 
 /// Text no Rust file may contain, and why.
 const FORBIDDEN: [(&str, &str); 5] = [
@@ -240,7 +240,7 @@ fn crate_roots_forbid_unsafe_code() {
         // unsafe code with the reason.
         let crate_root = matches!(
             parts.as_slice(),
-            ["crates", _, "src", "lib.rs" | "main.rs"] | ["xtask", "src", "main.rs"]
+            ["crates" | "python", _, "src", "lib.rs" | "main.rs"] | ["xtask", "src", "main.rs"]
         ) && !UNSAFE_CRATES.iter().any(|dir| source.path.starts_with(dir));
         if crate_root && !source.text.contains(forbid) {
             vec!["no such line".to_owned()]

@@ -17,6 +17,10 @@
 //! `cargo xtask bench gate` runs only the MCP bridge's bench (`gate/...`:
 //! a tool of the everything server called directly over stdio and through
 //! dk, and a 500 KiB result both ways), which they skip as well.
+//! `cargo xtask bench python` runs only the Python device SDK's bench
+//! (`python/...`: a call's round trip through a vessel to a Python device
+//! against the same to dk-device's Rust client, on the SDK's release
+//! wheel), which they skip too.
 //! `cargo xtask bench verify-pg` runs only `dk audit verify --store` on a
 //! PostgreSQL log of 1,000,000 entries (`verify-pg/...`: its time and peak
 //! memory, and at a tenth of the size), which they skip as well.
@@ -48,9 +52,10 @@ const PACKAGES: [&str; 9] = [
 
 /// How the lines of the benches without divan begin; each such line is kept
 /// for the summary as it is.
-const REPORT_PREFIXES: [&str; 14] = [
+const REPORT_PREFIXES: [&str; 15] = [
     "gate/",
     "fleet-scale/",
+    "python/",
     "fleet/",
     "fleet-routed/",
     "verify-pg/",
@@ -119,6 +124,13 @@ pub fn run(args: &[String]) -> TaskResult {
         // The MCP bridge against its servers, direct and through dk: on
         // demand, with the servers `cargo xtask peers` installs.
         command.args(["-p", "dk", "--bench", "gate"]);
+    } else if filter == Some("python") {
+        // A Python device's call round trip against the Rust client's, on
+        // the SDK's release wheel installed in a fresh virtualenv.
+        let python = crate::python::virtualenv()?;
+        let device = crate::python::sdk_virtualenv(&python, crate::python::Profile::Release)?;
+        command.args(["-p", "dk-tests", "--bench", "python_device"]);
+        command.env("DK_BENCH_DEVICE_PYTHON", device);
     } else if filter == Some("firmware") {
         // The firmware's budgets alone (the C lamp against a vessel), without
         // building every other bench.

@@ -37,7 +37,9 @@ tasks:
                            to FILE as JSON); `bench firmware` alone measures the C
                            lamp's heap, code size and handshake against their budgets;
                            `bench desktop` alone the desktop device's screenshot and
-                           click latency and idle memory against the issue's limits
+                           click latency and idle memory against the issue's limits;
+                           `bench python` alone a Python device's call round trip
+                           against the Rust client's, on the SDK's release wheel
   features                 check that dk-core builds tokio with sync, time and macros
                            only (no socket, no file, no task of its own), and run
                            dk-channel's tests without its default features (no ring)
@@ -50,6 +52,8 @@ tasks:
                            the desktop device's tests use them) when they are missing
   python [-k FILTER]       the python MCP client tests against a real vessel, in a
                            virtualenv under target/ made from tests/python/requirements.txt
+                           and build-requirements.txt, and the Python device SDK's tests:
+                           its wheel built with that maturin, installed in a fresh virtualenv
   fuzz [SECONDS]           run every fuzz target for SECONDS each (default 10),
                            seeded from fixtures/; needs nightly and cargo-fuzz
   help                     print this list";

@@ -37,6 +37,9 @@
 //! a [`StreamSender`] from [`stream_channel`]; the client sends them once the
 //! vessel admits it.
 //!
+//! [`Home`] names dk's home on this machine and the key file a device
+//! keeps in it.
+//!
 //! [`samples`] holds ready devices (8DK's reference lamp, a door lock, a
 //! thermostat) used by the simulators, the demo and the end-to-end tests.
 
@@ -45,6 +48,7 @@
 mod client;
 mod device;
 mod event;
+mod home;
 pub mod samples;
 mod serve;
 mod stream;
@@ -55,6 +59,7 @@ pub use client::{
 };
 pub use device::{CallError, DefineError, Device, DeviceBuilder, HandlerError};
 pub use event::{EmitError, EventReceiver, EventSender};
+pub use home::{HOME_ENV, Home, HomeError, HomeSource};
 pub use serve::{
     DEFAULT_GRACE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REMEMBERED_CALLS, Notice, ServeError,
     ServeOptions, serve_device, serve_device_with,

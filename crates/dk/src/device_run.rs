@@ -204,15 +204,14 @@ fn default_file(id: &str, ext: &str) -> PathBuf {
 
 /// The default key (`ext` "key") or token ("token") file of device `id`:
 /// `devices/<id>.<ext>` in dk's home (`DK_HOME`, else the XDG data
-/// directory), the same from any directory. A file an older dk left in
+/// directory; dk-device's `Home::device_file`), the same from any directory. A file an older dk left in
 /// `./.dk/` is not used silently: the error says what to do with it. Also
 /// the default of every device `dk bridge mqtt` serves.
 pub(crate) fn device_file(id: &str, ext: &str) -> Result<PathBuf, String> {
-    let name = format!("{id}.{ext}");
     let home = crate::home::Home::locate()
         .map_err(|e| format!("{e}; or name the {ext} file with --{ext}-file"))?;
-    let path = home.root().join("devices").join(&name);
-    let old = PathBuf::from(".dk").join(&name);
+    let path = home.device_file(id, ext);
+    let old = PathBuf::from(".dk").join(format!("{id}.{ext}"));
     if std::fs::symlink_metadata(&path).is_err() && std::fs::symlink_metadata(&old).is_ok() {
         let (old, path) = (
             printable(&old.display().to_string()),

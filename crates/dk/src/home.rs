@@ -6,12 +6,12 @@
 //! `admin-token` and `vessel.key` (0600). `--data-dir`,
 //! `--admin-token-file` and `dk vessel --vessel-key-file` override them.
 
-use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The environment variable naming dk's home.
-pub const HOME_ENV: &str = "DK_HOME";
+/// dk's home, how it was found and why none could be: dk-device's, where
+/// every device program finds its key file too.
+pub use dk_device::{Home, HomeError, HomeSource as Source};
+
 /// The vessel's data directory in the home.
 const VESSEL_DIR: &str = "vessel";
 /// The admin token's file in the home.
@@ -20,105 +20,11 @@ const ADMIN_TOKEN_FILE: &str = "admin-token";
 /// and MCP sockets.
 pub use dk_vessel::{ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET};
 
-/// How the home was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// From `DK_HOME`.
-    Env,
-    /// `$XDG_DATA_HOME/dk`, `DK_HOME` being unset.
-    XdgDataHome,
-    /// `$HOME/.local/share/dk`, both being unset.
-    HomeDir,
-}
-
-/// dk's home directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Home {
-    root: PathBuf,
-    source: Source,
-}
-
-/// Why no home could be named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HomeError {
-    /// `DK_HOME` is a relative path, which would name another directory
-    /// from each working directory.
-    Relative(PathBuf),
-    /// None of `DK_HOME`, `XDG_DATA_HOME` and `HOME` names a directory.
-    Unknown,
-}
-
-impl fmt::Display for HomeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HomeError::Relative(path) => write!(
-                f,
-                "{HOME_ENV} must be an absolute path, not `{}`",
-                path.display()
-            ),
-            HomeError::Unknown => write!(
-                f,
-                "cannot tell where dk keeps its files: set {HOME_ENV} (or HOME)"
-            ),
-        }
-    }
-}
-
-impl Home {
-    /// The home this process's environment names.
-    pub fn locate() -> Result<Home, HomeError> {
-        Home::from_env(|name| std::env::var_os(name))
-    }
-
-    /// The home `var` names: `DK_HOME` (absolute) when set and not empty,
-    /// else `$XDG_DATA_HOME/dk` when that is absolute (the XDG rule: a
-    /// relative one is ignored), else `$HOME/.local/share/dk`.
-    fn from_env(var: impl Fn(&str) -> Option<OsString>) -> Result<Home, HomeError> {
-        let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        if let Some(root) = set(HOME_ENV) {
-            if !root.is_absolute() {
-                return Err(HomeError::Relative(root));
-            }
-            return Ok(Home {
-                root,
-                source: Source::Env,
-            });
-        }
-        if let Some(data) = set("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
-            return Ok(Home {
-                root: data.join("dk"),
-                source: Source::XdgDataHome,
-            });
-        }
-        match set("HOME").filter(|p| p.is_absolute()) {
-            Some(home) => Ok(Home {
-                root: home.join(".local").join("share").join("dk"),
-                source: Source::HomeDir,
-            }),
-            None => Err(HomeError::Unknown),
-        }
-    }
-
-    /// The home directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// How it was found, in words, for the vessel's start text.
-    pub fn found_through(&self) -> &'static str {
-        match self.source {
-            Source::Env => "from DK_HOME",
-            Source::XdgDataHome => "$XDG_DATA_HOME/dk, as DK_HOME is unset",
-            Source::HomeDir => "the default, as DK_HOME and XDG_DATA_HOME are unset",
-        }
-    }
-}
-
 /// `data_dir` when given, else the home's data directory (and the home).
 pub fn data_dir_or_home(data_dir: Option<&Path>) -> Result<(PathBuf, Option<Home>), HomeError> {
     match data_dir {
         Some(dir) => Ok((dir.to_owned(), None)),
-        None => Home::locate().map(|home| (home.root.join(VESSEL_DIR), Some(home))),
+        None => Home::locate().map(|home| (home.root().join(VESSEL_DIR), Some(home))),
     }
 }
 
@@ -126,7 +32,7 @@ pub fn data_dir_or_home(data_dir: Option<&Path>) -> Result<(PathBuf, Option<Home
 /// or given.
 pub fn no_vessel(data_dir: &Path, home: Option<&Home>) -> String {
     let how = match home {
-        Some(home) if home.source == Source::Env => {
+        Some(home) if home.source() == Source::Env => {
             "start one with `dk vessel` and the same DK_HOME"
         }
         Some(_) => "start one with `dk vessel`, or set DK_HOME to the home of the one you run",
@@ -165,7 +71,7 @@ impl Paths {
             (Some(_), Some(_)) => None,
             _ => Some(locate()?),
         };
-        let from_home = |name: &str| home.as_ref().map(|h| h.root.join(name));
+        let from_home = |name: &str| home.as_ref().map(|h| h.root().join(name));
         Ok(Paths {
             data_dir: data_dir
                 .map(Path::to_owned)
@@ -192,54 +98,12 @@ impl Paths {
 
 #[cfg(test)]
 mod tests {
-    use super::{Home, HomeError, Paths, Source};
-    use std::path::{Path, PathBuf};
-
-    #[track_caller]
-    fn check(env: &[(&str, &str)], expected: Result<(&str, Source), HomeError>) {
-        let got = Home::from_env(|name| {
-            env.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| (*v).into())
-        });
-        let expected = expected.map(|(root, source)| Home {
-            root: PathBuf::from(root),
-            source,
-        });
-        assert_eq!(got, expected, "{env:?}");
-    }
-
-    #[test]
-    fn the_home_is_dk_home_then_xdg_then_home() {
-        use Source::{Env, HomeDir, XdgDataHome};
-        let all = [("DK_HOME", "/d"), ("XDG_DATA_HOME", "/x"), ("HOME", "/h")];
-        check(&all, Ok(("/d", Env)));
-        check(&all[1..], Ok(("/x/dk", XdgDataHome)));
-        check(&all[2..], Ok(("/h/.local/share/dk", HomeDir)));
-        check(
-            &[("DK_HOME", ""), ("XDG_DATA_HOME", ""), ("HOME", "/h")],
-            Ok(("/h/.local/share/dk", HomeDir)),
-        );
-        check(
-            &[("XDG_DATA_HOME", "relative"), ("HOME", "/h")],
-            Ok(("/h/.local/share/dk", HomeDir)),
-        );
-        check(
-            &[("DK_HOME", "here"), ("HOME", "/h")],
-            Err(HomeError::Relative("here".into())),
-        );
-        check(&[], Err(HomeError::Unknown));
-        check(&[("HOME", "h")], Err(HomeError::Unknown));
-    }
+    use super::{Home, HomeError, Paths};
+    use std::path::Path;
 
     #[test]
     fn flags_win_and_the_home_fills_the_rest() {
-        let home = || {
-            Ok(Home {
-                root: "/h".into(),
-                source: Source::Env,
-            })
-        };
+        let home = || Home::from_env(|name| (name == "DK_HOME").then(|| "/h".into()));
         let nowhere = || Err(HomeError::Unknown);
         let got = Paths::resolve_with(Some(Path::new("d")), Some(Path::new("t")), nowhere);
         assert_eq!(
