@@ -28,6 +28,12 @@
 //! version is checked against [`FORMAT_VERSION`], the one `public-api`
 //! reads, so a new toolchain fails with a sentence rather than a parse error.
 //!
+//! On a 2-core machine whose dependencies are built, a run takes under a
+//! minute (49 and 52 s, measured with other builds running), nearly all of
+//! it rustdoc (42 s): cargo documents the 18 crates again on every run, as
+//! it judges a crate's docs fresh by their HTML pages, which the JSON output
+//! does not write. Reading, rendering and comparing take 7 s.
+//!
 //! Without `--bless` the task fails, printing the lines that differ, when a
 //! snapshot is missing, stale or different; with it the snapshots are
 //! rewritten (and those of crates that are gone removed).
