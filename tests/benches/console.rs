@@ -29,10 +29,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use dk_core::adapter::{ApprovalRequest, Approver};
+use dk_http::{AdminToken, Console, serve_admin};
 use dk_policy::PolicySet;
-use dk_vessel::adapter::{ApprovalRequest, Approver};
-use dk_vessel::http::{AdminToken, Console, serve_admin};
-use dk_vessel::store::{AuditEvent, SqliteStore, Store, StoredPairing};
+use dk_store::{AuditEvent, SqliteStore, Store, StoredPairing};
 use dk_vessel::{Limits, Vessel};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

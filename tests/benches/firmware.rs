@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use dk_device::samples::Lamp;
 use dk_device::{ClientOptions, ConnectionEvent, connect_once, run_client};
+use dk_http::{AdminClient, AdminToken, Console, serve_admin, serve_devices};
 use dk_policy::PolicySet;
-use dk_vessel::http::{AdminClient, AdminToken, Console, serve_admin, serve_devices};
 use dk_vessel::{Limits, Vessel};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;

@@ -41,13 +41,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dk_core::adapter::CallContext;
+use dk_core::person::{ApprovalAnswer, Prompt};
+use dk_core::registry::ConsentDecision;
 use dk_device::{ClientOptions, ServeOptions, run_client, stream_channel};
 use dk_policy::PolicySet;
 use dk_testkit::pulse::{Feed, MIC_SOURCE, Pulse, SPEAKER_MONITOR, SPEAKER_SINK, pulse_or_skip};
-use dk_vessel::adapter::CallContext;
 use dk_vessel::config::VesselConfig;
-use dk_vessel::person::{ApprovalAnswer, Prompt};
-use dk_vessel::registry::ConsentDecision;
 use dk_vessel::{Limits, Vessel};
 use dk_voice::{Endpoints, Voice, VoiceConfig};
 use libpulse_binding::def::BufferAttr;
@@ -315,7 +315,7 @@ async fn run(binary: &std::path::Path) -> Result<(), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("ws://{}/device", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dk_vessel::http::serve_devices(
+    let server = tokio::spawn(dk_http::serve_devices(
         listener,
         Arc::clone(&vessel),
         async {

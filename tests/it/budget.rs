@@ -4,7 +4,7 @@
 //! device sees it, says when calls are allowed again, and records the
 //! refusal in the audit log; calls that name no run are charged to no run.
 
-use dk_vessel::{Limits, adapter::CallContext, config};
+use dk_vessel::{CallContext, Limits, config};
 use serde_json::{Value, json};
 
 use crate::net::{DeviceRun, Running, start};

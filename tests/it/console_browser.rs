@@ -132,7 +132,7 @@ async fn a_person_pairs_a_lamp_and_answers_an_agent_from_the_console() {
     // What a device sends is shown as text, its hidden characters marked:
     // an event whose data holds markup, a right-to-left override and an
     // escape. (A manifest cannot carry them: it is refused at pairing.)
-    running.vessel.publish_event(dk_vessel::link::DeviceEvent {
+    running.vessel.publish_event(dk_core::link::DeviceEvent {
         device_id: "desk-lamp".to_owned(),
         capability: "read_light".to_owned(),
         data: Some(
@@ -513,7 +513,7 @@ async fn bottom(browser: &Browser, css: &str) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_phone_a_prompt_fits_the_first_screen_and_an_audit_row_reads_in_a_few_lines() {
-    use dk_vessel::adapter::Approver;
+    use dk_core::adapter::Approver;
     let running = start(Limits::default()).await;
     let browser = Browser::start(390, 844).await;
     browser.viewport(390, 844).await;
@@ -553,7 +553,7 @@ async fn on_a_phone_a_prompt_fits_the_first_screen_and_an_audit_row_reads_in_a_f
     input.insert("cups".to_owned(), json!(2));
     input.insert("strength".to_owned(), json!("strong"));
     input.insert("milk".to_owned(), json!({"kind": "oat", "foam": true}));
-    let request = dk_vessel::adapter::ApprovalRequest {
+    let request = dk_core::adapter::ApprovalRequest {
         tool: "device__kitchen_coffee_machine__start_brew".to_owned(),
         device_id: "kitchen-coffee-machine".to_owned(),
         capability: "start_brew".to_owned(),
@@ -601,7 +601,7 @@ async fn on_a_phone_a_prompt_fits_the_first_screen_and_an_audit_row_reads_in_a_f
         for (k, v) in extra.as_object().unwrap() {
             entry[k] = v.clone();
         }
-        dk_vessel::store::AuditEvent {
+        dk_store::AuditEvent {
             at_ms: 1_796_185_507_000 + n,
             kind: "decision".to_owned(),
             entry,

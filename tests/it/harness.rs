@@ -4,13 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dk_device::{Device, serve_device};
-use dk_policy::PolicySet;
-use dk_vessel::{
+use dk_core::{
     adapter::{DecisionRecord, DeviceToolAdapter},
     link::{CallCorrelator, DeviceLink, Links, pump_device_frames},
     registry::{ConsentDecision, DeviceRegistry, Paired},
 };
+use dk_device::{Device, serve_device};
+use dk_policy::PolicySet;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;

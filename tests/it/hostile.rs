@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use dk_device::ClientOptions;
 use dk_device::samples::Lamp;
-use dk_vessel::{Limits, registry::ConsentDecision};
+use dk_vessel::{ConsentDecision, Limits};
 use futures::SinkExt;
 use serde_json::json;
 use std::sync::atomic::Ordering;

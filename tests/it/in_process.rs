@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dk_device::samples::Lamp;
-use dk_device::{Device, HandlerError};
-use dk_vessel::{
+use dk_core::{
     adapter::{ApprovalRequest, Approver, ApproverFn, CallContext, ToolOutcome},
     registry::DeviceRegistry,
 };
+use dk_device::samples::Lamp;
+use dk_device::{Device, HandlerError};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify};
 

@@ -6,14 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use dk_device::{ClientError, ClientOptions, Device, run_client};
+use dk_http::{AdminClient, AdminToken, Console, serve_admin, serve_devices};
 use dk_policy::PolicySet;
 use dk_testkit::{eventually, eventually_async, eventually_some};
-use dk_vessel::{
-    Limits, Vessel,
-    http::{AdminClient, AdminToken, Console, serve_admin, serve_devices},
-    person::Prompt,
-    registry::ConsentDecision,
-};
+use dk_vessel::{ConsentDecision, Limits, Prompt, Vessel};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -175,12 +171,12 @@ impl Running {
     ) -> JoinHandle<Value> {
         let vessel = Arc::clone(&self.vessel);
         tokio::spawn(async move {
-            let ctx = dk_vessel::adapter::CallContext {
+            let ctx = dk_core::adapter::CallContext {
                 agent_id: Some("kitchen"),
                 session_id: Some("session-7"),
                 approver: Some(vessel.person().as_ref()),
                 timeout: Some(timeout),
-                ..dk_vessel::adapter::CallContext::default()
+                ..dk_core::adapter::CallContext::default()
             };
             let outcome = vessel.adapter().execute(tool, input, ctx).await;
             serde_json::to_value(outcome).unwrap()

@@ -24,9 +24,7 @@ async fn a_call_pending_at_a_disconnect_fails_and_is_never_sent_again() {
         "device:pairing"
     );
     running
-        .answer_next_directly(dk_vessel::registry::ConsentDecision::approve([
-            "read_light",
-        ]))
+        .answer_next_directly(dk_core::registry::ConsentDecision::approve(["read_light"]))
         .await;
     let paired = next(&mut socket).await.unwrap().unwrap();
     let token = paired["deviceToken"].as_str().unwrap().to_owned();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dk_device::samples::Lamp;
 use dk_device::{ClientError, ClientOptions, Device, HandlerError};
-use dk_vessel::{Limits, adapter::CallContext, registry::ConsentDecision};
+use dk_vessel::{CallContext, ConsentDecision, Limits};
 use serde_json::{Value, json};
 
 use crate::net::{DeviceRun, closed, next, pair_raw, start, temp_dir};

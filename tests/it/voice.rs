@@ -273,8 +273,8 @@ async fn the_persons_stop_in_the_console_ends_listen_within_100_ms_of_sound() {
 
 /// The next chunk the vessel forwards (or drops), within the patience.
 async fn next_chunk(
-    chunks: &mut dk_vessel::stream::StreamSubscription,
-) -> dk_vessel::stream::StreamEvent {
+    chunks: &mut dk_core::stream::StreamSubscription,
+) -> dk_core::stream::StreamEvent {
     tokio::time::timeout(dk_testkit::PATIENCE, chunks.recv())
         .await
         .expect("no chunk within the patience")

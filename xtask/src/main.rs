@@ -2,8 +2,9 @@
 //! snapshots, benchmarks with a summary of their medians, and short fuzzing
 //! runs seeded from `fixtures/`.
 //!
-//! Only the standard library and serde_json (for `cargo metadata`) are used,
-//! so the tasks build quickly and the same way everywhere.
+//! Only the standard library, serde_json (for `cargo metadata`) and
+//! public-api (to render rustdoc's JSON for the API snapshots) are used, so
+//! the tasks build quickly and the same way everywhere.
 
 #![forbid(unsafe_code)]
 
@@ -27,8 +28,9 @@ tasks:
   ci                       what CI runs: fmt check, clippy, dk-core's tokio features,
                            dk-channel's tests without ring, the peers, tests, python client tests,
                            docs, the public API snapshots (fails fast)
-  api [--bless]            compare every library crate's public items (from rustdoc)
-                           with api/<crate>.txt, failing with the difference;
+  api [--bless]            compare every library crate's public items with their
+                           signatures (from rustdoc's JSON) with api/<crate>.txt,
+                           failing with the difference;
                            --bless rewrites the snapshots
   bench [FILTER] [--save FILE]
                            run the benchmarks of dk-proto, dk-policy, dk-channel,
@@ -72,6 +74,10 @@ impl std::fmt::Display for TaskError {
 pub type TaskResult = Result<(), TaskError>;
 
 fn main() -> ExitCode {
+    // Run by cargo as rustdoc, for `api`'s JSON (see `api.rs`).
+    if let Some(code) = api::rustdoc_wrapper() {
+        return code;
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = match args.split_first() {
         Some((task, rest)) => (task.as_str(), rest),

@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dk_bridge_mqtt::{BridgeConfig, BrokerState, run_bridge};
+use dk_core::adapter::CallContext;
+use dk_core::person::Prompt;
+use dk_core::registry::ConsentDecision;
+use dk_http::serve_devices;
 use dk_policy::PolicySet;
 use dk_testkit::{PATIENCE, eventually};
-use dk_vessel::adapter::CallContext;
-use dk_vessel::http::serve_devices;
-use dk_vessel::person::Prompt;
-use dk_vessel::registry::ConsentDecision;
 use dk_vessel::{Limits, Vessel};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
@@ -715,7 +715,7 @@ async fn an_agent_over_mcp_turns_the_bridged_light_on_and_the_state_confirms() {
     let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mcp_addr = listener.local_addr().unwrap();
-    tokio::spawn(dk_vessel::mcp::serve_mcp(
+    tokio::spawn(dk_mcp::serve_mcp(
         listener,
         Arc::clone(&vessel),
         Arc::clone(vessel.agents()),
@@ -738,9 +738,9 @@ async fn an_agent_over_mcp_turns_the_bridged_light_on_and_the_state_confirms() {
         state.state("zigbee2mqtt/lamp").is_some()
     })
     .await;
-    let scope = dk_vessel::agents::AgentScope::from_items(["living-room-light"]).unwrap();
+    let scope = dk_core::agents::AgentScope::from_items(["living-room-light"]).unwrap();
     let (_, credential) = vessel
-        .add_agent("kitchen", scope, dk_vessel::agents::AgentRole::User)
+        .add_agent("kitchen", scope, dk_core::agents::AgentRole::User)
         .unwrap();
     let credential = credential.expose().to_owned();
 

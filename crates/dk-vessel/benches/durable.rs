@@ -19,13 +19,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use dk_core::adapter::CallContext;
+use dk_http::{AdminClient, AdminToken};
 use dk_policy::PolicySet;
-use dk_vessel::{
-    Limits, Vessel,
-    adapter::CallContext,
-    http::{AdminClient, AdminToken},
-    store::{AuditEvent, SqliteStore, Store, StoredPairing},
-};
+use dk_store::{AuditEvent, SqliteStore, Store, StoredPairing};
+use dk_vessel::{Limits, Vessel};
 use futures::FutureExt;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};

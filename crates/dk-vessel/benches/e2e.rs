@@ -26,11 +26,13 @@ use axum::Router;
 use axum::extract::Request;
 use axum::response::Response;
 use axum::routing::get;
+use dk_core::adapter::CallContext;
+use dk_core::person::Prompt;
+use dk_core::registry::ConsentDecision;
+use dk_http::serve_devices;
 use dk_policy::PolicySet;
 use dk_proto::{Channel, DeviceFrame, FrameLimits, VesselFrame};
-use dk_vessel::{
-    Vessel, adapter::CallContext, http::serve_devices, person::Prompt, registry::ConsentDecision,
-};
+use dk_vessel::Vessel;
 use futures::{SinkExt, StreamExt};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dk_vessel::http::{AdminClient, AdminToken};
+use dk_http::{AdminClient, AdminToken};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;

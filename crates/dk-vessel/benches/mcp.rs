@@ -14,13 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt;
+use dk_core::adapter::CallContext;
+use dk_core::agents::{AgentDirectory, AgentRole, AgentScope};
+use dk_mcp::serve_mcp;
 use dk_policy::PolicySet;
-use dk_vessel::{
-    Vessel,
-    adapter::CallContext,
-    agents::{AgentDirectory, AgentRole, AgentScope},
-    mcp::serve_mcp,
-};
+use dk_vessel::Vessel;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;

@@ -3,23 +3,31 @@
 //! into tools, and runs every tool call through the ordered checks before a
 //! device sees it.
 //!
-//! This is the crate vessel authors depend on. It gathers the vessel's
-//! crates under one roof, each as a namespace:
+//! This is the crate vessel authors depend on, and its surface is what
+//! one needs, flat at the root:
 //!
-//! - the core (`dk-core`): [`Vessel`] and [`Limits`] at the root, and the
-//!   modules [`adapter`], [`agents`], [`allowances`], [`config`] (with
-//!   [`config::load`], which reads the file),
-//!   [`connection`], [`link`], [`listener`], [`metrics`], [`person`], [`redact`],
-//!   [`registry`], [`reload`] (with [`reload::watch_policy_file`], which
-//!   watches the rule file), [`stream`] and [`vessel`];
-//! - [`store`] (`dk-store`): the `Store` trait, the SQLite and in-memory
-//!   stores, the audit log and its writer, private files;
-//! - [`http`] (`dk-http`): the `/device` route, the admin API and its
-//!   client, listeners, Unix sockets;
-//! - [`mcp`] (`dk-mcp`): the MCP server;
+//! - [`VesselServer`], which starts a networked vessel (every route, the
+//!   store, MCP, the Unix sockets and the address file) in a few lines, the
+//!   [`RunningVessel`] it returns, [`McpListen`], [`ServerError`] and the
+//!   names of the files it keeps in its folder;
+//! - [`config`] (the vessel's file: [`config::load`] reads it) and
+//!   [`reload`] ([`reload::watch_policy_file`] watches the rule file);
+//! - the core pieces by hand: [`Vessel`] and its [`Limits`], the
+//!   [`DeviceRegistry`] the person pairs devices into (a
+//!   [`ConsentRequest`] answered with a [`ConsentDecision`]), the
+//!   [`DeviceToolAdapter`] that turns grants into [`ToolDefinition`]s and
+//!   runs every call ([`CallContext`]) through the checks to a
+//!   [`ToolOutcome`], [`Links`] to connected devices;
+//! - the person's side: [`Prompt`]s, [`ApprovalRequest`]s answered with an
+//!   [`ApprovalAnswer`], and agents' [`AgentRole`] and [`AgentScope`];
+//! - the events a vessel reports ([`RegistryEvent`], [`PersonEvent`],
+//!   [`AgentEvent`], [`DeviceEvent`]) and the errors of pairing, granting,
+//!   answering and agents.
 //!
-//! and [`VesselServer`], which starts a networked vessel (every route, the
-//! store, MCP, the Unix sockets and the address file) in a few lines.
+//! Everything else stays in the crate that owns it: the core's other
+//! modules in `dk-core`, the stores and the audit log in `dk-store`, the
+//! routes, the admin API and its client in `dk-http`, the MCP server in
+//! `dk-mcp`; a program that needs them depends on that crate.
 //!
 //! No input from a device, an agent or a person can make this crate panic:
 //! every frame, manifest, tool name and input is parsed into a typed value
@@ -38,16 +46,18 @@ mod server;
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
 
-pub use dk_core::{
-    Limits, Vessel, adapter, agents, allowances, by, connection, link, listener, metrics, person,
-    redact, registry, stream, vessel,
+pub use dk_core::adapter::{
+    ApprovalRequest, CallContext, DeviceToolAdapter, ToolDefinition, ToolOutcome,
 };
-#[cfg(feature = "fleet")]
-pub use dk_fleet as fleet;
-pub use dk_http as http;
-pub use dk_mcp as mcp;
-pub use dk_store as store;
+pub use dk_core::agents::{AgentError, AgentEvent, AgentRole, AgentScope};
+pub use dk_core::link::{DeviceEvent, Links};
+pub use dk_core::person::{AnswerError, ApprovalAnswer, PersonEvent, Prompt};
+pub use dk_core::registry::{
+    ConsentDecision, ConsentRequest, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry, GrantError,
+    PairError, RegistryEvent,
+};
+pub use dk_core::{Limits, Vessel};
 pub use server::{
-    ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, OLD_VESSEL_KEY_FILE,
-    RunningVessel, ServerError, StoreOpener, VesselServer, vessel_key_file,
+    ADDRESS_FILE, ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, McpListen, RunningVessel, ServerError,
+    StoreOpener, VesselServer, vessel_key_file,
 };

@@ -47,7 +47,7 @@ use dk_proto::admin::{self as api};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::allowances::{AllowanceChange, AllowanceMinutes, Remember};
+use dk_core::allowances::{AllowanceChange, AllowanceMinutes, Remember};
 use prompts::News;
 use wire::{Ask, Reply, Said};
 

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use common::{BoxError, Killed, median};
 
+use dk_core::adapter::CallContext;
+use dk_core::person::Prompt;
+use dk_core::registry::ConsentDecision;
+use dk_http::serve_devices;
 use dk_policy::PolicySet;
-use dk_vessel::adapter::CallContext;
-use dk_vessel::http::serve_devices;
-use dk_vessel::person::Prompt;
-use dk_vessel::registry::ConsentDecision;
 use dk_vessel::{Limits, Vessel};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -374,14 +374,14 @@ async fn run() -> Result<(), BoxError> {
     // round trip, one of each in turn.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mcp_addr = listener.local_addr()?;
-    tokio::spawn(dk_vessel::mcp::serve_mcp(
+    tokio::spawn(dk_mcp::serve_mcp(
         listener,
         Arc::clone(&vessel),
         Arc::clone(vessel.agents()),
         std::future::pending(),
     ));
-    let scope = dk_vessel::agents::AgentScope::from_items(["bench-lamp"])?;
-    let (_, credential) = vessel.add_agent("bench", scope, dk_vessel::agents::AgentRole::User)?;
+    let scope = dk_core::agents::AgentScope::from_items(["bench-lamp"])?;
+    let (_, credential) = vessel.add_agent("bench", scope, dk_core::agents::AgentRole::User)?;
     let mut agent = Mcp::connect(mcp_addr, credential.expose().to_owned()).await?;
     let (mut over_mcp, mut beside) = (Vec::new(), Vec::new());
     for _ in 0..MCP_CALLS {

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use common::{BoxError, Killed, median};
 
 use base64::Engine as _;
+use dk_http::{AdminClient, AdminToken};
 use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb, screen_pixels};
-use dk_vessel::http::{AdminClient, AdminToken};
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;

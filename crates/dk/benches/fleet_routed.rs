@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::BoxError;
+use dk_http::AdminClient;
+use dk_store::PgStore;
 use dk_testkit::nats::{Nats, nats_or_skip};
 use dk_testkit::postgres::PgServer;
-use dk_vessel::http::AdminClient;
-use dk_vessel::store::PgStore;
 use fleet::{Fleet, Home, Member, Vessel, read_tool};
 use serde_json::json;
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use common::{BoxError, Killed, median};
 
-use dk_vessel::http::{AdminClient, AdminToken};
+use dk_http::{AdminClient, AdminToken};
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;

@@ -17,8 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::BoxError;
+use dk_store::{AuditEvent, PgStore, Store};
 use dk_testkit::postgres::PgServer;
-use dk_vessel::store::{AuditEvent, PgStore, Store};
 use serde_json::json;
 
 /// Entries when `DK_VERIFY_PG_ENTRIES` is not set.

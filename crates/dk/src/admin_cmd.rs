@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
+use dk_http::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
 use dk_proto::admin as api;
-use dk_vessel::http::{AdminAnswer, AdminClient, AdminToken, connect_private_socket};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -470,7 +470,7 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
 pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
-        let e = |e: dk_vessel::http::AdminClientError| e.to_string();
+        let e = |e: dk_http::AdminClientError| e.to_string();
         let (id, body) = match command.unwrap_or(ApprovalsCommand::List) {
             ApprovalsCommand::List => {
                 let list = pending_of(&ok(c.get("/v1/pending").await.map_err(e)?)?, "approval");
@@ -525,18 +525,19 @@ pub fn approvals(target: &Target, command: Option<ApprovalsCommand>) -> ExitCode
                 remember,
                 minutes,
             } => {
-                let remember = remember.map(|what| {
-                    let scope = match what {
-                        RememberWhat::Args => api::AllowanceScope::Arguments,
-                        RememberWhat::Cap => api::AllowanceScope::Capability,
-                    };
-                    api::Remember {
-                        scope: scope.into(),
-                        minutes: Some(minutes.unwrap_or(u64::from(
-                            dk_vessel::allowances::DEFAULT_ALLOWANCE_MINUTES,
-                        ))),
-                    }
-                });
+                let remember =
+                    remember.map(|what| {
+                        let scope = match what {
+                            RememberWhat::Args => api::AllowanceScope::Arguments,
+                            RememberWhat::Cap => api::AllowanceScope::Capability,
+                        };
+                        api::Remember {
+                            scope: scope.into(),
+                            minutes: Some(minutes.unwrap_or(u64::from(
+                                dk_core::allowances::DEFAULT_ALLOWANCE_MINUTES,
+                            ))),
+                        }
+                    });
                 (
                     id,
                     api::ApprovalAnswer {
@@ -608,7 +609,7 @@ fn until(at_ms: u64) -> String {
 
 /// Runs `dk approvals remembered`.
 async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> Result<(), String> {
-    let e = |e: dk_vessel::http::AdminClientError| e.to_string();
+    let e = |e: dk_http::AdminClientError| e.to_string();
     match command {
         RememberedCommand::List => {
             let list = ok(c.get("/v1/approvals/remembered").await.map_err(e)?)?;
@@ -650,7 +651,7 @@ async fn remembered(c: &AdminClient, json: bool, command: RememberedCommand) -> 
 pub fn devices(target: &Target, command: Option<DevicesCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
-        let e = |e: dk_vessel::http::AdminClientError| e.to_string();
+        let e = |e: dk_http::AdminClientError| e.to_string();
         match command.unwrap_or(DevicesCommand::List) {
             DevicesCommand::List => {
                 let list = ok(c.get("/v1/devices").await.map_err(e)?)?;
@@ -807,7 +808,7 @@ mod tests {
 
     #[test]
     fn an_approval_says_who_asks() {
-        let request = dk_vessel::adapter::ApprovalRequest {
+        let request = dk_core::adapter::ApprovalRequest {
             tool: "device__front_door__unlock".to_owned(),
             device_id: "front-door".to_owned(),
             capability: "unlock".to_owned(),
@@ -822,7 +823,7 @@ mod tests {
             asker(request.agent_id.as_deref(), request.session_id.as_deref()),
             "agent kitchen-helper, session s-1\\u{1b}[2J"
         );
-        let host = dk_vessel::adapter::ApprovalRequest {
+        let host = dk_core::adapter::ApprovalRequest {
             agent_id: None,
             session_id: None,
             ..request

@@ -48,7 +48,7 @@ pub enum AgentsCommand {
 pub fn agents(target: &Target, command: Option<AgentsCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
-        let e = |e: dk_vessel::http::AdminClientError| e.to_string();
+        let e = |e: dk_http::AdminClientError| e.to_string();
         match command.unwrap_or(AgentsCommand::List) {
             AgentsCommand::List => {
                 let list = ok(c.get("/v1/agents").await.map_err(e)?)?;

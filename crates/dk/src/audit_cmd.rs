@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use dk_vessel::store::{
+use dk_store::{
     AuditEntry, AuditHead, AuditKey, AuditOptions, PgOptions, PgStore, SqliteStore, Store,
     StoreError, VerifyReport, audit_head_file,
 };
@@ -206,7 +206,7 @@ pub fn open_vessel_pg(
 /// Refuses a key file inside the data directory, where whoever can rewrite
 /// the log could read it.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
-    if dk_vessel::store::private::is_inside(data_dir, key_file).map_err(|e| e.to_string())? {
+    if dk_store::private::is_inside(data_dir, key_file).map_err(|e| e.to_string())? {
         return Err(format!(
             "the audit key file `{}` is inside the data directory `{}`: keep it outside, where rewriting the log does not reach it",
             key_file.display(),
@@ -391,7 +391,7 @@ pub(crate) enum Kept {
 impl Kept {
     /// The head kept in `file`. Read before the log, so entries a running
     /// vessel commits meanwhile are never taken for a cut.
-    pub(crate) fn read(file: PathBuf) -> Result<Kept, dk_vessel::store::StoreError> {
+    pub(crate) fn read(file: PathBuf) -> Result<Kept, dk_store::StoreError> {
         Ok(match AuditHead::read_from(&file)? {
             Some(head) => Kept::File(file, head),
             None => Kept::Missing(file),

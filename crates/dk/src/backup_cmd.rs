@@ -12,7 +12,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dk_vessel::store::{AuditHead, AuditKey, RestoreError, SqliteStore, Store, StoreError};
+use dk_store::{AuditHead, AuditKey, RestoreError, SqliteStore, Store, StoreError};
 
 use crate::audit_cmd::{Kept, Whose, head_file, open, verify};
 use crate::home::{ADMIN_SOCKET, DATABASE_FILE, MCP_SOCKET, data_dir_or_home};

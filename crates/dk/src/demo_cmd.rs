@@ -13,16 +13,14 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use dk_core::adapter::CallContext;
+use dk_core::person::{PersonEvent, Prompt};
+use dk_core::registry::ConsentDecision;
 use dk_device::samples::Lamp;
 use dk_device::{ClientOptions, Notice, ServeOptions, run_client};
+use dk_http::serve_devices;
 use dk_policy::PolicySet;
-use dk_vessel::{
-    Limits, Vessel,
-    adapter::CallContext,
-    http::serve_devices,
-    person::{PersonEvent, Prompt},
-    registry::ConsentDecision,
-};
+use dk_vessel::{Limits, Vessel};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;

@@ -1,6 +1,6 @@
 //! Log output: lines go to standard error with every secret the running
 //! vessel knows replaced by `[REDACTED]` first
-//! ([`dk_vessel::redact::redacting_log_writer`]). `DK_LOG` sets the level: `error`,
+//! ([`dk_core::redact::redacting_log_writer`]). `DK_LOG` sets the level: `error`,
 //! `warn` (the default), `info`, `debug` or `trace`. `--log-format` (or
 //! `DK_LOG_FORMAT`) sets the shape: `text` (the default), or `json`, one
 //! object a line per event: `timestamp`, `level`, `target`, `message` and
@@ -95,7 +95,7 @@ pub fn init(format: LogFormat) {
         .and_then(|level| level.parse::<Level>().ok())
         .unwrap_or(Level::WARN);
     let _ = subscriber(level, format, || {
-        dk_vessel::redact::redacting_log_writer(std::io::stderr())
+        dk_core::redact::redacting_log_writer(std::io::stderr())
     })
     .try_init();
 }
@@ -236,12 +236,10 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use dk_core::agents::{AgentDirectory, AgentRole, AgentScope};
+    use dk_mcp::serve_mcp;
     use dk_policy::PolicySet;
-    use dk_vessel::{
-        Limits, Vessel,
-        agents::{AgentDirectory, AgentRole, AgentScope},
-        mcp::serve_mcp,
-    };
+    use dk_vessel::{Limits, Vessel};
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
     use hyper_util::rt::TokioIo;
@@ -330,7 +328,7 @@ mod tests {
         let real: [fn(); 4] = [
             || tracing::error!(target: "rmcp::service", error = %"broken pipe", "failed to send pending response during drain"),
             || tracing::error!(target: "rmcp::service", error = %"channel closed", "fail to close sink"),
-            || tracing::error!(target: "dk_vessel::mcp", error = %"channel closed", "fail to response message"),
+            || tracing::error!(target: "dk_mcp", error = %"channel closed", "fail to response message"),
             || tracing::error!("the audit log could not be written"),
         ];
         assert_eq!(logged(Level::WARN, gone), "");
@@ -355,7 +353,7 @@ mod tests {
         let kept: fn() = || {
             tracing::debug!(target: "rmcp::service", id = %1, request = ?"tools/call", "received request");
             tracing::debug!(target: "rmcp::service", id = %1, request = %"ListToolsRequest(Request { .. })", "received request");
-            tracing::debug!(target: "dk_vessel::mcp", result = ?"ok", "a result of our own");
+            tracing::debug!(target: "dk_mcp", result = ?"ok", "a result of our own");
             tracing::trace!(target: "rmcp::service", "task cancelled");
         };
         for level in [Level::ERROR, Level::INFO, Level::DEBUG, Level::TRACE] {

@@ -50,7 +50,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use dk_vessel::http::connect_private_socket;
+use dk_http::connect_private_socket;
 
 use crate::home::{data_dir_or_home, no_vessel};
 use crate::input::printable;

@@ -368,7 +368,7 @@ fn declared_params(
     if let Some(data_dir) = paired {
         let (data_dir, _home) = data_dir_or_home(data_dir).map_err(|e| e.to_string())?;
         let store = crate::audit_cmd::open(&data_dir)?;
-        let snapshot = dk_vessel::store::Store::load(&store).map_err(|e| e.to_string())?;
+        let snapshot = dk_store::Store::load(&store).map_err(|e| e.to_string())?;
         for pairing in snapshot.pairings {
             let manifest =
                 dk_proto::validate_manifest_json(&pairing.manifest_json).map_err(|e| {

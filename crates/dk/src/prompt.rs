@@ -25,13 +25,11 @@ use std::future::Future;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use dk_vessel::{
-    Vessel,
-    allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember},
-    by::By,
-    person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt},
-    registry::{ChangeKind, ConsentDecision, CredentialChange},
-};
+use dk_core::allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember};
+use dk_core::by::By;
+use dk_core::person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt};
+use dk_core::registry::{ChangeKind, ConsentDecision, CredentialChange};
+use dk_vessel::Vessel;
 use tokio::sync::mpsc;
 
 use crate::input::{channel_words, printable};
@@ -581,8 +579,9 @@ fn print_params(params: &[dk_proto::admin::DeviceParam]) {
 mod tests {
     use std::time::Duration;
 
+    use dk_core::registry::ConsentDecision;
     use dk_policy::PolicySet;
-    use dk_vessel::{Limits, Vessel, registry::ConsentDecision};
+    use dk_vessel::{Limits, Vessel};
     use serde_json::Value;
 
     use super::*;

@@ -6,11 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use dk_vessel::{
-    adapter::DeviceToolAdapter,
-    link::Links,
-    registry::{ConsentDecision, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry},
-};
+use dk_core::adapter::DeviceToolAdapter;
+use dk_core::link::Links;
+use dk_core::registry::{ConsentDecision, DEFAULT_CONSENT_TIMEOUT, DeviceRegistry};
 use serde_json::Value;
 
 use crate::input::{printable, read_text};

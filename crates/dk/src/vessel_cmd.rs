@@ -12,20 +12,20 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
+use dk_core::vessel::PlainV1;
+use dk_fleet::{Auth, FleetOptions, MemberId};
+use dk_mcp::McpOptions;
+use dk_store::private::{PrivateDir, PrivateFileError, ensure_private_dir};
+use dk_store::{DiskReserve, ReserveError, Store};
 use dk_vessel::{
     Limits, McpListen, RunningVessel, ServerError, VesselServer,
     config::VesselConfig,
-    fleet::{Auth, FleetOptions, MemberId},
-    mcp::McpOptions,
     reload::{FileStamp, Reloaded, RuleFile, load_rule_file, watch_policy_file},
-    store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
-    store::{DiskReserve, ReserveError, Store},
-    vessel::PlainV1,
 };
 use tokio::signal::unix::{SignalKind, signal};
 
-use dk_vessel::http::notify::{NotifyFormat, NotifyTarget, notify_prompts};
-use dk_vessel::http::readiness_failures;
+use dk_http::notify::{NotifyFormat, NotifyTarget, notify_prompts};
+use dk_http::readiness_failures;
 
 use crate::home::Paths;
 use crate::input::printable;

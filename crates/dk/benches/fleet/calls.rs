@@ -28,9 +28,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dk_core::adapter::CallContext;
+use dk_http::HttpLimits;
 use dk_policy::PolicySet;
-use dk_vessel::adapter::CallContext;
-use dk_vessel::http::HttpLimits;
 use dk_vessel::{Limits, McpListen, VesselServer};
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::json;

@@ -38,9 +38,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dk_device::{ClientOptions, ConnectionEvent, Device, run_client};
-use dk_vessel::http::{AdminClient, AdminToken};
-use dk_vessel::store::entry::{Entry, Paired};
-use dk_vessel::store::{AuditEvent, SqliteStore, Store, StoredPairing};
+use dk_http::{AdminClient, AdminToken};
+use dk_store::entry::{Entry, Paired};
+use dk_store::{AuditEvent, SqliteStore, Store, StoredPairing};
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, watch};

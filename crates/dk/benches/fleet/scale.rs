@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dk_device::{ClientOptions, Device, run_client};
+use dk_http::AdminClient;
+use dk_store::{PgStore, Store};
 use dk_testkit::nats::{Nats, nats_or_skip};
 use dk_testkit::postgres::PgServer;
-use dk_vessel::http::AdminClient;
-use dk_vessel::store::{PgStore, Store};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 

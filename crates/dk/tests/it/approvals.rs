@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 
-use dk_vessel::http::AdminClient;
+use dk_http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::process::{

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use dk_store::{AuditEvent, PgStore, Store};
 use dk_testkit::postgres::PgServer;
-use dk_vessel::store::{AuditEvent, PgStore, Store};
 use serde_json::json;
 
 use crate::process::{Scratch, succeeded};

@@ -213,7 +213,7 @@ fn stats(path: &Path) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-async fn connected(admin: &dk_vessel::http::AdminClient) {
+async fn connected(admin: &dk_http::AdminClient) {
     eventually("the C lamp connected", || async {
         devices(admin)
             .await

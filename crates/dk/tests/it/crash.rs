@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use dk_vessel::http::AdminClient;
+use dk_http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::process::{

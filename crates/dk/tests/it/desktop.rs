@@ -12,8 +12,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use dk_http::AdminClient;
 use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb, screen_pixel};
-use dk_vessel::http::AdminClient;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;

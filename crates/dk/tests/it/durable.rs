@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dk_device::{ClientError, ClientOptions, Device, run_client};
-use dk_vessel::http::AdminClient;
+use dk_http::AdminClient;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;

@@ -202,7 +202,7 @@ fn check_token_refused(planted: Planted, expected: &str) {
     // A good token elsewhere, which a link must not make the vessel adopt
     // or change.
     let elsewhere = scratch.root().join("elsewhere");
-    dk_vessel::http::AdminToken::generate()
+    dk_http::AdminToken::generate()
         .write_to(&elsewhere)
         .unwrap();
     let before = std::fs::read(&elsewhere).unwrap();
@@ -211,9 +211,7 @@ fn check_token_refused(planted: Planted, expected: &str) {
     let mut command = scratch.dk(&["vessel"]);
     match planted {
         Planted::Mode(m) => {
-            dk_vessel::http::AdminToken::generate()
-                .write_to(&token)
-                .unwrap();
+            dk_http::AdminToken::generate().write_to(&token).unwrap();
             std::fs::set_permissions(&token, std::fs::Permissions::from_mode(m)).unwrap();
         }
         Planted::Directory => std::fs::create_dir(&token).unwrap(),

@@ -24,8 +24,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use dk_device::{ClientOptions, Device, run_client};
+use dk_http::AdminClient;
 use dk_testkit::nats::Nats;
-use dk_vessel::http::AdminClient;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dk_device::Device;
+use dk_http::AdminClient;
 use dk_testkit::postgres::PgServer;
-use dk_vessel::http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::durable::{DeviceRun, approve, connected};

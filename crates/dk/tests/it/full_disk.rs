@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dk_device::Device;
+use dk_http::AdminClient;
 use dk_testkit::SmallDisk;
-use dk_vessel::http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::durable::{DeviceRun, approve, connected};

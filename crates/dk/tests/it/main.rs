@@ -786,10 +786,10 @@ fn policy_lint_knows_declared_params() {
     // The devices paired with a vessel: its database, written by dk-vessel.
     let data = tempfile::TempDir::new().unwrap();
     {
-        let store = dk_vessel::store::SqliteStore::open(&data.path().join("vessel.db")).unwrap();
+        let store = dk_store::SqliteStore::open(&data.path().join("vessel.db")).unwrap();
         let text = std::fs::read_to_string(manifests.join("hall-thermostat.json")).unwrap();
         let manifest = dk_proto::validate_manifest_json(&text).unwrap();
-        let pairing = dk_vessel::store::StoredPairing {
+        let pairing = dk_store::StoredPairing {
             device_id: manifest.id().to_owned(),
             manifest_json: manifest.to_stored_json(),
             digest: manifest.digest(),
@@ -799,12 +799,12 @@ fn policy_lint_knows_declared_params() {
             generation: 1,
             paired_at_ms: 1,
         };
-        let audit = dk_vessel::store::AuditEvent {
+        let audit = dk_store::AuditEvent {
             at_ms: 1,
             kind: "paired".to_owned(),
             entry: json!({"deviceId": manifest.id()}),
         };
-        dk_vessel::store::Store::put_pairing(&store, &pairing, &audit).unwrap();
+        dk_store::Store::put_pairing(&store, &pairing, &audit).unwrap();
     }
     let data_dir = data.path().to_str().unwrap();
     let out = dk(&["policy", "lint", "--paired", "--data-dir", data_dir, rules]);

@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
+use dk_http::AdminClient;
 use dk_testkit::nats::{Nats, nats_or_skip};
 use dk_testkit::postgres::PgServer;
-use dk_vessel::http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::approvals::{Agent, Lamp, approval_id, lamp_rules};

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dk_vessel::http::AdminClient;
+use dk_http::AdminClient;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -232,8 +232,8 @@ fn slow_and_half_sent_requests_are_cut_and_capped_on_every_listener() {
         let baseline = rss_kib(pid);
 
         let limits = dk_vessel::Limits::default();
-        let http = dk_vessel::http::HttpLimits::default();
-        let mcp_listener = dk_vessel::mcp::McpOptions::default().listener;
+        let http = dk_http::HttpLimits::default();
+        let mcp_listener = dk_mcp::McpOptions::default().listener;
         let listeners = [
             (
                 "devices",
