@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use dk_proto::admin as api;
+use maud::PreEscaped;
 
 use super::frame::{csrf_field, layout};
 use super::{Added, Frame, utc};
@@ -64,7 +65,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
                 id = attr(&agent.name),
                 scope = attr(&scope),
                 confirm = attr(&agent.name),
-                csrf = csrf_field(&frame.csrf),
+                csrf = csrf_field(&frame.csrf).into_string(),
             );
         }
         main.push_str("</ul>");
@@ -80,7 +81,7 @@ pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>
          <option value=\"guest\">guest: sensors only</option>\
          <option value=\"admin\">admin</option></select>\
          <button type=\"submit\">Add agent</button></form>",
-        csrf = csrf_field(&frame.csrf)
+        csrf = csrf_field(&frame.csrf).into_string()
     );
-    layout(frame, "Agents", &main)
+    layout(frame, "Agents", PreEscaped(main))
 }

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use maud::PreEscaped;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -219,7 +220,7 @@ pub(crate) fn audit(
          <option value=\"\"{any}>any entry</option><option value=\"allowed\"{allowed}>allowed calls</option>\
          <option value=\"refused\"{refused}>refused calls</option></select>\
          <button type=\"submit\">Filter</button></form>",
-        csrf = csrf_field(&frame.csrf),
+        csrf = csrf_field(&frame.csrf).into_string(),
         device = value(&filter.device),
         agent = value(&filter.agent),
         any = selected(""),
@@ -248,5 +249,5 @@ pub(crate) fn audit(
         );
     }
     main.push_str("</nav>");
-    layout(frame, "Audit log", &main)
+    layout(frame, "Audit log", PreEscaped(main))
 }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use dk_proto::admin as api;
+use maud::PreEscaped;
 
 use super::audit::audit_table;
 use super::frame::{csrf_field, layout};
@@ -23,7 +24,7 @@ pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
     );
     if devices.is_empty() {
         main.push_str("<p>No device is paired. Start one (`dk device simulate lamp`) and its pairing appears under Waiting.</p>");
-        return layout(frame, "Devices", &main);
+        return layout(frame, "Devices", PreEscaped(main));
     }
     main.push_str(
         "<table class=\"devices\"><thead><tr><th scope=\"col\">Device</th><th scope=\"col\">State</th>\
@@ -43,7 +44,7 @@ pub(crate) fn devices(frame: &Frame, devices: &[api::Device]) -> String {
         );
     }
     main.push_str("</tbody></table>");
-    layout(frame, "Devices", &main)
+    layout(frame, "Devices", PreEscaped(main))
 }
 
 /// One switch of a device's page: a capability or a declared event, allowed
@@ -67,7 +68,7 @@ impl GrantSwitch<'_> {
              <span class=\"tag {tag}\">{kind}</span> <span class=\"description\">{description}</span>{details}</form></li>",
             href = segment(&device.id),
             cap_href = segment(self.name),
-            csrf = csrf_field(&frame.csrf),
+            csrf = csrf_field(&frame.csrf).into_string(),
             next = if on { "no" } else { "yes" },
             label = if on {
                 "Allowed, press to revoke"
@@ -144,7 +145,7 @@ pub(crate) fn device(
          <button type=\"submit\" class=\"no\">Unpair</button></form><h2>Recent events</h2>",
         href = segment(&device.id),
         confirm = attr(&device.name),
-        csrf = csrf_field(&frame.csrf),
+        csrf = csrf_field(&frame.csrf).into_string(),
     );
     if events.is_empty() {
         main.push_str("<p>None since the vessel started.</p>");
@@ -168,5 +169,5 @@ pub(crate) fn device(
         "<p><a href=\"{base}/audit?device={}\">All of its log</a></p>",
         segment(&device.id)
     );
-    layout(frame, &device.name, &main)
+    layout(frame, &device.name, PreEscaped(main))
 }

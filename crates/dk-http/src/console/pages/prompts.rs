@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use dk_proto::admin as api;
+use maud::PreEscaped;
 use serde_json::Value;
 
 use super::frame::{csrf_field, layout};
@@ -45,7 +46,7 @@ pub(crate) fn prompts(frame: &Frame, pending: &[api::Pending]) -> String {
         main.push_str(&prompt_card(prompt, &frame.base, &frame.csrf));
     }
     main.push_str("</div>");
-    layout(frame, "Waiting", &main)
+    layout(frame, "Waiting", PreEscaped(main))
 }
 
 /// One prompt's card, with its forms.
@@ -188,7 +189,7 @@ fn consent_card(
         out,
         "<form method=\"post\" action=\"{base}/pairings/{id}\">{csrf}\
          <fieldset><legend>Allow</legend>",
-        csrf = csrf_field(csrf)
+        csrf = csrf_field(csrf).into_string()
     );
     for (n, capability) in consent.capabilities.iter().enumerate() {
         let input_id = format!("p{id}-c{n}");
@@ -319,7 +320,7 @@ fn approval_card(
         "<form method=\"post\" action=\"{base}/approvals/{id}\">{csrf}\
          <div class=\"actions\"><button type=\"submit\" name=\"answer\" value=\"once\" class=\"yes\">Allow once</button>\
          <button type=\"submit\" name=\"answer\" value=\"deny\" class=\"no\">Deny</button></div>",
-        csrf = csrf_field(csrf)
+        csrf = csrf_field(csrf).into_string()
     );
     if !can_remember && approval.microphone.is_some() && approval.agent_id.is_some() {
         out.push_str(

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use dk_proto::admin as api;
+use maud::PreEscaped;
 
 use super::Frame;
 use super::frame::layout;
@@ -52,5 +53,5 @@ pub(crate) fn status(frame: &Frame, status: &api::Status) -> String {
         );
     }
     main.push_str("</tbody></table>");
-    layout(frame, "Status", &main)
+    layout(frame, "Status", PreEscaped(main))
 }
