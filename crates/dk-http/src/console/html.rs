@@ -32,15 +32,10 @@ pub(crate) fn push_text(out: &mut String, value: &str) {
 /// characters written as the same visible marks, in plain text.
 pub(crate) fn attr(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 8);
-    push_attr(&mut out, value);
-    out
-}
-
-/// Appends `value` to `out` as [`attr`] writes it.
-fn push_attr(out: &mut String, value: &str) {
-    escape(out, value, |out, c| {
+    escape(&mut out, value, |out, c| {
         let _ = write!(out, "\\u{{{:04X}}}", u32::from(c));
     });
+    out
 }
 
 /// What a device, an agent or a file wrote, in a template: written as
@@ -59,7 +54,7 @@ pub(crate) struct Attr<'a>(pub(crate) &'a str);
 
 impl Render for Attr<'_> {
     fn render_to(&self, buffer: &mut String) {
-        push_attr(buffer, self.0);
+        buffer.push_str(&attr(self.0));
     }
 }
 

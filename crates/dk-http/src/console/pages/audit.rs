@@ -1,15 +1,13 @@
 //! The audit log's pages: filters, a page of entries newest first, the
 //! chain's head and a verification's result.
 
-use std::fmt::Write as _;
-
-use maud::PreEscaped;
+use maud::{Markup, PreEscaped, html};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::frame::{csrf_field, layout};
 use super::{Frame, cut, utc};
-use crate::console::html::{attr, push_text, segment, text};
+use crate::console::html::{Attr, Text, segment, text};
 use crate::store::entry::{By, Caller, Entry, FrontEnd, PersonAnswer, fields, kinds};
 use crate::store::{AuditEntry, AuditHead, AuditQuery};
 
@@ -97,75 +95,85 @@ pub(super) fn decided_by(entry: &AuditEntry) -> String {
 /// A value an audit row names, with its label (none for the reason).
 type Named<'a> = (&'a str, Option<&'a str>);
 
-pub(super) fn audit_table(out: &mut String, entries: &[AuditEntry]) {
+/// A page of the log as a table, or a line saying it holds no entry.
+pub(super) fn audit_table(entries: &[AuditEntry]) -> Markup {
     if entries.is_empty() {
-        out.push_str("<p>No entries.</p>");
-        return;
+        return html! { p { "No entries." } };
     }
-    out.push_str(
-        "<table class=\"audit\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">When (UTC)</th>\
-         <th scope=\"col\">What</th><th scope=\"col\">Decided by</th><th scope=\"col\">Details</th>\
-         </tr></thead><tbody>",
-    );
-    for entry in entries {
-        let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
-        let mut what = text(&entry.kind);
-        if entry.kind == kinds::DECISION {
-            let allowed = entry.entry.get(fields::ALLOWED).and_then(Value::as_bool) == Some(true);
-            what = if allowed {
-                "<span class=\"state on\">allowed</span>".to_owned()
-            } else {
-                "<span class=\"state off\">refused</span>".to_owned()
-            };
-        }
-        let by = decided_by(entry);
-        let _ = write!(
-            out,
-            "<tr><td class=\"seq\">{}</td><td class=\"when\">{}</td><td class=\"what\">{what}</td>\
-             <td class=\"by\">{}{by}</td><td class=\"details\">",
-            entry.seq,
-            utc(entry.at_ms),
-            if by.is_empty() {
-                ""
-            } else {
-                "<span class=\"label\">by </span>"
-            },
-        );
-        // What it names, in lines a phone shows one each: the device and
-        // agent, the tool, and why (an allowed call's reason says nothing
-        // more than its outcome).
-        let reason = field(fields::REASON).filter(|r| *r != "allowed");
-        let lines: [(&str, &[Named<'_>]); 3] = [
-            (
-                "names",
-                &[
-                    ("device", field(fields::DEVICE_ID)),
-                    ("agent", field(fields::AGENT_ID)),
-                ],
-            ),
-            ("tool", &[("tool", field(fields::TOOL))]),
-            ("reason", &[("", reason)]),
-        ];
-        for (class, parts) in lines {
-            if parts.iter().all(|(_, value)| value.is_none()) {
-                continue;
-            }
-            let _ = write!(out, "<span class=\"{class}\">");
-            for (label, value) in parts.iter().filter_map(|(l, v)| v.map(|v| (l, v))) {
-                if !label.is_empty() {
-                    let _ = write!(out, "{label} ");
+    html! {
+        table class="audit" {
+            thead {
+                tr {
+                    th scope="col" { "#" }
+                    th scope="col" { "When (UTC)" }
+                    th scope="col" { "What" }
+                    th scope="col" { "Decided by" }
+                    th scope="col" { "Details" }
                 }
-                out.push_str("<code>");
-                push_text(out, &cut(value, 300));
-                out.push_str("</code> ");
             }
-            out.push_str("</span> ");
+            tbody { @for entry in entries { (audit_row(entry)) } }
         }
-        out.push_str("<details><summary>Entry</summary><pre>");
-        push_text(out, &cut(&entry.entry.to_string(), 4000));
-        out.push_str("</pre></details></td></tr>");
     }
-    out.push_str("</tbody></table>");
+}
+
+/// One entry's row.
+fn audit_row(entry: &AuditEntry) -> Markup {
+    let field = |name: &str| entry.entry.get(name).and_then(Value::as_str);
+    let allowed = entry.entry.get(fields::ALLOWED).and_then(Value::as_bool) == Some(true);
+    let by = decided_by(entry);
+    // What it names, in lines a phone shows one each: the device and
+    // agent, the tool, and why (an allowed call's reason says nothing
+    // more than its outcome).
+    let reason = field(fields::REASON).filter(|r| *r != "allowed");
+    let lines: [(&str, &[Named<'_>]); 3] = [
+        (
+            "names",
+            &[
+                ("device", field(fields::DEVICE_ID)),
+                ("agent", field(fields::AGENT_ID)),
+            ],
+        ),
+        ("tool", &[("tool", field(fields::TOOL))]),
+        ("reason", &[("", reason)]),
+    ];
+    html! {
+        tr {
+            td class="seq" { (entry.seq) }
+            td class="when" { (utc(entry.at_ms)) }
+            td class="what" {
+                @if entry.kind != kinds::DECISION {
+                    (Text(&entry.kind))
+                } @else if allowed {
+                    span class="state on" { "allowed" }
+                } @else {
+                    span class="state off" { "refused" }
+                }
+            }
+            td class="by" {
+                @if !by.is_empty() { span class="label" { "by " } }
+                // decided_by's own markup, its values escaped there.
+                (PreEscaped(&by))
+            }
+            td class="details" {
+                @for (class, parts) in lines {
+                    @if parts.iter().any(|(_, value)| value.is_some()) {
+                        span class=(class) {
+                            @for (label, value) in parts.iter().filter_map(|(l, v)| v.map(|v| (l, v))) {
+                                @if !label.is_empty() { (label) " " }
+                                code { (Text(&cut(value, 300))) }
+                                " "
+                            }
+                        }
+                        " "
+                    }
+                }
+                details {
+                    summary { "Entry" }
+                    pre { (Text(&cut(&entry.entry.to_string(), 4000))) }
+                }
+            }
+        }
+    }
 }
 
 /// The audit log: filters, a page of entries newest first, the link to
@@ -178,76 +186,60 @@ pub(crate) fn audit(
     verified: Option<&Verified>,
 ) -> String {
     let base = &frame.base;
-    let mut main = String::from("<h1>Audit log</h1>");
-    if let Some(verified) = verified {
-        if verified.problems.is_empty() {
-            let _ = write!(
-                main,
-                "<p class=\"verified ok\" role=\"status\">Verified: {} entries, the chain is intact and \
-                 accounts for every pairing, grant and agent.</p>",
-                verified.entries
-            );
-        } else {
-            let _ = write!(
-                main,
-                "<div class=\"verified bad\" role=\"alert\"><p>Verification found {} problems:</p><ul>",
-                verified.problems.len()
-            );
-            for problem in &verified.problems {
-                let _ = write!(main, "<li>{}</li>", text(problem));
-            }
-            main.push_str("</ul></div>");
-        }
-    }
-    if let Some(head) = head {
-        let _ = write!(
-            main,
-            "<p class=\"head\">Head: entry {} <code>{}</code></p>",
-            head.seq,
-            text(&head.hash)
-        );
-    }
-    let value = |v: &Option<String>| attr(v.as_deref().unwrap_or(""));
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
     let decision = filter.decision.as_deref().unwrap_or("");
-    let selected = |v: &str| if v == decision { " selected" } else { "" };
-    let _ = write!(
-        main,
-        "<form method=\"post\" action=\"{base}/audit/verify\">{csrf}<button type=\"submit\">Verify the chain</button></form>\
-         <form method=\"get\" action=\"{base}/audit\" class=\"filters\">\
-         <label for=\"f-device\">Device</label><input type=\"text\" name=\"device\" id=\"f-device\" value=\"{device}\">\
-         <label for=\"f-agent\">Agent</label><input type=\"text\" name=\"agent\" id=\"f-agent\" value=\"{agent}\">\
-         <label for=\"f-decision\">Decision</label><select name=\"decision\" id=\"f-decision\">\
-         <option value=\"\"{any}>any entry</option><option value=\"allowed\"{allowed}>allowed calls</option>\
-         <option value=\"refused\"{refused}>refused calls</option></select>\
-         <button type=\"submit\">Filter</button></form>",
-        csrf = csrf_field(&frame.csrf).into_string(),
-        device = value(&filter.device),
-        agent = value(&filter.agent),
-        any = selected(""),
-        allowed = selected("allowed"),
-        refused = selected("refused"),
-    );
-    audit_table(&mut main, entries);
     let keep = |v: &Option<String>| segment(v.as_deref().unwrap_or(""));
     let filters = format!(
-        "device={}&amp;agent={}&amp;decision={}",
+        "device={}&agent={}&decision={}",
         keep(&filter.device),
         keep(&filter.agent),
         segment(decision)
     );
-    main.push_str("<nav aria-label=\"Pages\" class=\"pages\">");
-    if filter.before.is_some() {
-        let _ = write!(main, "<a href=\"{base}/audit?{filters}\">Newest</a> ");
-    }
-    if entries.len() == AUDIT_PAGE
-        && let Some(last) = entries.last()
-    {
-        let _ = write!(
-            main,
-            "<a href=\"{base}/audit?{filters}&amp;before={}\" rel=\"next\">Older</a>",
-            last.seq
-        );
-    }
-    main.push_str("</nav>");
-    layout(frame, "Audit log", PreEscaped(main))
+    let main = html! {
+        h1 { "Audit log" }
+        @if let Some(verified) = verified {
+            @if verified.problems.is_empty() {
+                p class="verified ok" role="status" {
+                    "Verified: " (verified.entries) " entries, the chain is intact and \
+                     accounts for every pairing, grant and agent."
+                }
+            } @else {
+                div class="verified bad" role="alert" {
+                    p { "Verification found " (verified.problems.len()) " problems:" }
+                    ul { @for problem in &verified.problems { li { (Text(problem)) } } }
+                }
+            }
+        }
+        @if let Some(head) = head {
+            p class="head" { "Head: entry " (head.seq) " " code { (Text(&head.hash)) } }
+        }
+        form method="post" action={ (base) "/audit/verify" } {
+            (csrf_field(&frame.csrf))
+            button type="submit" { "Verify the chain" }
+        }
+        form method="get" action={ (base) "/audit" } class="filters" {
+            label for="f-device" { "Device" }
+            input type="text" name="device" id="f-device" value=(Attr(&value(&filter.device)));
+            label for="f-agent" { "Agent" }
+            input type="text" name="agent" id="f-agent" value=(Attr(&value(&filter.agent)));
+            label for="f-decision" { "Decision" }
+            select name="decision" id="f-decision" {
+                option value="" selected[decision.is_empty()] { "any entry" }
+                option value="allowed" selected[decision == "allowed"] { "allowed calls" }
+                option value="refused" selected[decision == "refused"] { "refused calls" }
+            }
+            button type="submit" { "Filter" }
+        }
+        (audit_table(entries))
+        nav aria-label="Pages" class="pages" {
+            @if filter.before.is_some() {
+                a href={ (base) "/audit?" (filters) } { "Newest" }
+                " "
+            }
+            @if entries.len() == AUDIT_PAGE && let Some(last) = entries.last() {
+                a href={ (base) "/audit?" (filters) "&before=" (last.seq) } rel="next" { "Older" }
+            }
+        }
+    };
+    layout(frame, "Audit log", main)
 }
