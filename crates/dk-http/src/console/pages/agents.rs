@@ -5,7 +5,7 @@ use dk_proto::admin as api;
 use maud::{PreEscaped, html};
 
 use super::frame::{csrf_field, layout};
-use super::{Added, Frame, utc};
+use super::shared::{Added, Frame, utc};
 use crate::console::html::{Attr, Text, own, segment};
 
 /// The agents page: each agent with its scope and role, forms to change

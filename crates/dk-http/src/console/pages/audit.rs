@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::frame::{csrf_field, layout};
-use super::{Frame, cut, utc};
+use super::shared::{Frame, cut, utc};
 use crate::console::html::{Attr, Text, segment, text};
 use crate::store::entry::{By, Caller, Entry, FrontEnd, PersonAnswer, fields, kinds};
 use crate::store::{AuditEntry, AuditHead, AuditQuery};

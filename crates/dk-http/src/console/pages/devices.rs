@@ -6,7 +6,7 @@ use maud::{Markup, html};
 use super::audit::audit_table;
 use super::frame::{csrf_field, layout};
 use super::prompts::{details, kind_label};
-use super::{Frame, RecentEvent, utc};
+use super::shared::{Frame, RecentEvent, utc};
 use crate::console::html::{Attr, Text, segment};
 use crate::store::AuditEntry;
 

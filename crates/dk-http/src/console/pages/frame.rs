@@ -4,7 +4,7 @@
 use dk_proto::admin as api;
 use maud::{Markup, PreEscaped, html};
 
-use super::{Frame, Page, utc};
+use super::shared::{Frame, Page, utc};
 use crate::console::html::{Attr, Text, segment};
 
 /// What every document starts with.

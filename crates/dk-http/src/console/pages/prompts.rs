@@ -6,7 +6,7 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use super::frame::{csrf_field, layout};
-use super::{Frame, cut, now_ms, utc};
+use super::shared::{Frame, cut, now_ms, utc};
 use crate::console::html::{Attr, Text};
 
 /// One line for screen readers and notifications: what is asked.

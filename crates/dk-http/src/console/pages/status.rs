@@ -3,8 +3,8 @@
 use dk_proto::admin as api;
 use maud::html;
 
-use super::Frame;
 use super::frame::layout;
+use super::shared::Frame;
 use crate::console::html::Text;
 
 /// The vessel's state: counts, the key's fingerprint, the listeners.
