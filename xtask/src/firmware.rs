@@ -23,7 +23,7 @@ use crate::{TaskError, TaskResult};
 
 /// The rustflags of the firmware build: X25519 on curve25519-dalek's
 /// serial backend, ChaCha20, Poly1305 and SHA-256 on their portable code.
-pub const PORTABLE_BACKENDS: &str = r#"build.rustflags=["--cfg","curve25519_dalek_backend=\"serial\"","--cfg","chacha20_force_soft","--cfg","poly1305_force_soft","--cfg","sha2_backend=\"soft\""]"#;
+pub const PORTABLE_BACKENDS: &str = r#"build.rustflags=["--cfg","curve25519_dalek_backend=\"serial\"","--cfg","chacha20_backend=\"soft\"","--cfg","poly1305_backend=\"soft\"","--cfg","sha2_backend=\"soft\""]"#;
 
 /// What the task built.
 #[derive(Debug, Clone)]

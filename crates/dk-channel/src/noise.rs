@@ -358,7 +358,7 @@ impl Cipher for ChaChaPoly {
     /// holds both before it asks; were it not so, or were there no key,
     /// nothing is written and the length is 0, which no peer opens.
     fn encrypt(&self, nonce: u64, authtext: &[u8], plaintext: &[u8], out: &mut [u8]) -> usize {
-        use chacha20poly1305::AeadInPlace;
+        use chacha20poly1305::AeadInOut;
         let Some(key) = &self.0 else {
             return 0;
         };
@@ -369,7 +369,7 @@ impl Cipher for ChaChaPoly {
             return 0;
         };
         body.copy_from_slice(plaintext);
-        match key.encrypt_in_place_detached(&Self::nonce(nonce), authtext, body) {
+        match key.encrypt_inout_detached(&Self::nonce(nonce), authtext, body.into()) {
             Ok(tag) => {
                 tag_out.copy_from_slice(tag.as_slice());
                 plaintext.len() + TAG_LEN
@@ -390,7 +390,7 @@ impl Cipher for ChaChaPoly {
         ciphertext: &[u8],
         out: &mut [u8],
     ) -> Result<usize, snow::Error> {
-        use chacha20poly1305::AeadInPlace;
+        use chacha20poly1305::AeadInOut;
         let key = self.0.as_ref().ok_or(snow::Error::Decrypt)?;
         let body_len = ciphertext
             .len()
@@ -400,10 +400,10 @@ impl Cipher for ChaChaPoly {
         let tag = <[u8; TAG_LEN]>::try_from(tag).map_err(|_| snow::Error::Decrypt)?;
         let plain = out.get_mut(..body_len).ok_or(snow::Error::Decrypt)?;
         plain.copy_from_slice(body);
-        match key.decrypt_in_place_detached(
+        match key.decrypt_inout_detached(
             &Self::nonce(nonce),
             authtext,
-            plain,
+            (&mut *plain).into(),
             &chacha20poly1305::Tag::from(tag),
         ) {
             Ok(()) => Ok(body_len),

@@ -87,7 +87,7 @@ pub(crate) struct Sealer {
 impl Sealer {
     pub(crate) fn new(key: &[u8; 32]) -> Sealer {
         Sealer {
-            cipher: XChaCha20Poly1305::new(key.into()),
+            cipher: XChaCha20Poly1305::new(&(*key).into()),
         }
     }
 
@@ -121,7 +121,7 @@ impl Sealer {
         let sealed = self
             .cipher
             .encrypt(
-                XNonce::from_slice(&nonce),
+                &XNonce::from(nonce),
                 Payload {
                     msg: &inner,
                     aad: &aad,
@@ -157,7 +157,7 @@ impl Sealer {
         let (member, rest) = rest
             .split_at_checked(usize::from(len))
             .ok_or(SealError::Forged)?;
-        let (nonce, sealed) = rest.split_at_checked(NONCE).ok_or(SealError::Forged)?;
+        let (nonce, sealed) = rest.split_first_chunk::<NONCE>().ok_or(SealError::Forged)?;
         let from = std::str::from_utf8(member)
             .ok()
             .and_then(|m| MemberId::new(m).ok())
@@ -166,7 +166,7 @@ impl Sealer {
         let mut inner = self
             .cipher
             .decrypt(
-                XNonce::from_slice(nonce),
+                &XNonce::from(*nonce),
                 Payload {
                     msg: sealed,
                     aad: &aad,

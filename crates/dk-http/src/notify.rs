@@ -17,8 +17,9 @@ use std::time::Duration;
 use axum::http::{Request, Uri};
 use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::{self, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
 use tokio::sync::{Semaphore, broadcast};
 
 use crate::person::{PersonEvent, Prompt};
@@ -122,7 +123,15 @@ impl NotifyTarget {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_owned();
-        let builder = Request::post(path)
+        // hyper-util's client dials the host and port parse read, and
+        // sends the path alone, with the URL's own Host.
+        let scheme = if self.tls { "https" } else { "http" };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let builder = Request::post(format!("{scheme}://{host}:{}{path}", self.port))
             .header("host", authority)
             .header("user-agent", "dk-vessel");
         let (builder, body) = match self.format {
@@ -159,59 +168,63 @@ impl NotifyTarget {
             .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
     }
 
+    /// The client this target's notifications go out on.
+    fn client(&self) -> Result<Client, String> {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        if !self.tls {
+            return Ok(Client::Plain(
+                legacy::Client::builder(TokioExecutor::new()).build(http),
+            ));
+        }
+        http.enforce_http(false);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let https = HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(provider)
+            .map_err(|e| format!("no trusted root certificate on this system: {e}"))?
+            .https_only()
+            .enable_http1()
+            .wrap_connector(http);
+        Ok(Client::Tls(
+            legacy::Client::builder(TokioExecutor::new()).build(https),
+        ))
+    }
+}
+
+/// The HTTP/1.1 client notifications go out on: hyper-util's, through
+/// hyper-rustls (ring, the platform's roots) for an `https://` URL.
+#[derive(Clone)]
+enum Client {
+    /// For an `http://` URL.
+    Plain(legacy::Client<HttpConnector, Full<Bytes>>),
+    /// For an `https://` URL.
+    Tls(legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+impl Client {
     /// Sends one notification: its status, or why it failed.
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<u16, String> {
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        if self.tls {
-            let connector = tls_connector()?;
-            let name = rustls::pki_types::ServerName::try_from(self.host.clone())
-                .map_err(|e| format!("bad host name: {e}"))?;
-            let tls = connector
-                .connect(name, tcp)
-                .await
-                .map_err(|e| format!("TLS: {e}"))?;
-            exchange(TokioIo::new(tls), request).await
-        } else {
-            exchange(TokioIo::new(tcp), request).await
-        }
+        let answer = match self {
+            Client::Plain(client) => client.request(request).await,
+            Client::Tls(client) => client.request(request).await,
+        };
+        answer
+            .map(|response| response.status().as_u16())
+            .map_err(|e| why(&e))
     }
 }
 
-/// A TLS connector trusting the platform's roots.
-fn tls_connector() -> Result<tokio_rustls::TlsConnector, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
+/// `error` and what caused it, the client's own words being only its kind
+/// (`client error (Connect)`).
+fn why(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
     }
-    if roots.is_empty() {
-        return Err("no trusted root certificate on this system".to_owned());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
-}
-
-async fn exchange<T>(io: TokioIo<T>, request: Request<Full<Bytes>>) -> Result<u16, String>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(connection);
-    let answer = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string());
-    driver.abort();
-    Ok(answer?.status().as_u16())
+    text
 }
 
 /// Notifies `target` of every prompt `vessel` asks from now on, until
@@ -225,8 +238,8 @@ pub async fn notify_prompts(
 ) {
     let mut events = vessel.person().subscribe();
     let room = Arc::new(Semaphore::new(NOTIFY_IN_FLIGHT));
-    let target = Arc::new(target);
     let console: Option<Arc<str>> = console.map(Arc::from);
+    let client = target.client();
     tokio::pin!(stop);
     loop {
         let event = tokio::select! {
@@ -253,10 +266,16 @@ pub async fn notify_prompts(
         };
         let waiting = vessel.person().pending().len();
         let request = target.request(kind, waiting, console.as_deref());
-        let target = Arc::clone(&target);
+        let client = client.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match tokio::time::timeout(NOTIFY_TIMEOUT, target.send(request)).await {
+            let sent = async {
+                match &client {
+                    Ok(client) => client.send(request).await,
+                    Err(why) => Err(why.clone()),
+                }
+            };
+            match tokio::time::timeout(NOTIFY_TIMEOUT, sent).await {
                 Ok(Ok(status)) if (200..300).contains(&status) => {
                     tracing::debug!(status, "notify: sent");
                 }

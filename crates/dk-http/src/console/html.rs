@@ -1,11 +1,14 @@
 //! Writing HTML safely: every text a device, an agent or a file wrote goes
-//! through [`text`], which escapes markup and shows characters that would
-//! hide or reorder what the person reads (controls, bidi overrides,
-//! invisible characters) as visible `\u{..}` marks.
+//! through [`text`] (in a template, [`Text`]), which escapes markup and
+//! shows characters that would hide or reorder what the person reads
+//! (controls, bidi overrides, invisible characters) as visible `\u{..}`
+//! marks. The pages' templates are `maud`'s, which escape whatever else is
+//! put in them.
 
 use std::fmt::Write as _;
 
 use dk_proto::is_unsafe_char;
+use maud::Render;
 
 /// `value` as HTML text: markup escaped, unusual characters shown as marks.
 pub(crate) fn text(value: &str) -> String {
@@ -33,6 +36,26 @@ pub(crate) fn attr(value: &str) -> String {
         let _ = write!(out, "\\u{{{:04X}}}", u32::from(c));
     });
     out
+}
+
+/// What a device, an agent or a file wrote, in a template: written as
+/// [`text`] writes it (`(Text(name))` in `maud::html!`).
+pub(crate) struct Text<'a>(pub(crate) &'a str);
+
+impl Render for Text<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        push_text(buffer, self.0);
+    }
+}
+
+/// What a device, an agent or a file wrote, in a template's attribute:
+/// written as [`attr`] writes it (`title=(Attr(name))`).
+pub(crate) struct Attr<'a>(pub(crate) &'a str);
+
+impl Render for Attr<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&attr(self.0));
+    }
 }
 
 /// The console's own text (JSON it wrote, say) as HTML text: markup
