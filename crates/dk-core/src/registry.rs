@@ -45,7 +45,7 @@ impl DeviceToken {
     fn generate() -> DeviceToken {
         let mut bytes = [0u8; TOKEN_BYTES];
         rand::rng().fill(&mut bytes);
-        DeviceToken(hex(&bytes))
+        DeviceToken(dk_files::hex::encode(&bytes))
     }
 
     /// The token text, to send to the device in `device:paired`.
@@ -58,14 +58,6 @@ impl fmt::Debug for DeviceToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("DeviceToken(..)")
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
-    bytes
-        .iter()
-        .flat_map(|b| [digit(b >> 4), digit(b & 0x0f)])
-        .collect()
 }
 
 fn sha256(text: &str) -> [u8; 32] {
@@ -1131,7 +1123,7 @@ impl DeviceRegistry {
             no_screen: device.manifest.no_screen(),
             channel: channel.as_str().to_owned(),
             generation,
-            device_key: key.as_ref().map(|key| hex(key)),
+            device_key: key.as_ref().map(|key| dk_files::hex::encode(key)),
             by: decision.by.clone(),
         }));
         let seen_applied = self.applied();

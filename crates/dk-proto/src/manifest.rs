@@ -592,13 +592,7 @@ fn write_param(out: &mut String, param: &Param, extensions: bool) {
 
 /// Lower-case hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(digit(b >> 4));
-        out.push(digit(b & 0x0f));
-    }
-    out
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
 impl Serialize for Manifest {

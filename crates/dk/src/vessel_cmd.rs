@@ -12,13 +12,13 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
+use dk_files::private::{PrivateDir, PrivateFileError, ensure_private_dir};
 use dk_vessel::{
     Limits, McpListen, RunningVessel, ServerError, VesselServer,
     config::VesselConfig,
     fleet::{Auth, FleetOptions, MemberId},
     mcp::McpOptions,
     reload::{FileStamp, Reloaded, RuleFile, load_rule_file, watch_policy_file},
-    store::private::{PrivateDir, PrivateFileError, ensure_private_dir},
     store::{DiskReserve, ReserveError, Store},
     vessel::PlainV1,
 };

@@ -416,7 +416,7 @@ fn writing_never_follows_a_planted_link() {
     // At a temporary name: creating it fails, the victim is untouched.
     let temporary = dir.path().join("admin-token.tmp");
     std::os::unix::fs::symlink(&victim, &temporary).unwrap();
-    let refused = dk_store::private::create_new_private(&temporary).unwrap_err();
+    let refused = dk_files::private::create_new_private(&temporary).unwrap_err();
     assert!(
         matches!(&refused, crate::unix::PrivateFileError::Io { source, .. }
             if source.kind() == std::io::ErrorKind::AlreadyExists),
