@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGua
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use dk_proto::admin::{CapabilityChange, ChangeKind, CredentialChange, Difference, Replaced};
-use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
+use dk_proto::{
+    CapabilityKind, Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json,
+};
 use rand::RngExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -75,7 +77,7 @@ pub struct ConsentCapability {
     /// Capability name.
     pub name: String,
     /// Sensor or actuator.
-    pub kind: &'static str,
+    pub kind: CapabilityKind,
     /// What it does, in the device's words (validated text).
     pub description: String,
     /// Whether the person is asked on every call.
@@ -97,7 +99,7 @@ impl ConsentCapability {
         let shown = dk_proto::admin::DeviceCapability::of(capability);
         ConsentCapability {
             name: shown.name,
-            kind: capability.kind().as_str(),
+            kind: capability.kind(),
             description: shown.description,
             confirm: shown.confirm,
             params: shown.params,
@@ -150,8 +152,8 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
         let mut differences = Vec::new();
         if was.kind() != cap.kind() {
             differences.push(Difference::Kind {
-                was: was.kind().as_str().to_owned(),
-                now: cap.kind().as_str().to_owned(),
+                was: was.kind(),
+                now: cap.kind(),
             });
         }
         if was.confirm() != cap.confirm() {

@@ -161,8 +161,10 @@ pub enum ManifestError {
     },
 }
 
-/// What a capability does to the world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a capability does to the world; `"sensor"` or `"actuator"` in
+/// JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CapabilityKind {
     /// Reads the world.
     Sensor,
