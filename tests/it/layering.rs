@@ -8,19 +8,19 @@
 //! - crate dependency directions, from each `Cargo.toml`'s
 //!   `[dependencies]` and `[build-dependencies]`: dk-proto depends on no dk
 //!   crate, dk-policy on none but dk-proto, dk-device on none but dk-proto,
-//!   dk-policy and dk-channel, dk-channel on none, no library crate on `dk`
+//!   dk-policy, dk-channel and dk-files, dk-channel and dk-files on none, no library crate on `dk`
 //!   (the command line), a dk-core, when there is one, on none of axum,
 //!   hyper, hyper-util, rusqlite, rmcp and tokio-tungstenite, no crate
 //!   (nor the workspace's list) turning on dk-channel's `vectors` feature
 //!   (fixed ephemeral keys) or dk-core's or dk-store's `testing` feature (test support)
 //!   outside its dev-dependencies, dk-testkit (test support) a
 //!   dev-dependency only and depending on no dk crate; dk-fleet on none
-//!   but dk-channel and dk-store, and no crate but dk-fleet on async-nats;
+//!   but dk-channel and dk-files, and no crate but dk-fleet on async-nats;
 //!   the Python SDK's bindings (`python/dk_device`, dk-device-python) on
 //!   none but dk-device and dk-proto, and no crate but it on pyo3;
 //! - dk-policy's admission contract and rule language share no module;
 //! - no foreign type in a public signature of dk-proto, dk-policy, dk-store,
-//!   dk-core, dk-channel and dk-fleet: the
+//!   dk-core, dk-channel, dk-fleet and dk-files: the
 //!   text of every `pub fn` signature, `pub` field, `pub type`, `pub const`
 //!   and `pub static`, `pub enum` body and `impl` header (outside tests;
 //!   but a trait's impl for a type the file declares without `pub`, which
@@ -640,11 +640,18 @@ fn direction_violations(name: &str, deps: &BTreeSet<String>) -> Vec<String> {
     let allowed_dk: &[&str] = match name {
         "dk-proto" => &[],
         "dk-policy" => &["dk-proto"],
-        "dk-device" => &["dk-proto", "dk-policy", "dk-channel", "dk-device-core"],
+        "dk-device" => &[
+            "dk-proto",
+            "dk-policy",
+            "dk-channel",
+            "dk-device-core",
+            "dk-files",
+        ],
         "dk-device-core" => &["dk-proto", "dk-channel"],
         "dk-channel" => &[],
-        "dk-bridge-mqtt" => &["dk-proto", "dk-device"],
-        "dk-fleet" => &["dk-channel", "dk-store"],
+        "dk-bridge-mqtt" => &["dk-proto", "dk-device", "dk-files"],
+        "dk-fleet" => &["dk-channel", "dk-files"],
+        "dk-files" => &[],
         "dk-testkit" => &[],
         "dk-device-python" => &["dk-device", "dk-proto"],
         _ => &["*"],
@@ -781,7 +788,8 @@ fn crate_dependencies_flow_one_way() {
 /// The crates whose public signatures may name only their own types, std's,
 /// serde's and the dk crates' (and, for the vessel's core, tokio's channels
 /// and futures'), with the dependencies that must stay private.
-const PURE_CRATES: [(&str, &[&str]); 6] = [
+const PURE_CRATES: [(&str, &[&str]); 7] = [
+    ("dk-files", &["rustix", "data_encoding", "rand"]),
     ("dk-proto", &["sha2", "unicode_general_category"]),
     (
         "dk-channel",

@@ -36,7 +36,7 @@ pub fn capability_name(tool: &str) -> String {
         stem.push_str("tool");
     }
     let digest = Sha256::digest(tool.as_bytes());
-    let suffix: String = digest.iter().take(3).map(|b| format!("{b:02x}")).collect();
+    let suffix = dk_files::hex::encode(digest.get(..3).unwrap_or_default());
     format!("{stem}_{suffix}")
 }
 

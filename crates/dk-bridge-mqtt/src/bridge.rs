@@ -344,9 +344,7 @@ fn mqtt_options(
     ca_file: Option<&std::path::Path>,
     credentials: Option<Credentials>,
 ) -> Result<MqttOptions, BridgeError> {
-    let mut suffix = [0u8; 6];
-    rand::RngExt::fill(&mut rand::rng(), &mut suffix);
-    let id: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+    let id = dk_files::hex::random(6);
     let mut options = MqttOptions::new(format!("dk-bridge-{id}"), address.host, address.port);
     if address.tls {
         let tls = tls_config(ca_file)?;

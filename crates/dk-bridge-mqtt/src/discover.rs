@@ -173,13 +173,9 @@ fn words(text: &str, sep: char, most: usize) -> String {
 
 /// The first `n` hex digits of SHA-256 of `text`.
 fn short_hash(text: &str, n: usize) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>()
-        .chars()
-        .take(n)
-        .collect()
+    let mut hex = dk_files::hex::encode(&Sha256::digest(text.as_bytes()));
+    hex.truncate(n);
+    hex
 }
 
 /// A dk device id for `identifier`: its slug when that fits, else the

@@ -755,10 +755,8 @@ impl DeviceToolAdapter {
             if let Some(Value::String(text)) = changed.get(param.name()) {
                 let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
                 let bytes = (text.len() / 4 * 3).saturating_sub(padding);
-                let hash: String = <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes())
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
+                let hash =
+                    dk_files::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
                 changed.insert(
                     param.name().to_owned(),
                     serde_json::json!({"bytes": bytes, "sha256": hash}),

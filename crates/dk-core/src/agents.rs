@@ -181,7 +181,7 @@ fn stored_of(agent: &Agent, hash: &[u8; 32]) -> StoredAgent {
         scope: serde_json::to_value(&agent.scope).unwrap_or(Value::Null),
         role: agent.role.as_str().to_owned(),
         added_at_ms: agent.added_at_ms,
-        credential_sha256: hex(hash),
+        credential_sha256: dk_files::hex::encode(hash),
     }
 }
 
@@ -196,8 +196,8 @@ fn agent_of(stored: StoredAgent) -> Result<(Agent, [u8; 32]), AgentError> {
     let scope: AgentScope =
         serde_json::from_value(stored.scope.clone()).map_err(|_| malformed())?;
     let role = AgentRole::parse(&stored.role).ok_or_else(malformed)?;
-    let hash =
-        unhex(&stored.credential_sha256).ok_or_else(|| AgentError::BadHash(stored.id.clone()))?;
+    let hash = dk_files::hex::decode32(&stored.credential_sha256)
+        .ok_or_else(|| AgentError::BadHash(stored.id.clone()))?;
     let agent = Agent {
         id: stored.id,
         scope,
@@ -224,7 +224,7 @@ impl AgentCredential {
         rand::rng().fill(&mut bytes);
         let mut text = String::with_capacity(AGENT_CREDENTIAL_PREFIX.len() + 64);
         text.push_str(AGENT_CREDENTIAL_PREFIX);
-        text.extend(bytes.iter().map(|b| format!("{b:02x}")));
+        text.push_str(&dk_files::hex::encode(&bytes));
         AgentCredential(text)
     }
 
@@ -236,22 +236,6 @@ impl AgentCredential {
 
 fn sha256(text: &str) -> [u8; 32] {
     Sha256::digest(text.as_bytes()).into()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if text.len() != 64 {
-        return None;
-    }
-    for (slot, pair) in out.iter_mut().zip(text.as_bytes().chunks(2)) {
-        let pair = std::str::from_utf8(pair).ok()?;
-        *slot = u8::from_str_radix(pair, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// A change in the directory, for connected sessions whose tool list may

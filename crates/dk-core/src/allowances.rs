@@ -270,14 +270,13 @@ fn system_clock() -> AllowanceClock {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The SHA-256 (hex) of the canonical JSON of `arguments`, and that JSON.
 pub(crate) fn arguments_digest(arguments: &Map<String, Value>) -> (String, String) {
     let text = canonical_json(&Value::Object(arguments.clone()));
-    (hex(&Sha256::digest(text.as_bytes())), text)
+    (
+        dk_files::hex::encode(&Sha256::digest(text.as_bytes())),
+        text,
+    )
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, saying so.

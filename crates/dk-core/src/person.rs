@@ -744,7 +744,7 @@ impl From<ConsentRequest> for api::ConsentRequest {
                 .into_iter()
                 .map(|c| api::DeviceCapability {
                     name: c.name,
-                    kind: c.kind.to_owned(),
+                    kind: c.kind,
                     description: c.description,
                     confirm: c.confirm,
                     params: c.params,
@@ -776,28 +776,24 @@ impl From<ApprovalRequest> for api::ApprovalRequest {
     }
 }
 
-/// A prompt another vessel of the fleet listed, to be shown here; `Err`
-/// names a capability kind this vessel does not know.
-impl TryFrom<api::Prompt> for Prompt {
-    type Error = String;
-
-    fn try_from(prompt: api::Prompt) -> Result<Prompt, String> {
-        Ok(match prompt {
+/// A prompt another vessel of the fleet listed, to be shown here.
+impl From<api::Prompt> for Prompt {
+    fn from(prompt: api::Prompt) -> Prompt {
+        match prompt {
             api::Prompt::Consent(request) => {
-                let mut capabilities = Vec::with_capacity(request.capabilities.len());
-                for cap in request.capabilities {
-                    let kind = dk_proto::CapabilityKind::parse(&cap.kind)
-                        .ok_or_else(|| format!("capability kind `{}`", cap.kind))?;
-                    capabilities.push(crate::registry::ConsentCapability {
+                let capabilities = request
+                    .capabilities
+                    .into_iter()
+                    .map(|cap| crate::registry::ConsentCapability {
                         name: cap.name,
-                        kind: kind.as_str(),
+                        kind: cap.kind,
                         description: cap.description,
                         confirm: cap.confirm,
                         params: cap.params,
                         title: cap.title,
                         claims: cap.claims,
-                    });
-                }
+                    })
+                    .collect();
                 Prompt::Consent(ConsentRequest {
                     device_id: request.device_id,
                     name: request.name,
@@ -821,7 +817,7 @@ impl TryFrom<api::Prompt> for Prompt {
                 channel: request.channel,
                 microphone: request.microphone,
             }),
-        })
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGua
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use dk_proto::admin::{CapabilityChange, ChangeKind, CredentialChange, Difference, Replaced};
-use dk_proto::{Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json};
+use dk_proto::{
+    CapabilityKind, Channel, Manifest, ManifestError, validate_manifest, validate_manifest_json,
+};
 use rand::RngExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -45,7 +47,7 @@ impl DeviceToken {
     fn generate() -> DeviceToken {
         let mut bytes = [0u8; TOKEN_BYTES];
         rand::rng().fill(&mut bytes);
-        DeviceToken(hex(&bytes))
+        DeviceToken(dk_files::hex::encode(&bytes))
     }
 
     /// The token text, to send to the device in `device:paired`.
@@ -58,14 +60,6 @@ impl fmt::Debug for DeviceToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("DeviceToken(..)")
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
-    bytes
-        .iter()
-        .flat_map(|b| [digit(b >> 4), digit(b & 0x0f)])
-        .collect()
 }
 
 fn sha256(text: &str) -> [u8; 32] {
@@ -83,7 +77,7 @@ pub struct ConsentCapability {
     /// Capability name.
     pub name: String,
     /// Sensor or actuator.
-    pub kind: &'static str,
+    pub kind: CapabilityKind,
     /// What it does, in the device's words (validated text).
     pub description: String,
     /// Whether the person is asked on every call.
@@ -105,7 +99,7 @@ impl ConsentCapability {
         let shown = dk_proto::admin::DeviceCapability::of(capability);
         ConsentCapability {
             name: shown.name,
-            kind: capability.kind().as_str(),
+            kind: capability.kind(),
             description: shown.description,
             confirm: shown.confirm,
             params: shown.params,
@@ -158,8 +152,8 @@ fn capability_changes(old: &Manifest, new: &Manifest) -> Vec<CapabilityChange> {
         let mut differences = Vec::new();
         if was.kind() != cap.kind() {
             differences.push(Difference::Kind {
-                was: was.kind().as_str().to_owned(),
-                now: cap.kind().as_str().to_owned(),
+                was: was.kind(),
+                now: cap.kind(),
             });
         }
         if was.confirm() != cap.confirm() {
@@ -1131,7 +1125,7 @@ impl DeviceRegistry {
             no_screen: device.manifest.no_screen(),
             channel: channel.as_str().to_owned(),
             generation,
-            device_key: key.as_ref().map(|key| hex(key)),
+            device_key: key.as_ref().map(|key| dk_files::hex::encode(key)),
             by: decision.by.clone(),
         }));
         let seen_applied = self.applied();

@@ -90,10 +90,7 @@ fn read(path: &Path, reader: &RuleReader) -> (Option<String>, Result<PolicySet, 
 
 /// The SHA-256 of a rule file's text, as 64 lower-case hex characters.
 fn digest(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    dk_files::hex::encode(&Sha256::digest(text.as_bytes()))
 }
 
 pub use crate::store::entry::{ReloadCause, RulesInForce};

@@ -140,9 +140,6 @@ pub mod rules {
 
     /// The SHA-256 of `text`, in lower-case hex.
     pub fn sha256(text: &str) -> String {
-        Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        dk_files::hex::encode(&Sha256::digest(text.as_bytes()))
     }
 }

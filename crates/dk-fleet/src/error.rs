@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dk_store::private::{PrivateFileError, read_private_file};
+use dk_files::private::{PrivateFileError, read_private_file};
 
 use crate::key::KeyError;
 use crate::member::MemberId;

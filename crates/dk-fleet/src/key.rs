@@ -5,7 +5,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use dk_store::private::{PrivateFileError, read_private_file};
+use dk_files::private::{PrivateFileError, read_private_file};
 
 /// The HKDF label of the sealing key: no other key of dk is derived under it.
 const SEAL_LABEL: &[u8] = b"dk fleet message seal v1";

@@ -64,7 +64,9 @@ pub struct Incarnation(u128);
 impl Incarnation {
     /// A new incarnation, started now.
     pub(crate) fn new() -> Incarnation {
-        let started = dk_store::epoch_ms(std::time::SystemTime::now());
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let random: u64 = rand::rng().random();
         Incarnation::from_parts(started, random.max(1))
     }

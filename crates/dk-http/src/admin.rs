@@ -24,7 +24,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use dk_proto::admin as api;
-use rand::RngExt;
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -69,9 +68,7 @@ impl fmt::Debug for AdminToken {
 impl AdminToken {
     /// A new random token.
     pub fn generate() -> AdminToken {
-        let mut bytes = [0u8; 32];
-        rand::rng().fill(&mut bytes);
-        AdminToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        AdminToken(dk_files::hex::random(32))
     }
 
     /// A token from its text, which must be 64 lower-case hex characters.

@@ -6,12 +6,12 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 
-use dk_store::private::{kind_of, owned};
+use dk_files::private::{kind_of, owned};
 
-pub(crate) use dk_store::private::{PrivateFileError, read_private_file, write_private_file};
+pub(crate) use dk_files::private::{PrivateFileError, read_private_file, write_private_file};
 
 /// Binds a Unix socket at `path` with mode 0600, for a directory made with
-/// [`ensure_private_dir`](dk_store::private::ensure_private_dir). A socket left there by a vessel that did not stop
+/// [`ensure_private_dir`](dk_files::private::ensure_private_dir). A socket left there by a vessel that did not stop
 /// cleanly (nothing answers on it) is removed first; one that answers means
 /// another vessel runs in the directory, and is left alone. Call it within a
 /// Tokio runtime.

@@ -11,6 +11,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use dk_proto::media::Media;
+
+use crate::image::Described;
 use serde_json::{Map, Value};
 
 /// One sound taken out of a result.
@@ -38,11 +40,7 @@ pub(crate) fn split_audio(result: &mut Map<String, Value>) -> Vec<Audio> {
             continue;
         }
         let mime_type = audio.mime_type.as_str();
-        *member = Value::Object(Map::from_iter([
-            ("type".to_owned(), Value::from("audio")),
-            ("mimeType".to_owned(), Value::from(mime_type)),
-            ("bytes".to_owned(), Value::from(bytes.len())),
-        ]));
+        *member = Described::audio(&audio, bytes.len()).to_value();
         taken.push(Audio {
             data: audio.data,
             mime_type,

@@ -12,7 +12,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rand::RngExt;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
@@ -377,13 +376,7 @@ impl ResultPages {
         if text.len() > self.memory || text.len() > self.memory_per_agent {
             return None;
         }
-        let mut bytes = [0u8; 16];
-        rand::rng().fill(&mut bytes);
-        let mut handle = String::with_capacity(HANDLE_PREFIX.len() + 32);
-        handle.push_str(HANDLE_PREFIX);
-        for b in bytes {
-            handle.push_str(&format!("{b:02x}"));
-        }
+        let handle = format!("{HANDLE_PREFIX}{}", dk_files::hex::random(16));
         let now = Instant::now();
         let mut inner = self.lock();
         inner.sweep(now, self.expiry);

@@ -441,9 +441,9 @@ pub enum Difference {
     /// Sensor became actuator or the other way round.
     Kind {
         /// The approved kind.
-        was: String,
+        was: crate::CapabilityKind,
         /// The new kind.
-        now: String,
+        now: crate::CapabilityKind,
     },
     /// Whether the person is asked on every call.
     Confirm {
@@ -622,7 +622,7 @@ pub struct DeviceCapability {
     /// Its name.
     pub name: String,
     /// `sensor` or `actuator`.
-    pub kind: String,
+    pub kind: crate::CapabilityKind,
     /// What it does, in the device's words.
     pub description: String,
     /// Whether the person is asked on every call.
@@ -645,7 +645,7 @@ impl DeviceCapability {
     pub fn of(capability: &crate::Capability) -> DeviceCapability {
         DeviceCapability {
             name: capability.name().to_owned(),
-            kind: capability.kind().as_str().to_owned(),
+            kind: capability.kind(),
             description: capability.description().to_owned(),
             confirm: capability.confirm(),
             params: capability.params().iter().map(DeviceParam::of).collect(),

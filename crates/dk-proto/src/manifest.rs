@@ -161,8 +161,10 @@ pub enum ManifestError {
     },
 }
 
-/// What a capability does to the world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a capability does to the world; `"sensor"` or `"actuator"` in
+/// JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CapabilityKind {
     /// Reads the world.
     Sensor,
@@ -592,13 +594,7 @@ fn write_param(out: &mut String, param: &Param, extensions: bool) {
 
 /// Lower-case hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(digit(b >> 4));
-        out.push(digit(b & 0x0f));
-    }
-    out
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
 impl Serialize for Manifest {

@@ -92,9 +92,9 @@ impl AuditHead {
     }
 
     /// Keeps this head in `path`, replacing what was there at once, mode
-    /// 0600, never through a link (see [`crate::private::write_private_file`]).
+    /// 0600, never through a link (see `dk_files::private::write_private_file`).
     pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
-        crate::private::write_private_file(path, format!("{self}\n").as_bytes())
+        dk_files::private::write_private_file(path, format!("{self}\n").as_bytes())
             .map_err(std::io::Error::from)
     }
 }

@@ -10,11 +10,11 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::hex::hex;
 use super::key::AuditKey;
 use super::{
     AuditEntry, AuditEvent, AuditProblem, AuditText, ProblemKind, StoreError, VerifyReport,
 };
+use dk_files::hex::encode as hex;
 
 /// The `prev_hash` of the first entry: 64 zeros.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -12,12 +12,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rand::RngExt;
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
 
 use super::{Cause, SqliteStore, StoreError};
-use crate::private::create_new_private;
+use dk_files::private::create_temporary_beside;
 
 /// Why a restore did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +87,7 @@ impl SqliteStore {
             ))));
         }
         if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
-            crate::private::ensure_private_dir(dir)
+            dk_files::private::ensure_private_dir(dir)
                 .map_err(|e| StoreError::Database(Cause::new(e)))?;
         }
         let temporary = temporary_beside(db)?;
@@ -160,20 +159,10 @@ fn open_plain(path: &Path) -> Result<Connection, StoreError> {
 
 /// A new empty 0600 file of a random name beside `path`.
 fn temporary_beside(path: &Path) -> Result<PathBuf, StoreError> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
+    path.file_name()
         .ok_or_else(|| StoreError::InvalidInput(format!("`{}` names no file", path.display())))?;
-    let mut random = [0u8; 8];
-    rand::rng().fill(&mut random);
-    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let temporary = dir.join(format!(".{name}.{suffix}.tmp"));
     // Named for `path`: the hidden file is the store's own business.
-    create_new_private(&temporary).map_err(|e| {
+    let (temporary, _file) = create_temporary_beside(path).map_err(|e| {
         opening(
             path,
             StoreError::Database(Cause::new(std::io::Error::from(e))),

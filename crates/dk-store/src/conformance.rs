@@ -628,7 +628,8 @@ pub(crate) fn a_pinned_key_is_kept_with_its_pairing(make: Factory<'_>) {
         let mut keyed = pairing("keyed-lamp", &["a"], 1);
         keyed.device_key = Some(std::array::from_fn(|i| 255 - i as u8));
         let mut entry = paired(&keyed, 1);
-        entry.entry["deviceKey"] = serde_json::json!(crate::hex::hex(&keyed.device_key.unwrap()));
+        entry.entry["deviceKey"] =
+            serde_json::json!(dk_files::hex::encode(&keyed.device_key.unwrap()));
         store.put_pairing(&keyed, &entry).unwrap();
         let loaded = store.load().unwrap().pairings;
         assert_eq!(loaded[0].device_key, keyed.device_key, "{name}");

@@ -181,7 +181,7 @@ impl Replay {
                 );
                 continue;
             };
-            let key = pairing.device_key.map(|key| crate::hex::hex(&key));
+            let key = pairing.device_key.map(|key| dk_files::hex::encode(&key));
             if logged.digest != pairing.digest || logged.key != key {
                 problem(
                     logged.seq,

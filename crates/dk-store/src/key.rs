@@ -15,7 +15,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::Cause;
-use super::hex::hex;
+use dk_files::hex::encode as hex;
 
 /// SHA-256's block size, in bytes.
 const BLOCK: usize = 64;
@@ -148,7 +148,7 @@ impl AuditKey {
         let mut text = String::new();
         file.take(256).read_to_string(&mut text).map_err(io)?;
         let text = text.strip_suffix('\n').unwrap_or(&text);
-        parse_hex(text)
+        dk_files::hex::decode32(text)
             .map(AuditKey)
             .ok_or(AuditKeyError::Malformed { path: shown })
     }
@@ -163,32 +163,11 @@ impl AuditKey {
         }
         let key = AuditKey::generate();
         // Its directory is made with mode 0700 if missing.
-        crate::private::write_private_file(path, format!("{}\n", hex(&key.0)).as_bytes()).map_err(
-            |error| AuditKeyError::Io {
+        dk_files::private::write_private_file(path, format!("{}\n", hex(&key.0)).as_bytes())
+            .map_err(|error| AuditKeyError::Io {
                 path: path.display().to_string(),
                 reason: Cause::new(std::io::Error::from(error)),
-            },
-        )?;
+            })?;
         Ok(key)
     }
-}
-
-/// 32 bytes from 64 lower-case hex characters.
-fn parse_hex(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 {
-        return None;
-    }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut bytes = [0u8; 32];
-    for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
-        let [high, low] = pair else {
-            return None;
-        };
-        *byte = digit(*high)? << 4 | digit(*low)?;
-    }
-    Some(bytes)
 }

@@ -65,7 +65,6 @@ mod backup;
 mod cause;
 mod crosscheck;
 pub mod entry;
-mod hex;
 #[cfg(feature = "sqlite")]
 mod keeper;
 mod key;
@@ -73,7 +72,6 @@ mod memory;
 mod model;
 #[cfg(feature = "postgres")]
 mod pg;
-pub mod private;
 mod reserve;
 #[cfg(feature = "sqlite")]
 mod sqlite;

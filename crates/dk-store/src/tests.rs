@@ -89,7 +89,7 @@ fn errors_read_as_one_lower_case_line() {
 fn entry_hash_is_the_documented_formula() {
     use sha2::{Digest, Sha256};
     let text = format!("{GENESIS_HASH}\n1\n5\ndecision\n{{\"a\":1}}");
-    let expected = super::hex::hex(&Sha256::digest(text.as_bytes()));
+    let expected = dk_files::hex::encode(&Sha256::digest(text.as_bytes()));
     assert_eq!(
         entry_hash(GENESIS_HASH, 1, 5, "decision", r#"{"a":1}"#),
         expected
@@ -1759,7 +1759,7 @@ fn hmac_sha256_gives_rfc_4231_results() {
     for (key, data, expected) in cases {
         let (head, tail) = data.split_at(data.len() / 2);
         let mac = super::key::hmac_sha256(key, &[head, tail]);
-        assert_eq!(super::hex::hex(&mac), expected);
+        assert_eq!(dk_files::hex::encode(&mac), expected);
     }
 }
 
@@ -2067,7 +2067,7 @@ fn a_key_swapped_in_the_table_does_not_match_the_log() {
     let mut keyed = pairing("keyed-lamp", &["a"], 1);
     keyed.device_key = Some([7; 32]);
     let mut entry = paired(&keyed, 1);
-    entry.entry["deviceKey"] = serde_json::json!(crate::hex::hex(&[7; 32]));
+    entry.entry["deviceKey"] = serde_json::json!(dk_files::hex::encode(&[7; 32]));
     {
         let store = SqliteStore::open(&dir.db()).unwrap();
         store.put_pairing(&keyed, &entry).unwrap();

@@ -18,14 +18,14 @@ use std::sync::Arc;
 use dk_core::config::VesselConfig;
 use dk_core::reload::RuleFile;
 use dk_core::{Limits, Vessel};
+use dk_files::private::{
+    PrivateFileError, ensure_private_dir, is_inside, read_private_file, write_private_file,
+};
 use dk_http::HttpLimits;
 use dk_http::{AdminToken, AdminTokenError, bind_private_socket};
 use dk_mcp::McpOptions;
 use dk_policy::PolicySet;
 use dk_store::entry as schema;
-use dk_store::private::{
-    PrivateFileError, ensure_private_dir, is_inside, read_private_file, write_private_file,
-};
 use dk_store::{AuditOptions, SqliteStore, Store, StoreError, audit_head_file};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;

@@ -256,8 +256,7 @@ pub fn round_level(dbfs: f64) -> f64 {
 
 /// The SHA-256 of `bytes` in lower-case hex: what is kept of a sound.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    dk_files::hex::encode(&Sha256::digest(bytes))
 }
 
 /// Milliseconds `samples` last at [`RATE`].

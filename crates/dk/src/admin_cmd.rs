@@ -394,7 +394,7 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
                             println!(
                                 "      {} ({}{asks}): {}",
                                 printable(&cap.name),
-                                printable(&cap.kind),
+                                cap.kind,
                                 printable(&cap.description)
                             );
                         }
@@ -742,7 +742,7 @@ fn capability_line(capability: &api::DeviceCapability) -> String {
     format!(
         "{} ({}{asks}): {params}",
         printable(&capability.name),
-        printable(&capability.kind)
+        capability.kind
     )
 }
 

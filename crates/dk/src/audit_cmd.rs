@@ -206,7 +206,7 @@ pub fn open_vessel_pg(
 /// Refuses a key file inside the data directory, where whoever can rewrite
 /// the log could read it.
 fn refuse_inside(data_dir: &Path, key_file: &Path) -> Result<(), String> {
-    if dk_store::private::is_inside(data_dir, key_file).map_err(|e| e.to_string())? {
+    if dk_files::private::is_inside(data_dir, key_file).map_err(|e| e.to_string())? {
         return Err(format!(
             "the audit key file `{}` is inside the data directory `{}`: keep it outside, where rewriting the log does not reach it",
             key_file.display(),

@@ -201,7 +201,7 @@ fn mcp(args: McpArgs) -> Result<(), String> {
 /// The broker's credentials: from the file, else the environment.
 fn credentials(file: Option<&Path>) -> Result<Option<(String, String)>, String> {
     if let Some(path) = file {
-        let text = dk_store::private::read_private_file(path)
+        let text = dk_files::private::read_private_file(path)
             .map_err(|e| format!("the credentials file is refused: {e}"))?;
         let text =
             String::from_utf8(text).map_err(|_| format!("`{}` is not text", path.display()))?;

@@ -28,7 +28,10 @@ fn credentials_are_shown_once_and_kept_as_hashes() {
     let stored = directory.stored();
     let json = serde_json::to_string(&stored).unwrap();
     assert!(!json.contains(text), "{json}");
-    assert!(json.contains(&hex(&sha256(text))), "{json}");
+    assert!(
+        json.contains(&dk_files::hex::encode(&sha256(text))),
+        "{json}"
+    );
     let again = AgentDirectory::from_stored(stored).unwrap();
     assert_eq!(again.authenticate(text).unwrap().id, "claude");
 }

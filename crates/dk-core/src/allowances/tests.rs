@@ -95,7 +95,10 @@ fn the_arguments_hash_is_of_their_canonical_json() {
     let (digest, text) =
         arguments_digest(&args(json!({"b": 1, "a": {"d": [1.5, "x"], "c": null}})));
     assert_eq!(text, r#"{"a":{"c":null,"d":[1.5,"x"]},"b":1}"#);
-    assert_eq!(digest, hex(&Sha256::digest(text.as_bytes())));
+    assert_eq!(
+        digest,
+        dk_files::hex::encode(&Sha256::digest(text.as_bytes()))
+    );
 }
 
 #[track_caller]

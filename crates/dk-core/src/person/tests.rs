@@ -15,7 +15,7 @@ fn consent() -> ConsentRequest {
         code: "004217".into(),
         capabilities: vec![ConsentCapability {
             name: "read_light".into(),
-            kind: "sensor",
+            kind: dk_proto::CapabilityKind::Sensor,
             description: "Read.".into(),
             confirm: false,
             params: Vec::new(),

@@ -45,7 +45,7 @@ async fn pairing_shows_the_code_first_then_asks_with_everything() {
                     let caps: Vec<_> = seen
                         .capabilities
                         .iter()
-                        .map(|c| (c.name.as_str(), c.kind, c.confirm))
+                        .map(|c| (c.name.as_str(), c.kind.as_str(), c.confirm))
                         .collect();
                     assert_eq!(
                         caps,

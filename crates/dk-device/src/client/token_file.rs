@@ -2,7 +2,9 @@
 //! whole or not at all with mode 0600.
 
 use std::fs::File;
-use std::io::{self, Read as _, Write as _};
+#[cfg(not(unix))]
+use std::io::Write as _;
+use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
 use dk_device_core::{MAX_TOKEN_BYTES, is_token};
@@ -62,7 +64,16 @@ pub(super) fn write_token(path: &Path, token: &str) -> io::Result<()> {
 
 /// Writes `bytes` to `path` (mode 0600, its directory 0700 when created)
 /// through a temporary file in the same directory renamed over it, so the
-/// file holds the whole new content or its old one.
+/// file holds the whole new content or its old one: dk-files'
+/// `write_private_file`, the vessel's own.
+#[cfg(unix)]
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    dk_files::private::write_private_file(path, bytes).map_err(io::Error::from)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory
+/// renamed over it, so the file holds the whole new content or its old one.
+#[cfg(not(unix))]
 pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
@@ -71,14 +82,17 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "names no file"))?;
-    create_private_dir(&dir)?;
+    std::fs::DirBuilder::new().recursive(true).create(&dir)?;
     let temp = dir.join(format!(
-        ".{}.{:016x}.tmp",
+        ".{}.{}.tmp",
         name.to_string_lossy(),
-        rand::random::<u64>()
+        dk_files::hex::random(8)
     ));
     let written = (|| {
-        let mut file = create_private_file(&temp)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)
@@ -86,42 +100,5 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
-    written?;
-    // Makes the rename durable where the platform allows syncing a directory.
-    if let Ok(dir) = File::open(&dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn create_private_file(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn create_private_file(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-}
-
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).create(dir)
+    written
 }

@@ -416,7 +416,7 @@ fn writing_never_follows_a_planted_link() {
     // At a temporary name: creating it fails, the victim is untouched.
     let temporary = dir.path().join("admin-token.tmp");
     std::os::unix::fs::symlink(&victim, &temporary).unwrap();
-    let refused = dk_store::private::create_new_private(&temporary).unwrap_err();
+    let refused = dk_files::private::create_new_private(&temporary).unwrap_err();
     assert!(
         matches!(&refused, crate::unix::PrivateFileError::Io { source, .. }
             if source.kind() == std::io::ErrorKind::AlreadyExists),
@@ -1055,7 +1055,7 @@ fn pending_bodies_are_the_prompts_json() {
         code: "004217".to_owned(),
         capabilities: vec![ConsentCapability {
             name: "unlock".to_owned(),
-            kind: "actuator",
+            kind: dk_proto::CapabilityKind::Actuator,
             description: "Unlock the door.".to_owned(),
             confirm: true,
             params: Vec::new(),
@@ -1075,8 +1075,8 @@ fn pending_bodies_are_the_prompts_json() {
                     ChangeKind::Changed,
                     vec![
                         Difference::Kind {
-                            was: "sensor".to_owned(),
-                            now: "actuator".to_owned(),
+                            was: dk_proto::CapabilityKind::Sensor,
+                            now: dk_proto::CapabilityKind::Actuator,
                         },
                         Difference::Confirm {
                             was: false,

@@ -105,13 +105,9 @@ impl Signed {
 fn secret() -> (String, [u8; 32]) {
     let mut bytes = [0u8; 32];
     rand::rng().fill(&mut bytes);
-    let text = hex(&bytes);
+    let text = dk_files::hex::encode(&bytes);
     let hash = Sha256::digest(text.as_bytes()).into();
     (text, hash)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(super) fn hash_of(text: &str) -> [u8; 32] {
@@ -124,7 +120,7 @@ impl Console {
         let mut path = [0u8; PATH_SECRET_BYTES];
         rand::rng().fill(&mut path);
         Arc::new(Console {
-            secret: hex(&path),
+            secret: dk_files::hex::encode(&path),
             access: Mutex::new(Access::default()),
             places: Mutex::new(Places::default()),
             events: Mutex::new(RecentEvents::default()),
@@ -246,7 +242,7 @@ impl Console {
         access.sessions.insert(
             hash,
             Session {
-                id: hex(&id),
+                id: dk_files::hex::encode(&id),
                 csrf,
                 expires: now + SESSION_LIFETIME,
                 opened: now,

@@ -179,7 +179,7 @@ fn answers_round_trip_in_the_routes_key_order() {
             grants: vec!["set_light".to_owned()],
             capabilities: vec![DeviceCapability {
                 name: "set_light".to_owned(),
-                kind: "actuator".to_owned(),
+                kind: crate::CapabilityKind::Actuator,
                 description: "Set the lamp.".to_owned(),
                 confirm: false,
                 params: Vec::new(),
@@ -314,8 +314,8 @@ fn pending_prompts_round_trip_in_the_routes_key_order() {
     assert_eq!(
         replaced.changes[0].differences[0],
         Difference::Kind {
-            was: "sensor".to_owned(),
-            now: "actuator".to_owned()
+            was: crate::CapabilityKind::Sensor,
+            now: crate::CapabilityKind::Actuator
         }
     );
     assert!(!pending.can_remember);
@@ -362,4 +362,23 @@ fn pending_prompts_round_trip_in_the_routes_key_order() {
         panic!("{pending:?}")
     };
     assert_eq!(request.channel, crate::Channel::V1);
+}
+
+#[test]
+fn a_capability_kind_is_sensor_or_actuator_and_nothing_else() {
+    let capability = |kind: &str| {
+        format!(r#"{{"name":"set_light","kind":"{kind}","description":"Set.","confirm":false}}"#)
+    };
+    for (text, kind) in [
+        ("sensor", crate::CapabilityKind::Sensor),
+        ("actuator", crate::CapabilityKind::Actuator),
+    ] {
+        let read: DeviceCapability = serde_json::from_str(&capability(text)).unwrap();
+        assert_eq!(read.kind, kind);
+        assert_eq!(serde_json::to_string(&read).unwrap(), capability(text));
+    }
+    for not in ["Sensor", "robot", ""] {
+        refused::<DeviceCapability>(&capability(not));
+    }
+    refused::<Difference>(r#"{"what":"kind","was":"sensor","now":"lever"}"#);
 }

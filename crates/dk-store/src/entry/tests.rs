@@ -473,7 +473,7 @@ fn a_log_written_before_the_schema_reads_back_and_verifies() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audit/schema-1");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("vessel");
-    crate::private::ensure_private_dir(&data).unwrap();
+    dk_files::private::ensure_private_dir(&data).unwrap();
     let db = data.join("vessel.db");
     std::fs::copy(fixture.join("vessel.db"), &db).unwrap();
     // A checkout does not keep the key's mode: the copy gets it back.

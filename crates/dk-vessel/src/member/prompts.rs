@@ -80,13 +80,7 @@ impl Mirrors {
         if self.shown.contains_key(&origin) {
             return;
         }
-        let prompt = match Prompt::try_from(pending.prompt) {
-            Ok(prompt) => prompt,
-            Err(what) => {
-                tracing::warn!(%member, %what, "a prompt from the fleet not understood");
-                return;
-            }
-        };
+        let prompt = Prompt::from(pending.prompt);
         // The digest of what the person is shown here: the member that
         // raised it takes the answer only if it is what it asked.
         let digest = wire::digest(&api::Prompt::from(prompt.clone()));

@@ -9,12 +9,11 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rand::RngExt;
 use rustix::fs::{Mode, OFlags};
 
-/// Largest private file read (64 KiB): a token or an address file is far
-/// smaller.
-const MAX_PRIVATE_FILE_BYTES: u64 = 64 * 1024;
+/// Largest private file [`read_private_file`] reads (64 KiB): a token or an
+/// address file is far smaller.
+pub const MAX_PRIVATE_FILE_BYTES: u64 = 64 * 1024;
 
 /// Why a private file, directory or socket was refused or could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -63,10 +62,12 @@ pub enum PrivateFileError {
         mode: u32,
     },
     /// A private file too large to be one of dk's.
-    #[error("`{}` is larger than {MAX_PRIVATE_FILE_BYTES} bytes", path.display())]
+    #[error("`{}` is larger than {max} bytes", path.display())]
     TooLarge {
         /// The path.
         path: PathBuf,
+        /// The most that was to be read.
+        max: u64,
     },
     /// A vessel already answers on the socket.
     #[error("a vessel already runs in `{}`", dir.display())]
@@ -120,7 +121,7 @@ pub enum PrivateDir {
 }
 
 /// The effective user id of this process: who must own dk's private files.
-pub(crate) fn current_uid() -> u32 {
+pub fn current_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
@@ -168,26 +169,13 @@ pub fn ensure_private_dir(dir: &Path) -> Result<PrivateDir, PrivateFileError> {
 /// replaced, not followed), then the directory synced. Missing parent
 /// directories are made with mode 0700.
 pub fn write_private_file(path: &Path, bytes: &[u8]) -> Result<(), PrivateFileError> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let Some(name) = path.file_name() else {
-        return Err(PrivateFileError::io(
-            path,
-            io::Error::new(io::ErrorKind::InvalidInput, "no file name"),
-        ));
-    };
+    let dir = dir_of(path);
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .map_err(|e| PrivateFileError::io(dir, e))?;
-    let mut random = [0u8; 8];
-    rand::rng().fill(&mut random);
-    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let temporary = dir.join(format!(".{}.{suffix}.tmp", name.to_string_lossy()));
-    let mut file = create_new_private(&temporary)?;
+    let (temporary, mut file) = create_temporary_beside(path)?;
     let written = file
         .write_all(bytes)
         .and_then(|()| file.sync_all())
@@ -202,6 +190,33 @@ pub fn write_private_file(path: &Path, bytes: &[u8]) -> Result<(), PrivateFileEr
         .map_err(|e| PrivateFileError::io(dir, e))
 }
 
+/// A new empty 0600 file beside `path` (in its directory, which must
+/// exist), named `.<name>.<16 random hex digits>.tmp` and
+/// created exclusively, never through a link: where a whole new content is
+/// written before it is renamed over `path`. The caller removes it when it
+/// is not renamed.
+pub fn create_temporary_beside(path: &Path) -> Result<(PathBuf, File), PrivateFileError> {
+    let dir = dir_of(path);
+    let Some(name) = path.file_name() else {
+        return Err(PrivateFileError::io(
+            path,
+            io::Error::new(io::ErrorKind::InvalidInput, "no file name"),
+        ));
+    };
+    let suffix = crate::hex::random(8);
+    let temporary = dir.join(format!(".{}.{suffix}.tmp", name.to_string_lossy()));
+    let file = create_new_private(&temporary)?;
+    Ok((temporary, file))
+}
+
+/// The directory `path` is in: `.` for a bare name.
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
 /// Creates `path` with mode 0600, failing if anything (a link included) is
 /// already there.
 pub fn create_new_private(path: &Path) -> Result<File, PrivateFileError> {
@@ -212,8 +227,23 @@ pub fn create_new_private(path: &Path) -> Result<File, PrivateFileError> {
 }
 
 /// Reads `path`, which must be a regular file (not a link) of this user
-/// with mode 0600. Nothing is fixed: a file that is not so is refused.
+/// with mode 0600, of at most [`MAX_PRIVATE_FILE_BYTES`]. Nothing is fixed:
+/// a file that is not so is refused.
 pub fn read_private_file(path: &Path) -> Result<Vec<u8>, PrivateFileError> {
+    let mut bytes = Vec::new();
+    read_private_file_into(path, MAX_PRIVATE_FILE_BYTES, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// Reads `path` as [`read_private_file`] does, at most `max` bytes, onto the
+/// end of `bytes`, which is given room for `max + 1` more bytes before
+/// anything is read, so it never moves while the file's content is in it (a
+/// buffer that wipes itself when dropped leaves no unwiped copy behind).
+pub fn read_private_file_into(
+    path: &Path,
+    max: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<(), PrivateFileError> {
     // A clear word for what is there, before the checks that count, which
     // are made on the opened file.
     if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -256,16 +286,19 @@ pub fn read_private_file(path: &Path) -> Result<Vec<u8>, PrivateFileError> {
             mode,
         });
     }
-    let mut bytes = Vec::new();
-    file.take(MAX_PRIVATE_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
+    let start = bytes.len();
+    bytes.reserve(usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX));
+    file.take(max.saturating_add(1))
+        .read_to_end(bytes)
         .map_err(|e| PrivateFileError::io(path, e))?;
-    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_PRIVATE_FILE_BYTES {
+    let read = bytes.len().saturating_sub(start);
+    if u64::try_from(read).unwrap_or(u64::MAX) > max {
         return Err(PrivateFileError::TooLarge {
             path: path.to_owned(),
+            max,
         });
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Whether `file` would lie inside `dir` (its parent is `dir` or below it),
@@ -320,3 +353,6 @@ pub fn kind_of(file_type: &std::fs::FileType) -> &'static str {
         "something else"
     }
 }
+
+#[cfg(test)]
+mod tests;
