@@ -83,7 +83,11 @@ impl Nats {
                 .ok()
                 .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
         });
-        let url = ports["nats"][0].as_str().unwrap_or_default();
+        let url = ports
+            .get("nats")
+            .and_then(|urls| urls.get(0))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
         let port = url.rsplit(':').next().and_then(|p| p.parse().ok());
         nats.port = or_fail(
             port.ok_or(url.to_owned()),
