@@ -55,6 +55,12 @@ const CLOCK_READINGS: [&str; 4] = [
     concat!("SystemTime", "::now()"),
 ];
 
+/// A sleep, which in test code must say why it is there.
+const SLEEP: &str = concat!("sleep", "(");
+
+/// How many lines above a sleep its comment may start.
+const SLEEP_COMMENT_LINES: usize = 3;
+
 /// What a file on tokio's paused clock says: its `Instant` is tokio's,
 /// which moves only when every task waits, so its readings are exact.
 const PAUSED_CLOCK: [&str; 2] = ["start_paused = true", "time::pause()"];
@@ -176,6 +182,27 @@ fn arguments_at(text: &str) -> &str {
         }
     }
     ""
+}
+
+/// The sleeps in a test text with no `//` comment on their line or on the
+/// [`SLEEP_COMMENT_LINES`] lines above, as `line N: text`; `first_line` is
+/// the line the text starts on in its file.
+fn unexplained_sleeps(text: &str, first_line: usize) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        if !line.contains(SLEEP) || line.trim_start().starts_with("//") {
+            continue;
+        }
+        let from = index.saturating_sub(SLEEP_COMMENT_LINES);
+        let explained = lines
+            .get(from..=index)
+            .is_some_and(|near| near.iter().any(|l| l.contains("//")));
+        if !explained {
+            found.push(format!("line {}: `{}`", first_line + index, line.trim()));
+        }
+    }
+    found
 }
 
 /// The text before an inline test module.
@@ -390,6 +417,22 @@ fn no_assertion_in_tests_reads_the_wall_clock() {
     );
 }
 
+#[test]
+fn every_sleep_in_tests_says_why() {
+    check(
+        "a sleep in test code says why in a comment on its line or just above \
+         (pacing traffic, holding time); a wait for something is dk-testkit's `eventually`",
+        |source| {
+            if source.path.starts_with("crates/dk-testkit/") {
+                return Vec::new();
+            }
+            let tests = test_part(&source.path, &source.text);
+            let first_line = line_of(&source.text, source.text.len() - tests.len());
+            unexplained_sleeps(tests, first_line)
+        },
+    );
+}
+
 /// The scanners themselves, on small texts.
 #[test]
 fn scanners() {
@@ -428,6 +471,14 @@ fn scanners() {
         let offset = text.len() - tests.len();
         assert_eq!(wall_time_assertions(tests, offset, text), expected);
     }
+    let sleep = format!("std::thread::{SLEEP}Duration::from_millis(5));");
+    assert_eq!(
+        unexplained_sleeps(&format!("a\n{sleep}\n// Paces.\nb\n{sleep}\n"), 10),
+        [format!("line 11: `{sleep}`")]
+    );
+    assert!(unexplained_sleeps(&format!("// Paces.\na\nb\nc\n{sleep}"), 1).len() == 1);
+    assert!(unexplained_sleeps(&format!("// Paces.\na\nb\n{sleep}"), 1).is_empty());
+
     let [assert, assert_eq, _] = ASSERTIONS;
     let [now, elapsed, since, _] = CLOCK_READINGS;
     check_clock("a/tests/x.rs", &format!("{assert}ok);"), &[]);
