@@ -93,8 +93,12 @@ impl Source {
 }
 
 /// The test code of a file: all of a test file, else the text from its
-/// inline `#[cfg(test)] mod name {` on.
+/// inline `#[cfg(test)] mod name {` on; none of a bench (`benches/`),
+/// which measures time.
 fn test_part<'a>(path: &str, text: &'a str) -> &'a str {
+    if path.contains("benches/") {
+        return "";
+    }
     let whole_file =
         path.starts_with("tests/") || path.contains("/tests/") || path.ends_with("tests.rs");
     if whole_file {
@@ -482,6 +486,11 @@ fn scanners() {
     let [assert, assert_eq, _] = ASSERTIONS;
     let [now, elapsed, since, _] = CLOCK_READINGS;
     check_clock("a/tests/x.rs", &format!("{assert}ok);"), &[]);
+    check_clock(
+        "tests/benches/x.rs",
+        &format!("{assert}t{elapsed} < L);"),
+        &[],
+    );
     check_clock(
         "a/tests/x.rs",
         &format!("let t = Instant{now};\n{assert}\n  t{elapsed} < LIMIT,\n  \"slow )\"\n);"),
