@@ -1,1 +1,3 @@
 //! End-to-end tests for dk live in `it/`; this library is empty.
+
+#![forbid(unsafe_code)]

@@ -6,7 +6,7 @@
 //! through `DK_CHROMIUM` or `/usr/bin/chromium`; `cargo xtask ci` installs
 //! both (`xtask/src/peers.rs`).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,14 +43,6 @@ fn find(variable: &str, name: &str, fallback: &str) -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Whether chromedriver and Chromium are where [`Browser::start`] looks.
 pub fn installed() -> bool {
     let found = |variable: &str, name: &str, fallback: &str| {
@@ -76,21 +68,32 @@ impl Browser {
         let profile = tempfile::tempdir().unwrap();
         let temp = profile.path().join("tmp");
         std::fs::create_dir(&temp).unwrap();
-        let port = free_port();
-        let driver = Command::new(driver_path)
-            .arg(format!("--port={port}"))
-            .env("TMPDIR", &temp)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver starts");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not listen");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // A port taken by another process between its choice and the
+        // driver's start makes the driver exit: it starts again on another.
+        let mut started = None;
+        for _ in 0..5 {
+            let port = dk_testkit::free_port();
+            let mut driver = Command::new(&driver_path)
+                .arg(format!("--port={port}"))
+                .env("TMPDIR", &temp)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("chromedriver starts");
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let mut exited = false;
+            dk_testkit::eventually("chromedriver listening or gone", || {
+                exited = driver.try_wait().unwrap().is_some();
+                exited || TcpStream::connect(addr).is_ok()
+            })
+            .await;
+            if !exited && driver.try_wait().unwrap().is_none() {
+                started = Some((driver, addr));
+                break;
+            }
         }
+        let (driver, addr) = started.expect("chromedriver found a free port in 5 attempts");
         let args = vec![
             "--headless=new".to_owned(),
             "--no-sandbox".to_owned(),
@@ -126,6 +129,7 @@ impl Browser {
                 Err(e) if attempts < 5 => {
                     attempts += 1;
                     eprintln!("no Chromium session yet ({e}); trying again");
+                    // Paces the attempts: Chromium may still be starting.
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 Err(e) => panic!("no Chromium session: {e}"),
@@ -158,35 +162,24 @@ impl Browser {
 
     /// Waits for `css` to match an element whose text contains `text`.
     pub async fn wait_text(&self, css: &str, text: &str) -> fantoccini::elements::Element {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        dk_testkit::eventually_async(&format!("`{css}` with `{text}`"), || async {
             for element in self.client.find_all(Locator::Css(css)).await.unwrap() {
                 if element.text().await.is_ok_and(|t| t.contains(text)) {
-                    return element;
+                    return Some(element);
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "no `{css}` with `{text}` in {}",
-                self.client.source().await.unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            None
+        })
+        .await
     }
 
     /// Waits until no element matches `css`.
     pub async fn wait_gone(&self, css: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self
-            .client
-            .find_all(Locator::Css(css))
-            .await
-            .unwrap()
-            .is_empty()
-        {
-            assert!(Instant::now() < deadline, "`{css}` is still there");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        dk_testkit::eventually_async(&format!("`{css}` gone"), || async {
+            let found = self.client.find_all(Locator::Css(css)).await.unwrap();
+            found.is_empty().then_some(())
+        })
+        .await;
     }
 
     /// Runs `script` in the page and returns its value.
@@ -222,6 +215,8 @@ impl Drop for Browser {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while !browser_processes(self.profile.path()).is_empty() && Instant::now() < deadline {
+            // A drop cannot fail a test: it waits at most 10 s, looking
+            // every 20 ms.
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.driver.kill();

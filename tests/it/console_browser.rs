@@ -311,14 +311,11 @@ fetch("{console}agents", {{method: "POST", mode: "no-cors", credentials: "includ
     );
     let (evil, server) = serve_page(page).await;
     c.goto(&format!("http://{evil}/")).await.unwrap();
-    let mut results = Value::Null;
-    for _ in 0..500 {
-        results = browser.run("return window.results;").await;
-        if results.get("read").is_some() && results.get("post").is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let results = dk_testkit::eventually_async("the page's results", || async {
+        let results = browser.run("return window.results;").await;
+        (results.get("read").is_some() && results.get("post").is_some()).then_some(results)
+    })
+    .await;
     assert_eq!(results["read"], json!("blocked"), "{results}");
     // The form, posted: refused by the console.
     browser
@@ -469,15 +466,10 @@ Promise.all(asked).then(() => {{ window.done = true; }});
     );
     let (neighbour, seen, server) = serve_recording(page).await;
     c.goto(&format!("http://{neighbour}/")).await.unwrap();
-    let mut done = Value::Null;
-    for _ in 0..2000 {
-        done = browser.run("return window.done === true;").await;
-        if done == json!(true) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(done, json!(true), "the page's requests did not finish");
+    dk_testkit::eventually_async("the page's requests finished", || async {
+        (browser.run("return window.done === true;").await == json!(true)).then_some(())
+    })
+    .await;
     let seen = seen.lock().unwrap().clone();
     // Every guess reached the neighbour...
     for path in guesses {

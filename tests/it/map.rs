@@ -7,24 +7,41 @@
 //!   then the repository (a crate under `python/` as one under `crates/`);
 //!   the `tests/` section from `tests/it/`, `tests/`,
 //!   then the repository; every other section from the repository;
-//! - every source file of a library crate is named in its crate's section,
-//!   by its path under `src/` (`adapter/budget.rs`; a `mod.rs` by its folder,
-//!   `file/`), but the crate root and test files;
+//! - every source file of a crate (library or program, the command line's
+//!   and xtask's too) is named in its crate's section, by its path under
+//!   `src/` (`adapter/budget.rs`; a `mod.rs` by its folder, `file/`) or from
+//!   the repository root, but the crate root and test files; and every test
+//!   file of `tests/it/` in the `tests/` section;
 //! - the table under "Crates and what they depend on" lists, for every crate
 //!   under `crates/` and `python/`, exactly the dk crates in its `[dependencies]`, and of
-//!   the outside crates the table names, exactly those it depends on.
+//!   the outside crates the table names, exactly those it depends on;
+//! - the table under "Versions that appear twice" lists exactly the crates
+//!   and versions `cargo tree -d -e normal --workspace` lists;
+//! - the crates the invariants name as exceptions to `forbid(unsafe_code)`
+//!   are exactly those the tidy test exempts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use std::process::Command;
+
 use super::layering::{crate_dirs, dependencies};
-use super::tidy::repo_root;
+use super::tidy::{UNSAFE_CRATES, repo_root};
 
 /// The map's file, from the repository root.
 const MAP: &str = "ARCHITECTURE.md";
 
 /// The heading of the dependency table's section.
 const TABLE_HEADING: &str = "## Crates and what they depend on";
+
+/// The heading of the duplicate versions' section.
+const TWICE_HEADING: &str = "## Versions that appear twice";
+
+/// The heading of the invariants' section.
+const INVARIANTS_HEADING: &str = "## Cross-cutting invariants";
+
+/// The invariant that names the exceptions to it.
+const FORBID_UNSAFE: &str = "- `#![forbid(unsafe_code)]`";
 
 /// Extensions of the files the map may name with a folder (`fixtures/x.json`).
 const NAMED_EXTENSIONS: [&str; 11] = [
@@ -34,8 +51,8 @@ const NAMED_EXTENSIONS: [&str; 11] = [
 /// A section of the map: where a relative path named in it is looked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Section {
-    /// `### `crates/NAME``, `### `python/NAME``: the crate's folder, from
-    /// the repository root.
+    /// `### `crates/NAME``, `### `python/NAME``, `### `xtask/``: the
+    /// crate's folder, from the repository root.
     Crate(String),
     /// `### `tests/``.
     Tests,
@@ -52,7 +69,11 @@ impl Section {
         let title = line.trim_start_matches('#').trim();
         let code = title.strip_prefix('`').and_then(|t| t.split('`').next());
         Some(match code {
-            Some(path) if path.starts_with("crates/") || path.starts_with("python/") => {
+            Some(path)
+                if path.starts_with("crates/")
+                    || path.starts_with("python/")
+                    || path == "xtask/" =>
+            {
                 Section::Crate(path.trim_end_matches('/').to_owned())
             }
             Some("tests/") => Section::Tests,
@@ -172,40 +193,63 @@ fn names_of(relative: &str) -> Vec<String> {
     }
 }
 
-/// The library crates under `crates/` and `python/` (those with a
-/// `src/lib.rs`), each by its folder from the repository root.
-fn library_crates() -> Vec<(String, PathBuf)> {
+/// Every crate whose sources the map must name, by its section's folder
+/// from the repository root (`crates/dk`, `xtask`), with the folder its
+/// sources are under: the crates under `crates/` and `python/`, libraries
+/// and programs, and xtask.
+fn source_crates() -> Vec<(String, PathBuf)> {
     let root = repo_root();
-    crate_dirs()
+    let mut crates: Vec<(String, PathBuf)> = crate_dirs()
         .into_iter()
-        .filter(|(_, dir)| dir.join("src").join("lib.rs").is_file())
         .map(|(_, dir)| {
             let folder = dir.strip_prefix(&root).unwrap().to_string_lossy();
-            (folder.replace('\\', "/"), dir)
+            (folder.replace('\\', "/"), dir.join("src"))
         })
-        .collect()
+        .collect();
+    crates.push(("xtask".to_owned(), root.join("xtask").join("src")));
+    crates
 }
 
-/// The source files of library crates the map's crate sections never name.
+/// The source files the map's sections never name: a crate's in its own
+/// section, `tests/it/`'s in the `tests/` section.
 fn unnamed_sources(map: &str) -> Vec<String> {
     let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (section, _, span) in code_spans(map) {
-        if let Section::Crate(folder) = section {
-            named.entry(folder).or_default().insert(span);
-        }
+        let key = match section {
+            Section::Crate(folder) => folder,
+            Section::Tests => "tests".to_owned(),
+            Section::Root => continue,
+        };
+        named.entry(key).or_default().insert(span);
     }
     let mut unnamed = Vec::new();
-    for (folder, dir) in library_crates() {
+    let root = repo_root();
+    let mut sources = source_crates();
+    sources.push(("tests".to_owned(), root.join("tests").join("it")));
+    for (folder, dir) in sources {
         let mut files = Vec::new();
-        rust_files(&dir.join("src"), "", &mut files);
+        rust_files(&dir, "", &mut files);
         files.sort();
         let spans = named.get(&folder).cloned().unwrap_or_default();
+        let under = dir
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let in_tests = folder == "tests";
         for file in files {
-            if file == "lib.rs" || is_test_file(&file) {
+            let root_file = matches!(file.as_str(), "lib.rs" | "main.rs");
+            if !in_tests && (root_file || is_test_file(&file)) {
                 continue;
             }
-            if !names_of(&file).iter().any(|n| spans.contains(n)) {
-                unnamed.push(format!("{folder}/src/{file}"));
+            if in_tests && file == "main.rs" {
+                continue;
+            }
+            let full = format!("{under}/{file}");
+            let mut names = names_of(&file);
+            names.push(full.clone());
+            if !names.iter().any(|n| spans.contains(n)) {
+                unnamed.push(full);
             }
         }
     }
@@ -290,6 +334,101 @@ fn table_mismatches(map: &str) -> Vec<String> {
     found
 }
 
+/// The text of a `## ` section, without its heading, up to the next one.
+fn section<'a>(map: &'a str, heading: &str) -> &'a str {
+    let Some(start) = map.find(heading) else {
+        return "";
+    };
+    let rest = &map[start + heading.len()..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// Crate name -> versions, as a set of `name major.minor` (or `name
+/// major` from 1 on, as the table writes them).
+type Versions = BTreeSet<String>;
+
+/// A version as the table writes it: `0.2` for `0.2.17`, `2` for `2.0.119`.
+fn short_version(version: &str) -> String {
+    let parts: Vec<&str> = version.trim_start_matches('v').split('.').collect();
+    match parts.as_slice() {
+        ["0", minor, ..] => format!("0.{minor}"),
+        [major, ..] => (*major).to_owned(),
+        [] => String::new(),
+    }
+}
+
+/// The duplicate table: `name version` for each crate and each of its
+/// versions (`| `a`, `b` | 0.2 / 0.3, 0.1 / 0.2 | why |`).
+fn twice_table(map: &str) -> Result<Versions, String> {
+    let mut found = Versions::new();
+    for line in section(map, TWICE_HEADING)
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+    {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let [names, versions, ..] = cells.as_slice() else {
+            return Err(format!("a row without versions: {line}"));
+        };
+        let names: Vec<&str> = names.split('`').skip(1).step_by(2).collect();
+        let versions: Vec<&str> = versions.split(',').map(str::trim).collect();
+        // One pair of versions for several crates is each one's.
+        let versions = match versions.as_slice() {
+            [one] => vec![*one; names.len()],
+            _ => versions,
+        };
+        if names.len() != versions.len() {
+            return Err(format!(
+                "a row with {} crates and {} versions: {line}",
+                names.len(),
+                versions.len()
+            ));
+        }
+        for (name, pair) in names.iter().zip(versions) {
+            for version in pair.split('/') {
+                found.insert(format!("{name} {}", version.trim()));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// What `cargo tree -d` prints, as `name version` for each crate and
+/// version at the top of its inverted trees.
+fn cargo_tree_duplicates(output: &str) -> Versions {
+    output
+        .lines()
+        .filter(|line| {
+            line.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+        })
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next()?;
+            let version = words.next()?;
+            Some(format!("{name} {}", short_version(version)))
+        })
+        .collect()
+}
+
+/// The crates the invariant on unsafe code names as its exceptions, each
+/// as a folder with a final `/`.
+fn unsafe_exceptions(map: &str) -> BTreeSet<String> {
+    let invariants = section(map, INVARIANTS_HEADING);
+    let Some(start) = invariants.find(FORBID_UNSAFE) else {
+        return BTreeSet::new();
+    };
+    let bullet = &invariants[start + FORBID_UNSAFE.len()..];
+    let bullet = &bullet[..bullet.find("\n- ").unwrap_or(bullet.len())];
+    bullet
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| span.starts_with("crates/") || span.starts_with("python/"))
+        .map(|span| format!("{}/", span.trim_end_matches('/')))
+        .collect()
+}
+
 fn map_text() -> String {
     std::fs::read_to_string(repo_root().join(MAP)).unwrap()
 }
@@ -305,7 +444,7 @@ fn every_path_the_map_names_exists() {
 }
 
 #[test]
-fn every_library_source_file_is_named_in_the_map() {
+fn every_source_file_is_named_in_the_map() {
     let unnamed = unnamed_sources(&map_text());
     assert!(
         unnamed.is_empty(),
@@ -326,6 +465,49 @@ fn the_map_lists_every_crates_dependencies() {
         found.is_empty(),
         "{MAP}'s dependency table disagrees with the manifests:\n  {}",
         found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_duplicate_table_is_what_cargo_tree_lists() {
+    let text = map_text();
+    let table = twice_table(&text).unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args([
+            "tree",
+            "-d",
+            "-e",
+            "normal",
+            "--workspace",
+            "--locked",
+            "--offline",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = cargo_tree_duplicates(&String::from_utf8_lossy(&output.stdout));
+    let missing: Vec<&String> = listed.difference(&table).collect();
+    let extra: Vec<&String> = table.difference(&listed).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{MAP}'s `{TWICE_HEADING}` disagrees with `cargo tree -d -e normal --workspace`:\n  \
+         listed there, not in the table: {missing:?}\n  in the table, not listed: {extra:?}"
+    );
+}
+
+#[test]
+fn the_map_names_the_crates_allowed_unsafe_code() {
+    let named = unsafe_exceptions(&map_text());
+    let exempt: BTreeSet<String> = UNSAFE_CRATES.iter().map(|&dir| dir.to_owned()).collect();
+    assert_eq!(
+        named, exempt,
+        "{MAP}'s invariant on unsafe code names other exceptions than tests/it/tidy.rs allows"
     );
 }
 
@@ -380,6 +562,40 @@ fn map_scanners() {
         "{TABLE_HEADING}\n\n| crate | dk crates | outside |\n|---|---|---|\n\
          | `dk-a` | `dk-b` | `axum`, `hyper` |\n| `dk-b` | | |\n\n## Next\n| `dk-c` | | |\n"
     );
+    let twice = format!(
+        "{TWICE_HEADING}\n\n| crate | versions | why |\n|---|---|---|\n\
+         | `a`, `b` | 0.2 / 0.3, 1 / 2 | x |\n| `syn` | 2 / 3 | y |\n\n## Next\n| `c` | 1 / 2 | |\n"
+    );
+    assert_eq!(
+        twice_table(&twice).unwrap(),
+        BTreeSet::from(["a 0.2", "a 0.3", "b 1", "b 2", "syn 2", "syn 3"].map(str::to_owned))
+    );
+    assert_eq!(
+        twice_table(&format!("{TWICE_HEADING}\n| `a`, `b` | 1 / 2 | x |\n")).unwrap(),
+        BTreeSet::from(["a 1", "a 2", "b 1", "b 2"].map(str::to_owned))
+    );
+    assert!(
+        twice_table(&format!(
+            "{TWICE_HEADING}\n| `a`, `b`, `c` | 1 / 2, 3 / 4 | x |\n"
+        ))
+        .is_err()
+    );
+    let tree = "base64 v0.22.1\n└── postgres-protocol v0.6.8\n    └── dk-store v0.1.0 (/dk)\n\n\
+                base64 v0.23.1\n├── dk v0.1.0\nsyn v2.0.119\nthiserror-impl v1.0.69 (proc-macro) (*)\n";
+    assert_eq!(
+        cargo_tree_duplicates(tree),
+        BTreeSet::from(
+            ["base64 0.22", "base64 0.23", "syn 2", "thiserror-impl 1"].map(str::to_owned)
+        )
+    );
+    let invariants = format!(
+        "{INVARIANTS_HEADING}\n\n{FORBID_UNSAFE} everywhere but `crates/dk-x` and\n  `python/y/` (`lib.rs`).\n- `crates/dk-z` other\n"
+    );
+    assert_eq!(
+        unsafe_exceptions(&invariants),
+        BTreeSet::from(["crates/dk-x/".to_owned(), "python/y/".to_owned()])
+    );
+
     let rows = dependency_table(&table);
     assert_eq!(rows.len(), 2);
     assert_eq!(

@@ -16,13 +16,7 @@ use crate::net::{DeviceRun, closed, next, pair_raw, start, temp_dir};
 
 /// Waits until the client has stored its token.
 async fn wait_file(path: &std::path::Path) {
-    for _ in 0..1000 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{} was never written", path.display());
+    dk_testkit::eventually(&format!("{} written", path.display()), || path.exists()).await;
 }
 
 fn options(url: &str, token: &std::path::Path) -> ClientOptions {
@@ -325,6 +319,8 @@ async fn a_refusal_with_a_long_reason_stops_the_client() {
             if !running.vessel.person().pending().is_empty() {
                 return;
             }
+            // Looks every 5 ms while the client runs (the select below
+            // ends with it).
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };

@@ -150,6 +150,7 @@ async fn the_admin_api_watches_a_stream_by_its_metadata() {
     let answer = loop {
         tokio::select! {
             answer = &mut watch => break answer.unwrap(),
+            // Paces the frames: one every 20 ms, as a microphone gives them.
             () = tokio::time::sleep(Duration::from_millis(20)) => {
                 let _ = chunks.try_send("microphone", voice.frame(index));
                 index += 1;

@@ -1,8 +1,8 @@
 //! Repository rules, checked over every Rust file under `crates/`,
 //! `python/`, `xtask/`, `tests/` and `fuzz/fuzz_targets/`: module docs first, no panicking or
 //! skipped tests, no leftover `dbg!`, `todo!` or `unimplemented!`, unsafe code
-//! forbidden at every crate root, and a reason on every lint exception outside
-//! tests.
+//! forbidden at every crate root, a reason on every lint exception outside
+//! tests, and no assertion in test code that reads the wall clock.
 //!
 //! The patterns are spelled with `concat!` so that this file does not break
 //! the rules it states.
@@ -38,6 +38,33 @@ const LINT_EXCEPTIONS: [&str; 4] = [
     concat!("#![", "expect("),
 ];
 
+/// Macros that assert, whose arguments are scanned for a clock reading.
+const ASSERTIONS: [&str; 3] = [
+    concat!("assert", "!("),
+    concat!("assert_eq", "!("),
+    concat!("assert_ne", "!("),
+];
+
+/// What reads the clock in an assertion's arguments: a test that bounds
+/// how long something took fails on a loaded machine, or passes on a fast
+/// one whatever the code does.
+const CLOCK_READINGS: [&str; 4] = [
+    concat!("Instant", "::now()"),
+    concat!(".elapsed", "()"),
+    concat!("duration_since", "("),
+    concat!("SystemTime", "::now()"),
+];
+
+/// A sleep, which in test code must say why it is there.
+const SLEEP: &str = concat!("sleep", "(");
+
+/// How many lines above a sleep its comment may start.
+const SLEEP_COMMENT_LINES: usize = 3;
+
+/// What a file on tokio's paused clock says: its `Instant` is tokio's,
+/// which moves only when every task waits, so its readings are exact.
+const PAUSED_CLOCK: [&str; 2] = ["start_paused = true", "time::pause()"];
+
 /// A Rust file of the repository.
 struct Source {
     /// Its path from the repository root, with `/` separators.
@@ -63,6 +90,123 @@ impl Source {
         }
         non_test_part(&self.text)
     }
+}
+
+/// The test code of a file: all of a test file, else the text from its
+/// inline `#[cfg(test)] mod name {` on; none of a bench (`benches/`),
+/// which measures time.
+fn test_part<'a>(path: &str, text: &'a str) -> &'a str {
+    if path.contains("benches/") {
+        return "";
+    }
+    let whole_file =
+        path.starts_with("tests/") || path.contains("/tests/") || path.ends_with("tests.rs");
+    if whole_file {
+        return text;
+    }
+    text.get(non_test_part(text).len()..).unwrap_or("")
+}
+
+/// The assertions in a test text that read the wall clock, as `line N:
+/// assertion`; none in a file on tokio's paused clock that never names
+/// std's `Instant`. `offset` is where the text starts in its file.
+fn wall_time_assertions(text: &str, offset_in_file: usize, file: &str) -> Vec<String> {
+    let paused = PAUSED_CLOCK.iter().any(|p| file.contains(p))
+        && !file.contains("std::time::Instant")
+        && !file.contains("std::time::{Duration, Instant}")
+        && !file.contains("std::time::{Instant");
+    if paused {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    for macro_name in ASSERTIONS {
+        for (offset, _) in text.match_indices(macro_name) {
+            // `debug_assert!(` and the like are assertions too.
+            let arguments = arguments_at(text.get(offset + macro_name.len() - 1..).unwrap_or(""));
+            if CLOCK_READINGS.iter().any(|r| arguments.contains(r)) {
+                let one_line = arguments.split_whitespace().collect::<Vec<_>>().join(" ");
+                found.push(format!(
+                    "line {}: `{macro_name}{}`",
+                    line_of(file, offset_in_file + offset),
+                    one_line.get(1..).unwrap_or("")
+                ));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The parenthesised arguments starting a text, up to their closing `)`,
+/// skipping brackets inside string and character literals; empty when
+/// they do not close.
+fn arguments_at(text: &str) -> &str {
+    let mut depth = 0usize;
+    let mut chars = text.char_indices().peekable();
+    while let Some((offset, c)) = chars.next() {
+        match c {
+            '"' => {
+                // A string: up to the next unescaped quote.
+                while let Some((_, c)) = chars.next() {
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '\'' => {
+                // A character literal (`'('`, `'\\''`); a lifetime has no
+                // closing quote and is passed over.
+                let rest = text.get(offset + 1..).unwrap_or("");
+                let length = if rest.starts_with('\\') {
+                    rest.get(2..).and_then(|r| r.find('\'')).map(|n| n + 3)
+                } else {
+                    rest.chars().next().and_then(|first| {
+                        let after = first.len_utf8();
+                        rest.get(after..)?.starts_with('\'').then_some(after + 1)
+                    })
+                };
+                if let Some(length) = length {
+                    while chars.peek().is_some_and(|(at, _)| *at <= offset + length) {
+                        chars.next();
+                    }
+                }
+            }
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return text.get(..=offset).unwrap_or(text);
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
+}
+
+/// The sleeps in a test text with no `//` comment on their line or on the
+/// [`SLEEP_COMMENT_LINES`] lines above, as `line N: text`; `first_line` is
+/// the line the text starts on in its file.
+fn unexplained_sleeps(text: &str, first_line: usize) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        if !line.contains(SLEEP) || line.trim_start().starts_with("//") {
+            continue;
+        }
+        let from = index.saturating_sub(SLEEP_COMMENT_LINES);
+        let explained = lines
+            .get(from..=index)
+            .is_some_and(|near| near.iter().any(|l| l.contains("//")));
+        if !explained {
+            found.push(format!("line {}: `{}`", first_line + index, line.trim()));
+        }
+    }
+    found
 }
 
 /// The text before an inline test module.
@@ -226,8 +370,9 @@ fn no_forbidden_text() {
     }
 }
 
-/// The crates allowed unsafe code, each with the discipline above.
-const UNSAFE_CRATES: [&str; 2] = ["crates/dk-device-c/", "crates/dk-espeak/"];
+/// The crates allowed unsafe code, each with the discipline below
+/// (ARCHITECTURE.md's invariants name the same, `map.rs` checks).
+pub(super) const UNSAFE_CRATES: [&str; 2] = ["crates/dk-device-c/", "crates/dk-espeak/"];
 
 #[test]
 fn crate_roots_forbid_unsafe_code() {
@@ -240,7 +385,9 @@ fn crate_roots_forbid_unsafe_code() {
         // unsafe code with the reason.
         let crate_root = matches!(
             parts.as_slice(),
-            ["crates" | "python", _, "src", "lib.rs" | "main.rs"] | ["xtask", "src", "main.rs"]
+            ["crates" | "python", _, "src", "lib.rs" | "main.rs"]
+                | ["xtask", "src", "main.rs"]
+                | ["tests", "lib.rs"]
         ) && !UNSAFE_CRATES.iter().any(|dir| source.path.starts_with(dir));
         if crate_root && !source.text.contains(forbid) {
             vec!["no such line".to_owned()]
@@ -257,6 +404,35 @@ fn lint_exceptions_outside_tests_give_a_reason() {
         |source| {
             // The non-test part starts the file, so its line numbers are the file's.
             exceptions_without_reason(source.non_test_text())
+        },
+    );
+}
+
+#[test]
+fn no_assertion_in_tests_reads_the_wall_clock() {
+    check(
+        "no assertion in test code reads the wall clock (wait for the condition with \
+         dk-testkit's `eventually`, assert the order or the outcome, measure in a bench)",
+        |source| {
+            let tests = test_part(&source.path, &source.text);
+            let offset = source.text.len() - tests.len();
+            wall_time_assertions(tests, offset, &source.text)
+        },
+    );
+}
+
+#[test]
+fn every_sleep_in_tests_says_why() {
+    check(
+        "a sleep in test code says why in a comment on its line or just above \
+         (pacing traffic, holding time); a wait for something is dk-testkit's `eventually`",
+        |source| {
+            if source.path.starts_with("crates/dk-testkit/") {
+                return Vec::new();
+            }
+            let tests = test_part(&source.path, &source.text);
+            let first_line = line_of(&source.text, source.text.len() - tests.len());
+            unexplained_sleeps(tests, first_line)
         },
     );
 }
@@ -291,5 +467,61 @@ fn scanners() {
     check_scan(
         &format!("fn f() {{}}\n#[cfg(test)]\nmod tests {{\n{allow}x)]\n}}"),
         &[],
+    );
+
+    #[track_caller]
+    fn check_clock(path: &str, text: &str, expected: &[String]) {
+        let tests = test_part(path, text);
+        let offset = text.len() - tests.len();
+        assert_eq!(wall_time_assertions(tests, offset, text), expected);
+    }
+    let sleep = format!("std::thread::{SLEEP}Duration::from_millis(5));");
+    assert_eq!(
+        unexplained_sleeps(&format!("a\n{sleep}\n// Paces.\nb\n{sleep}\n"), 10),
+        [format!("line 11: `{sleep}`")]
+    );
+    assert!(unexplained_sleeps(&format!("// Paces.\na\nb\nc\n{sleep}"), 1).len() == 1);
+    assert!(unexplained_sleeps(&format!("// Paces.\na\nb\n{sleep}"), 1).is_empty());
+
+    let [assert, assert_eq, _] = ASSERTIONS;
+    let [now, elapsed, since, _] = CLOCK_READINGS;
+    check_clock("a/tests/x.rs", &format!("{assert}ok);"), &[]);
+    check_clock(
+        "tests/benches/x.rs",
+        &format!("{assert}t{elapsed} < L);"),
+        &[],
+    );
+    check_clock(
+        "a/tests/x.rs",
+        &format!("let t = Instant{now};\n{assert}\n  t{elapsed} < LIMIT,\n  \"slow )\"\n);"),
+        &[format!(
+            "line 2: `{assert} t{elapsed} < LIMIT, \"slow )\" )`"
+        )],
+    );
+    check_clock(
+        "a/tests/x.rs",
+        &format!("{assert_eq}c, ']'); {assert}x == '\\'', \"[\"); {assert}f::<'a>(t{elapsed}));"),
+        &[format!("line 1: `{assert}f::<'a>(t{elapsed}))`")],
+    );
+    check_clock(
+        "a/src/x.rs",
+        &format!(
+            "fn f() {{ {assert}Instant{now} < d) }}\n#[cfg(test)]\nmod tests {{\n  \
+             fn t() {{ debug_{assert_eq}a.{since}b), c); }}\n}}"
+        ),
+        &[format!("line 4: `{assert_eq}a.{since}b), c)`")],
+    );
+    check_clock(
+        "a/src/tests.rs",
+        &format!("#[tokio::test(start_paused = true)]\nfn t() {{ {assert}t{elapsed} >= S); }}"),
+        &[],
+    );
+    check_clock(
+        "a/src/tests.rs",
+        &format!(
+            "use std::time::Instant;\n#[tokio::test(start_paused = true)]\n\
+             fn t() {{ {assert}t{elapsed} >= S); }}"
+        ),
+        &[format!("line 3: `{assert}t{elapsed} >= S)`")],
     );
 }

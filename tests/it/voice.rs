@@ -200,6 +200,7 @@ async fn the_persons_stop_in_the_console_ends_listen_within_100_ms_of_sound() {
         served.voice.live().borrow().is_some()
     })
     .await;
+    // Records the first tone for 600 ms: audio is in time, not events.
     tokio::time::sleep(Duration::from_millis(600)).await;
 
     // The person presses Stop, and at that moment the microphone starts

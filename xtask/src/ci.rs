@@ -3,7 +3,9 @@
 //! virtualenv the task makes itself (see `python.rs`), and are counted in
 //! the closing `tests:` line. Both run with `TMPDIR` set to a fresh
 //! directory that must be empty once they are done: a test that leaves a
-//! file or a directory behind fails the run.
+//! file or a directory behind fails the run. A Rust test skipped for a
+//! missing peer leaves a file in the folder named by `DK_SKIPPED_DIR`
+//! (dk-testkit's `peer_or_skip`), and the closing line counts them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,15 +37,22 @@ pub fn run() -> TaskResult {
     )?;
     crate::features::check_core()?;
     crate::features::check_channel_without_ring()?;
-    let temp = TestTemp::new()?;
+    let temp = TestTemp::new("dk-ci")?;
+    let skips = TestTemp::new("dk-ci-skipped")?;
     let totals = test(
         cargo()
             .args(["test", "--workspace", "--locked"])
             .env("TMPDIR", temp.path())
             // The peers are installed: a test that misses one fails.
-            .env("DK_REQUIRE_PEERS", "1"),
+            .env("DK_REQUIRE_PEERS", "1")
+            .env(SKIPPED_DIR, skips.path()),
     )?;
     temp.check_empty("the Rust tests")?;
+    let skipped = skipped_for_peers(skips.path())?;
+    for skip in &skipped {
+        println!("skipped for a missing peer: {skip}");
+    }
+    skips.remove()?;
     let python = crate::python::test(None, Some(temp.path()))?;
     temp.check_empty("the Python tests")?;
     temp.remove()?;
@@ -57,23 +66,55 @@ pub fn run() -> TaskResult {
     println!("\n==> ci passed (rust: {totals}; python: {python})");
     // The plain closing line any reader of CI logs understands.
     println!(
-        "tests: {} passed, {} failed, {} skipped",
+        "tests: {} passed, {} failed, {} skipped; {}",
         totals.passed + python.passed,
         totals.failed + python.failed,
-        totals.ignored + python.skipped
+        totals.ignored + python.skipped,
+        skipped_line(skipped.len())
     );
     Ok(())
+}
+
+/// The variable dk-testkit's `peer_or_skip` reads: the folder where each
+/// skip for a missing peer leaves a file.
+const SKIPPED_DIR: &str = "DK_SKIPPED_DIR";
+
+/// What the skips left in `dir`, one line each (`test: peer`), sorted.
+fn skipped_for_peers(dir: &Path) -> Result<Vec<String>, TaskError> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| TaskError(format!("cannot read `{}`: {e}", dir.display())))?;
+    let mut skips = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| TaskError(format!("cannot read `{}`: {e}", dir.display())))?
+            .path();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| TaskError(format!("cannot read `{}`: {e}", path.display())))?;
+        skips.push(text.trim().to_owned());
+        std::fs::remove_file(&path)
+            .map_err(|e| TaskError(format!("cannot remove `{}`: {e}", path.display())))?;
+    }
+    skips.sort();
+    Ok(skips)
+}
+
+/// The closing line's count of skips for missing peers.
+fn skipped_line(count: usize) -> String {
+    match count {
+        1 => "1 test skipped for a missing peer".to_owned(),
+        n => format!("{n} tests skipped for missing peers"),
+    }
 }
 
 /// The temporary directory the tests run with: made fresh, checked empty.
 struct TestTemp(PathBuf);
 
 impl TestTemp {
-    /// A fresh, empty directory in the system's temporary directory (short,
-    /// so Unix socket paths the tests make inside it stay within their
-    /// limit).
-    fn new() -> Result<TestTemp, TaskError> {
-        let path = std::env::temp_dir().join(format!("dk-ci-{}", std::process::id()));
+    /// A fresh, empty directory in the system's temporary directory, named
+    /// `prefix` and this process (short, so Unix socket paths the tests
+    /// make inside it stay within their limit).
+    fn new(prefix: &str) -> Result<TestTemp, TaskError> {
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
         if path.exists() {
             std::fs::remove_dir_all(&path)
                 .map_err(|e| TaskError(format!("cannot clear `{}`: {e}", path.display())))?;
@@ -192,7 +233,7 @@ impl std::fmt::Display for TestTotals {
 
 #[cfg(test)]
 mod tests {
-    use super::TestTotals;
+    use super::{TestTemp, TestTotals, skipped_for_peers, skipped_line};
 
     #[track_caller]
     fn check(lines: &[&str], expected: [u64; 5]) {
@@ -208,6 +249,22 @@ mod tests {
             totals.filtered_out,
         ];
         assert_eq!(got, expected, "{lines:?}");
+    }
+
+    #[test]
+    fn skips_are_read_and_counted() {
+        let dir = TestTemp::new("dk-ci-skips-test").unwrap();
+        std::fs::write(dir.path().join("b.1.0"), "b::t: nats-server\n").unwrap();
+        std::fs::write(dir.path().join("a.1.1"), "a::t: PostgreSQL\n").unwrap();
+        assert_eq!(
+            skipped_for_peers(dir.path()).unwrap(),
+            ["a::t: PostgreSQL", "b::t: nats-server"]
+        );
+        dir.check_empty("reading the skips").unwrap();
+        dir.remove().unwrap();
+        assert_eq!(skipped_line(0), "0 tests skipped for missing peers");
+        assert_eq!(skipped_line(1), "1 test skipped for a missing peer");
+        assert_eq!(skipped_line(3), "3 tests skipped for missing peers");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 #![cfg(test)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,7 +19,7 @@ use dk_core::person::Prompt;
 use dk_core::registry::ConsentDecision;
 use dk_http::serve_devices;
 use dk_policy::PolicySet;
-use dk_testkit::{PATIENCE, eventually};
+use dk_testkit::{PATIENCE, eventually, eventually_blocking};
 use dk_vessel::{Limits, Vessel};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
@@ -27,6 +27,8 @@ use serde_json::{Value, json};
 /// A mosquitto on `port`, killed on drop.
 struct Mosquitto {
     child: Child,
+    /// Its loopback port.
+    port: u16,
 }
 
 fn mosquitto_path() -> PathBuf {
@@ -38,32 +40,58 @@ fn mosquitto_path() -> PathBuf {
 }
 
 impl Mosquitto {
-    fn start(dir: &std::path::Path, port: u16) -> Mosquitto {
-        Mosquitto::start_with(dir, port, "")
+    fn start(dir: &std::path::Path) -> Mosquitto {
+        Mosquitto::start_with(dir, "")
     }
 
-    /// With more lines for its listener (TLS files).
-    fn start_with(dir: &std::path::Path, port: u16, extra: &str) -> Mosquitto {
-        let conf = dir.join("mosquitto.conf");
-        std::fs::write(
-            &conf,
-            format!("listener {port} 127.0.0.1\n{extra}allow_anonymous true\npersistence false\n"),
-        )
-        .unwrap();
+    /// With more lines for its listener (TLS files), on a free port: one
+    /// taken by another process between its choice and the broker's start
+    /// makes the broker exit, and it starts again on another.
+    fn start_with(dir: &std::path::Path, extra: &str) -> Mosquitto {
+        for _ in 0..5 {
+            let port = dk_testkit::free_port();
+            let conf = dir.join("mosquitto.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "listener {port} 127.0.0.1\n{extra}allow_anonymous true\npersistence false\n"
+                ),
+            )
+            .unwrap();
+            let mut child = Command::new(mosquitto_path())
+                .arg("-c")
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut exited = false;
+            eventually_blocking("mosquitto listening or gone", || {
+                exited = child.try_wait().unwrap().is_some();
+                exited || TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+            });
+            if !exited && child.try_wait().unwrap().is_none() {
+                return Mosquitto { child, port };
+            }
+        }
+        panic!("mosquitto found no free port in 5 attempts")
+    }
+
+    /// Started again in `dir` on `port`, the one it had.
+    fn again(dir: &std::path::Path, port: u16) -> Mosquitto {
         let child = Command::new(mosquitto_path())
             .arg("-c")
-            .arg(&conf)
+            .arg(dir.join("mosquitto.conf"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_err() {
-            assert!(Instant::now() < deadline, "mosquitto did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Mosquitto { child }
+        eventually_blocking("mosquitto listening again", || {
+            TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+        });
+        Mosquitto { child, port }
     }
 }
 
@@ -122,6 +150,7 @@ fn fake_device_on(options: MqttOptions, name: &'static str, initial: Value) {
                         .await;
                 }
                 Ok(_) => {}
+                // The broker is gone: the client's reconnects paced.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
@@ -137,13 +166,15 @@ async fn publish_once(port: u16, topic: &str, payload: Vec<u8>) {
         .publish(topic, QoS::AtLeastOnce, false, payload)
         .await
         .unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
-            break;
-        }
-        assert!(Instant::now() < deadline);
-    }
+    let acked = async {
+        while !matches!(
+            eventloop.poll().await,
+            Ok(Event::Incoming(Packet::PubAck(_)))
+        ) {}
+    };
+    tokio::time::timeout(PATIENCE, acked)
+        .await
+        .expect("the broker acknowledged the message");
 }
 
 /// The light's mapping, shared with the crate's unit tests.
@@ -156,14 +187,6 @@ async fn call(vessel: &Vessel, tool: &str, input: Value) -> Value {
     };
     let outcome = vessel.adapter().execute(tool, input, ctx).await;
     serde_json::to_value(outcome).unwrap()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A vessel with `rules`, serving devices on loopback: it and its URL.
@@ -217,12 +240,8 @@ async fn pair_all(vessel: &Vessel) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bridged_light_is_paired_switched_confirmed_and_survives_the_broker() {
     let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     fake_light(port);
 
     let vessel = Vessel::new(PolicySet::empty(), Limits::default());
@@ -331,7 +350,7 @@ async fn a_bridged_light_is_paired_switched_confirmed_and_survives_the_broker() 
     );
 
     // It comes back: the bridge reconnects, resubscribes, and works.
-    let _broker = Mosquitto::start(dir.path(), port);
+    let _broker = Mosquitto::again(dir.path(), port);
     eventually("reconnected", || state.is_connected()).await;
     let again = call(
         &vessel,
@@ -392,8 +411,8 @@ policies:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_locks_unlock_waits_for_the_person_a_rule_holds_the_thermostat_and_a_flood_passes() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     fake_device(port, "door", json!({"state": "LOCK"}));
     fake_device(
         port,
@@ -522,8 +541,8 @@ async fn the_locks_unlock_waits_for_the_person_a_rule_holds_the_thermostat_and_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_reads_retained_configs_from_the_broker_and_bridges_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     let device = json!({"identifiers": ["zigbee2mqtt_0xa1"], "name": "Front door"});
     let configs = [
         (
@@ -580,20 +599,19 @@ async fn discovery_reads_retained_configs_from_the_broker_and_bridges_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_mqtts_the_broker_is_checked_against_the_ca_file() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let (cert_file, key_file) = (dir.path().join("broker.pem"), dir.path().join("broker.key"));
     std::fs::write(&cert_file, cert.cert.pem()).unwrap();
     std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
-    let _broker = Mosquitto::start_with(
+    let broker = Mosquitto::start_with(
         dir.path(),
-        port,
         &format!(
             "certfile {}\nkeyfile {}\n",
             cert_file.display(),
             key_file.display()
         ),
     );
+    let port = broker.port;
     let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
     let run = |ca_file: Option<PathBuf>, key: &str| {
         let mut config = BridgeConfig::parse(CONFIG).unwrap();
@@ -709,8 +727,8 @@ async fn mcp(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_over_mcp_turns_the_bridged_light_on_and_the_state_confirms() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     fake_light(port);
     let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -849,6 +867,7 @@ fn fake_tasmota(port: u16) -> (Received, Arc<AtomicBool>) {
                         .await;
                 }
                 Ok(_) => {}
+                // The broker is gone: the client's reconnects paced.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
@@ -886,6 +905,7 @@ fn watch(port: u16, topic: &str) -> Watcher {
                     count.fetch_add(1, Ordering::SeqCst);
                 }
                 Ok(_) => {}
+                // The broker is gone: the client's reconnects paced.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
@@ -900,8 +920,8 @@ fn watch(port: u16, topic: &str) -> Watcher {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     let (seen, tasmota_subscribed) = fake_tasmota(port);
     let watcher = watch(port, "silent/set");
     let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
@@ -929,9 +949,10 @@ async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so
         tasmota_subscribed.load(Ordering::SeqCst)
     })
     .await;
-    let deadline = Instant::now() + PATIENCE;
-    while state.state("stat/plug/RESULT").is_none() {
-        assert!(Instant::now() < deadline, "the bridge never saw the probe");
+    dk_testkit::eventually_async("the bridge seeing the probe", || async {
+        if state.state("stat/plug/RESULT").is_some() {
+            return Some(());
+        }
         watcher
             .client
             .publish(
@@ -942,8 +963,9 @@ async fn a_tasmota_plug_takes_text_and_a_call_caught_by_the_broker_going_says_so
             )
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        None
+    })
+    .await;
     eventually("the watcher subscribed", || {
         watcher.subscribed.load(Ordering::SeqCst)
     })
@@ -1009,13 +1031,15 @@ async fn retain(port: u16, configs: &[(&str, Vec<u8>)]) {
         })
     };
     let mut acked = 0;
-    let deadline = Instant::now() + PATIENCE;
-    while acked < configs.len() {
-        if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
-            acked += 1;
+    let kept = async {
+        while acked < configs.len() {
+            if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
+                acked += 1;
+            }
         }
-        assert!(Instant::now() < deadline, "the broker kept {acked} configs");
-    }
+    };
+    let kept = tokio::time::timeout(PATIENCE, kept).await;
+    assert!(kept.is_ok(), "the broker kept {acked} configs");
     sending.await.unwrap();
     let _ = client.disconnect().await;
 }
@@ -1064,8 +1088,8 @@ fn zigbee2mqtt_lock(ieee: &str, name: &str, topic: &str) -> Vec<(String, Vec<u8>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zigbee2mqtt_identifiers_become_stable_readable_ids() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     let mut configs = zigbee2mqtt_lock("0x00158d0001a2b3c4", "Front door", "front_door");
     configs.extend(zigbee2mqtt_lock(
         "0x00158d0001a2b3c5",
@@ -1099,8 +1123,8 @@ async fn zigbee2mqtt_identifiers_become_stable_readable_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_reusing_a_locks_command_topic_never_publishes_to_it_unasked() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     let device = json!({"identifiers": ["door_1"], "name": "Front door"});
     let lock = json!({"name": "Front door", "state_topic": "zigbee2mqtt/door",
                       "command_topic": "zigbee2mqtt/door/set",
@@ -1175,8 +1199,8 @@ async fn a_config_reusing_a_locks_command_topic_never_publishes_to_it_unasked() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hidden_characters_in_a_topic_spoil_only_their_own_config() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     let config = |name: &str, id: &str, command: &str| {
         json!({"name": name, "state_topic": format!("zigbee2mqtt/{id}"),
                "command_topic": command, "schema": "json",
@@ -1220,8 +1244,8 @@ async fn hidden_characters_in_a_topic_spoil_only_their_own_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_nested_past_the_frame_depth_is_dropped_and_the_device_stays() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     fake_light(port);
     let (vessel, device_url) = vessel_with("version: 1\npolicies: []\n").await;
     let mut config = BridgeConfig::parse(CONFIG).unwrap();
@@ -1270,8 +1294,8 @@ async fn a_state_nested_past_the_frame_depth_is_dropped_and_the_device_stays() {
 async fn discovery_keeps_a_bounded_amount_of_a_large_retained_flood() {
     use dk_bridge_mqtt::discover::{MAX_CONFIG_BYTES, MAX_DISCOVERY_BYTES};
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = Mosquitto::start(dir.path(), port);
+    let broker = Mosquitto::start(dir.path());
+    let port = broker.port;
     // 160 configs of 60 KiB (9.4 MiB), and one over the size of a config.
     let pad = "x".repeat(60 * 1024);
     let mut configs: Vec<(String, Vec<u8>)> = (0..160)

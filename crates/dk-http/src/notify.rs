@@ -344,6 +344,7 @@ mod tests {
                             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                             .await;
                     } else {
+                        // Holds the request unanswered: a receiver that hangs.
                         tokio::time::sleep(Duration::from_secs(3600)).await;
                     }
                 });

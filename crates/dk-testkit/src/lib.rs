@@ -1,8 +1,10 @@
 //! What dk's tests share, in one place: the reference lamp's manifest
 //! ([`lamp`]), a wait for something that happens on another task
 //! ([`eventually`], [`eventually_some`], [`eventually_async`], and
-//! [`eventually_blocking`] for a test without a runtime) with one generous ceiling
-//! ([`PATIENCE`]), a buffer a log writer can write into ([`LogBuffer`]),
+//! [`eventually_blocking`] and [`eventually_blocking_some`] for a test
+//! without a runtime) with one generous ceiling
+//! ([`PATIENCE`]; [`eventually_within`] and [`eventually_blocking_within`]
+//! for a longer one), a buffer a log writer can write into ([`LogBuffer`]),
 //! for the desktop tests an X server of their own and a window that
 //! records what it receives ([`x11`]), for the stores' tests a
 //! PostgreSQL server of their own ([`postgres`]), for the fleet's tests
@@ -38,4 +40,7 @@ pub use disk::SmallDisk;
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};
 pub use peers::{free_port, peer_or_skip};
-pub use wait::{PATIENCE, eventually, eventually_async, eventually_blocking, eventually_some};
+pub use wait::{
+    PATIENCE, eventually, eventually_async, eventually_blocking, eventually_blocking_some,
+    eventually_blocking_within, eventually_some, eventually_within,
+};

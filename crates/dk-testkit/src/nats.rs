@@ -1,5 +1,6 @@
 //! A `nats-server` of a test's own (Debian's): its config in a temporary
-//! directory, a free loopback port, stopped (and the directory removed)
+//! directory, a loopback port it picks itself (and keeps when started
+//! again), stopped (and the directory removed)
 //! when dropped. Without the server a test says so and passes, unless
 //! `DK_REQUIRE_PEERS` is set (`cargo xtask peers` installs it).
 
@@ -9,7 +10,6 @@ use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The value of `result`, or the test fails saying `what` went wrong.
 #[expect(
@@ -60,21 +60,67 @@ impl Nats {
     /// When the server does not start.
     pub fn start_with(binary: PathBuf, extra: impl FnOnce(&Path) -> String) -> Nats {
         let dir = or_fail(tempfile::tempdir(), "the server's directory");
-        let port = crate::free_port();
         let extra = extra(dir.path());
-        let config = format!("listen: 127.0.0.1:{port}\nmax_payload: 1MB\n{extra}\n");
-        or_fail(
-            fs::write(dir.path().join("nats.conf"), config),
-            "the server's config",
-        );
+        // The server picks its port (`-1`) and says which in its ports
+        // file; it is started again on that one.
+        let config = |port: &str| format!("listen: 127.0.0.1:{port}\nmax_payload: 1MB\n{extra}\n");
+        let config_file = dir.path().join("nats.conf");
+        or_fail(fs::write(&config_file, config("-1")), "the server's config");
         let mut nats = Nats {
             binary,
             dir,
-            port,
+            port: 0,
             child: None,
         };
-        nats.resume();
+        let child = nats.spawn(true);
+        let ports_file = nats
+            .dir
+            .path()
+            .join(format!("nats-server_{}.ports", child.id()));
+        nats.child = Some(child);
+        let ports = crate::eventually_blocking_some("nats-server's ports file", || {
+            fs::read_to_string(&ports_file)
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        });
+        let url = ports
+            .get("nats")
+            .and_then(|urls| urls.get(0))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        let port = url.rsplit(':').next().and_then(|p| p.parse().ok());
+        nats.port = or_fail(
+            port.ok_or(url.to_owned()),
+            "the port in nats-server's ports file",
+        );
+        or_fail(
+            fs::write(&config_file, config(&nats.port.to_string())),
+            "the server's config",
+        );
+        nats.wait_listening();
         nats
+    }
+
+    /// Runs the server on its config, with a ports file when `ports_file`.
+    fn spawn(&self, ports_file: bool) -> Child {
+        let mut command = Command::new(&self.binary);
+        command.arg("-c").arg(self.dir.path().join("nats.conf"));
+        if ports_file {
+            command.arg("--ports_file_dir").arg(self.dir.path());
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        or_fail(child, "nats-server")
+    }
+
+    /// Waits until the server takes connections.
+    fn wait_listening(&self) {
+        crate::eventually_blocking("nats-server listening", || {
+            TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        });
     }
 
     /// The plain server's address.
@@ -88,20 +134,8 @@ impl Nats {
     ///
     /// When the server does not start.
     pub fn resume(&mut self) {
-        let child = Command::new(&self.binary)
-            .arg("-c")
-            .arg(self.dir.path().join("nats.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = or_fail(child, "nats-server");
-        self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < until, "nats-server did not listen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.child = Some(self.spawn(false));
+        self.wait_listening();
     }
 
     /// Kills the server.

@@ -105,6 +105,8 @@ impl PgServer {
     }
 
     fn start_with(bin: PathBuf) -> PgServer {
+        /// How many ports a start tries before it fails.
+        const PORT_ATTEMPTS: usize = 5;
         static SERVERS: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "dk-pg-{}-{}",
@@ -136,12 +138,53 @@ impl PgServer {
             .args(["-U", USER, "--auth=trust", "--no-sync", "-E", "UTF8"])
             .arg("--no-locale");
         run(&mut initdb, "initdb");
-        server.run_pg_ctl_start();
-        server
+        // The port was free when chosen; another process may have taken it
+        // since: then the server starts again on another.
+        for _ in 0..PORT_ATTEMPTS {
+            match server.pg_ctl_start() {
+                Ok(_) => return server,
+                Err(_) if server.port_was_taken() => {
+                    server.port = crate::free_port();
+                }
+                Err(output) => fail(&format!(
+                    "pg_ctl start failed ({}): {}{}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                )),
+            }
+        }
+        fail(&format!(
+            "no free port for PostgreSQL in {PORT_ATTEMPTS} attempts"
+        ))
+    }
+
+    /// Whether the last start failed because its port was taken, as the
+    /// server's log says.
+    fn port_was_taken(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("server.log"))
+            .is_ok_and(|log| log.contains("Address already in use"))
+    }
+
+    /// `pg_ctl start`, waiting until the server takes connections; its
+    /// output when it fails.
+    fn pg_ctl_start(&self) -> Result<Output, Output> {
+        let _ = std::fs::remove_file(self.dir.join("server.log"));
+        let mut start = self.pg_ctl_start_command();
+        match start.stdin(Stdio::null()).output() {
+            Ok(output) if output.status.success() => Ok(output),
+            Ok(output) => Err(output),
+            Err(error) => fail(&format!("cannot run pg_ctl start: {error}")),
+        }
     }
 
     /// `pg_ctl start`, waiting until the server takes connections.
     fn run_pg_ctl_start(&self) {
+        run(&mut self.pg_ctl_start_command(), "pg_ctl start");
+    }
+
+    /// The command starting the server on its port.
+    fn pg_ctl_start_command(&self) -> Command {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
              -c max_connections=400",
@@ -155,7 +198,7 @@ impl PgServer {
             .arg("-l")
             .arg(self.dir.join("server.log"))
             .args(["-w", "-t", "60", "-o", &options, "start"]);
-        run(&mut start, "pg_ctl start");
+        start
     }
 
     /// The cluster's data directory.

@@ -33,8 +33,9 @@ pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
     eventually_within(what, PATIENCE, check).await;
 }
 
-/// [`eventually`] with its own ceiling.
-async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut() -> bool) {
+/// [`eventually`] with its own ceiling, for a wait known to be longer than
+/// most (a program under valgrind, a large log verified).
+pub async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + patience;
     let mut pause = FIRST_POLL;
     while !check() {
@@ -46,14 +47,33 @@ async fn eventually_within(what: &str, patience: Duration, mut check: impl FnMut
 
 /// [`eventually`] on this thread, for a test without a runtime (a store's,
 /// a writer thread's): sleeps between looks.
-pub fn eventually_blocking(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
+pub fn eventually_blocking(what: &str, check: impl FnMut() -> bool) {
+    eventually_blocking_within(what, PATIENCE, check);
+}
+
+/// [`eventually_blocking`] with its own ceiling.
+pub fn eventually_blocking_within(what: &str, patience: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
     let mut pause = FIRST_POLL;
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(pause);
         pause = next_poll(pause);
     }
+}
+
+/// [`eventually_some`] on this thread, for a test without a runtime.
+pub fn eventually_blocking_some<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let mut found = None;
+    eventually_blocking(what, || {
+        found = check();
+        found.is_some()
+    });
+    #[expect(
+        clippy::expect_used,
+        reason = "the wait above ends only once a value was found"
+    )]
+    found.expect("a value was found")
 }
 
 /// Waits until `check` gives a value, which it returns; fails the test,

@@ -234,7 +234,6 @@ impl Visit for MessageAndError {
 mod tests {
     use std::net::SocketAddr;
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     use dk_core::agents::{AgentDirectory, AgentRole, AgentScope};
     use dk_mcp::serve_mcp;
@@ -433,18 +432,16 @@ mod tests {
         }
         // rmcp says `serve finished` once it has sent (or failed to send)
         // the listen's final answer: by then any ERROR about it is written.
-        let mut finished = 0;
-        for _ in 0..2000 {
-            finished = lines
+        dk_testkit::eventually("three `serve finished`", || {
+            lines
                 .text()
                 .matches("serve finished quit_reason=Cancelled")
-                .count();
-            if finished == 3 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+                .count()
+                >= 3
+        })
+        .await;
         let text = lines.text();
+        let finished = text.matches("serve finished quit_reason=Cancelled").count();
         assert_eq!(finished, 3, "{text}");
         assert!(!text.contains(" ERROR "), "{text}");
         let _ = stop.send(());

@@ -30,6 +30,7 @@ async fn a_connection_over_the_cap_waits_for_a_place_and_gets_it() {
         let vessel = vessel.clone();
         tokio::spawn(async move { vessel.admit_waiting(HERE, Duration::from_secs(5)).await })
     };
+    // The paused clock a second on: long enough for a wait to end were it not held.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!waiter.is_finished(), "it waits while the place is taken");
     // Another address is not held up.
@@ -57,8 +58,10 @@ async fn waiters_come_in_one_per_place_freed() {
             tokio::spawn(async move { vessel.admit_waiting(HERE, Duration::from_secs(60)).await })
         })
         .collect();
+    // The paused clock on until every task waits.
     tokio::time::sleep(Duration::from_millis(10)).await;
     drop(first);
+    // The paused clock on until every task waits.
     tokio::time::sleep(Duration::from_millis(10)).await;
     let done: Vec<_> = waiters.iter().filter(|w| w.is_finished()).collect();
     assert_eq!(done.len(), 1, "one place freed, one waiter in");

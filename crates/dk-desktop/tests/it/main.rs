@@ -9,8 +9,6 @@
 // Test code throughout: the lint wall's test allowances apply to all of it.
 #![cfg(test)]
 
-use std::time::Duration;
-
 use base64::Engine as _;
 use dk_desktop::{Blackout, Desktop, DesktopConfig, Region};
 use dk_testkit::x11::{Rect, Rgb, TestWindow, WindowSpec, Xvfb};
@@ -83,7 +81,7 @@ fn secret(xvfb: &Xvfb) -> (TestWindow, RustConnection) {
     conn.map_window(frame).unwrap();
     conn.reparent_window(window.id(), frame, 0, 30).unwrap();
     conn.get_input_focus().unwrap().reply().unwrap();
-    eventually("the frame is painted", || {
+    dk_testkit::eventually_blocking("the frame is painted", || {
         dk_testkit::x11::screen_pixel(&xvfb.display(), 1300, 580).is_ok_and(|p| p == rgb(GREY))
             && dk_testkit::x11::screen_pixel(&xvfb.display(), 1300, 700)
                 .is_ok_and(|p| p == rgb(BLUE))
@@ -185,20 +183,6 @@ impl Shot {
                 assert_eq!(self.at(xx, yy), colour, "pixel ({xx}, {yy})");
             }
         }
-    }
-}
-
-/// Waits until `check` holds, looking every few milliseconds, failing the
-/// test after [`dk_testkit::PATIENCE`].
-#[track_caller]
-pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + dk_testkit::PATIENCE;
-    while !check() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -502,7 +486,7 @@ fn the_display_going_away_is_said_and_survived() {
     }
 
     xvfb.restart();
-    eventually("the device is back", || {
+    dk_testkit::eventually_blocking("the device is back", || {
         desk.call("screenshot", json!({})).is_ok()
     });
     desk.call("mouse_move", json!({"x": 1, "y": 1})).unwrap();

@@ -223,6 +223,7 @@ fn a_blacked_out_window_that_moves_all_the_while_never_shows() {
                 }
                 conn.sync().unwrap();
                 i += 1;
+                // Moves the window every 5 ms while the screenshots run.
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         });

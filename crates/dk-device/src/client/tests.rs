@@ -1349,10 +1349,12 @@ async fn when_every_address_failed_in_a_row_the_client_waits_its_backoff() {
     // The listeners are closed already: each address refuses at once.
     within("three refusals", async {
         while waits.lock().unwrap().len() < 3 {
+            // Looks every 5 ms (dk-device takes no dk-testkit).
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await;
+    // Leaves time for a fourth attempt, which the back-off must hold off.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _ = stop.send(());
     assert!(within("the client", client).await.unwrap().is_ok());

@@ -84,6 +84,7 @@ fn probe() -> Probe {
         .handler("sleepy", move |_input| {
             on_sleepy();
             async move {
+                // A handler that takes a second: a call still running.
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 Ok(json!({"slept": true}))
             }

@@ -47,20 +47,19 @@ async fn holders_are_seen_and_forgotten() {
 
     // A clean stop says goodbye, even while another task holds the fleet:
     // forgotten well before the expiry.
+    // (Told as a goodbye below, not as silence.)
     let held_elsewhere = std::sync::Arc::clone(&a);
-    let closed = Instant::now();
     a.leave().await.unwrap();
     eventually("b forgets a", || b.holder_of("lamp").is_none()).await;
-    let forgotten_after = closed.elapsed();
     drop(held_elsewhere);
 
-    // A member that vanishes without a word expires.
+    // A member that vanishes without a word expires, and not before the
+    // expiry.
     let dropped = Instant::now();
     drop(c);
     eventually("b forgets c", || b.holder_of("fan").is_none()).await;
-    let expired_after = dropped.elapsed();
-    assert!(expired_after >= Duration::from_secs(1), "{expired_after:?}");
-    eprintln!("goodbye seen after {forgotten_after:?}, silence expired after {expired_after:?}");
+    let forgotten = Instant::now();
+    assert!(forgotten >= dropped + Duration::from_secs(1));
     assert!(b.members().is_empty());
     // What b was told, in order: a and c joined, a said goodbye, c went silent.
     let mut told = Vec::new();

@@ -1114,6 +1114,8 @@ async fn paired_key(vessel: &Arc<Vessel>, expected: [u8; 32]) -> Option<[u8; 32]
         {
             return Some(expected);
         }
+        // Looks every 5 ms for a second at most; the caller asserts on the key
+        // it finds then.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     vessel

@@ -33,6 +33,7 @@ impl Served {
             .route(
                 "/slow",
                 get(|| async {
+                    // A slow answer: the handler holds its connection 600 ms.
                     tokio::time::sleep(Duration::from_millis(600)).await;
                     "slow"
                 }),
@@ -156,21 +157,17 @@ async fn caps_per_address_and_in_total_hold_from_accept() {
     // Slots come back when connections close.
     drop(other);
     drop(held);
-    let mut again = None;
-    for _ in 0..100 {
+    let again = dk_testkit::eventually_async("a slot again", || async {
         let mut stream = connect_from([127, 0, 0, 2], served.addr).await;
         stream
             .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
         let mut buf = [0u8; 12];
-        if stream.read_exact(&mut buf).await.is_ok() {
-            again = Some(buf);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(again.as_ref().map(|b| &b[..]), Some(&b"HTTP/1.1 200"[..]));
+        stream.read_exact(&mut buf).await.ok().map(|_| buf)
+    })
+    .await;
+    assert_eq!(&again[..], &b"HTTP/1.1 200"[..]);
     served.stop().await;
 }
 
@@ -193,6 +190,7 @@ async fn headers_that_never_finish_are_cut_at_the_deadline() {
             if dribble.write_all(&[byte]).await.is_err() {
                 return true;
             }
+            // Paces the dribble: a byte every 50 ms.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false

@@ -50,9 +50,11 @@ async fn the_watcher_follows_the_file_and_requests() {
     );
     // A changed file is picked up at the next look.
     std::fs::write(&path, format!("{BLOCK}\n# changed\n")).unwrap();
+    // The paused clock past the next look (every second).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(decision_kind(&vessel), "block");
     std::fs::write(&path, BROKEN).unwrap();
+    // The paused clock past the next look (every second).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(matches!(
         seen.lock().unwrap().last(),
@@ -62,6 +64,7 @@ async fn the_watcher_follows_the_file_and_requests() {
     // The request side closing leaves the file watch running.
     drop(ask_tx);
     std::fs::write(&path, ASK).unwrap();
+    // The paused clock past the next look (every second).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(decision_kind(&vessel), "ask");
     stop_tx.send(()).unwrap();

@@ -296,6 +296,7 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         ),
         "the microphone is already open (listen): one recording at a time"
     );
+    // Records 300 ms before the stop: audio is in time, not events.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopped = voice.stop();
     assert!(stopped.microphone);
@@ -315,6 +316,7 @@ async fn a_stop_ends_listen_and_bad_input_is_refused() {
         }
     });
     live.wait_for(Option::is_some).await.unwrap();
+    // Records 200 ms before the source goes away mid-recording.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(pulse.remove_sink(SPEAKER_SINK));
     assert!(pulse.remove_sink(MIC_SINK));

@@ -13,7 +13,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use dk_store::{AuditEvent, PgStore, Store};
 use dk_testkit::postgres::PgServer;
@@ -281,21 +280,21 @@ fn verify_with_peak(scratch: &Scratch, url: &str) -> (String, u64) {
         .unwrap();
     let status = format!("/proc/{}/status", child.id());
     let mut peak = 0;
-    let deadline = std::time::Instant::now() + dk_testkit::PATIENCE * 3;
-    while child.try_wait().unwrap().is_none() {
-        if let Some(kib) = std::fs::read_to_string(&status).ok().and_then(|text| {
-            text.lines()
-                .find_map(|line| line.strip_prefix("VmHWM:"))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        }) {
-            peak = u64::max(peak, kib);
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "dk audit verify hangs"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    // Its peak memory, read until it ends.
+    dk_testkit::eventually_blocking_within(
+        "dk audit verify ending",
+        dk_testkit::PATIENCE * 3,
+        || {
+            if let Some(kib) = std::fs::read_to_string(&status).ok().and_then(|text| {
+                text.lines()
+                    .find_map(|line| line.strip_prefix("VmHWM:"))
+                    .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            }) {
+                peak = u64::max(peak, kib);
+            }
+            child.try_wait().unwrap().is_some()
+        },
+    );
     let mut said = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut said).unwrap();
     (said, peak)

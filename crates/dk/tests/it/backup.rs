@@ -55,9 +55,7 @@ async fn backup_while_running_and_restore() {
             }
         }
     });
-    while made.load(Ordering::Relaxed) < 20 {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    dk_testkit::eventually("20 calls made", || made.load(Ordering::Relaxed) >= 20).await;
     // The writer commits in batches, later on a loaded machine: the backup
     // is taken once ten decisions are in the log.
     eventually("ten decisions committed", || async {
@@ -71,9 +69,7 @@ async fn backup_while_running_and_restore() {
     let said = succeeded(&scratch.run(&["backup", path(&copy)]));
     assert!(said.contains("backup of"), "{said}");
     assert!(said.contains("intact:"), "{said}");
-    while made.load(Ordering::Relaxed) < 40 {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    dk_testkit::eventually("40 calls made", || made.load(Ordering::Relaxed) >= 40).await;
     stop.store(true, Ordering::Relaxed);
     caller.await.unwrap();
 

@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dk_http::AdminClient;
 use rmcp::model::CallToolRequestParams;
@@ -117,21 +117,20 @@ impl Bridge {
     /// The last pairing code it printed, once it printed one after
     /// `after` of them.
     async fn code(&self, after: usize) -> String {
-        let deadline = Instant::now() + PATIENCE * 3;
-        loop {
-            let said = self.said();
-            let codes: Vec<String> = said
+        let mut code = None;
+        dk_testkit::eventually_within("a pairing code", PATIENCE * 3, || {
+            let codes: Vec<String> = self
+                .said()
                 .lines()
                 .filter_map(|l| l.split("pairing code ").nth(1))
                 .filter_map(|rest| rest.split(':').next())
                 .map(str::to_owned)
                 .collect();
-            if codes.len() > after {
-                return codes.last().unwrap().clone();
-            }
-            assert!(Instant::now() < deadline, "no pairing code: {said}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            code = codes.get(after).and_then(|_| codes.last().cloned());
+            code.is_some()
+        })
+        .await;
+        code.unwrap()
     }
 }
 
@@ -221,6 +220,7 @@ impl Setup {
         loop {
             tokio::select! {
                 answer = &mut call => return answer.unwrap(),
+                // Looks for a prompt every 50 ms while the call runs.
                 () = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
             assert_eq!(

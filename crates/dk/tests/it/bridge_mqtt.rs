@@ -6,7 +6,6 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::json;
@@ -40,11 +39,9 @@ fn mosquitto(dir: &Path) -> (Killed, u16) {
         .spawn()
         .unwrap();
     let broker = Killed(child);
-    let deadline = Instant::now() + PATIENCE;
-    while TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_err() {
-        assert!(Instant::now() < deadline, "mosquitto did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    dk_testkit::eventually_blocking("mosquitto listening", || {
+        TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+    });
     (broker, port)
 }
 
@@ -79,13 +76,15 @@ fn retain(port: u16, configs: Vec<(String, Vec<u8>)>) {
                 .unwrap();
         }
         let mut acked = 0;
-        let deadline = Instant::now() + PATIENCE;
-        while acked < count {
-            if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
-                acked += 1;
+        let kept = async {
+            while acked < count {
+                if let Ok(Event::Incoming(Packet::PubAck(_))) = eventloop.poll().await {
+                    acked += 1;
+                }
             }
-            assert!(Instant::now() < deadline, "the broker kept {acked}");
-        }
+        };
+        let kept = tokio::time::timeout(PATIENCE, kept).await;
+        kept.unwrap_or_else(|_| panic!("the broker kept {acked} of {count}"));
     });
 }
 
@@ -272,11 +271,7 @@ fn bridged_devices_keep_their_keys_in_dk_s_home_not_where_the_bridge_runs() {
             .unwrap(),
     );
     let key = scratch.home().join("devices").join("hall.key");
-    let deadline = Instant::now() + PATIENCE;
-    while !key.is_file() {
-        assert!(Instant::now() < deadline, "no key file in the home");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    dk_testkit::eventually_blocking("a key file in the home", || key.is_file());
     drop(running);
     assert!(!scratch.root().join(".dk").exists(), "a key where it ran");
 

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -64,11 +64,6 @@ fn lamp_binary() -> Result<PathBuf, String> {
                 .ok_or(said)
         })
         .clone()
-}
-
-/// Whether a missing peer fails the test rather than skips it.
-fn peers_required() -> bool {
-    std::env::var_os("DK_REQUIRE_PEERS").is_some()
 }
 
 /// A running C lamp: its standard output's lines as they come, its
@@ -168,18 +163,12 @@ impl Lamp {
 
     /// Waits for it to exit on its own: its exit code.
     fn exit_code(mut self) -> (Option<i32>, String) {
-        let deadline = Instant::now() + self.patience;
-        loop {
-            if let Some(status) = self.child.0.try_wait().unwrap() {
-                return (status.code(), self.complained());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the lamp did not exit: {}",
-                self.complained()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut status = None;
+        dk_testkit::eventually_blocking_within("the lamp exiting", self.patience, || {
+            status = self.child.0.try_wait().unwrap();
+            status.is_some()
+        });
+        (status.unwrap().code(), self.complained())
     }
 
     /// SIGTERM, then its exit code.
@@ -341,19 +330,11 @@ async fn scenario(runner: &[&str]) {
 
 /// Whether the lamp can be built here; the skip is said out loud.
 fn lamp_or_skip(test: &str) -> bool {
-    if Command::new("pkg-config")
+    let found = Command::new("pkg-config")
         .args(["--exists", "libwebsockets"])
         .status()
-        .is_ok_and(|s| s.success())
-    {
-        return true;
-    }
-    assert!(
-        !peers_required(),
-        "libwebsockets-dev is missing and DK_REQUIRE_PEERS is set (cargo xtask peers)"
-    );
-    eprintln!("{test}: skipped: libwebsockets-dev is not installed (cargo xtask peers)");
-    false
+        .is_ok_and(|s| s.success());
+    dk_testkit::peer_or_skip(test, "libwebsockets-dev", found.then_some(())).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,12 +350,10 @@ async fn the_c_lamp_under_valgrind_has_no_memory_error_and_no_leak() {
     if !lamp_or_skip("c_lamp under valgrind") {
         return;
     }
-    if !Path::new("/usr/bin/valgrind").is_file() {
-        assert!(
-            !peers_required(),
-            "valgrind is missing and DK_REQUIRE_PEERS is set (cargo xtask peers)"
-        );
-        eprintln!("c_lamp under valgrind: skipped: valgrind is not installed (cargo xtask peers)");
+    let valgrind = Path::new("/usr/bin/valgrind").is_file();
+    if dk_testkit::peer_or_skip("c_lamp under valgrind", "valgrind", valgrind.then_some(()))
+        .is_none()
+    {
         return;
     }
     scenario(&[

@@ -10,14 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dk_http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::process::{
-    PATIENCE, Running, Scratch, audit, audit_entries, consent_id, devices, hello, lamp_manifest,
-    read_until,
+    Running, Scratch, audit, audit_entries, consent_id, devices, hello, lamp_manifest, read_until,
 };
 
 /// Device ids the churn pairs, unpairs and pairs again.
@@ -167,15 +166,11 @@ async fn perform(change: &Change, admin: &AdminClient, url: &str) -> Result<(), 
 /// device receives `device:paired`, which the vessel sends once committed.
 async fn pair(admin: &AdminClient, url: &str, id: &str, grants: &[String]) -> Result<(), String> {
     let mut socket = hello(url, &lamp_manifest(id)).await?;
-    let deadline = Instant::now() + PATIENCE;
-    let consent = loop {
-        admin.get("/v1/status").await.map_err(|e| e.to_string())?;
-        if let Some(consent) = consent_id(admin, id).await {
-            break consent;
-        }
-        assert!(Instant::now() < deadline, "no consent request for {id}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    admin.get("/v1/status").await.map_err(|e| e.to_string())?;
+    let consent = dk_testkit::eventually_async(&format!("a consent request for {id}"), || {
+        consent_id(admin, id)
+    })
+    .await;
     let answer = admin
         .post(
             &format!("/v1/pending/{consent}/consent"),
@@ -359,6 +354,7 @@ async fn acknowledged_changes_survive_sigkill_and_none_is_half_applied() {
                 let mut child = vessel.child.take().unwrap();
                 let delay = Duration::from_micros(rng.below(1500) as u64);
                 killer = Some(std::thread::spawn(move || {
+                    // The kill's random moment.
                     std::thread::sleep(delay);
                     child.kill().unwrap();
                     child.wait().unwrap();

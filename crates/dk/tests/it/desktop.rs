@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use dk_http::AdminClient;
@@ -126,23 +126,15 @@ impl DeviceProcess {
 
     /// The pairing code it printed, once it did.
     async fn code(&mut self) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        dk_testkit::eventually_some("dk device desktop's pairing code", || {
             self.check_running();
-            let said = self.said();
-            if let Some(code) = said
+            self.said()
                 .lines()
                 .find_map(|l| l.trim().strip_prefix("Pairing code: "))
                 .and_then(|rest| rest.split_whitespace().next())
-            {
-                return code.to_owned();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "dk device desktop printed no pairing code: {said}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+                .map(str::to_owned)
+        })
+        .await
     }
 }
 
@@ -253,27 +245,32 @@ impl Desk {
         let capability = capability.to_owned();
         let mut call = tokio::spawn(async move { call(&peer, &capability, input).await });
         let mut asked = false;
-        let deadline = Instant::now() + PATIENCE * 3;
-        loop {
-            tokio::select! {
-                answer = &mut call => return (answer.unwrap(), asked),
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        let waiting = async {
+            loop {
+                tokio::select! {
+                    answer = &mut call => return answer.unwrap(),
+                    // Looks for the person's prompt every 20 ms meanwhile.
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+                if asked {
+                    continue;
+                }
+                let pending = self.admin.get("/v1/pending").await.unwrap().body;
+                let approval = pending.as_array().and_then(|list| {
+                    list.iter()
+                        .find(|p| p["kind"] == "approval")
+                        .and_then(|p| p["id"].as_u64())
+                });
+                if let Some(id) = approval {
+                    succeeded(&self.scratch.run(&["approvals", "allow", &id.to_string()]));
+                    asked = true;
+                }
             }
-            assert!(Instant::now() < deadline, "the call never ended");
-            if asked {
-                continue;
-            }
-            let pending = self.admin.get("/v1/pending").await.unwrap().body;
-            let approval = pending.as_array().and_then(|list| {
-                list.iter()
-                    .find(|p| p["kind"] == "approval")
-                    .and_then(|p| p["id"].as_u64())
-            });
-            if let Some(id) = approval {
-                succeeded(&self.scratch.run(&["approvals", "allow", &id.to_string()]));
-                asked = true;
-            }
-        }
+        };
+        let answer = tokio::time::timeout(PATIENCE * 3, waiting)
+            .await
+            .expect("the call never ended");
+        (answer, asked)
     }
 }
 
@@ -686,19 +683,14 @@ async fn the_display_going_away_is_said_and_the_device_comes_back_with_it() {
     desk.xvfb.stop();
     let expected =
         format!("the X display {display} is not reachable; the device reconnects when it returns");
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let answer = desk.call("screenshot", json!({})).await;
-        if answer["isError"] == true && text(&answer).contains(&expected) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never refused saying the display is gone: {}",
-            short(&answer)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    dk_testkit::eventually_async(
+        "a screenshot refused saying the display is gone",
+        || async {
+            let answer = desk.call("screenshot", json!({})).await;
+            (answer["isError"] == true && text(&answer).contains(&expected)).then_some(())
+        },
+    )
+    .await;
     let reason = refused(&desk.call("left_click", json!({"x": 10, "y": 10})).await);
     assert!(reason.contains(&expected), "{reason}");
     desk.device.check_running();
@@ -711,21 +703,13 @@ async fn the_display_going_away_is_said_and_the_device_comes_back_with_it() {
 
     // Back on the same display: the same process serves again.
     desk.xvfb.restart();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    let answer = dk_testkit::eventually_async("the device serving again", || async {
         let answer = desk.call("screenshot", json!({})).await;
-        if answer["isError"] != true {
-            let shot = Shot::from_answer(&answer);
-            assert_eq!((shot.width, shot.height), SHOT);
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the device never came back: {}",
-            short(&answer)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (answer["isError"] != true).then_some(answer)
+    })
+    .await;
+    let shot = Shot::from_answer(&answer);
+    assert_eq!((shot.width, shot.height), SHOT);
     let window = TestWindow::open(
         &display,
         WindowSpec::new("Again", WINDOW).background(BACKGROUND),

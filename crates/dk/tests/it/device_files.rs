@@ -42,6 +42,8 @@ fn refused(command: &mut Command) -> Output {
                 String::from_utf8_lossy(&out.stdout)
             );
         }
+        // Looks every 10 ms for the exit; past PATIENCE the process is
+        // killed first, so none is left behind (a wait that fails cannot).
         std::thread::sleep(Duration::from_millis(10));
     }
     let out = child.wait_with_output().unwrap();

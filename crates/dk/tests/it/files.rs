@@ -54,6 +54,8 @@ fn refused_start(mut command: Command) -> String {
             let _ = child.kill();
             panic!("dk vessel started where it should have refused to");
         }
+        // Looks every 10 ms for the exit; past PATIENCE the process is
+        // killed first, so none is left behind (a wait that fails cannot).
         std::thread::sleep(Duration::from_millis(10));
     }
     failed(&child.wait_with_output().unwrap())
@@ -119,14 +121,11 @@ fn the_home_the_data_directory_and_their_files_are_private() {
         names.sort();
         names
     };
-    let deadline = std::time::Instant::now() + crate::process::PATIENCE;
     let mut names = listing();
-    while names != ["admin-token", "vessel", "vessel.audit-head", "vessel.key"]
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    dk_testkit::eventually_blocking("the home's files", || {
         names = listing();
-    }
+        names == ["admin-token", "vessel", "vessel.audit-head", "vessel.key"]
+    });
     assert_eq!(
         names,
         ["admin-token", "vessel", "vessel.audit-head", "vessel.key"]
@@ -354,12 +353,10 @@ fn the_persons_commands_find_the_vessel_from_any_directory() {
             .spawn()
             .unwrap();
         let vessel_json = scratch.root().join(home).join("vessel/vessel.json");
-        let deadline = Instant::now() + PATIENCE;
-        while !vessel_json.exists() {
+        dk_testkit::eventually_blocking("dk vessel starting", || {
             assert!(child.try_wait().unwrap().is_none(), "dk vessel exited");
-            assert!(Instant::now() < deadline, "dk vessel did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            vessel_json.exists()
+        });
         let out = with_env(&["pairings", "--json"]).output().unwrap();
         let listed = succeeded(&out);
         let _ = child.kill();

@@ -75,11 +75,11 @@ impl Drop for Served {
 }
 
 /// A member whose device port stays the same across restarts, so devices
-/// that know only it come back to it.
+/// that know only it come back to it: the port the vessel picked at its
+/// first start.
 fn member_on_a_port(name: &str, nats: &Nats, store: &str, rules: &str) -> (Member, String) {
-    let port = dk_testkit::free_port().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let member = Member::start_full(name, nats, store, rules, &["--listen", &listen]);
+    let member = Member::start_full(name, nats, store, rules, &["--listen", "127.0.0.1:0"]);
+    let listen = member.vessel.as_ref().unwrap().devices.to_string();
     (member, listen)
 }
 

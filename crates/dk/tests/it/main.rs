@@ -476,16 +476,13 @@ fn a_running_vessel_reloads_its_rules_and_refuses_a_broken_file() {
     };
     let wait_for = |file: &str, text: &str, count: usize| {
         // Generous: a loaded machine may take seconds to start a debug build.
-        for _ in 0..1500 {
-            let content = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-            if content.matches(text).count() >= count {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        panic!(
-            "never saw {text:?} x{count} in {file}: {}",
-            std::fs::read_to_string(dir.join(file)).unwrap_or_default()
+        dk_testkit::eventually_blocking_within(
+            &format!("{text:?} x{count} in {file}"),
+            dk_testkit::PATIENCE * 3 / 2,
+            || {
+                let content = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+                content.matches(text).count() >= count
+            },
         );
     };
     wait_for("vessel.log", "device_use rules     1", 1);

@@ -9,7 +9,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -125,17 +125,9 @@ impl Bridge {
     /// the standard error text.
     pub(crate) fn finish(mut self) -> (Option<i32>, String) {
         drop(self.stdin.take());
-        let deadline = Instant::now() + PATIENCE;
-        let status = loop {
-            if let Some(status) = self.child.0.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "dk mcp did not exit at end of input"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = dk_testkit::eventually_blocking_some("dk mcp exiting at end of input", || {
+            self.child.0.try_wait().unwrap()
+        });
         // The readers end when the streams close.
         let stderr: Vec<String> =
             std::iter::from_fn(|| self.stderr.recv_timeout(PATIENCE).ok()).collect();
@@ -278,6 +270,8 @@ async fn a_stdio_client_lists_calls_and_hears_of_a_grant() {
     let (first, second) = halves.split_at(halves.len() / 2);
     bridge.write_raw(first);
     assert_ne!(bridge.answer(7).0["result"]["isError"], true);
+    // Holds the second half back a while, so the bridge has the first
+    // half on its own while the call before it is answered.
     std::thread::sleep(Duration::from_millis(200));
     bridge.write_raw(&format!("{second}\n"));
     assert_eq!(tool_names(&bridge.answer(8).0).len(), 3);

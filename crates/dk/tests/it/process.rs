@@ -127,43 +127,34 @@ impl Running {
             .stderr(std::fs::File::create(stdout.with_extension("err")).unwrap())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        let address = dk_testkit::eventually_blocking_some("dk vessel starting", || {
             if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
                 && let Ok(address) = serde_json::from_str::<Value>(&text)
             {
-                let addr = |key: &str| address[key].as_str().unwrap().parse().unwrap();
-                return Running {
-                    devices: addr("devices"),
-                    admin: addr("admin"),
-                    mcp: address["mcp"].as_str().map(str::to_owned),
-                    child: Some(child),
-                    stdout,
-                };
+                return Some(address);
             }
             if let Some(status) = child.try_wait().unwrap() {
                 let said = std::fs::read_to_string(stdout.with_extension("err")).unwrap();
                 panic!("dk vessel exited at start: {status}: {said}");
             }
-            assert!(Instant::now() < deadline, "dk vessel did not start");
-            std::thread::sleep(Duration::from_millis(10));
+            None
+        });
+        let addr = |key: &str| address[key].as_str().unwrap().parse().unwrap();
+        Running {
+            devices: addr("devices"),
+            admin: addr("admin"),
+            mcp: address["mcp"].as_str().map(str::to_owned),
+            child: Some(child),
+            stdout,
         }
     }
 
     /// What it printed at start, once that holds `last`.
     pub fn said(&self, last: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        dk_testkit::eventually_blocking_some(&format!("dk vessel saying {last:?}"), || {
             let text = std::fs::read_to_string(&self.stdout).unwrap();
-            if text.contains(last) {
-                return text;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "dk vessel never said {last:?}: {text}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            text.contains(last).then_some(text)
+        })
     }
 
     /// What it wrote on standard error so far.
@@ -225,6 +216,8 @@ impl Running {
                 let _ = child.kill();
                 panic!("dk vessel did not stop on {signal}");
             }
+            // Looks every 10 ms for the exit; past PATIENCE the process is
+            // killed first, so none is left behind (a wait that fails cannot).
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -12,7 +12,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -103,20 +102,22 @@ fn query(api: SocketAddr, query: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Polls Prometheus until `query` gives `expected`.
+/// Polls Prometheus until `query` gives `expected`; what it had and what
+/// it said on stderr are printed if it never does.
 #[track_caller]
 fn wait_for(api: SocketAddr, what: &str, expected: &str, dir: &Path) {
-    let deadline = Instant::now() + PATIENCE;
     let mut last = None;
-    while Instant::now() < deadline {
-        last = query(api, what);
-        if last.as_deref() == Some(expected) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        dk_testkit::eventually_blocking(&format!("{what} = {expected} in Prometheus"), || {
+            last = query(api, what);
+            last.as_deref() == Some(expected)
+        });
+    }));
+    if let Err(failed) = found {
+        let said = std::fs::read_to_string(dir.join("prometheus.err")).unwrap_or_default();
+        eprintln!("{what}: Prometheus has {last:?}, not {expected}\n{said}");
+        std::panic::resume_unwind(failed);
     }
-    let said = std::fs::read_to_string(dir.join("prometheus.err")).unwrap_or_default();
-    panic!("{what}: Prometheus has {last:?}, not {expected}\n{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -83,19 +83,14 @@ fn start_with(scratch: &Scratch, pty: &Pty, extra: &[&str]) -> (Running, mpsc::R
             }
         }
     });
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(data_dir.join("vessel.json"))
-            && let Ok(address) = serde_json::from_str::<Value>(&text)
-        {
-            running.devices = address["devices"].as_str().unwrap().parse().unwrap();
-            running.admin = address["admin"].as_str().unwrap().parse().unwrap();
-            until(&lines, "asked here");
-            return (running, lines);
-        }
-        assert!(Instant::now() < deadline, "dk vessel did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let address = dk_testkit::eventually_blocking_some("dk vessel starting", || {
+        let text = std::fs::read_to_string(data_dir.join("vessel.json")).ok()?;
+        serde_json::from_str::<Value>(&text).ok()
+    });
+    running.devices = address["devices"].as_str().unwrap().parse().unwrap();
+    running.admin = address["admin"].as_str().unwrap().parse().unwrap();
+    until(&lines, "asked here");
+    (running, lines)
 }
 
 /// Reads the vessel's output until a line containing `text`; returns what

@@ -95,6 +95,7 @@ async fn dribbling(from: [u8; 4], to: SocketAddr) -> Ended {
             if writer.write_all(&[byte]).await.is_err() {
                 return;
             }
+            // Paces the request: one byte every 250 ms, slower than any header deadline.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         // The whole request was sent without the vessel closing: hold on.
@@ -165,6 +166,7 @@ impl Person {
                     && call.is_ok_and(|a| a.status == 200 && a.body["ok"] == true);
                 let counter = if good { &ok_count } else { &failed_count };
                 counter.fetch_add(1, Ordering::Relaxed);
+                // Paces the good client: a status and a call every 50 ms.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
