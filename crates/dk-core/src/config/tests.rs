@@ -1,3 +1,5 @@
+//! Tests of the vessel configuration: the documented example, each section and its errors.
+
 use super::*;
 
 #[test]

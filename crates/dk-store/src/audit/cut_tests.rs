@@ -1,3 +1,5 @@
+//! Property tests: cutting an entry in place is the same as cutting a copy, redactions included.
+
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

@@ -1,3 +1,5 @@
+//! Property tests: a decision's text written straight from its record is its event's text.
+
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
