@@ -8,9 +8,7 @@ use alloc::string::{String, ToString as _};
 use core::fmt;
 use core::ops::Range;
 
-use dk_proto::{
-    Capability, DeviceFrame, FrameError, FrameLimits, Manifest, VesselFrame, VesselRead,
-};
+use dk_proto::{Capability, DeviceFrame, FrameError, Manifest, VesselFrame, VesselRead};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -212,8 +210,8 @@ pub enum SetAside {
     Revoked(Option<String>),
     /// `device:error`: the vessel refused a frame; its words.
     VesselError(String),
-    /// A frame of the pairing or closing exchange, which the connection
-    /// reads, not the calls.
+    /// A frame of the pairing, closing or streaming exchange, which the
+    /// connection reads, not the calls.
     NotACall(&'static str),
 }
 
@@ -323,47 +321,43 @@ impl Calls {
         self.capabilities.contains(capability)
     }
 
-    /// Reads one vessel frame (v1's reading: an invoke, a revocation, an
-    /// error) and says what to do.
-    pub fn accept_text(&mut self, text: &str) -> Accepted {
-        match VesselFrame::parse_keeping_input(
-            text.as_bytes(),
-            FrameLimits::default(),
-            dk_proto::Channel::V1,
-        ) {
-            Ok(VesselRead::Invoke(invoke)) => {
-                let input = Input::copy(invoke.input.get());
-                self.accept_call(invoke.call_id, invoke.capability, input)
-            }
-            Ok(VesselRead::Frame(frame)) => self.accept(frame),
-            Err(error) => Accepted::SetAside(SetAside::Refused(error)),
-        }
-    }
-
-    /// Says what to do with a vessel frame already read.
-    pub fn accept(&mut self, frame: VesselFrame<'_>) -> Accepted {
+    /// Says what to do with a vessel frame, read once
+    /// ([`VesselFrame::parse_keeping_input`]): an invoke (its input copied
+    /// from the frame as text, nothing built from it) runs or is refused; a
+    /// revocation, an error or a frame of the pairing, closing or
+    /// streaming exchange is set aside.
+    pub fn accept(&mut self, frame: VesselRead<'_>) -> Accepted {
         let (call_id, capability, input) = match frame {
-            VesselFrame::Invoke {
+            VesselRead::Invoke(invoke) => (
+                invoke.call_id,
+                invoke.capability,
+                Input::copy(invoke.input.get()),
+            ),
+            VesselRead::Frame(VesselFrame::Invoke {
                 call_id,
                 capability,
                 input,
-            } => (call_id, capability, Input::from_map(&input)),
-            VesselFrame::Pairing { code } => {
+            }) => (call_id, capability, Input::from_map(&input)),
+            VesselRead::Frame(VesselFrame::Pairing { code }) => {
                 return Accepted::SetAside(SetAside::Pairing(code.into_owned()));
             }
-            VesselFrame::Paired { device_token } => {
+            VesselRead::Frame(VesselFrame::Paired { device_token }) => {
                 return Accepted::SetAside(SetAside::Paired(device_token.into_owned()));
             }
-            VesselFrame::Revoked { capability } => {
+            VesselRead::Frame(VesselFrame::Revoked { capability }) => {
                 return Accepted::SetAside(SetAside::Revoked(capability.map(Cow::into_owned)));
             }
-            VesselFrame::Error { error } => {
+            VesselRead::Frame(VesselFrame::Error { error }) => {
                 return Accepted::SetAside(SetAside::VesselError(error.into_owned()));
             }
-            other @ (VesselFrame::PairCommit { .. }
-            | VesselFrame::PairReveal { .. }
-            | VesselFrame::KeyPaired
-            | VesselFrame::Closing { .. }) => {
+            VesselRead::Frame(
+                other @ (VesselFrame::PairCommit { .. }
+                | VesselFrame::PairReveal { .. }
+                | VesselFrame::KeyPaired
+                | VesselFrame::Closing { .. }
+                | VesselFrame::Streaming(_)
+                | VesselFrame::StreamDropped(_)),
+            ) => {
                 return Accepted::SetAside(SetAside::NotACall(other.type_name()));
             }
         };

