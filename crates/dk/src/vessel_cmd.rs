@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
 use dk_core::vessel::PlainV1;
-use dk_fleet::{Auth, FleetOptions, MemberId};
 use dk_files::private::{PrivateDir, PrivateFileError, ensure_private_dir};
+use dk_fleet::{Auth, FleetOptions, MemberId};
 use dk_mcp::McpOptions;
 use dk_store::{DiskReserve, ReserveError, Store};
 use dk_vessel::{
