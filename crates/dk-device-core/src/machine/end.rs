@@ -11,7 +11,7 @@ pub enum End {
     Retry(Retry),
     /// The device must not connect again on its own: the person must act.
     Stop(Stop),
-    /// [`DeviceCore::shutdown`] asked for it; the close was sent (none
+    /// [`DeviceCore::shutdown`](crate::DeviceCore::shutdown) asked for it; the close was sent (none
     /// during the handshake, which is simply dropped).
     Shutdown,
 }
@@ -63,10 +63,10 @@ pub enum Stop {
         presented: String,
     },
     /// v1: `device:paired` carried a token that is not printable ASCII of
-    /// at most [`MAX_TOKEN_BYTES`] bytes.
+    /// at most [`MAX_TOKEN_BYTES`](crate::MAX_TOKEN_BYTES) bytes.
     BadToken,
     /// The driver could not keep the credentials or token
-    /// ([`DeviceCore::storage_failed`]).
+    /// ([`DeviceCore::storage_failed`](crate::DeviceCore::storage_failed)).
     Storage,
     /// The platform gave no random bytes.
     Entropy,

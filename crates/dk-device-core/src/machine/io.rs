@@ -62,12 +62,12 @@ pub enum Output {
     /// device), unless what is kept is another one.
     ForgetToken(String),
     /// Run this call's handler and give the outcome to
-    /// [`DeviceCore::answer`].
+    /// [`DeviceCore::answer`](crate::DeviceCore::answer).
     Invoke(Invocation),
     /// Something to log; nothing to do.
     Notice(Notice),
     /// The connection ended; see [`End`]. The driver drops the socket, and
-    /// [`DeviceCore::connect`] starts another when `End` says so.
+    /// [`DeviceCore::connect`](crate::DeviceCore::connect) starts another when `End` says so.
     Ended(End),
 }
 
