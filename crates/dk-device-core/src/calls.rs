@@ -3,8 +3,10 @@
 //! per call in dk-device, a C function on a microcontroller).
 
 use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::{String, ToString as _};
+use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Range;
 
@@ -262,8 +264,10 @@ pub struct Calls {
     capabilities: BTreeSet<String>,
     /// The capabilities whose params declare bounds (the dk extension),
     /// whose input is checked before the handler; none for a manifest
-    /// without it, so a v1 device holds nothing more.
-    bounded: BTreeMap<String, Capability>,
+    /// without it, so a v1 device holds nothing more. Each a copy of what
+    /// the input check reads, in a slice of exactly their number (a map's
+    /// node would hold room for eleven).
+    bounded: Box<[Capability]>,
     max_in_flight: usize,
     /// The calls running, by id, with their capability.
     running: BTreeMap<String, String>,
@@ -299,8 +303,9 @@ impl Calls {
                 .filter(|c| {
                     manifest.extended() && c.params().iter().any(|p| !p.bounds().is_empty())
                 })
-                .map(|c| (c.name().to_string(), c.clone()))
-                .collect(),
+                .map(Capability::for_input_checks)
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
             max_in_flight: max_in_flight.max(1),
             running: BTreeMap::new(),
             seen: SeenCalls {
@@ -390,7 +395,10 @@ impl Calls {
             let frame = refused_frame(&call_id, &capability, &refusal);
             return Accepted::Reply { frame, refusal };
         }
-        if let Some(declared) = self.bounded.get(capability.as_ref())
+        if let Some(declared) = self
+            .bounded
+            .iter()
+            .find(|c| c.name() == capability.as_ref())
             && let Err(error) = bounded_input(declared, &input)
         {
             let refusal = CallRefusal::OutOfBounds {
