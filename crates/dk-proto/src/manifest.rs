@@ -411,6 +411,23 @@ impl EventSpec {
     pub fn params(&self) -> &[Param] {
         &self.params
     }
+    /// A copy holding only what [`check_event`](crate::check_event) reads:
+    /// its name and params with their bounds, no description. A small
+    /// device keeps it to check an event's data before sending it.
+    pub fn for_data_checks(&self) -> EventSpec {
+        EventSpec {
+            name: self.name.clone(),
+            description: String::new(),
+            params: self
+                .params
+                .iter()
+                .map(|p| Param {
+                    description: None,
+                    ..p.clone()
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A validated device manifest. The only way to get one is
