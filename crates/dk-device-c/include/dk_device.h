@@ -502,11 +502,14 @@ dk_status dk_reply_ok(dk_reply *reply, const char *json_ptr, size_t len);
 // `reply` is NULL or the handler's; `error` is readable for `len` bytes.
 dk_status dk_reply_error(dk_reply *reply, const char *error, size_t len);
 
-// Sends `device:event {capability, data}` for a declared capability
-// (`capability_len` bytes), with `data` as JSON (`len` bytes), when a
-// connection is serving; the message to send then comes out of
-// `dk_device_poll`. `DK_ERR_NO_MEMORY` when the platform has no memory for
-// the event's frame.
+// Sends `device:event {capability, data}` for a declared capability or a
+// declared event (the manifest's `events`, `capability_len` bytes), with
+// `data` as JSON (`len` bytes), when a connection is serving; the message
+// to send then comes out of `dk_device_poll`. A declared event's data
+// must keep its params (`DK_ERR_REFUSED` otherwise, nothing sent); an
+// unknown name is `DK_ERR_UNKNOWN_CAPABILITY`.
+// `DK_ERR_NO_MEMORY` when the platform has no memory for the event's
+// frame.
 //
 // # Safety
 //

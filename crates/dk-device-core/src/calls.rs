@@ -3,12 +3,15 @@
 //! per call in dk-device, a C function on a microcontroller).
 
 use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::format;
 use alloc::string::{String, ToString as _};
+use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Range;
 
-use dk_proto::{Capability, DeviceFrame, FrameError, Manifest, VesselFrame, VesselRead};
+use dk_proto::{Capability, DeviceFrame, EventSpec, FrameError, Manifest, VesselFrame, VesselRead};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -262,8 +265,14 @@ pub struct Calls {
     capabilities: BTreeSet<String>,
     /// The capabilities whose params declare bounds (the dk extension),
     /// whose input is checked before the handler; none for a manifest
-    /// without it, so a v1 device holds nothing more.
-    bounded: BTreeMap<String, Capability>,
+    /// without it, so a v1 device holds nothing more. Each a copy of what
+    /// the input check reads, in a slice of exactly their number (a map's
+    /// node would hold room for eleven).
+    bounded: Box<[Capability]>,
+    /// The events the manifest declares (the dk extension), each a copy of
+    /// what the check of its data reads: a declared event goes out only
+    /// with data that keeps its params.
+    events: Box<[EventSpec]>,
     max_in_flight: usize,
     /// The calls running, by id, with their capability.
     running: BTreeMap<String, String>,
@@ -299,8 +308,15 @@ impl Calls {
                 .filter(|c| {
                     manifest.extended() && c.params().iter().any(|p| !p.bounds().is_empty())
                 })
-                .map(|c| (c.name().to_string(), c.clone()))
-                .collect(),
+                .map(Capability::for_input_checks)
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+            events: manifest
+                .events()
+                .iter()
+                .map(EventSpec::for_data_checks)
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
             max_in_flight: max_in_flight.max(1),
             running: BTreeMap::new(),
             seen: SeenCalls {
@@ -319,6 +335,23 @@ impl Calls {
     /// Whether the manifest declares `capability`.
     pub fn declares(&self, capability: &str) -> bool {
         self.capabilities.contains(capability)
+    }
+
+    /// Checks an event before it is sent: a declared event's data (JSON
+    /// text) must keep its params, as the vessel checks them; any other
+    /// name must be a capability. The same rule as dk-device's senders.
+    pub fn check_event(&self, name: &str, data: &str) -> Result<(), EventRefusal> {
+        let Some(event) = self.events.iter().find(|e| e.name() == name) else {
+            return if self.declares(name) {
+                Ok(())
+            } else {
+                Err(EventRefusal::UnknownCapability(name.to_string()))
+            };
+        };
+        let value: Value =
+            serde_json::from_str(data).map_err(|e| EventRefusal::NotJson(e.to_string()))?;
+        dk_proto::check_event(event, &value)
+            .map_err(|why| EventRefusal::Refused(format!("event \"{name}\" data: {why}")))
     }
 
     /// Says what to do with a vessel frame, read once
@@ -390,7 +423,10 @@ impl Calls {
             let frame = refused_frame(&call_id, &capability, &refusal);
             return Accepted::Reply { frame, refusal };
         }
-        if let Some(declared) = self.bounded.get(capability.as_ref())
+        if let Some(declared) = self
+            .bounded
+            .iter()
+            .find(|c| c.name() == capability.as_ref())
             && let Err(error) = bounded_input(declared, &input)
         {
             let refusal = CallRefusal::OutOfBounds {
@@ -521,7 +557,7 @@ pub fn event_frame(capability: &str, data: &str) -> Result<String, EventRefusal>
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EventRefusal {
-    /// The manifest declares no such capability.
+    /// The manifest declares no such capability (nor such an event).
     UnknownCapability(String),
     /// The event's data is not JSON.
     NotJson(String),

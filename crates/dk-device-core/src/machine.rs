@@ -440,11 +440,10 @@ impl DeviceCore {
     }
 
     /// Sends `device:event {capability, data}` (data as JSON text) for a
-    /// declared capability, when a connection is serving.
+    /// declared capability, or for a declared event (the dk extension)
+    /// whose data keeps its params, when a connection is serving.
     pub fn emit(&mut self, capability: &str, data: &str) -> Result<(), EventRefusal> {
-        if !self.calls.declares(capability) {
-            return Err(EventRefusal::UnknownCapability(capability.to_string()));
-        }
+        self.calls.check_event(capability, data)?;
         let frame = event_frame(capability, data)?;
         self.send_device_frame(frame)
     }

@@ -339,6 +339,31 @@ impl Capability {
     pub fn annotations(&self) -> Option<&Annotations> {
         self.extras.annotations.as_ref()
     }
+    /// A copy holding only what [`check_input`](crate::check_input) reads:
+    /// its name, kind, params and their bounds, and a declared input
+    /// schema; no description, title, annotations or output schema. A small
+    /// device keeps it to check a call's input before its handler.
+    pub fn for_input_checks(&self) -> Capability {
+        Capability {
+            name: self.name.clone(),
+            kind: self.kind,
+            description: String::new(),
+            params: self
+                .params
+                .iter()
+                .map(|p| Param {
+                    description: None,
+                    ..p.clone()
+                })
+                .collect(),
+            confirm: self.confirm,
+            extras: ToolExtras {
+                input_schema: self.extras.input_schema.clone(),
+                extended: self.extras.extended,
+                ..ToolExtras::default()
+            },
+        }
+    }
     /// The JSON Schema its input must match, when the device declared one
     /// (`inputSchema`, the dk extension) instead of params.
     pub fn declared_input_schema(&self) -> Option<&Value> {
@@ -385,6 +410,23 @@ impl EventSpec {
     /// The params of its data, in declared order.
     pub fn params(&self) -> &[Param] {
         &self.params
+    }
+    /// A copy holding only what [`check_event`](crate::check_event) reads:
+    /// its name and params with their bounds, no description. A small
+    /// device keeps it to check an event's data before sending it.
+    pub fn for_data_checks(&self) -> EventSpec {
+        EventSpec {
+            name: self.name.clone(),
+            description: String::new(),
+            params: self
+                .params
+                .iter()
+                .map(|p| Param {
+                    description: None,
+                    ..p.clone()
+                })
+                .collect(),
+        }
     }
 }
 

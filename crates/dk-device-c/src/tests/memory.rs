@@ -666,7 +666,7 @@ mod measured {
 
     use super::refused::{connection, opened, send};
     use super::*;
-    use crate::tests::{LAMP, Vessel, made, options, pair, platform};
+    use crate::tests::{LAMP, Vessel, drain, made, options, pair, platform};
     use crate::*;
 
     /// A handler that answers with the lamp's state, allocating nothing of
@@ -772,12 +772,67 @@ mod measured {
                 pairing <= 48 * 1024,
                 "{name} paired at a peak of {pairing} bytes"
             );
-            // Before its first call: past it, the thermostat holds 8.2 KiB
-            // (the ids remembered and the queues grown by a call come on
-            // top), over the budget the lamp keeps.
+            // Idle before and after a call (the ids remembered and the
+            // queues grown by a call come on top): the bounds kept to check
+            // a call's input are a slice of what the check reads, not a map
+            // whose node holds room for eleven capabilities (8.2 KiB after a
+            // call for the thermostat when they were).
             assert!(idle <= 8 * 1024, "{name} idles at {idle} bytes");
+            assert!(
+                after_call <= 8 * 1024,
+                "{name} idles at {after_call} bytes after a call"
+            );
             call(|| unsafe { dk_device_free(device) });
         }
+        assert_eq!(watched.live(), 0, "the library holds nothing once freed");
+    }
+
+    /// A declared event (the dk extension) goes out through the ABI only
+    /// with data that keeps its params, as the vessel checks them; the
+    /// core holds the rule, so firmware needs none of its own.
+    #[test]
+    fn a_declared_event_goes_out_only_with_data_that_keeps_its_params() {
+        const THERMOSTAT: &str =
+            include_str!("../../../../fixtures/manifests/dk/hall-thermostat.json");
+        let watched = Watched::start();
+        let mut seed = 23u8;
+        let mut vessel = Vessel::new(43);
+        let device = made(&platform(&mut seed), THERMOSTAT.as_bytes(), &options(None)).unwrap();
+        connection(device, &mut vessel).unwrap();
+        let emit = |data: &str| {
+            let name = "temperature_changed";
+            let status = call(|| unsafe {
+                dk_device_emit(
+                    device,
+                    name.as_ptr().cast(),
+                    name.len(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                )
+            });
+            (status, drain(device))
+        };
+        let (status, outs) = emit(r#"{"current":19.5,"target":21,"mode":"heat"}"#);
+        assert_eq!(status, dk_status::DK_OK);
+        let frames = opened(&mut vessel, &outs);
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert!(
+            frames[0].contains(r#""capability":"temperature_changed""#),
+            "{frames:?}"
+        );
+        for data in [
+            r#"{"current":19.5,"target":35,"mode":"heat"}"#,
+            r#"{"current":19.5,"target":21,"mode":"fan"}"#,
+            r#"{"current":19.5,"target":21}"#,
+            r#"{"current":19.5,"target":21,"mode":"heat","extra":1}"#,
+        ] {
+            let (status, outs) = emit(data);
+            assert_eq!(status, dk_status::DK_ERR_REFUSED, "{data}");
+            assert!(opened(&mut vessel, &outs).is_empty(), "{data} was sent");
+        }
+        let (status, _) = emit("{");
+        assert_eq!(status, dk_status::DK_ERR_JSON);
+        call(|| unsafe { dk_device_free(device) });
         assert_eq!(watched.live(), 0, "the library holds nothing once freed");
     }
 }

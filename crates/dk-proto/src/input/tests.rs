@@ -296,6 +296,30 @@ fn declared_bounds_are_kept_and_refusals_name_the_bound() {
 }
 
 #[test]
+fn the_copy_kept_for_input_checks_checks_as_the_capability_does() {
+    let target = thermostat_target();
+    let copy = target.for_input_checks();
+    assert_eq!(copy.name(), "set_target");
+    assert_eq!(copy.description(), "");
+    assert!(copy.params().iter().all(|p| p.description().is_none()));
+    for input in [
+        json!({"celsius": 21.5}),
+        json!({"celsius": 35}),
+        json!({"celsius": 20, "mode": "fan"}),
+        json!({"celsius": 20, "steps": 1.5}),
+        json!({"celsius": 20, "label": "x"}),
+        json!({"celsius": 20, "other": 1}),
+        json!({"mode": "heat"}),
+    ] {
+        assert_eq!(
+            check_input(&copy, &input).map_err(|e| e.to_string()),
+            check_input(&target, &input).map_err(|e| e.to_string()),
+            "{input}"
+        );
+    }
+}
+
+#[test]
 fn a_declared_event_checks_its_data() {
     let manifest = validate_manifest(&json!({
         "dk": 1, "id": "thermostat", "name": "T", "kind": "thermostat", "version": "1",
