@@ -49,6 +49,13 @@ fn start(scratch: &Scratch, pty: &Pty) -> (Running, mpsc::Receiver<String>) {
 /// [`start`] with more arguments for `dk vessel`.
 fn start_with(scratch: &Scratch, pty: &Pty, extra: &[&str]) -> (Running, mpsc::Receiver<String>) {
     let data_dir = scratch.data_dir();
+    // MCP on a port of its own unless the test names one: tests run at
+    // once, and the default port is one for all of them.
+    let mcp: &[&str] = if extra.contains(&"--mcp-listen") {
+        &[]
+    } else {
+        &["--mcp-listen", "127.0.0.1:0"]
+    };
     let args = [
         &[
             "vessel",
@@ -57,6 +64,7 @@ fn start_with(scratch: &Scratch, pty: &Pty, extra: &[&str]) -> (Running, mpsc::R
             "--admin-listen",
             "127.0.0.1:0",
         ][..],
+        mcp,
         extra,
     ]
     .concat();
