@@ -3,10 +3,41 @@
 
 use dk_proto::admin as api;
 use maud::{PreEscaped, html};
+use serde::Serialize;
 
 use super::frame::{csrf_field, layout};
 use super::shared::{Added, Frame, utc};
 use crate::console::html::{Attr, Text, own, segment};
+
+/// An MCP client's configuration naming this vessel's MCP server as `dk`
+/// (the `mcpServers` file MCP clients read).
+#[derive(Serialize)]
+struct McpClientConfig<'a> {
+    #[serde(rename = "mcpServers")]
+    mcp_servers: McpServers<'a>,
+}
+
+/// The servers of [`McpClientConfig`]: this vessel's alone.
+#[derive(Serialize)]
+struct McpServers<'a> {
+    dk: McpServer<'a>,
+}
+
+/// One MCP server: over streamable HTTP at `url`, with the agent's bearer.
+#[derive(Serialize)]
+struct McpServer<'a> {
+    #[serde(rename = "type")]
+    transport: &'static str,
+    url: &'a str,
+    headers: McpHeaders,
+}
+
+/// The headers an MCP client sends with each request.
+#[derive(Serialize)]
+struct McpHeaders {
+    #[serde(rename = "Authorization")]
+    authorization: String,
+}
 
 /// The agents page: each agent with its scope and role, forms to change
 /// the scope or remove it, a form to add one; after adding, the new
@@ -14,13 +45,17 @@ use crate::console::html::{Attr, Text, own, segment};
 pub(crate) fn agents(frame: &Frame, agents: &[api::Agent], added: Option<&Added>) -> String {
     let base = &frame.base;
     let config = added.map(|added| {
-        let config = serde_json::json!({
-            "mcpServers": {"dk": {
-                "type": "http",
-                "url": added.mcp_url,
-                "headers": {"Authorization": format!("Bearer {}", added.credential)},
-            }}
-        });
+        let config = McpClientConfig {
+            mcp_servers: McpServers {
+                dk: McpServer {
+                    transport: "http",
+                    url: &added.mcp_url,
+                    headers: McpHeaders {
+                        authorization: format!("Bearer {}", added.credential),
+                    },
+                },
+            },
+        };
         serde_json::to_string_pretty(&config).unwrap_or_default()
     });
     let main = html! {

@@ -73,10 +73,9 @@ fn time_left(left_ms: u64) -> Markup {
 }
 
 pub(super) fn kind_label(capability: &api::DeviceCapability) -> &'static str {
-    match (capability.kind.as_str(), capability.confirm) {
+    match (capability.kind, capability.confirm) {
         (_, true) => "asks every time",
-        ("sensor", false) => "sensor",
-        _ => "actuator",
+        (kind, false) => kind.as_str(),
     }
 }
 
