@@ -28,6 +28,7 @@ use dk_device::samples::Thermostat;
 use dk_device::{ClientOptions, run_client};
 use dk_http::{AdminClient, AdminToken, Console, serve_admin, serve_devices};
 use dk_policy::PolicySet;
+use dk_testkit::{eventually, eventually_async};
 use dk_vessel::{Limits, Vessel};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -107,37 +108,33 @@ async fn vessel() -> Result<(Arc<Vessel>, String, AdminClient, watch::Sender<boo
 /// Waits for `device`'s pairing request, grants all it asks, and waits for
 /// it to connect.
 async fn pair(vessel: &Vessel, admin: &AdminClient, device: &str) -> Result<(), BoxError> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pending = admin.get("/v1/pending").await?.body;
-        let prompt = pending.as_array().and_then(|all| {
-            all.iter().find(|p| {
-                p.get("kind").and_then(Value::as_str) == Some("consent")
-                    && p.pointer("/request/deviceId").and_then(Value::as_str) == Some(device)
-            })
-        });
-        if let Some(prompt) = prompt {
-            let id = prompt.get("id").and_then(Value::as_u64).ok_or("no id")?;
-            admin
-                .post(
-                    &format!("/v1/pending/{id}/consent"),
-                    &json!({"approved": true,
-                            "grant": ["read_temperature", "set_target", "temperature_changed"]}),
-                )
-                .await?;
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("no pairing request from {device}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    while !vessel.links().is_connected(device) {
-        if Instant::now() > deadline {
-            return Err(format!("{device} never connected").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let id = eventually_async(
+        &format!("a pairing request from {device}"),
+        move || async move {
+            let pending = admin.get("/v1/pending").await.ok()?.body;
+            pending
+                .as_array()?
+                .iter()
+                .find(|p| {
+                    p.get("kind").and_then(Value::as_str) == Some("consent")
+                        && p.pointer("/request/deviceId").and_then(Value::as_str) == Some(device)
+                })?
+                .get("id")?
+                .as_u64()
+        },
+    )
+    .await;
+    admin
+        .post(
+            &format!("/v1/pending/{id}/consent"),
+            &json!({"approved": true,
+                    "grant": ["read_temperature", "set_target", "temperature_changed"]}),
+        )
+        .await?;
+    eventually(&format!("{device} to connect"), || {
+        vessel.links().is_connected(device)
+    })
+    .await;
     Ok(())
 }
 
