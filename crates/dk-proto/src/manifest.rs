@@ -288,6 +288,14 @@ impl Param {
     pub fn bounds(&self) -> &Bounds {
         &self.bounds
     }
+
+    /// A copy without its description: what a check of a value reads.
+    fn for_checks(&self) -> Param {
+        Param {
+            description: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// One thing a device can sense or do.
@@ -348,14 +356,7 @@ impl Capability {
             name: self.name.clone(),
             kind: self.kind,
             description: String::new(),
-            params: self
-                .params
-                .iter()
-                .map(|p| Param {
-                    description: None,
-                    ..p.clone()
-                })
-                .collect(),
+            params: self.params.iter().map(Param::for_checks).collect(),
             confirm: self.confirm,
             extras: ToolExtras {
                 input_schema: self.extras.input_schema.clone(),
@@ -418,14 +419,7 @@ impl EventSpec {
         EventSpec {
             name: self.name.clone(),
             description: String::new(),
-            params: self
-                .params
-                .iter()
-                .map(|p| Param {
-                    description: None,
-                    ..p.clone()
-                })
-                .collect(),
+            params: self.params.iter().map(Param::for_checks).collect(),
         }
     }
 }
