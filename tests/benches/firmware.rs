@@ -20,6 +20,8 @@
 //! development files (`cargo xtask peers`). Budgets are reported, never
 //! asserted on.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -29,14 +31,12 @@ use std::time::{Duration, Instant};
 
 use dk_device::samples::Lamp;
 use dk_device::{ClientOptions, ConnectionEvent, connect_once, run_client};
-use dk_http::{AdminClient, AdminToken, Console, serve_admin, serve_devices};
-use dk_policy::PolicySet;
-use dk_vessel::{Limits, Vessel};
+use dk_http::AdminClient;
+use dk_vessel::Vessel;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use common::{BoxError, vessel};
+use tokio::sync::Notify;
 
 const HANDSHAKES: usize = 30;
 const CALLS: usize = 20;
@@ -81,29 +81,6 @@ fn built() -> Result<(PathBuf, PathBuf), BoxError> {
             .ok_or_else(|| format!("cargo xtask firmware built no {name} {said}"))
     };
     Ok((line("lamp: ")?, line("map: ")?))
-}
-
-/// A vessel on loopback: its device URL, its admin client, and what stops it.
-async fn vessel() -> Result<(Arc<Vessel>, String, AdminClient, watch::Sender<bool>), BoxError> {
-    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-    let devices = TcpListener::bind("127.0.0.1:0").await?;
-    let admin = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("ws://{}/device", devices.local_addr()?);
-    let admin_addr = admin.local_addr()?;
-    let token = AdminToken::generate();
-    let (stop, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let (a, b) = (stopped(stop_rx.clone()), stopped(stop_rx));
-    let (v1, v2, t) = (Arc::clone(&vessel), Arc::clone(&vessel), token.clone());
-    tokio::spawn(async move {
-        let _ = tokio::join!(
-            serve_devices(devices, v1, a),
-            serve_admin(admin, v2, t, Console::new(), b)
-        );
-    });
-    Ok((vessel, url, AdminClient::new(admin_addr, token), stop))
 }
 
 /// Approves the next pairing request, granting the lamp's capabilities.

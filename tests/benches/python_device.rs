@@ -19,22 +19,20 @@
 //! `DK_BENCH_DEVICE_PYTHON` (a plain `cargo bench`) it says how to run it
 //! and stops. Budgets are reported, never asserted on.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dk_device::samples::Thermostat;
 use dk_device::{ClientOptions, run_client};
-use dk_http::{AdminClient, AdminToken, Console, serve_admin, serve_devices};
-use dk_policy::PolicySet;
+use dk_http::AdminClient;
 use dk_testkit::{eventually, eventually_async};
-use dk_vessel::{Limits, Vessel};
+use dk_vessel::Vessel;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use common::{BoxError, vessel};
 
 /// Calls to each device, per capability.
 const CALLS: usize = 1_000;
@@ -80,29 +78,6 @@ fn rust_device(url: &str) -> Result<(), BoxError> {
         .build()?
         .block_on(run_client(&device, options, std::future::pending()))?;
     Ok(())
-}
-
-/// A vessel on loopback: its device URL, its admin client, and what stops it.
-async fn vessel() -> Result<(Arc<Vessel>, String, AdminClient, watch::Sender<bool>), BoxError> {
-    let vessel = Vessel::new(PolicySet::empty(), Limits::default());
-    let devices = TcpListener::bind("127.0.0.1:0").await?;
-    let admin = TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("ws://{}/device", devices.local_addr()?);
-    let admin_addr = admin.local_addr()?;
-    let token = AdminToken::generate();
-    let (stop, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let (a, b) = (stopped(stop_rx.clone()), stopped(stop_rx));
-    let (v1, v2, t) = (Arc::clone(&vessel), Arc::clone(&vessel), token.clone());
-    tokio::spawn(async move {
-        let _ = tokio::join!(
-            serve_devices(devices, v1, a),
-            serve_admin(admin, v2, t, Console::new(), b)
-        );
-    });
-    Ok((vessel, url, AdminClient::new(admin_addr, token), stop))
 }
 
 /// Waits for `device`'s pairing request, grants all it asks, and waits for
