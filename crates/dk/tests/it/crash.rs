@@ -16,7 +16,7 @@ use dk_http::AdminClient;
 use serde_json::{Value, json};
 
 use crate::process::{
-    Running, Scratch, audit, audit_entries, consent_id, devices, hello, lamp_manifest, read_until,
+    Running, Scratch, audit, audit_entries, consent_in, devices, hello, lamp_manifest, read_until,
 };
 
 /// Device ids the churn pairs, unpairs and pairs again.
@@ -166,11 +166,12 @@ async fn perform(change: &Change, admin: &AdminClient, url: &str) -> Result<(), 
 /// device receives `device:paired`, which the vessel sends once committed.
 async fn pair(admin: &AdminClient, url: &str, id: &str, grants: &[String]) -> Result<(), String> {
     let mut socket = hello(url, &lamp_manifest(id)).await?;
-    admin.get("/v1/status").await.map_err(|e| e.to_string())?;
+    // The vessel may be killed while the request is awaited: a pending
+    // list that cannot be read ends the wait with the change in flight.
     let consent = dk_testkit::eventually_async(&format!("a consent request for {id}"), || {
-        consent_id(admin, id)
+        consent_or_gone(admin, id)
     })
-    .await;
+    .await?;
     let answer = admin
         .post(
             &format!("/v1/pending/{consent}/consent"),
@@ -180,6 +181,15 @@ async fn pair(admin: &AdminClient, url: &str, id: &str, grants: &[String]) -> Re
         .map_err(|e| e.to_string())?;
     assert_eq!(answer.status, 204, "{answer:?}");
     read_until(&mut socket, "device:paired").await.map(drop)
+}
+
+/// `id`'s consent request once the vessel lists it, or the error that
+/// says the vessel is gone; `None` while it is up and not asking yet.
+async fn consent_or_gone(admin: &AdminClient, id: &str) -> Option<Result<u64, String>> {
+    match admin.get("/v1/pending").await {
+        Err(gone) => Some(Err(gone.to_string())),
+        Ok(pending) => consent_in(&pending.body, id).map(Ok),
+    }
 }
 
 /// Generations of the stored pairings, read from the database.

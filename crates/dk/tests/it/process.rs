@@ -258,7 +258,12 @@ pub async fn devices(admin: &AdminClient) -> Vec<Value> {
 /// The pending consent request of `device`, if any: its id.
 pub async fn consent_id(admin: &AdminClient, device: &str) -> Option<u64> {
     let pending = admin.get("/v1/pending").await.ok()?;
-    pending.body.as_array()?.iter().find_map(|prompt| {
+    consent_in(&pending.body, device)
+}
+
+/// The id of `device`'s consent request in a `/v1/pending` list.
+pub fn consent_in(pending: &Value, device: &str) -> Option<u64> {
+    pending.as_array()?.iter().find_map(|prompt| {
         (prompt["kind"] == "consent" && prompt["request"]["deviceId"] == device)
             .then(|| prompt["id"].as_u64())
             .flatten()
