@@ -149,6 +149,7 @@ async fn the_persons_stop_in_the_console_ends_listen_within_100_ms_of_sound() {
     let pulse = Pulse::start(&binary);
     let running = start(Limits::default()).await;
     let served = serve(&running, &pulse).await;
+    assert!(!pulse.recording_from(MIC_SOURCE), "nothing records yet");
     let mut events = running.vessel.subscribe_events();
     // The microphone hears the first tone, from a feed that keeps 20 ms in
     // the server, so a switch is heard within it.
@@ -195,9 +196,15 @@ async fn the_persons_stop_in_the_console_ends_listen_within_100_ms_of_sound() {
     let status = running.admin.get("/v1/status").await.unwrap().body;
     assert_eq!(status["microphones"][0]["deviceId"], json!("voice"));
     assert_eq!(status["microphones"][0]["maxSeconds"], json!(20));
-    // Some of the first tone is recorded before the stop.
+    // Some of the first tone is recorded before the stop: from the moment
+    // the device's capture reads the microphone (the banner shows once
+    // the call holds it, which a loaded machine can set well before).
     dk_testkit::eventually("the microphone open a while", || {
         served.voice.live().borrow().is_some()
+    })
+    .await;
+    dk_testkit::eventually("the device recording from the microphone", || {
+        pulse.recording_from(MIC_SOURCE)
     })
     .await;
     // Records the first tone for 600 ms: audio is in time, not events.
@@ -411,6 +418,10 @@ async fn listen_stream_delivers_every_chunk_in_order_under_the_caps() {
     assert_eq!(call.await.unwrap()["ok"], json!(true));
     dk_testkit::eventually("the microphone open", || {
         served.voice.live().borrow().is_some()
+    })
+    .await;
+    dk_testkit::eventually("the device recording from the microphone", || {
+        pulse.recording_from(MIC_SOURCE)
     })
     .await;
     feed.play(&dk_testkit::pulse::tone(hz, 600, RATE, 12_000));
