@@ -746,7 +746,8 @@ impl Run {
             _ => match script.u8() % 2 {
                 0 => {
                     let now = self.instant();
-                    self.core.shutdown(now);
+                    let grace = core::time::Duration::from_millis(u64::from(script.u8()) * 10);
+                    self.core.shutdown(now, grace);
                 }
                 _ => {
                     let now = self.instant();

@@ -176,7 +176,7 @@ enum dk_end
   // The device must not connect again on its own: the person must act
   // (pair again, check the vessel's key).
   DK_END_STOP = 2,
-  // `dk_device_shutdown` asked for it.
+  // `dk_device_shutdown` or `dk_device_shutdown_within` asked for it.
   DK_END_SHUTDOWN = 3,
 };
 #ifndef __cplusplus
@@ -413,13 +413,29 @@ bool dk_device_next_timeout(dk_device *device, uint64_t *at_ms);
 // `device` is NULL or a live device.
 dk_status dk_device_handle_timeout(dk_device *device, uint64_t now_ms);
 
-// Ends the connection on the device's side: a close 1000 to send, then
-// the vessel's close (or the close timeout) ends it.
+// Ends the connection on the device's side at once: a close 1000 to
+// send, then the vessel's close (or the close timeout) ends it. Calls
+// still running are dropped (the vessel fails them); to let them finish,
+// `dk_device_shutdown_within`.
 //
 // # Safety
 //
 // `device` is NULL or a live device.
 dk_status dk_device_shutdown(dk_device *device, uint64_t now_ms);
+
+// Ends the connection on the device's side, giving the calls that run
+// `grace_ms` to be answered (`dk_device_answer`): meanwhile a new call is
+// refused ("device is shutting down") and never reaches a handler, and
+// the close 1000 comes once the last is answered or when the grace ends,
+// whichever is first. `dk_device_next_timeout` says when to call
+// `dk_device_handle_timeout` (at once, after the last answer). With no
+// call running, or a grace of 0, it is `dk_device_shutdown`. Calling it
+// again can only bring the close nearer.
+//
+// # Safety
+//
+// `device` is NULL or a live device.
+dk_status dk_device_shutdown_within(dk_device *device, uint64_t now_ms, uint64_t grace_ms);
 
 // Says the credentials of `DK_OUTPUT_STORE` could not be kept: the
 // connection is closed and the device stops, rather than run with a key

@@ -143,7 +143,7 @@ pub enum dk_end {
     /// The device must not connect again on its own: the person must act
     /// (pair again, check the vessel's key).
     DK_END_STOP = 2,
-    /// `dk_device_shutdown` asked for it.
+    /// `dk_device_shutdown` or `dk_device_shutdown_within` asked for it.
     DK_END_SHUTDOWN = 3,
 }
 

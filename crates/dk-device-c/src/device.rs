@@ -670,8 +670,10 @@ pub unsafe extern "C" fn dk_device_handle_timeout(
     }
 }
 
-/// Ends the connection on the device's side: a close 1000 to send, then
-/// the vessel's close (or the close timeout) ends it.
+/// Ends the connection on the device's side at once: a close 1000 to
+/// send, then the vessel's close (or the close timeout) ends it. Calls
+/// still running are dropped (the vessel fails them); to let them finish,
+/// `dk_device_shutdown_within`.
 ///
 /// # Safety
 ///
@@ -679,9 +681,31 @@ pub unsafe extern "C" fn dk_device_handle_timeout(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dk_device_shutdown(device: *mut dk_device, now_ms: u64) -> dk_status {
     // SAFETY: the caller's promise.
+    unsafe { dk_device_shutdown_within(device, now_ms, 0) }
+}
+
+/// Ends the connection on the device's side, giving the calls that run
+/// `grace_ms` to be answered (`dk_device_answer`): meanwhile a new call is
+/// refused ("device is shutting down") and never reaches a handler, and
+/// the close 1000 comes once the last is answered or when the grace ends,
+/// whichever is first. `dk_device_next_timeout` says when to call
+/// `dk_device_handle_timeout` (at once, after the last answer). With no
+/// call running, or a grace of 0, it is `dk_device_shutdown`. Calling it
+/// again can only bring the close nearer.
+///
+/// # Safety
+///
+/// `device` is NULL or a live device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dk_device_shutdown_within(
+    device: *mut dk_device,
+    now_ms: u64,
+    grace_ms: u64,
+) -> dk_status {
+    // SAFETY: the caller's promise.
     unsafe {
         guarded(device, Some(now_ms), |d| {
-            d.core.shutdown(d.now);
+            d.core.shutdown(d.now, Duration::from_millis(grace_ms));
             Ok(())
         })
     }

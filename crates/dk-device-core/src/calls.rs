@@ -111,6 +111,15 @@ pub(crate) fn range_in(text: &str, part: &str) -> Option<Range<usize>> {
     (text.get(range.clone()) == Some(part)).then_some(range)
 }
 
+/// Whether the device takes new calls: not once it shuts down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taking {
+    /// New calls run.
+    Yes,
+    /// New calls are refused with [`CallRefusal::ShuttingDown`].
+    No,
+}
+
 /// Why a call was answered with an error instead of its handler's outcome.
 /// `Display` is the error text the vessel is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +143,9 @@ pub enum CallRefusal {
     /// The device has no memory to remember the call's id by (and a call
     /// it could not refuse again if repeated does not run).
     OutOfMemory,
+    /// The device is shutting down: the calls it runs get their grace, no
+    /// new one starts.
+    ShuttingDown,
     /// The handler's answer is not JSON.
     NotJson {
         /// The capability called.
@@ -162,6 +174,7 @@ impl fmt::Display for CallRefusal {
             }
             CallRefusal::Busy(max) => write!(f, "device is busy: {max} calls in flight"),
             CallRefusal::OutOfMemory => f.write_str("device is out of memory"),
+            CallRefusal::ShuttingDown => f.write_str("device is shutting down"),
             CallRefusal::OutOfBounds { capability, why } => {
                 write!(f, "input of \"{capability}\" refused: {why}")
             }
@@ -394,7 +407,7 @@ impl Calls {
                 return Accepted::SetAside(SetAside::NotACall(other.type_name()));
             }
         };
-        self.accept_call(call_id, capability, input)
+        self.accept_call(call_id, capability, input, Taking::Yes)
     }
 
     /// Says what to do with an invoke, its input read already.
@@ -403,6 +416,7 @@ impl Calls {
         call_id: Cow<'_, str>,
         capability: Cow<'_, str>,
         input: Input,
+        taking: Taking,
     ) -> Accepted {
         if self.running.contains_key(call_id.as_ref()) {
             return Accepted::SetAside(SetAside::DuplicateCall(call_id.into_owned()));
@@ -415,6 +429,11 @@ impl Calls {
             Err(refusal) => Some(refusal),
         };
         if let Some(refusal) = refused {
+            let frame = refused_frame(&call_id, &capability, &refusal);
+            return Accepted::Reply { frame, refusal };
+        }
+        if taking == Taking::No {
+            let refusal = CallRefusal::ShuttingDown;
             let frame = refused_frame(&call_id, &capability, &refusal);
             return Accepted::Reply { frame, refusal };
         }

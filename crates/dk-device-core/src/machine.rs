@@ -241,7 +241,12 @@ impl DeviceCore {
     /// handshake's deadline, or the wait for the vessel's close.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Handshake { deadline, .. } | Phase::Closing { deadline, .. } => Some(*deadline),
+            Phase::Handshake { deadline, .. }
+            | Phase::Closing { deadline, .. }
+            | Phase::Serving {
+                stop_by: Some(deadline),
+                ..
+            } => Some(*deadline),
             _ => None,
         }
     }
@@ -267,6 +272,7 @@ impl DeviceCore {
                         Phase::Serving {
                             link: Link::V1,
                             stream_cap: 0,
+                            stop_by: None,
                         },
                     ),
                     None => (self.hello(), Phase::Pairing(PairStep::V1)),
@@ -390,21 +396,33 @@ impl DeviceCore {
                 ))));
             }
             Phase::Closing { deadline, .. } if now >= *deadline => self.finish_closing(),
+            Phase::Serving {
+                stop_by: Some(deadline),
+                ..
+            } if now >= *deadline => self.close(now, shutting_down(), End::Shutdown),
             _ => {}
         }
     }
 
     /// Ends the connection on the device's side: a close 1000 (the vessel's
-    /// answer is waited for), or at once during the handshake.
-    pub fn shutdown(&mut self, now: Instant) {
-        match self.phase {
+    /// answer is waited for), or at once during the handshake. Calls that
+    /// run get `grace` to be answered: meanwhile no new call starts (each
+    /// is refused, [`CallRefusal::ShuttingDown`](crate::CallRefusal::ShuttingDown)), and the close
+    /// comes once the last is answered or at `now + grace`, whichever is
+    /// first ([`poll_timeout`](DeviceCore::poll_timeout) says when). A
+    /// second shutdown can only bring the close nearer.
+    pub fn shutdown(&mut self, now: Instant, grace: Duration) {
+        let running = self.calls.running();
+        match &mut self.phase {
             Phase::Idle | Phase::Ended | Phase::Closing { .. } => {}
             Phase::Handshake { .. } => self.end(End::Shutdown),
-            Phase::Pairing(_) | Phase::Serving { .. } => self.close(
-                now,
-                CloseFrame::new(CloseCode::Normal, "device shutting down"),
-                End::Shutdown,
-            ),
+            Phase::Serving { stop_by, .. } if running > 0 && !grace.is_zero() => {
+                let by = now.saturating_add(grace);
+                *stop_by = Some(stop_by.map_or(by, |at| at.min(by)));
+            }
+            Phase::Pairing(_) | Phase::Serving { .. } => {
+                self.close(now, shutting_down(), End::Shutdown);
+            }
         }
     }
 
@@ -436,6 +454,14 @@ impl DeviceCore {
             return false;
         };
         self.send_frame(frame);
+        // Shutting down and nothing runs any more: the close is due now.
+        if self.calls.running() == 0
+            && let Phase::Serving {
+                stop_by: Some(at), ..
+            } = &mut self.phase
+        {
+            *at = Instant::from_millis(0);
+        }
         true
     }
 
@@ -502,6 +528,11 @@ impl DeviceCore {
             _ => Ok(()),
         }
     }
+}
+
+/// The close 1000 a device sends when it shuts down.
+fn shutting_down() -> CloseFrame {
+    CloseFrame::new(CloseCode::Normal, "device shutting down")
 }
 
 /// A close 1011 (an unexpected condition on the device's side).

@@ -500,6 +500,85 @@ fn a_lamp_pairs_through_the_abi_runs_calls_and_reconnects_by_key() {
     unsafe { dk_device_free(device) };
 }
 
+/// Answers call `id` of `device` with `text` through the ABI.
+fn answer_ok(device: *mut dk_device, id: &str, text: &str) -> dk_status {
+    // SAFETY: a live device and buffers of their lengths.
+    unsafe {
+        dk_device_answer(
+            device,
+            id.as_ptr().cast(),
+            id.len(),
+            true,
+            text.as_ptr().cast(),
+            text.len(),
+        )
+    }
+}
+
+#[test]
+fn a_shutdown_within_a_grace_lets_running_calls_answer_and_refuses_new_ones() {
+    let mut seed = 3u8;
+    let mut vessel = Vessel::new(42);
+    let (device, _) = pair(&mut seed, &mut vessel);
+    let read = r#"{"type":"device:invoke","callId":"c1","capability":"read_light","input":{}}"#;
+    let (outs, _) = vessel.tell(device, read);
+    assert!(matches!(&outs[..], [Out::Invoke { .. }]), "{outs:?}");
+
+    // SAFETY: a live device.
+    let status = unsafe { dk_device_shutdown_within(device, 100, 5_000) };
+    assert_eq!(status, dk_status::DK_OK);
+    assert!(drain(device).is_empty(), "c1 has its grace");
+    let mut at = 0u64;
+    // SAFETY: a live device and a place for the time.
+    assert!(unsafe { dk_device_next_timeout(device, &mut at) });
+    assert_eq!(at, 5_100);
+
+    // A new call is refused and never comes out.
+    let (outs, frames) = vessel.tell(device, &read.replace("c1", "c2"));
+    assert!(matches!(&outs[..], [Out::Binary(_)]), "{outs:?}");
+    let refused: serde_json::Value = serde_json::from_str(&frames[0]).unwrap();
+    assert_eq!(refused["callId"], "c2");
+    assert_eq!(refused["error"], "device is shutting down");
+
+    // c1's answer goes out; then the close is due at once.
+    assert_eq!(answer_ok(device, "c1", r#"{"on":false}"#), dk_status::DK_OK);
+    let (_, frames) = vessel.drained(device);
+    let result: serde_json::Value = serde_json::from_str(&frames[0]).unwrap();
+    assert_eq!(result["callId"], "c1");
+    assert_eq!(result["ok"], true);
+    // SAFETY: a live device and a place for the time.
+    assert!(unsafe { dk_device_next_timeout(device, &mut at) });
+    assert!(at <= 200, "due now: {at}");
+    // SAFETY: a live device.
+    assert_eq!(
+        unsafe { dk_device_handle_timeout(device, 200) },
+        dk_status::DK_OK
+    );
+    let outs = drain(device);
+    assert!(matches!(&outs[..], [Out::Close(1000, _)]), "{outs:?}");
+    // SAFETY: live, freed once.
+    unsafe { dk_device_free(device) };
+
+    // A call that outlives the grace is dropped by the close.
+    let mut vessel = Vessel::new(43);
+    let (device, _) = pair(&mut seed, &mut vessel);
+    vessel.tell(device, read);
+    // SAFETY: a live device.
+    unsafe { dk_device_shutdown_within(device, 100, 50) };
+    // SAFETY: a live device.
+    unsafe { dk_device_handle_timeout(device, 149) };
+    assert!(drain(device).is_empty(), "not yet");
+    // SAFETY: a live device.
+    unsafe { dk_device_handle_timeout(device, 150) };
+    assert!(matches!(&drain(device)[..], [Out::Close(1000, _)]));
+    assert_eq!(
+        answer_ok(device, "c1", "{}"),
+        dk_status::DK_ERR_NO_SUCH_CALL
+    );
+    // SAFETY: live, freed once.
+    unsafe { dk_device_free(device) };
+}
+
 #[test]
 fn bad_arguments_are_answered_with_a_status_never_a_crash() {
     let mut seed = 1u8;
@@ -682,6 +761,10 @@ fn bad_arguments_are_answered_with_a_status_never_a_crash() {
         assert_eq!(dk_device_connect(null, 0), dk_status::DK_ERR_NULL);
         assert_eq!(dk_device_lost(null, 0), dk_status::DK_ERR_NULL);
         assert_eq!(dk_device_shutdown(null, 0), dk_status::DK_ERR_NULL);
+        assert_eq!(
+            dk_device_shutdown_within(null, 0, 10),
+            dk_status::DK_ERR_NULL
+        );
         assert_eq!(dk_device_handle_timeout(null, 0), dk_status::DK_ERR_NULL);
         assert_eq!(dk_device_storage_failed(null, 0), dk_status::DK_ERR_NULL);
         assert_eq!(dk_device_state(null), dk_state::DK_STATE_IDLE);

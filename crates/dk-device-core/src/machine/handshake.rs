@@ -96,6 +96,7 @@ impl DeviceCore {
             Phase::Serving {
                 link: Link::Dk2(secure),
                 stream_cap: 0,
+                stop_by: None,
             }
         } else {
             Phase::Pairing(PairStep::AwaitCommit(secure))

@@ -32,6 +32,7 @@ impl DeviceCore {
                 self.phase = Phase::Serving {
                     link: Link::V1,
                     stream_cap: 0,
+                    stop_by: None,
                 };
             }
             Ok(VesselFrame::Error { error }) => {
@@ -152,6 +153,7 @@ impl DeviceCore {
                 self.phase = Phase::Serving {
                     link: Link::Dk2(secure),
                     stream_cap: 0,
+                    stop_by: None,
                 };
                 (None, Ok(()))
             }

@@ -30,6 +30,9 @@ pub(super) enum Phase {
         /// The largest stream chunk payload the vessel admitted; 0 until it
         /// admits a streaming session.
         stream_cap: u64,
+        /// Once the device shuts down with calls running: when the close
+        /// comes whatever still runs. No new call is taken meanwhile.
+        stop_by: Option<Instant>,
     },
     /// The device closed and waits for the vessel's close.
     Closing {

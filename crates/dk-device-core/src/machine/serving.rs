@@ -12,7 +12,7 @@ use dk_proto::{FrameLimits, StreamChunk, VesselFrame, VesselRead};
 
 use super::phase::{Link, Phase};
 use super::{Break, ChunkRefusal, DeviceCore, Message, Notice, Output, printable};
-use crate::calls::{Accepted, Input, SetAside, range_in};
+use crate::calls::{Accepted, Input, SetAside, Taking, range_in};
 
 impl DeviceCore {
     /// One frame once paired or authenticated: a call, a streaming
@@ -35,7 +35,11 @@ impl DeviceCore {
                     Cow::Owned(invoke.capability.into_owned()),
                 );
                 let input = kept.unwrap_or_else(|range| Input::cut(text.into_owned(), range));
-                let accepted = self.calls.accept_call(call_id, capability, input);
+                let taking = match self.phase {
+                    Phase::Serving { stop_by: None, .. } => Taking::Yes,
+                    _ => Taking::No,
+                };
+                let accepted = self.calls.accept_call(call_id, capability, input, taking);
                 self.take(accepted);
                 return Ok(());
             }
@@ -120,7 +124,10 @@ impl DeviceCore {
     /// Sends a stream chunk, once the vessel admitted a streaming session
     /// and within its cap.
     pub fn send_chunk(&mut self, chunk: &StreamChunk<'_>) -> Result<(), ChunkRefusal> {
-        let Phase::Serving { link, stream_cap } = &mut self.phase else {
+        let Phase::Serving {
+            link, stream_cap, ..
+        } = &mut self.phase
+        else {
             return Err(ChunkRefusal::NotConnected);
         };
         if *stream_cap == 0 {

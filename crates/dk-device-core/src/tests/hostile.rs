@@ -8,69 +8,6 @@ use dk_proto::{CloseCode, VesselFrame};
 
 use super::*;
 
-/// The close the device sent in `out`, with its code and reason.
-fn close_sent(out: &[Output]) -> Option<(u16, String)> {
-    out.iter().find_map(|o| match o {
-        Output::Send(Message::Close(Some(frame))) => Some((frame.code, frame.reason.clone())),
-        _ => None,
-    })
-}
-
-fn ended(out: &[Output]) -> Option<&End> {
-    out.iter().find_map(|o| match o {
-        Output::Ended(end) => Some(end),
-        _ => None,
-    })
-}
-
-fn stored(out: &[Output]) -> Vec<Credentials> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Store(c) => Some(c.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn invoke(call_id: &str, capability: &str) -> String {
-    format!(
-        r#"{{"type":"device:invoke","callId":"{call_id}","capability":"{capability}","input":{{"on":true}}}}"#
-    )
-}
-
-/// The device's frames in `out`, opened by the vessel.
-fn opened(vessel: &mut Vessel, out: &[Output]) -> Vec<String> {
-    sent(out)
-        .iter()
-        .filter_map(|m| match m {
-            Message::Binary(bytes) => vessel.open(bytes),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The one `device:result` among `frames`: its `ok` and its error.
-#[track_caller]
-fn result_of(frames: &[String], call_id: &str) -> (bool, Option<String>) {
-    let results: Vec<serde_json::Value> = frames
-        .iter()
-        .map(|f| serde_json::from_str::<serde_json::Value>(f).unwrap())
-        .filter(|f| f["type"] == "device:result" && f["callId"] == call_id)
-        .collect();
-    assert_eq!(results.len(), 1, "{frames:?}");
-    let ok = results[0]["ok"].as_bool().unwrap();
-    (ok, results[0]["error"].as_str().map(str::to_string))
-}
-
-fn runs(out: &[Output]) -> Vec<&str> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Invoke(call) => Some(call.call_id.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The channel failed: the device closed 4012 "secure channel failed",
 /// sending nothing after, and once the vessel's close comes it connects
 /// again (as the client's `SessionEnd::Lost`).
@@ -646,7 +583,7 @@ fn after_the_end_nothing_more_is_sent() {
         payload: b"x",
     };
     assert_eq!(core.send_chunk(&chunk), Err(ChunkRefusal::NotConnected));
-    core.shutdown(NOW);
+    core.shutdown(NOW, core::time::Duration::ZERO);
     core.handle_timeout(Instant::from_millis(u64::MAX));
     assert!(drain(&mut core).is_empty());
     assert_eq!(core.state(), State::Ended);

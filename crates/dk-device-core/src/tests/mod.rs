@@ -163,6 +163,69 @@ fn tell(core: &mut DeviceCore, vessel: &mut Vessel, frame: &str) -> (Vec<Output>
     (out, frames)
 }
 
+/// The close the device sent in `out`, with its code and reason.
+fn close_sent(out: &[Output]) -> Option<(u16, String)> {
+    out.iter().find_map(|o| match o {
+        Output::Send(Message::Close(Some(frame))) => Some((frame.code, frame.reason.clone())),
+        _ => None,
+    })
+}
+
+fn ended(out: &[Output]) -> Option<&End> {
+    out.iter().find_map(|o| match o {
+        Output::Ended(end) => Some(end),
+        _ => None,
+    })
+}
+
+fn stored(out: &[Output]) -> Vec<Credentials> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Store(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn invoke(call_id: &str, capability: &str) -> String {
+    format!(
+        r#"{{"type":"device:invoke","callId":"{call_id}","capability":"{capability}","input":{{"on":true}}}}"#
+    )
+}
+
+/// The device's frames in `out`, opened by the vessel.
+fn opened(vessel: &mut Vessel, out: &[Output]) -> Vec<String> {
+    sent(out)
+        .iter()
+        .filter_map(|m| match m {
+            Message::Binary(bytes) => vessel.open(bytes),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The one `device:result` among `frames`: its `ok` and its error.
+#[track_caller]
+fn result_of(frames: &[String], call_id: &str) -> (bool, Option<String>) {
+    let results: Vec<serde_json::Value> = frames
+        .iter()
+        .map(|f| serde_json::from_str::<serde_json::Value>(f).unwrap())
+        .filter(|f| f["type"] == "device:result" && f["callId"] == call_id)
+        .collect();
+    assert_eq!(results.len(), 1, "{frames:?}");
+    let ok = results[0]["ok"].as_bool().unwrap();
+    (ok, results[0]["error"].as_str().map(str::to_string))
+}
+
+fn runs(out: &[Output]) -> Vec<&str> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Invoke(call) => Some(call.call_id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Pairs a new device; the vessel and the credentials kept.
 fn paired() -> (DeviceCore, Vessel, Credentials) {
     paired_with(Config::default())
@@ -423,6 +486,7 @@ fn stored_credentials_that_do_not_read_are_refused() {
 }
 
 mod hostile;
+mod shutdown;
 
 #[test]
 fn a_kept_v1_token_the_vessel_could_not_take_asks_to_pair_instead() {

@@ -269,34 +269,20 @@ impl Driver<'_> {
         F: Future<Output = ()>,
     {
         core.connect(self.now());
-        // Once shutdown resolved: until when running calls may finish.
-        let mut stopping: Option<tokio::time::Instant> = None;
         loop {
             while let Some(output) = core.poll() {
                 if let Some(end) = self.act(core, output).await {
                     return self.ended(end).await;
                 }
             }
-            if let Some(grace) = stopping
-                && (self.handlers.is_empty() || tokio::time::Instant::now() >= grace)
-            {
-                self.handlers.stop().await;
-                core.shutdown(self.now());
-                stopping = None;
-                continue;
-            }
             let timer = core.poll_timeout().map(|at| self.deadline(at));
             let serving = core.state() == State::Serving;
             let admitted = serving && core.stream_cap() > 0;
+            let grace = self.options.serve.grace_period();
             let options = &mut *self.options;
             tokio::select! {
-                () = &mut shutdown, if stopping.is_none() => {
-                    // Running calls get the grace period; nothing runs
-                    // before the device serves.
-                    let grace = if serving { options.serve.grace_period() } else { Duration::ZERO };
-                    stopping = Some(tokio::time::Instant::now() + grace);
-                }
-                () = sleep_until(stopping), if stopping.is_some() => {}
+                // Running calls get the grace period, as the core rules.
+                () = &mut shutdown => core.shutdown(self.now(), grace),
                 message = self.socket.next(), if self.open => {
                     let now = self.now();
                     match message {
@@ -382,10 +368,16 @@ impl Driver<'_> {
                         }
                     })),
                 };
+                let close = matches!(message, Message::Close(_));
                 if let Err(error) = self.socket.send(message).await {
                     tracing::debug!(%error, "a message could not be sent");
                     self.open = false;
                     core.receive(self.now(), Received::Lost);
+                }
+                // A close ends the calls that still run: the core dropped
+                // them and the vessel fails them.
+                if close {
+                    self.handlers.stop().await;
                 }
             }
             Output::Connected => self.options.tell(&ConnectionEvent::Connected),

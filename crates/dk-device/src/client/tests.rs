@@ -302,6 +302,129 @@ async fn a_refused_pairing_stops_with_the_vessels_reason() {
     assert_eq!(vessel.accepted, 1, "a refusal is not retried");
 }
 
+/// A device whose `slow` calls wait for `gate` and whose `hang` calls
+/// never end, holding `alive`; each says when it starts.
+fn waiting_device(
+    gate: &Arc<tokio::sync::Semaphore>,
+    alive: &Arc<()>,
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+) -> Device {
+    let capabilities: Vec<Value> = ["slow", "hang"]
+        .iter()
+        .map(|name| json!({"name": name, "kind": "actuator", "description": "Waits."}))
+        .collect();
+    let manifest = json!({"id": "waiter", "name": "Waiter", "kind": "probe", "version": "1",
+                          "capabilities": capabilities});
+    let (gate, alive) = (Arc::clone(gate), Arc::clone(alive));
+    let slow_started = started.clone();
+    Device::define(&manifest)
+        .handler("slow", move |_input| {
+            let gate = Arc::clone(&gate);
+            let _ = slow_started.send(());
+            async move {
+                gate.acquire().await.unwrap().forget();
+                Ok(json!({"slow": true}))
+            }
+        })
+        .handler("hang", move |_input| {
+            let alive = Arc::clone(&alive);
+            let _ = started.send(());
+            async move {
+                let _held = alive;
+                future::pending::<()>().await;
+                Ok(json!({}))
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+/// Pairs the connecting device over v1 and returns its connection.
+async fn paired_peer(vessel: &mut TestVessel) -> Peer {
+    let mut peer = vessel.accept().await;
+    peer.recv().await;
+    peer.send(json!({"type": "device:pairing", "code": "123456"}))
+        .await;
+    peer.send(json!({"type": "device:paired", "deviceToken": TOKEN}))
+        .await;
+    peer
+}
+
+/// A shutdown signal, and word once the client has seen it (it acts on it
+/// in the same step).
+fn watched_shutdown() -> (
+    oneshot::Sender<()>,
+    oneshot::Receiver<()>,
+    impl Future<Output = ()>,
+) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let (seen_tx, seen) = oneshot::channel::<()>();
+    (tx, seen, async move {
+        let _ = rx.await;
+        let _ = seen_tx.send(());
+    })
+}
+
+#[tokio::test]
+async fn a_shutdown_lets_a_running_call_answer_refuses_new_ones_then_closes() {
+    let mut vessel = TestVessel::bind().await;
+    let (gate, alive) = (Arc::new(tokio::sync::Semaphore::new(0)), Arc::new(()));
+    let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
+    let device = waiting_device(&gate, &alive, started);
+    let (stop, seen, stopped) = watched_shutdown();
+    let mut options =
+        options(&vessel.url, &no_codes()).serve(ServeOptions::new().grace(Duration::from_secs(60)));
+
+    let script = async {
+        let mut peer = paired_peer(&mut vessel).await;
+        peer.invoke("c1", "slow", json!({})).await;
+        running.recv().await.unwrap();
+        stop.send(()).unwrap();
+        seen.await.unwrap();
+        peer.invoke("c2", "slow", json!({})).await;
+        assert_eq!(
+            peer.recv().await,
+            json!({"type": "device:result", "callId": "c2", "ok": false,
+                   "error": "device is shutting down"})
+        );
+        gate.add_permits(1);
+        check_result(&peer.recv().await, "c1", json!({"slow": true}));
+        assert_eq!(
+            peer.closed_by_device().await,
+            Some((1000, "device shutting down".to_owned()))
+        );
+    };
+    let (end, ()) = both(connect_once(&device, &mut options, stopped), script).await;
+    assert_eq!(end.unwrap(), SessionEnd::Shutdown);
+}
+
+#[tokio::test]
+async fn a_call_outliving_the_shutdowns_grace_is_stopped_by_the_close() {
+    let mut vessel = TestVessel::bind().await;
+    let (gate, alive) = (Arc::new(tokio::sync::Semaphore::new(0)), Arc::new(()));
+    let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
+    let device = waiting_device(&gate, &alive, started);
+    let (stop, seen, stopped) = watched_shutdown();
+    let mut options = options(&vessel.url, &no_codes())
+        .serve(ServeOptions::new().grace(Duration::from_millis(100)));
+
+    let script = async {
+        let mut peer = paired_peer(&mut vessel).await;
+        peer.invoke("c1", "hang", json!({})).await;
+        running.recv().await.unwrap();
+        stop.send(()).unwrap();
+        seen.await.unwrap();
+        // Nothing answers c1: the grace ends with the close.
+        assert_eq!(
+            peer.closed_by_device().await,
+            Some((1000, "device shutting down".to_owned()))
+        );
+    };
+    let (end, ()) = both(connect_once(&device, &mut options, stopped), script).await;
+    assert_eq!(end.unwrap(), SessionEnd::Shutdown);
+    assert_eq!(Arc::strong_count(&alive), 2, "no handler left running");
+}
+
 #[tokio::test]
 async fn shutdown_while_the_person_decides_closes_cleanly() {
     let mut vessel = TestVessel::bind().await;
