@@ -2,7 +2,9 @@
 //! computes is the one the person sees, its key file keeps the key and the
 //! vessel's pin privately, it reconnects by key, a vessel with another key
 //! gets nothing from it, a vessel presenting a low-order key is closed
-//! 4012, and a vessel that does not answer `dk.2` is never spoken to in v1.
+//! 4012, and a vessel that does not answer `dk.2` is never spoken to in v1;
+//! a frame over the device's limit closes 4012 and a handshake that stalls
+//! ends at the deadline set, and either way the device comes back.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
@@ -825,4 +827,76 @@ async fn a_paired_device_outlasts_forged_refusals_at_the_upgrade_and_stops_on_on
         .unwrap();
     assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
     running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_clients_limit_closes_4012_and_the_device_comes_back() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let dir = temp_dir();
+    let run = DeviceRun::spawn(
+        Lamp::new().device(),
+        options(&url, &dir.path().join("lamp.key")),
+    );
+    // An invoke one byte over the device's frame limit, in records that
+    // each open: the limit, not the records, ends the channel.
+    let over = json!({"type": "device:invoke", "callId": "big", "capability": "read_light",
+                      "input": {"x": ""}})
+    .to_string();
+    let padding = "x".repeat(dk_proto::MAX_FRAME_BYTES + 1 - over.len());
+    let big: Value =
+        serde_json::from_str(&over.replace(r#""x":"""#, &format!(r#""x":"{padding}""#))).unwrap();
+    assert_eq!(big.to_string().len(), dk_proto::MAX_FRAME_BYTES + 1);
+    let closed = tokio::time::timeout(
+        Duration::from_secs(10),
+        fake_vessel(&listener, &key, &[big], &[], true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(closed, Some(4012));
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        closing_vessel(&listener, &key, true),
+    )
+    .await
+    .expect("the device did not come back after a frame over its limit");
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_stalls_ends_at_its_deadline_and_the_device_comes_back() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let dir = temp_dir();
+    let options =
+        options(&url, &dir.path().join("lamp.key")).handshake_timeout(Duration::from_millis(300));
+    let run = DeviceRun::spawn(Lamp::new().device(), options);
+    // A vessel that takes the first handshake message and says nothing:
+    // the device drops the connection at its deadline.
+    let stalled = async {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
+            .await
+            .unwrap();
+        FakeVessel::next_binary(&mut socket).await;
+        while let Some(Ok(_)) = socket.next().await {}
+    };
+    tokio::time::timeout(Duration::from_secs(10), stalled)
+        .await
+        .expect("the device did not give up the stalled handshake");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        closing_vessel(&listener, &key, true),
+    )
+    .await
+    .expect("the device did not come back after a stalled handshake");
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
 }

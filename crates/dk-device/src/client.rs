@@ -31,6 +31,9 @@ use backoff::full_jitter;
 pub use backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, STABLE_SESSION};
 pub use connection::{CONNECT_TIMEOUT, SessionEnd, connect_once};
 use connection::{check_url, printable};
+/// How long a dk/2 handshake may take unless
+/// [`ClientOptions::handshake_timeout`] says otherwise.
+pub use dk_device_core::HANDSHAKE_TIMEOUT;
 use dk_device_core::reconnect::{Outside, Verdict, believe};
 pub use error::ClientError;
 pub use options::{ClientOptions, ConnectionEvent};

@@ -55,7 +55,7 @@ mod stream;
 
 pub use client::{
     CONNECT_TIMEOUT, ClientError, ClientOptions, ConnectionEvent, DEFAULT_INITIAL_BACKOFF,
-    DEFAULT_MAX_BACKOFF, STABLE_SESSION, SessionEnd, connect_once, run_client,
+    DEFAULT_MAX_BACKOFF, HANDSHAKE_TIMEOUT, STABLE_SESSION, SessionEnd, connect_once, run_client,
 };
 pub use device::{CallError, DefineError, Device, DeviceBuilder, HandlerError};
 pub use event::{EmitError, EventReceiver, EventSender};

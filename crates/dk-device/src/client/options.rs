@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dk_device_core::{Channel, Credentials, DeviceCore};
+use dk_device_core::{Channel, Config, Credentials, DeviceCore, HANDSHAKE_TIMEOUT};
 
 use super::backoff::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF};
 use super::entropy::OsEntropy;
@@ -87,6 +87,9 @@ pub struct ClientOptions {
     pub(super) initial_backoff: Duration,
     pub(super) max_backoff: Duration,
     pub(super) max_attempts: Option<u32>,
+    /// How long a dk/2 handshake may take before the connection is
+    /// dropped and tried again.
+    pub(super) handshake_timeout: Duration,
     pub(super) serve: ServeOptions,
     /// Stream chunks to send once the vessel admits the device.
     pub(super) streams: Option<StreamReceiver>,
@@ -114,6 +117,7 @@ impl fmt::Debug for ClientOptions {
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
             .field("max_attempts", &self.max_attempts)
+            .field("handshake_timeout", &self.handshake_timeout)
             .field("serve", &self.serve)
             .field("streams", &self.streams.is_some())
             .field(
@@ -152,6 +156,7 @@ impl ClientOptions {
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: None,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
             serve: ServeOptions::default(),
             streams: None,
             remembered: None,
@@ -272,6 +277,14 @@ impl ClientOptions {
     /// did not last [`STABLE_SESSION`](crate::STABLE_SESSION); without it the client tries forever.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// How long a dk/2 handshake may take (from the socket's opening to the
+    /// vessel's last handshake message) before the connection is dropped
+    /// and tried again after the backoff; [`HANDSHAKE_TIMEOUT`] unless set.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
         self
     }
 
@@ -415,14 +428,12 @@ impl ClientOptions {
         {
             return Ok(kept);
         }
-        let core = DeviceCore::new(
-            device.manifest(),
-            self.serve.core_config(channel),
-            Box::new(OsEntropy),
-            None,
-            None,
-        )
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let config = Config {
+            handshake_timeout: self.handshake_timeout,
+            ..self.serve.core_config(channel)
+        };
+        let core = DeviceCore::new(device.manifest(), config, Box::new(OsEntropy), None, None)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
         Ok(KeptCore {
             core,
             origin: tokio::time::Instant::now(),
