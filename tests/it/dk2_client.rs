@@ -226,12 +226,11 @@ fn choose_dk2(
 }
 
 /// A vessel's side of dk/2 with nothing behind it: one accepted
-/// connection, handshaken, with frames sealed and opened by hand.
+/// connection, handshaken by dk-channel's scripted vessel, which seals and
+/// opens its frames.
 struct FakeVessel {
     socket: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
-    sealer: dk_channel::Sealer,
-    opener: dk_channel::Opener,
-    handshake_hash: [u8; 32],
+    channel: dk_channel::ScriptedVessel,
 }
 
 impl FakeVessel {
@@ -242,24 +241,17 @@ impl FakeVessel {
         let mut socket = tokio_tungstenite::accept_hdr_async(tcp, choose_dk2)
             .await
             .unwrap();
-        let mut responder = dk_channel::Responder::new(key).unwrap();
-        let first = Self::next_binary(&mut socket).await;
-        responder.read_first(&first).unwrap();
-        let second = responder.second_message().unwrap();
-        socket.send(Message::binary(second)).await.unwrap();
-        let third = Self::next_binary(&mut socket).await;
-        let established = responder.read_third(&third).unwrap();
-        let handshake_hash = established.handshake_hash;
-        let (sealer, opener) = established.split(dk_channel::RecordLimits {
+        let limits = dk_channel::RecordLimits {
             max_text: 1 << 20,
             max_binary: 1 << 20,
-        });
-        FakeVessel {
-            socket,
-            sealer,
-            opener,
-            handshake_hash,
-        }
+        };
+        let mut channel = dk_channel::ScriptedVessel::new(key, limits).unwrap();
+        let first = Self::next_binary(&mut socket).await;
+        let second = channel.second(&first).unwrap();
+        socket.send(Message::binary(second)).await.unwrap();
+        let third = Self::next_binary(&mut socket).await;
+        channel.third(&third).unwrap();
+        FakeVessel { socket, channel }
     }
 
     async fn next_binary(
@@ -276,7 +268,7 @@ impl FakeVessel {
     async fn read(&mut self) -> Value {
         loop {
             let bytes = Self::next_binary(&mut self.socket).await;
-            if let Some(dk_channel::OpenedFrame::Text(text)) = self.opener.open(&bytes).unwrap() {
+            if let Some(text) = self.channel.open(&bytes).unwrap() {
                 return serde_json::from_str(&text).unwrap();
             }
         }
@@ -284,11 +276,7 @@ impl FakeVessel {
 
     /// Seals `frame` and sends its records.
     async fn send(&mut self, frame: &Value) {
-        let records = self
-            .sealer
-            .seal(dk_channel::FrameKind::Text, frame.to_string().as_bytes())
-            .unwrap();
-        for record in records {
+        for record in self.channel.seal(&frame.to_string()).unwrap() {
             self.socket.send(Message::binary(record)).await.unwrap();
         }
     }
@@ -628,7 +616,10 @@ async fn vessel_that_commits_again(
     let hello = vessel.read().await;
     assert_eq!(hello["type"], "device:hello");
     let nv = dk_channel::random_nonce().unwrap();
-    let commit = dk_channel::to_hex32(&dk_channel::commitment(&nv, &vessel.handshake_hash));
+    let commit = dk_channel::to_hex32(&dk_channel::commitment(
+        &nv,
+        &vessel.channel.handshake_hash(),
+    ));
     let commit = json!({"type": "device:pair-commit", "commitment": commit});
     vessel.send(&commit).await;
     let nonce = vessel.read().await;

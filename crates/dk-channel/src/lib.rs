@@ -55,6 +55,8 @@ mod noise;
 mod pairing;
 mod protocol;
 mod record;
+#[cfg(all(feature = "vectors", feature = "ring"))]
+mod scripted;
 
 pub use error::{ChannelError, LowOrderSlot, NoiseError};
 pub use handshake::{Established, Initiator, Responder};
@@ -67,6 +69,8 @@ pub use protocol::{
     HANDSHAKE_LENGTHS, MAX_MESSAGE, MAX_PIECE, NOISE_PATTERN, PROLOGUE, SUBPROTOCOL,
 };
 pub use record::{FrameKind, OpenError, OpenedFrame, Opener, RecordLimits, Sealer};
+#[cfg(all(feature = "vectors", feature = "ring"))]
+pub use scripted::ScriptedVessel;
 
 #[cfg(test)]
 mod tests;

@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 
-use dk_channel::{FrameKind, Responder};
-
 use super::Vessel;
 use crate::{dk_end, dk_output_kind, dk_status};
 
@@ -217,12 +215,7 @@ impl Harness {
 
     /// Sends `frame` sealed by `vessel`, record by record.
     fn tell(&mut self, vessel: &mut Vessel, frame: &str) -> Result<Answer, Answer> {
-        let records = vessel
-            .sealer
-            .as_mut()
-            .unwrap()
-            .seal(FrameKind::Text, frame.as_bytes())
-            .unwrap();
+        let records = vessel.seal(frame);
         let mut all = Answer::default();
         for record in records {
             let answer = self.device(&format!("recv {}", hex(&record)));
@@ -238,7 +231,7 @@ impl Harness {
     /// A connection to `vessel`, its handshake and its pairing (or its
     /// authentication by key), as far as it goes.
     fn connection(&mut self, vessel: &mut Vessel) -> Result<(), Answer> {
-        vessel.responder = Some(Responder::new(&vessel.key).unwrap());
+        vessel.restart();
         let started = self.device("connect");
         if started.ran_out() {
             return Err(started);
@@ -255,7 +248,7 @@ impl Harness {
             return Ok(());
         }
         assert!(frames[0].contains("device:hello"), "{frames:?}");
-        let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash);
+        let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash());
         let commit = format!(
             r#"{{"type":"device:pair-commit","commitment":"{}"}}"#,
             dk_channel::to_hex32(&commitment)

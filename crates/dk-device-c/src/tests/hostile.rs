@@ -40,7 +40,7 @@ fn reconnected(seed: &mut u8, vessel: &mut Vessel, max_frame_bytes: usize) -> *m
     let mut options = options(Some(&kept));
     options.max_frame_bytes = max_frame_bytes;
     let device = made(&kept_platform, LAMP.as_bytes(), &options).unwrap();
-    vessel.responder = Some(Responder::new(&vessel.key).unwrap());
+    vessel.restart();
     let (outs, frames) = vessel.shake(device);
     assert!(outs.contains(&Out::Connected), "{outs:?}");
     assert!(frames[0].contains("device:auth"), "{frames:?}");

@@ -312,12 +312,7 @@ mod refused {
         device: *mut dk_device,
         frame: &str,
     ) -> Result<Vec<Out>, String> {
-        let records = vessel
-            .sealer
-            .as_mut()
-            .unwrap()
-            .seal(dk_channel::FrameKind::Text, frame.as_bytes())
-            .unwrap();
+        let records = vessel.seal(frame);
         let mut outs = Vec::new();
         for record in records {
             outs.extend(step(device, || unsafe {
@@ -339,7 +334,7 @@ mod refused {
     /// pairing (or its authentication by key), as far as it goes: `Ok`
     /// once the device serves.
     pub(super) fn connection(device: *mut dk_device, vessel: &mut Vessel) -> Result<(), String> {
-        vessel.responder = Some(dk_channel::Responder::new(&vessel.key).unwrap());
+        vessel.restart();
         let outs = step(device, || unsafe { dk_device_connect(device, 1) })?;
         let first = binaries(&outs).into_iter().next().ok_or("no message 1")?;
         let second = vessel.second(&first);
@@ -360,7 +355,7 @@ mod refused {
             frames.first().is_some_and(|f| f.contains("device:hello")),
             "{frames:?}"
         );
-        let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash);
+        let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash());
         let commit = format!(
             r#"{{"type":"device:pair-commit","commitment":"{}"}}"#,
             dk_channel::to_hex32(&commitment)

@@ -1,6 +1,6 @@
 //! The ABI called as C calls it: the header cbindgen writes, NULLs, bad
 //! lengths and text, and a whole pairing against a vessel written on
-//! dk-channel's responder.
+//! dk-channel's scripted vessel.
 //!
 //! Every unsafe call here passes NULL on purpose, or a live device and
 //! buffers readable or writable for the lengths given.
@@ -43,7 +43,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use core::alloc::{GlobalAlloc as _, Layout};
-use dk_channel::{FrameKind, OpenedFrame, Opener, RecordLimits, Responder, Sealer, StaticKey};
+use dk_channel::{RecordLimits, ScriptedVessel, StaticKey};
 use dk_proto::MAX_FRAME_BYTES;
 
 use crate::*;
@@ -195,62 +195,56 @@ pub(crate) fn drain(device: *mut dk_device) -> Vec<Out> {
     outs
 }
 
-/// A vessel's side of one connection, on dk-channel's responder.
+/// A vessel's side of one connection (dk-channel's scripted vessel), with
+/// the nonce its pairing reveals.
 pub(crate) struct Vessel {
-    pub(crate) key: StaticKey,
-    pub(crate) responder: Option<Responder>,
-    pub(crate) sealer: Option<Sealer>,
-    pub(crate) opener: Option<Opener>,
-    pub(crate) hash: [u8; 32],
+    channel: ScriptedVessel,
     pub(crate) nv: [u8; 32],
 }
 
 impl Vessel {
     pub(crate) fn new(secret: u8) -> Vessel {
         let key = StaticKey::from_secret([secret; 32]).unwrap();
+        let limits = RecordLimits {
+            max_text: MAX_FRAME_BYTES,
+            max_binary: MAX_FRAME_BYTES,
+        };
         Vessel {
-            responder: Some(Responder::new(&key).unwrap()),
-            key,
-            sealer: None,
-            opener: None,
-            hash: [0; 32],
+            channel: ScriptedVessel::new(&key, limits).unwrap(),
             nv: [9; 32],
         }
     }
 
+    /// Ready for the device's next connection.
+    pub(crate) fn restart(&mut self) {
+        self.channel.restart().unwrap();
+    }
+
+    pub(crate) fn hash(&self) -> [u8; 32] {
+        self.channel.handshake_hash()
+    }
+
     pub(crate) fn second(&mut self, first: &[u8]) -> Vec<u8> {
-        let responder = self.responder.as_mut().unwrap();
-        responder.read_first(first).unwrap();
-        responder.second_message().unwrap()
+        self.channel.second(first).unwrap()
     }
 
     pub(crate) fn third(&mut self, third: &[u8]) {
-        let established = self.responder.take().unwrap().read_third(third).unwrap();
-        self.hash = established.handshake_hash;
-        let (sealer, opener) = established.split(RecordLimits {
-            max_text: MAX_FRAME_BYTES,
-            max_binary: MAX_FRAME_BYTES,
-        });
-        self.sealer = Some(sealer);
-        self.opener = Some(opener);
+        self.channel.third(third).unwrap();
     }
 
     pub(crate) fn open(&mut self, record: &[u8]) -> Option<String> {
-        match self.opener.as_mut().unwrap().open(record).unwrap() {
-            Some(OpenedFrame::Text(text)) => Some(text),
-            _ => None,
-        }
+        self.channel.open(record).unwrap()
+    }
+
+    /// The records of a text frame to the device.
+    pub(crate) fn seal(&mut self, frame: &str) -> Vec<Vec<u8>> {
+        self.channel.seal(frame).unwrap()
     }
 
     /// Sends `frame` to the device; what it gave back, with its frames
     /// opened.
     pub(crate) fn tell(&mut self, device: *mut dk_device, frame: &str) -> (Vec<Out>, Vec<String>) {
-        let records = self
-            .sealer
-            .as_mut()
-            .unwrap()
-            .seal(FrameKind::Text, frame.as_bytes())
-            .unwrap();
+        let records = self.seal(frame);
         for record in records {
             // SAFETY: a live device and a buffer of that length.
             let status = call(|| unsafe {
@@ -328,7 +322,7 @@ pub(crate) fn pair(seed: &mut u8, vessel: &mut Vessel) -> (*mut dk_device, Vec<u
         unsafe { dk_device_state(device) },
         dk_state::DK_STATE_PAIRING
     );
-    let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash);
+    let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash());
     let commit = format!(
         r#"{{"type":"device:pair-commit","commitment":"{}"}}"#,
         dk_channel::to_hex32(&commitment)
@@ -341,7 +335,7 @@ pub(crate) fn pair(seed: &mut u8, vessel: &mut Vessel) -> (*mut dk_device, Vec<u
         dk_channel::to_hex32(&vessel.nv)
     );
     let (outs, _) = vessel.tell(device, &reveal);
-    let code = dk_channel::pairing_code(&vessel.hash, &nd, &vessel.nv);
+    let code = dk_channel::pairing_code(&vessel.hash(), &nd, &vessel.nv);
     assert_eq!(outs, vec![Out::Code(code)]);
     let (outs, _) = vessel.tell(device, r#"{"type":"device:paired"}"#);
     let Some(Out::Store(kept)) = outs.iter().find(|o| matches!(o, Out::Store(_))) else {
@@ -466,7 +460,7 @@ fn a_lamp_pairs_through_the_abi_runs_calls_and_reconnects_by_key() {
     // Restarted with what it kept: device:auth by key, no pairing.
     let platform = platform(&mut seed);
     let device = new_device(&platform, LAMP.as_bytes(), Some(&kept)).unwrap();
-    vessel.responder = Some(Responder::new(&vessel.key).unwrap());
+    vessel.restart();
     let (_, frames) = vessel.shake(device);
     let auth: serde_json::Value = serde_json::from_str(&frames[0]).unwrap();
     assert_eq!(auth["type"], "device:auth");
@@ -923,14 +917,7 @@ fn a_device_freed_inside_its_handler_is_freed_once_the_handler_returns() {
     };
     assert_eq!(status, dk_status::DK_OK);
     let records = vessel
-        .sealer
-        .as_mut()
-        .unwrap()
-        .seal(
-            FrameKind::Text,
-            br#"{"type":"device:invoke","callId":"f1","capability":"read_light","input":{}}"#,
-        )
-        .unwrap();
+        .seal(r#"{"type":"device:invoke","callId":"f1","capability":"read_light","input":{}}"#);
     for record in &records {
         unsafe { dk_device_receive_binary(device, 5, record.as_ptr(), record.len()) };
     }

@@ -3,7 +3,7 @@
 //! `tests/it/dk2_client.rs`): the same close code and reason, and the same
 //! choice between connecting again and stopping.
 
-use dk_channel::{LowOrderSlot, MAX_MESSAGE, MAX_PIECE};
+use dk_channel::{LowOrderSlot, MAX_MESSAGE, MAX_PIECE, Responder};
 use dk_proto::{CloseCode, VesselFrame};
 
 use super::*;
@@ -222,7 +222,7 @@ fn a_frame_over_the_limit_fails_the_channel_at_the_piece_that_crosses_it() {
 
 /// The vessel's commitment to its nonce in this connection.
 fn commit(vessel: &Vessel) -> String {
-    let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash);
+    let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash());
     format!(
         r#"{{"type":"device:pair-commit","commitment":"{}"}}"#,
         dk_channel::to_hex32(&commitment)

@@ -1,4 +1,4 @@
-//! The core against a vessel written here on dk-channel's responder: the
+//! The core against dk-channel's scripted vessel: the
 //! handshake, the pairing with both sides' codes, a call, a reconnect by
 //! key, an impostor, and the hostile turns the rules name; `hostile.rs`
 //! has the rest of the hostile vessels.
@@ -10,7 +10,7 @@ use alloc::string::{String, ToString as _};
 use alloc::vec::Vec;
 use alloc::{format, vec};
 
-use dk_channel::{FrameKind, OpenedFrame, Opener, RecordLimits, Responder, Sealer, StaticKey};
+use dk_channel::{RecordLimits, ScriptedVessel, StaticKey};
 use dk_proto::{DeviceFrame, MAX_FRAME_BYTES, Manifest, validate_manifest};
 
 use super::*;
@@ -42,67 +42,53 @@ fn device_with(config: Config, credentials: Option<Credentials>) -> DeviceCore {
     DeviceCore::new(&lamp(), config, counter(), credentials, None).unwrap()
 }
 
-/// A vessel's side of one connection.
+/// A vessel's side of one connection (dk-channel's scripted vessel), with
+/// the nonce its pairing reveals.
 struct Vessel {
-    key: StaticKey,
-    responder: Option<Responder>,
-    sealer: Option<Sealer>,
-    opener: Option<Opener>,
-    hash: [u8; 32],
+    channel: ScriptedVessel,
     nv: [u8; 32],
 }
 
 impl Vessel {
     fn new(secret: u8) -> Vessel {
         let key = StaticKey::from_secret([secret; 32]).unwrap();
-        let responder = Responder::new(&key).unwrap();
+        let limits = RecordLimits {
+            max_text: MAX_FRAME_BYTES,
+            max_binary: MAX_FRAME_BYTES,
+        };
         Vessel {
-            key,
-            responder: Some(responder),
-            sealer: None,
-            opener: None,
-            hash: [0; 32],
+            channel: ScriptedVessel::new(&key, limits).unwrap(),
             nv: [9; 32],
         }
     }
 
     fn restart(&mut self) {
-        self.responder = Some(Responder::new(&self.key).unwrap());
-        self.sealer = None;
-        self.opener = None;
+        self.channel.restart().unwrap();
+    }
+
+    fn key(&self) -> &StaticKey {
+        self.channel.key()
+    }
+
+    fn hash(&self) -> [u8; 32] {
+        self.channel.handshake_hash()
     }
 
     /// Answers message 1 with message 2.
     fn second(&mut self, first: &[u8]) -> Vec<u8> {
-        let responder = self.responder.as_mut().unwrap();
-        responder.read_first(first).unwrap();
-        responder.second_message().unwrap()
+        self.channel.second(first).unwrap()
     }
 
     fn third(&mut self, third: &[u8]) {
-        let established = self.responder.take().unwrap().read_third(third).unwrap();
-        self.hash = established.handshake_hash;
-        let (sealer, opener) = established.split(RecordLimits {
-            max_text: MAX_FRAME_BYTES,
-            max_binary: MAX_FRAME_BYTES,
-        });
-        self.sealer = Some(sealer);
-        self.opener = Some(opener);
+        self.channel.third(third).unwrap();
     }
 
     fn seal(&mut self, frame: &str) -> Vec<Vec<u8>> {
-        self.sealer
-            .as_mut()
-            .unwrap()
-            .seal(FrameKind::Text, frame.as_bytes())
-            .unwrap()
+        self.channel.seal(frame).unwrap()
     }
 
     fn open(&mut self, record: &[u8]) -> Option<String> {
-        match self.opener.as_mut().unwrap().open(record).unwrap() {
-            Some(OpenedFrame::Text(text)) => Some(text),
-            _ => None,
-        }
+        self.channel.open(record).unwrap()
     }
 }
 
@@ -238,7 +224,7 @@ fn paired_with(config: Config) -> (DeviceCore, Vessel, Credentials) {
     let (out, frames) = shake(&mut core, &mut vessel);
     assert!(out.contains(&Output::Connected));
     assert!(frames[0].contains("device:hello"), "{frames:?}");
-    let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash);
+    let commitment = dk_channel::commitment(&vessel.nv, &vessel.hash());
     let commit = format!(
         r#"{{"type":"device:pair-commit","commitment":"{}"}}"#,
         dk_channel::to_hex32(&commitment)
@@ -252,7 +238,7 @@ fn paired_with(config: Config) -> (DeviceCore, Vessel, Credentials) {
         dk_channel::to_hex32(&vessel.nv)
     );
     let (out, _) = tell(&mut core, &mut vessel, &reveal);
-    let code = dk_channel::pairing_code(&vessel.hash, &nd, &vessel.nv);
+    let code = dk_channel::pairing_code(&vessel.hash(), &nd, &vessel.nv);
     assert!(out.contains(&Output::ShowCode(code)), "{out:?}");
     let (out, _) = tell(&mut core, &mut vessel, r#"{"type":"device:paired"}"#);
     let stored = out
@@ -263,7 +249,7 @@ fn paired_with(config: Config) -> (DeviceCore, Vessel, Credentials) {
         })
         .unwrap();
     assert!(stored.is_paired());
-    assert_eq!(stored.pinned(), Some(&vessel.key.public()));
+    assert_eq!(stored.pinned(), Some(&vessel.key().public()));
     assert_eq!(core.state(), State::Serving);
     (core, vessel, stored)
 }
