@@ -6,7 +6,8 @@ use alloc::string::{String, ToString};
 
 use serde_json::Value;
 
-use crate::manifest::{Capability, EventSpec, Param, ParamType, array_index};
+use crate::manifest::validate::array_index;
+use crate::manifest::{Capability, EventSpec, Param, ParamType};
 use crate::text::{has_unsafe_char, is_unsafe_char, utf16_len, utf16_prefix};
 
 /// Why a call's input does not match its capability. `Display` gives 8DK

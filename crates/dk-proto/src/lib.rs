@@ -42,9 +42,10 @@ pub use frame::{
 };
 pub use input::{InputError, MAX_DEPTH, check_event, check_input};
 pub use invoke::{InvokeError, LinkClosed, SendError};
+pub use manifest::validate::{validate_manifest, validate_manifest_json};
 pub use manifest::{
     Annotations, Bounds, Capability, CapabilityKind, EventSpec, Manifest, ManifestError, Param,
-    ParamType, limits, validate_manifest, validate_manifest_json,
+    ParamType, limits,
 };
 pub use refusal::{MAX_RUN_ID, RUN_LIMITS_META_KEY, RUN_META_KEY, Refusal};
 pub use text::{is_js_whitespace, is_unsafe_char, utf16_len};

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::raw::{FrameSeed, RawFrame, read_plain, string_stop};
 use super::*;
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {

@@ -270,118 +270,187 @@ fn plain_text<'v>(at: &str, value: &'v Value, max: usize) -> Result<&'v str, Ref
 }
 
 /// Reads a param's bounds from its spec (`owner` names the capability or
-/// event, as in errors).
+/// event, as in errors), each field in its order: minimum and maximum,
+/// integer, minLength, unit, enum (which must keep the others).
 pub(crate) fn read_bounds(
     owner: &str,
     name: &str,
     shape: Shape,
     spec: &Map<String, Value>,
 ) -> Result<Bounds, Refused> {
-    // Named only when refused: a valid manifest formats nothing.
-    let at = |what: &str| format!("{owner} param \"{name}\" {what}");
-    let (number, string) = (shape.number, shape.string);
-    // One pass over the spec's few keys, rather than a lookup for each
-    // field; the fields are then read in their order.
-    let mut given: [Option<&Value>; 6] = [None; 6];
-    for (key, value) in spec {
-        let slot = match key.as_str() {
-            "minimum" => 0,
-            "maximum" => 1,
-            "integer" => 2,
-            "minLength" => 3,
-            "unit" => 4,
-            "enum" => 5,
-            _ => continue,
-        };
-        if let Some(slot) = given.get_mut(slot) {
-            *slot = Some(value);
-        }
-    }
-    let [minimum, maximum, integer, min_length, unit, one_of] = given;
+    let param = ParamAt { owner, name };
+    let given = Given::of(spec);
     let mut bounds = Bounds::default();
-    for (key, slot, value) in [
-        ("minimum", &mut bounds.minimum, minimum),
-        ("maximum", &mut bounds.maximum, maximum),
-    ] {
-        if let Some(value) = value {
-            match value {
-                Value::Number(n) if number => *slot = Some(n.clone()),
-                _ => return Err(bad(&at(key), "must be a number on a number param")),
-            }
-        }
-    }
-    if let (Some(min), Some(max)) = (bounds.minimum(), bounds.maximum())
-        && min > max
-    {
-        return Err(bad(&at("minimum"), "must not be above its maximum"));
-    }
-    bounds.integer = match integer {
-        None | Some(Value::Bool(false)) => false,
-        Some(Value::Bool(true)) if number => true,
-        Some(_) => {
-            return Err(bad(
-                &at("integer"),
-                "must be true or false on a number param",
-            ));
-        }
-    };
-    if let Some(value) = min_length {
-        let n = value
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .filter(|n| string && *n <= shape.max_length);
-        bounds.min_length = Some(n.ok_or_else(|| {
-            bad(
-                &at("minLength"),
-                "must be a whole number up to its maxLength on a string param",
-            )
-        })?);
-    }
-    if let Some(value) = unit {
-        let unit = match value {
-            Value::String(s)
-                if number
-                    && !s.trim().is_empty()
-                    && utf16_len(s) <= UNIT
-                    && !has_unsafe_char(s) =>
-            {
-                s.clone()
-            }
-            _ => {
-                return Err(bad(
-                    &at("unit"),
-                    "must be a short plain text on a number param",
-                ));
-            }
-        };
-        bounds.unit = Some(unit);
-    }
-    if let Some(value) = one_of {
-        let why = "must be a list of 1 to 32 distinct values of the param's type within its bounds";
-        let Value::Array(values) = value else {
-            return Err(bad(&at("enum"), why));
-        };
-        if values.is_empty() || values.len() > ENUM || !(number || string) {
-            return Err(bad(&at("enum"), why));
-        }
-        for (i, value) in values.iter().enumerate() {
-            let fits = match value {
-                Value::String(s) => {
-                    string
-                        && !has_unsafe_char(s)
-                        && utf16_len(s) <= shape.max_length
-                        && bounds.min_length.is_none_or(|min| utf16_len(s) >= min)
-                }
-                Value::Number(n) => number && within(&bounds, n),
-                _ => false,
-            };
-            if !fits || values.iter().take(i).any(|earlier| earlier == value) {
-                return Err(bad(&at("enum"), why));
-            }
-        }
-        bounds.one_of = values.clone();
+    (bounds.minimum, bounds.maximum) = range(&param, shape, &given)?;
+    bounds.integer = integer(&param, shape, given.integer)?;
+    bounds.min_length = min_length(&param, shape, given.min_length)?;
+    bounds.unit = unit(&param, shape, given.unit)?;
+    if let Some(value) = given.one_of {
+        bounds.one_of = one_of(&param, shape, &bounds, value)?;
     }
     Ok(bounds)
+}
+
+/// The param whose bounds are read, as errors name it.
+struct ParamAt<'a> {
+    owner: &'a str,
+    name: &'a str,
+}
+
+impl ParamAt<'_> {
+    /// The refusal of its field `what`. Named only when refused: a valid
+    /// manifest formats nothing.
+    fn refused(&self, what: &str, why: &str) -> Refused {
+        bad(
+            &format!("{} param \"{}\" {what}", self.owner, self.name),
+            why,
+        )
+    }
+}
+
+/// The bounds' fields a spec gives, as sent.
+#[derive(Default)]
+struct Given<'v> {
+    minimum: Option<&'v Value>,
+    maximum: Option<&'v Value>,
+    integer: Option<&'v Value>,
+    min_length: Option<&'v Value>,
+    unit: Option<&'v Value>,
+    one_of: Option<&'v Value>,
+}
+
+impl<'v> Given<'v> {
+    /// One pass over the spec's few keys, rather than a lookup for each
+    /// field; a repeated key keeps its last value.
+    fn of(spec: &'v Map<String, Value>) -> Given<'v> {
+        let mut given = Given::default();
+        for (key, value) in spec {
+            let slot = match key.as_str() {
+                "minimum" => &mut given.minimum,
+                "maximum" => &mut given.maximum,
+                "integer" => &mut given.integer,
+                "minLength" => &mut given.min_length,
+                "unit" => &mut given.unit,
+                "enum" => &mut given.one_of,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        given
+    }
+}
+
+/// `minimum` and `maximum`: numbers on a number param, the first not above
+/// the second.
+fn range(
+    param: &ParamAt<'_>,
+    shape: Shape,
+    given: &Given<'_>,
+) -> Result<(Option<Number>, Option<Number>), Refused> {
+    let number = |key: &str, value: Option<&Value>| match value {
+        None => Ok(None),
+        Some(Value::Number(n)) if shape.number => Ok(Some(n.clone())),
+        Some(_) => Err(param.refused(key, "must be a number on a number param")),
+    };
+    let minimum = number("minimum", given.minimum)?;
+    let maximum = number("maximum", given.maximum)?;
+    if let (Some(min), Some(max)) = (
+        minimum.as_ref().and_then(Number::as_f64),
+        maximum.as_ref().and_then(Number::as_f64),
+    ) && min > max
+    {
+        return Err(param.refused("minimum", "must not be above its maximum"));
+    }
+    Ok((minimum, maximum))
+}
+
+/// `integer`: true or false, true only on a number param.
+fn integer(param: &ParamAt<'_>, shape: Shape, value: Option<&Value>) -> Result<bool, Refused> {
+    match value {
+        None | Some(Value::Bool(false)) => Ok(false),
+        Some(Value::Bool(true)) if shape.number => Ok(true),
+        Some(_) => Err(param.refused("integer", "must be true or false on a number param")),
+    }
+}
+
+/// `minLength`: a whole number up to the param's longest string, on a
+/// string param.
+fn min_length(
+    param: &ParamAt<'_>,
+    shape: Shape,
+    value: Option<&Value>,
+) -> Result<Option<usize>, Refused> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let n = value
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| shape.string && *n <= shape.max_length);
+    n.map(Some).ok_or_else(|| {
+        param.refused(
+            "minLength",
+            "must be a whole number up to its maxLength on a string param",
+        )
+    })
+}
+
+/// `unit`: a short plain text on a number param.
+fn unit(
+    param: &ParamAt<'_>,
+    shape: Shape,
+    value: Option<&Value>,
+) -> Result<Option<String>, Refused> {
+    match value {
+        None => Ok(None),
+        Some(Value::String(s))
+            if shape.number
+                && !s.trim().is_empty()
+                && utf16_len(s) <= UNIT
+                && !has_unsafe_char(s) =>
+        {
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(param.refused("unit", "must be a short plain text on a number param")),
+    }
+}
+
+/// `enum`: 1 to [`ENUM`] distinct values of the param's type, each within
+/// the `bounds` read before it.
+fn one_of(
+    param: &ParamAt<'_>,
+    shape: Shape,
+    bounds: &Bounds,
+    value: &Value,
+) -> Result<Vec<Value>, Refused> {
+    let refused = || {
+        param.refused(
+            "enum",
+            "must be a list of 1 to 32 distinct values of the param's type within its bounds",
+        )
+    };
+    let Value::Array(values) = value else {
+        return Err(refused());
+    };
+    if values.is_empty() || values.len() > ENUM || !(shape.number || shape.string) {
+        return Err(refused());
+    }
+    for (i, value) in values.iter().enumerate() {
+        let fits = match value {
+            Value::String(s) => {
+                shape.string
+                    && !has_unsafe_char(s)
+                    && utf16_len(s) <= shape.max_length
+                    && bounds.min_length.is_none_or(|min| utf16_len(s) >= min)
+            }
+            Value::Number(n) => shape.number && within(bounds, n),
+            _ => false,
+        };
+        if !fits || values.iter().take(i).any(|earlier| earlier == value) {
+            return Err(refused());
+        }
+    }
+    Ok(values.clone())
 }
 
 /// Whether `n` keeps `bounds`' minimum, maximum and `integer`.

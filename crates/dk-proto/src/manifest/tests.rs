@@ -6,6 +6,7 @@ use dk_testkit::lamp;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::validate::*;
 use super::*;
 
 fn fixtures(dir: &str) -> PathBuf {
