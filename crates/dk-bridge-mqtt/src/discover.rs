@@ -24,14 +24,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use dk_proto::is_unsafe_char;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::bridge::broker_address;
-use crate::config::{ActuatorMap, DeviceMap, SensorMap, plain_topic, shown};
+use crate::config::{ActuatorMap, DeviceMap, SensorMap, shown};
 use crate::{BridgeConfig, BridgeError, Credentials};
+
+mod entity;
+
+use entity::{
+    Command, Entity, Reading, capabilities, clean, parse_entity, state_topic_of, text_of,
+};
 
 /// Most capabilities one proposed device gets.
 pub const MAX_CAPABILITIES: usize = 32;
@@ -137,22 +142,6 @@ impl Heard {
     }
 }
 
-/// Text from a config, cleaned: unsafe characters dropped, cut to `most`
-/// characters, trimmed; `fallback` when nothing is left.
-fn clean(text: &str, most: usize, fallback: &str) -> String {
-    let kept: String = text
-        .chars()
-        .filter(|c| !is_unsafe_char(*c))
-        .take(most)
-        .collect();
-    let kept = kept.trim();
-    if kept.is_empty() {
-        fallback.to_owned()
-    } else {
-        kept.to_owned()
-    }
-}
-
 /// Words of `[a-z0-9]` from `text`, joined by `sep`, at most `most`
 /// characters, never ending in `sep`; empty when nothing is left.
 fn words(text: &str, sep: char, most: usize) -> String {
@@ -223,88 +212,6 @@ fn unique_name(taken: &BTreeSet<String>, base: &str, suffixes: &[&str]) -> Strin
         .unwrap_or_else(|| base.to_owned())
 }
 
-/// `{{ value_json.a.b }}` as the path `a.b`.
-fn template_path(template: Option<&Value>) -> Option<String> {
-    let inner = template?
-        .as_str()?
-        .trim()
-        .strip_prefix("{{")?
-        .strip_suffix("}}")?
-        .trim()
-        .strip_prefix("value_json.")?;
-    inner
-        .split('.')
-        .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .then(|| inner.to_owned())
-}
-
-fn text_of(config: &Value, key: &str) -> Option<String> {
-    config.get(key).and_then(|v| match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    })
-}
-
-/// The topics of a config the bridge would use.
-const TOPIC_KEYS: [&str; 4] = [
-    "state_topic",
-    "command_topic",
-    "current_temperature_topic",
-    "temperature_command_topic",
-];
-
-/// The topic under `key`: `None` when absent, an error when it is not one
-/// the bridge may name (a wildcard, a hidden character, too long).
-fn topic(config: &Value, key: &str) -> Result<Option<String>, String> {
-    match config.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(topic)) => plain_topic(topic)
-            .map(|()| Some(topic.clone()))
-            .map_err(|why| format!("its `{key}`: {why}")),
-        Some(_) => Err(format!("its `{key}` is not text")),
-    }
-}
-
-/// What the state must show, at `path` (`state` by default).
-fn at_path(path: Option<&str>, value: Value) -> Value {
-    let mut expect = value;
-    for key in path.unwrap_or("state").rsplit('.') {
-        expect = json!({ key: expect });
-    }
-    expect
-}
-
-/// A command payload named by a config (`payload_on`, `payload_lock`):
-/// a JSON object it spells is sent as that object, a word as its text;
-/// anything else the bridge cannot send as the config means.
-fn command_payload(text: &str, key: &str) -> Result<Value, String> {
-    if let Ok(object @ Value::Object(_)) = serde_json::from_str::<Value>(text) {
-        return Ok(object);
-    }
-    let word = (1..=64).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if word {
-        Ok(json!(text))
-    } else {
-        Err(format!(
-            "its `{key}` `{}` is neither a JSON object nor one word",
-            shown(text)
-        ))
-    }
-}
-
-/// One discovery config, parsed.
-struct Entity {
-    /// The config's topic.
-    topic: String,
-    component: String,
-    object: String,
-    config: Value,
-}
-
 /// A command topic that a lock's unlock or a cover's open publishes to,
 /// and what that config sends there when it asks the person.
 struct Guard {
@@ -357,191 +264,6 @@ impl Guards {
     }
 }
 
-/// Where one capability being proposed goes, and what it sends.
-struct Command {
-    base: &'static str,
-    verb: String,
-    topic: String,
-    payload: Value,
-    expect: Option<Value>,
-    params: Option<Value>,
-    confirm: bool,
-}
-
-/// A sensor being proposed: its description and path.
-type Reading = (String, Option<String>);
-
-/// The capabilities one entity gives, or why it gives none.
-fn capabilities(entity: &Entity) -> Result<(Vec<Reading>, Vec<Command>), String> {
-    let config = &entity.config;
-    let device = config.pointer("/device/name").and_then(Value::as_str);
-    let name = match (text_of(config, "name"), device) {
-        (Some(own), Some(device)) if !own.starts_with(device) => format!("{device} {own}"),
-        (Some(own), _) => own,
-        (None, Some(device)) => device.to_owned(),
-        (None, None) => entity.object.clone(),
-    };
-    let name = clean(&name, 60, &entity.object);
-    let state = topic(config, "state_topic")?;
-    let command = topic(config, "command_topic")?;
-    let path = template_path(config.get("value_template"));
-    let mut sensors = Vec::new();
-    let mut commands = Vec::new();
-    let command_of = |base: &'static str, verb: String, topic: &str, payload: Value| Command {
-        base,
-        verb,
-        topic: topic.to_owned(),
-        payload,
-        expect: None,
-        params: None,
-        confirm: false,
-    };
-    match entity.component.as_str() {
-        "sensor" | "binary_sensor" => {
-            if state.is_some() {
-                sensors.push((format!("Read {name}."), path));
-            }
-        }
-        "light" | "switch" => {
-            if state.is_some() {
-                let path = path.clone().or_else(|| Some("state".to_owned()));
-                sensors.push((format!("Read {name}."), path));
-            }
-            if let Some(command) = command {
-                let json_schema = config.get("schema").and_then(Value::as_str) == Some("json");
-                let (on, off, state_on, state_off) = if json_schema {
-                    let (on, off) = (json!({"state": "ON"}), json!({"state": "OFF"}));
-                    (on.clone(), off.clone(), on, off)
-                } else {
-                    let on_text = text_of(config, "payload_on").unwrap_or_else(|| "ON".to_owned());
-                    let off_text =
-                        text_of(config, "payload_off").unwrap_or_else(|| "OFF".to_owned());
-                    let on = command_payload(&on_text, "payload_on")?;
-                    let off = command_payload(&off_text, "payload_off")?;
-                    let shown_on = text_of(config, "state_on").unwrap_or(on_text);
-                    let shown_off = text_of(config, "state_off").unwrap_or(off_text);
-                    let p = path.as_deref();
-                    (
-                        on,
-                        off,
-                        at_path(p, json!(shown_on)),
-                        at_path(p, json!(shown_off)),
-                    )
-                };
-                let mut turning_on =
-                    command_of("turn_on", format!("Turn {name} on."), &command, on);
-                turning_on.expect = Some(state_on);
-                let mut turning_off =
-                    command_of("turn_off", format!("Turn {name} off."), &command, off);
-                turning_off.expect = Some(state_off);
-                commands.push(turning_on);
-                commands.push(turning_off);
-                if json_schema && config.get("brightness") == Some(&Value::Bool(true)) {
-                    let scale = config
-                        .get("brightness_scale")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(255);
-                    let mut dimming = command_of(
-                        "set_brightness",
-                        format!("Set {name}'s brightness."),
-                        &command,
-                        json!({"state": "ON", "brightness": "{brightness}"}),
-                    );
-                    dimming.params = Some(json!({"brightness": {"type": "number",
-                        "required": true, "description": format!("0 to {scale}")}}));
-                    commands.push(dimming);
-                }
-            }
-        }
-        "lock" => {
-            if state.is_some() {
-                let path = path.clone().or_else(|| Some("state".to_owned()));
-                sensors.push((format!("Read {name}."), path));
-            }
-            if let Some(command) = command {
-                let lock = text_of(config, "payload_lock").unwrap_or_else(|| "LOCK".to_owned());
-                let unlock =
-                    text_of(config, "payload_unlock").unwrap_or_else(|| "UNLOCK".to_owned());
-                commands.push(command_of(
-                    "lock",
-                    format!("Lock {name}."),
-                    &command,
-                    json!({"state": clean(&lock, 32, "LOCK")}),
-                ));
-                let mut unlocking = command_of(
-                    "unlock",
-                    format!("Unlock {name}."),
-                    &command,
-                    json!({"state": clean(&unlock, 32, "UNLOCK")}),
-                );
-                unlocking.confirm = true;
-                commands.push(unlocking);
-            }
-        }
-        "cover" => {
-            if state.is_some() {
-                let path = path.clone().or_else(|| Some("state".to_owned()));
-                sensors.push((format!("Read {name}."), path));
-            }
-            if let Some(command) = command {
-                let open = text_of(config, "payload_open").unwrap_or_else(|| "OPEN".to_owned());
-                let close = text_of(config, "payload_close").unwrap_or_else(|| "CLOSE".to_owned());
-                let (open, close) = (clean(&open, 32, "OPEN"), clean(&close, 32, "CLOSE"));
-                let mut opening =
-                    command_of("open", format!("Open {name}."), &command, json!(open));
-                opening.expect = Some(at_path(path.as_deref(), json!(open)));
-                opening.confirm = true;
-                let mut closing =
-                    command_of("close", format!("Close {name}."), &command, json!(close));
-                closing.expect = Some(at_path(path.as_deref(), json!(close)));
-                commands.push(opening);
-                commands.push(closing);
-            }
-        }
-        "climate" => {
-            if topic(config, "current_temperature_topic")?.is_some() {
-                sensors.push((
-                    format!("Read {name}'s temperature."),
-                    template_path(config.get("current_temperature_template")),
-                ));
-            }
-            if let Some(command) = topic(config, "temperature_command_topic")? {
-                let mut setting = command_of(
-                    "set_temperature",
-                    format!("Set {name}'s target temperature."),
-                    &command,
-                    json!("{celsius}"),
-                );
-                setting.params = Some(json!({"celsius": {"type": "number", "required": true,
-                    "description": "the target temperature"}}));
-                // Confirmed by the target as the state reports it.
-                let target = template_path(config.get("temperature_state_template"));
-                setting.expect = Some(at_path(
-                    Some(target.as_deref().unwrap_or("current_heating_setpoint")),
-                    json!("{celsius}"),
-                ));
-                commands.push(setting);
-            }
-        }
-        other => return Err(format!("`{}` is not a component dk maps", shown(other))),
-    }
-    if sensors.is_empty() && commands.is_empty() {
-        return Err("it names no state or command topic dk can use".to_owned());
-    }
-    Ok((sensors, commands))
-}
-
-/// The topic a device's states come from: the entity's state topic (a
-/// climate's current temperature topic).
-fn state_topic_of(entity: &Entity) -> Option<String> {
-    let key = if entity.component == "climate" {
-        "current_temperature_topic"
-    } else {
-        "state_topic"
-    };
-    topic(&entity.config, key).ok().flatten()
-}
-
 /// A device being proposed, and the configs that made it.
 struct Building {
     map: DeviceMap,
@@ -559,199 +281,315 @@ pub fn propose(configs: &[(String, Vec<u8>)]) -> Discovered {
     propose_heard(heard)
 }
 
-fn parse_entity(topic: &str, payload: &[u8]) -> Result<Entity, String> {
-    let parts: Vec<&str> = topic.split('/').collect();
-    let (component, object) = match parts.as_slice() {
-        ["homeassistant", component, object, "config"]
-        | ["homeassistant", component, _, object, "config"] => (*component, *object),
-        _ => return Err("not a discovery topic".to_owned()),
-    };
-    let config = serde_json::from_slice::<Value>(payload).map_err(|_| "not JSON".to_owned())?;
-    if !config.is_object() {
-        return Err("not a JSON object".to_owned());
-    }
-    for key in TOPIC_KEYS {
-        topic_checked(&config, key)?;
-    }
-    Ok(Entity {
-        topic: topic.to_owned(),
-        component: component.to_owned(),
-        object: object.to_owned(),
-        config,
-    })
-}
-
-fn topic_checked(config: &Value, key: &str) -> Result<(), String> {
-    topic(config, key).map(|_| ())
-}
-
+/// Proposes a mapping from the configs heard: each config parsed, the
+/// command topics that ask every time gathered from all of them, then
+/// each entity added to its device, and each device checked.
 fn propose_heard(heard: Heard) -> Discovered {
     let Heard {
         configs, mut found, ..
     } = heard;
+    let entities = parse_entities(&configs, &mut found);
+    let guards = Guards::of_entities(&entities);
+    let mut proposal = Proposal::default();
+    for entity in &entities {
+        if let Err(why) = proposal.add(entity, &guards) {
+            found.skip(&entity.topic, why);
+        }
+    }
+    proposal.check_into(&mut found);
+    found
+}
+
+/// The entities of `configs`, each config that is none skipped in `found` with why.
+fn parse_entities(configs: &BTreeMap<String, Vec<u8>>, found: &mut Discovered) -> Vec<Entity> {
     let mut entities = Vec::new();
-    for (topic, payload) in &configs {
+    for (topic, payload) in configs {
         match parse_entity(topic, payload) {
             Ok(entity) => entities.push(entity),
             Err(why) => found.skip(topic, why),
         }
     }
-    // The command topics a lock's unlock or a cover's open publishes to,
-    // from every config heard (skipped or not).
-    let mut guards = Guards::default();
-    for entity in &entities {
-        if let Ok((_, commands)) = capabilities(entity) {
-            for command in commands.into_iter().filter(|c| c.confirm) {
-                guards.add(Guard {
-                    topic: command.topic,
-                    config: entity.topic.clone(),
-                    payload: command.payload,
-                });
+    entities
+}
+
+impl Guards {
+    /// The command topics a lock's unlock or a cover's open publishes to,
+    /// from every config heard (skipped or not).
+    fn of_entities(entities: &[Entity]) -> Self {
+        let mut guards = Guards::default();
+        for entity in entities {
+            if let Ok((_, commands)) = capabilities(entity) {
+                for command in commands.into_iter().filter(|c| c.confirm) {
+                    guards.add(Guard {
+                        topic: command.topic,
+                        config: entity.topic.clone(),
+                        payload: command.payload,
+                    });
+                }
             }
+        }
+        guards
+    }
+
+    /// The guard that makes `command` of the config `config` ask every
+    /// time: another config's on its topic or a neighbour, or its own
+    /// config's sending the same payload there.
+    fn over<'g>(&'g self, command: &'g Command, config: &str) -> Option<&'g Guard> {
+        self.of(&command.topic)
+            .find(|guard| guard.config != config || guard.payload == command.payload)
+    }
+}
+
+impl Guard {
+    /// The note beside the capability `name`, which publishes to
+    /// `topic` and asks every time because of this guard.
+    fn note(&self, name: &str, topic: &str) -> String {
+        let next_to = if self.topic == topic {
+            String::new()
+        } else {
+            format!(", next to `{}`", shown(&self.topic))
+        };
+        format!(
+            "`{name}` asks every time: it publishes to `{}`{next_to}, where `{}` asks every time",
+            shown(topic),
+            shown(&self.config)
+        )
+    }
+}
+
+/// The devices being proposed, by id, and the id given to each identifier.
+#[derive(Default)]
+struct Proposal {
+    devices: BTreeMap<String, Building>,
+    by_identifier: HashMap<String, String>,
+}
+
+impl Proposal {
+    /// Adds `entity`'s capabilities to its device; why not, when it cannot.
+    fn add(&mut self, entity: &Entity, guards: &Guards) -> Result<(), String> {
+        let (sensors, commands) = capabilities(entity)?;
+        let device_name = device_name(entity);
+        let identifier = identifier(&entity.config, &device_name);
+        let id = self.id_for(&identifier, &device_name)?;
+        let state_topic = state_topic_of(entity);
+        let building = self
+            .devices
+            .entry(id.clone())
+            .or_insert_with(|| Building::new(id, &device_name, entity));
+        building.take_state_topic(state_topic.as_deref())?;
+        building.make_room(sensors.len() + commands.len())?;
+        let mut names = Names::new(&building.map, entity);
+        building.add_sensors(&mut names, &entity.object, sensors);
+        building.add_actuators(&mut names, entity, commands, guards);
+        building.configs.push(entity.topic.clone());
+        Ok(())
+    }
+
+    /// The id of the device `identifier` names: the one it has, else a
+    /// new one no other device has (more of its hash when another
+    /// identifier would have the same), while there is room for one more.
+    fn id_for(&mut self, identifier: &str, device_name: &str) -> Result<String, String> {
+        if let Some(id) = self.by_identifier.get(identifier) {
+            return Ok(id.clone());
+        }
+        let Some(id) = [0, 6, 10, 14]
+            .into_iter()
+            .map(|digits| device_id(identifier, device_name, digits))
+            .find(|id| !self.devices.contains_key(id))
+        else {
+            return Err("its device id is another device's".to_owned());
+        };
+        if self.devices.len() >= MAX_PROPOSED {
+            return Err(format!(
+                "past the {MAX_PROPOSED} devices one discovery proposes"
+            ));
+        }
+        self.by_identifier.insert(identifier.to_owned(), id.clone());
+        Ok(id)
+    }
+
+    /// Puts each device that has capabilities and passes its checks in
+    /// `found`, with its notes; skips the configs of one that fails.
+    fn check_into(self, found: &mut Discovered) {
+        for (_, building) in self.devices {
+            let Building {
+                map,
+                configs,
+                notes,
+            } = building;
+            if map.sensor.is_empty() && map.actuator.is_empty() {
+                continue;
+            }
+            if let Some(why) = refusal(&map) {
+                for topic in &configs {
+                    found.skip(topic, why.clone());
+                }
+                continue;
+            }
+            if !notes.is_empty() {
+                found.notes.insert(map.id.clone(), notes);
+            }
+            found.devices.push(map);
+        }
+    }
+}
+
+/// The name of `entity`'s device: the config's device name, else its own
+/// name, else its object id.
+fn device_name(entity: &Entity) -> String {
+    let config = &entity.config;
+    config
+        .pointer("/device/name")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| text_of(config, "name"))
+        .unwrap_or_else(|| entity.object.clone())
+}
+
+/// What tells a config's device apart: its first identifier, else
+/// `device_name`.
+fn identifier(config: &Value, device_name: &str) -> String {
+    ["/device/identifiers/0", "/device/identifiers"]
+        .iter()
+        .find_map(|at| match config.pointer(at) {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| device_name.to_owned())
+}
+
+/// Why a device's mapping cannot be proposed, if it cannot.
+fn refusal(map: &DeviceMap) -> Option<String> {
+    if map.state_topic.is_empty() {
+        Some("its device has no state topic: nothing could read or confirm it".to_owned())
+    } else if let Err(why) = map.manifest() {
+        Some(format!("its device's manifest is refused: {why}"))
+    } else if let Err(why) = BridgeConfig::parse(&map.to_toml()) {
+        Some(format!("its device's mapping does not read back: {why}"))
+    } else {
+        None
+    }
+}
+
+/// Names for one entity's capabilities: none its device already has, told
+/// apart by the entity's object id or its own name.
+struct Names<'e> {
+    taken: BTreeSet<String>,
+    /// The entity's object id, unless it only repeats the component
+    /// (`lock` of a lock), which tells nothing apart.
+    object: &'e str,
+    own_name: String,
+}
+
+impl<'e> Names<'e> {
+    /// Names for `entity`'s capabilities on `device`.
+    fn new(device: &DeviceMap, entity: &'e Entity) -> Self {
+        Names {
+            taken: device
+                .sensor
+                .iter()
+                .map(|s| s.name.clone())
+                .chain(device.actuator.iter().map(|a| a.name.clone()))
+                .collect(),
+            object: if entity.object == entity.component {
+                ""
+            } else {
+                entity.object.as_str()
+            },
+            own_name: text_of(&entity.config, "name").unwrap_or_default(),
         }
     }
 
-    let mut devices: BTreeMap<String, Building> = BTreeMap::new();
-    let mut by_identifier: HashMap<String, String> = HashMap::new();
-    for entity in &entities {
-        let (sensors, commands) = match capabilities(entity) {
-            Ok(found) => found,
-            Err(why) => {
-                found.skip(&entity.topic, why);
-                continue;
-            }
-        };
-        let config = &entity.config;
-        let device_name = config
-            .pointer("/device/name")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| text_of(config, "name"))
-            .unwrap_or_else(|| entity.object.clone());
-        let identifier = ["/device/identifiers/0", "/device/identifiers"]
-            .iter()
-            .find_map(|at| match config.pointer(at) {
-                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-                Some(Value::Number(n)) => Some(n.to_string()),
-                _ => None,
-            })
-            .unwrap_or_else(|| device_name.clone());
-        let id = match by_identifier.get(&identifier) {
-            Some(id) => id.clone(),
-            None => {
-                // Another identifier with the same id: more of its hash.
-                let Some(id) = [0, 6, 10, 14]
-                    .into_iter()
-                    .map(|digits| device_id(&identifier, &device_name, digits))
-                    .find(|id| !devices.contains_key(id))
-                else {
-                    found.skip(&entity.topic, "its device id is another device's");
-                    continue;
-                };
-                if devices.len() >= MAX_PROPOSED {
-                    found.skip(
-                        &entity.topic,
-                        format!("past the {MAX_PROPOSED} devices one discovery proposes"),
-                    );
-                    continue;
-                }
-                by_identifier.insert(identifier.clone(), id.clone());
-                id
-            }
-        };
-        let state_topic = state_topic_of(entity);
-        let building = devices.entry(id.clone()).or_insert_with(|| Building {
+    /// A name from `base` not taken yet, and now taken.
+    fn take(&mut self, base: &str) -> String {
+        let name = unique_name(&self.taken, base, &[self.object, self.own_name.as_str()]);
+        self.taken.insert(name.clone());
+        name
+    }
+}
+
+impl Building {
+    /// A device `id` named `device_name`, with nothing in it yet, of
+    /// `entity`'s kind and state topic.
+    fn new(id: String, device_name: &str, entity: &Entity) -> Self {
+        Building {
             map: DeviceMap {
-                id: id.clone(),
-                name: clean(&device_name, 60, &id),
+                name: clean(device_name, 60, &id),
+                id,
                 kind: entity.component.clone(),
-                state_topic: state_topic.clone().unwrap_or_default(),
+                state_topic: state_topic_of(entity).unwrap_or_default(),
                 key_file: None,
                 sensor: Vec::new(),
                 actuator: Vec::new(),
             },
             configs: Vec::new(),
             notes: Vec::new(),
-        });
-        let device = &mut building.map;
+        }
+    }
+
+    /// Takes `state_topic` as the device's when it has none; an error
+    /// when it has another.
+    fn take_state_topic(&mut self, state_topic: Option<&str>) -> Result<(), String> {
+        let device = &mut self.map;
         if device.state_topic.is_empty() {
-            device.state_topic = state_topic.clone().unwrap_or_default();
+            device.state_topic = state_topic.unwrap_or_default().to_owned();
         }
-        if let Some(state_topic) = &state_topic
-            && *state_topic != device.state_topic
-        {
-            found.skip(
-                &entity.topic,
-                format!(
-                    "its state topic `{}` is not its device's `{}`",
-                    shown(state_topic),
-                    shown(&device.state_topic)
-                ),
-            );
-            continue;
+        match state_topic {
+            Some(state_topic) if state_topic != device.state_topic => Err(format!(
+                "its state topic `{}` is not its device's `{}`",
+                shown(state_topic),
+                shown(&device.state_topic)
+            )),
+            _ => Ok(()),
         }
-        let count = device.sensor.len() + device.actuator.len();
-        if count + sensors.len() + commands.len() > MAX_CAPABILITIES {
-            found.skip(
-                &entity.topic,
-                format!("its device already has {count} of the {MAX_CAPABILITIES} capabilities a device may have"),
-            );
-            continue;
+    }
+
+    /// An error unless the device has room for `more` capabilities.
+    fn make_room(&self, more: usize) -> Result<(), String> {
+        let count = self.map.sensor.len() + self.map.actuator.len();
+        if count + more > MAX_CAPABILITIES {
+            return Err(format!(
+                "its device already has {count} of the {MAX_CAPABILITIES} capabilities a device may have"
+            ));
         }
-        let mut taken: BTreeSet<String> = device
-            .sensor
-            .iter()
-            .map(|s| s.name.clone())
-            .chain(device.actuator.iter().map(|a| a.name.clone()))
-            .collect();
-        let own_name = text_of(config, "name").unwrap_or_default();
-        // An object id that only repeats the component (`lock` of a lock)
-        // tells nothing apart.
-        let object = if entity.object == entity.component {
-            ""
-        } else {
-            entity.object.as_str()
-        };
-        let suffixes = [object, own_name.as_str()];
+        Ok(())
+    }
+
+    /// Adds the sensors of the entity `object`, each named `read_<object>`.
+    fn add_sensors(&mut self, names: &mut Names<'_>, object: &str, sensors: Vec<Reading>) {
         for (description, path) in sensors {
-            let base = format!("read_{}", words(&entity.object, '_', MAX_NAME - 5));
+            let base = format!("read_{}", words(object, '_', MAX_NAME - 5));
             let base = if base == "read_" || base.ends_with('_') {
                 "read".to_owned()
             } else {
                 base
             };
-            let name = unique_name(&taken, &base, &suffixes);
-            taken.insert(name.clone());
-            device.sensor.push(SensorMap {
-                name,
+            self.map.sensor.push(SensorMap {
+                name: names.take(&base),
                 description: clean(&description, 200, "Read it."),
                 path,
             });
         }
+    }
+
+    /// Adds `entity`'s actuators; one that publishes where a guard is
+    /// asks every time, and the device's notes say why.
+    fn add_actuators(
+        &mut self,
+        names: &mut Names<'_>,
+        entity: &Entity,
+        commands: Vec<Command>,
+        guards: &Guards,
+    ) {
         for command in commands {
-            let name = unique_name(&taken, command.base, &suffixes);
-            taken.insert(name.clone());
+            let name = names.take(command.base);
             let mut confirm = command.confirm;
-            if !confirm {
-                for guard in guards.of(&command.topic) {
-                    let other = guard.config != entity.topic;
-                    if other || guard.payload == command.payload {
-                        confirm = true;
-                        let next_to = if guard.topic == command.topic {
-                            String::new()
-                        } else {
-                            format!(", next to `{}`", shown(&guard.topic))
-                        };
-                        building.notes.push(format!(
-                            "`{name}` asks every time: it publishes to `{}`{next_to}, where `{}` asks every time",
-                            shown(&command.topic),
-                            shown(&guard.config)
-                        ));
-                        break;
-                    }
-                }
+            if !confirm && let Some(guard) = guards.over(&command, &entity.topic) {
+                confirm = true;
+                self.notes.push(guard.note(&name, &command.topic));
             }
-            building.map.actuator.push(ActuatorMap {
+            self.map.actuator.push(ActuatorMap {
                 name,
                 description: clean(&command.verb, 200, "Act."),
                 command_topic: command.topic,
@@ -761,38 +599,7 @@ fn propose_heard(heard: Heard) -> Discovered {
                 confirm,
             });
         }
-        building.configs.push(entity.topic.clone());
     }
-    for (_, building) in devices {
-        let Building {
-            map,
-            configs,
-            notes,
-        } = building;
-        if map.sensor.is_empty() && map.actuator.is_empty() {
-            continue;
-        }
-        let refused = if map.state_topic.is_empty() {
-            Some("its device has no state topic: nothing could read or confirm it".to_owned())
-        } else if let Err(why) = map.manifest() {
-            Some(format!("its device's manifest is refused: {why}"))
-        } else if let Err(why) = BridgeConfig::parse(&map.to_toml()) {
-            Some(format!("its device's mapping does not read back: {why}"))
-        } else {
-            None
-        };
-        if let Some(why) = refused {
-            for topic in &configs {
-                found.skip(topic, why.clone());
-            }
-            continue;
-        }
-        if !notes.is_empty() {
-            found.notes.insert(map.id.clone(), notes);
-        }
-        found.devices.push(map);
-    }
-    found
 }
 
 /// Reads retained discovery configs from `broker_url` for `wait`, then

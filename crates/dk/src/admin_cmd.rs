@@ -345,112 +345,18 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
     let json = target.json;
     with_client(target, |c| async move {
         match command.unwrap_or(PairingsCommand::List) {
-            PairingsCommand::List => {
-                let list = pending_of(
-                    &ok(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?,
-                    "consent",
-                );
-                print_list(
-                    json,
-                    &Value::Array(list),
-                    "no pairing requests",
-                    None,
-                    |p: &api::Pending| {
-                        let api::Prompt::Consent(r) = &p.prompt else {
-                            return;
-                        };
-                        println!(
-                            "#{}  {} ({}) code {}{}",
-                            p.id,
-                            printable(&r.name),
-                            printable(&r.device_id),
-                            printable(&r.code),
-                            match (r.replaces.is_none(), r.no_screen) {
-                                (_, true) =>
-                                    "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
-                                (false, false) => "  [replaces an existing pairing and its grants]",
-                                (true, false) => "",
-                            }
-                        );
-                        println!("      channel  {}", channel_words(r.channel));
-                        if let Some(change) = r.replaces.as_ref().and_then(|old| old.credential) {
-                            println!("      WARNING  {}", change.words());
-                            println!(
-                                "               the code proves which device is asking now, not that it is the one paired before; approve with --confirm-change only if you mean it"
-                            );
-                        }
-                        if let Some(old) = &r.replaces {
-                            println!(
-                                "      replaces: {}, granted {}",
-                                crate::input::ago(old.paired_at_ms),
-                                joined(&old.grants)
-                            );
-                            for change in &old.changes {
-                                println!("      changed:  {}", printable(&change.summary));
-                            }
-                        }
-                        for cap in &r.capabilities {
-                            let asks = if cap.confirm { ", asks every time" } else { "" };
-                            println!(
-                                "      {} ({}{asks}): {}",
-                                printable(&cap.name),
-                                cap.kind,
-                                printable(&cap.description)
-                            );
-                        }
-                    },
-                )?;
-                Ok(())
-            }
+            PairingsCommand::List => list_pairings(&c, json).await,
             PairingsCommand::Approve {
                 id,
                 grant,
                 without_code,
                 confirm_change,
             } => {
-                // A yes the vessel would take as no pairing at all (a
-                // confirmation it needs is missing) is refused here, saying
-                // which, instead of being sent to fail quietly.
-                if !confirm_change || !without_code {
-                    let listed: Vec<api::Pending> =
-                        ok_as(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?;
-                    let request =
-                        listed
-                            .iter()
-                            .find(|p| p.id == id)
-                            .and_then(|p| match &p.prompt {
-                                api::Prompt::Consent(r) => Some(r),
-                                api::Prompt::Approval(_) => None,
-                            });
-                    if let Some(request) = request {
-                        let change = request.replaces.as_ref().and_then(|old| old.credential);
-                        if let (Some(change), false) = (change, confirm_change) {
-                            return Err(format!(
-                                "{}: pass --confirm-change to pair it knowingly, or refuse it",
-                                change.words()
-                            ));
-                        }
-                        if request.no_screen && !without_code {
-                            return Err(
-                                "this device cannot show a code, so nothing proves it is the one in front of you: pass --without-code to pair it knowingly, or refuse it"
-                                    .to_owned(),
-                            );
-                        }
-                    }
-                }
-                ok(c.post(
-                    &format!("/v1/pending/{id}/consent"),
-                    &api::ConsentAnswer {
-                        approved: true,
-                        grant,
-                        confirm_without_code: without_code,
-                        confirm_credential_change: confirm_change,
-                    },
-                )
-                .await
-                .map_err(|e| e.to_string())?)?;
-                println!("pairing {id} approved");
-                Ok(())
+                let confirmed = Confirmed {
+                    without_code,
+                    change: confirm_change,
+                };
+                approve_pairing(&c, id, grant, confirmed).await
             }
             PairingsCommand::Refuse { id } => {
                 ok(c.post(
@@ -464,6 +370,139 @@ pub fn pairings(target: &Target, command: Option<PairingsCommand>) -> ExitCode {
             }
         }
     })
+}
+
+/// `dk pairings list`: the pairing requests waiting, as JSON or text.
+async fn list_pairings(c: &AdminClient, json: bool) -> Result<(), String> {
+    let list = pending_of(
+        &ok(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?,
+        "consent",
+    );
+    print_list(
+        json,
+        &Value::Array(list),
+        "no pairing requests",
+        None,
+        |p: &api::Pending| {
+            if let api::Prompt::Consent(r) = &p.prompt {
+                print_pairing(p.id, r);
+            }
+        },
+    )
+}
+
+/// Pairing request `id` as text: the device and its code, what warns
+/// against a plain yes, the pairing it replaces, and its capabilities.
+fn print_pairing(id: u64, r: &api::ConsentRequest) {
+    println!(
+        "#{id}  {} ({}) code {}{}",
+        printable(&r.name),
+        printable(&r.device_id),
+        printable(&r.code),
+        match (r.replaces.is_none(), r.no_screen) {
+            (_, true) =>
+                "  [NO SCREEN: nothing proves which device this is; approve with --without-code]",
+            (false, false) => "  [replaces an existing pairing and its grants]",
+            (true, false) => "",
+        }
+    );
+    println!("      channel  {}", channel_words(r.channel));
+    if let Some(change) = r.replaces.as_ref().and_then(|old| old.credential) {
+        println!("      WARNING  {}", change.words());
+        println!(
+            "               the code proves which device is asking now, not that it is the one paired before; approve with --confirm-change only if you mean it"
+        );
+    }
+    if let Some(old) = &r.replaces {
+        println!(
+            "      replaces: {}, granted {}",
+            crate::input::ago(old.paired_at_ms),
+            joined(&old.grants)
+        );
+        for change in &old.changes {
+            println!("      changed:  {}", printable(&change.summary));
+        }
+    }
+    for cap in &r.capabilities {
+        let asks = if cap.confirm { ", asks every time" } else { "" };
+        println!(
+            "      {} ({}{asks}): {}",
+            printable(&cap.name),
+            cap.kind,
+            printable(&cap.description)
+        );
+    }
+}
+
+/// What `dk pairings approve` was told the person confirms knowingly.
+#[derive(Clone, Copy)]
+struct Confirmed {
+    /// `--without-code`: pairing a device that cannot show a code.
+    without_code: bool,
+    /// `--confirm-change`: pairing a device whose key changed or that
+    /// drops encryption.
+    change: bool,
+}
+
+impl Confirmed {
+    /// What a yes to `request` lacks, if anything: each confirmation the
+    /// vessel would need and was not given.
+    fn missing(self, request: &api::ConsentRequest) -> Option<String> {
+        let change = request.replaces.as_ref().and_then(|old| old.credential);
+        if let (Some(change), false) = (change, self.change) {
+            return Some(format!(
+                "{}: pass --confirm-change to pair it knowingly, or refuse it",
+                change.words()
+            ));
+        }
+        if request.no_screen && !self.without_code {
+            return Some(
+                "this device cannot show a code, so nothing proves it is the one in front of you: pass --without-code to pair it knowingly, or refuse it"
+                    .to_owned(),
+            );
+        }
+        None
+    }
+}
+
+/// `dk pairings approve`: grants `grant` to pairing request `id`.
+///
+/// A yes the vessel would take as no pairing at all (a confirmation it
+/// needs is missing) is refused here, saying which, instead of being sent
+/// to fail quietly.
+async fn approve_pairing(
+    c: &AdminClient,
+    id: u64,
+    grant: Vec<String>,
+    confirmed: Confirmed,
+) -> Result<(), String> {
+    if !confirmed.change || !confirmed.without_code {
+        let listed: Vec<api::Pending> =
+            ok_as(c.get("/v1/pending").await.map_err(|e| e.to_string())?)?;
+        let request = listed
+            .iter()
+            .find(|p| p.id == id)
+            .and_then(|p| match &p.prompt {
+                api::Prompt::Consent(r) => Some(r),
+                api::Prompt::Approval(_) => None,
+            });
+        if let Some(why) = request.and_then(|request| confirmed.missing(request)) {
+            return Err(why);
+        }
+    }
+    ok(c.post(
+        &format!("/v1/pending/{id}/consent"),
+        &api::ConsentAnswer {
+            approved: true,
+            grant,
+            confirm_without_code: confirmed.without_code,
+            confirm_credential_change: confirmed.change,
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?)?;
+    println!("pairing {id} approved");
+    Ok(())
 }
 
 /// Runs `dk approvals`.

@@ -25,10 +25,13 @@ use std::future::Future;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use dk_core::allowances::{AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember};
+use dk_core::adapter::ApprovalRequest;
+use dk_core::allowances::{
+    Allowance, AllowanceMinutes, AllowanceScope, DEFAULT_ALLOWANCE_MINUTES, Remember,
+};
 use dk_core::by::By;
 use dk_core::person::{ApprovalAnswer, PendingPrompt, PersonEvent, Prompt};
-use dk_core::registry::{ChangeKind, ConsentDecision, CredentialChange};
+use dk_core::registry::{ChangeKind, ConsentDecision, ConsentRequest, CredentialChange, Replaced};
 use dk_vessel::Vessel;
 use tokio::sync::mpsc;
 
@@ -132,183 +135,227 @@ pub async fn run(vessel: Arc<Vessel>, stop: impl Future<Output = ()>) {
     }
 }
 
+/// Shows a prompt: what is asked, and how to answer it.
 fn show(prompt: &PendingPrompt) {
     println!();
     match &prompt.prompt {
-        Prompt::Consent(request) => {
-            println!("== #{} A device asks to pair ==", prompt.id);
-            println!(
-                "  device   {} ({}), kind {}",
-                printable(&request.name),
-                request.device_id,
-                printable(&request.kind)
-            );
-            println!("  channel  {}", channel_words(request.channel));
-            if let Some(old) = &request.replaces {
-                let grants = if old.grants.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    old.grants.join(", ")
-                };
-                println!(
-                    "  NOTE     a device is already paired under this id ({}, granted: {grants}); this replaces it and its grants",
-                    crate::input::ago(old.paired_at_ms)
-                );
-                if let Some(name) = &old.was_name {
-                    println!("  CHANGED  its name was {}", printable(name));
-                }
-                if let Some(kind) = &old.was_kind {
-                    println!("  CHANGED  its kind was {}", printable(kind));
-                }
-                if old.changes.is_empty() {
-                    println!("  same     capabilities as the device paired now");
-                }
-                for (i, change) in old.changes.iter().enumerate() {
-                    let label = if i == 0 { "CHANGED" } else { "" };
-                    println!("  {label:<8} {}", printable(&change.summary));
-                }
-            }
-            let credential = request.replaces.as_ref().and_then(|old| old.credential);
-            if let Some(change) = credential {
-                println!("  WARNING  {}", change.words());
-                println!(
-                    "           the code proves which device is asking now, not that it is the one paired before"
-                );
-            }
-            if request.no_screen {
-                println!(
-                    "  WARNING  this device says it has no screen: it cannot show a code, so NOTHING proves"
-                );
-                println!("           that the device asking is the one in front of you.");
-            }
-            if !request.no_screen {
-                println!(
-                    "  code     {}   <- the device must show this same code",
-                    request.code
-                );
-            }
-            println!("  capabilities:");
-            for (i, cap) in request.capabilities.iter().enumerate() {
-                let asks = if cap.confirm { ", asks every time" } else { "" };
-                let mark = request
-                    .replaces
-                    .as_ref()
-                    .and_then(|old| old.changes.iter().find(|c| c.capability == cap.name))
-                    .map_or("", |c| match c.change {
-                        ChangeKind::Added => " NEW",
-                        ChangeKind::Changed => " CHANGED",
-                        ChangeKind::Removed => "",
-                    });
-                let title = cap
-                    .title
-                    .as_deref()
-                    .map(|t| format!(" \"{}\"", printable(t)))
-                    .unwrap_or_default();
-                println!(
-                    "    [{}]{mark} {}{title} ({}{asks}): {}",
-                    i + 1,
-                    cap.name,
-                    cap.kind,
-                    printable(&cap.description)
-                );
-                if !cap.claims.is_empty() {
-                    println!("          the device claims: {}", cap.claims.join(", "));
-                }
-                print_params(&cap.params);
-            }
-            if !request.events.is_empty() {
-                println!("  events (granted as capabilities are):");
-                for (i, event) in request.events.iter().enumerate() {
-                    println!(
-                        "    [{}] {} (event): {}",
-                        request.capabilities.len() + i + 1,
-                        event.name,
-                        printable(&event.description)
-                    );
-                    print_params(&event.params);
-                }
-            }
-            let id = prompt.id;
-            if let Some(change) = credential {
-                let first = if request.no_screen {
-                    "pair without code: "
-                } else {
-                    ""
-                };
-                let what = match change {
-                    CredentialChange::KeyChanged => "its key changed",
-                    CredentialChange::EncryptionDropped => "it drops encryption",
-                };
-                println!(
-                    "To pair it although {what}, type `{id} {first}{CONFIRM_CHANGE} ` then what to grant (e.g. `{id} {first}{CONFIRM_CHANGE} 1,3`); `{id} no` refuses"
-                );
-            } else if request.no_screen {
-                println!(
-                    "To pair it anyway, type `{id} pair without code: ` then what to grant (e.g. `{id} pair without code: 1,3`); `{id} no` refuses"
-                );
-            } else {
-                let keep = if request.replaces.is_some() {
-                    format!(", `{id} keep` grants again only what was granted and did not change")
-                } else {
-                    String::new()
-                };
-                println!(
-                    "Does the device show {}? Answer `{id}` and what to grant (e.g. `{id} 1,3`, `{id} all`, `{id} none`{keep}; `{id} no` refuses pairing)",
-                    request.code
-                );
-            }
+        Prompt::Consent(request) => show_consent(prompt.id, request),
+        Prompt::Approval(request) => show_approval(prompt, request),
+    }
+}
+
+/// A pairing request: the device, the pairing it replaces, what proves it
+/// is the device in front of the person, what it declares, and how to answer.
+fn show_consent(id: u64, request: &ConsentRequest) {
+    println!("== #{id} A device asks to pair ==");
+    println!(
+        "  device   {} ({}), kind {}",
+        printable(&request.name),
+        request.device_id,
+        printable(&request.kind)
+    );
+    println!("  channel  {}", channel_words(request.channel));
+    if let Some(old) = &request.replaces {
+        show_replaced(old);
+    }
+    let credential = request.replaces.as_ref().and_then(|old| old.credential);
+    show_proof(request, credential);
+    show_capabilities(request);
+    show_events(request);
+    ask_consent(id, request, credential);
+}
+
+/// The pairing a request replaces: when it was made, what it grants, and
+/// what changed since.
+fn show_replaced(old: &Replaced) {
+    let grants = if old.grants.is_empty() {
+        "nothing".to_owned()
+    } else {
+        old.grants.join(", ")
+    };
+    println!(
+        "  NOTE     a device is already paired under this id ({}, granted: {grants}); this replaces it and its grants",
+        crate::input::ago(old.paired_at_ms)
+    );
+    if let Some(name) = &old.was_name {
+        println!("  CHANGED  its name was {}", printable(name));
+    }
+    if let Some(kind) = &old.was_kind {
+        println!("  CHANGED  its kind was {}", printable(kind));
+    }
+    if old.changes.is_empty() {
+        println!("  same     capabilities as the device paired now");
+    }
+    for (i, change) in old.changes.iter().enumerate() {
+        let label = if i == 0 { "CHANGED" } else { "" };
+        println!("  {label:<8} {}", printable(&change.summary));
+    }
+}
+
+/// What proves the device asking is the one in front of the person: the
+/// code it must show, and the warnings when the code cannot prove it.
+fn show_proof(request: &ConsentRequest, credential: Option<CredentialChange>) {
+    if let Some(change) = credential {
+        println!("  WARNING  {}", change.words());
+        println!(
+            "           the code proves which device is asking now, not that it is the one paired before"
+        );
+    }
+    if request.no_screen {
+        println!(
+            "  WARNING  this device says it has no screen: it cannot show a code, so NOTHING proves"
+        );
+        println!("           that the device asking is the one in front of you.");
+    }
+    if !request.no_screen {
+        println!(
+            "  code     {}   <- the device must show this same code",
+            request.code
+        );
+    }
+}
+
+/// The capabilities a device declares, numbered from 1, each marked when
+/// it is new or changed since the pairing it replaces.
+fn show_capabilities(request: &ConsentRequest) {
+    println!("  capabilities:");
+    for (i, cap) in request.capabilities.iter().enumerate() {
+        let asks = if cap.confirm { ", asks every time" } else { "" };
+        let mark = request
+            .replaces
+            .as_ref()
+            .and_then(|old| old.changes.iter().find(|c| c.capability == cap.name))
+            .map_or("", |c| match c.change {
+                ChangeKind::Added => " NEW",
+                ChangeKind::Changed => " CHANGED",
+                ChangeKind::Removed => "",
+            });
+        let title = cap
+            .title
+            .as_deref()
+            .map(|t| format!(" \"{}\"", printable(t)))
+            .unwrap_or_default();
+        println!(
+            "    [{}]{mark} {}{title} ({}{asks}): {}",
+            i + 1,
+            cap.name,
+            cap.kind,
+            printable(&cap.description)
+        );
+        if !cap.claims.is_empty() {
+            println!("          the device claims: {}", cap.claims.join(", "));
         }
-        Prompt::Approval(request) => {
-            println!("== #{} A call needs your yes ==", prompt.id);
-            println!(
-                "  asked by {}",
-                crate::input::asker(request.agent_id.as_deref(), request.session_id.as_deref())
-            );
-            println!("  tool     {}", request.tool);
-            println!(
-                "  device   {}  capability {}",
-                request.device_id, request.capability
-            );
-            println!("  channel  {}", channel_words(request.channel));
-            if let Some(microphone) = &request.microphone {
-                println!("  OPENS THE MICROPHONE {}", printable(&microphone.words()));
-            }
-            println!("  why      {}", printable(&request.reason));
-            if request.input.is_empty() {
-                println!("  input    (none)");
-            }
-            for (key, value) in &request.input {
-                println!(
-                    "  input    {} = {}",
-                    printable(key),
-                    printable(&value.to_string())
-                );
-            }
-            let id = prompt.id;
-            let minutes = DEFAULT_ALLOWANCE_MINUTES;
-            if prompt.can_remember {
-                let agent = printable(request.agent_id.as_deref().unwrap_or_default());
-                println!("Allow this call? Answer with its number and:");
-                println!("  `{id} y`          allow it once");
-                println!(
-                    "  `{id} args {minutes}`    allow agent {agent} this tool with exactly these arguments for {minutes} minutes"
-                );
-                println!(
-                    "  `{id} cap {minutes}`     allow agent {agent} any call of {} on {} for {minutes} minutes",
-                    request.capability, request.device_id
-                );
-                println!("                 (minutes from 1 to 1440)");
-                println!("  `{id} n`          refuse");
-            } else if request.microphone.is_some() && request.agent_id.is_some() {
-                println!(
-                    "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a yes to open a microphone is remembered only where an allow rule names the call)"
-                );
-            } else {
-                println!(
-                    "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a call of no agent cannot be remembered)"
-                );
-            }
-        }
+        print_params(&cap.params);
+    }
+}
+
+/// The events a device declares, numbered on after its capabilities.
+fn show_events(request: &ConsentRequest) {
+    if request.events.is_empty() {
+        return;
+    }
+    println!("  events (granted as capabilities are):");
+    for (i, event) in request.events.iter().enumerate() {
+        println!(
+            "    [{}] {} (event): {}",
+            request.capabilities.len() + i + 1,
+            event.name,
+            printable(&event.description)
+        );
+        print_params(&event.params);
+    }
+}
+
+/// How to answer pairing request `id`: with the words a changed credential
+/// or a missing screen asks for, else after checking the code.
+fn ask_consent(id: u64, request: &ConsentRequest, credential: Option<CredentialChange>) {
+    if let Some(change) = credential {
+        let first = if request.no_screen {
+            "pair without code: "
+        } else {
+            ""
+        };
+        let what = match change {
+            CredentialChange::KeyChanged => "its key changed",
+            CredentialChange::EncryptionDropped => "it drops encryption",
+        };
+        println!(
+            "To pair it although {what}, type `{id} {first}{CONFIRM_CHANGE} ` then what to grant (e.g. `{id} {first}{CONFIRM_CHANGE} 1,3`); `{id} no` refuses"
+        );
+    } else if request.no_screen {
+        println!(
+            "To pair it anyway, type `{id} pair without code: ` then what to grant (e.g. `{id} pair without code: 1,3`); `{id} no` refuses"
+        );
+    } else {
+        let keep = if request.replaces.is_some() {
+            format!(", `{id} keep` grants again only what was granted and did not change")
+        } else {
+            String::new()
+        };
+        println!(
+            "Does the device show {}? Answer `{id}` and what to grant (e.g. `{id} 1,3`, `{id} all`, `{id} none`{keep}; `{id} no` refuses pairing)",
+            request.code
+        );
+    }
+}
+
+/// An agent's call that needs a yes: who asks, what it calls and why, its
+/// input, and how to answer.
+fn show_approval(prompt: &PendingPrompt, request: &ApprovalRequest) {
+    println!("== #{} A call needs your yes ==", prompt.id);
+    println!(
+        "  asked by {}",
+        crate::input::asker(request.agent_id.as_deref(), request.session_id.as_deref())
+    );
+    println!("  tool     {}", request.tool);
+    println!(
+        "  device   {}  capability {}",
+        request.device_id, request.capability
+    );
+    println!("  channel  {}", channel_words(request.channel));
+    if let Some(microphone) = &request.microphone {
+        println!("  OPENS THE MICROPHONE {}", printable(&microphone.words()));
+    }
+    println!("  why      {}", printable(&request.reason));
+    if request.input.is_empty() {
+        println!("  input    (none)");
+    }
+    for (key, value) in &request.input {
+        println!(
+            "  input    {} = {}",
+            printable(key),
+            printable(&value.to_string())
+        );
+    }
+    ask_approval(prompt, request);
+}
+
+/// How to answer an approval: once or no, and when its yes can be
+/// remembered, for how long and how widely.
+fn ask_approval(prompt: &PendingPrompt, request: &ApprovalRequest) {
+    let id = prompt.id;
+    let minutes = DEFAULT_ALLOWANCE_MINUTES;
+    if prompt.can_remember {
+        let agent = printable(request.agent_id.as_deref().unwrap_or_default());
+        println!("Allow this call? Answer with its number and:");
+        println!("  `{id} y`          allow it once");
+        println!(
+            "  `{id} args {minutes}`    allow agent {agent} this tool with exactly these arguments for {minutes} minutes"
+        );
+        println!(
+            "  `{id} cap {minutes}`     allow agent {agent} any call of {} on {} for {minutes} minutes",
+            request.capability, request.device_id
+        );
+        println!("                 (minutes from 1 to 1440)");
+        println!("  `{id} n`          refuse");
+    } else if request.microphone.is_some() && request.agent_id.is_some() {
+        println!(
+            "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a yes to open a microphone is remembered only where an allow rule names the call)"
+        );
+    } else {
+        println!(
+            "Allow this call? Answer `{id} y` to allow it once, `{id} n` to refuse (a call of no agent cannot be remembered)"
+        );
     }
 }
 
@@ -428,137 +475,198 @@ fn approval_answer(line: &str) -> Result<ApprovalAnswer, String> {
 async fn answer(vessel: &Vessel, prompt: &PendingPrompt, line: &str) -> Result<(), String> {
     let line = line.trim().to_ascii_lowercase();
     match &prompt.prompt {
-        Prompt::Approval(request) => {
-            let answer = approval_answer(&line)?;
-            let made = vessel
-                .person()
-                .answer_approval_confirmed(prompt.id, answer, Some(By::terminal()))
-                .await
-                .map_err(|e| e.to_string())?;
-            match (answer, made) {
-                (ApprovalAnswer::Refuse, _) => println!("refused"),
-                (_, Some(allowance)) => {
-                    let what = match allowance.scope {
-                        AllowanceScope::Arguments => {
-                            format!("{} with exactly these arguments", request.tool)
-                        }
-                        AllowanceScope::Capability => format!(
-                            "any call of {} on {}",
-                            request.capability, request.device_id
-                        ),
-                    };
-                    let minutes = allowance
-                        .expires_at_ms
-                        .saturating_sub(allowance.created_at_ms)
-                        / 60_000;
-                    println!(
-                        "allowed, and remembered as allowance {} for {minutes} minutes: agent {}, {what}",
-                        allowance.id,
-                        printable(&allowance.agent_id)
-                    );
-                }
-                (_, None) => println!("allowed once"),
-            }
-        }
-        Prompt::Consent(request) => {
-            let (line, without_code) = match line.strip_prefix("pair without code:") {
-                Some(rest) => (rest.trim().to_owned(), true),
-                None => (line, false),
-            };
-            let (line, change_confirmed) = match line.strip_prefix(CONFIRM_CHANGE) {
-                Some(rest) => (rest.trim().to_owned(), true),
-                None => (line, false),
-            };
-            if request.no_screen && !without_code && !matches!(line.as_str(), "no" | "n") {
-                return Err("this device cannot show a code: type `pair without code: ` and what to grant, or `no`".to_owned());
-            }
-            if let Some(change) = request.replaces.as_ref().and_then(|old| old.credential)
-                && !change_confirmed
-                && !matches!(line.as_str(), "no" | "n")
-            {
-                return Err(format!(
-                    "{}: type `{CONFIRM_CHANGE} ` and what to grant if you mean it, or `no`",
-                    change.words()
-                ));
-            }
-            let grant: Vec<String> =
-                match line.as_str() {
-                    "no" | "n" => {
-                        vessel
-                            .person()
-                            .answer_consent(prompt.id, ConsentDecision::refuse().by(By::terminal()))
-                            .map_err(|e| e.to_string())?;
-                        println!("pairing refused");
-                        return Ok(());
-                    }
-                    "all" => request
-                        .capabilities
-                        .iter()
-                        .map(|c| c.name.clone())
-                        .chain(request.events.iter().map(|e| e.name.clone()))
-                        .collect(),
-                    "keep" => {
-                        let Some(old) = &request.replaces else {
-                            return Err("`keep` is for a device paired before: say what to grant"
-                                .to_owned());
-                        };
-                        // Only what was granted and is the same now: a
-                        // capability that changed must be granted again by name.
-                        old.grants
-                            .iter()
-                            .filter(|g| !old.changes.iter().any(|c| &c.capability == *g))
-                            .cloned()
-                            .collect()
-                    }
-                    "" => {
-                        return Err(
-                            "say what to grant after the number (`all`, `1,3`, `none`) or `no`"
-                                .to_owned(),
-                        );
-                    }
-                    "none" => Vec::new(),
-                    list => {
-                        let mut grant = Vec::new();
-                        for part in list.split(',') {
-                            let n: usize = part.trim().parse().map_err(|_| {
-                                format!("`{}` is not a number", printable(part.trim()))
-                            })?;
-                            let name = n
-                                .checked_sub(1)
-                                .and_then(|i| {
-                                    request.capabilities.get(i).map(|c| &c.name).or_else(|| {
-                                        i.checked_sub(request.capabilities.len())
-                                            .and_then(|i| request.events.get(i))
-                                            .map(|e| &e.name)
-                                    })
-                                })
-                                .ok_or_else(|| format!("there is no capability {n}"))?;
-                            grant.push(name.clone());
-                        }
-                        grant
-                    }
-                };
-            let shown = if grant.is_empty() {
-                "nothing".to_owned()
-            } else {
-                grant.join(", ")
-            };
-            let mut decision = ConsentDecision::approve(grant).by(By::terminal());
-            if without_code {
-                decision = decision.without_code_confirmed();
-            }
-            if change_confirmed {
-                decision = decision.credential_change_confirmed();
-            }
-            vessel
-                .person()
-                .answer_consent_confirmed(prompt.id, decision)
-                .await
-                .map_err(|e| e.to_string())?;
-            println!("paired, granted: {shown}");
-        }
+        Prompt::Approval(request) => answer_approval(vessel, prompt.id, request, &line).await,
+        Prompt::Consent(request) => answer_consent(vessel, prompt.id, request, line).await,
+    }
+}
+
+/// Applies a typed answer to approval `id`, and says what it did.
+async fn answer_approval(
+    vessel: &Vessel,
+    id: u64,
+    request: &ApprovalRequest,
+    line: &str,
+) -> Result<(), String> {
+    let answer = approval_answer(line)?;
+    let made = vessel
+        .person()
+        .answer_approval_confirmed(id, answer, Some(By::terminal()))
+        .await
+        .map_err(|e| e.to_string())?;
+    match (answer, made) {
+        (ApprovalAnswer::Refuse, _) => println!("refused"),
+        (_, Some(allowance)) => println!("{}", remembered(request, &allowance)),
+        (_, None) => println!("allowed once"),
     }
     Ok(())
+}
+
+/// What the terminal says of an allowance a yes to `request` made.
+fn remembered(request: &ApprovalRequest, allowance: &Allowance) -> String {
+    let what = match allowance.scope {
+        AllowanceScope::Arguments => format!("{} with exactly these arguments", request.tool),
+        AllowanceScope::Capability => format!(
+            "any call of {} on {}",
+            request.capability, request.device_id
+        ),
+    };
+    let minutes = allowance
+        .expires_at_ms
+        .saturating_sub(allowance.created_at_ms)
+        / 60_000;
+    format!(
+        "allowed, and remembered as allowance {} for {minutes} minutes: agent {}, {what}",
+        allowance.id,
+        printable(&allowance.agent_id)
+    )
+}
+
+/// Applies a typed answer to pairing request `id`: a refusal, or the
+/// grant once the words each warning asks for are there; says what it did.
+async fn answer_consent(
+    vessel: &Vessel,
+    id: u64,
+    request: &ConsentRequest,
+    line: String,
+) -> Result<(), String> {
+    let typed = ConsentAnswer::read(line);
+    typed.check_words(request)?;
+    if typed.refuses() {
+        vessel
+            .person()
+            .answer_consent(id, ConsentDecision::refuse().by(By::terminal()))
+            .map_err(|e| e.to_string())?;
+        println!("pairing refused");
+        return Ok(());
+    }
+    let grant = granted(request, &typed.grant)?;
+    let shown = if grant.is_empty() {
+        "nothing".to_owned()
+    } else {
+        grant.join(", ")
+    };
+    vessel
+        .person()
+        .answer_consent_confirmed(id, typed.decision(grant))
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("paired, granted: {shown}");
+    Ok(())
+}
+
+/// A typed answer to a pairing request: the grant (or `no`), after the
+/// words that confirm a missing screen or a changed credential knowingly.
+struct ConsentAnswer {
+    /// What follows the words: `no`, `all`, `keep`, `none` or numbers.
+    grant: String,
+    /// `pair without code:` was typed.
+    without_code: bool,
+    /// [`CONFIRM_CHANGE`] was typed.
+    change_confirmed: bool,
+}
+
+impl ConsentAnswer {
+    /// Reads `line` (trimmed and lower case).
+    fn read(line: String) -> Self {
+        let (line, without_code) = match line.strip_prefix("pair without code:") {
+            Some(rest) => (rest.trim().to_owned(), true),
+            None => (line, false),
+        };
+        let (grant, change_confirmed) = match line.strip_prefix(CONFIRM_CHANGE) {
+            Some(rest) => (rest.trim().to_owned(), true),
+            None => (line, false),
+        };
+        ConsentAnswer {
+            grant,
+            without_code,
+            change_confirmed,
+        }
+    }
+
+    /// The answer is `no`.
+    fn refuses(&self) -> bool {
+        matches!(self.grant.as_str(), "no" | "n")
+    }
+
+    /// An error unless a yes to `request` has the words its warnings ask for.
+    fn check_words(&self, request: &ConsentRequest) -> Result<(), String> {
+        if request.no_screen && !self.without_code && !self.refuses() {
+            return Err("this device cannot show a code: type `pair without code: ` and what to grant, or `no`".to_owned());
+        }
+        if let Some(change) = request.replaces.as_ref().and_then(|old| old.credential)
+            && !self.change_confirmed
+            && !self.refuses()
+        {
+            return Err(format!(
+                "{}: type `{CONFIRM_CHANGE} ` and what to grant if you mean it, or `no`",
+                change.words()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The person's yes, granting `grant`, with what they confirmed.
+    fn decision(&self, grant: Vec<String>) -> ConsentDecision {
+        let mut decision = ConsentDecision::approve(grant).by(By::terminal());
+        if self.without_code {
+            decision = decision.without_code_confirmed();
+        }
+        if self.change_confirmed {
+            decision = decision.credential_change_confirmed();
+        }
+        decision
+    }
+}
+
+/// The capabilities and events a typed grant names: `all`, `keep`, `none`
+/// or their numbers as shown (`1,3`).
+fn granted(request: &ConsentRequest, grant: &str) -> Result<Vec<String>, String> {
+    match grant {
+        "all" => Ok(request
+            .capabilities
+            .iter()
+            .map(|c| c.name.clone())
+            .chain(request.events.iter().map(|e| e.name.clone()))
+            .collect()),
+        "keep" => {
+            let Some(old) = &request.replaces else {
+                return Err("`keep` is for a device paired before: say what to grant".to_owned());
+            };
+            // Only what was granted and is the same now: a
+            // capability that changed must be granted again by name.
+            Ok(old
+                .grants
+                .iter()
+                .filter(|g| !old.changes.iter().any(|c| &c.capability == *g))
+                .cloned()
+                .collect())
+        }
+        "" => Err("say what to grant after the number (`all`, `1,3`, `none`) or `no`".to_owned()),
+        "none" => Ok(Vec::new()),
+        list => list
+            .split(',')
+            .map(|part| numbered(request, part))
+            .collect(),
+    }
+}
+
+/// The capability or event shown as number `part` (from 1, events after
+/// the capabilities).
+fn numbered(request: &ConsentRequest, part: &str) -> Result<String, String> {
+    let n: usize = part
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a number", printable(part.trim())))?;
+    n.checked_sub(1)
+        .and_then(|i| {
+            request.capabilities.get(i).map(|c| &c.name).or_else(|| {
+                i.checked_sub(request.capabilities.len())
+                    .and_then(|i| request.events.get(i))
+                    .map(|e| &e.name)
+            })
+        })
+        .cloned()
+        .ok_or_else(|| format!("there is no capability {n}"))
 }
 
 /// Prints a capability's or an event's params under it, each with its

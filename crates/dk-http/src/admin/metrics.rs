@@ -30,7 +30,7 @@ use prometheus_client::registry::Registry;
 use crate::listen::HttpLimits;
 use crate::listener::ListenerStats;
 use crate::metrics::{
-    CallDecision, CallKind, HandshakeFailure, HistogramSnapshot, LimitReached, PromptKind,
+    CallDecision, CallKind, HandshakeFailure, HistogramSnapshot, LimitReached, Metrics, PromptKind,
 };
 use crate::vessel::Vessel;
 
@@ -161,195 +161,230 @@ fn histograms(
     Ok(())
 }
 
+/// A gauge with one label, a value for each of its values.
+fn gauges(
+    encoder: &mut DescriptorEncoder<'_>,
+    (name, help, label): (&str, &str, &str),
+    values: impl IntoIterator<Item = (&'static str, usize)>,
+) -> Result<(), fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (value, count) in values {
+        let labels = [(label, value)];
+        ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX))
+            .encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 impl Collector for VesselCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let vessel = &self.0;
-        let metrics = vessel.metrics();
         let e = &mut encoder;
-
-        let mut calls = e.encode_descriptor(
-            "dk_calls",
-            "Tool calls decided, by the kind of capability called and the decision.",
-            None,
-            MetricType::Counter,
-        )?;
-        for kind in CallKind::ALL {
-            for decision in CallDecision::ALL {
-                let labels = [("kind", kind.as_str()), ("decision", decision.as_str())];
-                ConstCounter::new(metrics.calls(*kind, *decision))
-                    .encode(calls.encode_family(&labels)?)?;
-            }
-        }
-        histograms(
-            e,
-            (
-                "dk_call_duration_seconds",
-                "Time from a tool call's start to its decision (the person's answer and the device's included).",
-                "kind",
-            ),
-            CallKind::ALL
-                .iter()
-                .map(|kind| (kind.as_str(), metrics.call_seconds(*kind))),
-        )?;
-        counters(
-            e,
-            (
-                "dk_rate_limited_calls",
-                "Tool calls refused for a rate or budget reached, by the limit.",
-                "limit",
-            ),
-            LimitReached::ALL
-                .iter()
-                .map(|limit| (limit.as_str(), metrics.rate_limited_calls(*limit))),
-        )?;
-
-        let registry = vessel.registry();
-        gauge(
-            e,
-            "dk_devices_paired",
-            "Devices paired now.",
-            registry.count(),
-        )?;
-        gauge(
-            e,
-            "dk_devices_connected",
-            "Devices connected now.",
-            vessel.links().count(),
-        )?;
-        let (pairings, approvals) = vessel.person().waiting();
-        let mut pending = e.encode_descriptor(
-            "dk_prompts_pending",
-            "Prompts waiting for the person's answer, by what is asked.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (prompt, count) in [
-            (PromptKind::Pairing, pairings),
-            (PromptKind::Approval, approvals),
-        ] {
-            let labels = [("prompt", prompt.as_str())];
-            ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX))
-                .encode(pending.encode_family(&labels)?)?;
-        }
-        histograms(
-            e,
-            (
-                "dk_prompt_answer_duration_seconds",
-                "Time from asking the person to their answer, by what was asked.",
-                "prompt",
-            ),
-            PromptKind::ALL
-                .iter()
-                .map(|prompt| (prompt.as_str(), metrics.answer_seconds(*prompt))),
-        )?;
-
-        gauge(
-            e,
-            "dk_audit_queue_depth",
-            "Places taken in the audit writer's queue: entries waiting for a commit and calls holding one.",
-            vessel.audit_queue_depth(),
-        )?;
-        counter(
-            e,
-            "dk_audit_entries_committed",
-            "Audit entries committed to the store, those written with their change included.",
-            vessel.audit_committed(),
-        )?;
-        let commits = metrics.audit_commit_seconds();
-        e.encode_descriptor(
-            "dk_audit_commit_duration_seconds",
-            "Time one batch of audit entries took to commit.",
-            None,
-            MetricType::Histogram,
-        )?
-        .encode_histogram::<NoLabelSet>(
-            commits.sum_seconds,
-            commits.count,
-            &commits.buckets,
-            None,
-        )?;
-
-        let listeners = listeners(vessel);
-        let mut open = e.encode_descriptor(
-            "dk_listener_connections_open",
-            "Connections a listener holds now.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (listener, stats) in listeners {
-            let labels = [("listener", listener)];
-            let held = stats.open.load(Ordering::Relaxed);
-            ConstGauge::new(i64::try_from(held).unwrap_or(i64::MAX))
-                .encode(open.encode_family(&labels)?)?;
-        }
-        let count = |read: fn(&ListenerStats) -> u64| {
-            listeners
-                .into_iter()
-                .map(move |(listener, stats)| (listener, read(stats)))
-        };
-        counters(
-            e,
-            (
-                "dk_listener_connections_opened",
-                "Connections a listener accepted and served.",
-                "listener",
-            ),
-            count(|s| s.accepted.load(Ordering::Relaxed)),
-        )?;
-        counters(
-            e,
-            (
-                "dk_listener_connections_refused",
-                "Connections a listener closed at accept, over its caps (in all or per address).",
-                "listener",
-            ),
-            count(|s| s.refused_at_accept.load(Ordering::Relaxed)),
-        )?;
-        counters(
-            e,
-            (
-                "dk_listener_connections_idle_closed",
-                "Connections a listener closed for moving no byte for its idle timeout.",
-                "listener",
-            ),
-            count(|s| s.idle_closed.load(Ordering::Relaxed)),
-        )?;
-
-        let stats = vessel.stats();
-        counter(
-            e,
-            "dk_device_connections_refused",
-            "Device connections refused before their handshake, over the vessel's connection caps.",
-            stats.refused_connections.load(Ordering::Relaxed),
-        )?;
-        counter(
-            e,
-            "dk_secure_handshakes",
-            "dk/2 handshakes that finished.",
-            stats.secure_handshakes.load(Ordering::Relaxed),
-        )?;
-        counters(
-            e,
-            (
-                "dk_secure_handshake_failures",
-                "dk/2 handshakes that did not finish, by why.",
-                "reason",
-            ),
-            HandshakeFailure::ALL
-                .iter()
-                .map(|why| (why.as_str(), metrics.handshake_failures(*why))),
-        )?;
-        counter(
-            e,
-            "dk_secure_channel_failures",
-            "dk/2 connections closed 4012: a handshake or record that did not hold.",
-            stats.channel_failures.load(Ordering::Relaxed),
-        )?;
+        calls(e, vessel.metrics())?;
+        devices_and_prompts(e, vessel)?;
+        audit(e, vessel)?;
+        listener_connections(e, vessel)?;
+        device_connections(e, vessel)?;
         if let Some(status) = vessel.fleet_status() {
             fleet(e, &status)?;
         }
         Ok(())
     }
+}
+
+/// Tool calls: decided (by kind and decision), how long each took to
+/// decide, and those refused for a limit.
+fn calls(e: &mut DescriptorEncoder<'_>, metrics: &Metrics) -> Result<(), fmt::Error> {
+    let mut calls = e.encode_descriptor(
+        "dk_calls",
+        "Tool calls decided, by the kind of capability called and the decision.",
+        None,
+        MetricType::Counter,
+    )?;
+    for kind in CallKind::ALL {
+        for decision in CallDecision::ALL {
+            let labels = [("kind", kind.as_str()), ("decision", decision.as_str())];
+            ConstCounter::new(metrics.calls(*kind, *decision))
+                .encode(calls.encode_family(&labels)?)?;
+        }
+    }
+    histograms(
+        e,
+        (
+            "dk_call_duration_seconds",
+            "Time from a tool call's start to its decision (the person's answer and the device's included).",
+            "kind",
+        ),
+        CallKind::ALL
+            .iter()
+            .map(|kind| (kind.as_str(), metrics.call_seconds(*kind))),
+    )?;
+    counters(
+        e,
+        (
+            "dk_rate_limited_calls",
+            "Tool calls refused for a rate or budget reached, by the limit.",
+            "limit",
+        ),
+        LimitReached::ALL
+            .iter()
+            .map(|limit| (limit.as_str(), metrics.rate_limited_calls(*limit))),
+    )
+}
+
+/// Devices paired and connected, the prompts waiting for the person, and
+/// how long the person took to answer.
+fn devices_and_prompts(e: &mut DescriptorEncoder<'_>, vessel: &Vessel) -> Result<(), fmt::Error> {
+    gauge(
+        e,
+        "dk_devices_paired",
+        "Devices paired now.",
+        vessel.registry().count(),
+    )?;
+    gauge(
+        e,
+        "dk_devices_connected",
+        "Devices connected now.",
+        vessel.links().count(),
+    )?;
+    let (pairings, approvals) = vessel.person().waiting();
+    gauges(
+        e,
+        (
+            "dk_prompts_pending",
+            "Prompts waiting for the person's answer, by what is asked.",
+            "prompt",
+        ),
+        [
+            (PromptKind::Pairing.as_str(), pairings),
+            (PromptKind::Approval.as_str(), approvals),
+        ],
+    )?;
+    let metrics = vessel.metrics();
+    histograms(
+        e,
+        (
+            "dk_prompt_answer_duration_seconds",
+            "Time from asking the person to their answer, by what was asked.",
+            "prompt",
+        ),
+        PromptKind::ALL
+            .iter()
+            .map(|prompt| (prompt.as_str(), metrics.answer_seconds(*prompt))),
+    )
+}
+
+/// The audit writer: its queue, the entries it committed, and how long
+/// each batch took.
+fn audit(e: &mut DescriptorEncoder<'_>, vessel: &Vessel) -> Result<(), fmt::Error> {
+    gauge(
+        e,
+        "dk_audit_queue_depth",
+        "Places taken in the audit writer's queue: entries waiting for a commit and calls holding one.",
+        vessel.audit_queue_depth(),
+    )?;
+    counter(
+        e,
+        "dk_audit_entries_committed",
+        "Audit entries committed to the store, those written with their change included.",
+        vessel.audit_committed(),
+    )?;
+    let commits = vessel.metrics().audit_commit_seconds();
+    e.encode_descriptor(
+        "dk_audit_commit_duration_seconds",
+        "Time one batch of audit entries took to commit.",
+        None,
+        MetricType::Histogram,
+    )?
+    .encode_histogram::<NoLabelSet>(
+        commits.sum_seconds,
+        commits.count,
+        &commits.buckets,
+        None,
+    )
+}
+
+/// Each listener's connections: held now, accepted, refused at accept and
+/// closed for idling.
+fn listener_connections(e: &mut DescriptorEncoder<'_>, vessel: &Vessel) -> Result<(), fmt::Error> {
+    let listeners = listeners(vessel);
+    gauges(
+        e,
+        (
+            "dk_listener_connections_open",
+            "Connections a listener holds now.",
+            "listener",
+        ),
+        listeners.map(|(listener, stats)| (listener, stats.open.load(Ordering::Relaxed))),
+    )?;
+    let count = |read: fn(&ListenerStats) -> u64| {
+        listeners
+            .into_iter()
+            .map(move |(listener, stats)| (listener, read(stats)))
+    };
+    counters(
+        e,
+        (
+            "dk_listener_connections_opened",
+            "Connections a listener accepted and served.",
+            "listener",
+        ),
+        count(|s| s.accepted.load(Ordering::Relaxed)),
+    )?;
+    counters(
+        e,
+        (
+            "dk_listener_connections_refused",
+            "Connections a listener closed at accept, over its caps (in all or per address).",
+            "listener",
+        ),
+        count(|s| s.refused_at_accept.load(Ordering::Relaxed)),
+    )?;
+    counters(
+        e,
+        (
+            "dk_listener_connections_idle_closed",
+            "Connections a listener closed for moving no byte for its idle timeout.",
+            "listener",
+        ),
+        count(|s| s.idle_closed.load(Ordering::Relaxed)),
+    )
+}
+
+/// Device connections refused over the caps, and dk/2's handshakes and
+/// channels: finished, failed (by why), closed for not holding.
+fn device_connections(e: &mut DescriptorEncoder<'_>, vessel: &Vessel) -> Result<(), fmt::Error> {
+    let stats = vessel.stats();
+    counter(
+        e,
+        "dk_device_connections_refused",
+        "Device connections refused before their handshake, over the vessel's connection caps.",
+        stats.refused_connections.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "dk_secure_handshakes",
+        "dk/2 handshakes that finished.",
+        stats.secure_handshakes.load(Ordering::Relaxed),
+    )?;
+    let metrics = vessel.metrics();
+    counters(
+        e,
+        (
+            "dk_secure_handshake_failures",
+            "dk/2 handshakes that did not finish, by why.",
+            "reason",
+        ),
+        HandshakeFailure::ALL
+            .iter()
+            .map(|why| (why.as_str(), metrics.handshake_failures(*why))),
+    )?;
+    counter(
+        e,
+        "dk_secure_channel_failures",
+        "dk/2 connections closed 4012: a handshake or record that did not hold.",
+        stats.channel_failures.load(Ordering::Relaxed),
+    )
 }
 
 /// A fleet member's gauges and counters: no member or device in a label.

@@ -11,14 +11,15 @@ use super::policy::{
 use super::redact::{Redactor, redact_telemetry};
 
 /// The conformance cases, in the order they run and are reported.
-pub const CONFORMANCE_CASES: [&str; 6] = [
-    "denial-by-default",
-    "approval-gate",
-    "session-budget",
-    "run-accounting",
-    "stream-bounds",
-    "redaction",
-];
+pub const CONFORMANCE_CASES: [&str; 6] =
+    [DENIAL, APPROVAL, SESSIONS, ACCOUNTING, BOUNDS, REDACTION];
+
+const DENIAL: &str = "denial-by-default";
+const APPROVAL: &str = "approval-gate";
+const SESSIONS: &str = "session-budget";
+const ACCOUNTING: &str = "run-accounting";
+const BOUNDS: &str = "stream-bounds";
+const REDACTION: &str = "redaction";
 
 /// The secret the redaction case plants in telemetry.
 const PLANTED_SECRET: &str = "dk-conformance-device-token-3f9a";
@@ -110,15 +111,6 @@ fn fail(case: &'static str, code: AdmissionCode, reason: impl Into<String>) -> C
     }
 }
 
-fn resolved(
-    case: &'static str,
-    kind: DeviceClass,
-    raw: &RawDevicePolicy,
-    options: &ResolveOptions,
-) -> Result<ResolvedPolicy, ConformanceFailure> {
-    resolve(kind, raw, options).map_err(|error| fail(case, error.code(), error.to_string()))
-}
-
 /// Expects `outcome` to be refused with `code`; else the case fails with `code`.
 fn expect_refused<T>(
     case: &'static str,
@@ -167,160 +159,221 @@ pub fn run_device_policy_conformance(
     adapter: &dyn DeviceAdapter,
     options: &ResolveOptions,
 ) -> Result<Vec<&'static str>, ConformanceFailure> {
-    let [denial, approval, sessions, accounting, bounds, redaction] = CONFORMANCE_CASES;
-    let kind = adapter.kind();
-    let configured = adapter.policy();
-    let accounted = ResolveOptions {
-        run_limits: Some(options.run_limits.unwrap_or_default()),
-        ..options.clone()
-    };
-    let mut passed = Vec::with_capacity(CONFORMANCE_CASES.len());
-
+    let run = Run::new(adapter, options);
     // The policy as configured must resolve before any case can run.
-    resolved(denial, kind, configured, options)?;
+    run.resolved(DENIAL, run.configured, options)?;
+    run.denial_by_default()?;
+    let enabled = run.approval_gate()?;
+    run.session_budget(&enabled)?;
+    run.run_accounting()?;
+    run.stream_bounds(&enabled)?;
+    run.redaction()?;
+    Ok(CONFORMANCE_CASES.to_vec())
+}
 
-    let disabled = resolved(
-        denial,
-        kind,
-        &RawDevicePolicy {
-            enabled: Some(Value::Bool(false)),
-            ..configured.clone()
-        },
-        &accounted,
-    )?;
-    let request = AdmissionRequest {
+/// An approved admission with no active session and no run budget of its
+/// own: what each case changes one thing of.
+fn approved() -> AdmissionRequest<'static> {
+    AdmissionRequest {
         approved: true,
         active_sessions: 0.0,
         run_limits: None,
-    };
-    expect_refused(
-        denial,
-        AdmissionCode::Disabled,
-        "a disabled device",
-        adapter.admit(&disabled, request),
-    )?;
-    passed.push(denial);
+    }
+}
 
-    let enabled = resolved(
-        approval,
-        kind,
-        &RawDevicePolicy {
-            enabled: Some(Value::Bool(true)),
-            require_approval: Some(Value::Bool(true)),
-            sandbox: Some(
-                configured
-                    .sandbox
-                    .clone()
-                    .unwrap_or_else(|| Value::String("sandbox".to_owned())),
-            ),
-            ..configured.clone()
-        },
-        &accounted,
-    )?;
-    expect_refused(
-        approval,
-        AdmissionCode::Approval,
-        "an unapproved side effect",
-        adapter.admit(
-            &enabled,
-            AdmissionRequest {
-                approved: false,
-                ..request
+/// One conformance run: the adapter, its configured policy, and the
+/// options the cases resolve their policies with.
+struct Run<'a> {
+    adapter: &'a dyn DeviceAdapter,
+    kind: DeviceClass,
+    configured: &'a RawDevicePolicy,
+    options: &'a ResolveOptions,
+    /// `options` with a run budget (its own, else the default).
+    accounted: ResolveOptions,
+}
+
+impl<'a> Run<'a> {
+    fn new(adapter: &'a dyn DeviceAdapter, options: &'a ResolveOptions) -> Self {
+        Run {
+            adapter,
+            kind: adapter.kind(),
+            configured: adapter.policy(),
+            options,
+            accounted: ResolveOptions {
+                run_limits: Some(options.run_limits.unwrap_or_default()),
+                ..options.clone()
             },
-        ),
-    )?;
-    if let Err(error) = adapter.admit(&enabled, request) {
-        return Err(fail(
-            approval,
+        }
+    }
+
+    /// `raw` resolved for the adapter's class; else `case` fails with the
+    /// resolution's code.
+    fn resolved(
+        &self,
+        case: &'static str,
+        raw: &RawDevicePolicy,
+        options: &ResolveOptions,
+    ) -> Result<ResolvedPolicy, ConformanceFailure> {
+        resolve(self.kind, raw, options)
+            .map_err(|error| fail(case, error.code(), error.to_string()))
+    }
+
+    /// `denial-by-default`: the policy disabled refuses an approved admission.
+    fn denial_by_default(&self) -> Result<(), ConformanceFailure> {
+        let disabled = self.resolved(
+            DENIAL,
+            &RawDevicePolicy {
+                enabled: Some(Value::Bool(false)),
+                ..self.configured.clone()
+            },
+            &self.accounted,
+        )?;
+        expect_refused(
+            DENIAL,
+            AdmissionCode::Disabled,
+            "a disabled device",
+            self.adapter.admit(&disabled, approved()),
+        )
+    }
+
+    /// `approval-gate`: the policy enabled and asking for approval, in its
+    /// sandbox, refuses an unapproved admission and admits an approved one.
+    /// Returns that policy, which the later cases use.
+    fn approval_gate(&self) -> Result<ResolvedPolicy, ConformanceFailure> {
+        let enabled = self.resolved(
+            APPROVAL,
+            &RawDevicePolicy {
+                enabled: Some(Value::Bool(true)),
+                require_approval: Some(Value::Bool(true)),
+                sandbox: Some(
+                    self.configured
+                        .sandbox
+                        .clone()
+                        .unwrap_or_else(|| Value::String("sandbox".to_owned())),
+                ),
+                ..self.configured.clone()
+            },
+            &self.accounted,
+        )?;
+        expect_refused(
+            APPROVAL,
             AdmissionCode::Approval,
-            format!("an approved side effect was refused: {error}"),
-        ));
-    }
-    passed.push(approval);
-
-    // The cap is at most 4, so the conversion is exact.
-    let at_cap = enabled.max_concurrent_sessions() as f64;
-    expect_refused(
-        sessions,
-        AdmissionCode::Sessions,
-        "a session over the cap",
-        adapter.admit(
-            &enabled,
-            AdmissionRequest {
-                active_sessions: at_cap,
-                ..request
-            },
-        ),
-    )?;
-    passed.push(sessions);
-
-    let unaccounted = resolved(
-        accounting,
-        kind,
-        &RawDevicePolicy {
-            enabled: Some(Value::Bool(true)),
-            sandbox: Some(Value::String("sandbox".to_owned())),
-            run_limits: None,
-            ..configured.clone()
-        },
-        &ResolveOptions {
-            run_limits: None,
-            ..options.clone()
-        },
-    )?;
-    expect_refused(
-        accounting,
-        AdmissionCode::RunLimits,
-        "a session without run limits",
-        adapter.admit(&unaccounted, request),
-    )?;
-    passed.push(accounting);
-
-    // The cap is at most 8 MiB, so both conversions are exact.
-    let cap = enabled.max_chunk_bytes();
-    let over = adapter.accept_chunk(&enabled, cap.saturating_add(1) as f64);
-    if !matches!(&over, Ok(verdict) if !verdict.accepted() && verdict.marker() == Some(DROPPED_OVERSIZE))
-    {
-        return Err(fail(
-            bounds,
-            AdmissionCode::Chunk,
-            format!(
-                "an oversize chunk of {} bytes was not dropped",
-                cap.saturating_add(1)
+            "an unapproved side effect",
+            self.adapter.admit(
+                &enabled,
+                AdmissionRequest {
+                    approved: false,
+                    ..approved()
+                },
             ),
-        ));
+        )?;
+        if let Err(error) = self.adapter.admit(&enabled, approved()) {
+            return Err(fail(
+                APPROVAL,
+                AdmissionCode::Approval,
+                format!("an approved side effect was refused: {error}"),
+            ));
+        }
+        Ok(enabled)
     }
-    if !matches!(adapter.accept_chunk(&enabled, cap as f64), Ok(verdict) if verdict.accepted()) {
-        return Err(fail(
-            bounds,
-            AdmissionCode::Chunk,
-            format!("a chunk of exactly {cap} bytes was not accepted"),
-        ));
-    }
-    passed.push(bounds);
 
-    let redactor = Redactor::new([PLANTED_SECRET]);
-    let leaky = json!({
-        "note": format!("leak {PLANTED_SECRET}"),
-        PLANTED_SECRET: ["nested", {"token": PLANTED_SECRET}],
-    });
-    let redacted = adapter.redact_telemetry(Some(&redactor), &leaky);
-    if redacted.to_string().contains(PLANTED_SECRET) {
-        return Err(fail(
-            redaction,
-            AdmissionCode::Input,
-            "a secret survived telemetry redaction",
-        ));
+    /// `session-budget`: the `enabled` policy refuses an identity at its
+    /// session cap.
+    fn session_budget(&self, enabled: &ResolvedPolicy) -> Result<(), ConformanceFailure> {
+        // The cap is at most 4, so the conversion is exact.
+        let at_cap = enabled.max_concurrent_sessions() as f64;
+        expect_refused(
+            SESSIONS,
+            AdmissionCode::Sessions,
+            "a session over the cap",
+            self.adapter.admit(
+                enabled,
+                AdmissionRequest {
+                    active_sessions: at_cap,
+                    ..approved()
+                },
+            ),
+        )
     }
-    let plain = json!({"note": "ok"});
-    if adapter.redact_telemetry(None, &plain) != plain {
-        return Err(fail(
-            redaction,
-            AdmissionCode::Input,
-            "telemetry changed without a redactor",
-        ));
-    }
-    passed.push(redaction);
 
-    Ok(passed)
+    /// `run-accounting`: enabled and sandboxed with no run limits anywhere,
+    /// an admission is refused.
+    fn run_accounting(&self) -> Result<(), ConformanceFailure> {
+        let unaccounted = self.resolved(
+            ACCOUNTING,
+            &RawDevicePolicy {
+                enabled: Some(Value::Bool(true)),
+                sandbox: Some(Value::String("sandbox".to_owned())),
+                run_limits: None,
+                ..self.configured.clone()
+            },
+            &ResolveOptions {
+                run_limits: None,
+                ..self.options.clone()
+            },
+        )?;
+        expect_refused(
+            ACCOUNTING,
+            AdmissionCode::RunLimits,
+            "a session without run limits",
+            self.adapter.admit(&unaccounted, approved()),
+        )
+    }
+
+    /// `stream-bounds`: under the `enabled` policy a chunk one byte over
+    /// the cap is dropped with its marker, one of exactly the cap accepted.
+    fn stream_bounds(&self, enabled: &ResolvedPolicy) -> Result<(), ConformanceFailure> {
+        // The cap is at most 8 MiB, so both conversions are exact.
+        let cap = enabled.max_chunk_bytes();
+        let over = self
+            .adapter
+            .accept_chunk(enabled, cap.saturating_add(1) as f64);
+        if !matches!(&over, Ok(verdict) if !verdict.accepted() && verdict.marker() == Some(DROPPED_OVERSIZE))
+        {
+            return Err(fail(
+                BOUNDS,
+                AdmissionCode::Chunk,
+                format!(
+                    "an oversize chunk of {} bytes was not dropped",
+                    cap.saturating_add(1)
+                ),
+            ));
+        }
+        if !matches!(self.adapter.accept_chunk(enabled, cap as f64), Ok(verdict) if verdict.accepted())
+        {
+            return Err(fail(
+                BOUNDS,
+                AdmissionCode::Chunk,
+                format!("a chunk of exactly {cap} bytes was not accepted"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `redaction`: a secret planted in a string and a key is gone from
+    /// redacted telemetry, and without a redactor telemetry is unchanged.
+    fn redaction(&self) -> Result<(), ConformanceFailure> {
+        let redactor = Redactor::new([PLANTED_SECRET]);
+        let leaky = json!({
+            "note": format!("leak {PLANTED_SECRET}"),
+            PLANTED_SECRET: ["nested", {"token": PLANTED_SECRET}],
+        });
+        let redacted = self.adapter.redact_telemetry(Some(&redactor), &leaky);
+        if redacted.to_string().contains(PLANTED_SECRET) {
+            return Err(fail(
+                REDACTION,
+                AdmissionCode::Input,
+                "a secret survived telemetry redaction",
+            ));
+        }
+        let plain = json!({"note": "ok"});
+        if self.adapter.redact_telemetry(None, &plain) != plain {
+            return Err(fail(
+                REDACTION,
+                AdmissionCode::Input,
+                "telemetry changed without a redactor",
+            ));
+        }
+        Ok(())
+    }
 }

@@ -382,126 +382,194 @@ fn check_list(
 }
 
 fn check_clause(clause: syntax::SynClause<'_>, errors: &mut Vec<ConditionError>) -> Option<Clause> {
-    use syntax::SynRhs;
-    let field = Field {
-        name: clause.field.to_owned(),
-        known: KnownField::of(clause.field),
-    };
-    if let Some(message) = input::field_problem(clause.field) {
-        errors.push(ConditionError::new(clause.field_span, message));
+    let syntax::SynClause {
+        field,
+        field_span,
+        op,
+        op_span,
+        rhs,
+    } = clause;
+    if let Some(message) = input::field_problem(field) {
+        errors.push(ConditionError::new(field_span, message));
         return None;
     }
-    let is_input = field.known == KnownField::Input;
-    let op_name = clause.op.to_ascii_lowercase();
-    // For an `input.` field, `equals` and `in` read a bare value as a
-    // number or boolean when it is one.
-    let value = |v: syntax::SynValue<'_>, typed: bool| {
+    let known = KnownField::of(field);
+    let operator = Operator {
+        field,
+        op,
+        name: op.to_ascii_lowercase(),
+        span: op_span.clone(),
+        on_input: known == KnownField::Input,
+    };
+    let Some(checked) = operator.check(rhs, errors).ok()? else {
+        errors.push(ConditionError::new(
+            op_span,
+            format!("`{op}` is missing its value"),
+        ));
+        return None;
+    };
+    Some(Clause {
+        field: Field {
+            name: field.to_owned(),
+            known,
+        },
+        field_span,
+        op: checked,
+    })
+}
+
+/// A clause's operator was refused; what is wrong is reported already
+/// (or, for a value of the wrong shape, left to the syntax's report).
+struct Refused;
+
+/// Reports `message` at `span`, refusing the clause.
+fn refuse(
+    errors: &mut Vec<ConditionError>,
+    span: Range<usize>,
+    message: impl Into<String>,
+) -> Refused {
+    errors.push(ConditionError::new(span, message));
+    Refused
+}
+
+/// A clause's operator as written, and the field it applies to.
+struct Operator<'a> {
+    field: &'a str,
+    /// As written.
+    op: &'a str,
+    /// Lower case.
+    name: String,
+    span: Range<usize>,
+    /// The field is an `input.` field.
+    on_input: bool,
+}
+
+impl Operator<'_> {
+    /// The operation the operator and `rhs` make: `None` when the value
+    /// is missing.
+    fn check(
+        &self,
+        rhs: syntax::SynRhs<'_>,
+        errors: &mut Vec<ConditionError>,
+    ) -> Result<Option<Op>, Refused> {
+        match self.name.as_str() {
+            "equals" => Ok(self.single(rhs, true).map(Op::Equals)),
+            "starts_with" => Ok(self.single(rhs, false).map(Op::StartsWith)),
+            "ends_with" => Ok(self.single(rhs, false).map(Op::EndsWith)),
+            "contains" => self.contains(rhs, errors),
+            "in" => self.within(rhs, errors),
+            ">" | ">=" | "<" | "<=" => self.compare(rhs, errors),
+            "has_secret" => Err(refuse(
+                errors,
+                self.span.clone(),
+                "`has_secret` has no meaning for device calls and is not supported",
+            )),
+            _ => Err(refuse(
+                errors,
+                self.span.clone(),
+                format!(
+                    "unknown operator `{}` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
+                    self.op
+                ),
+            )),
+        }
+    }
+
+    /// A value as the clause holds it. For an `input.` field, `equals`
+    /// and `in` (`typed`) read a bare value as a number or boolean when
+    /// it is one.
+    fn value(&self, v: syntax::SynValue<'_>, typed: bool) -> Value {
         let mut out = Value::new(v.text.into_owned(), v.span);
-        if typed && is_input && !v.quoted {
+        if typed && self.on_input && !v.quoted {
             out.literal = Literal::of(&out.text);
         }
         out
-    };
-    let single = |rhs: SynRhs<'_>, typed: bool| match rhs {
-        SynRhs::Value(v) => Some(value(v, typed)),
-        SynRhs::List(_) | SynRhs::Nothing => None,
-    };
-    let op = match op_name.as_str() {
-        "equals" => single(clause.rhs, true).map(Op::Equals),
-        "starts_with" => single(clause.rhs, false).map(Op::StartsWith),
-        "ends_with" => single(clause.rhs, false).map(Op::EndsWith),
-        "contains" => {
-            let v = single(clause.rhs, false)?;
-            if utf16_len(&v.text) > MAX_CONTAINS_LENGTH {
-                errors.push(ConditionError::new(
-                    v.span,
-                    format!("`contains` value longer than {MAX_CONTAINS_LENGTH} characters"),
-                ));
-                return None;
-            }
-            Some(Op::Contains(v))
+    }
+
+    /// The one value `rhs` holds, if it holds one.
+    fn single(&self, rhs: syntax::SynRhs<'_>, typed: bool) -> Option<Value> {
+        match rhs {
+            syntax::SynRhs::Value(v) => Some(self.value(v, typed)),
+            syntax::SynRhs::List(_) | syntax::SynRhs::Nothing => None,
         }
-        "in" => match clause.rhs {
-            SynRhs::List(items) => Some(Op::In(
-                items.into_iter().map(|item| value(item, true)).collect(),
-            )),
-            SynRhs::Value(v) => match crate::time::TimeWindow::parse(&v.text) {
-                Ok(window) if !v.quoted => Some(Op::Window(window)),
-                Ok(_) => {
-                    errors.push(ConditionError::new(
-                        v.span,
-                        "write a time window without quotes, as in `time in 23:00..06:00`",
-                    ));
-                    return None;
-                }
-                Err(message) => {
-                    errors.push(ConditionError::new(v.span, message));
-                    return None;
-                }
-            },
-            SynRhs::Nothing => None,
-        },
-        ">" | ">=" | "<" | "<=" => {
-            let comparison = Comparison::of(&op_name)?;
-            if !is_input {
-                errors.push(ConditionError::new(
-                    clause.op_span,
-                    format!(
-                        "`{op_name}` compares numbers and applies only to `input.<param>` fields, as in `input.target {op_name} 25`"
-                    ),
-                ));
-                return None;
-            }
-            let SynRhs::Value(v) = clause.rhs else {
-                return None;
-            };
-            match (v.quoted, Number::parse(&v.text)) {
-                (false, Ok(number)) => Some(Op::Compare(comparison, number)),
-                (_, Err(Some(message))) => {
-                    errors.push(ConditionError::new(v.span, message));
-                    return None;
-                }
-                (_, _) => {
-                    errors.push(ConditionError::new(
-                        v.span,
-                        format!(
-                            "`{}` expects a number: `{op_name}` compares numbers, so write one without quotes, as in `{} {op_name} 25`",
-                            clause.field, clause.field
-                        ),
-                    ));
-                    return None;
-                }
-            }
-        }
-        "has_secret" => {
-            errors.push(ConditionError::new(
-                clause.op_span,
-                "`has_secret` has no meaning for device calls and is not supported",
+    }
+
+    /// `contains`: one value, at most [`MAX_CONTAINS_LENGTH`] characters.
+    fn contains(
+        &self,
+        rhs: syntax::SynRhs<'_>,
+        errors: &mut Vec<ConditionError>,
+    ) -> Result<Option<Op>, Refused> {
+        let v = self.single(rhs, false).ok_or(Refused)?;
+        if utf16_len(&v.text) > MAX_CONTAINS_LENGTH {
+            return Err(refuse(
+                errors,
+                v.span,
+                format!("`contains` value longer than {MAX_CONTAINS_LENGTH} characters"),
             ));
-            return None;
         }
-        _ => {
-            errors.push(ConditionError::new(
-                clause.op_span,
+        Ok(Some(Op::Contains(v)))
+    }
+
+    /// `in`: a list of values, or a time window written without quotes.
+    fn within(
+        &self,
+        rhs: syntax::SynRhs<'_>,
+        errors: &mut Vec<ConditionError>,
+    ) -> Result<Option<Op>, Refused> {
+        let v = match rhs {
+            syntax::SynRhs::List(items) => {
+                let values = items.into_iter().map(|item| self.value(item, true));
+                return Ok(Some(Op::In(values.collect())));
+            }
+            syntax::SynRhs::Value(v) => v,
+            syntax::SynRhs::Nothing => return Ok(None),
+        };
+        match TimeWindow::parse(&v.text) {
+            Ok(window) if !v.quoted => Ok(Some(Op::Window(window))),
+            Ok(_) => Err(refuse(
+                errors,
+                v.span,
+                "write a time window without quotes, as in `time in 23:00..06:00`",
+            )),
+            Err(message) => Err(refuse(errors, v.span, message)),
+        }
+    }
+
+    /// `>`, `>=`, `<`, `<=`: an `input.` field against a number written
+    /// without quotes.
+    fn compare(
+        &self,
+        rhs: syntax::SynRhs<'_>,
+        errors: &mut Vec<ConditionError>,
+    ) -> Result<Option<Op>, Refused> {
+        let op = &self.name;
+        let comparison = Comparison::of(op).ok_or(Refused)?;
+        if !self.on_input {
+            return Err(refuse(
+                errors,
+                self.span.clone(),
                 format!(
-                    "unknown operator `{}` (expected equals, contains, starts_with, ends_with, in, or for `input.` fields >, >=, <, <=)",
-                    clause.op
+                    "`{op}` compares numbers and applies only to `input.<param>` fields, as in `input.target {op} 25`"
                 ),
             ));
-            return None;
         }
-    };
-    if op.is_none() {
-        errors.push(ConditionError::new(
-            clause.op_span,
-            format!("`{}` is missing its value", clause.op),
-        ));
+        let syntax::SynRhs::Value(v) = rhs else {
+            return Err(Refused);
+        };
+        match (v.quoted, Number::parse(&v.text)) {
+            (false, Ok(number)) => Ok(Some(Op::Compare(comparison, number))),
+            (_, Err(Some(message))) => Err(refuse(errors, v.span, message)),
+            (_, _) => Err(refuse(
+                errors,
+                v.span,
+                format!(
+                    "`{}` expects a number: `{op}` compares numbers, so write one without quotes, as in `{} {op} 25`",
+                    self.field, self.field
+                ),
+            )),
+        }
     }
-    Some(Clause {
-        field,
-        field_span: clause.field_span,
-        op: op?,
-    })
 }
 
 // ---- printer ----

@@ -200,14 +200,52 @@ struct Fields {
     bad: Vec<&'static str>,
 }
 
+/// What a rule file's top level held: whether `version` and `policies`
+/// were there, and the entries of `policies`.
+#[derive(Default)]
+struct Top {
+    version_seen: bool,
+    policies_seen: bool,
+    policies: Option<Vec<RawEntry>>,
+}
+
 impl Checker {
     fn push(&mut self, error: PolicyError, target: Option<Target>) {
         self.errors.push((error, target));
     }
 
     fn file(&mut self, raw: RawFile) -> Vec<Rule> {
-        let entries = match raw {
-            RawFile::Map(entries) => entries,
+        let Some(entries) = self.file_mapping(raw) else {
+            return Vec::new();
+        };
+        let mut top = Top::default();
+        let mut key_counts: HashMap<Option<String>, usize> = HashMap::new();
+        for (key, value) in entries {
+            if let Some(name) = self.top_key(key, &mut key_counts) {
+                self.top_value(name, value, &mut top);
+            }
+        }
+        if !top.version_seen {
+            self.push(PolicyError::file("missing `version: 1`"), None);
+        }
+        if !top.policies_seen {
+            self.push(PolicyError::file("missing `policies`"), None);
+        }
+        let mut rules = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (index, entry) in top.policies.unwrap_or_default().into_iter().enumerate() {
+            if let Some(rule) = self.rule(index, entry, &mut names) {
+                rules.push(rule);
+            }
+        }
+        rules
+    }
+
+    /// The entries of a rule file's top-level mapping; `None` after
+    /// pushing the error when it is no mapping.
+    fn file_mapping(&mut self, raw: RawFile) -> Option<Vec<(RawKey, RawTop)>> {
+        match raw {
+            RawFile::Map(entries) => Some(entries),
             RawFile::Other(raw) => {
                 let found = raw.kind();
                 self.push(
@@ -216,106 +254,110 @@ impl Checker {
                     )),
                     None,
                 );
-                return Vec::new();
+                None
             }
+        }
+    }
+
+    /// A top-level key's name, counted in `key_counts`; `None` after
+    /// pushing the error when it is not a string or was seen before.
+    fn top_key(
+        &mut self,
+        key: RawKey,
+        key_counts: &mut HashMap<Option<String>, usize>,
+    ) -> Option<String> {
+        let key_text = match &key {
+            RawKey::Str(text) => Some(text.clone()),
+            RawKey::Other(_) => None,
         };
-        let mut version_seen = false;
-        let mut policies: Option<Vec<RawEntry>> = None;
-        let mut policies_seen = false;
-        let mut key_counts: HashMap<Option<String>, usize> = HashMap::new();
-        for (key, value) in entries {
-            let key_text = match &key {
-                RawKey::Str(text) => Some(text.clone()),
-                RawKey::Other(_) => None,
-            };
-            let count = key_counts.entry(key_text.clone()).or_default();
-            let nth = *count;
-            *count += 1;
-            let target_key = Target::TopKey(key_text.clone(), nth);
-            let name = match key {
-                RawKey::Str(name) => name,
-                RawKey::Other(kind) => {
-                    self.push(
-                        PolicyError::file(format!("keys must be strings, found {kind}")),
-                        Some(target_key),
-                    );
-                    continue;
-                }
-            };
-            if nth > 0 {
+        let count = key_counts.entry(key_text.clone()).or_default();
+        let nth = *count;
+        *count += 1;
+        let target_key = Target::TopKey(key_text, nth);
+        let name = match key {
+            RawKey::Str(name) => name,
+            RawKey::Other(kind) => {
                 self.push(
-                    PolicyError::file(format!("duplicate key `{name}`")),
+                    PolicyError::file(format!("keys must be strings, found {kind}")),
                     Some(target_key),
                 );
-                continue;
+                return None;
             }
-            match (name.as_str(), value) {
-                ("version", RawTop::Value(Raw::Int(1))) => version_seen = true,
-                ("version", RawTop::Value(other)) => {
-                    version_seen = true;
-                    let found = match other {
-                        Raw::Int(n) => format!("{n}"),
-                        other => other.kind().to_owned(),
-                    };
-                    self.push(
-                        PolicyError::file(format!("`version` must be 1, found {found}")),
-                        Some(Target::TopValue(name.clone())),
-                    );
-                }
-                ("timezone", RawTop::Value(Raw::Str(Some(zone_name)))) => {
-                    match Zone::named(&zone_name) {
-                        Ok(zone) => self.zone = Some(zone),
-                        Err(error) => self.push(
-                            PolicyError::file(format!("`timezone`: {error}")),
-                            Some(Target::TopValue(name.clone())),
-                        ),
-                    }
-                }
-                ("timezone", RawTop::Value(other)) => {
-                    let found = other.kind();
-                    self.push(
-                        PolicyError::file(format!(
-                            "`timezone` must be an IANA zone name such as `Europe/Berlin`, found {found}"
-                        )),
-                        Some(Target::TopValue(name.clone())),
-                    );
-                }
-                ("policies", RawTop::Policies(list)) => {
-                    policies_seen = true;
-                    policies = Some(list);
-                }
-                ("policies", RawTop::Value(other)) => {
-                    policies_seen = true;
-                    let found = other.kind();
-                    self.push(
-                        PolicyError::file(format!(
-                            "`policies` must be a list of rules (`[]` for none), found {found}"
-                        )),
-                        Some(Target::TopValue(name.clone())),
-                    );
-                }
-                (_, _) => self.push(
+        };
+        if nth > 0 {
+            self.push(
+                PolicyError::file(format!("duplicate key `{name}`")),
+                Some(target_key),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    /// Takes the value of the top-level key `name` (seen once) into `top`,
+    /// or the file's zone; pushes what is wrong with it.
+    fn top_value(&mut self, name: String, value: RawTop, top: &mut Top) {
+        match (name.as_str(), value) {
+            ("version", RawTop::Value(raw)) => {
+                top.version_seen = true;
+                self.version(raw);
+            }
+            ("timezone", RawTop::Value(raw)) => self.timezone(raw),
+            ("policies", RawTop::Policies(list)) => {
+                top.policies_seen = true;
+                top.policies = Some(list);
+            }
+            ("policies", RawTop::Value(other)) => {
+                top.policies_seen = true;
+                let found = other.kind();
+                self.push(
                     PolicyError::file(format!(
-                        "unknown key `{name}` (a rule file has `version`, `policies` and optionally `timezone`)"
+                        "`policies` must be a list of rules (`[]` for none), found {found}"
                     )),
-                    Some(target_key),
-                ),
+                    Some(Target::TopValue(name)),
+                );
+            }
+            (_, _) => {
+                let error = PolicyError::file(format!(
+                    "unknown key `{name}` (a rule file has `version`, `policies` and optionally `timezone`)"
+                ));
+                self.push(error, Some(Target::TopKey(Some(name), 0)));
             }
         }
-        if !version_seen {
-            self.push(PolicyError::file("missing `version: 1`"), None);
-        }
-        if !policies_seen {
-            self.push(PolicyError::file("missing `policies`"), None);
-        }
-        let mut rules = Vec::new();
-        let mut names: HashMap<String, usize> = HashMap::new();
-        for (index, entry) in policies.unwrap_or_default().into_iter().enumerate() {
-            if let Some(rule) = self.rule(index, entry, &mut names) {
-                rules.push(rule);
-            }
-        }
-        rules
+    }
+
+    /// `version`, which must be 1.
+    fn version(&mut self, raw: Raw) {
+        let found = match raw {
+            Raw::Int(1) => return,
+            Raw::Int(n) => format!("{n}"),
+            other => other.kind().to_owned(),
+        };
+        self.push(
+            PolicyError::file(format!("`version` must be 1, found {found}")),
+            Some(Target::TopValue("version".to_owned())),
+        );
+    }
+
+    /// `timezone`, an IANA zone name: the zone the file's rules read time in.
+    fn timezone(&mut self, raw: Raw) {
+        let error = match raw {
+            Raw::Str(Some(zone_name)) => match Zone::named(&zone_name) {
+                Ok(zone) => {
+                    self.zone = Some(zone);
+                    return;
+                }
+                Err(error) => format!("`timezone`: {error}"),
+            },
+            other => format!(
+                "`timezone` must be an IANA zone name such as `Europe/Berlin`, found {}",
+                other.kind()
+            ),
+        };
+        self.push(
+            PolicyError::file(error),
+            Some(Target::TopValue("timezone".to_owned())),
+        );
     }
 
     /// One entry of `policies` as a checked rule, or `None` after pushing

@@ -125,221 +125,359 @@ enum Carry {
 /// Rewrites the surrogate pairs of double-quoted scalars in `text`; refuses a lone surrogate escape.
 pub(crate) fn prepare(text: &str) -> Result<Prepared<'_>, PolicyError> {
     if !text.contains("\\u") {
-        return Ok(Prepared {
-            text: Cow::Borrowed(text),
-            shifts: Vec::new(),
-        });
+        return Ok(Prepared::unchanged(text));
     }
     let chars: Vec<char> = text.chars().collect();
-    let at = |i: usize| chars.get(i).copied();
-    let mut out = String::with_capacity(text.len());
-    let mut shifts = Vec::new();
-    let mut state = State::Start;
-    let mut carry = Carry::None;
-    let mut depth = 0usize;
-    let mut line = 1usize;
-    let mut column = 1usize;
-    let mut line_start = true;
-    let mut indent = 0usize;
-    // Characters removed so far on this line.
-    let mut shrunk = 0usize;
-    let mut i = 0usize;
-    if at(0) == Some('\u{feff}') {
-        out.push('\u{feff}');
-        i = 1;
+    let mut scan = Scan::new(&chars, text.len());
+    scan.skip_byte_order_mark();
+    while let Some(c) = scan.peek(0) {
+        scan.step(c)?;
     }
-    while let Some(c) = at(i) {
-        if c == '\n' || c == '\r' {
-            out.push(c);
-            if c == '\r' && at(i + 1) == Some('\n') {
-                out.push('\n');
-                i += 1;
-            }
-            i += 1;
-            line += 1;
-            column = 1;
-            shrunk = 0;
-            line_start = true;
-            state = match state {
-                State::Double | State::Single => state,
-                State::Plain if depth > 0 => State::Plain,
-                State::Plain => {
-                    if carry == Carry::None {
-                        carry = Carry::Plain(indent);
-                    }
-                    State::Start
-                }
-                _ => State::Start,
-            };
-            continue;
-        }
-        let first_of_line = std::mem::take(&mut line_start);
-        if first_of_line && !matches!(state, State::Double | State::Single) {
-            let spaces = chars
-                .get(i..)
-                .unwrap_or(&[])
-                .iter()
-                .take_while(|&&c| c == ' ')
-                .count();
-            let first = at(i + spaces);
-            let empty = chars
-                .get(i + spaces..)
-                .unwrap_or(&[])
-                .iter()
-                .find(|&&c| !matches!(c, ' ' | '\t'))
-                .is_none_or(|&c| matches!(c, '\n' | '\r'));
-            indent = spaces;
-            match carry {
-                Carry::Block(n) if empty || spaces > n => state = State::Rest,
-                Carry::Plain(_) if empty => {}
-                Carry::Plain(n) if spaces > n && first != Some('#') => state = State::Plain,
-                Carry::None => {}
-                Carry::Block(_) | Carry::Plain(_) => carry = Carry::None,
-            }
-            if carry == Carry::None && spaces == 0 {
-                let three: String = chars.get(i..i + 3).unwrap_or(&[]).iter().collect();
-                let spaced = matches!(at(i + 3), None | Some(' ' | '\t' | '\n' | '\r'));
-                if c == '%' {
-                    state = State::Rest;
-                } else if (three == "---" || three == "...") && spaced {
-                    push_n(&mut out, &chars, i, 3);
-                    i += 3;
-                    column += 3;
-                    state = State::Start;
-                    continue;
-                }
-            }
-        }
-        let next = at(i + 1);
-        let spaced_next = matches!(next, None | Some(' ' | '\t' | '\n' | '\r'));
-        match state {
-            State::Rest => {}
-            State::Start => match c {
-                ' ' | '\t' => {}
-                '"' => state = State::Double,
-                '\'' => state = State::Single,
-                '#' => state = State::Rest,
-                '|' | '>' => {
-                    carry = Carry::Block(indent);
-                    state = State::Rest;
-                }
-                '[' | '{' => depth += 1,
-                ']' | '}' => {
-                    depth = depth.saturating_sub(1);
-                    state = State::After;
-                }
-                ',' if depth > 0 => {}
-                '-' | '?' | ':' if spaced_next => {}
-                '&' | '!' | '*' => {
-                    let len = chars
-                        .get(i..)
-                        .unwrap_or(&[])
-                        .iter()
-                        .take_while(|&&c| {
-                            !matches!(c, ' ' | '\t' | '\n' | '\r' | ',' | '[' | ']' | '{' | '}')
-                        })
-                        .count();
-                    push_n(&mut out, &chars, i, len);
-                    i += len;
-                    column += len;
-                    state = if c == '*' { State::After } else { State::Start };
-                    continue;
-                }
-                _ => state = State::Plain,
-            },
-            State::After => match c {
-                ' ' | '\t' => {}
-                '#' => state = State::Rest,
-                ':' | ',' => state = State::Start,
-                ']' | '}' => depth = depth.saturating_sub(1),
-                _ => state = State::Rest,
-            },
-            State::Plain => match c {
-                ' ' | '\t' if next == Some('#') => state = State::Rest,
-                ':' if spaced_next || (depth > 0 && matches!(next, Some(',' | ']' | '}'))) => {
-                    state = State::Start;
-                }
-                ',' if depth > 0 => state = State::Start,
-                ']' | '}' if depth > 0 => {
-                    depth -= 1;
-                    state = State::After;
-                }
-                _ => {}
-            },
-            State::Single => {
-                if c == '\'' {
-                    if next == Some('\'') {
-                        out.push_str("''");
-                        i += 2;
-                        column += 2;
-                        continue;
-                    }
-                    state = State::After;
-                }
-            }
-            State::Double => match c {
-                '"' => state = State::After,
-                '\\' if next == Some('u') => {
-                    let here = Location { line, column };
-                    let Some(high) = hex4(&chars, i + 2) else {
-                        // Not four hex digits: the reader reports it.
-                        out.push_str("\\u");
-                        i += 2;
-                        column += 2;
-                        continue;
-                    };
-                    if (0xDC00..=0xDFFF).contains(&high) {
-                        return Err(lone(high, here));
-                    }
-                    if (0xD800..=0xDBFF).contains(&high) {
-                        let low = if at(i + 6) == Some('\\') && at(i + 7) == Some('u') {
-                            hex4(&chars, i + 8)
-                        } else {
-                            None
-                        };
-                        let Some(low) = low.filter(|low| (0xDC00..=0xDFFF).contains(low)) else {
-                            return Err(lone(high, here));
-                        };
-                        let code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
-                        out.push_str(&format!("\\U{code:08X}"));
-                        shifts.push((line, column - shrunk + 10));
-                        shrunk += SHRINK;
-                        i += 12;
-                        column += 12;
-                        continue;
-                    }
-                    push_n(&mut out, &chars, i, 6);
-                    i += 6;
-                    column += 6;
-                    continue;
-                }
-                '\\' => {
-                    // Any other escape, `\\` and `\"` among them: keep both characters.
-                    if let Some(n) = next.filter(|n| !matches!(n, '\n' | '\r')) {
-                        out.push(c);
-                        out.push(n);
-                        i += 2;
-                        column += 2;
-                        continue;
-                    }
-                }
-                _ => {}
-            },
-        }
-        out.push(c);
-        i += 1;
-        column += 1;
-    }
-    if shifts.is_empty() {
-        return Ok(Prepared {
-            text: Cow::Borrowed(text),
-            shifts,
-        });
+    if scan.shifts.is_empty() {
+        return Ok(Prepared::unchanged(text));
     }
     Ok(Prepared {
-        text: Cow::Owned(out),
-        shifts,
+        text: Cow::Owned(scan.out),
+        shifts: scan.shifts,
     })
+}
+
+impl<'t> Prepared<'t> {
+    /// `text` as it is, with no positions to map.
+    fn unchanged(text: &'t str) -> Self {
+        Prepared {
+            text: Cow::Borrowed(text),
+            shifts: Vec::new(),
+        }
+    }
+}
+
+/// What a step did with the character it was at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Nothing yet: the character is copied as it is.
+    Copy,
+    /// It already copied (or rewrote) what it read and moved past it.
+    Done,
+}
+
+/// One scan through a text: where it is, what it has written, and what it
+/// knows of the YAML around it.
+struct Scan<'c> {
+    chars: &'c [char],
+    /// The index in `chars` of the character the scan is at.
+    i: usize,
+    /// The rewritten text so far.
+    out: String,
+    /// As in [`Prepared`].
+    shifts: Vec<(usize, usize)>,
+    state: State,
+    carry: Carry,
+    /// How many flow collections (`[`, `{`) are open.
+    depth: usize,
+    line: usize,
+    column: usize,
+    /// The next character is the first of its line.
+    line_start: bool,
+    /// The spaces before the first character of the current line.
+    indent: usize,
+    /// Characters removed so far on this line.
+    shrunk: usize,
+}
+
+impl<'c> Scan<'c> {
+    /// A scan at the start of `chars`, writing into room for `capacity` bytes.
+    fn new(chars: &'c [char], capacity: usize) -> Self {
+        Scan {
+            chars,
+            i: 0,
+            out: String::with_capacity(capacity),
+            shifts: Vec::new(),
+            state: State::Start,
+            carry: Carry::None,
+            depth: 0,
+            line: 1,
+            column: 1,
+            line_start: true,
+            indent: 0,
+            shrunk: 0,
+        }
+    }
+
+    /// The character `ahead` places after the current one (0: the current one).
+    fn peek(&self, ahead: usize) -> Option<char> {
+        self.chars.get(self.i + ahead).copied()
+    }
+
+    /// The characters from the current one to the end.
+    fn rest(&self) -> &'c [char] {
+        self.chars.get(self.i..).unwrap_or(&[])
+    }
+
+    /// Copies `len` characters as they are and moves past them.
+    fn copy(&mut self, len: usize) {
+        push_n(&mut self.out, self.chars, self.i, len);
+        self.i += len;
+        self.column += len;
+    }
+
+    /// Copies a leading byte order mark, which is no character of the first line.
+    fn skip_byte_order_mark(&mut self) {
+        if self.peek(0) == Some('\u{feff}') {
+            self.out.push('\u{feff}');
+            self.i = 1;
+        }
+    }
+
+    /// Inside a quoted scalar, where line breaks and indentation mean nothing to the scan.
+    fn quoted(&self) -> bool {
+        matches!(self.state, State::Double | State::Single)
+    }
+
+    /// Reads the character `c` (the current one), and whatever it starts.
+    fn step(&mut self, c: char) -> Result<(), PolicyError> {
+        if c == '\n' || c == '\r' {
+            self.end_line(c);
+            return Ok(());
+        }
+        let first_of_line = std::mem::take(&mut self.line_start);
+        if first_of_line && !self.quoted() && self.begin_line(c) == Step::Done {
+            return Ok(());
+        }
+        let next = self.peek(1);
+        let step = match self.state {
+            State::Rest => Step::Copy,
+            State::Start => self.node_start(c, next),
+            State::After => {
+                self.after_node(c);
+                Step::Copy
+            }
+            State::Plain => {
+                self.plain(c, next);
+                Step::Copy
+            }
+            State::Single => self.single_quoted(c, next),
+            State::Double => self.double_quoted(c, next)?,
+        };
+        if step == Step::Copy {
+            self.copy(1);
+        }
+        Ok(())
+    }
+
+    /// At a line break: copies it (`\r\n` whole) and says what the next line starts in.
+    fn end_line(&mut self, c: char) {
+        let len = if c == '\r' && self.peek(1) == Some('\n') {
+            2
+        } else {
+            1
+        };
+        self.copy(len);
+        self.line += 1;
+        self.column = 1;
+        self.shrunk = 0;
+        self.line_start = true;
+        self.state = match self.state {
+            State::Double | State::Single => self.state,
+            State::Plain if self.depth > 0 => State::Plain,
+            State::Plain => {
+                if self.carry == Carry::None {
+                    self.carry = Carry::Plain(self.indent);
+                }
+                State::Start
+            }
+            _ => State::Start,
+        };
+    }
+
+    /// At the first character `c` of a line outside quotes: measures the
+    /// indent, carries on or ends what earlier lines left, takes a
+    /// directive as is and copies a document marker (`---`, `...`) whole.
+    fn begin_line(&mut self, c: char) -> Step {
+        self.indent = self.rest().iter().take_while(|&&c| c == ' ').count();
+        self.carry_over();
+        if self.carry == Carry::None && self.indent == 0 {
+            if c == '%' {
+                self.state = State::Rest;
+            } else if self.at_document_marker() {
+                self.copy(3);
+                self.state = State::Start;
+                return Step::Done;
+            }
+        }
+        Step::Copy
+    }
+
+    /// Whether this line, after its indent, still belongs to the plain or
+    /// block scalar the previous lines carry; if not, the carry ends.
+    fn carry_over(&mut self) {
+        let spaces = self.indent;
+        let first = self.peek(spaces);
+        let empty = self
+            .rest()
+            .get(spaces..)
+            .unwrap_or(&[])
+            .iter()
+            .find(|&&c| !matches!(c, ' ' | '\t'))
+            .is_none_or(|&c| matches!(c, '\n' | '\r'));
+        match self.carry {
+            Carry::Block(n) if empty || spaces > n => self.state = State::Rest,
+            Carry::Plain(_) if empty => {}
+            Carry::Plain(n) if spaces > n && first != Some('#') => self.state = State::Plain,
+            Carry::None => {}
+            Carry::Block(_) | Carry::Plain(_) => self.carry = Carry::None,
+        }
+    }
+
+    /// At `---` or `...` followed by a blank or the end.
+    fn at_document_marker(&self) -> bool {
+        let three: String = self.rest().get(..3).unwrap_or(&[]).iter().collect();
+        (three == "---" || three == "...") && blank_or_end(self.peek(3))
+    }
+
+    /// Where a node may start: what `c` (followed by `next`) starts.
+    fn node_start(&mut self, c: char, next: Option<char>) -> Step {
+        match c {
+            ' ' | '\t' => {}
+            '"' => self.state = State::Double,
+            '\'' => self.state = State::Single,
+            '#' => self.state = State::Rest,
+            '|' | '>' => {
+                self.carry = Carry::Block(self.indent);
+                self.state = State::Rest;
+            }
+            '[' | '{' => self.depth += 1,
+            ']' | '}' => {
+                self.depth = self.depth.saturating_sub(1);
+                self.state = State::After;
+            }
+            ',' if self.depth > 0 => {}
+            '-' | '?' | ':' if blank_or_end(next) => {}
+            '&' | '!' | '*' => return self.anchor_tag_or_alias(c),
+            _ => self.state = State::Plain,
+        }
+        Step::Copy
+    }
+
+    /// Copies an anchor (`&`), a tag (`!`) or an alias (`*`) whole: a node
+    /// may follow the first two, not the last.
+    fn anchor_tag_or_alias(&mut self, c: char) -> Step {
+        let len = self
+            .rest()
+            .iter()
+            .take_while(|&&c| !matches!(c, ' ' | '\t' | '\n' | '\r' | ',' | '[' | ']' | '{' | '}'))
+            .count();
+        self.copy(len);
+        self.state = if c == '*' { State::After } else { State::Start };
+        Step::Done
+    }
+
+    /// Just after a quoted scalar or a closing bracket: what `c` leads to.
+    fn after_node(&mut self, c: char) {
+        match c {
+            ' ' | '\t' => {}
+            '#' => self.state = State::Rest,
+            ':' | ',' => self.state = State::Start,
+            ']' | '}' => self.depth = self.depth.saturating_sub(1),
+            _ => self.state = State::Rest,
+        }
+    }
+
+    /// Inside a plain scalar: whether `c` (followed by `next`) ends it.
+    fn plain(&mut self, c: char, next: Option<char>) {
+        match c {
+            ' ' | '\t' if next == Some('#') => self.state = State::Rest,
+            ':' if blank_or_end(next)
+                || (self.depth > 0 && matches!(next, Some(',' | ']' | '}'))) =>
+            {
+                self.state = State::Start;
+            }
+            ',' if self.depth > 0 => self.state = State::Start,
+            ']' | '}' if self.depth > 0 => {
+                self.depth -= 1;
+                self.state = State::After;
+            }
+            _ => {}
+        }
+    }
+
+    /// Inside a single-quoted scalar: `''` is a quote, `'` its end.
+    fn single_quoted(&mut self, c: char, next: Option<char>) -> Step {
+        if c == '\'' {
+            if next == Some('\'') {
+                self.copy(2);
+                return Step::Done;
+            }
+            self.state = State::After;
+        }
+        Step::Copy
+    }
+
+    /// Inside a double-quoted scalar: its end, and its escapes.
+    fn double_quoted(&mut self, c: char, next: Option<char>) -> Result<Step, PolicyError> {
+        match c {
+            '"' => self.state = State::After,
+            '\\' if next == Some('u') => {
+                self.unicode_escape()?;
+                return Ok(Step::Done);
+            }
+            // Any other escape, `\\` and `\"` among them: keep both characters.
+            '\\' if next.is_some_and(|n| !matches!(n, '\n' | '\r')) => {
+                self.copy(2);
+                return Ok(Step::Done);
+            }
+            _ => {}
+        }
+        Ok(Step::Copy)
+    }
+
+    /// At a `\u` escape: rewrites a surrogate pair as one `\U` escape,
+    /// refuses a lone surrogate, copies anything else.
+    fn unicode_escape(&mut self) -> Result<(), PolicyError> {
+        let here = Location {
+            line: self.line,
+            column: self.column,
+        };
+        let Some(high) = hex4(self.chars, self.i + 2) else {
+            // Not four hex digits: the reader reports it.
+            self.copy(2);
+            return Ok(());
+        };
+        if (0xDC00..=0xDFFF).contains(&high) {
+            return Err(lone(high, here));
+        }
+        if !(0xD800..=0xDBFF).contains(&high) {
+            self.copy(6);
+            return Ok(());
+        }
+        let low = if self.peek(6) == Some('\\') && self.peek(7) == Some('u') {
+            hex4(self.chars, self.i + 8)
+        } else {
+            None
+        };
+        let Some(low) = low.filter(|low| (0xDC00..=0xDFFF).contains(low)) else {
+            return Err(lone(high, here));
+        };
+        self.write_pair(high, low);
+        Ok(())
+    }
+
+    /// Writes the surrogate pair `high`, `low` (12 characters) as one `\U`
+    /// escape (10), and notes the shift.
+    fn write_pair(&mut self, high: u32, low: u32) {
+        let code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+        self.out.push_str(&format!("\\U{code:08X}"));
+        self.shifts
+            .push((self.line, self.column - self.shrunk + 10));
+        self.shrunk += SHRINK;
+        self.i += 12;
+        self.column += 12;
+    }
+}
+
+/// A blank, a line break or the end: what ends a token.
+fn blank_or_end(c: Option<char>) -> bool {
+    matches!(c, None | Some(' ' | '\t' | '\n' | '\r'))
 }
 
 /// Appends `len` characters of `chars` from `from`.

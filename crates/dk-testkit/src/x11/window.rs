@@ -236,127 +236,24 @@ impl TestWindow {
     pub fn open(display: &str, spec: WindowSpec) -> Result<TestWindow, X11Error> {
         let (connection, screen) = RustConnection::connect(Some(display))?;
         let connection = Arc::new(connection);
-        let root_screen = connection
-            .setup()
-            .roots
-            .get(screen)
-            .ok_or_else(|| X11Error(format!("display {display} has no screen {screen}")))?;
-        let root = root_screen.root;
-        let background = pixel_value(&connection, screen, spec.background)?;
-        let window = connection.generate_id()?;
-        let frame = spec.frame;
-        connection.create_window(
-            x11rb::COPY_DEPTH_FROM_PARENT,
-            window,
-            root,
-            frame.x,
-            frame.y,
-            frame.width,
-            frame.height,
-            0,
-            WindowClass::INPUT_OUTPUT,
-            x11rb::COPY_FROM_PARENT,
-            &CreateWindowAux::new()
-                .background_pixel(background)
-                .event_mask(
-                    EventMask::BUTTON_PRESS
-                        | EventMask::BUTTON_RELEASE
-                        | EventMask::KEY_PRESS
-                        | EventMask::STRUCTURE_NOTIFY,
-                ),
-        )?;
-        let mut class = Vec::new();
-        class.extend_from_slice(spec.instance.as_bytes());
-        class.push(0);
-        class.extend_from_slice(spec.class.as_bytes());
-        class.push(0);
-        connection.change_property8(
-            PropMode::REPLACE,
-            window,
-            AtomEnum::WM_CLASS,
-            AtomEnum::STRING,
-            &class,
-        )?;
-        // WM_NAME is Latin-1 text; _NET_WM_NAME is UTF-8.
-        let latin1: Vec<u8> = spec
-            .title
-            .chars()
-            .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?'))
-            .collect();
-        connection.change_property8(
-            PropMode::REPLACE,
-            window,
-            AtomEnum::WM_NAME,
-            AtomEnum::STRING,
-            &latin1,
-        )?;
-        let net_wm_name = connection
-            .intern_atom(false, b"_NET_WM_NAME")?
-            .reply()?
-            .atom;
-        let utf8 = connection.intern_atom(false, b"UTF8_STRING")?.reply()?.atom;
-        connection.change_property8(
-            PropMode::REPLACE,
-            window,
-            net_wm_name,
-            utf8,
-            spec.title.as_bytes(),
-        )?;
-        let sync_atom = connection
-            .intern_atom(false, b"DK_TESTKIT_SYNC")?
-            .reply()?
-            .atom;
-        let mut button_window = None;
-        if let Some((at, colour)) = spec.button {
-            let child = connection.generate_id()?;
-            let pixel = pixel_value(&connection, screen, colour)?;
-            // No events of its own: its presses go up to the window, which
-            // sees them as on this child.
-            connection.create_window(
-                x11rb::COPY_DEPTH_FROM_PARENT,
-                child,
-                window,
-                at.x,
-                at.y,
-                at.width,
-                at.height,
-                0,
-                WindowClass::INPUT_OUTPUT,
-                x11rb::COPY_FROM_PARENT,
-                &CreateWindowAux::new().background_pixel(pixel),
-            )?;
-            connection.map_window(child)?;
-            button_window = Some(child);
-        }
-        let keymap = read_keymap(&connection)?;
-        connection.map_window(window)?;
-        connection.flush()?;
-        // Mapped and painted once the server said so.
-        loop {
-            if let Event::MapNotify(mapped) = connection.wait_for_event()?
-                && mapped.window == window
-            {
-                break;
-            }
-        }
-        connection.get_input_focus()?.reply()?;
-        let shared = Arc::new(Shared::default());
-        let thread = {
-            let connection = Arc::clone(&connection);
-            let shared = Arc::clone(&shared);
-            std::thread::spawn(move || {
-                let ended = event_loop(
-                    &connection,
-                    window,
-                    button_window,
-                    sync_atom,
-                    keymap,
-                    &shared,
-                );
-                shared.lock().ended = Some(ended);
-                shared.changed.notify_all();
-            })
+        let window = create_window(&connection, display, screen, &spec)?;
+        name_window(&connection, window, &spec)?;
+        let sync_atom = intern(&connection, b"DK_TESTKIT_SYNC")?;
+        let button_window = match spec.button {
+            Some((at, colour)) => Some(create_button(&connection, screen, window, at, colour)?),
+            None => None,
         };
+        let keymap = read_keymap(&connection)?;
+        map_and_wait(&connection, window)?;
+        let shared = Arc::new(Shared::default());
+        let thread = start_event_loop(
+            &connection,
+            &shared,
+            window,
+            button_window,
+            sync_atom,
+            keymap,
+        );
         Ok(TestWindow {
             connection,
             screen,
@@ -615,6 +512,164 @@ impl Drop for TestWindow {
             let _ = thread.join();
         }
     }
+}
+
+/// Creates the top-level window `spec` describes on `screen` of `display`
+/// (not mapped yet), listening for presses and its own mapping.
+fn create_window(
+    connection: &RustConnection,
+    display: &str,
+    screen: usize,
+    spec: &WindowSpec,
+) -> Result<u32, X11Error> {
+    let root = connection
+        .setup()
+        .roots
+        .get(screen)
+        .ok_or_else(|| X11Error(format!("display {display} has no screen {screen}")))?
+        .root;
+    let background = pixel_value(connection, screen, spec.background)?;
+    let window = connection.generate_id()?;
+    let frame = spec.frame;
+    connection.create_window(
+        x11rb::COPY_DEPTH_FROM_PARENT,
+        window,
+        root,
+        frame.x,
+        frame.y,
+        frame.width,
+        frame.height,
+        0,
+        WindowClass::INPUT_OUTPUT,
+        x11rb::COPY_FROM_PARENT,
+        &CreateWindowAux::new()
+            .background_pixel(background)
+            .event_mask(
+                EventMask::BUTTON_PRESS
+                    | EventMask::BUTTON_RELEASE
+                    | EventMask::KEY_PRESS
+                    | EventMask::STRUCTURE_NOTIFY,
+            ),
+    )?;
+    Ok(window)
+}
+
+/// Gives `window` the WM_CLASS and title of `spec`.
+fn name_window(
+    connection: &RustConnection,
+    window: u32,
+    spec: &WindowSpec,
+) -> Result<(), X11Error> {
+    let mut class = Vec::new();
+    class.extend_from_slice(spec.instance.as_bytes());
+    class.push(0);
+    class.extend_from_slice(spec.class.as_bytes());
+    class.push(0);
+    connection.change_property8(
+        PropMode::REPLACE,
+        window,
+        AtomEnum::WM_CLASS,
+        AtomEnum::STRING,
+        &class,
+    )?;
+    // WM_NAME is Latin-1 text; _NET_WM_NAME is UTF-8.
+    let latin1: Vec<u8> = spec
+        .title
+        .chars()
+        .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?'))
+        .collect();
+    connection.change_property8(
+        PropMode::REPLACE,
+        window,
+        AtomEnum::WM_NAME,
+        AtomEnum::STRING,
+        &latin1,
+    )?;
+    let net_wm_name = intern(connection, b"_NET_WM_NAME")?;
+    let utf8 = intern(connection, b"UTF8_STRING")?;
+    connection.change_property8(
+        PropMode::REPLACE,
+        window,
+        net_wm_name,
+        utf8,
+        spec.title.as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// The atom named `name`, made if the server has none yet.
+fn intern(connection: &RustConnection, name: &[u8]) -> Result<u32, X11Error> {
+    Ok(connection.intern_atom(false, name)?.reply()?.atom)
+}
+
+/// Creates and maps the button: a child of `window` at `at` in `colour`.
+fn create_button(
+    connection: &RustConnection,
+    screen: usize,
+    window: u32,
+    at: Rect,
+    colour: Rgb,
+) -> Result<u32, X11Error> {
+    let child = connection.generate_id()?;
+    let pixel = pixel_value(connection, screen, colour)?;
+    // No events of its own: its presses go up to the window, which
+    // sees them as on this child.
+    connection.create_window(
+        x11rb::COPY_DEPTH_FROM_PARENT,
+        child,
+        window,
+        at.x,
+        at.y,
+        at.width,
+        at.height,
+        0,
+        WindowClass::INPUT_OUTPUT,
+        x11rb::COPY_FROM_PARENT,
+        &CreateWindowAux::new().background_pixel(pixel),
+    )?;
+    connection.map_window(child)?;
+    Ok(child)
+}
+
+/// Maps `window` and waits until the server says it is mapped and painted.
+fn map_and_wait(connection: &RustConnection, window: u32) -> Result<(), X11Error> {
+    connection.map_window(window)?;
+    connection.flush()?;
+    loop {
+        if let Event::MapNotify(mapped) = connection.wait_for_event()?
+            && mapped.window == window
+        {
+            break;
+        }
+    }
+    connection.get_input_focus()?.reply()?;
+    Ok(())
+}
+
+/// Runs [`event_loop`] on a thread of its own, recording into `shared`
+/// until it ends, and then why.
+fn start_event_loop(
+    connection: &Arc<RustConnection>,
+    shared: &Arc<Shared>,
+    window: u32,
+    button_window: Option<u32>,
+    sync_atom: u32,
+    keymap: Keymap,
+) -> JoinHandle<()> {
+    let connection = Arc::clone(connection);
+    let shared = Arc::clone(shared);
+    std::thread::spawn(move || {
+        let ended = event_loop(
+            &connection,
+            window,
+            button_window,
+            sync_atom,
+            keymap,
+            &shared,
+        );
+        shared.lock().ended = Some(ended);
+        shared.changed.notify_all();
+    })
 }
 
 /// Reads the keyboard mapping and which modifiers pick the second group
