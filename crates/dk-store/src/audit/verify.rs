@@ -114,24 +114,35 @@ impl<'k> Verifier<'k> {
         key_problems(&self.keyed, self.key_id.as_deref(), self.recorded.as_ref())
     }
 
-    /// The report over everything pushed.
+    /// The report over everything pushed: the entries whose content was
+    /// changed, then the links of the chain, then its key.
     pub fn finish(&self) -> VerifyReport {
-        let metas = &self.metas;
-        let count = metas.len();
-        let mut problems: Vec<AuditProblem> = Vec::new();
-        let mut problem = |seq: i64, what: ProblemKind, detail: String| {
-            problems.push(AuditProblem {
-                seq: u64::try_from(seq).unwrap_or(0),
-                what,
-                detail,
+        let mut problems = Problems::default();
+        let reported = self.report_mismatched(&mut problems);
+        self.report_links(&mut problems, &reported);
+        let mut problems = problems.0;
+        problems.extend(self.key_problems());
+        problems.sort_by_key(|problem| problem.seq);
+        let (entries, head) = self
+            .metas
+            .last()
+            .map_or((0, GENESIS_HASH.to_owned()), |meta| {
+                (u64::try_from(meta.seq).unwrap_or(0), meta.hash.clone())
             });
-        };
-        // Entries already reported for their content.
-        let mut reported = vec![false; count];
+        VerifyReport {
+            entries,
+            head,
+            problems,
+        }
+    }
 
-        // Content swapped between entries: an entry's content hashes to
-        // another mismatching entry's hash under that entry's seq and
-        // prev_hash.
+    /// Reports each entry whose hash does not match its content: content
+    /// swapped between entries (an entry's content hashes to another
+    /// mismatching entry's hash under that entry's seq and prev_hash), or
+    /// else edited. Returns, by position, the entries reported.
+    fn report_mismatched(&self, problems: &mut Problems) -> Vec<bool> {
+        let metas = &self.metas;
+        let mut reported = vec![false; metas.len()];
         for (position, seq, row) in &self.mismatched {
             let found = row.as_ref().and_then(|row| {
                 self.mismatched.iter().find_map(|(other, _, _)| {
@@ -144,12 +155,12 @@ impl<'k> Verifier<'k> {
                 })
             });
             match found {
-                Some(other) => problem(
+                Some(other) => problems.add(
                     *seq,
                     ProblemKind::OutOfOrder,
                     format!("it holds the content of entry {other}"),
                 ),
-                None => problem(
+                None => problems.add(
                     *seq,
                     ProblemKind::Edited,
                     "its hash does not match its content".to_owned(),
@@ -159,126 +170,179 @@ impl<'k> Verifier<'k> {
                 *flag = true;
             }
         }
+        reported
+    }
 
-        // The chain: each entry's prev_hash against the hash of the entry
-        // stored before it.
-        let mut by_hash: HashMap<&str, usize> = HashMap::with_capacity(count);
-        for (position, meta) in metas.iter().enumerate() {
-            by_hash.entry(meta.hash.as_str()).or_insert(position);
-        }
-        let seq_at = |position: usize| metas.get(position).map_or(0, |meta| meta.seq);
-        let mut unlinked = vec![false; count];
-        let mut prev_hash = GENESIS_HASH;
-        let mut prev_seq: Option<i64> = None;
-        let mut max_seq: i64 = 0;
-        for (i, meta) in metas.iter().enumerate() {
-            if let Some(before) = prev_seq.filter(|&before| meta.seq <= before) {
-                problem(
+    /// Reports the chain's broken links: each entry's prev_hash against the
+    /// hash of the entry stored before it, `reported` the entries already
+    /// reported for their content.
+    fn report_links(&self, problems: &mut Problems, reported: &[bool]) {
+        let mut walk = Walk::new(&self.metas);
+        for (i, meta) in self.metas.iter().enumerate() {
+            if let Some(before) = walk.prev_seq.filter(|&before| meta.seq <= before) {
+                problems.add(
                     meta.seq,
                     ProblemKind::Inserted,
                     format!("it is stored after entry {before}"),
                 );
-                if let Some(flag) = unlinked.get_mut(i) {
-                    *flag = true;
-                }
+                walk.unlink(i);
                 continue;
             }
             let seq = meta.content_seq.unwrap_or(meta.seq);
-            if meta.prev_hash != prev_hash {
-                if let Some(flag) = unlinked.get_mut(i) {
-                    *flag = true;
-                }
-                // The position of the entry this one was chained to; -1 is
-                // the start of the chain.
-                let pred: Option<isize> = if meta.prev_hash == GENESIS_HASH {
-                    Some(-1)
-                } else {
-                    by_hash
-                        .get(meta.prev_hash.as_str())
-                        .and_then(|&p| isize::try_from(p).ok())
-                };
-                let here = isize::try_from(i).unwrap_or(isize::MAX);
-                let before_unlinked = i
-                    .checked_sub(1)
-                    .and_then(|b| unlinked.get(b))
-                    .copied()
-                    .unwrap_or(false);
-                if before_unlinked {
-                    // Explained by the problem reported at the entry before.
-                } else if let Some(p) = pred.filter(|&p| p > here) {
-                    let after = usize::try_from(p).map_or(0, seq_at);
-                    problem(
-                        meta.seq,
-                        ProblemKind::OutOfOrder,
-                        format!("it follows entry {after}, which is stored after it"),
-                    );
-                } else if seq > max_seq.saturating_add(1) {
-                    let first = max_seq.saturating_add(1);
-                    let last = seq - 1;
-                    problem(
-                        first,
-                        ProblemKind::Missing,
-                        if first == last {
-                            format!("entry {} is chained to it", meta.seq)
-                        } else {
-                            format!("entries {first} to {last} are gone")
-                        },
-                    );
-                } else if let Some(p) = pred.filter(|&p| p < here - 1) {
-                    let first = usize::try_from(p + 1).map_or(0, seq_at);
-                    let last = prev_seq.unwrap_or(first);
-                    let from = if p < 0 {
-                        "the start of the chain".to_owned()
-                    } else {
-                        format!("entry {}", usize::try_from(p).map_or(0, seq_at))
-                    };
-                    problem(
-                        first,
-                        ProblemKind::Inserted,
-                        if first == last {
-                            format!("entry {} is chained to {from}", meta.seq)
-                        } else {
-                            format!(
-                                "entries {first} to {last} are not in the chain: entry {} is chained to {from}",
-                                meta.seq
-                            )
-                        },
-                    );
-                } else if i == 0 {
-                    problem(
-                        meta.seq,
-                        ProblemKind::Edited,
-                        "it does not start the chain".to_owned(),
-                    );
-                } else if !i
-                    .checked_sub(1)
-                    .and_then(|b| reported.get(b))
-                    .copied()
-                    .unwrap_or(false)
-                {
-                    problem(
-                        prev_seq.unwrap_or(0),
-                        ProblemKind::Edited,
-                        format!(
-                            "its hash was rewritten: entry {} is chained to a different one",
-                            meta.seq
-                        ),
-                    );
+            if meta.prev_hash != walk.prev_hash {
+                walk.unlink(i);
+                if let Some((at, what, detail)) = walk.why_unlinked(i, meta, seq, reported) {
+                    problems.add(at, what, detail);
                 }
             }
-            prev_hash = meta.hash.as_str();
-            prev_seq = Some(meta.seq);
-            max_seq = max_seq.max(seq);
+            walk.prev_hash = meta.hash.as_str();
+            walk.prev_seq = Some(meta.seq);
+            walk.max_seq = walk.max_seq.max(seq);
         }
-        problems.extend(self.key_problems());
-        problems.sort_by_key(|problem| problem.seq);
-        let (entries, head) = metas.last().map_or((0, GENESIS_HASH.to_owned()), |meta| {
-            (u64::try_from(meta.seq).unwrap_or(0), meta.hash.clone())
+    }
+}
+
+/// The problems a verification found, as it finds them.
+#[derive(Default)]
+struct Problems(Vec<AuditProblem>);
+
+impl Problems {
+    fn add(&mut self, seq: i64, what: ProblemKind, detail: String) {
+        self.0.push(AuditProblem {
+            seq: u64::try_from(seq).unwrap_or(0),
+            what,
+            detail,
         });
-        VerifyReport {
-            entries,
-            head,
-            problems,
+    }
+}
+
+/// The walk along the stored entries that checks the chain's links: what
+/// the check of an entry needs of those stored before it.
+struct Walk<'m> {
+    metas: &'m [Meta],
+    /// Each hash's first position.
+    by_hash: HashMap<&'m str, usize>,
+    /// By position, the entries not linked to the one stored before them.
+    unlinked: Vec<bool>,
+    prev_hash: &'m str,
+    prev_seq: Option<i64>,
+    max_seq: i64,
+}
+
+impl<'m> Walk<'m> {
+    fn new(metas: &'m [Meta]) -> Walk<'m> {
+        let mut by_hash: HashMap<&str, usize> = HashMap::with_capacity(metas.len());
+        for (position, meta) in metas.iter().enumerate() {
+            by_hash.entry(meta.hash.as_str()).or_insert(position);
+        }
+        Walk {
+            metas,
+            by_hash,
+            unlinked: vec![false; metas.len()],
+            prev_hash: GENESIS_HASH,
+            prev_seq: None,
+            max_seq: 0,
+        }
+    }
+
+    /// The seq of the entry stored at `position`.
+    fn seq_at(&self, position: usize) -> i64 {
+        self.metas.get(position).map_or(0, |meta| meta.seq)
+    }
+
+    /// Marks the entry at `position` as not linked to the one before it.
+    fn unlink(&mut self, position: usize) {
+        if let Some(flag) = self.unlinked.get_mut(position) {
+            *flag = true;
+        }
+    }
+
+    /// Why the entry `meta` at position `i` (its content's seq `seq`) is
+    /// not chained to the one stored before it, as the problem to report
+    /// (seq, kind, detail): `None` when a problem already reported
+    /// explains it.
+    fn why_unlinked(
+        &self,
+        i: usize,
+        meta: &Meta,
+        seq: i64,
+        reported: &[bool],
+    ) -> Option<(i64, ProblemKind, String)> {
+        // The position of the entry this one was chained to; -1 is the
+        // start of the chain.
+        let pred: Option<isize> = if meta.prev_hash == GENESIS_HASH {
+            Some(-1)
+        } else {
+            self.by_hash
+                .get(meta.prev_hash.as_str())
+                .and_then(|&p| isize::try_from(p).ok())
+        };
+        let here = isize::try_from(i).unwrap_or(isize::MAX);
+        let before = |flags: &[bool]| {
+            i.checked_sub(1)
+                .and_then(|b| flags.get(b))
+                .copied()
+                .unwrap_or(false)
+        };
+        if before(&self.unlinked) {
+            // Explained by the problem reported at the entry before.
+            None
+        } else if let Some(p) = pred.filter(|&p| p > here) {
+            let after = usize::try_from(p).map_or(0, |p| self.seq_at(p));
+            Some((
+                meta.seq,
+                ProblemKind::OutOfOrder,
+                format!("it follows entry {after}, which is stored after it"),
+            ))
+        } else if seq > self.max_seq.saturating_add(1) {
+            let first = self.max_seq.saturating_add(1);
+            let last = seq - 1;
+            Some((
+                first,
+                ProblemKind::Missing,
+                if first == last {
+                    format!("entry {} is chained to it", meta.seq)
+                } else {
+                    format!("entries {first} to {last} are gone")
+                },
+            ))
+        } else if let Some(p) = pred.filter(|&p| p < here - 1) {
+            let first = usize::try_from(p + 1).map_or(0, |p| self.seq_at(p));
+            let last = self.prev_seq.unwrap_or(first);
+            let from = if p < 0 {
+                "the start of the chain".to_owned()
+            } else {
+                format!("entry {}", usize::try_from(p).map_or(0, |p| self.seq_at(p)))
+            };
+            Some((
+                first,
+                ProblemKind::Inserted,
+                if first == last {
+                    format!("entry {} is chained to {from}", meta.seq)
+                } else {
+                    format!(
+                        "entries {first} to {last} are not in the chain: entry {} is chained to {from}",
+                        meta.seq
+                    )
+                },
+            ))
+        } else if i == 0 {
+            Some((
+                meta.seq,
+                ProblemKind::Edited,
+                "it does not start the chain".to_owned(),
+            ))
+        } else if !before(reported) {
+            Some((
+                self.prev_seq.unwrap_or(0),
+                ProblemKind::Edited,
+                format!(
+                    "its hash was rewritten: entry {} is chained to a different one",
+                    meta.seq
+                ),
+            ))
+        } else {
+            None
         }
     }
 }
