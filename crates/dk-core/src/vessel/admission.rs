@@ -327,7 +327,7 @@ impl ConnectionPermit {
     /// Says the connection did not come over loopback: the listener is on
     /// another address, or a proxy header says the peer is elsewhere. A
     /// device that says it has no screen may then pair only when
-    /// [`Limits::no_screen_off_loopback`] allows it.
+    /// [`Limits::no_screen_off_loopback`](crate::Limits::no_screen_off_loopback) allows it.
     pub fn off_loopback(&mut self) {
         self.off_loopback = true;
     }
