@@ -77,26 +77,8 @@ impl DeviceRegistry {
         F: FnOnce(ConsentRequest) -> Fut,
         Fut: Future<Output = Result<ConsentDecision, E>>,
     {
-        let channel = if key.is_some() {
-            Channel::Dk2
-        } else {
-            Channel::V1
-        };
-        let request = ConsentRequest {
-            device_id: manifest.id().to_owned(),
-            name: manifest.name().to_owned(),
-            kind: manifest.kind().to_owned(),
-            code,
-            capabilities: manifest
-                .capabilities()
-                .iter()
-                .map(ConsentCapability::of)
-                .collect(),
-            events: dk_proto::admin::DeclaredEvent::all_of(&manifest),
-            replaces: self.replaced(&manifest, key.as_ref()).map(Box::new),
-            no_screen: manifest.no_screen(),
-            channel,
-        };
+        let request = self.consent_request(&manifest, code, key);
+        let channel = request.channel;
         let credential = request.replaces.as_ref().and_then(|old| old.credential);
         // What the person is shown as replaced must be what is replaced.
         let seen = self.get(manifest.id()).map(|d| d.generation);
@@ -104,21 +86,7 @@ impl DeviceRegistry {
             Ok(Ok(decision)) if decision.approved => decision,
             _ => return Err(PairError::NotApproved),
         };
-        if manifest.no_screen() && !decision.confirmed_without_code {
-            return Err(PairError::NoScreenNotConfirmed);
-        }
-        if credential.is_some() && !decision.confirmed_credential_change {
-            return Err(PairError::CredentialChangeNotConfirmed);
-        }
-        let unknown: Vec<String> = decision
-            .grant
-            .iter()
-            .filter(|g| manifest.capability(g).is_none() && manifest.event(g).is_none())
-            .cloned()
-            .collect();
-        if !unknown.is_empty() {
-            return Err(PairError::UnknownGrant(unknown));
-        }
+        check_decision(&manifest, &decision, credential.is_some())?;
         let token = DeviceToken::generate();
         let changing = self.changing();
         if self.get(manifest.id()).map(|d| d.generation) != seen {
@@ -134,40 +102,104 @@ impl DeviceRegistry {
             paired_at: SystemTime::now(),
             generation,
         };
-        let replaced = self.is_paired(&device_id);
+        let seen_applied = self.store_pairing(&device, &decision, channel)?;
+        let entry = Entry {
+            device: Arc::new(device),
+            grants: decision.grant.into_iter().collect(),
+        };
+        self.take_pairing(entry, seen_applied, changing);
+        Ok(Paired {
+            device_id,
+            token,
+            generation,
+        })
+    }
+
+    /// What the person is asked about pairing `manifest` (with `key` on
+    /// dk/2), the code they see being `code`: its capabilities and events,
+    /// and the pairing it would replace.
+    fn consent_request(
+        &self,
+        manifest: &Manifest,
+        code: String,
+        key: Option<[u8; 32]>,
+    ) -> ConsentRequest {
+        let channel = if key.is_some() {
+            Channel::Dk2
+        } else {
+            Channel::V1
+        };
+        ConsentRequest {
+            device_id: manifest.id().to_owned(),
+            name: manifest.name().to_owned(),
+            kind: manifest.kind().to_owned(),
+            code,
+            capabilities: manifest
+                .capabilities()
+                .iter()
+                .map(ConsentCapability::of)
+                .collect(),
+            events: dk_proto::admin::DeclaredEvent::all_of(manifest),
+            replaces: self.replaced(manifest, key.as_ref()).map(Box::new),
+            no_screen: manifest.no_screen(),
+            channel,
+        }
+    }
+
+    /// Commits the pairing of `device` the person decided on, with its
+    /// audit entry, before the device or the person hears of it. Returns
+    /// what memory had applied before the commit, for
+    /// [`DeviceRegistry::take_pairing`].
+    fn store_pairing(
+        &self,
+        device: &PairedDevice,
+        decision: &ConsentDecision,
+        channel: Channel,
+    ) -> Result<u64, PairError> {
+        let device_id = device.manifest.id();
+        let replaced = self.is_paired(device_id);
         let stored = StoredPairing {
-            device_id: device_id.clone(),
+            device_id: device_id.to_owned(),
             manifest_json: device.manifest.to_stored_json(),
             digest: device.digest.clone(),
             token_hash: device.token_hash,
-            device_key: key,
+            device_key: device.key,
             grants: decision.grant.clone(),
-            generation,
+            generation: device.generation,
             paired_at_ms: epoch_ms(device.paired_at),
         };
         let audit = audit_event(&schema::Entry::Paired(schema::Paired {
-            device_id: device_id.clone(),
+            device_id: device_id.to_owned(),
             name: device.manifest.name().to_owned(),
             digest: device.digest.clone(),
             grants: decision.grant.clone(),
             replaced,
             no_screen: device.manifest.no_screen(),
             channel: channel.as_str().to_owned(),
-            generation,
-            device_key: key.as_ref().map(|key| dk_files::hex::encode(key)),
+            generation: device.generation,
+            device_key: device.key.as_ref().map(|key| dk_files::hex::encode(key)),
             by: decision.by.clone(),
         }));
         let seen_applied = self.applied();
-        // Committed before the device or the person hears of it.
         self.store
             .put_pairing(&stored, &audit)
             .map_err(PairError::NotStored)?;
         self.audited();
-        let token_hash = device.token_hash;
-        let entry = Entry {
-            device: Arc::new(device),
-            grants: decision.grant.into_iter().collect(),
-        };
+        Ok(seen_applied)
+    }
+
+    /// Takes a committed pairing into memory, replacing any earlier one of
+    /// the same id (its token and allowances dropped), unless memory took a
+    /// read since `seen_applied` (then it reads the pairing again); then
+    /// lets go of `changing` and tells whoever listens.
+    fn take_pairing(
+        &self,
+        entry: Entry,
+        seen_applied: u64,
+        changing: std::sync::MutexGuard<'_, ()>,
+    ) {
+        let device_id = entry.device.manifest.id().to_owned();
+        let token_hash = entry.device.token_hash;
         let applied = self.apply_if_unchanged(seen_applied, || {
             let replaced_entry = self.write().insert(device_id.clone(), entry);
             let mut hashes = self.token_hashes_mut();
@@ -192,10 +224,31 @@ impl DeviceRegistry {
             drop(changing);
         }
         self.changed_here(&device_id);
-        Ok(Paired {
-            device_id,
-            token,
-            generation,
-        })
     }
+}
+
+/// Whether the person's `decision` may pair `manifest`: a device without a
+/// screen, and a changed credential (`credential_changed`), each confirmed,
+/// and no grant of what the manifest does not declare.
+fn check_decision(
+    manifest: &Manifest,
+    decision: &ConsentDecision,
+    credential_changed: bool,
+) -> Result<(), PairError> {
+    if manifest.no_screen() && !decision.confirmed_without_code {
+        return Err(PairError::NoScreenNotConfirmed);
+    }
+    if credential_changed && !decision.confirmed_credential_change {
+        return Err(PairError::CredentialChangeNotConfirmed);
+    }
+    let unknown: Vec<String> = decision
+        .grant
+        .iter()
+        .filter(|g| manifest.capability(g).is_none() && manifest.event(g).is_none())
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        return Err(PairError::UnknownGrant(unknown));
+    }
+    Ok(())
 }
