@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use dk_testkit::lamp;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde_json::json;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use super::*;
 use crate::link::{DeviceLink, InvokeResult};

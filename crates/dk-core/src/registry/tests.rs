@@ -1,12 +1,19 @@
 //! Tests of pairing, authentication, grants and re-pairing.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use dk_proto::validate_manifest;
 use dk_testkit::lamp;
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
 
+use super::reads::PAIRINGS_PER_THREAD;
+use super::state::pairing_code;
 use super::*;
+use crate::store::entry as schema;
 use crate::store::testing::{FaultyStore, Writes};
+use crate::store::{AuditEvent, MemoryStore, Store, StoreError, StoredPairing};
 
 async fn pair_with(
     registry: &DeviceRegistry,
