@@ -15,6 +15,7 @@ mod backup_words;
 mod bounds;
 mod bridge_mcp;
 mod bridge_mqtt;
+mod c_device;
 mod c_lamp;
 mod console;
 mod crash;
