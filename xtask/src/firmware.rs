@@ -1,10 +1,11 @@
 //! `cargo xtask firmware`: builds dk-device-c as the static library
 //! `libdk_device.a` with the `firmware` profile (opt-level z, panic=abort,
 //! LTO, no std anywhere under it), then, when libwebsockets' development
-//! files are installed, the C lamp of `examples/c/lamp.c` linked with it
-//! and with the runner the C examples share, `examples/c/dk_lws.c` (with
-//! a linker map, for the code size budget). Prints the paths of the
-//! library, the header, the lamp and its map, one `name: path` a line.
+//! files are installed, the C examples linked with it: the lamp of
+//! `examples/c/lamp.c` (with a linker map, for the code size budget) and
+//! the thermostat of `examples/c/thermostat.c`, each with the runner they
+//! share, `examples/c/dk_lws.c`. Prints the paths of the library, the
+//! header, the lamp, its map and the thermostat, one `name: path` a line.
 //!
 //! The build takes the cryptography's portable backends
 //! ([`PORTABLE_BACKENDS`]): a microcontroller has no AVX2, SSE2 or SHA
@@ -37,6 +38,8 @@ pub struct Built {
     pub lamp: Option<PathBuf>,
     /// The lamp's linker map.
     pub map: Option<PathBuf>,
+    /// The C thermostat, when libwebsockets is installed.
+    pub thermostat: Option<PathBuf>,
 }
 
 /// `cargo xtask firmware`.
@@ -44,12 +47,15 @@ pub fn run() -> TaskResult {
     let built = build()?;
     println!("library: {}", built.library.display());
     println!("header: {}", built.header.display());
-    match (&built.lamp, &built.map) {
-        (Some(lamp), Some(map)) => {
+    match (&built.lamp, &built.map, &built.thermostat) {
+        (Some(lamp), Some(map), Some(thermostat)) => {
             println!("lamp: {}", lamp.display());
             println!("map: {}", map.display());
+            println!("thermostat: {}", thermostat.display());
         }
-        _ => println!("lamp: not built (libwebsockets-dev is not installed: cargo xtask peers)"),
+        _ => println!(
+            "lamp, thermostat: not built (libwebsockets-dev is not installed: cargo xtask peers)"
+        ),
     }
     Ok(())
 }
@@ -106,6 +112,7 @@ pub fn build() -> Result<Built, TaskError> {
                 header,
                 lamp: None,
                 map: None,
+                thermostat: None,
             });
         }
     };
@@ -120,11 +127,14 @@ pub fn build() -> Result<Built, TaskError> {
     let lamp = out.join("lamp");
     let map = out.join("lamp.map");
     linked.example("lamp", &lamp, Some(&map))?;
+    let thermostat = out.join("thermostat");
+    linked.example("thermostat", &thermostat, None)?;
     Ok(Built {
         library,
         header,
         lamp: Some(lamp),
         map: Some(map),
+        thermostat: Some(thermostat),
     })
 }
 

@@ -17,6 +17,7 @@ mod bridge_mcp;
 mod bridge_mqtt;
 mod c_device;
 mod c_lamp;
+mod c_thermostat;
 mod console;
 mod crash;
 mod desktop;
