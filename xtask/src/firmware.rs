@@ -1,9 +1,11 @@
 //! `cargo xtask firmware`: builds dk-device-c as the static library
 //! `libdk_device.a` with the `firmware` profile (opt-level z, panic=abort,
 //! LTO, no std anywhere under it), then, when libwebsockets' development
-//! files are installed, the C lamp of `examples/c/lamp.c` linked with it
-//! (with a linker map, for the code size budget). Prints the paths of the
-//! library, the header and the lamp, one `name: path` a line.
+//! files are installed, the C examples linked with it: the lamp of
+//! `examples/c/lamp.c` (with a linker map, for the code size budget) and
+//! the thermostat of `examples/c/thermostat.c`, each with the runner they
+//! share, `examples/c/dk_lws.c`. Prints the paths of the library, the
+//! header, the lamp, its map and the thermostat, one `name: path` a line.
 //!
 //! The build takes the cryptography's portable backends
 //! ([`PORTABLE_BACKENDS`]): a microcontroller has no AVX2, SSE2 or SHA
@@ -11,8 +13,8 @@
 //! carries what a device would carry, not three backends chosen at run
 //! time.
 //!
-//! The lamp is rebuilt only when the library, the header or `lamp.c` is
-//! newer than it, so tests can run the task every time.
+//! An example is rebuilt only when the library, the header, the runner or
+//! its own source is newer than it, so tests can run the task every time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +38,8 @@ pub struct Built {
     pub lamp: Option<PathBuf>,
     /// The lamp's linker map.
     pub map: Option<PathBuf>,
+    /// The C thermostat, when libwebsockets is installed.
+    pub thermostat: Option<PathBuf>,
 }
 
 /// `cargo xtask firmware`.
@@ -43,12 +47,15 @@ pub fn run() -> TaskResult {
     let built = build()?;
     println!("library: {}", built.library.display());
     println!("header: {}", built.header.display());
-    match (&built.lamp, &built.map) {
-        (Some(lamp), Some(map)) => {
+    match (&built.lamp, &built.map, &built.thermostat) {
+        (Some(lamp), Some(map), Some(thermostat)) => {
             println!("lamp: {}", lamp.display());
             println!("map: {}", map.display());
+            println!("thermostat: {}", thermostat.display());
         }
-        _ => println!("lamp: not built (libwebsockets-dev is not installed: cargo xtask peers)"),
+        _ => println!(
+            "lamp, thermostat: not built (libwebsockets-dev is not installed: cargo xtask peers)"
+        ),
     }
     Ok(())
 }
@@ -60,7 +67,7 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target"))
 }
 
-/// Builds the library, and the lamp when libwebsockets is installed.
+/// Builds the library, and the C examples when libwebsockets is installed.
 pub fn build() -> Result<Built, TaskError> {
     let root = repo_root();
     let mut command = cargo();
@@ -105,37 +112,72 @@ pub fn build() -> Result<Built, TaskError> {
                 header,
                 lamp: None,
                 map: None,
+                thermostat: None,
             });
         }
     };
-    let source = root.join("examples").join("c").join("lamp.c");
+    let examples = root.join("examples").join("c");
+    let linked = Linked {
+        library: &library,
+        header: &header,
+        include: &include,
+        examples: &examples,
+        libs: &libs,
+    };
     let lamp = out.join("lamp");
     let map = out.join("lamp.map");
-    let newest_input = [&library, &header, &source]
-        .iter()
-        .map(|p| modified(p))
-        .max()
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    if !lamp.exists() || modified(&lamp) < newest_input {
-        let mut gcc = Command::new("gcc");
-        gcc.args(["-std=gnu11", "-Os", "-Wall", "-Wextra", "-Werror", "-g"])
-            .arg("-I")
-            .arg(&include)
-            .arg(&source)
-            .arg(&library)
-            .args(libs.split_whitespace())
-            .arg(format!("-Wl,-Map={}", map.display()))
-            .arg("-Wl,--gc-sections")
-            .arg("-o")
-            .arg(&lamp);
-        run_quietly("firmware: gcc lamp.c", &mut gcc)?;
-    }
+    linked.example("lamp", &lamp, Some(&map))?;
+    let thermostat = out.join("thermostat");
+    linked.example("thermostat", &thermostat, None)?;
     Ok(Built {
         library,
         header,
         lamp: Some(lamp),
         map: Some(map),
+        thermostat: Some(thermostat),
     })
+}
+
+/// What every C example is built with.
+struct Linked<'a> {
+    library: &'a Path,
+    header: &'a Path,
+    include: &'a Path,
+    /// `examples/c`, the examples' sources and the runner they share.
+    examples: &'a Path,
+    /// libwebsockets' linker flags.
+    libs: &'a str,
+}
+
+impl Linked<'_> {
+    /// Builds `examples/c/NAME.c` with the runner into `binary` (and its
+    /// linker map into `map`), unless it is newer than all it is made of.
+    fn example(&self, name: &str, binary: &Path, map: Option<&Path>) -> TaskResult {
+        let source = self.examples.join(format!("{name}.c"));
+        let runner = self.examples.join("dk_lws.c");
+        let runner_header = self.examples.join("dk_lws.h");
+        let newest_input = [self.library, self.header, &source, &runner, &runner_header]
+            .iter()
+            .map(|p| modified(p))
+            .max()
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        if binary.exists() && modified(binary) >= newest_input {
+            return Ok(());
+        }
+        let mut gcc = Command::new("gcc");
+        gcc.args(["-std=gnu11", "-Os", "-Wall", "-Wextra", "-Werror", "-g"])
+            .arg("-I")
+            .arg(self.include)
+            .arg(&source)
+            .arg(&runner)
+            .arg(self.library)
+            .args(self.libs.split_whitespace());
+        if let Some(map) = map {
+            gcc.arg(format!("-Wl,-Map={}", map.display()));
+        }
+        gcc.arg("-Wl,--gc-sections").arg("-o").arg(binary);
+        run_quietly(&format!("firmware: gcc {name}.c"), &mut gcc)
+    }
 }
 
 fn modified(path: &Path) -> SystemTime {

@@ -46,8 +46,8 @@ tasks:
                            only (no socket, no file, no task of its own), and run
                            dk-channel's tests without its default features (no ring)
   firmware                 build dk-device-c as target/firmware/c/libdk_device.a (no_std,
-                           opt-level z, panic=abort, LTO) and the C lamp of examples/c
-                           on it; print their paths and the header's
+                           opt-level z, panic=abort, LTO) and the C lamp and thermostat
+                           of examples/c on it; print their paths and the header's
   peers                    install Debian's chromium, chromium-driver, mosquitto,
                            libwebsockets-dev, pkg-config, valgrind and xvfb (the console's
                            browser tests, the MQTT bridge's tests, the C lamp's test and

@@ -19,7 +19,7 @@ const SET_TARGET: &str = "device__hall_thermostat__set_target";
 const EVENTS: &str = "dk://devices/hall-thermostat/events";
 
 /// The rule that asks the person before every thermostat action.
-const ASK: &str = "version: 1
+pub(crate) const ASK: &str = "version: 1
 policies:
   - name: ask-before-thermostat-actions
     action: device_use

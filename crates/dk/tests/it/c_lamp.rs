@@ -15,12 +15,7 @@
 //! and pass, unless `DK_REQUIRE_PEERS` is set (CI sets it, after
 //! `cargo xtask peers` installed them).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -30,176 +25,32 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
 use crate::agents::{start, start_with};
+use crate::c_device::{CDevice as Lamp, VALGRIND, libwebsockets_or_skip, stats, valgrind_or_skip};
 use crate::mcp_bridge::{Bridge, initialize};
-use crate::process::{
-    Killed, PATIENCE, Scratch, approve_when_asked, consent_id, devices, eventually,
-};
+use crate::process::{Scratch, approve_when_asked, consent_id, devices, eventually};
 
-/// How long a lamp under valgrind may take for one step.
-const SLOW_PATIENCE: Duration = Duration::from_secs(60);
-
-/// The lamp's path, built once per run of the tests; `None` (and why)
-/// when libwebsockets is not installed and peers are not required.
-fn lamp_binary() -> Result<PathBuf, String> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .args(["run", "--quiet", "-p", "xtask", "--", "firmware"])
-                .current_dir(&root)
-                .output()
-                .unwrap();
-            let said = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "cargo xtask firmware failed: {said}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            said.lines()
-                .find_map(|line| line.strip_prefix("lamp: "))
-                .map(PathBuf::from)
-                .filter(|path| path.is_file())
-                .ok_or(said)
-        })
-        .clone()
-}
-
-/// A running C lamp: its standard output's lines as they come, its
-/// standard error in a file.
-struct Lamp {
-    child: Killed,
-    lines: mpsc::Receiver<String>,
+/// The C lamp run through `runner` (nothing, or valgrind), its standard
+/// error to `stderr`.
+fn start_lamp(
+    runner: &[&str],
+    url: &str,
+    credentials: &Path,
+    stats: &Path,
     stderr: PathBuf,
-    patience: Duration,
+) -> Lamp {
+    start_lamp_with(runner, url, credentials, stats, stderr, &[])
 }
 
-impl Lamp {
-    fn start(
-        runner: &[&str],
-        url: &str,
-        credentials: &Path,
-        stats: &Path,
-        stderr: PathBuf,
-    ) -> Lamp {
-        Lamp::start_with(runner, url, credentials, stats, stderr, &[])
-    }
-
-    /// [`Lamp::start`] with more arguments.
-    fn start_with(
-        runner: &[&str],
-        url: &str,
-        credentials: &Path,
-        stats: &Path,
-        stderr: PathBuf,
-        extra: &[&str],
-    ) -> Lamp {
-        let lamp = lamp_binary().unwrap();
-        let mut command = match runner.split_first() {
-            Some((program, args)) => {
-                let mut command = Command::new(program);
-                command.args(args).arg(&lamp);
-                command
-            }
-            None => Command::new(&lamp),
-        };
-        let mut child = command
-            .arg(url)
-            .arg(credentials)
-            .arg("--stats")
-            .arg(stats)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let (sender, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Lamp {
-            child: Killed(child),
-            lines,
-            stderr,
-            patience: if runner.is_empty() {
-                PATIENCE
-            } else {
-                SLOW_PATIENCE
-            },
-        }
-    }
-
-    /// The next line on its standard output.
-    fn next_line(&self) -> String {
-        self.lines.recv_timeout(self.patience).unwrap_or_else(|_| {
-            panic!(
-                "no line from the lamp in time; it said: {}",
-                self.complained()
-            )
-        })
-    }
-
-    /// Reads its output until a line starting with `prefix`; the rest.
-    fn wait_for(&self, prefix: &str) -> String {
-        loop {
-            let line = self.next_line();
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.to_owned();
-            }
-        }
-    }
-
-    fn complained(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// Waits for it to exit on its own: its exit code.
-    fn exit_code(mut self) -> (Option<i32>, String) {
-        let mut status = None;
-        dk_testkit::eventually_blocking_within("the lamp exiting", self.patience, || {
-            status = self.child.0.try_wait().unwrap();
-            status.is_some()
-        });
-        (status.unwrap().code(), self.complained())
-    }
-
-    /// SIGTERM, then its exit code.
-    fn terminate(self) -> (Option<i32>, String) {
-        let pid = self.child.0.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        self.exit_code()
-    }
-
-    /// What it printed on standard output since the last read.
-    fn printed(&self) -> Vec<String> {
-        std::iter::from_fn(|| self.lines.try_recv().ok()).collect()
-    }
-}
-
-/// The lamp's stats file, as name → number.
-fn stats(path: &Path) -> std::collections::BTreeMap<String, u64> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter_map(|line| {
-            let (name, value) = line.split_once(' ')?;
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
+/// [`start_lamp`] with more arguments.
+fn start_lamp_with(
+    runner: &[&str],
+    url: &str,
+    credentials: &Path,
+    stats: &Path,
+    stderr: PathBuf,
+    extra: &[&str],
+) -> Lamp {
+    Lamp::start("lamp", runner, url, credentials, stats, stderr, extra)
 }
 
 async fn connected(admin: &dk_http::AdminClient) {
@@ -223,7 +74,7 @@ async fn scenario(runner: &[&str]) {
     let err = |n: u32| scratch.root().join(format!("lamp-{n}.err"));
 
     // Pairing: the code the lamp prints is the prompt's.
-    let lamp = Lamp::start(runner, &vessel.url(), &credentials, &stats_file, err(1));
+    let lamp = start_lamp(runner, &vessel.url(), &credentials, &stats_file, err(1));
     let code = lamp.wait_for("pairing code: ");
     let id = eventually("the lamp's pairing request", || {
         consent_id(&admin, "desk-lamp")
@@ -287,7 +138,7 @@ async fn scenario(runner: &[&str]) {
     assert!(counted["pairing_peak_bytes"] > 0, "{counted:?}");
 
     // Restarted: by key, with no prompt.
-    let lamp = Lamp::start(runner, &vessel.url(), &credentials, &stats_file, err(2));
+    let lamp = start_lamp(runner, &vessel.url(), &credentials, &stats_file, err(2));
     connected(&admin).await;
     let answered = bridge.request(
         4,
@@ -310,7 +161,7 @@ async fn scenario(runner: &[&str]) {
     let other_scratch = Scratch::new("c-lamp-other");
     let (other, _) = start(&other_scratch);
     let other_admin = other.admin(&other_scratch);
-    let lamp = Lamp::start(runner, &other.url(), &credentials, &stats_file, err(3));
+    let lamp = start_lamp(runner, &other.url(), &credentials, &stats_file, err(3));
     let (code, said) = lamp.exit_code();
     assert_eq!(code, Some(3), "{said}");
     assert!(said.contains("the vessel's key changed"), "{said}");
@@ -330,11 +181,7 @@ async fn scenario(runner: &[&str]) {
 
 /// Whether the lamp can be built here; the skip is said out loud.
 fn lamp_or_skip(test: &str) -> bool {
-    let found = Command::new("pkg-config")
-        .args(["--exists", "libwebsockets"])
-        .status()
-        .is_ok_and(|s| s.success());
-    dk_testkit::peer_or_skip(test, "libwebsockets-dev", found.then_some(())).is_some()
+    libwebsockets_or_skip(test)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,21 +197,10 @@ async fn the_c_lamp_under_valgrind_has_no_memory_error_and_no_leak() {
     if !lamp_or_skip("c_lamp under valgrind") {
         return;
     }
-    let valgrind = Path::new("/usr/bin/valgrind").is_file();
-    if dk_testkit::peer_or_skip("c_lamp under valgrind", "valgrind", valgrind.then_some(()))
-        .is_none()
-    {
+    if !valgrind_or_skip("c_lamp under valgrind") {
         return;
     }
-    scenario(&[
-        "valgrind",
-        "--quiet",
-        "--vgdb=no",
-        "--error-exitcode=99",
-        "--leak-check=full",
-        "--errors-for-leak-kinds=definite,indirect",
-    ])
-    .await;
+    scenario(VALGRIND).await;
 }
 
 /// How many times the lamp said it could not reach the vessel.
@@ -425,7 +261,7 @@ async fn the_c_lamp_closes_a_handshake_past_its_deadline_and_connects_again() {
     }
     let scratch = Scratch::new("c-lamp-silent");
     let (url, seen) = silent_vessel().await;
-    let lamp = Lamp::start_with(
+    let lamp = start_lamp_with(
         &[],
         &url,
         &scratch.root().join("desk-lamp.dk2"),
@@ -459,7 +295,7 @@ async fn the_c_lamp_comes_back_to_a_vessel_killed_and_started_again() {
     let admin = vessel.admin(&scratch);
     let credentials = scratch.root().join("desk-lamp.dk2");
     let stats_file = scratch.root().join("lamp.stats");
-    let lamp = Lamp::start(
+    let lamp = start_lamp(
         &[],
         &vessel.url(),
         &credentials,
@@ -543,7 +379,7 @@ async fn a_403_before_the_channel_stops_an_unpaired_c_lamp_and_never_a_paired_on
     let stats = scratch.root().join("lamp.stats");
 
     // Not paired: the vessel's 403 is believed, and the lamp stops (3).
-    let lamp = Lamp::start(
+    let lamp = start_lamp(
         &[],
         &forbidding,
         &credentials,
@@ -562,7 +398,7 @@ async fn a_403_before_the_channel_stops_an_unpaired_c_lamp_and_never_a_paired_on
     // connecting again after its backoff.
     let (vessel, _) = start(&scratch);
     let admin = vessel.admin(&scratch);
-    let lamp = Lamp::start(
+    let lamp = start_lamp(
         &[],
         &vessel.url(),
         &credentials,
@@ -575,7 +411,7 @@ async fn a_403_before_the_channel_stops_an_unpaired_c_lamp_and_never_a_paired_on
     let (code, said) = lamp.terminate();
     assert_eq!(code, Some(0), "{said}");
     let before = *refused.lock().unwrap();
-    let lamp = Lamp::start(
+    let lamp = start_lamp(
         &[],
         &forbidding,
         &credentials,
