@@ -209,11 +209,19 @@ async fn send_again(outsider: &async_nats::Client, recorded: &async_nats::Messag
     outsider.flush().await.unwrap();
 }
 
-/// Connects an outsider (no fleet key) to the server, recording `subject`.
+/// Connects an outsider (no fleet key) to the server, recording `subject`
+/// from the moment the server holds the subscription.
 async fn record(nats: &Nats, subject: &str) -> (async_nats::Client, async_nats::Subscriber) {
     let outsider = async_nats::connect(nats.url()).await.unwrap();
     let recorded = outsider.subscribe(subject.to_owned()).await.unwrap();
+    // A flush only writes the subscription out; the server reads one
+    // connection in order, so once the outsider hears its own probe, sent
+    // after it, the subscription is in force for everyone's messages.
+    let inbox = outsider.new_inbox();
+    let mut probe = outsider.subscribe(inbox.clone()).await.unwrap();
+    outsider.publish(inbox, "probe".into()).await.unwrap();
     outsider.flush().await.unwrap();
+    next(&mut probe).await;
     (outsider, recorded)
 }
 
