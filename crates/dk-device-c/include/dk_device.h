@@ -347,6 +347,76 @@ dk_status dk_device_new(const dk_platform *platform,
 // gave out is used after.
 void dk_device_free(dk_device *device);
 
+// Registers `handler` (with its `ctx`) for calls of `capability` (`len`
+// bytes of UTF-8), replacing any; a NULL handler removes it. Calls of a
+// capability without a handler come out of `dk_device_poll` as
+// `DK_OUTPUT_INVOKE`. Asks for no memory.
+//
+// # Safety
+//
+// `device` is NULL or a live device; `capability` is readable for `len`
+// bytes; the handler behaves as `dk_handler_fn` says.
+dk_status dk_device_on(dk_device *device,
+                       const char *capability,
+                       size_t len,
+                       dk_handler_fn handler,
+                       void *ctx);
+
+// Answers the running call `call_id` (`id_len` bytes): with `ok`, `text`
+// is the result as JSON (`DK_ERR_JSON` when it is not, and the call still
+// runs); without, it is the error's text. `DK_ERR_NO_SUCH_CALL` when no
+// such call runs (answered already, or its connection ended);
+// `DK_ERR_NO_MEMORY` when the platform has no memory for the answer's
+// frame (the call still runs: answer it again, or with a shorter text).
+//
+// # Safety
+//
+// `device` is NULL or a live device; `call_id` and `text` are readable
+// for their lengths.
+dk_status dk_device_answer(dk_device *device,
+                           const char *call_id,
+                           size_t id_len,
+                           bool ok,
+                           const char *text,
+                           size_t len);
+
+// The handler's result, as JSON (`len` bytes of UTF-8 at `json`), sent at
+// once: `DK_ERR_JSON` when it is not JSON, `DK_ERR_BUSY` when the call
+// was answered already, `DK_ERR_NO_MEMORY` as `dk_device_answer` says.
+//
+// # Safety
+//
+// `reply` is NULL or the handler's; `json` is readable for `len` bytes.
+dk_status dk_reply_ok(dk_reply *reply, const char *json_ptr, size_t len);
+
+// The handler's error, as text (`len` bytes of UTF-8 at `error`), which
+// the agent reads after `device error: `, sent at once. `DK_ERR_BUSY`
+// when the call was answered already.
+//
+// # Safety
+//
+// `reply` is NULL or the handler's; `error` is readable for `len` bytes.
+dk_status dk_reply_error(dk_reply *reply, const char *error, size_t len);
+
+// Sends `device:event {capability, data}` for a declared capability or a
+// declared event (the manifest's `events`, `capability_len` bytes), with
+// `data` as JSON (`len` bytes), when a connection is serving; the message
+// to send then comes out of `dk_device_poll`. A declared event's data
+// must keep its params (`DK_ERR_REFUSED` otherwise, nothing sent); an
+// unknown name is `DK_ERR_UNKNOWN_CAPABILITY`.
+// `DK_ERR_NO_MEMORY` when the platform has no memory for the event's
+// frame.
+//
+// # Safety
+//
+// `device` is NULL or a live device; `capability` and `data` are readable
+// for their lengths.
+dk_status dk_device_emit(dk_device *device,
+                         const char *capability,
+                         size_t capability_len,
+                         const char *data,
+                         size_t len);
+
 // Starts a connection on a WebSocket just opened to the vessel (with the
 // `dk.2` subprotocol): the first handshake message is then polled. A
 // connection still open is forgotten, its calls abandoned.
@@ -466,76 +536,6 @@ dk_state dk_device_state(dk_device *device);
 //
 // `device` is NULL or a live device.
 bool dk_device_stops_on_http_status(dk_device *device, uint16_t status);
-
-// Registers `handler` (with its `ctx`) for calls of `capability` (`len`
-// bytes of UTF-8), replacing any; a NULL handler removes it. Calls of a
-// capability without a handler come out of `dk_device_poll` as
-// `DK_OUTPUT_INVOKE`. Asks for no memory.
-//
-// # Safety
-//
-// `device` is NULL or a live device; `capability` is readable for `len`
-// bytes; the handler behaves as `dk_handler_fn` says.
-dk_status dk_device_on(dk_device *device,
-                       const char *capability,
-                       size_t len,
-                       dk_handler_fn handler,
-                       void *ctx);
-
-// Answers the running call `call_id` (`id_len` bytes): with `ok`, `text`
-// is the result as JSON (`DK_ERR_JSON` when it is not, and the call still
-// runs); without, it is the error's text. `DK_ERR_NO_SUCH_CALL` when no
-// such call runs (answered already, or its connection ended);
-// `DK_ERR_NO_MEMORY` when the platform has no memory for the answer's
-// frame (the call still runs: answer it again, or with a shorter text).
-//
-// # Safety
-//
-// `device` is NULL or a live device; `call_id` and `text` are readable
-// for their lengths.
-dk_status dk_device_answer(dk_device *device,
-                           const char *call_id,
-                           size_t id_len,
-                           bool ok,
-                           const char *text,
-                           size_t len);
-
-// The handler's result, as JSON (`len` bytes of UTF-8 at `json`), sent at
-// once: `DK_ERR_JSON` when it is not JSON, `DK_ERR_BUSY` when the call
-// was answered already, `DK_ERR_NO_MEMORY` as `dk_device_answer` says.
-//
-// # Safety
-//
-// `reply` is NULL or the handler's; `json` is readable for `len` bytes.
-dk_status dk_reply_ok(dk_reply *reply, const char *json_ptr, size_t len);
-
-// The handler's error, as text (`len` bytes of UTF-8 at `error`), which
-// the agent reads after `device error: `, sent at once. `DK_ERR_BUSY`
-// when the call was answered already.
-//
-// # Safety
-//
-// `reply` is NULL or the handler's; `error` is readable for `len` bytes.
-dk_status dk_reply_error(dk_reply *reply, const char *error, size_t len);
-
-// Sends `device:event {capability, data}` for a declared capability or a
-// declared event (the manifest's `events`, `capability_len` bytes), with
-// `data` as JSON (`len` bytes), when a connection is serving; the message
-// to send then comes out of `dk_device_poll`. A declared event's data
-// must keep its params (`DK_ERR_REFUSED` otherwise, nothing sent); an
-// unknown name is `DK_ERR_UNKNOWN_CAPABILITY`.
-// `DK_ERR_NO_MEMORY` when the platform has no memory for the event's
-// frame.
-//
-// # Safety
-//
-// `device` is NULL or a live device; `capability` and `data` are readable
-// for their lengths.
-dk_status dk_device_emit(dk_device *device,
-                         const char *capability,
-                         size_t capability_len,
-                         const char *data,
-                         size_t len);
 
 // The next thing to do, in order, into `*out`: true when there is one,
 // false once all is done (then `out->kind` is `DK_OUTPUT_NONE`). Calls of

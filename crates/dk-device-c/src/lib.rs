@@ -59,13 +59,18 @@ pub use abi::{
     DK_MIN_FRAME_BYTES, DK_RESERVE_BYTES, dk_call, dk_end, dk_options, dk_output, dk_output_kind,
     dk_reply, dk_state, dk_status,
 };
-pub use device::{
-    dk_device, dk_device_answer, dk_device_connect, dk_device_emit, dk_device_free,
-    dk_device_handle_timeout, dk_device_lost, dk_device_new, dk_device_next_timeout, dk_device_on,
-    dk_device_poll, dk_device_receive_binary, dk_device_receive_close, dk_device_receive_text,
-    dk_device_shutdown, dk_device_shutdown_within, dk_device_state, dk_device_stops_on_http_status,
-    dk_device_storage_failed, dk_reply_error, dk_reply_ok, dk_status_text,
+pub use device::answer::{
+    dk_device_answer, dk_device_emit, dk_device_on, dk_reply_error, dk_reply_ok,
 };
+pub use device::feed::{
+    dk_device_connect, dk_device_handle_timeout, dk_device_lost, dk_device_next_timeout,
+    dk_device_receive_binary, dk_device_receive_close, dk_device_receive_text, dk_device_shutdown,
+    dk_device_shutdown_within, dk_device_state, dk_device_stops_on_http_status,
+    dk_device_storage_failed,
+};
+pub use device::poll::dk_device_poll;
+pub use device::status::dk_status_text;
+pub use device::{dk_device, dk_device_free, dk_device_new};
 pub use platform::{
     PlatformAllocator, dk_alloc_fn, dk_free_fn, dk_handler_fn, dk_log_fn, dk_platform,
     dk_platform_init, dk_random_fn,
