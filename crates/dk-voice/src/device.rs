@@ -408,6 +408,15 @@ fn emit(shared: &Shared, capability: &str, data: Value) {
     }
 }
 
+/// Keeps the frames the capture queued before a stop: each was read before
+/// the stop was set (the capture sends nothing read after it), so it is
+/// sound from before the person's Stop, which a busy task had not taken yet.
+fn keep_queued(frames: &mut tokio::sync::mpsc::Receiver<pulse::Captured>, recorded: &mut Vec<i16>) {
+    while let Ok(Ok(frame)) = frames.try_recv() {
+        recorded.extend_from_slice(&frame);
+    }
+}
+
 /// Why a recording ended, as results and events say it.
 fn ended_text(ended: Option<Ended>, stopped: bool) -> &'static str {
     match (stopped, ended) {
@@ -446,13 +455,20 @@ async fn listen(shared: Arc<Shared>, input: Map<String, Value>) -> Result<Value,
     while recorded.len() < most && ended.is_none() {
         tokio::select! {
             biased;
-            () = mic.wake.notified() => break,
+            () = mic.wake.notified() => {
+                keep_queued(&mut frames, &mut recorded);
+                break;
+            }
             frame = frames.recv() => match frame {
                 Some(Ok(frame)) if !mic.stopped() => {
                     ended = vad.push(&frame);
                     recorded.extend_from_slice(&frame);
                 }
-                Some(Ok(_)) => break,
+                Some(Ok(frame)) => {
+                    recorded.extend_from_slice(&frame);
+                    keep_queued(&mut frames, &mut recorded);
+                    break;
+                }
                 Some(Err(why)) => {
                     failed = Some(why);
                     break;
