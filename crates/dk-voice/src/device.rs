@@ -11,7 +11,7 @@
 //! threads check between 20 ms frames and wakes the call at once; a frame
 //! read after the stop is never handed on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -111,6 +111,8 @@ struct Shared {
     mic: Mutex<Option<Mic>>,
     speaker: Mutex<Option<Arc<AtomicBool>>>,
     live: watch::Sender<Option<LiveMic>>,
+    /// Samples the microphone's current (or last) recording captured.
+    heard: AtomicU64,
     events: Mutex<Option<EventSender>>,
     chunks: Mutex<Option<StreamSender>>,
 }
@@ -146,6 +148,7 @@ impl Voice {
             mic: Mutex::new(None),
             speaker: Mutex::new(None),
             live,
+            heard: AtomicU64::new(0),
             events: Mutex::new(None),
             chunks: Mutex::new(None),
         });
@@ -203,6 +206,14 @@ impl Voice {
     /// The microphone's state, now and as it changes.
     pub fn live(&self) -> watch::Receiver<Option<LiveMic>> {
         self.shared.live.subscribe()
+    }
+
+    /// How much sound the microphone's current recording has captured so
+    /// far (or its last one's, once closed), in milliseconds: what the
+    /// call has taken from the source, not how long it has been open.
+    pub fn recorded_ms(&self) -> u64 {
+        let samples = self.shared.heard.load(Ordering::Acquire);
+        samples.saturating_mul(1000) / u64::from(RATE)
     }
 
     /// Ends whatever the device is doing at once: the person's stop.
@@ -340,6 +351,7 @@ fn open_mic(shared: &Arc<Shared>, live: LiveMic) -> Result<MicGuard, HandlerErro
     drop(mic);
     let capability = live.capability;
     let max_seconds = live.max_seconds;
+    shared.heard.store(0, Ordering::Release);
     shared.live.send_replace(Some(live));
     emit(
         shared,
@@ -366,6 +378,12 @@ struct MicGuard {
 impl MicGuard {
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// Counts `samples` captured by this recording.
+    fn heard(&self, samples: usize) {
+        let samples = u64::try_from(samples).unwrap_or(u64::MAX);
+        self.shared.heard.fetch_add(samples, Ordering::AcqRel);
     }
 
     fn close(self, ended: &str, duration_ms: u64) {
@@ -463,6 +481,7 @@ async fn listen(shared: Arc<Shared>, input: Map<String, Value>) -> Result<Value,
                 Some(Ok(frame)) if !mic.stopped() => {
                     ended = vad.push(&frame);
                     recorded.extend_from_slice(&frame);
+                    mic.heard(frame.len());
                 }
                 Some(Ok(frame)) => {
                     recorded.extend_from_slice(&frame);
@@ -612,6 +631,7 @@ async fn stream_session(
                     chunk.extend(frame.iter().flat_map(|s| s.to_le_bytes()));
                     in_chunk += 1;
                     captured += frame.len();
+                    mic.heard(frame.len());
                     let silent = vad.as_mut().and_then(|vad| vad.push(&frame));
                     if in_chunk == frames_a_chunk || captured >= most || silent.is_some() {
                         let payload = std::mem::replace(
