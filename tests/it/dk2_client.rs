@@ -342,6 +342,23 @@ async fn fake_vessel(
     None
 }
 
+/// The device connects again to `listener` after `what`; told inside the
+/// channel that it was unpaired, it stops.
+async fn comes_back_then_stops_unpaired(
+    listener: &TcpListener,
+    key: &dk_channel::StaticKey,
+    run: DeviceRun,
+    what: &str,
+) {
+    tokio::time::timeout(Duration::from_secs(10), closing_vessel(listener, key, true))
+        .await
+        .unwrap_or_else(|_| panic!("the device did not come back after {what}"));
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
+        .await
+        .unwrap();
+    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_or_unexpected_pairing_frame_ends_the_pairing() {
     let key = dk_channel::StaticKey::generate().unwrap();
@@ -400,16 +417,7 @@ async fn a_close_not_announced_inside_the_channel_is_only_a_disconnect() {
     // A bare 4007, as anyone on the path could forge: the device comes back.
     closing_vessel(&listener, &key, false).await;
     // The same 4007 announced inside the channel: the device stops.
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        closing_vessel(&listener, &key, true),
-    )
-    .await
-    .expect("the device did not come back after a bare close");
-    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
-        .await
-        .unwrap();
-    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+    comes_back_then_stops_unpaired(&listener, &key, run, "a bare close").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,16 +602,7 @@ async fn a_record_that_does_not_open_closes_4012_and_the_device_comes_back() {
     .unwrap();
     assert_eq!(closed, Some(4012));
     // A channel failure is not a refusal: the device connects again.
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        closing_vessel(&listener, &key, true),
-    )
-    .await
-    .expect("the device did not come back after a channel failure");
-    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
-        .await
-        .unwrap();
-    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+    comes_back_then_stops_unpaired(&listener, &key, run, "a channel failure").await;
 }
 
 /// A vessel's side of dk/2 that pairs the device (the person's yes taken
@@ -846,16 +845,7 @@ async fn a_frame_over_the_clients_limit_closes_4012_and_the_device_comes_back() 
     .await
     .unwrap();
     assert_eq!(closed, Some(4012));
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        closing_vessel(&listener, &key, true),
-    )
-    .await
-    .expect("the device did not come back after a frame over its limit");
-    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
-        .await
-        .unwrap();
-    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+    comes_back_then_stops_unpaired(&listener, &key, run, "a frame over its limit").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -880,14 +870,5 @@ async fn a_handshake_that_stalls_ends_at_its_deadline_and_the_device_comes_back(
     tokio::time::timeout(Duration::from_secs(10), stalled)
         .await
         .expect("the device did not give up the stalled handshake");
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        closing_vessel(&listener, &key, true),
-    )
-    .await
-    .expect("the device did not come back after a stalled handshake");
-    let ended = tokio::time::timeout(Duration::from_secs(10), run.ended())
-        .await
-        .unwrap();
-    assert!(matches!(ended, Err(ClientError::Unpaired)), "{ended:?}");
+    comes_back_then_stops_unpaired(&listener, &key, run, "a stalled handshake").await;
 }
