@@ -13,7 +13,7 @@ use dk_device::{ClientOptions, ServeOptions, run_client};
 use serde_json::{Value, json};
 
 use crate::approvals::{Agent, approval_id};
-use crate::process::{Scratch, devices, eventually};
+use crate::process::{Scratch, approve_consent, devices, eventually};
 
 const SET_TARGET: &str = "device__hall_thermostat__set_target";
 const EVENTS: &str = "dk://devices/hall-thermostat/events";
@@ -91,14 +91,7 @@ async fn declared_bounds_refuse_before_the_person_and_declared_events_reach_the_
     );
     // The event is granted as a capability is; the sensor is not.
     let id = request["id"].as_u64().unwrap();
-    let answer = admin
-        .post(
-            &format!("/v1/pending/{id}/consent"),
-            &json!({"approved": true, "grant": ["set_target", "temperature_changed"]}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 204, "{answer:?}");
+    approve_consent(&admin, id, &["set_target", "temperature_changed"]).await;
     eventually("the thermostat connected", || async {
         devices(&admin)
             .await

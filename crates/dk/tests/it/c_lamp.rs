@@ -27,7 +27,9 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use crate::agents::{start, start_with};
 use crate::c_device::{CDevice as Lamp, VALGRIND, libwebsockets_or_skip, stats, valgrind_or_skip};
 use crate::mcp_bridge::{Bridge, initialize};
-use crate::process::{Scratch, approve_when_asked, consent_id, devices, eventually};
+use crate::process::{
+    Scratch, approve_when_asked, consent_id, devices, eventually, wait_connected,
+};
 
 /// The C lamp run through `runner` (nothing, or valgrind), its standard
 /// error to `stderr`.
@@ -54,14 +56,7 @@ fn start_lamp_with(
 }
 
 async fn connected(admin: &dk_http::AdminClient) {
-    eventually("the C lamp connected", || async {
-        devices(admin)
-            .await
-            .iter()
-            .any(|d| d["id"] == "desk-lamp" && d["connected"] == true)
-            .then_some(())
-    })
-    .await;
+    wait_connected(admin, "desk-lamp").await;
 }
 
 /// The whole story, the lamp run through `runner` (nothing, or valgrind).

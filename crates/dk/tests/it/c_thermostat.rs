@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::approvals::{Agent, approval_id};
 use crate::bounds::ASK;
 use crate::c_device::{CDevice, VALGRIND, libwebsockets_or_skip, stats, valgrind_or_skip};
-use crate::process::{Scratch, consent_id, devices, eventually};
+use crate::process::{Scratch, approve_consent, consent_id, eventually, wait_connected};
 
 const SET_TARGET: &str = "device__hall_thermostat__set_target";
 const EVENTS: &str = "dk://devices/hall-thermostat/events";
@@ -72,22 +72,8 @@ async fn scenario(runner: &[&str]) {
         request["events"][0]["name"], "temperature_changed",
         "{request}"
     );
-    let answer = admin
-        .post(
-            &format!("/v1/pending/{id}/consent"),
-            &json!({"approved": true, "grant": ["set_target", "temperature_changed"]}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 204, "{answer:?}");
-    eventually("the C thermostat connected", || async {
-        devices(&admin)
-            .await
-            .iter()
-            .any(|d| d["id"] == "hall-thermostat" && d["connected"] == true)
-            .then_some(())
-    })
-    .await;
+    approve_consent(&admin, id, &["set_target", "temperature_changed"]).await;
+    wait_connected(&admin, "hall-thermostat").await;
     let added = admin
         .post(
             "/v1/agents",

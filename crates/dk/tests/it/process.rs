@@ -277,6 +277,12 @@ pub async fn approve_when_asked(admin: &AdminClient, device: &str, grant: &[&str
         consent_id(admin, device)
     })
     .await;
+    approve_consent(admin, id, grant).await;
+}
+
+/// Approves the pairing request `id`, granting `grant`, through the admin
+/// API.
+pub async fn approve_consent(admin: &AdminClient, id: u64, grant: &[&str]) {
     let answer = admin
         .post(
             &format!("/v1/pending/{id}/consent"),
@@ -285,6 +291,18 @@ pub async fn approve_when_asked(admin: &AdminClient, device: &str, grant: &[&str
         .await
         .unwrap();
     assert_eq!(answer.status, 204, "{answer:?}");
+}
+
+/// Waits until the vessel behind `admin` lists `device` connected.
+pub async fn wait_connected(admin: &AdminClient, device: &str) {
+    eventually(&format!("{device} connected"), || async {
+        devices(admin)
+            .await
+            .iter()
+            .any(|d| d["id"] == device && d["connected"] == true)
+            .then_some(())
+    })
+    .await;
 }
 
 /// A lamp-like manifest with its own id.
