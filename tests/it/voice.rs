@@ -149,7 +149,6 @@ async fn the_persons_stop_in_the_console_ends_listen_within_100_ms_of_sound() {
     let pulse = Pulse::start(&binary);
     let running = start(Limits::default()).await;
     let served = serve(&running, &pulse).await;
-    assert!(!pulse.recording_from(MIC_SOURCE), "nothing records yet");
     let mut events = running.vessel.subscribe_events();
     // The microphone hears the first tone, from a feed that keeps 20 ms in
     // the server, so a switch is heard within it.
@@ -419,7 +418,7 @@ async fn listen_stream_delivers_every_chunk_in_order_under_the_caps() {
     })
     .await;
     dk_testkit::eventually("the device recording from the microphone", || {
-        pulse.recording_from(MIC_SOURCE)
+        served.voice.recorded_ms() > 0
     })
     .await;
     feed.play(&dk_testkit::pulse::tone(hz, 600, RATE, 12_000));

@@ -158,29 +158,6 @@ impl Pulse {
         id.is_some_and(|id| self.pactl(&["unload-module", &id]).is_some())
     }
 
-    /// Whether a record stream reads from `source` now (a program's
-    /// capture connected to it, not only asked for).
-    pub fn recording_from(&self, source: &str) -> bool {
-        let index = self
-            .pactl(&["list", "short", "sources"])
-            .and_then(|sources| {
-                sources.lines().find_map(|line| {
-                    let mut fields = line.split('\t');
-                    let index = fields.next()?;
-                    (fields.next()? == source).then(|| index.to_owned())
-                })
-            });
-        let Some(index) = index else {
-            return false;
-        };
-        self.pactl(&["list", "short", "source-outputs"])
-            .is_some_and(|outputs| {
-                outputs
-                    .lines()
-                    .any(|line| line.split('\t').nth(1) == Some(index.as_str()))
-            })
-    }
-
     /// Adds a null sink named `sink` again (after [`Pulse::remove_sink`]).
     pub fn add_sink(&self, sink: &str) -> bool {
         self.pactl(&[
