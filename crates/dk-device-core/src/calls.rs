@@ -309,12 +309,14 @@ impl Calls {
     /// remembered (each at least one), their hashes keyed with `key`
     /// (random bytes, so that the vessel cannot choose ids that collide).
     pub fn new(manifest: &Manifest, max_in_flight: usize, remember: usize, key: [u8; 16]) -> Calls {
+        // Inserted one by one: collecting into a set sorts first, which
+        // links a sort into the firmware for a handful of names.
+        let mut capabilities = BTreeSet::new();
+        for capability in manifest.capabilities() {
+            capabilities.insert(capability.name().to_string());
+        }
         Calls {
-            capabilities: manifest
-                .capabilities()
-                .iter()
-                .map(|c| c.name().to_string())
-                .collect(),
+            capabilities,
             bounded: manifest
                 .capabilities()
                 .iter()

@@ -12,7 +12,7 @@ use core::fmt;
 use crate::invoke::InvokeError;
 
 /// Why the vessel closes a connection, for the reasons that carry a value.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CloseWhy {
     /// A text frame over the connection's limit (1009).
     #[error("frames are at most {0} bytes")]
@@ -25,7 +25,7 @@ pub enum CloseWhy {
     OverRate(u32),
     /// More dk/2 records in a second than the vessel takes (4008).
     #[error("more than {0} records per second")]
-    OverRecordRate(f64),
+    OverRecordRate(u32),
     /// A pairing ended by a frame out of order (4001).
     #[error("pairing did not happen: {0}")]
     PairingDidNotHappen(String),
@@ -150,7 +150,7 @@ mod tests {
             "more than 50 frames per second"
         );
         assert_eq!(
-            CloseWhy::OverRecordRate(800.0).to_string(),
+            CloseWhy::OverRecordRate(800).to_string(),
             "more than 800 records per second"
         );
         assert_eq!(

@@ -210,6 +210,8 @@ fn note(failure: &Mutex<Option<CloseFrame>>, frame: CloseFrame) {
 
 /// A token bucket of records: `rate` a second, bursts of twice that.
 struct RecordBucket {
+    /// The records a second, as configured (and named in the close).
+    limit: u32,
     rate: f64,
     tokens: f64,
     refilled: Instant,
@@ -217,8 +219,10 @@ struct RecordBucket {
 
 impl RecordBucket {
     fn new(rate: u32) -> RecordBucket {
+        let limit = rate;
         let rate = f64::from(rate);
         RecordBucket {
+            limit,
             rate,
             tokens: rate * 2.0,
             refilled: Instant::now(),
@@ -264,10 +268,10 @@ where
                     other => return Some((other, Some((incoming, opener, records, failure)))),
                 };
                 if !records.take() {
-                    let rate = records.rate;
+                    let limit = records.limit;
                     note(
                         &failure,
-                        close(CloseCode::Rate, CloseWhy::OverRecordRate(rate).to_string()),
+                        close(CloseCode::Rate, CloseWhy::OverRecordRate(limit).to_string()),
                     );
                     return None;
                 }

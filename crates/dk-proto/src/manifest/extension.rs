@@ -23,6 +23,7 @@
 //! the extension's included, is part of what the person consents to.
 
 use alloc::borrow::ToOwned;
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -638,18 +639,20 @@ pub(crate) fn canonical(out: &mut String, value: &Value) {
             out.push(']');
         }
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
+            // Keys are distinct, so a map orders them (no sort linked in).
+            // (Inserted one by one: collecting into a map sorts first.)
+            let mut sorted: BTreeMap<&str, &Value> = BTreeMap::new();
+            for (key, value) in map {
+                sorted.insert(key, value);
+            }
             out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            for (i, (key, value)) in sorted.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 json_str(out, key);
                 out.push(':');
-                if let Some(value) = map.get(key) {
-                    canonical(out, value);
-                }
+                canonical(out, value);
             }
             out.push('}');
         }

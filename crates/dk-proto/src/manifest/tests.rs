@@ -686,3 +686,25 @@ fn a_declared_input_schema_replaces_params_and_is_bounded() {
         "manifest capability \"set_target\" inputSchema must not be given beside params"
     );
 }
+
+#[test]
+fn canonical_json_orders_every_objects_keys_by_their_bytes() {
+    let value: Value = serde_json::from_str(
+        r#"{"b":{"z":1,"10":2,"2":{"y":[{"d":0,"c":1}],"x":null}},"a":[{"y":1,"x":2}]}"#,
+    )
+    .unwrap();
+    let mut out = String::new();
+    extension::canonical(&mut out, &value);
+    assert_eq!(
+        out,
+        r#"{"a":[{"x":2,"y":1}],"b":{"10":2,"2":{"x":null,"y":[{"c":1,"d":0}]},"z":1}}"#
+    );
+}
+
+#[test]
+fn javascript_key_order_puts_array_indices_first_ascending() {
+    let value: Value = serde_json::from_str(r#"{"b":1,"10":2,"a":3,"2":4,"01":5}"#).unwrap();
+    let map = value.as_object().unwrap();
+    let keys: Vec<&str> = js_key_order(map).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["2", "10", "b", "a", "01"]);
+}

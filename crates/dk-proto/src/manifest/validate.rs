@@ -4,6 +4,7 @@
 //! extension's fields and `events`).
 
 use alloc::borrow::ToOwned;
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -409,21 +410,20 @@ pub(crate) fn array_index(key: &str) -> Option<u32> {
 /// The keys of a JSON object in the order JavaScript's `Object.entries`
 /// gives them: array-index keys ascending, then the rest as sent.
 pub(crate) fn js_key_order(map: &Map<String, Value>) -> Vec<(&str, &Value)> {
-    let mut indexed: Vec<(u32, &str, &Value)> = Vec::new();
+    // Array indices are distinct numbers, so a map orders them; it keeps a
+    // sort out of the firmware's code.
+    let mut indexed: BTreeMap<u32, (&str, &Value)> = BTreeMap::new();
     let mut named: Vec<(&str, &Value)> = Vec::with_capacity(map.len());
     for (key, value) in map {
         match array_index(key) {
-            Some(n) => indexed.push((n, key, value)),
+            Some(n) => {
+                indexed.insert(n, (key, value));
+            }
             None => named.push((key, value)),
         }
     }
     if indexed.is_empty() {
         return named;
     }
-    indexed.sort_by_key(|&(n, _, _)| n);
-    indexed
-        .into_iter()
-        .map(|(_, k, v)| (k, v))
-        .chain(named)
-        .collect()
+    indexed.into_values().chain(named).collect()
 }
