@@ -29,7 +29,6 @@ See docs/PYTHON.md.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import json
 import logging
@@ -278,6 +277,7 @@ class _Calls:
                  loop: asyncio.AbstractEventLoop | None):
         self.handlers = handlers
         self.loop = loop
+        self.tasks: set[asyncio.Future[Any]] = set()
 
     def __call__(self, capability: str, input_json: str, reply: Reply) -> None:
         handler = self.handlers.get(capability)
@@ -290,8 +290,9 @@ class _Calls:
                 if self.loop is None:
                     reply.error(f'the handler of "{capability}" needs an asyncio loop')
                     return
-                future = asyncio.run_coroutine_threadsafe(handler(**kwargs), self.loop)
-                future.add_done_callback(lambda done: self.finish(capability, done, reply))
+                # One hop to the loop's thread, where the task starts and
+                # answers: no concurrent future and no chaining between two.
+                self.loop.call_soon_threadsafe(self.start, capability, handler, kwargs, reply)
                 return
             result = handler(**kwargs)
         except Exception as error:  # noqa: BLE001 - every failure is the call's error
@@ -299,7 +300,20 @@ class _Calls:
             return
         self.answer(capability, result, reply)
 
-    def finish(self, capability: str, done: concurrent.futures.Future[Any], reply: Reply) -> None:
+    def start(self, capability: str, handler: Callable[..., Any], kwargs: Any,
+              reply: Reply) -> None:
+        """On the loop's thread: runs the `async def` handler as a task,
+        held until it ends (the loop keeps only weak references)."""
+        try:
+            task = asyncio.ensure_future(handler(**kwargs), loop=self.loop)
+        except Exception as error:  # noqa: BLE001 - every failure is the call's error
+            self.failed(capability, error, reply)
+            return
+        self.tasks.add(task)
+        task.add_done_callback(lambda done: self.finish(capability, done, reply))
+
+    def finish(self, capability: str, done: asyncio.Future[Any], reply: Reply) -> None:
+        self.tasks.discard(done)
         if done.cancelled():
             reply.error(f'the handler of "{capability}" was cancelled')
             return
