@@ -222,8 +222,10 @@ async fn a_paused_postgres_stops_calls_reaching_devices_within_the_bound_and_slo
     // Past the resume a call still waiting is answered: it counts too.
     let waiting_at_resume = Instant::now() >= resume_at;
     tokio::time::sleep_until(resume_at.into()).await;
-    drop(paused);
+    // Taken before the resume: the backends answer as soon as they get
+    // their SIGCONT, before the postmaster is signalled and `drop` returns.
     let resumed = Instant::now();
+    drop(paused);
     assert!(
         !waiting_at_resume,
         "a call was not answered while the person's grants waited for the database ({answered_while_granting} were)"
