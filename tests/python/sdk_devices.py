@@ -160,6 +160,9 @@ async def echo(url: str, key_file: str) -> None:
     async def nap(seconds: float) -> dict[str, Any]:
         say(f"call: nap {json.dumps({'seconds': seconds})}")
         await asyncio.sleep(seconds)
+        if seconds == 0:
+            # An `async def` handler's failure, raised after an await.
+            raise RuntimeError("a nap of no time")
         # Awaited on this program's own loop, the one `run_async` runs on.
         return {"slept": seconds, "loop": asyncio.get_running_loop() is main_loop}
 

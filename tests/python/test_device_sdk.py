@@ -300,6 +300,9 @@ class SdkSuite:
                 client.call_tool(echo_tool("nap"), {"seconds": 0.1}))
             for nap in naps:
                 check(not nap.is_error and nap.structured_content["loop"] is True, f"nap: {nap}")
+            result = await client.call_tool(echo_tool("nap"), {"seconds": 0})
+            check(result.is_error and text_of(result) == "device error: a nap of no time",
+                  f"nap 0: {text_of(result)}")
             result = await client.call_tool(echo_tool("nap"), {"seconds": 9})
             check(result.is_error and '"seconds" must be at most 5' in text_of(result),
                   f"nap 9: {text_of(result)}")

@@ -302,26 +302,34 @@ class _Calls:
 
     def start(self, capability: str, handler: Callable[..., Any], kwargs: Any,
               reply: Reply) -> None:
-        """On the loop's thread: runs the `async def` handler as a task,
-        held until it ends (the loop keeps only weak references)."""
+        """On the loop's thread: runs the `async def` handler in a task that
+        answers the call itself as it ends, held until then (the loop keeps
+        only weak references to tasks)."""
+        task = asyncio.get_running_loop().create_task(
+            self.answering(capability, handler, kwargs, reply))
+        self.tasks.add(task)
+        task.add_done_callback(lambda done: self.ended(capability, done, reply))
+
+    async def answering(self, capability: str, handler: Callable[..., Any], kwargs: Any,
+                        reply: Reply) -> None:
+        """Awaits the handler and answers with what it gave: in the task's
+        last step, not in a callback a loop iteration later."""
         try:
-            task = asyncio.ensure_future(handler(**kwargs), loop=self.loop)
+            result = await handler(**kwargs)
+        except asyncio.CancelledError:
+            reply.error(f'the handler of "{capability}" was cancelled')
+            raise
         except Exception as error:  # noqa: BLE001 - every failure is the call's error
             self.failed(capability, error, reply)
             return
-        self.tasks.add(task)
-        task.add_done_callback(lambda done: self.finish(capability, done, reply))
+        self.answer(capability, result, reply)
 
-    def finish(self, capability: str, done: asyncio.Future[Any], reply: Reply) -> None:
+    def ended(self, capability: str, done: asyncio.Future[Any], reply: Reply) -> None:
         self.tasks.discard(done)
         if done.cancelled():
+            # Cancelled before the handler started: answered here (a call
+            # already answered ignores a second answer).
             reply.error(f'the handler of "{capability}" was cancelled')
-            return
-        error = done.exception()
-        if error is not None:
-            self.failed(capability, error, reply)
-        else:
-            self.answer(capability, done.result(), reply)
 
     @staticmethod
     def answer(capability: str, result: Any, reply: Reply) -> None:
