@@ -838,3 +838,33 @@ async fn a_repairing_with_another_key_or_over_v1_says_so_and_needs_its_own_confi
     assert_eq!(closed.0, 4001, "{closed:?}");
     running.stop().await;
 }
+
+/// Records count against a bucket of their own, before they are opened:
+/// sixteen a second for each frame a second allowed, bursts of twice
+/// that. A device sending one frame as more records than that is closed
+/// before the frame is whole, and the close names the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_beyond_their_rate_close_the_connection_naming_the_limit() {
+    // Two frames a second (bursts of four, enough for the pairing): 32
+    // records a second, bursts of 64. Frames of up to 8 MiB, so that one
+    // frame can be sent as more records than the burst.
+    let running = start(Limits {
+        max_frames_per_second: 2,
+        max_frame_bytes: 8 << 20,
+        ..vessel_limits()
+    })
+    .await;
+    let key = StaticKey::generate().unwrap();
+    let mut device = pair(&running, &key, manifest("flood"), &["read_light"]).await;
+    // 6 MiB of text: 97 records, more than the burst and the 32 a second
+    // that refill while they are sent.
+    let text = " ".repeat(6 << 20);
+    device.send_bytes(FrameKind::Text, text.as_bytes()).await;
+    let closed = tokio::time::timeout(Duration::from_secs(20), device.closed())
+        .await
+        .expect("the flood of records was not closed");
+    let reason = "more than 32 records per second";
+    assert_eq!(closed.code, 4006, "{closed:?}");
+    assert_eq!(closed.reason, reason, "{closed:?}");
+    assert_eq!(closed.inside, Some((4006, reason.to_owned())), "{closed:?}");
+}
