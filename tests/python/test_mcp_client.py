@@ -1060,7 +1060,8 @@ class Pulse:
         self.log = open(root / "pulse.log", "wb")
         self.process = subprocess.Popen(
             ["/usr/bin/pulseaudio", "-n", "--daemonize=no", "--use-pid-file=no",
-             "--exit-idle-time=-1", "--log-target=stderr", "--log-level=warning",
+             "--exit-idle-time=-1", "--realtime=no", "--high-priority=no",
+             "--log-target=stderr", "--log-level=warning",
              f"--load=module-native-protocol-unix socket={self.socket} auth-anonymous=1",
              f"--load=module-null-sink sink_name={MIC_SINK} rate={RATE} channels=1",
              f"--load=module-null-sink sink_name={SPEAKER_SINK} rate={RATE} channels=1"],
@@ -1089,6 +1090,15 @@ class Pulse:
 
     def record(self) -> "Recorder":
         return Recorder(self)
+
+    def report(self) -> str:
+        """Whether the daemon still runs, and what it logged: for a failed
+        case, since its files go with the test's directory."""
+        code = self.process.poll()
+        state = "running" if code is None else f"exited with {code}"
+        self.log.flush()
+        logged = (self.root / "pulse.log").read_text(errors="replace")[-4000:]
+        return f"pulseaudio: {state}; its log:\n{logged}"
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -1354,6 +1364,7 @@ async def run_voice(dk: Path, root: Path, results: list[tuple[str, str, str]],
     config = root / "voice-vessel.toml"
     config.write_text(VOICE_CONFIG)
     pulse = Pulse(root / "pulse")
+    earlier = len(results)
     vessel = Vessel(dk, root / "voice", ["--config", str(config)], VOICE_RULES)
     suite = None
     try:
@@ -1366,6 +1377,8 @@ async def run_voice(dk: Path, root: Path, results: list[tuple[str, str, str]],
         if suite is not None:
             suite.close()
         vessel.close()
+        if any(outcome == "fail" for _, outcome, _ in results[earlier:]):
+            print(pulse.report(), file=sys.stderr, flush=True)
         pulse.close()
 
 
