@@ -1060,8 +1060,7 @@ class Pulse:
         self.log = open(root / "pulse.log", "wb")
         self.process = subprocess.Popen(
             ["/usr/bin/pulseaudio", "-n", "--daemonize=no", "--use-pid-file=no",
-             "--exit-idle-time=-1", "--realtime=no", "--high-priority=no",
-             "--log-target=stderr", "--log-level=warning",
+             "--exit-idle-time=-1", "--log-target=stderr", "--log-level=warning",
              f"--load=module-native-protocol-unix socket={self.socket} auth-anonymous=1",
              f"--load=module-null-sink sink_name={MIC_SINK} rate={RATE} channels=1",
              f"--load=module-null-sink sink_name={SPEAKER_SINK} rate={RATE} channels=1"],

@@ -80,10 +80,6 @@ impl Pulse {
                     "--daemonize=no",
                     "--use-pid-file=no",
                     "--exit-idle-time=-1",
-                    // No real-time thread: a test's daemon needs none, and
-                    // one past its CPU-time limit is killed by the kernel.
-                    "--realtime=no",
-                    "--high-priority=no",
                     "--log-target=stderr",
                     "--log-level=warning",
                 ])
