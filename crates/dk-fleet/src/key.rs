@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use dk_files::private::{PrivateFileError, read_private_file};
+use zeroize::Zeroize;
 
 /// The HKDF label of the sealing key: no other key of dk is derived under it.
 const SEAL_LABEL: &[u8] = b"dk fleet message seal v1";
@@ -67,7 +68,9 @@ impl fmt::Debug for FleetKey {
 
 impl Drop for FleetKey {
     fn drop(&mut self) {
-        self.seal.fill(0);
+        // Volatile writes: a plain fill of memory about to be freed is a
+        // dead store the optimiser may remove.
+        self.seal.zeroize();
     }
 }
 
