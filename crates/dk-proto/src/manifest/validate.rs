@@ -247,11 +247,10 @@ fn validate_capability(
     if seen.iter().any(|other| other.name == name) {
         return Err(ManifestError::DuplicateCapability(name.to_owned()));
     }
-    let kind = match field(c, "kind").and_then(Value::as_str) {
-        Some("sensor") => CapabilityKind::Sensor,
-        Some("actuator") => CapabilityKind::Actuator,
-        _ => return Err(ManifestError::BadCapabilityKind(name.to_owned())),
-    };
+    let kind = field(c, "kind")
+        .and_then(Value::as_str)
+        .and_then(CapabilityKind::parse)
+        .ok_or_else(|| ManifestError::BadCapabilityKind(name.to_owned()))?;
     let params = validate_params(name, field(c, "params"))?;
     let description = text(
         field(c, "description"),
