@@ -1453,8 +1453,8 @@ async fn when_every_address_failed_in_a_row_the_client_waits_its_backoff() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         dead.push(format!("ws://{}/device", listener.local_addr().unwrap()));
     }
-    let waits = Arc::new(Mutex::new(Vec::new()));
-    let heard = Arc::clone(&waits);
+    // Each wait the client announces, as they come.
+    let (heard, mut waits) = tokio::sync::watch::channel(Vec::new());
     let [first, second, third] = <[String; 3]>::try_from(dead).unwrap();
     let options = ClientOptions::new(first)
         .v1()
@@ -1463,25 +1463,23 @@ async fn when_every_address_failed_in_a_row_the_client_waits_its_backoff() {
         .backoff(Duration::from_secs(3600), Duration::from_secs(3600))
         .on_connection(move |event| {
             if let ConnectionEvent::Disconnected { retry_in, .. } = event {
-                heard.lock().unwrap().push(*retry_in);
+                heard.send_modify(|waits| waits.push(*retry_in));
             }
         });
     let device = Lamp::new().device();
     let (stop, stopped) = shutdown();
     let client = tokio::spawn(async move { run_client(&device, options, stopped).await });
     // The listeners are closed already: each address refuses at once.
-    within("three refusals", async {
-        while waits.lock().unwrap().len() < 3 {
-            // Looks every 5 ms (dk-device takes no dk-testkit).
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    // Leaves time for a fourth attempt, which the back-off must hold off.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    within("three refusals", waits.wait_for(|w| w.len() >= 3))
+        .await
+        .unwrap();
+    // A fourth attempt, which the back-off must hold off, is given 100 ms
+    // to come (the count below says it did not).
+    let _ =
+        tokio::time::timeout(Duration::from_millis(100), waits.wait_for(|w| w.len() >= 4)).await;
     let _ = stop.send(());
     assert!(within("the client", client).await.unwrap().is_ok());
-    let waits = waits.lock().unwrap().clone();
+    let waits = waits.borrow().clone();
     assert_eq!(waits.len(), 3, "{waits:?}");
     assert_eq!(&waits[..2], [Duration::ZERO, Duration::ZERO]);
     assert!(waits[2] > Duration::ZERO, "{waits:?}");

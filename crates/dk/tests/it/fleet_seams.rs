@@ -560,6 +560,7 @@ async fn an_answer_to_a_paused_member_is_taken_or_said_not_taken_and_never_late(
     // Paused again, and woken while the person's answer is on its way (a
     // pause shorter than the answer's time): the answer is taken, and the
     // person is told so.
+    let (_outsider, mut sent_to_m3) = record(&nats, "dk.fleet.request.m3").await;
     signal("-STOP", &pid);
     let admin = m2.admin();
     let answering = tokio::spawn(async move {
@@ -571,8 +572,8 @@ async fn an_answer_to_a_paused_member_is_taken_or_said_not_taken_and_never_late(
             .await
             .unwrap()
     });
-    // A short pause: the answer is sent meanwhile, and m3 reads it as it wakes.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // m3 wakes once the answer is on its way to it, and reads it then.
+    next(&mut sent_to_m3).await;
     signal("-CONT", &pid);
     let said = answering.await.unwrap();
     assert_eq!(said.status, 204, "{said:?}");

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use dk_http::{AdminClient, AdminToken};
 use futures::{SinkExt, StreamExt};
@@ -198,8 +197,7 @@ impl Running {
     /// Sends `signal` (`-ABRT`, `-KILL`, `-TERM`...) and waits for the
     /// vessel to end: how it ended.
     pub fn signal(mut self, signal: &str) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id().to_string();
+        let pid = self.child.as_ref().unwrap().id().to_string();
         assert!(
             Command::new("kill")
                 .args([signal, &pid])
@@ -207,19 +205,15 @@ impl Running {
                 .unwrap()
                 .success()
         );
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("dk vessel did not stop on {signal}");
-            }
-            // Looks every 10 ms for the exit; past PATIENCE the process is
-            // killed first, so none is left behind (a wait that fails cannot).
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // Past PATIENCE the wait fails, and `Running`'s drop kills the
+        // process, so none is left behind.
+        let child = self.child.as_mut().unwrap();
+        let status =
+            dk_testkit::eventually_blocking_some(&format!("dk vessel to stop on {signal}"), || {
+                child.try_wait().unwrap()
+            });
+        self.child = None;
+        status
     }
 }
 
