@@ -27,6 +27,27 @@ fn options(url: &str, key_file: &std::path::Path) -> ClientOptions {
         .backoff(Duration::from_millis(20), Duration::from_millis(100))
 }
 
+/// A lamp running against a listener of the test's own (a scripted vessel
+/// on loopback, to accept when the test says), with [`options`] shaped by
+/// `tune`: the listener, the key that vessel uses, the run, and the
+/// temporary directory holding the lamp's key file (`lamp.key`).
+async fn lamp_on_listener(
+    tune: impl FnOnce(ClientOptions) -> ClientOptions,
+) -> (
+    TcpListener,
+    dk_channel::StaticKey,
+    DeviceRun,
+    tempfile::TempDir,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/device", listener.local_addr().unwrap());
+    let key = dk_channel::StaticKey::generate().unwrap();
+    let dir = temp_dir();
+    let options = tune(options(&url, &dir.path().join("lamp.key")));
+    let run = DeviceRun::spawn(Lamp::new().device(), options);
+    (listener, key, run, dir)
+}
+
 /// The device-side key file, read as JSON.
 fn key_file_json(path: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -406,14 +427,7 @@ async fn a_malformed_or_unexpected_pairing_frame_ends_the_pairing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_not_announced_inside_the_channel_is_only_a_disconnect() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/device", listener.local_addr().unwrap());
-    let key = dk_channel::StaticKey::generate().unwrap();
-    let dir = temp_dir();
-    let run = DeviceRun::spawn(
-        Lamp::new().device(),
-        options(&url, &dir.path().join("lamp.key")),
-    );
+    let (listener, key, run, _dir) = lamp_on_listener(|options| options).await;
     // A bare 4007, as anyone on the path could forge: the device comes back.
     closing_vessel(&listener, &key, false).await;
     // The same 4007 announced inside the channel: the device stops.
@@ -584,14 +598,7 @@ async fn a_v1_device_refused_beyond_loopback_stops_and_says_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_does_not_open_closes_4012_and_the_device_comes_back() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/device", listener.local_addr().unwrap());
-    let key = dk_channel::StaticKey::generate().unwrap();
-    let dir = temp_dir();
-    let run = DeviceRun::spawn(
-        Lamp::new().device(),
-        options(&url, &dir.path().join("lamp.key")),
-    );
+    let (listener, key, run, _dir) = lamp_on_listener(|options| options).await;
     // Garbage where a record should be: the device closes with the one
     // code for any channel failure.
     let closed = tokio::time::timeout(
@@ -633,12 +640,8 @@ async fn vessel_that_commits_again(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pairing_frame_after_pairing_ends_the_connection() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/device", listener.local_addr().unwrap());
-    let key = dk_channel::StaticKey::generate().unwrap();
-    let dir = temp_dir();
+    let (listener, key, run, dir) = lamp_on_listener(|options| options).await;
     let key_file = dir.path().join("lamp.key");
-    let run = DeviceRun::spawn(Lamp::new().device(), options(&url, &key_file));
     let closed = tokio::time::timeout(
         Duration::from_secs(10),
         vessel_that_commits_again(&listener, &key),
@@ -821,14 +824,7 @@ async fn a_paired_device_outlasts_forged_refusals_at_the_upgrade_and_stops_on_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_over_the_clients_limit_closes_4012_and_the_device_comes_back() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/device", listener.local_addr().unwrap());
-    let key = dk_channel::StaticKey::generate().unwrap();
-    let dir = temp_dir();
-    let run = DeviceRun::spawn(
-        Lamp::new().device(),
-        options(&url, &dir.path().join("lamp.key")),
-    );
+    let (listener, key, run, _dir) = lamp_on_listener(|options| options).await;
     // An invoke one byte over the device's frame limit, in records that
     // each open: the limit, not the records, ends the channel.
     let over = json!({"type": "device:invoke", "callId": "big", "capability": "read_light",
@@ -850,13 +846,8 @@ async fn a_frame_over_the_clients_limit_closes_4012_and_the_device_comes_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handshake_that_stalls_ends_at_its_deadline_and_the_device_comes_back() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/device", listener.local_addr().unwrap());
-    let key = dk_channel::StaticKey::generate().unwrap();
-    let dir = temp_dir();
-    let options =
-        options(&url, &dir.path().join("lamp.key")).handshake_timeout(Duration::from_millis(300));
-    let run = DeviceRun::spawn(Lamp::new().device(), options);
+    let (listener, key, run, _dir) =
+        lamp_on_listener(|options| options.handshake_timeout(Duration::from_millis(300))).await;
     // A vessel that takes the first handshake message and says nothing:
     // the device drops the connection at its deadline.
     let stalled = async {
