@@ -173,6 +173,20 @@ pub(crate) async fn approval_id(admin: &AdminClient) -> u64 {
     .await
 }
 
+/// Says yes to the approval waiting now, once there is one, and checks
+/// that the vessel took it (204).
+pub(crate) async fn approve_the_waiting_call(admin: &AdminClient) {
+    let asked = approval_id(admin).await;
+    let said = admin
+        .post(
+            &format!("/v1/pending/{asked}/approval"),
+            &json!({"approved": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(said.status, 204, "{said:?}");
+}
+
 fn approvals(scratch: &Scratch, args: &[&str]) -> std::process::Output {
     let mut all = vec!["approvals"];
     all.extend_from_slice(args);

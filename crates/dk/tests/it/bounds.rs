@@ -12,7 +12,7 @@ use dk_device::samples::Thermostat;
 use dk_device::{ClientOptions, ServeOptions, run_client};
 use serde_json::{Value, json};
 
-use crate::approvals::{Agent, approval_id};
+use crate::approvals::{Agent, approve_the_waiting_call};
 use crate::process::{Scratch, approve_consent, devices, eventually};
 
 const SET_TARGET: &str = "device__hall_thermostat__set_target";
@@ -153,15 +153,7 @@ async fn declared_bounds_refuse_before_the_person_and_declared_events_reach_the_
 
     // 22 °C: within bounds, so the person is asked, and a yes reaches it.
     agent.call(5, SET_TARGET, json!({"celsius": 22, "mode": "heat"}));
-    let asked = approval_id(&admin).await;
-    let said = admin
-        .post(
-            &format!("/v1/pending/{asked}/approval"),
-            &json!({"approved": true}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(said.status, 204, "{said:?}");
+    approve_the_waiting_call(&admin).await;
     let done = agent.answer(5);
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert_eq!(thermostat.state().target, 22.0);

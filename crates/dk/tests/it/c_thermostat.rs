@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::approvals::{Agent, approval_id};
+use crate::approvals::{Agent, approve_the_waiting_call};
 use crate::bounds::ASK;
 use crate::c_device::{CDevice, VALGRIND, libwebsockets_or_skip, stats, valgrind_or_skip};
 use crate::process::{Scratch, approve_consent, consent_id, eventually, wait_connected};
@@ -100,15 +100,7 @@ async fn scenario(runner: &[&str]) {
     // 22 °C: the person is asked, and a yes reaches the C handler, whose
     // first `target:` line is this call's: 35 never reached it.
     agent.call(3, SET_TARGET, json!({"celsius": 22, "mode": "heat"}));
-    let asked = approval_id(&admin).await;
-    let said = admin
-        .post(
-            &format!("/v1/pending/{asked}/approval"),
-            &json!({"approved": true}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(said.status, 204, "{said:?}");
+    approve_the_waiting_call(&admin).await;
     let done = agent.answer(3);
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert_eq!(
