@@ -39,7 +39,7 @@ pub mod x11;
 pub use disk::SmallDisk;
 pub use log::LogBuffer;
 pub use manifest::{LAMP_JSON, lamp};
-pub use peers::{free_port, peer_or_skip};
+pub use peers::{firmware_build, free_port, peer_or_skip};
 pub use wait::{
     PATIENCE, eventually, eventually_async, eventually_blocking, eventually_blocking_some,
     eventually_blocking_within, eventually_some, eventually_within,

@@ -69,6 +69,28 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Runs `cargo xtask firmware` from the workspace's root (the C library,
+/// its header and the C examples, each rebuilt only when out of date) and
+/// returns what it printed: one `name: path` a line. A failed build fails
+/// the test, with what the build said.
+pub fn firmware_build() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["run", "--quiet", "-p", "xtask", "--", "firmware"])
+        .current_dir(&root)
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo xtask firmware: {e}")));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        fail(&format!(
+            "cargo xtask firmware failed: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    said
+}
+
 /// Fails the test with `message`.
 #[expect(
     clippy::panic,

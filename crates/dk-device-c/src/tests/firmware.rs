@@ -35,19 +35,7 @@ fn harness() -> Option<PathBuf> {
                 eprintln!("the firmware build's tests: skipped: gcc is not installed");
                 return None;
             }
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .args(["run", "--quiet", "-p", "xtask", "--", "firmware"])
-                .current_dir(&root)
-                .output()
-                .unwrap();
-            let said = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "cargo xtask firmware failed: {said}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let said = dk_testkit::firmware_build();
             let path = |name: &str| {
                 said.lines()
                     .find_map(|line| line.strip_prefix(name))

@@ -29,22 +29,7 @@ pub(crate) const VALGRIND: &[&str] = &[
 /// What `cargo xtask firmware` printed, run once per run of the tests.
 fn firmware() -> &'static str {
     static BUILT: OnceLock<String> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["run", "--quiet", "-p", "xtask", "--", "firmware"])
-            .current_dir(&root)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "cargo xtask firmware failed: {said}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        said
-    })
+    BUILT.get_or_init(dk_testkit::firmware_build)
 }
 
 /// The path of the C example `name` (`lamp`, `thermostat`), built once per
