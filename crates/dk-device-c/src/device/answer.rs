@@ -97,13 +97,9 @@ pub unsafe extern "C" fn dk_device_answer(
         Ok(both) => both,
         Err(status) => return status,
     };
-    let outcome = if ok {
-        if let Err(status) = json(text) {
-            return status;
-        }
-        Ok(text)
-    } else {
-        Err(text)
+    let outcome = match outcome(ok, text) {
+        Ok(outcome) => outcome,
+        Err(status) => return status,
     };
     // SAFETY: the caller's promise.
     unsafe { answer(device, id, outcome) }
@@ -114,6 +110,17 @@ fn json(text: &str) -> Result<(), dk_status> {
     serde_json::from_str::<&RawValue>(text)
         .map(|_| ())
         .map_err(|_| dk_status::DK_ERR_JSON)
+}
+
+/// An answer from its `ok` flag and text: a result, which must be JSON
+/// (else `DK_ERR_JSON`), or an error's words.
+fn outcome(ok: bool, text: &str) -> Result<Result<&str, &str>, dk_status> {
+    if ok {
+        json(text)?;
+        Ok(Ok(text))
+    } else {
+        Ok(Err(text))
+    }
 }
 
 /// The handler's result, as JSON (`len` bytes of UTF-8 at `json`), sent at
@@ -166,13 +173,9 @@ unsafe fn give(reply: *mut dk_reply, ptr: *const c_char, len: usize, ok: bool) -
         Ok(text) => text,
         Err(status) => return status,
     };
-    let outcome = if ok {
-        if let Err(status) = json(text) {
-            return status;
-        }
-        Ok(text)
-    } else {
-        Err(text)
+    let outcome = match outcome(ok, text) {
+        Ok(outcome) => outcome,
+        Err(status) => return status,
     };
     // SAFETY: the call's id, live through the handler (run_handler made
     // the reply from it).
